@@ -1,0 +1,128 @@
+// Package pool defines what a node's GPU pool offers to the gpuserver's API: functions register their GPU
+// requirements, and each request acquires a binding to one GPU and releases it when done. The FCFS type is the
+// simplest pool; the controller package provides the SLO-aware one behind the same interface.
+package pool
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+)
+
+// Isolation modes of a function (annotation com.openfaas.gpu.isolation).
+const (
+	IsolationShared   = "shared"
+	IsolationIsolated = "isolated"
+)
+
+// DefaultPercentile is the SLO percentile used when a function names none.
+const DefaultPercentile = 98.0
+
+// FunctionSpec is what a GPU function requires of the pool. It travels as JSON on the gpuserver API.
+type FunctionSpec struct {
+	// Name of the function (unique on the node).
+	Name string `json:"name"`
+	// MemoryBytes is the function's GPU memory quota; its resident footprint never exceeds it.
+	MemoryBytes uint64 `json:"memory_bytes"`
+	// SLO is the latency deadline of one request; 0 means none.
+	SLO time.Duration `json:"slo_ns,omitempty"`
+	// Percentile of requests that must meet the SLO, in (0, 100).
+	Percentile float64 `json:"percentile,omitempty"`
+	// Isolation is IsolationShared or IsolationIsolated (a GPU of its own while bound).
+	Isolation string `json:"isolation,omitempty"`
+}
+
+// Binding is one request's hold on a GPU, from Acquire to Release.
+type Binding struct {
+	// ID names the binding in Release.
+	ID string `json:"id"`
+	// Function the binding belongs to.
+	Function string `json:"function"`
+	// GPU is the index of the bound GPU in the node's pool.
+	GPU int `json:"gpu"`
+	// GPUName is the device's model name, e.g. "Tesla V100-SXM2-32GB (simulated)".
+	GPUName string `json:"gpu_name"`
+	// Swap says how the model reached the GPU for this request: "none" (resident), "nvlink", "pcie".
+	Swap string `json:"swap,omitempty"`
+	// Queued is how long the request waited before it was bound.
+	Queued time.Duration `json:"queued_ns"`
+}
+
+// GPUStatus describes one GPU of the pool.
+type GPUStatus struct {
+	Index       int      `json:"index"`
+	Name        string   `json:"name"`
+	MemoryBytes uint64   `json:"memory_bytes"`
+	UsedBytes   uint64   `json:"used_bytes"`
+	Busy        bool     `json:"busy"`
+	Healthy     bool     `json:"healthy"`
+	Resident    []string `json:"resident"`
+}
+
+// FunctionStatus describes one registered function.
+type FunctionStatus struct {
+	FunctionSpec
+	Queued   int   `json:"queued"`
+	Running  int   `json:"running"`
+	Resident []int `json:"resident_gpus"`
+	Served   int64 `json:"served"`
+	OnTime   int64 `json:"on_time"`
+}
+
+// Status is a snapshot of the pool.
+type Status struct {
+	Policy    string           `json:"policy"`
+	GPUs      []GPUStatus      `json:"gpus"`
+	Functions []FunctionStatus `json:"functions"`
+	Queued    int              `json:"queued"`
+}
+
+// Pool is a node's set of GPUs shared by late-bound functions.
+type Pool interface {
+	// Register adds or replaces a function's requirements.
+	Register(ctx context.Context, spec FunctionSpec) error
+	// Deregister removes a function; it fails with ErrUnknownFunction for a name never registered.
+	Deregister(ctx context.Context, name string) error
+	// Acquire waits until the function is bound to a GPU, ctx ends (ctx.Err() wrapped), or the request can never
+	// be served (ErrTooLarge).
+	Acquire(ctx context.Context, function string) (Binding, error)
+	// Release ends a binding; it fails with ErrUnknownBinding for an unknown or released ID.
+	Release(ctx context.Context, bindingID string) error
+	// Status returns a snapshot of GPUs, functions and queues.
+	Status(ctx context.Context) Status
+}
+
+// Sentinel errors of a pool; the gpuserver API maps them to HTTP statuses.
+var (
+	ErrUnknownFunction = errors.New("unknown function")
+	ErrUnknownBinding  = errors.New("unknown binding")
+	ErrInvalidSpec     = errors.New("invalid function spec")
+	// ErrTooLarge: the function's memory does not fit on any GPU of the node.
+	ErrTooLarge = errors.New("function does not fit on any GPU")
+)
+
+// Validate checks a spec and fills defaults (percentile 98, isolation shared).
+func (s *FunctionSpec) Validate() error {
+	switch {
+	case s.Name == "":
+		return fmt.Errorf("%w: name is empty", ErrInvalidSpec)
+	case s.MemoryBytes == 0:
+		return fmt.Errorf("%w: memory_bytes must be > 0", ErrInvalidSpec)
+	case s.SLO < 0:
+		return fmt.Errorf("%w: slo must be >= 0", ErrInvalidSpec)
+	case s.Percentile < 0 || s.Percentile >= 100:
+		return fmt.Errorf("%w: percentile must be in (0, 100)", ErrInvalidSpec)
+	}
+	if s.Percentile == 0 {
+		s.Percentile = DefaultPercentile
+	}
+	switch s.Isolation {
+	case "":
+		s.Isolation = IsolationShared
+	case IsolationShared, IsolationIsolated:
+	default:
+		return fmt.Errorf("%w: isolation must be shared or isolated", ErrInvalidSpec)
+	}
+	return nil
+}
