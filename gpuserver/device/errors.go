@@ -1,0 +1,21 @@
+package device
+
+import "errors"
+
+// Sentinel errors of every backend; backends wrap them with %w and the driver's own code and message.
+var (
+	// ErrUnavailable: the driver cannot be loaded or initialised, or the node has no GPU.
+	ErrUnavailable = errors.New("device unavailable")
+	// ErrInvalidValue: a bad argument (GPU index, size, alignment, address, argument buffer).
+	ErrInvalidValue = errors.New("invalid value")
+	// ErrOutOfMemory: no physical memory or address space left.
+	ErrOutOfMemory = errors.New("out of device memory")
+	// ErrNotFound: no such kernel or global in a module.
+	ErrNotFound = errors.New("not found")
+	// ErrIllegalAddress: work touched an address not mapped or not accessible from its GPU.
+	ErrIllegalAddress = errors.New("illegal address")
+	// ErrNotSupported: the operation is not supported by this backend or GPU (e.g. peer access).
+	ErrNotSupported = errors.New("not supported")
+	// ErrInvalidImage: a module image that cannot be loaded.
+	ErrInvalidImage = errors.New("invalid module image")
+)
