@@ -1,0 +1,111 @@
+package gpuspec
+
+import (
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/faas-gpu/faas-gpu/gpuserver/pool"
+	"github.com/faas-gpu/faas-gpu/provider"
+)
+
+func TestParse(t *testing.T) {
+	tests := []struct {
+		name    string
+		ann     map[string]string
+		want    pool.FunctionSpec
+		isGPU   bool
+		wantErr string // substring; the annotation it names
+	}{
+		{name: "no annotations", ann: nil},
+		{name: "unrelated annotations", ann: map[string]string{"topic": "x", "com.openfaas.scale.min": "1"}},
+		{
+			name:  "memory only gets defaults",
+			ann:   map[string]string{AnnotationMemory: "1536Mi"},
+			isGPU: true,
+			want:  pool.FunctionSpec{Name: "f", MemoryBytes: 1536 << 20, Percentile: 98, Isolation: "shared"},
+		},
+		{
+			name: "everything",
+			ann: map[string]string{AnnotationMemory: "2Gi", AnnotationSLO: "80ms", AnnotationPercentile: "99.5",
+				AnnotationIsolation: "isolated"},
+			isGPU: true,
+			want: pool.FunctionSpec{Name: "f", MemoryBytes: 2 << 30, SLO: 80 * time.Millisecond, Percentile: 99.5,
+				Isolation: "isolated"},
+		},
+		{
+			name:  "decimal suffix and spaces",
+			ann:   map[string]string{AnnotationMemory: " 500M ", AnnotationSLO: " 1.5s"},
+			isGPU: true,
+			want:  pool.FunctionSpec{Name: "f", MemoryBytes: 500e6, SLO: 1500 * time.Millisecond, Percentile: 98, Isolation: "shared"},
+		},
+		{name: "memory not a quantity", ann: map[string]string{AnnotationMemory: "lots"}, wantErr: AnnotationMemory},
+		{name: "memory empty", ann: map[string]string{AnnotationMemory: ""}, wantErr: AnnotationMemory},
+		{name: "memory zero", ann: map[string]string{AnnotationMemory: "0Mi"}, wantErr: AnnotationMemory},
+		{name: "memory negative", ann: map[string]string{AnnotationMemory: "-1Gi"}, wantErr: AnnotationMemory},
+		{name: "memory milli", ann: map[string]string{AnnotationMemory: "500m"}, wantErr: AnnotationMemory},
+		{name: "memory bad suffix", ann: map[string]string{AnnotationMemory: "2GB"}, wantErr: AnnotationMemory},
+		{name: "memory too large", ann: map[string]string{AnnotationMemory: "100000Ei"}, wantErr: AnnotationMemory},
+		{name: "slo without memory", ann: map[string]string{AnnotationSLO: "80ms"}, wantErr: AnnotationMemory},
+		{name: "slo not a duration", ann: map[string]string{AnnotationMemory: "1Gi", AnnotationSLO: "80"}, wantErr: AnnotationSLO},
+		{name: "slo negative", ann: map[string]string{AnnotationMemory: "1Gi", AnnotationSLO: "-80ms"}, wantErr: AnnotationSLO},
+		{name: "percentile not a number", ann: map[string]string{AnnotationMemory: "1Gi", AnnotationPercentile: "high"}, wantErr: AnnotationPercentile},
+		{name: "percentile 100", ann: map[string]string{AnnotationMemory: "1Gi", AnnotationPercentile: "100"}, wantErr: AnnotationPercentile},
+		{name: "percentile 0", ann: map[string]string{AnnotationMemory: "1Gi", AnnotationPercentile: "0"}, wantErr: AnnotationPercentile},
+		{name: "percentile NaN", ann: map[string]string{AnnotationMemory: "1Gi", AnnotationPercentile: "NaN"}, wantErr: AnnotationPercentile},
+		{name: "isolation unknown", ann: map[string]string{AnnotationMemory: "1Gi", AnnotationIsolation: "exclusive"}, wantErr: AnnotationIsolation},
+		{name: "typo in annotation", ann: map[string]string{AnnotationMemory: "1Gi", "com.openfaas.gpu.mem": "1Gi"}, wantErr: "com.openfaas.gpu.mem"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got, isGPU, err := Parse(tt.ann, "f")
+			if tt.wantErr != "" {
+				if err == nil {
+					t.Fatalf("Parse(%v) = %+v, want an error naming %s", tt.ann, got, tt.wantErr)
+				}
+				if !errors.Is(err, provider.ErrInvalid) {
+					t.Errorf("error %v does not wrap provider.ErrInvalid", err)
+				}
+				if !strings.Contains(err.Error(), tt.wantErr) {
+					t.Errorf("error %q does not name %s", err, tt.wantErr)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatalf("Parse(%v): %v", tt.ann, err)
+			}
+			if isGPU != tt.isGPU || got != tt.want {
+				t.Errorf("Parse(%v) = %+v, %v; want %+v, %v", tt.ann, got, isGPU, tt.want, tt.isGPU)
+			}
+		})
+	}
+}
+
+func TestParseQuantity(t *testing.T) {
+	good := map[string]uint64{
+		"1":      1,
+		"1536Mi": 1536 << 20,
+		"1.5Gi":  1610612736,
+		"2Gi":    2 << 30,
+		"500M":   500_000_000,
+		"1k":     1000,
+		"1Ki":    1024,
+		"1e9":    1_000_000_000,
+		"1E3":    1000,
+		"0.5":    1, // rounded up to a whole byte
+		"1Ei":    1 << 60,
+		"15E":    15_000_000_000_000_000_000,
+	}
+	for in, want := range good {
+		got, err := ParseQuantity(in)
+		if err != nil || got != want {
+			t.Errorf("ParseQuantity(%q) = %d, %v; want %d", in, got, err, want)
+		}
+	}
+	for _, in := range []string{"", "Mi", "abc", "1.2.3Gi", "+1Gi", "0x10", "1 Gi", "20E", "1e", "1e1000", "1GB", "1K", "1mi"} {
+		if got, err := ParseQuantity(in); err == nil {
+			t.Errorf("ParseQuantity(%q) = %d, want an error", in, got)
+		}
+	}
+}
