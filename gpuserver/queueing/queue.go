@@ -1,0 +1,494 @@
+package queueing
+
+import (
+	"container/heap"
+	"errors"
+	"fmt"
+	"math"
+	"slices"
+	"time"
+)
+
+// Order names a request ordering.
+type Order string
+
+// The orderings a Queue implements (see the package documentation).
+const (
+	OrderFIFO     Order = "fifo"
+	OrderDQLS     Order = "dqls"
+	OrderTorpor   Order = "torpor"
+	OrderSLOAware Order = "slo-aware"
+)
+
+// Defaults of Config.
+const (
+	DefaultMargin       = 0.4
+	DefaultRegroupEvery = 2 * time.Second
+	DefaultAlphaWindow  = 20
+	DefaultPercentile   = 98.0
+)
+
+// ErrInvalidConfig is wrapped by configuration errors; ErrUnknownFunction by pushes for unregistered functions;
+// ErrDuplicate by a push that reuses a waiting request's ID.
+var (
+	ErrInvalidConfig   = errors.New("invalid queueing config")
+	ErrUnknownFunction = errors.New("unknown function")
+	ErrDuplicate       = errors.New("duplicate request id")
+)
+
+// Config configures a Queue; zero fields take the defaults.
+type Config struct {
+	// Order of requests; default OrderSLOAware.
+	Order Order
+	// Margin added to predicted costs in slack, as a fraction (0.4 = +40%).
+	Margin float64
+	// RegroupEvery is how often the high/low groups are recomputed (Torpor and SLO-aware orders).
+	RegroupEvery time.Duration
+	// AlphaWindow is how many regroupings pass between re-tunings of alpha.
+	AlphaWindow int
+}
+
+// Request is one queued request or message.
+type Request struct {
+	// ID identifies the request for Remove; unique among waiting requests.
+	ID uint64
+	// Function the request belongs to; it must have been registered with SetFunction.
+	Function string
+	// Arrival time.
+	Arrival time.Time
+	// Deadline; zero means Arrival + the function's SLO (no deadline when the function has none).
+	Deadline time.Time
+	// Cost is the predicted swap plus execution time at push.
+	Cost time.Duration
+	// Payload is carried through untouched.
+	Payload any
+}
+
+// FunctionStats is the SLO bookkeeping of one function.
+type FunctionStats struct {
+	Served  int64         // n: requests observed
+	OnTime  int64         // m: of which within the deadline
+	RRC     float64       // (p*n - m)/(1 - p)
+	High    bool          // in the high-priority group
+	MeanLat time.Duration // mean observed latency
+	Waiting int           // requests queued
+}
+
+type entry struct {
+	Request
+	seq   uint64
+	key   int64 // ordering key within the function; smaller first
+	slack int64 // deadline - (1+margin)*cost in ns since epoch; math.MaxInt64 without a deadline
+	index int
+	late  bool // moved to the function's late heap (SLO-aware order)
+}
+
+type fnHeap []*entry
+
+func (h fnHeap) Len() int { return len(h) }
+func (h fnHeap) Less(i, j int) bool {
+	if h[i].key != h[j].key {
+		return h[i].key < h[j].key
+	}
+	return h[i].seq < h[j].seq
+}
+func (h fnHeap) Swap(i, j int) { h[i], h[j] = h[j], h[i]; h[i].index = i; h[j].index = j }
+func (h *fnHeap) Push(x any)   { e := x.(*entry); e.index = len(*h); *h = append(*h, e) }
+func (h *fnHeap) Pop() any {
+	old := *h
+	e := old[len(old)-1]
+	old[len(old)-1] = nil
+	*h = old[:len(old)-1]
+	return e
+}
+func (h fnHeap) head() *entry  { return h[0] }
+func (h fnHeap) isEmpty() bool { return len(h) == 0 }
+
+type function struct {
+	name       string
+	slo        time.Duration
+	p          float64 // percentile as a fraction
+	served     int64
+	onTime     int64
+	latSum     time.Duration
+	high       bool
+	waiting    fnHeap // SLO-aware order: requests that can still meet their deadline
+	late       fnHeap // SLO-aware order: requests that can no longer, oldest first
+	activeSlot int    // index in Queue.active, -1 when no request waits
+}
+
+func (f *function) count() int { return len(f.waiting) + len(f.late) }
+
+// head is the function's first request: the first of waiting, else the first of late.
+func (f *function) head() *entry {
+	if len(f.waiting) > 0 {
+		return f.waiting[0]
+	}
+	return f.late[0]
+}
+
+// popHead removes head().
+func (f *function) popHead() *entry {
+	if len(f.waiting) > 0 {
+		return heap.Pop(&f.waiting).(*entry)
+	}
+	return heap.Pop(&f.late).(*entry)
+}
+
+// demoteLate moves requests whose slack has run out from waiting to late.
+func (f *function) demoteLate(nowNS int64) {
+	for len(f.waiting) > 0 && f.waiting[0].slack < nowNS {
+		e := heap.Pop(&f.waiting).(*entry)
+		e.late, e.key = true, int64(e.seq)
+		heap.Push(&f.late, e)
+	}
+}
+
+func (f *function) rrc() float64 {
+	return (f.p*float64(f.served) - float64(f.onTime)) / (1 - f.p)
+}
+
+func (f *function) meanLat() time.Duration {
+	if f.served == 0 {
+		return 0
+	}
+	return f.latSum / time.Duration(f.served)
+}
+
+// need is Torpor's within-group metric: mean latency x (p*n - m).
+func (f *function) need() float64 {
+	return f.meanLat().Seconds() * (f.p*float64(f.served) - float64(f.onTime))
+}
+
+// Queue orders requests of many functions. It is not safe for concurrent use.
+type Queue struct {
+	cfg       Config
+	fns       map[string]*function
+	active    []*function // functions with waiting requests
+	byID      map[uint64]*entry
+	seq       uint64
+	n         int
+	lastGroup time.Time
+	groupRuns int
+	alpha     float64
+	oldRatio  float64
+}
+
+// New returns an empty queue.
+func New(cfg Config) (*Queue, error) {
+	if cfg.Order == "" {
+		cfg.Order = OrderSLOAware
+	}
+	switch cfg.Order {
+	case OrderFIFO, OrderDQLS, OrderTorpor, OrderSLOAware:
+	default:
+		return nil, fmt.Errorf("%w: order %q (want fifo, dqls, torpor or slo-aware)", ErrInvalidConfig, cfg.Order)
+	}
+	if cfg.Margin == 0 {
+		cfg.Margin = DefaultMargin
+	}
+	if cfg.Margin < 0 || math.IsNaN(cfg.Margin) || math.IsInf(cfg.Margin, 0) {
+		return nil, fmt.Errorf("%w: margin must be >= 0", ErrInvalidConfig)
+	}
+	if cfg.RegroupEvery == 0 {
+		cfg.RegroupEvery = DefaultRegroupEvery
+	}
+	if cfg.RegroupEvery < 0 {
+		return nil, fmt.Errorf("%w: regroup interval must be > 0", ErrInvalidConfig)
+	}
+	if cfg.AlphaWindow == 0 {
+		cfg.AlphaWindow = DefaultAlphaWindow
+	}
+	if cfg.AlphaWindow < 0 {
+		return nil, fmt.Errorf("%w: alpha window must be > 0", ErrInvalidConfig)
+	}
+	return &Queue{cfg: cfg, fns: map[string]*function{}, byID: map[uint64]*entry{}, alpha: 1}, nil
+}
+
+// Config returns the queue's configuration with defaults filled in.
+func (q *Queue) Config() Config { return q.cfg }
+
+// SetFunction registers a function or updates its SLO (0: none) and percentile (in (0, 100); 0 means 98).
+// Its statistics and waiting requests are kept.
+func (q *Queue) SetFunction(name string, slo time.Duration, percentile float64) error {
+	if percentile == 0 {
+		percentile = DefaultPercentile
+	}
+	if percentile <= 0 || percentile >= 100 || math.IsNaN(percentile) {
+		return fmt.Errorf("%w: percentile of %q must be in (0, 100)", ErrInvalidConfig, name)
+	}
+	if slo < 0 {
+		return fmt.Errorf("%w: slo of %q must be >= 0", ErrInvalidConfig, name)
+	}
+	f := q.fns[name]
+	if f == nil {
+		f = &function{name: name, high: true, activeSlot: -1}
+		q.fns[name] = f
+	}
+	f.slo, f.p = slo, percentile/100
+	return nil
+}
+
+// RemoveFunction forgets a function and returns its waiting requests in arrival order.
+func (q *Queue) RemoveFunction(name string) []Request {
+	f := q.fns[name]
+	if f == nil {
+		return nil
+	}
+	out := make([]Request, 0, f.count())
+	es := append(slices.Clone(f.waiting), f.late...)
+	slices.SortFunc(es, func(a, b *entry) int { return int(a.seq - b.seq) })
+	for _, e := range es {
+		out = append(out, e.Request)
+		delete(q.byID, e.ID)
+	}
+	q.n -= f.count()
+	f.waiting, f.late = nil, nil
+	q.deactivate(f)
+	delete(q.fns, name)
+	return out
+}
+
+// Len is the number of waiting requests.
+func (q *Queue) Len() int { return q.n }
+
+// Waiting is the number of waiting requests of one function.
+func (q *Queue) Waiting(function string) int {
+	if f := q.fns[function]; f != nil {
+		return f.count()
+	}
+	return 0
+}
+
+// Push adds a request.
+func (q *Queue) Push(r Request) error {
+	f := q.fns[r.Function]
+	if f == nil {
+		return fmt.Errorf("%w: %q", ErrUnknownFunction, r.Function)
+	}
+	if _, dup := q.byID[r.ID]; dup {
+		return fmt.Errorf("%w: %d", ErrDuplicate, r.ID)
+	}
+	if r.Deadline.IsZero() && f.slo > 0 {
+		r.Deadline = r.Arrival.Add(f.slo)
+	}
+	q.seq++
+	e := &entry{Request: r, seq: q.seq, slack: math.MaxInt64}
+	if !r.Deadline.IsZero() {
+		e.slack = r.Deadline.UnixNano() - int64((1+q.cfg.Margin)*float64(r.Cost))
+	}
+	switch q.cfg.Order {
+	case OrderFIFO, OrderTorpor:
+		e.key = int64(e.seq)
+	default:
+		e.key = e.slack
+	}
+	heap.Push(&f.waiting, e)
+	q.byID[r.ID] = e
+	q.n++
+	if f.activeSlot < 0 {
+		f.activeSlot = len(q.active)
+		q.active = append(q.active, f)
+	}
+	return nil
+}
+
+// Remove takes a waiting request out; it reports whether it was waiting.
+func (q *Queue) Remove(id uint64) bool {
+	e := q.byID[id]
+	if e == nil {
+		return false
+	}
+	f := q.fns[e.Function]
+	if e.late {
+		heap.Remove(&f.late, e.index)
+	} else {
+		heap.Remove(&f.waiting, e.index)
+	}
+	delete(q.byID, id)
+	q.n--
+	if f.count() == 0 {
+		q.deactivate(f)
+	}
+	return true
+}
+
+func (q *Queue) deactivate(f *function) {
+	i := f.activeSlot
+	if i < 0 {
+		return
+	}
+	last := len(q.active) - 1
+	q.active[i] = q.active[last]
+	q.active[i].activeSlot = i
+	q.active[last] = nil
+	q.active = q.active[:last]
+	f.activeSlot = -1
+}
+
+// Observe records the outcome of one served request of function for the SLO bookkeeping.
+func (q *Queue) Observe(function string, onTime bool, latency time.Duration) {
+	f := q.fns[function]
+	if f == nil {
+		return
+	}
+	f.served++
+	if onTime {
+		f.onTime++
+	}
+	f.latSum += latency
+}
+
+// Stats returns a function's SLO bookkeeping; ok is false for an unknown function.
+func (q *Queue) Stats(function string) (FunctionStats, bool) {
+	f := q.fns[function]
+	if f == nil {
+		return FunctionStats{}, false
+	}
+	return FunctionStats{Served: f.served, OnTime: f.onTime, RRC: f.rrc(), High: f.high, MeanLat: f.meanLat(),
+		Waiting: f.count()}, true
+}
+
+// Alpha is the current fraction of the expected cost admitted to the high-priority group.
+func (q *Queue) Alpha() float64 { return q.alpha }
+
+// Pop removes and returns the first request, in the queue's order, whose function eligible accepts (nil accepts
+// all). It regroups first when RegroupEvery has passed since the last regrouping.
+func (q *Queue) Pop(now time.Time, eligible func(function string) bool) (Request, bool) {
+	f := q.pick(now, eligible)
+	if f == nil {
+		return Request{}, false
+	}
+	e := f.popHead()
+	delete(q.byID, e.ID)
+	q.n--
+	if f.count() == 0 {
+		q.deactivate(f)
+	}
+	return e.Request, true
+}
+
+// Peek returns the request Pop would return, without removing it.
+func (q *Queue) Peek(now time.Time, eligible func(function string) bool) (Request, bool) {
+	f := q.pick(now, eligible)
+	if f == nil {
+		return Request{}, false
+	}
+	return f.head().Request, true
+}
+
+func (q *Queue) pick(now time.Time, eligible func(string) bool) *function {
+	if q.n == 0 {
+		return nil
+	}
+	grouped := q.cfg.Order == OrderTorpor || q.cfg.Order == OrderSLOAware
+	if grouped && (q.lastGroup.IsZero() || now.Sub(q.lastGroup) >= q.cfg.RegroupEvery) {
+		q.Regroup(now)
+	}
+	nowNS := now.UnixNano()
+	var best *function
+	var bTier int
+	var bKey float64
+	var bSeq uint64
+	for _, f := range q.active {
+		if eligible != nil && !eligible(f.name) {
+			continue
+		}
+		if q.cfg.Order == OrderSLOAware {
+			f.demoteLate(nowNS)
+		}
+		h := f.head()
+		tier, key := 0, float64(h.key)
+		switch q.cfg.Order {
+		case OrderTorpor:
+			if f.high {
+				key = -f.need()
+			} else {
+				tier, key = 1, f.need()
+			}
+		case OrderSLOAware:
+			if !f.high {
+				tier = 2
+			}
+			if h.late || h.slack == math.MaxInt64 {
+				tier++ // late or without a deadline: after every request that can still make it
+			}
+		}
+		if best == nil || tier < bTier || (tier == bTier && (key < bKey || (key == bKey && h.seq < bSeq))) {
+			best, bTier, bKey, bSeq = f, tier, key, h.seq
+		}
+	}
+	return best
+}
+
+// Regroup recomputes the high/low groups and, every AlphaWindow calls, re-tunes alpha. Pop calls it on schedule;
+// call it directly only to force a regrouping.
+func (q *Queue) Regroup(now time.Time) {
+	q.lastGroup = now
+	type fc struct {
+		f    *function
+		cost float64
+	}
+	costs := make([]fc, 0, len(q.fns))
+	var total float64
+	met, seen := 0, 0
+	for _, f := range q.fns {
+		if f.served == 0 {
+			f.high = true
+			continue
+		}
+		seen++
+		if float64(f.onTime) >= f.p*float64(f.served) {
+			met++
+		}
+		c := f.meanLat().Seconds() * f.rrc()
+		costs = append(costs, fc{f, c})
+		if c > 0 {
+			total += c
+		}
+	}
+	slices.SortFunc(costs, func(a, b fc) int {
+		if a.cost != b.cost {
+			if a.cost < b.cost {
+				return -1
+			}
+			return 1
+		}
+		if a.f.name < b.f.name {
+			return -1
+		}
+		return 1
+	})
+	limit, agg, over := total*q.alpha, 0.0, false
+	for _, c := range costs {
+		if c.cost > 0 && !over {
+			agg += c.cost
+			over = agg > limit
+		}
+		c.f.high = !over
+	}
+	if seen == 0 {
+		return
+	}
+	q.groupRuns++
+	if q.groupRuns < q.cfg.AlphaWindow {
+		return
+	}
+	q.groupRuns = 0
+	ratio := float64(met) / float64(seen)
+	const diff, scale, small = 0.04, 2.0, 1.01
+	trend := diff
+	if q.oldRatio > 0 {
+		trend = (ratio - q.oldRatio) / q.oldRatio
+	}
+	switch {
+	case trend >= diff:
+		q.alpha = min(1, q.alpha*scale)
+		q.oldRatio = ratio
+	case trend < -diff:
+		q.alpha /= scale
+		q.oldRatio = ratio
+	default:
+		q.alpha = min(1, q.alpha*small)
+	}
+}

@@ -1,0 +1,246 @@
+package queueing
+
+import (
+	"errors"
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"testing"
+	"time"
+)
+
+var t0 = time.Unix(1_700_000_000, 0)
+
+func ms(n int) time.Duration { return time.Duration(n) * time.Millisecond }
+
+func newQ(t testing.TB, o Order, fns ...string) *Queue {
+	t.Helper()
+	q, err := New(Config{Order: o})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range fns {
+		if err := q.SetFunction(f, ms(100), 98); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return q
+}
+
+func popIDs(q *Queue, now time.Time) []uint64 {
+	var ids []uint64
+	for {
+		r, ok := q.Pop(now, nil)
+		if !ok {
+			return ids
+		}
+		ids = append(ids, r.ID)
+	}
+}
+
+func push(t testing.TB, q *Queue, id uint64, fn string, arrival time.Duration, cost time.Duration) {
+	t.Helper()
+	if err := q.Push(Request{ID: id, Function: fn, Arrival: t0.Add(arrival), Cost: cost}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestFIFO(t *testing.T) {
+	q := newQ(t, OrderFIFO, "a", "b")
+	push(t, q, 1, "a", ms(0), ms(90))
+	push(t, q, 2, "b", ms(1), ms(1))
+	push(t, q, 3, "a", ms(2), ms(1))
+	if got := fmt.Sprint(popIDs(q, t0.Add(ms(5)))); got != "[1 2 3]" {
+		t.Fatalf("order = %s", got)
+	}
+}
+
+func TestDQLSLeastSlackFirst(t *testing.T) {
+	q := newQ(t, OrderDQLS, "a", "b")
+	// a: deadline 100, cost 50 -> key 100-70 = 30; b: arrives later (10), cost 10 -> key 110-14 = 96.
+	push(t, q, 1, "b", ms(10), ms(10))
+	push(t, q, 2, "a", ms(0), ms(50))
+	// a second b with a big cost: deadline 115 - 1.4*80 = 3: most urgent.
+	push(t, q, 3, "b", ms(15), ms(80))
+	if got := fmt.Sprint(popIDs(q, t0.Add(ms(20)))); got != "[3 2 1]" {
+		t.Fatalf("order = %s", got)
+	}
+}
+
+func TestRRCAndStats(t *testing.T) {
+	q := newQ(t, OrderSLOAware, "a")
+	for i := range 100 {
+		q.Observe("a", i >= 5, ms(50)) // 95 of 100 on time
+	}
+	s, _ := q.Stats("a")
+	// RRC = (0.98*100 - 95)/(1-0.98) = 3/0.02 = 150
+	if math.Abs(s.RRC-150) > 1e-6 || s.Served != 100 || s.OnTime != 95 || s.MeanLat != ms(50) {
+		t.Fatalf("stats = %+v", s)
+	}
+}
+
+func TestRegroupAndAlpha(t *testing.T) {
+	q := newQ(t, OrderTorpor, "ok", "cheap", "dear")
+	for range 10 {
+		q.Observe("ok", true, ms(10))
+	}
+	// cheap: 10 served, 8 on time, mean 10 ms: RRC = (9.8-8)/0.02 = 90, cost 0.9
+	// dear: 10 served, 5 on time, mean 100 ms: RRC = 240, cost 24
+	for i := range 10 {
+		q.Observe("cheap", i < 8, ms(10))
+		q.Observe("dear", i < 5, ms(100))
+	}
+	q.alpha = 0.5
+	q.Regroup(t0)
+	for name, want := range map[string]bool{"ok": true, "cheap": true, "dear": false} {
+		if s, _ := q.Stats(name); s.High != want {
+			t.Errorf("%s high = %v, want %v", name, s.High, want)
+		}
+	}
+	// Within the high group the neediest first; the low group after it.
+	push(t, q, 1, "dear", 0, ms(1))
+	push(t, q, 2, "ok", ms(1), ms(1))
+	push(t, q, 3, "cheap", ms(2), ms(1))
+	if got := fmt.Sprint(popIDs(q, t0.Add(ms(1)))); got != "[3 2 1]" {
+		t.Fatalf("order = %s", got)
+	}
+	// alpha re-tuning: after AlphaWindow regroupings with a falling SLO ratio, alpha halves.
+	q.alpha, q.oldRatio, q.groupRuns = 1, 0.9, 0
+	for range DefaultAlphaWindow {
+		q.Regroup(t0) // ratio = 1/3 < 0.9
+	}
+	if q.Alpha() != 0.5 {
+		t.Fatalf("alpha = %v, want 0.5", q.Alpha())
+	}
+}
+
+func TestSLOAwareLateRequestsLast(t *testing.T) {
+	q := newQ(t, OrderSLOAware, "a", "b")
+	if err := q.SetFunction("none", 0, 0); err != nil {
+		t.Fatal(err)
+	}
+	push(t, q, 1, "a", 0, ms(10))       // key 100-14 = 86: late at now=90
+	push(t, q, 2, "b", ms(50), ms(30))  // key 150-42 = 108: feasible
+	push(t, q, 3, "none", 0, ms(1))     // no deadline: last
+	push(t, q, 4, "b", ms(60), ms(100)) // key 160-140 = 20: late
+	if got := fmt.Sprint(popIDs(q, t0.Add(ms(90)))); got != "[2 1 4 3]" {
+		t.Fatalf("order = %s", got)
+	}
+}
+
+func TestEligibleRemoveAndErrors(t *testing.T) {
+	q := newQ(t, OrderFIFO, "a", "b")
+	push(t, q, 1, "a", 0, 0)
+	push(t, q, 2, "b", ms(1), 0)
+	push(t, q, 3, "a", ms(2), 0)
+	r, ok := q.Pop(t0, func(f string) bool { return f == "b" })
+	if !ok || r.ID != 2 {
+		t.Fatalf("eligible pop = %v %v", r, ok)
+	}
+	if _, ok := q.Pop(t0, func(string) bool { return false }); ok {
+		t.Fatal("pop with nothing eligible returned a request")
+	}
+	if !q.Remove(1) || q.Remove(1) || q.Len() != 1 || q.Waiting("a") != 1 {
+		t.Fatalf("remove: len %d", q.Len())
+	}
+	if p, ok := q.Peek(t0, nil); !ok || p.ID != 3 || q.Len() != 1 {
+		t.Fatalf("peek = %v", p)
+	}
+	if err := q.Push(Request{ID: 3, Function: "a"}); !errors.Is(err, ErrDuplicate) {
+		t.Errorf("duplicate push err = %v", err)
+	}
+	if err := q.Push(Request{ID: 9, Function: "zz"}); !errors.Is(err, ErrUnknownFunction) {
+		t.Errorf("unknown push err = %v", err)
+	}
+	if got := q.RemoveFunction("a"); len(got) != 1 || got[0].ID != 3 || q.Len() != 0 {
+		t.Errorf("RemoveFunction = %v", got)
+	}
+	if _, err := New(Config{Order: "lifo"}); !errors.Is(err, ErrInvalidConfig) {
+		t.Errorf("bad order err = %v", err)
+	}
+	if err := q.SetFunction("x", 0, 100); !errors.Is(err, ErrInvalidConfig) {
+		t.Errorf("bad percentile err = %v", err)
+	}
+}
+
+// TestEveryRequestOnce pushes, removes and pops at random: every pushed request comes out exactly once.
+func TestEveryRequestOnce(t *testing.T) {
+	for _, o := range []Order{OrderFIFO, OrderDQLS, OrderTorpor, OrderSLOAware} {
+		q := newQ(t, o)
+		rng := rand.New(rand.NewPCG(1, 2))
+		for i := range 20 {
+			_ = q.SetFunction(fmt.Sprint("f", i), ms(50+i*10), 98)
+		}
+		seen := map[uint64]int{}
+		var id uint64
+		now := t0
+		for range 5000 {
+			now = now.Add(time.Duration(rng.IntN(5)) * time.Millisecond)
+			switch rng.IntN(4) {
+			case 0, 1:
+				id++
+				fn := fmt.Sprint("f", rng.IntN(20))
+				if err := q.Push(Request{ID: id, Function: fn, Arrival: now, Cost: ms(rng.IntN(100))}); err != nil {
+					t.Fatal(err)
+				}
+			case 2:
+				if r, ok := q.Pop(now, nil); ok {
+					seen[r.ID]++
+					q.Observe(r.Function, rng.IntN(10) > 0, ms(20))
+				}
+			case 3:
+				if victim := uint64(rng.IntN(int(id) + 1)); q.Remove(victim) {
+					seen[victim]++
+				}
+			}
+		}
+		for {
+			r, ok := q.Pop(now, nil)
+			if !ok {
+				break
+			}
+			seen[r.ID]++
+		}
+		for i := uint64(1); i <= id; i++ {
+			if seen[i] != 1 {
+				t.Fatalf("%s: request %d came out %d times", o, i, seen[i])
+			}
+		}
+	}
+}
+
+// BenchmarkPushPop measures one push plus one pop with about 3000 requests of 1000 functions waiting.
+func BenchmarkPushPop(b *testing.B) {
+	for _, o := range []Order{OrderFIFO, OrderDQLS, OrderTorpor, OrderSLOAware} {
+		b.Run(string(o), func(b *testing.B) {
+			q := newQ(b, o)
+			rng := rand.New(rand.NewPCG(3, 4))
+			const fns = 1000
+			for i := range fns {
+				_ = q.SetFunction(fmt.Sprint("f", i), ms(80), 98)
+				for range 5 {
+					q.Observe(fmt.Sprint("f", i), rng.IntN(20) > 0, ms(30))
+				}
+			}
+			var id uint64
+			now := t0
+			for range 3000 {
+				id++
+				_ = q.Push(Request{ID: id, Function: fmt.Sprint("f", rng.IntN(fns)), Arrival: now, Cost: ms(20)})
+			}
+			names := make([]string, fns)
+			for i := range names {
+				names[i] = fmt.Sprint("f", i)
+			}
+			b.ResetTimer()
+			for i := 0; b.Loop(); i++ {
+				now = now.Add(time.Millisecond)
+				id++
+				_ = q.Push(Request{ID: id, Function: names[i%fns], Arrival: now, Cost: ms(20)})
+				if _, ok := q.Pop(now, nil); !ok {
+					b.Fatal("empty")
+				}
+			}
+		})
+	}
+}
