@@ -1,0 +1,108 @@
+package api
+
+import (
+	"context"
+	"errors"
+	"strconv"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/faas-gpu/faas-gpu/gpuserver/pool"
+)
+
+type metrics struct {
+	acquires *prometheus.CounterVec
+	wait     *prometheus.HistogramVec
+}
+
+func newMetrics(reg prometheus.Registerer, p pool.Pool) (*metrics, error) {
+	m := &metrics{
+		acquires: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "faas_gpu_acquire_total",
+			Help: "Acquire requests by function and result (ok, timeout, canceled, unknown, too_large, error).",
+		}, []string{"function", "result"}),
+		wait: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "faas_gpu_acquire_wait_seconds",
+			Help:    "Time from acquire to binding, by function.",
+			Buckets: prometheus.ExponentialBuckets(0.0005, 2, 16),
+		}, []string{"function"}),
+	}
+	for _, c := range []prometheus.Collector{m.acquires, m.wait, &poolCollector{pool: p}} {
+		if err := reg.Register(c); err != nil {
+			return nil, err
+		}
+	}
+	return m, nil
+}
+
+func (m *metrics) observeAcquire(function string, d time.Duration, err error) {
+	result := "ok"
+	switch {
+	case err == nil:
+		m.wait.WithLabelValues(function).Observe(d.Seconds())
+	case errors.Is(err, context.DeadlineExceeded):
+		result = "timeout"
+	case errors.Is(err, context.Canceled):
+		result = "canceled"
+	case errors.Is(err, pool.ErrUnknownFunction):
+		result, function = "unknown", "" // unbounded names stay out of the label set
+	case errors.Is(err, pool.ErrTooLarge):
+		result = "too_large"
+	default:
+		result = "error"
+	}
+	m.acquires.WithLabelValues(function, result).Inc()
+}
+
+// poolCollector turns a pool's status into gauges at scrape time.
+type poolCollector struct{ pool pool.Pool }
+
+var (
+	descGPUBusy = prometheus.NewDesc("faas_gpu_gpu_busy", "1 while a binding runs on the GPU.",
+		[]string{"gpu", "name"}, nil)
+	descGPUUsed = prometheus.NewDesc("faas_gpu_gpu_memory_used_bytes", "GPU memory held by resident functions.",
+		[]string{"gpu"}, nil)
+	descGPUTotal = prometheus.NewDesc("faas_gpu_gpu_memory_bytes", "GPU memory the pool manages.",
+		[]string{"gpu"}, nil)
+	descGPUHealthy = prometheus.NewDesc("faas_gpu_gpu_healthy", "1 while the GPU is healthy.", []string{"gpu"}, nil)
+	descQueued     = prometheus.NewDesc("faas_gpu_queued_requests", "Requests waiting for a GPU, by function.",
+		[]string{"function"}, nil)
+	descRunning = prometheus.NewDesc("faas_gpu_running_requests", "Requests bound to a GPU, by function.",
+		[]string{"function"}, nil)
+	descServed = prometheus.NewDesc("faas_gpu_served_requests_total", "Requests released, by function.",
+		[]string{"function"}, nil)
+	descOnTime = prometheus.NewDesc("faas_gpu_on_time_requests_total",
+		"Requests released within the function's SLO, by function.", []string{"function"}, nil)
+)
+
+func (c *poolCollector) Describe(ch chan<- *prometheus.Desc) {
+	for _, d := range []*prometheus.Desc{descGPUBusy, descGPUUsed, descGPUTotal, descGPUHealthy, descQueued,
+		descRunning, descServed, descOnTime} {
+		ch <- d
+	}
+}
+
+func (c *poolCollector) Collect(ch chan<- prometheus.Metric) {
+	st := c.pool.Status(context.Background()) // scrapes carry no context; Status does not block on I/O
+	for _, g := range st.GPUs {
+		idx := strconv.Itoa(g.Index)
+		ch <- prometheus.MustNewConstMetric(descGPUBusy, prometheus.GaugeValue, b2f(g.Busy), idx, g.Name)
+		ch <- prometheus.MustNewConstMetric(descGPUUsed, prometheus.GaugeValue, float64(g.UsedBytes), idx)
+		ch <- prometheus.MustNewConstMetric(descGPUTotal, prometheus.GaugeValue, float64(g.MemoryBytes), idx)
+		ch <- prometheus.MustNewConstMetric(descGPUHealthy, prometheus.GaugeValue, b2f(g.Healthy), idx)
+	}
+	for _, f := range st.Functions {
+		ch <- prometheus.MustNewConstMetric(descQueued, prometheus.GaugeValue, float64(f.Queued), f.Name)
+		ch <- prometheus.MustNewConstMetric(descRunning, prometheus.GaugeValue, float64(f.Running), f.Name)
+		ch <- prometheus.MustNewConstMetric(descServed, prometheus.CounterValue, float64(f.Served), f.Name)
+		ch <- prometheus.MustNewConstMetric(descOnTime, prometheus.CounterValue, float64(f.OnTime), f.Name)
+	}
+}
+
+func b2f(b bool) float64 {
+	if b {
+		return 1
+	}
+	return 0
+}
