@@ -2,10 +2,73 @@ package main
 
 import (
 	"context"
-	"errors"
+	"flag"
+	"fmt"
 	"io"
+	"log/slog"
+	"time"
+
+	"github.com/faas-gpu/faas-gpu/gpuserver/server"
 )
 
-func runGPUServer(_ context.Context, _ []string, _, _ io.Writer) error {
-	return errors.New("not implemented yet")
+// gpuserverConfig holds the flags of `faas-gpu gpuserver`.
+type gpuserverConfig struct {
+	socket    string
+	listen    string
+	gpus      string
+	gpuMemory string
+	logLevel  string
+}
+
+func (c *gpuserverConfig) register(fs *flag.FlagSet) {
+	fs.StringVar(&c.socket, "socket", "/run/faas-gpu/gpuserver.sock", "Unix socket of the gpuserver API")
+	fs.StringVar(&c.listen, "listen", "", "optional TCP address of the gpuserver API, e.g. 127.0.0.1:8090")
+	fs.StringVar(&c.gpus, "gpus", "v100x4", "node preset (v100x4, a100x8, h100x8, h200x1) or node file")
+	fs.StringVar(&c.gpuMemory, "gpu-memory", "", "override every GPU's memory, e.g. 4Gi (forces eviction in tests)")
+	fs.StringVar(&c.logLevel, "log-level", "info", "debug, info, warn or error")
+}
+
+func runGPUServer(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	var cfg gpuserverConfig
+	fs := flag.NewFlagSet("gpuserver", flag.ContinueOnError)
+	cfg.register(fs)
+	if err := parseFlags(fs, args); err != nil {
+		return err
+	}
+	log, err := newLogger(stderr, cfg.logLevel)
+	if err != nil {
+		return err
+	}
+	node, err := resolveNode(cfg.gpus, cfg.gpuMemory)
+	if err != nil {
+		return err
+	}
+	srv, err := server.Start(ctx, server.Config{Socket: cfg.socket, Listen: cfg.listen, Node: node, Logger: log})
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(stdout, "gpuserver: %d GPUs (%s), API on unix:%s", len(node.GPUs), node.Name, srv.Socket())
+	if srv.Addr() != "" {
+		fmt.Fprintf(stdout, " and http://%s", srv.Addr())
+	}
+	fmt.Fprintln(stdout)
+	select {
+	case <-ctx.Done():
+	case err = <-srv.Err():
+	}
+	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+	defer cancel()
+	if serr := srv.Shutdown(sctx); serr != nil && err == nil {
+		err = serr
+	}
+	return err
+}
+
+// newLogger returns a text logger at the named level.
+func newLogger(w io.Writer, level string) (*slog.Logger, error) {
+	var l slog.Level
+	if err := l.UnmarshalText([]byte(level)); err != nil {
+		return nil, usageError{fmt.Errorf("-log-level %q: want debug, info, warn or error", level)}
+	}
+	return slog.New(slog.NewTextHandler(w, &slog.HandlerOptions{Level: l})), nil
 }

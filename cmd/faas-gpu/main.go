@@ -12,6 +12,7 @@ import (
 	"os/signal"
 	"path/filepath"
 	"sort"
+	"strings"
 	"syscall"
 )
 
@@ -93,9 +94,19 @@ type usageError struct{ err error }
 func (e usageError) Error() string { return e.err.Error() }
 func (e usageError) Unwrap() error { return e.err }
 
-// parseFlags parses args and turns flag errors into usageErrors.
+// envName is the environment variable matching a flag: FAAS_GPU_ and the flag's name in upper case with
+// underscores, e.g. --state-dir and FAAS_GPU_STATE_DIR.
+func envName(flagName string) string {
+	return "FAAS_GPU_" + strings.ToUpper(strings.ReplaceAll(flagName, "-", "_"))
+}
+
+// parseFlags parses args, then gives every flag not set on the command line the value of its environment variable
+// (envName), and turns errors into usageErrors that name the flag or the variable.
 func parseFlags(fs *flag.FlagSet, args []string) error {
 	fs.SetOutput(io.Discard)
+	fs.VisitAll(func(f *flag.Flag) {
+		f.Usage += " (env " + envName(f.Name) + ")"
+	})
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			fs.SetOutput(os.Stderr)
@@ -107,5 +118,17 @@ func parseFlags(fs *flag.FlagSet, args []string) error {
 	if fs.NArg() > 0 {
 		return usageError{fmt.Errorf("unexpected argument %q", fs.Arg(0))}
 	}
-	return nil
+	set := map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
+	var envErr error
+	fs.VisitAll(func(f *flag.Flag) {
+		v, ok := os.LookupEnv(envName(f.Name))
+		if set[f.Name] || !ok || envErr != nil {
+			return
+		}
+		if err := fs.Set(f.Name, v); err != nil {
+			envErr = usageError{fmt.Errorf("invalid value %q for %s (flag -%s): %w", v, envName(f.Name), f.Name, err)}
+		}
+	})
+	return envErr
 }

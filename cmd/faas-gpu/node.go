@@ -1,0 +1,28 @@
+package main
+
+import (
+	"fmt"
+
+	"github.com/faas-gpu/faas-gpu/gpuserver/topology"
+)
+
+// resolveNode turns the --gpus and --gpu-memory flags into a node description: a preset name or a node file,
+// with every GPU's memory overridden when gpuMemory is set.
+func resolveNode(gpus, gpuMemory string) (topology.Node, error) {
+	node, err := topology.Resolve(gpus)
+	if err != nil {
+		return topology.Node{}, usageError{fmt.Errorf("-gpus: %w", err)}
+	}
+	if gpuMemory == "" {
+		return node, nil
+	}
+	size, err := topology.ParseSize(gpuMemory)
+	if err != nil {
+		return topology.Node{}, usageError{fmt.Errorf("-gpu-memory: %w", err)}
+	}
+	node, err = node.WithGPUMemory(size)
+	if err != nil {
+		return topology.Node{}, usageError{fmt.Errorf("-gpu-memory: %w", err)}
+	}
+	return node, nil
+}
