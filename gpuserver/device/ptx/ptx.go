@@ -36,7 +36,8 @@ func IsPTX(image []byte) bool {
 
 var (
 	entryRe = regexp.MustCompile(`\.entry\s+([A-Za-z_$%][A-Za-z0-9_$%]*)\s*\(`)
-	paramRe = regexp.MustCompile(`^\.param\s+(?:\.align\s+(\d+)\s+)?(\.[a-z]+[0-9]*)\s+(?:\.ptr\s+(?:\.[a-z]+\s+)*)?` +
+	paramRe = regexp.MustCompile(`^\.param\s+(?:\.align\s+(\d+)\s+)?(\.[a-z]+[0-9]*)\s+` +
+		`(?:\.ptr(?:\s+\.(?:global|shared|const|local))*(?:\s+\.align\s+\d+)?\s+)?` +
 		`([A-Za-z_$%][A-Za-z0-9_$%]*)\s*(?:\[(\d+)\])?$`)
 )
 

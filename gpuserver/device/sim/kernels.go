@@ -1,0 +1,190 @@
+package sim
+
+import (
+	"encoding/binary"
+	"fmt"
+	"math"
+	"slices"
+
+	"github.com/faas-gpu/faas-gpu/gpuserver/device"
+	"github.com/faas-gpu/faas-gpu/gpuserver/device/ptx"
+)
+
+// launch is one kernel launch's configuration and arguments.
+type launch struct {
+	grid, block device.Dim3
+	args        []byte
+	params      []device.Param
+}
+
+func (l launch) threadsX() uint64 { return uint64(l.grid.X) * uint64(l.block.X) }
+func (l launch) threadsY() uint64 { return uint64(l.grid.Y) * uint64(l.block.Y) }
+
+func (l launch) ptr(i int) device.Ptr {
+	return device.Ptr(binary.LittleEndian.Uint64(l.args[l.params[i].Offset:]))
+}
+func (l launch) u32(i int) uint32 { return binary.LittleEndian.Uint32(l.args[l.params[i].Offset:]) }
+func (l launch) f32(i int) float32 {
+	return math.Float32frombits(binary.LittleEndian.Uint32(l.args[l.params[i].Offset:]))
+}
+
+// kernelFunc runs a reference kernel and returns the device memory bytes it moved and its float operations.
+type kernelFunc func(b *Backend, gpu int, l launch) (bytes uint64, flops float64, err error)
+
+// refKernel is a reference kernel: its parameter sizes (in order) and its Go implementation.
+type refKernel struct {
+	sizes []uint32
+	run   kernelFunc
+}
+
+func (k refKernel) check(e ptx.Entry) error {
+	got := make([]uint32, len(e.Params))
+	for i, p := range e.Params {
+		got[i] = p.Size
+	}
+	if !slices.Equal(got, k.sizes) {
+		return fmt.Errorf("reference kernel %s must have parameter sizes %v, the module declares %v", e.Name, k.sizes,
+			got)
+	}
+	return nil
+}
+
+// referenceKernel returns the reference kernel called name.
+func referenceKernel(name string) (refKernel, bool) {
+	switch name {
+	case "vector_add":
+		return refKernel{[]uint32{8, 8, 8, 4}, vectorAdd}, true
+	case "matmul":
+		return refKernel{[]uint32{8, 8, 8, 4, 4, 4}, matmul}, true
+	case "linear":
+		return refKernel{[]uint32{8, 8, 8, 8, 4, 4, 4}, linear}, true
+	case "relu":
+		return refKernel{[]uint32{8, 8, 4}, relu}, true
+	case "fill":
+		return refKernel{[]uint32{8, 4, 4}, fill}, true
+	case "scale":
+		return refKernel{[]uint32{8, 4, 4}, scale}, true
+	}
+	return refKernel{}, false
+}
+
+func (b *Backend) readF32(gpu int, p device.Ptr, n uint64) ([]float32, error) {
+	buf := make([]byte, 4*n)
+	if err := b.readDevice(gpu, buf, p); err != nil {
+		return nil, err
+	}
+	out := make([]float32, n)
+	for i := range out {
+		out[i] = math.Float32frombits(binary.LittleEndian.Uint32(buf[4*i:]))
+	}
+	return out, nil
+}
+
+func (b *Backend) writeF32(gpu int, p device.Ptr, v []float32) error {
+	buf := make([]byte, 4*len(v))
+	for i, x := range v {
+		binary.LittleEndian.PutUint32(buf[4*i:], math.Float32bits(x))
+	}
+	return b.writeDevice(gpu, p, buf)
+}
+
+// elementwise reads the inputs at ins, applies f per element and writes the result to out, for the first
+// min(n, threads) elements.
+func elementwise(b *Backend, gpu int, l launch, n uint64, ins []device.Ptr, out device.Ptr,
+	f func(i int, in [][]float32) float32) (uint64, float64, error) {
+	n = min(n, l.threadsX()*l.threadsY()*uint64(l.grid.Z)*uint64(l.block.Z))
+	if n == 0 {
+		return 0, 0, nil
+	}
+	in := make([][]float32, len(ins))
+	for i, p := range ins {
+		v, err := b.readF32(gpu, p, n)
+		if err != nil {
+			return 0, 0, err
+		}
+		in[i] = v
+	}
+	res := make([]float32, n)
+	for i := range res {
+		res[i] = f(i, in)
+	}
+	if err := b.writeF32(gpu, out, res); err != nil {
+		return 0, 0, err
+	}
+	return 4 * n * uint64(len(ins)+1), float64(n), nil
+}
+
+func vectorAdd(b *Backend, gpu int, l launch) (uint64, float64, error) {
+	return elementwise(b, gpu, l, uint64(l.u32(3)), []device.Ptr{l.ptr(0), l.ptr(1)}, l.ptr(2),
+		func(i int, in [][]float32) float32 { return in[0][i] + in[1][i] })
+}
+
+func relu(b *Backend, gpu int, l launch) (uint64, float64, error) {
+	return elementwise(b, gpu, l, uint64(l.u32(2)), []device.Ptr{l.ptr(0)}, l.ptr(1),
+		func(i int, in [][]float32) float32 { return max(in[0][i], 0) })
+}
+
+func fill(b *Backend, gpu int, l launch) (uint64, float64, error) {
+	v := l.f32(1)
+	return elementwise(b, gpu, l, uint64(l.u32(2)), nil, l.ptr(0),
+		func(int, [][]float32) float32 { return v })
+}
+
+func scale(b *Backend, gpu int, l launch) (uint64, float64, error) {
+	alpha := l.f32(1)
+	return elementwise(b, gpu, l, uint64(l.u32(2)), []device.Ptr{l.ptr(0)}, l.ptr(0),
+		func(i int, in [][]float32) float32 { return alpha * in[0][i] })
+}
+
+func matmul(b *Backend, gpu int, l launch) (uint64, float64, error) {
+	return gemm(b, gpu, l, l.ptr(0), l.ptr(1), 0, l.ptr(2), l.u32(3), l.u32(4), l.u32(5))
+}
+
+func linear(b *Backend, gpu int, l launch) (uint64, float64, error) {
+	return gemm(b, gpu, l, l.ptr(0), l.ptr(1), l.ptr(2), l.ptr(3), l.u32(4), l.u32(5), l.u32(6))
+}
+
+// gemm computes c = a b (+ bias when bias != 0) for the rows and columns the grid covers; other elements of c
+// keep their value.
+func gemm(b *Backend, gpu int, l launch, pa, pb, pbias, pc device.Ptr, m32, n32, k32 uint32) (uint64, float64,
+	error) {
+	m, n, k := uint64(m32), uint64(n32), uint64(k32)
+	rows, cols := min(m, l.threadsY()), min(n, l.threadsX())
+	if rows == 0 || cols == 0 {
+		return 0, 0, nil
+	}
+	a, err := b.readF32(gpu, pa, rows*k)
+	if err != nil {
+		return 0, 0, err
+	}
+	w, err := b.readF32(gpu, pb, k*n)
+	if err != nil {
+		return 0, 0, err
+	}
+	bias := make([]float32, n)
+	if pbias != 0 {
+		if bias, err = b.readF32(gpu, pbias, n); err != nil {
+			return 0, 0, err
+		}
+	}
+	c, err := b.readF32(gpu, pc, rows*n)
+	if err != nil {
+		return 0, 0, err
+	}
+	acc := make([]float32, n)
+	for i := range rows {
+		copy(acc, bias)
+		for kk := range k {
+			av := a[i*k+kk]
+			row := w[kk*n : kk*n+n]
+			for j := range cols {
+				acc[j] = float32(math.FMA(float64(av), float64(row[j]), float64(acc[j])))
+			}
+		}
+		copy(c[i*n:i*n+cols], acc[:cols])
+	}
+	if err := b.writeF32(gpu, pc, c); err != nil {
+		return 0, 0, err
+	}
+	return 4 * (rows*k + k*n + n + rows*n), 2 * float64(rows*cols*k), nil
+}

@@ -1,0 +1,120 @@
+package sim
+
+import (
+	"fmt"
+	"sync"
+
+	"github.com/faas-gpu/faas-gpu/gpuserver/device"
+)
+
+// physical is simulated physical memory: host pages of the granularity, allocated on first touch.
+type physical struct {
+	b        *Backend
+	gpu      int
+	size     uint64
+	mu       sync.Mutex
+	pages    [][]byte
+	maps     int // live mappings; guarded by b.mu
+	released bool
+}
+
+func (p *physical) GPU() int     { return p.gpu }
+func (p *physical) Size() uint64 { return p.size }
+
+// Release frees the memory; it must not be mapped.
+func (p *physical) Release() error {
+	p.b.mu.Lock()
+	defer p.b.mu.Unlock()
+	if p.released {
+		return fmt.Errorf("%w: physical memory released twice", device.ErrInvalidValue)
+	}
+	if p.maps > 0 {
+		return fmt.Errorf("%w: physical memory still mapped", device.ErrInvalidValue)
+	}
+	p.released = true
+	p.b.used[p.gpu] -= p.size
+	p.mu.Lock()
+	p.pages = nil
+	p.mu.Unlock()
+	return nil
+}
+
+func (p *physical) page(i uint64) []byte {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.pages[i] == nil {
+		p.pages[i] = make([]byte, p.b.gran)
+	}
+	return p.pages[i]
+}
+
+// segment is a piece of a device range inside one page.
+type segment struct {
+	buf []byte
+	gpu int // GPU owning the memory
+}
+
+// resolve returns the host memory behind [ptr, ptr+n) as seen from GPU gpu, checking mappings and access.
+func (b *Backend) resolve(gpu int, ptr device.Ptr, n uint64) ([]segment, error) {
+	if n == 0 {
+		return nil, nil
+	}
+	if uint64(ptr)+n < uint64(ptr) {
+		return nil, fmt.Errorf("%w: range overflows", device.ErrIllegalAddress)
+	}
+	var out []segment
+	b.mu.RLock()
+	defer b.mu.RUnlock()
+	for addr, end := uint64(ptr), uint64(ptr)+n; addr < end; {
+		pg := addr / b.gran
+		m, ok := b.pages[pg]
+		if !ok {
+			return nil, fmt.Errorf("%w: gpu %d touched %#x, which is not mapped", device.ErrIllegalAddress, gpu, addr)
+		}
+		if m.access&(1<<gpu) == 0 {
+			return nil, fmt.Errorf("%w: gpu %d touched %#x without access (access: %v)", device.ErrIllegalAddress, gpu,
+				addr, sortedGPUs(m.access))
+		}
+		off := addr - uint64(m.start)
+		page := m.phys.page(off / b.gran)
+		in := off % b.gran
+		take := min(end-addr, b.gran-in)
+		out = append(out, segment{buf: page[in : in+take], gpu: m.phys.gpu})
+		addr += take
+	}
+	return out, nil
+}
+
+// readDevice copies [ptr, ptr+len(dst)) into dst.
+func (b *Backend) readDevice(gpu int, dst []byte, ptr device.Ptr) error {
+	segs, err := b.resolve(gpu, ptr, uint64(len(dst)))
+	if err != nil {
+		return err
+	}
+	for _, s := range segs {
+		dst = dst[copy(dst, s.buf):]
+	}
+	return nil
+}
+
+// writeDevice copies src to [ptr, ptr+len(src)).
+func (b *Backend) writeDevice(gpu int, ptr device.Ptr, src []byte) error {
+	segs, err := b.resolve(gpu, ptr, uint64(len(src)))
+	if err != nil {
+		return err
+	}
+	for _, s := range segs {
+		src = src[copy(s.buf, src):]
+	}
+	return nil
+}
+
+// ownerGPU is the GPU whose memory backs ptr (for the link a copy uses), or -1.
+func (b *Backend) ownerGPU(ptr device.Ptr) int {
+	b.mu.RLock()
+	defer b.mu.RUnlock()
+	if m, ok := b.pages[uint64(ptr)/b.gran]; ok {
+		return m.phys.gpu
+	}
+	return -1
+}

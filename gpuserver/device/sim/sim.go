@@ -1,0 +1,397 @@
+package sim
+
+import (
+	"context"
+	"fmt"
+	"sort"
+	"sync"
+	"time"
+
+	"github.com/faas-gpu/faas-gpu/gpuserver/device"
+	"github.com/faas-gpu/faas-gpu/gpuserver/topology"
+)
+
+// DefaultGranularity is the simulated allocation granularity, as on current NVIDIA GPUs.
+const DefaultGranularity = 2 << 20
+
+// addressBase is where the simulated address space starts (so addresses look like device pointers).
+const addressBase = device.Ptr(0x7f00_0000_0000)
+
+// Options configure a simulated node.
+type Options struct {
+	// Node is the node to model (GPUs, memory, links); required.
+	Node topology.Node
+	// Clock for delays; WallClock when nil.
+	Clock Clock
+	// TimeScale multiplies every modelled duration; 0 runs without delays (tests), 1 in real time.
+	TimeScale float64
+	// Granularity of physical allocations and mappings; DefaultGranularity when 0.
+	Granularity uint64
+	// MemoryBytesPerSec is each GPU's device memory bandwidth for kernels, memsets and local copies
+	// (900 GB/s when 0).
+	MemoryBytesPerSec float64
+	// FLOPS is each GPU's float32 rate for kernels (15 TFLOPS when 0).
+	FLOPS float64
+	// LaunchLatency is the fixed time of a kernel launch (5us when 0).
+	LaunchLatency time.Duration
+}
+
+// Backend is a simulated node; it implements device.Backend.
+type Backend struct {
+	opts  Options
+	node  topology.Node
+	clock Clock
+	gran  uint64
+	gpus  []device.GPUInfo
+
+	ctx    context.Context // ends at Close: stops every stream's delays
+	cancel context.CancelFunc
+
+	mu        sync.RWMutex
+	nextAddr  device.Ptr
+	reserved  map[device.Ptr]uint64 // reservation start -> size
+	pages     map[uint64]*mapping   // page index (addr / gran) -> mapping
+	used      []uint64              // physical bytes allocated per GPU
+	streams   map[*stream]struct{}  // live streams, for Close
+	hostRegs  map[*byte]int         // registered host buffers (start -> len)
+	transfers map[*transfer]topology.Path
+	closed    bool
+	workers   sync.WaitGroup
+}
+
+// mapping is one physical allocation mapped at start.
+type mapping struct {
+	start  device.Ptr
+	phys   *physical
+	access uint64 // bit i: GPU i may access
+}
+
+type transfer struct{}
+
+var _ device.Backend = (*Backend)(nil)
+
+// New builds a simulated node.
+func New(opts Options) (*Backend, error) {
+	if err := opts.Node.Validate(); err != nil {
+		return nil, fmt.Errorf("sim: %w", err)
+	}
+	if len(opts.Node.GPUs) > 64 {
+		return nil, fmt.Errorf("sim: %w: at most 64 GPUs", device.ErrInvalidValue)
+	}
+	if opts.TimeScale < 0 {
+		return nil, fmt.Errorf("sim: %w: time scale must be >= 0", device.ErrInvalidValue)
+	}
+	if opts.Clock == nil {
+		opts.Clock = WallClock{}
+	}
+	if opts.Granularity == 0 {
+		opts.Granularity = DefaultGranularity
+	}
+	if opts.Granularity&(opts.Granularity-1) != 0 || opts.Granularity < 4096 {
+		return nil, fmt.Errorf("sim: %w: granularity must be a power of two >= 4096", device.ErrInvalidValue)
+	}
+	if opts.MemoryBytesPerSec == 0 {
+		opts.MemoryBytesPerSec = 900e9
+	}
+	if opts.FLOPS == 0 {
+		opts.FLOPS = 15e12
+	}
+	if opts.LaunchLatency == 0 {
+		opts.LaunchLatency = 5 * time.Microsecond
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	b := &Backend{
+		opts: opts, node: opts.Node.Clone(), clock: opts.Clock, gran: opts.Granularity,
+		ctx: ctx, cancel: cancel,
+		nextAddr: addressBase, reserved: map[device.Ptr]uint64{}, pages: map[uint64]*mapping{},
+		used: make([]uint64, len(opts.Node.GPUs)), streams: map[*stream]struct{}{},
+		hostRegs: map[*byte]int{}, transfers: map[*transfer]topology.Path{},
+	}
+	for i, g := range b.node.GPUs {
+		b.gpus = append(b.gpus, device.GPUInfo{
+			Index: i, Name: g.Name + " (simulated)", PCIBusID: fmt.Sprintf("0000:%02x:00.0", 0x10+i),
+			MemoryBytes: g.MemoryBytes, Granularity: b.gran, ComputeCapability: 70,
+		})
+	}
+	return b, nil
+}
+
+// Node returns the modelled node.
+func (b *Backend) Node() topology.Node { return b.node.Clone() }
+
+// Kind is "sim".
+func (b *Backend) Kind() string { return "sim" }
+
+// GPUs describes the simulated GPUs.
+func (b *Backend) GPUs() []device.GPUInfo { return append([]device.GPUInfo(nil), b.gpus...) }
+
+// CanAccessPeer is true between distinct GPUs (peer copies without NVLink are modelled as staged through host).
+func (b *Backend) CanAccessPeer(gpu, peer int) bool {
+	return gpu != peer && b.validGPU(gpu) == nil && b.validGPU(peer) == nil
+}
+
+func (b *Backend) validGPU(gpu int) error {
+	if gpu < 0 || gpu >= len(b.gpus) {
+		return fmt.Errorf("%w: gpu %d (node has %d)", device.ErrInvalidValue, gpu, len(b.gpus))
+	}
+	return nil
+}
+
+// ReserveAddress reserves address space valid on every GPU.
+func (b *Backend) ReserveAddress(size, alignment uint64) (device.Ptr, error) {
+	if alignment == 0 {
+		alignment = b.gran
+	}
+	if size == 0 || size%b.gran != 0 || alignment&(alignment-1) != 0 {
+		return 0, fmt.Errorf("%w: reserve size %d alignment %d (granularity %d)", device.ErrInvalidValue, size,
+			alignment, b.gran)
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.closed {
+		return 0, fmt.Errorf("sim: %w: closed", device.ErrUnavailable)
+	}
+	a := alignUp(uint64(b.nextAddr), alignment)
+	// leave one unmapped granule between reservations so overruns fault
+	b.nextAddr = device.Ptr(a + size + b.gran)
+	b.reserved[device.Ptr(a)] = size
+	return device.Ptr(a), nil
+}
+
+// FreeAddress releases a reservation.
+func (b *Backend) FreeAddress(ptr device.Ptr, size uint64) error {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if s, ok := b.reserved[ptr]; !ok || s != size {
+		return fmt.Errorf("%w: no reservation of %d bytes at %#x", device.ErrInvalidValue, size, uint64(ptr))
+	}
+	for p := uint64(ptr) / b.gran; p < (uint64(ptr)+size)/b.gran; p++ {
+		if _, ok := b.pages[p]; ok {
+			return fmt.Errorf("%w: reservation at %#x still has mappings", device.ErrInvalidValue, uint64(ptr))
+		}
+	}
+	delete(b.reserved, ptr)
+	return nil
+}
+
+func (b *Backend) inReservation(ptr device.Ptr, size uint64) bool {
+	for start, s := range b.reserved {
+		if ptr >= start && uint64(ptr)+size <= uint64(start)+s {
+			return true
+		}
+	}
+	return false
+}
+
+// CreatePhysical allocates simulated physical memory (host pages allocated on first touch).
+func (b *Backend) CreatePhysical(gpu int, size uint64) (device.Physical, error) {
+	if err := b.validGPU(gpu); err != nil {
+		return nil, err
+	}
+	if size == 0 || size%b.gran != 0 {
+		return nil, fmt.Errorf("%w: physical size %d is not a multiple of %d", device.ErrInvalidValue, size, b.gran)
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.used[gpu]+size > b.gpus[gpu].MemoryBytes {
+		return nil, fmt.Errorf("%w: gpu %d: %d bytes requested, %d of %d in use", device.ErrOutOfMemory, gpu, size,
+			b.used[gpu], b.gpus[gpu].MemoryBytes)
+	}
+	b.used[gpu] += size
+	return &physical{b: b, gpu: gpu, size: size, pages: make([][]byte, size/b.gran)}, nil
+}
+
+// Map maps phys at ptr.
+func (b *Backend) Map(ptr device.Ptr, phys device.Physical) error {
+	p, ok := phys.(*physical)
+	if !ok || p.b != b {
+		return fmt.Errorf("%w: physical memory of another backend", device.ErrInvalidValue)
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if p.released {
+		return fmt.Errorf("%w: physical memory released", device.ErrInvalidValue)
+	}
+	if uint64(ptr)%b.gran != 0 || !b.inReservation(ptr, p.size) {
+		return fmt.Errorf("%w: map %d bytes at %#x: not aligned or not inside a reservation", device.ErrInvalidValue,
+			p.size, uint64(ptr))
+	}
+	first, n := uint64(ptr)/b.gran, p.size/b.gran
+	for i := range n {
+		if _, ok := b.pages[first+i]; ok {
+			return fmt.Errorf("%w: %#x is already mapped", device.ErrInvalidValue, (first+i)*b.gran)
+		}
+	}
+	m := &mapping{start: ptr, phys: p}
+	for i := range n {
+		b.pages[first+i] = m
+	}
+	p.maps++
+	return nil
+}
+
+// SetAccess grants GPUs access to a mapped range.
+func (b *Backend) SetAccess(ptr device.Ptr, size uint64, gpus []int) error {
+	var mask uint64
+	for _, g := range gpus {
+		if err := b.validGPU(g); err != nil {
+			return err
+		}
+		mask |= 1 << g
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	ms, err := b.mappingsLocked(ptr, size)
+	if err != nil {
+		return err
+	}
+	for _, m := range ms {
+		for _, g := range gpus {
+			if g != m.phys.gpu && !b.CanAccessPeer(g, m.phys.gpu) {
+				return fmt.Errorf("%w: gpu %d cannot access gpu %d", device.ErrNotSupported, g, m.phys.gpu)
+			}
+		}
+	}
+	for _, m := range ms {
+		m.access = mask
+	}
+	return nil
+}
+
+// Unmap removes whole mappings in a range.
+func (b *Backend) Unmap(ptr device.Ptr, size uint64) error {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	ms, err := b.mappingsLocked(ptr, size)
+	if err != nil {
+		return err
+	}
+	for _, m := range ms {
+		if m.start < ptr || uint64(m.start)+m.phys.size > uint64(ptr)+size {
+			return fmt.Errorf("%w: unmap [%#x,+%d) cuts the mapping at %#x", device.ErrInvalidValue, uint64(ptr), size,
+				uint64(m.start))
+		}
+	}
+	for _, m := range ms {
+		first := uint64(m.start) / b.gran
+		for i := range m.phys.size / b.gran {
+			delete(b.pages, first+i)
+		}
+		m.phys.maps--
+	}
+	return nil
+}
+
+// mappingsLocked returns the distinct mappings covering [ptr, ptr+size); every page must be mapped.
+func (b *Backend) mappingsLocked(ptr device.Ptr, size uint64) ([]*mapping, error) {
+	if size == 0 || uint64(ptr)%b.gran != 0 || size%b.gran != 0 {
+		return nil, fmt.Errorf("%w: range [%#x,+%d) not aligned to %d", device.ErrInvalidValue, uint64(ptr), size,
+			b.gran)
+	}
+	var out []*mapping
+	for p := uint64(ptr) / b.gran; p < (uint64(ptr)+size)/b.gran; p++ {
+		m, ok := b.pages[p]
+		if !ok {
+			return nil, fmt.Errorf("%w: %#x is not mapped", device.ErrInvalidValue, p*b.gran)
+		}
+		if len(out) == 0 || out[len(out)-1] != m {
+			out = append(out, m)
+		}
+	}
+	return out, nil
+}
+
+// RegisterHost records a host buffer as page-locked (the sim needs nothing more).
+func (b *Backend) RegisterHost(buf []byte) error {
+	if len(buf) == 0 {
+		return fmt.Errorf("%w: empty host buffer", device.ErrInvalidValue)
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if _, ok := b.hostRegs[&buf[0]]; ok {
+		return fmt.Errorf("%w: host buffer already registered", device.ErrInvalidValue)
+	}
+	b.hostRegs[&buf[0]] = len(buf)
+	return nil
+}
+
+// UnregisterHost forgets a registered host buffer.
+func (b *Backend) UnregisterHost(buf []byte) error {
+	if len(buf) == 0 {
+		return fmt.Errorf("%w: empty host buffer", device.ErrInvalidValue)
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if _, ok := b.hostRegs[&buf[0]]; !ok {
+		return fmt.Errorf("%w: host buffer not registered", device.ErrInvalidValue)
+	}
+	delete(b.hostRegs, &buf[0])
+	return nil
+}
+
+// MemoryInfo returns the simulated free and total memory of a GPU.
+func (b *Backend) MemoryInfo(gpu int) (uint64, uint64, error) {
+	if err := b.validGPU(gpu); err != nil {
+		return 0, 0, err
+	}
+	b.mu.RLock()
+	defer b.mu.RUnlock()
+	return b.gpus[gpu].MemoryBytes - b.used[gpu], b.gpus[gpu].MemoryBytes, nil
+}
+
+// Close stops every stream and releases the node.
+func (b *Backend) Close(ctx context.Context) error {
+	b.mu.Lock()
+	b.closed = true
+	streams := make([]*stream, 0, len(b.streams))
+	for s := range b.streams {
+		streams = append(streams, s)
+	}
+	b.mu.Unlock()
+	b.cancel()
+	for _, s := range streams {
+		s.stop()
+	}
+	done := make(chan struct{})
+	go func() { b.workers.Wait(); close(done) }()
+	select {
+	case <-done:
+		return nil
+	case <-ctx.Done():
+		return fmt.Errorf("sim: close: %w", ctx.Err())
+	}
+}
+
+// startTransfer registers a transfer on path p and returns its modelled duration given the transfers already
+// running; endTransfer removes it.
+func (b *Backend) startTransfer(p topology.Path, bytes uint64) (*transfer, time.Duration) {
+	t := &transfer{}
+	b.mu.Lock()
+	active := make([]topology.Path, 0, len(b.transfers)+1)
+	for _, a := range b.transfers {
+		active = append(active, a)
+	}
+	b.transfers[t] = p
+	b.mu.Unlock()
+	return t, b.node.TransferTime(bytes, p, active)
+}
+
+func (b *Backend) endTransfer(t *transfer) {
+	b.mu.Lock()
+	delete(b.transfers, t)
+	b.mu.Unlock()
+}
+
+func alignUp(v, a uint64) uint64 { return (v + a - 1) &^ (a - 1) }
+
+// sortedGPUs is a helper for messages.
+func sortedGPUs(mask uint64) []int {
+	var out []int
+	for i := range 64 {
+		if mask&(1<<i) != 0 {
+			out = append(out, i)
+		}
+	}
+	sort.Ints(out)
+	return out
+}

@@ -1,0 +1,368 @@
+package sim
+
+import (
+	"context"
+	"encoding/binary"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/faas-gpu/faas-gpu/gpuserver/device"
+	"github.com/faas-gpu/faas-gpu/gpuserver/topology"
+)
+
+// op is one piece of queued work; run does it and returns its modelled duration.
+type op struct {
+	run    func() (time.Duration, error)
+	record *eventGen  // mark this event generation done
+	wait   *eventGen  // wait for this event generation
+	sync   chan error // Synchronize marker
+	kind   string     // for error messages
+}
+
+// stream runs its ops in order on a goroutine of its own (owned by the stream; stopped by Destroy or Close).
+type stream struct {
+	b    *Backend
+	gpu  int
+	q    chan op
+	done chan struct{}
+
+	mu        sync.Mutex
+	destroyed bool
+	stopOnce  sync.Once
+
+	// owned by the worker goroutine
+	err      error
+	timeline time.Time
+}
+
+// NewStream creates a stream on a GPU.
+func (b *Backend) NewStream(gpu int) (device.Stream, error) {
+	if err := b.validGPU(gpu); err != nil {
+		return nil, err
+	}
+	s := &stream{b: b, gpu: gpu, q: make(chan op, 4096), done: make(chan struct{})}
+	b.mu.Lock()
+	if b.closed {
+		b.mu.Unlock()
+		return nil, fmt.Errorf("sim: %w: closed", device.ErrUnavailable)
+	}
+	b.streams[s] = struct{}{}
+	b.workers.Add(1)
+	b.mu.Unlock()
+	go s.work()
+	return s, nil
+}
+
+func (s *stream) GPU() int { return s.gpu }
+
+func (s *stream) work() {
+	defer s.b.workers.Done()
+	defer close(s.done)
+	for o := range s.q {
+		switch {
+		case o.sync != nil:
+			o.sync <- s.err
+			s.err = nil
+		case o.record != nil:
+			o.record.finish(s.err)
+		case o.wait != nil:
+			select {
+			case <-o.wait.done:
+			case <-s.b.ctx.Done():
+			}
+		case s.err != nil:
+			// an earlier error poisons the stream until it is reported
+		default:
+			start := s.b.clock.Now()
+			if s.timeline.After(start) {
+				start = s.timeline
+			}
+			d, err := o.run()
+			if err != nil {
+				s.err = fmt.Errorf("sim: gpu %d: %s: %w", s.gpu, o.kind, err)
+				continue
+			}
+			if s.b.opts.TimeScale > 0 {
+				s.timeline = start.Add(time.Duration(float64(d) * s.b.opts.TimeScale))
+				if err := s.b.clock.SleepUntil(s.b.ctx, s.timeline); err != nil {
+					s.err = fmt.Errorf("sim: gpu %d: %w: backend closed", s.gpu, device.ErrUnavailable)
+				}
+			}
+		}
+	}
+}
+
+func (s *stream) enqueue(o op) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.destroyed {
+		return fmt.Errorf("%w: stream destroyed", device.ErrInvalidValue)
+	}
+	select {
+	case s.q <- o:
+		return nil
+	case <-s.b.ctx.Done():
+		return fmt.Errorf("sim: %w: closed", device.ErrUnavailable)
+	}
+}
+
+func (s *stream) stop() {
+	s.stopOnce.Do(func() {
+		s.mu.Lock()
+		s.destroyed = true
+		close(s.q)
+		s.mu.Unlock()
+	})
+}
+
+// transfer runs fn as a transfer on path p of bytes and returns its modelled duration.
+func (s *stream) transfer(p topology.Path, bytes uint64, fn func() error) (time.Duration, error) {
+	start := s.b.clock.Now()
+	t, d := s.b.startTransfer(p, bytes)
+	defer s.b.endTransfer(t)
+	if err := fn(); err != nil {
+		return 0, err
+	}
+	if s.b.opts.TimeScale > 0 {
+		// hold the link for the modelled time so that concurrent transfers see it
+		if err := s.b.clock.SleepUntil(s.b.ctx, start.Add(time.Duration(float64(d)*s.b.opts.TimeScale))); err != nil {
+			return 0, err
+		}
+		return 0, nil
+	}
+	return d, nil
+}
+
+func (s *stream) CopyHtoD(dst device.Ptr, src []byte) error {
+	n := uint64(len(src))
+	return s.enqueue(op{kind: "copy host to device", run: func() (time.Duration, error) {
+		return s.transfer(topology.HostPath(s.gpu), n, func() error { return s.b.writeDevice(s.gpu, dst, src) })
+	}})
+}
+
+func (s *stream) CopyDtoH(dst []byte, src device.Ptr) error {
+	n := uint64(len(dst))
+	return s.enqueue(op{kind: "copy device to host", run: func() (time.Duration, error) {
+		return s.transfer(topology.HostPath(s.gpu), n, func() error { return s.b.readDevice(s.gpu, dst, src) })
+	}})
+}
+
+func (s *stream) CopyDtoD(dst, src device.Ptr, size uint64) error {
+	return s.enqueue(op{kind: "copy device to device", run: func() (time.Duration, error) {
+		move := func() error {
+			buf := make([]byte, size)
+			if err := s.b.readDevice(s.gpu, buf, src); err != nil {
+				return err
+			}
+			return s.b.writeDevice(s.gpu, dst, buf)
+		}
+		from, to := s.b.ownerGPU(src), s.b.ownerGPU(dst)
+		if from >= 0 && to >= 0 && from != to {
+			return s.transfer(topology.PeerPath(from, to), size, move)
+		}
+		if err := move(); err != nil {
+			return 0, err
+		}
+		return s.b.memTime(2 * size), nil
+	}})
+}
+
+func (s *stream) Memset8(dst device.Ptr, v uint8, n uint64) error {
+	return s.enqueue(op{kind: "memset", run: func() (time.Duration, error) {
+		segs, err := s.b.resolve(s.gpu, dst, n)
+		if err != nil {
+			return 0, err
+		}
+		for _, sg := range segs {
+			for i := range sg.buf {
+				sg.buf[i] = v
+			}
+		}
+		return s.b.memTime(n), nil
+	}})
+}
+
+func (s *stream) Memset32(dst device.Ptr, v uint32, n uint64) error {
+	if uint64(dst)%4 != 0 {
+		return fmt.Errorf("%w: memset32 at %#x is not 4-byte aligned", device.ErrInvalidValue, uint64(dst))
+	}
+	return s.enqueue(op{kind: "memset", run: func() (time.Duration, error) {
+		buf := make([]byte, 4*n)
+		for i := uint64(0); i < n; i++ {
+			binary.LittleEndian.PutUint32(buf[4*i:], v)
+		}
+		if err := s.b.writeDevice(s.gpu, dst, buf); err != nil {
+			return 0, err
+		}
+		return s.b.memTime(4 * n), nil
+	}})
+}
+
+func (s *stream) Launch(f device.Function, grid, block device.Dim3, sharedMem uint32, args []byte) error {
+	fn, ok := f.(*function)
+	if !ok || fn.mod.b != s.b {
+		return fmt.Errorf("%w: function of another backend", device.ErrInvalidValue)
+	}
+	if fn.mod.gpu != s.gpu {
+		return fmt.Errorf("%w: kernel %s is loaded on gpu %d, stream is on gpu %d", device.ErrInvalidValue, fn.name,
+			fn.mod.gpu, s.gpu)
+	}
+	if fn.mod.isUnloaded() {
+		return fmt.Errorf("%w: module unloaded", device.ErrInvalidValue)
+	}
+	if fn.kernel == nil {
+		return fmt.Errorf("%w: sim runs only the reference kernels, not %s", device.ErrNotSupported, fn.name)
+	}
+	if uint32(len(args)) < device.ArgsSize(fn.params) {
+		return fmt.Errorf("%w: kernel %s needs %d argument bytes, got %d", device.ErrInvalidValue, fn.name,
+			device.ArgsSize(fn.params), len(args))
+	}
+	l := launch{grid: norm(grid), block: norm(block), args: append([]byte(nil), args...), params: fn.params}
+	return s.enqueue(op{kind: "kernel " + fn.name, run: func() (time.Duration, error) {
+		bytes, flops, err := fn.kernel(s.b, s.gpu, l)
+		if err != nil {
+			return 0, err
+		}
+		return s.b.opts.LaunchLatency + max(s.b.memTime(bytes), time.Duration(flops/s.b.opts.FLOPS*1e9)), nil
+	}})
+}
+
+func norm(d device.Dim3) device.Dim3 {
+	if d.X == 0 {
+		d.X = 1
+	}
+	if d.Y == 0 {
+		d.Y = 1
+	}
+	if d.Z == 0 {
+		d.Z = 1
+	}
+	return d
+}
+
+func (b *Backend) memTime(bytes uint64) time.Duration {
+	return time.Duration(float64(bytes) / b.opts.MemoryBytesPerSec * 1e9)
+}
+
+func (s *stream) Record(e device.Event) error {
+	ev, ok := e.(*event)
+	if !ok || ev.b != s.b {
+		return fmt.Errorf("%w: event of another backend", device.ErrInvalidValue)
+	}
+	gen := &eventGen{done: make(chan struct{})}
+	if err := s.enqueue(op{record: gen}); err != nil {
+		return err
+	}
+	ev.mu.Lock()
+	ev.cur = gen
+	ev.mu.Unlock()
+	return nil
+}
+
+func (s *stream) Wait(e device.Event) error {
+	ev, ok := e.(*event)
+	if !ok || ev.b != s.b {
+		return fmt.Errorf("%w: event of another backend", device.ErrInvalidValue)
+	}
+	ev.mu.Lock()
+	gen := ev.cur
+	ev.mu.Unlock()
+	if gen == nil {
+		return nil
+	}
+	return s.enqueue(op{wait: gen})
+}
+
+func (s *stream) Synchronize(ctx context.Context) error {
+	ch := make(chan error, 1)
+	if err := s.enqueue(op{sync: ch}); err != nil {
+		return err
+	}
+	select {
+	case err := <-ch:
+		return err
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-s.done:
+		return fmt.Errorf("sim: %w: stream stopped", device.ErrUnavailable)
+	}
+}
+
+func (s *stream) Destroy() error {
+	s.mu.Lock()
+	if s.destroyed {
+		s.mu.Unlock()
+		return fmt.Errorf("%w: stream destroyed twice", device.ErrInvalidValue)
+	}
+	s.mu.Unlock()
+	s.stop()
+	<-s.done
+	s.b.mu.Lock()
+	delete(s.b.streams, s)
+	s.b.mu.Unlock()
+	return nil
+}
+
+// event is a simulated CUDA event.
+type event struct {
+	b   *Backend
+	gpu int
+	mu  sync.Mutex
+	cur *eventGen
+}
+
+// eventGen is one Record of an event.
+type eventGen struct {
+	done chan struct{}
+	err  error
+}
+
+func (g *eventGen) finish(err error) {
+	g.err = err
+	close(g.done)
+}
+
+// NewEvent creates an event.
+func (b *Backend) NewEvent(gpu int) (device.Event, error) {
+	if err := b.validGPU(gpu); err != nil {
+		return nil, err
+	}
+	return &event{b: b, gpu: gpu}, nil
+}
+
+func (e *event) gen() *eventGen {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.cur
+}
+
+func (e *event) Query() (bool, error) {
+	g := e.gen()
+	if g == nil {
+		return true, nil
+	}
+	select {
+	case <-g.done:
+		return true, g.err
+	default:
+		return false, nil
+	}
+}
+
+func (e *event) Synchronize(ctx context.Context) error {
+	g := e.gen()
+	if g == nil {
+		return nil
+	}
+	select {
+	case <-g.done:
+		return g.err
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-e.b.ctx.Done():
+		return fmt.Errorf("sim: %w: closed", device.ErrUnavailable)
+	}
+}
+
+func (e *event) Destroy() error { return nil }
