@@ -1,0 +1,97 @@
+package kubernetes
+
+import (
+	"path"
+	"strconv"
+
+	corev1 "k8s.io/api/core/v1"
+
+	"github.com/faas-gpu/faas-gpu/gpuserver/pool"
+)
+
+// inject prepares a GPU function's pod: no nvidia.com/gpu is requested; instead the pod
+//   - is pinned to GPU nodes by a required node affinity (and tolerates their taint),
+//   - gets the shim copied by an init container from the faas-gpu image into an emptyDir,
+//   - mounts the node's gpuserver socket directory (hostPath, at the same path),
+//   - has the shim's environment: FAAS_GPU, FAAS_GPU_FUNCTION, the two sockets, LD_LIBRARY_PATH, and the GPU
+//     requirements so that the function registers itself with its node's gpuserver.
+//
+// The host memory request covering the model image is set by buildResources.
+func (g GPUConfig) inject(spec *corev1.PodSpec, gpu pool.FunctionSpec) {
+	term := corev1.NodeSelectorTerm{MatchExpressions: []corev1.NodeSelectorRequirement{{
+		Key: g.NodeLabelKey, Operator: corev1.NodeSelectorOpIn, Values: []string{g.NodeLabelValue},
+	}}}
+	if spec.Affinity == nil {
+		spec.Affinity = &corev1.Affinity{}
+	}
+	if spec.Affinity.NodeAffinity == nil {
+		spec.Affinity.NodeAffinity = &corev1.NodeAffinity{}
+	}
+	na := spec.Affinity.NodeAffinity
+	if na.RequiredDuringSchedulingIgnoredDuringExecution == nil {
+		na.RequiredDuringSchedulingIgnoredDuringExecution = &corev1.NodeSelector{}
+	}
+	req := na.RequiredDuringSchedulingIgnoredDuringExecution
+	req.NodeSelectorTerms = append(req.NodeSelectorTerms, term)
+	if g.Toleration != "" {
+		spec.Tolerations = append(spec.Tolerations, corev1.Toleration{
+			Key: g.Toleration, Operator: corev1.TolerationOpExists, Effect: corev1.TaintEffectNoSchedule,
+		})
+	}
+
+	hostPathType := corev1.HostPathDirectoryOrCreate
+	spec.Volumes = append(spec.Volumes,
+		corev1.Volume{Name: ShimVolume, VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}},
+		corev1.Volume{Name: SocketVolume, VolumeSource: corev1.VolumeSource{HostPath: &corev1.HostPathVolumeSource{
+			Path: g.SocketDir, Type: &hostPathType,
+		}}},
+	)
+	noEscalation := false
+	readOnly := true
+	spec.InitContainers = append(spec.InitContainers, corev1.Container{
+		Name:            ShimInitContainer,
+		Image:           g.ShimImage,
+		ImagePullPolicy: corev1.PullIfNotPresent,
+		Command:         []string{"cp", g.ShimPath, path.Join(ShimMountPath, ShimLibrary)},
+		VolumeMounts:    []corev1.VolumeMount{{Name: ShimVolume, MountPath: ShimMountPath}},
+		SecurityContext: &corev1.SecurityContext{
+			ReadOnlyRootFilesystem:   &readOnly,
+			AllowPrivilegeEscalation: &noEscalation,
+		},
+	})
+
+	c := &spec.Containers[0]
+	c.VolumeMounts = append(c.VolumeMounts,
+		corev1.VolumeMount{Name: ShimVolume, MountPath: ShimMountPath, ReadOnly: true},
+		corev1.VolumeMount{Name: SocketVolume, MountPath: g.SocketDir},
+	)
+	gpuEnv := []corev1.EnvVar{
+		{Name: EnvGPU, Value: "1"},
+		{Name: EnvGPUFunction, Value: gpu.Name},
+		{Name: EnvGPUSocket, Value: path.Join(g.SocketDir, g.ControlSocket)},
+		{Name: EnvGPURemotingSocket, Value: path.Join(g.SocketDir, g.RemotingSocket)},
+		{Name: EnvLDLibraryPath, Value: ShimMountPath},
+		{Name: EnvGPUMemory, Value: strconv.FormatUint(gpu.MemoryBytes, 10)},
+		{Name: EnvGPUSLO, Value: gpu.SLO.String()},
+		{Name: EnvGPUPercentile, Value: strconv.FormatFloat(gpu.Percentile, 'g', -1, 64)},
+		{Name: EnvGPUIsolation, Value: gpu.Isolation},
+	}
+	// The injected values win over a function's own variables of the same name.
+	env := c.Env[:0]
+	for _, e := range c.Env {
+		if !isInjectedEnv(e.Name) {
+			env = append(env, e)
+		}
+	}
+	c.Env = append(env, gpuEnv...)
+}
+
+// IsGPU reports whether a pod spec carries the GPU injection.
+func IsGPU(spec corev1.PodSpec) bool {
+	for _, v := range spec.Volumes {
+		if v.Name == SocketVolume {
+			return true
+		}
+	}
+	return false
+}
