@@ -1,0 +1,125 @@
+package memory
+
+import (
+	"container/heap"
+	"fmt"
+	"sync"
+
+	"github.com/faas-gpu/faas-gpu/gpuserver/device"
+)
+
+// Chunk is one piece of physical memory of a ChunkPool.
+type Chunk struct {
+	// Index of the chunk in its pool (lower indexes are handed out first).
+	Index int
+	// Phys is the driver's physical allocation.
+	Phys device.Physical
+}
+
+// ChunkPool is one GPU's physical memory, created at start as chunks of one size. It is safe for concurrent use.
+type ChunkPool struct {
+	gpu       int
+	chunkSize uint64
+	chunks    []device.Physical
+
+	mu   sync.Mutex
+	free intHeap
+	out  map[int]bool
+}
+
+// NewChunkPool creates count chunks of chunkSize bytes on GPU gpu. On error the chunks created so far are
+// released.
+func NewChunkPool(dev device.Backend, gpu int, chunkSize uint64, count int) (*ChunkPool, error) {
+	if count <= 0 || chunkSize == 0 {
+		return nil, fmt.Errorf("%w: chunk pool of %d chunks of %d bytes", ErrInvalid, count, chunkSize)
+	}
+	p := &ChunkPool{gpu: gpu, chunkSize: chunkSize, out: map[int]bool{}}
+	for i := range count {
+		ph, err := dev.CreatePhysical(gpu, chunkSize)
+		if err != nil {
+			_ = p.release()
+			return nil, fmt.Errorf("gpu %d: create chunk %d of %d: %w", gpu, i, count, err)
+		}
+		p.chunks = append(p.chunks, ph)
+		p.free = append(p.free, i)
+	}
+	heap.Init(&p.free)
+	return p, nil
+}
+
+// GPU of the pool.
+func (p *ChunkPool) GPU() int { return p.gpu }
+
+// ChunkSize is the size of every chunk.
+func (p *ChunkPool) ChunkSize() uint64 { return p.chunkSize }
+
+// Total is the number of chunks.
+func (p *ChunkPool) Total() int { return len(p.chunks) }
+
+// Free is the number of chunks not handed out.
+func (p *ChunkPool) Free() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return len(p.free)
+}
+
+// Get takes n chunks, lowest indexes first; it fails with ErrNoSpace (taking nothing) when fewer are free.
+func (p *ChunkPool) Get(n int) ([]Chunk, error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if n <= 0 {
+		return nil, fmt.Errorf("%w: get %d chunks", ErrInvalid, n)
+	}
+	if n > len(p.free) {
+		return nil, fmt.Errorf("%w: gpu %d: %d chunks wanted, %d of %d free", ErrNoSpace, p.gpu, n, len(p.free),
+			len(p.chunks))
+	}
+	out := make([]Chunk, n)
+	for i := range out {
+		idx := heap.Pop(&p.free).(int)
+		p.out[idx] = true
+		out[i] = Chunk{Index: idx, Phys: p.chunks[idx]}
+	}
+	return out, nil
+}
+
+// Put returns chunks to the pool.
+func (p *ChunkPool) Put(chunks []Chunk) error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for _, c := range chunks {
+		if c.Index < 0 || c.Index >= len(p.chunks) || !p.out[c.Index] {
+			return fmt.Errorf("%w: gpu %d: chunk %d is not handed out", ErrInvalid, p.gpu, c.Index)
+		}
+	}
+	for _, c := range chunks {
+		delete(p.out, c.Index)
+		heap.Push(&p.free, c.Index)
+	}
+	return nil
+}
+
+// release frees every chunk's physical memory (chunks must be unmapped).
+func (p *ChunkPool) release() error {
+	var first error
+	for _, ph := range p.chunks {
+		if err := ph.Release(); err != nil && first == nil {
+			first = err
+		}
+	}
+	p.chunks = nil
+	return first
+}
+
+type intHeap []int
+
+func (h intHeap) Len() int           { return len(h) }
+func (h intHeap) Less(i, j int) bool { return h[i] < h[j] }
+func (h intHeap) Swap(i, j int)      { h[i], h[j] = h[j], h[i] }
+func (h *intHeap) Push(x any)        { *h = append(*h, x.(int)) }
+func (h *intHeap) Pop() any {
+	old := *h
+	x := old[len(old)-1]
+	*h = old[:len(old)-1]
+	return x
+}
