@@ -1,0 +1,562 @@
+package controller
+
+import (
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"slices"
+	"time"
+
+	"github.com/faas-gpu/faas-gpu/gpuserver/pool"
+	"github.com/faas-gpu/faas-gpu/gpuserver/queueing"
+	"github.com/faas-gpu/faas-gpu/gpuserver/topology"
+)
+
+// Errors of the controller.
+var (
+	ErrInvalidConfig = errors.New("invalid controller config")
+	ErrDuplicate     = errors.New("duplicate request id")
+	ErrUnknownReq    = errors.New("unknown request")
+)
+
+// Swap kinds of a Decision.
+const (
+	SwapNone   = "none"
+	SwapNVLink = "nvlink"
+	SwapPCIe   = "pcie"
+	SwapCold   = "cold" // keep-alive: an instance is started
+)
+
+// Defaults of Config.
+const (
+	DefaultHeavyRatio    = 0.3
+	DefaultContextBytes  = 1450 << 20
+	DefaultColdStart     = 3 * time.Second
+	DefaultExecSeed      = 10 * time.Millisecond
+	defaultColdBandwidth = 1e9
+)
+
+// Config configures a Controller.
+type Config struct {
+	// Policy by name; default faas-gpu.
+	Policy Policy
+	// Node is the topology the controller places onto; it must be valid.
+	Node topology.Node
+	// Seed of the random placement policy.
+	Seed uint64
+	// Margin on predictions in slack (queueing), default 0.4.
+	Margin float64
+	// HeavyRatio: a model is heavy when its predicted PCIe swap time exceeds this fraction of its execution time.
+	HeavyRatio float64
+	// MaxInFlight bounds a function's concurrently bound requests (one per function instance); 0 is unlimited.
+	MaxInFlight int
+	// ContextBytes is the GPU memory of a function's own CUDA context (native and keep-alive only).
+	ContextBytes uint64
+	// ColdStart is the fixed part of a keep-alive cold start; the model then loads at 1 GB/s.
+	ColdStart time.Duration
+	// Prewarm places every function on every GPU where it fits when it registers (tests and simulations that
+	// start from a warm node).
+	Prewarm bool
+}
+
+// Function is what the controller knows of a registered function.
+type Function struct {
+	pool.FunctionSpec
+	// ModelBytes is what a swap moves; 0 means MemoryBytes. It must not exceed MemoryBytes (the quota).
+	ModelBytes uint64
+	// ExecSeed seeds the execution-time predictor; 0 means 10 ms.
+	ExecSeed time.Duration
+}
+
+// Eviction is one model dropped from one GPU.
+type Eviction struct {
+	Function string `json:"function"`
+	GPU      int    `json:"gpu"`
+}
+
+// Decision binds one request to a GPU, says how its model gets there, and which models leave first.
+type Decision struct {
+	Request  uint64
+	Function string
+	Arrival  time.Time
+	GPU      int
+	// Swap is SwapNone, SwapNVLink, SwapPCIe or SwapCold.
+	Swap string
+	// Source is topology.Host or the GPU the model is copied from.
+	Source int
+	// Bytes moved by the swap.
+	Bytes uint64
+	// Evict is applied before the swap.
+	Evict []Eviction
+	// PredictedSwap and PredictedExec are the controller's predictions at the decision.
+	PredictedSwap time.Duration
+	PredictedExec time.Duration
+}
+
+// Path is the transfer path of a swapping decision.
+func (d Decision) Path() topology.Path { return topology.Path{From: d.Source, To: d.GPU} }
+
+type residency struct {
+	lastUsed time.Time
+	pinned   int // in-flight swaps reading from this copy
+	loading  bool
+}
+
+type gpuState struct {
+	index     int
+	capacity  uint64
+	used      uint64
+	resident  map[string]*residency
+	busy      uint64 // request id bound, 0 when idle
+	transfers []topology.Path
+	loading   map[string]bool // functions currently swapping in from host here (value: heavy)
+	busyTime  time.Duration
+	busySince time.Time
+}
+
+type fnState struct {
+	Function
+	footprint uint64
+	exec      Predictor
+	swap      map[string]*Predictor // by kind
+	replicas  []int
+	inFlight  int
+	pinnedGPU int // native: -1 when it cannot run
+}
+
+type reqState struct {
+	id       uint64
+	function string
+	arrival  time.Time
+	deadline time.Time
+	bound    bool
+	decision Decision
+	swapping bool
+}
+
+// Controller decides, for a node's GPUs, which request runs next, where, how its model gets there and what is
+// evicted. It has no I/O and no clock: every call takes now. It is not safe for concurrent use.
+type Controller struct {
+	cfg    Config
+	tr     traits
+	node   topology.Node
+	q      *queueing.Queue
+	gpus   []*gpuState
+	fns    map[string]*fnState
+	reqs   map[uint64]*reqState
+	rng    *rand.Rand
+	counts Counters
+}
+
+// Counters are totals since the controller started.
+type Counters struct {
+	Decisions  int64
+	SwapsNone  int64
+	SwapsNV    int64
+	SwapsPCIe  int64
+	ColdStarts int64
+	Evictions  int64
+	Rejected   int64
+}
+
+// New returns a controller with no functions.
+func New(cfg Config) (*Controller, error) {
+	if cfg.Policy == "" {
+		cfg.Policy = PolicyFaaSGPU
+	}
+	if _, err := ParsePolicy(string(cfg.Policy)); err != nil {
+		return nil, err
+	}
+	if err := cfg.Node.Validate(); err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrInvalidConfig, err)
+	}
+	if cfg.HeavyRatio == 0 {
+		cfg.HeavyRatio = DefaultHeavyRatio
+	}
+	if cfg.HeavyRatio < 0 {
+		return nil, fmt.Errorf("%w: heavy ratio must be > 0", ErrInvalidConfig)
+	}
+	if cfg.MaxInFlight < 0 {
+		return nil, fmt.Errorf("%w: max in flight must be >= 0", ErrInvalidConfig)
+	}
+	if cfg.ContextBytes == 0 {
+		cfg.ContextBytes = DefaultContextBytes
+	}
+	if cfg.ColdStart == 0 {
+		cfg.ColdStart = DefaultColdStart
+	}
+	tr := cfg.Policy.traits()
+	q, err := queueing.New(queueing.Config{Order: tr.order, Margin: cfg.Margin})
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrInvalidConfig, err)
+	}
+	c := &Controller{cfg: cfg, tr: tr, node: cfg.Node.Clone(), q: q, fns: map[string]*fnState{},
+		reqs: map[uint64]*reqState{}, rng: rand.New(rand.NewPCG(cfg.Seed, cfg.Seed^0x9e3779b97f4a7c15))}
+	for i, g := range c.node.GPUs {
+		c.gpus = append(c.gpus, &gpuState{index: i, capacity: g.MemoryBytes, resident: map[string]*residency{},
+			loading: map[string]bool{}})
+	}
+	return c, nil
+}
+
+// Policy is the controller's policy.
+func (c *Controller) Policy() Policy { return c.cfg.Policy }
+
+// Node is the controller's topology.
+func (c *Controller) Node() *topology.Node { return &c.node }
+
+// Counters returns the totals so far.
+func (c *Controller) Counters() Counters { return c.counts }
+
+// Register adds or replaces a function. It fails with pool.ErrInvalidSpec for a bad spec and pool.ErrTooLarge
+// when the function's footprint fits on no GPU.
+func (c *Controller) Register(now time.Time, f Function) error {
+	if err := f.Validate(); err != nil {
+		return err
+	}
+	if f.ModelBytes == 0 {
+		f.ModelBytes = f.MemoryBytes
+	}
+	if f.ModelBytes > f.MemoryBytes {
+		return fmt.Errorf("%w: model of %d bytes exceeds the memory quota of %d bytes", pool.ErrInvalidSpec,
+			f.ModelBytes, f.MemoryBytes)
+	}
+	if f.ExecSeed <= 0 {
+		f.ExecSeed = DefaultExecSeed
+	}
+	footprint := f.MemoryBytes
+	if c.tr.ownContext {
+		footprint += c.cfg.ContextBytes
+	}
+	if footprint > c.node.MaxGPUMemory() {
+		return fmt.Errorf("%w: %q needs %d bytes, the largest GPU has %d", pool.ErrTooLarge, f.Name, footprint,
+			c.node.MaxGPUMemory())
+	}
+	if err := c.q.SetFunction(f.Name, f.SLO, f.Percentile); err != nil {
+		return fmt.Errorf("%w: %w", pool.ErrInvalidSpec, err)
+	}
+	if old := c.fns[f.Name]; old != nil {
+		c.dropResidency(old)
+	}
+	fs := &fnState{Function: f, footprint: footprint, exec: NewPredictor(f.ExecSeed), swap: map[string]*Predictor{},
+		pinnedGPU: -1}
+	for _, kind := range []string{SwapPCIe, SwapNVLink} {
+		fs.swap[kind] = c.seedSwap(fs, kind)
+	}
+	cold := NewPredictor(c.coldStart(fs))
+	fs.swap[SwapCold] = &cold
+	c.fns[f.Name] = fs
+	switch {
+	case c.tr.place == placePinned:
+		// First fit onto the least-used GPU that still has room.
+		best := -1
+		for _, g := range c.gpus {
+			if g.capacity-g.used >= footprint && (best < 0 || g.used < c.gpus[best].used) {
+				best = g.index
+			}
+		}
+		if best >= 0 {
+			fs.pinnedGPU = best
+			c.addResident(fs, c.gpus[best], now)
+		}
+	case c.cfg.Prewarm:
+		for _, g := range c.gpus {
+			if g.capacity-g.used >= footprint {
+				c.addResident(fs, g, now)
+			}
+		}
+	}
+	return nil
+}
+
+func (c *Controller) seedSwap(fs *fnState, kind string) *Predictor {
+	var d time.Duration
+	switch kind {
+	case SwapPCIe:
+		d = c.node.TransferTime(fs.ModelBytes, topology.HostPath(0), nil)
+	case SwapNVLink:
+		best := 0.0
+		for i := range c.gpus {
+			for j := range c.gpus {
+				best = max(best, c.node.NVLink(i, j))
+			}
+		}
+		if best == 0 {
+			d = c.node.TransferTime(fs.ModelBytes, topology.HostPath(0), nil)
+		} else {
+			d = time.Duration((c.node.TransferLatencySec + float64(fs.ModelBytes)/best) * float64(time.Second))
+		}
+	}
+	p := NewPredictor(d)
+	return &p
+}
+
+func (c *Controller) coldStart(fs *fnState) time.Duration {
+	return c.cfg.ColdStart + time.Duration(float64(fs.ModelBytes)/defaultColdBandwidth*float64(time.Second))
+}
+
+// Deregister removes a function; its waiting requests are returned (they will never be bound).
+func (c *Controller) Deregister(name string) ([]uint64, error) {
+	fs := c.fns[name]
+	if fs == nil {
+		return nil, fmt.Errorf("%w: %q", pool.ErrUnknownFunction, name)
+	}
+	dropped := c.q.RemoveFunction(name)
+	ids := make([]uint64, 0, len(dropped))
+	for _, r := range dropped {
+		ids = append(ids, r.ID)
+		delete(c.reqs, r.ID)
+	}
+	c.dropResidency(fs)
+	delete(c.fns, name)
+	return ids, nil
+}
+
+func (c *Controller) dropResidency(fs *fnState) {
+	for _, gi := range slices.Clone(fs.replicas) {
+		if r := c.gpus[gi].resident[fs.Name]; r != nil && r.pinned == 0 && !r.loading {
+			c.removeResident(fs, c.gpus[gi])
+		}
+	}
+}
+
+// Submit queues a request. It fails with pool.ErrUnknownFunction, ErrDuplicate, or pool.ErrTooLarge when the
+// function can never run under this policy (native: it got no GPU).
+func (c *Controller) Submit(now time.Time, id uint64, function string) error {
+	fs := c.fns[function]
+	if fs == nil {
+		return fmt.Errorf("%w: %q", pool.ErrUnknownFunction, function)
+	}
+	if _, dup := c.reqs[id]; dup {
+		return fmt.Errorf("%w: %d", ErrDuplicate, id)
+	}
+	if c.tr.place == placePinned && fs.pinnedGPU < 0 {
+		c.counts.Rejected++
+		return fmt.Errorf("%w: %q has no GPU under native binding (memory is taken by earlier functions)",
+			pool.ErrTooLarge, function)
+	}
+	r := &reqState{id: id, function: function, arrival: now}
+	if fs.SLO > 0 {
+		r.deadline = now.Add(fs.SLO)
+	}
+	if err := c.q.Push(queueing.Request{ID: id, Function: function, Arrival: now, Cost: c.predictCost(fs)}); err != nil {
+		return err
+	}
+	c.reqs[id] = r
+	return nil
+}
+
+func (c *Controller) predictCost(fs *fnState) time.Duration {
+	cost := fs.exec.Mean()
+	if len(fs.replicas) == 0 {
+		if c.tr.place == placeInstance {
+			cost += fs.swap[SwapCold].Mean()
+		} else {
+			cost += fs.swap[SwapPCIe].Mean()
+		}
+	}
+	return cost
+}
+
+// Cancel withdraws a waiting request; it reports whether it was waiting (a bound request is ended by Complete).
+func (c *Controller) Cancel(id uint64) bool {
+	r := c.reqs[id]
+	if r == nil || r.bound {
+		return false
+	}
+	c.q.Remove(id)
+	delete(c.reqs, id)
+	return true
+}
+
+// Waiting is the number of queued requests.
+func (c *Controller) Waiting() int { return c.q.Len() }
+
+// ActiveTransfers lists the paths of the swaps in progress.
+func (c *Controller) ActiveTransfers() []topology.Path {
+	var out []topology.Path
+	for _, g := range c.gpus {
+		out = append(out, g.transfers...)
+	}
+	return out
+}
+
+// Dispatch binds waiting requests to idle GPUs, in queue order, and returns the decisions; the caller carries
+// each out (evictions, then the swap, then execution) and reports SwapDone and Complete.
+func (c *Controller) Dispatch(now time.Time) []Decision {
+	var out []Decision
+	var blocked map[string]bool
+	eligible := func(f string) bool {
+		fs := c.fns[f]
+		if c.cfg.MaxInFlight > 0 && fs.inFlight >= c.cfg.MaxInFlight {
+			return false
+		}
+		return !blocked[f]
+	}
+	for c.q.Len() > 0 && c.anyIdle() {
+		r, ok := c.q.Peek(now, eligible)
+		if !ok {
+			break
+		}
+		fs := c.fns[r.Function]
+		d, ok := c.place(now, fs)
+		if !ok {
+			if blocked == nil {
+				blocked = map[string]bool{}
+			}
+			blocked[r.Function] = true
+			continue
+		}
+		c.q.Remove(r.ID)
+		d.Request, d.Function, d.Arrival = r.ID, r.Function, r.Arrival
+		c.apply(now, fs, &d)
+		out = append(out, d)
+	}
+	return out
+}
+
+func (c *Controller) anyIdle() bool {
+	for _, g := range c.gpus {
+		if g.busy == 0 {
+			return true
+		}
+	}
+	return false
+}
+
+// apply commits a decision to the model of the node.
+func (c *Controller) apply(now time.Time, fs *fnState, d *Decision) {
+	g := c.gpus[d.GPU]
+	for _, e := range d.Evict {
+		c.removeResident(c.fns[e.Function], c.gpus[e.GPU])
+		c.counts.Evictions++
+	}
+	req := c.reqs[d.Request]
+	req.bound = true
+	g.busy = d.Request
+	g.busySince = now
+	fs.inFlight++
+	d.PredictedExec = fs.exec.Mean()
+	c.counts.Decisions++
+	switch d.Swap {
+	case SwapNone:
+		c.counts.SwapsNone++
+		g.resident[fs.Name].lastUsed = now
+		req.decision = *d
+		return
+	case SwapNVLink:
+		c.counts.SwapsNV++
+		c.gpus[d.Source].resident[fs.Name].pinned++
+	case SwapPCIe:
+		c.counts.SwapsPCIe++
+		g.loading[fs.Name] = c.heavy(fs)
+	case SwapCold:
+		c.counts.ColdStarts++
+	}
+	d.Bytes = fs.ModelBytes
+	d.PredictedSwap = fs.swap[d.Swap].Mean()
+	c.addResident(fs, g, now)
+	g.resident[fs.Name].loading = true
+	if d.Swap != SwapCold {
+		g.transfers = append(g.transfers, d.Path())
+	}
+	req.swapping = true
+	req.decision = *d
+}
+
+// SwapDone reports that the swap of request id finished after took (the time it added to the request); the copy
+// on the target becomes a possible source and the source copy is unpinned.
+func (c *Controller) SwapDone(now time.Time, id uint64, took time.Duration) error {
+	r := c.reqs[id]
+	if r == nil || !r.swapping {
+		return fmt.Errorf("%w: %d is not swapping", ErrUnknownReq, id)
+	}
+	r.swapping = false
+	d := r.decision
+	fs := c.fns[d.Function]
+	g := c.gpus[d.GPU]
+	if res := g.resident[d.Function]; res != nil {
+		res.loading = false
+	}
+	delete(g.loading, d.Function)
+	if i := slices.Index(g.transfers, d.Path()); i >= 0 && d.Swap != SwapCold {
+		g.transfers = slices.Delete(g.transfers, i, i+1)
+	}
+	if d.Swap == SwapNVLink {
+		if src := c.gpus[d.Source].resident[d.Function]; src != nil {
+			src.pinned--
+		}
+	}
+	if fs != nil {
+		fs.swap[d.Swap].Observe(took)
+	}
+	return nil
+}
+
+// Complete ends request id after it executed for exec (without the swap); it frees the GPU and feeds the SLO
+// bookkeeping with the latency from arrival to now. It returns whether the request met its deadline.
+func (c *Controller) Complete(now time.Time, id uint64, exec time.Duration) (bool, error) {
+	r := c.reqs[id]
+	if r == nil || !r.bound {
+		return false, fmt.Errorf("%w: %d is not bound", ErrUnknownReq, id)
+	}
+	if r.swapping {
+		if err := c.SwapDone(now, id, now.Sub(r.arrival)-exec); err != nil {
+			return false, err
+		}
+	}
+	delete(c.reqs, id)
+	d := r.decision
+	g := c.gpus[d.GPU]
+	if g.busy == id {
+		g.busy = 0
+		g.busyTime += now.Sub(g.busySince)
+	}
+	onTime := r.deadline.IsZero() || !now.After(r.deadline)
+	if fs := c.fns[d.Function]; fs != nil {
+		fs.inFlight--
+		fs.exec.Observe(exec)
+		if res := g.resident[d.Function]; res != nil {
+			res.lastUsed = now
+		}
+		c.q.Observe(d.Function, onTime, now.Sub(r.arrival))
+	}
+	return onTime, nil
+}
+
+// BusyTime is how long each GPU has been bound so far (bindings still open count up to now).
+func (c *Controller) BusyTime(now time.Time) []time.Duration {
+	out := make([]time.Duration, len(c.gpus))
+	for i, g := range c.gpus {
+		out[i] = g.busyTime
+		if g.busy != 0 {
+			out[i] += now.Sub(g.busySince)
+		}
+	}
+	return out
+}
+
+func (c *Controller) addResident(fs *fnState, g *gpuState, now time.Time) {
+	if _, ok := g.resident[fs.Name]; ok {
+		return
+	}
+	g.resident[fs.Name] = &residency{lastUsed: now}
+	g.used += fs.footprint
+	fs.replicas = append(fs.replicas, g.index)
+}
+
+func (c *Controller) removeResident(fs *fnState, g *gpuState) {
+	if _, ok := g.resident[fs.Name]; !ok {
+		return
+	}
+	delete(g.resident, fs.Name)
+	g.used -= fs.footprint
+	if i := slices.Index(fs.replicas, g.index); i >= 0 {
+		fs.replicas = slices.Delete(fs.replicas, i, i+1)
+	}
+}
+
+// heavy: swapping over PCIe slows the model's request noticeably (predicted swap time against execution time).
+func (c *Controller) heavy(fs *fnState) bool {
+	return fs.swap[SwapPCIe].Mean().Seconds() > c.cfg.HeavyRatio*fs.exec.Mean().Seconds()
+}

@@ -1,0 +1,253 @@
+package controller
+
+import (
+	"slices"
+	"time"
+
+	"github.com/faas-gpu/faas-gpu/gpuserver/topology"
+)
+
+// place chooses a GPU for one request of fs without changing any state; ok is false when the request cannot be
+// bound now.
+func (c *Controller) place(now time.Time, fs *fnState) (Decision, bool) {
+	switch c.tr.place {
+	case placePinned:
+		g := c.gpus[fs.pinnedGPU]
+		if g.busy != 0 {
+			return Decision{}, false
+		}
+		return Decision{GPU: g.index, Swap: SwapNone, Source: g.index}, true
+	case placeInstance:
+		return c.placeInstance(fs)
+	case placeRandom:
+		return c.placeRandom(fs)
+	case placeAnyHostOnly:
+		if g := c.residentIdle(fs); g >= 0 {
+			return Decision{GPU: g, Swap: SwapNone, Source: g}, true
+		}
+		for _, g := range c.gpus {
+			if g.busy != 0 {
+				continue
+			}
+			if ev, ok := c.evictionPlan(g, fs); ok {
+				return Decision{GPU: g.index, Swap: SwapPCIe, Source: topology.Host, Evict: ev}, true
+			}
+		}
+		return Decision{}, false
+	}
+	return c.placeInterference(fs)
+}
+
+// residentIdle is an idle GPU holding a usable copy of fs, or -1.
+func (c *Controller) residentIdle(fs *fnState) int {
+	for _, gi := range fs.replicas {
+		g := c.gpus[gi]
+		if g.busy == 0 && !g.resident[fs.Name].loading {
+			return gi
+		}
+	}
+	return -1
+}
+
+// sources are the GPUs holding a complete copy of fs.
+func (c *Controller) sources(fs *fnState) []int {
+	var out []int
+	for _, gi := range fs.replicas {
+		if !c.gpus[gi].resident[fs.Name].loading {
+			out = append(out, gi)
+		}
+	}
+	return out
+}
+
+type candidate struct {
+	g        *gpuState
+	evict    []Eviction
+	evictCnt int
+	heavyEv  int
+}
+
+func (c *Controller) idleCandidates(fs *fnState) []candidate {
+	var out []candidate
+	for _, g := range c.gpus {
+		if g.busy != 0 {
+			continue
+		}
+		ev, ok := c.evictionPlan(g, fs)
+		if !ok {
+			continue
+		}
+		cand := candidate{g: g, evict: ev, evictCnt: len(ev)}
+		for _, e := range ev {
+			if c.heavy(c.fns[e.Function]) {
+				cand.heavyEv++
+			}
+		}
+		out = append(out, cand)
+	}
+	return out
+}
+
+// placeInterference is Torpor's Algorithm 1: resident on an idle GPU: run there; resident only on busy GPUs:
+// copy over the fastest NVLink into an idle GPU; otherwise from host into an idle GPU whose PCIe-switch
+// neighbours are not loading, else whose neighbours load only light models, else any. With avoidEviction, ties
+// go to the GPU that evicts fewer heavy models, then fewer models.
+func (c *Controller) placeInterference(fs *fnState) (Decision, bool) {
+	if g := c.residentIdle(fs); g >= 0 {
+		return Decision{GPU: g, Swap: SwapNone, Source: g}, true
+	}
+	cands := c.idleCandidates(fs)
+	if len(cands) == 0 {
+		return Decision{}, false
+	}
+	better := func(a, b candidate) bool { // a strictly better than b on eviction cost
+		if !c.tr.avoidEviction {
+			return false
+		}
+		if a.heavyEv != b.heavyEv {
+			return a.heavyEv < b.heavyEv
+		}
+		return a.evictCnt < b.evictCnt
+	}
+	if srcs := c.sources(fs); len(srcs) > 0 {
+		var best *candidate
+		bestSrc, bestBW := -1, 0.0
+		for i := range cands {
+			src, bw := c.node.FastestPeer(cands[i].g.index, srcs)
+			if src < 0 {
+				continue
+			}
+			if best == nil || bw > bestBW || (bw == bestBW && better(cands[i], *best)) {
+				best, bestSrc, bestBW = &cands[i], src, bw
+			}
+		}
+		if best != nil {
+			return Decision{GPU: best.g.index, Swap: SwapNVLink, Source: bestSrc, Evict: best.evict}, true
+		}
+	}
+	var best *candidate
+	bestClass := 0
+	for i := range cands {
+		class := c.neighbourClass(cands[i].g.index)
+		if best == nil || class < bestClass || (class == bestClass && better(cands[i], *best)) {
+			best, bestClass = &cands[i], class
+		}
+	}
+	return Decision{GPU: best.g.index, Swap: SwapPCIe, Source: topology.Host, Evict: best.evict}, true
+}
+
+// neighbourClass: 0 when no other GPU behind gi's PCIe switch is loading from host, 1 when they load only light
+// models, 2 otherwise.
+func (c *Controller) neighbourClass(gi int) int {
+	class := 0
+	for _, g := range c.gpus {
+		if g.index == gi || !c.node.SameSwitch(gi, g.index) {
+			continue
+		}
+		for _, heavy := range g.loading {
+			if heavy {
+				return 2
+			}
+			class = 1
+		}
+	}
+	return class
+}
+
+func (c *Controller) placeRandom(fs *fnState) (Decision, bool) {
+	cands := c.idleCandidates(fs)
+	if len(cands) == 0 {
+		return Decision{}, false
+	}
+	pick := cands[c.rng.IntN(len(cands))]
+	gi := pick.g.index
+	if r := pick.g.resident[fs.Name]; r != nil && !r.loading {
+		return Decision{GPU: gi, Swap: SwapNone, Source: gi}, true
+	}
+	if src, bw := c.node.FastestPeer(gi, c.sources(fs)); src >= 0 && bw > 0 {
+		return Decision{GPU: gi, Swap: SwapNVLink, Source: src, Evict: pick.evict}, true
+	}
+	return Decision{GPU: gi, Swap: SwapPCIe, Source: topology.Host, Evict: pick.evict}, true
+}
+
+// placeInstance is keep-alive: a warm instance runs where it is (waiting while its GPU is busy); otherwise an
+// instance is cold started on an idle GPU, evicting least recently used idle instances.
+func (c *Controller) placeInstance(fs *fnState) (Decision, bool) {
+	if len(fs.replicas) > 0 {
+		if g := c.residentIdle(fs); g >= 0 {
+			return Decision{GPU: g, Swap: SwapNone, Source: g}, true
+		}
+		return Decision{}, false
+	}
+	cands := c.idleCandidates(fs)
+	if len(cands) == 0 {
+		return Decision{}, false
+	}
+	best := cands[0]
+	for _, cand := range cands[1:] {
+		if cand.evictCnt < best.evictCnt {
+			best = cand
+		}
+	}
+	return Decision{GPU: best.g.index, Swap: SwapCold, Source: topology.Host, Evict: best.evict}, true
+}
+
+// evictionPlan lists the models to drop from g so that fs fits, in the policy's eviction order; ok is false
+// when even evicting every unpinned model would not make room.
+func (c *Controller) evictionPlan(g *gpuState, fs *fnState) ([]Eviction, bool) {
+	if _, ok := g.resident[fs.Name]; ok {
+		return nil, true
+	}
+	free := g.capacity - g.used
+	if fs.footprint <= free {
+		return nil, true
+	}
+	if fs.footprint > g.capacity {
+		return nil, false
+	}
+	type victim struct {
+		f     *fnState
+		class int
+		last  time.Time
+	}
+	var vs []victim
+	for name, r := range g.resident {
+		if r.pinned > 0 || r.loading {
+			continue
+		}
+		v := c.fns[name]
+		class := 0
+		if c.tr.heavyEviction {
+			switch {
+			case len(v.replicas) > 1:
+				class = 0
+			case !c.heavy(v):
+				class = 1
+			default:
+				class = 2
+			}
+		}
+		vs = append(vs, victim{v, class, r.lastUsed})
+	}
+	slices.SortFunc(vs, func(a, b victim) int {
+		if a.class != b.class {
+			return a.class - b.class
+		}
+		if !a.last.Equal(b.last) {
+			return a.last.Compare(b.last)
+		}
+		if a.f.Name < b.f.Name {
+			return -1
+		}
+		return 1
+	})
+	var out []Eviction
+	for _, v := range vs {
+		out = append(out, Eviction{Function: v.f.Name, GPU: g.index})
+		free += v.f.footprint
+		if fs.footprint <= free {
+			return out, true
+		}
+	}
+	return nil, false
+}

@@ -1,0 +1,101 @@
+package controller
+
+import (
+	"fmt"
+	"sort"
+	"strings"
+
+	"github.com/faas-gpu/faas-gpu/gpuserver/queueing"
+)
+
+// Policy names a set of queueing, placement and eviction choices.
+type Policy string
+
+// The policies of the controller.
+const (
+	// PolicyFaaSGPU is faas-gpu's default: SLO-aware queueing with late requests demoted, Torpor's
+	// interference-aware placement preferring GPUs that need no eviction, heaviness-aware eviction.
+	PolicyFaaSGPU Policy = "faas-gpu"
+	// PolicyTorpor is Torpor as published: RRC groups, Algorithm 1, heaviness-aware eviction.
+	PolicyTorpor Policy = "torpor"
+	// PolicyFIFO is Torpor with first-in-first-out queueing (ablation).
+	PolicyFIFO Policy = "fifo"
+	// PolicyRandomPlacement is Torpor with a random idle GPU instead of Algorithm 1 (ablation).
+	PolicyRandomPlacement Policy = "random-placement"
+	// PolicyLRUEviction is Torpor with least-recently-used eviction (ablation).
+	PolicyLRUEviction Policy = "lru-eviction"
+	// PolicyGShareDQLS is gShare: least-slack-first queueing, any idle GPU, swaps from host only, LRU eviction.
+	PolicyGShareDQLS Policy = "gshare-dqls"
+	// PolicyNative is early binding: each function pinned to one GPU with its own context while memory lasts;
+	// the rest cannot run.
+	PolicyNative Policy = "native"
+	// PolicyKeepAlive is INFless-style keep-alive: a function instance with its own context is started (cold
+	// start) on a GPU at its first request and kept until memory is needed.
+	PolicyKeepAlive Policy = "keepalive"
+)
+
+// Policies lists every policy name, faas-gpu first.
+func Policies() []Policy {
+	return []Policy{PolicyFaaSGPU, PolicyTorpor, PolicyFIFO, PolicyRandomPlacement, PolicyLRUEviction,
+		PolicyGShareDQLS, PolicyNative, PolicyKeepAlive}
+}
+
+// ParsePolicy checks a policy name.
+func ParsePolicy(s string) (Policy, error) {
+	for _, p := range Policies() {
+		if string(p) == s {
+			return p, nil
+		}
+	}
+	names := make([]string, 0, len(Policies()))
+	for _, p := range Policies() {
+		names = append(names, string(p))
+	}
+	sort.Strings(names)
+	return "", fmt.Errorf("%w: unknown policy %q (known: %s)", ErrInvalidConfig, s, strings.Join(names, ", "))
+}
+
+type placement int
+
+const (
+	placeInterference placement = iota // Torpor Algorithm 1
+	placeRandom                        // a random idle GPU
+	placeAnyHostOnly                   // resident idle GPU, else the first idle GPU, from host only
+	placePinned                        // native: fixed GPU per function
+	placeInstance                      // keep-alive: an instance per function, cold started
+)
+
+type traits struct {
+	order         queueing.Order
+	place         placement
+	heavyEviction bool
+	avoidEviction bool // among equally good GPUs, prefer the one needing the fewest evictions
+	ownContext    bool // each function carries its own CUDA context (native, keep-alive)
+	native        bool // exec time is the native (not remoted) time
+}
+
+func (p Policy) traits() traits {
+	switch p {
+	case PolicyFaaSGPU:
+		return traits{order: queueing.OrderSLOAware, place: placeInterference, heavyEviction: true, avoidEviction: true}
+	case PolicyTorpor:
+		return traits{order: queueing.OrderTorpor, place: placeInterference, heavyEviction: true}
+	case PolicyFIFO:
+		return traits{order: queueing.OrderFIFO, place: placeInterference, heavyEviction: true}
+	case PolicyRandomPlacement:
+		return traits{order: queueing.OrderTorpor, place: placeRandom, heavyEviction: true}
+	case PolicyLRUEviction:
+		return traits{order: queueing.OrderTorpor, place: placeInterference}
+	case PolicyGShareDQLS:
+		return traits{order: queueing.OrderDQLS, place: placeAnyHostOnly}
+	case PolicyNative:
+		return traits{order: queueing.OrderFIFO, place: placePinned, ownContext: true, native: true}
+	case PolicyKeepAlive:
+		return traits{order: queueing.OrderFIFO, place: placeInstance, ownContext: true, native: true}
+	}
+	return traits{order: queueing.OrderFIFO, place: placeInterference}
+}
+
+// NativeExec reports whether the policy runs functions natively (own process and context, no remoting), so a
+// simulator uses native execution times for it.
+func (p Policy) NativeExec() bool { return p.traits().native }

@@ -1,0 +1,196 @@
+// Package simulate replays an invocation trace through the gpuserver's controller on a virtual clock and a
+// modelled node (gpuserver/topology's link model), so that every policy figure comes from the code that ships.
+//
+// Traces and model profiles are the CSV formats of the project's shared workloads: a trace has one row per
+// function and one column per minute of invocation counts (Torpor's "function,minute_1,..." or the Azure 2019
+// "HashOwner,HashApp,HashFunction,Trigger,480,..." layout); a model profile is Torpor's Table 4 layout
+// (model,weights_mb,native_ms,remoting_ms,swap_pcie_ms,swap_nvlink_ms,heavy,slo_ms,slo_percentile) or Clockwork's
+// (model,input_kb,output_kb,weights_mb,h2d_transfer_ms,exec_b1_ms,...).
+package simulate
+
+import (
+	"encoding/csv"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// ErrInvalidInput is wrapped by errors about traces, model profiles and simulation settings.
+var ErrInvalidInput = errors.New("invalid simulation input")
+
+// Trace holds invocation counts per function and minute.
+type Trace struct {
+	Functions []string
+	Counts    [][]int // [function][minute]
+}
+
+// Minutes is the length of the trace.
+func (t *Trace) Minutes() int {
+	if len(t.Counts) == 0 {
+		return 0
+	}
+	return len(t.Counts[0])
+}
+
+// LoadTrace reads a trace CSV file.
+func LoadTrace(path string) (*Trace, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, fmt.Errorf("open trace: %w", err)
+	}
+	defer f.Close()
+	return ParseTrace(f)
+}
+
+// ParseTrace reads a trace: the minute columns are those whose header is a number or "minute_N"; the function's
+// name is the last non-minute column before them that is not "Trigger".
+func ParseTrace(r io.Reader) (*Trace, error) {
+	rows, err := csv.NewReader(r).ReadAll()
+	if err != nil {
+		return nil, fmt.Errorf("%w: trace: %w", ErrInvalidInput, err)
+	}
+	if len(rows) < 2 {
+		return nil, fmt.Errorf("%w: trace: needs a header and at least one function row", ErrInvalidInput)
+	}
+	head := rows[0]
+	first, nameCol := -1, 0
+	for i, h := range head {
+		h = strings.TrimSpace(h)
+		_, numErr := strconv.Atoi(strings.TrimPrefix(h, "minute_"))
+		if numErr == nil {
+			first = i
+			break
+		}
+		if h != "Trigger" {
+			nameCol = i
+		}
+	}
+	if first < 0 {
+		return nil, fmt.Errorf("%w: trace: no minute columns in the header", ErrInvalidInput)
+	}
+	t := &Trace{}
+	for n, row := range rows[1:] {
+		if len(row) != len(head) {
+			return nil, fmt.Errorf("%w: trace line %d: %d fields, header has %d", ErrInvalidInput, n+2, len(row), len(head))
+		}
+		counts := make([]int, 0, len(row)-first)
+		for i, s := range row[first:] {
+			v, err := strconv.Atoi(strings.TrimSpace(s))
+			if err != nil || v < 0 {
+				return nil, fmt.Errorf("%w: trace line %d column %q: %q is not a count", ErrInvalidInput, n+2, head[first+i], s)
+			}
+			counts = append(counts, v)
+		}
+		t.Functions = append(t.Functions, row[nameCol])
+		t.Counts = append(t.Counts, counts)
+	}
+	return t, nil
+}
+
+// Model is the profile of one model on the reference GPU (V100).
+type Model struct {
+	Name         string
+	WeightsBytes uint64
+	// Native is the execution time in a function's own process; Remote through the gpuserver.
+	Native, Remote time.Duration
+	// SwapPCIe and SwapNVLink are the measured request latencies when the model is swapped in (pipelined); 0 when
+	// not measured.
+	SwapPCIe, SwapNVLink time.Duration
+	// H2D is the measured host-to-device transfer time of the weights; 0 when not measured.
+	H2D time.Duration
+	// SLO and Percentile of functions running the model; 0 when the profile gives none.
+	SLO        time.Duration
+	Percentile float64
+}
+
+// LoadModels reads a model profile CSV file.
+func LoadModels(path string) ([]Model, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, fmt.Errorf("open models: %w", err)
+	}
+	defer f.Close()
+	return ParseModels(f)
+}
+
+// ParseModels reads a model profile in the Torpor or Clockwork layout.
+func ParseModels(r io.Reader) ([]Model, error) {
+	rows, err := csv.NewReader(r).ReadAll()
+	if err != nil {
+		return nil, fmt.Errorf("%w: models: %w", ErrInvalidInput, err)
+	}
+	if len(rows) < 2 {
+		return nil, fmt.Errorf("%w: models: needs a header and at least one model", ErrInvalidInput)
+	}
+	col := map[string]int{}
+	for i, h := range rows[0] {
+		col[strings.TrimSpace(h)] = i
+	}
+	need := func(names ...string) error {
+		for _, n := range names {
+			if _, ok := col[n]; !ok {
+				return fmt.Errorf("%w: models: missing column %q", ErrInvalidInput, n)
+			}
+		}
+		return nil
+	}
+	torpor := false
+	if _, ok := col["remoting_ms"]; ok {
+		torpor = true
+		if err := need("model", "weights_mb", "native_ms", "remoting_ms", "swap_pcie_ms", "swap_nvlink_ms", "slo_ms",
+			"slo_percentile"); err != nil {
+			return nil, err
+		}
+	} else if err := need("model", "weights_mb", "h2d_transfer_ms", "exec_b1_ms"); err != nil {
+		return nil, err
+	}
+	var out []Model
+	for n, row := range rows[1:] {
+		num := func(name string) (float64, error) {
+			v, err := strconv.ParseFloat(strings.TrimSpace(row[col[name]]), 64)
+			if err != nil || v < 0 {
+				return 0, fmt.Errorf("%w: models line %d column %q: %q is not a non-negative number", ErrInvalidInput,
+					n+2, name, row[col[name]])
+			}
+			return v, nil
+		}
+		msOf := func(name string) (time.Duration, error) {
+			v, err := num(name)
+			return time.Duration(v * float64(time.Millisecond)), err
+		}
+		var m Model
+		var errs []error
+		m.Name = row[col["model"]]
+		w, err := num("weights_mb")
+		errs = append(errs, err)
+		m.WeightsBytes = uint64(w * 1e6)
+		if torpor {
+			var e [6]error
+			m.Native, e[0] = msOf("native_ms")
+			m.Remote, e[1] = msOf("remoting_ms")
+			m.SwapPCIe, e[2] = msOf("swap_pcie_ms")
+			m.SwapNVLink, e[3] = msOf("swap_nvlink_ms")
+			m.SLO, e[4] = msOf("slo_ms")
+			m.Percentile, e[5] = num("slo_percentile")
+			errs = append(errs, e[:]...)
+		} else {
+			var e [2]error
+			m.H2D, e[0] = msOf("h2d_transfer_ms")
+			m.Remote, e[1] = msOf("exec_b1_ms")
+			m.Native = m.Remote
+			errs = append(errs, e[:]...)
+		}
+		if err := errors.Join(errs...); err != nil {
+			return nil, err
+		}
+		if m.WeightsBytes == 0 || m.Remote <= 0 {
+			return nil, fmt.Errorf("%w: models line %d: weights and execution time must be > 0", ErrInvalidInput, n+2)
+		}
+		out = append(out, m)
+	}
+	return out, nil
+}
