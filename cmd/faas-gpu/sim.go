@@ -2,10 +2,123 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
+	"flag"
+	"fmt"
 	"io"
+	"strings"
+	"text/tabwriter"
+
+	"github.com/faas-gpu/faas-gpu/gpuserver/controller"
+	"github.com/faas-gpu/faas-gpu/gpuserver/simulate"
+	"github.com/faas-gpu/faas-gpu/gpuserver/topology"
 )
 
-func runSim(_ context.Context, _ []string, _, _ io.Writer) error {
-	return errors.New("not implemented yet")
+// simReport is the --json output of faas-gpu sim.
+type simReport struct {
+	Trace     string            `json:"trace"`
+	Models    string            `json:"models"`
+	Node      string            `json:"node"`
+	Functions int               `json:"functions"`
+	Minutes   int               `json:"minutes"`
+	Seed      uint64            `json:"seed"`
+	Policies  []simulate.Result `json:"policies"`
+}
+
+func runSim(ctx context.Context, args []string, stdout, _ io.Writer) error {
+	fs := flag.NewFlagSet("sim", flag.ContinueOnError)
+	trace := fs.String("trace", "", "invocation trace CSV (one row per function, one column per minute)")
+	models := fs.String("models", "", "model profile CSV (Torpor or Clockwork layout)")
+	functions := fs.Int("functions", 0, "number of functions (models assigned round-robin)")
+	nodeArg := fs.String("node", "v100x4", "node preset ("+strings.Join(topology.PresetNames(), ", ")+") or node file")
+	minutes := fs.Int("minutes", 10, "simulated minutes of the trace")
+	policies := fs.String("policies", string(controller.PolicyFaaSGPU), "comma-separated policies")
+	seed := fs.Uint64("seed", 1, "random seed (arrivals, sampling, random placement)")
+	asJSON := fs.Bool("json", false, "print JSON instead of a table")
+	maxInFlight := fs.Int("max-in-flight", 0, "bound on each function's concurrent requests (0: unlimited)")
+	gpuMemory := fs.String("gpu-memory", "", "override every GPU's memory, e.g. 16Gi")
+	if err := parseFlags(fs, args); err != nil {
+		return err
+	}
+	flagErr := func(name string, err error) error { return usageError{fmt.Errorf("-%s: %w", name, err)} }
+	switch {
+	case *trace == "":
+		return flagErr("trace", errors.New("required"))
+	case *models == "":
+		return flagErr("models", errors.New("required"))
+	case *functions <= 0:
+		return flagErr("functions", errors.New("must be > 0"))
+	case *minutes <= 0:
+		return flagErr("minutes", errors.New("must be > 0"))
+	case *maxInFlight < 0:
+		return flagErr("max-in-flight", errors.New("must be >= 0"))
+	}
+	var pols []controller.Policy
+	for _, p := range strings.Split(*policies, ",") {
+		pol, err := controller.ParsePolicy(strings.TrimSpace(p))
+		if err != nil {
+			return flagErr("policies", err)
+		}
+		pols = append(pols, pol)
+	}
+	node, err := topology.Resolve(*nodeArg)
+	if err != nil {
+		return flagErr("node", err)
+	}
+	if *gpuMemory != "" {
+		size, err := topology.ParseSize(*gpuMemory)
+		if err != nil {
+			return flagErr("gpu-memory", err)
+		}
+		if node, err = node.WithGPUMemory(size); err != nil {
+			return flagErr("gpu-memory", err)
+		}
+	}
+	tr, err := simulate.LoadTrace(*trace)
+	if err != nil {
+		return flagErr("trace", err)
+	}
+	if *minutes > tr.Minutes() {
+		return flagErr("minutes", fmt.Errorf("%d exceeds the trace's %d minutes", *minutes, tr.Minutes()))
+	}
+	ms, err := simulate.LoadModels(*models)
+	if err != nil {
+		return flagErr("models", err)
+	}
+	rep := simReport{Trace: *trace, Models: *models, Node: node.Name, Functions: *functions, Minutes: *minutes,
+		Seed: *seed}
+	for _, p := range pols {
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		r, err := simulate.Run(simulate.Config{Trace: tr, Models: ms, Functions: *functions, Node: node,
+			Minutes: *minutes, Policy: p, Seed: *seed, MaxInFlight: *maxInFlight}, false)
+		if err != nil {
+			return fmt.Errorf("simulate %s: %w", p, err)
+		}
+		rep.Policies = append(rep.Policies, r)
+	}
+	if *asJSON {
+		enc := json.NewEncoder(stdout)
+		enc.SetIndent("", "  ")
+		return enc.Encode(rep)
+	}
+	return writeSimTable(stdout, rep)
+}
+
+func writeSimTable(w io.Writer, rep simReport) error {
+	fmt.Fprintf(w, "node %s, %d functions, %d minutes, seed %d\n", rep.Node, rep.Functions, rep.Minutes, rep.Seed)
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(tw, "policy\tSLO met\trequests\ton time\tp50/ddl\tp98/ddl\tp99/ddl\tswaps none/nvlink/pcie\tevictions\tcold\trejected\tGPU busy\t")
+	for _, r := range rep.Policies {
+		busy := make([]string, len(r.GPUBusy))
+		for i, b := range r.GPUBusy {
+			busy[i] = fmt.Sprintf("%.2f", b)
+		}
+		fmt.Fprintf(tw, "%s\t%d/%d\t%d\t%d\t%.2f\t%.2f\t%.2f\t%d/%d/%d\t%d\t%d\t%d\t%s\t\n", r.Name, r.FunctionsSLOMet,
+			r.FunctionsWithTraffic, r.Requests, r.RequestsOnTime, r.P50, r.P98, r.P99, r.Swaps.None, r.Swaps.NVLink,
+			r.Swaps.PCIe, r.Evictions, r.ColdStarts, r.Rejected, strings.Join(busy, " "))
+	}
+	return tw.Flush()
 }
