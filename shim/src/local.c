@@ -1,0 +1,287 @@
+/*
+ * local.c: entry points the shim answers without a round trip: initialisation, versions, error strings, the one
+ * device the function sees (its attributes come with the hello; its memory is the function's quota), the primary
+ * context, and host memory (pinned host memory is emulated with ordinary pages).
+ */
+#define _GNU_SOURCE
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "shim.h"
+
+SHIM_EXPORT int cuInit(unsigned int flags) {
+	if (flags != 0) return CUDA_ERROR_INVALID_VALUE;
+	return shim_connect();
+}
+
+SHIM_EXPORT int cuDriverGetVersion(int *version) {
+	if (version == NULL) return CUDA_ERROR_INVALID_VALUE;
+	*version = SHIM_DRIVER_VERSION;
+	return CUDA_SUCCESS;
+}
+
+static const struct {
+	int code;
+	const char *name;
+	const char *text;
+} errors[] = {
+	{0, "CUDA_SUCCESS", "no error"},
+	{1, "CUDA_ERROR_INVALID_VALUE", "invalid argument"},
+	{2, "CUDA_ERROR_OUT_OF_MEMORY", "out of memory"},
+	{3, "CUDA_ERROR_NOT_INITIALIZED", "initialization error"},
+	{4, "CUDA_ERROR_DEINITIALIZED", "driver shutting down"},
+	{100, "CUDA_ERROR_NO_DEVICE", "no CUDA-capable device is detected"},
+	{101, "CUDA_ERROR_INVALID_DEVICE", "invalid device ordinal"},
+	{200, "CUDA_ERROR_INVALID_IMAGE", "device kernel image is invalid"},
+	{201, "CUDA_ERROR_INVALID_CONTEXT", "invalid device context"},
+	{209, "CUDA_ERROR_NO_BINARY_FOR_GPU", "no kernel image is available for execution on the device"},
+	{218, "CUDA_ERROR_INVALID_PTX", "a PTX JIT compilation failed"},
+	{400, "CUDA_ERROR_INVALID_HANDLE", "invalid resource handle"},
+	{500, "CUDA_ERROR_NOT_FOUND", "named symbol not found"},
+	{600, "CUDA_ERROR_NOT_READY", "device not ready"},
+	{700, "CUDA_ERROR_ILLEGAL_ADDRESS", "an illegal memory access was encountered"},
+	{701, "CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES", "too many resources requested for launch"},
+	{719, "CUDA_ERROR_LAUNCH_FAILED", "unspecified launch failure"},
+	{800, "CUDA_ERROR_NOT_PERMITTED", "operation not permitted"},
+	{801, "CUDA_ERROR_NOT_SUPPORTED", "operation not supported"},
+	{802, "CUDA_ERROR_SYSTEM_NOT_READY", "system not yet initialized (gpuserver unreachable)"},
+	{803, "CUDA_ERROR_SYSTEM_DRIVER_MISMATCH", "system has unsupported display driver / cuda driver combination"},
+	{999, "CUDA_ERROR_UNKNOWN", "unknown error"},
+};
+
+SHIM_EXPORT int cuGetErrorString(int error, const char **str) {
+	if (str == NULL) return CUDA_ERROR_INVALID_VALUE;
+	for (size_t i = 0; i < sizeof errors / sizeof errors[0]; i++)
+		if (errors[i].code == error) {
+			*str = errors[i].text;
+			return CUDA_SUCCESS;
+		}
+	*str = NULL;
+	return CUDA_ERROR_INVALID_VALUE;
+}
+
+SHIM_EXPORT int cuGetErrorName(int error, const char **str) {
+	if (str == NULL) return CUDA_ERROR_INVALID_VALUE;
+	for (size_t i = 0; i < sizeof errors / sizeof errors[0]; i++)
+		if (errors[i].code == error) {
+			*str = errors[i].name;
+			return CUDA_SUCCESS;
+		}
+	*str = NULL;
+	return CUDA_ERROR_INVALID_VALUE;
+}
+
+/* device returns the connected device, checking the ordinal (a function sees exactly one device, 0). */
+static int device(int dev, const struct shim_device **d) {
+	int r = shim_connect();
+	if (r != 0) return r;
+	if (dev != 0) return CUDA_ERROR_INVALID_DEVICE;
+	*d = shim_device();
+	return *d == NULL ? CUDA_ERROR_NOT_INITIALIZED : CUDA_SUCCESS;
+}
+
+SHIM_EXPORT int cuDeviceGetCount(int *count) {
+	if (count == NULL) return CUDA_ERROR_INVALID_VALUE;
+	int r = shim_connect();
+	if (r != 0) return r;
+	*count = 1;
+	return CUDA_SUCCESS;
+}
+
+SHIM_EXPORT int cuDeviceGet(int *dev, int ordinal) {
+	if (dev == NULL) return CUDA_ERROR_INVALID_VALUE;
+	const struct shim_device *d;
+	int r = device(ordinal, &d);
+	if (r == 0) *dev = 0;
+	return r;
+}
+
+SHIM_EXPORT int cuDeviceGetName(char *name, int len, int dev) {
+	const struct shim_device *d;
+	if (name == NULL || len <= 0) return CUDA_ERROR_INVALID_VALUE;
+	int r = device(dev, &d);
+	if (r != 0) return r;
+	snprintf(name, (size_t)len, "%s", d->name);
+	return CUDA_SUCCESS;
+}
+
+SHIM_EXPORT int cuDeviceGetUuid(void *uuid, int dev) {
+	const struct shim_device *d;
+	if (uuid == NULL) return CUDA_ERROR_INVALID_VALUE;
+	int r = device(dev, &d);
+	if (r == 0) memcpy(uuid, d->uuid, 16);
+	return r;
+}
+
+SHIM_EXPORT int cuDeviceGetUuid_v2(void *uuid, int dev) { return cuDeviceGetUuid(uuid, dev); }
+
+SHIM_EXPORT int cuDeviceTotalMem_v2(size_t *bytes, int dev) {
+	const struct shim_device *d;
+	if (bytes == NULL) return CUDA_ERROR_INVALID_VALUE;
+	int r = device(dev, &d);
+	if (r == 0) *bytes = d->total_mem;
+	return r;
+}
+
+SHIM_EXPORT int cuDeviceGetAttribute(int *pi, int attrib, int dev) {
+	const struct shim_device *d;
+	if (pi == NULL || attrib <= 0 || attrib >= (int)SHIM_ATTR_COUNT) return CUDA_ERROR_INVALID_VALUE;
+	int r = device(dev, &d);
+	if (r == 0) *pi = d->attrs[attrib];
+	return r;
+}
+
+/* CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR / _MINOR */
+enum { ATTR_CC_MAJOR = 75, ATTR_CC_MINOR = 76 };
+
+SHIM_EXPORT int cuDeviceComputeCapability(int *major, int *minor, int dev) {
+	const struct shim_device *d;
+	if (major == NULL || minor == NULL) return CUDA_ERROR_INVALID_VALUE;
+	int r = device(dev, &d);
+	if (r == 0) {
+		*major = d->attrs[ATTR_CC_MAJOR];
+		*minor = d->attrs[ATTR_CC_MINOR];
+	}
+	return r;
+}
+
+SHIM_EXPORT int cuDeviceGetPCIBusId(char *pciBusId, int len, int dev) {
+	const struct shim_device *d;
+	if (pciBusId == NULL || len <= 0) return CUDA_ERROR_INVALID_VALUE;
+	int r = device(dev, &d);
+	if (r == 0) snprintf(pciBusId, (size_t)len, "0000:00:00.0");
+	return r;
+}
+
+/* The primary context: one per process; the gpuserver binds it to whichever GPU serves the current request. */
+static int primary_ctx;
+static int primary_retained;
+static __thread void *current_ctx;
+#define PRIMARY ((void *)&primary_ctx)
+
+SHIM_EXPORT int cuDevicePrimaryCtxRetain(void **pctx, int dev) {
+	const struct shim_device *d;
+	if (pctx == NULL) return CUDA_ERROR_INVALID_VALUE;
+	int r = device(dev, &d);
+	if (r != 0) return r;
+	__atomic_add_fetch(&primary_retained, 1, __ATOMIC_SEQ_CST);
+	*pctx = PRIMARY;
+	return CUDA_SUCCESS;
+}
+
+SHIM_EXPORT int cuDevicePrimaryCtxRelease_v2(int dev) {
+	if (dev != 0) return CUDA_ERROR_INVALID_DEVICE;
+	if (__atomic_load_n(&primary_retained, __ATOMIC_SEQ_CST) > 0)
+		__atomic_sub_fetch(&primary_retained, 1, __ATOMIC_SEQ_CST);
+	return CUDA_SUCCESS;
+}
+
+SHIM_EXPORT int cuDevicePrimaryCtxGetState(int dev, unsigned int *flags, int *active) {
+	if (flags == NULL || active == NULL) return CUDA_ERROR_INVALID_VALUE;
+	if (dev != 0) return CUDA_ERROR_INVALID_DEVICE;
+	*flags = 0;
+	*active = __atomic_load_n(&primary_retained, __ATOMIC_SEQ_CST) > 0;
+	return CUDA_SUCCESS;
+}
+
+SHIM_EXPORT int cuDevicePrimaryCtxSetFlags_v2(int dev, unsigned int flags) {
+	(void)flags;
+	return dev == 0 ? CUDA_SUCCESS : CUDA_ERROR_INVALID_DEVICE;
+}
+
+SHIM_EXPORT int cuDevicePrimaryCtxReset_v2(int dev) { return dev == 0 ? CUDA_SUCCESS : CUDA_ERROR_INVALID_DEVICE; }
+
+SHIM_EXPORT int cuCtxCreate_v2(void **pctx, unsigned int flags, int dev) {
+	(void)flags;
+	int r = cuDevicePrimaryCtxRetain(pctx, dev);
+	if (r == 0) current_ctx = *pctx;
+	return r;
+}
+
+SHIM_EXPORT int cuCtxDestroy_v2(void *ctx) {
+	if (ctx != PRIMARY) return CUDA_ERROR_INVALID_CONTEXT;
+	if (current_ctx == ctx) current_ctx = NULL;
+	return cuDevicePrimaryCtxRelease_v2(0);
+}
+
+SHIM_EXPORT int cuCtxGetCurrent(void **pctx) {
+	if (pctx == NULL) return CUDA_ERROR_INVALID_VALUE;
+	*pctx = current_ctx;
+	return CUDA_SUCCESS;
+}
+
+SHIM_EXPORT int cuCtxSetCurrent(void *ctx) {
+	if (ctx != NULL && ctx != PRIMARY) return CUDA_ERROR_INVALID_CONTEXT;
+	current_ctx = ctx;
+	return CUDA_SUCCESS;
+}
+
+SHIM_EXPORT int cuCtxPushCurrent_v2(void *ctx) {
+	if (ctx != PRIMARY) return CUDA_ERROR_INVALID_CONTEXT;
+	current_ctx = ctx;
+	return CUDA_SUCCESS;
+}
+
+SHIM_EXPORT int cuCtxPopCurrent_v2(void **pctx) {
+	if (pctx != NULL) *pctx = current_ctx;
+	current_ctx = NULL;
+	return CUDA_SUCCESS;
+}
+
+SHIM_EXPORT int cuCtxGetDevice(int *dev) {
+	if (dev == NULL) return CUDA_ERROR_INVALID_VALUE;
+	*dev = 0;
+	return CUDA_SUCCESS;
+}
+
+SHIM_EXPORT int cuCtxGetApiVersion(void *ctx, unsigned int *version) {
+	(void)ctx;
+	if (version == NULL) return CUDA_ERROR_INVALID_VALUE;
+	*version = 3020;
+	return CUDA_SUCCESS;
+}
+
+SHIM_EXPORT int cuCtxGetFlags(unsigned int *flags) {
+	if (flags == NULL) return CUDA_ERROR_INVALID_VALUE;
+	*flags = 0;
+	return CUDA_SUCCESS;
+}
+
+SHIM_EXPORT int cuCtxGetStreamPriorityRange(int *least, int *greatest) {
+	if (least != NULL) *least = 0;
+	if (greatest != NULL) *greatest = -5;
+	return CUDA_SUCCESS;
+}
+
+/* Host memory: the gpuserver copies through the ring, so "pinned" memory needs no pinning in this process. */
+SHIM_EXPORT int cuMemHostAlloc(void **pp, size_t bytesize, unsigned int flags) {
+	(void)flags;
+	if (pp == NULL) return CUDA_ERROR_INVALID_VALUE;
+	if (posix_memalign(pp, 4096, bytesize == 0 ? 1 : bytesize) != 0) return CUDA_ERROR_OUT_OF_MEMORY;
+	return CUDA_SUCCESS;
+}
+
+SHIM_EXPORT int cuMemAllocHost_v2(void **pp, size_t bytesize) { return cuMemHostAlloc(pp, bytesize, 0); }
+
+SHIM_EXPORT int cuMemFreeHost(void *p) {
+	free(p);
+	return CUDA_SUCCESS;
+}
+
+SHIM_EXPORT int cuMemHostRegister_v2(void *p, size_t bytesize, unsigned int flags) {
+	(void)flags;
+	return p == NULL || bytesize == 0 ? CUDA_ERROR_INVALID_VALUE : CUDA_SUCCESS;
+}
+
+SHIM_EXPORT int cuMemHostUnregister(void *p) { return p == NULL ? CUDA_ERROR_INVALID_VALUE : CUDA_SUCCESS; }
+
+SHIM_EXPORT int cuMemHostGetFlags(unsigned int *flags, void *p) {
+	(void)p;
+	if (flags == NULL) return CUDA_ERROR_INVALID_VALUE;
+	*flags = 0;
+	return CUDA_SUCCESS;
+}
+
+/* Exposed for cuPointerGetAttribute(CU_POINTER_ATTRIBUTE_CONTEXT). */
+SHIM_HIDDEN void *shim_primary_ctx(void) { return PRIMARY; }

@@ -1,0 +1,103 @@
+/*
+ * shim.h: the runtime of the faas-gpu shim, a replacement libcuda.so.1 that forwards the CUDA driver API to the
+ * gpuserver over a Unix socket (control) and a shared-memory ring (call records and bulk data).
+ * No CUDA headers: results are int (CUresult), handles are void *, device pointers unsigned long long.
+ */
+#ifndef FAAS_GPU_SHIM_H
+#define FAAS_GPU_SHIM_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "calls_gen.h"
+
+#define SHIM_EXPORT __attribute__((visibility("default")))
+#define SHIM_HIDDEN __attribute__((visibility("hidden")))
+
+/* CUDA results the shim produces itself (values of CUresult). */
+enum {
+	CUDA_SUCCESS = 0,
+	CUDA_ERROR_INVALID_VALUE = 1,
+	CUDA_ERROR_OUT_OF_MEMORY = 2,
+	CUDA_ERROR_NOT_INITIALIZED = 3,
+	CUDA_ERROR_DEINITIALIZED = 4,
+	CUDA_ERROR_NO_DEVICE = 100,
+	CUDA_ERROR_INVALID_DEVICE = 101,
+	CUDA_ERROR_INVALID_IMAGE = 200,
+	CUDA_ERROR_INVALID_CONTEXT = 201,
+	CUDA_ERROR_INVALID_HANDLE = 400,
+	CUDA_ERROR_NOT_FOUND = 500,
+	CUDA_ERROR_NOT_READY = 600,
+	CUDA_ERROR_ILLEGAL_ADDRESS = 700,
+	CUDA_ERROR_LAUNCH_FAILED = 719,
+	CUDA_ERROR_NOT_PERMITTED = 800,
+	CUDA_ERROR_NOT_SUPPORTED = 801,
+	CUDA_ERROR_SYSTEM_NOT_READY = 802,
+	CUDA_ERROR_UNKNOWN = 999,
+};
+
+/* The CUDA version the shim reports (cuDriverGetVersion): 13.0. */
+#define SHIM_DRIVER_VERSION 13000
+
+enum { SHIM_CALL_SYNC = 1, SHIM_CALL_ASYNC = 0 };
+
+/* One call in flight: the record being written, then the response being read. The connection lock is held from
+ * shim_call_begin to shim_call_done. */
+struct shim_call {
+	uint8_t *rec;    /* record in the ring */
+	size_t size;     /* record size */
+	size_t off;      /* write offset in the record */
+	const uint8_t *resp;
+	size_t resp_len;
+	size_t roff;
+	uint64_t seq;
+	int wait;        /* 1 if a response is awaited */
+};
+
+static inline uint64_t shim_pad8(uint64_t n) { return (n + 7) & ~(uint64_t)7; }
+
+/* Connects on first use; returns a CUresult. */
+int shim_call_begin(struct shim_call *c, unsigned id, int mode, uint64_t payload);
+void shim_put_u64(struct shim_call *c, uint64_t v);
+void shim_put_bytes(struct shim_call *c, const void *p, uint64_t n);
+/* Publishes the record; for a call that waits, waits for its response and returns its result. */
+int shim_call_end(struct shim_call *c);
+uint64_t shim_get_u64(struct shim_call *c);
+float shim_get_f32(struct shim_call *c);
+/* Copies at most cap bytes of the next out-bytes field into dst. */
+void shim_get_bytes(struct shim_call *c, void *dst, uint64_t cap);
+void shim_call_done(struct shim_call *c);
+
+/* Largest payload one record can carry (bulk copies are chunked to it), and largest out-bytes of one response. */
+uint64_t shim_max_payload(void);
+uint64_t shim_max_response(void);
+
+/* Ensures the connection (cuInit); returns a CUresult. */
+int shim_connect(void);
+
+/* Logging: every message is prefixed "faas-gpu shim: ". shim_unsupported logs each name once. */
+void shim_log(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+int shim_unsupported(const char *name);
+int shim_null_arg(const char *call, const char *arg);
+int shim_debug(void);
+
+/* Device information from the hello reply (valid after shim_connect succeeded). */
+struct shim_device {
+	char name[256];
+	uint8_t uuid[16];
+	uint64_t total_mem;
+	uint64_t va_base, va_size;
+	int attrs[SHIM_ATTR_COUNT];
+};
+const struct shim_device *shim_device(void);
+
+/* Kernel parameter layouts by function handle (filled by cuModuleGetFunction / cuKernelGetFunction). */
+struct shim_params {
+	uint32_t count;
+	uint32_t offset[SHIM_PARAM_MAX];
+	uint32_t size[SHIM_PARAM_MAX];
+};
+void shim_params_put(void *func, const uint8_t *wire, size_t len);
+const struct shim_params *shim_params_get(void *func);
+
+#endif

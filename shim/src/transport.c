@@ -1,0 +1,497 @@
+/*
+ * transport.c: the client side of the remoting transport (DESIGN.md decision 5).
+ *
+ * A Unix stream socket carries the hello (with the shared memory's memfd as SCM_RIGHTS) and one-byte doorbells.
+ * The shared memory holds a control block, a request ring of call records, and a response area. Async records are
+ * batched: they are published (the tail pointer moved) when a sync call is made, when the batch is full, or when the
+ * ring needs room. Both sides spin briefly before sleeping on the socket; a side that sleeps sets its waiting flag
+ * and the other side rings the doorbell (Dekker-style: store, full fence, load).
+ */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <pthread.h>
+#include <sched.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "shim.h"
+
+#ifndef MFD_ALLOW_SEALING
+#define MFD_ALLOW_SEALING 0x0002U
+#endif
+#ifndef F_ADD_SEALS
+#define F_ADD_SEALS 1033
+#define F_SEAL_SEAL 0x0001
+#define F_SEAL_SHRINK 0x0002
+#define F_SEAL_GROW 0x0004
+#endif
+
+/* Records per batch and bytes per batch before an async record is published anyway. */
+#define BATCH_RECORDS 1024
+#define BATCH_BYTES (256u << 10)
+
+static struct {
+	pthread_mutex_t init_mu; /* guards connecting */
+	pthread_mutex_t mu;      /* guards the ring: held from shim_call_begin to shim_call_done */
+	int state;               /* 0 not connected, 1 connected, -1 failed for good */
+	int err;                 /* CUresult of the failure */
+	int fd;
+	uint8_t *shm;
+	size_t shm_size;
+	uint8_t *ring;
+	uint64_t ring_size;
+	uint8_t *resp;
+	uint64_t resp_size;
+	uint64_t tail;      /* bytes written */
+	uint64_t published; /* bytes published */
+	unsigned batched;   /* records written since the last publish */
+	uint64_t seq;
+	int batch;          /* FAAS_GPU_REMOTING_BATCH (default 1) */
+	int sync_all;       /* FAAS_GPU_REMOTING_SYNC (default 0) */
+	long spin_ns;       /* FAAS_GPU_REMOTING_SPIN_US (default 50) */
+	int debug;          /* FAAS_GPU_SHIM_DEBUG */
+	struct shim_device dev;
+} g = {
+	.init_mu = PTHREAD_MUTEX_INITIALIZER,
+	.mu = PTHREAD_MUTEX_INITIALIZER,
+	.fd = -1,
+};
+
+#define CTL(off, type) ((type *)(g.shm + (off)))
+
+static uint64_t now_ns(void) {
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+static inline void cpu_relax(void) {
+#if defined(__x86_64__) || defined(__i386__)
+	__builtin_ia32_pause();
+#elif defined(__aarch64__)
+	__asm__ __volatile__("yield");
+#endif
+}
+
+static inline void put32(uint8_t *p, uint32_t v) { memcpy(p, &v, 4); }
+static inline void put16(uint8_t *p, uint16_t v) { memcpy(p, &v, 2); }
+static inline void put64(uint8_t *p, uint64_t v) { memcpy(p, &v, 8); }
+static inline uint32_t get32(const uint8_t *p) { uint32_t v; memcpy(&v, p, 4); return v; }
+static inline uint64_t get64(const uint8_t *p) { uint64_t v; memcpy(&v, p, 8); return v; }
+
+void shim_log(const char *fmt, ...) {
+	char buf[1024];
+	va_list ap;
+	va_start(ap, fmt);
+	vsnprintf(buf, sizeof buf, fmt, ap);
+	va_end(ap);
+	fprintf(stderr, "faas-gpu shim: %s\n", buf);
+}
+
+int shim_debug(void) { return g.debug; }
+
+int shim_unsupported(const char *name) {
+	static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
+	static const char *logged[512];
+	static size_t n;
+	int found = 0;
+	pthread_mutex_lock(&mu);
+	for (size_t i = 0; i < n; i++)
+		if (logged[i] == name || strcmp(logged[i], name) == 0) found = 1;
+	if (!found && n < sizeof logged / sizeof logged[0]) logged[n++] = name;
+	pthread_mutex_unlock(&mu);
+	if (!found) shim_log("%s is not supported by the shim: returning CUDA_ERROR_NOT_SUPPORTED", name);
+	return CUDA_ERROR_NOT_SUPPORTED;
+}
+
+int shim_null_arg(const char *call, const char *arg) {
+	if (g.debug) shim_log("%s: %s is NULL", call, arg);
+	return CUDA_ERROR_INVALID_VALUE;
+}
+
+static long env_long(const char *name, long def) {
+	const char *v = getenv(name);
+	if (v == NULL || *v == 0) return def;
+	char *end;
+	long x = strtol(v, &end, 10);
+	if (*end != 0 || x < 0) {
+		shim_log("%s=%s is not a non-negative integer; using %ld", name, v, def);
+		return def;
+	}
+	return x;
+}
+
+/* fail marks the connection broken for good and returns err. */
+static int fail(int err) {
+	g.state = -1;
+	g.err = err;
+	return err;
+}
+
+static void reset_after_fork(void) {
+	/* The child must not share the parent's ring: it reconnects on its first call. */
+	if (g.shm != NULL) munmap(g.shm, g.shm_size);
+	if (g.fd >= 0) close(g.fd);
+	g.shm = NULL;
+	g.fd = -1;
+	g.state = 0;
+	g.tail = g.published = 0;
+	g.batched = 0;
+	pthread_mutex_init(&g.mu, NULL);
+	pthread_mutex_init(&g.init_mu, NULL);
+}
+
+static int connect_locked(void) {
+	static int atfork;
+	if (!atfork) {
+		pthread_atfork(NULL, NULL, reset_after_fork);
+		atfork = 1;
+	}
+	g.debug = env_long("FAAS_GPU_SHIM_DEBUG", 0) != 0;
+	g.batch = env_long("FAAS_GPU_REMOTING_BATCH", 1) != 0;
+	g.sync_all = env_long("FAAS_GPU_REMOTING_SYNC", 0) != 0;
+	g.spin_ns = env_long("FAAS_GPU_REMOTING_SPIN_US", 50) * 1000;
+	long ring_mb = env_long("FAAS_GPU_REMOTING_RING_MB", 8);
+	if (ring_mb < 1) ring_mb = 1;
+	if (ring_mb > 1024) ring_mb = 1024;
+	const char *path = getenv("FAAS_GPU_REMOTING_SOCKET");
+	if (path == NULL || *path == 0) {
+		shim_log("FAAS_GPU_REMOTING_SOCKET is not set: no gpuserver to forward CUDA calls to");
+		return fail(CUDA_ERROR_NO_DEVICE);
+	}
+	const char *function = getenv("FAAS_GPU_FUNCTION");
+	const char *token = getenv("FAAS_GPU_TOKEN");
+	if (function == NULL) function = "";
+	if (token == NULL) token = "";
+	if (strlen(function) >= SHIM_NAME_MAX || strlen(token) >= SHIM_NAME_MAX) {
+		shim_log("FAAS_GPU_FUNCTION or FAAS_GPU_TOKEN longer than %d bytes", (int)SHIM_NAME_MAX - 1);
+		return fail(CUDA_ERROR_INVALID_VALUE);
+	}
+
+	g.ring_size = (uint64_t)ring_mb << 20;
+	g.resp_size = g.ring_size / 2;
+	g.shm_size = SHIM_CONTROL_SIZE + g.ring_size + g.resp_size;
+	int mfd = memfd_create("faas-gpu-remoting", MFD_CLOEXEC | MFD_ALLOW_SEALING);
+	if (mfd < 0) {
+		shim_log("memfd_create: %s", strerror(errno));
+		return fail(CUDA_ERROR_OUT_OF_MEMORY);
+	}
+	if (ftruncate(mfd, (off_t)g.shm_size) != 0 ||
+	    fcntl(mfd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL) != 0) {
+		shim_log("shared memory of %zu bytes: %s", g.shm_size, strerror(errno));
+		close(mfd);
+		return fail(CUDA_ERROR_OUT_OF_MEMORY);
+	}
+	g.shm = mmap(NULL, g.shm_size, PROT_READ | PROT_WRITE, MAP_SHARED, mfd, 0);
+	if (g.shm == MAP_FAILED) {
+		g.shm = NULL;
+		shim_log("mmap shared memory: %s", strerror(errno));
+		close(mfd);
+		return fail(CUDA_ERROR_OUT_OF_MEMORY);
+	}
+	g.ring = g.shm + SHIM_CONTROL_SIZE;
+	g.resp = g.ring + g.ring_size;
+	*CTL(SHIM_CTL_MAGIC, uint32_t) = (uint32_t)SHIM_MAGIC;
+	*CTL(SHIM_CTL_MAJOR, uint16_t) = (uint16_t)SHIM_VERSION_MAJOR;
+	*CTL(SHIM_CTL_MINOR, uint16_t) = (uint16_t)SHIM_VERSION_MINOR;
+	*CTL(SHIM_CTL_CONTROL_SIZE, uint32_t) = (uint32_t)SHIM_CONTROL_SIZE;
+	*CTL(SHIM_CTL_RING_OFFSET, uint64_t) = SHIM_CONTROL_SIZE;
+	*CTL(SHIM_CTL_RING_SIZE, uint64_t) = g.ring_size;
+	*CTL(SHIM_CTL_RESP_OFFSET, uint64_t) = SHIM_CONTROL_SIZE + g.ring_size;
+	*CTL(SHIM_CTL_RESP_SIZE, uint64_t) = g.resp_size;
+
+	int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	struct sockaddr_un addr = {.sun_family = AF_UNIX};
+	if (strlen(path) >= sizeof addr.sun_path) {
+		shim_log("FAAS_GPU_REMOTING_SOCKET %s: path too long", path);
+		close(mfd);
+		if (fd >= 0) close(fd);
+		return fail(CUDA_ERROR_INVALID_VALUE);
+	}
+	strcpy(addr.sun_path, path);
+	if (fd < 0 || connect(fd, (struct sockaddr *)&addr, sizeof addr) != 0) {
+		shim_log("connect to gpuserver at %s: %s", path, strerror(errno));
+		close(mfd);
+		if (fd >= 0) close(fd);
+		return fail(CUDA_ERROR_NO_DEVICE);
+	}
+
+	uint8_t hello[SHIM_HELLO_SIZE];
+	memset(hello, 0, sizeof hello);
+	put32(hello, (uint32_t)SHIM_MAGIC);
+	put16(hello + 4, (uint16_t)SHIM_VERSION_MAJOR);
+	put16(hello + 6, (uint16_t)SHIM_VERSION_MINOR);
+	put32(hello + SHIM_HELLO_PID, (uint32_t)getpid());
+	put64(hello + SHIM_HELLO_SHM_SIZE, g.shm_size);
+	strcpy((char *)hello + SHIM_HELLO_FUNCTION, function);
+	strcpy((char *)hello + SHIM_HELLO_TOKEN, token);
+	struct iovec iov = {.iov_base = hello, .iov_len = sizeof hello};
+	union {
+		char buf[CMSG_SPACE(sizeof(int))];
+		struct cmsghdr align;
+	} u;
+	struct msghdr msg = {.msg_iov = &iov, .msg_iovlen = 1, .msg_control = u.buf, .msg_controllen = sizeof u.buf};
+	struct cmsghdr *cm = CMSG_FIRSTHDR(&msg);
+	cm->cmsg_level = SOL_SOCKET;
+	cm->cmsg_type = SCM_RIGHTS;
+	cm->cmsg_len = CMSG_LEN(sizeof(int));
+	memcpy(CMSG_DATA(cm), &mfd, sizeof(int));
+	ssize_t n = sendmsg(fd, &msg, MSG_NOSIGNAL);
+	close(mfd);
+	if (n != (ssize_t)sizeof hello) {
+		shim_log("send hello to gpuserver: %s", n < 0 ? strerror(errno) : "short write");
+		close(fd);
+		return fail(CUDA_ERROR_NO_DEVICE);
+	}
+	uint8_t reply[SHIM_REPLY_SIZE];
+	size_t got = 0;
+	while (got < sizeof reply) {
+		n = read(fd, reply + got, sizeof reply - got);
+		if (n < 0 && errno == EINTR) continue;
+		if (n <= 0) break;
+		got += (size_t)n;
+	}
+	if (got < 12) {
+		shim_log("gpuserver closed the connection during the hello");
+		close(fd);
+		return fail(CUDA_ERROR_NO_DEVICE);
+	}
+	if (get32(reply) != (uint32_t)SHIM_MAGIC) {
+		shim_log("gpuserver at %s answered with a bad magic number %#x: not a faas-gpu remoting socket", path,
+			 get32(reply));
+		close(fd);
+		return fail(CUDA_ERROR_NO_DEVICE);
+	}
+	int status = (int)get32(reply + SHIM_REPLY_STATUS);
+	if (status != (int)SHIM_STATUS_OK || got < sizeof reply) {
+		char message[257];
+		memset(message, 0, sizeof message);
+		if (got == sizeof reply) memcpy(message, reply + SHIM_REPLY_MESSAGE, 256);
+		uint16_t major, minor;
+		memcpy(&major, reply + 4, 2);
+		memcpy(&minor, reply + 6, 2);
+		shim_log("gpuserver refused the connection (status %d, server protocol %u.%u, shim %u.%u): %s", status,
+			 major, minor, (unsigned)SHIM_VERSION_MAJOR, (unsigned)SHIM_VERSION_MINOR, message);
+		close(fd);
+		switch (status) {
+		case SHIM_STATUS_VERSION:
+			return fail(803); /* CUDA_ERROR_SYSTEM_DRIVER_MISMATCH */
+		case SHIM_STATUS_IDENTITY:
+			return fail(CUDA_ERROR_NOT_PERMITTED);
+		default:
+			return fail(CUDA_ERROR_NO_DEVICE);
+		}
+	}
+	memcpy(g.dev.name, reply + SHIM_REPLY_DEVICE_NAME, sizeof g.dev.name);
+	g.dev.name[sizeof g.dev.name - 1] = 0;
+	memcpy(g.dev.uuid, reply + SHIM_REPLY_UUID, sizeof g.dev.uuid);
+	g.dev.total_mem = get64(reply + SHIM_REPLY_TOTAL_MEM);
+	g.dev.va_base = get64(reply + SHIM_REPLY_VABASE);
+	g.dev.va_size = get64(reply + SHIM_REPLY_VASIZE);
+	memcpy(g.dev.attrs, reply + SHIM_REPLY_ATTRS, sizeof g.dev.attrs);
+	int fl = fcntl(fd, F_GETFL);
+	fcntl(fd, F_SETFL, fl | O_NONBLOCK);
+	g.fd = fd;
+	g.state = 1;
+	if (g.debug)
+		shim_log("connected to %s as function %s (%s, %llu bytes, batch %d, sync %d)", path, function,
+			 g.dev.name, (unsigned long long)g.dev.total_mem, g.batch, g.sync_all);
+	return CUDA_SUCCESS;
+}
+
+int shim_connect(void) {
+	if (__atomic_load_n(&g.state, __ATOMIC_ACQUIRE) == 1) return CUDA_SUCCESS;
+	pthread_mutex_lock(&g.init_mu);
+	int r = g.state == 1 ? CUDA_SUCCESS : g.state == -1 ? g.err : connect_locked();
+	pthread_mutex_unlock(&g.init_mu);
+	return r;
+}
+
+const struct shim_device *shim_device(void) { return g.state == 1 ? &g.dev : NULL; }
+
+uint64_t shim_max_payload(void) { return g.ring_size / 4; }
+uint64_t shim_max_response(void) { return g.resp_size - 4096; }
+
+/* Called with g.mu held: the server is gone. */
+static int lost(void) {
+	shim_log("connection to the gpuserver lost");
+	return fail(CUDA_ERROR_SYSTEM_NOT_READY);
+}
+
+static void doorbell(void) {
+	char b = 1;
+	ssize_t n = send(g.fd, &b, 1, MSG_NOSIGNAL | MSG_DONTWAIT);
+	(void)n; /* a full socket buffer already holds a doorbell */
+}
+
+static void publish(void) {
+	__atomic_store_n(CTL(SHIM_CTL_REQ_TAIL, uint64_t), g.tail, __ATOMIC_RELEASE);
+	g.published = g.tail;
+	g.batched = 0;
+	__atomic_thread_fence(__ATOMIC_SEQ_CST);
+	if (__atomic_load_n(CTL(SHIM_CTL_SERVER_WAITING, uint32_t), __ATOMIC_ACQUIRE)) doorbell();
+}
+
+/* alive checks the socket without blocking; 0 if the server hung up. Drains doorbells. */
+static int alive(void) {
+	char buf[64];
+	ssize_t n = recv(g.fd, buf, sizeof buf, MSG_DONTWAIT);
+	if (n == 0) return 0;
+	if (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) return 0;
+	return 1;
+}
+
+/* wait_room waits until n more bytes fit in the ring. */
+static int wait_room(uint64_t n) {
+	unsigned spins = 0;
+	while (g.tail + n - __atomic_load_n(CTL(SHIM_CTL_REQ_HEAD, uint64_t), __ATOMIC_ACQUIRE) > g.ring_size) {
+		if (g.published != g.tail) publish();
+		if (++spins % 1024 == 0) {
+			if (!alive()) return lost();
+			sched_yield();
+		} else {
+			cpu_relax();
+		}
+	}
+	return 0;
+}
+
+int shim_call_begin(struct shim_call *c, unsigned id, int mode, uint64_t payload) {
+	int r = shim_connect();
+	if (r != 0) return r;
+	pthread_mutex_lock(&g.mu);
+	if (g.state != 1) {
+		r = g.err;
+		pthread_mutex_unlock(&g.mu);
+		return r;
+	}
+	uint64_t size = SHIM_RECORD_HEADER_SIZE + shim_pad8(payload);
+	if (size > g.ring_size / 2) {
+		pthread_mutex_unlock(&g.mu);
+		shim_log("%s: record of %llu bytes exceeds the ring", shim_call_name(id), (unsigned long long)size);
+		return CUDA_ERROR_INVALID_VALUE;
+	}
+	uint64_t pos = g.tail % g.ring_size;
+	if (g.ring_size - pos < size) {
+		uint64_t pad = g.ring_size - pos;
+		if ((r = wait_room(pad)) != 0) {
+			pthread_mutex_unlock(&g.mu);
+			return r;
+		}
+		put32(g.ring + pos, (uint32_t)pad);
+		put16(g.ring + pos + 4, (uint16_t)SHIM_RECORD_PAD_ID);
+		put16(g.ring + pos + 6, 0);
+		g.tail += pad;
+		pos = 0;
+	}
+	if ((r = wait_room(size)) != 0) {
+		pthread_mutex_unlock(&g.mu);
+		return r;
+	}
+	c->rec = g.ring + pos;
+	c->size = size;
+	c->off = SHIM_RECORD_HEADER_SIZE;
+	c->seq = ++g.seq;
+	c->wait = mode == SHIM_CALL_SYNC || g.sync_all;
+	c->resp = NULL;
+	c->resp_len = c->roff = 0;
+	put32(c->rec, (uint32_t)size);
+	put16(c->rec + 4, (uint16_t)id);
+	put16(c->rec + 6, c->wait ? (uint16_t)SHIM_RECORD_FLAG_SYNC : 0);
+	put64(c->rec + 8, c->seq);
+	return 0;
+}
+
+void shim_put_u64(struct shim_call *c, uint64_t v) {
+	put64(c->rec + c->off, v);
+	c->off += 8;
+}
+
+void shim_put_bytes(struct shim_call *c, const void *p, uint64_t n) {
+	put64(c->rec + c->off, n);
+	c->off += 8;
+	if (n > 0) memcpy(c->rec + c->off, p, n);
+	uint64_t padded = shim_pad8(n);
+	if (padded > n) memset(c->rec + c->off + n, 0, padded - n);
+	c->off += padded;
+}
+
+int shim_call_end(struct shim_call *c) {
+	g.tail += c->size;
+	g.batched++;
+	if (!c->wait) {
+		if (!g.batch || g.batched >= BATCH_RECORDS || g.tail - g.published >= BATCH_BYTES) publish();
+		return 0;
+	}
+	publish();
+	uint64_t *resp_seq = CTL(SHIM_CTL_RESP_SEQ, uint64_t);
+	uint32_t *waiting = CTL(SHIM_CTL_CLIENT_WAITING, uint32_t);
+	uint64_t start = 0;
+	unsigned spins = 0;
+	while (__atomic_load_n(resp_seq, __ATOMIC_ACQUIRE) != c->seq) {
+		if (++spins % 64 != 0) {
+			cpu_relax();
+			continue;
+		}
+		uint64_t t = now_ns();
+		if (start == 0) start = t;
+		if ((long)(t - start) < g.spin_ns) continue;
+		/* Sleep on the socket until the server rings. */
+		__atomic_store_n(waiting, 1, __ATOMIC_SEQ_CST);
+		__atomic_thread_fence(__ATOMIC_SEQ_CST);
+		if (__atomic_load_n(resp_seq, __ATOMIC_ACQUIRE) != c->seq) {
+			struct pollfd pfd = {.fd = g.fd, .events = POLLIN};
+			int pr = poll(&pfd, 1, 1000);
+			if (pr > 0 && !alive()) {
+				__atomic_store_n(waiting, 0, __ATOMIC_SEQ_CST);
+				return lost();
+			}
+		}
+		__atomic_store_n(waiting, 0, __ATOMIC_SEQ_CST);
+	}
+	const uint8_t *h = g.resp;
+	int result = (int)get32(h + 8);
+	uint32_t len = get32(h + 12);
+	if (len > g.resp_size - SHIM_RESPONSE_HEADER_SIZE) len = 0;
+	c->resp = h + SHIM_RESPONSE_HEADER_SIZE;
+	c->resp_len = len;
+	c->roff = 0;
+	return result;
+}
+
+uint64_t shim_get_u64(struct shim_call *c) {
+	if (c->roff + 8 > c->resp_len) return 0;
+	uint64_t v = get64(c->resp + c->roff);
+	c->roff += 8;
+	return v;
+}
+
+float shim_get_f32(struct shim_call *c) {
+	uint64_t v = shim_get_u64(c);
+	uint32_t bits = (uint32_t)v;
+	float f;
+	memcpy(&f, &bits, 4);
+	return f;
+}
+
+void shim_get_bytes(struct shim_call *c, void *dst, uint64_t cap) {
+	uint64_t n = shim_get_u64(c);
+	if (n > c->resp_len - c->roff) n = c->resp_len - c->roff;
+	if (n > cap) n = cap;
+	if (n > 0) memcpy(dst, c->resp + c->roff, n);
+	c->roff += shim_pad8(n);
+}
+
+void shim_call_done(struct shim_call *c) {
+	(void)c;
+	pthread_mutex_unlock(&g.mu);
+}
