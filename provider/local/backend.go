@@ -1,0 +1,215 @@
+// Package local runs functions as processes on this machine: faas-gpu's backend for `faas-gpu up`.
+//
+// A function's image name resolves to a build context laid out as `faas-cli build --shrinkwrap` lays it out
+// (template files at the top, the handler in function/); see Config and source.go. Each replica is the template's
+// entrypoint (python3 index.py) on a free port of 127.0.0.1, supervised: restarted with exponential backoff when it
+// exits, stopped with SIGTERM then SIGKILL on delete, scale to 0 or Close. Children get a parent-death signal and a
+// process group of their own, so no function process outlives the process that runs the backend, even when that
+// process is killed with SIGKILL.
+//
+// State (under Config.StateDir):
+//
+//	functions/<name>.json   one record per function (deployment, desired replicas, creation time), written atomically
+//	secrets/<name>          secret values, mode 0600
+//	logs/<name>.log         each function's output as NDJSON log messages (rotated at 8 MiB)
+//	run/<name>/secrets/     the function's secrets as files (links into secrets/); OPENFAAS_SECRETS_DIR points here
+//	run/<name>/app/         the function's code when it is assembled from a template folder plus a handler folder
+//
+// run/ is rebuilt from scratch by New: a restarted backend starts every recorded function again.
+package local
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"os"
+	"path/filepath"
+	"sync"
+	"time"
+
+	"github.com/faas-gpu/faas-gpu/provider"
+)
+
+// Config configures a local Backend. StateDir and BuildDir are required; the rest have defaults.
+type Config struct {
+	// StateDir holds function records, secrets and logs; it is created when missing.
+	StateDir string
+	// BuildDir holds build contexts: <BuildDir>/<name>/ as `faas-cli build --shrinkwrap` writes them.
+	BuildDir string
+	// TemplatesDir and FunctionsDir are the fallback when BuildDir has no context for a function: the function runs
+	// from <TemplatesDir>/<Template>/ with <FunctionsDir>/<name>/ as its function/ folder. Both empty: no fallback.
+	TemplatesDir string
+	FunctionsDir string
+	// Template is the template used by the fallback; default "gpu-python".
+	Template string
+	// Env is extra environment for every function (e.g. FAAS_GPU_SOCKET); a function's envVars override it.
+	Env map[string]string
+	// Python is the interpreter that runs index.py; default "python3".
+	Python string
+	// Logger receives the backend's own events; default slog.Default() discarded.
+	Logger *slog.Logger
+
+	// StopTimeout is how long a replica has to exit after SIGTERM before SIGKILL; default 2s.
+	StopTimeout time.Duration
+	// BackoffMin and BackoffMax bound the delay before a crashed replica is restarted; defaults 100ms and 10s.
+	BackoffMin, BackoffMax time.Duration
+	// MaxReplicas is the largest replica count Scale accepts; default 10.
+	MaxReplicas uint64
+	// LogLines is how many lines of output are kept in memory per function; default 1000.
+	LogLines int
+}
+
+// ErrClosed is returned by every method after Close.
+var ErrClosed = errors.New("local backend closed")
+
+// Backend runs functions as local processes. It implements provider.Backend, provider.SecretStore and
+// provider.LogSource.
+type Backend struct {
+	cfg      Config
+	log      *slog.Logger
+	spawner  *spawner
+	health   *http.Client // readiness checks
+	absState string       // StateDir made absolute, for paths handed to functions
+
+	// base is the lifetime of every replica; Close cancels it.
+	base   context.Context
+	cancel context.CancelFunc
+	wg     sync.WaitGroup // supervisors
+
+	mu     sync.Mutex
+	fns    map[string]*function
+	closed bool
+
+	secretsMu sync.Mutex // serialises secret writes
+}
+
+var (
+	_ provider.Backend     = (*Backend)(nil)
+	_ provider.SecretStore = (*Backend)(nil)
+	_ provider.LogSource   = (*Backend)(nil)
+)
+
+// New prepares the state directory, reads the function records and starts every recorded function again with its
+// recorded replica count. ctx bounds only this start-up; replicas live until Delete, Scale or Close.
+func New(ctx context.Context, cfg Config) (*Backend, error) {
+	if cfg.StateDir == "" {
+		return nil, fmt.Errorf("%w: local backend: StateDir is required", provider.ErrInvalid)
+	}
+	if cfg.BuildDir == "" {
+		return nil, fmt.Errorf("%w: local backend: BuildDir is required", provider.ErrInvalid)
+	}
+	if cfg.Template == "" {
+		cfg.Template = "gpu-python"
+	}
+	if cfg.Python == "" {
+		cfg.Python = "python3"
+	}
+	if cfg.StopTimeout <= 0 {
+		cfg.StopTimeout = 2 * time.Second
+	}
+	if cfg.BackoffMin <= 0 {
+		cfg.BackoffMin = 100 * time.Millisecond
+	}
+	if cfg.BackoffMax < cfg.BackoffMin {
+		cfg.BackoffMax = max(10*time.Second, cfg.BackoffMin)
+	}
+	if cfg.MaxReplicas == 0 {
+		cfg.MaxReplicas = 10
+	}
+	if cfg.LogLines <= 0 {
+		cfg.LogLines = 1000
+	}
+	log := cfg.Logger
+	if log == nil {
+		log = slog.New(slog.NewTextHandler(io.Discard, nil))
+	}
+	for _, d := range []string{"functions", "secrets", "logs"} {
+		if err := os.MkdirAll(filepath.Join(cfg.StateDir, d), 0o700); err != nil {
+			return nil, fmt.Errorf("local backend: state dir: %w", err)
+		}
+	}
+	// A clean slate: nothing from a previous run's run/ folder survives.
+	if err := os.RemoveAll(filepath.Join(cfg.StateDir, "run")); err != nil {
+		return nil, fmt.Errorf("local backend: clearing %s: %w", filepath.Join(cfg.StateDir, "run"), err)
+	}
+	if err := os.MkdirAll(filepath.Join(cfg.StateDir, "run"), 0o700); err != nil {
+		return nil, fmt.Errorf("local backend: state dir: %w", err)
+	}
+	absState, err := filepath.Abs(cfg.StateDir)
+	if err != nil {
+		return nil, fmt.Errorf("local backend: state dir: %w", err)
+	}
+	recs, err := loadRecords(filepath.Join(cfg.StateDir, "functions"))
+	if err != nil {
+		return nil, err
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	base, cancel := context.WithCancel(context.Background())
+	b := &Backend{cfg: cfg, log: log, spawner: newSpawner(), base: base, cancel: cancel, fns: map[string]*function{},
+		absState: absState,
+		health:   &http.Client{Transport: &http.Transport{DisableKeepAlives: true, Proxy: nil}}}
+	var startErr error
+	b.mu.Lock()
+	for _, rec := range recs {
+		fn, err := b.newFunction(rec)
+		if err != nil {
+			startErr = err
+			break
+		}
+		b.fns[rec.Deployment.Service] = fn
+		b.scaleLocked(fn, rec.Replicas)
+		log.Info("function restored", "function", rec.Deployment.Service, "replicas", rec.Replicas)
+	}
+	b.mu.Unlock()
+	if startErr != nil {
+		return nil, errors.Join(startErr, b.Close(ctx))
+	}
+	return b, nil
+}
+
+// Namespaces returns the one namespace the local backend serves, provider.DefaultNamespace.
+func (b *Backend) Namespaces(context.Context) ([]string, error) {
+	return []string{provider.DefaultNamespace}, nil
+}
+
+// Close stops every replica (SIGTERM, then SIGKILL after StopTimeout or when ctx ends) and waits for them.
+// It returns ctx's error if replicas had to be killed because ctx ended first.
+func (b *Backend) Close(ctx context.Context) error {
+	b.mu.Lock()
+	if b.closed {
+		b.mu.Unlock()
+		return nil
+	}
+	b.closed = true
+	var reps []*replica
+	for _, fn := range b.fns {
+		reps = append(reps, fn.replicas...)
+		fn.replicas = nil
+	}
+	b.mu.Unlock()
+	b.cancel()
+	done := make(chan struct{})
+	go func() { b.wg.Wait(); close(done) }()
+	var err error
+	select {
+	case <-done:
+	case <-ctx.Done():
+		err = fmt.Errorf("local backend: stopping functions: %w", ctx.Err())
+		for _, r := range reps {
+			r.kill()
+		}
+		<-done
+	}
+	b.mu.Lock()
+	for _, fn := range b.fns {
+		fn.logs.close()
+	}
+	b.mu.Unlock()
+	b.spawner.stop()
+	return err
+}

@@ -1,0 +1,377 @@
+package local
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/url"
+	"os"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"time"
+
+	"github.com/openfaas/faas-provider/types"
+
+	"github.com/faas-gpu/faas-gpu/provider"
+	"github.com/faas-gpu/faas-gpu/provider/gpuspec"
+	"github.com/faas-gpu/faas-gpu/provider/names"
+)
+
+// LabelScaleMin is the OpenFaaS label whose value is a function's replica count at deploy (default 1).
+const LabelScaleMin = "com.openfaas.scale.min"
+
+// function is one deployed function and its replicas.
+type function struct {
+	name     string
+	rec      record
+	replicas []*replica
+	logs     *logbook
+	started  int    // replicas ever started, for instance names
+	rr       uint64 // round-robin counter of Resolve
+}
+
+// newFunction prepares a function's run folder and log; the caller holds b.mu.
+func (b *Backend) newFunction(rec record) (*function, error) {
+	name := rec.Deployment.Service
+	if err := b.linkSecrets(name, rec.Deployment.Secrets); err != nil {
+		return nil, err
+	}
+	return &function{name: name, rec: rec,
+		logs: newLogbook(b.cfg.LogLines, filepath.Join(b.cfg.StateDir, "logs", name+".log"))}, nil
+}
+
+// scaleLocked starts or stops replicas until the function has n; it returns the replicas being stopped, whose done
+// channels the caller may wait on after releasing b.mu.
+func (b *Backend) scaleLocked(fn *function, n uint64) []*replica {
+	for uint64(len(fn.replicas)) < n {
+		fn.started++
+		ctx, cancel := context.WithCancel(b.base)
+		r := &replica{id: fmt.Sprintf("%s-%d", fn.name, fn.started), cancel: cancel, done: make(chan struct{})}
+		fn.replicas = append(fn.replicas, r)
+		b.wg.Add(1)
+		go b.supervise(ctx, fn, r, fn.rec)
+	}
+	var stopped []*replica
+	for uint64(len(fn.replicas)) > n {
+		r := fn.replicas[len(fn.replicas)-1]
+		fn.replicas = fn.replicas[:len(fn.replicas)-1]
+		r.cancel()
+		stopped = append(stopped, r)
+	}
+	return stopped
+}
+
+// waitStopped waits until every replica has stopped, or ctx ends (the replicas still stop).
+func waitStopped(ctx context.Context, reps []*replica) error {
+	for _, r := range reps {
+		select {
+		case <-r.done:
+		case <-ctx.Done():
+			return fmt.Errorf("waiting for replicas to stop: %w", ctx.Err())
+		}
+	}
+	return nil
+}
+
+// check validates a deployment and fills its namespace.
+func (b *Backend) check(fd *types.FunctionDeployment) error {
+	if err := names.Function("service", fd.Service); err != nil {
+		return err
+	}
+	ns, err := names.Namespace(fd.Namespace, []string{provider.DefaultNamespace})
+	if err != nil {
+		return err
+	}
+	fd.Namespace = ns
+	if fd.Image == "" {
+		return fmt.Errorf("%w: image is required", provider.ErrInvalid)
+	}
+	var annotations map[string]string
+	if fd.Annotations != nil {
+		annotations = *fd.Annotations
+	}
+	if _, _, err := gpuspec.Parse(annotations, fd.Service); err != nil {
+		return err
+	}
+	for _, s := range fd.Secrets {
+		if err := names.Secret("secrets", s); err != nil {
+			return err
+		}
+		if _, err := os.Stat(b.secretPath(s)); err != nil {
+			return fmt.Errorf("%w: secrets: secret %q does not exist in namespace %s (create it first)",
+				provider.ErrInvalid, s, ns)
+		}
+	}
+	_, err = b.source(recordView{name: fd.Service, image: fd.Image, envProcess: fd.EnvProcess}, false)
+	return err
+}
+
+// initialReplicas reads LabelScaleMin (default 1).
+func (b *Backend) initialReplicas(fd types.FunctionDeployment) (uint64, error) {
+	if fd.Labels == nil {
+		return 1, nil
+	}
+	v, ok := (*fd.Labels)[LabelScaleMin]
+	if !ok {
+		return 1, nil
+	}
+	n, err := strconv.ParseUint(v, 10, 64)
+	if err != nil || n > b.cfg.MaxReplicas {
+		return 0, fmt.Errorf("%w: label %s: %q must be a replica count from 0 to %d", provider.ErrInvalid,
+			LabelScaleMin, v, b.cfg.MaxReplicas)
+	}
+	return n, nil
+}
+
+// Deploy records a function and starts its replicas (one, or LabelScaleMin). It returns once the replicas are
+// starting; Status and Resolve tell when they are ready.
+func (b *Backend) Deploy(ctx context.Context, fd types.FunctionDeployment) error {
+	if err := b.check(&fd); err != nil {
+		return err
+	}
+	n, err := b.initialReplicas(fd)
+	if err != nil {
+		return err
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.closed {
+		return ErrClosed
+	}
+	if _, ok := b.fns[fd.Service]; ok {
+		return fmt.Errorf("%w: function %q in namespace %s", provider.ErrExists, fd.Service, fd.Namespace)
+	}
+	rec := record{Deployment: fd, Replicas: n, CreatedAt: time.Now().UTC()}
+	if err := b.saveRecord(rec); err != nil {
+		return err
+	}
+	fn, err := b.newFunction(rec)
+	if err != nil {
+		return errors.Join(err, b.removeRecord(fd.Service))
+	}
+	b.fns[fd.Service] = fn
+	b.scaleLocked(fn, n)
+	b.log.Info("function deployed", "function", fd.Service, "image", fd.Image, "replicas", n)
+	return nil
+}
+
+// Update replaces a function's definition, keeping its replica count, and restarts its replicas with it.
+func (b *Backend) Update(ctx context.Context, fd types.FunctionDeployment) error {
+	if err := b.check(&fd); err != nil {
+		return err
+	}
+	b.mu.Lock()
+	if b.closed {
+		b.mu.Unlock()
+		return ErrClosed
+	}
+	fn, ok := b.fns[fd.Service]
+	if !ok {
+		b.mu.Unlock()
+		return fmt.Errorf("%w: function %q in namespace %s", provider.ErrNotFound, fd.Service, fd.Namespace)
+	}
+	rec := fn.rec
+	rec.Deployment = fd
+	if err := b.saveRecord(rec); err != nil {
+		b.mu.Unlock()
+		return err
+	}
+	fn.rec = rec
+	if err := b.linkSecrets(fn.name, fd.Secrets); err != nil {
+		b.mu.Unlock()
+		return err
+	}
+	old := b.scaleLocked(fn, 0)
+	b.scaleLocked(fn, rec.Replicas)
+	b.mu.Unlock()
+	b.log.Info("function updated", "function", fd.Service, "image", fd.Image, "replicas", rec.Replicas)
+	return waitStopped(ctx, old)
+}
+
+// Delete removes a function's record, stops its replicas (waiting for them) and removes its log and run folder.
+func (b *Backend) Delete(ctx context.Context, namespace, name string) error {
+	fn, err := b.take(namespace, name)
+	if err != nil {
+		return err
+	}
+	werr := waitStopped(ctx, fn.replicas)
+	fn.logs.close()
+	logPath := filepath.Join(b.cfg.StateDir, "logs", name+".log")
+	for _, p := range []string{logPath, logPath + ".1"} {
+		if err := os.Remove(p); err != nil && !errors.Is(err, os.ErrNotExist) {
+			werr = errors.Join(werr, fmt.Errorf("local backend: removing log of %q: %w", name, err))
+		}
+	}
+	if err := os.RemoveAll(filepath.Join(b.cfg.StateDir, "run", name)); err != nil {
+		werr = errors.Join(werr, fmt.Errorf("local backend: removing run folder of %q: %w", name, err))
+	}
+	b.log.Info("function deleted", "function", name)
+	return werr
+}
+
+// take removes a function from the backend and its record from disk, and cancels its replicas; fn.replicas keeps
+// the stopping replicas.
+func (b *Backend) take(namespace, name string) (*function, error) {
+	ns, err := b.lookupArgs(namespace, name)
+	if err != nil {
+		return nil, err
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.closed {
+		return nil, ErrClosed
+	}
+	fn, ok := b.fns[name]
+	if !ok {
+		return nil, fmt.Errorf("%w: function %q in namespace %s", provider.ErrNotFound, name, ns)
+	}
+	if err := b.removeRecord(name); err != nil {
+		return nil, err
+	}
+	delete(b.fns, name)
+	reps := fn.replicas
+	b.scaleLocked(fn, 0)
+	fn.replicas = reps
+	return fn, nil
+}
+
+func (b *Backend) lookupArgs(namespace, name string) (string, error) {
+	if err := names.Function("function name", name); err != nil {
+		return "", err
+	}
+	return names.Namespace(namespace, []string{provider.DefaultNamespace})
+}
+
+// List returns every function, sorted by name.
+func (b *Backend) List(ctx context.Context, namespace string) ([]types.FunctionStatus, error) {
+	if _, err := names.Namespace(namespace, []string{provider.DefaultNamespace}); err != nil {
+		return nil, err
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.closed {
+		return nil, ErrClosed
+	}
+	out := make([]types.FunctionStatus, 0, len(b.fns))
+	for _, fn := range b.fns {
+		out = append(out, fn.status())
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
+	return out, nil
+}
+
+// Status returns one function with its desired (Replicas) and ready (AvailableReplicas) replica counts.
+func (b *Backend) Status(ctx context.Context, namespace, name string) (types.FunctionStatus, error) {
+	ns, err := b.lookupArgs(namespace, name)
+	if err != nil {
+		return types.FunctionStatus{}, err
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.closed {
+		return types.FunctionStatus{}, ErrClosed
+	}
+	fn, ok := b.fns[name]
+	if !ok {
+		return types.FunctionStatus{}, fmt.Errorf("%w: function %q in namespace %s", provider.ErrNotFound, name, ns)
+	}
+	return fn.status(), nil
+}
+
+func (fn *function) status() types.FunctionStatus {
+	d := fn.rec.Deployment
+	ready := uint64(0)
+	for _, r := range fn.replicas {
+		if r.readyURL() != nil {
+			ready++
+		}
+	}
+	return types.FunctionStatus{
+		Name: d.Service, Image: d.Image, Namespace: provider.DefaultNamespace, EnvProcess: d.EnvProcess,
+		EnvVars: d.EnvVars, Constraints: d.Constraints, Secrets: d.Secrets, Labels: d.Labels,
+		Annotations: d.Annotations, Limits: d.Limits, Requests: d.Requests,
+		ReadOnlyRootFilesystem: d.ReadOnlyRootFilesystem,
+		Replicas:               fn.rec.Replicas, AvailableReplicas: ready, CreatedAt: fn.rec.CreatedAt,
+	}
+}
+
+// Scale sets a function's replica count (0 to MaxReplicas) and records it; it returns once removed replicas have
+// stopped (added ones are starting).
+func (b *Backend) Scale(ctx context.Context, namespace, name string, replicas uint64) error {
+	ns, err := b.lookupArgs(namespace, name)
+	if err != nil {
+		return err
+	}
+	if replicas > b.cfg.MaxReplicas {
+		return fmt.Errorf("%w: replicas: %d is more than the local backend's maximum of %d", provider.ErrInvalid,
+			replicas, b.cfg.MaxReplicas)
+	}
+	b.mu.Lock()
+	if b.closed {
+		b.mu.Unlock()
+		return ErrClosed
+	}
+	fn, ok := b.fns[name]
+	if !ok {
+		b.mu.Unlock()
+		return fmt.Errorf("%w: function %q in namespace %s", provider.ErrNotFound, name, ns)
+	}
+	rec := fn.rec
+	rec.Replicas = replicas
+	if err := b.saveRecord(rec); err != nil {
+		b.mu.Unlock()
+		return err
+	}
+	fn.rec = rec
+	stopped := b.scaleLocked(fn, replicas)
+	b.mu.Unlock()
+	b.log.Info("function scaled", "function", name, "replicas", replicas)
+	return waitStopped(ctx, stopped)
+}
+
+// Resolve returns the base URL of a ready replica, round-robin over the ready ones. It fails with
+// provider.ErrNotReady while none is ready (starting, restarting, or scaled to 0).
+func (b *Backend) Resolve(ctx context.Context, namespace, name string) (*url.URL, error) {
+	ns, err := b.lookupArgs(namespace, name)
+	if err != nil {
+		return nil, err
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.closed {
+		return nil, ErrClosed
+	}
+	fn, ok := b.fns[name]
+	if !ok {
+		return nil, fmt.Errorf("%w: function %q in namespace %s", provider.ErrNotFound, name, ns)
+	}
+	var ready []*url.URL
+	for _, r := range fn.replicas {
+		if u := r.readyURL(); u != nil {
+			ready = append(ready, u)
+		}
+	}
+	if len(ready) == 0 {
+		return nil, fmt.Errorf("%w: function %q has no ready replica (%d desired)", provider.ErrNotReady, name,
+			fn.rec.Replicas)
+	}
+	fn.rr++
+	u := *ready[fn.rr%uint64(len(ready))]
+	return &u, nil
+}
+
+// pids returns the process ids of a function's running replicas (for tests).
+func (b *Backend) pids(name string) []int {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	var out []int
+	if fn, ok := b.fns[name]; ok {
+		for _, r := range fn.replicas {
+			if p := r.pid(); p > 0 {
+				out = append(out, p)
+			}
+		}
+	}
+	return out
+}

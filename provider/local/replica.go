@@ -1,0 +1,281 @@
+package local
+
+import (
+	"context"
+
+	"fmt"
+	"net"
+	"net/http"
+	"net/url"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/openfaas/faas-provider/logs"
+
+	"github.com/faas-gpu/faas-gpu/provider"
+	"github.com/faas-gpu/faas-gpu/provider/gpuspec"
+)
+
+// HealthPath is the path a replica answers once it is ready (of-watchdog's health endpoint, which index.py serves).
+// Any answer below 500 counts as ready, so an entrypoint without the endpoint is ready once it serves HTTP.
+const HealthPath = "/_/health"
+
+// stableRun is how long a replica must run before a crash resets its restart backoff.
+const stableRun = 30 * time.Second
+
+// replica is one supervised process of a function; the process is restarted under the same replica until the
+// replica is stopped.
+type replica struct {
+	id     string
+	cancel context.CancelFunc
+	done   chan struct{}
+
+	mu   sync.Mutex
+	url  *url.URL // set while ready
+	pgid int      // process group of the running process, 0 when none
+}
+
+func (r *replica) setReady(u *url.URL) {
+	r.mu.Lock()
+	r.url = u
+	r.mu.Unlock()
+}
+
+func (r *replica) readyURL() *url.URL {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.url
+}
+
+func (r *replica) setProcess(pgid int) {
+	r.mu.Lock()
+	r.pgid = pgid
+	r.mu.Unlock()
+}
+
+// pid is the process id of the running process (its process group id), 0 when none.
+func (r *replica) pid() int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.pgid
+}
+
+// kill sends SIGKILL to the replica's process group, if a process runs.
+func (r *replica) kill() {
+	if pg := r.pid(); pg > 0 {
+		_ = syscall.Kill(-pg, syscall.SIGKILL)
+	}
+}
+
+// supervise runs a replica's process until ctx ends, restarting it with exponential backoff whenever it exits.
+func (b *Backend) supervise(ctx context.Context, fn *function, r *replica, rec record) {
+	defer b.wg.Done()
+	defer close(r.done)
+	backoff := b.cfg.BackoffMin
+	for {
+		started := time.Now()
+		err := b.runOnce(ctx, fn, r, rec)
+		if ctx.Err() != nil {
+			fn.event(r.id, "stopped")
+			return
+		}
+		if time.Since(started) > stableRun {
+			backoff = b.cfg.BackoffMin
+		}
+		fn.event(r.id, "%v; restarting in %s", err, backoff)
+		b.log.Warn("function replica ended; restarting", "function", fn.name, "instance", r.id, "err", err,
+			"backoff", backoff)
+		t := time.NewTimer(backoff)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			fn.event(r.id, "stopped")
+			return
+		case <-t.C:
+		}
+		backoff = min(2*backoff, b.cfg.BackoffMax)
+	}
+}
+
+// runOnce starts the function's process, marks the replica ready once it answers HealthPath and returns when the
+// process exits (its exit error) or ctx ends (after stopping the process).
+func (b *Backend) runOnce(ctx context.Context, fn *function, r *replica, rec record) error {
+	dir, err := b.source(view(rec), true)
+	if err != nil {
+		return err
+	}
+	port, err := freePort()
+	if err != nil {
+		return err
+	}
+	argv := []string{b.cfg.Python, "index.py"}
+	if p := strings.Fields(rec.Deployment.EnvProcess); len(p) > 0 {
+		argv = p
+	}
+	cmd := exec.Command(argv[0], argv[1:]...)
+	cmd.Dir = dir
+	cmd.Env = b.env(rec, r.id, port)
+	emit := func(text string) {
+		fn.logs.append(logs.Message{Name: fn.name, Namespace: provider.DefaultNamespace, Instance: r.id,
+			Timestamp: time.Now().UTC(), Text: text})
+	}
+	stdout, stderr := &lineWriter{emit: emit}, &lineWriter{emit: emit}
+	cmd.Stdout, cmd.Stderr = stdout, stderr
+	cmd.SysProcAttr = childAttrs()
+	cmd.WaitDelay = time.Second
+	if err := b.spawner.start(ctx, cmd); err != nil {
+		return fmt.Errorf("starting %s: %w", strings.Join(argv, " "), err)
+	}
+	pid := cmd.Process.Pid
+	r.setProcess(pid)
+	defer r.setProcess(0)
+	fn.event(r.id, "started %s (pid %d, port %d) in %s", strings.Join(argv, " "), pid, port, dir)
+	b.log.Info("function replica started", "function", fn.name, "instance", r.id, "pid", pid, "port", port)
+	exited := make(chan error, 1)
+	go func() {
+		err := cmd.Wait()
+		stdout.flush()
+		stderr.flush()
+		exited <- err
+	}()
+	// Whatever the process left behind in its group goes with it.
+	defer func() { _ = syscall.Kill(-pid, syscall.SIGKILL) }()
+
+	u := &url.URL{Scheme: "http", Host: net.JoinHostPort("127.0.0.1", strconv.Itoa(port))}
+	tick := time.NewTicker(50 * time.Millisecond)
+	defer tick.Stop()
+	for ready := false; !ready; {
+		select {
+		case err := <-exited:
+			return fmt.Errorf("exited before it was ready: %s", exitText(err))
+		case <-ctx.Done():
+			b.stopProcess(pid, exited)
+			return ctx.Err()
+		case <-tick.C:
+			ready = b.healthy(ctx, u)
+		}
+	}
+	r.setReady(u)
+	fn.event(r.id, "ready on %s", u.Host)
+	defer r.setReady(nil)
+	select {
+	case err := <-exited:
+		r.setReady(nil)
+		return fmt.Errorf("exited: %s", exitText(err))
+	case <-ctx.Done():
+		r.setReady(nil)
+		b.stopProcess(pid, exited)
+		return ctx.Err()
+	}
+}
+
+func exitText(err error) string {
+	if err == nil {
+		return "exit status 0"
+	}
+	return err.Error()
+}
+
+// stopProcess sends SIGTERM to the process group and SIGKILL after StopTimeout, and waits for the process.
+func (b *Backend) stopProcess(pgid int, exited <-chan error) {
+	_ = syscall.Kill(-pgid, syscall.SIGTERM)
+	t := time.NewTimer(b.cfg.StopTimeout)
+	defer t.Stop()
+	select {
+	case <-exited:
+		return
+	case <-t.C:
+	}
+	_ = syscall.Kill(-pgid, syscall.SIGKILL)
+	<-exited
+}
+
+// healthy asks a replica's HealthPath once.
+func (b *Backend) healthy(ctx context.Context, u *url.URL) bool {
+	ctx, cancel := context.WithTimeout(ctx, time.Second)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u.String()+HealthPath, nil)
+	if err != nil {
+		return false
+	}
+	resp, err := b.health.Do(req)
+	if err != nil {
+		return false
+	}
+	_ = resp.Body.Close()
+	return resp.StatusCode < 500
+}
+
+// env is a replica's environment: this process's environment, then Config.Env, then the function's envVars, then
+// what the backend decides (PORT, OPENFAAS_SECRETS_DIR, HOSTNAME, the GPU settings, fprocess).
+func (b *Backend) env(rec record, instance string, port int) []string {
+	m := map[string]string{}
+	for _, kv := range os.Environ() {
+		if k, v, ok := strings.Cut(kv, "="); ok {
+			m[k] = v
+		}
+	}
+	for _, k := range []string{"FAAS_GPU", "FAAS_GPU_FUNCTION", "FAAS_GPU_MEMORY", "fprocess"} {
+		delete(m, k)
+	}
+	for k, v := range b.cfg.Env {
+		m[k] = v
+	}
+	for k, v := range rec.Deployment.EnvVars {
+		m[k] = v
+	}
+	name := rec.Deployment.Service
+	if rec.Deployment.EnvProcess != "" {
+		m["fprocess"] = rec.Deployment.EnvProcess
+	}
+	var annotations map[string]string
+	if rec.Deployment.Annotations != nil {
+		annotations = *rec.Deployment.Annotations
+	}
+	if spec, isGPU, err := gpuspec.Parse(annotations, name); err == nil && isGPU {
+		m["FAAS_GPU"] = "1"
+		m["FAAS_GPU_FUNCTION"] = name
+		m["FAAS_GPU_MEMORY"] = strconv.FormatUint(spec.MemoryBytes, 10)
+	}
+	m["PORT"] = strconv.Itoa(port)
+	m["OPENFAAS_SECRETS_DIR"] = b.secretsDir(name)
+	m["HOSTNAME"] = instance
+	m["PYTHONUNBUFFERED"] = "1"
+	m["PYTHONDONTWRITEBYTECODE"] = "1"
+	out := make([]string, 0, len(m))
+	for k, v := range m {
+		out = append(out, k+"="+v)
+	}
+	sort.Strings(out)
+	return out
+}
+
+// freePort returns a TCP port of 127.0.0.1 that was free a moment ago. If another process takes it first, the
+// replica fails to bind, exits and is restarted on another port.
+func freePort() (int, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return 0, fmt.Errorf("finding a free port: %w", err)
+	}
+	port := l.Addr().(*net.TCPAddr).Port
+	if err := l.Close(); err != nil {
+		return 0, fmt.Errorf("finding a free port: %w", err)
+	}
+	return port, nil
+}
+
+func view(rec record) recordView {
+	return recordView{name: rec.Deployment.Service, image: rec.Deployment.Image, envProcess: rec.Deployment.EnvProcess}
+}
+
+// secretsDir is the folder of a function's secret files, OPENFAAS_SECRETS_DIR of its replicas.
+func (b *Backend) secretsDir(name string) string {
+	return filepath.Join(b.absState, "run", name, "secrets")
+}

@@ -1,0 +1,87 @@
+package local
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+
+	"github.com/faas-gpu/faas-gpu/provider"
+	"github.com/faas-gpu/faas-gpu/provider/shrinkwrap"
+)
+
+// ImageDir returns the build context name of an image reference: its last path element without tag or digest.
+// "hello-gpu:latest" and "ghcr.io/x/hello-gpu:0.1" both give "hello-gpu"; "localhost:5000/y@sha256:..." gives "y".
+func ImageDir(image string) string {
+	if i := strings.IndexByte(image, '@'); i >= 0 {
+		image = image[:i]
+	}
+	if i := strings.LastIndexByte(image, '/'); i >= 0 {
+		image = image[i+1:]
+	}
+	if i := strings.IndexByte(image, ':'); i >= 0 {
+		image = image[:i]
+	}
+	return image
+}
+
+// source finds where a function's code is, in this order:
+//
+//  1. <BuildDir>/<ImageDir(image)>/ (a shrinkwrapped build context named after the image),
+//  2. <BuildDir>/<service>/ (named after the function),
+//  3. <TemplatesDir>/<Template>/ with <FunctionsDir>/<service>/ as its function/ folder, assembled into
+//     <StateDir>/run/<service>/app/ when assemble is true.
+//
+// A build context counts when it holds index.py (or anything, when the function sets envProcess). The error wraps
+// provider.ErrInvalid and names the image and the folders it looked in.
+func (b *Backend) source(fn recordView, assemble bool) (string, error) {
+	var tried []string
+	candidates := []string{}
+	if d := ImageDir(fn.image); d != "" && d != "." && d != ".." {
+		candidates = append(candidates, filepath.Join(b.cfg.BuildDir, d))
+	}
+	candidates = append(candidates, filepath.Join(b.cfg.BuildDir, fn.name))
+	for _, dir := range candidates {
+		if isContext(dir, fn.envProcess != "") {
+			return dir, nil
+		}
+		tried = append(tried, dir)
+	}
+	if b.cfg.TemplatesDir != "" && b.cfg.FunctionsDir != "" {
+		tpl := filepath.Join(b.cfg.TemplatesDir, b.cfg.Template)
+		handler := filepath.Join(b.cfg.FunctionsDir, fn.name)
+		if isDir(tpl) && isDir(handler) {
+			app := filepath.Join(b.cfg.StateDir, "run", fn.name, "app")
+			if !assemble {
+				return app, nil
+			}
+			if err := shrinkwrap.Assemble(tpl, handler, app); err != nil {
+				return "", fmt.Errorf("local backend: assembling %s: %w", app, err)
+			}
+			return app, nil
+		}
+		tried = append(tried, tpl+" + "+handler)
+	}
+	return "", fmt.Errorf("%w: image %q of function %q: no build context (looked in %s); "+
+		"run `make functions` or `faas-cli build --shrinkwrap`", provider.ErrInvalid, fn.image, fn.name,
+		strings.Join(tried, ", "))
+}
+
+// recordView is what source needs of a deployment.
+type recordView struct{ name, image, envProcess string }
+
+func isContext(dir string, anyEntrypoint bool) bool {
+	if !isDir(dir) {
+		return false
+	}
+	if anyEntrypoint {
+		return true
+	}
+	st, err := os.Stat(filepath.Join(dir, "index.py"))
+	return err == nil && st.Mode().IsRegular()
+}
+
+func isDir(path string) bool {
+	st, err := os.Stat(path)
+	return err == nil && st.IsDir()
+}

@@ -1,0 +1,333 @@
+#!/usr/bin/env python3
+"""gpu-python entrypoint: serves function/handler.py over HTTP with the Python standard library.
+
+It has the shape of OpenFaaS's python3-http template (handle(event, context), a dict or str/bytes result) but
+needs no Flask or waitress, so faas-gpu's local backend can run it as a plain process and of-watchdog (http mode)
+can forward to it in a cluster.
+
+Environment:
+  PORT                  port to listen on (default 5000), on 127.0.0.1 unless HOST says otherwise
+  FAAS_GPU=1            the function is a GPU function: each request is wrapped in acquire/release against the
+                        gpuserver, and context.gpu holds the binding (id, gpu, gpu_name, swap)
+  FAAS_GPU_FUNCTION     the function's name as registered with the gpuserver (required when FAAS_GPU=1)
+  FAAS_GPU_SOCKET       the gpuserver's Unix socket (default /var/run/faas-gpu/gpuserver.sock)
+  FAAS_GPU_ACQUIRE_TIMEOUT_MS  how long a request waits for a GPU (default 30000)
+  OPENFAAS_SECRETS_DIR  where the function's secrets are files (default /var/openfaas/secrets)
+
+GET /_/health answers 200 once the handler is imported, as of-watchdog's health endpoint does.
+"""
+
+import http.client
+import json
+import os
+import signal
+import socket
+import sys
+import threading
+import time
+import traceback
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from urllib.parse import parse_qs, urlsplit
+
+from function import handler
+
+DEFAULT_SOCKET = "/var/run/faas-gpu/gpuserver.sock"
+DEFAULT_SECRETS_DIR = "/var/openfaas/secrets"
+HEALTH_PATH = "/_/health"
+
+
+class Query(dict):
+    """Query parameters: q["name"] or q.get("name") is the first value, q.getlist("name") every value."""
+
+    def __init__(self, raw):
+        self._lists = parse_qs(raw, keep_blank_values=True)
+        super().__init__({k: v[0] for k, v in self._lists.items()})
+
+    def getlist(self, name):
+        return list(self._lists.get(name, []))
+
+
+class Event:
+    """The request as the handler sees it (python3-http's Event)."""
+
+    def __init__(self, body, headers, method, query, path):
+        self.body = body
+        self.headers = headers
+        self.method = method
+        self.query = query
+        self.path = path
+
+
+class Context:
+    """python3-http's Context, plus gpu: the request's GPU binding (None for a CPU function)."""
+
+    def __init__(self, gpu=None):
+        self.hostname = os.getenv("HOSTNAME", "localhost")
+        self.gpu = gpu
+        self.secrets_dir = os.getenv("OPENFAAS_SECRETS_DIR", DEFAULT_SECRETS_DIR)
+
+
+class GPUError(Exception):
+    """The gpuserver refused or failed a call; status is the HTTP status the function answers with."""
+
+    def __init__(self, status, message):
+        super().__init__(message)
+        self.status = status
+        self.message = message
+
+
+class UnixHTTPConnection(http.client.HTTPConnection):
+    """An HTTP connection over a Unix socket."""
+
+    def __init__(self, path, timeout):
+        super().__init__("localhost", timeout=timeout)
+        self.socket_path = path
+
+    def connect(self):
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        sock.settimeout(self.timeout)
+        try:
+            sock.connect(self.socket_path)
+        except OSError:
+            sock.close()
+            raise
+        self.sock = sock
+
+
+class GPUClient:
+    """acquire/release against the gpuserver's HTTP API on its Unix socket."""
+
+    def __init__(self, function, socket_path, acquire_timeout_ms):
+        self.function = function
+        self.socket_path = socket_path
+        self.acquire_timeout_ms = acquire_timeout_ms
+
+    def _call(self, method, path, body, timeout):
+        conn = UnixHTTPConnection(self.socket_path, timeout)
+        try:
+            data = None if body is None else json.dumps(body).encode()
+            headers = {"Content-Type": "application/json"} if data is not None else {}
+            conn.request(method, path, body=data, headers=headers)
+            resp = conn.getresponse()
+            return resp.status, resp.read()
+        finally:
+            conn.close()
+
+    @staticmethod
+    def _error_text(raw):
+        try:
+            return json.loads(raw).get("error") or raw.decode(errors="replace")
+        except (ValueError, AttributeError):
+            return raw.decode(errors="replace")
+
+    def acquire(self):
+        # Leave the socket a little longer than the gpuserver's own timeout so that its 504 arrives first.
+        timeout = self.acquire_timeout_ms / 1000.0 + 5
+        path = "/v1/functions/%s/acquire" % self.function
+        try:
+            status, raw = self._call("POST", path, {"timeout_ms": self.acquire_timeout_ms}, timeout)
+        except OSError as e:
+            raise GPUError(503, "gpuserver at %s unreachable: %s" % (self.socket_path, e))
+        if status != 200:
+            raise GPUError(status, "gpuserver refused to acquire a GPU for function %s (HTTP %d): %s"
+                           % (self.function, status, self._error_text(raw)))
+        try:
+            binding = json.loads(raw)
+        except ValueError:
+            raise GPUError(502, "gpuserver answered acquire with invalid JSON")
+        return binding
+
+    def release(self, binding_id):
+        try:
+            status, raw = self._call("POST", "/v1/bindings/%s/release" % binding_id, None, 30)
+        except OSError as e:
+            log("faas-gpu: releasing binding %s failed: %s" % (binding_id, e))
+            return
+        if status not in (200, 204):
+            log("faas-gpu: releasing binding %s failed (HTTP %d): %s" % (binding_id, status, self._error_text(raw)))
+
+
+def log(msg):
+    print(msg, file=sys.stderr, flush=True)
+
+
+def format_body(body):
+    if body is None:
+        return b""
+    if isinstance(body, (bytes, bytearray)):
+        return bytes(body)
+    if isinstance(body, (dict, list)):
+        return json.dumps(body).encode()
+    return str(body).encode()
+
+
+def format_response(res):
+    """Turns a handler's result into (status, headers, body bytes) the way python3-http does."""
+    if res is None:
+        return 200, {}, b""
+    if isinstance(res, dict):
+        status = int(res.get("statusCode", 200))
+        headers = {str(k): str(v) for k, v in (res.get("headers") or {}).items()}
+        body = res.get("body")
+        if isinstance(body, (dict, list)) and not any(k.lower() == "content-type" for k in headers):
+            headers["Content-Type"] = "application/json"
+        return status, headers, format_body(body)
+    if isinstance(res, tuple):
+        body = res[0]
+        status = int(res[1]) if len(res) > 1 else 200
+        headers = dict(res[2]) if len(res) > 2 else {}
+        return status, headers, format_body(body)
+    return 200, {}, format_body(res)
+
+
+class Server(ThreadingHTTPServer):
+    daemon_threads = True
+    allow_reuse_address = True
+
+    def __init__(self, addr, gpu_client):
+        super().__init__(addr, RequestHandler)
+        self.gpu_client = gpu_client
+        self.lock = threading.Lock()
+        self.inflight = 0
+        self.stopping = False
+
+    def enter(self):
+        with self.lock:
+            self.inflight += 1
+
+    def leave(self):
+        with self.lock:
+            self.inflight -= 1
+
+
+class RequestHandler(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+    server_version = "gpu-python"
+
+    def log_message(self, fmt, *args):
+        pass  # the provider logs requests; stdout/stderr carry the handler's own output
+
+    def read_body(self):
+        if "chunked" in self.headers.get("Transfer-Encoding", "").lower():
+            chunks = []
+            while True:
+                line = self.rfile.readline(65537)
+                size = int(line.split(b";", 1)[0].strip() or b"0", 16)
+                if size == 0:
+                    # Trailers end with an empty line.
+                    while self.rfile.readline(65537) not in (b"\r\n", b"\n", b""):
+                        pass
+                    break
+                chunks.append(self.rfile.read(size))
+                self.rfile.readline(65537)
+            return b"".join(chunks)
+        length = int(self.headers.get("Content-Length") or 0)
+        return self.rfile.read(length) if length > 0 else b""
+
+    def send(self, status, headers, body):
+        self.send_response(status)
+        has_type = False
+        for k, v in headers.items():
+            if k.lower() in ("content-length", "transfer-encoding", "connection"):
+                continue
+            has_type = has_type or k.lower() == "content-type"
+            self.send_header(k, v)
+        if not has_type:
+            self.send_header("Content-Type", "text/plain; charset=utf-8")
+        self.send_header("Content-Length", str(len(body)))
+        if self.server.stopping:
+            self.send_header("Connection", "close")
+            self.close_connection = True
+        self.end_headers()
+        if self.command != "HEAD":
+            self.wfile.write(body)
+
+    def send_json_error(self, status, message):
+        self.send(status, {"Content-Type": "application/json"}, json.dumps({"error": message}).encode())
+
+    def handle_any(self):
+        url = urlsplit(self.path)
+        try:
+            body = self.read_body()
+        except (ValueError, OSError) as e:
+            self.send_json_error(400, "cannot read request body: %s" % e)
+            return
+        if url.path == HEALTH_PATH and self.command in ("GET", "HEAD"):
+            self.send(200, {}, b"OK")
+            return
+        self.server.enter()
+        try:
+            self.invoke(url, body)
+        finally:
+            self.server.leave()
+
+    def invoke(self, url, body):
+        event = Event(body, self.headers, self.command, Query(url.query), url.path or "/")
+        gpu = self.server.gpu_client
+        binding = None
+        if gpu is not None:
+            try:
+                binding = gpu.acquire()
+            except GPUError as e:
+                log("faas-gpu: %s" % e.message)
+                self.send_json_error(e.status, e.message)
+                return
+        try:
+            context = Context(gpu=binding)
+            try:
+                res = handler.handle(event, context)
+                status, headers, out = format_response(res)
+            except Exception:
+                traceback.print_exc()
+                self.send_json_error(500, "the function's handler raised an exception; see its logs")
+                return
+        finally:
+            if binding is not None:
+                gpu.release(binding.get("id", ""))
+        self.send(status, headers, out)
+
+    do_GET = do_POST = do_PUT = do_PATCH = do_DELETE = do_OPTIONS = do_HEAD = handle_any
+
+
+def gpu_client_from_env():
+    if os.getenv("FAAS_GPU", "") not in ("1", "true"):
+        return None
+    function = os.getenv("FAAS_GPU_FUNCTION", "")
+    if not function:
+        sys.exit("gpu-python: FAAS_GPU=1 but FAAS_GPU_FUNCTION (the function's name) is not set")
+    try:
+        timeout_ms = int(os.getenv("FAAS_GPU_ACQUIRE_TIMEOUT_MS", "30000"))
+    except ValueError:
+        sys.exit("gpu-python: FAAS_GPU_ACQUIRE_TIMEOUT_MS must be an integer number of milliseconds")
+    return GPUClient(function, os.getenv("FAAS_GPU_SOCKET", DEFAULT_SOCKET), timeout_ms)
+
+
+def main():
+    try:
+        port = int(os.getenv("PORT", "5000"))
+    except ValueError:
+        sys.exit("gpu-python: PORT must be a port number")
+    server = Server((os.getenv("HOST", "127.0.0.1"), port), gpu_client_from_env())
+
+    def on_term(signum, frame):
+        # Stop accepting, let requests in flight finish (the provider kills the process after its grace period).
+        server.stopping = True
+        threading.Thread(target=server.shutdown, daemon=True).start()
+
+    signal.signal(signal.SIGTERM, on_term)
+    signal.signal(signal.SIGINT, on_term)
+    log("gpu-python: listening on %s:%d%s" % (server.server_address[0], port,
+        " (GPU function %s)" % server.gpu_client.function if server.gpu_client else ""))
+    server.serve_forever(poll_interval=0.1)
+    while True:
+        with server.lock:
+            if server.inflight == 0:
+                break
+        time.sleep(0.02)
+    server.server_close()
+    sys.stdout.flush()
+    sys.stderr.flush()
+
+
+if __name__ == "__main__":
+    main()
