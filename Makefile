@@ -26,6 +26,11 @@ test: lint test-shim test-go
 test-go: build
 	$(GO) test -race -count=1 -timeout 20m ./...
 
+## functions: lay out ./build/<fn>/ for every function in stack.yml as `faas-cli build --shrinkwrap` does
+.PHONY: functions
+functions:
+	$(GO) run ./provider/shrinkwrap/cmd/shrinkwrap -f stack.yml -templates templates -out build
+
 ## lint: gofmt, go vet, go mod tidy without diff
 lint:
 	@out=$$(gofmt -l $$(git ls-files '*.go') 2>/dev/null); if [ -n "$$out" ]; then echo "gofmt would change:"; echo "$$out"; exit 1; fi
