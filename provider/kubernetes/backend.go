@@ -54,7 +54,7 @@ func (b *Backend) Deploy(ctx context.Context, fn types.FunctionDeployment) error
 		return err
 	}
 	if _, err := b.client.AppsV1().Deployments(f.Namespace).Create(ctx, b.deployment(f, nil), metav1.CreateOptions{}); err != nil {
-		return apiError("create deployment "+f.Name, err)
+		return APIError("create deployment "+f.Name, err)
 	}
 	return b.applyService(ctx, f)
 }
@@ -78,7 +78,7 @@ func (b *Backend) Update(ctx context.Context, fn types.FunctionDeployment) error
 		return err
 	})
 	if err != nil {
-		return apiError("update deployment "+f.Name, err)
+		return APIError("update deployment "+f.Name, err)
 	}
 	return b.applyService(ctx, f)
 }
@@ -92,16 +92,16 @@ func (b *Backend) Delete(ctx context.Context, namespace, name string) error {
 	deployments := b.client.AppsV1().Deployments(ns)
 	cur, err := deployments.Get(ctx, name, metav1.GetOptions{})
 	if err != nil {
-		return apiError("get deployment "+name, err)
+		return APIError("get deployment "+name, err)
 	}
 	if _, ok := cur.Labels[LabelFunction]; !ok {
 		return fmt.Errorf("deployment %s.%s is not a function: %w", name, ns, provider.ErrNotFound)
 	}
 	if err := deployments.Delete(ctx, name, metav1.DeleteOptions{}); err != nil {
-		return apiError("delete deployment "+name, err)
+		return APIError("delete deployment "+name, err)
 	}
 	if err := b.client.CoreV1().Services(ns).Delete(ctx, name, metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
-		return apiError("delete service "+name, err)
+		return APIError("delete service "+name, err)
 	}
 	return nil
 }
@@ -221,7 +221,7 @@ func (b *Backend) applyService(ctx context.Context, f Function) error {
 		_, err = services.Update(ctx, next, metav1.UpdateOptions{})
 		return err
 	})
-	return apiError("apply service "+f.Name, err)
+	return APIError("apply service "+f.Name, err)
 }
 
 func copyMap(m map[string]string) map[string]string {

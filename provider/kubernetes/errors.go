@@ -8,9 +8,9 @@ import (
 	"github.com/faas-gpu/faas-gpu/provider"
 )
 
-// apiError wraps an error of the Kubernetes API with the provider sentinel it corresponds to, so that handlers map it
+// APIError wraps an error of the Kubernetes API with the provider sentinel it corresponds to, so that handlers map it
 // to an HTTP status: not found, already exists, invalid (the API server's message names the field).
-func apiError(what string, err error) error {
+func APIError(what string, err error) error {
 	switch {
 	case err == nil:
 		return nil

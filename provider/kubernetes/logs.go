@@ -27,7 +27,7 @@ func (b *Backend) Logs(ctx context.Context, req logs.Request) (<-chan logs.Messa
 	}
 	pods, err := b.client.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{LabelSelector: LabelFunction + "=" + req.Name})
 	if err != nil {
-		return nil, apiError("list pods of "+req.Name, err)
+		return nil, APIError("list pods of "+req.Name, err)
 	}
 	opts := &corev1.PodLogOptions{Container: req.Name, Follow: req.Follow, Timestamps: true}
 	if req.Tail > 0 {
@@ -55,7 +55,7 @@ func (b *Backend) Logs(ctx context.Context, req logs.Request) (<-chan logs.Messa
 		s, err := b.client.CoreV1().Pods(ns).GetLogs(p.Name, opts).Stream(ctx)
 		if err != nil {
 			closeAll()
-			return nil, apiError(fmt.Sprintf("logs of pod %s", p.Name), err)
+			return nil, APIError(fmt.Sprintf("logs of pod %s", p.Name), err)
 		}
 		streams = append(streams, s)
 		names = append(names, p.Name)

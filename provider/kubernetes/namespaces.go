@@ -21,7 +21,7 @@ func (b *Backend) Namespaces(ctx context.Context) ([]string, error) {
 		return []string{b.cfg.DefaultNamespace}, nil
 	}
 	if err != nil {
-		return nil, apiError("list namespaces", err)
+		return nil, APIError("list namespaces", err)
 	}
 	out := []string{b.cfg.DefaultNamespace}
 	for _, n := range list.Items {
@@ -44,7 +44,7 @@ func (b *Backend) CheckNamespace(ctx context.Context, namespace string) error {
 	case apierrors.IsForbidden(err):
 		return invalid("namespace", "%q: only %s is allowed with the provider's namespaced RBAC", namespace, b.cfg.DefaultNamespace)
 	case err != nil:
-		return apiError("namespace "+namespace, err)
+		return APIError("namespace "+namespace, err)
 	case ns.Labels[LabelNamespace] != LabelNamespaceValue:
 		return fmt.Errorf("%w: namespace: %q is not labelled %s=%q", provider.ErrInvalid, namespace, LabelNamespace, LabelNamespaceValue)
 	}

@@ -22,7 +22,7 @@ func (b *Backend) Resolve(ctx context.Context, namespace, name string) (*url.URL
 	slices, err := b.client.DiscoveryV1().EndpointSlices(ns).List(ctx,
 		metav1.ListOptions{LabelSelector: LabelServiceName + "=" + name})
 	if err != nil {
-		return nil, apiError("list endpointslices of "+name, err)
+		return nil, APIError("list endpointslices of "+name, err)
 	}
 	var hosts []string
 	for _, s := range slices.Items {
@@ -41,7 +41,7 @@ func (b *Backend) Resolve(ctx context.Context, namespace, name string) (*url.URL
 	}
 	if len(hosts) == 0 {
 		if _, err := b.client.CoreV1().Services(ns).Get(ctx, name, metav1.GetOptions{}); err != nil {
-			return nil, apiError("get service "+name, err)
+			return nil, APIError("get service "+name, err)
 		}
 		return nil, fmt.Errorf("function %s.%s has no ready endpoint: %w", name, ns, provider.ErrNotReady)
 	}

@@ -37,5 +37,5 @@ func (b *Backend) Scale(ctx context.Context, namespace, name string, replicas ui
 		_, err = deployments.Update(ctx, d, metav1.UpdateOptions{})
 		return err
 	})
-	return apiError("scale deployment "+name, err)
+	return APIError("scale deployment "+name, err)
 }

@@ -20,7 +20,7 @@ func (b *Backend) ListSecrets(ctx context.Context, namespace string) ([]types.Se
 		LabelSelector: LabelSecretManagedBy + "=" + SecretManagedByValue,
 	})
 	if err != nil {
-		return nil, apiError("list secrets in "+ns, err)
+		return nil, APIError("list secrets in "+ns, err)
 	}
 	out := make([]types.Secret, 0, len(list.Items))
 	for _, s := range list.Items {
@@ -49,7 +49,7 @@ func (b *Backend) CreateSecret(ctx context.Context, s types.Secret) error {
 		Data: secretData(s),
 	}
 	_, err = b.client.CoreV1().Secrets(ns).Create(ctx, obj, metav1.CreateOptions{})
-	return apiError("create secret "+s.Name, err)
+	return APIError("create secret "+s.Name, err)
 }
 
 // UpdateSecret replaces the value of an OpenFaaS secret.
@@ -73,7 +73,7 @@ func (b *Backend) UpdateSecret(ctx context.Context, s types.Secret) error {
 		_, err = secrets.Update(ctx, cur, metav1.UpdateOptions{})
 		return err
 	})
-	return apiError("update secret "+s.Name, err)
+	return APIError("update secret "+s.Name, err)
 }
 
 // DeleteSecret removes a secret.
@@ -83,7 +83,7 @@ func (b *Backend) DeleteSecret(ctx context.Context, namespace, name string) erro
 	if err != nil {
 		return err
 	}
-	return apiError("delete secret "+name, b.client.CoreV1().Secrets(ns).Delete(ctx, name, metav1.DeleteOptions{}))
+	return APIError("delete secret "+name, b.client.CoreV1().Secrets(ns).Delete(ctx, name, metav1.DeleteOptions{}))
 }
 
 func (b *Backend) secretTarget(s *types.Secret) (string, error) {
@@ -117,7 +117,7 @@ func LookupSecrets(ctx context.Context, client kubernetes.Interface, namespace s
 			if isNotFound(err) {
 				return nil, invalid("secrets", "secret %q does not exist in namespace %s", name, namespace)
 			}
-			return nil, apiError("get secret "+name, err)
+			return nil, APIError("get secret "+name, err)
 		}
 		out[name] = s
 	}

@@ -19,7 +19,7 @@ func (b *Backend) List(ctx context.Context, namespace string) ([]types.FunctionS
 	ns := b.cfg.namespace(namespace)
 	deps, err := b.client.AppsV1().Deployments(ns).List(ctx, metav1.ListOptions{LabelSelector: LabelFunction})
 	if err != nil {
-		return nil, apiError("list deployments in "+ns, err)
+		return nil, APIError("list deployments in "+ns, err)
 	}
 	ready, err := b.readyEndpoints(ctx, ns, "")
 	if err != nil {
@@ -42,7 +42,7 @@ func (b *Backend) Status(ctx context.Context, namespace, name string) (types.Fun
 	}
 	d, err := b.client.AppsV1().Deployments(ns).Get(ctx, name, metav1.GetOptions{})
 	if err != nil {
-		return types.FunctionStatus{}, apiError("get deployment "+name, err)
+		return types.FunctionStatus{}, APIError("get deployment "+name, err)
 	}
 	if _, ok := d.Labels[LabelFunction]; !ok {
 		return types.FunctionStatus{}, fmt.Errorf("deployment %s.%s is not a function: %w", name, ns, provider.ErrNotFound)
@@ -63,7 +63,7 @@ func (b *Backend) readyEndpoints(ctx context.Context, ns, service string) (map[s
 	}
 	slices, err := b.client.DiscoveryV1().EndpointSlices(ns).List(ctx, metav1.ListOptions{LabelSelector: selector})
 	if err != nil {
-		return nil, apiError("list endpointslices in "+ns, err)
+		return nil, APIError("list endpointslices in "+ns, err)
 	}
 	ready := map[string]int{}
 	for _, s := range slices.Items {
