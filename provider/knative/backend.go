@@ -208,10 +208,14 @@ func (b *Backend) ListSecrets(ctx context.Context, namespace string) ([]types.Se
 }
 
 // CreateSecret creates a Kubernetes Secret.
-func (b *Backend) CreateSecret(ctx context.Context, s types.Secret) error { return b.kube.CreateSecret(ctx, s) }
+func (b *Backend) CreateSecret(ctx context.Context, s types.Secret) error {
+	return b.kube.CreateSecret(ctx, s)
+}
 
 // UpdateSecret replaces a secret's value.
-func (b *Backend) UpdateSecret(ctx context.Context, s types.Secret) error { return b.kube.UpdateSecret(ctx, s) }
+func (b *Backend) UpdateSecret(ctx context.Context, s types.Secret) error {
+	return b.kube.UpdateSecret(ctx, s)
+}
 
 // DeleteSecret removes a secret.
 func (b *Backend) DeleteSecret(ctx context.Context, namespace, name string) error {
