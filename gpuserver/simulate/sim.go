@@ -130,6 +130,7 @@ type fnModel struct {
 	name             string
 	slo              time.Duration
 	betaPCIe, betaNV float64
+	unplaceable      bool // fits on no GPU: every request is rejected
 }
 
 // epoch is the virtual clock's origin.
@@ -178,8 +179,11 @@ func Run(cfg Config, keepOutcomes bool) (Result, error) {
 			FunctionSpec: pool.FunctionSpec{Name: fm.name, MemoryBytes: quota, SLO: fm.slo, Percentile: m.Percentile},
 			ModelBytes:   m.WeightsBytes, ExecSeed: exec,
 		}
-		if err := ctl.Register(epoch, spec); err != nil && !errors.Is(err, pool.ErrTooLarge) {
-			return Result{}, fmt.Errorf("register %s: %w", fm.name, err)
+		if err := ctl.Register(epoch, spec); err != nil {
+			if !errors.Is(err, pool.ErrTooLarge) {
+				return Result{}, fmt.Errorf("register %s: %w", fm.name, err)
+			}
+			fm.unplaceable = true
 		}
 		fns[i] = fm
 	}
@@ -247,7 +251,11 @@ func Run(cfg Config, keepOutcomes bool) (Result, error) {
 				ri.out = len(outcomes)
 				outcomes = append(outcomes, Outcome{ID: id, Function: a.Function, Arrival: a.At, GPU: -1})
 			}
-			if err := ctl.Submit(epoch.Add(now), id, fns[a.Function].name); err != nil {
+			err := ctl.Submit(epoch.Add(now), id, fns[a.Function].name)
+			if fns[a.Function].unplaceable {
+				err = pool.ErrTooLarge
+			}
+			if err != nil {
 				if !errors.Is(err, pool.ErrTooLarge) {
 					return Result{}, err
 				}
