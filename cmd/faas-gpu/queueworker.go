@@ -3,9 +3,204 @@ package main
 import (
 	"context"
 	"errors"
+	"flag"
+	"fmt"
 	"io"
+	"net"
+	"net/http"
+	"net/url"
+	"strings"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/faas-gpu/faas-gpu/gpuserver/client"
+	"github.com/faas-gpu/faas-gpu/queueworker/functions"
+	"github.com/faas-gpu/faas-gpu/queueworker/queue"
+	"github.com/faas-gpu/faas-gpu/queueworker/worker"
 )
 
-func runQueueWorker(_ context.Context, _ []string, _, _ io.Writer) error {
-	return errors.New("not implemented yet")
+// queueWorkerConfig holds the flags of `faas-gpu queue-worker`; each has an environment variable (envName).
+type queueWorkerConfig struct {
+	natsURL         string
+	gatewayURL      string
+	gpuserverSocket string
+	gpuserverURL    string
+	durable         string
+	queues          string
+	order           string
+	maxInflight     int
+	lookahead       int
+	ackWait         time.Duration
+	maxAttempts     int
+	retryInitial    time.Duration
+	retryMax        time.Duration
+	invokeTimeout   time.Duration
+	callbackTimeout time.Duration
+	drainTimeout    time.Duration
+	metricsAddr     string
+	logLevel        string
+}
+
+func (c *queueWorkerConfig) register(fs *flag.FlagSet) {
+	fs.StringVar(&c.natsURL, "nats-url", "nats://127.0.0.1:4222", "NATS server with JetStream")
+	fs.StringVar(&c.gatewayURL, "gateway-url", "http://127.0.0.1:8080", "gateway (or provider) that functions are invoked through")
+	fs.StringVar(&c.gpuserverSocket, "gpuserver-socket", "", "gpuserver API socket: admit GPU functions by the pool's capacity")
+	fs.StringVar(&c.gpuserverURL, "gpuserver-url", "", "gpuserver API over TCP (instead of -gpuserver-socket)")
+	fs.StringVar(&c.durable, "durable", "faas-gpu-queue-worker", "durable consumer name; workers with the same name share the work")
+	fs.StringVar(&c.queues, "queues", queue.DefaultQueue, "comma-separated queues to consume (stream OF_<queue> each)")
+	fs.StringVar(&c.order, "order", string(worker.OrderSLOAware), "dispatch order: slo-aware or fifo (also dqls, torpor)")
+	fs.IntVar(&c.maxInflight, "max-inflight", 0, "concurrent invocations; 0 sizes it to the GPU pool (at least 16)")
+	fs.IntVar(&c.lookahead, "lookahead", 0, "messages held for ordering beyond max-inflight; 0 means 4 x max-inflight (at least 64)")
+	fs.DurationVar(&c.ackWait, "ack-wait", 30*time.Second, "JetStream ack wait; held messages get in-progress acks every third of it")
+	fs.IntVar(&c.maxAttempts, "max-attempts", 5, "invocation attempts per message, the first included (retries on 408, 429, 500, 502-504)")
+	fs.DurationVar(&c.retryInitial, "retry-initial", 250*time.Millisecond, "backoff after the first failed attempt; doubles each retry")
+	fs.DurationVar(&c.retryMax, "retry-max", 30*time.Second, "largest backoff between attempts")
+	fs.DurationVar(&c.invokeTimeout, "invoke-timeout", 5*time.Minute, "timeout of one invocation")
+	fs.DurationVar(&c.callbackTimeout, "callback-timeout", 30*time.Second, "timeout of one callback attempt")
+	fs.DurationVar(&c.drainTimeout, "drain-timeout", 30*time.Second, "how long running invocations may finish at shutdown")
+	fs.StringVar(&c.metricsAddr, "metrics-addr", "", "serve Prometheus metrics on this address at /metrics, e.g. 127.0.0.1:8082")
+	fs.StringVar(&c.logLevel, "log-level", "info", "debug, info, warn or error")
+}
+
+// validate checks the flags; errors name the flag and are usage errors.
+func (c *queueWorkerConfig) validate() error {
+	bad := func(flagName, format string, args ...any) error {
+		return usageError{fmt.Errorf("-%s: %s", flagName, fmt.Sprintf(format, args...))}
+	}
+	if u, err := url.Parse(c.natsURL); c.natsURL == "" || err != nil || u.Host == "" {
+		return bad("nats-url", "%q is not a URL such as nats://127.0.0.1:4222", c.natsURL)
+	}
+	if u, err := url.Parse(c.gatewayURL); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		return bad("gateway-url", "%q is not an http(s) URL", c.gatewayURL)
+	}
+	if c.gpuserverURL != "" {
+		if u, err := url.Parse(c.gpuserverURL); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+			return bad("gpuserver-url", "%q is not an http(s) URL", c.gpuserverURL)
+		}
+		if c.gpuserverSocket != "" {
+			return bad("gpuserver-url", "give either -gpuserver-socket or -gpuserver-url, not both")
+		}
+	}
+	if c.durable == "" || strings.ContainsAny(c.durable, ". *>") {
+		return bad("durable", "%q must be non-empty without '.', '*', '>' or spaces", c.durable)
+	}
+	for _, q := range c.queueList() {
+		if err := queue.ValidateName(q); err != nil {
+			return bad("queues", "%v", err)
+		}
+	}
+	switch worker.Ordering(c.order) {
+	case worker.OrderSLOAware, worker.OrderFIFO, "dqls", "torpor":
+	default:
+		return bad("order", "%q: want slo-aware, fifo, dqls or torpor", c.order)
+	}
+	switch {
+	case c.maxInflight < 0:
+		return bad("max-inflight", "%d must be >= 0", c.maxInflight)
+	case c.lookahead < 0:
+		return bad("lookahead", "%d must be >= 0", c.lookahead)
+	case c.ackWait < 300*time.Millisecond:
+		return bad("ack-wait", "%s must be at least 300ms", c.ackWait)
+	case c.maxAttempts < 1:
+		return bad("max-attempts", "%d must be >= 1", c.maxAttempts)
+	case c.retryInitial <= 0:
+		return bad("retry-initial", "%s must be > 0", c.retryInitial)
+	case c.retryMax < c.retryInitial:
+		return bad("retry-max", "%s must be >= -retry-initial (%s)", c.retryMax, c.retryInitial)
+	case c.invokeTimeout <= 0:
+		return bad("invoke-timeout", "%s must be > 0", c.invokeTimeout)
+	case c.callbackTimeout <= 0:
+		return bad("callback-timeout", "%s must be > 0", c.callbackTimeout)
+	case c.drainTimeout <= 0:
+		return bad("drain-timeout", "%s must be > 0", c.drainTimeout)
+	}
+	if c.metricsAddr != "" {
+		if _, _, err := net.SplitHostPort(c.metricsAddr); err != nil {
+			return bad("metrics-addr", "%q is not host:port", c.metricsAddr)
+		}
+	}
+	return nil
+}
+
+func (c *queueWorkerConfig) queueList() []string {
+	var out []string
+	for _, q := range strings.Split(c.queues, ",") {
+		if q = strings.TrimSpace(q); q != "" {
+			out = append(out, q)
+		}
+	}
+	return out
+}
+
+func runQueueWorker(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	var cfg queueWorkerConfig
+	fs := flag.NewFlagSet("queue-worker", flag.ContinueOnError)
+	cfg.register(fs)
+	if err := parseFlags(fs, args); err != nil {
+		return err
+	}
+	if err := cfg.validate(); err != nil {
+		return err
+	}
+	log, err := newLogger(stderr, cfg.logLevel)
+	if err != nil {
+		return err
+	}
+	reg := prometheus.NewRegistry()
+	wcfg := worker.Config{
+		NATSURL:         cfg.natsURL,
+		Durable:         cfg.durable,
+		Queues:          cfg.queueList(),
+		GatewayURL:      cfg.gatewayURL,
+		MaxInflight:     cfg.maxInflight,
+		Lookahead:       cfg.lookahead,
+		AckWait:         cfg.ackWait,
+		Retry:           worker.RetryPolicy{MaxAttempts: cfg.maxAttempts, InitialBackoff: cfg.retryInitial, MaxBackoff: cfg.retryMax},
+		InvokeTimeout:   cfg.invokeTimeout,
+		CallbackTimeout: cfg.callbackTimeout,
+		DrainTimeout:    cfg.drainTimeout,
+		Functions:       functions.NewGateway(functions.GatewayConfig{URL: cfg.gatewayURL}),
+		Order:           worker.Ordering(cfg.order),
+		Registerer:      reg,
+		Logger:          log,
+	}
+	switch {
+	case cfg.gpuserverSocket != "":
+		wcfg.Capacity = client.New(cfg.gpuserverSocket)
+	case cfg.gpuserverURL != "":
+		wcfg.Capacity = client.NewTCP(cfg.gpuserverURL)
+	}
+	w, err := worker.New(wcfg)
+	if err != nil {
+		return err
+	}
+	var metricsSrv *http.Server
+	metricsErr := make(chan error, 1)
+	if cfg.metricsAddr != "" {
+		ln, err := net.Listen("tcp", cfg.metricsAddr)
+		if err != nil {
+			return fmt.Errorf("-metrics-addr %s: %w", cfg.metricsAddr, err)
+		}
+		mux := http.NewServeMux()
+		mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
+		metricsSrv = &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+		go func() { metricsErr <- metricsSrv.Serve(ln) }()
+		fmt.Fprintf(stdout, "queue-worker: metrics on http://%s/metrics\n", ln.Addr())
+	}
+	fmt.Fprintf(stdout, "queue-worker: consuming %s from %s, invoking through %s, order %s\n",
+		strings.Join(wcfg.Queues, ","), cfg.natsURL, cfg.gatewayURL, cfg.order)
+	err = w.Run(ctx)
+	if metricsSrv != nil {
+		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+		defer cancel()
+		if serr := metricsSrv.Shutdown(sctx); serr != nil && err == nil {
+			err = fmt.Errorf("metrics server shutdown: %w", serr)
+		}
+		if serr := <-metricsErr; serr != nil && !errors.Is(serr, http.ErrServerClosed) && err == nil {
+			err = fmt.Errorf("metrics server: %w", serr)
+		}
+	}
+	return err
 }

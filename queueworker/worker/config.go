@@ -1,0 +1,260 @@
+package worker
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"net/url"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/faas-gpu/faas-gpu/gpuserver/pool"
+	"github.com/faas-gpu/faas-gpu/gpuserver/queueing"
+	"github.com/faas-gpu/faas-gpu/queueworker/functions"
+	"github.com/faas-gpu/faas-gpu/queueworker/queue"
+)
+
+// ErrInvalidConfig is wrapped by every configuration error; the message names the field.
+var ErrInvalidConfig = errors.New("invalid queue worker config")
+
+// Capacity reports the GPU pool's state; the gpuserver client (gpuserver/client.Client) satisfies it.
+type Capacity interface {
+	Status(ctx context.Context) (pool.Status, error)
+}
+
+// Ordering names how the worker picks the next message from its lookahead window.
+type Ordering = queueing.Order
+
+// Orderings the worker offers (the gpuserver/queueing library's).
+const (
+	OrderFIFO     = queueing.OrderFIFO
+	OrderSLOAware = queueing.OrderSLOAware
+)
+
+// RetryPolicy is a capped exponential backoff: attempt k (from 0) waits min(MaxBackoff, InitialBackoff*2^k)
+// before attempt k+1.
+type RetryPolicy struct {
+	// MaxAttempts is the number of attempts including the first; 1 means no retry.
+	MaxAttempts int
+	// InitialBackoff is the wait after the first failed attempt.
+	InitialBackoff time.Duration
+	// MaxBackoff caps the wait.
+	MaxBackoff time.Duration
+}
+
+// Backoff is the wait after failed attempt k (from 0).
+func (p RetryPolicy) Backoff(k int) time.Duration {
+	d := p.InitialBackoff
+	for i := 0; i < k && d < p.MaxBackoff; i++ {
+		d *= 2
+	}
+	return min(d, p.MaxBackoff)
+}
+
+func (p RetryPolicy) validate(field string) error {
+	switch {
+	case p.MaxAttempts < 1:
+		return fmt.Errorf("%w: %s.MaxAttempts must be >= 1", ErrInvalidConfig, field)
+	case p.InitialBackoff <= 0:
+		return fmt.Errorf("%w: %s.InitialBackoff must be > 0", ErrInvalidConfig, field)
+	case p.MaxBackoff < p.InitialBackoff:
+		return fmt.Errorf("%w: %s.MaxBackoff must be >= InitialBackoff", ErrInvalidConfig, field)
+	}
+	return nil
+}
+
+// DefaultRetryStatuses are the function statuses worth another attempt.
+var defaultRetryStatuses = []int{http.StatusRequestTimeout, http.StatusTooManyRequests, http.StatusInternalServerError,
+	http.StatusBadGateway, http.StatusServiceUnavailable, http.StatusGatewayTimeout}
+
+// DefaultRetryStatuses returns the statuses retried when Config.RetryStatuses is empty: 408, 429, 500, 502, 503, 504.
+func DefaultRetryStatuses() []int { return slices.Clone(defaultRetryStatuses) }
+
+// Config configures a Worker. Zero fields take the defaults noted.
+type Config struct {
+	// JetStream consumes the queues. When nil, the worker connects to NATSURL itself (reconnecting forever) and
+	// closes the connection when Run returns.
+	JetStream jetstream.JetStream
+	// NATSURL is used when JetStream is nil.
+	NATSURL string
+	// Durable is the name of the durable pull consumer on every queue stream; default "faas-gpu-queue-worker".
+	// Workers with the same name share the work.
+	Durable string
+	// Queues to consume; default [queue.DefaultQueue]. Their streams are created when missing.
+	Queues []string
+
+	// GatewayURL is the base URL functions are invoked through: <GatewayURL>/function/<name><path>?<query>.
+	GatewayURL string
+	// MaxInflight bounds concurrent invocations; default 2 x the pool's GPU slots when Capacity is set (at
+	// least 16), else 16.
+	MaxInflight int
+	// Lookahead is how many messages beyond MaxInflight are held to be ordered; default 4 x MaxInflight, at
+	// least 64.
+	Lookahead int
+	// AckWait is the consumer's ack wait; a message held longer without an in-progress ack is redelivered. The
+	// worker sends in-progress acks every AckWait/3 for every message it holds. Default 30s.
+	AckWait time.Duration
+	// MaxAckPending bounds messages delivered and not yet acked across all workers sharing the consumer
+	// (including messages waiting out a retry backoff); default 10000.
+	MaxAckPending int
+	// Retry is the invocation retry policy; default 5 attempts, 250ms doubling to 30s. The attempt number is
+	// JetStream's delivery count, so a redelivery after a worker crash counts as an attempt.
+	Retry RetryPolicy
+	// RetryStatuses are the function statuses retried; default DefaultRetryStatuses(). Connection errors and
+	// timeouts are always retried.
+	RetryStatuses []int
+	// MaxDeliveries sends a message delivered more often than this to the dead letters without invoking it (a
+	// message whose invocation keeps killing workers); default Retry.MaxAttempts + 10.
+	MaxDeliveries int
+	// CallbackRetry is the callback retry policy; default 5 attempts, 200ms doubling to 5s. A callback that
+	// still fails is counted, logged and dead-lettered with reason callback_failed, then the message is acked.
+	CallbackRetry RetryPolicy
+	// InvokeTimeout bounds one invocation (HTTP client timeout); default 5m.
+	InvokeTimeout time.Duration
+	// CallbackTimeout bounds one callback attempt; default 30s.
+	CallbackTimeout time.Duration
+	// Client makes invocations and callbacks; default a pooled client. Timeouts come from InvokeTimeout and
+	// CallbackTimeout through request contexts.
+	Client *http.Client
+	// MaxMessageBytes sends larger messages to the dead letters (reason oversized); default 8 MiB.
+	MaxMessageBytes int
+	// MaxResponseBytes caps the function response forwarded to the callback; default 16 MiB.
+	MaxResponseBytes int64
+
+	// Functions resolves SLO annotations and unknown functions; when nil every function is known, without SLO,
+	// on the CPU.
+	Functions functions.Source
+	// Capacity, when set, admits GPU functions' dispatch by the pool: at most CapacityPerGPU x healthy GPUs
+	// invocations of GPU functions run at once.
+	Capacity Capacity
+	// CapacityPerGPU is the GPU invocations admitted per healthy GPU; default 1.
+	CapacityPerGPU int
+	// CapacityRefresh is how often the pool's status is read; default 1s.
+	CapacityRefresh time.Duration
+	// Order picks the next message from the window: OrderSLOAware (default) or OrderFIFO (or any order of
+	// gpuserver/queueing).
+	Order Ordering
+
+	// Registerer receives the worker's Prometheus metrics; nil registers them nowhere.
+	Registerer prometheus.Registerer
+	// Logger; nil means slog.Default().
+	Logger *slog.Logger
+	// Now is the clock; nil means time.Now.
+	Now func() time.Time
+	// DrainTimeout bounds the graceful drain when Run's ctx ends; default 30s. Invocations still running then
+	// are cancelled and their messages given back (nak) for redelivery.
+	DrainTimeout time.Duration
+}
+
+func (c *Config) setDefaults() error {
+	if c.JetStream == nil && c.NATSURL == "" {
+		return fmt.Errorf("%w: JetStream or NATSURL is required", ErrInvalidConfig)
+	}
+	if c.Durable == "" {
+		c.Durable = "faas-gpu-queue-worker"
+	}
+	if strings.ContainsAny(c.Durable, ". *>\t") {
+		return fmt.Errorf("%w: Durable %q may not contain '.', '*', '>' or spaces", ErrInvalidConfig, c.Durable)
+	}
+	if len(c.Queues) == 0 {
+		c.Queues = []string{queue.DefaultQueue}
+	}
+	for _, q := range c.Queues {
+		if err := queue.ValidateName(q); err != nil {
+			return fmt.Errorf("%w: Queues: %w", ErrInvalidConfig, err)
+		}
+	}
+	u, err := url.Parse(c.GatewayURL)
+	if c.GatewayURL == "" || err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		return fmt.Errorf("%w: GatewayURL %q must be an absolute http(s) URL", ErrInvalidConfig, c.GatewayURL)
+	}
+	c.GatewayURL = strings.TrimRight(c.GatewayURL, "/")
+	if c.MaxInflight < 0 {
+		return fmt.Errorf("%w: MaxInflight must be >= 0 (0: sized to the pool)", ErrInvalidConfig)
+	}
+	if c.Lookahead < 0 {
+		return fmt.Errorf("%w: Lookahead must be >= 0", ErrInvalidConfig)
+	}
+	if c.AckWait == 0 {
+		c.AckWait = 30 * time.Second
+	}
+	if c.AckWait < 300*time.Millisecond {
+		return fmt.Errorf("%w: AckWait must be >= 300ms", ErrInvalidConfig)
+	}
+	if c.MaxAckPending == 0 {
+		c.MaxAckPending = 10000
+	}
+	if c.Retry == (RetryPolicy{}) {
+		c.Retry = RetryPolicy{MaxAttempts: 5, InitialBackoff: 250 * time.Millisecond, MaxBackoff: 30 * time.Second}
+	}
+	if err := c.Retry.validate("Retry"); err != nil {
+		return err
+	}
+	if len(c.RetryStatuses) == 0 {
+		c.RetryStatuses = DefaultRetryStatuses()
+	}
+	if c.MaxDeliveries == 0 {
+		c.MaxDeliveries = c.Retry.MaxAttempts + 10
+	}
+	if c.MaxDeliveries < c.Retry.MaxAttempts {
+		return fmt.Errorf("%w: MaxDeliveries must be >= Retry.MaxAttempts", ErrInvalidConfig)
+	}
+	if c.CallbackRetry == (RetryPolicy{}) {
+		c.CallbackRetry = RetryPolicy{MaxAttempts: 5, InitialBackoff: 200 * time.Millisecond, MaxBackoff: 5 * time.Second}
+	}
+	if err := c.CallbackRetry.validate("CallbackRetry"); err != nil {
+		return err
+	}
+	if c.InvokeTimeout == 0 {
+		c.InvokeTimeout = 5 * time.Minute
+	}
+	if c.CallbackTimeout == 0 {
+		c.CallbackTimeout = 30 * time.Second
+	}
+	if c.InvokeTimeout < 0 || c.CallbackTimeout < 0 {
+		return fmt.Errorf("%w: InvokeTimeout and CallbackTimeout must be > 0", ErrInvalidConfig)
+	}
+	if c.Client == nil {
+		t := http.DefaultTransport.(*http.Transport).Clone()
+		t.MaxIdleConnsPerHost = 1024
+		t.MaxIdleConns = 2048
+		c.Client = &http.Client{Transport: t}
+	}
+	if c.MaxMessageBytes == 0 {
+		c.MaxMessageBytes = 8 << 20
+	}
+	if c.MaxResponseBytes == 0 {
+		c.MaxResponseBytes = 16 << 20
+	}
+	if c.CapacityPerGPU == 0 {
+		c.CapacityPerGPU = 1
+	}
+	if c.CapacityPerGPU < 0 {
+		return fmt.Errorf("%w: CapacityPerGPU must be >= 1", ErrInvalidConfig)
+	}
+	if c.CapacityRefresh == 0 {
+		c.CapacityRefresh = time.Second
+	}
+	if c.Order == "" {
+		c.Order = OrderSLOAware
+	}
+	if _, err := queueing.New(queueing.Config{Order: c.Order}); err != nil {
+		return fmt.Errorf("%w: Order: %w", ErrInvalidConfig, err)
+	}
+	if c.Logger == nil {
+		c.Logger = slog.Default()
+	}
+	if c.Now == nil {
+		c.Now = time.Now
+	}
+	if c.DrainTimeout == 0 {
+		c.DrainTimeout = 30 * time.Second
+	}
+	return nil
+}
