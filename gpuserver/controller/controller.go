@@ -381,6 +381,10 @@ func (c *Controller) ActiveTransfers() []topology.Path {
 	return out
 }
 
+// maxBlockedPerDispatch bounds how many functions one Dispatch passes over because their requests cannot be
+// placed now (keep-alive instances on busy GPUs), so a round stays cheap under a deep backlog.
+const maxBlockedPerDispatch = 64
+
 // Dispatch binds waiting requests to idle GPUs, in queue order, and returns the decisions; the caller carries
 // each out (evictions, then the swap, then execution) and reports SwapDone and Complete.
 func (c *Controller) Dispatch(now time.Time) []Decision {
@@ -405,6 +409,9 @@ func (c *Controller) Dispatch(now time.Time) []Decision {
 				blocked = map[string]bool{}
 			}
 			blocked[r.Function] = true
+			if len(blocked) >= maxBlockedPerDispatch {
+				break
+			}
 			continue
 		}
 		c.q.Remove(r.ID)

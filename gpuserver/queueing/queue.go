@@ -441,11 +441,7 @@ func (q *Queue) Regroup(now time.Time) {
 		if float64(f.onTime) >= f.p*float64(f.served) {
 			met++
 		}
-		c := f.meanLat().Seconds() * f.rrc()
-		costs = append(costs, fc{f, c})
-		if c > 0 {
-			total += c
-		}
+		costs = append(costs, fc{f, f.meanLat().Seconds() * f.rrc()})
 	}
 	slices.SortFunc(costs, func(a, b fc) int {
 		if a.cost != b.cost {
@@ -459,6 +455,11 @@ func (q *Queue) Regroup(now time.Time) {
 		}
 		return 1
 	})
+	for _, c := range costs { // summed in sorted order so the result does not depend on map order
+		if c.cost > 0 {
+			total += c.cost
+		}
+	}
 	limit, agg, over := total*q.alpha, 0.0, false
 	for _, c := range costs {
 		if c.cost > 0 && !over {
