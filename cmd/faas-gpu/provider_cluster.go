@@ -2,14 +2,45 @@ package main
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
+	"os"
+	"strconv"
+	"strings"
+
+	corev1 "k8s.io/api/core/v1"
+	k8sclient "k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
+	servingclient "knative.dev/serving/pkg/client/clientset/versioned"
 
 	"github.com/faas-gpu/faas-gpu/provider"
+	"github.com/faas-gpu/faas-gpu/provider/knative"
+	"github.com/faas-gpu/faas-gpu/provider/kubernetes"
 )
 
-// clusterConfig holds the flags of the kubernetes and knative backends.
-type clusterConfig struct{}
+// clusterConfig holds the flags of the kubernetes and knative backends. Every flag also reads its FAAS_GPU_*
+// variable (parseFlags); the function namespace, pull policy and probe flags also take their defaults from the
+// variables the stock openfaas chart sets for faas-netes (function_namespace, image_pull_policy, http_probe), so the
+// image runs unchanged in the stock chart's gateway pod.
+type clusterConfig struct {
+	kubeconfig     string
+	namespace      string
+	pullPolicy     string
+	httpProbe      bool
+	nodeLabel      string
+	toleration     string
+	shimImage      string
+	shimPath       string
+	socketDir      string
+	controlSocket  string
+	remotingSocket string
+	kubeQPS        float64
+	kubeBurst      int
+	// envErr is a bad value in one of faas-netes' variables, reported by newClusterBackend.
+	envErr error
+}
 
 // clusterBackends is what a cluster engine provides to the provider command.
 type clusterBackends struct {
@@ -19,9 +50,146 @@ type clusterBackends struct {
 }
 
 // registerClusterFlags adds the cluster backends' flags to the provider command's flag set.
-func registerClusterFlags(_ *flag.FlagSet) *clusterConfig { return &clusterConfig{} }
+func registerClusterFlags(fs *flag.FlagSet) *clusterConfig {
+	d := kubernetes.DefaultConfig()
+	c := &clusterConfig{}
+	ns := d.DefaultNamespace
+	if v := os.Getenv("function_namespace"); v != "" {
+		ns = v
+	}
+	pull := string(d.ImagePullPolicy)
+	if v := os.Getenv("image_pull_policy"); v != "" {
+		pull = v
+	}
+	probe := d.HTTPProbe
+	if v := os.Getenv("http_probe"); v != "" {
+		b, err := strconv.ParseBool(v)
+		if err != nil {
+			c.envErr = fmt.Errorf("invalid value %q for http_probe (flag -http-probe): not a boolean", v)
+		}
+		probe = b
+	}
+	fs.StringVar(&c.kubeconfig, "kubeconfig", "",
+		"kubeconfig file of the cluster (cluster backends; default: in-cluster service account, then ~/.kube/config)")
+	fs.StringVar(&c.namespace, "function-namespace", ns,
+		"namespace of functions when a request names none (cluster backends; faas-netes env function_namespace)")
+	fs.StringVar(&c.pullPolicy, "image-pull-policy", pull,
+		"pull policy of function images: Always, IfNotPresent or Never (faas-netes env image_pull_policy)")
+	fs.BoolVar(&c.httpProbe, "http-probe", probe,
+		"add HTTP readiness and liveness probes (GET /_/health) to function pods (faas-netes env http_probe)")
+	fs.StringVar(&c.nodeLabel, "node-label", d.GPU.NodeLabelKey+"="+d.GPU.NodeLabelValue,
+		"key=value label of GPU nodes; GPU functions get a required node affinity to it")
+	fs.StringVar(&c.toleration, "node-toleration", d.GPU.Toleration,
+		"taint key (Exists, NoSchedule) GPU function pods tolerate on GPU nodes; empty for none")
+	fs.StringVar(&c.shimImage, "shim-image", d.GPU.ShimImage,
+		"image the shim init container copies libcuda.so.1 from (the faas-gpu image)")
+	fs.StringVar(&c.shimPath, "shim-path", d.GPU.ShimPath, "path of the shim inside -shim-image")
+	fs.StringVar(&c.socketDir, "socket-dir", d.GPU.SocketDir,
+		"host directory of the gpuserver's sockets, mounted into GPU function pods at the same path")
+	fs.StringVar(&c.controlSocket, "control-socket-name", d.GPU.ControlSocket,
+		"file name of the gpuserver's API socket in -socket-dir (FAAS_GPU_SOCKET of functions)")
+	fs.StringVar(&c.remotingSocket, "remoting-socket-name", d.GPU.RemotingSocket,
+		"file name of the gpuserver's remoting socket in -socket-dir (FAAS_GPU_REMOTING_SOCKET of functions)")
+	fs.Float64Var(&c.kubeQPS, "kube-qps", 50, "queries per second to the Kubernetes API")
+	fs.IntVar(&c.kubeBurst, "kube-burst", 100, "burst of queries to the Kubernetes API")
+	return c
+}
 
-// newClusterBackend builds the backend named kind ("kubernetes" or "knative").
-func newClusterBackend(_ context.Context, kind string, _ *clusterConfig) (clusterBackends, error) {
-	return clusterBackends{}, usageError{fmt.Errorf("--backend %q is not available in this build", kind)}
+// config turns the flags into the backends' Config; errors are usageErrors naming the flag.
+func (c *clusterConfig) config() (kubernetes.Config, error) {
+	if c.envErr != nil {
+		return kubernetes.Config{}, usageError{c.envErr}
+	}
+	cfg := kubernetes.DefaultConfig()
+	cfg.DefaultNamespace = c.namespace
+	cfg.ImagePullPolicy = corev1.PullPolicy(c.pullPolicy)
+	cfg.HTTPProbe = c.httpProbe
+	key, value, ok := strings.Cut(c.nodeLabel, "=")
+	if !ok {
+		return cfg, usageError{fmt.Errorf("-node-label %q: want key=value", c.nodeLabel)}
+	}
+	cfg.GPU = kubernetes.GPUConfig{
+		NodeLabelKey: key, NodeLabelValue: value, Toleration: c.toleration,
+		ShimImage: c.shimImage, ShimPath: c.shimPath, SocketDir: c.socketDir,
+		ControlSocket: c.controlSocket, RemotingSocket: c.remotingSocket,
+	}
+	if c.kubeQPS <= 0 || c.kubeBurst <= 0 {
+		return cfg, usageError{fmt.Errorf("-kube-qps and -kube-burst must be > 0")}
+	}
+	if err := cfg.Validate(); err != nil {
+		flags := []struct{ field, flag string }{
+			{"DefaultNamespace", "-function-namespace"}, {"ImagePullPolicy", "-image-pull-policy"},
+			{"GPU.NodeLabel", "-node-label"}, {"GPU.Toleration", "-node-toleration"},
+			{"GPU.ShimImage", "-shim-image"}, {"GPU.ShimPath", "-shim-path"}, {"GPU.SocketDir", "-socket-dir"},
+			{"GPU.ControlSocket", "-control-socket-name"}, {"GPU.RemotingSocket", "-remoting-socket-name"},
+		}
+		for _, f := range flags {
+			if strings.Contains(err.Error(), f.field) {
+				return cfg, usageError{fmt.Errorf("%s: %w", f.flag, err)}
+			}
+		}
+		return cfg, usageError{err}
+	}
+	return cfg, nil
+}
+
+// restConfig finds the cluster: -kubeconfig, else the pod's service account, else KUBECONFIG or ~/.kube/config.
+func (c *clusterConfig) restConfig() (*rest.Config, error) {
+	var rc *rest.Config
+	var err error
+	if c.kubeconfig != "" {
+		if _, statErr := os.Stat(c.kubeconfig); statErr != nil {
+			return nil, usageError{fmt.Errorf("-kubeconfig: %w", statErr)}
+		}
+		rc, err = clientcmd.BuildConfigFromFlags("", c.kubeconfig)
+	} else if rc, err = rest.InClusterConfig(); errors.Is(err, rest.ErrNotInCluster) {
+		rules := clientcmd.NewDefaultClientConfigLoadingRules()
+		rc, err = clientcmd.NewNonInteractiveDeferredLoadingClientConfig(rules, &clientcmd.ConfigOverrides{}).ClientConfig()
+		if err != nil {
+			err = fmt.Errorf("not in a cluster and no kubeconfig (-kubeconfig, KUBECONFIG or ~/.kube/config): %w", err)
+		}
+	}
+	if err != nil {
+		return nil, fmt.Errorf("kubernetes client configuration: %w", err)
+	}
+	rc.QPS = float32(c.kubeQPS)
+	rc.Burst = c.kubeBurst
+	rc.UserAgent = "faas-gpu/" + version
+	return rc, nil
+}
+
+// newClusterBackend builds the backend named kind ("kubernetes" or "knative"). It contacts no API server; the
+// first request does.
+func newClusterBackend(_ context.Context, kind string, cfg *clusterConfig) (clusterBackends, error) {
+	if kind != "kubernetes" && kind != "knative" {
+		return clusterBackends{}, usageError{fmt.Errorf("-backend %q: want kubernetes or knative", kind)}
+	}
+	bcfg, err := cfg.config()
+	if err != nil {
+		return clusterBackends{}, err
+	}
+	rc, err := cfg.restConfig()
+	if err != nil {
+		return clusterBackends{}, err
+	}
+	kube, err := k8sclient.NewForConfig(rc)
+	if err != nil {
+		return clusterBackends{}, fmt.Errorf("kubernetes client: %w", err)
+	}
+	if kind == "kubernetes" {
+		b, err := kubernetes.New(kube, bcfg)
+		if err != nil {
+			return clusterBackends{}, usageError{err}
+		}
+		return clusterBackends{Functions: b, Secrets: b, Logs: b}, nil
+	}
+	serving, err := servingclient.NewForConfig(rc)
+	if err != nil {
+		return clusterBackends{}, fmt.Errorf("knative serving client: %w", err)
+	}
+	b, err := knative.New(kube, serving, bcfg)
+	if err != nil {
+		return clusterBackends{}, usageError{err}
+	}
+	return clusterBackends{Functions: b, Secrets: b, Logs: b}, nil
 }
