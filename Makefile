@@ -53,7 +53,7 @@ gpu-test: build
 
 ## bench-policy: policy sweep on the simulator, writes docs/bench/policy.{md,png,json}
 bench-policy: build
-	./$(BIN) sim --help >/dev/null
+	$(GO) run ./gpuserver/simulate/benchpolicy -workloads ../shared/workloads -out docs/bench -seed 1
 
 ## bench-swap: data-plane benchmarks, writes docs/bench/swap.md
 bench-swap: build
