@@ -1,0 +1,780 @@
+package remoting
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sort"
+
+	"github.com/faas-gpu/faas-gpu/gpuserver/device"
+	"github.com/faas-gpu/faas-gpu/gpuserver/memory"
+)
+
+// deviceHandler executes one session's calls on the node's devices. It is used by the session's goroutine only.
+//
+// Placement: every segment of the function's fixed-address space is mapped on the GPU the function runs on. When
+// the binding moves to another GPU, the segments move with it through host memory (host-staged swap), keeping
+// their addresses; the data plane's executors replace this with pipelined swaps from the model repository.
+// All of the session's CUDA streams run in order on one device stream of the bound GPU.
+type deviceHandler struct {
+	UnimplementedHandler
+	cfg  Config
+	info SessionInfo
+	log  *slog.Logger
+
+	space    *memory.AddressSpace
+	gpu      int // bound GPU whose stream is open; -1 before the first GPU call
+	stream   device.Stream
+	release  func() // releases the implicit binding, when held
+	implicit int    // GPU of the implicit binding
+	explicit bool   // a request has bound the function: later blocks are scratch
+	used     uint64 // bytes of mapped segments (the quota's measure)
+
+	segs    map[device.Ptr]*placed
+	allocs  []allocation // sorted by ptr
+	handles uint64
+	modules map[uint64]*module
+	funcs   map[uint64]*function
+	streams map[uint64]bool
+	events  map[uint64]*event
+}
+
+type placed struct {
+	seg    memory.Segment
+	gpu    int
+	chunks []memory.Chunk
+}
+
+// allocation is a block the session allocated (or a module global it may copy to).
+type allocation struct {
+	ptr, size  uint64
+	global     bool
+	ownSegment bool // the block has a segment of its own (never shared with later blocks)
+}
+
+type module struct {
+	image  []byte
+	loaded map[int]device.Module
+}
+
+type function struct {
+	mod    *module
+	name   string
+	params []device.Param
+}
+
+type event struct {
+	ev  device.Event
+	gpu int
+}
+
+func newDeviceHandler(_ context.Context, cfg Config, info SessionInfo, log *slog.Logger) (*deviceHandler, error) {
+	return &deviceHandler{
+		cfg: cfg, info: info, log: log,
+		space:   cfg.Memory.NewAddressSpace(info.Function),
+		gpu:     -1,
+		segs:    map[device.Ptr]*placed{},
+		handles: 0x1000,
+		modules: map[uint64]*module{},
+		funcs:   map[uint64]*function{},
+		streams: map[uint64]bool{},
+		events:  map[uint64]*event{},
+	}, nil
+}
+
+func (h *deviceHandler) handle() uint64 {
+	h.handles += 0x10
+	return h.handles
+}
+
+// result maps a device error to a CUDA result.
+func result(err error) Result {
+	switch {
+	case err == nil:
+		return ResultSuccess
+	case errors.Is(err, device.ErrInvalidValue), errors.Is(err, memory.ErrInvalid):
+		return ResultInvalidValue
+	case errors.Is(err, device.ErrOutOfMemory), errors.Is(err, memory.ErrNoSpace):
+		return ResultOutOfMemory
+	case errors.Is(err, device.ErrNotFound):
+		return ResultNotFound
+	case errors.Is(err, device.ErrIllegalAddress):
+		return ResultIllegalAddress
+	case errors.Is(err, device.ErrNotSupported):
+		return ResultNotSupported
+	case errors.Is(err, device.ErrInvalidImage):
+		return ResultInvalidImage
+	case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
+		return ResultSystemNotReady
+	}
+	return ResultUnknown
+}
+
+// Idle releases the implicit binding (called by the session when no call arrived for Config.IdleRelease).
+func (h *deviceHandler) Idle() {
+	if h.release != nil {
+		h.syncStream(context.Background())
+		h.release()
+		h.release = nil
+	}
+}
+
+func (h *deviceHandler) syncStream(ctx context.Context) Result {
+	if h.stream == nil {
+		return ResultSuccess
+	}
+	return result(h.stream.Synchronize(ctx))
+}
+
+// bind returns the stream of the GPU the function's calls run on now, moving the function there if needed.
+func (h *deviceHandler) bind(ctx context.Context) (device.Stream, Result) {
+	var gpu int
+	if g, ok := h.cfg.Binder.CurrentGPU(h.info.Function); ok {
+		h.explicit = true
+		if h.release != nil {
+			h.release()
+			h.release = nil
+		}
+		gpu = g
+	} else {
+		if h.release == nil {
+			g, rel, err := h.cfg.Binder.BindImplicit(ctx, h.info.Function)
+			if err != nil {
+				h.log.Warn("remoting: implicit binding", "err", err)
+				return nil, ResultSystemNotReady
+			}
+			h.implicit, h.release = g, rel
+		}
+		gpu = h.implicit
+	}
+	if gpu == h.gpu && h.stream != nil {
+		return h.stream, ResultSuccess
+	}
+	if r := h.moveTo(ctx, gpu); r != ResultSuccess {
+		return nil, r
+	}
+	return h.stream, ResultSuccess
+}
+
+// moveTo makes gpu the function's GPU: finishes the old stream, moves every segment, opens a stream on gpu.
+func (h *deviceHandler) moveTo(ctx context.Context, gpu int) Result {
+	if h.stream != nil {
+		if err := h.stream.Synchronize(ctx); err != nil {
+			return result(err)
+		}
+		if err := h.stream.Destroy(); err != nil {
+			return result(err)
+		}
+		h.stream = nil
+	}
+	for _, p := range h.segs {
+		if p.gpu != gpu {
+			if err := h.moveSegment(ctx, p, gpu); err != nil {
+				h.log.Error("remoting: move segment", "gpu", gpu, "err", err)
+				return result(err)
+			}
+		}
+	}
+	st, err := h.cfg.Device.NewStream(gpu)
+	if err != nil {
+		return result(err)
+	}
+	h.gpu, h.stream = gpu, st
+	return ResultSuccess
+}
+
+// moveSegment copies a segment's bytes through host memory to new chunks on gpu at the same address.
+func (h *deviceHandler) moveSegment(ctx context.Context, p *placed, gpu int) error {
+	buf := make([]byte, p.seg.Size)
+	if err := h.copyOnce(ctx, p.gpu, func(s device.Stream) error { return s.CopyDtoH(buf, p.seg.Ptr) }); err != nil {
+		return fmt.Errorf("read segment %d from gpu %d: %w", p.seg.ID, p.gpu, err)
+	}
+	chunks, err := h.cfg.Memory.Pool(gpu).Get(len(p.chunks))
+	if err != nil {
+		return err
+	}
+	if err := h.cfg.Memory.Unmap(p.seg.Ptr, p.seg.Size); err != nil {
+		return errors.Join(err, h.cfg.Memory.Pool(gpu).Put(chunks))
+	}
+	if err := h.cfg.Memory.Pool(p.gpu).Put(p.chunks); err != nil {
+		return err
+	}
+	p.gpu, p.chunks = gpu, chunks
+	if err := h.cfg.Memory.MapSegment(p.seg, chunks, []int{gpu}); err != nil {
+		return err
+	}
+	return h.copyOnce(ctx, gpu, func(s device.Stream) error { return s.CopyHtoD(p.seg.Ptr, buf) })
+}
+
+func (h *deviceHandler) copyOnce(ctx context.Context, gpu int, f func(device.Stream) error) error {
+	s, err := h.cfg.Device.NewStream(gpu)
+	if err != nil {
+		return err
+	}
+	err = f(s)
+	if err == nil {
+		err = s.Synchronize(ctx)
+	}
+	return errors.Join(err, s.Destroy())
+}
+
+// Close returns the session's memory and objects.
+func (h *deviceHandler) Close() error {
+	ctx := context.Background()
+	var errs []error
+	if h.stream != nil {
+		errs = append(errs, h.stream.Synchronize(ctx), h.stream.Destroy())
+	}
+	for _, e := range h.events {
+		errs = append(errs, e.ev.Destroy())
+	}
+	for _, m := range h.modules {
+		for _, l := range m.loaded {
+			errs = append(errs, l.Unload())
+		}
+	}
+	for _, p := range h.segs {
+		errs = append(errs, h.cfg.Memory.Unmap(p.seg.Ptr, p.seg.Size), h.cfg.Memory.Pool(p.gpu).Put(p.chunks))
+	}
+	errs = append(errs, h.space.Close())
+	if h.release != nil {
+		h.release()
+	}
+	return errors.Join(errs...)
+}
+
+// --- memory
+
+func (h *deviceHandler) CuMemAlloc_v2(ctx context.Context, size uint64) (uint64, Result) {
+	if size == 0 {
+		return 0, ResultInvalidValue
+	}
+	if _, r := h.bind(ctx); r != ResultSuccess {
+		return 0, r
+	}
+	kind := memory.KindModel
+	if h.explicit {
+		kind = memory.KindScratch
+	}
+	ptr, seg, created, err := h.space.Alloc(size, kind)
+	if err != nil {
+		return 0, result(err)
+	}
+	if created {
+		if h.used+seg.Size > h.info.Spec.MemoryBytes {
+			_ = h.space.Free(ptr)
+			return 0, ResultOutOfMemory
+		}
+		chunks, err := h.cfg.Memory.Pool(h.gpu).Get(seg.Chunks(h.cfg.Memory.ChunkSize()))
+		if err != nil {
+			_ = h.space.Free(ptr)
+			return 0, result(err)
+		}
+		if err := h.cfg.Memory.MapSegment(seg, chunks, []int{h.gpu}); err != nil {
+			_ = h.cfg.Memory.Pool(h.gpu).Put(chunks)
+			_ = h.space.Free(ptr)
+			return 0, result(err)
+		}
+		h.segs[seg.Ptr] = &placed{seg: seg, gpu: h.gpu, chunks: chunks}
+		h.used += seg.Size
+	}
+	h.addAllocation(allocation{ptr: uint64(ptr), size: size, ownSegment: created && seg.Ptr == ptr &&
+		size >= h.cfg.Memory.ChunkSize()/2})
+	return uint64(ptr), ResultSuccess
+}
+
+func (h *deviceHandler) CuMemAllocAsync(ctx context.Context, size, _ uint64) (uint64, Result) {
+	return h.CuMemAlloc_v2(ctx, size)
+}
+
+func (h *deviceHandler) CuMemFree_v2(ctx context.Context, dptr uint64) Result {
+	i := h.findAllocation(dptr)
+	if i < 0 || h.allocs[i].ptr != dptr || h.allocs[i].global {
+		return ResultInvalidValue
+	}
+	if r := h.syncStream(ctx); r != ResultSuccess {
+		return r
+	}
+	if err := h.space.Free(device.Ptr(dptr)); err != nil {
+		return result(err)
+	}
+	own := h.allocs[i].ownSegment
+	h.allocs = append(h.allocs[:i], h.allocs[i+1:]...)
+	// A block with a segment of its own gives its chunks back; its address stays reserved for the function.
+	if p, ok := h.segs[device.Ptr(dptr)]; ok && own {
+		delete(h.segs, p.seg.Ptr)
+		h.used -= p.seg.Size
+		return result(errors.Join(h.cfg.Memory.Unmap(p.seg.Ptr, p.seg.Size), h.cfg.Memory.Pool(p.gpu).Put(p.chunks)))
+	}
+	return ResultSuccess
+}
+
+func (h *deviceHandler) CuMemFreeAsync(ctx context.Context, dptr, _ uint64) Result {
+	return h.CuMemFree_v2(ctx, dptr)
+}
+
+func (h *deviceHandler) CuMemGetInfo_v2(context.Context) (uint64, uint64, Result) {
+	total := h.info.Spec.MemoryBytes
+	return total - min(total, h.used), total, ResultSuccess
+}
+
+func (h *deviceHandler) CuMemGetAddressRange_v2(_ context.Context, dptr uint64) (uint64, uint64, Result) {
+	i := h.findAllocation(dptr)
+	if i < 0 {
+		return 0, 0, ResultNotFound
+	}
+	return h.allocs[i].ptr, h.allocs[i].size, ResultSuccess
+}
+
+func (h *deviceHandler) addAllocation(a allocation) {
+	i := sort.Search(len(h.allocs), func(i int) bool { return h.allocs[i].ptr >= a.ptr })
+	h.allocs = append(h.allocs, allocation{})
+	copy(h.allocs[i+1:], h.allocs[i:])
+	h.allocs[i] = a
+}
+
+// findAllocation returns the index of the allocation containing p, or -1.
+func (h *deviceHandler) findAllocation(p uint64) int {
+	i := sort.Search(len(h.allocs), func(i int) bool { return h.allocs[i].ptr > p }) - 1
+	if i >= 0 && p-h.allocs[i].ptr < h.allocs[i].size {
+		return i
+	}
+	return -1
+}
+
+// owns reports whether [p, p+n) lies inside one of the session's own allocations: the isolation check of every
+// copy and memset.
+func (h *deviceHandler) owns(p, n uint64) bool {
+	i := h.findAllocation(p)
+	return i >= 0 && n <= h.allocs[i].size-(p-h.allocs[i].ptr)
+}
+
+func (h *deviceHandler) refuse(call string, p, n uint64) Result {
+	h.log.Warn("remoting: refused access outside the function's memory", "call", call, "ptr", fmt.Sprintf("%#x", p),
+		"bytes", n)
+	return ResultInvalidValue
+}
+
+// --- copies and memsets
+
+func (h *deviceHandler) htod(ctx context.Context, call string, dst uint64, src []byte, wait bool) Result {
+	if !h.owns(dst, uint64(len(src))) {
+		return h.refuse(call, dst, uint64(len(src)))
+	}
+	s, r := h.bind(ctx)
+	if r != ResultSuccess {
+		return r
+	}
+	if !wait {
+		src = append([]byte(nil), src...) // the ring slot is reused once the record is consumed
+	}
+	if err := s.CopyHtoD(device.Ptr(dst), src); err != nil {
+		return result(err)
+	}
+	if wait {
+		return result(s.Synchronize(ctx))
+	}
+	return ResultSuccess
+}
+
+func (h *deviceHandler) CuMemcpyHtoD_v2(ctx context.Context, dst uint64, src []byte, _ uint64) Result {
+	return h.htod(ctx, "cuMemcpyHtoD", dst, src, true)
+}
+
+func (h *deviceHandler) CuMemcpyHtoDAsync_v2(ctx context.Context, dst uint64, src []byte, _, _ uint64) Result {
+	return h.htod(ctx, "cuMemcpyHtoDAsync", dst, src, false)
+}
+
+func (h *deviceHandler) MemcpyHtoDChunk(ctx context.Context, dst uint64, src []byte, _, _ uint64) Result {
+	return h.htod(ctx, "cuMemcpyHtoD", dst, src, false)
+}
+
+func (h *deviceHandler) dtoh(ctx context.Context, call string, dst []byte, src uint64) Result {
+	if !h.owns(src, uint64(len(dst))) {
+		return h.refuse(call, src, uint64(len(dst)))
+	}
+	s, r := h.bind(ctx)
+	if r != ResultSuccess {
+		return r
+	}
+	if err := s.CopyDtoH(dst, device.Ptr(src)); err != nil {
+		return result(err)
+	}
+	return result(s.Synchronize(ctx))
+}
+
+func (h *deviceHandler) CuMemcpyDtoH_v2(ctx context.Context, dst []byte, src, _ uint64) Result {
+	return h.dtoh(ctx, "cuMemcpyDtoH", dst, src)
+}
+
+func (h *deviceHandler) CuMemcpyDtoHAsync_v2(ctx context.Context, dst []byte, src, _, _ uint64) Result {
+	return h.dtoh(ctx, "cuMemcpyDtoHAsync", dst, src)
+}
+
+func (h *deviceHandler) dtod(ctx context.Context, dst, src, n uint64, wait bool) Result {
+	if !h.owns(dst, n) {
+		return h.refuse("cuMemcpyDtoD", dst, n)
+	}
+	if !h.owns(src, n) {
+		return h.refuse("cuMemcpyDtoD", src, n)
+	}
+	s, r := h.bind(ctx)
+	if r != ResultSuccess {
+		return r
+	}
+	if err := s.CopyDtoD(device.Ptr(dst), device.Ptr(src), n); err != nil {
+		return result(err)
+	}
+	if wait {
+		return result(s.Synchronize(ctx))
+	}
+	return ResultSuccess
+}
+
+func (h *deviceHandler) CuMemcpyDtoD_v2(ctx context.Context, dst, src, n uint64) Result {
+	return h.dtod(ctx, dst, src, n, true)
+}
+
+func (h *deviceHandler) CuMemcpyDtoDAsync_v2(ctx context.Context, dst, src, n, _ uint64) Result {
+	return h.dtod(ctx, dst, src, n, false)
+}
+
+func (h *deviceHandler) memset(ctx context.Context, dst uint64, v uint32, n uint64, elem uint64) Result {
+	if n > (1<<62)/elem || !h.owns(dst, n*elem) {
+		return h.refuse("cuMemset", dst, n*elem)
+	}
+	s, r := h.bind(ctx)
+	if r != ResultSuccess {
+		return r
+	}
+	switch elem {
+	case 1:
+		return result(s.Memset8(device.Ptr(dst), uint8(v), n))
+	case 4:
+		return result(s.Memset32(device.Ptr(dst), v, n))
+	}
+	return ResultNotSupported
+}
+
+func (h *deviceHandler) CuMemsetD8_v2(ctx context.Context, dst uint64, v uint32, n uint64) Result {
+	return h.memset(ctx, dst, v, n, 1)
+}
+
+func (h *deviceHandler) CuMemsetD32_v2(ctx context.Context, dst uint64, v uint32, n uint64) Result {
+	return h.memset(ctx, dst, v, n, 4)
+}
+
+func (h *deviceHandler) CuMemsetD8Async(ctx context.Context, dst uint64, v uint32, n, _ uint64) Result {
+	return h.memset(ctx, dst, v, n, 1)
+}
+
+func (h *deviceHandler) CuMemsetD32Async(ctx context.Context, dst uint64, v uint32, n, _ uint64) Result {
+	return h.memset(ctx, dst, v, n, 4)
+}
+
+// --- modules and launches
+
+func (h *deviceHandler) loadOn(m *module, gpu int) (device.Module, error) {
+	if l, ok := m.loaded[gpu]; ok {
+		return l, nil
+	}
+	l, err := h.cfg.Device.LoadModule(gpu, m.image)
+	if err != nil {
+		return nil, err
+	}
+	m.loaded[gpu] = l
+	return l, nil
+}
+
+func (h *deviceHandler) CuModuleLoadData(ctx context.Context, image []byte, _ uint64) (uint64, Result) {
+	if _, r := h.bind(ctx); r != ResultSuccess {
+		return 0, r
+	}
+	m := &module{image: append([]byte(nil), image...), loaded: map[int]device.Module{}}
+	if _, err := h.loadOn(m, h.gpu); err != nil {
+		return 0, result(err)
+	}
+	id := h.handle()
+	h.modules[id] = m
+	return id, ResultSuccess
+}
+
+func (h *deviceHandler) CuLibraryLoadData(ctx context.Context, code []byte, size uint64) (uint64, Result) {
+	return h.CuModuleLoadData(ctx, code, size)
+}
+
+func (h *deviceHandler) CuLibraryGetModule(_ context.Context, lib uint64) (uint64, Result) {
+	if _, ok := h.modules[lib]; !ok {
+		return 0, ResultInvalidHandle
+	}
+	return lib, ResultSuccess
+}
+
+func (h *deviceHandler) CuModuleUnload(_ context.Context, hmod uint64) Result {
+	m, ok := h.modules[hmod]
+	if !ok {
+		return ResultInvalidHandle
+	}
+	delete(h.modules, hmod)
+	var errs []error
+	for _, l := range m.loaded {
+		errs = append(errs, l.Unload())
+	}
+	return result(errors.Join(errs...))
+}
+
+func (h *deviceHandler) CuLibraryUnload(ctx context.Context, lib uint64) Result {
+	return h.CuModuleUnload(ctx, lib)
+}
+
+// putLayout writes a parameter layout: u32 count, then u32 offset and u32 size per parameter.
+func putLayout(dst []byte, params []device.Param) Result {
+	if len(params) > wireParamMax || len(dst) < 4+8*len(params) {
+		return ResultNotSupported
+	}
+	binary.LittleEndian.PutUint32(dst, uint32(len(params)))
+	for i, p := range params {
+		binary.LittleEndian.PutUint32(dst[4+8*i:], p.Offset)
+		binary.LittleEndian.PutUint32(dst[8+8*i:], p.Size)
+	}
+	return ResultSuccess
+}
+
+func (h *deviceHandler) getFunction(ctx context.Context, hmod uint64, name string) (uint64, *function, Result) {
+	m, ok := h.modules[hmod]
+	if !ok {
+		return 0, nil, ResultInvalidHandle
+	}
+	if _, r := h.bind(ctx); r != ResultSuccess {
+		return 0, nil, r
+	}
+	l, err := h.loadOn(m, h.gpu)
+	if err != nil {
+		return 0, nil, result(err)
+	}
+	f, err := l.Function(name)
+	if err != nil {
+		return 0, nil, result(err)
+	}
+	fn := &function{mod: m, name: name, params: f.Params()}
+	id := h.handle()
+	h.funcs[id] = fn
+	return id, fn, ResultSuccess
+}
+
+func (h *deviceHandler) CuModuleGetFunction(ctx context.Context, params []byte, hmod uint64, name string) (uint64, Result) {
+	id, fn, r := h.getFunction(ctx, hmod, name)
+	if r != ResultSuccess {
+		return 0, r
+	}
+	return id, putLayout(params, fn.params)
+}
+
+func (h *deviceHandler) CuLibraryGetKernel(ctx context.Context, lib uint64, name string) (uint64, Result) {
+	id, _, r := h.getFunction(ctx, lib, name)
+	return id, r
+}
+
+// CuKernelGetFunction: kernels and functions share one handle space, so a kernel is its own function.
+func (h *deviceHandler) CuKernelGetFunction(_ context.Context, params []byte, kernel uint64) (uint64, Result) {
+	fn, ok := h.funcs[kernel]
+	if !ok {
+		return 0, ResultInvalidHandle
+	}
+	return kernel, putLayout(params, fn.params)
+}
+
+func (h *deviceHandler) CuFuncSetAttribute(context.Context, uint64, int32, int32) Result {
+	return ResultSuccess
+}
+
+func (h *deviceHandler) CuFuncSetCacheConfig(context.Context, uint64, int32) Result {
+	return ResultSuccess
+}
+
+func (h *deviceHandler) CuLaunchKernel(ctx context.Context, f uint64, gx, gy, gz, bx, by, bz, shmem uint32, _ uint64,
+	args []byte, _ uint64) Result {
+	fn, ok := h.funcs[f]
+	if !ok {
+		return ResultInvalidHandle
+	}
+	s, r := h.bind(ctx)
+	if r != ResultSuccess {
+		return r
+	}
+	l, err := h.loadOn(fn.mod, h.gpu)
+	if err != nil {
+		return result(err)
+	}
+	df, err := l.Function(fn.name)
+	if err != nil {
+		return result(err)
+	}
+	a := append([]byte(nil), args...)
+	return result(s.Launch(df, device.Dim3{X: gx, Y: gy, Z: gz}, device.Dim3{X: bx, Y: by, Z: bz}, shmem, a))
+}
+
+// --- synchronisation, streams, events
+
+func (h *deviceHandler) CuCtxSynchronize(ctx context.Context) Result { return h.syncStream(ctx) }
+
+func (h *deviceHandler) CuStreamCreate(context.Context, uint32) (uint64, Result) {
+	id := h.handle()
+	h.streams[id] = true
+	return id, ResultSuccess
+}
+
+func (h *deviceHandler) CuStreamCreateWithPriority(ctx context.Context, flags uint32, _ int32) (uint64, Result) {
+	return h.CuStreamCreate(ctx, flags)
+}
+
+func (h *deviceHandler) validStream(s uint64) bool { return s == 0 || s == 1 || s == 2 || h.streams[s] }
+
+func (h *deviceHandler) CuStreamDestroy_v2(_ context.Context, s uint64) Result {
+	if !h.streams[s] {
+		return ResultInvalidHandle
+	}
+	delete(h.streams, s)
+	return ResultSuccess
+}
+
+func (h *deviceHandler) CuStreamSynchronize(ctx context.Context, s uint64) Result {
+	if !h.validStream(s) {
+		return ResultInvalidHandle
+	}
+	return h.syncStream(ctx)
+}
+
+func (h *deviceHandler) CuStreamQuery(ctx context.Context, s uint64) Result {
+	return h.CuStreamSynchronize(ctx, s)
+}
+
+func (h *deviceHandler) CuStreamWaitEvent(_ context.Context, s, e uint64, _ uint32) Result {
+	if !h.validStream(s) {
+		return ResultInvalidHandle
+	}
+	if _, ok := h.events[e]; !ok {
+		return ResultInvalidHandle
+	}
+	return ResultSuccess // every stream of the session runs in order on one device stream
+}
+
+func (h *deviceHandler) CuEventCreate(ctx context.Context, _ uint32) (uint64, Result) {
+	if _, r := h.bind(ctx); r != ResultSuccess {
+		return 0, r
+	}
+	ev, err := h.cfg.Device.NewEvent(h.gpu)
+	if err != nil {
+		return 0, result(err)
+	}
+	id := h.handle()
+	h.events[id] = &event{ev: ev, gpu: h.gpu}
+	return id, ResultSuccess
+}
+
+func (h *deviceHandler) CuEventDestroy_v2(_ context.Context, e uint64) Result {
+	ev, ok := h.events[e]
+	if !ok {
+		return ResultInvalidHandle
+	}
+	delete(h.events, e)
+	return result(ev.ev.Destroy())
+}
+
+func (h *deviceHandler) CuEventRecord(ctx context.Context, e, s uint64) Result {
+	ev, ok := h.events[e]
+	if !ok || !h.validStream(s) {
+		return ResultInvalidHandle
+	}
+	st, r := h.bind(ctx)
+	if r != ResultSuccess {
+		return r
+	}
+	if ev.gpu != h.gpu { // the function moved: the event follows it
+		ne, err := h.cfg.Device.NewEvent(h.gpu)
+		if err != nil {
+			return result(err)
+		}
+		_ = ev.ev.Destroy()
+		ev.ev, ev.gpu = ne, h.gpu
+	}
+	return result(st.Record(ev.ev))
+}
+
+func (h *deviceHandler) CuEventRecordWithFlags(ctx context.Context, e, s uint64, _ uint32) Result {
+	return h.CuEventRecord(ctx, e, s)
+}
+
+func (h *deviceHandler) CuEventSynchronize(ctx context.Context, e uint64) Result {
+	ev, ok := h.events[e]
+	if !ok {
+		return ResultInvalidHandle
+	}
+	return result(ev.ev.Synchronize(ctx))
+}
+
+func (h *deviceHandler) CuEventQuery(_ context.Context, e uint64) Result {
+	ev, ok := h.events[e]
+	if !ok {
+		return ResultInvalidHandle
+	}
+	done, err := ev.ev.Query()
+	if err != nil {
+		return result(err)
+	}
+	if !done {
+		return ResultNotReady
+	}
+	return ResultSuccess
+}
+
+// --- pointer attributes
+
+const (
+	ptrAttrMemoryType    = 2
+	ptrAttrDevicePointer = 3
+	ptrAttrSyncMemops    = 6
+	ptrAttrBufferID      = 7
+	ptrAttrIsManaged     = 8
+	ptrAttrDeviceOrdinal = 9
+	ptrAttrRangeStart    = 11
+	ptrAttrRangeSize     = 12
+	ptrAttrMapped        = 13
+	memoryTypeDevice     = 2
+)
+
+func (h *deviceHandler) CuPointerGetAttribute(_ context.Context, data []byte, attr int32, ptr uint64) Result {
+	i := h.findAllocation(ptr)
+	if i < 0 {
+		return ResultInvalidValue
+	}
+	a := h.allocs[i]
+	var v uint64
+	switch attr {
+	case 1: // context: answered by the shim
+	case ptrAttrMemoryType:
+		v = memoryTypeDevice
+	case ptrAttrDevicePointer:
+		v = ptr
+	case ptrAttrSyncMemops, ptrAttrMapped:
+		v = 1
+	case ptrAttrBufferID:
+		v = a.ptr
+	case ptrAttrIsManaged, ptrAttrDeviceOrdinal:
+		v = 0
+	case ptrAttrRangeStart:
+		v = a.ptr
+	case ptrAttrRangeSize:
+		v = a.size
+	default:
+		return ResultNotSupported
+	}
+	binary.LittleEndian.PutUint64(data, v)
+	return ResultSuccess
+}
+
+func (h *deviceHandler) CuMemGetAllocationGranularity(context.Context, []byte, uint32) (uint64, Result) {
+	return h.cfg.Memory.ChunkSize(), ResultSuccess
+}

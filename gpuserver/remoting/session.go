@@ -1,0 +1,234 @@
+package remoting
+
+import (
+	"context"
+	"crypto/subtle"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"os"
+	"runtime"
+	"syscall"
+	"time"
+)
+
+// idler is implemented by handlers that hold an implicit binding to release when the session is idle.
+type idler interface{ Idle() }
+
+func (s *Server) refuse(c *net.UnixConn, status int32, err error) {
+	_, _ = c.Write(reply{status: status, message: err.Error()}.encode())
+}
+
+// serveConn runs one session: hello, then the ring until the client hangs up or ctx ends.
+func (s *Server) serveConn(ctx context.Context, c *net.UnixConn) {
+	_ = c.SetDeadline(time.Now().Add(10 * time.Second))
+	h, fd, err := readHello(c)
+	if err != nil {
+		s.log.Warn("remoting: refused connection", "err", err)
+		return
+	}
+	if fd >= 0 {
+		defer syscall.Close(fd)
+	}
+	log := s.log.With("function", h.function)
+	if err := h.checkVersion(); err != nil {
+		log.Warn("remoting: refused connection", "pid", h.pid, "err", err)
+		s.refuse(c, wireStatusVersion, err)
+		return
+	}
+	spec, token, err := s.cfg.Functions.Function(h.function)
+	if err == nil && subtle.ConstantTimeCompare([]byte(token), []byte(h.token)) != 1 {
+		err = errors.New("wrong token")
+	}
+	if err != nil {
+		err = fmt.Errorf("%w: function %q: %w", ErrIdentity, h.function, err)
+		log.Warn("remoting: refused connection", "pid", h.pid, "err", err)
+		s.refuse(c, wireStatusIdentity, err)
+		return
+	}
+	if fd < 0 {
+		err := fmt.Errorf("%w: no shared memory passed with the hello", ErrProtocol)
+		s.refuse(c, wireStatusSharedMemory, err)
+		return
+	}
+	shm, err := mapSharedMemory(fd, h.shmSize)
+	if err != nil {
+		err = fmt.Errorf("%w: shared memory: %w", ErrProtocol, err)
+		log.Warn("remoting: refused connection", "pid", h.pid, "err", err)
+		s.refuse(c, wireStatusSharedMemory, err)
+		return
+	}
+	defer shm.unmap()
+	info := SessionInfo{Function: h.function, Spec: spec, PID: int(h.pid)}
+	var handler Handler
+	if s.cfg.NewHandler != nil {
+		handler, err = s.cfg.NewHandler(ctx, info)
+	} else {
+		handler, err = newDeviceHandler(ctx, s.cfg, info, log)
+	}
+	if err != nil {
+		log.Error("remoting: session", "err", err)
+		s.refuse(c, wireStatusInternal, err)
+		return
+	}
+	if cl, ok := handler.(io.Closer); ok {
+		defer func() {
+			if err := cl.Close(); err != nil {
+				log.Error("remoting: close session", "err", err)
+			}
+		}()
+	}
+	rep := s.deviceReply(spec)
+	if _, err := c.Write(rep.encode()); err != nil {
+		log.Warn("remoting: hello reply", "err", err)
+		return
+	}
+	_ = c.SetDeadline(time.Time{})
+	log.Debug("remoting: session started", "pid", h.pid)
+	sess := &session{srv: s, conn: c, shm: shm, h: handler, log: log}
+	if err := sess.run(ctx); err != nil && ctx.Err() == nil {
+		log.Warn("remoting: session ended", "pid", h.pid, "err", err)
+	}
+}
+
+// session is one connection's loop over its ring.
+type session struct {
+	srv     *Server
+	conn    *net.UnixConn
+	shm     *sharedMemory
+	h       Handler
+	log     *slog.Logger
+	head    uint64
+	pending Result // first error of an async call since the last syncpoint
+	wake    [64]byte
+}
+
+// errClosed: the client hung up.
+var errClosed = errors.New("client closed the connection")
+
+func (s *session) run(ctx context.Context) error {
+	for {
+		tail := s.shm.tail()
+		if tail == s.head {
+			if err := s.wait(ctx); err != nil {
+				if errors.Is(err, errClosed) {
+					return nil
+				}
+				return err
+			}
+			continue
+		}
+		if tail-s.head > uint64(len(s.shm.ring)) || tail < s.head {
+			return fmt.Errorf("%w: tail %d, head %d, ring %d", ErrProtocol, tail, s.head, len(s.shm.ring))
+		}
+		for s.head < tail {
+			n, err := s.record(ctx, tail)
+			if err != nil {
+				return err
+			}
+			s.head += n
+			s.shm.setHead(s.head)
+		}
+	}
+}
+
+// record executes the record at head and returns its size.
+func (s *session) record(ctx context.Context, tail uint64) (uint64, error) {
+	ringSize := uint64(len(s.shm.ring))
+	pos := s.head % ringSize
+	avail := min(tail-s.head, ringSize-pos)
+	slot := s.shm.ring[pos : pos+avail]
+	if avail < 8 {
+		return 0, fmt.Errorf("%w: %d bytes at ring offset %d", ErrProtocol, avail, pos)
+	}
+	hdr := recordHeader{size: leU32(slot), id: CallID(leU16(slot[4:]))}
+	if hdr.size < 8 || hdr.size%8 != 0 || uint64(hdr.size) > avail {
+		return 0, fmt.Errorf("%w: record size %d at ring offset %d (%d bytes available)", ErrProtocol, hdr.size,
+			pos, avail)
+	}
+	if hdr.id == wireRecordPadID {
+		return uint64(hdr.size), nil
+	}
+	if hdr.size < wireRecordHeaderSize {
+		return 0, fmt.Errorf("%w: record size %d", ErrProtocol, hdr.size)
+	}
+	rec := slot[:hdr.size]
+	hdr = parseRecordHeader(rec)
+	info := calls[hdr.id]
+	resp := s.shm.resp[wireResponseHeaderSize:]
+	id, r, n, err := DecodeRecord(ctx, s.h, rec, resp)
+	if err != nil {
+		return 0, err
+	}
+	respond := info.sync || hdr.flags&wireRecordFlagSync != 0
+	if !info.sync && r != ResultSuccess {
+		if s.pending == ResultSuccess {
+			s.pending = r
+		}
+		s.log.Debug("remoting: async call failed", "call", id.String(), "result", int32(r))
+	}
+	if info.syncpoint && r == ResultSuccess && s.pending != ResultSuccess {
+		r, s.pending = s.pending, ResultSuccess
+	}
+	if respond {
+		if r != ResultSuccess {
+			n = 0
+		}
+		s.shm.respond(hdr.seq, r, n)
+		if s.shm.clientWaiting() {
+			if _, err := s.conn.Write([]byte{1}); err != nil {
+				return 0, fmt.Errorf("doorbell: %w", err)
+			}
+		}
+	}
+	return uint64(hdr.size), nil
+}
+
+// wait spins for new records, then sleeps on the socket until the client rings, releasing an implicit binding
+// after IdleRelease.
+func (s *session) wait(ctx context.Context) error {
+	start := time.Now()
+	for i := 0; ; i++ {
+		if s.shm.tail() != s.head {
+			return nil
+		}
+		if i%64 == 63 {
+			if time.Since(start) > s.srv.cfg.Spin {
+				break
+			}
+			runtime.Gosched()
+		}
+	}
+	s.shm.setServerWaiting(true)
+	defer s.shm.setServerWaiting(false)
+	idle := false
+	for s.shm.tail() == s.head {
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		_ = s.conn.SetReadDeadline(time.Now().Add(s.srv.cfg.IdleRelease))
+		_, err := s.conn.Read(s.wake[:])
+		switch {
+		case err == nil:
+		case errors.Is(err, os.ErrDeadlineExceeded):
+			if !idle {
+				idle = true
+				if i, ok := s.h.(idler); ok {
+					i.Idle()
+				}
+			}
+		case errors.Is(err, io.EOF), errors.Is(err, net.ErrClosed), errors.Is(err, syscall.ECONNRESET):
+			return errClosed
+		default:
+			return err
+		}
+	}
+	return nil
+}
+
+func leU32(b []byte) uint32 {
+	return uint32(b[0]) | uint32(b[1])<<8 | uint32(b[2])<<16 | uint32(b[3])<<24
+}
+func leU16(b []byte) uint16 { return uint16(b[0]) | uint16(b[1])<<8 }
