@@ -1,0 +1,66 @@
+{{/* The faas-gpu image. */}}
+{{- define "faas-gpu.image" -}}
+{{ .Values.image.repository }}:{{ default .Chart.AppVersion .Values.image.tag }}
+{{- end }}
+
+{{/* Labels of every object. */}}
+{{- define "faas-gpu.labels" -}}
+app.kubernetes.io/name: faas-gpu
+app.kubernetes.io/instance: {{ .Release.Name }}
+app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+helm.sh/chart: {{ .Chart.Name }}-{{ .Chart.Version }}
+{{- end }}
+
+{{/* Selector labels of one component: include with (dict "root" . "component" "gpuserver"). */}}
+{{- define "faas-gpu.selector" -}}
+app.kubernetes.io/name: faas-gpu
+app.kubernetes.io/instance: {{ .root.Release.Name }}
+app.kubernetes.io/component: {{ .component }}
+{{- end }}
+
+{{/* URL of NATS JetStream. */}}
+{{- define "faas-gpu.natsURL" -}}
+{{- if .Values.nats.enabled -}}
+nats://{{ .Release.Name }}-nats.{{ .Release.Namespace }}.svc:4222
+{{- else -}}
+{{- required "nats.external.url is required when nats.enabled is false" .Values.nats.external.url -}}
+{{- end -}}
+{{- end }}
+
+{{/* The gpuserver's settings as FAAS_GPU_* variables (a ConfigMap; its checksum rolls the DaemonSet). */}}
+{{- define "faas-gpu.gpuserverEnv" -}}
+FAAS_GPU_SOCKET: {{ printf "%s/%s" .Values.socketDir .Values.gpuserver.controlSocket | quote }}
+FAAS_GPU_REMOTING_SOCKET: {{ printf "%s/%s" .Values.socketDir .Values.gpuserver.remotingSocket | quote }}
+FAAS_GPU_REPOSITORY_DIR: {{ .Values.gpuserver.repositoryDir | quote }}
+FAAS_GPU_LOG_LEVEL: {{ .Values.gpuserver.logLevel | quote }}
+FAAS_GPU_GPUS: {{ required "gpuserver.gpus is required" .Values.gpuserver.gpus | quote }}
+{{- if .Values.gpuserver.metricsPort }}
+FAAS_GPU_LISTEN: {{ printf ":%d" (int .Values.gpuserver.metricsPort) | quote }}
+{{- end }}
+{{- range $k, $v := .Values.gpuserver.extraEnv }}
+{{ $k }}: {{ $v | quote }}
+{{- end }}
+{{- end }}
+
+{{/* Pod-level settings shared by the control-plane pods. */}}
+{{- define "faas-gpu.controlPlanePod" -}}
+{{- with .Values.imagePullSecrets }}
+imagePullSecrets:
+{{- range . }}
+  - name: {{ . }}
+{{- end }}
+{{- end }}
+{{- with .Values.nodeSelector }}
+nodeSelector:
+{{- toYaml . | nindent 2 }}
+{{- end }}
+{{- with .Values.tolerations }}
+tolerations:
+{{- toYaml . | nindent 2 }}
+{{- end }}
+{{- with .Values.affinity }}
+affinity:
+{{- toYaml . | nindent 2 }}
+{{- end }}
+{{- end }}
