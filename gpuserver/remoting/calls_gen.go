@@ -2,7 +2,10 @@
 
 package remoting
 
-import "context"
+import (
+	"context"
+	"math"
+)
 
 // Constants of the wire format, shared with the shim (shim/src/calls_gen.h).
 const (
@@ -726,17 +729,20 @@ func dispatch(ctx context.Context, h Handler, id CallID, payload []byte, resp *r
 		if err := d.finish(id); err != nil {
 			return 0, err
 		}
+		free_slot := resp.slot()
+		total_slot := resp.slot()
 		free, total, res := h.CuMemGetInfo_v2(ctx)
-		resp.u64(uint64(free))
-		resp.u64(uint64(total))
+		resp.put(free_slot, uint64(free))
+		resp.put(total_slot, uint64(total))
 		return res, nil
 	case CallCuMemAlloc_v2:
 		bytesize := d.u64()
 		if err := d.finish(id); err != nil {
 			return 0, err
 		}
+		dptr_slot := resp.slot()
 		dptr, res := h.CuMemAlloc_v2(ctx, bytesize)
-		resp.u64(uint64(dptr))
+		resp.put(dptr_slot, uint64(dptr))
 		return res, nil
 	case CallCuMemFree_v2:
 		dptr := d.u64()
@@ -750,8 +756,9 @@ func dispatch(ctx context.Context, h Handler, id CallID, payload []byte, resp *r
 		if err := d.finish(id); err != nil {
 			return 0, err
 		}
+		dptr_slot := resp.slot()
 		dptr, res := h.CuMemAllocAsync(ctx, bytesize, hStream)
-		resp.u64(uint64(dptr))
+		resp.put(dptr_slot, uint64(dptr))
 		return res, nil
 	case CallCuMemFreeAsync:
 		dptr := d.u64()
@@ -765,9 +772,11 @@ func dispatch(ctx context.Context, h Handler, id CallID, payload []byte, resp *r
 		if err := d.finish(id); err != nil {
 			return 0, err
 		}
+		pbase_slot := resp.slot()
+		psize_slot := resp.slot()
 		pbase, psize, res := h.CuMemGetAddressRange_v2(ctx, dptr)
-		resp.u64(uint64(pbase))
-		resp.u64(uint64(psize))
+		resp.put(pbase_slot, uint64(pbase))
+		resp.put(psize_slot, uint64(psize))
 		return res, nil
 	case CallCuMemAllocPitch_v2:
 		WidthInBytes := d.u64()
@@ -776,9 +785,11 @@ func dispatch(ctx context.Context, h Handler, id CallID, payload []byte, resp *r
 		if err := d.finish(id); err != nil {
 			return 0, err
 		}
+		dptr_slot := resp.slot()
+		pPitch_slot := resp.slot()
 		dptr, pPitch, res := h.CuMemAllocPitch_v2(ctx, WidthInBytes, Height, ElementSizeBytes)
-		resp.u64(uint64(dptr))
-		resp.u64(uint64(pPitch))
+		resp.put(dptr_slot, uint64(dptr))
+		resp.put(pPitch_slot, uint64(pPitch))
 		return res, nil
 	case CallCuMemAddressReserve:
 		size := d.u64()
@@ -788,8 +799,9 @@ func dispatch(ctx context.Context, h Handler, id CallID, payload []byte, resp *r
 		if err := d.finish(id); err != nil {
 			return 0, err
 		}
+		ptr_slot := resp.slot()
 		ptr, res := h.CuMemAddressReserve(ctx, size, alignment, addr, flags)
-		resp.u64(uint64(ptr))
+		resp.put(ptr_slot, uint64(ptr))
 		return res, nil
 	case CallCuMemAddressFree:
 		ptr := d.u64()
@@ -808,8 +820,9 @@ func dispatch(ctx context.Context, h Handler, id CallID, payload []byte, resp *r
 		if uint64(len(prop)) != uint64(32) {
 			return ResultInvalidValue, nil
 		}
+		handle_slot := resp.slot()
 		handle, res := h.CuMemCreate(ctx, size, prop, flags)
-		resp.u64(uint64(handle))
+		resp.put(handle_slot, uint64(handle))
 		return res, nil
 	case CallCuMemRelease:
 		handle := d.u64()
@@ -855,8 +868,9 @@ func dispatch(ctx context.Context, h Handler, id CallID, payload []byte, resp *r
 		if uint64(len(prop)) != uint64(32) {
 			return ResultInvalidValue, nil
 		}
+		granularity_slot := resp.slot()
 		granularity, res := h.CuMemGetAllocationGranularity(ctx, prop, option)
-		resp.u64(uint64(granularity))
+		resp.put(granularity_slot, uint64(granularity))
 		return res, nil
 	case CallCuMemcpyHtoD_v2:
 		dstDevice := d.u64()
@@ -1001,8 +1015,9 @@ func dispatch(ctx context.Context, h Handler, id CallID, payload []byte, resp *r
 		if uint64(len(image)) != uint64(size) {
 			return ResultInvalidValue, nil
 		}
+		module_slot := resp.slot()
 		module, res := h.CuModuleLoadData(ctx, image, size)
-		resp.u64(uint64(module))
+		resp.put(module_slot, uint64(module))
 		return res, nil
 	case CallCuModuleUnload:
 		hmod := d.u64()
@@ -1020,12 +1035,13 @@ func dispatch(ctx context.Context, h Handler, id CallID, payload []byte, resp *r
 		if params_cap != uint64(1028) {
 			return ResultInvalidValue, nil
 		}
+		hfunc_slot := resp.slot()
 		params, ok := resp.reserve(params_cap)
 		if !ok {
 			return ResultInvalidValue, nil
 		}
 		hfunc, res := h.CuModuleGetFunction(ctx, params, hmod, name)
-		resp.u64(uint64(hfunc))
+		resp.put(hfunc_slot, uint64(hfunc))
 		return res, nil
 	case CallCuModuleGetGlobal_v2:
 		hmod := d.u64()
@@ -1033,9 +1049,11 @@ func dispatch(ctx context.Context, h Handler, id CallID, payload []byte, resp *r
 		if err := d.finish(id); err != nil {
 			return 0, err
 		}
+		dptr_slot := resp.slot()
+		bytes_slot := resp.slot()
 		dptr, bytes, res := h.CuModuleGetGlobal_v2(ctx, hmod, name)
-		resp.u64(uint64(dptr))
-		resp.u64(uint64(bytes))
+		resp.put(dptr_slot, uint64(dptr))
+		resp.put(bytes_slot, uint64(bytes))
 		return res, nil
 	case CallCuLibraryLoadData:
 		code := d.bytes()
@@ -1046,8 +1064,9 @@ func dispatch(ctx context.Context, h Handler, id CallID, payload []byte, resp *r
 		if uint64(len(code)) != uint64(size) {
 			return ResultInvalidValue, nil
 		}
+		library_slot := resp.slot()
 		library, res := h.CuLibraryLoadData(ctx, code, size)
-		resp.u64(uint64(library))
+		resp.put(library_slot, uint64(library))
 		return res, nil
 	case CallCuLibraryUnload:
 		library := d.u64()
@@ -1061,8 +1080,9 @@ func dispatch(ctx context.Context, h Handler, id CallID, payload []byte, resp *r
 		if err := d.finish(id); err != nil {
 			return 0, err
 		}
+		pKernel_slot := resp.slot()
 		pKernel, res := h.CuLibraryGetKernel(ctx, library, name)
-		resp.u64(uint64(pKernel))
+		resp.put(pKernel_slot, uint64(pKernel))
 		return res, nil
 	case CallCuKernelGetFunction:
 		params_cap := d.u64()
@@ -1073,20 +1093,22 @@ func dispatch(ctx context.Context, h Handler, id CallID, payload []byte, resp *r
 		if params_cap != uint64(1028) {
 			return ResultInvalidValue, nil
 		}
+		pFunc_slot := resp.slot()
 		params, ok := resp.reserve(params_cap)
 		if !ok {
 			return ResultInvalidValue, nil
 		}
 		pFunc, res := h.CuKernelGetFunction(ctx, params, kernel)
-		resp.u64(uint64(pFunc))
+		resp.put(pFunc_slot, uint64(pFunc))
 		return res, nil
 	case CallCuLibraryGetModule:
 		library := d.u64()
 		if err := d.finish(id); err != nil {
 			return 0, err
 		}
+		pMod_slot := resp.slot()
 		pMod, res := h.CuLibraryGetModule(ctx, library)
-		resp.u64(uint64(pMod))
+		resp.put(pMod_slot, uint64(pMod))
 		return res, nil
 	case CallCuFuncGetAttribute:
 		attrib := int32(uint32(d.u64()))
@@ -1094,8 +1116,9 @@ func dispatch(ctx context.Context, h Handler, id CallID, payload []byte, resp *r
 		if err := d.finish(id); err != nil {
 			return 0, err
 		}
+		pi_slot := resp.slot()
 		pi, res := h.CuFuncGetAttribute(ctx, attrib, hfunc)
-		resp.u64(uint64(uint32(pi)))
+		resp.put(pi_slot, uint64(uint32(pi)))
 		return res, nil
 	case CallCuFuncSetAttribute:
 		hfunc := d.u64()
@@ -1119,8 +1142,9 @@ func dispatch(ctx context.Context, h Handler, id CallID, payload []byte, resp *r
 		if err := d.finish(id); err != nil {
 			return 0, err
 		}
+		pi_slot := resp.slot()
 		pi, res := h.CuKernelGetAttribute(ctx, attrib, kernel, dev)
-		resp.u64(uint64(uint32(pi)))
+		resp.put(pi_slot, uint64(uint32(pi)))
 		return res, nil
 	case CallCuKernelSetAttribute:
 		attrib := int32(uint32(d.u64()))
@@ -1137,9 +1161,11 @@ func dispatch(ctx context.Context, h Handler, id CallID, payload []byte, resp *r
 		if err := d.finish(id); err != nil {
 			return 0, err
 		}
+		dptr_slot := resp.slot()
+		bytes_slot := resp.slot()
 		dptr, bytes, res := h.CuLibraryGetGlobal(ctx, library, name)
-		resp.u64(uint64(dptr))
-		resp.u64(uint64(bytes))
+		resp.put(dptr_slot, uint64(dptr))
+		resp.put(bytes_slot, uint64(bytes))
 		return res, nil
 	case CallCuLaunchKernel:
 		f := d.u64()
@@ -1165,8 +1191,9 @@ func dispatch(ctx context.Context, h Handler, id CallID, payload []byte, resp *r
 		if err := d.finish(id); err != nil {
 			return 0, err
 		}
+		phStream_slot := resp.slot()
 		phStream, res := h.CuStreamCreate(ctx, Flags)
-		resp.u64(uint64(phStream))
+		resp.put(phStream_slot, uint64(phStream))
 		return res, nil
 	case CallCuStreamCreateWithPriority:
 		flags := uint32(d.u64())
@@ -1174,8 +1201,9 @@ func dispatch(ctx context.Context, h Handler, id CallID, payload []byte, resp *r
 		if err := d.finish(id); err != nil {
 			return 0, err
 		}
+		phStream_slot := resp.slot()
 		phStream, res := h.CuStreamCreateWithPriority(ctx, flags, priority)
-		resp.u64(uint64(phStream))
+		resp.put(phStream_slot, uint64(phStream))
 		return res, nil
 	case CallCuStreamDestroy_v2:
 		hStream := d.u64()
@@ -1208,8 +1236,9 @@ func dispatch(ctx context.Context, h Handler, id CallID, payload []byte, resp *r
 		if err := d.finish(id); err != nil {
 			return 0, err
 		}
+		phEvent_slot := resp.slot()
 		phEvent, res := h.CuEventCreate(ctx, Flags)
-		resp.u64(uint64(phEvent))
+		resp.put(phEvent_slot, uint64(phEvent))
 		return res, nil
 	case CallCuEventDestroy_v2:
 		hEvent := d.u64()
@@ -1250,8 +1279,9 @@ func dispatch(ctx context.Context, h Handler, id CallID, payload []byte, resp *r
 		if err := d.finish(id); err != nil {
 			return 0, err
 		}
+		pMilliseconds_slot := resp.slot()
 		pMilliseconds, res := h.CuEventElapsedTime(ctx, hStart, hEnd)
-		resp.f32(pMilliseconds)
+		resp.put(pMilliseconds_slot, uint64(math.Float32bits(pMilliseconds)))
 		return res, nil
 	case CallCuEventElapsedTime_v2:
 		hStart := d.u64()
@@ -1259,8 +1289,9 @@ func dispatch(ctx context.Context, h Handler, id CallID, payload []byte, resp *r
 		if err := d.finish(id); err != nil {
 			return 0, err
 		}
+		pMilliseconds_slot := resp.slot()
 		pMilliseconds, res := h.CuEventElapsedTime_v2(ctx, hStart, hEnd)
-		resp.f32(pMilliseconds)
+		resp.put(pMilliseconds_slot, uint64(math.Float32bits(pMilliseconds)))
 		return res, nil
 	case CallCuPointerGetAttribute:
 		data_cap := d.u64()

@@ -5,7 +5,6 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
-	"math"
 )
 
 // CallID identifies a remoted call on the wire (shim/api/cuda.api).
@@ -118,14 +117,20 @@ type respWriter struct {
 	off int
 }
 
-func (w *respWriter) u64(v uint64) {
-	if len(w.b)-w.off >= 8 {
-		binary.LittleEndian.PutUint64(w.b[w.off:], v)
-		w.off += 8
+// slot reserves 8 bytes for a scalar out argument (filled by put); -1 if the area is full.
+func (w *respWriter) slot() int {
+	if len(w.b)-w.off < 8 {
+		return -1
 	}
+	w.off += 8
+	return w.off - 8
 }
 
-func (w *respWriter) f32(v float32) { w.u64(uint64(math.Float32bits(v))) }
+func (w *respWriter) put(slot int, v uint64) {
+	if slot >= 0 {
+		binary.LittleEndian.PutUint64(w.b[slot:], v)
+	}
+}
 
 // reserve returns room for n bytes of out data (preceded by its length), or false if the area is too small.
 func (w *respWriter) reserve(n uint64) ([]byte, bool) {
