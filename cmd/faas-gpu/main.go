@@ -101,7 +101,7 @@ func envName(flagName string) string {
 }
 
 // parseFlags parses args, then gives every flag not set on the command line the value of its environment variable
-// (envName), and turns errors into usageErrors that name the flag or the variable.
+// (envName) when that is set and not empty, and turns errors into usageErrors that name the flag or the variable.
 func parseFlags(fs *flag.FlagSet, args []string) error {
 	fs.SetOutput(io.Discard)
 	fs.VisitAll(func(f *flag.Flag) {
@@ -123,7 +123,7 @@ func parseFlags(fs *flag.FlagSet, args []string) error {
 	var envErr error
 	fs.VisitAll(func(f *flag.Flag) {
 		v, ok := os.LookupEnv(envName(f.Name))
-		if set[f.Name] || !ok || envErr != nil {
+		if set[f.Name] || !ok || v == "" || envErr != nil {
 			return
 		}
 		if err := fs.Set(f.Name, v); err != nil {

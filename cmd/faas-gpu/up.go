@@ -3,9 +3,287 @@ package main
 import (
 	"context"
 	"errors"
+	"flag"
+	"fmt"
 	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strconv"
+	"syscall"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/openfaas/faas-provider/types"
+
+	"github.com/faas-gpu/faas-gpu/gpuserver/client"
+	"github.com/faas-gpu/faas-gpu/gpuserver/server"
+	"github.com/faas-gpu/faas-gpu/provider/handlers"
+	"github.com/faas-gpu/faas-gpu/provider/local"
+	"github.com/faas-gpu/faas-gpu/queueworker/frontdoor"
+	"github.com/faas-gpu/faas-gpu/queueworker/functions"
+	"github.com/faas-gpu/faas-gpu/queueworker/natsserver"
+	"github.com/faas-gpu/faas-gpu/queueworker/worker"
 )
 
-func runUp(_ context.Context, _ []string, _, _ io.Writer) error {
-	return errors.New("not implemented yet")
+// upConfig holds the flags of `faas-gpu up`.
+type upConfig struct {
+	stateDir     string
+	buildDir     string
+	templatesDir string
+	functionsDir string
+	host         string
+	port         int
+	natsPort     int
+	gpus         string
+	gpuMemory    string
+	maxInflight  int
+	logLevel     string
+}
+
+func (c *upConfig) register(fs *flag.FlagSet) {
+	fs.StringVar(&c.stateDir, "state-dir", "./.faas-gpu", "state: function records, secrets, logs, JetStream store, sockets")
+	fs.StringVar(&c.buildDir, "build-dir", "./build", "build contexts of functions, <dir>/<name>/ as faas-cli build --shrinkwrap writes them")
+	fs.StringVar(&c.templatesDir, "templates-dir", "./template", "fallback when the build dir has no context: templates folder (./templates is tried too)")
+	fs.StringVar(&c.functionsDir, "functions-dir", "./functions", "fallback when the build dir has no context: one handler folder per function")
+	fs.StringVar(&c.host, "host", "127.0.0.1", "address every server listens on")
+	fs.IntVar(&c.port, "port", 8080, "port of the gateway surface (faas-provider routes and /async-function)")
+	fs.IntVar(&c.natsPort, "nats-port", -1, "port of the embedded NATS server; -1 picks a free one")
+	fs.StringVar(&c.gpus, "gpus", "v100x4", "node preset (v100x4, a100x8, h100x8, h200x1) or node file")
+	fs.StringVar(&c.gpuMemory, "gpu-memory", "", "override every GPU's memory, e.g. 4Gi")
+	fs.IntVar(&c.maxInflight, "max-inflight", 0, "asynchronous calls run at once; 0 sizes it to the GPU pool")
+	fs.StringVar(&c.logLevel, "log-level", "info", "debug, info, warn or error")
+}
+
+func (c *upConfig) validate() error {
+	switch {
+	case c.port < 1 || c.port > 65535:
+		return usageError{fmt.Errorf("-port %d: must be in 1..65535", c.port)}
+	case c.natsPort != -1 && (c.natsPort < 1 || c.natsPort > 65535):
+		return usageError{fmt.Errorf("-nats-port %d: must be -1 (free) or in 1..65535", c.natsPort)}
+	case c.maxInflight < 0:
+		return usageError{fmt.Errorf("-max-inflight %d: must be >= 0", c.maxInflight)}
+	case c.stateDir == "":
+		return usageError{errors.New("-state-dir: must not be empty")}
+	}
+	return nil
+}
+
+// up is one running `faas-gpu up`: the parts in the order they start; stop undoes them in reverse.
+type up struct {
+	log     *slog.Logger
+	stops   []func(ctx context.Context) error
+	runErrs chan error
+}
+
+func (u *up) onStop(f func(ctx context.Context) error) { u.stops = append(u.stops, f) }
+
+// stop runs the stop functions in reverse order of start, under one deadline.
+func (u *up) stop(ctx context.Context) error {
+	var errs []error
+	for i := len(u.stops) - 1; i >= 0; i-- {
+		if err := u.stops[i](ctx); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
+}
+
+func runUp(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	var cfg upConfig
+	fs := flag.NewFlagSet("up", flag.ContinueOnError)
+	cfg.register(fs)
+	if err := parseFlags(fs, args); err != nil {
+		return err
+	}
+	if err := cfg.validate(); err != nil {
+		return err
+	}
+	log, err := newLogger(stderr, cfg.logLevel)
+	if err != nil {
+		return err
+	}
+	node, err := resolveNode(cfg.gpus, cfg.gpuMemory)
+	if err != nil {
+		return err
+	}
+	stateDir, err := filepath.Abs(cfg.stateDir)
+	if err != nil {
+		return usageError{fmt.Errorf("-state-dir: %w", err)}
+	}
+	if err := os.MkdirAll(stateDir, 0o755); err != nil {
+		return fmt.Errorf("state dir: %w", err)
+	}
+	unlock, err := lockStateDir(stateDir)
+	if err != nil {
+		return err
+	}
+	defer unlock()
+
+	u := &up{log: log, runErrs: make(chan error, 4)}
+	err = u.start(ctx, cfg, stateDir, node.Name, stdout, func(ctx context.Context) (*server.Server, error) {
+		return server.Start(ctx, server.Config{Socket: filepath.Join(stateDir, "gpuserver.sock"), Node: node,
+			Logger: log.With("component", "gpuserver")})
+	})
+	if err == nil {
+		select {
+		case <-ctx.Done():
+			fmt.Fprintln(stdout, "faas-gpu: stopping")
+		case err = <-u.runErrs:
+			log.Error("a component failed; stopping", "err", err)
+		}
+	}
+	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+	defer cancel()
+	if serr := u.stop(sctx); serr != nil {
+		log.Error("stop", "err", serr)
+		if err == nil {
+			err = serr
+		}
+	}
+	return err
+}
+
+// start brings the parts up in dependency order: gpuserver, NATS JetStream, local backend, gateway surface,
+// queue worker.
+func (u *up) start(ctx context.Context, cfg upConfig, stateDir, nodeName string, stdout io.Writer,
+	startGPUServer func(context.Context) (*server.Server, error)) error {
+	gs, err := startGPUServer(ctx)
+	if err != nil {
+		return err
+	}
+	u.onStop(gs.Shutdown)
+	gpuClient := client.New(gs.Socket())
+	gpuStatus := gs.Pool().Status(ctx)
+
+	ns, err := natsserver.Start(ctx, natsserver.Config{StoreDir: filepath.Join(stateDir, "jetstream"),
+		Host: cfg.host, Port: cfg.natsPort})
+	if err != nil {
+		return fmt.Errorf("nats: %w", err)
+	}
+	u.onStop(func(context.Context) error { ns.Shutdown(); return nil })
+	nc, err := nats.Connect(ns.ClientURL(), nats.Name("faas-gpu up"), nats.MaxReconnects(-1))
+	if err != nil {
+		return fmt.Errorf("nats connect: %w", err)
+	}
+	u.onStop(func(context.Context) error { nc.Close(); return nil })
+	js, err := jetstream.New(nc)
+	if err != nil {
+		return fmt.Errorf("jetstream: %w", err)
+	}
+	if err := frontdoor.EnsureStreams(ctx, js); err != nil {
+		return fmt.Errorf("jetstream streams: %w", err)
+	}
+
+	templatesDir := cfg.templatesDir
+	if _, err := os.Stat(templatesDir); err != nil {
+		templatesDir = "./templates"
+	}
+	backend, err := local.New(ctx, local.Config{
+		StateDir:     filepath.Join(stateDir, "functions"),
+		BuildDir:     cfg.buildDir,
+		TemplatesDir: templatesDir,
+		FunctionsDir: cfg.functionsDir,
+		Env:          map[string]string{"FAAS_GPU_SOCKET": gs.Socket()},
+		Logger:       u.log.With("component", "local"),
+	})
+	if err != nil {
+		return fmt.Errorf("local backend: %w", err)
+	}
+	u.onStop(backend.Close)
+	if err := handlers.SyncGPU(ctx, backend, gpuClient); err != nil {
+		return fmt.Errorf("register GPU functions with the gpuserver: %w", err)
+	}
+
+	gatewayAddr := net.JoinHostPort(cfg.host, strconv.Itoa(cfg.port))
+	gatewayURL := "http://" + gatewayAddr
+	providerHandler := handlers.New(handlers.Config{
+		Backend: backend, Secrets: backend, Logs: backend, GPU: gpuClient,
+		Info: types.ProviderInfo{Name: "faas-gpu", Orchestration: "local",
+			Version: &types.VersionInfo{Release: version, SHA: commit}},
+		ProxyTimeout: 5 * time.Minute,
+		Logger:       u.log.With("component", "provider"),
+	})
+	fnSource := functions.NewGateway(functions.GatewayConfig{URL: gatewayURL})
+	mux := http.NewServeMux()
+	mux.Handle("/async-function/", frontdoor.New(frontdoor.Config{JetStream: js, Functions: fnSource,
+		Logger: u.log.With("component", "frontdoor")}))
+	mux.Handle("/", providerHandler)
+	l, err := net.Listen("tcp", gatewayAddr)
+	if err != nil {
+		return fmt.Errorf("gateway: listen on %s: %w (another faas-gpu up? use -port)", gatewayAddr, err)
+	}
+	hs := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+	go func() {
+		if err := hs.Serve(l); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			u.runErrs <- fmt.Errorf("gateway: %w", err)
+		}
+	}()
+	u.onStop(func(ctx context.Context) error {
+		if err := hs.Shutdown(ctx); err != nil {
+			return hs.Close()
+		}
+		return nil
+	})
+
+	maxInflight := cfg.maxInflight
+	if maxInflight == 0 {
+		maxInflight = 4 * len(gpuStatus.GPUs) // enough to keep every GPU busy while others swap
+	}
+	w, err := worker.New(worker.Config{
+		JetStream:   js,
+		GatewayURL:  gatewayURL,
+		Functions:   fnSource,
+		Capacity:    gpuClient,
+		MaxInflight: maxInflight,
+		Logger:      u.log.With("component", "queue-worker"),
+	})
+	if err != nil {
+		return fmt.Errorf("queue worker: %w", err)
+	}
+	wctx, wcancel := context.WithCancel(context.WithoutCancel(ctx))
+	wdone := make(chan struct{})
+	go func() {
+		defer close(wdone)
+		if err := w.Run(wctx); err != nil {
+			u.runErrs <- fmt.Errorf("queue worker: %w", err)
+		}
+	}()
+	u.onStop(func(ctx context.Context) error {
+		wcancel()
+		select {
+		case <-wdone:
+			return nil
+		case <-ctx.Done():
+			return fmt.Errorf("queue worker did not drain: %w", ctx.Err())
+		}
+	})
+
+	fmt.Fprintf(stdout, `faas-gpu up
+  gateway      %s  (faas-provider API, /function/{name}, /async-function/{name})
+  gpuserver    unix:%s  (%d GPUs, node %s, policy %s)
+  nats         %s  (JetStream store %s)
+  queue worker stream OF_faas-request, max in flight %d
+  state        %s
+  functions    from %s (fallback: templates %s, handlers %s)
+Ready. Ctrl-C stops everything.
+`, gatewayURL, gs.Socket(), len(gpuStatus.GPUs), nodeName, gpuStatus.Policy, ns.ClientURL(),
+		filepath.Join(stateDir, "jetstream"), maxInflight, stateDir, cfg.buildDir, templatesDir, cfg.functionsDir)
+	return nil
+}
+
+// lockStateDir takes an exclusive lock on the state dir so that two `up`s never share it.
+func lockStateDir(dir string) (unlock func(), err error) {
+	f, err := os.OpenFile(filepath.Join(dir, "lock"), os.O_CREATE|os.O_RDWR, 0o644)
+	if err != nil {
+		return nil, fmt.Errorf("state dir lock: %w", err)
+	}
+	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
+		f.Close()
+		return nil, fmt.Errorf("state dir %s is in use by another faas-gpu up (lock: %w)", dir, err)
+	}
+	return func() { f.Close() }, nil
 }

@@ -158,6 +158,13 @@ func (b *Backend) Deploy(ctx context.Context, fd types.FunctionDeployment) error
 
 // Update replaces a function's definition, keeping its replica count, and restarts its replicas with it.
 func (b *Backend) Update(ctx context.Context, fd types.FunctionDeployment) error {
+	// An unknown function is 404 before anything else, so that faas-cli falls back to POST.
+	b.mu.Lock()
+	_, known := b.fns[fd.Service]
+	b.mu.Unlock()
+	if !known && fd.Service != "" {
+		return fmt.Errorf("%w: function %q", provider.ErrNotFound, fd.Service)
+	}
 	if err := b.check(&fd); err != nil {
 		return err
 	}

@@ -1,0 +1,467 @@
+// Package e2e runs the real faas-gpu binary (`faas-gpu up`) and drives it over HTTP exactly as faas-cli and the
+// OpenFaaS gateway would: deploy, invoke synchronously and asynchronously, list, scale, logs, secrets, delete,
+// restart.
+package e2e
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/openfaas/faas-provider/types"
+
+	"github.com/faas-gpu/faas-gpu/gpuserver/client"
+)
+
+// repoRoot is the repository's root, two folders up from this package.
+func repoRoot(t *testing.T) string {
+	t.Helper()
+	root, err := filepath.Abs("../..")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return root
+}
+
+// buildBinary compiles bin/faas-gpu into a temp dir once per test binary.
+var buildOnce = sync.OnceValues(func() (string, error) {
+	dir, err := os.MkdirTemp("", "faas-gpu-e2e-bin")
+	if err != nil {
+		return "", err
+	}
+	bin := filepath.Join(dir, "faas-gpu")
+	cmd := exec.Command("go", "build", "-o", bin, "./cmd/faas-gpu")
+	cmd.Dir = "../.."
+	if out, err := cmd.CombinedOutput(); err != nil {
+		return "", fmt.Errorf("go build: %v\n%s", err, out)
+	}
+	return bin, nil
+})
+
+// instance is one running `faas-gpu up`.
+type instance struct {
+	cmd      *exec.Cmd
+	url      string
+	stateDir string
+	out      *lockedBuffer
+	done     chan struct{}
+}
+
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
+}
+
+func freePort(t *testing.T) int {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port
+}
+
+// startUp runs `faas-gpu up` on a free port with the given state dir and waits until the gateway answers.
+func startUp(t *testing.T, stateDir string) *instance {
+	t.Helper()
+	bin, err := buildOnce()
+	if err != nil {
+		t.Fatal(err)
+	}
+	root := repoRoot(t)
+	port := freePort(t)
+	out := &lockedBuffer{}
+	cmd := exec.Command(bin, "up", "--state-dir", stateDir, "--port", strconv.Itoa(port),
+		"--build-dir", filepath.Join(stateDir, "..", "build"),
+		"--templates-dir", filepath.Join(root, "templates"), "--functions-dir", filepath.Join(root, "functions"),
+		"--gpu-memory", "4Gi", "--log-level", "debug")
+	cmd.Stdout, cmd.Stderr = out, out
+	cmd.Dir = t.TempDir()
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	in := &instance{cmd: cmd, url: fmt.Sprintf("http://127.0.0.1:%d", port), stateDir: stateDir, out: out,
+		done: make(chan struct{})}
+	go func() { _ = cmd.Wait(); close(in.done) }()
+	t.Cleanup(func() {
+		in.stop(t)
+		if t.Failed() {
+			t.Logf("faas-gpu up output:\n%s", out.String())
+		}
+	})
+	eventually(t, 60*time.Second, "gateway healthz", func() error {
+		select {
+		case <-in.done:
+			return fmt.Errorf("faas-gpu up exited: %s", out.String())
+		default:
+		}
+		resp, err := http.Get(in.url + "/healthz")
+		if err != nil {
+			return err
+		}
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusOK {
+			return fmt.Errorf("healthz: %d", resp.StatusCode)
+		}
+		return nil
+	})
+	return in
+}
+
+// stop sends SIGINT (Ctrl-C) and waits for the process to exit.
+func (in *instance) stop(t *testing.T) {
+	t.Helper()
+	select {
+	case <-in.done:
+		return
+	default:
+	}
+	_ = in.cmd.Process.Signal(syscall.SIGINT)
+	select {
+	case <-in.done:
+	case <-time.After(30 * time.Second): // generous: the machine is shared; up itself stops within 5s
+		_ = in.cmd.Process.Kill()
+		<-in.done
+		t.Errorf("faas-gpu up did not exit after SIGINT")
+	}
+}
+
+// eventually polls f until it returns nil or the timeout passes.
+func eventually(t *testing.T, timeout time.Duration, what string, f func() error) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	var err error
+	for {
+		if err = f(); err == nil {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: not within %s: %v", what, timeout, err)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+type reply struct {
+	code   int
+	header http.Header
+	body   string
+}
+
+func call(t *testing.T, method, url string, body any, header map[string]string) reply {
+	t.Helper()
+	var r io.Reader
+	switch b := body.(type) {
+	case nil:
+	case string:
+		r = strings.NewReader(b)
+	default:
+		raw, err := json.Marshal(b)
+		if err != nil {
+			t.Fatal(err)
+		}
+		r = bytes.NewReader(raw)
+	}
+	req, err := http.NewRequest(method, url, r)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for k, v := range header {
+		req.Header.Set(k, v)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatalf("%s %s: %v", method, url, err)
+	}
+	defer resp.Body.Close()
+	raw, _ := io.ReadAll(resp.Body)
+	return reply{code: resp.StatusCode, header: resp.Header, body: string(raw)}
+}
+
+// deploy does what faas-cli deploy does: PUT, then POST when the function is unknown.
+func deploy(t *testing.T, base string, fn types.FunctionDeployment) {
+	t.Helper()
+	r := call(t, http.MethodPut, base+"/system/functions", fn, nil)
+	if r.code == http.StatusNotFound {
+		r = call(t, http.MethodPost, base+"/system/functions", fn, nil)
+	}
+	if r.code >= 300 {
+		t.Fatalf("deploy %s: %d %s", fn.Service, r.code, r.body)
+	}
+}
+
+// invokeReady invokes a function until it answers 200 (it may still be starting) and returns the body.
+func invokeReady(t *testing.T, url, body string) string {
+	t.Helper()
+	var out string
+	eventually(t, 60*time.Second, "invoke "+url, func() error {
+		r := call(t, http.MethodPost, url, body, nil)
+		if r.code != http.StatusOK {
+			return fmt.Errorf("%d %s", r.code, r.body)
+		}
+		out = r.body
+		return nil
+	})
+	return out
+}
+
+func gpuFunction() types.FunctionDeployment {
+	return types.FunctionDeployment{Service: "hello-gpu", Image: "hello-gpu:latest",
+		Annotations: &map[string]string{"com.openfaas.gpu.memory": "1536Mi", "com.openfaas.gpu.slo": "80ms"}}
+}
+
+func TestEndToEnd(t *testing.T) {
+	if testing.Short() {
+		t.Skip("end-to-end: runs faas-gpu up and python functions")
+	}
+	work := t.TempDir()
+	stateDir := filepath.Join(work, "state")
+	in := startUp(t, stateDir)
+	base := in.url
+
+	// A secret the echo function reads as a file.
+	if r := call(t, http.MethodPost, base+"/system/secrets", types.Secret{Name: "api-key", Value: "s3cr3t"}, nil); r.code >= 300 {
+		t.Fatalf("create secret: %d %s", r.code, r.body)
+	}
+	if r := call(t, http.MethodGet, base+"/system/secrets", nil, nil); !strings.Contains(r.body, "api-key") || strings.Contains(r.body, "s3cr3t") {
+		t.Fatalf("list secrets: %d %s (want the name, never the value)", r.code, r.body)
+	}
+
+	deploy(t, base, types.FunctionDeployment{Service: "echo", Image: "echo:latest", Secrets: []string{"api-key"}})
+	deploy(t, base, gpuFunction())
+
+	t.Run("duplicate deploy is refused", func(t *testing.T) {
+		r := call(t, http.MethodPost, base+"/system/functions", types.FunctionDeployment{Service: "echo", Image: "echo:latest"}, nil)
+		if r.code < 400 || r.code >= 500 {
+			t.Fatalf("duplicate POST: %d %s, want a 4xx", r.code, r.body)
+		}
+	})
+
+	t.Run("sync invoke", func(t *testing.T) {
+		if got := invokeReady(t, base+"/function/echo", "hello faas-gpu"); got != "hello faas-gpu" {
+			t.Fatalf("echo answered %q", got)
+		}
+		if got := invokeReady(t, base+"/function/echo?secret=api-key", ""); got != "s3cr3t" {
+			t.Fatalf("echo read secret %q, want s3cr3t", got)
+		}
+		raw := invokeReady(t, base+"/function/hello-gpu", "{}")
+		var got map[string]any
+		if err := json.Unmarshal([]byte(raw), &got); err != nil {
+			t.Fatalf("hello-gpu answered %q: %v", raw, err)
+		}
+		gpu, ok := got["gpu"].(float64)
+		if !ok || gpu < 0 || gpu > 3 {
+			t.Fatalf("hello-gpu answered %q: want the bound GPU (0..3) in field gpu", raw)
+		}
+		st, err := client.New(filepath.Join(stateDir, "gpuserver.sock")).Status(context.Background())
+		if err != nil {
+			t.Fatal(err)
+		}
+		found := false
+		for _, f := range st.Functions {
+			if f.Name == "hello-gpu" {
+				found = f.Served >= 1 && f.MemoryBytes == 1536<<20 && f.SLO == 80*time.Millisecond
+			}
+		}
+		if !found {
+			t.Fatalf("gpuserver does not show hello-gpu registered and served: %+v", st.Functions)
+		}
+	})
+
+	t.Run("async invoke with callback", func(t *testing.T) {
+		type callback struct {
+			header http.Header
+			body   string
+		}
+		got := make(chan callback, 1)
+		cb := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			raw, _ := io.ReadAll(r.Body)
+			got <- callback{header: r.Header.Clone(), body: string(raw)}
+		}))
+		defer cb.Close()
+		r := call(t, http.MethodPost, base+"/async-function/echo", "later, please",
+			map[string]string{"X-Callback-Url": cb.URL + "/done"})
+		if r.code != http.StatusAccepted || r.header.Get("X-Call-Id") == "" {
+			t.Fatalf("async: %d %v %s", r.code, r.header, r.body)
+		}
+		select {
+		case c := <-got:
+			if c.body != "later, please" {
+				t.Errorf("callback body %q", c.body)
+			}
+			for k, want := range map[string]string{"X-Call-Id": r.header.Get("X-Call-Id"), "X-Function-Status": "200",
+				"X-Function-Name": "echo"} {
+				if c.header.Get(k) != want {
+					t.Errorf("callback %s = %q, want %q", k, c.header.Get(k), want)
+				}
+			}
+			if _, err := strconv.ParseFloat(c.header.Get("X-Duration-Seconds"), 64); err != nil {
+				t.Errorf("callback X-Duration-Seconds = %q: %v", c.header.Get("X-Duration-Seconds"), err)
+			}
+		case <-time.After(60 * time.Second):
+			t.Fatal("no callback within 60s")
+		}
+	})
+
+	t.Run("list and status", func(t *testing.T) {
+		r := call(t, http.MethodGet, base+"/system/functions", nil, nil)
+		var fns []types.FunctionStatus
+		if err := json.Unmarshal([]byte(r.body), &fns); err != nil {
+			t.Fatalf("list: %d %s", r.code, r.body)
+		}
+		names := map[string]types.FunctionStatus{}
+		for _, f := range fns {
+			names[f.Name] = f
+		}
+		if len(names) != 2 || names["hello-gpu"].Annotations == nil ||
+			(*names["hello-gpu"].Annotations)["com.openfaas.gpu.memory"] != "1536Mi" {
+			t.Fatalf("list: %s", r.body)
+		}
+		if r := call(t, http.MethodGet, base+"/system/function/echo", nil, nil); r.code != http.StatusOK || !strings.Contains(r.body, `"availableReplicas":1`) {
+			t.Fatalf("status echo: %d %s", r.code, r.body)
+		}
+	})
+
+	t.Run("scale to zero and back", func(t *testing.T) {
+		scale := func(n uint64) {
+			r := call(t, http.MethodPost, base+"/system/scale-function/echo",
+				types.ScaleServiceRequest{ServiceName: "echo", Replicas: n}, nil)
+			if r.code >= 300 {
+				t.Fatalf("scale %d: %d %s", n, r.code, r.body)
+			}
+		}
+		scale(0)
+		eventually(t, 30*time.Second, "echo scaled to 0", func() error {
+			r := call(t, http.MethodPost, base+"/function/echo", "x", nil)
+			if r.code != http.StatusServiceUnavailable || r.header.Get("X-OpenFaaS-Internal") == "" {
+				return fmt.Errorf("invoke at 0 replicas: %d %s", r.code, r.body)
+			}
+			return nil
+		})
+		scale(1)
+		if got := invokeReady(t, base+"/function/echo", "back"); got != "back" {
+			t.Fatalf("after scale 1: %q", got)
+		}
+	})
+
+	t.Run("logs", func(t *testing.T) {
+		eventually(t, 30*time.Second, "echo logs", func() error {
+			r := call(t, http.MethodGet, base+"/system/logs?name=echo&tail=50&follow=false", nil, nil)
+			if r.code != http.StatusOK {
+				return fmt.Errorf("%d %s", r.code, r.body)
+			}
+			sc := bufio.NewScanner(strings.NewReader(r.body))
+			lines := 0
+			for sc.Scan() {
+				var m struct {
+					Name string `json:"name"`
+					Text string `json:"text"`
+				}
+				if err := json.Unmarshal(sc.Bytes(), &m); err != nil {
+					return fmt.Errorf("log line %q: %v", sc.Text(), err)
+				}
+				if m.Name != "echo" {
+					return fmt.Errorf("log line of %q", m.Name)
+				}
+				lines++
+			}
+			if lines == 0 {
+				return fmt.Errorf("no log lines")
+			}
+			return nil
+		})
+	})
+
+	t.Run("bad input", func(t *testing.T) {
+		for _, tc := range []struct {
+			name, method, path string
+			body               any
+			code               int
+			mention            string
+		}{
+			{"unknown function status", http.MethodGet, "/system/function/nope", nil, 404, ""},
+			{"unknown function invoke", http.MethodPost, "/function/nope", "x", 404, ""},
+			{"update unknown function", http.MethodPut, "/system/functions",
+				types.FunctionDeployment{Service: "nope", Image: "nope:latest"}, 404, ""},
+			{"malformed JSON", http.MethodPost, "/system/functions", `{"service": "x",`, 400, ""},
+			{"invalid annotation", http.MethodPost, "/system/functions", types.FunctionDeployment{Service: "bad",
+				Image: "echo:latest", Annotations: &map[string]string{"com.openfaas.gpu.memory": "lots"}}, 400,
+				"com.openfaas.gpu.memory"},
+			{"invalid slo", http.MethodPost, "/system/functions", types.FunctionDeployment{Service: "bad",
+				Image: "echo:latest", Annotations: &map[string]string{"com.openfaas.gpu.memory": "1Gi",
+					"com.openfaas.gpu.slo": "-5ms"}}, 400, "com.openfaas.gpu.slo"},
+			{"async to unknown function", http.MethodPost, "/async-function/nope", "x", 404, ""},
+		} {
+			r := call(t, tc.method, base+tc.path, tc.body, nil)
+			if r.code != tc.code || !strings.Contains(r.body, tc.mention) {
+				t.Errorf("%s: %d %q, want %d mentioning %q", tc.name, r.code, r.body, tc.code, tc.mention)
+			}
+		}
+	})
+
+	t.Run("delete", func(t *testing.T) {
+		r := call(t, http.MethodDelete, base+"/system/functions", types.DeleteFunctionRequest{FunctionName: "hello-gpu"}, nil)
+		if r.code >= 300 {
+			t.Fatalf("delete: %d %s", r.code, r.body)
+		}
+		if r := call(t, http.MethodGet, base+"/system/function/hello-gpu", nil, nil); r.code != http.StatusNotFound {
+			t.Fatalf("status after delete: %d", r.code)
+		}
+		st, err := client.New(filepath.Join(stateDir, "gpuserver.sock")).Status(context.Background())
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, f := range st.Functions {
+			if f.Name == "hello-gpu" {
+				t.Fatalf("hello-gpu is still registered with the gpuserver after delete")
+			}
+		}
+		if r := call(t, http.MethodDelete, base+"/system/secrets", types.Secret{Name: "nope"}, nil); r.code != http.StatusNotFound {
+			t.Fatalf("delete unknown secret: %d %s", r.code, r.body)
+		}
+	})
+
+	// A restarted `up` on the same state dir brings the functions back, GPU registrations included.
+	in.stop(t)
+	deploy2 := startUp(t, stateDir)
+	if got := invokeReady(t, deploy2.url+"/function/echo", "again"); got != "again" {
+		t.Fatalf("after restart echo answered %q", got)
+	}
+	deploy(t, deploy2.url, gpuFunction())
+	if raw := invokeReady(t, deploy2.url+"/function/hello-gpu", "{}"); !strings.Contains(raw, `"gpu"`) {
+		t.Fatalf("after restart hello-gpu answered %q", raw)
+	}
+	deploy2.stop(t)
+	deploy3 := startUp(t, stateDir)
+	if raw := invokeReady(t, deploy3.url+"/function/hello-gpu", "{}"); !strings.Contains(raw, `"gpu"`) {
+		t.Fatalf("after a second restart hello-gpu answered %q (GPU registration not restored?)", raw)
+	}
+}
