@@ -61,7 +61,9 @@ bench-swap: build
 
 ## bench-remoting: shim transport benchmarks, writes docs/bench/remoting.md
 bench-remoting: build
-	@echo "bench-remoting: not yet available"; exit 1
+	$(MAKE) -C shim
+	@mkdir -p docs/bench
+	$(GO) run ./gpuserver/remoting/cmd/remoting-bench -out docs/bench/remoting.md
 
 ## bench-queue: queue worker benchmarks, writes docs/bench/queue.md
 bench-queue: build
