@@ -17,6 +17,7 @@ type gpuserverConfig struct {
 	listen    string
 	gpus      string
 	gpuMemory string
+	policy    string
 	logLevel  string
 }
 
@@ -25,6 +26,7 @@ func (c *gpuserverConfig) register(fs *flag.FlagSet) {
 	fs.StringVar(&c.listen, "listen", "", "optional TCP address of the gpuserver API, e.g. 127.0.0.1:8090")
 	fs.StringVar(&c.gpus, "gpus", "v100x4", "node preset (v100x4, a100x8, h100x8, h200x1) or node file")
 	fs.StringVar(&c.gpuMemory, "gpu-memory", "", "override every GPU's memory, e.g. 4Gi (forces eviction in tests)")
+	fs.StringVar(&c.policy, "policy", "faas-gpu", policyUsage)
 	fs.StringVar(&c.logLevel, "log-level", "info", "debug, info, warn or error")
 }
 
@@ -43,7 +45,11 @@ func runGPUServer(ctx context.Context, args []string, stdout, stderr io.Writer) 
 	if err != nil {
 		return err
 	}
-	srv, err := server.Start(ctx, server.Config{Socket: cfg.socket, Listen: cfg.listen, Node: node, Logger: log})
+	if err := checkPolicy(cfg.policy); err != nil {
+		return err
+	}
+	srv, err := server.Start(ctx, server.Config{Socket: cfg.socket, Listen: cfg.listen, Node: node,
+		Policy: cfg.policy, Logger: log})
 	if err != nil {
 		return err
 	}

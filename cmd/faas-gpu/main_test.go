@@ -19,6 +19,7 @@ func TestBadFlagsExitTwoNamingTheFlag(t *testing.T) {
 		{args: []string{"up", "--gpus", "v100x99"}, want: "-gpus"},
 		{args: []string{"gpuserver", "--gpu-memory", "lots"}, want: "-gpu-memory"},
 		{args: []string{"gpuserver", "--log-level", "loud"}, want: "-log-level"},
+		{args: []string{"up", "--policy", "best"}, want: "-policy"},
 		{args: []string{"gpuserver", "extra"}, want: `unexpected argument "extra"`},
 		{args: []string{"up"}, env: map[string]string{"FAAS_GPU_PORT": "x"}, want: "FAAS_GPU_PORT"},
 	} {

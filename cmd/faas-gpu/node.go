@@ -3,8 +3,23 @@ package main
 import (
 	"fmt"
 
+	"github.com/faas-gpu/faas-gpu/gpuserver/controller"
+	"github.com/faas-gpu/faas-gpu/gpuserver/server"
 	"github.com/faas-gpu/faas-gpu/gpuserver/topology"
 )
+
+const policyUsage = "pool policy: faas-gpu (SLO-aware, default), torpor, fifo, gshare-dqls, ... or fcfs"
+
+// checkPolicy validates the --policy flag.
+func checkPolicy(name string) error {
+	if name == server.PolicyFCFS {
+		return nil
+	}
+	if _, err := controller.ParsePolicy(name); err != nil {
+		return usageError{fmt.Errorf("-policy: %w (or %s)", err, server.PolicyFCFS)}
+	}
+	return nil
+}
 
 // resolveNode turns the --gpus and --gpu-memory flags into a node description: a preset name or a node file,
 // with every GPU's memory overridden when gpuMemory is set.

@@ -41,6 +41,7 @@ type upConfig struct {
 	gpus         string
 	gpuMemory    string
 	maxInflight  int
+	policy       string
 	logLevel     string
 }
 
@@ -55,10 +56,14 @@ func (c *upConfig) register(fs *flag.FlagSet) {
 	fs.StringVar(&c.gpus, "gpus", "v100x4", "node preset (v100x4, a100x8, h100x8, h200x1) or node file")
 	fs.StringVar(&c.gpuMemory, "gpu-memory", "", "override every GPU's memory, e.g. 4Gi")
 	fs.IntVar(&c.maxInflight, "max-inflight", 0, "asynchronous calls run at once; 0 sizes it to the GPU pool")
+	fs.StringVar(&c.policy, "policy", "faas-gpu", policyUsage)
 	fs.StringVar(&c.logLevel, "log-level", "info", "debug, info, warn or error")
 }
 
 func (c *upConfig) validate() error {
+	if err := checkPolicy(c.policy); err != nil {
+		return err
+	}
 	switch {
 	case c.port < 1 || c.port > 65535:
 		return usageError{fmt.Errorf("-port %d: must be in 1..65535", c.port)}
@@ -126,7 +131,7 @@ func runUp(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	u := &up{log: log, runErrs: make(chan error, 4)}
 	err = u.start(ctx, cfg, stateDir, node.Name, stdout, func(ctx context.Context) (*server.Server, error) {
 		return server.Start(ctx, server.Config{Socket: filepath.Join(stateDir, "gpuserver.sock"), Node: node,
-			Logger: log.With("component", "gpuserver")})
+			Policy: cfg.policy, Logger: log.With("component", "gpuserver")})
 	})
 	if err == nil {
 		select {

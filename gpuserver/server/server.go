@@ -17,6 +17,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 
 	"github.com/faas-gpu/faas-gpu/gpuserver/api"
+	"github.com/faas-gpu/faas-gpu/gpuserver/controller"
 	"github.com/faas-gpu/faas-gpu/gpuserver/pool"
 	"github.com/faas-gpu/faas-gpu/gpuserver/topology"
 )
@@ -29,6 +30,11 @@ type Config struct {
 	Listen string
 	// Node describes the GPUs of the pool.
 	Node topology.Node
+	// Policy names the pool's policy: a controller policy (default "faas-gpu"; see controller.Policies) or
+	// "fcfs" for the first-come-first-served pool.
+	Policy string
+	// Actuator carries out the controller's swaps and evictions; nil models them as link time on Node.
+	Actuator controller.Actuator
 	// Logger receives the server's logs; nil discards them.
 	Logger *slog.Logger
 }
@@ -54,11 +60,7 @@ func Start(_ context.Context, cfg Config) (*Server, error) {
 	if err := cfg.Node.Validate(); err != nil {
 		return nil, fmt.Errorf("gpuserver: %w", err)
 	}
-	gpus := make([]pool.GPU, len(cfg.Node.GPUs))
-	for i, g := range cfg.Node.GPUs {
-		gpus[i] = pool.GPU{Name: g.Name, MemoryBytes: g.MemoryBytes}
-	}
-	p, err := pool.NewFCFS(gpus, nil)
+	p, err := newPool(cfg)
 	if err != nil {
 		return nil, fmt.Errorf("gpuserver: %w", err)
 	}
@@ -107,6 +109,33 @@ func Start(_ context.Context, cfg Config) (*Server, error) {
 	cfg.Logger.Info("gpuserver started", "socket", cfg.Socket, "tcp", s.addr, "node", cfg.Node.Name,
 		"gpus", len(cfg.Node.GPUs), "policy", p.Status(context.Background()).Policy)
 	return s, nil
+}
+
+// PolicyFCFS selects the first-come-first-served pool instead of the controller.
+const PolicyFCFS = "fcfs"
+
+// ErrInvalidPolicy is wrapped when Config.Policy names no policy.
+var ErrInvalidPolicy = errors.New("invalid policy")
+
+func newPool(cfg Config) (pool.Pool, error) {
+	if cfg.Policy == PolicyFCFS {
+		gpus := make([]pool.GPU, len(cfg.Node.GPUs))
+		for i, g := range cfg.Node.GPUs {
+			gpus[i] = pool.GPU{Name: g.Name, MemoryBytes: g.MemoryBytes}
+		}
+		return pool.NewFCFS(gpus, nil)
+	}
+	policy := controller.PolicyFaaSGPU
+	if cfg.Policy != "" {
+		var err error
+		if policy, err = controller.ParsePolicy(cfg.Policy); err != nil {
+			return nil, fmt.Errorf("%w: %w (or %s)", ErrInvalidPolicy, err, PolicyFCFS)
+		}
+	}
+	return controller.NewPool(controller.PoolConfig{
+		Controller: controller.Config{Policy: policy, Node: cfg.Node},
+		Actuator:   cfg.Actuator,
+	})
 }
 
 // Pool returns the server's pool.
