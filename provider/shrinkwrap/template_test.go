@@ -1,0 +1,234 @@
+package shrinkwrap
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/faas-gpu/faas-gpu/gpuserver/api"
+	"github.com/faas-gpu/faas-gpu/gpuserver/client"
+	"github.com/faas-gpu/faas-gpu/gpuserver/pool"
+)
+
+// startEntrypoint runs the gpu-python template's index.py with the edge handler as a real process and returns its
+// base URL.
+func startEntrypoint(t *testing.T, env ...string) string {
+	t.Helper()
+	if _, err := exec.LookPath("python3"); err != nil {
+		t.Skip("python3 is not installed")
+	}
+	dir := filepath.Join(t.TempDir(), "edge")
+	if err := Assemble(filepath.Join(repo, "templates", "gpu-python"), filepath.Join("testdata", "edge"), dir); err != nil {
+		t.Fatal(err)
+	}
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	port := l.Addr().(*net.TCPAddr).Port
+	_ = l.Close()
+	cmd := exec.Command("python3", "index.py")
+	cmd.Dir = dir
+	cmd.Env = append(os.Environ(), append(env, "PORT="+strconv.Itoa(port), "PYTHONDONTWRITEBYTECODE=1")...)
+	var stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stderr, &stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	exited := make(chan struct{})
+	go func() { _ = cmd.Wait(); close(exited) }()
+	t.Cleanup(func() {
+		_ = cmd.Process.Signal(syscall.SIGTERM)
+		select {
+		case <-exited:
+		case <-time.After(10 * time.Second):
+			_ = cmd.Process.Kill()
+			<-exited
+			t.Error("index.py did not stop on SIGTERM")
+		}
+	})
+	base := "http://127.0.0.1:" + strconv.Itoa(port)
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		resp, err := http.Get(base + "/_/health")
+		if err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == 200 {
+				return base
+			}
+		}
+		select {
+		case <-exited:
+			t.Fatalf("index.py exited: %s", stderr.String())
+		default:
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("index.py never became healthy: %s", stderr.String())
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+func call(t *testing.T, method, u string, body io.Reader, hdr map[string]string) (int, http.Header, []byte) {
+	t.Helper()
+	req, err := http.NewRequest(method, u, body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for k, v := range hdr {
+		req.Header.Set(k, v)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	out, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, resp.Header, out
+}
+
+type edgeReply struct {
+	Len    int            `json:"len"`
+	Method string         `json:"method"`
+	Path   string         `json:"path"`
+	Multi  []string       `json:"multi"`
+	Header string         `json:"header"`
+	GPU    map[string]any `json:"gpu"`
+}
+
+func TestEntrypointRequestsAndResponses(t *testing.T) {
+	base := startEntrypoint(t)
+
+	code, hdr, out := call(t, http.MethodPut, base+"/a/b?m=1&m=2", strings.NewReader("12345"), map[string]string{"X-Test": "v"})
+	var r edgeReply
+	if err := json.Unmarshal(out, &r); err != nil {
+		t.Fatalf("%v: %s", err, out)
+	}
+	if code != 202 || hdr.Get("X-Handler") != "yes" || hdr.Get("Content-Type") != "application/json" || r.Len != 5 ||
+		r.Method != "PUT" || r.Path != "/a/b" || fmt.Sprint(r.Multi) != "[1 2]" || r.Header != "v" || r.GPU != nil {
+		t.Errorf("dict response: %d %v %+v", code, hdr, r)
+	}
+
+	// A chunked request body (what the proxy sends for a stream of unknown length).
+	pr, pw := io.Pipe()
+	go func() {
+		_, _ = pw.Write([]byte("chunk-one,"))
+		_, _ = pw.Write([]byte("chunk-two"))
+		_ = pw.Close()
+	}()
+	_, _, out = call(t, http.MethodPost, base+"/", pr, nil)
+	if err := json.Unmarshal(out, &r); err != nil || r.Len != len("chunk-one,chunk-two") {
+		t.Errorf("chunked body: %s (%v)", out, err)
+	}
+
+	for q, want := range map[string]struct {
+		code int
+		body string
+	}{
+		"tuple=1": {201, "tuple body"},
+		"bytes=1": {200, "\x00\x01"},
+		"str=1":   {200, "plain"},
+	} {
+		code, _, out := call(t, http.MethodGet, base+"/?"+q, nil, nil)
+		if code != want.code || string(out) != want.body {
+			t.Errorf("%s: %d %q, want %d %q", q, code, out, want.code, want.body)
+		}
+	}
+
+	code, _, out = call(t, http.MethodGet, base+"/?raise=1", nil, nil)
+	if code != 500 || !strings.Contains(string(out), `"error"`) {
+		t.Errorf("raising handler: %d %s", code, out)
+	}
+	code, _, out = call(t, http.MethodHead, base+"/", nil, nil)
+	if code != 202 || len(out) != 0 {
+		t.Errorf("HEAD: %d %q", code, out)
+	}
+}
+
+// gpuServer runs the real gpuserver API over a one-GPU first-come-first-served pool on a Unix socket.
+func gpuServer(t *testing.T) string {
+	t.Helper()
+	dir, err := os.MkdirTemp("", "gpus")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = os.RemoveAll(dir) })
+	sock := filepath.Join(dir, "gpuserver.sock")
+	p, err := pool.NewFCFS([]pool.GPU{{Name: "Tesla V100-SXM2-32GB (simulated)", MemoryBytes: 32 << 30}}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	reg := prometheus.NewRegistry()
+	h, err := api.New(p, reg, reg, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	l, err := net.Listen("unix", sock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := &http.Server{Handler: h}
+	go func() { _ = srv.Serve(l) }()
+	t.Cleanup(func() { _ = srv.Close() })
+	return sock
+}
+
+func TestEntrypointBindsEachRequestToAGPU(t *testing.T) {
+	sock := gpuServer(t)
+	gs := client.New(sock)
+	ctx := context.Background()
+	if err := gs.Register(ctx, pool.FunctionSpec{Name: "edge", MemoryBytes: 1 << 30}); err != nil {
+		t.Fatal(err)
+	}
+	base := startEntrypoint(t, "FAAS_GPU=1", "FAAS_GPU_FUNCTION=edge", "FAAS_GPU_SOCKET="+sock,
+		"FAAS_GPU_ACQUIRE_TIMEOUT_MS=2000")
+
+	_, _, out := call(t, http.MethodPost, base+"/", strings.NewReader("x"), nil)
+	var r edgeReply
+	if err := json.Unmarshal(out, &r); err != nil || r.GPU == nil || r.GPU["gpu"] != float64(0) || r.GPU["id"] == "" ||
+		!strings.Contains(fmt.Sprint(r.GPU["gpu_name"]), "simulated") {
+		t.Fatalf("GPU request: %s (%v)", out, err)
+	}
+	// The binding is released even when the handler raises.
+	if code, _, _ := call(t, http.MethodGet, base+"/?raise=1", nil, nil); code != 500 {
+		t.Errorf("raising handler answered %d", code)
+	}
+	st, err := gs.Status(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(st.Functions) != 1 || st.Functions[0].Running != 0 || st.Functions[0].Served != 2 {
+		t.Errorf("pool after two requests: %+v, want 2 served and none running", st.Functions)
+	}
+
+	// Unknown to the gpuserver: the gpuserver's status and a JSON error, and the handler does not run.
+	if err := gs.Deregister(ctx, "edge"); err != nil {
+		t.Fatal(err)
+	}
+	code, _, out := call(t, http.MethodPost, base+"/", nil, nil)
+	if code != 404 || !strings.Contains(string(out), `"error"`) || strings.Contains(string(out), "method") {
+		t.Errorf("unregistered function: %d %s", code, out)
+	}
+}
+
+func TestEntrypointWithoutGPUServer(t *testing.T) {
+	base := startEntrypoint(t, "FAAS_GPU=1", "FAAS_GPU_FUNCTION=edge", "FAAS_GPU_SOCKET=/nonexistent/gpuserver.sock")
+	code, _, out := call(t, http.MethodPost, base+"/", nil, nil)
+	if code != 503 || !strings.Contains(string(out), "unreachable") {
+		t.Errorf("no gpuserver: %d %s, want 503 saying it is unreachable", code, out)
+	}
+}
