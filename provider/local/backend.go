@@ -11,7 +11,7 @@
 //
 //	functions/<name>.json   one record per function (deployment, desired replicas, creation time), written atomically
 //	secrets/<name>          secret values, mode 0600
-//	logs/<name>.log         each function's output as NDJSON log messages (rotated at 8 MiB)
+//	logs/<name>.log         each function's output as NDJSON log messages (rotated at 8 MiB; reloaded by New)
 //	run/<name>/secrets/     the function's secrets as files (links into secrets/); OPENFAAS_SECRETS_DIR points here
 //	run/<name>/app/         the function's code when it is assembled from a template folder plus a handler folder
 //
@@ -47,9 +47,12 @@ type Config struct {
 	Template string
 	// Env is extra environment for every function (e.g. FAAS_GPU_SOCKET); a function's envVars override it.
 	Env map[string]string
+	// GPUEnv, when set, adds environment to the replicas of GPU functions only, per function: the remoting
+	// token (FAAS_GPU_TOKEN), the shim's socket and library path. It overrides Env and envVars.
+	GPUEnv func(function string) map[string]string
 	// Python is the interpreter that runs index.py; default "python3".
 	Python string
-	// Logger receives the backend's own events; default slog.Default() discarded.
+	// Logger receives the backend's own events; nil discards them.
 	Logger *slog.Logger
 
 	// StopTimeout is how long a replica has to exit after SIGTERM before SIGKILL; default 2s.

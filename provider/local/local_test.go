@@ -187,6 +187,9 @@ func TestStateSurvivesRestart(t *testing.T) {
 	if err != nil || len(secrets) != 1 || secrets[0].Name != "api-key" || secrets[0].Value != "" {
 		t.Errorf("ListSecrets = %+v, %v", secrets, err)
 	}
+	if text := logText(t, b2, "probe"); !strings.Contains(text, "probe-1 faas-gpu: stopped") {
+		t.Errorf("logs of the previous run are not kept across a restart:\n%s", text)
+	}
 	fi, err := os.Stat(filepath.Join(e.state, "secrets", "api-key"))
 	if err != nil || fi.Mode().Perm() != 0o600 {
 		t.Errorf("secret file: %v, mode %v; want 0600", err, fi.Mode())
@@ -387,8 +390,8 @@ func TestLogsFollowTailSince(t *testing.T) {
 }
 
 func TestLogbookRing(t *testing.T) {
-	l := newLogbook(3, filepath.Join(t.TempDir(), "x.log"))
-	defer l.close()
+	path := filepath.Join(t.TempDir(), "x.log")
+	l := newLogbook(3, path)
 	for i := 0; i < 5; i++ {
 		l.append(logs.Message{Text: strconv.Itoa(i)})
 	}
@@ -399,6 +402,16 @@ func TestLogbookRing(t *testing.T) {
 	msgs, _, _, _ = l.since(4)
 	if len(msgs) != 1 || msgs[0].Text != "4" {
 		t.Errorf("since(4) = %v, want [4]", msgs)
+	}
+	l.close()
+
+	// A new logbook on the same file starts with the last lines of the old one.
+	l2 := newLogbook(2, path)
+	defer l2.close()
+	l2.append(logs.Message{Text: "5"})
+	msgs, _, _, _ = l2.since(0)
+	if len(msgs) != 2 || msgs[0].Text != "4" || msgs[1].Text != "5" {
+		t.Errorf("reloaded logbook = %v, want 4,5", msgs)
 	}
 }
 

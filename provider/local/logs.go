@@ -35,6 +35,7 @@ type logbook struct {
 
 func newLogbook(lines int, path string) *logbook {
 	l := &logbook{ring: make([]logs.Message, 0, lines), changed: make(chan struct{}), path: path}
+	l.reload()
 	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o600)
 	if err != nil {
 		l.fileErr = err
@@ -45,6 +46,32 @@ func newLogbook(lines int, path string) *logbook {
 		}
 	}
 	return l
+}
+
+// reload fills the ring with the last lines of the log file a previous run left, so that a restarted backend
+// still shows a function's recent output. Lines that do not parse are skipped.
+func (l *logbook) reload() {
+	data, err := os.ReadFile(l.path)
+	if err != nil {
+		return
+	}
+	lines := bytes.Split(data, []byte("\n"))
+	if len(lines) > cap(l.ring)+1 {
+		lines = lines[len(lines)-cap(l.ring)-1:]
+	}
+	for _, line := range lines {
+		var m logs.Message
+		if len(line) == 0 || json.Unmarshal(line, &m) != nil {
+			continue
+		}
+		if len(l.ring) < cap(l.ring) {
+			l.ring = append(l.ring, m)
+		} else {
+			l.ring[l.next] = m
+		}
+		l.next = (l.next + 1) % cap(l.ring)
+		l.seq++
+	}
 }
 
 // append records one line.

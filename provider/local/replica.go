@@ -222,7 +222,7 @@ func (b *Backend) env(rec record, instance string, port int) []string {
 			m[k] = v
 		}
 	}
-	for _, k := range []string{"FAAS_GPU", "FAAS_GPU_FUNCTION", "FAAS_GPU_MEMORY", "fprocess"} {
+	for _, k := range []string{"FAAS_GPU", "FAAS_GPU_FUNCTION", "FAAS_GPU_MEMORY", "FAAS_GPU_TOKEN", "fprocess"} {
 		delete(m, k)
 	}
 	for k, v := range b.cfg.Env {
@@ -243,6 +243,11 @@ func (b *Backend) env(rec record, instance string, port int) []string {
 		m["FAAS_GPU"] = "1"
 		m["FAAS_GPU_FUNCTION"] = name
 		m["FAAS_GPU_MEMORY"] = strconv.FormatUint(spec.MemoryBytes, 10)
+		if b.cfg.GPUEnv != nil {
+			for k, v := range b.cfg.GPUEnv(name) {
+				m[k] = v
+			}
+		}
 	}
 	m["PORT"] = strconv.Itoa(port)
 	m["OPENFAAS_SECRETS_DIR"] = b.secretsDir(name)
