@@ -41,6 +41,7 @@ type upConfig struct {
 	gpus         string
 	gpuMemory    string
 	maxInflight  int
+	shimDir      string
 	policy       string
 	logLevel     string
 }
@@ -56,6 +57,7 @@ func (c *upConfig) register(fs *flag.FlagSet) {
 	fs.StringVar(&c.gpus, "gpus", "v100x4", "node preset (v100x4, a100x8, h100x8, h200x1) or node file")
 	fs.StringVar(&c.gpuMemory, "gpu-memory", "", "override every GPU's memory, e.g. 4Gi")
 	fs.IntVar(&c.maxInflight, "max-inflight", 0, "asynchronous calls run at once; 0 sizes it to the GPU pool")
+	fs.StringVar(&c.shimDir, "shim-dir", "", "folder holding the shim's libcuda.so.1 (default: shim/build beside bin/, else ./shim/build)")
 	fs.StringVar(&c.policy, "policy", "faas-gpu", policyUsage)
 	fs.StringVar(&c.logLevel, "log-level", "info", "debug, info, warn or error")
 }
@@ -131,7 +133,9 @@ func runUp(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	u := &up{log: log, runErrs: make(chan error, 4)}
 	err = u.start(ctx, cfg, stateDir, node.Name, stdout, func(ctx context.Context) (*server.Server, error) {
 		return server.Start(ctx, server.Config{Socket: filepath.Join(stateDir, "gpuserver.sock"), Node: node,
-			Policy: cfg.policy, Logger: log.With("component", "gpuserver")})
+			Policy: cfg.policy, RemotingSocket: filepath.Join(stateDir, "remoting.sock"),
+			KeyFile: filepath.Join(stateDir, "gpuserver.key"), DeviceReserveBytes: simReserveBytes,
+			Logger: log.With("component", "gpuserver")})
 	})
 	if err == nil {
 		select {
@@ -183,6 +187,11 @@ func (u *up) start(ctx context.Context, cfg upConfig, stateDir, nodeName string,
 		return fmt.Errorf("jetstream streams: %w", err)
 	}
 
+	shimDir := findShimDir(cfg.shimDir)
+	if _, err := os.Stat(filepath.Join(shimDir, "libcuda.so.1")); err != nil {
+		u.log.Warn("the shim is not built: GPU functions that call CUDA will fail (run make shim or pass -shim-dir)",
+			"shim_dir", shimDir)
+	}
 	templatesDir := cfg.templatesDir
 	if _, err := os.Stat(templatesDir); err != nil {
 		templatesDir = "./templates"
@@ -193,7 +202,14 @@ func (u *up) start(ctx context.Context, cfg upConfig, stateDir, nodeName string,
 		TemplatesDir: templatesDir,
 		FunctionsDir: cfg.functionsDir,
 		Env:          map[string]string{"FAAS_GPU_SOCKET": gs.Socket()},
-		Logger:       u.log.With("component", "local"),
+		GPUEnv: func(function string) map[string]string {
+			return map[string]string{
+				"FAAS_GPU_REMOTING_SOCKET": gs.RemotingSocket(),
+				"FAAS_GPU_TOKEN":           gs.Token(function),
+				"LD_LIBRARY_PATH":          joinPathList(shimDir, os.Getenv("LD_LIBRARY_PATH")),
+			}
+		},
+		Logger: u.log.With("component", "local"),
 	})
 	if err != nil {
 		return fmt.Errorf("local backend: %w", err)
@@ -270,14 +286,51 @@ func (u *up) start(ctx context.Context, cfg upConfig, stateDir, nodeName string,
 	fmt.Fprintf(stdout, `faas-gpu up
   gateway      %s  (faas-provider API, /function/{name}, /async-function/{name})
   gpuserver    unix:%s  (%d GPUs, node %s, policy %s)
+  remoting     unix:%s  (shim %s)
   nats         %s  (JetStream store %s)
   queue worker stream OF_faas-request, max in flight %d
   state        %s
   functions    from %s (fallback: templates %s, handlers %s)
 Ready. Ctrl-C stops everything.
-`, gatewayURL, gs.Socket(), len(gpuStatus.GPUs), nodeName, gpuStatus.Policy, ns.ClientURL(),
+`, gatewayURL, gs.Socket(), len(gpuStatus.GPUs), nodeName, gpuStatus.Policy, gs.RemotingSocket(),
+		filepath.Join(shimDir, "libcuda.so.1"), ns.ClientURL(),
 		filepath.Join(stateDir, "jetstream"), maxInflight, stateDir, cfg.buildDir, templatesDir, cfg.functionsDir)
 	return nil
+}
+
+// simReserveBytes is the device memory reserved per simulated GPU for remoted allocations: enough for the example
+// functions while keeping host memory use modest (a simulated GPU's memory is host memory).
+const simReserveBytes = 2 << 30
+
+// findShimDir returns the folder of the shim's libcuda.so.1: the flag's value, else shim/build beside the
+// binary's bin/ folder (a checkout), else ./shim/build.
+func findShimDir(flagValue string) string {
+	if flagValue != "" {
+		abs, err := filepath.Abs(flagValue)
+		if err == nil {
+			return abs
+		}
+		return flagValue
+	}
+	if exe, err := os.Executable(); err == nil {
+		dir := filepath.Join(filepath.Dir(exe), "..", "shim", "build")
+		if _, err := os.Stat(filepath.Join(dir, "libcuda.so.1")); err == nil {
+			return filepath.Clean(dir)
+		}
+	}
+	abs, err := filepath.Abs(filepath.Join("shim", "build"))
+	if err != nil {
+		return filepath.Join("shim", "build")
+	}
+	return abs
+}
+
+// joinPathList prepends dir to a colon-separated path list.
+func joinPathList(dir, list string) string {
+	if list == "" {
+		return dir
+	}
+	return dir + string(os.PathListSeparator) + list
 }
 
 // lockStateDir takes an exclusive lock on the state dir so that two `up`s never share it.

@@ -18,7 +18,11 @@ import (
 
 	"github.com/faas-gpu/faas-gpu/gpuserver/api"
 	"github.com/faas-gpu/faas-gpu/gpuserver/controller"
+	"github.com/faas-gpu/faas-gpu/gpuserver/device"
+	"github.com/faas-gpu/faas-gpu/gpuserver/device/sim"
+	"github.com/faas-gpu/faas-gpu/gpuserver/memory"
 	"github.com/faas-gpu/faas-gpu/gpuserver/pool"
+	"github.com/faas-gpu/faas-gpu/gpuserver/remoting"
 	"github.com/faas-gpu/faas-gpu/gpuserver/topology"
 )
 
@@ -35,6 +39,17 @@ type Config struct {
 	Policy string
 	// Actuator carries out the controller's swaps and evictions; nil models them as link time on Node.
 	Actuator controller.Actuator
+	// RemotingSocket is the Unix socket the shim connects to (FAAS_GPU_REMOTING_SOCKET of function processes);
+	// empty means no CUDA remoting.
+	RemotingSocket string
+	// KeyFile holds the key function tokens (FAAS_GPU_TOKEN) derive from; created when missing. Required with
+	// RemotingSocket.
+	KeyFile string
+	// Device runs the remoted calls; nil means a simulated node built from Node. The server closes it.
+	Device device.Backend
+	// DeviceReserveBytes caps the device memory reserved per GPU for remoted allocations; 0 means all of it
+	// (a simulated device reserves host memory lazily).
+	DeviceReserveBytes uint64
 	// Logger receives the server's logs; nil discards them.
 	Logger *slog.Logger
 }
@@ -42,28 +57,40 @@ type Config struct {
 // Server is a running gpuserver.
 type Server struct {
 	cfg     Config
-	pool    pool.Pool
+	pool    *trackedPool
+	key     tokenKey
 	servers []*http.Server
 	addr    string
-	done    chan struct{}
 	errs    chan error
+	closers []func(ctx context.Context) error // undone in reverse order by Shutdown
 }
 
 // Start builds the pool and serves the API until Shutdown.
-func Start(_ context.Context, cfg Config) (*Server, error) {
+func Start(ctx context.Context, cfg Config) (*Server, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
 	if cfg.Socket == "" {
 		return nil, errors.New("gpuserver: socket path is empty")
 	}
+	if cfg.RemotingSocket != "" && cfg.KeyFile == "" {
+		return nil, errors.New("gpuserver: a remoting socket needs a key file for function tokens")
+	}
 	if err := cfg.Node.Validate(); err != nil {
 		return nil, fmt.Errorf("gpuserver: %w", err)
 	}
-	p, err := newPool(cfg)
+	inner, err := newPool(cfg)
 	if err != nil {
 		return nil, fmt.Errorf("gpuserver: %w", err)
 	}
+	s := &Server{cfg: cfg, errs: make(chan error, 3)}
+	if cfg.RemotingSocket != "" {
+		if s.key, err = loadTokenKey(cfg.KeyFile); err != nil {
+			return nil, fmt.Errorf("gpuserver: %w", err)
+		}
+	}
+	p := newTrackedPool(inner, s.key)
+	s.pool = p
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	handler, err := api.New(p, reg, reg, cfg.Logger)
@@ -87,7 +114,6 @@ func Start(_ context.Context, cfg Config) (*Server, error) {
 		return nil, fmt.Errorf("gpuserver: chmod %s: %w", cfg.Socket, err)
 	}
 	listeners = append(listeners, ul)
-	s := &Server{cfg: cfg, pool: p, done: make(chan struct{}), errs: make(chan error, 2)}
 	if cfg.Listen != "" {
 		tl, err := net.Listen("tcp", cfg.Listen)
 		if err != nil {
@@ -106,10 +132,82 @@ func Start(_ context.Context, cfg Config) (*Server, error) {
 			}
 		}()
 	}
-	cfg.Logger.Info("gpuserver started", "socket", cfg.Socket, "tcp", s.addr, "node", cfg.Node.Name,
-		"gpus", len(cfg.Node.GPUs), "policy", p.Status(context.Background()).Policy)
+	if cfg.RemotingSocket != "" {
+		if err := s.startRemoting(ctx); err != nil {
+			sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+			defer cancel()
+			return nil, errors.Join(err, s.Shutdown(sctx))
+		}
+	}
+	cfg.Logger.Info("gpuserver started", "socket", cfg.Socket, "tcp", s.addr, "remoting", cfg.RemotingSocket,
+		"node", cfg.Node.Name, "gpus", len(cfg.Node.GPUs), "policy", p.Status(ctx).Policy)
 	return s, nil
 }
+
+// startRemoting builds the device and its memory manager and serves the shim's connections.
+func (s *Server) startRemoting(ctx context.Context) error {
+	dev := s.cfg.Device
+	if dev == nil {
+		var err error
+		if dev, err = sim.New(sim.Options{Node: s.cfg.Node}); err != nil {
+			return fmt.Errorf("gpuserver: simulated device: %w", err)
+		}
+	}
+	s.closers = append(s.closers, dev.Close)
+	mem, err := memory.New(dev, memory.Config{MaxBytesPerGPU: s.cfg.DeviceReserveBytes})
+	if err != nil {
+		return fmt.Errorf("gpuserver: device memory: %w", err)
+	}
+	s.closers = append(s.closers, mem.Close)
+	rs, err := remoting.NewServer(remoting.Config{Device: dev, Memory: mem, Functions: s.pool, Binder: s.pool,
+		Logger: s.cfg.Logger.With("component", "remoting")})
+	if err != nil {
+		return fmt.Errorf("gpuserver: %w", err)
+	}
+	if err := removeStaleSocket(s.cfg.RemotingSocket); err != nil {
+		return err
+	}
+	l, err := net.Listen("unix", s.cfg.RemotingSocket)
+	if err != nil {
+		return fmt.Errorf("gpuserver: listen on %s: %w", s.cfg.RemotingSocket, err)
+	}
+	if err := os.Chmod(s.cfg.RemotingSocket, 0o666); err != nil {
+		l.Close()
+		return fmt.Errorf("gpuserver: chmod %s: %w", s.cfg.RemotingSocket, err)
+	}
+	rctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		if err := rs.Serve(rctx, l); err != nil {
+			s.errs <- err
+		}
+	}()
+	s.closers = append(s.closers, func(ctx context.Context) error {
+		cancel()
+		select {
+		case <-done:
+		case <-ctx.Done():
+			return fmt.Errorf("remoting sessions did not end: %w", ctx.Err())
+		}
+		if err := os.Remove(s.cfg.RemotingSocket); err != nil && !errors.Is(err, os.ErrNotExist) {
+			return err
+		}
+		return nil
+	})
+	return nil
+}
+
+// Token returns the remoting token of a function (its processes' FAAS_GPU_TOKEN); "" without remoting.
+func (s *Server) Token(function string) string {
+	if s.key == nil {
+		return ""
+	}
+	return s.key.token(function)
+}
+
+// RemotingSocket returns the shim's socket path, or "" without remoting.
+func (s *Server) RemotingSocket() string { return s.cfg.RemotingSocket }
 
 // PolicyFCFS selects the first-come-first-served pool instead of the controller.
 const PolicyFCFS = "fcfs"
@@ -161,6 +259,11 @@ func (s *Server) Shutdown(ctx context.Context) error {
 	}
 	if err := os.Remove(s.cfg.Socket); err != nil && !errors.Is(err, os.ErrNotExist) {
 		errs = append(errs, err)
+	}
+	for i := len(s.closers) - 1; i >= 0; i-- {
+		if err := s.closers[i](ctx); err != nil {
+			errs = append(errs, err)
+		}
 	}
 	return errors.Join(errs...)
 }

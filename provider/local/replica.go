@@ -222,7 +222,7 @@ func (b *Backend) env(rec record, instance string, port int) []string {
 			m[k] = v
 		}
 	}
-	for _, k := range []string{"FAAS_GPU", "FAAS_GPU_FUNCTION", "FAAS_GPU_MEMORY", "FAAS_GPU_TOKEN", "fprocess"} {
+	for _, k := range []string{"FAAS_GPU", "FAAS_GPU_FUNCTION", "FAAS_GPU_MEMORY_BYTES", "FAAS_GPU_TOKEN", "fprocess"} {
 		delete(m, k)
 	}
 	for k, v := range b.cfg.Env {
@@ -239,12 +239,13 @@ func (b *Backend) env(rec record, instance string, port int) []string {
 	if rec.Deployment.Annotations != nil {
 		annotations = *rec.Deployment.Annotations
 	}
-	if spec, isGPU, err := gpuspec.Parse(annotations, name); err == nil && isGPU {
+	gpuName := gpuspec.FunctionName(name, rec.Deployment.Namespace)
+	if spec, isGPU, err := gpuspec.Parse(annotations, gpuName); err == nil && isGPU {
 		m["FAAS_GPU"] = "1"
-		m["FAAS_GPU_FUNCTION"] = name
-		m["FAAS_GPU_MEMORY"] = strconv.FormatUint(spec.MemoryBytes, 10)
+		m["FAAS_GPU_FUNCTION"] = gpuName
+		m["FAAS_GPU_MEMORY_BYTES"] = strconv.FormatUint(spec.MemoryBytes, 10)
 		if b.cfg.GPUEnv != nil {
-			for k, v := range b.cfg.GPUEnv(name) {
+			for k, v := range b.cfg.GPUEnv(gpuName) {
 				m[k] = v
 			}
 		}

@@ -53,6 +53,16 @@ var buildOnce = sync.OnceValues(func() (string, error) {
 	return bin, nil
 })
 
+// shimDir builds the shim (make is incremental) and returns the folder holding libcuda.so.1.
+func shimDir(t *testing.T) string {
+	t.Helper()
+	dir := filepath.Join(repoRoot(t), "shim")
+	if out, err := exec.Command("make", "-s", "-C", dir).CombinedOutput(); err != nil {
+		t.Fatalf("make -C shim: %v\n%s", err, out)
+	}
+	return filepath.Join(dir, "build")
+}
+
 // instance is one running `faas-gpu up`.
 type instance struct {
 	cmd      *exec.Cmd
@@ -102,7 +112,7 @@ func startUp(t *testing.T, stateDir string) *instance {
 	cmd := exec.Command(bin, "up", "--state-dir", stateDir, "--port", strconv.Itoa(port),
 		"--build-dir", filepath.Join(stateDir, "..", "build"),
 		"--templates-dir", filepath.Join(root, "templates"), "--functions-dir", filepath.Join(root, "functions"),
-		"--gpu-memory", "4Gi", "--log-level", "debug")
+		"--gpu-memory", "4Gi", "--shim-dir", shimDir(t), "--log-level", "debug")
 	cmd.Stdout, cmd.Stderr = out, out
 	cmd.Dir = t.TempDir()
 	if err := cmd.Start(); err != nil {
@@ -293,6 +303,43 @@ func TestEndToEnd(t *testing.T) {
 		}
 		if !found {
 			t.Fatalf("gpuserver does not show hello-gpu registered and served: %+v", st.Functions)
+		}
+	})
+
+	t.Run("CUDA through the shim", func(t *testing.T) {
+		deploy(t, base, types.FunctionDeployment{Service: "vector-add", Image: "vector-add:latest",
+			Annotations: &map[string]string{"com.openfaas.gpu.memory": "64Mi", "com.openfaas.gpu.slo": "200ms"}})
+		deploy(t, base, types.FunctionDeployment{Service: "mlp", Image: "mlp:latest",
+			Annotations: &map[string]string{"com.openfaas.gpu.memory": "512Mi", "com.openfaas.gpu.slo": "500ms"}})
+		raw := invokeReady(t, base+"/function/vector-add", `{"a": [1, 2.5, -3], "b": [10, 20, 30.25]}`)
+		var va struct{ C []float64 }
+		if err := json.Unmarshal([]byte(raw), &va); err != nil || len(va.C) != 3 || va.C[0] != 11 || va.C[1] != 22.5 || va.C[2] != 27.25 {
+			t.Fatalf("vector-add answered %q, want c = [11 22.5 27.25]", raw)
+		}
+		if r := call(t, http.MethodPost, base+"/function/vector-add", `{"a": [1], "b": [1, 2]}`, nil); r.code != http.StatusBadRequest || !strings.Contains(r.body, "b") {
+			t.Errorf("vector-add with unequal lengths: %d %s, want 400 naming b", r.code, r.body)
+		}
+		x := make([]float64, 1024)
+		for i := range x {
+			x[i] = float64(i%17) / 17
+		}
+		body, _ := json.Marshal(map[string]any{"x": x})
+		first := invokeReady(t, base+"/function/mlp", string(body))
+		var y struct{ Y []float64 }
+		if err := json.Unmarshal([]byte(first), &y); err != nil || len(y.Y) != 256 {
+			t.Fatalf("mlp answered %.200q, want 256 outputs", first)
+		}
+		for i := 0; i < 3; i++ { // hello-gpu and vector-add requests in between move bindings around
+			invokeReady(t, base+"/function/hello-gpu", "{}")
+			invokeReady(t, base+"/function/vector-add", `{"a": [1], "b": [2]}`)
+			if again := invokeReady(t, base+"/function/mlp", string(body)); again != first {
+				t.Fatalf("mlp answered differently on call %d", i+2)
+			}
+		}
+		for _, fn := range []string{"vector-add", "mlp"} {
+			if r := call(t, http.MethodDelete, base+"/system/functions", types.DeleteFunctionRequest{FunctionName: fn}, nil); r.code >= 300 {
+				t.Fatalf("delete %s: %d %s", fn, r.code, r.body)
+			}
 		}
 	})
 
