@@ -105,3 +105,13 @@ func Parse(annotations map[string]string, function string) (spec pool.FunctionSp
 	}
 	return spec, true, nil
 }
+
+// FunctionName is the name a function has on the gpuserver (FunctionSpec.Name, and FAAS_GPU_FUNCTION of its
+// replicas): its service name in the default namespace, and <service>.<namespace> elsewhere, so that functions of
+// different namespaces sharing a node's gpuserver never collide. Every backend and the handlers use it.
+func FunctionName(service, namespace string) string {
+	if namespace == "" || namespace == provider.DefaultNamespace {
+		return service
+	}
+	return service + "." + namespace
+}

@@ -109,3 +109,15 @@ func TestParseQuantity(t *testing.T) {
 		}
 	}
 }
+
+func TestFunctionName(t *testing.T) {
+	for _, tt := range []struct{ svc, ns, want string }{
+		{"hello-gpu", "", "hello-gpu"},
+		{"hello-gpu", provider.DefaultNamespace, "hello-gpu"},
+		{"resnet", "team-a", "resnet.team-a"},
+	} {
+		if got := FunctionName(tt.svc, tt.ns); got != tt.want {
+			t.Errorf("FunctionName(%q, %q) = %q, want %q", tt.svc, tt.ns, got, tt.want)
+		}
+	}
+}

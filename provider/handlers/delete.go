@@ -8,6 +8,7 @@ import (
 	"github.com/openfaas/faas-provider/types"
 
 	"github.com/faas-gpu/faas-gpu/provider"
+	"github.com/faas-gpu/faas-gpu/provider/gpuspec"
 	"github.com/faas-gpu/faas-gpu/provider/names"
 )
 
@@ -34,7 +35,7 @@ func MakeDeleteHandler(b provider.Backend, gpu provider.GPURegistry, log *slog.L
 			return
 		}
 		if gpu != nil {
-			if err := gpu.Deregister(r.Context(), req.FunctionName); err != nil {
+			if err := gpu.Deregister(r.Context(), gpuspec.FunctionName(req.FunctionName, ns)); err != nil {
 				writeError(w, log, r, fmt.Errorf("deregistering %q from the gpuserver: %w", req.FunctionName, err))
 				return
 			}

@@ -33,7 +33,7 @@ func readDeployment(r *http.Request, b provider.Backend) (fd types.FunctionDeplo
 	if fd.Annotations != nil {
 		annotations = *fd.Annotations
 	}
-	spec, isGPU, err = gpuspec.Parse(annotations, fd.Service)
+	spec, isGPU, err = gpuspec.Parse(annotations, gpuspec.FunctionName(fd.Service, fd.Namespace))
 	return fd, spec, isGPU, err
 }
 

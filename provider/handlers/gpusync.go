@@ -28,7 +28,7 @@ func SyncGPU(ctx context.Context, b provider.Backend, gpu provider.GPURegistry) 
 			if fn.Annotations != nil {
 				annotations = *fn.Annotations
 			}
-			spec, isGPU, err := gpuspec.Parse(annotations, fn.Name)
+			spec, isGPU, err := gpuspec.Parse(annotations, gpuspec.FunctionName(fn.Name, firstNonEmpty(fn.Namespace, ns)))
 			if err != nil {
 				errs = append(errs, fmt.Errorf("function %q: %w", fn.Name, err))
 				continue

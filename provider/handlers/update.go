@@ -5,6 +5,7 @@ import (
 	"net/http"
 
 	"github.com/faas-gpu/faas-gpu/provider"
+	"github.com/faas-gpu/faas-gpu/provider/gpuspec"
 )
 
 // MakeUpdateHandler answers PUT /system/functions: it replaces a function's definition (404 for an unknown
@@ -25,7 +26,7 @@ func MakeUpdateHandler(b provider.Backend, gpu provider.GPURegistry, log *slog.L
 			if isGPU {
 				err = gpu.Register(r.Context(), spec)
 			} else {
-				err = gpu.Deregister(r.Context(), fd.Service)
+				err = gpu.Deregister(r.Context(), gpuspec.FunctionName(fd.Service, fd.Namespace))
 			}
 			if err != nil {
 				writeError(w, log, r, registerError(fd.Service, err))

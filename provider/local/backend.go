@@ -47,9 +47,9 @@ type Config struct {
 	Template string
 	// Env is extra environment for every function (e.g. FAAS_GPU_SOCKET); a function's envVars override it.
 	Env map[string]string
-	// GPUEnv, when set, adds environment to the replicas of GPU functions only, per function (called with
-	// gpuspec.FunctionName, the name on the gpuserver): the remoting
-	// token (FAAS_GPU_TOKEN), the shim's socket and library path. It overrides Env and envVars.
+	// GPUEnv, when set, adds environment to the replicas of GPU functions only, per function (called with its
+	// name on the gpuserver, gpuspec.FunctionName): the remoting token (FAAS_GPU_TOKEN), the shim's socket and
+	// library path. It overrides Env and envVars.
 	GPUEnv func(function string) map[string]string
 	// Python is the interpreter that runs index.py; default "python3".
 	Python string

@@ -21,6 +21,6 @@ def handle(event, context):
             "query": dict(event.query),
             "hostname": context.hostname,
             "gpu": context.gpu,
-            "env": {k: os.getenv(k, "") for k in ("EXTRA", "FROM_FUNCTION", "FAAS_GPU", "FAAS_GPU_FUNCTION", "FAAS_GPU_MEMORY")},
+            "env": {k: os.getenv(k, "") for k in ("EXTRA", "FROM_FUNCTION", "FAAS_GPU", "FAAS_GPU_FUNCTION", "FAAS_GPU_MEMORY_BYTES")},
         },
     }
