@@ -14,6 +14,8 @@ import (
 // gpuserverConfig holds the flags of `faas-gpu gpuserver`.
 type gpuserverConfig struct {
 	socket    string
+	remoting  string
+	keyFile   string
 	listen    string
 	gpus      string
 	gpuMemory string
@@ -23,8 +25,12 @@ type gpuserverConfig struct {
 
 func (c *gpuserverConfig) register(fs *flag.FlagSet) {
 	fs.StringVar(&c.socket, "socket", "/run/faas-gpu/gpuserver.sock", "Unix socket of the gpuserver API")
+	fs.StringVar(&c.remoting, "remoting-socket", "/run/faas-gpu/remoting.sock",
+		"Unix socket the shim connects to (empty: no CUDA remoting)")
+	fs.StringVar(&c.keyFile, "key-file", "/var/lib/faas-gpu/gpuserver.key",
+		"key that function tokens derive from; created when missing, keep it across restarts")
 	fs.StringVar(&c.listen, "listen", "", "optional TCP address of the gpuserver API, e.g. 127.0.0.1:8090")
-	fs.StringVar(&c.gpus, "gpus", "v100x4", "node preset (v100x4, a100x8, h100x8, h200x1) or node file")
+	fs.StringVar(&c.gpus, "gpus", autoNode, "auto (discover; simulated v100x4 when none), a node preset (v100x4, a100x8, h100x8, h200x1) or a node file")
 	fs.StringVar(&c.gpuMemory, "gpu-memory", "", "override every GPU's memory, e.g. 4Gi (forces eviction in tests)")
 	fs.StringVar(&c.policy, "policy", "faas-gpu", policyUsage)
 	fs.StringVar(&c.logLevel, "log-level", "info", "debug, info, warn or error")
@@ -49,11 +55,17 @@ func runGPUServer(ctx context.Context, args []string, stdout, stderr io.Writer) 
 		return err
 	}
 	srv, err := server.Start(ctx, server.Config{Socket: cfg.socket, Listen: cfg.listen, Node: node,
-		Policy: cfg.policy, Logger: log})
+		Policy: cfg.policy, RemotingSocket: cfg.remoting, KeyFile: cfg.keyFile, Logger: log})
 	if err != nil {
 		return err
 	}
+	if cfg.gpus == autoNode {
+		log.Warn("no NVIDIA GPU discovered: serving a simulated node", "gpu", node.Name)
+	}
 	fmt.Fprintf(stdout, "gpuserver: %d GPUs (%s), API on unix:%s", len(node.GPUs), node.Name, srv.Socket())
+	if srv.RemotingSocket() != "" {
+		fmt.Fprintf(stdout, ", remoting on unix:%s", srv.RemotingSocket())
+	}
 	if srv.Addr() != "" {
 		fmt.Fprintf(stdout, " and http://%s", srv.Addr())
 	}

@@ -21,9 +21,19 @@ func checkPolicy(name string) error {
 	return nil
 }
 
+// autoNode is the --gpus value that discovers the machine's GPUs and falls back to a simulated node.
+const (
+	autoNode     = "auto"
+	fallbackNode = "v100x4"
+)
+
 // resolveNode turns the --gpus and --gpu-memory flags into a node description: a preset name or a node file,
-// with every GPU's memory overridden when gpuMemory is set.
+// with every GPU's memory overridden when gpuMemory is set. "auto" uses the simulated v100x4 node when no NVIDIA
+// GPU is discovered.
 func resolveNode(gpus, gpuMemory string) (topology.Node, error) {
+	if gpus == autoNode {
+		gpus = fallbackNode
+	}
 	node, err := topology.Resolve(gpus)
 	if err != nil {
 		return topology.Node{}, usageError{fmt.Errorf("-gpus: %w", err)}

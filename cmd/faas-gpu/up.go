@@ -54,7 +54,7 @@ func (c *upConfig) register(fs *flag.FlagSet) {
 	fs.StringVar(&c.host, "host", "127.0.0.1", "address every server listens on")
 	fs.IntVar(&c.port, "port", 8080, "port of the gateway surface (faas-provider routes and /async-function)")
 	fs.IntVar(&c.natsPort, "nats-port", -1, "port of the embedded NATS server; -1 picks a free one")
-	fs.StringVar(&c.gpus, "gpus", "v100x4", "node preset (v100x4, a100x8, h100x8, h200x1) or node file")
+	fs.StringVar(&c.gpus, "gpus", autoNode, "auto (discover; simulated v100x4 when none), a node preset (v100x4, a100x8, h100x8, h200x1) or a node file")
 	fs.StringVar(&c.gpuMemory, "gpu-memory", "", "override every GPU's memory, e.g. 4Gi")
 	fs.IntVar(&c.maxInflight, "max-inflight", 0, "asynchronous calls run at once; 0 sizes it to the GPU pool")
 	fs.StringVar(&c.shimDir, "shim-dir", "", "folder holding the shim's libcuda.so.1 (default: shim/build beside bin/, else ./shim/build)")
@@ -134,8 +134,8 @@ func runUp(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	err = u.start(ctx, cfg, stateDir, node.Name, stdout, func(ctx context.Context) (*server.Server, error) {
 		return server.Start(ctx, server.Config{Socket: filepath.Join(stateDir, "gpuserver.sock"), Node: node,
 			Policy: cfg.policy, RemotingSocket: filepath.Join(stateDir, "remoting.sock"),
-			KeyFile: filepath.Join(stateDir, "gpuserver.key"), DeviceReserveBytes: simReserveBytes,
-			Logger: log.With("component", "gpuserver")})
+			KeyFile: filepath.Join(stateDir, "gpuserver.key"),
+			Logger:  log.With("component", "gpuserver")})
 	})
 	if err == nil {
 		select {
@@ -297,10 +297,6 @@ Ready. Ctrl-C stops everything.
 		filepath.Join(stateDir, "jetstream"), maxInflight, stateDir, cfg.buildDir, templatesDir, cfg.functionsDir)
 	return nil
 }
-
-// simReserveBytes is the device memory reserved per simulated GPU for remoted allocations: enough for the example
-// functions while keeping host memory use modest (a simulated GPU's memory is host memory).
-const simReserveBytes = 2 << 30
 
 // findShimDir returns the folder of the shim's libcuda.so.1: the flag's value, else shim/build beside the
 // binary's bin/ folder (a checkout), else ./shim/build.

@@ -47,8 +47,8 @@ type Config struct {
 	KeyFile string
 	// Device runs the remoted calls; nil means a simulated node built from Node. The server closes it.
 	Device device.Backend
-	// DeviceReserveBytes caps the device memory reserved per GPU for remoted allocations; 0 means all of it
-	// (a simulated device reserves host memory lazily).
+	// DeviceReserveBytes caps the device memory reserved per GPU for remoted allocations; 0 means all of it on a
+	// real device and DefaultSimReserveBytes on the simulated one (whose device memory is host memory).
 	DeviceReserveBytes uint64
 	// Logger receives the server's logs; nil discards them.
 	Logger *slog.Logger
@@ -146,15 +146,18 @@ func Start(ctx context.Context, cfg Config) (*Server, error) {
 
 // startRemoting builds the device and its memory manager and serves the shim's connections.
 func (s *Server) startRemoting(ctx context.Context) error {
-	dev := s.cfg.Device
+	dev, reserve := s.cfg.Device, s.cfg.DeviceReserveBytes
 	if dev == nil {
 		var err error
 		if dev, err = sim.New(sim.Options{Node: s.cfg.Node}); err != nil {
 			return fmt.Errorf("gpuserver: simulated device: %w", err)
 		}
+		if reserve == 0 {
+			reserve = DefaultSimReserveBytes
+		}
 	}
 	s.closers = append(s.closers, dev.Close)
-	mem, err := memory.New(dev, memory.Config{MaxBytesPerGPU: s.cfg.DeviceReserveBytes})
+	mem, err := memory.New(dev, memory.Config{MaxBytesPerGPU: reserve})
 	if err != nil {
 		return fmt.Errorf("gpuserver: device memory: %w", err)
 	}
@@ -208,6 +211,9 @@ func (s *Server) Token(function string) string {
 
 // RemotingSocket returns the shim's socket path, or "" without remoting.
 func (s *Server) RemotingSocket() string { return s.cfg.RemotingSocket }
+
+// DefaultSimReserveBytes is the device memory reserved per simulated GPU for remoted allocations.
+const DefaultSimReserveBytes = 2 << 30
 
 // PolicyFCFS selects the first-come-first-served pool instead of the controller.
 const PolicyFCFS = "fcfs"
