@@ -8,7 +8,7 @@ COMMIT    ?= $(shell git rev-parse --short HEAD 2>/dev/null || echo unknown)
 LDFLAGS   := -X main.version=$(VERSION) -X main.commit=$(COMMIT)
 RUN_ARGS  ?=
 
-.PHONY: all build run test test-go test-shim lint gpu-test shim bench-policy bench-swap bench-remoting bench-queue clean
+.PHONY: all build run test test-go test-shim test-fuzz lint gpu-test shim bench-policy bench-swap bench-remoting bench-queue clean
 
 all: build
 
@@ -20,11 +20,15 @@ build: shim
 run: build
 	./$(BIN) up $(RUN_ARGS)
 
-## test: everything CI runs: lint, Go tests with -race, shim C tests
-test: lint test-shim test-go
+## test: everything CI runs: lint, the shim's C tests, Go tests with -race, a short fuzz of the wire decoder
+test: lint test-shim test-go test-fuzz
 
 test-go: build
-	$(GO) test -race -count=1 -timeout 20m ./...
+	$(GO) test -race -count=1 -timeout 25m ./...
+
+## test-fuzz: the remoting record decoder fuzzed for a fixed count (the checked-in corpus runs in test-go too)
+test-fuzz:
+	$(GO) test -run '^$$' -fuzz FuzzDecodeRecord -fuzztime 2000x ./gpuserver/remoting
 
 ## functions: lay out ./build/<fn>/ for every function in stack.yml as `faas-cli build --shrinkwrap` does
 .PHONY: functions
