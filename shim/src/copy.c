@@ -72,6 +72,17 @@ static int is_device(unsigned long long p) {
 static int unified(unsigned long long dst, unsigned long long src, size_t n, void *stream, int async) {
 	int r = shim_connect();
 	if (r != 0) return r;
+	const struct shim_device *d = shim_device();
+	if (d == NULL || d->va_size == 0) {
+		/* Without the gpuserver's address window the direction is unknown: refuse rather than guess. */
+		static int logged;
+		if (!logged) {
+			logged = 1;
+			shim_log("cuMemcpy/cuMemcpyAsync: the gpuserver reported no device address window; use the "
+			         "directional copies (cuMemcpyHtoD, ...): CUDA_ERROR_NOT_SUPPORTED");
+		}
+		return CUDA_ERROR_NOT_SUPPORTED;
+	}
 	int dd = is_device(dst), sd = is_device(src);
 	if (dd && sd)
 		return async ? cuMemcpyDtoDAsync_v2(dst, src, n, stream) : cuMemcpyDtoD_v2(dst, src, n);
