@@ -1,0 +1,311 @@
+package executor
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"sync"
+
+	"github.com/faas-gpu/faas-gpu/gpuserver/device"
+	"github.com/faas-gpu/faas-gpu/gpuserver/memory"
+	"github.com/faas-gpu/faas-gpu/gpuserver/repository"
+)
+
+// Binding is one request's hold on the GPU its function is active on.
+type Binding struct {
+	n        *Node
+	function string
+	gpu      int
+	once     sync.Once
+}
+
+// GPU the binding runs on.
+func (b *Binding) GPU() int { return b.gpu }
+
+// Function bound.
+func (b *Binding) Function() string { return b.function }
+
+// Release ends the binding; the function's copy stays resident (parked or active) until evicted.
+func (b *Binding) Release() {
+	b.once.Do(func() {
+		b.n.mu.Lock()
+		defer b.n.mu.Unlock()
+		if f, ok := b.n.fns[b.function]; ok && f.users > 0 {
+			f.users--
+		}
+	})
+}
+
+// Acquire binds a request of function to GPU gpu, swapping the model in from source (see SwapIn). With gpu < 0
+// the node picks: the GPU the function is active on, else a healthy GPU holding a parked copy, else the healthy
+// GPU with the most free memory, copying from a GPU with a copy when peer access allows, else from host. Several
+// bindings of one function share its active GPU.
+func (n *Node) Acquire(ctx context.Context, name string, gpu int, source Source) (*Binding, error) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	f, err := n.fn(name)
+	if err != nil {
+		return nil, err
+	}
+	if gpu < 0 {
+		gpu, source = n.placeLocked(f)
+		if gpu < 0 {
+			return nil, fmt.Errorf("%w: no healthy gpu for %s", ErrUnhealthy, name)
+		}
+	}
+	if err := n.swapInLocked(ctx, f, gpu, source); err != nil {
+		return nil, err
+	}
+	f.users++
+	return &Binding{n: n, function: name, gpu: gpu}, nil
+}
+
+func (n *Node) placeLocked(f *function) (gpu int, source Source) {
+	if f.active >= 0 && n.execs[f.active].healthy {
+		return f.active, Host
+	}
+	for g, e := range n.execs {
+		if _, ok := f.res[g]; ok && e.healthy {
+			return g, Host
+		}
+	}
+	best, free := -1, -1
+	for g, e := range n.execs {
+		if fr := n.mem.Pool(g).Free(); e.healthy && fr > free {
+			best, free = g, fr
+		}
+	}
+	if best < 0 {
+		return -1, Host
+	}
+	for g := range f.res {
+		if n.execs[g].healthy && n.dev.CanAccessPeer(best, g) {
+			return best, g
+		}
+	}
+	return best, Host
+}
+
+// Alloc gives function a block of size bytes at a fixed address: part of the model before Capture, scratch after.
+// When the function is active, the block is backed and mapped at once.
+func (n *Node) Alloc(ctx context.Context, name string, size uint64) (device.Ptr, error) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	f, err := n.fn(name)
+	if err != nil {
+		return 0, err
+	}
+	kind := memory.KindModel
+	if f.captured {
+		kind = memory.KindScratch
+	}
+	ptr, _, created, err := f.space.Alloc(size, kind)
+	if err != nil {
+		return 0, err
+	}
+	if created && f.active >= 0 {
+		if err := n.completeLocked(ctx, f, f.active, Host); err != nil {
+			return 0, errors.Join(err, f.space.Free(ptr))
+		}
+	}
+	return ptr, nil
+}
+
+// Free releases a block of function (its address range stays reserved for it).
+func (n *Node) Free(name string, ptr device.Ptr) error {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	f, err := n.fn(name)
+	if err != nil {
+		return err
+	}
+	return f.space.Free(ptr)
+}
+
+// Segments returns function's segments (fixed addresses, sizes, kinds).
+func (n *Node) Segments(name string) ([]memory.Segment, error) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	f, err := n.fn(name)
+	if err != nil {
+		return nil, err
+	}
+	return f.space.Segments(), nil
+}
+
+// Capture ends function's initialisation: the bytes of its model segments on its active GPU become its image in
+// the repository, and later blocks are scratch. The function's work must be submitted before (it is waited for).
+func (n *Node) Capture(ctx context.Context, name string) error {
+	n.mu.Lock()
+	f, err := n.fn(name)
+	if err != nil {
+		n.mu.Unlock()
+		return err
+	}
+	if f.active < 0 {
+		n.mu.Unlock()
+		return fmt.Errorf("%w: %s is not active on any gpu", ErrInvalid, name)
+	}
+	gpu := f.active
+	var segs []repository.Segment
+	for _, s := range f.space.Segments() {
+		if s.Kind == memory.KindModel {
+			segs = append(segs, repository.Segment{ID: s.ID, Ptr: s.Ptr, Size: s.Size})
+		}
+	}
+	s, err := n.streamLocked(f, gpu)
+	f.users++ // keep it on this GPU while copying out
+	n.mu.Unlock()
+	defer func() {
+		n.mu.Lock()
+		f.users--
+		n.mu.Unlock()
+	}()
+	if err != nil {
+		return err
+	}
+	im, err := n.repo.Create(ctx, name, segs)
+	if err != nil {
+		return fmt.Errorf("capture %s: %w", name, err)
+	}
+	defer im.Release()
+	for i, seg := range im.Segments() {
+		if err := s.CopyDtoH(im.Bytes(i), seg.Ptr); err != nil {
+			return fmt.Errorf("capture %s: %w", name, err)
+		}
+	}
+	if err := s.Synchronize(ctx); err != nil {
+		return fmt.Errorf("capture %s: %w", name, err)
+	}
+	if err := im.Commit(); err != nil {
+		return fmt.Errorf("capture %s: %w", name, err)
+	}
+	n.mu.Lock()
+	f.captured = true
+	n.mu.Unlock()
+	return nil
+}
+
+func (n *Node) streamLocked(f *function, gpu int) (device.Stream, error) {
+	if s, ok := f.streams[gpu]; ok {
+		return s, nil
+	}
+	s, err := n.dev.NewStream(gpu)
+	if err != nil {
+		return nil, fmt.Errorf("function %s gpu %d: %w", f.name, gpu, err)
+	}
+	f.streams[gpu] = s
+	return s, nil
+}
+
+// Stream returns the function's compute stream on its active GPU, wrapped so that each operation first waits
+// for the segments it touches (per-block readiness of a running swap). Use it while holding a Binding.
+func (n *Node) Stream(name string) (device.Stream, error) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	f, err := n.fn(name)
+	if err != nil {
+		return nil, err
+	}
+	if f.active < 0 {
+		return nil, fmt.Errorf("%w: %s is not active on any gpu", ErrInvalid, name)
+	}
+	s, err := n.streamLocked(f, f.active)
+	if err != nil {
+		return nil, err
+	}
+	return &Stream{n: n, f: f, gpu: f.active, s: s}, nil
+}
+
+// Stream is a function's compute stream with per-segment readiness; it implements device.Stream.
+type Stream struct {
+	n   *Node
+	f   *function
+	gpu int
+	s   device.Stream
+}
+
+var _ device.Stream = (*Stream)(nil)
+
+// gate makes the stream wait for the segments that ptrs point into and runs op, under the node lock.
+func (s *Stream) gate(op func() error, ptrs ...device.Ptr) error {
+	s.n.mu.Lock()
+	defer s.n.mu.Unlock()
+	if s.f.active != s.gpu {
+		return fmt.Errorf("%w: %s is no longer active on gpu %d", ErrInvalid, s.f.name, s.gpu)
+	}
+	r := s.f.res[s.gpu]
+	for _, p := range ptrs {
+		seg, ok := s.f.space.Lookup(p)
+		if !ok {
+			continue
+		}
+		ev, pending := r.ready[seg.ID]
+		if !pending {
+			continue
+		}
+		if done, err := ev.Query(); done && err == nil {
+			_ = ev.Destroy()
+			delete(r.ready, seg.ID)
+			continue
+		}
+		if err := s.s.Wait(ev); err != nil {
+			return err
+		}
+	}
+	return op()
+}
+
+func (s *Stream) GPU() int { return s.gpu }
+
+func (s *Stream) CopyHtoD(dst device.Ptr, src []byte) error {
+	return s.gate(func() error { return s.s.CopyHtoD(dst, src) }, dst)
+}
+
+func (s *Stream) CopyDtoH(dst []byte, src device.Ptr) error {
+	return s.gate(func() error { return s.s.CopyDtoH(dst, src) }, src)
+}
+
+func (s *Stream) CopyDtoD(dst, src device.Ptr, size uint64) error {
+	return s.gate(func() error { return s.s.CopyDtoD(dst, src, size) }, dst, src)
+}
+
+func (s *Stream) Memset8(dst device.Ptr, v uint8, n uint64) error {
+	return s.gate(func() error { return s.s.Memset8(dst, v, n) }, dst)
+}
+
+func (s *Stream) Memset32(dst device.Ptr, v uint32, n uint64) error {
+	return s.gate(func() error { return s.s.Memset32(dst, v, n) }, dst)
+}
+
+// Launch waits for the segments that the kernel's 8-byte parameters point into, then launches it. Pointers held
+// only inside device memory are not seen: a kernel that follows them must be preceded by WaitAll.
+func (s *Stream) Launch(f device.Function, grid, block device.Dim3, sharedMem uint32, args []byte) error {
+	var ptrs []device.Ptr
+	for _, p := range f.Params() {
+		if p.Size == 8 && int(p.Offset)+8 <= len(args) {
+			ptrs = append(ptrs, device.Ptr(binary.LittleEndian.Uint64(args[p.Offset:])))
+		}
+	}
+	return s.gate(func() error { return s.s.Launch(f, grid, block, sharedMem, args) }, ptrs...)
+}
+
+// WaitAll makes the stream wait for every segment of the function.
+func (s *Stream) WaitAll() error {
+	s.n.mu.Lock()
+	var ptrs []device.Ptr
+	for _, seg := range s.f.space.Segments() {
+		ptrs = append(ptrs, seg.Ptr)
+	}
+	s.n.mu.Unlock()
+	return s.gate(func() error { return nil }, ptrs...)
+}
+
+func (s *Stream) Record(e device.Event) error { return s.s.Record(e) }
+func (s *Stream) Wait(e device.Event) error   { return s.s.Wait(e) }
+
+func (s *Stream) Synchronize(ctx context.Context) error { return s.s.Synchronize(ctx) }
+
+// Destroy is a no-op: the stream belongs to the function and lives until it is deregistered.
+func (s *Stream) Destroy() error { return nil }

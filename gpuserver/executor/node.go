@@ -1,0 +1,282 @@
+package executor
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sort"
+	"sync"
+	"time"
+
+	"github.com/faas-gpu/faas-gpu/gpuserver/device"
+	"github.com/faas-gpu/faas-gpu/gpuserver/memory"
+	"github.com/faas-gpu/faas-gpu/gpuserver/repository"
+	"github.com/faas-gpu/faas-gpu/gpuserver/topology"
+)
+
+// Errors of the executors.
+var (
+	ErrUnknownFunction = errors.New("unknown function")
+	ErrNotCaptured     = errors.New("function has no captured image")
+	ErrBusy            = errors.New("function is in use on another gpu")
+	ErrPinned          = errors.New("copy is the source of a running swap")
+	ErrUnhealthy       = errors.New("gpu is unhealthy")
+	ErrNoMemory        = errors.New("not enough gpu memory")
+	ErrInvalid         = errors.New("invalid request")
+)
+
+// Host is the Source of a swap from the host repository (topology.Host).
+const Host = topology.Host
+
+// DefaultGroupBytes is the swap group size when none is configured or profiled.
+const DefaultGroupBytes = 2 << 20
+
+// Config configures a Node.
+type Config struct {
+	Device     device.Backend
+	Memory     *memory.Manager
+	Repository *repository.Repository
+	// GroupBytes is the swap group size for every link; 0 uses ProfiledGroups, else DefaultGroupBytes.
+	GroupBytes uint64
+	// ProfiledGroups, when set, is the group size per GPU (from ProfileGroupSize at start).
+	ProfiledGroups []uint64
+	// EvictUnderPressure lets a swap-in evict least recently used, unused, unpinned residencies of other
+	// functions on its GPU when chunks run out (without it the swap fails with ErrNoMemory and the controller
+	// chooses what to evict).
+	EvictUnderPressure bool
+	// Now for least-recently-used order; time.Now when nil.
+	Now func() time.Time
+}
+
+// Node holds the executors of every GPU and the functions' state. It is safe for concurrent use.
+type Node struct {
+	cfg   Config
+	dev   device.Backend
+	mem   *memory.Manager
+	repo  *repository.Repository
+	execs []*Executor
+
+	ctx    context.Context // ends at Close
+	cancel context.CancelFunc
+	bg     sync.WaitGroup // swap finishers
+
+	mu  sync.Mutex
+	fns map[string]*function
+}
+
+// Executor is one GPU's swap machinery.
+type Executor struct {
+	gpu        int
+	groupBytes uint64
+	copyIn     device.Stream // host-to-device swaps
+	copyPeer   device.Stream // GPU-to-GPU swaps into this GPU
+	healthy    bool
+	lastErr    error
+	swaps      int64
+	swapBytes  uint64
+}
+
+// New starts a node's executors.
+func New(cfg Config) (*Node, error) {
+	if cfg.Device == nil || cfg.Memory == nil || cfg.Repository == nil {
+		return nil, fmt.Errorf("%w: device, memory and repository are required", ErrInvalid)
+	}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	n := &Node{cfg: cfg, dev: cfg.Device, mem: cfg.Memory, repo: cfg.Repository, ctx: ctx, cancel: cancel,
+		fns: map[string]*function{}}
+	for _, g := range cfg.Device.GPUs() {
+		e := &Executor{gpu: g.Index, healthy: true, groupBytes: DefaultGroupBytes}
+		switch {
+		case cfg.GroupBytes > 0:
+			e.groupBytes = cfg.GroupBytes
+		case g.Index < len(cfg.ProfiledGroups) && cfg.ProfiledGroups[g.Index] > 0:
+			e.groupBytes = cfg.ProfiledGroups[g.Index]
+		}
+		var err error
+		if e.copyIn, err = cfg.Device.NewStream(g.Index); err == nil {
+			e.copyPeer, err = cfg.Device.NewStream(g.Index)
+		}
+		if err != nil {
+			_ = n.Close(context.Background())
+			return nil, fmt.Errorf("gpu %d: %w", g.Index, err)
+		}
+		n.execs = append(n.execs, e)
+	}
+	return n, nil
+}
+
+// GPUs is the number of executors.
+func (n *Node) GPUs() int { return len(n.execs) }
+
+// GroupBytes is GPU gpu's swap group size.
+func (n *Node) GroupBytes(gpu int) uint64 { return n.execs[gpu].groupBytes }
+
+// Register adds a function (a no-op for a known one). Its image, if the repository has one from before a restart,
+// is used for swap-ins; its addresses are reserved again as it allocates.
+func (n *Node) Register(name string) error {
+	if name == "" {
+		return fmt.Errorf("%w: function name is empty", ErrInvalid)
+	}
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if _, ok := n.fns[name]; !ok {
+		n.fns[name] = &function{name: name, space: n.mem.NewAddressSpace(name), active: -1,
+			res: map[int]*residency{}, streams: map[int]device.Stream{}}
+	}
+	return nil
+}
+
+// Deregister evicts a function everywhere, frees its addresses and deletes its image.
+func (n *Node) Deregister(ctx context.Context, name string) error {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	f, ok := n.fns[name]
+	if !ok {
+		return fmt.Errorf("%w: %s", ErrUnknownFunction, name)
+	}
+	for gpu := range f.res {
+		if err := n.evictLocked(ctx, f, gpu); err != nil {
+			return err
+		}
+	}
+	for gpu, s := range f.streams {
+		if err := s.Destroy(); err != nil {
+			return fmt.Errorf("function %s gpu %d: %w", name, gpu, err)
+		}
+	}
+	delete(n.fns, name)
+	err := f.space.Close()
+	if n.repo.Has(name) {
+		err = errors.Join(err, n.repo.Delete(name))
+	}
+	return err
+}
+
+func (n *Node) fn(name string) (*function, error) {
+	f, ok := n.fns[name]
+	if !ok {
+		return nil, fmt.Errorf("%w: %s", ErrUnknownFunction, name)
+	}
+	return f, nil
+}
+
+func (n *Node) validGPU(gpu int) error {
+	if gpu < 0 || gpu >= len(n.execs) {
+		return fmt.Errorf("%w: gpu %d (node has %d)", ErrInvalid, gpu, len(n.execs))
+	}
+	return nil
+}
+
+// Healthy reports whether GPU gpu is healthy.
+func (n *Node) Healthy(gpu int) bool {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return n.execs[gpu].healthy
+}
+
+// MarkUnhealthy takes GPU gpu out of service: its residencies are dropped (their chunks are not trusted), and
+// acquires that name no GPU go elsewhere.
+func (n *Node) MarkUnhealthy(gpu int, cause error) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	n.markUnhealthyLocked(gpu, cause)
+}
+
+func (n *Node) markUnhealthyLocked(gpu int, cause error) {
+	e := n.execs[gpu]
+	e.healthy, e.lastErr = false, cause
+	for _, f := range n.fns {
+		r, ok := f.res[gpu]
+		if !ok {
+			continue
+		}
+		if f.active == gpu {
+			for _, seg := range f.space.Segments() {
+				if r.mapped[seg.ID] {
+					_ = n.mem.Unmap(seg.Ptr, seg.Size)
+				}
+			}
+			f.active = -1
+		}
+		// chunks of a failed GPU are not returned to its pool: the GPU is out of service
+		delete(f.res, gpu)
+	}
+}
+
+// Status is a snapshot of one GPU's executor.
+type Status struct {
+	GPU        int      `json:"gpu"`
+	Healthy    bool     `json:"healthy"`
+	Error      string   `json:"error,omitempty"`
+	GroupBytes uint64   `json:"group_bytes"`
+	FreeBytes  uint64   `json:"free_bytes"`
+	TotalBytes uint64   `json:"total_bytes"`
+	Resident   []string `json:"resident"`
+	Active     []string `json:"active"`
+	Swaps      int64    `json:"swaps"`
+	SwapBytes  uint64   `json:"swap_bytes"`
+}
+
+// Status describes every executor.
+func (n *Node) Status() []Status {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	out := make([]Status, len(n.execs))
+	cs := n.mem.ChunkSize()
+	for i, e := range n.execs {
+		p := n.mem.Pool(i)
+		out[i] = Status{GPU: i, Healthy: e.healthy, GroupBytes: e.groupBytes, FreeBytes: uint64(p.Free()) * cs,
+			TotalBytes: uint64(p.Total()) * cs, Swaps: e.swaps, SwapBytes: e.swapBytes}
+		if e.lastErr != nil {
+			out[i].Error = e.lastErr.Error()
+		}
+	}
+	for name, f := range n.fns {
+		for gpu := range f.res {
+			out[gpu].Resident = append(out[gpu].Resident, name)
+		}
+		if f.active >= 0 {
+			out[f.active].Active = append(out[f.active].Active, name)
+		}
+	}
+	for i := range out {
+		sort.Strings(out[i].Resident)
+		sort.Strings(out[i].Active)
+	}
+	return out
+}
+
+// Close waits for running swaps (until ctx ends) and destroys the executors' streams. Functions' mappings are
+// left to the caller (Deregister) or to the backend's Close.
+func (n *Node) Close(ctx context.Context) error {
+	done := make(chan struct{})
+	go func() { n.bg.Wait(); close(done) }()
+	var errs []error
+	select {
+	case <-done:
+	case <-ctx.Done():
+		n.cancel()
+		<-done
+		errs = append(errs, fmt.Errorf("executor: close: %w", ctx.Err()))
+	}
+	n.cancel()
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	for _, f := range n.fns {
+		for _, s := range f.streams {
+			errs = append(errs, s.Destroy())
+		}
+		f.streams = map[int]device.Stream{}
+	}
+	for _, e := range n.execs {
+		for _, s := range []device.Stream{e.copyIn, e.copyPeer} {
+			if s != nil {
+				errs = append(errs, s.Destroy())
+			}
+		}
+	}
+	return errors.Join(errs...)
+}

@@ -1,0 +1,408 @@
+package executor
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/faas-gpu/faas-gpu/gpuserver/device"
+	"github.com/faas-gpu/faas-gpu/gpuserver/memory"
+	"github.com/faas-gpu/faas-gpu/gpuserver/repository"
+)
+
+// function is a registered function's node-wide state; guarded by Node.mu.
+type function struct {
+	name     string
+	space    *memory.AddressSpace
+	captured bool
+	active   int                   // GPU mapped at the fixed addresses, -1 none
+	res      map[int]*residency    // by GPU
+	users    int                   // bindings on the active GPU
+	streams  map[int]device.Stream // the function's compute stream per GPU
+}
+
+// residency is a function's physical copy on one GPU.
+type residency struct {
+	gpu      int
+	chunks   map[int][]memory.Chunk // segment ID -> chunks
+	ready    map[int]device.Event   // segment ID -> event of its last copy; absent when ready
+	mapped   map[int]bool           // segment ID -> mapped at its fixed address (only on the active GPU)
+	pinned   int                    // swaps reading from this copy
+	lastUsed time.Time
+}
+
+// Source says where a swap-in copies a model from: Host, or the index of a GPU holding a copy.
+type Source = int
+
+// SwapIn makes function run on GPU gpu, copying its model from source (Host or a GPU with a copy) unless gpu
+// already holds one. It returns once the copies are enqueued; work submitted through the function's Stream waits
+// per segment. It fails with ErrBusy while the function has bindings on another GPU. It is the controller's
+// actuator for a swap decision.
+func (n *Node) SwapIn(ctx context.Context, name string, gpu int, source Source) error {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	f, err := n.fn(name)
+	if err != nil {
+		return err
+	}
+	return n.swapInLocked(ctx, f, gpu, source)
+}
+
+func (n *Node) swapInLocked(ctx context.Context, f *function, gpu int, source Source) error {
+	if err := n.validGPU(gpu); err != nil {
+		return err
+	}
+	if !n.execs[gpu].healthy {
+		return fmt.Errorf("%w: gpu %d", ErrUnhealthy, gpu)
+	}
+	if f.active == gpu {
+		if r := f.res[gpu]; r != nil {
+			r.lastUsed = n.cfg.Now()
+		}
+		return n.completeLocked(ctx, f, gpu, source) // segments allocated since, if any
+	}
+	if f.active >= 0 {
+		if f.users > 0 {
+			return fmt.Errorf("%w: %s has %d bindings on gpu %d", ErrBusy, f.name, f.users, f.active)
+		}
+		if err := n.deactivateLocked(ctx, f); err != nil {
+			return err
+		}
+	}
+	if _, ok := f.res[gpu]; !ok {
+		f.res[gpu] = &residency{gpu: gpu, chunks: map[int][]memory.Chunk{}, ready: map[int]device.Event{},
+			mapped: map[int]bool{}}
+	}
+	f.active = gpu
+	f.res[gpu].lastUsed = n.cfg.Now()
+	if err := n.completeLocked(ctx, f, gpu, source); err != nil {
+		_ = n.evictLocked(ctx, f, gpu)
+		return err
+	}
+	return nil
+}
+
+// deactivateLocked unmaps the function's fixed addresses from its active GPU, after its work there completed;
+// the copy stays parked.
+func (n *Node) deactivateLocked(ctx context.Context, f *function) error {
+	gpu := f.active
+	if s, ok := f.streams[gpu]; ok {
+		if err := s.Synchronize(ctx); err != nil {
+			return fmt.Errorf("function %s gpu %d: %w", f.name, gpu, err)
+		}
+	}
+	r := f.res[gpu]
+	if err := n.waitReadyLocked(ctx, r); err != nil {
+		return err
+	}
+	for _, seg := range f.space.Segments() {
+		if r.mapped[seg.ID] {
+			if err := n.mem.Unmap(seg.Ptr, seg.Size); err != nil {
+				return fmt.Errorf("function %s gpu %d: %w", f.name, gpu, err)
+			}
+			delete(r.mapped, seg.ID)
+		}
+	}
+	f.active = -1
+	return nil
+}
+
+func (n *Node) waitReadyLocked(ctx context.Context, r *residency) error {
+	for id, ev := range r.ready {
+		if err := ev.Synchronize(ctx); err != nil {
+			return fmt.Errorf("gpu %d segment %d: %w", r.gpu, id, err)
+		}
+		_ = ev.Destroy()
+		delete(r.ready, id)
+	}
+	return nil
+}
+
+// swapJob is what a finisher releases once a swap's copies completed.
+type swapJob struct {
+	gpu     int
+	done    device.Event
+	image   *repository.Image
+	source  *residency
+	staging []staging
+}
+
+type staging struct {
+	ptr  device.Ptr
+	size uint64
+}
+
+// completeLocked maps every segment of f on its active GPU gpu: parked chunks again, new chunks for segments
+// without, and enqueues the copies of model segments from source.
+func (n *Node) completeLocked(ctx context.Context, f *function, gpu int, source Source) error {
+	r := f.res[gpu]
+	e := n.execs[gpu]
+	segs := f.space.Segments()
+	job := &swapJob{gpu: gpu}
+	var src *residency
+	if source != Host {
+		if err := n.validGPU(source); err != nil {
+			return err
+		}
+		src = f.res[source]
+		if src == nil || source == gpu || !n.dev.CanAccessPeer(gpu, source) || !n.execs[source].healthy {
+			src = nil // no usable copy there: the host image is authoritative
+		}
+	}
+	stream := e.copyIn
+	if src != nil {
+		stream = e.copyPeer
+	}
+	enqueued := false
+	for _, seg := range segs {
+		if r.mapped[seg.ID] {
+			continue
+		}
+		chunks, parked := r.chunks[seg.ID]
+		if !parked {
+			var err error
+			if chunks, err = n.takeChunksLocked(ctx, f, gpu, seg.Chunks(n.mem.ChunkSize())); err != nil {
+				return err
+			}
+			r.chunks[seg.ID] = chunks
+		}
+		if err := n.mem.MapSegment(seg, chunks, []int{gpu}); err != nil {
+			return n.failLocked(gpu, fmt.Errorf("function %s segment %d: %w", f.name, seg.ID, err))
+		}
+		r.mapped[seg.ID] = true
+		if parked || seg.Kind == memory.KindScratch {
+			continue // a parked copy already holds the bytes; scratch needs none
+		}
+		if !f.captured {
+			continue // before capture the function's own calls fill its memory
+		}
+		if src != nil && src.chunks[seg.ID] != nil {
+			st, err := n.stageLocked(seg, src, gpu)
+			if err != nil {
+				return err
+			}
+			job.staging = append(job.staging, st)
+			if err := n.copyGroups(stream, seg, e.groupBytes, func(off, size uint64) error {
+				return stream.CopyDtoD(seg.Ptr+device.Ptr(off), st.ptr+device.Ptr(off), size)
+			}); err != nil {
+				return n.failLocked(gpu, err)
+			}
+		} else {
+			if job.image == nil {
+				im, err := n.repo.Get(ctx, f.name)
+				if err != nil {
+					return fmt.Errorf("function %s: %w: %w", f.name, ErrNotCaptured, err)
+				}
+				job.image = im
+			}
+			idx := imageSegment(job.image, seg.ID)
+			if idx < 0 {
+				return fmt.Errorf("%w: function %s: segment %d is not in its image", ErrNotCaptured, f.name, seg.ID)
+			}
+			host := job.image.Bytes(idx)
+			if err := n.copyGroups(stream, seg, e.groupBytes, func(off, size uint64) error {
+				return stream.CopyHtoD(seg.Ptr+device.Ptr(off), host[off:off+size])
+			}); err != nil {
+				return n.failLocked(gpu, err)
+			}
+		}
+		ev, err := n.dev.NewEvent(gpu)
+		if err == nil {
+			err = stream.Record(ev)
+		}
+		if err != nil {
+			return n.failLocked(gpu, err)
+		}
+		r.ready[seg.ID] = ev
+		e.swapBytes += seg.Size
+		enqueued = true
+	}
+	if !enqueued {
+		if job.image != nil {
+			_ = job.image.Release()
+		}
+		return nil
+	}
+	e.swaps++
+	if src != nil {
+		src.pinned++
+		job.source = src
+	}
+	done, err := n.dev.NewEvent(gpu)
+	if err == nil {
+		err = stream.Record(done)
+	}
+	if err != nil {
+		return n.failLocked(gpu, err)
+	}
+	job.done = done
+	n.bg.Add(1)
+	go n.finish(job)
+	return nil
+}
+
+func imageSegment(im *repository.Image, id int) int {
+	for i, s := range im.Segments() {
+		if s.ID == id {
+			return i
+		}
+	}
+	return -1
+}
+
+// copyGroups enqueues a segment's copy in groups of at most group bytes.
+func (n *Node) copyGroups(s device.Stream, seg memory.Segment, group uint64, copyFn func(off, size uint64) error) error {
+	for off := uint64(0); off < seg.Size; off += group {
+		if err := copyFn(off, min(group, seg.Size-off)); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// stageLocked maps the source copy of seg at a staging address readable from gpu.
+func (n *Node) stageLocked(seg memory.Segment, src *residency, gpu int) (staging, error) {
+	ptr, err := n.dev.ReserveAddress(seg.Size, 0)
+	if err != nil {
+		return staging{}, fmt.Errorf("staging for segment %d: %w", seg.ID, err)
+	}
+	if err := n.mem.MapAt(ptr, src.chunks[seg.ID], []int{src.gpu, gpu}); err != nil {
+		_ = n.dev.FreeAddress(ptr, seg.Size)
+		return staging{}, fmt.Errorf("staging for segment %d: %w", seg.ID, err)
+	}
+	return staging{ptr: ptr, size: seg.Size}, nil
+}
+
+// finish waits for a swap's copies and releases what they read from. It is owned by the Node (Close waits).
+func (n *Node) finish(job *swapJob) {
+	defer n.bg.Done()
+	err := job.done.Synchronize(n.ctx)
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	for _, st := range job.staging {
+		err = errors.Join(err, n.mem.Unmap(st.ptr, st.size), n.dev.FreeAddress(st.ptr, st.size))
+	}
+	if job.source != nil {
+		job.source.pinned--
+	}
+	if job.image != nil {
+		_ = job.image.Release()
+	}
+	_ = job.done.Destroy()
+	if err != nil && !errors.Is(err, context.Canceled) {
+		n.markUnhealthyLocked(job.gpu, err)
+	}
+}
+
+// failLocked marks gpu unhealthy after a device error and returns the error.
+func (n *Node) failLocked(gpu int, err error) error {
+	if errors.Is(err, device.ErrInvalidValue) || errors.Is(err, memory.ErrInvalid) {
+		return err // our mistake, not the GPU's
+	}
+	n.markUnhealthyLocked(gpu, err)
+	return fmt.Errorf("%w: gpu %d: %w", ErrUnhealthy, gpu, err)
+}
+
+// takeChunksLocked takes count chunks on gpu, evicting other functions' idle copies if allowed.
+func (n *Node) takeChunksLocked(ctx context.Context, self *function, gpu, count int) ([]memory.Chunk, error) {
+	pool := n.mem.Pool(gpu)
+	for {
+		chunks, err := pool.Get(count)
+		if err == nil {
+			return chunks, nil
+		}
+		if !errors.Is(err, memory.ErrNoSpace) {
+			return nil, err
+		}
+		if !n.cfg.EvictUnderPressure {
+			return nil, fmt.Errorf("%w: %w", ErrNoMemory, err)
+		}
+		victim := n.victimLocked(self, gpu)
+		if victim == nil {
+			return nil, fmt.Errorf("%w: gpu %d: nothing evictable: %w", ErrNoMemory, gpu, err)
+		}
+		if err := n.evictLocked(ctx, victim, gpu); err != nil {
+			return nil, err
+		}
+	}
+}
+
+// victimLocked is the least recently used copy on gpu that is neither in use nor a swap source.
+func (n *Node) victimLocked(self *function, gpu int) *function {
+	var best *function
+	var bestAt time.Time
+	for _, f := range n.fns {
+		r, ok := f.res[gpu]
+		if !ok || f == self || r.pinned > 0 || (f.active == gpu && f.users > 0) {
+			continue
+		}
+		if best == nil || r.lastUsed.Before(bestAt) {
+			best, bestAt = f, r.lastUsed
+		}
+	}
+	return best
+}
+
+// Evict drops function's copy on gpu (invalidation: nothing is copied back). It fails with ErrBusy while the
+// function has bindings there and with ErrPinned while the copy is a swap source. It is the controller's actuator
+// for an eviction.
+func (n *Node) Evict(ctx context.Context, name string, gpu int) error {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	f, err := n.fn(name)
+	if err != nil {
+		return err
+	}
+	if err := n.validGPU(gpu); err != nil {
+		return err
+	}
+	if f.res[gpu] == nil {
+		return nil
+	}
+	return n.evictLocked(ctx, f, gpu)
+}
+
+func (n *Node) evictLocked(ctx context.Context, f *function, gpu int) error {
+	r := f.res[gpu]
+	if r == nil {
+		return nil
+	}
+	if r.pinned > 0 {
+		return fmt.Errorf("%w: %s on gpu %d", ErrPinned, f.name, gpu)
+	}
+	if f.active == gpu {
+		if f.users > 0 {
+			return fmt.Errorf("%w: %s has %d bindings on gpu %d", ErrBusy, f.name, f.users, gpu)
+		}
+		if err := n.deactivateLocked(ctx, f); err != nil {
+			return err
+		}
+	}
+	if err := n.waitReadyLocked(ctx, r); err != nil {
+		return err
+	}
+	for id, chunks := range r.chunks {
+		if err := n.mem.Pool(gpu).Put(chunks); err != nil {
+			return fmt.Errorf("function %s segment %d: %w", f.name, id, err)
+		}
+	}
+	delete(f.res, gpu)
+	return nil
+}
+
+// Resident lists the GPUs holding a copy of function (active or parked), and the active one (-1 if none).
+func (n *Node) Resident(name string) (gpus []int, active int, err error) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	f, err := n.fn(name)
+	if err != nil {
+		return nil, -1, err
+	}
+	for g := range n.execs {
+		if _, ok := f.res[g]; ok {
+			gpus = append(gpus, g)
+		}
+	}
+	return gpus, f.active, nil
+}
