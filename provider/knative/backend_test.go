@@ -102,7 +102,7 @@ func TestDeployGPUFunction(t *testing.T) {
 	for _, e := range spec.Containers[0].Env {
 		env[e.Name] = e.Value
 	}
-	if env["FAAS_GPU"] != "1" || env["FAAS_GPU_FUNCTION"] != "bert.openfaas-fn" || env["FAAS_GPU_ISOLATION"] != "isolated" ||
+	if env["FAAS_GPU"] != "1" || env["FAAS_GPU_FUNCTION"] != "bert" || env["FAAS_GPU_ISOLATION"] != "isolated" ||
 		env["LD_LIBRARY_PATH"] != kubernetes.ShimMountPath {
 		t.Errorf("env %v", env)
 	}

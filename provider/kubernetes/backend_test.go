@@ -111,7 +111,7 @@ func TestDeployGPUFunction(t *testing.T) {
 	c := spec.Containers[0]
 	env := envMap(c.Env)
 	want := map[string]string{
-		"FAAS_GPU": "1", "FAAS_GPU_FUNCTION": "resnet.openfaas-fn",
+		"FAAS_GPU": "1", "FAAS_GPU_FUNCTION": "resnet",
 		"FAAS_GPU_SOCKET": "/var/run/faas-gpu/gpuserver.sock", "FAAS_GPU_REMOTING_SOCKET": "/var/run/faas-gpu/remoting.sock",
 		"LD_LIBRARY_PATH": "/opt/faas-gpu/lib", "FAAS_GPU_MEMORY_BYTES": "1610612736", "FAAS_GPU_SLO": "80ms",
 		"FAAS_GPU_SLO_PERCENTILE": "98", "FAAS_GPU_ISOLATION": "shared", "fprocess": "python index.py", "MODEL": "resnet50",

@@ -41,8 +41,9 @@ func invalid(field, format string, args ...any) error {
 	return fmt.Errorf("%w: %s: %s", provider.ErrInvalid, field, fmt.Sprintf(format, args...))
 }
 
-// GPUFunctionName is the name a GPU function has in its node's gpuserver: name.namespace, unique on the node.
-func GPUFunctionName(name, namespace string) string { return name + "." + namespace }
+// GPUFunctionName is the name a GPU function has in its node's gpuserver (gpuspec.FunctionName): the service in
+// openfaas-fn, service.namespace elsewhere; the same name the provider's handlers register.
+func GPUFunctionName(name, namespace string) string { return gpuspec.FunctionName(name, namespace) }
 
 // Build validates fn and builds its pod spec. secrets holds the Kubernetes Secrets fn names, by name (see
 // LookupSecrets); a secret fn names that is missing is an invalid request.
