@@ -33,6 +33,18 @@ type AcquireRequest struct {
 	TimeoutMS int64 `json:"timeout_ms,omitempty"`
 }
 
+// RegisterResponse answers POST /v1/functions: the spec with its defaults, and the token the function's
+// processes present to the remoting socket (FAAS_GPU_TOKEN) when the gpuserver serves CUDA remoting.
+type RegisterResponse struct {
+	pool.FunctionSpec
+	Token string `json:"token,omitempty"`
+}
+
+// tokenSource is implemented by pools that hand out remoting tokens.
+type tokenSource interface {
+	Token(function string) string
+}
+
 // ErrorResponse is the body of every error answer.
 type ErrorResponse struct {
 	Error string `json:"error"`
@@ -87,7 +99,12 @@ func (s *Server) register(w http.ResponseWriter, r *http.Request) {
 	}
 	s.log.Info("function registered", "function", spec.Name, "memory_bytes", spec.MemoryBytes, "slo", spec.SLO,
 		"percentile", spec.Percentile, "isolation", spec.Isolation)
-	writeJSON(w, http.StatusOK, spec)
+	_ = spec.Validate() // fills the defaults the pool applied, for the answer
+	resp := RegisterResponse{FunctionSpec: spec}
+	if t, ok := s.pool.(tokenSource); ok {
+		resp.Token = t.Token(spec.Name)
+	}
+	writeJSON(w, http.StatusOK, resp)
 }
 
 func (s *Server) deregister(w http.ResponseWriter, r *http.Request) {

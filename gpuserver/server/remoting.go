@@ -136,6 +136,14 @@ func (t *trackedPool) BindImplicit(ctx context.Context, function string) (int, f
 	return b.GPU, release, nil
 }
 
+// Token returns a function's remoting token ("" without remoting); the API returns it at registration.
+func (t *trackedPool) Token(function string) string {
+	if t.key == nil {
+		return ""
+	}
+	return t.key.token(function)
+}
+
 // Function implements remoting.Registry.
 func (t *trackedPool) Function(name string) (pool.FunctionSpec, string, error) {
 	t.mu.Lock()

@@ -202,12 +202,7 @@ func (s *Server) startRemoting(ctx context.Context) error {
 }
 
 // Token returns the remoting token of a function (its processes' FAAS_GPU_TOKEN); "" without remoting.
-func (s *Server) Token(function string) string {
-	if s.key == nil {
-		return ""
-	}
-	return s.key.token(function)
-}
+func (s *Server) Token(function string) string { return s.pool.Token(function) }
 
 // RemotingSocket returns the shim's socket path, or "" without remoting.
 func (s *Server) RemotingSocket() string { return s.cfg.RemotingSocket }

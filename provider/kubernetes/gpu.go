@@ -75,6 +75,7 @@ func (g GPUConfig) inject(spec *corev1.PodSpec, gpu pool.FunctionSpec) {
 		{Name: EnvGPUSLO, Value: gpu.SLO.String()},
 		{Name: EnvGPUPercentile, Value: strconv.FormatFloat(gpu.Percentile, 'g', -1, 64)},
 		{Name: EnvGPUIsolation, Value: gpu.Isolation},
+		{Name: EnvGPUSelfRegister, Value: "1"},
 	}
 	// The injected values win over a function's own variables of the same name.
 	env := c.Env[:0]

@@ -42,7 +42,10 @@ const (
 	EnvGPUSLO            = "FAAS_GPU_SLO"
 	EnvGPUPercentile     = "FAAS_GPU_SLO_PERCENTILE"
 	EnvGPUIsolation      = "FAAS_GPU_ISOLATION"
-	EnvLDLibraryPath     = "LD_LIBRARY_PATH"
+	// EnvGPUSelfRegister asks the gpu-python template to register with its node's gpuserver at start (the
+	// provider cannot reach the gpuserver of the node a pod lands on); the answer carries the remoting token.
+	EnvGPUSelfRegister = "FAAS_GPU_SELF_REGISTER"
+	EnvLDLibraryPath   = "LD_LIBRARY_PATH"
 )
 
 // Names of the volumes and the init container added to GPU functions.

@@ -150,7 +150,7 @@ func ReadPodSpec(name string, t corev1.PodTemplateSpec) types.FunctionStatus {
 func isInjectedEnv(name string) bool {
 	switch name {
 	case EnvGPU, EnvGPUFunction, EnvGPUSocket, EnvGPURemotingSocket, EnvLDLibraryPath,
-		EnvGPUMemory, EnvGPUSLO, EnvGPUPercentile, EnvGPUIsolation:
+		EnvGPUMemory, EnvGPUSLO, EnvGPUPercentile, EnvGPUIsolation, EnvGPUSelfRegister:
 		return true
 	}
 	return false

@@ -232,3 +232,22 @@ func TestEntrypointWithoutGPUServer(t *testing.T) {
 		t.Errorf("no gpuserver: %d %s, want 503 saying it is unreachable", code, out)
 	}
 }
+
+func TestEntrypointRegistersItselfWhenAsked(t *testing.T) {
+	sock := gpuServer(t)
+	startEntrypoint(t, "FAAS_GPU=1", "FAAS_GPU_FUNCTION=edge", "FAAS_GPU_SOCKET="+sock, "FAAS_GPU_SELF_REGISTER=1",
+		"FAAS_GPU_MEMORY_BYTES=1610612736", "FAAS_GPU_SLO=80ms", "FAAS_GPU_SLO_PERCENTILE=99",
+		"FAAS_GPU_ISOLATION=isolated")
+	st, err := client.New(sock).Status(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(st.Functions) != 1 {
+		t.Fatalf("registered functions: %+v", st.Functions)
+	}
+	f := st.Functions[0]
+	if f.Name != "edge" || f.MemoryBytes != 1536<<20 || f.SLO != 80*time.Millisecond || f.Percentile != 99 ||
+		f.Isolation != pool.IsolationIsolated {
+		t.Fatalf("self-registered spec: %+v", f.FunctionSpec)
+	}
+}

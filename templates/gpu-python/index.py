@@ -12,6 +12,10 @@ Environment:
   FAAS_GPU_FUNCTION     the function's name as registered with the gpuserver (required when FAAS_GPU=1)
   FAAS_GPU_SOCKET       the gpuserver's Unix socket (default /var/run/faas-gpu/gpuserver.sock)
   FAAS_GPU_ACQUIRE_TIMEOUT_MS  how long a request waits for a GPU (default 30000)
+  FAAS_GPU_SELF_REGISTER=1     register with the node's gpuserver at start, before the handler is imported (in a
+                        cluster the provider cannot reach the node's gpuserver): the requirements come from
+                        FAAS_GPU_MEMORY_BYTES, FAAS_GPU_SLO (e.g. 80ms), FAAS_GPU_SLO_PERCENTILE and
+                        FAAS_GPU_ISOLATION, and the token the gpuserver answers becomes FAAS_GPU_TOKEN for the shim
   OPENFAAS_SECRETS_DIR  where the function's secrets are files (default /var/openfaas/secrets)
 
 GET /_/health answers 200 once the handler is imported, as of-watchdog's health endpoint does.
@@ -29,7 +33,7 @@ import traceback
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from urllib.parse import parse_qs, urlsplit
 
-from function import handler
+handler = None  # function.handler, imported by main() once the GPU function is registered
 
 DEFAULT_SOCKET = "/var/run/faas-gpu/gpuserver.sock"
 DEFAULT_SECRETS_DIR = "/var/openfaas/secrets"
@@ -136,6 +140,20 @@ class GPUClient:
         except ValueError:
             raise GPUError(502, "gpuserver answered acquire with invalid JSON")
         return binding
+
+    def register(self, spec):
+        """Registers (or updates) the function with the gpuserver; returns the token for the remoting socket."""
+        try:
+            status, raw = self._call("POST", "/v1/functions", spec, 30)
+        except OSError as e:
+            raise GPUError(503, "gpuserver at %s unreachable: %s" % (self.socket_path, e))
+        if status != 200:
+            raise GPUError(status, "gpuserver refused to register function %s (HTTP %d): %s"
+                           % (self.function, status, self._error_text(raw)))
+        try:
+            return json.loads(raw).get("token", "")
+        except (ValueError, AttributeError):
+            raise GPUError(502, "gpuserver answered register with invalid JSON")
 
     def release(self, binding_id):
         try:
@@ -302,12 +320,70 @@ def gpu_client_from_env():
     return GPUClient(function, os.getenv("FAAS_GPU_SOCKET", DEFAULT_SOCKET), timeout_ms)
 
 
+_DURATION_UNITS = {"ns": 1, "us": 1e3, "\u00b5s": 1e3, "ms": 1e6, "s": 1e9, "m": 60e9, "h": 3600e9}
+
+
+def parse_duration_ns(text):
+    """Parses a Go duration ("80ms", "1.5s", "1m30s") into nanoseconds; raises ValueError naming the text."""
+    rest, total = text.strip(), 0.0
+    if not rest:
+        raise ValueError("empty duration")
+    while rest:
+        i = 0
+        while i < len(rest) and (rest[i].isdigit() or rest[i] == "."):
+            i += 1
+        j = i
+        while j < len(rest) and not (rest[j].isdigit() or rest[j] == "."):
+            j += 1
+        number, unit = rest[:i], rest[i:j]
+        if not number or unit not in _DURATION_UNITS:
+            raise ValueError("%r is not a duration like 80ms" % text)
+        total += float(number) * _DURATION_UNITS[unit]
+        rest = rest[j:]
+    return int(total)
+
+
+def self_register(gpu):
+    """Registers the function from its FAAS_GPU_* requirements and hands the shim its token."""
+    try:
+        spec = {"name": gpu.function, "memory_bytes": int(os.environ["FAAS_GPU_MEMORY_BYTES"])}
+        if os.getenv("FAAS_GPU_SLO"):
+            spec["slo_ns"] = parse_duration_ns(os.environ["FAAS_GPU_SLO"])
+        if os.getenv("FAAS_GPU_SLO_PERCENTILE"):
+            spec["percentile"] = float(os.environ["FAAS_GPU_SLO_PERCENTILE"])
+        if os.getenv("FAAS_GPU_ISOLATION"):
+            spec["isolation"] = os.environ["FAAS_GPU_ISOLATION"]
+    except KeyError:
+        sys.exit("gpu-python: FAAS_GPU_SELF_REGISTER=1 needs FAAS_GPU_MEMORY_BYTES")
+    except ValueError as e:
+        sys.exit("gpu-python: bad GPU requirement in FAAS_GPU_*: %s" % e)
+    deadline = time.monotonic() + 60
+    while True:  # the node's gpuserver may still be starting
+        try:
+            token = gpu.register(spec)
+            break
+        except GPUError as e:
+            if e.status < 500 or time.monotonic() > deadline:
+                sys.exit("gpu-python: %s" % e)
+            log("gpu-python: %s; retrying" % e)
+            time.sleep(1)
+    if token:
+        os.environ["FAAS_GPU_TOKEN"] = token
+    log("gpu-python: registered %s with the gpuserver" % gpu.function)
+
+
 def main():
+    global handler
     try:
         port = int(os.getenv("PORT", "5000"))
     except ValueError:
         sys.exit("gpu-python: PORT must be a port number")
-    server = Server((os.getenv("HOST", "127.0.0.1"), port), gpu_client_from_env())
+    gpu = gpu_client_from_env()
+    if gpu is not None and os.getenv("FAAS_GPU_SELF_REGISTER", "") in ("1", "true"):
+        self_register(gpu)
+    from function import handler as imported  # after registration: handlers may call CUDA at import
+    handler = imported
+    server = Server((os.getenv("HOST", "127.0.0.1"), port), gpu)
 
     def on_term(signum, frame):
         # Stop accepting, let requests in flight finish (the provider kills the process after its grace period).
