@@ -1,0 +1,80 @@
+// Types of the CUDA driver API used by faas-gpu, declared here so that no CUDA header is needed to build.
+#ifndef FAAS_GPU_CU_H
+#define FAAS_GPU_CU_H
+#include <stddef.h>
+
+typedef int CUresult;
+typedef int CUdevice;
+typedef void *CUcontext;
+typedef void *CUstream;
+typedef void *CUevent;
+typedef void *CUmodule;
+typedef void *CUfunction;
+typedef unsigned long long CUdeviceptr;
+typedef unsigned long long CUmemGenericAllocationHandle;
+
+typedef struct {
+	int type;
+	int id;
+} CUmemLocation;
+
+typedef struct {
+	int type;
+	int requestedHandleTypes;
+	CUmemLocation location;
+	void *win32HandleMetaData;
+	struct {
+		unsigned char compressionType;
+		unsigned char gpuDirectRDMACapable;
+		unsigned short usage;
+		unsigned char reserved[4];
+	} allocFlags;
+} CUmemAllocationProp;
+
+typedef struct {
+	CUmemLocation location;
+	int flags;
+} CUmemAccessDesc;
+
+int fg_load(const char *path, char *err, int errlen);
+const char *fg_error_string(CUresult r);
+CUresult fg_init(void);
+CUresult fg_device_count(int *n);
+CUresult fg_device_open(int ordinal, CUdevice *dev, CUcontext *ctx);
+CUresult fg_device_close(CUdevice dev);
+CUresult fg_device_info(CUcontext ctx, CUdevice dev, char *name, int namelen, char *bus, int buslen, size_t *total,
+                        int *major, int *minor, size_t *gran);
+CUresult fg_can_access_peer(int *can, CUdevice a, CUdevice b);
+CUresult fg_mem_info(CUcontext ctx, size_t *free, size_t *total);
+CUresult fg_reserve(CUcontext ctx, CUdeviceptr *p, size_t size, size_t align);
+CUresult fg_address_free(CUcontext ctx, CUdeviceptr p, size_t size);
+CUresult fg_create(CUcontext ctx, int dev, size_t size, CUmemGenericAllocationHandle *h);
+CUresult fg_release(CUcontext ctx, CUmemGenericAllocationHandle h);
+CUresult fg_map(CUcontext ctx, CUdeviceptr p, size_t size, CUmemGenericAllocationHandle h);
+CUresult fg_unmap(CUcontext ctx, CUdeviceptr p, size_t size);
+CUresult fg_set_access(CUcontext ctx, CUdeviceptr p, size_t size, const int *devs, int n);
+CUresult fg_host_register(CUcontext ctx, void *p, size_t size);
+CUresult fg_host_unregister(CUcontext ctx, void *p);
+CUresult fg_stream_create(CUcontext ctx, CUstream *s);
+CUresult fg_stream_destroy(CUcontext ctx, CUstream s);
+CUresult fg_stream_sync(CUcontext ctx, CUstream s);
+CUresult fg_stream_query(CUcontext ctx, CUstream s);
+CUresult fg_stream_wait(CUcontext ctx, CUstream s, CUevent e);
+CUresult fg_event_create(CUcontext ctx, CUevent *e);
+CUresult fg_event_record(CUcontext ctx, CUevent e, CUstream s);
+CUresult fg_event_query(CUcontext ctx, CUevent e);
+CUresult fg_event_sync(CUcontext ctx, CUevent e);
+CUresult fg_event_destroy(CUcontext ctx, CUevent e);
+CUresult fg_htod(CUcontext ctx, CUdeviceptr dst, const void *src, size_t n, CUstream s, int sync);
+CUresult fg_dtoh(CUcontext ctx, void *dst, CUdeviceptr src, size_t n, CUstream s, int sync);
+CUresult fg_dtod(CUcontext ctx, CUdeviceptr dst, CUdeviceptr src, size_t n, CUstream s);
+CUresult fg_memset8(CUcontext ctx, CUdeviceptr dst, unsigned char v, size_t n, CUstream s);
+CUresult fg_memset32(CUcontext ctx, CUdeviceptr dst, unsigned v, size_t n, CUstream s);
+CUresult fg_module_load(CUcontext ctx, CUmodule *m, const void *image);
+CUresult fg_module_unload(CUcontext ctx, CUmodule m);
+CUresult fg_module_function(CUcontext ctx, CUfunction *f, CUmodule m, const char *name);
+CUresult fg_module_global(CUcontext ctx, CUdeviceptr *p, size_t *size, CUmodule m, const char *name);
+int fg_param_info(CUcontext ctx, CUfunction f, size_t i, size_t *off, size_t *size);
+CUresult fg_launch(CUcontext ctx, CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by,
+                   unsigned bz, unsigned shm, CUstream s, void *args, size_t argsize);
+#endif

@@ -1,0 +1,380 @@
+// Package cuda is the real device backend: the NVIDIA driver (libcuda.so.1) loaded at run time through package
+// cu, so that everything builds and runs on machines without a GPU (Open then fails with device.ErrUnavailable).
+// It uses the driver's virtual memory management (cuMemAddressReserve, cuMemCreate, cuMemMap, cuMemSetAccess,
+// cuMemUnmap, cuMemRelease) on every GPU's primary context, non-blocking streams for asynchronous copies, memsets
+// and launches, events, and modules loaded per GPU. Kernel parameter layouts come from cuFuncGetParamInfo (CUDA
+// 12.4 and later) or, for PTX images, from the module's `.entry` lines.
+package cuda
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+	"unsafe"
+
+	"github.com/faas-gpu/faas-gpu/gpuserver/device"
+	"github.com/faas-gpu/faas-gpu/gpuserver/device/cuda/cu"
+)
+
+// DefaultLibrary is the driver library Open loads.
+const DefaultLibrary = "libcuda.so.1"
+
+// Backend drives the node's NVIDIA GPUs; it implements device.Backend.
+type Backend struct {
+	gpus []gpu
+
+	mu   sync.Mutex
+	regs map[uintptr]uint64 // registered host ranges
+}
+
+type gpu struct {
+	info device.GPUInfo
+	dev  int
+	ctx  cu.Context
+}
+
+var _ device.Backend = (*Backend)(nil)
+
+// Open loads the driver from library (DefaultLibrary when empty) and retains every GPU's primary context.
+func Open(library string) (*Backend, error) {
+	if library == "" {
+		library = DefaultLibrary
+	}
+	if err := cu.Load(library); err != nil {
+		return nil, fmt.Errorf("cuda: %w: %w", device.ErrUnavailable, err)
+	}
+	n, err := cu.DeviceCount()
+	if err != nil || n == 0 {
+		return nil, fmt.Errorf("cuda: %w: no GPU (%v)", device.ErrUnavailable, err)
+	}
+	b := &Backend{regs: map[uintptr]uint64{}}
+	for i := range n {
+		dev, ctx, err := cu.Open(i)
+		if err != nil {
+			_ = b.Close(context.Background())
+			return nil, fmt.Errorf("cuda: gpu %d: %w", i, wrap(err))
+		}
+		info, err := cu.DeviceInfo(ctx, dev)
+		if err != nil {
+			_ = b.Close(context.Background())
+			return nil, fmt.Errorf("cuda: gpu %d: %w", i, wrap(err))
+		}
+		b.gpus = append(b.gpus, gpu{dev: dev, ctx: ctx, info: device.GPUInfo{Index: i, Name: info.Name,
+			PCIBusID: info.BusID, MemoryBytes: info.Total, Granularity: info.Granularity,
+			ComputeCapability: info.Major*10 + info.Minor}})
+	}
+	return b, nil
+}
+
+// wrap maps driver errors onto the device sentinels.
+func wrap(err error) error {
+	var ce *cu.Error
+	if !errors.As(err, &ce) {
+		return err
+	}
+	switch ce.Code {
+	case cu.ErrorInvalidValue:
+		return fmt.Errorf("%w: %w", device.ErrInvalidValue, err)
+	case cu.ErrorOutOfMemory:
+		return fmt.Errorf("%w: %w", device.ErrOutOfMemory, err)
+	case cu.ErrorNotFound:
+		return fmt.Errorf("%w: %w", device.ErrNotFound, err)
+	case cu.ErrorIllegalAddress:
+		return fmt.Errorf("%w: %w", device.ErrIllegalAddress, err)
+	case cu.ErrorInvalidImage:
+		return fmt.Errorf("%w: %w", device.ErrInvalidImage, err)
+	case cu.ErrorNotSupported, cu.ErrorPeerAccessUnsupp:
+		return fmt.Errorf("%w: %w", device.ErrNotSupported, err)
+	case cu.ErrorNoDevice, cu.ErrorNotInitialized:
+		return fmt.Errorf("%w: %w", device.ErrUnavailable, err)
+	}
+	return err
+}
+
+func (b *Backend) gpu(i int) (*gpu, error) {
+	if i < 0 || i >= len(b.gpus) {
+		return nil, fmt.Errorf("%w: gpu %d (node has %d)", device.ErrInvalidValue, i, len(b.gpus))
+	}
+	return &b.gpus[i], nil
+}
+
+// Kind is "cuda".
+func (b *Backend) Kind() string { return "cuda" }
+
+// GPUs describes the GPUs.
+func (b *Backend) GPUs() []device.GPUInfo {
+	out := make([]device.GPUInfo, len(b.gpus))
+	for i, g := range b.gpus {
+		out[i] = g.info
+	}
+	return out
+}
+
+// CanAccessPeer asks the driver.
+func (b *Backend) CanAccessPeer(g, peer int) bool {
+	a, err1 := b.gpu(g)
+	p, err2 := b.gpu(peer)
+	if err1 != nil || err2 != nil || g == peer {
+		return false
+	}
+	ok, err := cu.CanAccessPeer(a.dev, p.dev)
+	return err == nil && ok
+}
+
+func (b *Backend) maxGranularity() uint64 {
+	var m uint64
+	for _, g := range b.gpus {
+		m = max(m, g.info.Granularity)
+	}
+	return m
+}
+
+// ReserveAddress reserves address space (valid on every GPU: the address space is the process's).
+func (b *Backend) ReserveAddress(size, alignment uint64) (device.Ptr, error) {
+	if alignment == 0 {
+		alignment = b.maxGranularity()
+	}
+	if size == 0 || size%b.maxGranularity() != 0 {
+		return 0, fmt.Errorf("%w: reserve %d bytes (granularity %d)", device.ErrInvalidValue, size,
+			b.maxGranularity())
+	}
+	p, err := cu.Reserve(b.gpus[0].ctx, size, alignment)
+	return device.Ptr(p), wrap(err)
+}
+
+// FreeAddress releases a reservation.
+func (b *Backend) FreeAddress(ptr device.Ptr, size uint64) error {
+	return wrap(cu.AddressFree(b.gpus[0].ctx, uint64(ptr), size))
+}
+
+type physical struct {
+	b      *Backend
+	gpu    int
+	size   uint64
+	handle uint64
+}
+
+func (p *physical) GPU() int     { return p.gpu }
+func (p *physical) Size() uint64 { return p.size }
+func (p *physical) Release() error {
+	return wrap(cu.Release(p.b.gpus[p.gpu].ctx, p.handle))
+}
+
+// CreatePhysical allocates physical memory on a GPU.
+func (b *Backend) CreatePhysical(i int, size uint64) (device.Physical, error) {
+	g, err := b.gpu(i)
+	if err != nil {
+		return nil, err
+	}
+	if size == 0 || size%g.info.Granularity != 0 {
+		return nil, fmt.Errorf("%w: physical size %d is not a multiple of %d", device.ErrInvalidValue, size,
+			g.info.Granularity)
+	}
+	h, err := cu.Create(g.ctx, g.dev, size)
+	if err != nil {
+		return nil, fmt.Errorf("gpu %d: %w", i, wrap(err))
+	}
+	return &physical{b: b, gpu: i, size: size, handle: h}, nil
+}
+
+// Map maps phys at ptr.
+func (b *Backend) Map(ptr device.Ptr, phys device.Physical) error {
+	p, ok := phys.(*physical)
+	if !ok || p.b != b {
+		return fmt.Errorf("%w: physical memory of another backend", device.ErrInvalidValue)
+	}
+	return wrap(cu.Map(b.gpus[p.gpu].ctx, uint64(ptr), p.size, p.handle))
+}
+
+// SetAccess grants GPUs access to a mapped range.
+func (b *Backend) SetAccess(ptr device.Ptr, size uint64, gpus []int) error {
+	devs := make([]int, len(gpus))
+	for i, g := range gpus {
+		gg, err := b.gpu(g)
+		if err != nil {
+			return err
+		}
+		devs[i] = gg.dev
+	}
+	return wrap(cu.SetAccess(b.gpus[0].ctx, uint64(ptr), size, devs))
+}
+
+// Unmap unmaps a range.
+func (b *Backend) Unmap(ptr device.Ptr, size uint64) error {
+	return wrap(cu.Unmap(b.gpus[0].ctx, uint64(ptr), size))
+}
+
+// RegisterHost page-locks host memory for every context.
+func (b *Backend) RegisterHost(buf []byte) error {
+	if len(buf) == 0 {
+		return fmt.Errorf("%w: empty host buffer", device.ErrInvalidValue)
+	}
+	p := unsafe.Pointer(&buf[0])
+	if err := cu.HostRegister(b.gpus[0].ctx, p, uint64(len(buf))); err != nil {
+		return wrap(err)
+	}
+	b.mu.Lock()
+	b.regs[uintptr(p)] = uint64(len(buf))
+	b.mu.Unlock()
+	return nil
+}
+
+// UnregisterHost undoes RegisterHost.
+func (b *Backend) UnregisterHost(buf []byte) error {
+	if len(buf) == 0 {
+		return fmt.Errorf("%w: empty host buffer", device.ErrInvalidValue)
+	}
+	p := unsafe.Pointer(&buf[0])
+	b.mu.Lock()
+	delete(b.regs, uintptr(p))
+	b.mu.Unlock()
+	return wrap(cu.HostUnregister(b.gpus[0].ctx, p))
+}
+
+// registered reports whether buf lies in registered host memory.
+func (b *Backend) registered(buf []byte) bool {
+	p := uintptr(unsafe.Pointer(&buf[0]))
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	for start, size := range b.regs {
+		if p >= start && p+uintptr(len(buf)) <= start+uintptr(size) {
+			return true
+		}
+	}
+	return false
+}
+
+// MemoryInfo asks the driver.
+func (b *Backend) MemoryInfo(i int) (uint64, uint64, error) {
+	g, err := b.gpu(i)
+	if err != nil {
+		return 0, 0, err
+	}
+	free, total, err := cu.MemInfo(g.ctx)
+	return free, total, wrap(err)
+}
+
+// Close releases the primary contexts.
+func (b *Backend) Close(context.Context) error {
+	var errs []error
+	for _, g := range b.gpus {
+		errs = append(errs, wrap(cu.Close(g.dev)))
+	}
+	b.gpus = nil
+	return errors.Join(errs...)
+}
+
+// wait polls done until it reports completion or ctx ends; without a deadline or cancel it blocks in block.
+func wait(ctx context.Context, done func() (bool, error), block func() error) error {
+	if ctx.Done() == nil {
+		return wrap(block())
+	}
+	for d := time.Microsecond; ; d = min(2*d, time.Millisecond) {
+		ok, err := done()
+		if err != nil {
+			return wrap(err)
+		}
+		if ok {
+			return nil
+		}
+		t := time.NewTimer(d)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return ctx.Err()
+		case <-t.C:
+		}
+	}
+}
+
+type stream struct {
+	b   *Backend
+	gpu int
+	ctx cu.Context
+	s   cu.Stream
+}
+
+// NewStream creates a non-blocking stream on a GPU.
+func (b *Backend) NewStream(i int) (device.Stream, error) {
+	g, err := b.gpu(i)
+	if err != nil {
+		return nil, err
+	}
+	s, err := cu.StreamCreate(g.ctx)
+	if err != nil {
+		return nil, wrap(err)
+	}
+	return &stream{b: b, gpu: i, ctx: g.ctx, s: s}, nil
+}
+
+func (s *stream) GPU() int { return s.gpu }
+
+func (s *stream) CopyHtoD(dst device.Ptr, src []byte) error {
+	if len(src) == 0 {
+		return nil
+	}
+	return wrap(cu.HtoD(s.ctx, uint64(dst), src, s.s, !s.b.registered(src)))
+}
+
+func (s *stream) CopyDtoH(dst []byte, src device.Ptr) error {
+	if len(dst) == 0 {
+		return nil
+	}
+	return wrap(cu.DtoH(s.ctx, dst, uint64(src), s.s, !s.b.registered(dst)))
+}
+
+func (s *stream) CopyDtoD(dst, src device.Ptr, size uint64) error {
+	return wrap(cu.DtoD(s.ctx, uint64(dst), uint64(src), size, s.s))
+}
+
+func (s *stream) Memset8(dst device.Ptr, v uint8, n uint64) error {
+	return wrap(cu.Memset8(s.ctx, uint64(dst), v, n, s.s))
+}
+
+func (s *stream) Memset32(dst device.Ptr, v uint32, n uint64) error {
+	return wrap(cu.Memset32(s.ctx, uint64(dst), v, n, s.s))
+}
+
+func (s *stream) Launch(f device.Function, grid, block device.Dim3, sharedMem uint32, args []byte) error {
+	fn, ok := f.(*function)
+	if !ok || fn.mod.b != s.b || fn.mod.gpu != s.gpu {
+		return fmt.Errorf("%w: kernel not loaded on gpu %d", device.ErrInvalidValue, s.gpu)
+	}
+	if uint32(len(args)) < device.ArgsSize(fn.params) {
+		return fmt.Errorf("%w: kernel %s needs %d argument bytes, got %d", device.ErrInvalidValue, fn.name,
+			device.ArgsSize(fn.params), len(args))
+	}
+	n := func(d device.Dim3) [3]uint32 {
+		return [3]uint32{max(d.X, 1), max(d.Y, 1), max(d.Z, 1)}
+	}
+	return wrap(cu.Launch(s.ctx, fn.f, n(grid), n(block), sharedMem, s.s, args))
+}
+
+func (s *stream) Record(e device.Event) error {
+	ev, ok := e.(*event)
+	if !ok {
+		return fmt.Errorf("%w: event of another backend", device.ErrInvalidValue)
+	}
+	if err := cu.EventRecord(s.ctx, ev.e, s.s); err != nil {
+		return wrap(err)
+	}
+	ev.recorded.Store(true)
+	return nil
+}
+
+func (s *stream) Wait(e device.Event) error {
+	ev, ok := e.(*event)
+	if !ok {
+		return fmt.Errorf("%w: event of another backend", device.ErrInvalidValue)
+	}
+	return wrap(cu.StreamWaitEvent(s.ctx, s.s, ev.e))
+}
+
+func (s *stream) Synchronize(ctx context.Context) error {
+	return wait(ctx, func() (bool, error) { return cu.StreamQuery(s.ctx, s.s) },
+		func() error { return cu.StreamSynchronize(s.ctx, s.s) })
+}
+
+func (s *stream) Destroy() error { return wrap(cu.StreamDestroy(s.ctx, s.s)) }
