@@ -119,8 +119,21 @@ func (w *Worker) Stats() Stats {
 func (w *Worker) Run(ctx context.Context) error {
 	js := w.cfg.JetStream
 	if js == nil {
+		log := w.cfg.Logger
 		nc, err := nats.Connect(w.cfg.NATSURL, nats.Name("faas-gpu queue-worker"), nats.MaxReconnects(-1),
-			nats.ReconnectWait(250*time.Millisecond), nats.RetryOnFailedConnect(false))
+			nats.ReconnectWait(250*time.Millisecond), nats.RetryOnFailedConnect(false),
+			nats.ErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) {
+				log.Debug("queue worker: NATS asynchronous error", "err", err)
+			}),
+			nats.DisconnectErrHandler(func(_ *nats.Conn, err error) {
+				if err == nil {
+					return // closed by us
+				}
+				log.Warn("queue worker: disconnected from NATS; reconnecting", "err", err)
+			}),
+			nats.ReconnectHandler(func(nc *nats.Conn) {
+				log.Info("queue worker: reconnected to NATS", "url", nc.ConnectedUrlRedacted())
+			}))
 		if err != nil {
 			return fmt.Errorf("worker: connecting to NATS at %s: %w", w.cfg.NATSURL, err)
 		}

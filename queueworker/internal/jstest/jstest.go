@@ -28,7 +28,8 @@ func Server(t testing.TB) *natsserver.Server {
 // the test ends.
 func Connect(t testing.TB, url string) (*nats.Conn, jetstream.JetStream) {
 	t.Helper()
-	nc, err := nats.Connect(url, nats.MaxReconnects(-1), nats.ReconnectWait(100*time.Millisecond))
+	nc, err := nats.Connect(url, nats.MaxReconnects(-1), nats.ReconnectWait(100*time.Millisecond),
+		nats.ErrorHandler(func(*nats.Conn, *nats.Subscription, error) {}))
 	if err != nil {
 		t.Fatalf("connecting to NATS: %v", err)
 	}

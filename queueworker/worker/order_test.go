@@ -1,0 +1,154 @@
+package worker_test
+
+import (
+	"context"
+	"io"
+	"net/http"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/faas-gpu/faas-gpu/gpuserver/client"
+	"github.com/faas-gpu/faas-gpu/gpuserver/server"
+	"github.com/faas-gpu/faas-gpu/gpuserver/topology"
+	"github.com/faas-gpu/faas-gpu/queueworker/functions"
+	"github.com/faas-gpu/faas-gpu/queueworker/internal/jstest"
+	"github.com/faas-gpu/faas-gpu/queueworker/queue"
+	"github.com/faas-gpu/faas-gpu/queueworker/worker"
+)
+
+// With the window full and one invocation at a time, the SLO-aware order serves the function with the tighter
+// deadline first, although its messages were published after the looser function's; FIFO serves publish order.
+func TestSLOAwareOrderServesTighterDeadlinesFirst(t *testing.T) {
+	for _, tc := range []struct {
+		order     worker.Ordering
+		wantFirst string
+	}{
+		{worker.OrderSLOAware, "tight"},
+		{worker.OrderFIFO, "loose"},
+	} {
+		t.Run(string(tc.order), func(t *testing.T) {
+			gate, blocked := make(chan struct{}), make(chan struct{}, 1)
+			var mu sync.Mutex
+			var order []string
+			e := newEnv(t, func(w http.ResponseWriter, r *http.Request) {
+				name := strings.TrimPrefix(r.URL.Path, "/function/")
+				if name == "block" {
+					blocked <- struct{}{}
+					<-gate
+					return
+				}
+				mu.Lock()
+				order = append(order, name)
+				mu.Unlock()
+			})
+			fns := functionsMap{
+				"block": {Name: "block", Queue: queue.DefaultQueue},
+				"loose": {Name: "loose", Queue: queue.DefaultQueue, SLO: time.Hour, Percentile: 98},
+				"tight": {Name: "tight", Queue: queue.DefaultQueue, SLO: time.Minute, Percentile: 98},
+			}
+			w := e.run(worker.Config{Functions: fns, MaxInflight: 1, Lookahead: 64, Order: tc.order})
+			t.Cleanup(func() {
+				select {
+				case <-gate:
+				default:
+					close(gate)
+				}
+			})
+			// The blocker holds the only slot while the others fill the window.
+			ids := []string{e.send("/async-function/block", "", nil)}
+			<-blocked
+			start := strconv.FormatInt(time.Now().UnixNano(), 10)
+			for range 10 {
+				ids = append(ids, e.send("/async-function/loose", "", map[string]string{"X-Start-Time": start}))
+			}
+			for range 10 {
+				ids = append(ids, e.send("/async-function/tight", "", map[string]string{"X-Start-Time": start}))
+			}
+			jstest.Eventually(t, 10*time.Second, func() bool { return w.Stats().Window == 20 }, "20 messages in the window (have %d)", w.Stats().Window)
+			close(gate)
+			for _, id := range ids {
+				e.waitCallback(id)
+			}
+			mu.Lock()
+			defer mu.Unlock()
+			for i, name := range order {
+				want := tc.wantFirst
+				if i >= 10 {
+					want = map[string]string{"tight": "loose", "loose": "tight"}[tc.wantFirst]
+				}
+				if name != want {
+					t.Fatalf("invocation %d was %s, want %s; order %v", i, name, want, order)
+				}
+			}
+		})
+	}
+}
+
+// GPU functions are admitted by the gpuserver pool's capacity (a real gpuserver on a simulated 4-GPU node): at
+// most one invocation per GPU runs at once, while CPU functions keep flowing past the blocked GPU ones.
+func TestPoolCapacityAdmitsGPUFunctions(t *testing.T) {
+	node, err := topology.Preset("v100x4")
+	if err != nil {
+		t.Fatal(err)
+	}
+	sock := filepath.Join(t.TempDir(), "gpuserver.sock")
+	srv, err := server.Start(context.Background(), server.Config{Socket: sock, Node: node})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		_ = srv.Shutdown(ctx)
+	})
+
+	gate := make(chan struct{})
+	var running, peak atomic.Int32
+	e := newEnv(t, func(w http.ResponseWriter, r *http.Request) {
+		_, _ = io.Copy(io.Discard, r.Body)
+		if strings.HasSuffix(r.URL.Path, "/gpu") {
+			n := running.Add(1)
+			for {
+				p := peak.Load()
+				if n <= p || peak.CompareAndSwap(p, n) {
+					break
+				}
+			}
+			<-gate
+			running.Add(-1)
+		}
+	})
+	fns := functionsMap{
+		"gpu": {Name: "gpu", Queue: queue.DefaultQueue, GPU: true, SLO: time.Second, Percentile: 98},
+		"cpu": {Name: "cpu", Queue: queue.DefaultQueue},
+	}
+	var gpuIDs, cpuIDs []string
+	for range 12 {
+		gpuIDs = append(gpuIDs, e.send("/async-function/gpu", "", nil))
+	}
+	for range 5 {
+		cpuIDs = append(cpuIDs, e.send("/async-function/cpu", "", nil))
+	}
+	e.run(worker.Config{Functions: fns, Capacity: client.New(sock), MaxInflight: 16})
+	for _, id := range cpuIDs {
+		e.waitCallback(id) // CPU calls complete while the GPU ones are held back
+	}
+	jstest.Eventually(t, 10*time.Second, func() bool { return running.Load() == int32(len(node.GPUs)) }, "%d GPU invocations running", len(node.GPUs))
+	close(gate)
+	for _, id := range gpuIDs {
+		e.waitCallback(id)
+	}
+	if p := peak.Load(); p != int32(len(node.GPUs)) {
+		t.Fatalf("peak concurrent GPU invocations %d, want the pool's %d GPUs", p, len(node.GPUs))
+	}
+	if got := metricValue(t, e.reg, "faas_gpu_queue_slo_served_total", map[string]string{"function": "gpu"}); got != 12 {
+		t.Fatalf("SLO served for gpu %v, want 12", got)
+	}
+}
+
+var _ functions.Source = functionsMap{}
