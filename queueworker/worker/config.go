@@ -88,6 +88,11 @@ type Config struct {
 	Durable string
 	// Queues to consume; default [queue.DefaultQueue]. Their streams are created when missing.
 	Queues []string
+	// DiscoverQueues is how often the worker lists functions (when Functions is also a functions.Lister) to
+	// find named queues (com.openfaas.queue) and start consuming them; 0 means 10s, negative disables it.
+	// Each queue has its own stream and its own pull requests, sharing the worker's window and MaxInflight,
+	// so a backlog on one queue cannot hold back the messages of another beyond its share of the window.
+	DiscoverQueues time.Duration
 
 	// GatewayURL is the base URL functions are invoked through: <GatewayURL>/function/<name><path>?<query>.
 	GatewayURL string

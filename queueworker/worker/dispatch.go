@@ -209,7 +209,7 @@ func healthyGPUs(st pool.Status) int {
 }
 
 // depthLoop publishes each queue's backlog (messages not yet delivered) as a gauge.
-func (w *Worker) depthLoop(ctx context.Context, consumers map[string]jetstream.Consumer) {
+func (w *Worker) depthLoop(ctx context.Context, depth *depthSet) {
 	t := time.NewTicker(2 * time.Second)
 	defer t.Stop()
 	for {
@@ -218,7 +218,7 @@ func (w *Worker) depthLoop(ctx context.Context, consumers map[string]jetstream.C
 			return
 		case <-t.C:
 		}
-		for q, c := range consumers {
+		for q, c := range depth.snapshot() {
 			ictx, cancel := context.WithTimeout(ctx, time.Second)
 			info, err := c.Info(ictx)
 			cancel()

@@ -4,6 +4,7 @@ import (
 	"context"
 	"io"
 	"net/http"
+	"net/http/httptest"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -15,6 +16,7 @@ import (
 	"github.com/faas-gpu/faas-gpu/gpuserver/client"
 	"github.com/faas-gpu/faas-gpu/gpuserver/server"
 	"github.com/faas-gpu/faas-gpu/gpuserver/topology"
+	"github.com/faas-gpu/faas-gpu/queueworker/frontdoor"
 	"github.com/faas-gpu/faas-gpu/queueworker/functions"
 	"github.com/faas-gpu/faas-gpu/queueworker/internal/jstest"
 	"github.com/faas-gpu/faas-gpu/queueworker/queue"
@@ -152,3 +154,53 @@ func TestPoolCapacityAdmitsGPUFunctions(t *testing.T) {
 }
 
 var _ functions.Source = functionsMap{}
+
+// listed is a functions.Source that also lists, so the worker discovers named queues.
+type listed struct{ functionsMap }
+
+func (l listed) Functions(context.Context) ([]functions.Function, error) {
+	var out []functions.Function
+	for _, f := range l.functionsMap {
+		out = append(out, f)
+	}
+	return out, nil
+}
+
+// A function annotated with a named queue is published to its own stream, which the worker discovers and
+// consumes; the default queue keeps flowing beside it.
+func TestNamedQueueIsDiscoveredAndConsumed(t *testing.T) {
+	e := newEnv(t, echo)
+	fns := listed{functionsMap{
+		"batch": {Name: "batch", Queue: "batch-queue"},
+		"echo":  {Name: "echo", Queue: queue.DefaultQueue},
+	}}
+	front := httptest.NewServer(frontdoor.New(frontdoor.Config{JetStream: e.js, Functions: fns}))
+	defer front.Close()
+	send := func(fn string) string {
+		req, _ := http.NewRequest(http.MethodPost, front.URL+"/async-function/"+fn, strings.NewReader(fn))
+		req.Header.Set("X-Callback-Url", e.cbServer.URL)
+		res, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		res.Body.Close()
+		if res.StatusCode != http.StatusAccepted {
+			t.Fatalf("front door: %d", res.StatusCode)
+		}
+		return res.Header.Get("X-Call-Id")
+	}
+	var ids []string
+	for range 5 {
+		ids = append(ids, send("batch"), send("echo"))
+	}
+	if n := e.streamMsgs("batch-queue"); n != 5 {
+		t.Fatalf("stream OF_batch-queue holds %d messages, want 5", n)
+	}
+	e.run(worker.Config{Functions: fns, DiscoverQueues: 20 * time.Millisecond})
+	for _, id := range ids {
+		if cb := e.waitCallback(id); cb.header.Get("X-Function-Status") != "200" {
+			t.Fatalf("callback %v", cb.header)
+		}
+	}
+	jstest.Eventually(t, 10*time.Second, func() bool { return e.streamMsgs("batch-queue") == 0 }, "named queue drained")
+}

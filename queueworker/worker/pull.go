@@ -19,18 +19,15 @@ import (
 
 // pull fetches messages of one queue into the window while it has room, until ctx ends.
 func (w *Worker) pull(ctx context.Context, q string, c jetstream.Consumer, js jetstream.JetStream) {
-	w.mu.Lock()
-	share := max(1, w.capacity/len(w.cfg.Queues))
-	w.mu.Unlock()
 	failures := 0
 	for ctx.Err() == nil {
-		n := w.reserve(ctx, share)
+		n := w.reserve(ctx, q)
 		if n == 0 {
 			return
 		}
 		batch, err := c.Fetch(n, jetstream.FetchMaxWait(fetchWait))
 		if err != nil {
-			w.unreserve(n)
+			w.unreserve(q, n)
 			failures++
 			if failures == 1 || failures%20 == 0 {
 				w.cfg.Logger.Warn("queue worker: fetch failed; retrying", "queue", q, "err", err, "failures", failures)
@@ -45,7 +42,7 @@ func (w *Worker) pull(ctx context.Context, q string, c jetstream.Consumer, js je
 			got++
 			w.accept(ctx, q, msg, js)
 		}
-		w.unreserve(n - got)
+		w.unreserve(q, n-got)
 		if err := batch.Error(); err != nil && !errors.Is(err, nats.ErrTimeout) && !errors.Is(err, jetstream.ErrNoMessages) &&
 			!errors.Is(err, context.DeadlineExceeded) {
 			failures++
@@ -61,34 +58,39 @@ func (w *Worker) pull(ctx context.Context, q string, c jetstream.Consumer, js je
 	}
 }
 
-// reserve waits until the window has room and reserves up to want slots; it returns 0 when ctx ends.
-func (w *Worker) reserve(ctx context.Context, want int) int {
+// reserve waits until the window has room for queue q and reserves slots for one pull request; it returns 0
+// when ctx ends. Each queue may hold at most its share of the window (capacity / queues), so that a backlog on
+// one queue cannot take the window from the others.
+func (w *Worker) reserve(ctx context.Context, q string) int {
 	for {
 		w.mu.Lock()
-		free := w.capacity - len(w.held) - w.reserved
+		share := max(1, w.capacity/max(1, w.queues))
+		free := min(w.capacity-len(w.held)-w.reserved, share-w.heldQ[q]-w.reservedQ[q])
 		if free > 0 {
-			n := min(free, want)
-			w.reserved += n
+			w.reserved += free
+			w.reservedQ[q] += free
 			w.mu.Unlock()
-			return n
+			return free
 		}
+		space := w.space
 		w.mu.Unlock()
 		select {
 		case <-ctx.Done():
 			return 0
-		case <-w.space:
+		case <-space:
 		}
 	}
 }
 
-func (w *Worker) unreserve(n int) {
+func (w *Worker) unreserve(q string, n int) {
 	if n <= 0 {
 		return
 	}
 	w.mu.Lock()
 	w.reserved -= n
+	w.reservedQ[q] -= n
+	w.spaceFreedLocked()
 	w.mu.Unlock()
-	signal(w.space)
 }
 
 // accept turns one delivered message into a window entry, or into a final outcome (dead letter, with a callback
@@ -103,6 +105,8 @@ func (w *Worker) accept(ctx context.Context, q string, msg jetstream.Msg, js jet
 	}
 	w.mu.Lock()
 	w.reserved--
+	w.reservedQ[q]--
+	w.heldQ[q]++
 	w.nextID++
 	m.id = w.nextID
 	w.held[m.id] = m

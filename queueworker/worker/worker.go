@@ -35,6 +35,8 @@ type Worker struct {
 	held        map[uint64]*message // every message delivered to this worker and not yet acked or nakked
 	nextID      uint64
 	reserved    int // window slots reserved by open pull requests
+	reservedQ   map[string]int
+	heldQ       map[string]int // held messages per queue
 	inflight    int
 	gpuInflight int
 	gpuLimit    int // -1: not limited by the pool
@@ -42,11 +44,12 @@ type Worker struct {
 	cost        map[string]time.Duration // per function, moving average of invocation time
 	maxInflight int
 	capacity    int // lookahead window + maxInflight: most messages held at once
+	queues      int // queues consumed (pullers share the window)
 	orderOps    int64
 	orderTime   time.Duration
 
 	wake  chan struct{} // dispatcher: something to dispatch or a slot freed
-	space chan struct{} // pullers: held went down
+	space chan struct{} // closed (and replaced) when held or reserved went down: wakes every waiting puller
 	tasks sync.WaitGroup
 	// runCtx is the context of invocations, callbacks and dead-lettering: it outlives Run's ctx by at most
 	// DrainTimeout. Set by Run before any goroutine starts.
@@ -96,12 +99,14 @@ func New(cfg Config) (*Worker, error) {
 	}
 	return &Worker{
 		cfg: cfg, m: m, q: q,
-		held:     map[uint64]*message{},
-		isGPU:    map[string]bool{},
-		cost:     map[string]time.Duration{},
-		gpuLimit: -1,
-		wake:     make(chan struct{}, 1),
-		space:    make(chan struct{}, 1),
+		held:      map[uint64]*message{},
+		heldQ:     map[string]int{},
+		reservedQ: map[string]int{},
+		isGPU:     map[string]bool{},
+		cost:      map[string]time.Duration{},
+		gpuLimit:  -1,
+		wake:      make(chan struct{}, 1),
+		space:     make(chan struct{}),
 	}, nil
 }
 
@@ -146,22 +151,17 @@ func (w *Worker) Run(ctx context.Context) error {
 	if err := queue.Ensure(ctx, js, w.cfg.Queues...); err != nil {
 		return fmt.Errorf("worker: %w", err)
 	}
-	consumers := make(map[string]jetstream.Consumer, len(w.cfg.Queues))
+	consumers := map[string]jetstream.Consumer{}
 	for _, q := range w.cfg.Queues {
-		c, err := js.CreateOrUpdateConsumer(ctx, queue.Stream(q), jetstream.ConsumerConfig{
-			Durable:       w.cfg.Durable,
-			Description:   "faas-gpu queue worker",
-			AckPolicy:     jetstream.AckExplicitPolicy,
-			AckWait:       w.cfg.AckWait,
-			MaxDeliver:    -1, // the worker counts deliveries itself (Retry, MaxDeliveries) and dead-letters
-			MaxAckPending: w.cfg.MaxAckPending,
-			DeliverPolicy: jetstream.DeliverAllPolicy,
-		})
+		c, err := w.consumer(ctx, js, q)
 		if err != nil {
-			return fmt.Errorf("worker: consumer %s on stream %s: %w", w.cfg.Durable, queue.Stream(q), err)
+			return err
 		}
 		consumers[q] = c
 	}
+	w.mu.Lock()
+	w.queues = len(consumers)
+	w.mu.Unlock()
 	w.size(ctx)
 
 	// Invocations and callbacks run on runCtx, which outlives ctx by at most DrainTimeout.
@@ -173,11 +173,21 @@ func (w *Worker) Run(ctx context.Context) error {
 	for q, c := range consumers {
 		loops.Go(func() { w.pull(ctx, q, c, js) })
 	}
+	var depth depthSet
+	depth.set(consumers)
+	if lister, ok := w.cfg.Functions.(functions.Lister); ok && w.cfg.DiscoverQueues >= 0 {
+		loops.Go(func() {
+			w.discoverLoop(ctx, js, lister, consumers, func(q string, c jetstream.Consumer) {
+				depth.add(q, c)
+				loops.Go(func() { w.pull(ctx, q, c, js) })
+			})
+		})
+	}
 	loops.Go(func() { w.dispatchLoop(ctx, js) })
 	if w.cfg.Capacity != nil {
 		loops.Go(func() { w.capacityLoop(ctx) })
 	}
-	loops.Go(func() { w.depthLoop(ctx, consumers) })
+	loops.Go(func() { w.depthLoop(ctx, &depth) })
 	progressCtx, stopProgress := context.WithCancel(context.WithoutCancel(ctx))
 	var progress sync.WaitGroup
 	progress.Go(func() { w.progressLoop(progressCtx) })
@@ -255,10 +265,17 @@ func sleep(ctx context.Context, d time.Duration) bool {
 func (w *Worker) release(m *message) {
 	w.mu.Lock()
 	delete(w.held, m.id)
+	w.heldQ[m.queue]--
 	n := len(w.held)
+	w.spaceFreedLocked()
 	w.mu.Unlock()
 	w.m.held.Set(float64(n))
-	signal(w.space)
+}
+
+// spaceFreedLocked wakes every puller waiting for room in the window. Called with w.mu held.
+func (w *Worker) spaceFreedLocked() {
+	close(w.space)
+	w.space = make(chan struct{})
 }
 
 // giveBackWindow naks every message still waiting for dispatch, so that another worker gets it at once.
