@@ -51,9 +51,10 @@ shim:
 test-shim:
 	@if [ -f shim/Makefile ]; then $(MAKE) -C shim test; fi
 
-## gpu-test: the GPU suite (needs an NVIDIA GPU and driver; skips elsewhere)
+## gpu-test: the GPU suite (needs an NVIDIA GPU and driver); writes the real data-plane figures to docs/bench/swap-cuda.md
 gpu-test: build
 	FAAS_GPU_TEST_CUDA=1 $(GO) test -count=1 -v -run 'CUDA|GPU' ./gpuserver/... ./test/...
+	$(GO) run ./gpuserver/executor/swapbench -device cuda -out docs/bench/swap-cuda.md
 
 ## bench-policy: policy sweep on the simulator, writes docs/bench/policy.{md,png,json}
 bench-policy: build
@@ -61,7 +62,7 @@ bench-policy: build
 
 ## bench-swap: data-plane benchmarks, writes docs/bench/swap.md
 bench-swap: build
-	@echo "bench-swap: not yet available"; exit 1
+	$(GO) run ./gpuserver/executor/swapbench -device sim -out docs/bench/swap.md
 
 ## bench-remoting: shim transport benchmarks, writes docs/bench/remoting.md
 bench-remoting: build

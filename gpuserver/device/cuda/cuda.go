@@ -26,7 +26,8 @@ type Backend struct {
 	gpus []gpu
 
 	mu   sync.Mutex
-	regs map[uintptr]uint64 // registered host ranges
+	regs map[uintptr]uint64    // registered host ranges
+	maps map[device.Ptr]uint64 // mapping start -> size, so that Unmap and SetAccess work per mapping
 }
 
 type gpu struct {
@@ -49,7 +50,7 @@ func Open(library string) (*Backend, error) {
 	if err != nil || n == 0 {
 		return nil, fmt.Errorf("cuda: %w: no GPU (%v)", device.ErrUnavailable, err)
 	}
-	b := &Backend{regs: map[uintptr]uint64{}}
+	b := &Backend{regs: map[uintptr]uint64{}, maps: map[device.Ptr]uint64{}}
 	for i := range n {
 		dev, ctx, err := cu.Open(i)
 		if err != nil {
@@ -185,7 +186,29 @@ func (b *Backend) Map(ptr device.Ptr, phys device.Physical) error {
 	if !ok || p.b != b {
 		return fmt.Errorf("%w: physical memory of another backend", device.ErrInvalidValue)
 	}
-	return wrap(cu.Map(b.gpus[p.gpu].ctx, uint64(ptr), p.size, p.handle))
+	if err := cu.Map(b.gpus[p.gpu].ctx, uint64(ptr), p.size, p.handle); err != nil {
+		return wrap(err)
+	}
+	b.mu.Lock()
+	b.maps[ptr] = p.size
+	b.mu.Unlock()
+	return nil
+}
+
+// mappings returns the mappings inside [ptr, ptr+size), in address order; they must cover it exactly.
+func (b *Backend) mappings(ptr device.Ptr, size uint64) ([][2]uint64, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	var out [][2]uint64
+	for p := uint64(ptr); p < uint64(ptr)+size; {
+		n, ok := b.maps[device.Ptr(p)]
+		if !ok {
+			return nil, fmt.Errorf("%w: no mapping starts at %#x", device.ErrInvalidValue, p)
+		}
+		out = append(out, [2]uint64{p, n})
+		p += n
+	}
+	return out, nil
 }
 
 // SetAccess grants GPUs access to a mapped range.
@@ -198,12 +221,33 @@ func (b *Backend) SetAccess(ptr device.Ptr, size uint64, gpus []int) error {
 		}
 		devs[i] = gg.dev
 	}
-	return wrap(cu.SetAccess(b.gpus[0].ctx, uint64(ptr), size, devs))
+	ms, err := b.mappings(ptr, size)
+	if err != nil {
+		return err
+	}
+	for _, m := range ms {
+		if err := cu.SetAccess(b.gpus[0].ctx, m[0], m[1], devs); err != nil {
+			return wrap(err)
+		}
+	}
+	return nil
 }
 
 // Unmap unmaps a range.
 func (b *Backend) Unmap(ptr device.Ptr, size uint64) error {
-	return wrap(cu.Unmap(b.gpus[0].ctx, uint64(ptr), size))
+	ms, err := b.mappings(ptr, size)
+	if err != nil {
+		return err
+	}
+	for _, m := range ms {
+		if err := cu.Unmap(b.gpus[0].ctx, m[0], m[1]); err != nil {
+			return wrap(err)
+		}
+		b.mu.Lock()
+		delete(b.maps, device.Ptr(m[0]))
+		b.mu.Unlock()
+	}
+	return nil
 }
 
 // RegisterHost page-locks host memory for every context.

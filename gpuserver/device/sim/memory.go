@@ -118,3 +118,26 @@ func (b *Backend) ownerGPU(ptr device.Ptr) int {
 	}
 	return -1
 }
+
+// copyDevice copies size bytes from src to dst as seen from GPU gpu, without an intermediate buffer.
+func (b *Backend) copyDevice(gpu int, dst, src device.Ptr, size uint64) error {
+	from, err := b.resolve(gpu, src, size)
+	if err != nil {
+		return err
+	}
+	to, err := b.resolve(gpu, dst, size)
+	if err != nil {
+		return err
+	}
+	for len(from) > 0 && len(to) > 0 {
+		n := copy(to[0].buf, from[0].buf)
+		from[0].buf, to[0].buf = from[0].buf[n:], to[0].buf[n:]
+		if len(from[0].buf) == 0 {
+			from = from[1:]
+		}
+		if len(to[0].buf) == 0 {
+			to = to[1:]
+		}
+	}
+	return nil
+}

@@ -18,6 +18,7 @@ type op struct {
 	wait   *eventGen  // wait for this event generation
 	sync   chan error // Synchronize marker
 	kind   string     // for error messages
+	enq    time.Time  // when it was enqueued: it starts at the later of this and the previous op's end
 }
 
 // stream runs its ops in order on a goroutine of its own (owned by the stream; stopped by Destroy or Close).
@@ -33,7 +34,8 @@ type stream struct {
 
 	// owned by the worker goroutine
 	err      error
-	timeline time.Time
+	timeline time.Time // modelled end of the previous op
+	opStart  time.Time // modelled start of the running op
 }
 
 // NewStream creates a stream on a GPU.
@@ -74,16 +76,17 @@ func (s *stream) work() {
 		case s.err != nil:
 			// an earlier error poisons the stream until it is reported
 		default:
-			start := s.b.clock.Now()
+			start := o.enq
 			if s.timeline.After(start) {
 				start = s.timeline
 			}
+			s.opStart = start
 			d, err := o.run()
 			if err != nil {
 				s.err = fmt.Errorf("sim: gpu %d: %s: %w", s.gpu, o.kind, err)
 				continue
 			}
-			if s.b.opts.TimeScale > 0 {
+			if s.b.opts.TimeScale > 0 && d > 0 {
 				s.timeline = start.Add(time.Duration(float64(d) * s.b.opts.TimeScale))
 				if err := s.b.clock.SleepUntil(s.b.ctx, s.timeline); err != nil {
 					s.err = fmt.Errorf("sim: gpu %d: %w: backend closed", s.gpu, device.ErrUnavailable)
@@ -99,6 +102,7 @@ func (s *stream) enqueue(o op) error {
 	if s.destroyed {
 		return fmt.Errorf("%w: stream destroyed", device.ErrInvalidValue)
 	}
+	o.enq = s.b.clock.Now()
 	select {
 	case s.q <- o:
 		return nil
@@ -118,15 +122,17 @@ func (s *stream) stop() {
 
 // transfer runs fn as a transfer on path p of bytes and returns its modelled duration.
 func (s *stream) transfer(p topology.Path, bytes uint64, fn func() error) (time.Duration, error) {
-	start := s.b.clock.Now()
+	start := s.opStart
 	t, d := s.b.startTransfer(p, bytes)
 	defer s.b.endTransfer(t)
 	if err := fn(); err != nil {
 		return 0, err
 	}
 	if s.b.opts.TimeScale > 0 {
-		// hold the link for the modelled time so that concurrent transfers see it
-		if err := s.b.clock.SleepUntil(s.b.ctx, start.Add(time.Duration(float64(d)*s.b.opts.TimeScale))); err != nil {
+		// hold the link for the modelled time so that concurrent transfers see it; the stream's timeline
+		// absorbs timer slop, so back-to-back copies add up to their modelled time
+		s.timeline = start.Add(time.Duration(float64(d) * s.b.opts.TimeScale))
+		if err := s.b.clock.SleepUntil(s.b.ctx, s.timeline); err != nil {
 			return 0, err
 		}
 		return 0, nil
@@ -150,13 +156,7 @@ func (s *stream) CopyDtoH(dst []byte, src device.Ptr) error {
 
 func (s *stream) CopyDtoD(dst, src device.Ptr, size uint64) error {
 	return s.enqueue(op{kind: "copy device to device", run: func() (time.Duration, error) {
-		move := func() error {
-			buf := make([]byte, size)
-			if err := s.b.readDevice(s.gpu, buf, src); err != nil {
-				return err
-			}
-			return s.b.writeDevice(s.gpu, dst, buf)
-		}
+		move := func() error { return s.b.copyDevice(s.gpu, dst, src, size) }
 		from, to := s.b.ownerGPU(src), s.b.ownerGPU(dst)
 		if from >= 0 && to >= 0 && from != to {
 			return s.transfer(topology.PeerPath(from, to), size, move)
