@@ -72,7 +72,9 @@ bench-remoting: build
 
 ## bench-queue: queue worker benchmarks, writes docs/bench/queue.md
 bench-queue: build
-	@echo "bench-queue: not yet available"; exit 1
+	@mkdir -p docs/bench
+	$(GO) run ./queueworker/bench/queuebench -out docs/bench/queue.md \
+	  -models $${FAAS_GPU_WORKLOADS:-../shared/workloads}/models-torpor-v100.csv
 
 clean:
 	rm -rf bin

@@ -100,7 +100,10 @@ type Config struct {
 	// least 16), else 16.
 	MaxInflight int
 	// Lookahead is how many messages beyond MaxInflight are held to be ordered; default 4 x MaxInflight, at
-	// least 64.
+	// least 1024. Ordering sees only the window: under a backlog deeper than the window, messages that can no
+	// longer meet their deadline still fill it (they are served oldest first after every feasible one), so the
+	// window should hold a burst. Holding a message costs memory and an in-progress ack every AckWait/3;
+	// the ordering policy's cost grows with the functions waiting, not with the window.
 	Lookahead int
 	// AckWait is the consumer's ack wait; a message held longer without an in-progress ack is redelivered. The
 	// worker sends in-progress acks every AckWait/3 for every message it holds. Default 30s.

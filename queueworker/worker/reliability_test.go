@@ -216,7 +216,7 @@ func TestReliabilityKillsAndRestarts(t *testing.T) {
 	}
 	// At-least-once bound: each SIGKILL can repeat at most what the killed worker held (window + running), and
 	// the NATS restart at most what was held then too.
-	capacity := childInflight + max(64, 4*childInflight)
+	capacity := childInflight + max(1024, 4*childInflight)
 	if limit := 3 * capacity; dups > limit {
 		t.Errorf("%d duplicate callbacks, more than at-least-once allows (%d)", dups, limit)
 	}

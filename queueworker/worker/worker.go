@@ -236,7 +236,7 @@ func (w *Worker) size(ctx context.Context) {
 	}
 	look := w.cfg.Lookahead
 	if look == 0 {
-		look = max(64, 4*w.maxInflight)
+		look = max(1024, 4*w.maxInflight)
 	}
 	w.capacity = look + w.maxInflight
 }
