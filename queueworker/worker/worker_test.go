@@ -437,3 +437,25 @@ func metricValue(t *testing.T, reg *prometheus.Registry, name string, want map[s
 	}
 	return sum
 }
+
+// A call that runs longer than the ack wait keeps its lease through in-progress acks: it is invoked once.
+func TestLongCallKeepsItsLease(t *testing.T) {
+	var calls atomic.Int32
+	e := newEnv(t, func(w http.ResponseWriter, r *http.Request) {
+		calls.Add(1)
+		time.Sleep(2 * time.Second) // several ack waits of 600ms
+		_, _ = io.WriteString(w, "slow")
+	})
+	e.run(worker.Config{AckWait: 600 * time.Millisecond})
+	id := e.send("/async-function/slow", "x", nil)
+	if cb := e.waitCallback(id); cb.body != "slow" || cb.header.Get("X-Retry") != "0" {
+		t.Fatalf("callback %v %q", cb.header, cb.body)
+	}
+	jstest.Eventually(t, 10*time.Second, func() bool { return e.streamMsgs(queue.DefaultQueue) == 0 }, "acked")
+	if n := calls.Load(); n != 1 {
+		t.Fatalf("function invoked %d times, want 1 (the lease lapsed)", n)
+	}
+	if got := metricValue(t, e.reg, "faas_gpu_queue_redeliveries_total", nil); got != 0 {
+		t.Fatalf("%v redeliveries, want 0", got)
+	}
+}
