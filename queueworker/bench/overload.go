@@ -131,6 +131,9 @@ type OverloadResult struct {
 	Classes    []ClassResult
 	Duplicates int
 	Makespan   time.Duration // first arrival to last callback
+	// OrderingPerMessage is the time in the ordering policy (push + pop) per request, with the window holding
+	// the burst's backlog.
+	OrderingPerMessage time.Duration
 }
 
 // Overload replays arrivals against a pool of gpus GPUs (a real gpuserver on the node preset gives the worker its
@@ -192,7 +195,7 @@ func Overload(ctx context.Context, s Strategy, node topology.Node, models []Mode
 	}
 	defer e.close()
 	fns := functions.NewGateway(functions.GatewayConfig{URL: e.gateway.URL})
-	_, stop, err := e.startWorker(worker.Config{Order: s.Order, MaxInflight: s.MaxInflight, Functions: fns,
+	w, stop, err := e.startWorker(worker.Config{Order: s.Order, MaxInflight: s.MaxInflight, Functions: fns,
 		Capacity: client.New(sock), Client: e.client})
 	if err != nil {
 		return res, err
@@ -236,6 +239,7 @@ func Overload(ctx context.Context, s Strategy, node topology.Node, models []Mode
 	}
 	res.Makespan = time.Since(t0)
 	res.Duplicates = e.cb.duplicates()
+	res.OrderingPerMessage = w.Stats().OrderingTime / time.Duration(max(1, len(arrivals)))
 
 	got := e.cb.snapshot()
 	type fnCount struct{ n, on int }
