@@ -81,8 +81,9 @@ func New(cfg Config) http.Handler {
 	return mux
 }
 
-// EnsureStreams creates or updates the streams of the given queues (the default queue when none is given) and the
-// dead-letter stream. See package queue for their configuration: work-queue retention, file storage.
+// EnsureStreams creates the streams of the given queues (the default queue when none is given) and the
+// dead-letter stream where they are missing; existing streams are left as they are. See package queue for their
+// configuration: work-queue retention (a message is removed once the worker acks it), file storage.
 func EnsureStreams(ctx context.Context, js jetstream.JetStream, queues ...string) error {
 	return queue.Ensure(ctx, js, queues...)
 }

@@ -73,3 +73,25 @@ func TestEnsureAndStates(t *testing.T) {
 		t.Fatalf("batch state %+v", b)
 	}
 }
+
+// An existing stream keeps the operator's settings.
+func TestEnsureKeepsExistingStream(t *testing.T) {
+	ctx := context.Background()
+	s := jstest.Server(t)
+	_, js := jstest.Connect(t, s.ClientURL())
+	cfg := queue.StreamConfig("tuned")
+	cfg.MaxMsgs = 123
+	if _, err := js.CreateStream(ctx, cfg); err != nil {
+		t.Fatal(err)
+	}
+	if err := queue.Ensure(ctx, js, "tuned"); err != nil {
+		t.Fatal(err)
+	}
+	st, err := js.Stream(ctx, "OF_tuned")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.CachedInfo().Config.MaxMsgs != 123 {
+		t.Fatalf("Ensure changed the existing stream: %+v", st.CachedInfo().Config)
+	}
+}

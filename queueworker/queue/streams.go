@@ -2,6 +2,7 @@ package queue
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
@@ -48,8 +49,9 @@ func DeadLetterStreamConfig() jetstream.StreamConfig {
 	}
 }
 
-// Ensure creates or updates the streams of the given queues (the default queue when none is given) and the
-// dead-letter stream.
+// Ensure creates the streams of the given queues (the default queue when none is given) and the dead-letter
+// stream where they are missing. A stream that exists is left as it is, so that an operator's settings (replicas
+// in a NATS cluster, limits) survive every start of the front door and the worker.
 func Ensure(ctx context.Context, js jetstream.JetStream, queues ...string) error {
 	if len(queues) == 0 {
 		queues = []string{DefaultQueue}
@@ -58,12 +60,17 @@ func Ensure(ctx context.Context, js jetstream.JetStream, queues ...string) error
 		if err := ValidateName(q); err != nil {
 			return err
 		}
-		if _, err := js.CreateOrUpdateStream(ctx, StreamConfig(q)); err != nil {
-			return fmt.Errorf("queue: stream %s: %w", Stream(q), err)
+		if err := create(ctx, js, StreamConfig(q)); err != nil {
+			return err
 		}
 	}
-	if _, err := js.CreateOrUpdateStream(ctx, DeadLetterStreamConfig()); err != nil {
-		return fmt.Errorf("queue: stream %s: %w", DeadLetterStream, err)
+	return create(ctx, js, DeadLetterStreamConfig())
+}
+
+func create(ctx context.Context, js jetstream.JetStream, cfg jetstream.StreamConfig) error {
+	_, err := js.CreateStream(ctx, cfg)
+	if err == nil || errors.Is(err, jetstream.ErrStreamNameAlreadyInUse) {
+		return nil
 	}
-	return nil
+	return fmt.Errorf("queue: stream %s: %w", cfg.Name, err)
 }

@@ -11,6 +11,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -27,8 +28,9 @@ const fetchWait = 500 * time.Millisecond
 
 // Worker consumes queued invocations. Create it with New and run it with Run.
 type Worker struct {
-	cfg Config
-	m   *metrics
+	cfg     Config
+	m       *metrics
+	started atomic.Bool
 
 	mu          sync.Mutex
 	q           *queueing.Queue
@@ -120,8 +122,11 @@ func (w *Worker) Stats() Stats {
 
 // Run consumes until ctx ends, then drains: it stops pulling, gives the messages still waiting in its window back
 // to JetStream, waits (at most DrainTimeout) for running invocations and their callbacks, and returns nil. It
-// returns an error only when it cannot start (streams or consumers cannot be created).
+// returns an error only when it cannot start (streams or consumers cannot be created). Run may be called once.
 func (w *Worker) Run(ctx context.Context) error {
+	if !w.started.CompareAndSwap(false, true) {
+		return errors.New("worker: Run called twice")
+	}
 	js := w.cfg.JetStream
 	if js == nil {
 		log := w.cfg.Logger
