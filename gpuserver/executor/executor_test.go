@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/faas-gpu/faas-gpu/gpuserver/controller"
 	"github.com/faas-gpu/faas-gpu/gpuserver/device"
 	"github.com/faas-gpu/faas-gpu/gpuserver/device/sim"
 	"github.com/faas-gpu/faas-gpu/gpuserver/device/sim/kernels"
@@ -421,4 +422,17 @@ func must(t *testing.T, err error) {
 	if err != nil {
 		t.Fatal(err)
 	}
+}
+
+func TestControllerActuatorDrivesSwaps(t *testing.T) {
+	ctx := context.Background()
+	r := newRig(t, 64<<20, sim.Options{}, false)
+	m := initModel(t, r, "act", 0, 3<<20)
+	a := executor.Actuator{Node: r.node}
+	must(t, a.SwapIn(ctx, "act", 3, controller.Source{GPU: 0, Kind: controller.SwapNVLink}))
+	verify(t, r, m, 3)
+	must(t, a.Evict(ctx, "act", 0))
+	must(t, a.Evict(ctx, "act", 3))
+	must(t, a.SwapIn(ctx, "act", 1, controller.Source{GPU: topology.Host, Kind: controller.SwapPCIe}))
+	verify(t, r, m, 1)
 }

@@ -109,7 +109,15 @@ func run(ctx context.Context, args []string, stdout io.Writer) error {
 		fmt.Fprintf(&md, "> These figures come from the **simulated** node: transfer and kernel times are the "+
 			"link model's (package topology), slept on the wall clock x%g and divided back; bytes are really copied "+
 			"and kernels really computed on host memory. They check the mechanism (grouping, pipelining, the "+
-			"allocator's path), not a GPU. Real figures come from `make gpu-test` on a GPU.\n\n", c.timeScale)
+			"allocator's path), not a GPU. Real figures come from `make gpu-test` on a GPU (written to docs/bench/swap-cuda.md).\n\n", c.timeScale)
+		fmt.Fprintf(&md, "Reading the sim figures:\n\n"+
+			"- Allocation: the sim's own driver path is a few map operations in memory, so the comparison shows only "+
+			"the pool's cost of one mapping per chunk; on a GPU, cuMemCreate dominates the driver's path.\n"+
+			"- Swap/raw below 1 on host links is the modelled per-transfer latency (the node's transfer_latency_sec) "+
+			"paid once per group by the swap and once by the raw copy; the group-size curve shows the same cost.\n"+
+			"- A peer link faster than this host's memcpy (NVLink 0->3, 48 GB/s) is capped by the real copying: the "+
+			"sim moves the bytes.\n"+
+			"- Pipelined/serial varies between runs: the sim computes the kernels on the host's shared CPUs.\n\n")
 	}
 	scale := c.timeScale
 	maxModel := c.maxModel * mib
