@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
@@ -59,7 +60,7 @@ func newEnv(t *testing.T, fn http.HandlerFunc) *env {
 	mux.HandleFunc("/function/", fn)
 	e.gateway = httptest.NewServer(mux)
 	t.Cleanup(e.gateway.Close)
-	e.front = httptest.NewServer(frontdoor.New(frontdoor.Config{JetStream: js}))
+	e.front = httptest.NewServer(frontdoor.New(frontdoor.Config{JetStream: js, Logger: slog.New(slog.NewTextHandler(t.Output(), nil))}))
 	t.Cleanup(e.front.Close)
 	e.cbServer = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		b, _ := io.ReadAll(r.Body)
@@ -83,6 +84,9 @@ func (e *env) run(cfg worker.Config) *worker.Worker {
 	cfg.GatewayURL = e.gateway.URL
 	if cfg.Registerer == nil {
 		cfg.Registerer = e.reg
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.NewTextHandler(e.t.Output(), nil))
 	}
 	w, err := worker.New(cfg)
 	if err != nil {
@@ -206,6 +210,12 @@ func TestInvokesAndCallsBack(t *testing.T) {
 		t.Errorf("callback body %q", cb.body)
 	}
 	jstest.Eventually(t, 10*time.Second, func() bool { return e.streamMsgs(queue.DefaultQueue) == 0 }, "message acked and removed")
+	if got := metricValue(t, e.reg, "faas_gpu_queue_dispatched_total", map[string]string{"function": "echo"}); got != 1 {
+		t.Errorf("dispatched metric %v, want 1", got)
+	}
+	if got := metricValue(t, e.reg, "faas_gpu_queue_invocations_total", map[string]string{"function": "echo", "code": "200"}); got != 1 {
+		t.Errorf("invocations metric %v, want 1", got)
+	}
 }
 
 // With one invocation at a time and FIFO order, functions are invoked in publish order.
