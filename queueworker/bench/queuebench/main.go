@@ -17,9 +17,10 @@ func main() {
 	var cfg bench.Config
 	out := flag.String("out", "docs/bench/queue.md", "report file")
 	flag.IntVar(&cfg.Messages, "messages", 20000, "messages per throughput run")
-	flag.IntVar(&cfg.Publishers, "publishers", 32, "concurrent front-door clients in the end-to-end run")
+	flag.IntVar(&cfg.Publishers, "publishers", 16, "concurrent front-door clients in the end-to-end run")
+	flag.IntVar(&cfg.Repeat, "repeat", 3, "throughput runs per order (interleaved; the report gives each run and the median)")
 	flag.IntVar(&cfg.Idle, "idle", 300, "closed-loop calls for the idle latency")
-	flag.IntVar(&cfg.MaxInflight, "max-inflight", 64, "worker max_inflight in the throughput runs")
+	flag.IntVar(&cfg.MaxInflight, "max-inflight", 32, "worker max_inflight in the throughput runs")
 	flag.StringVar(&cfg.ModelsPath, "models", "../shared/workloads/models-torpor-v100.csv", "models-torpor-v100.csv")
 	flag.StringVar(&cfg.Preset, "gpus", "v100x4", "gpuserver node preset of the overload scenario")
 	flag.Float64Var(&cfg.Factor, "factor", 2, "burst arrival rate as a multiple of the pool's capacity")
