@@ -163,7 +163,15 @@ func (r *Report) Markdown() string {
 		fmt.Fprintf(&b, " %s | %s | %d |\n", o.Makespan.Round(time.Millisecond), us(o.OrderingPerMessage), o.Duplicates)
 	}
 	fmt.Fprintf(&b, "\n- on time: callback arrived within the function's deadline after X-Start-Time; functions at p98: functions "+
-		"whose on-time share reached their 98th-percentile target.\n\n")
+		"whose on-time share reached their 98th-percentile target.\n"+
+		"- How to read it: at twice the pool's capacity about half of the burst cannot be served within any deadline, so no "+
+		"strategy can reach a 98th-percentile target; the figure that tells the strategies apart is how many requests are on "+
+		"time. The SLO-aware order (gpuserver/queueing, the same library as the gpuserver's queue) dispatches requests that "+
+		"can still meet their deadline first and the ones that cannot after them, oldest first, so the late ones wait longer "+
+		"(see p98) while more are on time; FIFO serves in arrival order, so once the backlog is longer than a deadline nearly "+
+		"every request is late; max_inflight=1 uses one GPU of the pool at a time.\n"+
+		"- Everything (NATS server, front door, worker, gateway, callback receiver, load generators) shares the same CPUs; "+
+		"`queuebench -cpuprofile` shows HTTP serving and client I/O taking most of the CPU of the throughput runs.\n\n")
 
 	fmt.Fprintf(&b, "## Targets\n\n")
 	best := 0.0
