@@ -90,8 +90,8 @@ func EnsureStreams(ctx context.Context, js jetstream.JetStream, queues ...string
 
 func (fd *frontDoor) serve(w http.ResponseWriter, r *http.Request) {
 	name := r.PathValue("name")
-	if name == "" {
-		httpError(w, http.StatusBadRequest, "function name is empty in path /async-function/{name}")
+	if err := queue.ValidateFunctionName(name); err != nil {
+		httpError(w, http.StatusBadRequest, "function name in /async-function/{name}: "+err.Error())
 		return
 	}
 	path := ""

@@ -138,6 +138,7 @@ func TestRejects(t *testing.T) {
 		{"bad callback", "/async-function/echo", "x", "not a url", 400, "X-Callback-Url"},
 		{"relative callback", "/async-function/echo", "x", "/cb", 400, "X-Callback-Url"},
 		{"unknown function", "/async-function/nope", "x", "", 404, "nope"},
+		{"bad function name", "/async-function/a..b", "x", "", 400, "function name"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			req, _ := http.NewRequest(http.MethodPost, srv.URL+tc.path, strings.NewReader(tc.body))

@@ -3,6 +3,7 @@ package queue
 import (
 	"errors"
 	"fmt"
+	"strings"
 )
 
 // Names and headers of the asynchronous invocation path.
@@ -68,6 +69,27 @@ func ValidateName(q string) error {
 		ok := c == '-' || c == '_' || (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9')
 		if !ok {
 			return fmt.Errorf("%w: %q may hold only letters, digits, '-' and '_'", ErrInvalidName, q)
+		}
+	}
+	return nil
+}
+
+// ErrInvalidFunctionName is returned (wrapped) for a function name that cannot appear in /function/{name}.
+var ErrInvalidFunctionName = errors.New("invalid function name")
+
+// ValidateFunctionName checks that name is a function name (optionally "name.namespace"): 1 to 253 characters of
+// letters, digits, '-', '_' and '.', not starting or ending with '.', without "..".
+func ValidateFunctionName(name string) error {
+	if name == "" || len(name) > 253 {
+		return fmt.Errorf("%w: %q must be 1 to 253 characters", ErrInvalidFunctionName, name)
+	}
+	if name[0] == '.' || name[len(name)-1] == '.' || strings.Contains(name, "..") {
+		return fmt.Errorf("%w: %q may not start or end with '.' or contain \"..\"", ErrInvalidFunctionName, name)
+	}
+	for _, c := range name {
+		ok := c == '-' || c == '_' || c == '.' || (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9')
+		if !ok {
+			return fmt.Errorf("%w: %q may hold only letters, digits, '-', '_' and '.'", ErrInvalidFunctionName, name)
 		}
 	}
 	return nil

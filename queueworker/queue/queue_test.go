@@ -95,3 +95,16 @@ func TestEnsureKeepsExistingStream(t *testing.T) {
 		t.Fatalf("Ensure changed the existing stream: %+v", st.CachedInfo().Config)
 	}
 }
+
+func TestValidateFunctionName(t *testing.T) {
+	for _, ok := range []string{"echo", "hello-gpu", "fn.openfaas-fn", "A_1"} {
+		if err := queue.ValidateFunctionName(ok); err != nil {
+			t.Errorf("ValidateFunctionName(%q) = %v", ok, err)
+		}
+	}
+	for _, bad := range []string{"", ".", "..", "a..b", ".a", "a.", "a/b", "a?b", "a b", string(make([]byte, 254))} {
+		if err := queue.ValidateFunctionName(bad); !errors.Is(err, queue.ErrInvalidFunctionName) {
+			t.Errorf("ValidateFunctionName(%q) = %v, want ErrInvalidFunctionName", bad, err)
+		}
+	}
+}

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"net/http"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -135,8 +136,12 @@ func (w *Worker) accept(ctx context.Context, q string, msg jetstream.Msg, js jet
 	if ns, err := strconv.ParseInt(m.req.Header.Get(queue.HeaderStartTime), 10, 64); err == nil && ns > 0 {
 		m.start = time.Unix(0, ns)
 	}
-	if m.req.Function == "" {
-		fail(ReasonMalformed, "queue request names no Function", 0)
+	if err := queue.ValidateFunctionName(m.req.Function); err != nil {
+		fail(ReasonMalformed, "queue request's Function: "+err.Error(), 0)
+		return
+	}
+	if m.req.Path != "" && (m.req.Path[0] != '/' || strings.Contains(m.req.Path, "/../") || strings.HasSuffix(m.req.Path, "/..")) {
+		fail(ReasonMalformed, fmt.Sprintf("queue request's Path %q must start with '/' and not climb with '..'", m.req.Path), 0)
 		return
 	}
 	if m.delivery > w.cfg.MaxDeliveries {

@@ -305,6 +305,10 @@ func TestMalformedMessagesDoNotBlock(t *testing.T) {
 	if _, err := e.js.Publish(ctx, "faas-request", unknown); err != nil {
 		t.Fatal(err)
 	}
+	climbing, _ := json.Marshal(types.QueueRequest{Function: "echo", Method: "POST", Path: "/../../system/functions"})
+	if _, err := e.js.Publish(ctx, "faas-request", climbing); err != nil {
+		t.Fatal(err)
+	}
 	good := e.send("/async-function/echo", "fine", nil)
 	e.run(worker.Config{Functions: known, MaxMessageBytes: 2048, MaxInflight: 1})
 	if cb := e.waitCallback(good); cb.body != "fine" {
@@ -314,7 +318,7 @@ func TestMalformedMessagesDoNotBlock(t *testing.T) {
 		t.Fatalf("unknown function's callback status %q", cb.header.Get("X-Function-Status"))
 	}
 	var dl []*nats.Msg
-	jstest.Eventually(t, 10*time.Second, func() bool { dl = e.deadLetters(); return len(dl) == 3 }, "three dead letters")
+	jstest.Eventually(t, 10*time.Second, func() bool { dl = e.deadLetters(); return len(dl) == 4 }, "four dead letters")
 	reasons := map[string]bool{}
 	for _, m := range dl {
 		r := m.Header.Get(queue.HeaderDeadLetterReason)
