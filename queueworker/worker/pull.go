@@ -29,6 +29,7 @@ func (w *Worker) pull(ctx context.Context, q string, c jetstream.Consumer, js je
 		batch, err := c.Fetch(n, jetstream.FetchMaxWait(fetchWait))
 		if err != nil {
 			w.unreserve(q, n)
+			c = w.recreateIfGone(ctx, js, q, c, err)
 			failures++
 			if failures == 1 || failures%20 == 0 {
 				w.cfg.Logger.Warn("queue worker: fetch failed; retrying", "queue", q, "err", err, "failures", failures)
@@ -46,6 +47,7 @@ func (w *Worker) pull(ctx context.Context, q string, c jetstream.Consumer, js je
 		w.unreserve(q, n-got)
 		if err := batch.Error(); err != nil && !errors.Is(err, nats.ErrTimeout) && !errors.Is(err, jetstream.ErrNoMessages) &&
 			!errors.Is(err, context.DeadlineExceeded) {
+			c = w.recreateIfGone(ctx, js, q, c, err)
 			failures++
 			if failures == 1 || failures%20 == 0 {
 				w.cfg.Logger.Warn("queue worker: fetch ended with an error; retrying", "queue", q, "err", err, "failures", failures)
@@ -182,4 +184,19 @@ func (w *Worker) accept(ctx context.Context, q string, msg jetstream.Msg, js jet
 		return
 	}
 	signal(w.wake)
+}
+
+// recreateIfGone creates the queue's consumer (and stream) again when err says it is gone (deleted by an
+// operator, or lost with the stream), and returns the consumer to use from now on.
+func (w *Worker) recreateIfGone(ctx context.Context, js jetstream.JetStream, q string, c jetstream.Consumer, err error) jetstream.Consumer {
+	if !errors.Is(err, jetstream.ErrConsumerNotFound) && !errors.Is(err, jetstream.ErrConsumerDeleted) &&
+		!errors.Is(err, nats.ErrNoResponders) {
+		return c
+	}
+	nc, cerr := w.consumer(ctx, js, q)
+	if cerr != nil {
+		return c // NATS itself may be away; the next failure tries again
+	}
+	w.cfg.Logger.Warn("queue worker: consumer was gone; created it again", "queue", q)
+	return nc
 }

@@ -473,3 +473,14 @@ func TestLongCallKeepsItsLease(t *testing.T) {
 		t.Fatalf("%v redeliveries, want 0", got)
 	}
 }
+
+// A consumer deleted under a running worker is created again, and calls keep flowing.
+func TestDeletedConsumerIsRecreated(t *testing.T) {
+	e := newEnv(t, echo)
+	e.run(worker.Config{Durable: "qw"})
+	e.waitCallback(e.send("/async-function/echo", "1", nil))
+	if err := e.js.DeleteConsumer(context.Background(), queue.Stream(queue.DefaultQueue), "qw"); err != nil {
+		t.Fatal(err)
+	}
+	e.waitCallback(e.send("/async-function/echo", "2", nil))
+}
