@@ -9,6 +9,7 @@ import (
 	"net"
 	"net/http"
 	"net/url"
+	"os"
 	"strings"
 	"time"
 
@@ -25,6 +26,9 @@ import (
 type queueWorkerConfig struct {
 	natsURL         string
 	gatewayURL      string
+	functionsURL    string
+	authUser        string
+	authPassFile    string
 	gpuserverSocket string
 	gpuserverURL    string
 	durable         string
@@ -46,13 +50,16 @@ type queueWorkerConfig struct {
 func (c *queueWorkerConfig) register(fs *flag.FlagSet) {
 	fs.StringVar(&c.natsURL, "nats-url", "nats://127.0.0.1:4222", "NATS server with JetStream")
 	fs.StringVar(&c.gatewayURL, "gateway-url", "http://127.0.0.1:8080", "gateway (or provider) that functions are invoked through")
+	fs.StringVar(&c.functionsURL, "functions-url", "", "where GET /system/functions is read for SLO and queue annotations; default -gateway-url")
+	fs.StringVar(&c.authUser, "basic-auth-user", "", "basic auth user for /system/functions (the OpenFaaS gateway protects /system/*)")
+	fs.StringVar(&c.authPassFile, "basic-auth-password-file", "", "file holding the basic auth password (as OpenFaaS mounts its secret)")
 	fs.StringVar(&c.gpuserverSocket, "gpuserver-socket", "", "gpuserver API socket: admit GPU functions by the pool's capacity")
 	fs.StringVar(&c.gpuserverURL, "gpuserver-url", "", "gpuserver API over TCP (instead of -gpuserver-socket)")
 	fs.StringVar(&c.durable, "durable", "faas-gpu-queue-worker", "durable consumer name; workers with the same name share the work")
 	fs.StringVar(&c.queues, "queues", queue.DefaultQueue, "comma-separated queues to consume (stream OF_<queue> each)")
 	fs.StringVar(&c.order, "order", string(worker.OrderSLOAware), "dispatch order: slo-aware or fifo (also dqls, torpor)")
 	fs.IntVar(&c.maxInflight, "max-inflight", 0, "concurrent invocations; 0 sizes it to the GPU pool (at least 16)")
-	fs.IntVar(&c.lookahead, "lookahead", 0, "messages held for ordering beyond max-inflight; 0 means 4 x max-inflight (at least 64)")
+	fs.IntVar(&c.lookahead, "lookahead", 0, "messages held for ordering beyond max-inflight; 0 means 4 x max-inflight (at least 1024)")
 	fs.DurationVar(&c.ackWait, "ack-wait", 30*time.Second, "JetStream ack wait; held messages get in-progress acks every third of it")
 	fs.IntVar(&c.maxAttempts, "max-attempts", 5, "invocation attempts per message, the first included (retries on 408, 429, 500, 502-504)")
 	fs.DurationVar(&c.retryInitial, "retry-initial", 250*time.Millisecond, "backoff after the first failed attempt; doubles each retry")
@@ -74,6 +81,14 @@ func (c *queueWorkerConfig) validate() error {
 	}
 	if u, err := url.Parse(c.gatewayURL); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
 		return bad("gateway-url", "%q is not an http(s) URL", c.gatewayURL)
+	}
+	if c.functionsURL != "" {
+		if u, err := url.Parse(c.functionsURL); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+			return bad("functions-url", "%q is not an http(s) URL", c.functionsURL)
+		}
+	}
+	if (c.authUser == "") != (c.authPassFile == "") {
+		return bad("basic-auth-password-file", "give -basic-auth-user and -basic-auth-password-file together")
 	}
 	if c.gpuserverURL != "" {
 		if u, err := url.Parse(c.gpuserverURL); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
@@ -148,6 +163,17 @@ func runQueueWorker(ctx context.Context, args []string, stdout, stderr io.Writer
 	if err != nil {
 		return err
 	}
+	fnCfg := functions.GatewayConfig{URL: cfg.gatewayURL, Username: cfg.authUser}
+	if cfg.functionsURL != "" {
+		fnCfg.URL = cfg.functionsURL
+	}
+	if cfg.authPassFile != "" {
+		pw, err := os.ReadFile(cfg.authPassFile)
+		if err != nil {
+			return usageError{fmt.Errorf("-basic-auth-password-file: %w", err)}
+		}
+		fnCfg.Password = strings.TrimSpace(string(pw))
+	}
 	reg := prometheus.NewRegistry()
 	wcfg := worker.Config{
 		NATSURL:         cfg.natsURL,
@@ -161,7 +187,7 @@ func runQueueWorker(ctx context.Context, args []string, stdout, stderr io.Writer
 		InvokeTimeout:   cfg.invokeTimeout,
 		CallbackTimeout: cfg.callbackTimeout,
 		DrainTimeout:    cfg.drainTimeout,
-		Functions:       functions.NewGateway(functions.GatewayConfig{URL: cfg.gatewayURL}),
+		Functions:       functions.NewGateway(fnCfg),
 		Order:           worker.Ordering(cfg.order),
 		Registerer:      reg,
 		Logger:          log,

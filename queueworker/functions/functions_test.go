@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"net/http"
 	"net/http/httptest"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -43,6 +44,7 @@ type provider struct {
 	list  []types.FunctionStatus
 	down  atomic.Bool
 	reads atomic.Int32
+	user  string // when set, basic auth user (password "secret") required
 }
 
 func (p *provider) ServeHTTP(w http.ResponseWriter, r *http.Request) {
@@ -51,6 +53,10 @@ func (p *provider) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	p.reads.Add(1)
+	if u, pw, ok := r.BasicAuth(); p.user != "" && (!ok || u != p.user || pw != "secret") {
+		http.Error(w, "unauthorized", http.StatusUnauthorized)
+		return
+	}
 	if p.down.Load() {
 		http.Error(w, "down", http.StatusServiceUnavailable)
 		return
@@ -110,5 +116,20 @@ func TestGatewayCachesAndRefreshes(t *testing.T) {
 	list, err := g.Functions(ctx)
 	if err != nil || len(list) != 2 {
 		t.Fatalf("Functions = %v, %v", list, err)
+	}
+}
+
+func TestGatewayBasicAuth(t *testing.T) {
+	p := &provider{user: "admin"}
+	p.set("a")
+	srv := httptest.NewServer(p)
+	defer srv.Close()
+	if _, err := functions.NewGateway(functions.GatewayConfig{URL: srv.URL}).Function(context.Background(), "a"); err == nil ||
+		functions.IsUnknown(err) || !strings.Contains(err.Error(), "401") {
+		t.Fatalf("without credentials: %v, want a 401 error", err)
+	}
+	g := functions.NewGateway(functions.GatewayConfig{URL: srv.URL, Username: "admin", Password: "secret"})
+	if _, err := g.Function(context.Background(), "a"); err != nil {
+		t.Fatalf("with credentials: %v", err)
 	}
 }

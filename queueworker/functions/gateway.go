@@ -27,6 +27,9 @@ type GatewayConfig struct {
 	MissRefresh time.Duration
 	// Now is the clock; nil means time.Now.
 	Now func() time.Time
+	// Username and Password, when Username is set, authenticate the listing with HTTP basic auth (the OpenFaaS
+	// gateway protects /system/*).
+	Username, Password string
 }
 
 // Gateway is a Source and Lister over the provider's GET /system/functions, cached.
@@ -104,6 +107,9 @@ func (g *Gateway) refreshLocked(ctx context.Context) error {
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, g.cfg.URL+"/system/functions", nil)
 	if err != nil {
 		return fmt.Errorf("functions: list request: %w", err)
+	}
+	if g.cfg.Username != "" {
+		req.SetBasicAuth(g.cfg.Username, g.cfg.Password)
 	}
 	res, err := g.cfg.Client.Do(req)
 	if err != nil {
