@@ -90,29 +90,40 @@ func (n *Node) placeLocked(f *function) (gpu int, source Source) {
 // Alloc gives function a block of size bytes at a fixed address: part of the model before Capture, scratch after.
 // When the function is active, the block is backed and mapped at once.
 func (n *Node) Alloc(ctx context.Context, name string, size uint64) (device.Ptr, error) {
+	ptr, _, _, err := n.AllocSegment(ctx, name, size)
+	return ptr, err
+}
+
+// AllocSegment is Alloc that also returns the segment the block lies in and whether this call created it (a
+// block of at least half a chunk gets a segment of its own, whose chunks go back to the pools when it is freed).
+func (n *Node) AllocSegment(ctx context.Context, name string, size uint64) (device.Ptr, memory.Segment, bool, error) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	f, err := n.fn(name)
 	if err != nil {
-		return 0, err
+		return 0, memory.Segment{}, false, err
 	}
 	kind := memory.KindModel
 	if f.captured {
 		kind = memory.KindScratch
 	}
-	ptr, _, created, err := f.space.Alloc(size, kind)
+	ptr, seg, created, err := f.space.Alloc(size, kind)
 	if err != nil {
-		return 0, err
+		return 0, memory.Segment{}, false, err
+	}
+	if created && seg.Ptr == ptr && size >= n.mem.ChunkSize()/2 {
+		f.own[seg.ID] = true
 	}
 	if created && f.active >= 0 {
 		if err := n.completeLocked(ctx, f, f.active, Host); err != nil {
-			return 0, errors.Join(err, f.space.Free(ptr))
+			return 0, memory.Segment{}, false, errors.Join(err, n.freeLocked(ctx, f, ptr))
 		}
 	}
-	return ptr, nil
+	return ptr, seg, created, nil
 }
 
-// Free releases a block of function (its address range stays reserved for it).
+// Free releases a block of function. A block with a segment of its own gives its chunks back on every GPU (its
+// work must have completed); its address range stays reserved for the function.
 func (n *Node) Free(name string, ptr device.Ptr) error {
 	n.mu.Lock()
 	defer n.mu.Unlock()
@@ -120,10 +131,41 @@ func (n *Node) Free(name string, ptr device.Ptr) error {
 	if err != nil {
 		return err
 	}
-	return f.space.Free(ptr)
+	return n.freeLocked(context.Background(), f, ptr)
 }
 
-// Segments returns function's segments (fixed addresses, sizes, kinds).
+func (n *Node) freeLocked(ctx context.Context, f *function, ptr device.Ptr) error {
+	seg, ok := f.space.Lookup(ptr)
+	if err := f.space.Free(ptr); err != nil {
+		return err
+	}
+	if !ok || !f.own[seg.ID] || seg.Ptr != ptr {
+		return nil
+	}
+	delete(f.own, seg.ID)
+	f.dead[seg.ID] = true
+	var errs []error
+	for gpu, r := range f.res {
+		if ev, ok := r.ready[seg.ID]; ok {
+			errs = append(errs, ev.Synchronize(ctx), ev.Destroy())
+			delete(r.ready, seg.ID)
+		}
+		if r.mapped[seg.ID] {
+			errs = append(errs, n.mem.Unmap(seg.Ptr, seg.Size))
+			delete(r.mapped, seg.ID)
+		}
+		if chunks, ok := r.chunks[seg.ID]; ok {
+			errs = append(errs, n.mem.Pool(gpu).Put(chunks))
+			delete(r.chunks, seg.ID)
+		}
+	}
+	if err := errors.Join(errs...); err != nil {
+		return fmt.Errorf("function %s: free segment %d: %w", f.name, seg.ID, err)
+	}
+	return nil
+}
+
+// Segments returns function's segments (fixed addresses, sizes, kinds), freed ones included.
 func (n *Node) Segments(name string) ([]memory.Segment, error) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
@@ -136,54 +178,56 @@ func (n *Node) Segments(name string) ([]memory.Segment, error) {
 
 // Capture ends function's initialisation: the bytes of its model segments on its active GPU become its image in
 // the repository, and later blocks are scratch. The function's work must be submitted before (it is waited for).
+// It holds the node while it copies.
 func (n *Node) Capture(ctx context.Context, name string) error {
 	n.mu.Lock()
+	defer n.mu.Unlock()
 	f, err := n.fn(name)
 	if err != nil {
-		n.mu.Unlock()
 		return err
 	}
+	return n.captureLocked(ctx, f)
+}
+
+func (n *Node) captureLocked(ctx context.Context, f *function) error {
 	if f.active < 0 {
-		n.mu.Unlock()
-		return fmt.Errorf("%w: %s is not active on any gpu", ErrInvalid, name)
+		return fmt.Errorf("%w: %s is not active on any gpu", ErrInvalid, f.name)
 	}
 	gpu := f.active
 	var segs []repository.Segment
 	for _, s := range f.space.Segments() {
-		if s.Kind == memory.KindModel {
+		if s.Kind == memory.KindModel && !f.dead[s.ID] {
 			segs = append(segs, repository.Segment{ID: s.ID, Ptr: s.Ptr, Size: s.Size})
 		}
 	}
+	if len(segs) == 0 {
+		f.captured = true
+		return nil
+	}
 	s, err := n.streamLocked(f, gpu)
-	f.users++ // keep it on this GPU while copying out
-	n.mu.Unlock()
-	defer func() {
-		n.mu.Lock()
-		f.users--
-		n.mu.Unlock()
-	}()
 	if err != nil {
 		return err
 	}
-	im, err := n.repo.Create(ctx, name, segs)
+	if err := n.waitReadyLocked(ctx, f.res[gpu]); err != nil {
+		return err
+	}
+	im, err := n.repo.Create(ctx, f.name, segs)
 	if err != nil {
-		return fmt.Errorf("capture %s: %w", name, err)
+		return fmt.Errorf("capture %s: %w", f.name, err)
 	}
 	defer im.Release()
 	for i, seg := range im.Segments() {
 		if err := s.CopyDtoH(im.Bytes(i), seg.Ptr); err != nil {
-			return fmt.Errorf("capture %s: %w", name, err)
+			return fmt.Errorf("capture %s: %w", f.name, err)
 		}
 	}
 	if err := s.Synchronize(ctx); err != nil {
-		return fmt.Errorf("capture %s: %w", name, err)
+		return fmt.Errorf("capture %s: %w", f.name, err)
 	}
 	if err := im.Commit(); err != nil {
-		return fmt.Errorf("capture %s: %w", name, err)
+		return fmt.Errorf("capture %s: %w", f.name, err)
 	}
-	n.mu.Lock()
 	f.captured = true
-	n.mu.Unlock()
 	return nil
 }
 

@@ -124,7 +124,7 @@ func (n *Node) Register(name string) error {
 	defer n.mu.Unlock()
 	if _, ok := n.fns[name]; !ok {
 		n.fns[name] = &function{name: name, space: n.mem.NewAddressSpace(name), active: -1,
-			res: map[int]*residency{}, streams: map[int]device.Stream{}}
+			res: map[int]*residency{}, streams: map[int]device.Stream{}, own: map[int]bool{}, dead: map[int]bool{}}
 	}
 	return nil
 }
@@ -137,6 +137,7 @@ func (n *Node) Deregister(ctx context.Context, name string) error {
 	if !ok {
 		return fmt.Errorf("%w: %s", ErrUnknownFunction, name)
 	}
+	f.captured = true // nothing to keep: evicting captures no image
 	for gpu := range f.res {
 		if err := n.evictLocked(ctx, f, gpu); err != nil {
 			return err
@@ -249,8 +250,8 @@ func (n *Node) Status() []Status {
 	return out
 }
 
-// Close waits for running swaps (until ctx ends) and destroys the executors' streams. Functions' mappings are
-// left to the caller (Deregister) or to the backend's Close.
+// Close waits for running swaps (until ctx ends), drops every function's copies (unmapped, chunks back to the
+// pools, addresses freed; the images stay in the repository) and destroys the executors' streams.
 func (n *Node) Close(ctx context.Context) error {
 	done := make(chan struct{})
 	go func() { n.bg.Wait(); close(done) }()
@@ -267,9 +268,24 @@ func (n *Node) Close(ctx context.Context) error {
 	defer n.mu.Unlock()
 	for _, f := range n.fns {
 		for _, s := range f.streams {
-			errs = append(errs, s.Destroy())
+			errs = append(errs, s.Synchronize(ctx), s.Destroy())
 		}
 		f.streams = map[int]device.Stream{}
+		for gpu, r := range f.res { // the images stay in the repository
+			errs = append(errs, n.waitReadyLocked(ctx, r))
+			for _, seg := range f.space.Segments() {
+				if r.mapped[seg.ID] {
+					errs = append(errs, n.mem.Unmap(seg.Ptr, seg.Size))
+				}
+			}
+			if n.execs[gpu].healthy {
+				for _, chunks := range r.chunks {
+					errs = append(errs, n.mem.Pool(gpu).Put(chunks))
+				}
+			}
+		}
+		f.res, f.active = map[int]*residency{}, -1
+		errs = append(errs, f.space.Close())
 	}
 	for _, e := range n.execs {
 		for _, s := range []device.Stream{e.copyIn, e.copyPeer} {

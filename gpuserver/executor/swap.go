@@ -20,6 +20,8 @@ type function struct {
 	res      map[int]*residency    // by GPU
 	users    int                   // bindings on the active GPU
 	streams  map[int]device.Stream // the function's compute stream per GPU
+	own      map[int]bool          // segments holding one block each (their chunks go back when it is freed)
+	dead     map[int]bool          // own segments whose block was freed: never mapped, copied or captured again
 }
 
 // residency is a function's physical copy on one GPU.
@@ -65,6 +67,9 @@ func (n *Node) swapInLocked(ctx context.Context, f *function, gpu int, source So
 	if f.active >= 0 {
 		if f.users > 0 {
 			return fmt.Errorf("%w: %s has %d bindings on gpu %d", ErrBusy, f.name, f.users, f.active)
+		}
+		if err := n.endInitLocked(ctx, f); err != nil { // its bytes must survive the move
+			return err
 		}
 		if err := n.deactivateLocked(ctx, f); err != nil {
 			return err
@@ -141,6 +146,9 @@ func (n *Node) completeLocked(ctx context.Context, f *function, gpu int, source 
 	segs := f.space.Segments()
 	job := &swapJob{gpu: gpu}
 	var src *residency
+	if source == Any {
+		source = n.sourceLocked(ctx, f, gpu)
+	}
 	if source != Host {
 		if err := n.validGPU(source); err != nil {
 			return err
@@ -156,7 +164,7 @@ func (n *Node) completeLocked(ctx context.Context, f *function, gpu int, source 
 	}
 	enqueued := false
 	for _, seg := range segs {
-		if r.mapped[seg.ID] {
+		if r.mapped[seg.ID] || f.dead[seg.ID] {
 			continue
 		}
 		chunks, parked := r.chunks[seg.ID]
@@ -374,6 +382,9 @@ func (n *Node) evictLocked(ctx context.Context, f *function, gpu int) error {
 	if f.active == gpu {
 		if f.users > 0 {
 			return fmt.Errorf("%w: %s has %d bindings on gpu %d", ErrBusy, f.name, f.users, gpu)
+		}
+		if err := n.endInitLocked(ctx, f); err != nil { // an uncaptured model would be lost
+			return err
 		}
 		if err := n.deactivateLocked(ctx, f); err != nil {
 			return err

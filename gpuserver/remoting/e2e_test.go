@@ -20,8 +20,10 @@ import (
 	"time"
 
 	"github.com/faas-gpu/faas-gpu/gpuserver/device/sim"
+	"github.com/faas-gpu/faas-gpu/gpuserver/executor"
 	"github.com/faas-gpu/faas-gpu/gpuserver/memory"
 	"github.com/faas-gpu/faas-gpu/gpuserver/pool"
+	"github.com/faas-gpu/faas-gpu/gpuserver/repository"
 	"github.com/faas-gpu/faas-gpu/gpuserver/topology"
 )
 
@@ -105,8 +107,16 @@ func startServer(t *testing.T, funcs registry) *testServer {
 	if err != nil {
 		t.Fatal(err)
 	}
+	repo, err := repository.Open(repository.Config{Dir: t.TempDir(), Registrar: dev})
+	if err != nil {
+		t.Fatal(err)
+	}
+	xn, err := executor.New(executor.Config{Device: dev, Memory: mem, Repository: repo})
+	if err != nil {
+		t.Fatal(err)
+	}
 	b := &binder{current: map[string]int{}}
-	srv, err := NewServer(Config{Device: dev, Memory: mem, Functions: funcs, Binder: b})
+	srv, err := NewServer(Config{Device: dev, Node: xn, Functions: funcs, Binder: b})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -122,6 +132,12 @@ func startServer(t *testing.T, funcs registry) *testServer {
 		cancel()
 		if err := <-done; err != nil {
 			t.Errorf("Serve: %v", err)
+		}
+		if err := xn.Close(context.Background()); err != nil {
+			t.Errorf("executors close: %v", err)
+		}
+		if err := repo.Close(); err != nil {
+			t.Errorf("repository close: %v", err)
 		}
 		if err := mem.Close(context.Background()); err != nil {
 			t.Errorf("memory close: %v", err)

@@ -9,49 +9,59 @@ import (
 	"sort"
 
 	"github.com/faas-gpu/faas-gpu/gpuserver/device"
+	"github.com/faas-gpu/faas-gpu/gpuserver/executor"
 	"github.com/faas-gpu/faas-gpu/gpuserver/memory"
 )
 
-// deviceHandler executes one session's calls on the node's devices. It is used by the session's goroutine only.
+// deviceHandler executes one session's calls on the node's executors (package executor). It is used by the
+// session's goroutine only.
 //
-// Placement: every segment of the function's fixed-address space is mapped on the GPU the function runs on. When
-// the binding moves to another GPU, the segments move with it through host memory (host-staged swap), keeping
-// their addresses; the data plane's executors replace this with pipelined swaps from the model repository.
-// All of the session's CUDA streams run in order on one device stream of the bound GPU.
+// Memory: every block comes from the executor node (Node.AllocSegment): model blocks before the function's
+// initialisation ends, scratch after; the node backs them on the GPU the function is active on, at addresses that
+// are the same on every GPU. Copies, memsets, launches and event records go through the function's executor
+// stream (Node.Stream), which waits per segment for a swap still landing. When the binding names another GPU the
+// node swaps the function there (from a GPU holding a copy, else from the host image); the handler moves nothing
+// itself except module globals, which live at a different address on each GPU (see global).
+// All of the session's CUDA streams run in order on the function's one stream of the bound GPU.
 type deviceHandler struct {
 	UnimplementedHandler
 	cfg  Config
 	info SessionInfo
 	log  *slog.Logger
+	node *executor.Node
 
-	space    *memory.AddressSpace
 	gpu      int // bound GPU whose stream is open; -1 before the first GPU call
 	stream   device.Stream
 	release  func() // releases the implicit binding, when held
 	implicit int    // GPU of the implicit binding
-	explicit bool   // a request has bound the function: later blocks are scratch
-	used     uint64 // bytes of mapped segments (the quota's measure)
+	explicit bool   // a request has bound the function: its initialisation has ended
+	used     uint64 // bytes of the session's segments (the quota's measure)
 
-	segs    map[device.Ptr]*placed
 	allocs  []allocation // sorted by ptr
 	handles uint64
 	modules map[uint64]*module
 	funcs   map[uint64]*function
 	streams map[uint64]bool
 	events  map[uint64]*event
-}
-
-type placed struct {
-	seg    memory.Segment
-	gpu    int
-	chunks []memory.Chunk
+	globals []*global
 }
 
 // allocation is a block the session allocated (or a module global it may copy to).
 type allocation struct {
 	ptr, size  uint64
-	global     bool
-	ownSegment bool // the block has a segment of its own (never shared with later blocks)
+	global     *global // set for a module global: the address is the one on the GPU it was first asked on
+	ownSegment bool    // the block has a segment of its own (never shared with later blocks)
+	segSize    uint64  // bytes of the segment it created, if any (counted in used)
+}
+
+// global is a module global as the function sees it: one address (canon, its address on the GPU the function
+// first asked on) translated to the module's global on the GPU the function runs on. Its bytes follow the
+// function when it moves to another GPU (read back from the GPU it left, written to the new one).
+type global struct {
+	mod   *module
+	name  string
+	canon uint64
+	size  uint64
 }
 
 type module struct {
@@ -71,11 +81,12 @@ type event struct {
 }
 
 func newDeviceHandler(_ context.Context, cfg Config, info SessionInfo, log *slog.Logger) (*deviceHandler, error) {
+	if err := cfg.Node.Register(info.Function); err != nil {
+		return nil, err
+	}
 	return &deviceHandler{
-		cfg: cfg, info: info, log: log,
-		space:   cfg.Memory.NewAddressSpace(info.Function),
+		cfg: cfg, info: info, log: log, node: cfg.Node,
 		gpu:     -1,
-		segs:    map[device.Ptr]*placed{},
 		handles: 0x1000,
 		modules: map[uint64]*module{},
 		funcs:   map[uint64]*function{},
@@ -94,9 +105,9 @@ func result(err error) Result {
 	switch {
 	case err == nil:
 		return ResultSuccess
-	case errors.Is(err, device.ErrInvalidValue), errors.Is(err, memory.ErrInvalid):
+	case errors.Is(err, device.ErrInvalidValue), errors.Is(err, memory.ErrInvalid), errors.Is(err, executor.ErrInvalid):
 		return ResultInvalidValue
-	case errors.Is(err, device.ErrOutOfMemory), errors.Is(err, memory.ErrNoSpace):
+	case errors.Is(err, device.ErrOutOfMemory), errors.Is(err, memory.ErrNoSpace), errors.Is(err, executor.ErrNoMemory):
 		return ResultOutOfMemory
 	case errors.Is(err, device.ErrNotFound):
 		return ResultNotFound
@@ -128,12 +139,20 @@ func (h *deviceHandler) syncStream(ctx context.Context) Result {
 	return result(h.stream.Synchronize(ctx))
 }
 
-// bind returns the stream of the GPU the function's calls run on now, moving the function there if needed.
+// bind returns the function's executor stream on the GPU its calls run on now, swapping it there if needed.
 func (h *deviceHandler) bind(ctx context.Context) (device.Stream, Result) {
 	var gpu int
 	if g, ok := h.cfg.Binder.CurrentGPU(h.info.Function); ok {
-		h.explicit = true
+		if !h.explicit {
+			// The function's first request: its initialisation is over (a no-op when the binder ended it).
+			if err := h.node.EndInit(ctx, h.info.Function); err != nil {
+				h.log.Error("remoting: end of initialisation", "gpu", g, "err", err)
+				return nil, result(err)
+			}
+			h.explicit = true
+		}
 		if h.release != nil {
+			h.syncStream(ctx)
 			h.release()
 			h.release = nil
 		}
@@ -149,7 +168,7 @@ func (h *deviceHandler) bind(ctx context.Context) (device.Stream, Result) {
 		}
 		gpu = h.implicit
 	}
-	if gpu == h.gpu && h.stream != nil {
+	if gpu == h.gpu && h.stream != nil && h.node.Active(h.info.Function) == gpu {
 		return h.stream, ResultSuccess
 	}
 	if r := h.moveTo(ctx, gpu); r != ResultSuccess {
@@ -158,54 +177,77 @@ func (h *deviceHandler) bind(ctx context.Context) (device.Stream, Result) {
 	return h.stream, ResultSuccess
 }
 
-// moveTo makes gpu the function's GPU: finishes the old stream, moves every segment, opens a stream on gpu.
+// moveTo makes gpu the function's GPU: the node swaps it there (a no-op when the binder already did) and its
+// globals follow it.
 func (h *deviceHandler) moveTo(ctx context.Context, gpu int) Result {
-	if h.stream != nil {
-		if err := h.stream.Synchronize(ctx); err != nil {
+	if r := h.syncStream(ctx); r != ResultSuccess {
+		return r
+	}
+	if h.node.Active(h.info.Function) != gpu {
+		if err := h.node.SwapIn(ctx, h.info.Function, gpu, executor.Any); err != nil {
+			h.log.Error("remoting: swap in", "gpu", gpu, "err", err)
 			return result(err)
 		}
-		if err := h.stream.Destroy(); err != nil {
-			return result(err)
-		}
-		h.stream = nil
 	}
-	for _, p := range h.segs {
-		if p.gpu != gpu {
-			if err := h.moveSegment(ctx, p, gpu); err != nil {
-				h.log.Error("remoting: move segment", "gpu", gpu, "err", err)
-				return result(err)
-			}
-		}
-	}
-	st, err := h.cfg.Device.NewStream(gpu)
+	st, err := h.node.Stream(h.info.Function)
 	if err != nil {
 		return result(err)
+	}
+	if h.gpu >= 0 && h.gpu != gpu {
+		if err := h.moveGlobals(ctx, h.gpu, gpu); err != nil {
+			h.log.Error("remoting: move module globals", "gpu", gpu, "err", err)
+			return result(err)
+		}
 	}
 	h.gpu, h.stream = gpu, st
 	return ResultSuccess
 }
 
-// moveSegment copies a segment's bytes through host memory to new chunks on gpu at the same address.
-func (h *deviceHandler) moveSegment(ctx context.Context, p *placed, gpu int) error {
-	buf := make([]byte, p.seg.Size)
-	if err := h.copyOnce(ctx, p.gpu, func(s device.Stream) error { return s.CopyDtoH(buf, p.seg.Ptr) }); err != nil {
-		return fmt.Errorf("read segment %d from gpu %d: %w", p.seg.ID, p.gpu, err)
+// moveGlobals copies the bytes of the module globals the function asked for from GPU from to GPU to.
+func (h *deviceHandler) moveGlobals(ctx context.Context, from, to int) error {
+	for _, g := range h.globals {
+		src, err := h.globalOn(g, from)
+		if err != nil {
+			return err
+		}
+		dst, err := h.globalOn(g, to)
+		if err != nil {
+			return err
+		}
+		buf := make([]byte, g.size)
+		if err := h.copyOnce(ctx, from, func(s device.Stream) error { return s.CopyDtoH(buf, src) }); err != nil {
+			return fmt.Errorf("global %s from gpu %d: %w", g.name, from, err)
+		}
+		if err := h.copyOnce(ctx, to, func(s device.Stream) error { return s.CopyHtoD(dst, buf) }); err != nil {
+			return fmt.Errorf("global %s to gpu %d: %w", g.name, to, err)
+		}
 	}
-	chunks, err := h.cfg.Memory.Pool(gpu).Get(len(p.chunks))
+	return nil
+}
+
+// globalOn is the address of global g on GPU gpu (its module loaded there if needed).
+func (h *deviceHandler) globalOn(g *global, gpu int) (device.Ptr, error) {
+	l, err := h.loadOn(g.mod, gpu)
 	if err != nil {
-		return err
+		return 0, err
 	}
-	if err := h.cfg.Memory.Unmap(p.seg.Ptr, p.seg.Size); err != nil {
-		return errors.Join(err, h.cfg.Memory.Pool(gpu).Put(chunks))
+	p, _, err := l.Global(g.name)
+	return p, err
+}
+
+// translate maps an address the function sees to the address on its current GPU: unchanged for its blocks (fixed
+// addresses), the module's own global on this GPU for a global.
+func (h *deviceHandler) translate(p uint64) (device.Ptr, error) {
+	i := h.findAllocation(p)
+	if i < 0 || h.allocs[i].global == nil {
+		return device.Ptr(p), nil
 	}
-	if err := h.cfg.Memory.Pool(p.gpu).Put(p.chunks); err != nil {
-		return err
+	g := h.allocs[i].global
+	base, err := h.globalOn(g, h.gpu)
+	if err != nil {
+		return 0, err
 	}
-	p.gpu, p.chunks = gpu, chunks
-	if err := h.cfg.Memory.MapSegment(p.seg, chunks, []int{gpu}); err != nil {
-		return err
-	}
-	return h.copyOnce(ctx, gpu, func(s device.Stream) error { return s.CopyHtoD(p.seg.Ptr, buf) })
+	return base + device.Ptr(p-g.canon), nil
 }
 
 func (h *deviceHandler) copyOnce(ctx context.Context, gpu int, f func(device.Stream) error) error {
@@ -220,12 +262,12 @@ func (h *deviceHandler) copyOnce(ctx context.Context, gpu int, f func(device.Str
 	return errors.Join(err, s.Destroy())
 }
 
-// Close returns the session's memory and objects.
+// Close returns the session's memory and objects to the node.
 func (h *deviceHandler) Close() error {
 	ctx := context.Background()
 	var errs []error
 	if h.stream != nil {
-		errs = append(errs, h.stream.Synchronize(ctx), h.stream.Destroy())
+		errs = append(errs, h.stream.Synchronize(ctx))
 	}
 	for _, e := range h.events {
 		errs = append(errs, e.ev.Destroy())
@@ -235,10 +277,11 @@ func (h *deviceHandler) Close() error {
 			errs = append(errs, l.Unload())
 		}
 	}
-	for _, p := range h.segs {
-		errs = append(errs, h.cfg.Memory.Unmap(p.seg.Ptr, p.seg.Size), h.cfg.Memory.Pool(p.gpu).Put(p.chunks))
+	for _, a := range h.allocs {
+		if a.global == nil {
+			errs = append(errs, h.node.Free(h.info.Function, device.Ptr(a.ptr)))
+		}
 	}
-	errs = append(errs, h.space.Close())
 	if h.release != nil {
 		h.release()
 	}
@@ -254,34 +297,21 @@ func (h *deviceHandler) CuMemAlloc_v2(ctx context.Context, size uint64) (uint64,
 	if _, r := h.bind(ctx); r != ResultSuccess {
 		return 0, r
 	}
-	kind := memory.KindModel
-	if h.explicit {
-		kind = memory.KindScratch
-	}
-	ptr, seg, created, err := h.space.Alloc(size, kind)
+	ptr, seg, created, err := h.node.AllocSegment(ctx, h.info.Function, size)
 	if err != nil {
 		return 0, result(err)
 	}
+	a := allocation{ptr: uint64(ptr), size: size, ownSegment: created && seg.Ptr == ptr &&
+		size >= h.node.ChunkSize()/2}
 	if created {
 		if h.used+seg.Size > h.info.Spec.MemoryBytes {
-			_ = h.space.Free(ptr)
+			_ = h.node.Free(h.info.Function, ptr)
 			return 0, ResultOutOfMemory
 		}
-		chunks, err := h.cfg.Memory.Pool(h.gpu).Get(seg.Chunks(h.cfg.Memory.ChunkSize()))
-		if err != nil {
-			_ = h.space.Free(ptr)
-			return 0, result(err)
-		}
-		if err := h.cfg.Memory.MapSegment(seg, chunks, []int{h.gpu}); err != nil {
-			_ = h.cfg.Memory.Pool(h.gpu).Put(chunks)
-			_ = h.space.Free(ptr)
-			return 0, result(err)
-		}
-		h.segs[seg.Ptr] = &placed{seg: seg, gpu: h.gpu, chunks: chunks}
 		h.used += seg.Size
+		a.segSize = seg.Size
 	}
-	h.addAllocation(allocation{ptr: uint64(ptr), size: size, ownSegment: created && seg.Ptr == ptr &&
-		size >= h.cfg.Memory.ChunkSize()/2})
+	h.addAllocation(a)
 	return uint64(ptr), ResultSuccess
 }
 
@@ -291,22 +321,19 @@ func (h *deviceHandler) CuMemAllocAsync(ctx context.Context, size, _ uint64) (ui
 
 func (h *deviceHandler) CuMemFree_v2(ctx context.Context, dptr uint64) Result {
 	i := h.findAllocation(dptr)
-	if i < 0 || h.allocs[i].ptr != dptr || h.allocs[i].global {
+	if i < 0 || h.allocs[i].ptr != dptr || h.allocs[i].global != nil {
 		return ResultInvalidValue
 	}
 	if r := h.syncStream(ctx); r != ResultSuccess {
 		return r
 	}
-	if err := h.space.Free(device.Ptr(dptr)); err != nil {
+	a := h.allocs[i]
+	if err := h.node.Free(h.info.Function, device.Ptr(dptr)); err != nil {
 		return result(err)
 	}
-	own := h.allocs[i].ownSegment
 	h.allocs = append(h.allocs[:i], h.allocs[i+1:]...)
-	// A block with a segment of its own gives its chunks back; its address stays reserved for the function.
-	if p, ok := h.segs[device.Ptr(dptr)]; ok && own {
-		delete(h.segs, p.seg.Ptr)
-		h.used -= p.seg.Size
-		return result(errors.Join(h.cfg.Memory.Unmap(p.seg.Ptr, p.seg.Size), h.cfg.Memory.Pool(p.gpu).Put(p.chunks)))
+	if a.ownSegment { // its chunks went back to the pools; its address stays reserved for the function
+		h.used -= a.segSize
 	}
 	return ResultSuccess
 }
@@ -370,7 +397,11 @@ func (h *deviceHandler) htod(ctx context.Context, call string, dst uint64, src [
 	if !wait {
 		src = append([]byte(nil), src...) // the ring slot is reused once the record is consumed
 	}
-	if err := s.CopyHtoD(device.Ptr(dst), src); err != nil {
+	d, err := h.translate(dst)
+	if err != nil {
+		return result(err)
+	}
+	if err := s.CopyHtoD(d, src); err != nil {
 		return result(err)
 	}
 	if wait {
@@ -399,7 +430,11 @@ func (h *deviceHandler) dtoh(ctx context.Context, call string, dst []byte, src u
 	if r != ResultSuccess {
 		return r
 	}
-	if err := s.CopyDtoH(dst, device.Ptr(src)); err != nil {
+	sp, err := h.translate(src)
+	if err != nil {
+		return result(err)
+	}
+	if err := s.CopyDtoH(dst, sp); err != nil {
 		return result(err)
 	}
 	return result(s.Synchronize(ctx))
@@ -424,7 +459,15 @@ func (h *deviceHandler) dtod(ctx context.Context, dst, src, n uint64, wait bool)
 	if r != ResultSuccess {
 		return r
 	}
-	if err := s.CopyDtoD(device.Ptr(dst), device.Ptr(src), n); err != nil {
+	d, err := h.translate(dst)
+	if err != nil {
+		return result(err)
+	}
+	sp, err := h.translate(src)
+	if err != nil {
+		return result(err)
+	}
+	if err := s.CopyDtoD(d, sp, n); err != nil {
 		return result(err)
 	}
 	if wait {
@@ -449,11 +492,15 @@ func (h *deviceHandler) memset(ctx context.Context, dst uint64, v uint32, n uint
 	if r != ResultSuccess {
 		return r
 	}
+	d, err := h.translate(dst)
+	if err != nil {
+		return result(err)
+	}
 	switch elem {
 	case 1:
-		return result(s.Memset8(device.Ptr(dst), uint8(v), n))
+		return result(s.Memset8(d, uint8(v), n))
 	case 4:
-		return result(s.Memset32(device.Ptr(dst), v, n))
+		return result(s.Memset32(d, v, n))
 	}
 	return ResultNotSupported
 }
@@ -527,6 +574,37 @@ func (h *deviceHandler) CuModuleUnload(_ context.Context, hmod uint64) Result {
 
 func (h *deviceHandler) CuLibraryUnload(ctx context.Context, lib uint64) Result {
 	return h.CuModuleUnload(ctx, lib)
+}
+
+func (h *deviceHandler) CuModuleGetGlobal_v2(ctx context.Context, hmod uint64, name string) (uint64, uint64, Result) {
+	m, ok := h.modules[hmod]
+	if !ok {
+		return 0, 0, ResultInvalidHandle
+	}
+	for _, g := range h.globals {
+		if g.mod == m && g.name == name {
+			return g.canon, g.size, ResultSuccess
+		}
+	}
+	if _, r := h.bind(ctx); r != ResultSuccess {
+		return 0, 0, r
+	}
+	l, err := h.loadOn(m, h.gpu)
+	if err != nil {
+		return 0, 0, result(err)
+	}
+	p, size, err := l.Global(name)
+	if err != nil {
+		return 0, 0, result(err)
+	}
+	g := &global{mod: m, name: name, canon: uint64(p), size: size}
+	h.globals = append(h.globals, g)
+	h.addAllocation(allocation{ptr: g.canon, size: size, global: g})
+	return g.canon, size, ResultSuccess
+}
+
+func (h *deviceHandler) CuLibraryGetGlobal(ctx context.Context, lib uint64, name string) (uint64, uint64, Result) {
+	return h.CuModuleGetGlobal_v2(ctx, lib, name)
 }
 
 // putLayout writes a parameter layout: u32 count, then u32 offset and u32 size per parameter.
@@ -613,6 +691,21 @@ func (h *deviceHandler) CuLaunchKernel(ctx context.Context, f uint64, gx, gy, gz
 		return result(err)
 	}
 	a := append([]byte(nil), args...)
+	if len(h.globals) > 0 { // a pointer to a module global is the only argument translated per GPU
+		for _, p := range df.Params() {
+			if p.Size != 8 || int(p.Offset)+8 > len(a) {
+				continue
+			}
+			v := binary.LittleEndian.Uint64(a[p.Offset:])
+			if i := h.findAllocation(v); i >= 0 && h.allocs[i].global != nil {
+				t, err := h.translate(v)
+				if err != nil {
+					return result(err)
+				}
+				binary.LittleEndian.PutUint64(a[p.Offset:], uint64(t))
+			}
+		}
+	}
 	return result(s.Launch(df, device.Dim3{X: gx, Y: gy, Z: gz}, device.Dim3{X: bx, Y: by, Z: bz}, shmem, a))
 }
 
@@ -776,5 +869,5 @@ func (h *deviceHandler) CuPointerGetAttribute(_ context.Context, data []byte, at
 }
 
 func (h *deviceHandler) CuMemGetAllocationGranularity(context.Context, []byte, uint32) (uint64, Result) {
-	return h.cfg.Memory.ChunkSize(), ResultSuccess
+	return h.node.ChunkSize(), ResultSuccess
 }

@@ -10,7 +10,7 @@ import (
 	"time"
 
 	"github.com/faas-gpu/faas-gpu/gpuserver/device"
-	"github.com/faas-gpu/faas-gpu/gpuserver/memory"
+	"github.com/faas-gpu/faas-gpu/gpuserver/executor"
 	"github.com/faas-gpu/faas-gpu/gpuserver/pool"
 )
 
@@ -40,10 +40,10 @@ type SessionInfo struct {
 
 // Config configures a Server.
 type Config struct {
-	// Device is the node's GPUs; Memory the node's device memory manager (its chunk pools back every
-	// function's fixed-address blocks). Both are required unless NewHandler is set.
+	// Device is the node's GPUs (modules, events); Node the node's executors, which own every function's
+	// fixed-address blocks, its swaps and its compute streams. Both are required unless NewHandler is set.
 	Device device.Backend
-	Memory *memory.Manager
+	Node   *executor.Node
 	// Functions identifies connecting functions; required.
 	Functions Registry
 	// Binder binds calls to GPUs; required unless NewHandler is set.
@@ -64,8 +64,9 @@ type Server struct {
 	cfg Config
 	log *slog.Logger
 
-	mu    sync.Mutex
-	conns map[*net.UnixConn]struct{}
+	mu       sync.Mutex
+	conns    map[*net.UnixConn]struct{}
+	sessions map[string]int // open device sessions per function
 }
 
 // NewServer validates cfg.
@@ -77,8 +78,8 @@ func NewServer(cfg Config) (*Server, error) {
 		switch {
 		case cfg.Device == nil:
 			return nil, errors.New("remoting: Config.Device is required")
-		case cfg.Memory == nil:
-			return nil, errors.New("remoting: Config.Memory is required")
+		case cfg.Node == nil:
+			return nil, errors.New("remoting: Config.Node is required")
 		case cfg.Binder == nil:
 			return nil, errors.New("remoting: Config.Binder is required")
 		}
@@ -93,7 +94,8 @@ func NewServer(cfg Config) (*Server, error) {
 	if log == nil {
 		log = slog.Default()
 	}
-	return &Server{cfg: cfg, log: log, conns: map[*net.UnixConn]struct{}{}}, nil
+	return &Server{cfg: cfg, log: log, conns: map[*net.UnixConn]struct{}{},
+		sessions: map[string]int{}}, nil
 }
 
 // Serve accepts connections on l (a Unix listener) until ctx ends, then closes every session and returns nil.
@@ -139,5 +141,32 @@ func (s *Server) Serve(ctx context.Context, l net.Listener) error {
 			s.mu.Unlock()
 			_ = c.Close()
 		}()
+	}
+}
+
+// sessionStarted counts a device session of function.
+func (s *Server) sessionStarted(function string) {
+	s.mu.Lock()
+	s.sessions[function]++
+	s.mu.Unlock()
+}
+
+// sessionEnded uncounts a device session; when the function's last process hung up (not when the server shuts
+// down, which keeps the images for the next start), the node forgets the function's memory so that its next
+// process initialises afresh.
+func (s *Server) sessionEnded(ctx context.Context, function string, log *slog.Logger) {
+	s.mu.Lock()
+	s.sessions[function]--
+	last := s.sessions[function] == 0
+	if last {
+		delete(s.sessions, function)
+	}
+	s.mu.Unlock()
+	if !last || ctx.Err() != nil {
+		return
+	}
+	if err := s.cfg.Node.Reset(context.WithoutCancel(ctx), function); err != nil &&
+		!errors.Is(err, executor.ErrUnknownFunction) {
+		log.Warn("remoting: forget the memory of a function whose processes ended", "err", err)
 	}
 }

@@ -67,6 +67,10 @@ func (s *Server) serveConn(ctx context.Context, c *net.UnixConn) {
 		handler, err = s.cfg.NewHandler(ctx, info)
 	} else {
 		handler, err = newDeviceHandler(ctx, s.cfg, info, log)
+		if err == nil {
+			s.sessionStarted(info.Function)
+			defer s.sessionEnded(ctx, info.Function, log) // runs after the handler's Close below
+		}
 	}
 	if err != nil {
 		log.Error("remoting: session", "err", err)

@@ -12,6 +12,7 @@ import (
 	"path/filepath"
 	"sync"
 
+	"github.com/faas-gpu/faas-gpu/gpuserver/executor"
 	"github.com/faas-gpu/faas-gpu/gpuserver/pool"
 )
 
@@ -48,20 +49,31 @@ func (k tokenKey) token(function string) string {
 }
 
 // trackedPool wraps a pool to know which GPU each function's requests are bound to, which the remoting server
-// asks for every call (remoting.Binder), and to answer the remoting server's registry (remoting.Registry).
+// asks for every call (remoting.Binder), to answer the remoting server's registry (remoting.Registry), and, with
+// executors, to hold each binding on the executor of its GPU.
+//
+// The end of a function's initialisation (DESIGN.md decision 3) is its first request: Acquire ends it on the
+// executors (Node.EndInit: the model blocks allocated so far are captured as the function's image in the
+// repository, later blocks are scratch) before the request queues. Calls outside any request (BindImplicit) do
+// not end it. The executors also end it themselves before a swap moves the function or an eviction drops its
+// copy, so an image is never lost to a placement decision made between initialisation and the first request.
 type trackedPool struct {
 	pool.Pool
-	key tokenKey
+	key  tokenKey
+	node *executor.Node // nil without remoting
 
 	mu       sync.Mutex
 	specs    map[string]pool.FunctionSpec
 	bound    map[string]map[string]int // function -> binding ID -> GPU
 	bindings map[string]string         // binding ID -> function
+	held     map[string]*executor.Binding
+	swaps    map[string]int64 // bindings by how the model reached the GPU (pool.Binding.Swap)
 }
 
-func newTrackedPool(p pool.Pool, key tokenKey) *trackedPool {
-	return &trackedPool{Pool: p, key: key, specs: map[string]pool.FunctionSpec{},
-		bound: map[string]map[string]int{}, bindings: map[string]string{}}
+func newTrackedPool(p pool.Pool, key tokenKey, node *executor.Node) *trackedPool {
+	return &trackedPool{Pool: p, key: key, node: node, specs: map[string]pool.FunctionSpec{},
+		bound: map[string]map[string]int{}, bindings: map[string]string{}, held: map[string]*executor.Binding{},
+		swaps: map[string]int64{}}
 }
 
 func (t *trackedPool) Register(ctx context.Context, spec pool.FunctionSpec) error {
@@ -71,6 +83,11 @@ func (t *trackedPool) Register(ctx context.Context, spec pool.FunctionSpec) erro
 	if err := spec.Validate(); err != nil { // fills the defaults the pool applied
 		return err
 	}
+	if t.node != nil {
+		if err := t.node.Register(spec.Name); err != nil {
+			return err
+		}
+	}
 	t.mu.Lock()
 	t.specs[spec.Name] = spec
 	t.mu.Unlock()
@@ -79,23 +96,59 @@ func (t *trackedPool) Register(ctx context.Context, spec pool.FunctionSpec) erro
 
 func (t *trackedPool) Deregister(ctx context.Context, name string) error {
 	err := t.Pool.Deregister(ctx, name)
+	if t.node != nil {
+		if nerr := t.node.Deregister(ctx, name); nerr != nil && !errors.Is(nerr, executor.ErrUnknownFunction) {
+			err = errors.Join(err, nerr)
+		}
+	}
 	t.mu.Lock()
 	delete(t.specs, name)
 	t.mu.Unlock()
 	return err
 }
 
+// Acquire binds one request of function: its initialisation ends first (see trackedPool).
 func (t *trackedPool) Acquire(ctx context.Context, function string) (pool.Binding, error) {
+	if t.node != nil {
+		if err := t.node.EndInit(ctx, function); err != nil && !errors.Is(err, executor.ErrUnknownFunction) {
+			return pool.Binding{}, fmt.Errorf("acquire %q: end of initialisation: %w", function, err)
+		}
+	}
+	return t.acquire(ctx, function, true)
+}
+
+// acquire binds through the pool (whose actuator swaps the model in), then holds the function on its GPU's
+// executor; when the pool's view and the executors' differ (a copy the executors evicted under pressure), the
+// executor swaps it in from a GPU with a copy or from the host image.
+// Only a request's binding (request) is what CurrentGPU reports.
+func (t *trackedPool) acquire(ctx context.Context, function string, request bool) (pool.Binding, error) {
 	b, err := t.Pool.Acquire(ctx, function)
 	if err != nil {
 		return b, err
 	}
-	t.mu.Lock()
-	if t.bound[function] == nil {
-		t.bound[function] = map[string]int{}
+	var held *executor.Binding
+	if t.node != nil {
+		if held, err = t.node.Acquire(ctx, function, b.GPU, executor.Any); err != nil {
+			rerr := t.Pool.Release(context.WithoutCancel(ctx), b.ID)
+			return pool.Binding{}, errors.Join(fmt.Errorf("acquire %q on gpu %d: %w", function, b.GPU, err), rerr)
+		}
 	}
-	t.bound[function][b.ID] = b.GPU
-	t.bindings[b.ID] = function
+	t.mu.Lock()
+	if request {
+		if t.bound[function] == nil {
+			t.bound[function] = map[string]int{}
+		}
+		t.bound[function][b.ID] = b.GPU
+		t.bindings[b.ID] = function
+	}
+	if held != nil {
+		t.held[b.ID] = held
+	}
+	swap := b.Swap
+	if swap == "" {
+		swap = "none"
+	}
+	t.swaps[swap]++
 	t.mu.Unlock()
 	return b, nil
 }
@@ -109,8 +162,24 @@ func (t *trackedPool) Release(ctx context.Context, id string) error {
 			delete(t.bound, fn)
 		}
 	}
+	held := t.held[id]
+	delete(t.held, id)
 	t.mu.Unlock()
+	if held != nil {
+		held.Release()
+	}
 	return t.Pool.Release(ctx, id)
+}
+
+// Swaps counts the bindings so far by how the model reached the GPU: none (resident), nvlink, pcie, cold.
+func (t *trackedPool) Swaps() map[string]int64 {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	out := make(map[string]int64, len(t.swaps))
+	for k, v := range t.swaps {
+		out[k] = v
+	}
+	return out
 }
 
 // CurrentGPU implements remoting.Binder: the GPU of one of the function's requests in flight.
@@ -125,7 +194,7 @@ func (t *trackedPool) CurrentGPU(function string) (int, bool) {
 
 // BindImplicit implements remoting.Binder: calls outside a request (initialisation) queue like a request.
 func (t *trackedPool) BindImplicit(ctx context.Context, function string) (int, func(), error) {
-	b, err := t.Acquire(ctx, function)
+	b, err := t.acquire(ctx, function, false) // initialisation goes on: no capture, not a request
 	if err != nil {
 		return 0, nil, err
 	}

@@ -20,9 +20,11 @@ import (
 	"github.com/faas-gpu/faas-gpu/gpuserver/controller"
 	"github.com/faas-gpu/faas-gpu/gpuserver/device"
 	"github.com/faas-gpu/faas-gpu/gpuserver/device/sim"
+	"github.com/faas-gpu/faas-gpu/gpuserver/executor"
 	"github.com/faas-gpu/faas-gpu/gpuserver/memory"
 	"github.com/faas-gpu/faas-gpu/gpuserver/pool"
 	"github.com/faas-gpu/faas-gpu/gpuserver/remoting"
+	"github.com/faas-gpu/faas-gpu/gpuserver/repository"
 	"github.com/faas-gpu/faas-gpu/gpuserver/topology"
 )
 
@@ -47,6 +49,9 @@ type Config struct {
 	KeyFile string
 	// Device runs the remoted calls; nil means a simulated node built from Node. The server closes it.
 	Device device.Backend
+	// RepositoryDir holds the functions' model images (shared-memory files, kept across restarts: a tmpfs such
+	// as /dev/shm/faas-gpu); empty means "repository" beside KeyFile. Used with RemotingSocket.
+	RepositoryDir string
 	// DeviceReserveBytes caps the device memory reserved per GPU for remoted allocations; 0 means all of it on a
 	// real device and DefaultSimReserveBytes on the simulated one (whose device memory is host memory).
 	DeviceReserveBytes uint64
@@ -57,6 +62,8 @@ type Config struct {
 // Server is a running gpuserver.
 type Server struct {
 	cfg     Config
+	dev     device.Backend
+	node    *executor.Node // nil without remoting
 	pool    *trackedPool
 	key     tokenKey
 	servers []*http.Server
@@ -79,17 +86,30 @@ func Start(ctx context.Context, cfg Config) (*Server, error) {
 	if err := cfg.Node.Validate(); err != nil {
 		return nil, fmt.Errorf("gpuserver: %w", err)
 	}
-	inner, err := newPool(cfg)
-	if err != nil {
-		return nil, fmt.Errorf("gpuserver: %w", err)
-	}
 	s := &Server{cfg: cfg, errs: make(chan error, 3)}
+	started := false
+	defer func() {
+		if !started {
+			_ = s.undo(ctx) // what a failed start built (a no-op after Shutdown)
+		}
+	}()
+	var err error
 	if cfg.RemotingSocket != "" {
 		if s.key, err = loadTokenKey(cfg.KeyFile); err != nil {
 			return nil, fmt.Errorf("gpuserver: %w", err)
 		}
+		if err := s.startDataPlane(ctx); err != nil {
+			return nil, err
+		}
+		if cfg.Actuator == nil && cfg.Policy != PolicyFCFS {
+			cfg.Actuator = executor.Actuator{Node: s.node}
+		}
 	}
-	p := newTrackedPool(inner, s.key)
+	inner, err := newPool(cfg, s.node != nil)
+	if err != nil {
+		return nil, fmt.Errorf("gpuserver: %w", err)
+	}
+	p := newTrackedPool(inner, s.key, s.node)
 	s.pool = p
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
@@ -139,13 +159,15 @@ func Start(ctx context.Context, cfg Config) (*Server, error) {
 			return nil, errors.Join(err, s.Shutdown(sctx))
 		}
 	}
+	started = true
 	cfg.Logger.Info("gpuserver started", "socket", cfg.Socket, "tcp", s.addr, "remoting", cfg.RemotingSocket,
 		"node", cfg.Node.Name, "gpus", len(cfg.Node.GPUs), "policy", p.Status(ctx).Policy)
 	return s, nil
 }
 
-// startRemoting builds the device and its memory manager and serves the shim's connections.
-func (s *Server) startRemoting(ctx context.Context) error {
+// startDataPlane builds the device (the one given, else a simulated node), its memory manager, the model
+// repository and the executors.
+func (s *Server) startDataPlane(ctx context.Context) error {
 	dev, reserve := s.cfg.Device, s.cfg.DeviceReserveBytes
 	if dev == nil {
 		var err error
@@ -153,16 +175,64 @@ func (s *Server) startRemoting(ctx context.Context) error {
 			return fmt.Errorf("gpuserver: simulated device: %w", err)
 		}
 		if reserve == 0 {
-			reserve = DefaultSimReserveBytes
+			reserve = min(DefaultSimReserveBytes, minGPUMemory(s.cfg.Node))
 		}
 	}
+	s.dev = dev
 	s.closers = append(s.closers, dev.Close)
 	mem, err := memory.New(dev, memory.Config{MaxBytesPerGPU: reserve})
 	if err != nil {
 		return fmt.Errorf("gpuserver: device memory: %w", err)
 	}
 	s.closers = append(s.closers, mem.Close)
-	rs, err := remoting.NewServer(remoting.Config{Device: dev, Memory: mem, Functions: s.pool, Binder: s.pool,
+	dir := s.cfg.RepositoryDir
+	if dir == "" {
+		dir = filepath.Join(filepath.Dir(s.cfg.KeyFile), "repository")
+	}
+	repo, err := repository.Open(repository.Config{Dir: dir, Registrar: dev})
+	if err != nil {
+		return fmt.Errorf("gpuserver: model repository: %w", err)
+	}
+	s.closers = append(s.closers, func(context.Context) error { return repo.Close() })
+	// EvictUnderPressure: the controller plans evictions against the node's nominal memory; the executors
+	// evict idle copies themselves should the chunks reserved run out first.
+	node, err := executor.New(executor.Config{Device: dev, Memory: mem, Repository: repo, EvictUnderPressure: true})
+	if err != nil {
+		return fmt.Errorf("gpuserver: executors: %w", err)
+	}
+	s.node = node
+	s.closers = append(s.closers, node.Close)
+	s.cfg.Logger.Info("gpuserver data plane", "device", dev.Kind(), "gpus", node.GPUs(), "repository", dir,
+		"reserve_bytes_per_gpu", reserve, "images", len(repo.Functions()))
+	return nil
+}
+
+func minGPUMemory(n topology.Node) uint64 {
+	m := uint64(0)
+	for i, g := range n.GPUs {
+		if i == 0 || g.MemoryBytes < m {
+			m = g.MemoryBytes
+		}
+	}
+	return m
+}
+
+// undo runs the closers of a failed start.
+func (s *Server) undo(ctx context.Context) error {
+	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+	defer cancel()
+	var errs []error
+	for i := len(s.closers) - 1; i >= 0; i-- {
+		errs = append(errs, s.closers[i](sctx))
+	}
+	s.closers = nil
+	return errors.Join(errs...)
+}
+
+// startRemoting serves the shim's connections on the executors.
+func (s *Server) startRemoting(ctx context.Context) error {
+	dev := s.dev
+	rs, err := remoting.NewServer(remoting.Config{Device: dev, Node: s.node, Functions: s.pool, Binder: s.pool,
 		Logger: s.cfg.Logger.With("component", "remoting")})
 	if err != nil {
 		return fmt.Errorf("gpuserver: %w", err)
@@ -216,7 +286,9 @@ const PolicyFCFS = "fcfs"
 // ErrInvalidPolicy is wrapped when Config.Policy names no policy.
 var ErrInvalidPolicy = errors.New("invalid policy")
 
-func newPool(cfg Config) (pool.Pool, error) {
+// newPool builds the pool. With executors (oneGPU), a function's requests are bound one at a time: its blocks
+// live at one address, mapped on one GPU at a time (other GPUs may hold parked copies).
+func newPool(cfg Config, oneGPU bool) (pool.Pool, error) {
 	if cfg.Policy == PolicyFCFS {
 		gpus := make([]pool.GPU, len(cfg.Node.GPUs))
 		for i, g := range cfg.Node.GPUs {
@@ -231,8 +303,12 @@ func newPool(cfg Config) (pool.Pool, error) {
 			return nil, fmt.Errorf("%w: %w (or %s)", ErrInvalidPolicy, err, PolicyFCFS)
 		}
 	}
+	maxInFlight := 0
+	if oneGPU {
+		maxInFlight = 1
+	}
 	return controller.NewPool(controller.PoolConfig{
-		Controller: controller.Config{Policy: policy, Node: cfg.Node},
+		Controller: controller.Config{Policy: policy, Node: cfg.Node, MaxInFlight: maxInFlight},
 		Actuator:   cfg.Actuator,
 	})
 }
@@ -266,6 +342,7 @@ func (s *Server) Shutdown(ctx context.Context) error {
 			errs = append(errs, err)
 		}
 	}
+	s.closers = nil
 	return errors.Join(errs...)
 }
 
@@ -283,3 +360,9 @@ func removeStaleSocket(path string) error {
 	}
 	return nil
 }
+
+// Executors returns the node's executors (nil without remoting).
+func (s *Server) Executors() *executor.Node { return s.node }
+
+// Swaps counts the bindings so far by how the model reached the GPU: none (resident), nvlink, pcie, cold.
+func (s *Server) Swaps() map[string]int64 { return s.pool.Swaps() }

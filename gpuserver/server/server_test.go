@@ -94,8 +94,13 @@ func TestRegistrationAnswersTheRemotingTokenAndTracksBindings(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if cur, ok := s.pool.CurrentGPU("resnet"); !ok || cur != gpu {
-		t.Fatalf("implicit binding not tracked: %d %v", cur, ok)
+	// It is no request: were it reported as one, the session would take initialisation for a request (ending
+	// it, and releasing the binding its calls run under).
+	if cur, ok := s.pool.CurrentGPU("resnet"); ok {
+		t.Fatalf("implicit binding on gpu %d reported as a request on gpu %d", gpu, cur)
+	}
+	if _, active, err := s.Executors().Resident("resnet"); err != nil || active != gpu {
+		t.Fatalf("implicit binding on gpu %d: executors have the function active on %d (%v)", gpu, active, err)
 	}
 	release()
 	release()

@@ -1,0 +1,259 @@
+package server
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"math"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/faas-gpu/faas-gpu/gpuserver/pool"
+	"github.com/faas-gpu/faas-gpu/gpuserver/topology"
+)
+
+// mlpDriver runs functions/mlp/handler.py in a Python process whose libcuda.so.1 is the shim, one JSON request per
+// line on stdin, one JSON answer per line on stdout (the HTTP template is not needed: the test binds through the
+// pool itself, as the template's acquire/release would).
+type mlpDriver struct {
+	cmd    *exec.Cmd
+	in     io.WriteCloser
+	out    *bufio.Scanner
+	stderr *strings.Builder
+}
+
+const mlpDriverPy = `
+import json, os, sys
+sys.path.insert(0, os.environ["FN_PARENT"])
+from function import handler
+class Event:
+    def __init__(self, body):
+        self.body, self.headers, self.method, self.query, self.path = body, {}, "POST", {}, "/"
+print(json.dumps({"ready": True}), flush=True)
+for line in sys.stdin:
+    out = handler.handle(Event(line.encode()), None)
+    print(json.dumps(out), flush=True)
+`
+
+func startMLP(t *testing.T, s *Server) *mlpDriver {
+	t.Helper()
+	if _, err := exec.LookPath("python3"); err != nil {
+		t.Skip("python3 not installed")
+	}
+	shim, err := filepath.Abs("../../shim")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if out, err := exec.Command("make", "-s", "-C", shim).CombinedOutput(); err != nil {
+		t.Fatalf("make -C shim: %v\n%s", err, out)
+	}
+	fn, err := filepath.Abs("../../functions/mlp")
+	if err != nil {
+		t.Fatal(err)
+	}
+	parent := t.TempDir()
+	if err := os.Symlink(fn, filepath.Join(parent, "function")); err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command("python3", "-c", mlpDriverPy)
+	cmd.Env = append(os.Environ(), "LD_LIBRARY_PATH="+filepath.Join(shim, "build"), "FN_PARENT="+parent,
+		"FAAS_GPU_REMOTING_SOCKET="+s.RemotingSocket(), "FAAS_GPU_FUNCTION=mlp", "FAAS_GPU_TOKEN="+s.Token("mlp"),
+		"PYTHONDONTWRITEBYTECODE=1")
+	d := &mlpDriver{cmd: cmd, stderr: &strings.Builder{}}
+	cmd.Stderr = d.stderr
+	if d.in, err = cmd.StdinPipe(); err != nil {
+		t.Fatal(err)
+	}
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	d.out = bufio.NewScanner(stdout)
+	d.out.Buffer(nil, 16<<20)
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = d.in.Close(); _ = d.cmd.Wait() })
+	var ready map[string]any
+	d.recv(t, &ready)
+	return d
+}
+
+func (d *mlpDriver) recv(t *testing.T, v any) {
+	t.Helper()
+	if !d.out.Scan() {
+		t.Fatalf("mlp process ended: %v\nstderr:\n%s", d.out.Err(), d.stderr)
+	}
+	if err := json.Unmarshal(d.out.Bytes(), v); err != nil {
+		t.Fatalf("mlp answered %.200q: %v", d.out.Text(), err)
+	}
+}
+
+// TestMLPSurvivesEvictionAndSwaps runs the mlp through the shim on a node too small to keep everything resident:
+// the controller's swap and evict decisions move and drop its 155 MB model on the executors (GPU to GPU, then
+// from the host image after an eviction everywhere), and its output stays identical.
+func TestMLPSurvivesEvictionAndSwaps(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs the mlp in a Python process through the shim")
+	}
+	dir := t.TempDir()
+	node, err := topology.Preset("v100x4")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if node, err = node.WithGPUMemory(1 << 30); err != nil { // one 1 GiB function fills a GPU
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	s, err := Start(ctx, Config{Socket: filepath.Join(dir, "gpuserver.sock"), Node: node,
+		RemotingSocket: filepath.Join(dir, "remoting.sock"), KeyFile: filepath.Join(dir, "key"),
+		RepositoryDir: filepath.Join(dir, "repository")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer stop(t, s)
+	p, x := s.Pool(), s.Executors()
+	register := func(name string, bytes uint64) {
+		if err := p.Register(ctx, pool.FunctionSpec{Name: name, MemoryBytes: bytes}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	register("mlp", 512<<20)
+	for i := range 4 {
+		register(fmt.Sprintf("fill-%d", i), 1<<30)
+		register(fmt.Sprintf("small-%d", i), 256<<20)
+	}
+	d := startMLP(t, s) // its initialisation ran under implicit bindings
+
+	in := make([]float64, 1024)
+	for i := range in {
+		in[i] = math.Sin(float64(i))
+	}
+	line, _ := json.Marshal(map[string]any{"x": in})
+	mlp := func() (pool.Binding, string) {
+		t.Helper()
+		b, err := p.Acquire(ctx, "mlp")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer p.Release(ctx, b.ID)
+		fmt.Fprintf(d.in, "%s\n", line)
+		var r struct {
+			StatusCode int             `json:"statusCode"`
+			Body       json.RawMessage `json:"body"`
+		}
+		d.recv(t, &r)
+		if r.StatusCode != 200 {
+			t.Fatalf("mlp on gpu %d: %d %s\nstderr:\n%s", b.GPU, r.StatusCode, r.Body, d.stderr)
+		}
+		return b, string(r.Body)
+	}
+	// occupy holds bindings of the given functions until one runs on gpu, and releases the others.
+	occupy := func(prefix string, gpu int) pool.Binding {
+		t.Helper()
+		var held []pool.Binding
+		defer func() {
+			for _, b := range held {
+				if b.GPU != gpu {
+					_ = p.Release(ctx, b.ID)
+				}
+			}
+		}()
+		for i := range 4 {
+			b, err := p.Acquire(ctx, fmt.Sprintf("%s-%d", prefix, i))
+			if err != nil {
+				t.Fatal(err)
+			}
+			held = append(held, b)
+			if b.GPU == gpu {
+				return b
+			}
+		}
+		t.Fatalf("no %s binding landed on gpu %d: %+v", prefix, gpu, held)
+		return pool.Binding{}
+	}
+
+	b0, first := mlp()
+	if !strings.Contains(first, `"y"`) {
+		t.Fatalf("mlp answered %.200s", first)
+	}
+	if !x.Captured("mlp") {
+		t.Fatal("the first request did not end the mlp's initialisation (no captured image)")
+	}
+
+	// Its GPU busy, the mlp runs on another one, its model copied GPU to GPU; the first copy stays parked.
+	hold := occupy("small", b0.GPU)
+	b1, out := mlp()
+	if b1.GPU == b0.GPU || b1.Swap != "nvlink" {
+		t.Fatalf("with gpu %d busy the mlp ran on gpu %d with swap %q, want another gpu over nvlink", b0.GPU, b1.GPU,
+			b1.Swap)
+	}
+	if out != first {
+		t.Fatalf("after the swap to gpu %d the mlp answered differently:\n%.200s\nfirst:\n%.200s", b1.GPU, out, first)
+	}
+	if gpus, _, _ := x.Resident("mlp"); !slices.Contains(gpus, b0.GPU) || !slices.Contains(gpus, b1.GPU) {
+		t.Fatalf("mlp resident on %v, want gpus %d and %d", gpus, b0.GPU, b1.GPU)
+	}
+	if err := p.Release(ctx, hold.ID); err != nil {
+		t.Fatal(err)
+	}
+
+	// A 1 GiB function on every GPU at once: every copy of the mlp is evicted (invalidated).
+	var fills []pool.Binding
+	for i := range 4 {
+		b, err := p.Acquire(ctx, fmt.Sprintf("fill-%d", i))
+		if err != nil {
+			t.Fatal(err)
+		}
+		fills = append(fills, b)
+	}
+	if gpus, _, _ := x.Resident("mlp"); len(gpus) != 0 {
+		t.Fatalf("with every GPU filled the mlp is still resident on %v", gpus)
+	}
+	for _, f := range p.Status(ctx).Functions {
+		if f.Name == "mlp" && len(f.Resident) != 0 {
+			t.Fatalf("the pool shows the mlp resident on %v after the evictions", f.Resident)
+		}
+	}
+	// Keep its first GPU filled: the mlp comes back from the host image on another GPU.
+	for _, f := range fills {
+		if f.GPU != b0.GPU {
+			if err := p.Release(ctx, f.ID); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	b2, out := mlp()
+	if b2.GPU == b0.GPU || b2.Swap != "pcie" {
+		t.Fatalf("after the evictions the mlp ran on gpu %d with swap %q, want a gpu other than %d over pcie",
+			b2.GPU, b2.Swap, b0.GPU)
+	}
+	if out != first {
+		t.Fatalf("after eviction and a swap-in from host on gpu %d the mlp answered differently", b2.GPU)
+	}
+	if b3, out := mlp(); b3.Swap != "none" || out != first {
+		t.Fatalf("resident again: swap %q, same output %v", b3.Swap, out == first)
+	}
+
+	swaps := s.Swaps()
+	for _, kind := range []string{"nvlink", "pcie", "none"} {
+		if swaps[kind] == 0 {
+			t.Errorf("no binding with swap %q counted: %v", kind, swaps)
+		}
+	}
+	var moved uint64
+	for _, st := range x.Status() {
+		moved += st.SwapBytes
+	}
+	if moved < 2*150<<20 {
+		t.Errorf("executors moved %d bytes, want at least two swaps of the mlp's model", moved)
+	}
+}
