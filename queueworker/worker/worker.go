@@ -31,6 +31,8 @@ type Worker struct {
 	cfg     Config
 	m       *metrics
 	started atomic.Bool
+	// ownClient: the HTTP client was made by New, so Run closes its idle connections when it returns.
+	ownClient bool
 
 	mu          sync.Mutex
 	q           *queueing.Queue
@@ -88,6 +90,7 @@ type Stats struct {
 
 // New validates cfg and returns a worker; it does no I/O.
 func New(cfg Config) (*Worker, error) {
+	ownClient := cfg.Client == nil
 	if err := cfg.setDefaults(); err != nil {
 		return nil, err
 	}
@@ -100,7 +103,7 @@ func New(cfg Config) (*Worker, error) {
 		return nil, err
 	}
 	return &Worker{
-		cfg: cfg, m: m, q: q,
+		cfg: cfg, m: m, q: q, ownClient: ownClient,
 		held:      map[uint64]*message{},
 		heldQ:     map[string]int{},
 		reservedQ: map[string]int{},
@@ -215,6 +218,9 @@ func (w *Worker) Run(ctx context.Context) error {
 	progress.Wait()
 	if nc := js.Conn(); nc != nil && w.cfg.JetStream == nil {
 		_ = nc.Flush() // the acks and naks of the drain reach the server before the connection closes
+	}
+	if w.ownClient {
+		w.cfg.Client.CloseIdleConnections()
 	}
 	return nil
 }

@@ -20,6 +20,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/openfaas/faas-provider/types"
 	"github.com/prometheus/client_golang/prometheus"
+	"go.uber.org/goleak"
 
 	"github.com/faas-gpu/faas-gpu/queueworker/frontdoor"
 	"github.com/faas-gpu/faas-gpu/queueworker/functions"
@@ -483,4 +484,43 @@ func TestDeletedConsumerIsRecreated(t *testing.T) {
 		t.Fatal(err)
 	}
 	e.waitCallback(e.send("/async-function/echo", "2", nil))
+}
+
+// Run leaves no goroutine behind when it returns (its own NATS connection and HTTP connections included). The
+// first run creates the stream and the consumer (goroutines of the NATS server that stay); the second is checked.
+func TestRunLeavesNoGoroutines(t *testing.T) {
+	s := jstest.Server(t)
+	gw := httptest.NewServer(http.HandlerFunc(echo))
+	defer gw.Close()
+	got := make(chan string, 1)
+	cb := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { got <- r.Header.Get("X-Call-Id") }))
+	defer cb.Close()
+	_, js := jstest.Connect(t, s.ClientURL())
+	u, _ := url.Parse(cb.URL)
+
+	runOnce := func(id string) {
+		w, err := worker.New(worker.Config{NATSURL: s.ClientURL(), GatewayURL: gw.URL, Logger: slog.New(slog.NewTextHandler(t.Output(), nil))})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ctx, cancel := context.WithCancel(context.Background())
+		done := make(chan error, 1)
+		go func() { done <- w.Run(ctx) }()
+		data, _ := json.Marshal(types.QueueRequest{Function: "echo", Method: "POST", CallbackURL: u, Header: http.Header{"X-Call-Id": {id}}})
+		jstest.Eventually(t, 10*time.Second, func() bool {
+			_, err := js.Publish(context.Background(), "faas-request", data)
+			return err == nil
+		}, "publish (the worker creates the stream)")
+		if got := <-got; got != id {
+			t.Fatalf("callback for %q, want %q", got, id)
+		}
+		cancel()
+		if err := <-done; err != nil {
+			t.Fatal(err)
+		}
+	}
+	runOnce("first")
+	ignore := goleak.IgnoreCurrent()
+	runOnce("second")
+	goleak.VerifyNone(t, ignore)
 }
