@@ -19,6 +19,7 @@ type gpuserverConfig struct {
 	listen    string
 	gpus      string
 	gpuMemory string
+	repoDir   string
 	policy    string
 	logLevel  string
 }
@@ -32,6 +33,8 @@ func (c *gpuserverConfig) register(fs *flag.FlagSet) {
 	fs.StringVar(&c.listen, "listen", "", "optional TCP address of the gpuserver API, e.g. 127.0.0.1:8090")
 	fs.StringVar(&c.gpus, "gpus", autoNode, "auto (discover; simulated v100x4 when none), a node preset (v100x4, a100x8, h100x8, h200x1) or a node file")
 	fs.StringVar(&c.gpuMemory, "gpu-memory", "", "override every GPU's memory, e.g. 4Gi (forces eviction in tests)")
+	fs.StringVar(&c.repoDir, "repository-dir", "/dev/shm/faas-gpu",
+		"model images of the functions (shared-memory files kept across gpuserver restarts)")
 	fs.StringVar(&c.policy, "policy", "faas-gpu", policyUsage)
 	fs.StringVar(&c.logLevel, "log-level", "info", "debug, info, warn or error")
 }
@@ -47,20 +50,22 @@ func runGPUServer(ctx context.Context, args []string, stdout, stderr io.Writer) 
 	if err != nil {
 		return err
 	}
-	node, err := resolveNode(cfg.gpus, cfg.gpuMemory)
-	if err != nil {
-		return err
-	}
 	if err := checkPolicy(cfg.policy); err != nil {
 		return err
 	}
-	srv, err := server.Start(ctx, server.Config{Socket: cfg.socket, Listen: cfg.listen, Node: node,
-		Policy: cfg.policy, RemotingSocket: cfg.remoting, KeyFile: cfg.keyFile, Logger: log})
+	if cfg.repoDir == "" {
+		return usageError{fmt.Errorf("-repository-dir: must not be empty")}
+	}
+	gpus, err := resolveGPUs(log, cfg.gpus, cfg.gpuMemory, discoverGPUs)
 	if err != nil {
 		return err
 	}
-	if cfg.gpus == autoNode {
-		log.Warn("no NVIDIA GPU discovered: serving a simulated node", "gpu", node.Name)
+	node := gpus.Node
+	srv, err := server.Start(ctx, server.Config{Socket: cfg.socket, Listen: cfg.listen, Node: node,
+		Policy: cfg.policy, RemotingSocket: cfg.remoting, KeyFile: cfg.keyFile, RepositoryDir: cfg.repoDir,
+		Device: gpus.Device, DeviceReserveBytes: gpus.Reserve, Logger: log})
+	if err != nil {
+		return err
 	}
 	fmt.Fprintf(stdout, "gpuserver: %d GPUs (%s), API on unix:%s", len(node.GPUs), node.Name, srv.Socket())
 	if srv.RemotingSocket() != "" {

@@ -1,9 +1,16 @@
 package main
 
 import (
+	"context"
 	"fmt"
+	"log/slog"
+
+	gonvml "github.com/NVIDIA/go-nvml/pkg/nvml"
 
 	"github.com/faas-gpu/faas-gpu/gpuserver/controller"
+	"github.com/faas-gpu/faas-gpu/gpuserver/device"
+	"github.com/faas-gpu/faas-gpu/gpuserver/device/cuda"
+	"github.com/faas-gpu/faas-gpu/gpuserver/device/nvml"
 	"github.com/faas-gpu/faas-gpu/gpuserver/server"
 	"github.com/faas-gpu/faas-gpu/gpuserver/topology"
 )
@@ -27,27 +34,73 @@ const (
 	fallbackNode = "v100x4"
 )
 
-// resolveNode turns the --gpus and --gpu-memory flags into a node description: a preset name or a node file,
-// with every GPU's memory overridden when gpuMemory is set. "auto" uses the simulated v100x4 node when no NVIDIA
-// GPU is discovered.
-func resolveNode(gpus, gpuMemory string) (topology.Node, error) {
+// gpuSetup is what the --gpus and --gpu-memory flags resolve to: the node the controller places onto and, when
+// real GPUs were found, the cuda backend (the gpuserver closes it); a nil Device means a simulated node.
+type gpuSetup struct {
+	Node    topology.Node
+	Device  device.Backend
+	Reserve uint64 // device memory reserved per GPU (0: the server's default)
+}
+
+// discoverFunc finds the machine's GPUs: their topology from NVML and the cuda backend. Tests replace it.
+type discoverFunc func() (topology.Node, device.Backend, error)
+
+// discoverGPUs discovers NVIDIA GPUs with NVML (nothing else is called after a failed Init) and opens the CUDA
+// driver for them.
+func discoverGPUs() (topology.Node, device.Backend, error) {
+	node, err := nvml.Discover(gonvml.New(), "local")
+	if err != nil {
+		return topology.Node{}, nil, err
+	}
+	dev, err := cuda.Open("")
+	if err != nil {
+		return topology.Node{}, nil, fmt.Errorf("NVML found %d GPUs: %w", len(node.GPUs), err)
+	}
+	return node, dev, nil
+}
+
+// resolveGPUs turns the --gpus and --gpu-memory flags into a gpuSetup: "auto" discovers NVIDIA GPUs (and opens
+// the cuda backend), else serves the simulated v100x4 node with a warning; a preset name or a node file is a
+// simulated node. --gpu-memory overrides every GPU's memory (and caps what a real GPU reserves).
+func resolveGPUs(log *slog.Logger, gpus, gpuMemory string, discover discoverFunc) (gpuSetup, error) {
+	var setup gpuSetup
+	var size uint64
+	if gpuMemory != "" {
+		var err error
+		if size, err = topology.ParseSize(gpuMemory); err != nil {
+			return gpuSetup{}, usageError{fmt.Errorf("-gpu-memory: %w", err)}
+		}
+	}
 	if gpus == autoNode {
-		gpus = fallbackNode
+		node, dev, err := discover()
+		if err == nil {
+			setup.Node, setup.Device = node, dev
+			log.Info("discovered NVIDIA GPUs: serving them through the cuda backend", "gpus", len(node.GPUs))
+		} else {
+			log.Warn("no NVIDIA GPU discovered: serving a simulated node", "gpu", fallbackNode, "err", err)
+			gpus = fallbackNode
+		}
 	}
-	node, err := topology.Resolve(gpus)
+	if setup.Device == nil {
+		node, err := topology.Resolve(gpus)
+		if err != nil {
+			return gpuSetup{}, usageError{fmt.Errorf("-gpus: %w", err)}
+		}
+		setup.Node = node
+	}
+	if size == 0 {
+		return setup, nil
+	}
+	node, err := setup.Node.WithGPUMemory(size)
 	if err != nil {
-		return topology.Node{}, usageError{fmt.Errorf("-gpus: %w", err)}
+		if setup.Device != nil {
+			_ = setup.Device.Close(context.Background())
+		}
+		return gpuSetup{}, usageError{fmt.Errorf("-gpu-memory: %w", err)}
 	}
-	if gpuMemory == "" {
-		return node, nil
+	setup.Node = node
+	if setup.Device != nil {
+		setup.Reserve = size
 	}
-	size, err := topology.ParseSize(gpuMemory)
-	if err != nil {
-		return topology.Node{}, usageError{fmt.Errorf("-gpu-memory: %w", err)}
-	}
-	node, err = node.WithGPUMemory(size)
-	if err != nil {
-		return topology.Node{}, usageError{fmt.Errorf("-gpu-memory: %w", err)}
-	}
-	return node, nil
+	return setup, nil
 }

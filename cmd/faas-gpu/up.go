@@ -113,10 +113,6 @@ func runUp(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
-	node, err := resolveNode(cfg.gpus, cfg.gpuMemory)
-	if err != nil {
-		return err
-	}
 	stateDir, err := filepath.Abs(cfg.stateDir)
 	if err != nil {
 		return usageError{fmt.Errorf("-state-dir: %w", err)}
@@ -130,12 +126,19 @@ func runUp(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	}
 	defer unlock()
 
+	gpus, err := resolveGPUs(log, cfg.gpus, cfg.gpuMemory, discoverGPUs)
+	if err != nil {
+		return err
+	}
+	node := gpus.Node
 	u := &up{log: log, runErrs: make(chan error, 4)}
 	err = u.start(ctx, cfg, stateDir, node.Name, stdout, func(ctx context.Context) (*server.Server, error) {
 		return server.Start(ctx, server.Config{Socket: filepath.Join(stateDir, "gpuserver.sock"), Node: node,
 			Policy: cfg.policy, RemotingSocket: filepath.Join(stateDir, "remoting.sock"),
-			KeyFile: filepath.Join(stateDir, "gpuserver.key"),
-			Logger:  log.With("component", "gpuserver")})
+			KeyFile:       filepath.Join(stateDir, "gpuserver.key"),
+			RepositoryDir: filepath.Join(stateDir, "repository"), // kept across restarts of up
+			Device:        gpus.Device, DeviceReserveBytes: gpus.Reserve,
+			Logger: log.With("component", "gpuserver")})
 	})
 	if err == nil {
 		select {

@@ -47,7 +47,8 @@ type Config struct {
 	// KeyFile holds the key function tokens (FAAS_GPU_TOKEN) derive from; created when missing. Required with
 	// RemotingSocket.
 	KeyFile string
-	// Device runs the remoted calls; nil means a simulated node built from Node. The server closes it.
+	// Device runs the remoted calls; nil means a simulated node built from Node. The server closes it (also when
+	// Start fails).
 	Device device.Backend
 	// RepositoryDir holds the functions' model images (shared-memory files, kept across restarts: a tmpfs such
 	// as /dev/shm/faas-gpu); empty means "repository" beside KeyFile. Used with RemotingSocket.
@@ -77,6 +78,16 @@ func Start(ctx context.Context, cfg Config) (*Server, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
+	s := &Server{cfg: cfg, errs: make(chan error, 3)}
+	if cfg.Device != nil { // the server owns it from here, also when the start fails
+		s.closers = append(s.closers, cfg.Device.Close)
+	}
+	started := false
+	defer func() {
+		if !started {
+			_ = s.undo(ctx) // what a failed start built (a no-op after Shutdown)
+		}
+	}()
 	if cfg.Socket == "" {
 		return nil, errors.New("gpuserver: socket path is empty")
 	}
@@ -86,13 +97,6 @@ func Start(ctx context.Context, cfg Config) (*Server, error) {
 	if err := cfg.Node.Validate(); err != nil {
 		return nil, fmt.Errorf("gpuserver: %w", err)
 	}
-	s := &Server{cfg: cfg, errs: make(chan error, 3)}
-	started := false
-	defer func() {
-		if !started {
-			_ = s.undo(ctx) // what a failed start built (a no-op after Shutdown)
-		}
-	}()
 	var err error
 	if cfg.RemotingSocket != "" {
 		if s.key, err = loadTokenKey(cfg.KeyFile); err != nil {
@@ -178,8 +182,10 @@ func (s *Server) startDataPlane(ctx context.Context) error {
 			reserve = min(DefaultSimReserveBytes, minGPUMemory(s.cfg.Node))
 		}
 	}
+	if s.cfg.Device == nil {
+		s.closers = append(s.closers, dev.Close)
+	}
 	s.dev = dev
-	s.closers = append(s.closers, dev.Close)
 	mem, err := memory.New(dev, memory.Config{MaxBytesPerGPU: reserve})
 	if err != nil {
 		return fmt.Errorf("gpuserver: device memory: %w", err)

@@ -1,0 +1,58 @@
+package main
+
+import (
+	"bytes"
+	"errors"
+	"log/slog"
+	"strings"
+	"testing"
+
+	"github.com/faas-gpu/faas-gpu/gpuserver/device"
+	"github.com/faas-gpu/faas-gpu/gpuserver/device/sim"
+	"github.com/faas-gpu/faas-gpu/gpuserver/topology"
+)
+
+func TestResolveGPUs(t *testing.T) {
+	var logs bytes.Buffer
+	log := slog.New(slog.NewTextHandler(&logs, nil))
+	none := func() (topology.Node, device.Backend, error) {
+		return topology.Node{}, nil, errors.New("nvml: device unavailable: init: library not found")
+	}
+
+	got, err := resolveGPUs(log, autoNode, "", none)
+	if err != nil || got.Device != nil || len(got.Node.GPUs) != 4 || !strings.Contains(got.Node.Name, "v100") {
+		t.Fatalf("auto without GPUs: %+v %v, want the simulated v100x4 node", got, err)
+	}
+	if !strings.Contains(logs.String(), "no NVIDIA GPU discovered") || !strings.Contains(logs.String(), "library not found") {
+		t.Fatalf("auto without GPUs logged %q, want a warning with the cause", logs.String())
+	}
+
+	found, err := topology.Preset("h200x1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	dev, err := sim.New(sim.Options{Node: found}) // stands in for the cuda backend
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = dev.Close(t.Context()) })
+	discovered := func() (topology.Node, device.Backend, error) { return found, dev, nil }
+	got, err = resolveGPUs(log, autoNode, "8Gi", discovered)
+	if err != nil || got.Device != dev || len(got.Node.GPUs) != 1 || got.Node.GPUs[0].MemoryBytes != 8<<30 ||
+		got.Reserve != 8<<30 {
+		t.Fatalf("auto with a GPU and -gpu-memory 8Gi: %+v %v, want the discovered device, 8 GiB reserved", got, err)
+	}
+
+	called := false
+	_, err = resolveGPUs(log, "v100x4", "lots", func() (topology.Node, device.Backend, error) {
+		called = true
+		return found, dev, nil
+	})
+	var ue usageError
+	if !errors.As(err, &ue) || !strings.Contains(err.Error(), "-gpu-memory") || called {
+		t.Fatalf("bad -gpu-memory: %v (discovery called: %v), want a usage error naming the flag", err, called)
+	}
+	if _, err := resolveGPUs(log, "nope", "", none); !errors.As(err, &ue) || !strings.Contains(err.Error(), "-gpus") {
+		t.Fatalf("bad -gpus: %v, want a usage error naming the flag", err)
+	}
+}
