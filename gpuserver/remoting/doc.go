@@ -25,7 +25,15 @@
 // A session is one connection of one function process. Calls that touch the GPU run on the GPU the function is
 // bound to: the GPU of its request in flight (Binder.CurrentGPU, between acquire and release), otherwise an
 // implicit binding (Binder.BindImplicit) held while initialisation calls arrive and released when the session is
-// idle. Device memory comes from the function's fixed-address space (package memory), so kernel arguments pass
-// through unchanged; every pointer of a copy or memset must lie inside one of the session's own allocations, so a
-// function cannot read or write another's memory through the API.
+// idle. Everything runs on the node's executors (package executor): blocks come from the function's fixed-address
+// space (Node.AllocSegment: model blocks until its initialisation ends, scratch after), so kernel arguments pass
+// through unchanged; copies, memsets, launches and event records go through the function's executor stream
+// (Node.Stream), which waits per segment for a swap still landing; when the binding names another GPU the node
+// swaps the function there (peer copy from a GPU holding it, else the host image). The first request ends the
+// initialisation (Node.EndInit: the model blocks become the function's image). Module globals, which live at a
+// different address on each GPU, keep the address the function first got (cuModuleGetGlobal) and are translated
+// to the current GPU's in copies, memsets and kernel arguments; their bytes follow the function when it moves.
+// Every pointer of a copy or memset must lie inside one of the session's own allocations or globals, so a
+// function cannot read or write another's memory through the API. When a function's last process hangs up, the
+// node forgets its memory (Node.Reset), so its next process initialises afresh.
 package remoting
