@@ -113,24 +113,32 @@ func runUp(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
-	stateDir, err := filepath.Abs(cfg.stateDir)
-	if err != nil {
-		return usageError{fmt.Errorf("-state-dir: %w", err)}
-	}
-	if err := os.MkdirAll(stateDir, 0o755); err != nil {
-		return fmt.Errorf("state dir: %w", err)
-	}
-	unlock, err := lockStateDir(stateDir)
-	if err != nil {
-		return err
-	}
-	defer unlock()
-
-	gpus, err := resolveGPUs(log, cfg.gpus, cfg.gpuMemory, discoverGPUs)
+	gpus, err := resolveGPUs(log, cfg.gpus, cfg.gpuMemory, discoverGPUs) // bad flags fail before the state dir
 	if err != nil {
 		return err
 	}
 	node := gpus.Node
+	closeDevice := func() {
+		if gpus.Device != nil { // not handed to the gpuserver, which owns it otherwise
+			_ = gpus.Device.Close(context.WithoutCancel(ctx))
+		}
+	}
+	stateDir, err := filepath.Abs(cfg.stateDir)
+	if err != nil {
+		closeDevice()
+		return usageError{fmt.Errorf("-state-dir: %w", err)}
+	}
+	if err := os.MkdirAll(stateDir, 0o755); err != nil {
+		closeDevice()
+		return fmt.Errorf("state dir: %w", err)
+	}
+	unlock, err := lockStateDir(stateDir)
+	if err != nil {
+		closeDevice()
+		return err
+	}
+	defer unlock()
+
 	u := &up{log: log, runErrs: make(chan error, 4)}
 	err = u.start(ctx, cfg, stateDir, node.Name, stdout, func(ctx context.Context) (*server.Server, error) {
 		return server.Start(ctx, server.Config{Socket: filepath.Join(stateDir, "gpuserver.sock"), Node: node,
