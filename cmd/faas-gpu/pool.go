@@ -43,7 +43,8 @@ func runPool(ctx context.Context, args []string, stdout, _ io.Writer) error {
 
 func printPool(w io.Writer, st pool.Status) {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	fmt.Fprintf(tw, "policy: %s\tqueued: %d\n\n", st.Policy, st.Queued)
+	fmt.Fprintf(tw, "policy: %s\tqueued: %d\tswaps: none %d, nvlink %d, pcie %d\n\n", st.Policy, st.Queued,
+		st.Swaps["none"], st.Swaps["nvlink"], st.Swaps["pcie"])
 	fmt.Fprintln(tw, "GPU\tNAME\tBUSY\tHEALTHY\tMEMORY USED\tRESIDENT")
 	for _, g := range st.GPUs {
 		fmt.Fprintf(tw, "%d\t%s\t%v\t%v\t%s / %s\t%s\n", g.Index, g.Name, g.Busy, g.Healthy, mib(g.UsedBytes),

@@ -76,6 +76,8 @@ type Status struct {
 	GPUs      []GPUStatus      `json:"gpus"`
 	Functions []FunctionStatus `json:"functions"`
 	Queued    int              `json:"queued"`
+	// Swaps counts bindings by how the model reached the GPU: "none" (resident), "nvlink", "pcie".
+	Swaps map[string]int64 `json:"swaps,omitempty"`
 }
 
 // Pool is a node's set of GPUs shared by late-bound functions.

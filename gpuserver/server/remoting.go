@@ -182,6 +182,13 @@ func (t *trackedPool) Swaps() map[string]int64 {
 	return out
 }
 
+// Status adds the swaps by kind to the pool's status.
+func (t *trackedPool) Status(ctx context.Context) pool.Status {
+	st := t.Pool.Status(ctx)
+	st.Swaps = t.Swaps()
+	return st
+}
+
 // CurrentGPU implements remoting.Binder: the GPU of one of the function's requests in flight.
 func (t *trackedPool) CurrentGPU(function string) (int, bool) {
 	t.mu.Lock()

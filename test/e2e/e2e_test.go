@@ -304,6 +304,9 @@ func TestEndToEnd(t *testing.T) {
 		if !found {
 			t.Fatalf("gpuserver does not show hello-gpu registered and served: %+v", st.Functions)
 		}
+		if st.Swaps["pcie"]+st.Swaps["nvlink"] < 1 {
+			t.Fatalf("pool swaps by kind = %v: the first request of hello-gpu must have swapped its model in", st.Swaps)
+		}
 	})
 
 	t.Run("CUDA through the shim", func(t *testing.T) {
