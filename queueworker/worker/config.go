@@ -90,8 +90,9 @@ type Config struct {
 	Queues []string
 	// DiscoverQueues is how often the worker lists functions (when Functions is also a functions.Lister) to
 	// find named queues (com.openfaas.queue) and start consuming them; 0 means 10s, negative disables it.
-	// Each queue has its own stream and its own pull requests, sharing the worker's window and MaxInflight,
-	// so a backlog on one queue cannot hold back the messages of another beyond its share of the window.
+	// Each queue has its own stream, its own pull requests and its share of the window (window / queues); a
+	// queue runs at most MaxInflight - (queues - 1) messages at once (at least 1), so one slot is always kept
+	// for each other queue and a backlog on one queue cannot hold back another.
 	DiscoverQueues time.Duration
 
 	// GatewayURL is the base URL functions are invoked through: <GatewayURL>/function/<name><path>?<query>.

@@ -32,9 +32,14 @@ func (w *Worker) dispatchLoop(ctx context.Context, js jetstream.JetStream) {
 	}
 }
 
-// eligible admits a function's next message: GPU functions only while the pool has capacity. Called with w.mu.
+// eligible admits a function's next message: GPU functions only while the pool has capacity, and each queue at
+// most MaxInflight - (queues - 1) running messages (at least 1), so that one slot is always kept for each other
+// queue and a backlog on one queue cannot hold back another. Called with w.mu.
 func (w *Worker) eligible(function string) bool {
-	return w.gpuLimit < 0 || !w.isGPU[function] || w.gpuInflight < w.gpuLimit
+	if w.gpuLimit >= 0 && w.isGPU[function] && w.gpuInflight >= w.gpuLimit {
+		return false
+	}
+	return w.queues < 2 || w.inflightQ[w.fnQueue[function]] < max(1, w.maxInflight-(w.queues-1))
 }
 
 func (w *Worker) dispatch(js jetstream.JetStream) {
@@ -56,6 +61,7 @@ func (w *Worker) dispatch(js jetstream.JetStream) {
 			return
 		}
 		m := r.Payload.(*message)
+		w.inflightQ[m.queue]++
 		w.inflight++
 		if m.fn.GPU {
 			w.gpuInflight++
@@ -79,6 +85,7 @@ func (w *Worker) run(ctx context.Context, js jetstream.JetStream, m *message) {
 
 	w.mu.Lock()
 	w.inflight--
+	w.inflightQ[m.queue]--
 	if m.fn.GPU {
 		w.gpuInflight--
 	}

@@ -204,3 +204,55 @@ func TestNamedQueueIsDiscoveredAndConsumed(t *testing.T) {
 	}
 	jstest.Eventually(t, 10*time.Second, func() bool { return e.streamMsgs("batch-queue") == 0 }, "named queue drained")
 }
+
+// A backlog on one named queue does not take every slot: the default queue's calls run while the named queue's
+// calls hold all the others.
+func TestQueuesDoNotStarveEachOther(t *testing.T) {
+	gate := make(chan struct{})
+	var slow atomic.Int32
+	e := newEnv(t, func(w http.ResponseWriter, r *http.Request) {
+		if strings.HasSuffix(r.URL.Path, "/batch") {
+			slow.Add(1)
+			<-gate
+		}
+	})
+	t.Cleanup(func() {
+		select {
+		case <-gate:
+		default:
+			close(gate)
+		}
+	})
+	fns := listed{functionsMap{
+		"batch": {Name: "batch", Queue: "batch-queue"},
+		"echo":  {Name: "echo", Queue: queue.DefaultQueue},
+	}}
+	front := httptest.NewServer(frontdoor.New(frontdoor.Config{JetStream: e.js, Functions: fns}))
+	defer front.Close()
+	send := func(fn string) string {
+		req, _ := http.NewRequest(http.MethodPost, front.URL+"/async-function/"+fn, nil)
+		req.Header.Set("X-Callback-Url", e.cbServer.URL)
+		res, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		res.Body.Close()
+		return res.Header.Get("X-Call-Id")
+	}
+	var batch []string
+	for range 10 {
+		batch = append(batch, send("batch"))
+	}
+	e.run(worker.Config{Functions: fns, MaxInflight: 4, DiscoverQueues: 20 * time.Millisecond})
+	jstest.Eventually(t, 10*time.Second, func() bool { return slow.Load() == 3 }, "3 batch calls running")
+	for range 5 {
+		e.waitCallback(send("echo")) // served while the batch queue holds 3 of the 4 slots
+	}
+	if n := slow.Load(); n != 3 {
+		t.Fatalf("%d batch calls running, want 3 (one slot kept for the default queue)", n)
+	}
+	close(gate)
+	for _, id := range batch {
+		e.waitCallback(id)
+	}
+}

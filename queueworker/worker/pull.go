@@ -176,6 +176,7 @@ func (w *Worker) accept(ctx context.Context, q string, msg jetstream.Msg, js jet
 	w.orderOps++
 	w.orderTime += d
 	w.isGPU[m.fn.Name] = m.fn.GPU
+	w.fnQueue[m.fn.Name] = q
 	w.mu.Unlock()
 	w.m.orderingNanos.Add(d.Seconds())
 	if err != nil {

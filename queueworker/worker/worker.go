@@ -45,6 +45,8 @@ type Worker struct {
 	gpuInflight int
 	gpuLimit    int // -1: not limited by the pool
 	isGPU       map[string]bool
+	fnQueue     map[string]string        // function -> queue of its latest message
+	inflightQ   map[string]int           // running invocations per queue
 	cost        map[string]time.Duration // per function, moving average of invocation time
 	maxInflight int
 	capacity    int // lookahead window + maxInflight: most messages held at once
@@ -108,6 +110,8 @@ func New(cfg Config) (*Worker, error) {
 		heldQ:     map[string]int{},
 		reservedQ: map[string]int{},
 		isGPU:     map[string]bool{},
+		fnQueue:   map[string]string{},
+		inflightQ: map[string]int{},
 		cost:      map[string]time.Duration{},
 		gpuLimit:  -1,
 		wake:      make(chan struct{}, 1),
