@@ -2,8 +2,19 @@ package main
 
 import (
 	"bytes"
+	"context"
+	"io"
+	"net/http"
+	"net/http/httptest"
 	"strings"
 	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/faas-gpu/faas-gpu/queueworker/frontdoor"
+	"github.com/faas-gpu/faas-gpu/queueworker/natsserver"
 )
 
 func TestQueueWorkerBadFlagsNameTheFlag(t *testing.T) {
@@ -39,5 +50,73 @@ func TestQueueWorkerBadFlagsNameTheFlag(t *testing.T) {
 				t.Errorf("%v %v: exit %d, stderr %q; want exit 2 mentioning %q", tc.args, tc.env, code, stderr.String(), tc.want)
 			}
 		})
+	}
+}
+
+// The command consumes, invokes through the gateway, calls back, serves metrics, and drains on cancel.
+func TestQueueWorkerCommandRuns(t *testing.T) {
+	ns, err := natsserver.Start(context.Background(), natsserver.Config{StoreDir: t.TempDir(), Port: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ns.Shutdown()
+	gw := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/system/functions" {
+			_, _ = io.WriteString(w, `[{"name":"echo","annotations":{"com.openfaas.gpu.slo":"1s"}}]`)
+			return
+		}
+		_, _ = io.Copy(w, r.Body)
+	}))
+	defer gw.Close()
+	got := make(chan string, 1)
+	cb := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		b, _ := io.ReadAll(r.Body)
+		got <- r.Header.Get("X-Function-Status") + " " + string(b)
+	}))
+	defer cb.Close()
+
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	var stdout, stderr bytes.Buffer
+	done := make(chan error, 1)
+	go func() {
+		done <- runQueueWorker(ctx, []string{"--nats-url", ns.ClientURL(), "--gateway-url", gw.URL,
+			"--metrics-addr", "127.0.0.1:0", "--log-level", "warn"}, &stdout, &stderr)
+	}()
+	nc, err := nats.Connect(ns.ClientURL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := frontdoor.EnsureStreams(ctx, js); err != nil {
+		t.Fatal(err)
+	}
+	front := httptest.NewServer(frontdoor.New(frontdoor.Config{JetStream: js}))
+	defer front.Close()
+	req, _ := http.NewRequest(http.MethodPost, front.URL+"/async-function/echo", strings.NewReader("hi"))
+	req.Header.Set("X-Callback-Url", cb.URL)
+	res, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	res.Body.Close()
+	select {
+	case s := <-got:
+		if s != "200 hi" {
+			t.Fatalf("callback %q", s)
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatalf("no callback; stderr %s", stderr.String())
+	}
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatalf("runQueueWorker: %v (stderr %s)", err, stderr.String())
+	}
+	if !strings.Contains(stdout.String(), "metrics on http://127.0.0.1:") {
+		t.Fatalf("stdout %q", stdout.String())
 	}
 }
