@@ -53,7 +53,7 @@ test-shim:
 
 ## gpu-test: the GPU suite (needs an NVIDIA GPU and driver); writes the real data-plane figures to docs/bench/swap-cuda.md
 gpu-test: build
-	FAAS_GPU_TEST_CUDA=1 $(GO) test -count=1 -v -run 'CUDA|GPU' ./gpuserver/... ./test/...
+	FAAS_GPU_TEST_CUDA=1 FAAS_GPU_GPU_REPORT=$(CURDIR)/docs/bench/pytorch-shim.md $(GO) test -count=1 -timeout 25m -v -run 'CUDA|GPU' ./gpuserver/... ./test/...
 	$(GO) run ./gpuserver/executor/swapbench -device cuda -out docs/bench/swap-cuda.md
 
 ## bench-policy: policy sweep on the simulator, writes docs/bench/policy.{md,png,json}
