@@ -139,6 +139,11 @@ type Config struct {
 	// Functions resolves SLO annotations and unknown functions; when nil every function is known, without SLO,
 	// on the CPU.
 	Functions functions.Source
+	// UnknownGrace: a message for a function the Functions source does not know is given back (nak with delay
+	// UnknownGrace/4) until it is UnknownGrace old (from X-Start-Time), in case the function was deployed a
+	// moment ago, then dead-lettered with reason unknown_function and a 404 callback. Default 10s; negative
+	// dead-letters at once.
+	UnknownGrace time.Duration
 	// Capacity, when set, admits GPU functions' dispatch by the pool: at most CapacityPerGPU x healthy GPUs
 	// invocations of GPU functions run at once.
 	Capacity Capacity
@@ -240,6 +245,9 @@ func (c *Config) setDefaults() error {
 	}
 	if c.MaxResponseBytes == 0 {
 		c.MaxResponseBytes = 16 << 20
+	}
+	if c.UnknownGrace == 0 {
+		c.UnknownGrace = 10 * time.Second
 	}
 	if c.CapacityPerGPU == 0 {
 		c.CapacityPerGPU = 1

@@ -155,6 +155,13 @@ func (w *Worker) accept(ctx context.Context, q string, msg jetstream.Msg, js jet
 	if w.cfg.Functions != nil {
 		f, err := w.cfg.Functions.Function(ctx, m.req.Function)
 		switch {
+		case functions.IsUnknown(err) && w.cfg.UnknownGrace > 0 && w.cfg.Now().Sub(m.start) < w.cfg.UnknownGrace:
+			// Perhaps deployed a moment ago and not yet in the cached list: look again later.
+			if nerr := msg.NakWithDelay(w.cfg.UnknownGrace / 4); nerr != nil {
+				w.cfg.Logger.Warn("queue worker: nak failed; redelivered after ack wait", "function", m.req.Function, "request_id", m.callID, "err", nerr)
+			}
+			w.release(m)
+			return
 		case functions.IsUnknown(err):
 			fail(ReasonUnknownFunction, fmt.Sprintf("function %q not found", m.req.Function), http.StatusNotFound)
 			return

@@ -311,7 +311,7 @@ func TestMalformedMessagesDoNotBlock(t *testing.T) {
 		t.Fatal(err)
 	}
 	good := e.send("/async-function/echo", "fine", nil)
-	e.run(worker.Config{Functions: known, MaxMessageBytes: 2048, MaxInflight: 1})
+	e.run(worker.Config{Functions: known, MaxMessageBytes: 2048, MaxInflight: 1, UnknownGrace: -1})
 	if cb := e.waitCallback(good); cb.body != "fine" {
 		t.Fatalf("good message's callback %q", cb.body)
 	}
@@ -523,4 +523,41 @@ func TestRunLeavesNoGoroutines(t *testing.T) {
 	ignore := goleak.IgnoreCurrent()
 	runOnce("second")
 	goleak.VerifyNone(t, ignore)
+}
+
+// A message for a function the worker does not know yet is looked at again until the grace period passes: a
+// function deployed a moment after its first call is invoked, not dead-lettered.
+func TestUnknownFunctionGetsAGracePeriod(t *testing.T) {
+	e := newEnv(t, echo)
+	fns := &lateFunctions{}
+	e.run(worker.Config{Functions: fns, UnknownGrace: 2 * time.Second})
+	ghost := e.send("/async-function/ghost", "x", nil)
+	id := e.send("/async-function/late", "x", nil)
+	jstest.Eventually(t, 10*time.Second, func() bool { return fns.asked.Load() > 0 }, "the worker looked the function up")
+	fns.deployed.Store(true)
+	if cb := e.waitCallback(id); cb.header.Get("X-Function-Status") != "200" {
+		t.Fatalf("callback status %q, want 200", cb.header.Get("X-Function-Status"))
+	}
+	// A function that never appears is dead-lettered once the grace period has passed.
+	if cb := e.waitCallback(ghost); cb.header.Get("X-Function-Status") != "404" {
+		t.Fatalf("ghost callback status %q, want 404", cb.header.Get("X-Function-Status"))
+	}
+	dl := e.deadLetters()
+	if len(dl) != 1 || dl[0].Header.Get(queue.HeaderDeadLetterFunction) != "ghost" {
+		t.Fatalf("dead letters %v, want one for ghost", dl)
+	}
+}
+
+// lateFunctions knows function "late" only once deployed is set.
+type lateFunctions struct {
+	deployed atomic.Bool
+	asked    atomic.Int32
+}
+
+func (l *lateFunctions) Function(_ context.Context, name string) (functions.Function, error) {
+	l.asked.Add(1)
+	if name == "late" && l.deployed.Load() {
+		return functions.Function{Name: name, Queue: queue.DefaultQueue}, nil
+	}
+	return functions.Function{}, functions.ErrUnknownFunction
 }
