@@ -43,6 +43,7 @@ type queueWorkerConfig struct {
 	invokeTimeout   time.Duration
 	callbackTimeout time.Duration
 	drainTimeout    time.Duration
+	unknownGrace    time.Duration
 	metricsAddr     string
 	logLevel        string
 }
@@ -67,6 +68,7 @@ func (c *queueWorkerConfig) register(fs *flag.FlagSet) {
 	fs.DurationVar(&c.invokeTimeout, "invoke-timeout", 5*time.Minute, "timeout of one invocation")
 	fs.DurationVar(&c.callbackTimeout, "callback-timeout", 30*time.Second, "timeout of one callback attempt")
 	fs.DurationVar(&c.drainTimeout, "drain-timeout", 30*time.Second, "how long running invocations may finish at shutdown")
+	fs.DurationVar(&c.unknownGrace, "unknown-grace", 10*time.Second, "how long a call to a function not (yet) listed is retried before it is dead-lettered; negative: at once")
 	fs.StringVar(&c.metricsAddr, "metrics-addr", "", "serve Prometheus metrics on this address at /metrics, e.g. 127.0.0.1:8082")
 	fs.StringVar(&c.logLevel, "log-level", "info", "debug, info, warn or error")
 }
@@ -187,6 +189,7 @@ func runQueueWorker(ctx context.Context, args []string, stdout, stderr io.Writer
 		InvokeTimeout:   cfg.invokeTimeout,
 		CallbackTimeout: cfg.callbackTimeout,
 		DrainTimeout:    cfg.drainTimeout,
+		UnknownGrace:    cfg.unknownGrace,
 		Functions:       functions.NewGateway(fnCfg),
 		Order:           worker.Ordering(cfg.order),
 		Registerer:      reg,
