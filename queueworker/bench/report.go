@@ -31,22 +31,25 @@ type Config struct {
 
 // Report is the outcome of a run, with its conditions.
 type Report struct {
-	Config     Config
-	Started    time.Time
-	Elapsed    time.Duration
-	CPU        string
-	NProc      int
-	GoVersion  string
-	GPUs       int
-	Rate       float64 // burst arrival rate, requests/s
-	Models     []Model
-	Throughput []ThroughputResult
-	Overload   []OverloadResult
+	Config    Config
+	Started   time.Time
+	Elapsed   time.Duration
+	CPU       string
+	NProc     int
+	GoVersion string
+	// LoadStart and LoadEnd are /proc/loadavg's 1-minute load average before and after the run.
+	LoadStart, LoadEnd string
+	GPUs               int
+	Rate               float64 // burst arrival rate, requests/s
+	Models             []Model
+	Throughput         []ThroughputResult
+	Overload           []OverloadResult
 }
 
 // Run measures everything, the orders side by side in one run.
 func Run(ctx context.Context, cfg Config) (*Report, error) {
-	r := &Report{Config: cfg, Started: time.Now(), CPU: cpuModel(), NProc: runtime.NumCPU(), GoVersion: runtime.Version()}
+	r := &Report{Config: cfg, Started: time.Now(), CPU: cpuModel(), NProc: runtime.NumCPU(), GoVersion: runtime.Version(),
+		LoadStart: loadAverage()}
 	for range max(1, cfg.Repeat) {
 		for _, order := range []worker.Ordering{worker.OrderFIFO, worker.OrderSLOAware} {
 			t, err := Throughput(ctx, order, cfg.Messages, cfg.Publishers, cfg.Idle, cfg.MaxInflight)
@@ -76,7 +79,20 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 		r.Overload = append(r.Overload, o)
 	}
 	r.Elapsed = time.Since(r.Started)
+	r.LoadEnd = loadAverage()
 	return r, nil
+}
+
+// loadAverage is the 1-minute load average, "unknown" where /proc/loadavg cannot be read.
+func loadAverage() string {
+	b, err := os.ReadFile("/proc/loadavg")
+	if err != nil {
+		return "unknown"
+	}
+	if f := strings.Fields(string(b)); len(f) > 0 {
+		return f[0]
+	}
+	return "unknown"
 }
 
 func cpuModel() string {
@@ -105,7 +121,9 @@ func (r *Report) Markdown() string {
 	fmt.Fprintf(&b, "Written by `make bench-queue` (`go run ./queueworker/bench/queuebench`). Every figure below comes from one run; "+
 		"the orders are compared side by side in that run.\n\n")
 	fmt.Fprintf(&b, "## Conditions\n\n")
-	fmt.Fprintf(&b, "- Machine: %d CPUs (`nproc`), %s; shared with other work while it ran, so figures vary between runs.\n", r.NProc, r.CPU)
+	fmt.Fprintf(&b, "- Machine: %d CPUs (`nproc`), %s; shared with other work, so figures vary between runs: 1-minute load "+
+		"average %s before the run, %s after (throughput falls by up to half when other builds run at the same time).\n",
+		r.NProc, r.CPU, r.LoadStart, r.LoadEnd)
 	fmt.Fprintf(&b, "- Go: %s; run at %s, took %s.\n", r.GoVersion, r.Started.UTC().Format(time.RFC3339), r.Elapsed.Round(time.Second))
 	fmt.Fprintf(&b, "- Everything real and in one process: embedded NATS JetStream (nats-server v2.15.2, file store in a temp dir), "+
 		"the front door over HTTP (`httptest`), the worker (durable pull consumer, explicit acks after the callback), "+
