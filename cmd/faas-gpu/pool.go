@@ -6,17 +6,24 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"os"
+	"path/filepath"
 	"strings"
 	"text/tabwriter"
 	"time"
 
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
 	"github.com/faas-gpu/faas-gpu/gpuserver/client"
 	"github.com/faas-gpu/faas-gpu/gpuserver/pool"
+	"github.com/faas-gpu/faas-gpu/queueworker/queue"
 )
 
 func runPool(ctx context.Context, args []string, stdout, _ io.Writer) error {
 	fs := flag.NewFlagSet("pool", flag.ContinueOnError)
 	socket := fs.String("socket", "./.faas-gpu/gpuserver.sock", "Unix socket of the gpuserver API")
+	natsURL := fs.String("nats-url", "", "NATS server of the queues (default: the one `faas-gpu up` wrote to ./.faas-gpu/nats-url; none: GPU pool only)")
 	url := fs.String("url", "", "TCP URL of the gpuserver API (instead of -socket), e.g. http://127.0.0.1:8090")
 	asJSON := fs.Bool("json", false, "print the raw status as JSON")
 	if err := parseFlags(fs, args); err != nil {
@@ -32,13 +39,66 @@ func runPool(ctx context.Context, args []string, stdout, _ io.Writer) error {
 	if err != nil {
 		return err
 	}
+	if *natsURL == "" {
+		if raw, err := os.ReadFile(filepath.Join(filepath.Dir(*socket), natsURLFile)); err == nil {
+			*natsURL = strings.TrimSpace(string(raw))
+		}
+	}
+	var queues *queueView
+	if *natsURL != "" {
+		q, err := readQueues(ctx, *natsURL)
+		if err != nil {
+			return fmt.Errorf("queues at %s: %w", *natsURL, err)
+		}
+		queues = &q
+	}
 	if *asJSON {
 		enc := json.NewEncoder(stdout)
 		enc.SetIndent("", "  ")
-		return enc.Encode(st)
+		return enc.Encode(struct {
+			pool.Status
+			Queues *queueView `json:"queues,omitempty"`
+		}{st, queues})
 	}
 	printPool(stdout, st)
+	if queues != nil {
+		printQueues(stdout, *queues)
+	}
 	return nil
+}
+
+// queueView is the queues' state beside the pool.
+type queueView struct {
+	Queues      []queue.State `json:"queues"`
+	DeadLetters uint64        `json:"dead_letters"`
+}
+
+func readQueues(ctx context.Context, url string) (queueView, error) {
+	nc, err := nats.Connect(url, nats.Name("faas-gpu pool"), nats.Timeout(5*time.Second))
+	if err != nil {
+		return queueView{}, err
+	}
+	defer nc.Close()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		return queueView{}, err
+	}
+	states, dead, err := queue.States(ctx, js)
+	if err != nil {
+		return queueView{}, err
+	}
+	return queueView{Queues: states, DeadLetters: dead}, nil
+}
+
+func printQueues(w io.Writer, q queueView) {
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "\nQUEUE\tSTREAM\tMESSAGES\tPENDING\tIN WORKER\tREDELIVERED\tCONSUMERS")
+	for _, s := range q.Queues {
+		fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%d\t%d\t%d\n", s.Queue, s.Stream, s.Messages, s.Pending, s.AckPending,
+			s.Redelivered, s.Consumers)
+	}
+	fmt.Fprintf(tw, "dead letters: %d\n", q.DeadLetters)
+	tw.Flush()
 }
 
 func printPool(w io.Writer, st pool.Status) {

@@ -18,6 +18,8 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/openfaas/faas-provider/types"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
 
 	"github.com/faas-gpu/faas-gpu/gpuserver/client"
 	"github.com/faas-gpu/faas-gpu/gpuserver/server"
@@ -197,6 +199,9 @@ func (u *up) start(ctx context.Context, cfg upConfig, stateDir, nodeName string,
 	if err := frontdoor.EnsureStreams(ctx, js); err != nil {
 		return fmt.Errorf("jetstream streams: %w", err)
 	}
+	if err := os.WriteFile(filepath.Join(stateDir, natsURLFile), []byte(ns.ClientURL()+"\n"), 0o644); err != nil {
+		return fmt.Errorf("state dir: %w", err)
+	}
 
 	shimDir := findShimDir(cfg.shimDir)
 	if _, err := os.Stat(filepath.Join(shimDir, "libcuda.so.1")); err != nil {
@@ -232,7 +237,10 @@ func (u *up) start(ctx context.Context, cfg upConfig, stateDir, nodeName string,
 
 	gatewayAddr := net.JoinHostPort(cfg.host, strconv.Itoa(cfg.port))
 	gatewayURL := "http://" + gatewayAddr
+	metrics := prometheus.NewRegistry()
+	metrics.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	providerHandler := handlers.New(handlers.Config{
+		Metrics: metrics,
 		Backend: backend, Secrets: backend, Logs: backend, GPU: gpuClient,
 		Info: types.ProviderInfo{Name: "faas-gpu", Orchestration: "local",
 			Version: &types.VersionInfo{Release: version, SHA: commit}},
@@ -271,7 +279,10 @@ func (u *up) start(ctx context.Context, cfg upConfig, stateDir, nodeName string,
 		Functions:   fnSource,
 		Capacity:    gpuClient,
 		MaxInflight: maxInflight,
-		Logger:      u.log.With("component", "queue-worker"),
+		Registerer:  metrics,
+		// Calls still running after this are given back to JetStream for redelivery; up stops within 5s.
+		DrainTimeout: 3 * time.Second,
+		Logger:       u.log.With("component", "queue-worker"),
 	})
 	if err != nil {
 		return fmt.Errorf("queue worker: %w", err)
@@ -308,6 +319,9 @@ Ready. Ctrl-C stops everything.
 		filepath.Join(stateDir, "jetstream"), maxInflight, stateDir, cfg.buildDir, templatesDir, cfg.functionsDir)
 	return nil
 }
+
+// natsURLFile, in the state dir, holds the embedded NATS server's URL for `faas-gpu pool`.
+const natsURLFile = "nats-url"
 
 // findShimDir returns the folder of the shim's libcuda.so.1: the flag's value, else shim/build beside the
 // binary's bin/ folder (a checkout), else ./shim/build.

@@ -381,6 +381,28 @@ func TestEndToEnd(t *testing.T) {
 		}
 	})
 
+	t.Run("pool and queue state, metrics", func(t *testing.T) {
+		bin, err := buildOnce()
+		if err != nil {
+			t.Fatal(err)
+		}
+		out, err := exec.Command(bin, "pool", "--socket", filepath.Join(stateDir, "gpuserver.sock")).CombinedOutput()
+		if err != nil {
+			t.Fatalf("faas-gpu pool: %v\n%s", err, out)
+		}
+		for _, want := range []string{"policy: faas-gpu", "hello-gpu", "QUEUE", "OF_faas-request", "dead letters:"} {
+			if !strings.Contains(string(out), want) {
+				t.Errorf("faas-gpu pool output lacks %q:\n%s", want, out)
+			}
+		}
+		r := call(t, http.MethodGet, base+"/metrics", nil, nil)
+		for _, want := range []string{"faas_gpu_queue_", "go_goroutines"} {
+			if !strings.Contains(r.body, want) {
+				t.Errorf("gateway /metrics lacks %s", want)
+			}
+		}
+	})
+
 	t.Run("list and status", func(t *testing.T) {
 		r := call(t, http.MethodGet, base+"/system/functions", nil, nil)
 		var fns []types.FunctionStatus
