@@ -6,6 +6,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"log/slog"
 	"net"
 	"net/http"
 	"net/url"
@@ -13,10 +14,13 @@ import (
 	"strings"
 	"time"
 
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/faas-gpu/faas-gpu/gpuserver/client"
+	"github.com/faas-gpu/faas-gpu/queueworker/frontdoor"
 	"github.com/faas-gpu/faas-gpu/queueworker/functions"
 	"github.com/faas-gpu/faas-gpu/queueworker/queue"
 	"github.com/faas-gpu/faas-gpu/queueworker/worker"
@@ -45,6 +49,7 @@ type queueWorkerConfig struct {
 	drainTimeout    time.Duration
 	unknownGrace    time.Duration
 	metricsAddr     string
+	frontdoorAddr   string
 	logLevel        string
 }
 
@@ -70,6 +75,8 @@ func (c *queueWorkerConfig) register(fs *flag.FlagSet) {
 	fs.DurationVar(&c.drainTimeout, "drain-timeout", 30*time.Second, "how long running invocations may finish at shutdown")
 	fs.DurationVar(&c.unknownGrace, "unknown-grace", 10*time.Second, "how long a call to a function not (yet) listed is retried before it is dead-lettered; negative: at once")
 	fs.StringVar(&c.metricsAddr, "metrics-addr", "", "serve Prometheus metrics on this address at /metrics, e.g. 127.0.0.1:8082")
+	fs.StringVar(&c.frontdoorAddr, "frontdoor-addr", "",
+		"also serve the async front door (POST /async-function/{name}) on this address, e.g. :8081, for clusters whose gateway does not publish to JetStream itself")
 	fs.StringVar(&c.logLevel, "log-level", "info", "debug, info, warn or error")
 }
 
@@ -132,6 +139,11 @@ func (c *queueWorkerConfig) validate() error {
 		return bad("callback-timeout", "%s must be > 0", c.callbackTimeout)
 	case c.drainTimeout <= 0:
 		return bad("drain-timeout", "%s must be > 0", c.drainTimeout)
+	}
+	if c.frontdoorAddr != "" {
+		if _, _, err := net.SplitHostPort(c.frontdoorAddr); err != nil {
+			return bad("frontdoor-addr", "%q is not host:port", c.frontdoorAddr)
+		}
 	}
 	if c.metricsAddr != "" {
 		if _, _, err := net.SplitHostPort(c.metricsAddr); err != nil {
@@ -218,6 +230,13 @@ func runQueueWorker(ctx context.Context, args []string, stdout, stderr io.Writer
 		go func() { metricsErr <- metricsSrv.Serve(ln) }()
 		fmt.Fprintf(stdout, "queue-worker: metrics on http://%s/metrics\n", ln.Addr())
 	}
+	if cfg.frontdoorAddr != "" {
+		stop, err := serveFrontDoor(ctx, cfg.frontdoorAddr, cfg.natsURL, wcfg.Functions, log, stdout)
+		if err != nil {
+			return err
+		}
+		defer stop()
+	}
 	fmt.Fprintf(stdout, "queue-worker: consuming %s from %s, invoking through %s, order %s\n",
 		strings.Join(wcfg.Queues, ","), cfg.natsURL, cfg.gatewayURL, cfg.order)
 	err = w.Run(ctx)
@@ -232,4 +251,44 @@ func runQueueWorker(ctx context.Context, args []string, stdout, stderr io.Writer
 		}
 	}
 	return err
+}
+
+// serveFrontDoor serves POST /async-function/{name} on addr, publishing to the queues on natsURL; stop shuts it
+// down under a deadline.
+func serveFrontDoor(ctx context.Context, addr, natsURL string, fns functions.Source, log *slog.Logger,
+	stdout io.Writer) (stop func(), err error) {
+	nc, err := nats.Connect(natsURL, nats.Name("faas-gpu front door"), nats.MaxReconnects(-1))
+	if err != nil {
+		return nil, fmt.Errorf("front door: nats %s: %w", natsURL, err)
+	}
+	js, err := jetstream.New(nc)
+	if err != nil {
+		nc.Close()
+		return nil, fmt.Errorf("front door: %w", err)
+	}
+	if err := frontdoor.EnsureStreams(ctx, js); err != nil {
+		nc.Close()
+		return nil, fmt.Errorf("front door: %w", err)
+	}
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		nc.Close()
+		return nil, fmt.Errorf("-frontdoor-addr %s: %w", addr, err)
+	}
+	srv := &http.Server{Handler: frontdoor.New(frontdoor.Config{JetStream: js, Functions: fns,
+		Logger: log.With("component", "frontdoor")}), ReadHeaderTimeout: 10 * time.Second}
+	go func() {
+		if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			log.Error("front door stopped", "err", err)
+		}
+	}()
+	fmt.Fprintf(stdout, "queue-worker: async front door on http://%s/async-function/{name}\n", ln.Addr())
+	return func() {
+		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+		defer cancel()
+		if err := srv.Shutdown(sctx); err != nil {
+			log.Warn("front door shutdown", "err", err)
+		}
+		nc.Close()
+	}, nil
 }

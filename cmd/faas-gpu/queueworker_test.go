@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"io"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -33,6 +34,7 @@ func TestQueueWorkerBadFlagsNameTheFlag(t *testing.T) {
 		{args: []string{"--max-attempts", "0"}, want: "-max-attempts"},
 		{args: []string{"--retry-initial", "1s", "--retry-max", "10ms"}, want: "-retry-max"},
 		{args: []string{"--metrics-addr", "nowhere"}, want: "-metrics-addr"},
+		{args: []string{"--frontdoor-addr", "nowhere"}, want: "-frontdoor-addr"},
 		{args: []string{"--functions-url", "nope"}, want: "-functions-url"},
 		{args: []string{"--basic-auth-user", "admin"}, want: "-basic-auth-password-file"},
 		{args: []string{"--basic-auth-user", "admin", "--basic-auth-password-file", "/does/not/exist"}, want: "-basic-auth-password-file"},
@@ -79,9 +81,15 @@ func TestQueueWorkerCommandRuns(t *testing.T) {
 	defer cancel()
 	var stdout, stderr bytes.Buffer
 	done := make(chan error, 1)
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	frontAddr := l.Addr().String()
+	l.Close()
 	go func() {
 		done <- runQueueWorker(ctx, []string{"--nats-url", ns.ClientURL(), "--gateway-url", gw.URL,
-			"--metrics-addr", "127.0.0.1:0", "--log-level", "warn"}, &stdout, &stderr)
+			"--metrics-addr", "127.0.0.1:0", "--frontdoor-addr", frontAddr, "--log-level", "warn"}, &stdout, &stderr)
 	}()
 	nc, err := nats.Connect(ns.ClientURL())
 	if err != nil {
@@ -95,15 +103,24 @@ func TestQueueWorkerCommandRuns(t *testing.T) {
 	if err := frontdoor.EnsureStreams(ctx, js); err != nil {
 		t.Fatal(err)
 	}
-	front := httptest.NewServer(frontdoor.New(frontdoor.Config{JetStream: js}))
-	defer front.Close()
-	req, _ := http.NewRequest(http.MethodPost, front.URL+"/async-function/echo", strings.NewReader("hi"))
-	req.Header.Set("X-Callback-Url", cb.URL)
-	res, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
+	// The command's own front door (-frontdoor-addr) takes the call.
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		req, _ := http.NewRequest(http.MethodPost, "http://"+frontAddr+"/async-function/echo", strings.NewReader("hi"))
+		req.Header.Set("X-Callback-Url", cb.URL)
+		res, err := http.DefaultClient.Do(req)
+		if err == nil {
+			res.Body.Close()
+			if res.StatusCode != http.StatusAccepted {
+				t.Fatalf("front door answered %d", res.StatusCode)
+			}
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("front door on %s not reachable: %v", frontAddr, err)
+		}
+		time.Sleep(20 * time.Millisecond)
 	}
-	res.Body.Close()
 	select {
 	case s := <-got:
 		if s != "200 hi" {
