@@ -235,7 +235,7 @@ func TestEntrypointWithoutGPUServer(t *testing.T) {
 
 func TestEntrypointRegistersItselfWhenAsked(t *testing.T) {
 	sock := gpuServer(t)
-	startEntrypoint(t, "FAAS_GPU=1", "FAAS_GPU_FUNCTION=edge", "FAAS_GPU_SOCKET="+sock, "FAAS_GPU_SELF_REGISTER=1",
+	base := startEntrypoint(t, "FAAS_GPU=1", "FAAS_GPU_FUNCTION=edge", "FAAS_GPU_SOCKET="+sock, "FAAS_GPU_SELF_REGISTER=1",
 		"FAAS_GPU_MEMORY_BYTES=1610612736", "FAAS_GPU_SLO=80ms", "FAAS_GPU_SLO_PERCENTILE=99",
 		"FAAS_GPU_ISOLATION=isolated")
 	st, err := client.New(sock).Status(context.Background())
@@ -249,5 +249,16 @@ func TestEntrypointRegistersItselfWhenAsked(t *testing.T) {
 	if f.Name != "edge" || f.MemoryBytes != 1536<<20 || f.SLO != 80*time.Millisecond || f.Percentile != 99 ||
 		f.Isolation != pool.IsolationIsolated {
 		t.Fatalf("self-registered spec: %+v", f.FunctionSpec)
+	}
+	// A gpuserver that forgot the function (it restarted) gets it registered again by the next request.
+	if err := client.New(sock).Deregister(context.Background(), "edge"); err != nil {
+		t.Fatal(err)
+	}
+	if code, _, out := call(t, http.MethodPost, base+"/", strings.NewReader("x"), nil); code >= 300 || !strings.Contains(string(out), `"gpu": {`) {
+		t.Fatalf("request after the gpuserver forgot the function: %d %s", code, out)
+	}
+	st, err = client.New(sock).Status(context.Background())
+	if err != nil || len(st.Functions) != 1 || st.Functions[0].Served != 1 || st.Functions[0].SLO != 80*time.Millisecond {
+		t.Fatalf("after re-registration: %+v %v", st.Functions, err)
 	}
 }

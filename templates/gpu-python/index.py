@@ -103,6 +103,7 @@ class GPUClient:
 
     def __init__(self, function, socket_path, acquire_timeout_ms):
         self.function = function
+        self.spec = None  # set when the function registers itself (FAAS_GPU_SELF_REGISTER=1)
         self.socket_path = socket_path
         self.acquire_timeout_ms = acquire_timeout_ms
 
@@ -125,6 +126,19 @@ class GPUClient:
             return raw.decode(errors="replace")
 
     def acquire(self):
+        try:
+            return self._acquire()
+        except GPUError as e:
+            # A gpuserver that restarted has forgotten the functions that registered themselves: register again.
+            if e.status != 404 or self.spec is None:
+                raise
+            log("gpu-python: the gpuserver does not know %s (restarted?): registering again" % self.function)
+            token = self.register(self.spec)
+            if token:
+                os.environ["FAAS_GPU_TOKEN"] = token
+            return self._acquire()
+
+    def _acquire(self):
         # Leave the socket a little longer than the gpuserver's own timeout so that its 504 arrives first.
         timeout = self.acquire_timeout_ms / 1000.0 + 5
         path = "/v1/functions/%s/acquire" % self.function
@@ -357,6 +371,7 @@ def self_register(gpu):
         sys.exit("gpu-python: FAAS_GPU_SELF_REGISTER=1 needs FAAS_GPU_MEMORY_BYTES")
     except ValueError as e:
         sys.exit("gpu-python: bad GPU requirement in FAAS_GPU_*: %s" % e)
+    gpu.spec = spec
     deadline = time.monotonic() + 60
     while True:  # the node's gpuserver may still be starting
         try:

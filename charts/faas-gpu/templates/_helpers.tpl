@@ -33,6 +33,7 @@ nats://{{ .Release.Name }}-nats.{{ .Release.Namespace }}.svc:4222
 FAAS_GPU_SOCKET: {{ printf "%s/%s" .Values.socketDir .Values.gpuserver.controlSocket | quote }}
 FAAS_GPU_REMOTING_SOCKET: {{ printf "%s/%s" .Values.socketDir .Values.gpuserver.remotingSocket | quote }}
 FAAS_GPU_REPOSITORY_DIR: {{ .Values.gpuserver.repositoryDir | quote }}
+FAAS_GPU_KEY_FILE: {{ printf "%s/gpuserver.key" .Values.gpuserver.repositoryDir | quote }}
 FAAS_GPU_LOG_LEVEL: {{ .Values.gpuserver.logLevel | quote }}
 FAAS_GPU_GPUS: {{ required "gpuserver.gpus is required" .Values.gpuserver.gpus | quote }}
 {{- if .Values.gpuserver.metricsPort }}
