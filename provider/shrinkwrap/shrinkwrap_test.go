@@ -1,6 +1,7 @@
 package shrinkwrap
 
 import (
+	"bytes"
 	"os"
 	"path/filepath"
 	"strings"
@@ -174,5 +175,21 @@ func dockerfileLint(df string) []string {
 func TestDockerfileLintFindsProblems(t *testing.T) {
 	if p := dockerfileLint("FROM python\nUSER root\nCMD [\"python\", \"index.py\"]\n"); len(p) < 3 {
 		t.Errorf("lint of a bad Dockerfile found only %v", p)
+	}
+}
+
+// Each function folder deploys on its own, so the example functions carry their own copy of the ctypes driver
+// wrapper; the copies must not drift apart.
+func TestFunctionDriverCopiesStayIdentical(t *testing.T) {
+	a, err := os.ReadFile(filepath.Join(repo, "functions", "vector-add", "cudadrv.py"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := os.ReadFile(filepath.Join(repo, "functions", "mlp", "cudadrv.py"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(a, b) {
+		t.Fatal("functions/vector-add/cudadrv.py and functions/mlp/cudadrv.py differ: change both")
 	}
 }
