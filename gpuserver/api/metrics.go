@@ -28,7 +28,7 @@ func newMetrics(reg prometheus.Registerer, p pool.Pool) (*metrics, error) {
 			Buckets: prometheus.ExponentialBuckets(0.0005, 2, 16),
 		}, []string{"function"}),
 	}
-	for _, c := range []prometheus.Collector{m.acquires, m.wait, &poolCollector{pool: p}} {
+	for _, c := range []prometheus.Collector{m.acquires, m.wait, newPoolCollector(p)} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}
@@ -56,29 +56,34 @@ func (m *metrics) observeAcquire(function string, d time.Duration, err error) {
 }
 
 // poolCollector turns a pool's status into gauges at scrape time.
-type poolCollector struct{ pool pool.Pool }
+type poolCollector struct {
+	pool                                pool.Pool
+	gpuBusy, gpuUsed, gpuTotal, healthy *prometheus.Desc
+	queued, running, served, onTime     *prometheus.Desc
+}
 
-var (
-	descGPUBusy = prometheus.NewDesc("faas_gpu_gpu_busy", "1 while a binding runs on the GPU.",
-		[]string{"gpu", "name"}, nil)
-	descGPUUsed = prometheus.NewDesc("faas_gpu_gpu_memory_used_bytes", "GPU memory held by resident functions.",
-		[]string{"gpu"}, nil)
-	descGPUTotal = prometheus.NewDesc("faas_gpu_gpu_memory_bytes", "GPU memory the pool manages.",
-		[]string{"gpu"}, nil)
-	descGPUHealthy = prometheus.NewDesc("faas_gpu_gpu_healthy", "1 while the GPU is healthy.", []string{"gpu"}, nil)
-	descQueued     = prometheus.NewDesc("faas_gpu_queued_requests", "Requests waiting for a GPU, by function.",
-		[]string{"function"}, nil)
-	descRunning = prometheus.NewDesc("faas_gpu_running_requests", "Requests bound to a GPU, by function.",
-		[]string{"function"}, nil)
-	descServed = prometheus.NewDesc("faas_gpu_served_requests_total", "Requests released, by function.",
-		[]string{"function"}, nil)
-	descOnTime = prometheus.NewDesc("faas_gpu_on_time_requests_total",
-		"Requests released within the function's SLO, by function.", []string{"function"}, nil)
-)
+func newPoolCollector(p pool.Pool) *poolCollector {
+	gpu := []string{"gpu"}
+	fn := []string{"function"}
+	return &poolCollector{
+		pool: p,
+		gpuBusy: prometheus.NewDesc("faas_gpu_gpu_busy", "1 while a binding runs on the GPU.",
+			[]string{"gpu", "name"}, nil),
+		gpuUsed: prometheus.NewDesc("faas_gpu_gpu_memory_used_bytes", "GPU memory held by resident functions.",
+			gpu, nil),
+		gpuTotal: prometheus.NewDesc("faas_gpu_gpu_memory_bytes", "GPU memory the pool manages.", gpu, nil),
+		healthy:  prometheus.NewDesc("faas_gpu_gpu_healthy", "1 while the GPU is healthy.", gpu, nil),
+		queued:   prometheus.NewDesc("faas_gpu_queued_requests", "Requests waiting for a GPU, by function.", fn, nil),
+		running:  prometheus.NewDesc("faas_gpu_running_requests", "Requests bound to a GPU, by function.", fn, nil),
+		served:   prometheus.NewDesc("faas_gpu_served_requests_total", "Requests released, by function.", fn, nil),
+		onTime: prometheus.NewDesc("faas_gpu_on_time_requests_total",
+			"Requests released within the function's SLO, by function.", fn, nil),
+	}
+}
 
 func (c *poolCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{descGPUBusy, descGPUUsed, descGPUTotal, descGPUHealthy, descQueued,
-		descRunning, descServed, descOnTime} {
+	for _, d := range []*prometheus.Desc{c.gpuBusy, c.gpuUsed, c.gpuTotal, c.healthy, c.queued, c.running,
+		c.served, c.onTime} {
 		ch <- d
 	}
 }
@@ -87,16 +92,16 @@ func (c *poolCollector) Collect(ch chan<- prometheus.Metric) {
 	st := c.pool.Status(context.Background()) // scrapes carry no context; Status does not block on I/O
 	for _, g := range st.GPUs {
 		idx := strconv.Itoa(g.Index)
-		ch <- prometheus.MustNewConstMetric(descGPUBusy, prometheus.GaugeValue, b2f(g.Busy), idx, g.Name)
-		ch <- prometheus.MustNewConstMetric(descGPUUsed, prometheus.GaugeValue, float64(g.UsedBytes), idx)
-		ch <- prometheus.MustNewConstMetric(descGPUTotal, prometheus.GaugeValue, float64(g.MemoryBytes), idx)
-		ch <- prometheus.MustNewConstMetric(descGPUHealthy, prometheus.GaugeValue, b2f(g.Healthy), idx)
+		ch <- prometheus.MustNewConstMetric(c.gpuBusy, prometheus.GaugeValue, b2f(g.Busy), idx, g.Name)
+		ch <- prometheus.MustNewConstMetric(c.gpuUsed, prometheus.GaugeValue, float64(g.UsedBytes), idx)
+		ch <- prometheus.MustNewConstMetric(c.gpuTotal, prometheus.GaugeValue, float64(g.MemoryBytes), idx)
+		ch <- prometheus.MustNewConstMetric(c.healthy, prometheus.GaugeValue, b2f(g.Healthy), idx)
 	}
 	for _, f := range st.Functions {
-		ch <- prometheus.MustNewConstMetric(descQueued, prometheus.GaugeValue, float64(f.Queued), f.Name)
-		ch <- prometheus.MustNewConstMetric(descRunning, prometheus.GaugeValue, float64(f.Running), f.Name)
-		ch <- prometheus.MustNewConstMetric(descServed, prometheus.CounterValue, float64(f.Served), f.Name)
-		ch <- prometheus.MustNewConstMetric(descOnTime, prometheus.CounterValue, float64(f.OnTime), f.Name)
+		ch <- prometheus.MustNewConstMetric(c.queued, prometheus.GaugeValue, float64(f.Queued), f.Name)
+		ch <- prometheus.MustNewConstMetric(c.running, prometheus.GaugeValue, float64(f.Running), f.Name)
+		ch <- prometheus.MustNewConstMetric(c.served, prometheus.CounterValue, float64(f.Served), f.Name)
+		ch <- prometheus.MustNewConstMetric(c.onTime, prometheus.CounterValue, float64(f.OnTime), f.Name)
 	}
 }
 
