@@ -18,6 +18,10 @@ type Backend interface {
 	// ReserveAddress reserves size bytes of device address space aligned to alignment (0 means the granularity);
 	// size must be a multiple of the largest GPU granularity. The range is valid on every GPU.
 	ReserveAddress(size, alignment uint64) (Ptr, error)
+	// ReserveAddressAt reserves exactly [ptr, ptr+size) (ptr and size multiples of the largest granularity), so
+	// that addresses recorded before a restart (a model image's segments) are valid again. It fails, reserving
+	// nothing, when the range is not free (device.ErrOutOfMemory) or the driver would place it elsewhere.
+	ReserveAddressAt(ptr Ptr, size uint64) (Ptr, error)
 	// FreeAddress releases a whole reservation; nothing may be mapped in it any more.
 	FreeAddress(ptr Ptr, size uint64) error
 

@@ -145,6 +145,26 @@ func (b *Backend) ReserveAddress(size, alignment uint64) (device.Ptr, error) {
 	return device.Ptr(p), wrap(err)
 }
 
+// ReserveAddressAt reserves [ptr, ptr+size) exactly: cuMemAddressReserve with ptr as its address hint, and an
+// error wrapping device.ErrOutOfMemory (the range released again) when the driver placed it elsewhere.
+func (b *Backend) ReserveAddressAt(ptr device.Ptr, size uint64) (device.Ptr, error) {
+	g := b.maxGranularity()
+	if ptr == 0 || size == 0 || size%g != 0 || uint64(ptr)%g != 0 {
+		return 0, fmt.Errorf("%w: reserve %d bytes at %#x (granularity %d)", device.ErrInvalidValue, size,
+			uint64(ptr), g)
+	}
+	p, err := cu.ReserveAt(b.gpus[0].ctx, size, g, uint64(ptr))
+	if err != nil {
+		return 0, wrap(err)
+	}
+	if device.Ptr(p) != ptr {
+		ferr := cu.AddressFree(b.gpus[0].ctx, p, size)
+		return 0, errors.Join(fmt.Errorf("%w: %d bytes at %#x: the driver reserved %#x instead",
+			device.ErrOutOfMemory, size, uint64(ptr), p), wrap(ferr))
+	}
+	return ptr, nil
+}
+
 // FreeAddress releases a reservation.
 func (b *Backend) FreeAddress(ptr device.Ptr, size uint64) error {
 	return wrap(cu.AddressFree(b.gpus[0].ctx, uint64(ptr), size))

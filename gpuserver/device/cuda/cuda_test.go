@@ -122,3 +122,21 @@ func must(t *testing.T, err error) {
 		t.Fatal(err)
 	}
 }
+
+// TestReserveAddressAtOnTheDriver frees a reservation and takes the same range back at its address (what a
+// restarted gpuserver does for a model image's segments), and refuses a range that is taken.
+func TestReserveAddressAtOnTheDriver(t *testing.T) {
+	b := openCUDA(t)
+	g := b.GPUs()[0].Granularity
+	p, err := b.ReserveAddress(8*g, 0)
+	must(t, err)
+	must(t, b.FreeAddress(p, 8*g))
+	got, err := b.ReserveAddressAt(p, 8*g)
+	if err != nil || got != p {
+		t.Fatalf("ReserveAddressAt(%#x) = %#x, %v", uint64(p), uint64(got), err)
+	}
+	if _, err := b.ReserveAddressAt(p+2*g, g); err == nil {
+		t.Fatal("reserving a range inside a reservation succeeded")
+	}
+	must(t, b.FreeAddress(p, 8*g))
+}

@@ -55,6 +55,7 @@ type Backend struct {
 	streams   map[*stream]struct{}  // live streams, for Close
 	hostRegs  map[*byte]int         // registered host buffers (start -> len)
 	transfers map[*transfer]topology.Path
+	failed    map[int]error // GPUs failed by FailGPU: the error their streams' work returns
 	closed    bool
 	workers   sync.WaitGroup
 }
@@ -105,7 +106,7 @@ func New(opts Options) (*Backend, error) {
 		ctx: ctx, cancel: cancel,
 		nextAddr: addressBase, reserved: map[device.Ptr]uint64{}, pages: map[uint64]*mapping{},
 		used: make([]uint64, len(opts.Node.GPUs)), streams: map[*stream]struct{}{},
-		hostRegs: map[*byte]int{}, transfers: map[*transfer]topology.Path{},
+		hostRegs: map[*byte]int{}, transfers: map[*transfer]topology.Path{}, failed: map[int]error{},
 	}
 	for i, g := range b.node.GPUs {
 		b.gpus = append(b.gpus, device.GPUInfo{
@@ -156,6 +157,54 @@ func (b *Backend) ReserveAddress(size, alignment uint64) (device.Ptr, error) {
 	b.nextAddr = device.Ptr(a + size + b.gran)
 	b.reserved[device.Ptr(a)] = size
 	return device.Ptr(a), nil
+}
+
+// ReserveAddressAt reserves exactly [ptr, ptr+size); it fails with device.ErrOutOfMemory when the range overlaps
+// a reservation. Later ReserveAddress calls allocate above it.
+func (b *Backend) ReserveAddressAt(ptr device.Ptr, size uint64) (device.Ptr, error) {
+	if ptr == 0 || size == 0 || size%b.gran != 0 || uint64(ptr)%b.gran != 0 {
+		return 0, fmt.Errorf("%w: reserve %d bytes at %#x (granularity %d)", device.ErrInvalidValue, size,
+			uint64(ptr), b.gran)
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.closed {
+		return 0, fmt.Errorf("sim: %w: closed", device.ErrUnavailable)
+	}
+	end := uint64(ptr) + size
+	for start, s := range b.reserved {
+		if uint64(ptr) < uint64(start)+s && uint64(start) < end {
+			return 0, fmt.Errorf("%w: %d bytes at %#x overlap the reservation of %d bytes at %#x",
+				device.ErrOutOfMemory, size, uint64(ptr), s, uint64(start))
+		}
+	}
+	b.reserved[ptr] = size
+	if next := device.Ptr(end + b.gran); next > b.nextAddr {
+		b.nextAddr = next
+	}
+	return ptr, nil
+}
+
+// FailGPU injects a device failure: from now on every operation that runs on a stream of GPU gpu fails with err
+// (reported, as by a real driver, at the stream's next synchronisation or event). A nil err repairs the GPU.
+func (b *Backend) FailGPU(gpu int, err error) error {
+	if verr := b.validGPU(gpu); verr != nil {
+		return verr
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if err == nil {
+		delete(b.failed, gpu)
+	} else {
+		b.failed[gpu] = err
+	}
+	return nil
+}
+
+func (b *Backend) failure(gpu int) error {
+	b.mu.RLock()
+	defer b.mu.RUnlock()
+	return b.failed[gpu]
 }
 
 // FreeAddress releases a reservation.

@@ -81,6 +81,10 @@ func (s *stream) work() {
 				start = s.timeline
 			}
 			s.opStart = start
+			if err := s.b.failure(s.gpu); err != nil {
+				s.err = fmt.Errorf("sim: gpu %d: %s: %w", s.gpu, o.kind, err)
+				continue
+			}
 			d, err := o.run()
 			if err != nil {
 				s.err = fmt.Errorf("sim: gpu %d: %s: %w", s.gpu, o.kind, err)

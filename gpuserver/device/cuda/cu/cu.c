@@ -167,6 +167,11 @@ CUresult fg_reserve(CUcontext ctx, CUdeviceptr *p, size_t size, size_t align) {
 	return r ? r : d.cuMemAddressReserve(p, size, align, 0, 0);
 }
 
+CUresult fg_reserve_at(CUcontext ctx, CUdeviceptr *p, size_t size, size_t align, CUdeviceptr addr) {
+	CUresult r = d.cuCtxSetCurrent(ctx);
+	return r ? r : d.cuMemAddressReserve(p, size, align, addr, 0);
+}
+
 CUresult fg_address_free(CUcontext ctx, CUdeviceptr p, size_t size) {
 	CUresult r = d.cuCtxSetCurrent(ctx);
 	return r ? r : d.cuMemAddressFree(p, size);

@@ -126,6 +126,15 @@ func Reserve(ctx Context, size, align uint64) (uint64, error) {
 	return uint64(p), err
 }
 
+// ReserveAt reserves address space with addr as the driver's placement hint; the driver may return another
+// address (the caller checks).
+func ReserveAt(ctx Context, size, align, addr uint64) (uint64, error) {
+	var p C.CUdeviceptr
+	err := check("cuMemAddressReserve", C.fg_reserve_at(C.CUcontext(ctx), &p, C.size_t(size), C.size_t(align),
+		C.CUdeviceptr(addr)))
+	return uint64(p), err
+}
+
 // AddressFree releases a reservation.
 func AddressFree(ctx Context, p, size uint64) error {
 	return check("cuMemAddressFree", C.fg_address_free(C.CUcontext(ctx), C.CUdeviceptr(p), C.size_t(size)))

@@ -47,6 +47,7 @@ CUresult fg_device_info(CUcontext ctx, CUdevice dev, char *name, int namelen, ch
 CUresult fg_can_access_peer(int *can, CUdevice a, CUdevice b);
 CUresult fg_mem_info(CUcontext ctx, size_t *free, size_t *total);
 CUresult fg_reserve(CUcontext ctx, CUdeviceptr *p, size_t size, size_t align);
+CUresult fg_reserve_at(CUcontext ctx, CUdeviceptr *p, size_t size, size_t align, CUdeviceptr addr);
 CUresult fg_address_free(CUcontext ctx, CUdeviceptr p, size_t size);
 CUresult fg_create(CUcontext ctx, int dev, size_t size, CUmemGenericAllocationHandle *h);
 CUresult fg_release(CUcontext ctx, CUmemGenericAllocationHandle h);
