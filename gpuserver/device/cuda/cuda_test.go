@@ -135,7 +135,7 @@ func TestReserveAddressAtOnTheDriver(t *testing.T) {
 	if err != nil || got != p {
 		t.Fatalf("ReserveAddressAt(%#x) = %#x, %v", uint64(p), uint64(got), err)
 	}
-	if _, err := b.ReserveAddressAt(p+2*g, g); err == nil {
+	if _, err := b.ReserveAddressAt(p+device.Ptr(2*g), g); err == nil {
 		t.Fatal("reserving a range inside a reservation succeeded")
 	}
 	must(t, b.FreeAddress(p, 8*g))
