@@ -107,8 +107,9 @@ type gpuState struct {
 	capacity  uint64
 	used      uint64
 	resident  map[string]*residency
-	busy      uint64 // request id bound, 0 when idle
-	transfers []topology.Path
+	busy      uint64    // request id bound, 0 when idle
+	busyUntil time.Time // predicted end of the binding (swap and execution)
+	transfers []transfer
 	loading   map[string]bool // functions currently swapping in from host here (value: heavy)
 	busyTime  time.Duration
 	busySince time.Time
@@ -132,6 +133,13 @@ type reqState struct {
 	bound    bool
 	decision Decision
 	swapping bool
+	slowdown float64 // the link model's slowdown of the swap's path when it started (1: alone)
+}
+
+// transfer is a swap in progress into a GPU and when the link model predicts it to end.
+type transfer struct {
+	path topology.Path
+	end  time.Time
 }
 
 // Controller decides, for a node's GPUs, which request runs next, where, how its model gets there and what is
@@ -186,7 +194,7 @@ func New(cfg Config) (*Controller, error) {
 		cfg.ColdStart = DefaultColdStart
 	}
 	tr := cfg.Policy.traits()
-	q, err := queueing.New(queueing.Config{Order: tr.order, Margin: cfg.Margin})
+	q, err := queueing.New(queueing.Config{Order: tr.order, Margin: cfg.Margin, LateWithoutMargin: tr.deadlineAware})
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrInvalidConfig, err)
 	}
@@ -376,7 +384,9 @@ func (c *Controller) Waiting() int { return c.q.Len() }
 func (c *Controller) ActiveTransfers() []topology.Path {
 	var out []topology.Path
 	for _, g := range c.gpus {
-		out = append(out, g.transfers...)
+		for _, t := range g.transfers {
+			out = append(out, t.path)
+		}
 	}
 	return out
 }
@@ -403,7 +413,7 @@ func (c *Controller) Dispatch(now time.Time) []Decision {
 			break
 		}
 		fs := c.fns[r.Function]
-		d, ok := c.place(now, fs)
+		d, ok := c.place(now, fs, c.reqs[r.ID])
 		if !ok {
 			if blocked == nil {
 				blocked = map[string]bool{}
@@ -449,6 +459,7 @@ func (c *Controller) apply(now time.Time, fs *fnState, d *Decision) {
 	case SwapNone:
 		c.counts.SwapsNone++
 		g.resident[fs.Name].lastUsed = now
+		g.busyUntil = now.Add(d.PredictedExec)
 		req.decision = *d
 		return
 	case SwapNVLink:
@@ -462,11 +473,19 @@ func (c *Controller) apply(now time.Time, fs *fnState, d *Decision) {
 	}
 	d.Bytes = fs.ModelBytes
 	d.PredictedSwap = fs.swap[d.Swap].Mean()
+	req.slowdown = 1
+	if d.Swap != SwapCold {
+		active := c.ActiveTransfers()
+		if c.tr.deadlineAware {
+			req.slowdown = c.node.SlowdownOf(d.Path(), active)
+			d.PredictedSwap = time.Duration(float64(d.PredictedSwap) * req.slowdown)
+		}
+		g.transfers = append(g.transfers, transfer{path: d.Path(),
+			end: now.Add(c.node.TransferTime(d.Bytes, d.Path(), active))})
+	}
+	g.busyUntil = now.Add(d.PredictedSwap + d.PredictedExec)
 	c.addResident(fs, g, now)
 	g.resident[fs.Name].loading = true
-	if d.Swap != SwapCold {
-		g.transfers = append(g.transfers, d.Path())
-	}
 	req.swapping = true
 	req.decision = *d
 }
@@ -486,8 +505,10 @@ func (c *Controller) SwapDone(now time.Time, id uint64, took time.Duration) erro
 		res.loading = false
 	}
 	delete(g.loading, d.Function)
-	if i := slices.Index(g.transfers, d.Path()); i >= 0 && d.Swap != SwapCold {
-		g.transfers = slices.Delete(g.transfers, i, i+1)
+	if d.Swap != SwapCold {
+		if i := slices.IndexFunc(g.transfers, func(t transfer) bool { return t.path == d.Path() }); i >= 0 {
+			g.transfers = slices.Delete(g.transfers, i, i+1)
+		}
 	}
 	if d.Swap == SwapNVLink {
 		if src := c.gpus[d.Source].resident[d.Function]; src != nil {
@@ -495,6 +516,11 @@ func (c *Controller) SwapDone(now time.Time, id uint64, took time.Duration) erro
 		}
 	}
 	if fs != nil {
+		// Deadline-aware policies learn the swap time a transfer takes alone, and scale it by the link model's
+		// slowdown when they predict one.
+		if r.slowdown > 0 {
+			took = time.Duration(float64(took) / r.slowdown)
+		}
 		fs.swap[d.Swap].Observe(took)
 	}
 	return nil

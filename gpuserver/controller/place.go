@@ -9,7 +9,7 @@ import (
 
 // place chooses a GPU for one request of fs without changing any state; ok is false when the request cannot be
 // bound now.
-func (c *Controller) place(now time.Time, fs *fnState) (Decision, bool) {
+func (c *Controller) place(now time.Time, fs *fnState, r *reqState) (Decision, bool) {
 	switch c.tr.place {
 	case placePinned:
 		g := c.gpus[fs.pinnedGPU]
@@ -35,7 +35,11 @@ func (c *Controller) place(now time.Time, fs *fnState) (Decision, bool) {
 		}
 		return Decision{}, false
 	}
-	return c.placeInterference(fs)
+	d, ok := c.placeInterference(fs)
+	if ok && c.tr.deadlineAware && d.Swap == SwapPCIe && c.betterToWait(now, fs, r, d) {
+		return Decision{}, false
+	}
+	return d, ok
 }
 
 // residentIdle is an idle GPU holding a usable copy of fs, or -1.

@@ -70,6 +70,7 @@ type traits struct {
 	place         placement
 	heavyEviction bool
 	avoidEviction bool // among equally good GPUs, prefer the one needing the fewest evictions
+	deadlineAware bool // predict swaps under link contention; wait when that meets a deadline a swap now misses
 	ownContext    bool // each function carries its own CUDA context (native, keep-alive)
 	native        bool // exec time is the native (not remoted) time
 }
@@ -77,7 +78,8 @@ type traits struct {
 func (p Policy) traits() traits {
 	switch p {
 	case PolicyFaaSGPU:
-		return traits{order: queueing.OrderSLOAware, place: placeInterference, heavyEviction: true, avoidEviction: true}
+		return traits{order: queueing.OrderSLOAware, place: placeInterference, heavyEviction: true, avoidEviction: true,
+			deadlineAware: true}
 	case PolicyTorpor:
 		return traits{order: queueing.OrderTorpor, place: placeInterference, heavyEviction: true}
 	case PolicyFIFO:

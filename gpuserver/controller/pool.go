@@ -131,6 +131,7 @@ func (p *Pool) Acquire(ctx context.Context, function string) (pool.Binding, erro
 		if err := p.ctl.SwapDone(bound, id, bound.Sub(swapStart)); err != nil {
 			return pool.Binding{}, err
 		}
+		p.dispatchLocked() // a request may have waited for this transfer to end
 	}
 	bid := strconv.FormatUint(id, 10)
 	p.bindings[bid] = &poolBinding{id: id, start: bound}

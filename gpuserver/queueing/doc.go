@@ -32,7 +32,8 @@
 //     mean latency x (p*n - m)) first; low-priority ones cheapest first; FIFO within a function.
 //   - OrderSLOAware (faas-gpu's default): Torpor's two groups, and within a group least slack first as in DQLS,
 //     except that requests that can no longer meet their deadline (negative slack) go after every request that
-//     still can, oldest first; requests without an SLO go last.
+//     still can, oldest first; requests without an SLO go last. With LateWithoutMargin a request is late only
+//     once deadline - now - Cost < 0 (the margin then orders requests but does not demote them).
 //
 // # Cost
 //

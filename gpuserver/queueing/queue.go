@@ -46,6 +46,11 @@ type Config struct {
 	RegroupEvery time.Duration
 	// AlphaWindow is how many regroupings pass between re-tunings of alpha.
 	AlphaWindow int
+	// LateWithoutMargin (OrderSLOAware): a request counts as late once the predicted cost alone no longer fits
+	// before its deadline (deadline - Cost < now), so a request whose margined cost exceeds its SLO (a long swap
+	// under a short deadline) still competes while it can make it; by default the margined slack decides
+	// (deadline - (1+Margin)*Cost < now).
+	LateWithoutMargin bool
 }
 
 // Request is one queued request or message.
@@ -78,6 +83,7 @@ type entry struct {
 	Request
 	seq   uint64
 	key   int64 // ordering key within the function; smaller first
+	due   int64 // when the request counts as late (SLO-aware order): slack, or deadline - cost (LateWithoutMargin)
 	slack int64 // deadline - (1+margin)*cost in ns since epoch; math.MaxInt64 without a deadline
 	index int
 	late  bool // moved to the function's late heap (SLO-aware order)
@@ -135,9 +141,10 @@ func (f *function) popHead() *entry {
 	return heap.Pop(&f.late).(*entry)
 }
 
-// demoteLate moves requests whose slack has run out from waiting to late.
+// demoteLate moves requests that can no longer make their deadline (due passed) from waiting to late; waiting is
+// ordered by slack, so it looks at the head only.
 func (f *function) demoteLate(nowNS int64) {
-	for len(f.waiting) > 0 && f.waiting[0].slack < nowNS {
+	for len(f.waiting) > 0 && f.waiting[0].due < nowNS {
 		e := heap.Pop(&f.waiting).(*entry)
 		e.late, e.key = true, int64(e.seq)
 		heap.Push(&f.late, e)
@@ -273,9 +280,13 @@ func (q *Queue) Push(r Request) error {
 		r.Deadline = r.Arrival.Add(f.slo)
 	}
 	q.seq++
-	e := &entry{Request: r, seq: q.seq, slack: math.MaxInt64}
+	e := &entry{Request: r, seq: q.seq, slack: math.MaxInt64, due: math.MaxInt64}
 	if !r.Deadline.IsZero() {
 		e.slack = r.Deadline.UnixNano() - int64((1+q.cfg.Margin)*float64(r.Cost))
+		e.due = e.slack
+		if q.cfg.LateWithoutMargin {
+			e.due = r.Deadline.UnixNano() - int64(r.Cost)
+		}
 	}
 	switch q.cfg.Order {
 	case OrderFIFO, OrderTorpor:

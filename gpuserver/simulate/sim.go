@@ -91,6 +91,9 @@ type Outcome struct {
 	Function int
 	Arrival  time.Duration
 	Latency  time.Duration
+	// Wait is the time from arrival to binding; SwapTime what the swap added to the request.
+	Wait     time.Duration
+	SwapTime time.Duration
 	GPU      int
 	Swap     string
 	OnTime   bool
@@ -296,7 +299,9 @@ func Run(cfg Config, keepOutcomes bool) (Result, error) {
 			}
 			push(event{at: now + penalty + exec, kind: 1, id: d.Request, exec: exec})
 			if ri.out >= 0 {
-				outcomes[ri.out].GPU, outcomes[ri.out].Swap, outcomes[ri.out].Evicted = d.GPU, d.Swap, d.Evict
+				o := &outcomes[ri.out]
+				o.GPU, o.Swap, o.Evicted = d.GPU, d.Swap, d.Evict
+				o.Wait, o.SwapTime = now-ri.arrival, penalty
 			}
 		}
 	}
