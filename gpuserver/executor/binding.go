@@ -26,6 +26,17 @@ func (b *Binding) GPU() int { return b.gpu }
 // Function bound.
 func (b *Binding) Function() string { return b.function }
 
+// Err reports a binding that broke: its GPU was marked unhealthy while it was held (or since), so the work of
+// its request may not have completed. It wraps ErrUnhealthy and the GPU's failure.
+func (b *Binding) Err() error {
+	b.n.mu.Lock()
+	defer b.n.mu.Unlock()
+	if e := b.n.execs[b.gpu]; !e.healthy {
+		return fmt.Errorf("%w: %s was bound to gpu %d, which failed: %w", ErrUnhealthy, b.function, b.gpu, e.lastErr)
+	}
+	return nil
+}
+
 // Release ends the binding; the function's copy stays resident (parked or active) until evicted.
 func (b *Binding) Release() {
 	b.once.Do(func() {
@@ -276,6 +287,9 @@ var _ device.Stream = (*Stream)(nil)
 func (s *Stream) gate(op func() error, ptrs ...device.Ptr) error {
 	s.n.mu.Lock()
 	defer s.n.mu.Unlock()
+	if e := s.n.execs[s.gpu]; !e.healthy {
+		return fmt.Errorf("%w: gpu %d: %w", ErrUnhealthy, s.gpu, e.lastErr)
+	}
 	if s.f.active != s.gpu {
 		return fmt.Errorf("%w: %s is no longer active on gpu %d", ErrInvalid, s.f.name, s.gpu)
 	}
@@ -349,7 +363,20 @@ func (s *Stream) WaitAll() error {
 func (s *Stream) Record(e device.Event) error { return s.s.Record(e) }
 func (s *Stream) Wait(e device.Event) error   { return s.s.Wait(e) }
 
-func (s *Stream) Synchronize(ctx context.Context) error { return s.s.Synchronize(ctx) }
+// Synchronize waits for the stream's work. A device error reported here (not a cancelled ctx, not a bad
+// argument) takes the GPU out of service (MarkUnhealthy) and wraps ErrUnhealthy.
+func (s *Stream) Synchronize(ctx context.Context) error {
+	err := s.s.Synchronize(ctx)
+	if err == nil || ctx.Err() != nil || errors.Is(err, device.ErrInvalidValue) {
+		return err
+	}
+	s.n.mu.Lock()
+	defer s.n.mu.Unlock()
+	if e := s.n.execs[s.gpu]; !e.healthy {
+		return fmt.Errorf("%w: gpu %d: %w", ErrUnhealthy, s.gpu, err)
+	}
+	return s.n.failLocked(s.gpu, err)
+}
 
 // Destroy is a no-op: the stream belongs to the function and lives until it is deregistered.
 func (s *Stream) Destroy() error { return nil }

@@ -267,8 +267,11 @@ func (n *Node) Close(ctx context.Context) error {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	for _, f := range n.fns {
-		for _, s := range f.streams {
-			errs = append(errs, s.Synchronize(ctx), s.Destroy())
+		for gpu, s := range f.streams {
+			if n.execs[gpu].healthy { // a failed GPU's errors were reported when it failed
+				errs = append(errs, s.Synchronize(ctx))
+			}
+			errs = append(errs, s.Destroy())
 		}
 		f.streams = map[int]device.Stream{}
 		for gpu, r := range f.res { // the images stay in the repository

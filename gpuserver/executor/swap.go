@@ -71,9 +71,10 @@ func (n *Node) swapInLocked(ctx context.Context, f *function, gpu int, source So
 		if err := n.endInitLocked(ctx, f); err != nil { // its bytes must survive the move
 			return err
 		}
-		if err := n.deactivateLocked(ctx, f); err != nil {
+		old := f.active
+		if err := n.deactivateLocked(ctx, f); err != nil && n.execs[old].healthy {
 			return err
-		}
+		} // a GPU that failed on the way out lost its copy: the host image is authoritative
 	}
 	if _, ok := f.res[gpu]; !ok {
 		f.res[gpu] = &residency{gpu: gpu, chunks: map[int][]memory.Chunk{}, ready: map[int]device.Event{},
@@ -94,11 +95,17 @@ func (n *Node) deactivateLocked(ctx context.Context, f *function) error {
 	gpu := f.active
 	if s, ok := f.streams[gpu]; ok {
 		if err := s.Synchronize(ctx); err != nil {
+			if ctx.Err() == nil {
+				err = n.failLocked(gpu, err)
+			}
 			return fmt.Errorf("function %s gpu %d: %w", f.name, gpu, err)
 		}
 	}
 	r := f.res[gpu]
 	if err := n.waitReadyLocked(ctx, r); err != nil {
+		if ctx.Err() == nil {
+			err = n.failLocked(gpu, err)
+		}
 		return err
 	}
 	for _, seg := range f.space.Segments() {
