@@ -105,6 +105,8 @@ func result(err error) Result {
 	switch {
 	case err == nil:
 		return ResultSuccess
+	case errors.Is(err, executor.ErrUnhealthy):
+		return ResultDeviceUnavailable
 	case errors.Is(err, device.ErrInvalidValue), errors.Is(err, memory.ErrInvalid), errors.Is(err, executor.ErrInvalid):
 		return ResultInvalidValue
 	case errors.Is(err, device.ErrOutOfMemory), errors.Is(err, memory.ErrNoSpace), errors.Is(err, executor.ErrNoMemory):
@@ -180,8 +182,11 @@ func (h *deviceHandler) bind(ctx context.Context) (device.Stream, Result) {
 // moveTo makes gpu the function's GPU: the node swaps it there (a no-op when the binder already did) and its
 // globals follow it.
 func (h *deviceHandler) moveTo(ctx context.Context, gpu int) Result {
-	if r := h.syncStream(ctx); r != ResultSuccess {
-		return r
+	left := h.gpu >= 0 && !h.node.Healthy(h.gpu) // the GPU it leaves failed: nothing there to wait for or read
+	if !left {
+		if r := h.syncStream(ctx); r != ResultSuccess {
+			return r
+		}
 	}
 	if h.node.Active(h.info.Function) != gpu {
 		if err := h.node.SwapIn(ctx, h.info.Function, gpu, executor.Any); err != nil {
@@ -193,7 +198,12 @@ func (h *deviceHandler) moveTo(ctx context.Context, gpu int) Result {
 	if err != nil {
 		return result(err)
 	}
-	if h.gpu >= 0 && h.gpu != gpu {
+	if left && len(h.globals) > 0 {
+		// Module globals live on one GPU only: those written on the failed GPU are lost (DESIGN.md's trap).
+		h.log.Warn("remoting: module globals stay at their initial values: the gpu they were on failed",
+			"gpu", gpu, "failed_gpu", h.gpu, "globals", len(h.globals))
+	}
+	if h.gpu >= 0 && h.gpu != gpu && !left {
 		if err := h.moveGlobals(ctx, h.gpu, gpu); err != nil {
 			h.log.Error("remoting: move module globals", "gpu", gpu, "err", err)
 			return result(err)

@@ -34,18 +34,20 @@ const (
 	ResultInvalidValue   Result = 1
 	ResultOutOfMemory    Result = 2
 	ResultNotInitialized Result = 3
-	ResultInvalidDevice  Result = 101
-	ResultInvalidImage   Result = 200
-	ResultInvalidContext Result = 201
-	ResultInvalidHandle  Result = 400
-	ResultNotFound       Result = 500
-	ResultNotReady       Result = 600
-	ResultIllegalAddress Result = 700
-	ResultLaunchFailed   Result = 719
-	ResultNotPermitted   Result = 800
-	ResultNotSupported   Result = 801
-	ResultSystemNotReady Result = 802
-	ResultUnknown        Result = 999
+	// ResultDeviceUnavailable (CUDA_ERROR_DEVICE_UNAVAILABLE): the GPU the request was bound to failed.
+	ResultDeviceUnavailable Result = 46
+	ResultInvalidDevice     Result = 101
+	ResultInvalidImage      Result = 200
+	ResultInvalidContext    Result = 201
+	ResultInvalidHandle     Result = 400
+	ResultNotFound          Result = 500
+	ResultNotReady          Result = 600
+	ResultIllegalAddress    Result = 700
+	ResultLaunchFailed      Result = 719
+	ResultNotPermitted      Result = 800
+	ResultNotSupported      Result = 801
+	ResultSystemNotReady    Result = 802
+	ResultUnknown           Result = 999
 )
 
 // Errors of the protocol.

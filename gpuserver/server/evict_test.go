@@ -38,7 +38,10 @@ class Event:
         self.body, self.headers, self.method, self.query, self.path = body, {}, "POST", {}, "/"
 print(json.dumps({"ready": True}), flush=True)
 for line in sys.stdin:
-    out = handler.handle(Event(line.encode()), None)
+    try:
+        out = handler.handle(Event(line.encode()), None)
+    except Exception as e:  # a CUDA error: answer it as the template would, a 500
+        out = {"statusCode": 500, "body": {"error": str(e)}}
     print(json.dumps(out), flush=True)
 `
 

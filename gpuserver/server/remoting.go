@@ -8,6 +8,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"sync"
@@ -59,8 +60,10 @@ func (k tokenKey) token(function string) string {
 // copy, so an image is never lost to a placement decision made between initialisation and the first request.
 type trackedPool struct {
 	pool.Pool
-	key  tokenKey
-	node *executor.Node // nil without remoting
+	key      tokenKey
+	node     *executor.Node // nil without remoting
+	gpuNames []string
+	log      *slog.Logger
 
 	mu       sync.Mutex
 	specs    map[string]pool.FunctionSpec
@@ -68,12 +71,15 @@ type trackedPool struct {
 	bindings map[string]string         // binding ID -> function
 	held     map[string]*executor.Binding
 	swaps    map[string]int64 // bindings by how the model reached the GPU (pool.Binding.Swap)
+	failed   map[int]bool     // unhealthy GPUs already logged and told to the pool (see health.go)
+	replaced int64            // requests re-placed off an unhealthy GPU
 }
 
-func newTrackedPool(p pool.Pool, key tokenKey, node *executor.Node) *trackedPool {
-	return &trackedPool{Pool: p, key: key, node: node, specs: map[string]pool.FunctionSpec{},
-		bound: map[string]map[string]int{}, bindings: map[string]string{}, held: map[string]*executor.Binding{},
-		swaps: map[string]int64{}}
+func newTrackedPool(p pool.Pool, key tokenKey, node *executor.Node, gpuNames []string,
+	log *slog.Logger) *trackedPool {
+	return &trackedPool{Pool: p, key: key, node: node, gpuNames: gpuNames, log: log,
+		specs: map[string]pool.FunctionSpec{}, bound: map[string]map[string]int{}, bindings: map[string]string{},
+		held: map[string]*executor.Binding{}, swaps: map[string]int64{}, failed: map[int]bool{}}
 }
 
 func (t *trackedPool) Register(ctx context.Context, spec pool.FunctionSpec) error {
@@ -119,8 +125,8 @@ func (t *trackedPool) Acquire(ctx context.Context, function string) (pool.Bindin
 
 // acquire binds through the pool (whose actuator swaps the model in), then holds the function on its GPU's
 // executor; when the pool's view and the executors' differ (a copy the executors evicted under pressure), the
-// executor swaps it in from a GPU with a copy or from the host image.
-// Only a request's binding (request) is what CurrentGPU reports.
+// executor swaps it in from a GPU with a copy or from the host image. A binding to a GPU that failed is re-placed
+// on a healthy one (bindHealthy). Only a request's binding (request) is what CurrentGPU reports.
 func (t *trackedPool) acquire(ctx context.Context, function string, request bool) (pool.Binding, error) {
 	b, err := t.Pool.Acquire(ctx, function)
 	if err != nil {
@@ -128,9 +134,10 @@ func (t *trackedPool) acquire(ctx context.Context, function string, request bool
 	}
 	var held *executor.Binding
 	if t.node != nil {
-		if held, err = t.node.Acquire(ctx, function, b.GPU, executor.Any); err != nil {
+		gpu := b.GPU
+		if b, held, err = t.bindHealthy(ctx, function, b); err != nil {
 			rerr := t.Pool.Release(context.WithoutCancel(ctx), b.ID)
-			return pool.Binding{}, errors.Join(fmt.Errorf("acquire %q on gpu %d: %w", function, b.GPU, err), rerr)
+			return pool.Binding{}, errors.Join(fmt.Errorf("acquire %q on gpu %d: %w", function, gpu, err), rerr)
 		}
 	}
 	t.mu.Lock()
@@ -153,6 +160,8 @@ func (t *trackedPool) acquire(ctx context.Context, function string, request bool
 	return b, nil
 }
 
+// Release ends a binding. When the GPU it was bound to failed meanwhile, the binding is released and the error
+// (wrapping executor.ErrUnhealthy) says it broke: the request's work may not have completed.
 func (t *trackedPool) Release(ctx context.Context, id string) error {
 	t.mu.Lock()
 	if fn, ok := t.bindings[id]; ok {
@@ -165,10 +174,15 @@ func (t *trackedPool) Release(ctx context.Context, id string) error {
 	held := t.held[id]
 	delete(t.held, id)
 	t.mu.Unlock()
+	var broke error
 	if held != nil {
+		if err := held.Err(); err != nil {
+			broke = fmt.Errorf("binding %s broke: %w", id, err)
+			t.noteHealth(ctx)
+		}
 		held.Release()
 	}
-	return t.Pool.Release(ctx, id)
+	return errors.Join(t.Pool.Release(ctx, id), broke)
 }
 
 // Swaps counts the bindings so far by how the model reached the GPU: none (resident), nvlink, pcie, cold.
@@ -184,8 +198,10 @@ func (t *trackedPool) Swaps() map[string]int64 {
 
 // Status adds the swaps by kind to the pool's status.
 func (t *trackedPool) Status(ctx context.Context) pool.Status {
+	t.noteHealth(ctx)
 	st := t.Pool.Status(ctx)
 	st.Swaps = t.Swaps()
+	t.healthStatus(&st)
 	return st
 }
 

@@ -106,14 +106,18 @@ func Start(ctx context.Context, cfg Config) (*Server, error) {
 			return nil, err
 		}
 		if cfg.Actuator == nil && cfg.Policy != PolicyFCFS {
-			cfg.Actuator = executor.Actuator{Node: s.node}
+			cfg.Actuator = healthActuator{executor.Actuator{Node: s.node}} // see health.go
 		}
 	}
 	inner, err := newPool(cfg, s.node != nil)
 	if err != nil {
 		return nil, fmt.Errorf("gpuserver: %w", err)
 	}
-	p := newTrackedPool(inner, s.key, s.node)
+	names := make([]string, len(cfg.Node.GPUs))
+	for i, g := range cfg.Node.GPUs {
+		names[i] = g.Name
+	}
+	p := newTrackedPool(inner, s.key, s.node, names, cfg.Logger)
 	s.pool = p
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
