@@ -194,7 +194,7 @@ func New(cfg Config) (*Controller, error) {
 		cfg.ColdStart = DefaultColdStart
 	}
 	tr := cfg.Policy.traits()
-	q, err := queueing.New(queueing.Config{Order: tr.order, Margin: cfg.Margin, LateWithoutMargin: tr.deadlineAware})
+	q, err := queueing.New(queueing.Config{Order: tr.order, Margin: cfg.Margin, RescueShare: tr.rescueShare})
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrInvalidConfig, err)
 	}

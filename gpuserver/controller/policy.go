@@ -34,6 +34,11 @@ const (
 	PolicyKeepAlive Policy = "keepalive"
 )
 
+// DefaultRescueShare is the faas-gpu policy's queueing.Config.RescueShare: while at least 80% of the functions
+// meet their SLO, a request competes until its predicted cost alone no longer fits before its deadline; on a node
+// failing more than a fifth of its functions, the margined slack demotes it earlier.
+const DefaultRescueShare = 0.8
+
 // Policies lists every policy name, faas-gpu first.
 func Policies() []Policy {
 	return []Policy{PolicyFaaSGPU, PolicyTorpor, PolicyFIFO, PolicyRandomPlacement, PolicyLRUEviction,
@@ -69,17 +74,18 @@ type traits struct {
 	order         queueing.Order
 	place         placement
 	heavyEviction bool
-	avoidEviction bool // among equally good GPUs, prefer the one needing the fewest evictions
-	deadlineAware bool // predict swaps under link contention; wait when that meets a deadline a swap now misses
-	ownContext    bool // each function carries its own CUDA context (native, keep-alive)
-	native        bool // exec time is the native (not remoted) time
+	avoidEviction bool    // among equally good GPUs, prefer the one needing the fewest evictions
+	deadlineAware bool    // predict swaps under link contention; wait when that meets a deadline a swap now misses
+	rescueShare   float64 // queueing.Config.RescueShare
+	ownContext    bool    // each function carries its own CUDA context (native, keep-alive)
+	native        bool    // exec time is the native (not remoted) time
 }
 
 func (p Policy) traits() traits {
 	switch p {
 	case PolicyFaaSGPU:
 		return traits{order: queueing.OrderSLOAware, place: placeInterference, heavyEviction: true, avoidEviction: true,
-			deadlineAware: true}
+			deadlineAware: true, rescueShare: DefaultRescueShare}
 	case PolicyTorpor:
 		return traits{order: queueing.OrderTorpor, place: placeInterference, heavyEviction: true}
 	case PolicyFIFO:

@@ -30,11 +30,9 @@ func (c *Controller) betterToWait(now time.Time, fs *fnState, r *reqState, d Dec
 		if ready.After(latest) {
 			continue
 		}
-		if res := g.resident[fs.Name]; res != nil {
-			if !res.loading && g.busy != 0 {
-				return true // resident on a GPU that frees in time: run there without a swap
-			}
-			continue
+		if g.resident[fs.Name] != nil {
+			// Resident (or loading, which ends with the binding) on a GPU that frees in time: run there.
+			return g.busy != 0
 		}
 		if _, ok := c.evictionPlan(g, fs); !ok {
 			continue

@@ -32,8 +32,9 @@
 //     mean latency x (p*n - m)) first; low-priority ones cheapest first; FIFO within a function.
 //   - OrderSLOAware (faas-gpu's default): Torpor's two groups, and within a group least slack first as in DQLS,
 //     except that requests that can no longer meet their deadline (negative slack) go after every request that
-//     still can, oldest first; requests without an SLO go last. With LateWithoutMargin a request is late only
-//     once deadline - now - Cost < 0 (the margin then orders requests but does not demote them).
+//     still can, oldest first; requests without an SLO go last. With RescueShare set, while at least that share of
+//     the functions meet their SLO a request is late only once deadline - now - Cost < 0 (the margin then orders
+//     requests but does not demote them); on an overloaded node the margined slack demotes again.
 //
 // # Cost
 //

@@ -46,11 +46,14 @@ type Config struct {
 	RegroupEvery time.Duration
 	// AlphaWindow is how many regroupings pass between re-tunings of alpha.
 	AlphaWindow int
-	// LateWithoutMargin (OrderSLOAware): a request counts as late once the predicted cost alone no longer fits
-	// before its deadline (deadline - Cost < now), so a request whose margined cost exceeds its SLO (a long swap
-	// under a short deadline) still competes while it can make it; by default the margined slack decides
-	// (deadline - (1+Margin)*Cost < now).
-	LateWithoutMargin bool
+	// RescueShare (OrderSLOAware), in [0, 1]: while at least this share of the functions with served requests
+	// meet their SLO (as of the last regrouping; before any is served the node counts as healthy), a request
+	// counts as late only once its predicted cost alone no longer fits before its deadline (deadline - Cost <
+	// now), so a request whose margined cost exceeds its SLO (a long swap under a short deadline) still competes
+	// while it can make it. Below that share (an overloaded node), and always when RescueShare is 0 (the
+	// default), the margined slack decides (deadline - (1+Margin)*Cost < now), which leaves the capacity to
+	// requests whose prediction fits with room to spare.
+	RescueShare float64
 }
 
 // Request is one queued request or message.
@@ -83,7 +86,7 @@ type entry struct {
 	Request
 	seq   uint64
 	key   int64 // ordering key within the function; smaller first
-	due   int64 // when the request counts as late (SLO-aware order): slack, or deadline - cost (LateWithoutMargin)
+	due   int64 // deadline - cost in ns since epoch: after it the request cannot make its deadline
 	slack int64 // deadline - (1+margin)*cost in ns since epoch; math.MaxInt64 without a deadline
 	index int
 	late  bool // moved to the function's late heap (SLO-aware order)
@@ -141,10 +144,10 @@ func (f *function) popHead() *entry {
 	return heap.Pop(&f.late).(*entry)
 }
 
-// demoteLate moves requests that can no longer make their deadline (due passed) from waiting to late; waiting is
-// ordered by slack, so it looks at the head only.
-func (f *function) demoteLate(nowNS int64) {
-	for len(f.waiting) > 0 && f.waiting[0].due < nowNS {
+// demoteLate moves requests whose slack has run out (with rescue: that can no longer make their deadline at all)
+// from waiting to late; waiting is ordered by slack, so it looks at the head only.
+func (f *function) demoteLate(nowNS int64, rescue bool) {
+	for len(f.waiting) > 0 && (!rescue && f.waiting[0].slack < nowNS || rescue && f.waiting[0].due < nowNS) {
 		e := heap.Pop(&f.waiting).(*entry)
 		e.late, e.key = true, int64(e.seq)
 		heap.Push(&f.late, e)
@@ -179,6 +182,7 @@ type Queue struct {
 	groupRuns int
 	alpha     float64
 	oldRatio  float64
+	metShare  float64 // share of functions meeting their SLO at the last regrouping
 }
 
 // New returns an empty queue.
@@ -209,7 +213,10 @@ func New(cfg Config) (*Queue, error) {
 	if cfg.AlphaWindow < 0 {
 		return nil, fmt.Errorf("%w: alpha window must be > 0", ErrInvalidConfig)
 	}
-	return &Queue{cfg: cfg, fns: map[string]*function{}, byID: map[uint64]*entry{}, alpha: 1}, nil
+	if cfg.RescueShare < 0 || cfg.RescueShare > 1 || math.IsNaN(cfg.RescueShare) {
+		return nil, fmt.Errorf("%w: rescue share must be in [0, 1]", ErrInvalidConfig)
+	}
+	return &Queue{cfg: cfg, fns: map[string]*function{}, byID: map[uint64]*entry{}, alpha: 1, metShare: 1}, nil
 }
 
 // Config returns the queue's configuration with defaults filled in.
@@ -283,10 +290,7 @@ func (q *Queue) Push(r Request) error {
 	e := &entry{Request: r, seq: q.seq, slack: math.MaxInt64, due: math.MaxInt64}
 	if !r.Deadline.IsZero() {
 		e.slack = r.Deadline.UnixNano() - int64((1+q.cfg.Margin)*float64(r.Cost))
-		e.due = e.slack
-		if q.cfg.LateWithoutMargin {
-			e.due = r.Deadline.UnixNano() - int64(r.Cost)
-		}
+		e.due = r.Deadline.UnixNano() - int64(r.Cost)
 	}
 	switch q.cfg.Order {
 	case OrderFIFO, OrderTorpor:
@@ -397,6 +401,7 @@ func (q *Queue) pick(now time.Time, eligible func(string) bool) *function {
 		q.Regroup(now)
 	}
 	nowNS := now.UnixNano()
+	rescue := q.cfg.RescueShare > 0 && q.metShare >= q.cfg.RescueShare
 	var best *function
 	var bTier int
 	var bKey float64
@@ -406,7 +411,7 @@ func (q *Queue) pick(now time.Time, eligible func(string) bool) *function {
 			continue
 		}
 		if q.cfg.Order == OrderSLOAware {
-			f.demoteLate(nowNS)
+			f.demoteLate(nowNS, rescue)
 		}
 		h := f.head()
 		tier, key := 0, float64(h.key)
@@ -482,6 +487,7 @@ func (q *Queue) Regroup(now time.Time) {
 	if seen == 0 {
 		return
 	}
+	q.metShare = float64(met) / float64(seen)
 	q.groupRuns++
 	if q.groupRuns < q.cfg.AlphaWindow {
 		return

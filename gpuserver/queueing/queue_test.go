@@ -244,3 +244,51 @@ func BenchmarkPushPop(b *testing.B) {
 		})
 	}
 }
+
+// TestSLOAwareRescueShare: a request whose margined cost exceeds its SLO (150 ms cost, 200 ms SLO, slack
+// 200-210 = -10) is late at once by default, but with RescueShare on a healthy node it competes (least slack
+// first) until deadline - cost = 50 ms has passed; once fewer functions than RescueShare meet their SLO (here 1
+// of 2 < 0.8 at the regrouping) the margined slack demotes it again.
+func TestSLOAwareRescueShare(t *testing.T) {
+	for _, tc := range []struct {
+		share    float64
+		now      int
+		overload bool
+		want     string
+	}{
+		{0, 1, false, "[2 1]"},    // default: 1 is late at once, 2 (slack 1000-14 = 986) first
+		{0.8, 1, false, "[1 2]"},  // 1 can still make it (due 50): slack -10 < 986
+		{0.8, 49, false, "[1 2]"}, // still before its due time
+		{0.8, 51, false, "[2 1]"}, // 150 ms of cost no longer fits before 200: late
+		{0, 51, false, "[2 1]"},   // default: late as well
+		{0.8, 1, true, "[2 1]"},   // overloaded node: the margined slack decides
+		{0.5, 1, true, "[1 2]"},   // 1 of 2 meets its SLO: still at least half
+	} {
+		q, err := New(Config{Order: OrderSLOAware, RescueShare: tc.share})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, f := range []struct {
+			name string
+			slo  time.Duration
+		}{{"heavy", ms(200)}, {"light", time.Second}, {"x", ms(100)}, {"y", ms(100)}} {
+			if err := q.SetFunction(f.name, f.slo, 98); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if tc.overload {
+			q.Observe("x", true, ms(10))
+			q.Observe("y", false, ms(500))
+		}
+		q.Regroup(t0)
+		push(t, q, 1, "heavy", 0, ms(150))
+		push(t, q, 2, "light", 0, ms(10))
+		if got := fmt.Sprint(popIDs(q, t0.Add(ms(tc.now)))); got != tc.want {
+			t.Errorf("share %v at %d ms overload %v: order = %s, want %s", tc.share, tc.now, tc.overload, got,
+				tc.want)
+		}
+	}
+	if _, err := New(Config{RescueShare: 1.5}); !errors.Is(err, ErrInvalidConfig) {
+		t.Errorf("rescue share 1.5: %v", err)
+	}
+}
