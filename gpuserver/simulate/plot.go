@@ -5,6 +5,7 @@ import (
 	"image/color"
 	"image/png"
 	"io"
+	"strconv"
 )
 
 // Series is one line of a plot: y values in [0, 1] at the given x values.
@@ -27,28 +28,51 @@ var Palette = []color.RGBA{
 	{139, 69, 19, 255},   // brown
 }
 
-// PlotPanels draws side-by-side panels, each with y from 0 to 1 (gridlines every 0.1) and x from 0 to xMax
-// (gridlines every xStep), and writes a PNG. It uses only the standard library: no text; the caller documents the
-// axes and the colour legend next to the image.
-func PlotPanels(w io.Writer, panels [][]Series, xMax, xStep float64) error {
-	const pw, ph, margin = 520, 360, 30
-	img := image.NewRGBA(image.Rect(0, 0, len(panels)*(pw+margin)+margin, ph+2*margin))
+// Panel is one plot panel: a title and its lines.
+type Panel struct {
+	Title  string
+	Series []Series
+}
+
+// PlotPanels draws side-by-side panels, each with y from 0 to 1 (gridlines every 0.1, labelled every 0.2) and x
+// from 0 to xMax (gridlines and labels every xStep), titled, with the axis labels and a legend of the first
+// panel's series names under them, and writes a PNG. It uses only the standard library (a built-in 3x5 font).
+func PlotPanels(w io.Writer, panels []Panel, xMax, xStep float64, xLabel, yLabel string) error {
+	const pw, ph, left, right, top, gap = 520, 360, 50, 20, 50, 70
+	black := color.RGBA{0, 0, 0, 255}
+	var legend []Series
+	if len(panels) > 0 {
+		legend = panels[0].Series
+	}
+	const perRow, colW, rowH = 4, 280, 22
+	rows := (len(legend) + perRow - 1) / perRow
+	width := len(panels)*(left+pw+right) + right
+	height := top + ph + gap + rows*rowH + 10
+	img := image.NewRGBA(image.Rect(0, 0, width, height))
 	fill(img, img.Bounds(), color.RGBA{255, 255, 255, 255})
-	for pi, series := range panels {
-		x0, y0 := margin+pi*(pw+margin), margin
+	for pi, panel := range panels {
+		x0, y0 := left+pi*(left+pw+right), top
+		drawText(img, x0+(pw-textWidth(panel.Title))/2, 8, panel.Title, black)
+		drawText(img, x0-left+6, 30, yLabel, black)
 		grid := color.RGBA{225, 225, 225, 255}
 		for i := 0; i <= 10; i++ {
 			y := y0 + ph - i*ph/10
 			line(img, x0, y, x0+pw, y, grid, 1)
+			if i%2 == 0 {
+				l := strconv.FormatFloat(float64(i)/10, 'f', 1, 64)
+				drawText(img, x0-textWidth(l)-6, y-5, l, black)
+			}
 		}
 		for x := 0.0; x <= xMax; x += xStep {
 			px := x0 + int(x/xMax*pw)
 			line(img, px, y0, px, y0+ph, grid, 1)
+			l := strconv.FormatFloat(x, 'f', -1, 64)
+			drawText(img, px-textWidth(l)/2, y0+ph+6, l, black)
 		}
-		black := color.RGBA{0, 0, 0, 255}
+		drawText(img, x0+(pw-textWidth(xLabel))/2, y0+ph+26, xLabel, black)
 		line(img, x0, y0+ph, x0+pw, y0+ph, black, 1)
 		line(img, x0, y0, x0, y0+ph, black, 1)
-		for _, s := range series {
+		for _, s := range panel.Series {
 			for i := range s.X {
 				px := x0 + int(s.X[i]/xMax*pw)
 				py := y0 + ph - int(s.Y[i]*ph)
@@ -60,6 +84,11 @@ func PlotPanels(w io.Writer, panels [][]Series, xMax, xStep float64) error {
 				}
 			}
 		}
+	}
+	for i, s := range legend {
+		x, y := left+(i%perRow)*colW, top+ph+gap+(i/perRow)*rowH
+		fill(img, image.Rect(x, y+2, x+24, y+8), s.Color)
+		drawText(img, x+30, y, s.Name, black)
 	}
 	return png.Encode(w, img)
 }

@@ -117,7 +117,7 @@ func run() error {
 	if err := os.WriteFile(filepath.Join(*out, "policy.json"), append(js, '\n'), 0o644); err != nil {
 		return err
 	}
-	var panels [][]simulate.Series
+	var panels []simulate.Panel
 	maxX := 0.0
 	for _, n := range counts {
 		maxX = max(maxX, float64(n))
@@ -132,10 +132,12 @@ func run() error {
 			}
 			ss = append(ss, s)
 		}
-		panels = append(panels, ss)
+		panels = append(panels, simulate.Panel{Title: fmt.Sprintf("%s: %s, %s, %d min", e.Name, e.Node,
+			strings.TrimSuffix(e.Trace, ".csv"), e.Minutes), Series: ss})
 	}
 	var png bytes.Buffer
-	if err := simulate.PlotPanels(&png, panels, maxX*1.05, 80); err != nil {
+	if err := simulate.PlotPanels(&png, panels, maxX*1.05, 80, "functions",
+		"share of functions meeting their SLO"); err != nil {
 		return err
 	}
 	if err := os.WriteFile(filepath.Join(*out, "policy.png"), png.Bytes(), 0o644); err != nil {
@@ -166,9 +168,18 @@ func markdown(rep report) string {
 	fmt.Fprintf(&b, "- inputs: `../shared/workloads/` (Torpor trace and Table 4 models: Yu et al., Torpor; Azure Functions "+
 		"trace 2019, Shahrad et al., CC-BY-4.0, sampled by vhive-serverless/invitro; Clockwork model table, Gujarati "+
 		"et al., OSDI 2020)\n\n")
+	fmt.Fprintf(&b, "- faas-gpu (our default) = torpor's groups, Algorithm 1 placement and heaviness-aware eviction, plus: "+
+		"least slack first within a group; among equally good GPUs the one evicting fewer heavy models; swap times "+
+		"learned as the time alone and predicted under the link model's slowdown from the transfers in progress; a "+
+		"request that a contended host swap now would make miss its deadline stays queued when a later start (the "+
+		"contending transfer ends, a busy GPU holding or freeing for the model, a loading copy to copy over NVLink) "+
+		"is predicted to meet it; while at least %.0f%% of the functions meet their SLO a request competes until its "+
+		"unmargined cost no longer fits (queueing.Config.RescueShare), otherwise late requests are demoted by the "+
+		"margined slack\n\n", controller.DefaultRescueShare*100)
 	fmt.Fprintf(&b, "![share of SLO-compliant functions against function count](policy.png)\n\n")
 	fmt.Fprintf(&b, "policy.png: share of SLO-compliant functions (y, 0 to 1, gridlines every 0.1) against function count "+
-		"(x, gridlines every 80), left the Torpor node experiment, right the Azure trace. Colours: ")
+		"(x, gridlines every 80), left the Torpor node experiment, right the Azure trace, labelled axes and legend. "+
+		"Colours: ")
 	for i, p := range rep.Policies {
 		c := []string{"crimson", "blue", "green", "orange", "violet", "teal", "grey", "brown"}[i%8]
 		fmt.Fprintf(&b, "%s %s", c, p)
