@@ -118,9 +118,16 @@ func (n *Node) AllocSegment(ctx context.Context, name string, size uint64) (devi
 	if f.captured {
 		kind = memory.KindScratch
 	}
+	n.hintLocked(f)
 	ptr, seg, created, err := f.space.Alloc(size, kind)
+	if n.addrs != nil {
+		n.addrs.setHint(0, 0)
+	}
 	if err != nil {
 		return 0, memory.Segment{}, false, err
+	}
+	if created {
+		n.matchLocked(f, seg)
 	}
 	if created && seg.Ptr == ptr && size >= n.mem.ChunkSize()/2 {
 		f.own[seg.ID] = true
@@ -197,6 +204,9 @@ func (n *Node) Capture(ctx context.Context, name string) error {
 	if err != nil {
 		return err
 	}
+	if f.plan != nil && n.reuseLocked(f) {
+		return nil // its image from before a restart is its capture
+	}
 	return n.captureLocked(ctx, f)
 }
 
@@ -238,6 +248,7 @@ func (n *Node) captureLocked(ctx context.Context, f *function) error {
 	if err := im.Commit(); err != nil {
 		return fmt.Errorf("capture %s: %w", f.name, err)
 	}
+	n.images.Captures++
 	f.captured = true
 	return nil
 }
@@ -318,7 +329,12 @@ func (s *Stream) gate(op func() error, ptrs ...device.Ptr) error {
 func (s *Stream) GPU() int { return s.gpu }
 
 func (s *Stream) CopyHtoD(dst device.Ptr, src []byte) error {
-	return s.gate(func() error { return s.s.CopyHtoD(dst, src) }, dst)
+	return s.gate(func() error {
+		if s.n.skipCopyLocked(s.f, dst, src) { // the restored image already holds these bytes
+			return nil
+		}
+		return s.s.CopyHtoD(dst, src)
+	}, dst)
 }
 
 func (s *Stream) CopyDtoH(dst []byte, src device.Ptr) error {
@@ -326,15 +342,18 @@ func (s *Stream) CopyDtoH(dst []byte, src device.Ptr) error {
 }
 
 func (s *Stream) CopyDtoD(dst, src device.Ptr, size uint64) error {
-	return s.gate(func() error { return s.s.CopyDtoD(dst, src, size) }, dst, src)
+	return s.gate(func() error {
+		s.n.writesLocked(s.f, "device-to-device copy", dst)
+		return s.s.CopyDtoD(dst, src, size)
+	}, dst, src)
 }
 
 func (s *Stream) Memset8(dst device.Ptr, v uint8, n uint64) error {
-	return s.gate(func() error { return s.s.Memset8(dst, v, n) }, dst)
+	return s.gate(func() error { s.n.writesLocked(s.f, "memset", dst); return s.s.Memset8(dst, v, n) }, dst)
 }
 
 func (s *Stream) Memset32(dst device.Ptr, v uint32, n uint64) error {
-	return s.gate(func() error { return s.s.Memset32(dst, v, n) }, dst)
+	return s.gate(func() error { s.n.writesLocked(s.f, "memset", dst); return s.s.Memset32(dst, v, n) }, dst)
 }
 
 // Launch waits for the segments that the kernel's 8-byte parameters point into, then launches it. Pointers held
@@ -346,7 +365,10 @@ func (s *Stream) Launch(f device.Function, grid, block device.Dim3, sharedMem ui
 			ptrs = append(ptrs, device.Ptr(binary.LittleEndian.Uint64(args[p.Offset:])))
 		}
 	}
-	return s.gate(func() error { return s.s.Launch(f, grid, block, sharedMem, args) }, ptrs...)
+	return s.gate(func() error {
+		s.n.writesLocked(s.f, "kernel", ptrs...)
+		return s.s.Launch(f, grid, block, sharedMem, args)
+	}, ptrs...)
 }
 
 // WaitAll makes the stream wait for every segment of the function.

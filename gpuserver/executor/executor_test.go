@@ -431,7 +431,17 @@ func TestControllerActuatorDrivesSwaps(t *testing.T) {
 	a := executor.Actuator{Node: r.node}
 	must(t, a.SwapIn(ctx, "act", 3, controller.Source{GPU: 0, Kind: controller.SwapNVLink}))
 	verify(t, r, m, 3)
-	must(t, a.Evict(ctx, "act", 0))
+	// The source copy stays pinned until the swap's finisher has run: poll (its copies completed in verify).
+	for deadline := time.Now().Add(10 * time.Second); ; {
+		err := a.Evict(ctx, "act", 0)
+		if err == nil {
+			break
+		}
+		if !errors.Is(err, executor.ErrPinned) || time.Now().After(deadline) {
+			t.Fatal(err)
+		}
+		time.Sleep(time.Millisecond)
+	}
 	must(t, a.Evict(ctx, "act", 3))
 	must(t, a.SwapIn(ctx, "act", 1, controller.Source{GPU: topology.Host, Kind: controller.SwapPCIe}))
 	verify(t, r, m, 1)

@@ -52,6 +52,9 @@ func (n *Node) endInitLocked(ctx context.Context, f *function) error {
 	if f.captured {
 		return nil
 	}
+	if f.plan != nil && n.reuseLocked(f) {
+		return nil // its image from before a restart is its capture
+	}
 	if f.active < 0 {
 		for _, s := range f.space.Segments() {
 			if s.Kind == memory.KindModel && !f.dead[s.ID] {
@@ -83,7 +86,7 @@ func (n *Node) Reset(ctx context.Context, name string) error {
 			return err
 		}
 	}
-	var errs []error
+	errs := []error{n.dropPlanLocked(f)}
 	for _, s := range f.streams {
 		errs = append(errs, s.Destroy())
 	}

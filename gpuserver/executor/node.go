@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"sort"
 	"sync"
 	"time"
@@ -46,6 +47,11 @@ type Config struct {
 	EvictUnderPressure bool
 	// Now for least-recently-used order; time.Now when nil.
 	Now func() time.Time
+	// Addresses, when set, is the device the memory manager was built on (NewAddresses): the Node reserves the
+	// ranges of the repository's images again and restores functions from them (restore.go).
+	Addresses *Addresses
+	// Logger receives the restore decisions; nil discards them.
+	Logger *slog.Logger
 }
 
 // Node holds the executors of every GPU and the functions' state. It is safe for concurrent use.
@@ -60,8 +66,13 @@ type Node struct {
 	cancel context.CancelFunc
 	bg     sync.WaitGroup // swap finishers
 
-	mu  sync.Mutex
-	fns map[string]*function
+	addrs *Addresses
+	log   *slog.Logger
+
+	mu     sync.Mutex
+	fns    map[string]*function
+	plans  map[string]*restorePlan // images from before a restart whose function has not registered yet
+	images ImageStats
 }
 
 // Executor is one GPU's swap machinery.
@@ -84,9 +95,12 @@ func New(cfg Config) (*Node, error) {
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
 	ctx, cancel := context.WithCancel(context.Background())
 	n := &Node{cfg: cfg, dev: cfg.Device, mem: cfg.Memory, repo: cfg.Repository, ctx: ctx, cancel: cancel,
-		fns: map[string]*function{}}
+		fns: map[string]*function{}, plans: map[string]*restorePlan{}, addrs: cfg.Addresses, log: cfg.Logger}
 	for _, g := range cfg.Device.GPUs() {
 		e := &Executor{gpu: g.Index, healthy: true, groupBytes: DefaultGroupBytes}
 		switch {
@@ -104,6 +118,9 @@ func New(cfg Config) (*Node, error) {
 			return nil, fmt.Errorf("gpu %d: %w", g.Index, err)
 		}
 		n.execs = append(n.execs, e)
+	}
+	if n.addrs != nil {
+		n.parkImages(ctx)
 	}
 	return n, nil
 }
@@ -124,7 +141,9 @@ func (n *Node) Register(name string) error {
 	defer n.mu.Unlock()
 	if _, ok := n.fns[name]; !ok {
 		n.fns[name] = &function{name: name, space: n.mem.NewAddressSpace(name), active: -1,
-			res: map[int]*residency{}, streams: map[int]device.Stream{}, own: map[int]bool{}, dead: map[int]bool{}}
+			res: map[int]*residency{}, streams: map[int]device.Stream{}, own: map[int]bool{}, dead: map[int]bool{},
+			plan: n.plans[name]}
+		delete(n.plans, name)
 	}
 	return nil
 }
@@ -142,6 +161,9 @@ func (n *Node) Deregister(ctx context.Context, name string) error {
 		if err := n.evictLocked(ctx, f, gpu); err != nil {
 			return err
 		}
+	}
+	if err := n.dropPlanLocked(f); err != nil {
+		return err
 	}
 	for gpu, s := range f.streams {
 		if err := s.Destroy(); err != nil {
@@ -288,7 +310,11 @@ func (n *Node) Close(ctx context.Context) error {
 			}
 		}
 		f.res, f.active = map[int]*residency{}, -1
-		errs = append(errs, f.space.Close())
+		errs = append(errs, n.dropPlanLocked(f), f.space.Close())
+	}
+	for name, p := range n.plans {
+		errs = append(errs, n.dropPlanLocked(&function{plan: p}))
+		delete(n.plans, name)
 	}
 	for _, e := range n.execs {
 		for _, s := range []device.Stream{e.copyIn, e.copyPeer} {

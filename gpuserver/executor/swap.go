@@ -22,6 +22,7 @@ type function struct {
 	streams  map[int]device.Stream // the function's compute stream per GPU
 	own      map[int]bool          // segments holding one block each (their chunks go back when it is freed)
 	dead     map[int]bool          // own segments whose block was freed: never mapped, copied or captured again
+	plan     *restorePlan          // its image from before a restart, while its initialisation matches it
 }
 
 // residency is a function's physical copy on one GPU.
@@ -189,8 +190,8 @@ func (n *Node) completeLocked(ctx context.Context, f *function, gpu int, source 
 		if parked || seg.Kind == memory.KindScratch {
 			continue // a parked copy already holds the bytes; scratch needs none
 		}
-		if !f.captured {
-			continue // before capture the function's own calls fill its memory
+		if !f.captured && !n.restoringLocked(f, seg.ID) {
+			continue // before capture the function's own calls fill its memory (unless restored from its image)
 		}
 		if src != nil && src.chunks[seg.ID] != nil {
 			st, err := n.stageLocked(seg, src, gpu)
@@ -252,6 +253,12 @@ func (n *Node) completeLocked(ctx context.Context, f *function, gpu int, source 
 		return n.failLocked(gpu, err)
 	}
 	job.done = done
+	if !f.captured {
+		// Restoring from the image during initialisation: wait here, so that the image is not held when the
+		// initialisation ends (a new capture replaces it).
+		n.finishLocked(job, done.Synchronize(ctx))
+		return nil
+	}
 	n.bg.Add(1)
 	go n.finish(job)
 	return nil
@@ -295,6 +302,10 @@ func (n *Node) finish(job *swapJob) {
 	err := job.done.Synchronize(n.ctx)
 	n.mu.Lock()
 	defer n.mu.Unlock()
+	n.finishLocked(job, err)
+}
+
+func (n *Node) finishLocked(job *swapJob, err error) {
 	for _, st := range job.staging {
 		err = errors.Join(err, n.mem.Unmap(st.ptr, st.size), n.dev.FreeAddress(st.ptr, st.size))
 	}

@@ -190,7 +190,10 @@ func (s *Server) startDataPlane(ctx context.Context) error {
 		s.closers = append(s.closers, dev.Close)
 	}
 	s.dev = dev
-	mem, err := memory.New(dev, memory.Config{MaxBytesPerGPU: reserve})
+	// The memory manager reserves through addrs, so that functions get the fixed addresses of their images from
+	// before a restart again (executor restore.go).
+	addrs := executor.NewAddresses(dev)
+	mem, err := memory.New(addrs, memory.Config{MaxBytesPerGPU: reserve})
 	if err != nil {
 		return fmt.Errorf("gpuserver: device memory: %w", err)
 	}
@@ -206,7 +209,8 @@ func (s *Server) startDataPlane(ctx context.Context) error {
 	s.closers = append(s.closers, func(context.Context) error { return repo.Close() })
 	// EvictUnderPressure: the controller plans evictions against the node's nominal memory; the executors
 	// evict idle copies themselves should the chunks reserved run out first.
-	node, err := executor.New(executor.Config{Device: dev, Memory: mem, Repository: repo, EvictUnderPressure: true})
+	node, err := executor.New(executor.Config{Device: dev, Memory: mem, Repository: repo, EvictUnderPressure: true,
+		Addresses: addrs, Logger: s.cfg.Logger.With("component", "executor")})
 	if err != nil {
 		return fmt.Errorf("gpuserver: executors: %w", err)
 	}
