@@ -117,7 +117,7 @@ type restorePlan struct {
 	stale    string                     // why the plan no longer holds; "" while it does
 }
 
-// parkImagesLocked reserves the ranges of every image in the repository (New).
+// parkImages reserves the ranges of every image in the repository (New).
 func (n *Node) parkImages(ctx context.Context) {
 	for _, name := range n.repo.Functions() {
 		im, err := n.repo.Get(ctx, name)
