@@ -175,7 +175,7 @@ func StatusCode(err error) int {
 		return http.StatusUnprocessableEntity
 	case errors.Is(err, context.DeadlineExceeded):
 		return http.StatusGatewayTimeout
-	case errors.Is(err, context.Canceled):
+	case errors.Is(err, context.Canceled), errors.Is(err, pool.ErrGPUUnhealthy):
 		return http.StatusServiceUnavailable
 	default:
 		return http.StatusInternalServerError

@@ -137,6 +137,11 @@ func sentinel(code int, path string) error {
 		return pool.ErrTooLarge
 	case http.StatusGatewayTimeout:
 		return context.DeadlineExceeded
+	case http.StatusServiceUnavailable:
+		if strings.HasPrefix(path, "/v1/bindings/") {
+			return pool.ErrGPUUnhealthy
+		}
+		return ErrUnavailable
 	default:
 		return ErrUnavailable
 	}

@@ -102,6 +102,9 @@ var (
 	ErrInvalidSpec     = errors.New("invalid function spec")
 	// ErrTooLarge: the function's memory does not fit on any GPU of the node.
 	ErrTooLarge = errors.New("function does not fit on any GPU")
+	// ErrGPUUnhealthy: the GPU of a binding failed while it was held; the request's work is lost, later requests
+	// run on healthy GPUs.
+	ErrGPUUnhealthy = errors.New("GPU unhealthy")
 )
 
 // Validate checks a spec and fills defaults (percentile 98, isolation shared).

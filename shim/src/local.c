@@ -31,6 +31,7 @@ static const struct {
 	{2, "CUDA_ERROR_OUT_OF_MEMORY", "out of memory"},
 	{3, "CUDA_ERROR_NOT_INITIALIZED", "initialization error"},
 	{4, "CUDA_ERROR_DEINITIALIZED", "driver shutting down"},
+	{46, "CUDA_ERROR_DEVICE_UNAVAILABLE", "CUDA-capable device(s) is/are busy or unavailable"},
 	{100, "CUDA_ERROR_NO_DEVICE", "no CUDA-capable device is detected"},
 	{101, "CUDA_ERROR_INVALID_DEVICE", "invalid device ordinal"},
 	{200, "CUDA_ERROR_INVALID_IMAGE", "device kernel image is invalid"},
