@@ -21,10 +21,14 @@ import (
 
 // Backend runs functions as Deployments and Services. It implements provider.Backend, provider.SecretStore and
 // provider.LogSource.
+//
+// Resolve and the replica counts of Status and List read the functions' EndpointSlices from a shared-informer cache
+// once Start has run; a Backend that was not started lists them from the API server on every call.
 type Backend struct {
-	client kubernetes.Interface
-	cfg    Config
-	next   atomic.Uint64 // round-robin position of Resolve
+	client    kubernetes.Interface
+	cfg       Config
+	next      atomic.Uint64 // round-robin position of Resolve
+	endpoints *endpointCache
 }
 
 var (
@@ -41,7 +45,21 @@ func New(client kubernetes.Interface, cfg Config) (*Backend, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	return &Backend{client: client, cfg: cfg}, nil
+	return &Backend{client: client, cfg: cfg, endpoints: newEndpointCache(client)}, nil
+}
+
+// Start runs the EndpointSlice cache until ctx ends or Stop: an informer for the default namespace starts now, one
+// for another function namespace on its first Resolve (after CheckNamespace), Status or List. Start returns at once;
+// until a namespace's informer has synced, reads of it go to the API server, so the first requests after start
+// are answered too. Starting twice is an error.
+func (b *Backend) Start(ctx context.Context) error {
+	return b.endpoints.start(ctx, b.cfg.DefaultNamespace)
+}
+
+// Stop ends the EndpointSlice cache's informers and waits, until ctx ends, for their goroutines to return. The
+// backend keeps working afterwards, listing from the API server. Stop without Start returns at once.
+func (b *Backend) Stop(ctx context.Context) error {
+	return b.endpoints.stop(ctx)
 }
 
 // Config returns the backend's settings.

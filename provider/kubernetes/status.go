@@ -21,6 +21,9 @@ func (b *Backend) List(ctx context.Context, namespace string) ([]types.FunctionS
 	if err != nil {
 		return nil, APIError("list deployments in "+ns, err)
 	}
+	if len(deps.Items) > 0 {
+		b.endpoints.ensure(ns) // a namespace holding functions: cache its endpoints from now on
+	}
 	ready, err := b.readyEndpoints(ctx, ns, "")
 	if err != nil {
 		return nil, err
@@ -47,6 +50,7 @@ func (b *Backend) Status(ctx context.Context, namespace, name string) (types.Fun
 	if _, ok := d.Labels[LabelFunction]; !ok {
 		return types.FunctionStatus{}, fmt.Errorf("deployment %s.%s is not a function: %w", name, ns, provider.ErrNotFound)
 	}
+	b.endpoints.ensure(ns)
 	ready, err := b.readyEndpoints(ctx, ns, name)
 	if err != nil {
 		return types.FunctionStatus{}, err
@@ -54,28 +58,15 @@ func (b *Backend) Status(ctx context.Context, namespace, name string) (types.Fun
 	return FunctionStatus(*d, ready), nil
 }
 
-// readyEndpoints counts the ready endpoints of each Service of a namespace (or of one Service) by Service name.
-// A Service with slices but no ready endpoint maps to 0; a Service without slices is absent.
+// readyEndpoints counts the ready endpoints of each Service of a namespace (or of one Service) by Service name,
+// from the endpoint cache when it has synced (see endpointSlices). A Service with slices but no ready endpoint maps
+// to 0; a Service without slices is absent.
 func (b *Backend) readyEndpoints(ctx context.Context, ns, service string) (map[string]int, error) {
-	selector := LabelServiceName
-	if service != "" {
-		selector = LabelServiceName + "=" + service
-	}
-	slices, err := b.client.DiscoveryV1().EndpointSlices(ns).List(ctx, metav1.ListOptions{LabelSelector: selector})
+	slices, err := b.endpointSlices(ctx, ns, service)
 	if err != nil {
-		return nil, APIError("list endpointslices in "+ns, err)
+		return nil, err
 	}
-	ready := map[string]int{}
-	for _, s := range slices.Items {
-		svc := s.Labels[LabelServiceName]
-		ready[svc] += 0
-		for _, e := range s.Endpoints {
-			if endpointReady(e) && len(e.Addresses) > 0 {
-				ready[svc]++
-			}
-		}
-	}
-	return ready, nil
+	return countReady(slices), nil
 }
 
 func endpointReady(e discoveryv1.Endpoint) bool {
