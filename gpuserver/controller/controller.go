@@ -17,6 +17,7 @@ var (
 	ErrInvalidConfig = errors.New("invalid controller config")
 	ErrDuplicate     = errors.New("duplicate request id")
 	ErrUnknownReq    = errors.New("unknown request")
+	ErrUnknownGPU    = errors.New("unknown gpu")
 )
 
 // Swap kinds of a Decision.
@@ -113,6 +114,7 @@ type gpuState struct {
 	loading   map[string]bool // functions currently swapping in from host here (value: heavy)
 	busyTime  time.Duration
 	busySince time.Time
+	unhealthy bool // out of service (SetHealthy): never placed on, nothing resident
 }
 
 type fnState struct {
@@ -134,6 +136,8 @@ type reqState struct {
 	decision Decision
 	swapping bool
 	slowdown float64 // the link model's slowdown of the swap's path when it started (1: alone)
+	broken   bool    // a GPU of its binding (target, or the source of its swap) failed while it was bound
+	released bool    // its NVLink source copy is no longer pinned by it (the source GPU failed)
 }
 
 // transfer is a swap in progress into a GPU and when the link model predicts it to end.
@@ -256,25 +260,29 @@ func (c *Controller) Register(now time.Time, f Function) error {
 	c.fns[f.Name] = fs
 	switch {
 	case c.tr.place == placePinned:
-		// First fit onto the least-used GPU that still has room.
-		best := -1
-		for _, g := range c.gpus {
-			if g.capacity-g.used >= footprint && (best < 0 || g.used < c.gpus[best].used) {
-				best = g.index
-			}
-		}
-		if best >= 0 {
-			fs.pinnedGPU = best
-			c.addResident(fs, c.gpus[best], now)
-		}
+		c.pin(now, fs)
 	case c.cfg.Prewarm:
 		for _, g := range c.gpus {
-			if g.capacity-g.used >= footprint {
+			if !g.unhealthy && g.capacity-g.used >= footprint {
 				c.addResident(fs, g, now)
 			}
 		}
 	}
 	return nil
+}
+
+// pin is native binding: first fit of fs onto the least-used healthy GPU that still has room.
+func (c *Controller) pin(now time.Time, fs *fnState) {
+	best := -1
+	for _, g := range c.gpus {
+		if !g.unhealthy && g.capacity-g.used >= fs.footprint && (best < 0 || g.used < c.gpus[best].used) {
+			best = g.index
+		}
+	}
+	if best >= 0 {
+		fs.pinnedGPU = best
+		c.addResident(fs, c.gpus[best], now)
+	}
 }
 
 func (c *Controller) seedSwap(fs *fnState, kind string) *Predictor {
@@ -434,7 +442,7 @@ func (c *Controller) Dispatch(now time.Time) []Decision {
 
 func (c *Controller) anyIdle() bool {
 	for _, g := range c.gpus {
-		if g.busy == 0 {
+		if g.busy == 0 && !g.unhealthy {
 			return true
 		}
 	}
@@ -503,6 +511,9 @@ func (c *Controller) SwapDone(now time.Time, id uint64, took time.Duration) erro
 	g := c.gpus[d.GPU]
 	if res := g.resident[d.Function]; res != nil {
 		res.loading = false
+		if r.broken && fs != nil { // its source failed under the copy: what arrived is incomplete
+			c.removeResident(fs, g)
+		}
 	}
 	delete(g.loading, d.Function)
 	if d.Swap != SwapCold {
@@ -510,12 +521,13 @@ func (c *Controller) SwapDone(now time.Time, id uint64, took time.Duration) erro
 			g.transfers = slices.Delete(g.transfers, i, i+1)
 		}
 	}
-	if d.Swap == SwapNVLink {
+	if d.Swap == SwapNVLink && !r.released {
+		r.released = true
 		if src := c.gpus[d.Source].resident[d.Function]; src != nil {
 			src.pinned--
 		}
 	}
-	if fs != nil {
+	if fs != nil && !r.broken { // a swap cut short by a GPU failure teaches nothing
 		// Deadline-aware policies learn the swap time a transfer takes alone, and scale it by the link model's
 		// slowdown when they predict one.
 		if r.slowdown > 0 {
@@ -527,7 +539,9 @@ func (c *Controller) SwapDone(now time.Time, id uint64, took time.Duration) erro
 }
 
 // Complete ends request id after it executed for exec (without the swap); it frees the GPU and feeds the SLO
-// bookkeeping with the latency from arrival to now. It returns whether the request met its deadline.
+// bookkeeping with the latency from arrival to now. It returns whether the request met its deadline. A request
+// whose GPU failed while it was bound (SetHealthy) is ended all the same, counted late, teaches the predictors
+// nothing, and the error wraps pool.ErrGPUUnhealthy: its work was lost.
 func (c *Controller) Complete(now time.Time, id uint64, exec time.Duration) (bool, error) {
 	r := c.reqs[id]
 	if r == nil || !r.bound {
@@ -545,14 +559,20 @@ func (c *Controller) Complete(now time.Time, id uint64, exec time.Duration) (boo
 		g.busy = 0
 		g.busyTime += now.Sub(g.busySince)
 	}
-	onTime := r.deadline.IsZero() || !now.After(r.deadline)
+	onTime := !r.broken && (r.deadline.IsZero() || !now.After(r.deadline))
 	if fs := c.fns[d.Function]; fs != nil {
 		fs.inFlight--
-		fs.exec.Observe(exec)
+		if !r.broken {
+			fs.exec.Observe(exec)
+		}
 		if res := g.resident[d.Function]; res != nil {
 			res.lastUsed = now
 		}
 		c.q.Observe(d.Function, onTime, now.Sub(r.arrival))
+	}
+	if r.broken {
+		return false, fmt.Errorf("%w: gpu %d failed while request %d of %q was bound to it", pool.ErrGPUUnhealthy,
+			d.GPU, id, d.Function)
 	}
 	return onTime, nil
 }

@@ -12,8 +12,11 @@ import (
 func (c *Controller) place(now time.Time, fs *fnState, r *reqState) (Decision, bool) {
 	switch c.tr.place {
 	case placePinned:
+		if fs.pinnedGPU < 0 { // its GPU failed and no other had room
+			return Decision{}, false
+		}
 		g := c.gpus[fs.pinnedGPU]
-		if g.busy != 0 {
+		if g.busy != 0 || g.unhealthy {
 			return Decision{}, false
 		}
 		return Decision{GPU: g.index, Swap: SwapNone, Source: g.index}, true
@@ -26,7 +29,7 @@ func (c *Controller) place(now time.Time, fs *fnState, r *reqState) (Decision, b
 			return Decision{GPU: g, Swap: SwapNone, Source: g}, true
 		}
 		for _, g := range c.gpus {
-			if g.busy != 0 {
+			if g.busy != 0 || g.unhealthy {
 				continue
 			}
 			if ev, ok := c.evictionPlan(g, fs); ok {
@@ -74,7 +77,7 @@ type candidate struct {
 func (c *Controller) idleCandidates(fs *fnState) []candidate {
 	var out []candidate
 	for _, g := range c.gpus {
-		if g.busy != 0 {
+		if g.busy != 0 || g.unhealthy {
 			continue
 		}
 		ev, ok := c.evictionPlan(g, fs)

@@ -32,6 +32,7 @@ type Pool struct {
 	ctl      *Controller
 	nextID   uint64
 	waiters  map[uint64]chan Decision
+	failed   map[uint64]error // why a closed waiter will never be bound (absent: its function was removed)
 	bindings map[string]*poolBinding
 }
 
@@ -49,7 +50,7 @@ func NewPool(cfg PoolConfig) (*Pool, error) {
 		return nil, err
 	}
 	p := &Pool{act: cfg.Actuator, now: cfg.Now, ctl: ctl, waiters: map[uint64]chan Decision{},
-		bindings: map[string]*poolBinding{}}
+		failed: map[uint64]error{}, bindings: map[string]*poolBinding{}}
 	if p.act == nil {
 		p.act = NewLinkActuator(cfg.Controller.Node)
 	}
@@ -102,6 +103,13 @@ func (p *Pool) Acquire(ctx context.Context, function string) (pool.Binding, erro
 	select {
 	case dd, ok := <-ch:
 		if !ok {
+			p.mu.Lock()
+			err, failed := p.failed[id]
+			delete(p.failed, id)
+			p.mu.Unlock()
+			if failed {
+				return pool.Binding{}, fmt.Errorf("acquire %q: %w", function, err)
+			}
 			return pool.Binding{}, fmt.Errorf("%w: %q was removed while waiting", pool.ErrUnknownFunction, function)
 		}
 		d = dd
@@ -113,7 +121,14 @@ func (p *Pool) Acquire(ctx context.Context, function string) (pool.Binding, erro
 			return pool.Binding{}, fmt.Errorf("acquire %q: %w", function, ctx.Err())
 		}
 		p.mu.Unlock()
-		d = <-ch // bound concurrently: undo it below
+		dd, ok := <-ch // bound concurrently (undone below), or dropped
+		if !ok {
+			p.mu.Lock()
+			delete(p.failed, id)
+			p.mu.Unlock()
+			return pool.Binding{}, fmt.Errorf("acquire %q: %w", function, ctx.Err())
+		}
+		d = dd
 	}
 	if err := ctx.Err(); err != nil {
 		p.abort(id, d)
@@ -132,6 +147,11 @@ func (p *Pool) Acquire(ctx context.Context, function string) (pool.Binding, erro
 			return pool.Binding{}, err
 		}
 		p.dispatchLocked() // a request may have waited for this transfer to end
+	}
+	if p.ctl.broken(id) { // its GPU failed (SetHealthy) before the binding reached the caller
+		_, err := p.ctl.Complete(bound, id, 0)
+		p.dispatchLocked()
+		return pool.Binding{}, fmt.Errorf("acquire %q: %w", function, err)
 	}
 	bid := strconv.FormatUint(id, 10)
 	p.bindings[bid] = &poolBinding{id: id, start: bound}
@@ -171,7 +191,32 @@ func (p *Pool) Release(_ context.Context, bindingID string) error {
 	delete(p.bindings, bindingID)
 	now := p.now()
 	if _, err := p.ctl.Complete(now, b.id, now.Sub(b.start)); err != nil {
+		if errors.Is(err, pool.ErrGPUUnhealthy) { // released, but its work was lost
+			p.dispatchLocked()
+			return fmt.Errorf("release %s: %w", bindingID, err)
+		}
 		return errors.Join(pool.ErrUnknownBinding, err)
+	}
+	p.dispatchLocked()
+	return nil
+}
+
+// SetHealthy takes GPU gpu out of service or returns it (see Controller.SetHealthy). A binding held there when
+// it fails is released as usual, but Release answers an error wrapping pool.ErrGPUUnhealthy; an acquire that can
+// never be bound any more (native binding with no GPU left for its function) fails with pool.ErrGPUUnhealthy.
+func (p *Pool) SetHealthy(gpu int, healthy bool) error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	dropped, err := p.ctl.SetHealthy(p.now(), gpu, healthy)
+	if err != nil {
+		return err
+	}
+	for _, id := range dropped {
+		if ch := p.waiters[id]; ch != nil {
+			p.failed[id] = fmt.Errorf("%w: gpu %d failed and no other GPU has room for the function", pool.ErrGPUUnhealthy, gpu)
+			close(ch)
+			delete(p.waiters, id)
+		}
 	}
 	p.dispatchLocked()
 	return nil

@@ -11,7 +11,7 @@ func (c *Controller) Status() pool.Status {
 	st := pool.Status{Policy: string(c.cfg.Policy), Queued: c.q.Len()}
 	for i, g := range c.gpus {
 		gs := pool.GPUStatus{Index: i, Name: c.node.GPUs[i].Name, MemoryBytes: g.capacity, UsedBytes: g.used,
-			Busy: g.busy != 0, Healthy: true, Resident: []string{}}
+			Busy: g.busy != 0, Healthy: !g.unhealthy, Resident: []string{}}
 		for name := range g.resident {
 			gs.Resident = append(gs.Resident, name)
 		}

@@ -23,6 +23,9 @@ func (c *Controller) betterToWait(now time.Time, fs *fnState, r *reqState, d Dec
 	}
 	latest := r.deadline.Add(-exec) // a start-plus-swap later than this misses
 	for _, g := range c.gpus {
+		if g.unhealthy {
+			continue
+		}
 		ready := now
 		if g.busy != 0 {
 			ready = later(now, g.busyUntil)
