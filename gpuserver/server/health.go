@@ -12,43 +12,31 @@ import (
 )
 
 // GPU failures (issue 4): an executor takes a GPU out of service when a swap onto it fails, when a device error
-// surfaces at a synchronising call of a function's stream, or on an explicit Node.MarkUnhealthy. The pool around
-// the controller then keeps requests off it:
+// surfaces at a synchronising call of a function's stream, or on an explicit Node.MarkUnhealthy. The tracked pool
+// tells the pool (controller.Pool.SetHealthy) before every acquire, at every release of a binding that broke and
+// at every status, so the controller itself keeps requests off the GPU:
 //
-//   - the controller (which has no notion of health yet) may still bind a request to the failed GPU: the tracked
-//     pool keeps that controller binding as a placeholder (the controller sees the GPU busy until the request
-//     ends) and binds the request on the executors to a healthy GPU instead, from a healthy GPU's copy or from
-//     the host image (re-placed); the binding the caller gets, and the GPU the remoting session runs on, are the
-//     healthy one;
-//   - swaps the controller decides onto the failed GPU are skipped by healthActuator, for the same reason;
-//   - a pool that offers healthSetter (the controller hook asked for in the report) is told once, so that it
-//     stops placing there at all;
-//   - Status shows the GPU unhealthy (and the faas_gpu_gpu_healthy metric follows) with nothing resident there;
+//   - the controller never places a request on it, forgets the copies it had there and plans swaps and evictions
+//     on the healthy GPUs only; Status shows it unhealthy with nothing resident (and the faas_gpu_gpu_healthy
+//     metric follows);
 //   - a request whose binding was on the GPU when it failed gets errors from its CUDA calls (executor.ErrUnhealthy,
-//     CUDA_ERROR_DEVICE_UNAVAILABLE through the shim), and its release answers an error saying the binding broke.
+//     CUDA_ERROR_DEVICE_UNAVAILABLE through the shim), and its release answers an error wrapping
+//     pool.ErrGPUUnhealthy (503 on the API): the binding broke;
+//   - the one race left: a GPU fails after the executors were last asked and before the request holds its binding
+//     (the pool's swap onto it, or the executor's hold there, fails with executor.ErrUnhealthy). The binding is
+//     given back and the request bound again once the pool knows (Server.Replaced counts these);
+//   - a pool that cannot be told (the fcfs pool) keeps binding the failed GPU: there the request is re-placed on
+//     a healthy GPU by the executors (bindHealthy) and the status is corrected (healthStatus).
 
-// healthSetter is what a pool may implement to stop placing requests on a GPU (and forget the copies it thinks
-// are there). controller.Pool does not yet; the tracked pool re-places around it meanwhile.
+// healthSetter is what a pool implements to stop placing requests on a GPU (and forget the copies it thinks are
+// there); controller.Pool does.
 type healthSetter interface {
 	SetHealthy(gpu int, healthy bool) error
 }
 
-// healthActuator is the controller's actuator on the executors that skips swaps onto a failed GPU: the tracked
-// pool re-places such a binding on a healthy GPU itself.
-type healthActuator struct{ executor.Actuator }
-
-var _ controller.Actuator = healthActuator{}
-
-// SwapIn swaps onto a healthy GPU; onto a failed one (or one failing under the swap) it does nothing.
-func (a healthActuator) SwapIn(ctx context.Context, function string, gpu int, from controller.Source) error {
-	if !a.Node.Healthy(gpu) {
-		return nil
-	}
-	err := a.Actuator.SwapIn(ctx, function, gpu, from)
-	if errors.Is(err, executor.ErrUnhealthy) && !a.Node.Healthy(gpu) {
-		return nil
-	}
-	return err
+// failedUnder reports whether err says a GPU failed under a binding being made.
+func failedUnder(err error) bool {
+	return errors.Is(err, executor.ErrUnhealthy) || errors.Is(err, pool.ErrGPUUnhealthy)
 }
 
 // noteHealth tells the inner pool (when it can take it) and the log about GPUs that failed since the last call.
@@ -56,28 +44,40 @@ func (t *trackedPool) noteHealth(ctx context.Context) {
 	if t.node == nil {
 		return
 	}
-	st := t.node.Status()
+	var down, failed []int
+	for g := range t.node.GPUs() { // asked outside t.mu: the tracked pool never holds it into the executors
+		if !t.node.Healthy(g) {
+			down = append(down, g)
+		}
+	}
+	if len(down) == 0 {
+		return
+	}
 	t.mu.Lock()
-	var failed []executor.Status
-	for _, g := range st {
-		if !g.Healthy && !t.failed[g.GPU] {
-			t.failed[g.GPU] = true
+	for _, g := range down {
+		if !t.failed[g] {
+			t.failed[g] = true
 			failed = append(failed, g)
 		}
 	}
 	t.mu.Unlock()
+	if len(failed) == 0 {
+		return
+	}
+	st := t.node.Status()
 	for _, g := range failed {
-		t.log.ErrorContext(ctx, "gpu unhealthy: no more requests are placed there", "gpu", g.GPU, "err", g.Error)
+		t.log.ErrorContext(ctx, "gpu unhealthy: no more requests are placed there", "gpu", g, "err", st[g].Error)
 		if hs, ok := t.Pool.(healthSetter); ok {
-			if err := hs.SetHealthy(g.GPU, false); err != nil {
-				t.log.ErrorContext(ctx, "pool: take the unhealthy gpu out of placement", "gpu", g.GPU, "err", err)
+			if err := hs.SetHealthy(g, false); err != nil {
+				t.log.ErrorContext(ctx, "pool: take the unhealthy gpu out of placement", "gpu", g, "err", err)
 			}
 		}
 	}
 }
 
-// bindHealthy holds function on the executors for binding b: on b's GPU when it is healthy, else (re-placed) on
-// a healthy GPU of the executors' choice, whose index, name and swap kind then replace b's.
+// bindHealthy holds function on the executors for binding b of a pool that cannot be told about failed GPUs: on
+// b's GPU when it is healthy, else (re-placed) on a healthy GPU of the executors' choice, whose index, name and
+// swap kind then replace b's; the pool's binding stays on the failed GPU as a placeholder.
 func (t *trackedPool) bindHealthy(ctx context.Context, function string, b pool.Binding) (pool.Binding, *executor.Binding,
 	error) {
 	if t.node.Healthy(b.GPU) {
@@ -116,7 +116,8 @@ func (t *trackedPool) bindHealthy(ctx context.Context, function string, b pool.B
 	return b, held, nil
 }
 
-// healthStatus marks the failed GPUs of st unhealthy, with nothing resident on them.
+// healthStatus marks the failed GPUs of st unhealthy, with nothing resident on them (for a pool that cannot be
+// told).
 func (t *trackedPool) healthStatus(st *pool.Status) {
 	if t.node == nil {
 		return
@@ -134,7 +135,8 @@ func (t *trackedPool) healthStatus(st *pool.Status) {
 	}
 }
 
-// Replaced counts the requests the controller bound to an unhealthy GPU that were re-placed on a healthy one.
+// Replaced counts the acquires whose first binding was on a GPU that failed before the request held it (the race
+// in health.go), bound again on a healthy GPU; with the fcfs pool, also those re-placed off a GPU it still binds.
 func (s *Server) Replaced() int64 {
 	s.pool.mu.Lock()
 	defer s.pool.mu.Unlock()

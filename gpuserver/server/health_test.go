@@ -10,10 +10,13 @@ import (
 	"net"
 	"net/http"
 	"path/filepath"
+	"slices"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/faas-gpu/faas-gpu/gpuserver/controller"
 	"github.com/faas-gpu/faas-gpu/gpuserver/device/sim"
 	"github.com/faas-gpu/faas-gpu/gpuserver/executor"
 	"github.com/faas-gpu/faas-gpu/gpuserver/pool"
@@ -37,9 +40,10 @@ func mlpInput() []byte {
 }
 
 // TestGPUFailureMovesTheMLPToHealthyGPUs fails the simulated GPU the mlp runs on under a request: that request
-// gets a clear CUDA error and its release says the binding broke; the GPU is shown unhealthy (status and metric);
-// the controller, which still sees the mlp resident there, binds the next requests to it, and the gpuserver
-// re-places them on healthy GPUs where the mlp answers exactly as before. An explicit MarkUnhealthy of the next GPU
+// gets a clear CUDA error and its release says the binding broke (pool.ErrGPUUnhealthy); the controller is told:
+// its status shows the GPU unhealthy with nothing resident (and the metric follows), and it binds the next
+// requests to healthy GPUs itself - the GPU the request holds is the one the controller counts busy, nothing is
+// re-placed behind its back - where the mlp answers exactly as before. An explicit MarkUnhealthy of the next GPU
 // moves it once more.
 func TestGPUFailureMovesTheMLPToHealthyGPUs(t *testing.T) {
 	if testing.Short() {
@@ -95,14 +99,22 @@ func TestGPUFailureMovesTheMLPToHealthyGPUs(t *testing.T) {
 		t.Fatalf("request on the failing gpu answered %d %s, want 500 with CUDA error 46 (device unavailable)",
 			broken.StatusCode, broken.Body)
 	}
-	if !errors.Is(err, executor.ErrUnhealthy) || !strings.Contains(err.Error(), "broke") {
-		t.Fatalf("release of the broken binding: %v, want an error saying it broke (ErrUnhealthy)", err)
+	if !errors.Is(err, pool.ErrGPUUnhealthy) || !errors.Is(err, executor.ErrUnhealthy) ||
+		!strings.Contains(err.Error(), "broke") {
+		t.Fatalf("release of the broken binding: %v, want an error saying it broke (pool.ErrGPUUnhealthy)", err)
 	}
 	if x.Healthy(b0.GPU) {
 		t.Fatal("the executors still count the failed gpu healthy")
 	}
-	st := p.Status(ctx)
-	if st.GPUs[b0.GPU].Healthy || len(st.GPUs[b0.GPU].Resident) != 0 {
+	// The controller's own view (not the tracked pool's correction of it): unhealthy, empty, idle.
+	st := s.pool.Pool.Status(ctx)
+	if g := st.GPUs[b0.GPU]; g.Healthy || len(g.Resident) != 0 || g.UsedBytes != 0 || g.Busy {
+		t.Fatalf("controller status of the failed gpu: %+v", g)
+	}
+	if len(st.Functions) != 1 || slices.Contains(st.Functions[0].Resident, b0.GPU) {
+		t.Fatalf("controller still counts the mlp resident on the failed gpu: %+v", st.Functions)
+	}
+	if st = p.Status(ctx); st.GPUs[b0.GPU].Healthy || len(st.GPUs[b0.GPU].Resident) != 0 {
 		t.Fatalf("pool status of the failed gpu: %+v", st.GPUs[b0.GPU])
 	}
 	for i, g := range st.GPUs {
@@ -114,7 +126,7 @@ func TestGPUFailureMovesTheMLPToHealthyGPUs(t *testing.T) {
 		t.Fatalf("metrics do not show gpu %d unhealthy:\n%s", b0.GPU, grep(m, "faas_gpu_gpu_healthy"))
 	}
 
-	// The following requests run elsewhere, with the same answer.
+	// The following requests are bound by the controller to healthy GPUs, with the same answer.
 	used := map[int]bool{}
 	for range 3 {
 		b, a, err := call()
@@ -126,8 +138,8 @@ func TestGPUFailureMovesTheMLPToHealthyGPUs(t *testing.T) {
 		}
 		used[b.GPU] = true
 	}
-	if s.Replaced() == 0 {
-		t.Error("no request was re-placed: the controller never bound the failed gpu again (the test proves less)")
+	if n := s.Replaced(); n != 0 {
+		t.Errorf("%d requests were bound again: the controller placed on the failed gpu", n)
 	}
 
 	// An explicit MarkUnhealthy of the GPU it runs on now moves it again.
@@ -137,7 +149,20 @@ func TestGPUFailureMovesTheMLPToHealthyGPUs(t *testing.T) {
 	}
 	x.MarkUnhealthy(now, errors.New("operator drained the gpu"))
 	for range 2 {
-		b, a, err := call()
+		b, err := p.Acquire(ctx, "mlp")
+		if err != nil {
+			t.Fatal(err)
+		}
+		// While held, the controller counts the GPU the request runs on busy, and no other.
+		for _, g := range s.pool.Pool.Status(ctx).GPUs {
+			if g.Busy != (g.Index == b.GPU) {
+				t.Fatalf("bound to gpu %d, controller shows gpu %d busy=%v", b.GPU, g.Index, g.Busy)
+			}
+		}
+		fmt.Fprintf(d.in, "%s\n", line)
+		var a mlpAnswer
+		d.recv(t, &a)
+		err = p.Release(ctx, b.ID)
 		if err != nil || a.StatusCode != 200 || b.GPU == b0.GPU || b.GPU == now {
 			t.Fatalf("request after draining gpu %d ran on gpu %d: %d (release: %v)", now, b.GPU, a.StatusCode, err)
 		}
@@ -145,8 +170,11 @@ func TestGPUFailureMovesTheMLPToHealthyGPUs(t *testing.T) {
 			t.Fatalf("on gpu %d the mlp answered differently", b.GPU)
 		}
 	}
-	if st := p.Status(ctx); st.GPUs[now].Healthy {
-		t.Fatalf("gpu %d drained but shown healthy", now)
+	if st := s.pool.Pool.Status(ctx); st.GPUs[now].Healthy || len(st.GPUs[now].Resident) != 0 {
+		t.Fatalf("gpu %d drained but the controller shows %+v", now, st.GPUs[now])
+	}
+	if n := s.Replaced(); n != 0 {
+		t.Errorf("%d requests were bound again after the drain", n)
 	}
 }
 
@@ -176,4 +204,78 @@ func grep(text, substr string) string {
 		}
 	}
 	return strings.Join(out, "\n")
+}
+
+// failingActuator is the executors' actuator with a GPU that fails under the first swap onto it: the race between
+// the tracked pool asking the executors about health and the controller's decision.
+type failingActuator struct {
+	x     **executor.Node
+	gpu   int
+	fired *atomic.Bool
+}
+
+func (a failingActuator) SwapIn(ctx context.Context, function string, gpu int, from controller.Source) error {
+	if gpu == a.gpu && a.fired.CompareAndSwap(false, true) {
+		(*a.x).MarkUnhealthy(gpu, errors.New("xid 79: fell off the bus"))
+	}
+	return executor.Actuator{Node: *a.x}.SwapIn(ctx, function, gpu, from)
+}
+
+func (a failingActuator) Evict(ctx context.Context, function string, gpu int) error {
+	return executor.Actuator{Node: *a.x}.Evict(ctx, function, gpu)
+}
+
+// TestGPUFailingUnderTheSwapIsBoundAgain: the GPU the controller chose fails while the model is swapped onto it,
+// before the request holds its binding. The request is bound again by the controller, now told, on a healthy GPU
+// (counted by Replaced), and the failed GPU is out of the controller's placement.
+func TestGPUFailingUnderTheSwapIsBoundAgain(t *testing.T) {
+	dir := t.TempDir()
+	node, err := topology.Preset("v100x4")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	var x *executor.Node
+	var fired atomic.Bool
+	s, err := Start(ctx, Config{Socket: filepath.Join(dir, "gpuserver.sock"), Node: node,
+		RemotingSocket: filepath.Join(dir, "remoting.sock"), KeyFile: filepath.Join(dir, "key"),
+		RepositoryDir: filepath.Join(dir, "repository"), DeviceReserveBytes: 512 << 20,
+		Actuator: failingActuator{x: &x, gpu: 0, fired: &fired}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer stop(t, s)
+	x = s.Executors()
+	p := s.Pool()
+	if err := p.Register(ctx, pool.FunctionSpec{Name: "f", MemoryBytes: 256 << 20}); err != nil {
+		t.Fatal(err)
+	}
+	b, err := p.Acquire(ctx, "f")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !fired.Load() || b.GPU == 0 || s.Replaced() != 1 {
+		t.Fatalf("binding %+v (failure injected: %v, bound again %d times), want gpu 0 to fail and the request bound "+
+			"again elsewhere", b, fired.Load(), s.Replaced())
+	}
+	st := s.pool.Pool.Status(ctx)
+	if st.GPUs[0].Healthy || !st.GPUs[b.GPU].Busy || st.GPUs[0].Busy {
+		t.Fatalf("controller after the failure under the swap: %+v", st.GPUs)
+	}
+	if err := p.Release(ctx, b.ID); err != nil {
+		t.Fatal(err)
+	}
+	for range 4 {
+		b, err := p.Acquire(ctx, "f")
+		if err != nil || b.GPU == 0 {
+			t.Fatalf("acquire after the failure: %+v %v", b, err)
+		}
+		if err := p.Release(ctx, b.ID); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if s.Replaced() != 1 {
+		t.Fatalf("bound again %d times, want 1", s.Replaced())
+	}
 }

@@ -72,7 +72,7 @@ type trackedPool struct {
 	held     map[string]*executor.Binding
 	swaps    map[string]int64 // bindings by how the model reached the GPU (pool.Binding.Swap)
 	failed   map[int]bool     // unhealthy GPUs already logged and told to the pool (see health.go)
-	replaced int64            // requests re-placed off an unhealthy GPU
+	replaced int64            // acquires bound again because a GPU failed under them (see Server.Replaced)
 }
 
 func newTrackedPool(p pool.Pool, key tokenKey, node *executor.Node, gpuNames []string,
@@ -125,20 +125,29 @@ func (t *trackedPool) Acquire(ctx context.Context, function string) (pool.Bindin
 
 // acquire binds through the pool (whose actuator swaps the model in), then holds the function on its GPU's
 // executor; when the pool's view and the executors' differ (a copy the executors evicted under pressure), the
-// executor swaps it in from a GPU with a copy or from the host image. A binding to a GPU that failed is re-placed
-// on a healthy one (bindHealthy). Only a request's binding (request) is what CurrentGPU reports.
+// executor swaps it in from a GPU with a copy or from the host image. GPU failures the executors saw are told to
+// the pool first (noteHealth), so the pool binds healthy GPUs only; should a GPU fail between the pool's decision
+// and the executor's hold (a race health.go describes), the binding is given back and the request bound again.
+// Only a request's binding (request) is what CurrentGPU reports.
 func (t *trackedPool) acquire(ctx context.Context, function string, request bool) (pool.Binding, error) {
-	b, err := t.Pool.Acquire(ctx, function)
-	if err != nil {
-		return b, err
-	}
-	var held *executor.Binding
-	if t.node != nil {
-		gpu := b.GPU
-		if b, held, err = t.bindHealthy(ctx, function, b); err != nil {
-			rerr := t.Pool.Release(context.WithoutCancel(ctx), b.ID)
-			return pool.Binding{}, errors.Join(fmt.Errorf("acquire %q on gpu %d: %w", function, gpu, err), rerr)
+	var (
+		b    pool.Binding
+		held *executor.Binding
+		err  error
+	)
+	for attempt := 0; ; attempt++ {
+		t.noteHealth(ctx)
+		if b, held, err = t.bind(ctx, function); err == nil {
+			break
 		}
+		// Each retry follows a GPU that failed under this acquire: at most one per GPU.
+		if t.node == nil || attempt >= t.node.GPUs() || !failedUnder(err) {
+			return pool.Binding{}, err
+		}
+		t.mu.Lock()
+		t.replaced++
+		t.mu.Unlock()
+		t.log.WarnContext(ctx, "a gpu failed under an acquire: binding again", "function", function, "err", err)
 	}
 	t.mu.Lock()
 	if request {
@@ -160,8 +169,31 @@ func (t *trackedPool) acquire(ctx context.Context, function string, request bool
 	return b, nil
 }
 
+// bind is one attempt of acquire: the pool's binding and, with executors, the hold on its GPU.
+func (t *trackedPool) bind(ctx context.Context, function string) (pool.Binding, *executor.Binding, error) {
+	b, err := t.Pool.Acquire(ctx, function)
+	if err != nil || t.node == nil {
+		return b, nil, err
+	}
+	var held *executor.Binding
+	if _, told := t.Pool.(healthSetter); told {
+		held, err = t.node.Acquire(ctx, function, b.GPU, executor.Any)
+	} else {
+		b, held, err = t.bindHealthy(ctx, function, b)
+	}
+	if err != nil {
+		rerr := t.Pool.Release(context.WithoutCancel(ctx), b.ID)
+		if failedUnder(err) && errors.Is(rerr, pool.ErrGPUUnhealthy) {
+			rerr = nil // the pool knows already
+		}
+		return pool.Binding{}, nil, errors.Join(fmt.Errorf("acquire %q on gpu %d: %w", function, b.GPU, err), rerr)
+	}
+	return b, held, nil
+}
+
 // Release ends a binding. When the GPU it was bound to failed meanwhile, the binding is released and the error
-// (wrapping executor.ErrUnhealthy) says it broke: the request's work may not have completed.
+// (wrapping pool.ErrGPUUnhealthy and executor.ErrUnhealthy) says it broke: the request's work may not have
+// completed.
 func (t *trackedPool) Release(ctx context.Context, id string) error {
 	t.mu.Lock()
 	if fn, ok := t.bindings[id]; ok {
@@ -177,12 +209,16 @@ func (t *trackedPool) Release(ctx context.Context, id string) error {
 	var broke error
 	if held != nil {
 		if err := held.Err(); err != nil {
-			broke = fmt.Errorf("binding %s broke: %w", id, err)
+			broke = fmt.Errorf("binding %s broke: %w: %w", id, pool.ErrGPUUnhealthy, err)
 			t.noteHealth(ctx)
 		}
 		held.Release()
 	}
-	return errors.Join(t.Pool.Release(ctx, id), broke)
+	err := t.Pool.Release(ctx, id)
+	if broke != nil && errors.Is(err, pool.ErrGPUUnhealthy) {
+		err = nil // the pool says the same
+	}
+	return errors.Join(err, broke)
 }
 
 // Swaps counts the bindings so far by how the model reached the GPU: none (resident), nvlink, pcie, cold.
@@ -201,7 +237,9 @@ func (t *trackedPool) Status(ctx context.Context) pool.Status {
 	t.noteHealth(ctx)
 	st := t.Pool.Status(ctx)
 	st.Swaps = t.Swaps()
-	t.healthStatus(&st)
+	if _, told := t.Pool.(healthSetter); !told {
+		t.healthStatus(&st)
+	}
 	return st
 }
 

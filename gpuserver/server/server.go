@@ -106,7 +106,7 @@ func Start(ctx context.Context, cfg Config) (*Server, error) {
 			return nil, err
 		}
 		if cfg.Actuator == nil && cfg.Policy != PolicyFCFS {
-			cfg.Actuator = healthActuator{executor.Actuator{Node: s.node}} // see health.go
+			cfg.Actuator = executor.Actuator{Node: s.node}
 		}
 	}
 	inner, err := newPool(cfg, s.node != nil)
