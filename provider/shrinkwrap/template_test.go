@@ -13,6 +13,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -21,7 +22,9 @@ import (
 
 	"github.com/faas-gpu/faas-gpu/gpuserver/api"
 	"github.com/faas-gpu/faas-gpu/gpuserver/client"
+	"github.com/faas-gpu/faas-gpu/gpuserver/controller"
 	"github.com/faas-gpu/faas-gpu/gpuserver/pool"
+	"github.com/faas-gpu/faas-gpu/gpuserver/topology"
 )
 
 // startEntrypoint runs the gpu-python template's index.py with the edge handler as a real process and returns its
@@ -162,16 +165,22 @@ func TestEntrypointRequestsAndResponses(t *testing.T) {
 // gpuServer runs the real gpuserver API over a one-GPU first-come-first-served pool on a Unix socket.
 func gpuServer(t *testing.T) string {
 	t.Helper()
+	p, err := pool.NewFCFS([]pool.GPU{{Name: "Tesla V100-SXM2-32GB (simulated)", MemoryBytes: 32 << 30}}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return serveAPI(t, p)
+}
+
+// serveAPI runs the real gpuserver API over p on a Unix socket and returns its path.
+func serveAPI(t *testing.T, p pool.Pool) string {
+	t.Helper()
 	dir, err := os.MkdirTemp("", "gpus")
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = os.RemoveAll(dir) })
 	sock := filepath.Join(dir, "gpuserver.sock")
-	p, err := pool.NewFCFS([]pool.GPU{{Name: "Tesla V100-SXM2-32GB (simulated)", MemoryBytes: 32 << 30}}, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
 	reg := prometheus.NewRegistry()
 	h, err := api.New(p, reg, reg, nil)
 	if err != nil {
@@ -260,5 +269,64 @@ func TestEntrypointRegistersItselfWhenAsked(t *testing.T) {
 	st, err = client.New(sock).Status(context.Background())
 	if err != nil || len(st.Functions) != 1 || st.Functions[0].Served != 1 || st.Functions[0].SLO != 80*time.Millisecond {
 		t.Fatalf("after re-registration: %+v %v", st.Functions, err)
+	}
+}
+
+// failingPool is the controller's pool on a real gpuserver API with a GPU that fails while the next binding is
+// held (set failNext): the failure is injected as the executors report one, through SetHealthy.
+type failingPool struct {
+	*controller.Pool
+	failNext atomic.Bool
+}
+
+func (p *failingPool) Acquire(ctx context.Context, function string) (pool.Binding, error) {
+	b, err := p.Pool.Acquire(ctx, function)
+	if err == nil && p.failNext.CompareAndSwap(true, false) {
+		err = p.SetHealthy(b.GPU, false)
+	}
+	return b, err
+}
+
+// TestEntrypointAnswers503WhenTheGPUFailsUnderTheHandler: the handler ran, but its GPU failed while the binding
+// was held, so its result may be wrong: the release answers 503 and the entrypoint answers 503 with the
+// gpuserver's message instead of the handler's output. Once the GPU is back, requests are answered as before.
+func TestEntrypointAnswers503WhenTheGPUFailsUnderTheHandler(t *testing.T) {
+	node, err := topology.Preset("h200x1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cp, err := controller.NewPool(controller.PoolConfig{Controller: controller.Config{Node: node}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := &failingPool{Pool: cp}
+	sock := serveAPI(t, p)
+	ctx := context.Background()
+	if err := p.Register(ctx, pool.FunctionSpec{Name: "edge", MemoryBytes: 1 << 30}); err != nil {
+		t.Fatal(err)
+	}
+	base := startEntrypoint(t, "FAAS_GPU=1", "FAAS_GPU_FUNCTION=edge", "FAAS_GPU_SOCKET="+sock,
+		"FAAS_GPU_ACQUIRE_TIMEOUT_MS=2000")
+	if code, _, out := call(t, http.MethodPost, base+"/", strings.NewReader("x"), nil); code != 202 {
+		t.Fatalf("request on a healthy GPU: %d %s", code, out)
+	}
+
+	p.failNext.Store(true)
+	code, _, out := call(t, http.MethodPost, base+"/", strings.NewReader("x"), nil)
+	if code != 503 || !strings.Contains(string(out), "GPU unhealthy") || strings.Contains(string(out), "method") {
+		t.Fatalf("request whose GPU failed under the handler: %d %s, want 503 with the gpuserver's message", code, out)
+	}
+	st := p.Status(ctx)
+	if st.GPUs[0].Healthy || st.Functions[0].Running != 0 || st.Functions[0].Served != 2 {
+		t.Fatalf("pool after the broken request: %+v %+v", st.GPUs, st.Functions)
+	}
+
+	if err := p.SetHealthy(0, true); err != nil {
+		t.Fatal(err)
+	}
+	var r edgeReply
+	code, _, out = call(t, http.MethodPost, base+"/", strings.NewReader("x"), nil)
+	if err := json.Unmarshal(out, &r); code != 202 || err != nil || r.GPU == nil || r.GPU["gpu"] != float64(0) {
+		t.Fatalf("request once the GPU is back: %d %s (%v)", code, out, err)
 	}
 }

@@ -170,13 +170,19 @@ class GPUClient:
             raise GPUError(502, "gpuserver answered register with invalid JSON")
 
     def release(self, binding_id):
+        """Ends a binding. Returns a GPUError when the binding broke (HTTP 503: its GPU failed while it was held,
+        so the handler's GPU work may be wrong), else None."""
         try:
             status, raw = self._call("POST", "/v1/bindings/%s/release" % binding_id, None, 30)
         except OSError as e:
             log("faas-gpu: releasing binding %s failed: %s" % (binding_id, e))
-            return
+            return None
         if status not in (200, 204):
             log("faas-gpu: releasing binding %s failed (HTTP %d): %s" % (binding_id, status, self._error_text(raw)))
+            if status == 503:
+                return GPUError(503, "the GPU of function %s failed during the request: %s"
+                                % (self.function, self._error_text(raw)))
+        return None
 
 
 def log(msg):
@@ -314,8 +320,10 @@ class RequestHandler(BaseHTTPRequestHandler):
                 self.send_json_error(500, "the function's handler raised an exception; see its logs")
                 return
         finally:
-            if binding is not None:
-                gpu.release(binding.get("id", ""))
+            broke = gpu.release(binding.get("id", "")) if binding is not None else None
+        if broke is not None:  # the handler's result may be wrong: its GPU died under it
+            self.send_json_error(broke.status, broke.message)
+            return
         self.send(status, headers, out)
 
     do_GET = do_POST = do_PUT = do_PATCH = do_DELETE = do_OPTIONS = do_HEAD = handle_any
