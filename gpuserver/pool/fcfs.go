@@ -34,6 +34,7 @@ type fcfsGPU struct {
 	GPU
 	index    int
 	busy     bool
+	failed   bool
 	used     uint64
 	resident map[string]time.Time // function -> last use
 }
@@ -164,9 +165,31 @@ func (p *FCFS) Acquire(ctx context.Context, function string) (Binding, error) {
 func (p *FCFS) Release(_ context.Context, bindingID string) error {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if !p.releaseLocked(bindingID) {
+	b, ok := p.bindings[bindingID]
+	if !ok || !p.releaseLocked(bindingID) {
 		return fmt.Errorf("%w: %s", ErrUnknownBinding, bindingID)
 	}
+	if p.gpus[b.GPU].failed {
+		return fmt.Errorf("binding %s broke: %w: gpu %d", bindingID, ErrGPUUnhealthy, b.GPU)
+	}
+	return nil
+}
+
+// SetHealthy takes a GPU out of placement (its resident copies are gone) or returns it to service, empty.
+// Bindings held on a GPU that fails stay until released; their Release reports ErrGPUUnhealthy.
+func (p *FCFS) SetHealthy(gpu int, healthy bool) error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if gpu < 0 || gpu >= len(p.gpus) {
+		return fmt.Errorf("%w: gpu %d of %d", ErrInvalidSpec, gpu, len(p.gpus))
+	}
+	g := p.gpus[gpu]
+	if g.failed == !healthy {
+		return nil
+	}
+	g.failed = !healthy
+	g.resident, g.used = map[string]time.Time{}, 0
+	p.dispatchLocked()
 	return nil
 }
 
@@ -178,7 +201,7 @@ func (p *FCFS) Status(_ context.Context) Status {
 	resident := map[string][]int{}
 	for _, g := range p.gpus {
 		gs := GPUStatus{Index: g.index, Name: g.Name, MemoryBytes: g.MemoryBytes, UsedBytes: g.used, Busy: g.busy,
-			Healthy: true, Resident: []string{}}
+			Healthy: !g.failed, Resident: []string{}}
 		for fn := range g.resident {
 			gs.Resident = append(gs.Resident, fn)
 			resident[fn] = append(resident[fn], g.index)
@@ -249,13 +272,13 @@ func (p *FCFS) dispatchLocked() {
 // least-recently-used residents. It returns the GPU and the kind of swap ("none" or "pcie").
 func (p *FCFS) placeLocked(function string, need uint64) (*fcfsGPU, string) {
 	for _, g := range p.gpus {
-		if _, ok := g.resident[function]; ok && !g.busy {
+		if _, ok := g.resident[function]; ok && !g.busy && !g.failed {
 			return g, "none"
 		}
 	}
 	var best *fcfsGPU
 	for _, g := range p.gpus {
-		if g.busy || g.MemoryBytes < need {
+		if g.busy || g.failed || g.MemoryBytes < need {
 			continue
 		}
 		if best == nil || g.MemoryBytes-g.used > best.MemoryBytes-best.used {
@@ -298,7 +321,7 @@ func (p *FCFS) evictEverywhere(function string) {
 
 func (p *FCFS) anyIdle() bool {
 	for _, g := range p.gpus {
-		if !g.busy {
+		if !g.busy && !g.failed {
 			return true
 		}
 	}

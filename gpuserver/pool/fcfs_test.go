@@ -195,3 +195,45 @@ func waitFor(t *testing.T, cond func() bool) {
 		time.Sleep(time.Millisecond)
 	}
 }
+
+func TestFCFSSetHealthyTakesTheGPUOutOfPlacement(t *testing.T) {
+	ctx := context.Background()
+	p := newTestPool(t, 4*gib, 4*gib)
+	register(t, p, "a", gib)
+	held, err := p.Acquire(ctx, "a")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := p.SetHealthy(held.GPU, false); err != nil {
+		t.Fatal(err)
+	}
+	if err := p.SetHealthy(7, false); !errors.Is(err, ErrInvalidSpec) {
+		t.Fatalf("SetHealthy(7) err = %v", err)
+	}
+	st := p.Status(ctx)
+	if g := st.GPUs[held.GPU]; g.Healthy || len(g.Resident) != 0 || g.UsedBytes != 0 {
+		t.Fatalf("failed GPU status: %+v", g)
+	}
+	other := 1 - held.GPU
+	for range 3 { // every later request goes to the healthy GPU, swapping in once
+		b, err := p.Acquire(ctx, "a")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if b.GPU != other {
+			t.Fatalf("bound to GPU %d, want the healthy GPU %d", b.GPU, other)
+		}
+		if err := p.Release(ctx, b.ID); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := p.Release(ctx, held.ID); !errors.Is(err, ErrGPUUnhealthy) {
+		t.Fatalf("release of the binding on the failed GPU: err = %v, want ErrGPUUnhealthy", err)
+	}
+	if err := p.SetHealthy(held.GPU, true); err != nil {
+		t.Fatal(err)
+	}
+	if g := p.Status(ctx).GPUs[held.GPU]; !g.Healthy || len(g.Resident) != 0 {
+		t.Fatalf("recovered GPU status: %+v", g)
+	}
+}

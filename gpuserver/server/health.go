@@ -3,10 +3,7 @@ package server
 import (
 	"context"
 	"errors"
-	"fmt"
-	"slices"
 
-	"github.com/faas-gpu/faas-gpu/gpuserver/controller"
 	"github.com/faas-gpu/faas-gpu/gpuserver/executor"
 	"github.com/faas-gpu/faas-gpu/gpuserver/pool"
 )
@@ -24,13 +21,12 @@ import (
 //     pool.ErrGPUUnhealthy (503 on the API): the binding broke;
 //   - the one race left: a GPU fails after the executors were last asked and before the request holds its binding
 //     (the pool's swap onto it, or the executor's hold there, fails with executor.ErrUnhealthy). The binding is
-//     given back and the request bound again once the pool knows (Server.Replaced counts these);
-//   - a pool that cannot be told (the fcfs pool) keeps binding the failed GPU: there the request is re-placed on
-//     a healthy GPU by the executors (bindHealthy) and the status is corrected (healthStatus).
+//     given back and the request bound again once the pool knows (Server.Replaced counts these).
 
-// healthSetter is what a pool implements to stop placing requests on a GPU (and forget the copies it thinks are
-// there); controller.Pool does.
-type healthSetter interface {
+// healthPool is a pool that can be told to stop placing requests on a GPU (and to forget the copies it thinks
+// are there): controller.Pool and pool.FCFS.
+type healthPool interface {
+	pool.Pool
 	SetHealthy(gpu int, healthy bool) error
 }
 
@@ -67,76 +63,14 @@ func (t *trackedPool) noteHealth(ctx context.Context) {
 	st := t.node.Status()
 	for _, g := range failed {
 		t.log.ErrorContext(ctx, "gpu unhealthy: no more requests are placed there", "gpu", g, "err", st[g].Error)
-		if hs, ok := t.Pool.(healthSetter); ok {
-			if err := hs.SetHealthy(g, false); err != nil {
-				t.log.ErrorContext(ctx, "pool: take the unhealthy gpu out of placement", "gpu", g, "err", err)
-			}
-		}
-	}
-}
-
-// bindHealthy holds function on the executors for binding b of a pool that cannot be told about failed GPUs: on
-// b's GPU when it is healthy, else (re-placed) on a healthy GPU of the executors' choice, whose index, name and
-// swap kind then replace b's; the pool's binding stays on the failed GPU as a placeholder.
-func (t *trackedPool) bindHealthy(ctx context.Context, function string, b pool.Binding) (pool.Binding, *executor.Binding,
-	error) {
-	if t.node.Healthy(b.GPU) {
-		held, err := t.node.Acquire(ctx, function, b.GPU, executor.Any)
-		if err == nil || !errors.Is(err, executor.ErrUnhealthy) || t.node.Healthy(b.GPU) {
-			return b, held, err
-		}
-	}
-	t.noteHealth(ctx)
-	copies, _, err := t.node.Resident(function)
-	if err != nil {
-		return b, nil, err
-	}
-	held, err := t.node.Acquire(ctx, function, -1, executor.Any)
-	if err != nil {
-		return b, nil, fmt.Errorf("re-place %q off unhealthy gpu %d: %w", function, b.GPU, err)
-	}
-	from := b.GPU
-	b.GPU = held.GPU()
-	if b.GPU < len(t.gpuNames) {
-		b.GPUName = t.gpuNames[b.GPU]
-	}
-	switch {
-	case slices.Contains(copies, b.GPU):
-		b.Swap = controller.SwapNone
-	case len(copies) > 0:
-		b.Swap = controller.SwapNVLink
-	default:
-		b.Swap = controller.SwapPCIe
-	}
-	t.mu.Lock()
-	t.replaced++
-	t.mu.Unlock()
-	t.log.WarnContext(ctx, "request re-placed off an unhealthy gpu", "function", function, "gpu", b.GPU,
-		"unhealthy_gpu", from, "swap", b.Swap)
-	return b, held, nil
-}
-
-// healthStatus marks the failed GPUs of st unhealthy, with nothing resident on them (for a pool that cannot be
-// told).
-func (t *trackedPool) healthStatus(st *pool.Status) {
-	if t.node == nil {
-		return
-	}
-	for i := range st.GPUs {
-		g := &st.GPUs[i]
-		if g.Index >= t.node.GPUs() || t.node.Healthy(g.Index) {
-			continue
-		}
-		g.Healthy, g.Resident = false, []string{}
-		for j := range st.Functions {
-			f := &st.Functions[j]
-			f.Resident = slices.DeleteFunc(f.Resident, func(gpu int) bool { return gpu == g.Index })
+		if err := t.healthPool.SetHealthy(g, false); err != nil {
+			t.log.ErrorContext(ctx, "pool: take the unhealthy gpu out of placement", "gpu", g, "err", err)
 		}
 	}
 }
 
 // Replaced counts the acquires whose first binding was on a GPU that failed before the request held it (the race
-// in health.go), bound again on a healthy GPU; with the fcfs pool, also those re-placed off a GPU it still binds.
+// in health.go), bound again on a healthy GPU.
 func (s *Server) Replaced() int64 {
 	s.pool.mu.Lock()
 	defer s.pool.mu.Unlock()

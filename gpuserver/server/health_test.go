@@ -107,7 +107,7 @@ func TestGPUFailureMovesTheMLPToHealthyGPUs(t *testing.T) {
 		t.Fatal("the executors still count the failed gpu healthy")
 	}
 	// The controller's own view (not the tracked pool's correction of it): unhealthy, empty, idle.
-	st := s.pool.Pool.Status(ctx)
+	st := s.pool.healthPool.Status(ctx)
 	if g := st.GPUs[b0.GPU]; g.Healthy || len(g.Resident) != 0 || g.UsedBytes != 0 || g.Busy {
 		t.Fatalf("controller status of the failed gpu: %+v", g)
 	}
@@ -154,7 +154,7 @@ func TestGPUFailureMovesTheMLPToHealthyGPUs(t *testing.T) {
 			t.Fatal(err)
 		}
 		// While held, the controller counts the GPU the request runs on busy, and no other.
-		for _, g := range s.pool.Pool.Status(ctx).GPUs {
+		for _, g := range s.pool.healthPool.Status(ctx).GPUs {
 			if g.Busy != (g.Index == b.GPU) {
 				t.Fatalf("bound to gpu %d, controller shows gpu %d busy=%v", b.GPU, g.Index, g.Busy)
 			}
@@ -170,7 +170,7 @@ func TestGPUFailureMovesTheMLPToHealthyGPUs(t *testing.T) {
 			t.Fatalf("on gpu %d the mlp answered differently", b.GPU)
 		}
 	}
-	if st := s.pool.Pool.Status(ctx); st.GPUs[now].Healthy || len(st.GPUs[now].Resident) != 0 {
+	if st := s.pool.healthPool.Status(ctx); st.GPUs[now].Healthy || len(st.GPUs[now].Resident) != 0 {
 		t.Fatalf("gpu %d drained but the controller shows %+v", now, st.GPUs[now])
 	}
 	if n := s.Replaced(); n != 0 {
@@ -259,7 +259,7 @@ func TestGPUFailingUnderTheSwapIsBoundAgain(t *testing.T) {
 		t.Fatalf("binding %+v (failure injected: %v, bound again %d times), want gpu 0 to fail and the request bound "+
 			"again elsewhere", b, fired.Load(), s.Replaced())
 	}
-	st := s.pool.Pool.Status(ctx)
+	st := s.pool.healthPool.Status(ctx)
 	if st.GPUs[0].Healthy || !st.GPUs[b.GPU].Busy || st.GPUs[0].Busy {
 		t.Fatalf("controller after the failure under the swap: %+v", st.GPUs)
 	}

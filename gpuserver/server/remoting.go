@@ -59,11 +59,10 @@ func (k tokenKey) token(function string) string {
 // not end it. The executors also end it themselves before a swap moves the function or an eviction drops its
 // copy, so an image is never lost to a placement decision made between initialisation and the first request.
 type trackedPool struct {
-	pool.Pool
-	key      tokenKey
-	node     *executor.Node // nil without remoting
-	gpuNames []string
-	log      *slog.Logger
+	healthPool
+	key  tokenKey
+	node *executor.Node // nil without remoting
+	log  *slog.Logger
 
 	mu       sync.Mutex
 	specs    map[string]pool.FunctionSpec
@@ -75,15 +74,14 @@ type trackedPool struct {
 	replaced int64            // acquires bound again because a GPU failed under them (see Server.Replaced)
 }
 
-func newTrackedPool(p pool.Pool, key tokenKey, node *executor.Node, gpuNames []string,
-	log *slog.Logger) *trackedPool {
-	return &trackedPool{Pool: p, key: key, node: node, gpuNames: gpuNames, log: log,
+func newTrackedPool(p healthPool, key tokenKey, node *executor.Node, log *slog.Logger) *trackedPool {
+	return &trackedPool{healthPool: p, key: key, node: node, log: log,
 		specs: map[string]pool.FunctionSpec{}, bound: map[string]map[string]int{}, bindings: map[string]string{},
 		held: map[string]*executor.Binding{}, swaps: map[string]int64{}, failed: map[int]bool{}}
 }
 
 func (t *trackedPool) Register(ctx context.Context, spec pool.FunctionSpec) error {
-	if err := t.Pool.Register(ctx, spec); err != nil {
+	if err := t.healthPool.Register(ctx, spec); err != nil {
 		return err
 	}
 	if err := spec.Validate(); err != nil { // fills the defaults the pool applied
@@ -101,7 +99,7 @@ func (t *trackedPool) Register(ctx context.Context, spec pool.FunctionSpec) erro
 }
 
 func (t *trackedPool) Deregister(ctx context.Context, name string) error {
-	err := t.Pool.Deregister(ctx, name)
+	err := t.healthPool.Deregister(ctx, name)
 	if t.node != nil {
 		if nerr := t.node.Deregister(ctx, name); nerr != nil && !errors.Is(nerr, executor.ErrUnknownFunction) {
 			err = errors.Join(err, nerr)
@@ -171,18 +169,13 @@ func (t *trackedPool) acquire(ctx context.Context, function string, request bool
 
 // bind is one attempt of acquire: the pool's binding and, with executors, the hold on its GPU.
 func (t *trackedPool) bind(ctx context.Context, function string) (pool.Binding, *executor.Binding, error) {
-	b, err := t.Pool.Acquire(ctx, function)
+	b, err := t.healthPool.Acquire(ctx, function)
 	if err != nil || t.node == nil {
 		return b, nil, err
 	}
-	var held *executor.Binding
-	if _, told := t.Pool.(healthSetter); told {
-		held, err = t.node.Acquire(ctx, function, b.GPU, executor.Any)
-	} else {
-		b, held, err = t.bindHealthy(ctx, function, b)
-	}
+	held, err := t.node.Acquire(ctx, function, b.GPU, executor.Any)
 	if err != nil {
-		rerr := t.Pool.Release(context.WithoutCancel(ctx), b.ID)
+		rerr := t.healthPool.Release(context.WithoutCancel(ctx), b.ID)
 		if failedUnder(err) && errors.Is(rerr, pool.ErrGPUUnhealthy) {
 			rerr = nil // the pool knows already
 		}
@@ -214,7 +207,7 @@ func (t *trackedPool) Release(ctx context.Context, id string) error {
 		}
 		held.Release()
 	}
-	err := t.Pool.Release(ctx, id)
+	err := t.healthPool.Release(ctx, id)
 	if broke != nil && errors.Is(err, pool.ErrGPUUnhealthy) {
 		err = nil // the pool says the same
 	}
@@ -235,11 +228,8 @@ func (t *trackedPool) Swaps() map[string]int64 {
 // Status adds the swaps by kind to the pool's status.
 func (t *trackedPool) Status(ctx context.Context) pool.Status {
 	t.noteHealth(ctx)
-	st := t.Pool.Status(ctx)
+	st := t.healthPool.Status(ctx)
 	st.Swaps = t.Swaps()
-	if _, told := t.Pool.(healthSetter); !told {
-		t.healthStatus(&st)
-	}
 	return st
 }
 

@@ -113,11 +113,7 @@ func Start(ctx context.Context, cfg Config) (*Server, error) {
 	if err != nil {
 		return nil, fmt.Errorf("gpuserver: %w", err)
 	}
-	names := make([]string, len(cfg.Node.GPUs))
-	for i, g := range cfg.Node.GPUs {
-		names[i] = g.Name
-	}
-	p := newTrackedPool(inner, s.key, s.node, names, cfg.Logger)
+	p := newTrackedPool(inner, s.key, s.node, cfg.Logger)
 	s.pool = p
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
@@ -302,7 +298,7 @@ var ErrInvalidPolicy = errors.New("invalid policy")
 
 // newPool builds the pool. With executors (oneGPU), a function's requests are bound one at a time: its blocks
 // live at one address, mapped on one GPU at a time (other GPUs may hold parked copies).
-func newPool(cfg Config, oneGPU bool) (pool.Pool, error) {
+func newPool(cfg Config, oneGPU bool) (healthPool, error) {
 	if cfg.Policy == PolicyFCFS {
 		gpus := make([]pool.GPU, len(cfg.Node.GPUs))
 		for i, g := range cfg.Node.GPUs {
