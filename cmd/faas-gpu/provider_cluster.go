@@ -47,6 +47,9 @@ type clusterBackends struct {
 	Functions provider.Backend
 	Secrets   provider.SecretStore
 	Logs      provider.LogSource
+	// Close stops what the backend runs in the background (the kubernetes backend's EndpointSlice informers) and
+	// waits for it until its ctx ends; those also stop when the ctx given to newClusterBackend ends.
+	Close func(context.Context) error
 }
 
 // registerClusterFlags adds the cluster backends' flags to the provider command's flag set.
@@ -158,9 +161,11 @@ func (c *clusterConfig) restConfig() (*rest.Config, error) {
 	return rc, nil
 }
 
-// newClusterBackend builds the backend named kind ("kubernetes" or "knative"). It contacts no API server; the
-// first request does.
-func newClusterBackend(_ context.Context, kind string, cfg *clusterConfig) (clusterBackends, error) {
+// newClusterBackend builds the backend named kind ("kubernetes" or "knative"). The kubernetes backend starts its
+// EndpointSlice informers under ctx (they list and watch in the background and stop when ctx ends or on Close);
+// until they have synced, invocations are resolved by listing. Nothing else contacts the API server before the
+// first request.
+func newClusterBackend(ctx context.Context, kind string, cfg *clusterConfig) (clusterBackends, error) {
 	if kind != "kubernetes" && kind != "knative" {
 		return clusterBackends{}, usageError{fmt.Errorf("-backend %q: want kubernetes or knative", kind)}
 	}
@@ -181,7 +186,10 @@ func newClusterBackend(_ context.Context, kind string, cfg *clusterConfig) (clus
 		if err != nil {
 			return clusterBackends{}, usageError{err}
 		}
-		return clusterBackends{Functions: b, Secrets: b, Logs: b}, nil
+		if err := b.Start(ctx); err != nil {
+			return clusterBackends{}, fmt.Errorf("kubernetes backend: %w", err)
+		}
+		return clusterBackends{Functions: b, Secrets: b, Logs: b, Close: b.Stop}, nil
 	}
 	serving, err := servingclient.NewForConfig(rc)
 	if err != nil {
@@ -191,5 +199,5 @@ func newClusterBackend(_ context.Context, kind string, cfg *clusterConfig) (clus
 	if err != nil {
 		return clusterBackends{}, usageError{err}
 	}
-	return clusterBackends{Functions: b, Secrets: b, Logs: b}, nil
+	return clusterBackends{Functions: b, Secrets: b, Logs: b, Close: func(context.Context) error { return nil }}, nil
 }

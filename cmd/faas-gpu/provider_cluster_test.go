@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/faas-gpu/faas-gpu/provider/knative"
 	"github.com/faas-gpu/faas-gpu/provider/kubernetes"
@@ -44,11 +45,14 @@ func TestClusterBackends(t *testing.T) {
 		if err := parseFlags(fs, []string{"-kubeconfig", kc, "-node-label", "gpu=yes", "-function-namespace", "fn"}); err != nil {
 			t.Fatal(err)
 		}
-		b, err := newClusterBackend(context.Background(), kind, cfg)
+		ctx, cancel := context.WithCancel(context.Background())
+		b, err := newClusterBackend(ctx, kind, cfg)
 		if err != nil {
+			cancel()
 			t.Fatalf("%s: %v", kind, err)
 		}
-		if b.Functions == nil || b.Secrets == nil || b.Logs == nil {
+		if b.Functions == nil || b.Secrets == nil || b.Logs == nil || b.Close == nil {
+			cancel()
 			t.Fatalf("%s: incomplete backends %+v", kind, b)
 		}
 		switch f := b.Functions.(type) {
@@ -56,11 +60,21 @@ func TestClusterBackends(t *testing.T) {
 			if c := f.Config(); c.GPU.NodeLabelKey != "gpu" || c.GPU.NodeLabelValue != "yes" || c.DefaultNamespace != "fn" {
 				t.Errorf("config %+v", c)
 			}
+			if err := f.Start(ctx); err == nil {
+				t.Error("kubernetes backend: Start succeeded again, want newClusterBackend to have started its informers")
+			}
 		case *knative.Backend:
 			if kind != "knative" {
 				t.Errorf("%s built a knative backend", kind)
 			}
 		}
+		// The informers retry against the unreachable API server until Close stops them under its deadline.
+		cctx, ccancel := context.WithTimeout(context.Background(), 10*time.Second)
+		if err := b.Close(cctx); err != nil {
+			t.Errorf("%s: close: %v", kind, err)
+		}
+		ccancel()
+		cancel()
 	}
 }
 
