@@ -124,7 +124,7 @@ func runProvider(ctx context.Context, args []string, stdout, stderr io.Writer) e
 			return err
 		}
 		be = providerBackends{functions: cb.Functions, secrets: cb.Secrets, logs: cb.Logs,
-			close: func(context.Context) error { return nil }}
+			close: cb.Close}
 	}
 	if gpu != nil {
 		if err := handlers.SyncGPU(ctx, be.functions, gpu); err != nil {
