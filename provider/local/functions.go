@@ -169,14 +169,10 @@ func (b *Backend) Update(ctx context.Context, fd types.FunctionDeployment) error
 		return err
 	}
 	b.mu.Lock()
-	if b.closed {
+	fn, err := b.functionLocked(fd.Namespace, fd.Service)
+	if err != nil {
 		b.mu.Unlock()
-		return ErrClosed
-	}
-	fn, ok := b.fns[fd.Service]
-	if !ok {
-		b.mu.Unlock()
-		return fmt.Errorf("%w: function %q in namespace %s", provider.ErrNotFound, fd.Service, fd.Namespace)
+		return err
 	}
 	rec := fn.rec
 	rec.Deployment = fd
@@ -226,12 +222,9 @@ func (b *Backend) take(namespace, name string) (*function, error) {
 	}
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	if b.closed {
-		return nil, ErrClosed
-	}
-	fn, ok := b.fns[name]
-	if !ok {
-		return nil, fmt.Errorf("%w: function %q in namespace %s", provider.ErrNotFound, name, ns)
+	fn, err := b.functionLocked(ns, name)
+	if err != nil {
+		return nil, err
 	}
 	if err := b.removeRecord(name); err != nil {
 		return nil, err
@@ -240,6 +233,19 @@ func (b *Backend) take(namespace, name string) (*function, error) {
 	reps := fn.replicas
 	b.scaleLocked(fn, 0)
 	fn.replicas = reps
+	return fn, nil
+}
+
+// functionLocked returns a known function; b.mu must be held. It fails with ErrClosed after Close and wraps
+// provider.ErrNotFound for an unknown name.
+func (b *Backend) functionLocked(ns, name string) (*function, error) {
+	if b.closed {
+		return nil, ErrClosed
+	}
+	fn, ok := b.fns[name]
+	if !ok {
+		return nil, fmt.Errorf("%w: function %q in namespace %s", provider.ErrNotFound, name, ns)
+	}
 	return fn, nil
 }
 
@@ -276,12 +282,9 @@ func (b *Backend) Status(ctx context.Context, namespace, name string) (types.Fun
 	}
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	if b.closed {
-		return types.FunctionStatus{}, ErrClosed
-	}
-	fn, ok := b.fns[name]
-	if !ok {
-		return types.FunctionStatus{}, fmt.Errorf("%w: function %q in namespace %s", provider.ErrNotFound, name, ns)
+	fn, err := b.functionLocked(ns, name)
+	if err != nil {
+		return types.FunctionStatus{}, err
 	}
 	return fn.status(), nil
 }
@@ -315,14 +318,10 @@ func (b *Backend) Scale(ctx context.Context, namespace, name string, replicas ui
 			replicas, b.cfg.MaxReplicas)
 	}
 	b.mu.Lock()
-	if b.closed {
+	fn, err := b.functionLocked(ns, name)
+	if err != nil {
 		b.mu.Unlock()
-		return ErrClosed
-	}
-	fn, ok := b.fns[name]
-	if !ok {
-		b.mu.Unlock()
-		return fmt.Errorf("%w: function %q in namespace %s", provider.ErrNotFound, name, ns)
+		return err
 	}
 	rec := fn.rec
 	rec.Replicas = replicas
@@ -346,12 +345,9 @@ func (b *Backend) Resolve(ctx context.Context, namespace, name string) (*url.URL
 	}
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	if b.closed {
-		return nil, ErrClosed
-	}
-	fn, ok := b.fns[name]
-	if !ok {
-		return nil, fmt.Errorf("%w: function %q in namespace %s", provider.ErrNotFound, name, ns)
+	fn, err := b.functionLocked(ns, name)
+	if err != nil {
+		return nil, err
 	}
 	var ready []*url.URL
 	for _, r := range fn.replicas {
