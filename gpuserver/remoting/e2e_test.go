@@ -19,12 +19,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/faas-gpu/faas-gpu/gpuserver/device/sim"
-	"github.com/faas-gpu/faas-gpu/gpuserver/executor"
-	"github.com/faas-gpu/faas-gpu/gpuserver/memory"
 	"github.com/faas-gpu/faas-gpu/gpuserver/pool"
-	"github.com/faas-gpu/faas-gpu/gpuserver/repository"
-	"github.com/faas-gpu/faas-gpu/gpuserver/topology"
 )
 
 // registry is a fixed set of functions and tokens.
@@ -95,26 +90,7 @@ type testServer struct {
 // startServer runs a remoting server on a simulated v100x4 node.
 func startServer(t *testing.T, funcs registry) *testServer {
 	t.Helper()
-	node, err := topology.Preset("v100x4")
-	if err != nil {
-		t.Fatal(err)
-	}
-	dev, err := sim.New(sim.Options{Node: node})
-	if err != nil {
-		t.Fatal(err)
-	}
-	mem, err := memory.New(dev, memory.Config{MaxBytesPerGPU: 1 << 30})
-	if err != nil {
-		t.Fatal(err)
-	}
-	repo, err := repository.Open(repository.Config{Dir: t.TempDir(), Registrar: dev})
-	if err != nil {
-		t.Fatal(err)
-	}
-	xn, err := executor.New(executor.Config{Device: dev, Memory: mem, Repository: repo})
-	if err != nil {
-		t.Fatal(err)
-	}
+	dev, xn := simNode(t, 1<<30)
 	b := &binder{current: map[string]int{}}
 	srv, err := NewServer(Config{Device: dev, Node: xn, Functions: funcs, Binder: b})
 	if err != nil {
@@ -132,18 +108,6 @@ func startServer(t *testing.T, funcs registry) *testServer {
 		cancel()
 		if err := <-done; err != nil {
 			t.Errorf("Serve: %v", err)
-		}
-		if err := xn.Close(context.Background()); err != nil {
-			t.Errorf("executors close: %v", err)
-		}
-		if err := repo.Close(); err != nil {
-			t.Errorf("repository close: %v", err)
-		}
-		if err := mem.Close(context.Background()); err != nil {
-			t.Errorf("memory close: %v", err)
-		}
-		if err := dev.Close(context.Background()); err != nil {
-			t.Errorf("device close: %v", err)
 		}
 	})
 	return &testServer{socket: sock, binder: b, funcs: funcs}

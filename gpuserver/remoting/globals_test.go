@@ -6,12 +6,7 @@ import (
 	"testing"
 
 	"github.com/faas-gpu/faas-gpu/gpuserver/device"
-	"github.com/faas-gpu/faas-gpu/gpuserver/device/sim"
-	"github.com/faas-gpu/faas-gpu/gpuserver/executor"
-	"github.com/faas-gpu/faas-gpu/gpuserver/memory"
 	"github.com/faas-gpu/faas-gpu/gpuserver/pool"
-	"github.com/faas-gpu/faas-gpu/gpuserver/repository"
-	"github.com/faas-gpu/faas-gpu/gpuserver/topology"
 )
 
 // TestGlobalsFollowTheFunction: a module global keeps the one address the function got from cuModuleGetGlobal
@@ -19,33 +14,7 @@ import (
 // the function's blocks keep their bytes across the executors' swap.
 func TestGlobalsFollowTheFunction(t *testing.T) {
 	ctx := context.Background()
-	node, err := topology.Preset("v100x4")
-	if err != nil {
-		t.Fatal(err)
-	}
-	dev, err := sim.New(sim.Options{Node: node})
-	if err != nil {
-		t.Fatal(err)
-	}
-	mem, err := memory.New(dev, memory.Config{MaxBytesPerGPU: 64 << 20})
-	if err != nil {
-		t.Fatal(err)
-	}
-	repo, err := repository.Open(repository.Config{Dir: t.TempDir(), Registrar: dev})
-	if err != nil {
-		t.Fatal(err)
-	}
-	xn, err := executor.New(executor.Config{Device: dev, Memory: mem, Repository: repo})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		for _, err := range []error{xn.Close(ctx), repo.Close(), mem.Close(ctx), dev.Close(ctx)} {
-			if err != nil {
-				t.Error(err)
-			}
-		}
-	})
+	dev, xn := simNode(t, 64<<20)
 	b := &binder{current: map[string]int{}, implicit: 1}
 	h, err := newDeviceHandler(ctx, Config{Device: dev, Node: xn, Binder: b},
 		SessionInfo{Function: "f", Spec: pool.FunctionSpec{Name: "f", MemoryBytes: 16 << 20}}, slog.Default())
