@@ -2,14 +2,10 @@ package executor_test
 
 import (
 	"context"
-	"encoding/binary"
-	"math"
 	"os"
 	"testing"
 
-	"github.com/faas-gpu/faas-gpu/gpuserver/device"
 	"github.com/faas-gpu/faas-gpu/gpuserver/device/cuda"
-	"github.com/faas-gpu/faas-gpu/gpuserver/device/sim/kernels"
 	"github.com/faas-gpu/faas-gpu/gpuserver/executor"
 )
 
@@ -37,24 +33,7 @@ func TestCUDASwapComputeEvictSwapAgain(t *testing.T) {
 	must(t, err)
 	scratch, err := r.node.Alloc(ctx, "mlp", 4000)
 	must(t, err)
-	s, _ := r.node.Stream("mlp")
-	mod, err := dev.LoadModule(0, kernels.PTX())
-	must(t, err)
-	defer mod.Unload()
-	va, _ := mod.Function("vector_add")
-	args, _ := device.PackArgs(va.Params(), m.blocks[1], m.blocks[2], scratch, uint32(1000))
-	must(t, s.Launch(va, device.Dim3{X: 4}, device.Dim3{X: 256}, 0, args))
-	out := make([]byte, 4000)
-	must(t, s.CopyDtoH(out, scratch))
-	must(t, s.Synchronize(ctx))
-	for i := 0; i < 1000; i++ {
-		a := math.Float32frombits(binary.LittleEndian.Uint32(m.data[1][4*i:]))
-		c := math.Float32frombits(binary.LittleEndian.Uint32(m.data[2][4*i:]))
-		got := math.Float32frombits(binary.LittleEndian.Uint32(out[4*i:]))
-		if got != a+c && !(math.IsNaN(float64(got)) && math.IsNaN(float64(a+c))) {
-			t.Fatalf("c[%d] = %v, want %v", i, got, a+c)
-		}
-	}
+	checkVectorAdd(t, ctx, r, "mlp", 0, m, scratch)
 	b.Release()
 	must(t, r.node.Evict(ctx, "mlp", 0))
 	must(t, r.node.SwapIn(ctx, "mlp", 0, executor.Host))

@@ -87,6 +87,33 @@ func pattern(n int, seed byte) []byte {
 }
 
 // model is a function with three model blocks (one small, two spanning several chunks) captured on gpu.
+// checkVectorAdd runs the reference vector_add on fn's stream (GPU gpu) over the model's blocks 1 and 2 (1000
+// floats each) into scratch, and checks every element of the result.
+func checkVectorAdd(t *testing.T, ctx context.Context, r *rig, fn string, gpu int, m model, scratch device.Ptr) {
+	t.Helper()
+	s, err := r.node.Stream(fn)
+	must(t, err)
+	mod, err := r.dev.LoadModule(gpu, kernels.PTX())
+	must(t, err)
+	defer mod.Unload()
+	va, err := mod.Function("vector_add")
+	must(t, err)
+	args, err := device.PackArgs(va.Params(), m.blocks[1], m.blocks[2], scratch, uint32(1000))
+	must(t, err)
+	must(t, s.Launch(va, device.Dim3{X: 4}, device.Dim3{X: 256}, 0, args))
+	out := make([]byte, 4000)
+	must(t, s.CopyDtoH(out, scratch))
+	must(t, s.Synchronize(ctx))
+	for i := 0; i < 1000; i++ {
+		a := math.Float32frombits(binary.LittleEndian.Uint32(m.data[1][4*i:]))
+		c := math.Float32frombits(binary.LittleEndian.Uint32(m.data[2][4*i:]))
+		got := math.Float32frombits(binary.LittleEndian.Uint32(out[4*i:]))
+		if got != a+c && !(math.IsNaN(float64(got)) && math.IsNaN(float64(a+c))) {
+			t.Fatalf("c[%d] = %v, want %v", i, got, a+c)
+		}
+	}
+}
+
 type model struct {
 	name   string
 	blocks []device.Ptr
@@ -163,23 +190,7 @@ func TestSwapBetweenGPUsKeepsAddressesAndBytes(t *testing.T) {
 	}
 	scratch, err := r.node.Alloc(ctx, "resnet", 4000)
 	must(t, err)
-	s, _ := r.node.Stream("resnet")
-	mod, err := r.dev.LoadModule(2, kernels.PTX())
-	must(t, err)
-	va, _ := mod.Function("vector_add")
-	args, _ := device.PackArgs(va.Params(), m.blocks[1], m.blocks[2], scratch, uint32(1000))
-	must(t, s.Launch(va, device.Dim3{X: 4}, device.Dim3{X: 256}, 0, args))
-	out := make([]byte, 4000)
-	must(t, s.CopyDtoH(out, scratch))
-	must(t, s.Synchronize(ctx))
-	for i := 0; i < 1000; i++ {
-		a := math.Float32frombits(binary.LittleEndian.Uint32(m.data[1][4*i:]))
-		c := math.Float32frombits(binary.LittleEndian.Uint32(m.data[2][4*i:]))
-		got := math.Float32frombits(binary.LittleEndian.Uint32(out[4*i:]))
-		if got != a+c && !(math.IsNaN(float64(got)) && math.IsNaN(float64(a+c))) {
-			t.Fatalf("c[%d] = %v, want %v", i, got, a+c)
-		}
-	}
+	checkVectorAdd(t, ctx, r, "resnet", 2, m, scratch)
 	b.Release()
 	segsAfter, _ := r.node.Segments("resnet")
 	for i, sg := range segsBefore {
