@@ -17,47 +17,32 @@ func PackArgs(params []Param, values ...any) ([]byte, error) {
 		p := params[i]
 		dst := buf[p.Offset : p.Offset+p.Size]
 		var size uint32
+		var bits uint64
 		switch x := v.(type) {
 		case Ptr:
-			size = 8
-			if p.Size == size {
-				binary.LittleEndian.PutUint64(dst, uint64(x))
-			}
+			size, bits = 8, uint64(x)
 		case uint64:
-			size = 8
-			if p.Size == size {
-				binary.LittleEndian.PutUint64(dst, x)
-			}
+			size, bits = 8, x
 		case int64:
-			size = 8
-			if p.Size == size {
-				binary.LittleEndian.PutUint64(dst, uint64(x))
-			}
+			size, bits = 8, uint64(x)
 		case float64:
-			size = 8
-			if p.Size == size {
-				binary.LittleEndian.PutUint64(dst, math.Float64bits(x))
-			}
+			size, bits = 8, math.Float64bits(x)
 		case uint32:
-			size = 4
-			if p.Size == size {
-				binary.LittleEndian.PutUint32(dst, x)
-			}
+			size, bits = 4, uint64(x)
 		case int32:
-			size = 4
-			if p.Size == size {
-				binary.LittleEndian.PutUint32(dst, uint32(x))
-			}
+			size, bits = 4, uint64(uint32(x))
 		case float32:
-			size = 4
-			if p.Size == size {
-				binary.LittleEndian.PutUint32(dst, math.Float32bits(x))
-			}
+			size, bits = 4, uint64(math.Float32bits(x))
 		default:
 			return nil, fmt.Errorf("%w: argument %d has unsupported type %T", ErrInvalidValue, i, v)
 		}
 		if p.Size != size {
 			return nil, fmt.Errorf("%w: argument %d is %d bytes, parameter is %d", ErrInvalidValue, i, size, p.Size)
+		}
+		if size == 8 {
+			binary.LittleEndian.PutUint64(dst, bits)
+		} else {
+			binary.LittleEndian.PutUint32(dst, uint32(bits))
 		}
 	}
 	return buf, nil
