@@ -31,6 +31,11 @@ test-fuzz:
 	$(GO) test -run '^$$' -fuzz FuzzDecodeRecord -fuzztime 2000x ./gpuserver/remoting
 
 ## functions: lay out ./build/<fn>/ for every function in stack.yml as `faas-cli build --shrinkwrap` does
+## pyenv: the pinned CUDA 13 / PyTorch Python environment (cached outside the repository); prints its path
+.PHONY: pyenv
+pyenv:
+	@test/pyenv/pyenv.sh
+
 .PHONY: functions
 functions:
 	$(GO) run ./provider/shrinkwrap/cmd/shrinkwrap -f stack.yml -templates templates -out build
