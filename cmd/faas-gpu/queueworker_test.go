@@ -7,6 +7,8 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -39,6 +41,11 @@ func TestQueueWorkerBadFlagsNameTheFlag(t *testing.T) {
 		{args: []string{"--basic-auth-user", "admin"}, want: "-basic-auth-password-file"},
 		{args: []string{"--basic-auth-user", "admin", "--basic-auth-password-file", "/does/not/exist"}, want: "-basic-auth-password-file"},
 		{args: []string{"--gpuserver-url", "http://a:1", "--gpuserver-socket", "/x"}, want: "-gpuserver-url"},
+		{args: []string{"--queues", "faas-dead-letter"}, want: "-queues"},
+		{args: []string{"--nats-password-file", "/does/not/exist"}, want: "-nats-password-file"},
+		{args: []string{"--nats-user", "", "--nats-password-file", "/x"}, want: "-nats-user"},
+		{args: []string{"--dead-letter-max-age", "1ms"}, want: "-dead-letter-max-age"},
+		{args: []string{"--forbidden-callback-hosts", "nope"}, want: "-forbidden-callback-hosts"},
 		{env: map[string]string{"FAAS_GPU_MAX_INFLIGHT": "many"}, want: "FAAS_GPU_MAX_INFLIGHT"},
 		{env: map[string]string{"FAAS_GPU_ACK_WAIT": "1ms"}, want: "-ack-wait"},
 	} {
@@ -57,7 +64,8 @@ func TestQueueWorkerBadFlagsNameTheFlag(t *testing.T) {
 
 // The command consumes, invokes through the gateway, calls back, serves metrics, and drains on cancel.
 func TestQueueWorkerCommandRuns(t *testing.T) {
-	ns, err := natsserver.Start(context.Background(), natsserver.Config{StoreDir: t.TempDir(), Port: -1})
+	ns, err := natsserver.Start(context.Background(), natsserver.Config{StoreDir: t.TempDir(), Port: -1,
+		Username: "faas-gpu", Password: "qw-secret"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -87,11 +95,15 @@ func TestQueueWorkerCommandRuns(t *testing.T) {
 	}
 	frontAddr := l.Addr().String()
 	l.Close()
+	passFile := filepath.Join(t.TempDir(), "nats-password")
+	if err := os.WriteFile(passFile, []byte("qw-secret\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
 	go func() {
-		done <- runQueueWorker(ctx, []string{"--nats-url", ns.ClientURL(), "--gateway-url", gw.URL,
+		done <- runQueueWorker(ctx, []string{"--nats-url", ns.ClientURL(), "--nats-password-file", passFile, "--gateway-url", gw.URL,
 			"--metrics-addr", "127.0.0.1:0", "--frontdoor-addr", frontAddr, "--log-level", "warn"}, &stdout, &stderr)
 	}()
-	nc, err := nats.Connect(ns.ClientURL())
+	nc, err := nats.Connect(ns.ClientURL(), nats.UserInfo("faas-gpu", "qw-secret"))
 	if err != nil {
 		t.Fatal(err)
 	}

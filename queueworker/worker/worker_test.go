@@ -51,15 +51,21 @@ type env struct {
 
 func newEnv(t *testing.T, fn http.HandlerFunc) *env {
 	t.Helper()
+	mux := http.NewServeMux()
+	mux.HandleFunc("/function/", fn)
+	return newEnvGateway(t, mux)
+}
+
+// newEnvGateway is newEnv with the whole gateway's handler.
+func newEnvGateway(t *testing.T, gateway http.Handler) *env {
+	t.Helper()
 	s := jstest.Server(t)
 	_, js := jstest.Connect(t, s.ClientURL())
 	e := &env{t: t, js: js, callbacks: map[string][]callback{}, reg: prometheus.NewRegistry()}
 	if err := frontdoor.EnsureStreams(context.Background(), js); err != nil {
 		t.Fatal(err)
 	}
-	mux := http.NewServeMux()
-	mux.HandleFunc("/function/", fn)
-	e.gateway = httptest.NewServer(mux)
+	e.gateway = httptest.NewServer(gateway)
 	t.Cleanup(e.gateway.Close)
 	e.front = httptest.NewServer(frontdoor.New(frontdoor.Config{JetStream: js, Logger: slog.New(slog.NewTextHandler(t.Output(), nil))}))
 	t.Cleanup(e.front.Close)
@@ -499,7 +505,8 @@ func TestRunLeavesNoGoroutines(t *testing.T) {
 	u, _ := url.Parse(cb.URL)
 
 	runOnce := func(id string) {
-		w, err := worker.New(worker.Config{NATSURL: s.ClientURL(), GatewayURL: gw.URL, Logger: slog.New(slog.NewTextHandler(t.Output(), nil))})
+		w, err := worker.New(worker.Config{NATSURL: s.ClientURL(), NATSUser: jstest.User, NATSPassword: jstest.Password,
+			GatewayURL: gw.URL, Logger: slog.New(slog.NewTextHandler(t.Output(), nil))})
 		if err != nil {
 			t.Fatal(err)
 		}
