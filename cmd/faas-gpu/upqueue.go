@@ -18,6 +18,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/faas-gpu/faas-gpu/provider"
 	"github.com/faas-gpu/faas-gpu/queueworker/frontdoor"
 	"github.com/faas-gpu/faas-gpu/queueworker/functions"
 	"github.com/faas-gpu/faas-gpu/queueworker/natsserver"
@@ -164,9 +165,10 @@ func (u *up) startNATS(ctx context.Context, host string, port int, stateDir stri
 }
 
 // queueFunctions is what the front door and the worker look functions up in: the backend itself, in-process
-// (no HTTP round trip, no credentials for /system/functions).
+// (no HTTP round trip, no credentials for /system/functions), read again on every miss so that a call right
+// after a deploy finds its function.
 func queueFunctions(backend functions.Catalog) *functions.Cache {
-	return functions.NewCache(functions.CacheConfig{Catalog: backend})
+	return functions.NewCache(functions.CacheConfig{Catalog: backend, MissRefresh: -1, DefaultNamespace: provider.DefaultNamespace})
 }
 
 // queueFrontDoor is the handler of /async-function/.

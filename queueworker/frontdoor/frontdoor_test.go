@@ -50,7 +50,7 @@ func next(t *testing.T, js jetstream.JetStream, q string) (types.QueueRequest, j
 	if err != nil {
 		t.Fatal(err)
 	}
-	msg, err := c.Next(jetstream.FetchMaxWait(5 * time.Second))
+	msg, err := c.Next(jetstream.FetchMaxWait(30 * time.Second))
 	if err != nil {
 		t.Fatalf("no message on %s: %v", queue.Stream(q), err)
 	}

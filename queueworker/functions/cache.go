@@ -33,8 +33,12 @@ type CacheConfig struct {
 	// TTL is how long a namespace's listing is used before it is read again; 0 means 5s.
 	TTL time.Duration
 	// MissRefresh is the least time between two reads of a namespace caused by a name missing from its listing,
-	// so that a stream of calls to an unknown function does not hammer the provider; 0 means 1s.
+	// so that a stream of calls to an unknown function does not hammer the provider; 0 means 1s, negative reads
+	// again on every miss (for a catalog in this process, so that a function deployed a moment ago is found).
 	MissRefresh time.Duration
+	// DefaultNamespace is the name of the namespace "" stands for, when known; otherwise it is learnt from the
+	// default listing.
+	DefaultNamespace string
 	// Now is the clock; nil means time.Now.
 	Now func() time.Time
 }
@@ -61,13 +65,13 @@ func NewCache(cfg CacheConfig) *Cache {
 	if cfg.TTL <= 0 {
 		cfg.TTL = 5 * time.Second
 	}
-	if cfg.MissRefresh <= 0 {
+	if cfg.MissRefresh == 0 {
 		cfg.MissRefresh = time.Second
 	}
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
-	return &Cache{cfg: cfg, listings: map[string]*listing{}}
+	return &Cache{cfg: cfg, listings: map[string]*listing{}, defaultNS: cfg.DefaultNamespace}
 }
 
 // Function returns the function ref names ("name" or "name.namespace") from the cached listing of its namespace,
@@ -82,7 +86,7 @@ func (c *Cache) Function(ctx context.Context, ref string) (Function, error) {
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if ns != "" && c.listings[""] == nil {
+	if ns != "" && c.defaultNS == "" && c.listings[""] == nil {
 		_, _ = c.refreshLocked(ctx, "") // learn the default namespace's name first; an error shows again below
 	}
 	if ns != "" && ns == c.defaultNS {
@@ -98,7 +102,7 @@ func (c *Cache) Function(ctx context.Context, ref string) (Function, error) {
 		if ok && age < c.cfg.TTL {
 			return f, nil
 		}
-		if !ok && age < c.cfg.MissRefresh {
+		if !ok && c.cfg.MissRefresh > 0 && age < c.cfg.MissRefresh {
 			return Function{}, fmt.Errorf("%w: %s", ErrUnknownFunction, ref)
 		}
 	}

@@ -249,3 +249,25 @@ func TestGatewayNamespaces(t *testing.T) {
 		t.Fatalf("echo.prod: %v, want unknown", err)
 	}
 }
+
+// A catalog in this process is read again on every miss (MissRefresh < 0): a function deployed a moment before its
+// first asynchronous call is found (the e2e test deploys and calls at once); a known default namespace makes
+// "echo" and "echo.openfaas-fn" one function from the first lookup.
+func TestCacheReadsAgainOnEveryMiss(t *testing.T) {
+	ctx := context.Background()
+	cat := &catalog{fns: map[string][]string{"openfaas-fn": {}}, reads: map[string]int{}}
+	now := time.Unix(1000, 0)
+	c := functions.NewCache(functions.CacheConfig{Catalog: cat, MissRefresh: -1, DefaultNamespace: "openfaas-fn",
+		Now: func() time.Time { return now }})
+	if _, err := c.Functions(ctx); err != nil { // the worker's queue discovery, before the deploy
+		t.Fatal(err)
+	}
+	cat.mu.Lock()
+	cat.fns["openfaas-fn"] = []string{"echo"}
+	cat.mu.Unlock()
+	for _, ref := range []string{"echo.openfaas-fn", "echo"} {
+		if f, err := c.Function(ctx, ref); err != nil || f.Name != "echo" {
+			t.Fatalf("Function(%q) right after the deploy = %+v, %v; want echo", ref, f, err)
+		}
+	}
+}

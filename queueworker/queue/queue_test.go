@@ -73,7 +73,7 @@ func TestEnsureAndStates(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := c.Next(jetstream.FetchMaxWait(5 * time.Second)); err != nil { // held, not acked
+	if _, err := c.Next(jetstream.FetchMaxWait(30 * time.Second)); err != nil { // held, not acked
 		t.Fatal(err)
 	}
 	states, dead, err := queue.States(ctx, js)

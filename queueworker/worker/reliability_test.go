@@ -26,10 +26,12 @@ import (
 
 // Environment of the worker child process (this test binary re-executed).
 const (
-	envChild      = "FAAS_GPU_QW_TEST_CHILD"
-	envChildNATS  = "FAAS_GPU_QW_TEST_NATS"
-	envChildGW    = "FAAS_GPU_QW_TEST_GATEWAY"
-	childAckWait  = 2 * time.Second
+	envChild     = "FAAS_GPU_QW_TEST_CHILD"
+	envChildNATS = "FAAS_GPU_QW_TEST_NATS"
+	envChildGW   = "FAAS_GPU_QW_TEST_GATEWAY"
+	// childAckWait is long enough that a worker slowed by a loaded machine keeps its leases (in-progress acks every
+	// third of it), short enough that a killed worker's messages come back well within the test's deadlines.
+	childAckWait  = 10 * time.Second
 	childInflight = 32
 )
 
