@@ -15,6 +15,10 @@ import (
 
 type param = cudaimage.Param
 
+// pr and dp are parameters (offset, size) of the builder and of the parser.
+func pr(offset, size uint32) param        { return param{Offset: offset, Size: size} }
+func dp(offset, size uint32) device.Param { return device.Param{Offset: offset, Size: size} }
+
 // synthetic is a cubin with what ptxas writes for
 //
 //	__device__ int counter;                               // .nv.global
@@ -26,8 +30,8 @@ type param = cudaimage.Param
 //	extern "C" __global__ void noparams();                // with 2 KiB of static shared memory, 1024 threads max
 func synthetic() *cudaimage.Cubin {
 	c := cudaimage.NewCubin(90)
-	c.Kernel("vector_add", []param{{0, 8}, {8, 8}, {16, 8}, {24, 4}})
-	c.Kernel("_Z5mixedcsd2S32V4", []param{{0, 1}, {2, 2}, {8, 8}, {16, 3}, {32, 16}})
+	c.Kernel("vector_add", []param{pr(0, 8), pr(8, 8), pr(16, 8), pr(24, 4)})
+	c.Kernel("_Z5mixedcsd2S32V4", []param{pr(0, 1), pr(2, 2), pr(8, 8), pr(16, 3), pr(32, 16)})
 	c.Kernel("noparams", nil, cudaimage.Record(0x05, cudaimage.LE32(256), cudaimage.LE32(4), cudaimage.LE32(1)))
 	c.Section(cudaimage.Section{Name: ".nv.shared.noparams", Type: 8, Size: 2048, Align: 4,
 		InfoSection: ".text.noparams"})
@@ -66,9 +70,9 @@ func TestParseSynthetic(t *testing.T) {
 		t.Errorf("arch %d", f.Arch)
 	}
 	want := []cubin.Kernel{
-		{Name: "vector_add", Params: []device.Param{{0, 8}, {8, 8}, {16, 8}, {24, 4}}, ParamBytes: 28,
+		{Name: "vector_add", Params: []device.Param{dp(0, 8), dp(8, 8), dp(16, 8), dp(24, 4)}, ParamBytes: 28,
 			Registers: 12, LocalBytes: 16},
-		{Name: "_Z5mixedcsd2S32V4", Params: []device.Param{{0, 1}, {2, 2}, {8, 8}, {16, 3}, {32, 16}},
+		{Name: "_Z5mixedcsd2S32V4", Params: []device.Param{dp(0, 1), dp(2, 2), dp(8, 8), dp(16, 3), dp(32, 16)},
 			ParamBytes: 48},
 		{Name: "noparams", SharedBytes: 2048, MaxThreads: 1024},
 	}
@@ -127,7 +131,7 @@ func TestParseRefusesMalformedCubins(t *testing.T) {
 	}
 	// a parameter record overrunning its section, duplicate ordinals, a parameter past the buffer, a global
 	// outside its section, a relocation outside its section
-	c := cudaimage.NewCubin(90).Kernel("k", []param{{0, 8}})
+	c := cudaimage.NewCubin(90).Kernel("k", []param{pr(0, 8)})
 	c.Section(cudaimage.Section{Name: ".nv.info.j", Type: 0x70000000, Data: []byte{4, 0x17, 200, 0}, LinkSymtab: true,
 		InfoSection: ".text.k"})
 	bad["record overrun"] = c.Bytes()
@@ -158,7 +162,7 @@ func TestParseRefusesMalformedCubins(t *testing.T) {
 // relocations inside theirs, parameters inside the argument buffer).
 func FuzzParse(f *testing.F) {
 	f.Add(synthetic().Bytes())
-	f.Add(cudaimage.NewCubin(80).Kernel("k", []param{{0, 4}}).Bytes())
+	f.Add(cudaimage.NewCubin(80).Kernel("k", []param{pr(0, 4)}).Bytes())
 	f.Fuzz(func(t *testing.T, b []byte) {
 		c, err := cubin.Parse(b)
 		if err != nil {

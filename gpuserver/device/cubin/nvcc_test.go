@@ -42,13 +42,13 @@ var kernelsCU = map[string][]device.Param{
 	"vector_add":  {{Offset: 0, Size: 8}, {Offset: 8, Size: 8}, {Offset: 16, Size: 8}, {Offset: 24, Size: 4}},
 	"set_counter": {{Offset: 0, Size: 4}},
 	// char, short, int, long long, float, double, S3 (3 bytes, align 1), V4 (16 bytes, align 16), void*
-	"_Z5mixedcsixfd2S32V4Pv": {{0, 1}, {2, 2}, {4, 4}, {8, 8}, {16, 4}, {24, 8}, {32, 3}, {48, 16}, {64, 8}},
-	"_Z4tmplIfEvPT_S0_":      {{0, 8}, {8, 4}},
-	"_Z4tmplIdEvPT_S0_":      {{0, 8}, {8, 8}},
-	"_Z3big3BigPi":           {{0, 4000}, {4000, 8}},
+	"_Z5mixedcsixfd2S32V4Pv": {dp(0, 1), dp(2, 2), dp(4, 4), dp(8, 8), dp(16, 4), dp(24, 8), dp(32, 3), dp(48, 16), dp(64, 8)},
+	"_Z4tmplIfEvPT_S0_":      {dp(0, 8), dp(8, 4)},
+	"_Z4tmplIdEvPT_S0_":      {dp(0, 8), dp(8, 8)},
+	"_Z3big3BigPi":           {dp(0, 4000), dp(4000, 8)},
 	"noparams":               nil,
-	"shared_user":            {{0, 8}},
-	"local_user":             {{0, 8}, {8, 4}},
+	"shared_user":            {dp(0, 8)},
+	"local_user":             {dp(0, 8), dp(8, 4)},
 }
 
 // ptxasInfo is what ptxas -v printed for one function.
