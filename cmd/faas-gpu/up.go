@@ -2,6 +2,8 @@ package main
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"flag"
 	"fmt"
@@ -146,7 +148,7 @@ func runUp(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return server.Start(ctx, server.Config{Socket: filepath.Join(stateDir, "gpuserver.sock"), Node: node,
 			Policy: cfg.policy, RemotingSocket: filepath.Join(stateDir, "remoting.sock"),
 			KeyFile:       filepath.Join(stateDir, "gpuserver.key"),
-			RepositoryDir: filepath.Join(stateDir, "repository"), // kept across restarts of up
+			RepositoryDir: repositoryDir(stateDir, gpus.Device != nil), // kept across restarts of up
 			Device:        gpus.Device, DeviceReserveBytes: gpus.Reserve,
 			Logger: log.With("component", "gpuserver")})
 	})
@@ -323,4 +325,19 @@ func lockStateDir(dir string) (unlock func(), err error) {
 		return nil, fmt.Errorf("state dir %s is in use by another faas-gpu up (lock: %w)", dir, err)
 	}
 	return func() { f.Close() }, nil
+}
+
+// repositoryDir is where up keeps the model images across its restarts: under the state dir on a simulated node,
+// and on /dev/shm when it drives real GPUs, whose driver page-locks the images (Linux 6.5 and later refuse that for
+// files on disk). The /dev/shm name is derived from the state dir, so a restarted up finds its images again.
+func repositoryDir(stateDir string, realGPUs bool) string {
+	if !realGPUs {
+		return filepath.Join(stateDir, "repository")
+	}
+	abs, err := filepath.Abs(stateDir)
+	if err != nil {
+		abs = stateDir
+	}
+	sum := sha256.Sum256([]byte(abs))
+	return filepath.Join("/dev/shm", "faas-gpu-"+hex.EncodeToString(sum[:6]))
 }
