@@ -16,8 +16,9 @@ all: build
 build: shim
 	$(GO) build -ldflags "$(LDFLAGS)" -o $(BIN) ./cmd/faas-gpu
 
-## run: faas-gpu up on 127.0.0.1:8080 with state in ./.faas-gpu and functions from ./build
-run: build
+## run: build bin/faas-gpu and the example functions (./build/<fn>/, as `make functions`), then faas-gpu up on
+## 127.0.0.1:8080 with state in ./.faas-gpu
+run: build functions
 	./$(BIN) up $(RUN_ARGS)
 
 ## test: everything CI runs: lint, the shim's C tests, Go tests with -race, a short fuzz of the wire decoder
@@ -31,14 +32,15 @@ test-fuzz:
 	$(GO) test -run '^$$' -fuzz FuzzDecodeRecord -fuzztime 2000x ./gpuserver/remoting
 
 ## functions: lay out ./build/<fn>/ for every function in stack.yml as `faas-cli build --shrinkwrap` does
+## (templates from ./template/<lang>/, where faas-cli reads them)
+.PHONY: functions
+functions:
+	$(GO) run ./provider/shrinkwrap/cmd/shrinkwrap -f stack.yml -templates template -out build
+
 ## pyenv: the pinned CUDA 13 / PyTorch Python environment (cached outside the repository); prints its path
 .PHONY: pyenv
 pyenv:
 	@test/pyenv/pyenv.sh
-
-.PHONY: functions
-functions:
-	$(GO) run ./provider/shrinkwrap/cmd/shrinkwrap -f stack.yml -templates templates -out build
 
 ## lint: gofmt, go vet, go mod tidy without diff
 lint:

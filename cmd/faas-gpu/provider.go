@@ -52,7 +52,7 @@ func (c *providerConfig) register(fs *flag.FlagSet) {
 	fs.StringVar(&c.backend, "backend", backend, "where functions run: local, kubernetes or knative")
 	fs.StringVar(&c.stateDir, "state-dir", "./.faas-gpu/provider", "local backend: function records, secrets and logs")
 	fs.StringVar(&c.buildDir, "build-dir", "./build", "local backend: build contexts <build-dir>/<function>/ (make functions)")
-	fs.StringVar(&c.templatesDir, "templates-dir", "./templates",
+	fs.StringVar(&c.templatesDir, "templates-dir", "./template",
 		"local backend: fallback template folder (<templates-dir>/gpu-python/) when a function has no build context")
 	fs.StringVar(&c.functionsDir, "functions-dir", "./functions",
 		"local backend: fallback handler folders (<functions-dir>/<function>/)")

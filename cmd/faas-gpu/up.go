@@ -51,7 +51,7 @@ type upConfig struct {
 func (c *upConfig) register(fs *flag.FlagSet) {
 	fs.StringVar(&c.stateDir, "state-dir", "./.faas-gpu", "state: function records, secrets, logs, JetStream store, sockets")
 	fs.StringVar(&c.buildDir, "build-dir", "./build", "build contexts of functions, <dir>/<name>/ as faas-cli build --shrinkwrap writes them")
-	fs.StringVar(&c.templatesDir, "templates-dir", "./template", "fallback when the build dir has no context: templates folder (./templates is tried too)")
+	fs.StringVar(&c.templatesDir, "templates-dir", "./template", "fallback when the build dir has no context: the folder of templates, <dir>/gpu-python/ (faas-cli's ./template)")
 	fs.StringVar(&c.functionsDir, "functions-dir", "./functions", "fallback when the build dir has no context: one handler folder per function")
 	fs.StringVar(&c.host, "host", "127.0.0.1", "address every server listens on")
 	fs.IntVar(&c.port, "port", 8080, "port of the gateway surface (faas-provider routes and /async-function)")
@@ -209,9 +209,6 @@ func (u *up) start(ctx context.Context, cfg upConfig, stateDir, nodeName string,
 			"shim_dir", shimDir)
 	}
 	templatesDir := cfg.templatesDir
-	if _, err := os.Stat(templatesDir); err != nil {
-		templatesDir = "./templates"
-	}
 	backend, err := local.New(ctx, local.Config{
 		StateDir:     filepath.Join(stateDir, "functions"),
 		BuildDir:     cfg.buildDir,

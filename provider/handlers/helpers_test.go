@@ -96,6 +96,8 @@ type fixture struct {
 	backend *local.Backend
 	gpu     *recordingRegistry
 	socket  string
+	// user and password, when set, go with every request as basic auth.
+	user, password string
 }
 
 // newFixture serves the handlers over a real local backend, with the repository's example functions and the probe
@@ -107,7 +109,7 @@ func newFixture(t testing.TB) *fixture {
 	}
 	dir := t.TempDir()
 	build := filepath.Join(dir, "build")
-	tpl := filepath.Join(repo, "templates", "gpu-python")
+	tpl := filepath.Join(repo, "template", "gpu-python")
 	for name, handler := range map[string]string{
 		"echo":      filepath.Join(repo, "functions", "echo"),
 		"hello-gpu": filepath.Join(repo, "functions", "hello-gpu"),
@@ -139,7 +141,7 @@ func newFixture(t testing.TB) *fixture {
 }
 
 // do sends a request with an optional body (a string is sent as is, anything else as JSON) and returns the status,
-// headers and body.
+// headers and body. A body to /system/ goes with Content-Type: application/json, as faas-cli sends every one.
 func (f *fixture) do(t testing.TB, method, path string, body any) (int, http.Header, string) {
 	t.Helper()
 	var rd io.Reader
@@ -157,6 +159,12 @@ func (f *fixture) do(t testing.TB, method, path string, body any) (int, http.Hea
 	req, err := http.NewRequest(method, f.srv.URL+path, rd)
 	if err != nil {
 		t.Fatal(err)
+	}
+	if rd != nil && strings.HasPrefix(path, "/system/") {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	if f.user != "" {
+		req.SetBasicAuth(f.user, f.password)
 	}
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {

@@ -12,6 +12,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/openfaas/faas-provider/types"
+
 	"github.com/faas-gpu/faas-gpu/provider"
 )
 
@@ -21,6 +23,14 @@ type upstreamBackend struct {
 	provider.Backend
 	upstream *url.URL
 	ready    bool
+	desired  uint64 // replicas Status reports
+}
+
+func (b upstreamBackend) Status(_ context.Context, ns, name string) (types.FunctionStatus, error) {
+	if name != "fn" {
+		return types.FunctionStatus{}, fmt.Errorf("%w: function %q", provider.ErrNotFound, name)
+	}
+	return types.FunctionStatus{Name: name, Namespace: ns, Replicas: b.desired}, nil
 }
 
 func (b upstreamBackend) Namespaces(context.Context) ([]string, error) {
@@ -171,10 +181,16 @@ func TestProxyNotReadyAndUnreachable(t *testing.T) {
 	dead.Close() // nothing listens there any more
 
 	for _, tt := range []struct {
-		ready bool
-		want  int
-	}{{false, http.StatusServiceUnavailable}, {true, http.StatusBadGateway}} {
-		h := New(Config{Backend: upstreamBackend{upstream: u, ready: tt.ready}})
+		ready   bool
+		desired uint64
+		want    int
+	}{
+		{false, 0, http.StatusServiceUnavailable}, // scaled to zero: at once
+		{false, 1, http.StatusServiceUnavailable}, // starting: after ReadyTimeout
+		{true, 1, http.StatusBadGateway},
+	} {
+		h := New(Config{Backend: upstreamBackend{upstream: u, ready: tt.ready, desired: tt.desired},
+			ReadyTimeout: 100 * time.Millisecond})
 		srv := httptest.NewServer(h)
 		resp, err := http.Post(srv.URL+"/function/fn", "text/plain", strings.NewReader("x"))
 		if err != nil {

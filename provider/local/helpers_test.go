@@ -23,7 +23,7 @@ import (
 )
 
 // templateDir is the gpu-python template of this repository.
-var templateDir = filepath.Join("..", "..", "templates", "gpu-python")
+var templateDir = filepath.Join("..", "..", "template", "gpu-python")
 
 func needPython(t testing.TB) {
 	t.Helper()
@@ -181,3 +181,6 @@ func httpPost(u string) (int, error) {
 	_, _ = io.Copy(io.Discard, resp.Body)
 	return resp.StatusCode, nil
 }
+
+// execLookPython returns the path of python3.
+func execLookPython() (string, error) { return exec.LookPath("python3") }

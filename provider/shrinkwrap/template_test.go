@@ -35,7 +35,7 @@ func startEntrypoint(t *testing.T, env ...string) string {
 		t.Skip("python3 is not installed")
 	}
 	dir := filepath.Join(t.TempDir(), "edge")
-	if err := Assemble(filepath.Join(repo, "templates", "gpu-python"), filepath.Join("testdata", "edge"), dir); err != nil {
+	if err := Assemble(filepath.Join(repo, "template", "gpu-python"), filepath.Join("testdata", "edge"), dir); err != nil {
 		t.Fatal(err)
 	}
 	l, err := net.Listen("tcp", "127.0.0.1:0")

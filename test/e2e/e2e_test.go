@@ -111,7 +111,7 @@ func startUp(t *testing.T, stateDir string) *instance {
 	out := &lockedBuffer{}
 	cmd := exec.Command(bin, "up", "--state-dir", stateDir, "--port", strconv.Itoa(port),
 		"--build-dir", filepath.Join(stateDir, "..", "build"),
-		"--templates-dir", filepath.Join(root, "templates"), "--functions-dir", filepath.Join(root, "functions"),
+		"--templates-dir", filepath.Join(root, "template"), "--functions-dir", filepath.Join(root, "functions"),
 		"--gpu-memory", "4Gi", "--shim-dir", shimDir(t), "--log-level", "debug")
 	cmd.Stdout, cmd.Stderr = out, out
 	cmd.Dir = t.TempDir()
