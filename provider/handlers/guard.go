@@ -134,6 +134,18 @@ type deadlineBody struct {
 
 	mu   sync.Mutex
 	done bool
+	slow bool // a read timed out
+}
+
+// slowClient reports whether body is a deadlineBody whose client was too slow.
+func slowClient(body io.Reader) bool {
+	d, ok := body.(*deadlineBody)
+	if !ok {
+		return false
+	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.slow
 }
 
 func (d *deadlineBody) Read(p []byte) (int, error) {
@@ -157,6 +169,7 @@ func (d *deadlineBody) Read(p []byte) (int, error) {
 			d.done = true
 			_ = d.rc.SetReadDeadline(time.Time{})
 		} else if isTimeout(err) {
+			d.slow = true
 			err = fmt.Errorf("%w: %w", provider.ErrSlowClient, err)
 		}
 		d.mu.Unlock()

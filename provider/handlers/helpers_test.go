@@ -104,6 +104,12 @@ type fixture struct {
 // test function built into a temporary build dir, and a real gpuserver API on a Unix socket.
 func newFixture(t testing.TB) *fixture {
 	t.Helper()
+	return newFixtureWith(t, nil)
+}
+
+// newFixtureWith is newFixture with the handlers' Config changed by tweak (nil: none).
+func newFixtureWith(t testing.TB, tweak func(*Config)) *fixture {
+	t.Helper()
 	if _, err := exec.LookPath("python3"); err != nil {
 		t.Skip("python3 is not installed: the local backend runs functions with it")
 	}
@@ -133,11 +139,19 @@ func newFixture(t testing.TB) *fixture {
 		}
 	})
 	reg := &recordingRegistry{next: client.New(sock)}
-	h := New(Config{Backend: b, Secrets: b, Logs: b, GPU: reg, ProxyTimeout: 30 * time.Second,
-		Info: types.ProviderInfo{Name: "faas-gpu", Orchestration: "local", Version: &types.VersionInfo{Release: "test"}}})
-	srv := httptest.NewServer(h)
+	cfg := Config{Backend: b, Secrets: b, Logs: b, GPU: reg, ProxyTimeout: 30 * time.Second,
+		ReadyTimeout: 60 * time.Second, // generous: python starts slowly on a loaded machine
+		Info:         types.ProviderInfo{Name: "faas-gpu", Orchestration: "local", Version: &types.VersionInfo{Release: "test"}}}
+	if tweak != nil {
+		tweak(&cfg)
+	}
+	srv := httptest.NewServer(New(cfg))
 	t.Cleanup(srv.Close)
-	return &fixture{srv: srv, backend: b, gpu: reg, socket: sock}
+	f := &fixture{srv: srv, backend: b, gpu: reg, socket: sock}
+	if cfg.Auth != nil {
+		f.user, f.password = cfg.Auth.User, cfg.Auth.Password
+	}
+	return f
 }
 
 // do sends a request with an optional body (a string is sent as is, anything else as JSON) and returns the status,

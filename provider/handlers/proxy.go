@@ -124,8 +124,9 @@ func makeProxy(pc proxyConfig) http.HandlerFunc {
 			ErrorHandler: func(w http.ResponseWriter, req *http.Request, err error) {
 				w.Header().Set(InternalHeader, "proxy")
 				switch {
-				case errors.Is(err, provider.ErrSlowClient):
-					http.Error(w, fmt.Sprintf("function %s: %v", name, err), http.StatusRequestTimeout)
+				case errors.Is(err, provider.ErrSlowClient) || slowClient(r.Body):
+					// The connection's read deadline also cancels the request, so the error may be either.
+					http.Error(w, fmt.Sprintf("function %s: %v", name, provider.ErrSlowClient), http.StatusRequestTimeout)
 				case errors.Is(err, context.DeadlineExceeded):
 					http.Error(w, fmt.Sprintf("function %s did not answer within %s", name, timeout), http.StatusGatewayTimeout)
 				case errors.Is(err, context.Canceled):
