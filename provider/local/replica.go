@@ -288,7 +288,8 @@ func (b *Backend) env(rec record, instance string, port int) []string {
 			m[k] = v
 		}
 	}
-	for _, k := range []string{"FAAS_GPU", "FAAS_GPU_FUNCTION", "FAAS_GPU_MEMORY_BYTES", "FAAS_GPU_TOKEN", "fprocess"} {
+	for _, k := range []string{"FAAS_GPU", "FAAS_GPU_FUNCTION", "FAAS_GPU_MEMORY_BYTES", "FAAS_GPU_SLO",
+		"FAAS_GPU_SLO_PERCENTILE", "FAAS_GPU_ISOLATION", "FAAS_GPU_TOKEN", "fprocess"} {
 		delete(m, k)
 	}
 	for k, v := range b.cfg.Env {
@@ -310,6 +311,11 @@ func (b *Backend) env(rec record, instance string, port int) []string {
 		m["FAAS_GPU"] = "1"
 		m["FAAS_GPU_FUNCTION"] = gpuName
 		m["FAAS_GPU_MEMORY_BYTES"] = strconv.FormatUint(spec.MemoryBytes, 10)
+		// The whole spec, as the cluster backends pass it: a function that registers itself
+		// (FAAS_GPU_SELF_REGISTER=1) keeps its SLO.
+		m["FAAS_GPU_SLO"] = spec.SLO.String()
+		m["FAAS_GPU_SLO_PERCENTILE"] = strconv.FormatFloat(spec.Percentile, 'g', -1, 64)
+		m["FAAS_GPU_ISOLATION"] = spec.Isolation
 		if b.cfg.GPUEnv != nil {
 			for k, v := range b.cfg.GPUEnv(gpuName) {
 				m[k] = v

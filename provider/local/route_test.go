@@ -331,3 +331,26 @@ func (l *lockedBuffer) String() string {
 	defer l.mu.Unlock()
 	return l.b.String()
 }
+
+// TestGPUEnvironmentCarriesTheWholeSpec: a GPU function's replicas get every requirement, so that one that
+// registers itself (FAAS_GPU_SELF_REGISTER=1) keeps its SLO, percentile and isolation.
+func TestGPUEnvironmentCarriesTheWholeSpec(t *testing.T) {
+	e := newEnv(t)
+	e.cfg.GPUEnv = func(fn string) map[string]string { return map[string]string{"FAAS_GPU_TOKEN": "t-" + fn} }
+	b := e.open(t)
+	fd := probe("probe")
+	fd.Annotations = &map[string]string{"com.openfaas.gpu.memory": "1Gi", "com.openfaas.gpu.slo": "80ms",
+		"com.openfaas.gpu.slo.percentile": "99.5", "com.openfaas.gpu.isolation": "isolated"}
+	env := map[string]string{}
+	for _, kv := range b.env(record{Deployment: fd}, "probe-1", 1234) {
+		k, v, _ := strings.Cut(kv, "=")
+		env[k] = v
+	}
+	for k, want := range map[string]string{"FAAS_GPU": "1", "FAAS_GPU_FUNCTION": "probe",
+		"FAAS_GPU_MEMORY_BYTES": "1073741824", "FAAS_GPU_SLO": "80ms", "FAAS_GPU_SLO_PERCENTILE": "99.5",
+		"FAAS_GPU_ISOLATION": "isolated", "FAAS_GPU_TOKEN": "t-probe", "PORT": "1234"} {
+		if env[k] != want {
+			t.Errorf("%s = %q, want %q", k, env[k], want)
+		}
+	}
+}
