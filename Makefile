@@ -8,7 +8,7 @@ COMMIT    ?= $(shell git rev-parse --short HEAD 2>/dev/null || echo unknown)
 LDFLAGS   := -X main.version=$(VERSION) -X main.commit=$(COMMIT)
 RUN_ARGS  ?=
 
-.PHONY: all build run test test-go test-shim test-fuzz lint gpu-test shim bench-policy bench-swap bench-remoting bench-queue clean
+.PHONY: all build run test test-go test-shim test-fuzz lint gpu-test shim bench-policy bench-swap bench-remoting bench-queue bench-template clean
 
 all: build
 
@@ -82,6 +82,12 @@ bench-queue: build
 	@mkdir -p docs/bench
 	$(GO) run ./queueworker/bench/queuebench -out docs/bench/queue.md \
 	  -models $${FAAS_GPU_WORKLOADS:-../shared/workloads}/models-torpor-v100.csv
+
+## bench-template: the gpu-python template behind the provider under 200 concurrent clients, listen backlog 5 vs
+## the template's default, writes docs/bench/template.md
+bench-template:
+	@mkdir -p docs/bench
+	$(GO) run ./test/load/templatebench -out docs/bench/template.md -concurrency 200 -duration 20s
 
 clean:
 	rm -rf bin

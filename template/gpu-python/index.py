@@ -17,6 +17,8 @@ Environment:
                         FAAS_GPU_MEMORY_BYTES, FAAS_GPU_SLO (e.g. 80ms), FAAS_GPU_SLO_PERCENTILE and
                         FAAS_GPU_ISOLATION, and the token the gpuserver answers becomes FAAS_GPU_TOKEN for the shim
   OPENFAAS_SECRETS_DIR  where the function's secrets are files (default /var/openfaas/secrets)
+  FAAS_GPU_LISTEN_BACKLOG  connections the kernel queues before index.py accepts them (default 1024; the
+                        standard library's default of 5 drops connections under a burst of concurrent requests)
 
 GET /_/health answers 200 once the handler is imported, as of-watchdog's health endpoint does.
 """
@@ -36,6 +38,7 @@ from urllib.parse import parse_qs, urlsplit
 handler = None  # function.handler, imported by main() once the GPU function is registered
 
 DEFAULT_SOCKET = "/var/run/faas-gpu/gpuserver.sock"
+DEFAULT_BACKLOG = 1024
 DEFAULT_SECRETS_DIR = "/var/openfaas/secrets"
 HEALTH_PATH = "/_/health"
 
@@ -221,8 +224,13 @@ def format_response(res):
 class Server(ThreadingHTTPServer):
     daemon_threads = True
     allow_reuse_address = True
+    # listen(2) backlog: socketserver's default of 5 makes the kernel drop the SYNs of a burst of concurrent
+    # connections (the provider's proxy opens one per request in flight), which then wait for a SYN retransmit or
+    # fail. The kernel caps it at net.core.somaxconn.
+    request_queue_size = DEFAULT_BACKLOG
 
-    def __init__(self, addr, gpu_client):
+    def __init__(self, addr, gpu_client, backlog=DEFAULT_BACKLOG):
+        self.request_queue_size = backlog
         super().__init__(addr, RequestHandler)
         self.gpu_client = gpu_client
         self.lock = threading.Lock()
@@ -401,12 +409,18 @@ def main():
         port = int(os.getenv("PORT", "5000"))
     except ValueError:
         sys.exit("gpu-python: PORT must be a port number")
+    try:
+        backlog = int(os.getenv("FAAS_GPU_LISTEN_BACKLOG", str(DEFAULT_BACKLOG)))
+        if backlog < 1:
+            raise ValueError
+    except ValueError:
+        sys.exit("gpu-python: FAAS_GPU_LISTEN_BACKLOG must be a positive number of connections")
     gpu = gpu_client_from_env()
     if gpu is not None and os.getenv("FAAS_GPU_SELF_REGISTER", "") in ("1", "true"):
         self_register(gpu)
     from function import handler as imported  # after registration: handlers may call CUDA at import
     handler = imported
-    server = Server((os.getenv("HOST", "127.0.0.1"), port), gpu)
+    server = Server((os.getenv("HOST", "127.0.0.1"), port), gpu, backlog)
 
     def on_term(signum, frame):
         # Stop accepting, let requests in flight finish (the provider kills the process after its grace period).
