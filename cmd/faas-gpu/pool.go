@@ -48,7 +48,8 @@ func runPool(ctx context.Context, args []string, stdout, _ io.Writer) error {
 		return err
 	}
 	if *natsURL == "" {
-		if raw, err := os.ReadFile(filepath.Join(*stateDir, natsURLFile)); err == nil {
+		// Beside the socket: <state-dir>/nats-url by default, and for an explicit -socket its up's state dir.
+		if raw, err := os.ReadFile(filepath.Join(filepath.Dir(*socket), natsURLFile)); err == nil {
 			*natsURL = strings.TrimSpace(string(raw))
 		}
 	}

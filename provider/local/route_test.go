@@ -354,3 +354,19 @@ func TestGPUEnvironmentCarriesTheWholeSpec(t *testing.T) {
 		}
 	}
 }
+
+// TestMissingBuildContextNamesEachFolderOnce: the error for a function without code names the folders it looked in,
+// each once (the image and the function usually share a name).
+func TestMissingBuildContextNamesEachFolderOnce(t *testing.T) {
+	e := newEnv(t)
+	b := e.open(t)
+	err := b.Deploy(context.Background(), types.FunctionDeployment{Service: "ghost", Image: "ghost:latest"})
+	want := filepath.Join(e.build, "ghost")
+	if !errors.Is(err, provider.ErrInvalid) || strings.Count(err.Error(), want) != 1 {
+		t.Fatalf("Deploy without a build context: %v, want ErrInvalid naming %s once", err, want)
+	}
+	err = b.Deploy(context.Background(), types.FunctionDeployment{Service: "ghost", Image: "team/spectre:1"})
+	if err == nil || strings.Count(err.Error(), want) != 1 || !strings.Contains(err.Error(), filepath.Join(e.build, "spectre")) {
+		t.Fatalf("Deploy without a build context: %v, want both folders named once", err)
+	}
+}
