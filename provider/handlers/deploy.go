@@ -16,7 +16,8 @@ import (
 
 // readDeployment decodes and validates a POST or PUT /system/functions body: JSON, a deployment within
 // validate.Deployment's limits (a valid service name, environment a process can start with, ...), an image, a
-// namespace the backend serves and valid GPU annotations. isGPU says whether the function is a GPU function.
+// namespace the backend serves, a valid queue annotation and valid GPU annotations. isGPU says whether the
+// function is a GPU function.
 func readDeployment(r *http.Request, b provider.Backend) (fd types.FunctionDeployment, spec pool.FunctionSpec, isGPU bool, err error) {
 	if err := decodeJSON(r, &fd); err != nil {
 		return fd, spec, false, err
@@ -33,6 +34,9 @@ func readDeployment(r *http.Request, b provider.Backend) (fd types.FunctionDeplo
 	var annotations map[string]string
 	if fd.Annotations != nil {
 		annotations = *fd.Annotations
+	}
+	if err := gpuspec.ValidateQueue(annotations); err != nil {
+		return fd, spec, false, err
 	}
 	spec, isGPU, err = gpuspec.Parse(annotations, gpuspec.FunctionName(fd.Service, fd.Namespace))
 	return fd, spec, isGPU, err
