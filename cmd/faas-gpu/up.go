@@ -208,12 +208,13 @@ func (u *up) start(ctx context.Context, cfg upConfig, stateDir, nodeName string,
 		u.log.Warn("the shim is not built: GPU functions that call CUDA will fail (run make shim or pass -shim-dir)",
 			"shim_dir", shimDir)
 	}
-	templatesDir := cfg.templatesDir
+	// Absolute, so that a deploy's error (read by faas-cli in some other folder) names the folders for sure.
+	templatesDir, buildDir, functionsDir := absPath(cfg.templatesDir), absPath(cfg.buildDir), absPath(cfg.functionsDir)
 	backend, err := local.New(ctx, local.Config{
 		StateDir:     filepath.Join(stateDir, "functions"),
-		BuildDir:     cfg.buildDir,
+		BuildDir:     buildDir,
 		TemplatesDir: templatesDir,
-		FunctionsDir: cfg.functionsDir,
+		FunctionsDir: functionsDir,
 		Python:       cfg.python,
 		Env:          map[string]string{"FAAS_GPU_SOCKET": gs.Socket()},
 		GPUEnv: func(function string) map[string]string {
@@ -317,7 +318,7 @@ Ready. Ctrl-C stops everything.
 `, gatewayURL, hostsText, creds.User, filepath.Join(secretsDir, basicauth.PasswordFile),
 		basicauth.LoginCommand(secretsDir, creds.User, gatewayURL), gs.Socket(), len(gpuStatus.GPUs), nodeName, gpuStatus.Policy, gs.RemotingSocket(),
 		filepath.Join(shimDir, "libcuda.so.1"), ns.ClientURL(),
-		filepath.Join(stateDir, "jetstream"), filepath.Join(stateDir, natsSecretsDir), maxInflight, stateDir, cfg.buildDir, templatesDir, cfg.functionsDir)
+		filepath.Join(stateDir, "jetstream"), filepath.Join(stateDir, natsSecretsDir), maxInflight, stateDir, buildDir, templatesDir, functionsDir)
 	return nil
 }
 
@@ -342,6 +343,14 @@ func findShimDir(flagValue string) string {
 		return filepath.Join("shim", "build")
 	}
 	return abs
+}
+
+// absPath is path made absolute, or path itself when that fails.
+func absPath(path string) string {
+	if abs, err := filepath.Abs(path); err == nil {
+		return abs
+	}
+	return path
 }
 
 // joinPathList prepends dir to a colon-separated path list.
