@@ -132,14 +132,14 @@ func newFixtureWith(t testing.TB, tweak func(*Config)) *fixture {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		defer cancel()
 		if err := b.Close(ctx); err != nil {
 			t.Error(err)
 		}
 	})
 	reg := &recordingRegistry{next: client.New(sock)}
-	cfg := Config{Backend: b, Secrets: b, Logs: b, GPU: reg, ProxyTimeout: 30 * time.Second,
+	cfg := Config{Backend: b, Secrets: b, Logs: b, GPU: reg, ProxyTimeout: 2 * time.Minute,
 		ReadyTimeout: 60 * time.Second, // generous: python starts slowly on a loaded machine
 		Info:         types.ProviderInfo{Name: "faas-gpu", Orchestration: "local", Version: &types.VersionInfo{Release: "test"}}}
 	if tweak != nil {
@@ -216,7 +216,7 @@ func (f *fixture) deploy(t testing.TB, fd types.FunctionDeployment) {
 
 func (f *fixture) waitReady(t testing.TB, name string, n uint64) {
 	t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
+	deadline := time.Now().Add(60 * time.Second) // generous: python starts slowly on a loaded machine
 	for {
 		code, _, out := f.do(t, http.MethodGet, "/system/function/"+name, nil)
 		var st types.FunctionStatus

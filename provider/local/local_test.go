@@ -348,7 +348,7 @@ func TestLogsFollowTailSince(t *testing.T) {
 		t.Fatal(err)
 	}
 	invokeProbe(t, b, "probe", "/followed", "")
-	deadline := time.After(30 * time.Second)
+	deadline := time.After(60 * time.Second)
 	for found := false; !found; {
 		select {
 		case m, ok := <-ch:
