@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"errors"
+	"flag"
 	"strings"
 	"testing"
 
@@ -42,7 +43,11 @@ func TestSimKernelsFlag(t *testing.T) {
 		t.Errorf("reference on real GPUs: %v", err)
 	}
 	var upCfg upConfig
-	upCfg.stateDir, upCfg.port, upCfg.natsPort, upCfg.policy, upCfg.simKernels = "x", 8080, -1, "faas-gpu", "maybe"
+	fs := flag.NewFlagSet("up", flag.ContinueOnError)
+	upCfg.register(fs)
+	if err := fs.Parse([]string{"-sim-kernels", "maybe"}); err != nil {
+		t.Fatal(err)
+	}
 	if err := upCfg.validate(); !errors.As(err, &ue) || !strings.Contains(err.Error(), "-sim-kernels") {
 		t.Errorf("up with a bad -sim-kernels: %v", err)
 	}
