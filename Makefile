@@ -28,9 +28,14 @@ test: lint test-shim test-go test-fuzz
 test-go: build
 	$(GO) test -race -count=1 -timeout 25m ./...
 
-## test-fuzz: the remoting record decoder fuzzed for a fixed count (the checked-in corpus runs in test-go too)
+## test-fuzz: the remoting record decoder and the module image parsers (fat binaries, cubins, PTX globals, the
+## sim's LoadModule) fuzzed for a fixed count (the checked-in corpus runs in test-go too)
 test-fuzz:
 	$(GO) test -run '^$$' -fuzz FuzzDecodeRecord -fuzztime 2000x ./gpuserver/remoting
+	$(GO) test -run '^$$' -fuzz FuzzParse -fuzztime 2000x ./gpuserver/device/fatbin
+	$(GO) test -run '^$$' -fuzz FuzzParse -fuzztime 2000x ./gpuserver/device/cubin
+	$(GO) test -run '^$$' -fuzz FuzzGlobals -fuzztime 2000x ./gpuserver/device/ptx
+	$(GO) test -run '^$$' -fuzz FuzzLoadModule -fuzztime 2000x ./gpuserver/device/sim
 
 ## functions: lay out ./build/<fn>/ for every function in stack.yml as `faas-cli build --shrinkwrap` does
 ## (templates from ./template/<lang>/, where faas-cli reads them)
