@@ -51,7 +51,9 @@ func newEnv(t testing.TB) *env {
 	dir := t.TempDir()
 	e := &env{state: filepath.Join(dir, "state"), build: filepath.Join(dir, "build")}
 	buildContext(t, e.build, "probe", filepath.Join("testdata", "probe"))
-	e.cfg = Config{StateDir: e.state, BuildDir: e.build, Env: map[string]string{"EXTRA": "from-config"},
+	e.cfg = Config{StateDir: e.state, BuildDir: e.build, Env: map[string]string{"EXTRA": "from-config",
+		// Never the machine's own gpuserver (/var/run/faas-gpu, which a live cluster on this host may serve).
+		"FAAS_GPU_SOCKET": filepath.Join(dir, "no-gpuserver.sock")},
 		StopTimeout: 2 * time.Second, BackoffMin: 50 * time.Millisecond, BackoffMax: time.Second}
 	return e
 }
