@@ -20,15 +20,18 @@ build: shim
 run: build
 	./$(BIN) up $(RUN_ARGS)
 
-## test: everything CI runs: lint, the shim's C tests, Go tests with -race, a short fuzz of the wire decoder
+## test: everything CI runs: lint, the shim's C tests, Go tests with -race, short fuzzes of the wire and the API
 test: lint test-shim test-go test-fuzz
 
 test-go: build
 	$(GO) test -race -count=1 -timeout 25m ./...
 
-## test-fuzz: the remoting record decoder fuzzed for a fixed count (the checked-in corpus runs in test-go too)
+## test-fuzz: the remoting record decoder and hello, and the gpuserver HTTP API, each fuzzed for a fixed count
+## (their checked-in corpora under testdata/fuzz run in test-go too)
 test-fuzz:
 	$(GO) test -run '^$$' -fuzz FuzzDecodeRecord -fuzztime 2000x ./gpuserver/remoting
+	$(GO) test -run '^$$' -fuzz FuzzHello -fuzztime 500x ./gpuserver/remoting
+	$(GO) test -run '^$$' -fuzz FuzzAPI -fuzztime 2000x ./gpuserver/api
 
 ## functions: lay out ./build/<fn>/ for every function in stack.yml as `faas-cli build --shrinkwrap` does
 ## pyenv: the pinned CUDA 13 / PyTorch Python environment (cached outside the repository); prints its path

@@ -16,6 +16,7 @@ import (
 
 	"github.com/openfaas/faas-provider/types"
 
+	"github.com/faas-gpu/faas-gpu/gpuserver/auth"
 	"github.com/faas-gpu/faas-gpu/gpuserver/client"
 	"github.com/faas-gpu/faas-gpu/provider"
 	"github.com/faas-gpu/faas-gpu/provider/handlers"
@@ -34,6 +35,7 @@ type providerConfig struct {
 	templatesDir    string
 	functionsDir    string
 	gpuserverSocket string
+	gpuserverKey    string
 	python          string
 	proxyTimeout    time.Duration
 	logLevel        string
@@ -58,6 +60,8 @@ func (c *providerConfig) register(fs *flag.FlagSet) {
 		"local backend: fallback handler folders (<functions-dir>/<function>/)")
 	fs.StringVar(&c.gpuserverSocket, "gpuserver-socket", "",
 		"Unix socket of the node's gpuserver; GPU functions are registered there (empty: no gpuserver)")
+	fs.StringVar(&c.gpuserverKey, "gpuserver-key-file", "",
+		"the gpuserver's key file (its -key-file): the provider's credential to register functions there")
 	fs.StringVar(&c.python, "python", "python3", "local backend: the interpreter that runs index.py")
 	fs.DurationVar(&c.proxyTimeout, "proxy-timeout", 5*time.Minute, "longest synchronous invocation through /function/")
 	fs.StringVar(&c.logLevel, "log-level", "info", "debug, info, warn or error")
@@ -73,6 +77,9 @@ func (c *providerConfig) validate() error {
 		return usageError{errors.New("-state-dir is required with -backend local")}
 	case c.backend == "local" && c.buildDir == "":
 		return usageError{errors.New("-build-dir is required with -backend local")}
+	case c.gpuserverSocket != "" && c.gpuserverKey == "":
+		return usageError{errors.New("-gpuserver-socket needs -gpuserver-key-file: registering with the gpuserver " +
+			"takes its administrator credential")}
 	case c.proxyTimeout < 0:
 		return usageError{fmt.Errorf("-proxy-timeout %s: must not be negative", c.proxyTimeout)}
 	}
@@ -104,15 +111,23 @@ func runProvider(ctx context.Context, args []string, stdout, stderr io.Writer) e
 	}
 	var gpu provider.GPURegistry
 	env := map[string]string{}
+	var gpuEnv func(string) map[string]string
 	if cfg.gpuserverSocket != "" {
-		gpu = client.New(cfg.gpuserverSocket)
+		key, err := auth.ReadKey(cfg.gpuserverKey)
+		if err != nil {
+			return err
+		}
+		gpu = client.New(cfg.gpuserverSocket, client.WithToken(key.AdminToken()))
 		env["FAAS_GPU_SOCKET"] = cfg.gpuserverSocket
+		gpuEnv = func(function string) map[string]string {
+			return map[string]string{"FAAS_GPU_TOKEN": key.FunctionToken(function)}
+		}
 	}
 	var be providerBackends
 	switch cfg.backend {
 	case "local":
 		b, err := local.New(ctx, local.Config{StateDir: cfg.stateDir, BuildDir: cfg.buildDir,
-			TemplatesDir: cfg.templatesDir, FunctionsDir: cfg.functionsDir, Env: env, Python: cfg.python,
+			TemplatesDir: cfg.templatesDir, FunctionsDir: cfg.functionsDir, Env: env, GPUEnv: gpuEnv, Python: cfg.python,
 			Logger: log.With("component", "local")})
 		if err != nil {
 			return fmt.Errorf("local backend: %w", err)

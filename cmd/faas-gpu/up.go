@@ -178,7 +178,7 @@ func (u *up) start(ctx context.Context, cfg upConfig, stateDir, nodeName string,
 		return err
 	}
 	u.onStop(gs.Shutdown)
-	gpuClient := client.New(gs.Socket())
+	gpuClient := client.New(gs.Socket(), client.WithToken(gs.AdminToken())) // the provider holds the admin credential
 	gpuStatus := gs.Pool().Status(ctx)
 
 	ns, err := natsserver.Start(ctx, natsserver.Config{StoreDir: filepath.Join(stateDir, "jetstream"),
