@@ -446,7 +446,8 @@ func StatusCode(err error) int {
 		return http.StatusTooManyRequests
 	case errors.Is(err, context.DeadlineExceeded):
 		return http.StatusGatewayTimeout
-	case errors.Is(err, context.Canceled), errors.Is(err, pool.ErrGPUUnhealthy), errors.Is(err, pool.ErrNoHealthyGPU):
+	case errors.Is(err, context.Canceled), errors.Is(err, pool.ErrGPUUnhealthy), errors.Is(err, pool.ErrNoHealthyGPU),
+		errors.Is(err, pool.ErrBindingBroken):
 		return http.StatusServiceUnavailable
 	default:
 		return http.StatusInternalServerError

@@ -15,8 +15,10 @@ import (
 // Binding is one request's hold on the GPU its function is active on.
 type Binding struct {
 	n        *Node
+	f        *function // the state it binds; replaced by a new one when the function is reset
 	function string
 	gpu      int
+	epoch    uint64 // the function's fault epoch when bound (see fault.go)
 	once     sync.Once
 }
 
@@ -26,13 +28,22 @@ func (b *Binding) GPU() int { return b.gpu }
 // Function bound.
 func (b *Binding) Function() string { return b.function }
 
-// Err reports a binding that broke: its GPU was marked unhealthy while it was held (or since), so the work of
-// its request may not have completed. It wraps ErrUnhealthy and the GPU's failure.
+// Err reports a binding that broke, so that the work of its request may not have completed and its device state
+// must not be trusted: its GPU was marked unhealthy while it was held (wraps ErrUnhealthy and the GPU's
+// failure), the function's memory was reset under it because every process of the function ended (wraps
+// ErrBroken), or a kernel fault tore down the function's context and restored its memory from the host image
+// (wraps ErrBroken and ErrContextFault).
 func (b *Binding) Err() error {
 	b.n.mu.Lock()
 	defer b.n.mu.Unlock()
 	if e := b.n.execs[b.gpu]; !e.healthy {
 		return fmt.Errorf("%w: %s was bound to gpu %d, which failed: %w", ErrUnhealthy, b.function, b.gpu, e.lastErr)
+	}
+	if b.f.broken != nil {
+		return fmt.Errorf("%w: %s: %w", ErrBroken, b.function, b.f.broken)
+	}
+	if b.f.epoch != b.epoch {
+		return fmt.Errorf("%w: %s: %w", ErrBroken, b.function, b.f.fault)
 	}
 	return nil
 }
@@ -42,8 +53,8 @@ func (b *Binding) Release() {
 	b.once.Do(func() {
 		b.n.mu.Lock()
 		defer b.n.mu.Unlock()
-		if f, ok := b.n.fns[b.function]; ok && f.users > 0 {
-			f.users--
+		if b.f.users > 0 {
+			b.f.users--
 		}
 	})
 }
@@ -69,7 +80,7 @@ func (n *Node) Acquire(ctx context.Context, name string, gpu int, source Source)
 		return nil, err
 	}
 	f.users++
-	return &Binding{n: n, function: name, gpu: gpu}, nil
+	return &Binding{n: n, f: f, function: name, gpu: gpu, epoch: f.epoch}, nil
 }
 
 func (n *Node) placeLocked(f *function) (gpu int, source Source) {

@@ -24,6 +24,8 @@ var (
 	ErrUnhealthy       = errors.New("gpu is unhealthy")
 	ErrNoMemory        = errors.New("not enough gpu memory")
 	ErrInvalid         = errors.New("invalid request")
+	// ErrBroken: a binding's device state was replaced under it (see Binding.Err).
+	ErrBroken = errors.New("binding broke")
 )
 
 // Host is the Source of a swap from the host repository (topology.Host).
@@ -140,12 +142,15 @@ func (n *Node) Register(name string) error {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	if _, ok := n.fns[name]; !ok {
-		n.fns[name] = &function{name: name, space: n.mem.NewAddressSpace(name), active: -1,
-			res: map[int]*residency{}, streams: map[int]device.Stream{}, own: map[int]bool{}, dead: map[int]bool{},
-			plan: n.plans[name]}
+		n.fns[name] = n.newFunctionLocked(name, n.plans[name])
 		delete(n.plans, name)
 	}
 	return nil
+}
+
+func (n *Node) newFunctionLocked(name string, plan *restorePlan) *function {
+	return &function{name: name, space: n.mem.NewAddressSpace(name), active: -1, res: map[int]*residency{},
+		streams: map[int]device.Stream{}, own: map[int]bool{}, dead: map[int]bool{}, plan: plan}
 }
 
 // Deregister evicts a function everywhere, frees its addresses and deletes its image.

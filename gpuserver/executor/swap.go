@@ -23,6 +23,9 @@ type function struct {
 	own      map[int]bool          // segments holding one block each (their chunks go back when it is freed)
 	dead     map[int]bool          // own segments whose block was freed: never mapped, copied or captured again
 	plan     *restorePlan          // its image from before a restart, while its initialisation matches it
+	broken   error                 // why its bindings broke when it was reset under them (Reset)
+	epoch    uint64                // counts the kernel faults that restored its memory (fault.go)
+	fault    error                 // the last such fault
 }
 
 // residency is a function's physical copy on one GPU.

@@ -106,6 +106,10 @@ var (
 	// ErrGPUUnhealthy: the GPU of a binding failed while it was held; the request's work is lost, later requests
 	// run on healthy GPUs.
 	ErrGPUUnhealthy = errors.New("GPU unhealthy")
+	// ErrBindingBroken: the device state a binding served was replaced while it was held (the function's
+	// processes all ended and its memory was reset, or a kernel fault restored its memory from the host image);
+	// the request's work must not be trusted.
+	ErrBindingBroken = errors.New("binding broke")
 	// ErrNoHealthyGPU: no GPU of the node is in service; a request fails at once instead of waiting for one.
 	ErrNoHealthyGPU = errors.New("no healthy GPU on this node")
 	// ErrLimit: the pool holds as many functions as it may (a bound against unbounded registrations).

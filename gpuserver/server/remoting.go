@@ -198,9 +198,12 @@ func (t *trackedPool) Release(ctx context.Context, id string) error {
 	t.mu.Unlock()
 	var broke error
 	if held != nil {
-		if err := held.Err(); err != nil {
+		switch err := held.Err(); {
+		case errors.Is(err, executor.ErrUnhealthy):
 			broke = fmt.Errorf("binding %s broke: %w: %w", id, pool.ErrGPUUnhealthy, err)
 			t.noteHealth(ctx)
+		case err != nil:
+			broke = fmt.Errorf("binding %s broke: %w: %w", id, pool.ErrBindingBroken, err)
 		}
 		held.Release()
 	}
@@ -230,12 +233,24 @@ func (t *trackedPool) Status(ctx context.Context) pool.Status {
 	return st
 }
 
-// CurrentGPU implements remoting.Binder: the GPU of one of the function's requests in flight.
+// CurrentGPU implements remoting.Binder: the GPU of one of the function's requests in flight. A binding that broke
+// (executor.Binding.Err: the function was reset under it, or a fault restored its memory) is never reported: calls
+// of a new process must not run under the binding a dead one left behind.
 func (t *trackedPool) CurrentGPU(function string) (int, bool) {
 	t.mu.Lock()
-	defer t.mu.Unlock()
-	for _, gpu := range t.bound[function] {
-		return gpu, true
+	type cand struct {
+		gpu  int
+		held *executor.Binding
+	}
+	var cands []cand
+	for id, gpu := range t.bound[function] {
+		cands = append(cands, cand{gpu, t.held[id]})
+	}
+	t.mu.Unlock()
+	for _, c := range cands { // Err takes the executors' lock: asked outside t.mu
+		if c.held == nil || c.held.Err() == nil || errors.Is(c.held.Err(), executor.ErrUnhealthy) {
+			return c.gpu, true
+		}
 	}
 	return 0, false
 }
