@@ -46,6 +46,9 @@ func Open(library string) (*Backend, error) {
 	if err := cu.Load(library); err != nil {
 		return nil, fmt.Errorf("cuda: %w: %w", device.ErrUnavailable, err)
 	}
+	if err := cu.LoadContexts(library); err != nil {
+		return nil, fmt.Errorf("cuda: %w: %w", device.ErrUnavailable, err)
+	}
 	n, err := cu.DeviceCount()
 	if err != nil || n == 0 {
 		return nil, fmt.Errorf("cuda: %w: no GPU (%v)", device.ErrUnavailable, err)
@@ -84,6 +87,9 @@ func wrap(err error) error {
 		return fmt.Errorf("%w: %w", device.ErrNotFound, err)
 	case cu.ErrorIllegalAddress:
 		return fmt.Errorf("%w: %w", device.ErrIllegalAddress, err)
+	case cu.ErrorLaunchTimeout, cu.ErrorAssert, cu.ErrorHardwareStackError, cu.ErrorIllegalInstruction,
+		cu.ErrorMisalignedAddress, cu.ErrorInvalidAddressSpace, cu.ErrorInvalidPC, cu.ErrorLaunchFailed:
+		return fmt.Errorf("%w: %w", device.ErrKernelFault, err)
 	case cu.ErrorInvalidImage:
 		return fmt.Errorf("%w: %w", device.ErrInvalidImage, err)
 	case cu.ErrorNotSupported, cu.ErrorPeerAccessUnsupp:
@@ -354,10 +360,11 @@ func wait(ctx context.Context, done func() (bool, error), block func() error) er
 }
 
 type stream struct {
-	b   *Backend
-	gpu int
-	ctx cu.Context
-	s   cu.Stream
+	b     *Backend
+	gpu   int
+	ctx   cu.Context
+	s     cu.Stream
+	owner *cudaContext // the context of its own it belongs to; nil for the GPU's primary context
 }
 
 // NewStream creates a non-blocking stream on a GPU.
@@ -403,8 +410,8 @@ func (s *stream) Memset32(dst device.Ptr, v uint32, n uint64) error {
 
 func (s *stream) Launch(f device.Function, grid, block device.Dim3, sharedMem uint32, args []byte) error {
 	fn, ok := f.(*function)
-	if !ok || fn.mod.b != s.b || fn.mod.gpu != s.gpu {
-		return fmt.Errorf("%w: kernel not loaded on gpu %d", device.ErrInvalidValue, s.gpu)
+	if !ok || fn.mod.b != s.b || fn.mod.gpu != s.gpu || fn.mod.ctx != s.ctx {
+		return fmt.Errorf("%w: kernel not loaded on gpu %d in the stream's context", device.ErrInvalidValue, s.gpu)
 	}
 	if uint32(len(args)) < device.ArgsSize(fn.params) {
 		return fmt.Errorf("%w: kernel %s needs %d argument bytes, got %d", device.ErrInvalidValue, fn.name,
@@ -413,7 +420,7 @@ func (s *stream) Launch(f device.Function, grid, block device.Dim3, sharedMem ui
 	n := func(d device.Dim3) [3]uint32 {
 		return [3]uint32{max(d.X, 1), max(d.Y, 1), max(d.Z, 1)}
 	}
-	return wrap(cu.Launch(s.ctx, fn.f, n(grid), n(block), sharedMem, s.s, args))
+	return s.owner.note(wrap(cu.Launch(s.ctx, fn.f, n(grid), n(block), sharedMem, s.s, args)))
 }
 
 func (s *stream) Record(e device.Event) error {
@@ -437,8 +444,8 @@ func (s *stream) Wait(e device.Event) error {
 }
 
 func (s *stream) Synchronize(ctx context.Context) error {
-	return wait(ctx, func() (bool, error) { return cu.StreamQuery(s.ctx, s.s) },
-		func() error { return cu.StreamSynchronize(s.ctx, s.s) })
+	return s.owner.note(wait(ctx, func() (bool, error) { return cu.StreamQuery(s.ctx, s.s) },
+		func() error { return cu.StreamSynchronize(s.ctx, s.s) }))
 }
 
 func (s *stream) Destroy() error { return wrap(cu.StreamDestroy(s.ctx, s.s)) }
