@@ -70,6 +70,9 @@ func (n *Node) Acquire(ctx context.Context, name string, gpu int, source Source)
 	if err != nil {
 		return nil, err
 	}
+	if err := f.usableLocked(); err != nil {
+		return nil, err
+	}
 	if gpu < 0 {
 		gpu, source = n.placeLocked(f)
 		if gpu < 0 {
@@ -123,6 +126,9 @@ func (n *Node) AllocSegment(ctx context.Context, name string, size uint64) (devi
 	defer n.mu.Unlock()
 	f, err := n.fn(name)
 	if err != nil {
+		return 0, memory.Segment{}, false, err
+	}
+	if err := f.usableLocked(); err != nil {
 		return 0, memory.Segment{}, false, err
 	}
 	kind := memory.KindModel
@@ -268,7 +274,11 @@ func (n *Node) streamLocked(f *function, gpu int) (device.Stream, error) {
 	if s, ok := f.streams[gpu]; ok {
 		return s, nil
 	}
-	s, err := n.dev.NewStream(gpu)
+	c, err := n.contextLocked(f.tenant, gpu)
+	if err != nil {
+		return nil, err
+	}
+	s, err := c.NewStream()
 	if err != nil {
 		return nil, fmt.Errorf("function %s gpu %d: %w", f.name, gpu, err)
 	}
@@ -285,6 +295,9 @@ func (n *Node) Stream(name string) (device.Stream, error) {
 	if err != nil {
 		return nil, err
 	}
+	if err := f.usableLocked(); err != nil {
+		return nil, err
+	}
 	if f.active < 0 {
 		return nil, fmt.Errorf("%w: %s is not active on any gpu", ErrInvalid, name)
 	}
@@ -292,15 +305,16 @@ func (n *Node) Stream(name string) (device.Stream, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Stream{n: n, f: f, gpu: f.active, s: s}, nil
+	return &Stream{n: n, f: f, gpu: f.active, s: s, epoch: f.epoch}, nil
 }
 
 // Stream is a function's compute stream with per-segment readiness; it implements device.Stream.
 type Stream struct {
-	n   *Node
-	f   *function
-	gpu int
-	s   device.Stream
+	n     *Node
+	f     *function
+	gpu   int
+	s     device.Stream
+	epoch uint64 // the function's fault epoch when the stream was handed out (fault.go)
 }
 
 var _ device.Stream = (*Stream)(nil)
@@ -311,6 +325,9 @@ func (s *Stream) gate(op func() error, ptrs ...device.Ptr) error {
 	defer s.n.mu.Unlock()
 	if e := s.n.execs[s.gpu]; !e.healthy {
 		return fmt.Errorf("%w: gpu %d: %w", ErrUnhealthy, s.gpu, e.lastErr)
+	}
+	if c, ok := s.n.domains[domainKey{s.f.tenant, s.gpu}]; ok && c.Err() != nil && s.f.active == s.gpu {
+		return s.n.faultLocked(s.f, s.gpu, c.Err()) // another stream of the tenant faulted: tear down first
 	}
 	if s.f.active != s.gpu {
 		return fmt.Errorf("%w: %s is no longer active on gpu %d", ErrInvalid, s.f.name, s.gpu)
@@ -396,9 +413,20 @@ func (s *Stream) WaitAll() error {
 func (s *Stream) Record(e device.Event) error { return s.s.Record(e) }
 func (s *Stream) Wait(e device.Event) error   { return s.s.Wait(e) }
 
-// Synchronize waits for the stream's work. A device error reported here (not a cancelled ctx, not a bad
+// Synchronize waits for the stream's work. A fault of the work (device.IsContextFault) tears the tenant's context
+// on the GPU down and wraps ErrContextFault (fault.go); another device error (not a cancelled ctx, not a bad
 // argument) takes the GPU out of service (MarkUnhealthy) and wraps ErrUnhealthy.
 func (s *Stream) Synchronize(ctx context.Context) error {
+	s.n.mu.Lock()
+	cur, ok := s.f.streams[s.gpu]
+	epoch, fault := s.f.epoch, s.f.fault
+	s.n.mu.Unlock()
+	if !ok || cur != s.s { // its context was torn down: what it had queued is lost
+		if epoch != s.epoch {
+			return fmt.Errorf("%w: gpu %d, %s: its work was lost: %w", ErrContextFault, s.gpu, s.f.name, fault)
+		}
+		return nil
+	}
 	err := s.s.Synchronize(ctx)
 	if err == nil || ctx.Err() != nil || errors.Is(err, device.ErrInvalidValue) {
 		return err
@@ -408,7 +436,10 @@ func (s *Stream) Synchronize(ctx context.Context) error {
 	if e := s.n.execs[s.gpu]; !e.healthy {
 		return fmt.Errorf("%w: gpu %d: %w", ErrUnhealthy, s.gpu, err)
 	}
-	return s.n.failLocked(s.gpu, err)
+	if cur, ok := s.f.streams[s.gpu]; !ok || cur != s.s { // its context was torn down (or replaced) meanwhile
+		return fmt.Errorf("%w: gpu %d, %s: %w", ErrContextFault, s.gpu, s.f.name, err)
+	}
+	return s.n.faultLocked(s.f, s.gpu, err)
 }
 
 // Destroy is a no-op: the stream belongs to the function and lives until it is deregistered.

@@ -94,7 +94,9 @@ func checkVectorAdd(t *testing.T, ctx context.Context, r *rig, fn string, gpu in
 	t.Helper()
 	s, err := r.node.Stream(fn)
 	must(t, err)
-	mod, err := r.dev.LoadModule(gpu, kernels.PTX())
+	dctx, err := r.node.Context(fn, gpu) // kernels run in the context of the function's tenant
+	must(t, err)
+	mod, err := dctx.LoadModule(kernels.PTX())
 	must(t, err)
 	defer mod.Unload()
 	va, err := mod.Function("vector_add")

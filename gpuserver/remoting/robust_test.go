@@ -16,6 +16,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/faas-gpu/faas-gpu/gpuserver/device/sim"
+	"github.com/faas-gpu/faas-gpu/gpuserver/executor"
 	"github.com/faas-gpu/faas-gpu/gpuserver/pool"
 )
 
@@ -37,14 +39,24 @@ func (l *lockedBuffer) String() string {
 	return l.b.String()
 }
 
-// startServerWith runs a remoting server on a simulated node with cfg adjusted by adjust; it returns the server,
-// its socket and its log.
-func startServerWith(t *testing.T, funcs registry, adjust func(*Config)) (*Server, string, *lockedBuffer) {
+// wireRig is a remoting server on a simulated node, with its binder (the GPUs tests bind functions to), its
+// executors and its log.
+type wireRig struct {
+	srv    *Server
+	sock   string
+	logs   *lockedBuffer
+	binder *binder
+	node   *executor.Node
+	dev    *sim.Backend
+}
+
+// startServerWith runs a remoting server on a simulated node with cfg adjusted by adjust.
+func startServerWith(t *testing.T, funcs registry, adjust func(*Config)) *wireRig {
 	t.Helper()
 	dev, xn := simNode(t, 256<<20)
-	logs := &lockedBuffer{}
-	cfg := Config{Device: dev, Node: xn, Functions: funcs, Binder: &binder{current: map[string]int{}},
-		Logger: slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug}))}
+	r := &wireRig{logs: &lockedBuffer{}, binder: &binder{current: map[string]int{}}, node: xn, dev: dev}
+	cfg := Config{Device: dev, Node: xn, Functions: funcs, Binder: r.binder,
+		Logger: slog.New(slog.NewTextHandler(r.logs, &slog.HandlerOptions{Level: slog.LevelDebug}))}
 	if adjust != nil {
 		adjust(&cfg)
 	}
@@ -52,8 +64,9 @@ func startServerWith(t *testing.T, funcs registry, adjust func(*Config)) (*Serve
 	if err != nil {
 		t.Fatal(err)
 	}
-	sock := filepath.Join(t.TempDir(), "remoting.sock")
-	l, err := net.Listen("unix", sock)
+	r.srv = srv
+	r.sock = filepath.Join(t.TempDir(), "remoting.sock")
+	l, err := net.Listen("unix", r.sock)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -66,7 +79,7 @@ func startServerWith(t *testing.T, funcs registry, adjust func(*Config)) (*Serve
 			t.Errorf("Serve: %v", err)
 		}
 	})
-	return srv, sock, logs
+	return r
 }
 
 // eventually polls cond until it holds, failing the test after a generous deadline.
@@ -106,7 +119,8 @@ func TestCraftedCopySizesAreRefused(t *testing.T) {
 		"attacker":  {pool.FunctionSpec{Name: "attacker", MemoryBytes: 64 << 20}, "tok-a"},
 		"bystander": {pool.FunctionSpec{Name: "bystander", MemoryBytes: 64 << 20}, "tok-b"},
 	}
-	srv, sock, _ := startServerWith(t, funcs, nil)
+	r := startServerWith(t, funcs, nil)
+	srv, sock := r.srv, r.sock
 	by, err := dialWire(t, sock, "bystander", "tok-b")
 	if err != nil {
 		t.Fatal(err)
@@ -161,9 +175,10 @@ func TestPanicEndsOnlyItsSession(t *testing.T) {
 		"bad":  {pool.FunctionSpec{Name: "bad", MemoryBytes: 1 << 20}, "tok-bad"},
 		"good": {pool.FunctionSpec{Name: "good", MemoryBytes: 1 << 20}, "tok-good"},
 	}
-	srv, sock, logs := startServerWith(t, funcs, func(c *Config) {
+	r := startServerWith(t, funcs, func(c *Config) {
 		c.NewHandler = func(context.Context, SessionInfo) (Handler, error) { return panicky{}, nil }
 	})
+	srv, sock, logs := r.srv, r.sock, r.logs
 	good, err := dialWire(t, sock, "good", "tok-good")
 	if err != nil {
 		t.Fatal(err)
@@ -200,7 +215,8 @@ func TestSessionsPerFunctionLimit(t *testing.T) {
 		"greedy": {pool.FunctionSpec{Name: "greedy", MemoryBytes: 1 << 20}, "tok-g"},
 		"other":  {pool.FunctionSpec{Name: "other", MemoryBytes: 1 << 20}, "tok-o"},
 	}
-	srv, sock, _ := startServerWith(t, funcs, func(c *Config) { c.MaxSessionsPerFunction = 2 })
+	r := startServerWith(t, funcs, func(c *Config) { c.MaxSessionsPerFunction = 2 })
+	srv, sock := r.srv, r.sock
 	var held []*wireClient
 	for range 2 {
 		w, err := dialWire(t, sock, "greedy", "tok-g")
@@ -233,10 +249,11 @@ func TestSessionsPerFunctionLimit(t *testing.T) {
 // are closed at once, and once the silent ones time out the server accepts again.
 func TestPendingHellosBounded(t *testing.T) {
 	funcs := registry{"f": {pool.FunctionSpec{Name: "f", MemoryBytes: 1 << 20}, "tok"}}
-	srv, sock, _ := startServerWith(t, funcs, func(c *Config) {
+	r := startServerWith(t, funcs, func(c *Config) {
 		c.MaxPendingHellos = 2
 		c.HelloTimeout = 500 * time.Millisecond
 	})
+	srv, sock := r.srv, r.sock
 	var silent []net.Conn
 	for range 2 {
 		c, err := net.Dial("unix", sock)
@@ -276,7 +293,8 @@ func TestAcceptRecoversFromDescriptorExhaustion(t *testing.T) {
 		t.Skip("python3 not installed")
 	}
 	funcs := registry{"f": {pool.FunctionSpec{Name: "f", MemoryBytes: 1 << 20}, "tok"}}
-	srv, sock, logs := startServerWith(t, funcs, nil)
+	r := startServerWith(t, funcs, nil)
+	srv, sock, logs := r.srv, r.sock, r.logs
 	// A client in another process (its descriptors are its own): it connects when told to on stdin.
 	client := exec.Command("python3", "-c", `
 import socket, sys

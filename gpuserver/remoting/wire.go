@@ -39,15 +39,18 @@ const (
 	ResultInvalidDevice     Result = 101
 	ResultInvalidImage      Result = 200
 	ResultInvalidContext    Result = 201
-	ResultInvalidHandle     Result = 400
-	ResultNotFound          Result = 500
-	ResultNotReady          Result = 600
-	ResultIllegalAddress    Result = 700
-	ResultLaunchFailed      Result = 719
-	ResultNotPermitted      Result = 800
-	ResultNotSupported      Result = 801
-	ResultSystemNotReady    Result = 802
-	ResultUnknown           Result = 999
+	// ResultContextIsDestroyed (CUDA_ERROR_CONTEXT_IS_DESTROYED): the function's memory is gone (a fault during its
+	// initialisation); its process must start again.
+	ResultContextIsDestroyed Result = 709
+	ResultInvalidHandle      Result = 400
+	ResultNotFound           Result = 500
+	ResultNotReady           Result = 600
+	ResultIllegalAddress     Result = 700
+	ResultLaunchFailed       Result = 719
+	ResultNotPermitted       Result = 800
+	ResultNotSupported       Result = 801
+	ResultSystemNotReady     Result = 802
+	ResultUnknown            Result = 999
 )
 
 // Errors of the protocol.

@@ -17,7 +17,7 @@ import (
 
 // wireClient speaks the shim's side of the transport from Go, so that tests can send records the C shim never
 // would (crafted sizes, unknown calls) and watch how the server answers. It writes one record at a time into the
-// ring (never wrapping: tests stay far below the ring's size) and polls for the response.
+// ring and polls for the response.
 type wireClient struct {
 	conn  *net.UnixConn
 	mem   []byte
@@ -137,8 +137,8 @@ func record(id CallID, flags uint16, seq uint64, args ...any) []byte {
 			for len(payload)%8 != 0 {
 				payload = append(payload, 0)
 			}
-		case string:
-			b := append([]byte(v), 0)
+		case string: // as the shim sends names: without their NUL
+			b := []byte(v)
 			payload = binary.LittleEndian.AppendUint64(payload, uint64(len(b)))
 			payload = append(payload, b...)
 			for len(payload)%8 != 0 {
@@ -165,13 +165,40 @@ func (w *wireClient) call(id CallID, args ...any) (Result, []byte, error) {
 	return w.send(record(id, wireRecordFlagSync, w.seq, args...), true)
 }
 
-// send writes a raw record into the ring, publishes it, rings the doorbell and, when wait is set, polls for the
-// response to the record's seq (or the session's end).
-func (w *wireClient) send(rec []byte, wait bool) (Result, []byte, error) {
-	if w.tail+uint64(len(rec)) > testRingSize {
-		return 0, nil, errors.New("wire client: ring full (tests never wrap it)")
+// room waits until n more bytes fit in the ring (the server consumed enough).
+func (w *wireClient) room(n uint64) error {
+	deadline := time.Now().Add(60 * time.Second)
+	for w.tail+n-atomic.LoadUint64(w.u64(wireCtlReqHead)) > testRingSize {
+		if time.Now().After(deadline) {
+			return errors.New("wire client: the server never made room in the ring")
+		}
+		if w.closedByServer() {
+			return errNoAnswer
+		}
 	}
-	copy(w.ring[w.tail:], rec)
+	return nil
+}
+
+// send writes a raw record into the ring (a padding record first when it does not fit before the ring's end),
+// publishes it, rings the doorbell and, when wait is set, polls for the response to the record's seq (or the
+// session's end).
+func (w *wireClient) send(rec []byte, wait bool) (Result, []byte, error) {
+	if uint64(len(rec)) > testRingSize/2 {
+		return 0, nil, errors.New("wire client: record larger than half the ring")
+	}
+	if pos := w.tail % testRingSize; pos+uint64(len(rec)) > testRingSize {
+		pad := testRingSize - pos
+		if err := w.room(pad); err != nil {
+			return 0, nil, err
+		}
+		binary.LittleEndian.PutUint32(w.ring[pos:], uint32(pad))
+		binary.LittleEndian.PutUint16(w.ring[pos+4:], wireRecordPadID)
+		w.tail += pad
+	}
+	if err := w.room(uint64(len(rec))); err != nil {
+		return 0, nil, err
+	}
+	copy(w.ring[w.tail%testRingSize:], rec)
 	w.tail += uint64(len(rec))
 	atomic.StoreUint64(w.u64(wireCtlReqTail), w.tail)
 	if _, err := w.conn.Write([]byte{1}); err != nil {

@@ -69,6 +69,9 @@ func (t *trackedPool) Register(ctx context.Context, spec pool.FunctionSpec) erro
 		if err := t.node.Register(spec.Name); err != nil {
 			return err
 		}
+		if err := t.node.SetTenant(spec.Name, spec.Tenant()); err != nil { // its namespace, or itself if isolated
+			return fmt.Errorf("register %q: %w", spec.Name, err)
+		}
 	}
 	t.mu.Lock()
 	t.specs[spec.Name] = spec

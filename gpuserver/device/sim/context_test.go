@@ -114,3 +114,37 @@ func TestContextsModelTheDriver(t *testing.T) {
 	must(t, sc.Synchronize(ctx))
 	must(t, cc.Destroy())
 }
+
+// TestZeroingDropsPages: a memset of zero over whole pages and parts of pages leaves zeros everywhere it covered
+// and nothing else changed (the sim drops whole pages instead of writing them).
+func TestZeroingDropsPages(t *testing.T) {
+	ctx := context.Background()
+	b := newSim(t, sim.Options{})
+	g := uint64(sim.DefaultGranularity)
+	p := mapOn(t, b, 0, 2*g)
+	s, err := b.NewStream(0)
+	must(t, err)
+	must(t, s.Memset8(p, 0xab, 2*g))
+	must(t, s.Memset8(p+100, 0, g+50)) // a page's tail, and the next page's head
+	out := make([]byte, 2*g)
+	must(t, s.CopyDtoH(out, p))
+	must(t, s.Synchronize(ctx))
+	for i, v := range out {
+		if want := byte(0xab); uint64(i) >= 100 && uint64(i) < g+150 {
+			want = 0
+			if v != want {
+				t.Fatalf("byte %d = %#x, want 0", i, v)
+			}
+		} else if v != want {
+			t.Fatalf("byte %d = %#x, want %#x", i, v, want)
+		}
+	}
+	must(t, s.Memset8(p, 0, 2*g))
+	must(t, s.CopyDtoH(out, p))
+	must(t, s.Synchronize(ctx))
+	for i, v := range out {
+		if v != 0 {
+			t.Fatalf("byte %d = %#x after zeroing both pages", i, v)
+		}
+	}
+}

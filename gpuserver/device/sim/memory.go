@@ -107,6 +107,61 @@ func (b *Backend) resolve(w int, ptr device.Ptr, n uint64) ([]segment, error) {
 	return out, nil
 }
 
+// zeroDevice sets [ptr, ptr+n) to zero as seen by w. Whole pages are dropped instead of written (a page not
+// yet touched reads as zero), so zeroing memory costs neither time nor host memory.
+func (b *Backend) zeroDevice(w int, ptr device.Ptr, n uint64) error {
+	if err := b.resolveChecked(w, ptr, n); err != nil {
+		return err
+	}
+	b.mu.RLock()
+	defer b.mu.RUnlock()
+	for addr, end := uint64(ptr), uint64(ptr)+n; addr < end; {
+		m := b.pages[addr/b.gran]
+		off := addr - uint64(m.start)
+		idx, in := off/b.gran, off%b.gran
+		take := min(end-addr, b.gran-in)
+		m.phys.mu.Lock()
+		switch {
+		case m.phys.pages == nil:
+		case in == 0 && take == b.gran:
+			m.phys.pages[idx] = nil
+		case m.phys.pages[idx] != nil:
+			clear(m.phys.pages[idx][in : in+take])
+		}
+		m.phys.mu.Unlock()
+		addr += take
+	}
+	return nil
+}
+
+// resolveChecked checks that w may touch [ptr, ptr+n) without touching (allocating) any page.
+func (b *Backend) resolveChecked(w int, ptr device.Ptr, n uint64) error {
+	if n == 0 {
+		return nil
+	}
+	if uint64(ptr)+n < uint64(ptr) {
+		return fmt.Errorf("%w: range overflows", device.ErrIllegalAddress)
+	}
+	gpu := whoGPU(w)
+	b.mu.RLock()
+	defer b.mu.RUnlock()
+	for pg := uint64(ptr) / b.gran; pg <= (uint64(ptr)+n-1)/b.gran; pg++ {
+		m, ok := b.pages[pg]
+		switch {
+		case !ok:
+			return fmt.Errorf("%w: %s touched %#x, which is not mapped", device.ErrIllegalAddress,
+				whoString(w), pg*b.gran)
+		case m.access&(1<<gpu) == 0:
+			return fmt.Errorf("%w: %s touched %#x without access (access: %v)", device.ErrIllegalAddress,
+				whoString(w), pg*b.gran, sortedGPUs(m.access))
+		case m.ctx != 0 && m.ctx != whoCtx(w):
+			return fmt.Errorf("%w: %s touched %#x, memory of context %d", device.ErrIllegalAddress,
+				whoString(w), pg*b.gran, m.ctx)
+		}
+	}
+	return nil
+}
+
 // readDevice copies [ptr, ptr+len(dst)) into dst.
 func (b *Backend) readDevice(gpu int, dst []byte, ptr device.Ptr) error {
 	segs, err := b.resolve(gpu, ptr, uint64(len(dst)))

@@ -217,6 +217,9 @@ func (s *stream) CopyDtoD(dst, src device.Ptr, size uint64) error {
 
 func (s *stream) Memset8(dst device.Ptr, v uint8, n uint64) error {
 	return s.enqueue(op{kind: "memset", run: func() (time.Duration, error) {
+		if v == 0 {
+			return s.b.memTime(n), s.b.zeroDevice(s.who, dst, n)
+		}
 		segs, err := s.b.resolve(s.who, dst, n)
 		if err != nil {
 			return 0, err
@@ -352,6 +355,12 @@ func (s *stream) Synchronize(ctx context.Context) error {
 	case <-ctx.Done():
 		return ctx.Err()
 	case <-s.done:
+		if s.ctx != nil { // its context was destroyed under it
+			if err := s.ctx.Err(); err != nil {
+				return err
+			}
+			return fmt.Errorf("%w: the stream's context was destroyed", device.ErrInvalidValue)
+		}
 		return fmt.Errorf("sim: %w: stream stopped", device.ErrUnavailable)
 	}
 }
