@@ -203,6 +203,15 @@ func (s *Server) startDataPlane(ctx context.Context) error {
 		s.closers = append(s.closers, dev.Close)
 	}
 	s.dev = dev
+	if h, ok := dev.(interface{ PageableMemoryAccess(gpu int) bool }); ok {
+		for _, g := range dev.GPUs() {
+			if h.PageableMemoryAccess(g.Index) {
+				s.cfg.Logger.Error("gpu kernels can read and write this process's host memory (HMM/ATS pageable "+
+					"memory access): functions are NOT isolated from each other or from the gpuserver; load "+
+					"nvidia_uvm with uvm_disable_hmm=1 (docs/security.md)", "gpu", g.Index)
+			}
+		}
+	}
 	// The memory manager reserves through addrs, so that functions get the fixed addresses of their images from
 	// before a restart again (executor restore.go).
 	addrs := executor.NewAddresses(dev)

@@ -117,3 +117,16 @@ func (c *cudaContext) Destroy() error {
 	c.mu.Unlock()
 	return wrap(cu.CtxDestroy(c.ctx))
 }
+
+// PageableMemoryAccess reports whether kernels on GPU i can read and write the host's pageable memory (HMM or
+// ATS): then a kernel of any function can read the whole gpuserver process's memory (other functions' model
+// images, its key), and no context or mapping discipline isolates tenants. docs/security.md says how to turn it
+// off (nvidia_uvm uvm_disable_hmm=1); the gpuserver logs an error at start when it is on.
+func (b *Backend) PageableMemoryAccess(i int) bool {
+	g, err := b.gpu(i)
+	if err != nil {
+		return false
+	}
+	v, err := cu.DeviceAttribute(cu.AttrPageableMemoryAccess, g.dev)
+	return err == nil && v != 0
+}

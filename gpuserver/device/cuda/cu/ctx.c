@@ -11,6 +11,7 @@ static struct {
 	CUresult (*create4)(CUcontext *, void *, unsigned, CUdevice);
 	CUresult (*destroy)(CUcontext);
 	CUresult (*pop)(CUcontext *);
+	CUresult (*attribute)(int *, int, CUdevice);
 } c;
 
 int fg_ctx_load(const char *path, char *err, int errlen) {
@@ -25,8 +26,9 @@ int fg_ctx_load(const char *path, char *err, int errlen) {
 	*(void **)(&c.create4) = dlsym(h, "cuCtxCreate_v4");
 	*(void **)(&c.destroy) = dlsym(h, "cuCtxDestroy_v2");
 	*(void **)(&c.pop) = dlsym(h, "cuCtxPopCurrent_v2");
-	if ((!c.create2 && !c.create4) || !c.destroy || !c.pop) {
-		snprintf(err, errlen, "libcuda: missing cuCtxCreate, cuCtxDestroy_v2 or cuCtxPopCurrent_v2");
+	*(void **)(&c.attribute) = dlsym(h, "cuDeviceGetAttribute");
+	if ((!c.create2 && !c.create4) || !c.destroy || !c.pop || !c.attribute) {
+		snprintf(err, errlen, "libcuda: missing cuCtxCreate, cuCtxDestroy_v2, cuCtxPopCurrent_v2 or cuDeviceGetAttribute");
 		return -1;
 	}
 	c.h = h;
@@ -43,3 +45,5 @@ CUresult fg_ctx_create(CUdevice dev, CUcontext *ctx) {
 }
 
 CUresult fg_ctx_destroy(CUcontext ctx) { return c.destroy(ctx); }
+
+CUresult fg_attribute(int attr, CUdevice dev, int *v) { return c.attribute(v, attr, dev); }

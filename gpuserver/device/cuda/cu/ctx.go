@@ -6,6 +6,7 @@ package cu
 int fg_ctx_load(const char *path, char *err, int errlen);
 CUresult fg_ctx_create(CUdevice dev, CUcontext *ctx);
 CUresult fg_ctx_destroy(CUcontext ctx);
+CUresult fg_attribute(int attr, CUdevice dev, int *v);
 */
 import "C"
 
@@ -36,4 +37,19 @@ func CtxCreate(dev int) (Context, error) {
 // CtxDestroy destroys a context made by CtxCreate, and everything created in it.
 func CtxDestroy(ctx Context) error {
 	return check("cuCtxDestroy", C.fg_ctx_destroy(C.CUcontext(ctx)))
+}
+
+// Device attributes the gpuserver's isolation depends on (CUdevice_attribute).
+const (
+	// AttrPageableMemoryAccess: kernels can read and write pageable host memory (HMM, ATS).
+	AttrPageableMemoryAccess = 88
+	// AttrHostPointerForRegisteredMem: kernels can use the host pointer of registered host memory.
+	AttrHostPointerForRegisteredMem = 91
+)
+
+// DeviceAttribute reads one attribute of dev.
+func DeviceAttribute(attr, dev int) (int, error) {
+	var v C.int
+	err := check("cuDeviceGetAttribute", C.fg_attribute(C.int(attr), C.CUdevice(dev), &v))
+	return int(v), err
 }
