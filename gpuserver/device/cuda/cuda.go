@@ -360,11 +360,10 @@ func wait(ctx context.Context, done func() (bool, error), block func() error) er
 }
 
 type stream struct {
-	b     *Backend
-	gpu   int
-	ctx   cu.Context
-	s     cu.Stream
-	owner *cudaContext // the context of its own it belongs to; nil for the GPU's primary context
+	b   *Backend
+	gpu int
+	ctx cu.Context
+	s   cu.Stream
 }
 
 // NewStream creates a non-blocking stream on a GPU.
@@ -420,7 +419,7 @@ func (s *stream) Launch(f device.Function, grid, block device.Dim3, sharedMem ui
 	n := func(d device.Dim3) [3]uint32 {
 		return [3]uint32{max(d.X, 1), max(d.Y, 1), max(d.Z, 1)}
 	}
-	return s.owner.note(wrap(cu.Launch(s.ctx, fn.f, n(grid), n(block), sharedMem, s.s, args)))
+	return wrap(cu.Launch(s.ctx, fn.f, n(grid), n(block), sharedMem, s.s, args))
 }
 
 func (s *stream) Record(e device.Event) error {
@@ -444,8 +443,8 @@ func (s *stream) Wait(e device.Event) error {
 }
 
 func (s *stream) Synchronize(ctx context.Context) error {
-	return s.owner.note(wait(ctx, func() (bool, error) { return cu.StreamQuery(s.ctx, s.s) },
-		func() error { return cu.StreamSynchronize(s.ctx, s.s) }))
+	return wait(ctx, func() (bool, error) { return cu.StreamQuery(s.ctx, s.s) },
+		func() error { return cu.StreamSynchronize(s.ctx, s.s) })
 }
 
 func (s *stream) Destroy() error { return wrap(cu.StreamDestroy(s.ctx, s.s)) }
