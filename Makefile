@@ -8,6 +8,7 @@ COMMIT    ?= $(shell git rev-parse --short HEAD 2>/dev/null || echo unknown)
 LDFLAGS   := -X main.version=$(VERSION) -X main.commit=$(COMMIT)
 RUN_ARGS  ?=
 
+## (see also test-cuda below)
 .PHONY: all build run test test-go test-shim test-fuzz lint gpu-test shim bench-policy bench-swap bench-remoting bench-queue clean
 
 all: build
@@ -34,6 +35,15 @@ test-fuzz:
 	$(GO) test -run '^$$' -fuzz FuzzAPI -fuzztime 2000x ./gpuserver/api
 
 ## functions: lay out ./build/<fn>/ for every function in stack.yml as `faas-cli build --shrinkwrap` does
+## test-cuda: the "real CUDA binaries" tier: NVIDIA's CUDA 13 runtime, cuBLAS, cuDNN, nvcc and PyTorch (the pinned
+## Python environment, created once in a cache outside the repository) against the shim on the simulated node.
+## Runs the packages whose tests use test/pyenv, with FAAS_GPU_TEST_PYENV=1; `make test` skips those tests.
+.PHONY: test-cuda
+test-cuda: build
+	@dir=$$(test/pyenv/pyenv.sh) && echo "test-cuda: pinned Python environment $$dir"
+	FAAS_GPU_TEST_PYENV=1 $(GO) test -count=1 -timeout 60m \
+	  $$(grep -rl --include='*_test.go' 'faas-gpu/test/pyenv"' . | xargs -n1 dirname | sort -u)
+
 ## pyenv: the pinned CUDA 13 / PyTorch Python environment (cached outside the repository); prints its path
 .PHONY: pyenv
 pyenv:

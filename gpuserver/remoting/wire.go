@@ -42,6 +42,7 @@ const (
 	// ResultContextIsDestroyed (CUDA_ERROR_CONTEXT_IS_DESTROYED): the function's memory is gone (a fault during its
 	// initialisation); its process must start again.
 	ResultContextIsDestroyed Result = 709
+	ResultNoBinaryForGPU     Result = 209
 	ResultInvalidHandle      Result = 400
 	ResultNotFound           Result = 500
 	ResultNotReady           Result = 600
