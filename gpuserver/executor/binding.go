@@ -48,6 +48,15 @@ func (b *Binding) Err() error {
 	return nil
 }
 
+// Orphaned reports whether the function was reset under the binding (every process of the function ended while
+// it was held): nothing may run under it any more, unlike a binding broken by a fault, whose request goes on (and
+// fails at release).
+func (b *Binding) Orphaned() bool {
+	b.n.mu.Lock()
+	defer b.n.mu.Unlock()
+	return b.f.broken != nil
+}
+
 // Release ends the binding; the function's copy stays resident (parked or active) until evicted.
 func (b *Binding) Release() {
 	b.once.Do(func() {

@@ -47,7 +47,7 @@ type domainKey struct {
 
 // SetTenant puts a registered function into tenant. A function that changes tenant loses its copies (they may
 // be mapped on GPUs serving its old tenant); it fails with ErrBusy while it has bindings.
-func (n *Node) SetTenant(name, tenant string) error {
+func (n *Node) SetTenant(ctx context.Context, name, tenant string) error {
 	if tenant == "" {
 		return fmt.Errorf("%w: empty tenant", ErrInvalid)
 	}
@@ -64,7 +64,7 @@ func (n *Node) SetTenant(name, tenant string) error {
 		return fmt.Errorf("%w: %s has %d bindings", ErrBusy, name, f.users)
 	}
 	for gpu := range f.res {
-		if err := n.evictLocked(context.Background(), f, gpu); err != nil {
+		if err := n.evictLocked(ctx, f, gpu); err != nil {
 			return err
 		}
 	}

@@ -88,11 +88,11 @@ type event struct {
 	ctx device.Context // the function's context on gpu it was created in
 }
 
-func newDeviceHandler(_ context.Context, cfg Config, info SessionInfo, log *slog.Logger) (*deviceHandler, error) {
+func newDeviceHandler(ctx context.Context, cfg Config, info SessionInfo, log *slog.Logger) (*deviceHandler, error) {
 	if err := cfg.Node.Register(info.Function); err != nil {
 		return nil, err
 	}
-	if err := cfg.Node.SetTenant(info.Function, info.Spec.Tenant()); err != nil { // its namespace, or itself
+	if err := cfg.Node.SetTenant(ctx, info.Function, info.Spec.Tenant()); err != nil { // its namespace, or itself
 		return nil, err
 	}
 	return &deviceHandler{

@@ -70,7 +70,7 @@ func (t *trackedPool) Register(ctx context.Context, spec pool.FunctionSpec) erro
 		if err := t.node.Register(spec.Name); err != nil {
 			return err
 		}
-		if err := t.node.SetTenant(spec.Name, spec.Tenant()); err != nil { // its namespace, or itself if isolated
+		if err := t.node.SetTenant(ctx, spec.Name, spec.Tenant()); err != nil { // its namespace, or itself if isolated
 			return fmt.Errorf("register %q: %w", spec.Name, err)
 		}
 	}
@@ -240,9 +240,10 @@ func (t *trackedPool) Status(ctx context.Context) pool.Status {
 	return st
 }
 
-// CurrentGPU implements remoting.Binder: the GPU of one of the function's requests in flight. A binding that broke
-// (executor.Binding.Err: the function was reset under it, or a fault restored its memory) is never reported: calls
-// of a new process must not run under the binding a dead one left behind.
+// CurrentGPU implements remoting.Binder: the GPU of one of the function's requests in flight. A binding the
+// function was reset under (executor.Binding.Orphaned: every process of the function ended while it was held) is
+// never reported: calls of a new process must not run under the binding a dead one left behind. (A binding broken
+// by a fault is still its live request's: its calls go on under it, and its release says it broke.)
 func (t *trackedPool) CurrentGPU(function string) (int, bool) {
 	t.mu.Lock()
 	type cand struct {
@@ -254,8 +255,8 @@ func (t *trackedPool) CurrentGPU(function string) (int, bool) {
 		cands = append(cands, cand{gpu, t.held[id]})
 	}
 	t.mu.Unlock()
-	for _, c := range cands { // Err takes the executors' lock: asked outside t.mu
-		if c.held == nil || c.held.Err() == nil || errors.Is(c.held.Err(), executor.ErrUnhealthy) {
+	for _, c := range cands { // Orphaned takes the executors' lock: asked outside t.mu
+		if c.held == nil || !c.held.Orphaned() {
 			return c.gpu, true
 		}
 	}
