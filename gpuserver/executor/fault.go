@@ -127,7 +127,8 @@ func (n *Node) claimLocked(ctx context.Context, f *function, gpu int) error {
 			return fmt.Errorf("%w: gpu %d serves %s, whose function %s holds %d bindings there; %s (%s) cannot "+
 				"share it", ErrBusy, gpu, o.tenant, o.name, o.users, f.name, f.tenant)
 		}
-		if err := n.deactivateLocked(ctx, o); err != nil {
+		// A fault of o's own work surfacing here tore o's context down and unmapped o: the GPU is free all the same.
+		if err := n.deactivateLocked(ctx, o); err != nil && !errors.Is(err, ErrContextFault) {
 			return err
 		}
 	}
