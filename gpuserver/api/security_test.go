@@ -9,6 +9,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"net/url"
 	"os/exec"
 	"path/filepath"
 	"regexp"
@@ -341,7 +342,11 @@ func FuzzAPI(f *testing.F) {
 	known := map[int]bool{200: true, 204: true, 400: true, 401: true, 403: true, 404: true, 405: true,
 		422: true, 429: true, 500: true, 503: true, 504: true}
 	f.Fuzz(func(t *testing.T, method, path, body string, who uint8) {
-		if !validMethod(method) || !strings.HasPrefix(path, "/") || strings.ContainsAny(path, " \r\n\t#?%") {
+		if !validMethod(method) || !strings.HasPrefix(path, "/") || strings.ContainsAny(path, " #?%") ||
+			strings.IndexFunc(path, func(r rune) bool { return r < 0x20 || r == 0x7f }) >= 0 {
+			return // not a request line an HTTP server would pass on
+		}
+		if _, err := url.ParseRequestURI(path); err != nil {
 			return
 		}
 		req := httptest.NewRequest(method, "http://gpuserver"+path, strings.NewReader(body))
