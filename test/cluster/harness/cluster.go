@@ -74,7 +74,9 @@ func (c *Cluster) logf(format string, args ...any) {
 	fmt.Fprintf(c.cfg.Log, "[cluster %s] %s\n", time.Now().Format("15:04:05"), fmt.Sprintf(format, args...))
 }
 
-func (c *Cluster) path(parts ...string) string { return filepath.Join(append([]string{c.cfg.RunDir}, parts...)...) }
+func (c *Cluster) path(parts ...string) string {
+	return filepath.Join(append([]string{c.cfg.RunDir}, parts...)...)
+}
 
 func journalPath(runDir string) string { return filepath.Join(runDir, "journal.json") }
 
