@@ -148,7 +148,9 @@ func runCmd(c config, argv []string) (code int) {
 		return 1
 	}
 	if c.knativeBin != "" {
-		kn, err := cl.StartKnative(ctx, c.knativeBin, info.Images["queue"])
+		kn, err := cl.StartKnative(ctx, filepath.Join(c.cache, "go", "mod"), harness.KnativeImages{
+			Controller: info.Images["controller"], Autoscaler: info.Images["autoscaler"], Queue: info.Images["queue"],
+		})
 		if err != nil {
 			logf("knative: %v", err)
 			return 1
@@ -213,7 +215,9 @@ func (c config) imageSpecs() ([]imagebuild.Spec, error) {
 		fg,
 	}
 	if c.knativeBin != "" {
-		specs = append(specs, images.Static("queue", filepath.Join(c.knativeBin, "queue")))
+		for _, b := range []string{"controller", "autoscaler", "queue"} {
+			specs = append(specs, images.Static(b, filepath.Join(c.knativeBin, b)))
+		}
 	}
 	for _, fn := range c.functions {
 		s, err := images.GPUPython(c.rootfs, "templates/gpu-python", filepath.Join("functions", fn), fn)
