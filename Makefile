@@ -30,6 +30,14 @@ test-go: build
 test-fuzz:
 	$(GO) test -run '^$$' -fuzz FuzzDecodeRecord -fuzztime 2000x ./gpuserver/remoting
 
+## test-cluster: the live cluster test (as root): a single-node Kubernetes built from pinned Go modules and Debian
+## packages (cached in ~/.cache/faas-gpu/cluster), the chart installed, the live tests in test/cluster/live run,
+## everything torn down and the host restored. TEST_CLUSTER_ARGS passes go test flags (e.g. -test.run).
+TEST_CLUSTER_ARGS ?=
+.PHONY: test-cluster
+test-cluster: build
+	test/cluster/run.sh $(TEST_CLUSTER_ARGS)
+
 ## functions: lay out ./build/<fn>/ for every function in stack.yml as `faas-cli build --shrinkwrap` does
 ## pyenv: the pinned CUDA 13 / PyTorch Python environment (cached outside the repository); prints its path
 .PHONY: pyenv

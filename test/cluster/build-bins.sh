@@ -84,8 +84,33 @@ build_coredns() {
 	cd "$dir"
 	go mod init faas-gpu.test/cluster/coredns >/dev/null 2>&1
 	go mod edit -require=github.com/coredns/coredns@$COREDNS
+	# CoreDNS with only the plugins the cluster's Corefile uses (CoreDNS's documented way to choose plugins:
+	# a main that imports them and sets the directive order), instead of its full set with every cloud SDK.
+	cat >main.go <<'GO'
+// Command coredns is CoreDNS with the plugins of a cluster DNS only.
+package main
+
+import (
+	"github.com/coredns/coredns/core/dnsserver"
+	"github.com/coredns/coredns/coremain"
+
+	_ "github.com/coredns/coredns/plugin/cache"
+	_ "github.com/coredns/coredns/plugin/errors"
+	_ "github.com/coredns/coredns/plugin/health"
+	_ "github.com/coredns/coredns/plugin/kubernetes"
+	_ "github.com/coredns/coredns/plugin/log"
+	_ "github.com/coredns/coredns/plugin/ready"
+)
+
+func init() {
+	// The same relative order as CoreDNS's plugin.cfg.
+	dnsserver.Directives = []string{"ready", "health", "errors", "log", "cache", "kubernetes"}
+}
+
+func main() { coremain.Run() }
+GO
 	mkdir -p "$out"
-	go build -trimpath -ldflags "-s -w" -o "$out/coredns" github.com/coredns/coredns
+	go build -trimpath -ldflags "-s -w" -o "$out/coredns" .
 	touch "$out/.complete"
 	log "built $out"
 	echo "$out"

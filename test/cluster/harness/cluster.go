@@ -110,7 +110,7 @@ func Up(ctx context.Context, cfg Config) (*Cluster, error) {
 	if err := os.MkdirAll(cfg.ContainerdRoot, 0o711); err != nil {
 		return nil, err
 	}
-	prefixes := []string{cfg.RunDir, cfg.ContainerdRoot, "/run/netns"}
+	prefixes := []string{cfg.RunDir, cfg.ContainerdRoot}
 	prefixes = append(prefixes, cfg.HostDirs...)
 	st, err := snapshot(cfg.RunDir, cgroupRoot, prefixes)
 	if err != nil {
@@ -488,6 +488,18 @@ protectKernelDefaults: false
 		c.ContainerdSocket(), cgroupRoot, DNSIP, PodCIDR, c.path("pod-logs"))
 	if err := os.WriteFile(c.path("kubelet.yaml"), []byte(conf), 0o644); err != nil {
 		return err
+	}
+	// The kubelet's cgroup root must exist in every hierarchy (cgroup v1); Down removes it.
+	ctrls, err := os.ReadDir("/sys/fs/cgroup")
+	if err != nil {
+		return err
+	}
+	for _, ctrl := range ctrls {
+		if ctrl.IsDir() {
+			if err := os.Mkdir(filepath.Join("/sys/fs/cgroup", ctrl.Name(), cgroupRoot), 0o755); err != nil && !errors.Is(err, os.ErrExist) {
+				return fmt.Errorf("cgroup %s: %w", ctrl.Name(), err)
+			}
+		}
 	}
 	if err := c.start("kubelet", filepath.Join(c.cfg.K8sBin, "kubelet"),
 		"--config", c.path("kubelet.yaml"), "--kubeconfig", c.path("kubelet.kubeconfig"),

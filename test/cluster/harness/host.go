@@ -229,7 +229,8 @@ func (s *hostState) restore(logf func(string, ...any)) error {
 		oldNS[n] = true
 	}
 	for _, n := range netnsFiles() {
-		if !oldNS[n] {
+		// containerd's CRI names the pods' namespaces cni-<uuid>; others belong to someone else.
+		if !oldNS[n] && strings.HasPrefix(n, "cni-") {
 			p := filepath.Join("/run/netns", n)
 			_ = syscall.Unmount(p, syscall.MNT_DETACH)
 			note(os.Remove(p))
@@ -243,7 +244,9 @@ func (s *hostState) restore(logf func(string, ...any)) error {
 	}
 	for _, l := range linkNames() {
 		if !oldLinks[l] && (l == cniBridge || strings.HasPrefix(l, "veth")) {
-			if out, err := exec.Command("ip", "link", "delete", l).CombinedOutput(); err != nil {
+			// A pod's veth goes with its network namespace, so it may be gone by now.
+			if out, err := exec.Command("ip", "link", "delete", l).CombinedOutput(); err != nil &&
+				!strings.Contains(string(out), "Cannot find device") {
 				note(fmt.Errorf("ip link delete %s: %v: %s", l, err, out))
 			} else {
 				logf("restore: deleted link %s", l)
@@ -324,13 +327,24 @@ func (s *hostState) restore(logf func(string, ...any)) error {
 		logf("restore: removed cgroup %s", s.CgroupRoot)
 	}
 	for i := len(s.Created) - 1; i >= 0; i-- {
-		note(os.RemoveAll(s.Created[i]))
-		logf("restore: removed %s", s.Created[i])
+		d := s.Created[i]
+		if d == "/run/netns" {
+			// Shared with every other user of network namespaces: removed only when nothing is left in it.
+			if err := os.Remove(d); err == nil {
+				logf("restore: removed %s", d)
+			}
+			continue
+		}
+		note(os.RemoveAll(d))
+		logf("restore: removed %s", d)
 	}
 	return errors.Join(errs...)
 }
 
 func (s *hostState) isOurs(mount string) bool {
+	if mount == "/run/netns" || strings.HasPrefix(mount, "/run/netns/cni-") {
+		return true
+	}
 	for _, p := range s.Prefixes {
 		if mount == p || strings.HasPrefix(mount, p+"/") {
 			return true

@@ -1,10 +1,11 @@
 package harness
 
-// Host directories the chart's pods share through hostPath in the test cluster (the chart's socketDir and
-// gpuserver.repositoryDir), apart from the defaults so that nothing else on the machine is touched.
+// Host directories the chart's pods share through hostPath (the chart's socketDir and gpuserver.repositoryDir):
+// the defaults, which the stock-chart swap-in provider also assumes. The harness removes them at the end when it
+// created them.
 const (
-	SocketDir     = "/run/faas-gpu-cluster/sockets"
-	RepositoryDir = "/dev/shm/faas-gpu-cluster-repository"
+	SocketDir     = "/var/run/faas-gpu"
+	RepositoryDir = "/dev/shm/faas-gpu"
 )
 
 // Info describes a running test cluster to the live tests (the JSON file FAAS_GPU_TEST_CLUSTER names).

@@ -62,9 +62,9 @@ spec:
 `, storageClass, e.info.RunDir)
 }
 
-// TestKubernetesChartInstall installs the chart with the provider (kubernetes backend): the gpuserver DaemonSet,
+// testKubernetesChartInstall installs the chart with the provider (kubernetes backend): the gpuserver DaemonSet,
 // NATS JetStream, the queue worker and the provider become Ready.
-func TestKubernetesChartInstall(t *testing.T) {
+func testKubernetesChartInstall(t *testing.T) {
 	e := cluster(t)
 	for _, ns := range []string{namespace, functionsNS} {
 		e.kubectl(t, "", "create", "namespace", ns)
@@ -140,9 +140,9 @@ func invoke(t *testing.T, g gateway, name, body string) string {
 	return out
 }
 
-// TestKubernetesFunctions deploys echo, hello-gpu and vector-add through the provider API and runs every verb
+// testKubernetesFunctions deploys echo, hello-gpu and vector-add through the provider API and runs every verb
 // faas-cli uses against them.
-func TestKubernetesFunctions(t *testing.T) {
+func testKubernetesFunctions(t *testing.T) {
 	e := cluster(t)
 	g := e.provider(t)
 	g.must(t, http.StatusOK, http.MethodGet, "/system/info", nil)
@@ -294,9 +294,9 @@ func (e *env) poolStatus(t *testing.T) pool.Status {
 	return st
 }
 
-// TestKubernetesAsyncCallback invokes asynchronously through the queue worker's front door; the result reaches a
+// testKubernetesAsyncCallback invokes asynchronously through the queue worker's front door; the result reaches a
 // callback server on the node's address.
-func TestKubernetesAsyncCallback(t *testing.T) {
+func testKubernetesAsyncCallback(t *testing.T) {
 	e := cluster(t)
 	ln, err := net.Listen("tcp", net.JoinHostPort(e.info.NodeIP, "0"))
 	if err != nil {
@@ -340,8 +340,8 @@ func TestKubernetesAsyncCallback(t *testing.T) {
 	}
 }
 
-// TestKubernetesLifecycle lists, describes, scales to zero and back, reads logs, uses a secret and deletes.
-func TestKubernetesLifecycle(t *testing.T) {
+// testKubernetesLifecycle lists, describes, scales to zero and back, reads logs, uses a secret and deletes.
+func testKubernetesLifecycle(t *testing.T) {
 	e := cluster(t)
 	g := e.provider(t)
 	var list []types.FunctionStatus
@@ -446,9 +446,9 @@ func TestKubernetesLifecycle(t *testing.T) {
 	g.must(t, http.StatusAccepted, http.MethodDelete, "/system/secrets", jsonBody(t, types.Secret{Name: "api-key", Namespace: functionsNS}))
 }
 
-// TestKubernetesGPUServerRestart kills the gpuserver pod: the DaemonSet starts another, the functions register
+// testKubernetesGPUServerRestart kills the gpuserver pod: the DaemonSet starts another, the functions register
 // again, requests succeed, and the model images survive in the repository hostPath.
-func TestKubernetesGPUServerRestart(t *testing.T) {
+func testKubernetesGPUServerRestart(t *testing.T) {
 	e := cluster(t)
 	g := e.provider(t)
 	before := repositoryFiles(t, e.info.RepositoryDir)

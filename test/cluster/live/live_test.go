@@ -205,3 +205,27 @@ func jsonBody(t *testing.T, v any) []byte {
 	}
 	return b
 }
+
+// TestLiveCluster runs the flows in order on the one cluster: each builds on the ones before it (the chart's
+// gpuserver serves every later flow), so the first failure of a step that others need stops the rest.
+func TestLiveCluster(t *testing.T) {
+	cluster(t) // skips without a cluster
+	steps := []struct {
+		name     string
+		fn       func(*testing.T)
+		required bool
+	}{
+		{"KubernetesChartInstall", testKubernetesChartInstall, true},
+		{"KubernetesFunctions", testKubernetesFunctions, true},
+		{"KubernetesAsyncCallback", testKubernetesAsyncCallback, false},
+		{"KubernetesLifecycle", testKubernetesLifecycle, false},
+		{"KubernetesGPUServerRestart", testKubernetesGPUServerRestart, false},
+		{"StockChartSwapIn", testStockChartSwapIn, false},
+		{"KnativeBackend", testKnativeBackend, false},
+	}
+	for _, s := range steps {
+		if !t.Run(s.name, s.fn) && s.required {
+			t.Fatalf("%s failed; the later steps need it", s.name)
+		}
+	}
+}
