@@ -343,6 +343,7 @@ func (c *Cluster) startAPIServer(ctx context.Context) error {
 		"--client-ca-file", p("ca.crt"),
 		"--kubelet-client-certificate", p("apiserver-kubelet-client.crt"),
 		"--kubelet-client-key", p("apiserver-kubelet-client.key"),
+		"--kubelet-preferred-address-types", "InternalIP,Hostname",
 		"--service-account-issuer", "https://kubernetes.default.svc.cluster.local",
 		"--service-account-key-file", p("sa.pub"), "--service-account-signing-key-file", p("sa.key"),
 		"--authorization-mode", "Node,RBAC", "--allow-privileged=true",

@@ -77,6 +77,8 @@ func testKubernetesChartInstall(t *testing.T) {
 		"deployment/" + release + "-queue-worker", "deployment/" + release + "-provider"} {
 		e.kubectl(t, "", "-n", namespace, "rollout", "status", w, "--timeout=5m")
 	}
+	// A DaemonSet's rollout counts a pod that started; the gpuserver must also stay up and be Ready.
+	e.gpuserverPod(t)
 	t.Logf("helm install %s: gpuserver, NATS, queue worker and provider Ready", release)
 }
 
