@@ -28,13 +28,18 @@ func alive(pid int) bool {
 	return i >= 0 && i+2 < len(s) && s[i+2] != 'Z'
 }
 
-// stopGroup sends SIGTERM to the process group pid leads, waits up to 20 s, then sends SIGKILL.
+// stopGroup sends SIGTERM to the process group pid leads, waits a grace period, then sends SIGKILL. The API
+// server drains watches for a long time and is thrown away anyway, so it gets a short grace.
 func stopGroup(name string, pid int, logf func(string, ...any)) {
 	if !alive(pid) {
 		return
 	}
+	grace := 20 * time.Second
+	if name == "kube-apiserver" || name == "etcd" {
+		grace = 3 * time.Second
+	}
 	_ = syscall.Kill(-pid, syscall.SIGTERM)
-	deadline := time.Now().Add(20 * time.Second)
+	deadline := time.Now().Add(grace)
 	for alive(pid) && time.Now().Before(deadline) {
 		time.Sleep(100 * time.Millisecond)
 	}

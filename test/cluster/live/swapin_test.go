@@ -170,4 +170,6 @@ func testStockChartSwapIn(t *testing.T) {
 	}
 	g.must(t, http.StatusAccepted, http.MethodDelete, "/system/functions",
 		jsonBody(t, types.DeleteFunctionRequest{FunctionName: fn.Service, Namespace: functionsNS}))
+	t.Logf("faas-gpu as ./faas-netes with the stock chart's ServiceAccount, Role and environment: listed legacy, served %s (%s)",
+		fn.Service, strings.TrimSpace(out))
 }
