@@ -40,6 +40,7 @@ func testKnativeBackend(t *testing.T) {
 	e.helm(t, args...)
 	g := gateway{url: e.serviceURL(t, namespace, knRelease+"-gateway")}
 	g.user, g.pass = e.basicAuth(t, namespace)
+	g = g.serving(t)
 
 	fn := types.FunctionDeployment{Service: "kn-vector-add", Image: e.info.Images["fn-vector-add"], Namespace: knNS,
 		Annotations: &map[string]string{"com.openfaas.gpu.memory": "64Mi"},

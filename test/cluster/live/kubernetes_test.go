@@ -84,7 +84,7 @@ func testKubernetesChartInstall(t *testing.T) {
 
 func (e *env) provider(t *testing.T) gateway {
 	user, pass := e.basicAuth(t, namespace)
-	return gateway{url: e.serviceURL(t, namespace, release+"-gateway"), user: user, pass: pass}
+	return gateway{url: e.serviceURL(t, namespace, release+"-gateway"), user: user, pass: pass}.serving(t)
 }
 
 // deployment is a function as faas-cli deploys it.

@@ -229,3 +229,20 @@ func TestLiveCluster(t *testing.T) {
 		}
 	}
 }
+
+// serving waits until the gateway answers GET /healthz: a pod that is Ready still takes kube-proxy a moment to put
+// behind its Service's address.
+func (g gateway) serving(t *testing.T) gateway {
+	t.Helper()
+	eventually(t, "the Service at "+g.url+" serving", func() error {
+		code, b, _, err := g.do(http.MethodGet, "/healthz", nil, nil)
+		if err != nil {
+			return err
+		}
+		if code != http.StatusOK {
+			return fmt.Errorf("GET /healthz: %d %s", code, b)
+		}
+		return nil
+	})
+	return g
+}

@@ -133,6 +133,7 @@ func testStockChartSwapIn(t *testing.T) {
 	e.kubectl(t, "", "-n", functionsNS, "rollout", "status", "deployment/legacy", "--timeout=5m")
 	g := gateway{url: e.serviceURL(t, namespace, "stock-provider")}
 	g.user, g.pass = e.basicAuth(t, namespace)
+	g = g.serving(t)
 
 	eventually(t, "the stock provider lists the existing function", func() error {
 		code, b, _, err := g.do(http.MethodGet, "/system/functions", nil, nil)
