@@ -216,7 +216,11 @@ func (c config) imageSpecs() ([]imagebuild.Spec, error) {
 	}
 	if c.knativeBin != "" {
 		for _, b := range []string{"controller", "autoscaler", "queue"} {
-			specs = append(specs, images.Static(b, filepath.Join(c.knativeBin, b)))
+			s := images.Static(b, filepath.Join(c.knativeBin, b))
+			// Knative's own images (ko on a distroless base) run as the nonroot user; the revision pods' queue-proxy
+			// has runAsNonRoot.
+			s.User = "65532:65532"
+			specs = append(specs, s)
 		}
 	}
 	for _, fn := range c.functions {
