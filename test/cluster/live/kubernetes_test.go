@@ -4,8 +4,9 @@ import (
 	"encoding/json"
 	"fmt"
 	"net"
+	"io/fs"
 	"net/http"
-	"os"
+	"path/filepath"
 	"sort"
 	"strings"
 	"testing"
@@ -338,6 +339,8 @@ func testKubernetesAsyncCallback(t *testing.T) {
 				t.Errorf("callback of %s: call %s status %s body %q; want call %s, 200, %q", c.fn,
 					r.header.Get("X-Call-Id"), r.header.Get("X-Function-Status"), r.body, hdr.Get("X-Call-Id"), c.want)
 			}
+			t.Logf("async %s: 202 call %s, callback with status %s and %q", c.fn, hdr.Get("X-Call-Id"),
+				r.header.Get("X-Function-Status"), strings.TrimSpace(r.body))
 		case <-time.After(deadline):
 			t.Fatalf("no callback for %s within %s", c.fn, deadline)
 		}
@@ -455,9 +458,27 @@ func testKubernetesLifecycle(t *testing.T) {
 func testKubernetesGPUServerRestart(t *testing.T) {
 	e := cluster(t)
 	g := e.provider(t)
+	// mlp loads its weights onto the GPU at initialisation: the gpuserver captures them as its model image in the
+	// repository. Small layers keep the simulated node's host-side matrix products quick.
+	mlp := deployment("mlp", map[string]string{"com.openfaas.gpu.memory": "64Mi"})
+	mlp.EnvVars = map[string]string{"MLP_DIMS": "64,256,32"}
+	g.must(t, http.StatusAccepted, http.MethodPost, "/system/functions", jsonBody(t, mlp))
+	waitReady(t, g, "mlp")
+	x := make([]string, 64)
+	for i := range x {
+		x[i] = fmt.Sprintf("%d", i%7)
+	}
+	input := `{"x": [` + strings.Join(x, ", ") + `]}`
+	y := invoke(t, g, "mlp", input)
 	before := repositoryFiles(t, e.info.RepositoryDir)
-	if len(before) == 0 {
-		t.Fatalf("no model images in %s before the restart", e.info.RepositoryDir)
+	var images int
+	for f := range before {
+		if strings.Contains(f, "mlp") {
+			images++
+		}
+	}
+	if images == 0 {
+		t.Fatalf("no model image of mlp in %s before the restart: %v", e.info.RepositoryDir, sortedNames(before))
 	}
 	old := e.gpuserverPod(t)
 	e.kubectl(t, "", "-n", namespace, "delete", "pod", old.Name, "--wait=true")
@@ -472,6 +493,9 @@ func testKubernetesGPUServerRestart(t *testing.T) {
 		t.Errorf("vector-add after the restart: %q", got)
 	}
 	invoke(t, g, "hello-gpu", "{}")
+	if got := invoke(t, g, "mlp", input); got != y {
+		t.Errorf("mlp after the restart answered differently:\n%s\nbefore:\n%s", got, y)
+	}
 	st := e.poolStatus(t)
 	for name := range gpuFunctions {
 		if f, ok := findFunction(st, name); !ok || f.Served < 1 {
@@ -484,19 +508,47 @@ func testKubernetesGPUServerRestart(t *testing.T) {
 			t.Errorf("model image %s lost in the restart (before %v, after %v)", f, before, after)
 		}
 	}
-	t.Logf("gpuserver %s -> new pod; repository kept %d files", old.Name, len(before))
+	// vector-add's CUDA session lived in the old gpuserver: its process answered 503 and exited, and the kubelet
+	// started it again; hello-gpu (no CUDA) just registered again.
+	pods, err := e.kube.CoreV1().Pods(functionsNS).List(ctxFor(t), metav1.ListOptions{LabelSelector: "faas_function=vector-add"})
+	if err != nil || len(pods.Items) != 1 || len(pods.Items[0].Status.ContainerStatuses) != 1 {
+		t.Fatalf("vector-add pods: %v %+v", err, pods)
+	}
+	restarts := pods.Items[0].Status.ContainerStatuses[0].RestartCount
+	if restarts < 1 {
+		t.Errorf("vector-add's container restarted %d times; want it restarted with a new CUDA session", restarts)
+	}
+	t.Logf("gpuserver %s -> new pod; repository kept %v; vector-add restarted %d time(s) and serves again",
+		old.Name, sortedNames(before), restarts)
 }
 
-// repositoryFiles lists the files in the repository hostPath (the harness runs on the node).
+// repositoryFiles lists the files under the repository hostPath (the harness runs on the node) with their sizes.
 func repositoryFiles(t *testing.T, dir string) map[string]bool {
 	t.Helper()
-	ents, err := os.ReadDir(dir)
+	out := map[string]bool{}
+	err := filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
+		if err != nil || d.IsDir() {
+			return err
+		}
+		info, err := d.Info()
+		if err != nil {
+			return err
+		}
+		rel, _ := filepath.Rel(dir, p)
+		out[fmt.Sprintf("%s (%d bytes)", rel, info.Size())] = true
+		return nil
+	})
 	if err != nil {
 		t.Fatalf("repository %s: %v", dir, err)
 	}
-	out := map[string]bool{}
-	for _, e := range ents {
-		out[e.Name()] = true
+	return out
+}
+
+func sortedNames(m map[string]bool) []string {
+	out := make([]string, 0, len(m))
+	for k := range m {
+		out = append(out, k)
 	}
+	sort.Strings(out)
 	return out
 }

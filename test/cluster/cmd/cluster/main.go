@@ -69,7 +69,7 @@ func run(args []string) int {
 	fs.StringVar(&c.rootfs, "rootfs", "", "the Debian base tarball of the images (rootfs.sh)")
 	fs.StringVar(&c.faasGPU, "faas-gpu", "bin/faas-gpu", "the faas-gpu binary (make build)")
 	fs.StringVar(&c.shim, "shim", "shim/build/libcuda.so.1", "the shim (make shim)")
-	fns := fs.String("functions", "echo,hello-gpu,vector-add", "functions of ./functions to build gpu-python images of")
+	fns := fs.String("functions", "echo,hello-gpu,vector-add,mlp", "functions of ./functions to build gpu-python images of")
 	if err := fs.Parse(args[1:]); err != nil {
 		return 2
 	}
