@@ -441,7 +441,7 @@ state = %q
 		}
 		if conn, err := net.Dial("unix", c.ContainerdSocket()); err == nil {
 			conn.Close()
-			return nil
+			return c.dropOldContainers(ctx)
 		}
 		if time.Now().After(deadline) {
 			return fmt.Errorf("containerd socket %s did not appear", c.ContainerdSocket())
@@ -579,4 +579,29 @@ func Down(runDir string, log io.Writer) error {
 		logf("host restored")
 	}
 	return err
+}
+
+// dropOldContainers deletes the containers (and their snapshots) an earlier run left in containerd's metadata: Down
+// kills their processes, but the content store with the images is kept between runs.
+func (c *Cluster) dropOldContainers(ctx context.Context) error {
+	ctr := func(args ...string) (string, error) {
+		out, err := exec.CommandContext(ctx, "ctr", append([]string{"--address", c.ContainerdSocket(), "-n", "k8s.io"}, args...)...).CombinedOutput()
+		if err != nil {
+			return "", fmt.Errorf("ctr %s: %w: %s", strings.Join(args, " "), err, out)
+		}
+		return string(out), nil
+	}
+	out, err := ctr("containers", "list", "-q")
+	if err != nil {
+		return err
+	}
+	ids := strings.Fields(out)
+	if len(ids) == 0 {
+		return nil
+	}
+	if _, err := ctr(append([]string{"containers", "delete"}, ids...)...); err != nil {
+		return err
+	}
+	c.logf("removed %d containers an earlier run left in containerd", len(ids))
+	return nil
 }
