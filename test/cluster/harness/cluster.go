@@ -584,14 +584,7 @@ func Down(runDir string, log io.Writer) error {
 // dropOldContainers deletes the containers (and their snapshots) an earlier run left in containerd's metadata: Down
 // kills their processes, but the content store with the images is kept between runs.
 func (c *Cluster) dropOldContainers(ctx context.Context) error {
-	ctr := func(args ...string) (string, error) {
-		out, err := exec.CommandContext(ctx, "ctr", append([]string{"--address", c.ContainerdSocket(), "-n", "k8s.io"}, args...)...).CombinedOutput()
-		if err != nil {
-			return "", fmt.Errorf("ctr %s: %w: %s", strings.Join(args, " "), err, out)
-		}
-		return string(out), nil
-	}
-	out, err := ctr("containers", "list", "-q")
+	out, err := c.Ctr(ctx, "containers", "list", "-q")
 	if err != nil {
 		return err
 	}
@@ -599,9 +592,22 @@ func (c *Cluster) dropOldContainers(ctx context.Context) error {
 	if len(ids) == 0 {
 		return nil
 	}
-	if _, err := ctr(append([]string{"containers", "delete"}, ids...)...); err != nil {
+	if _, err := c.Ctr(ctx, append([]string{"containers", "delete"}, ids...)...); err != nil {
 		return err
 	}
 	c.logf("removed %d containers an earlier run left in containerd", len(ids))
 	return nil
+}
+
+// Ctr runs containerd's ctr against this cluster's containerd, in the k8s.io namespace the kubelet uses, and returns
+// its standard output.
+func (c *Cluster) Ctr(ctx context.Context, args ...string) (string, error) {
+	cmd := exec.CommandContext(ctx, "ctr", append([]string{"--address", c.ContainerdSocket(), "-n", "k8s.io"}, args...)...)
+	var stderr strings.Builder
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	if err != nil {
+		return "", fmt.Errorf("ctr %s: %w: %s", strings.Join(args, " "), err, strings.TrimSpace(stderr.String()))
+	}
+	return string(out), nil
 }

@@ -3,8 +3,8 @@ package live
 import (
 	"encoding/json"
 	"fmt"
-	"net"
 	"io/fs"
+	"net"
 	"net/http"
 	"path/filepath"
 	"sort"

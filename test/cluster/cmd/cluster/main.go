@@ -49,18 +49,11 @@ func run(args []string) int {
 		return usage()
 	}
 	home, _ := os.UserHomeDir()
-	env := func(k, def string) string {
-		if v := os.Getenv(k); v != "" {
-			return v
-		}
-		return def
-	}
 	c := config{}
 	fs := flag.NewFlagSet("cluster "+args[0], flag.ContinueOnError)
-	cache := env("FAAS_GPU_CLUSTER_CACHE", filepath.Join(home, ".cache", "faas-gpu", "cluster"))
-	fs.StringVar(&c.cache, "cache", cache, "cache of binaries, images and containerd's content (FAAS_GPU_CLUSTER_CACHE)")
-	fs.StringVar(&c.runDir, "run-dir", env("FAAS_GPU_CLUSTER_RUN", "/tmp/faas-gpu-cluster"),
-		"this run's state and logs, wiped at start (FAAS_GPU_CLUSTER_RUN)")
+	fs.StringVar(&c.cache, "cache", filepath.Join(home, ".cache", "faas-gpu", "cluster"),
+		"cache of binaries, images and containerd's content (FAAS_GPU_CLUSTER_CACHE, as build-bins.sh and rootfs.sh)")
+	fs.StringVar(&c.runDir, "run-dir", "/tmp/faas-gpu-cluster", "this run's state and logs, wiped at start")
 	fs.StringVar(&c.k8sBin, "k8s-bin", "", "directory of the Kubernetes binaries (build-bins.sh k8s)")
 	fs.StringVar(&c.knativeBin, "knative-bin", "", "directory of Knative Serving's controller, autoscaler and queue (build-bins.sh knative); empty: no Knative")
 	fs.StringVar(&c.coredns, "coredns", "", "the CoreDNS binary (build-bins.sh coredns)")
@@ -70,6 +63,20 @@ func run(args []string) int {
 	fs.StringVar(&c.faasGPU, "faas-gpu", "bin/faas-gpu", "the faas-gpu binary (make build)")
 	fs.StringVar(&c.shim, "shim", "shim/build/libcuda.so.1", "the shim (make shim)")
 	fns := fs.String("functions", "echo,hello-gpu,vector-add,mlp", "functions of ./functions to build gpu-python images of")
+	// Every flag also reads FAAS_GPU_CLUSTER_<FLAG> (e.g. -k8s-bin: FAAS_GPU_CLUSTER_K8S_BIN); the flag wins.
+	var envErr error
+	fs.VisitAll(func(f *flag.Flag) {
+		name := "FAAS_GPU_CLUSTER_" + strings.ToUpper(strings.ReplaceAll(f.Name, "-", "_"))
+		if v, ok := os.LookupEnv(name); ok && envErr == nil {
+			if err := f.Value.Set(v); err != nil {
+				envErr = fmt.Errorf("%s (flag -%s): %w", name, f.Name, err)
+			}
+		}
+	})
+	if envErr != nil {
+		fmt.Fprintln(os.Stderr, "cluster:", envErr)
+		return 2
+	}
 	if err := fs.Parse(args[1:]); err != nil {
 		return 2
 	}
@@ -278,7 +285,7 @@ func importImages(ctx context.Context, cl *harness.Cluster, cache string, archiv
 	if b, err := os.ReadFile(markerPath); err == nil {
 		_ = json.Unmarshal(b, &imported)
 	}
-	present, err := ctr(ctx, cl, "images", "ls", "-q")
+	present, err := cl.Ctr(ctx, "images", "ls", "-q")
 	if err != nil {
 		return err
 	}
@@ -291,7 +298,7 @@ func importImages(ctx context.Context, cl *harness.Cluster, cache string, archiv
 			continue
 		}
 		t := time.Now()
-		if _, err := ctr(ctx, cl, "images", "import", a.path); err != nil {
+		if _, err := cl.Ctr(ctx, "images", "import", a.path); err != nil {
 			return err
 		}
 		imported[a.ref] = a.key
@@ -302,15 +309,4 @@ func importImages(ctx context.Context, cl *harness.Cluster, cache string, archiv
 		logf("imported %s into containerd (%.1fs)", a.ref, time.Since(t).Seconds())
 	}
 	return nil
-}
-
-func ctr(ctx context.Context, cl *harness.Cluster, args ...string) (string, error) {
-	cmd := exec.CommandContext(ctx, "ctr", append([]string{"--address", cl.ContainerdSocket(), "-n", "k8s.io"}, args...)...)
-	var stderr strings.Builder
-	cmd.Stderr = &stderr
-	out, err := cmd.Output()
-	if err != nil {
-		return "", fmt.Errorf("ctr %s: %w: %s", strings.Join(args, " "), err, stderr.String())
-	}
-	return string(out), nil
 }
