@@ -3,6 +3,7 @@ package live
 import (
 	"encoding/json"
 	"fmt"
+	"io"
 	"io/fs"
 	"net"
 	"net/http"
@@ -311,9 +312,12 @@ func testKubernetesAsyncCallback(t *testing.T) {
 	}
 	got := make(chan callback, 16)
 	srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		b := make([]byte, 1<<16)
-		n, _ := r.Body.Read(b)
-		got <- callback{r.Header.Clone(), string(b[:n])}
+		b, err := io.ReadAll(io.LimitReader(r.Body, 1<<20))
+		if err != nil {
+			w.WriteHeader(http.StatusBadRequest)
+			return
+		}
+		got <- callback{r.Header.Clone(), string(b)}
 	}), ReadHeaderTimeout: 10 * time.Second}
 	go func() { _ = srv.Serve(ln) }()
 	t.Cleanup(func() { srv.Close() })
