@@ -40,6 +40,14 @@ test-fuzz:
 	$(GO) test -run '^$$' -fuzz FuzzGlobals -fuzztime 2000x ./gpuserver/device/ptx
 	$(GO) test -run '^$$' -fuzz FuzzLoadModule -fuzztime 2000x ./gpuserver/device/sim
 
+## test-cluster: the live cluster test (as root): a single-node Kubernetes built from pinned Go modules and Debian
+## packages (cached in ~/.cache/faas-gpu/cluster), the chart installed, the live tests in test/cluster/live run,
+## everything torn down and the host restored. TEST_CLUSTER_ARGS passes go test flags (e.g. -test.run).
+TEST_CLUSTER_ARGS ?=
+.PHONY: test-cluster
+test-cluster: build
+	test/cluster/run.sh $(TEST_CLUSTER_ARGS)
+
 ## functions: lay out ./build/<fn>/ for every function in stack.yml as `faas-cli build --shrinkwrap` does
 ## (templates from ./template/<lang>/, where faas-cli reads them)
 .PHONY: functions

@@ -86,10 +86,22 @@ class Context:
 class GPUError(Exception):
     """The gpuserver refused or failed a call; status is the HTTP status the function answers with."""
 
-    def __init__(self, status, message):
+    def __init__(self, status, message, restart=False):
         super().__init__(message)
         self.status = status
         self.message = message
+        # restart: this process cannot serve again (its CUDA session died with the gpuserver); it exits after
+        # answering so that its supervisor (the kubelet, or faas-gpu's local backend) starts it afresh.
+        self.restart = restart
+
+
+def cuda_loaded():
+    """Whether this process has loaded the CUDA driver, i.e. the shim: its CUDA session lives in the gpuserver."""
+    try:
+        with open("/proc/self/maps") as f:
+            return any(line.rstrip().endswith("/libcuda.so.1") for line in f)
+    except OSError:
+        return False
 
 
 class UnixHTTPConnection(http.client.HTTPConnection):
@@ -154,6 +166,12 @@ class GPUClient:
             if e.status != 404 or self.spec is None:
                 raise
             log("gpu-python: the gpuserver does not know %s (restarted?): registering again" % self.function)
+            if cuda_loaded():
+                # The contexts, modules and allocations of this process lived in the gpuserver that restarted, and
+                # the shim cannot resume them. The model image is still in the repository: a new process gets it
+                # back at the same addresses.
+                raise GPUError(503, "the gpuserver restarted under this function's CUDA session; the function "
+                               "restarts", restart=True)
             token = self.register(self.spec)
             if token:
                 os.environ["FAAS_GPU_TOKEN"] = token
@@ -366,6 +384,10 @@ class RequestHandler(BaseHTTPRequestHandler):
             except GPUError as e:
                 log("faas-gpu: %s" % e.message)
                 self.send_json_error(e.status, e.message)
+                if e.restart:
+                    self.wfile.flush()
+                    log("gpu-python: exiting so that the function starts again with a new CUDA session")
+                    os._exit(75)
                 return
         try:
             context = Context(gpu=binding)
