@@ -95,8 +95,9 @@ func (c *providerConfig) register(fs *flag.FlagSet) {
 	fs.StringVar(&c.gpuserverSocket, "gpuserver-socket", "",
 		"Unix socket of the node's gpuserver; GPU functions are registered there (empty: no gpuserver)")
 	fs.StringVar(&c.gpuserverKey, "gpuserver-key-file", "",
-		"local backend: the gpuserver's key file (its -key-file), from which GPU functions get their remoting "+
-			"token (FAAS_GPU_TOKEN); required with -gpuserver-socket")
+		"the gpuservers' key file (their -key-file): the local backend's GPU functions get their remoting token "+
+			"(FAAS_GPU_TOKEN) from it, a cluster backend's GPU pods a ticket to register themselves; required with "+
+			"-gpuserver-socket")
 	fs.StringVar(&c.remotingSocket, "remoting-socket", "",
 		"local backend: the gpuserver's remoting socket for the shim (default: remoting.sock beside -gpuserver-socket)")
 	fs.StringVar(&c.shimDir, "shim-dir", "",
@@ -229,6 +230,14 @@ func runProvider(ctx context.Context, args []string, stdout, stderr io.Writer) e
 		}
 		be = providerBackends{functions: b, secrets: b, logs: b, close: b.Close}
 	default:
+		if cfg.gpuserverKey != "" {
+			if cluster.registrationKey, err = gpuauth.ReadKey(cfg.gpuserverKey); err != nil {
+				return usageError{fmt.Errorf("-gpuserver-key-file: %w", err)}
+			}
+		} else {
+			log.Warn("no -gpuserver-key-file: GPU function pods get no registration ticket and cannot register " +
+				"with their node's gpuserver (mount the gpuservers' key Secret and name it)")
+		}
 		cb, err := newClusterBackend(ctx, cfg.backend, cluster)
 		if err != nil {
 			return err

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	gpuauth "github.com/faas-gpu/faas-gpu/gpuserver/auth"
 	"os"
 	"strconv"
 	"strings"
@@ -38,6 +39,9 @@ type clusterConfig struct {
 	remotingSocket string
 	kubeQPS        float64
 	kubeBurst      int
+	socketGroup    int64
+	// registrationKey is the gpuservers' key (-gpuserver-key-file) from which GPU pods get registration tickets.
+	registrationKey gpuauth.Key
 	// envErr is a bad value in one of faas-netes' variables, reported by newClusterBackend.
 	envErr error
 }
@@ -93,6 +97,8 @@ func registerClusterFlags(fs *flag.FlagSet) *clusterConfig {
 		"file name of the gpuserver's API socket in -socket-dir (FAAS_GPU_SOCKET of functions)")
 	fs.StringVar(&c.remotingSocket, "remoting-socket-name", d.GPU.RemotingSocket,
 		"file name of the gpuserver's remoting socket in -socket-dir (FAAS_GPU_REMOTING_SOCKET of functions)")
+	fs.Int64Var(&c.socketGroup, "socket-group", 0,
+		"group id of the gpuserver's sockets (its -socket-group): GPU function pods get it as a supplementary group; 0 for none")
 	fs.Float64Var(&c.kubeQPS, "kube-qps", 50, "queries per second to the Kubernetes API")
 	fs.IntVar(&c.kubeBurst, "kube-burst", 100, "burst of queries to the Kubernetes API")
 	return c
@@ -115,6 +121,10 @@ func (c *clusterConfig) config() (kubernetes.Config, error) {
 		NodeLabelKey: key, NodeLabelValue: value, Toleration: c.toleration,
 		ShimImage: c.shimImage, ShimPath: c.shimPath, SocketDir: c.socketDir,
 		ControlSocket: c.controlSocket, RemotingSocket: c.remotingSocket,
+		RegistrationKey: c.registrationKey, SocketGroup: c.socketGroup,
+	}
+	if c.socketGroup < 0 {
+		return cfg, usageError{fmt.Errorf("-socket-group %d: must be >= 0", c.socketGroup)}
 	}
 	if c.kubeQPS <= 0 || c.kubeBurst <= 0 {
 		return cfg, usageError{fmt.Errorf("-kube-qps and -kube-burst must be > 0")}

@@ -25,6 +25,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"syscall"
 
 	"github.com/faas-gpu/faas-gpu/gpuserver/pool"
 )
@@ -80,15 +81,17 @@ func LoadKey(path string) (Key, error) {
 }
 
 // ReadKey reads an existing key file. A key file that other users may read, or one shorter than KeyBytes, is
-// refused with an error naming the file: a leaked key is every function's credential.
+// refused with an error naming the file: a leaked key is every function's credential. Group read is allowed only
+// for a group the process itself is in (a Kubernetes Secret mounted with mode 0440 for the pod's fsGroup); group
+// write and any access for others never are.
 func ReadKey(path string) (Key, error) {
 	st, err := os.Stat(path)
 	if err != nil {
 		return nil, fmt.Errorf("auth: key file %s: %w", path, err)
 	}
-	if st.Mode().Perm()&0o077 != 0 {
+	if perm := st.Mode().Perm(); perm&0o037 != 0 || (perm&0o040 != 0 && !ownGroup(st)) {
 		return nil, fmt.Errorf("auth: key file %s has mode %04o: other users could read every credential; "+
-			"chmod 600 it", path, st.Mode().Perm())
+			"chmod 600 it", path, perm)
 	}
 	k, err := os.ReadFile(path)
 	if err != nil {
@@ -143,4 +146,25 @@ func (k Key) IsFunction(function, token string) bool {
 func (k Key) IsTicket(spec pool.FunctionSpec, ticket string) bool {
 	want, err := k.Ticket(spec)
 	return err == nil && Equal(ticket, want)
+}
+
+// ownGroup reports whether the file's group is the process's group or one of its supplementary groups.
+func ownGroup(st os.FileInfo) bool {
+	sys, ok := st.Sys().(*syscall.Stat_t)
+	if !ok {
+		return false
+	}
+	if int(sys.Gid) == os.Getegid() {
+		return true
+	}
+	groups, err := os.Getgroups()
+	if err != nil {
+		return false
+	}
+	for _, g := range groups {
+		if g == int(sys.Gid) {
+			return true
+		}
+	}
+	return false
 }

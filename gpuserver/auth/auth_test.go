@@ -4,6 +4,7 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -25,11 +26,11 @@ func TestKeyFile(t *testing.T) {
 	if err != nil || string(again) != string(k) {
 		t.Fatalf("a second load reads the same key: %v", err)
 	}
-	if err := os.Chmod(path, 0o640); err != nil {
+	if err := os.Chmod(path, 0o604); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := auth.ReadKey(path); err == nil || !strings.Contains(err.Error(), "chmod 600") {
-		t.Fatalf("a key file its group can read: %v", err)
+		t.Fatalf("a key file every user can read: %v", err)
 	}
 	short := filepath.Join(t.TempDir(), "short")
 	if err := os.WriteFile(short, []byte("tiny"), 0o600); err != nil {
@@ -70,5 +71,42 @@ func TestCredentialsAreDistinctAndBound(t *testing.T) {
 	_ = withDefaults.Validate()
 	if !k.IsTicket(withDefaults, tk) {
 		t.Fatal("a ticket does not depend on defaults being spelled out")
+	}
+}
+
+// TestKeyFileReadableByOwnGroupOnly: a key file group-readable for the process's own group (a Kubernetes Secret
+// mounted 0440 for the pod's fsGroup) is read; group-writable, world-readable, or readable by a group the process is
+// not in, it is refused.
+func TestKeyFileReadableByOwnGroupOnly(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "key")
+	if _, err := auth.LoadKey(path); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		mode os.FileMode
+		ok   bool
+	}{{0o600, true}, {0o400, true}, {0o440, true}, {0o640, true}, {0o660, false}, {0o604, false}, {0o644, false}} {
+		if err := os.Chmod(path, tc.mode); err != nil {
+			t.Fatal(err)
+		}
+		_, err := auth.ReadKey(path)
+		if (err == nil) != tc.ok {
+			t.Errorf("mode %04o: %v, want ok=%v", tc.mode, err, tc.ok)
+		}
+	}
+	// A group the process is not in.
+	groups, _ := os.Getgroups()
+	stranger := 54321
+	for slices.Contains(groups, stranger) || stranger == os.Getegid() {
+		stranger++
+	}
+	if err := os.Chown(path, -1, stranger); err != nil {
+		t.Skipf("cannot give the file another group (needs root): %v", err)
+	}
+	if err := os.Chmod(path, 0o440); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := auth.ReadKey(path); err == nil {
+		t.Error("a key readable by a group the process is not in was read")
 	}
 }

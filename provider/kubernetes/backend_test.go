@@ -4,8 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/faas-gpu/faas-gpu/gpuserver/auth"
+	"github.com/faas-gpu/faas-gpu/gpuserver/pool"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/openfaas/faas-provider/logs"
 	"github.com/openfaas/faas-provider/types"
@@ -573,5 +576,58 @@ func TestConfigValidate(t *testing.T) {
 	}
 	if _, err := New(nil, DefaultConfig()); err == nil {
 		t.Error("nil client accepted")
+	}
+}
+
+// TestGPUPodsGetTheirRegistrationTicket: with the gpuservers' key, a GPU pod carries the ticket that registers
+// exactly its spec (the gpuserver refuses any other spec with it) and the sockets' group.
+func TestGPUPodsGetTheirRegistrationTicket(t *testing.T) {
+	ctx := context.Background()
+	key, err := auth.NewKey()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := DefaultConfig()
+	cfg.GPU.RegistrationKey, cfg.GPU.SocketGroup = key, 2042
+	client := fake.NewClientset(&corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}})
+	b, err := New(client, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := b.Deploy(ctx, gpuFunction()); err != nil {
+		t.Fatal(err)
+	}
+	d, err := client.AppsV1().Deployments(ns).Get(ctx, "resnet", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	env := envMap(d.Spec.Template.Spec.Containers[0].Env)
+	spec := pool.FunctionSpec{Name: env[EnvGPUFunction], MemoryBytes: 1536 << 20, SLO: 80 * time.Millisecond}
+	if err := spec.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	if !key.IsTicket(spec, env[EnvGPURegistrationTicket]) {
+		t.Errorf("ticket %q does not register %+v", env[EnvGPURegistrationTicket], spec)
+	}
+	other := spec
+	other.MemoryBytes *= 2
+	if key.IsTicket(other, env[EnvGPURegistrationTicket]) {
+		t.Error("the ticket also registers a larger quota")
+	}
+	sc := d.Spec.Template.Spec.SecurityContext
+	if sc == nil || len(sc.SupplementalGroups) != 1 || sc.SupplementalGroups[0] != 2042 {
+		t.Errorf("pod security context %+v, want supplementary group 2042", sc)
+	}
+	// Without the key the pod gets no ticket (and the provider warns at start).
+	plain, client2 := newBackend(t)
+	if err := plain.Deploy(ctx, gpuFunction()); err != nil {
+		t.Fatal(err)
+	}
+	d2, err := client2.AppsV1().Deployments(ns).Get(ctx, "resnet", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := envMap(d2.Spec.Template.Spec.Containers[0].Env)[EnvGPURegistrationTicket]; ok {
+		t.Error("a ticket without a key")
 	}
 }

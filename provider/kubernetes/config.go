@@ -2,6 +2,7 @@ package kubernetes
 
 import (
 	"fmt"
+	"github.com/faas-gpu/faas-gpu/gpuserver/auth"
 	"path"
 	"strings"
 
@@ -55,6 +56,12 @@ type GPUConfig struct {
 	// ControlSocket and RemotingSocket are the socket file names in SocketDir.
 	ControlSocket  string
 	RemotingSocket string
+	// RegistrationKey is the gpuservers' key: each GPU function pod gets the ticket that registers exactly its spec
+	// (FAAS_GPU_REGISTRATION_TICKET). Without it pods cannot register themselves.
+	RegistrationKey auth.Key
+	// SocketGroup is the group of the gpuserver's sockets (the gpuserver's -socket-group); GPU function pods get it
+	// as a supplementary group. 0 adds none.
+	SocketGroup int64
 }
 
 // DefaultConfig returns the settings documented in docs/kubernetes.md.

@@ -163,7 +163,9 @@ func (c Config) Build(fn types.FunctionDeployment, secrets map[string]*corev1.Se
 		return out, err
 	}
 	if out.GPU != nil {
-		c.GPU.inject(&out.PodSpec, *out.GPU)
+		if err := c.GPU.inject(&out.PodSpec, *out.GPU); err != nil {
+			return out, err
+		}
 	}
 	return out, nil
 }

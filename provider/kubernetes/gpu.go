@@ -1,12 +1,14 @@
 package kubernetes
 
 import (
+	"fmt"
 	"path"
 	"strconv"
 
 	corev1 "k8s.io/api/core/v1"
 
 	"github.com/faas-gpu/faas-gpu/gpuserver/pool"
+	"github.com/faas-gpu/faas-gpu/provider"
 )
 
 // inject prepares a GPU function's pod: no nvidia.com/gpu is requested; instead the pod
@@ -17,7 +19,7 @@ import (
 //     requirements so that the function registers itself with its node's gpuserver.
 //
 // The host memory request covering the model image is set by buildResources.
-func (g GPUConfig) inject(spec *corev1.PodSpec, gpu pool.FunctionSpec) {
+func (g GPUConfig) inject(spec *corev1.PodSpec, gpu pool.FunctionSpec) error {
 	term := corev1.NodeSelectorTerm{MatchExpressions: []corev1.NodeSelectorRequirement{{
 		Key: g.NodeLabelKey, Operator: corev1.NodeSelectorOpIn, Values: []string{g.NodeLabelValue},
 	}}}
@@ -77,6 +79,19 @@ func (g GPUConfig) inject(spec *corev1.PodSpec, gpu pool.FunctionSpec) {
 		{Name: EnvGPUIsolation, Value: gpu.Isolation},
 		{Name: EnvGPUSelfRegister, Value: "1"},
 	}
+	if len(g.RegistrationKey) != 0 {
+		ticket, err := g.RegistrationKey.Ticket(gpu)
+		if err != nil {
+			return fmt.Errorf("%w: GPU spec of %s: %v", provider.ErrInvalid, gpu.Name, err)
+		}
+		gpuEnv = append(gpuEnv, corev1.EnvVar{Name: EnvGPURegistrationTicket, Value: ticket})
+	}
+	if g.SocketGroup != 0 {
+		if spec.SecurityContext == nil {
+			spec.SecurityContext = &corev1.PodSecurityContext{}
+		}
+		spec.SecurityContext.SupplementalGroups = append(spec.SecurityContext.SupplementalGroups, g.SocketGroup)
+	}
 	// The injected values win over a function's own variables of the same name.
 	env := c.Env[:0]
 	for _, e := range c.Env {
@@ -85,6 +100,7 @@ func (g GPUConfig) inject(spec *corev1.PodSpec, gpu pool.FunctionSpec) {
 		}
 	}
 	c.Env = append(env, gpuEnv...)
+	return nil
 }
 
 // IsGPU reports whether a pod spec carries the GPU injection.

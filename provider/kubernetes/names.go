@@ -45,7 +45,9 @@ const (
 	// EnvGPUSelfRegister asks the gpu-python template to register with its node's gpuserver at start (the
 	// provider cannot reach the gpuserver of the node a pod lands on); the answer carries the remoting token.
 	EnvGPUSelfRegister = "FAAS_GPU_SELF_REGISTER"
-	EnvLDLibraryPath   = "LD_LIBRARY_PATH"
+	// EnvGPURegistrationTicket is the credential that registers exactly the function's spec (auth.Key.Ticket).
+	EnvGPURegistrationTicket = "FAAS_GPU_REGISTRATION_TICKET"
+	EnvLDLibraryPath         = "LD_LIBRARY_PATH"
 )
 
 // Names of the volumes and the init container added to GPU functions.

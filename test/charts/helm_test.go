@@ -172,8 +172,9 @@ func TestLint(t *testing.T) {
 	helm(t, "lint", "--strict", standin, "-f", overlay)
 }
 
-// generated matches values the chart generates at random (the NATS password), masked in the golden comparison.
-var generated = regexp.MustCompile(`(?m)^(\s*nats-password: )"[A-Za-z0-9]+"$`)
+// generated matches values the chart generates at random (the NATS password, the gpuservers' key, the provider's
+// basic-auth password), masked in the golden comparison.
+var generated = regexp.MustCompile(`(?m)^(\s*(?:nats-password|gpuserver\.key|basic-auth-password): )"[A-Za-z0-9]+"$`)
 
 func TestGolden(t *testing.T) {
 	got := render(t)

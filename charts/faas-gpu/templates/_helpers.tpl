@@ -37,6 +37,15 @@ nats://{{ .Release.Name }}-nats.{{ .Release.Namespace }}.svc:4222
 {{- end -}}
 {{- end }}
 
+{{/* The Secret holding the gpuservers' shared key. */}}
+{{- define "faas-gpu.keySecret" -}}
+{{- if .Values.gpuserver.keySecret -}}
+{{ .Values.gpuserver.keySecret }}
+{{- else -}}
+{{ .Release.Name }}-gpuserver-key
+{{- end -}}
+{{- end }}
+
 {{/* The Secret holding the provider API's basic-auth credentials, or "" when there is none. */}}
 {{- define "faas-gpu.basicAuthSecret" -}}
 {{- if .Values.basicAuth.enabled -}}
@@ -53,7 +62,8 @@ nats://{{ .Release.Name }}-nats.{{ .Release.Namespace }}.svc:4222
 FAAS_GPU_SOCKET: {{ printf "%s/%s" .Values.socketDir .Values.gpuserver.controlSocket | quote }}
 FAAS_GPU_REMOTING_SOCKET: {{ printf "%s/%s" .Values.socketDir .Values.gpuserver.remotingSocket | quote }}
 FAAS_GPU_REPOSITORY_DIR: {{ .Values.gpuserver.repositoryDir | quote }}
-FAAS_GPU_KEY_FILE: {{ printf "%s/gpuserver.key" .Values.gpuserver.repositoryDir | quote }}
+FAAS_GPU_KEY_FILE: "/var/run/secrets/faas-gpu-key/gpuserver.key"
+FAAS_GPU_SOCKET_GROUP: {{ .Values.gpuserver.socketGroup | quote }}
 FAAS_GPU_LOG_LEVEL: {{ .Values.gpuserver.logLevel | quote }}
 FAAS_GPU_GPUS: {{ required "gpuserver.gpus is required" .Values.gpuserver.gpus | quote }}
 {{- if .Values.gpuserver.metricsPort }}
