@@ -281,7 +281,7 @@ func TestFaasGPUImageMatchesDockerfile(t *testing.T) {
 
 func TestGPUPythonImageMatchesDockerfile(t *testing.T) {
 	r := repo(t)
-	tmpl := filepath.Join(r, "templates", "gpu-python")
+	tmpl := filepath.Join(r, "template", "gpu-python")
 	spec, err := GPUPython(testBase(t), tmpl, filepath.Join(tmpl, "function"), "template")
 	if err != nil {
 		t.Fatal(err)

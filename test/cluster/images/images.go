@@ -1,6 +1,6 @@
 // Package images describes the images of the live cluster test as imagebuild specs: the faas-gpu image (binary
 // and shim, as the repository's Dockerfile lays it out), gpu-python function images (the template and a handler,
-// as templates/gpu-python/Dockerfile lays them out), and the static images the cluster itself needs (a pause
+// as template/gpu-python/Dockerfile lays them out), and the static images the cluster itself needs (a pause
 // stand-in, NATS, CoreDNS, Knative's queue-proxy). Tests in this package check that each spec and its Dockerfile
 // describe the same files.
 package images
@@ -45,7 +45,7 @@ const (
 	watchdogBinary = "/usr/bin/fwatchdog"
 )
 
-// WatchdogOmitted is what the gpu-python images built here leave out of templates/gpu-python/Dockerfile:
+// WatchdogOmitted is what the gpu-python images built here leave out of template/gpu-python/Dockerfile:
 // of-watchdog (the Dockerfile copies it from its image; the module is not on the Go proxy and no registry is
 // reachable). The images run the template's own HTTP server (index.py) on the watchdog's port instead, which
 // serves the same routes and GET /_/health.
@@ -74,7 +74,7 @@ func FaasGPU(base, binary, shim string) (imagebuild.Spec, error) {
 }
 
 // GPUPython is the image of one function: the gpu-python template (templateDir) with the handler folder fnDir, as
-// templates/gpu-python/Dockerfile lays them out, less of-watchdog (WatchdogOmitted). A function whose
+// template/gpu-python/Dockerfile lays them out, less of-watchdog (WatchdogOmitted). A function whose
 // requirements.txt names packages is refused: the image has no pip (the example functions need none).
 func GPUPython(base, templateDir, fnDir, function string) (imagebuild.Spec, error) {
 	for _, req := range []string{filepath.Join(templateDir, "requirements.txt"), filepath.Join(fnDir, "requirements.txt")} {
