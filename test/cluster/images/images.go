@@ -107,7 +107,7 @@ func GPUPython(base, templateDir, fnDir, function string) (imagebuild.Spec, erro
 		Ref: Ref("fn-" + function), Base: base, Entries: entries,
 		Env: []string{
 			"FAAS_GPU_SOCKET=" + gpuSocketPath,
-			"fprocess=python index.py",
+			"fprocess=python3 index.py",
 			// Without the watchdog, index.py itself listens where the watchdog would.
 			"HOST=0.0.0.0", "PORT=" + functionPort,
 		},
