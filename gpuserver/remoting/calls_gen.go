@@ -230,125 +230,125 @@ var calls = map[CallID]callInfo{
 // Handler executes decoded calls; one method per remoted call of the API table. A method returns the
 // call's CUDA result; out arguments are return values, except out bytes, which are filled in place.
 type Handler interface {
-	// CuCtxSynchronize is sync call 1 (shim/api/cuda.api:23).
+	// CuCtxSynchronize is sync call 1 (shim/api/cuda.api:34).
 	CuCtxSynchronize(ctx context.Context) (res Result)
-	// CuMemGetInfo_v2 is sync call 2 (shim/api/cuda.api:24).
+	// CuMemGetInfo_v2 is sync call 2 (shim/api/cuda.api:35).
 	CuMemGetInfo_v2(ctx context.Context) (free uint64, total uint64, res Result)
-	// CuMemAlloc_v2 is sync call 10 (shim/api/cuda.api:27).
+	// CuMemAlloc_v2 is sync call 10 (shim/api/cuda.api:38).
 	CuMemAlloc_v2(ctx context.Context, bytesize uint64) (dptr uint64, res Result)
-	// CuMemFree_v2 is sync call 11 (shim/api/cuda.api:28).
+	// CuMemFree_v2 is sync call 11 (shim/api/cuda.api:39).
 	CuMemFree_v2(ctx context.Context, dptr uint64) (res Result)
-	// CuMemAllocAsync is sync call 12 (shim/api/cuda.api:29).
+	// CuMemAllocAsync is sync call 12 (shim/api/cuda.api:40).
 	CuMemAllocAsync(ctx context.Context, bytesize uint64, hStream uint64) (dptr uint64, res Result)
-	// CuMemFreeAsync is async call 13 (shim/api/cuda.api:30).
+	// CuMemFreeAsync is async call 13 (shim/api/cuda.api:41).
 	CuMemFreeAsync(ctx context.Context, dptr uint64, hStream uint64) (res Result)
-	// CuMemGetAddressRange_v2 is sync call 14 (shim/api/cuda.api:31).
+	// CuMemGetAddressRange_v2 is sync call 14 (shim/api/cuda.api:42).
 	CuMemGetAddressRange_v2(ctx context.Context, dptr uint64) (pbase uint64, psize uint64, res Result)
-	// CuMemAllocPitch_v2 is sync call 15 (shim/api/cuda.api:32).
+	// CuMemAllocPitch_v2 is sync call 15 (shim/api/cuda.api:43).
 	CuMemAllocPitch_v2(ctx context.Context, WidthInBytes uint64, Height uint64, ElementSizeBytes uint32) (dptr uint64, pPitch uint64, res Result)
-	// CuMemAddressReserve is sync call 20 (shim/api/cuda.api:35).
+	// CuMemAddressReserve is sync call 20 (shim/api/cuda.api:46).
 	CuMemAddressReserve(ctx context.Context, size uint64, alignment uint64, addr uint64, flags uint64) (ptr uint64, res Result)
-	// CuMemAddressFree is sync call 21 (shim/api/cuda.api:36).
+	// CuMemAddressFree is sync call 21 (shim/api/cuda.api:47).
 	CuMemAddressFree(ctx context.Context, ptr uint64, size uint64) (res Result)
-	// CuMemCreate is sync call 22 (shim/api/cuda.api:37).
+	// CuMemCreate is sync call 22 (shim/api/cuda.api:48).
 	CuMemCreate(ctx context.Context, size uint64, prop []byte, flags uint64) (handle uint64, res Result)
-	// CuMemRelease is sync call 23 (shim/api/cuda.api:38).
+	// CuMemRelease is sync call 23 (shim/api/cuda.api:49).
 	CuMemRelease(ctx context.Context, handle uint64) (res Result)
-	// CuMemMap is sync call 24 (shim/api/cuda.api:39).
+	// CuMemMap is sync call 24 (shim/api/cuda.api:50).
 	CuMemMap(ctx context.Context, ptr uint64, size uint64, offset uint64, handle uint64, flags uint64) (res Result)
-	// CuMemUnmap is sync call 25 (shim/api/cuda.api:40).
+	// CuMemUnmap is sync call 25 (shim/api/cuda.api:51).
 	CuMemUnmap(ctx context.Context, ptr uint64, size uint64) (res Result)
-	// CuMemSetAccess is sync call 26 (shim/api/cuda.api:41).
+	// CuMemSetAccess is sync call 26 (shim/api/cuda.api:52).
 	CuMemSetAccess(ctx context.Context, ptr uint64, size uint64, desc []byte, count uint64) (res Result)
-	// CuMemGetAllocationGranularity is sync call 27 (shim/api/cuda.api:42).
+	// CuMemGetAllocationGranularity is sync call 27 (shim/api/cuda.api:53).
 	CuMemGetAllocationGranularity(ctx context.Context, prop []byte, option uint32) (granularity uint64, res Result)
-	// CuMemcpyHtoD_v2 is sync call 30 (shim/api/cuda.api:45).
+	// CuMemcpyHtoD_v2 is sync call 30 (shim/api/cuda.api:56).
 	CuMemcpyHtoD_v2(ctx context.Context, dstDevice uint64, srcHost []byte, ByteCount uint64) (res Result)
-	// CuMemcpyHtoDAsync_v2 is async call 31 (shim/api/cuda.api:46).
+	// CuMemcpyHtoDAsync_v2 is async call 31 (shim/api/cuda.api:57).
 	CuMemcpyHtoDAsync_v2(ctx context.Context, dstDevice uint64, srcHost []byte, ByteCount uint64, hStream uint64) (res Result)
-	// CuMemcpyDtoH_v2 is sync call 32 (shim/api/cuda.api:47).
+	// CuMemcpyDtoH_v2 is sync call 32 (shim/api/cuda.api:58).
 	CuMemcpyDtoH_v2(ctx context.Context, dstHost []byte, srcDevice uint64, ByteCount uint64) (res Result)
-	// CuMemcpyDtoHAsync_v2 is sync call 33 (shim/api/cuda.api:48).
+	// CuMemcpyDtoHAsync_v2 is sync call 33 (shim/api/cuda.api:59).
 	CuMemcpyDtoHAsync_v2(ctx context.Context, dstHost []byte, srcDevice uint64, ByteCount uint64, hStream uint64) (res Result)
-	// CuMemcpyDtoD_v2 is sync call 34 (shim/api/cuda.api:49).
+	// CuMemcpyDtoD_v2 is sync call 34 (shim/api/cuda.api:60).
 	CuMemcpyDtoD_v2(ctx context.Context, dstDevice uint64, srcDevice uint64, ByteCount uint64) (res Result)
-	// CuMemcpyDtoDAsync_v2 is async call 35 (shim/api/cuda.api:50).
+	// CuMemcpyDtoDAsync_v2 is async call 35 (shim/api/cuda.api:61).
 	CuMemcpyDtoDAsync_v2(ctx context.Context, dstDevice uint64, srcDevice uint64, ByteCount uint64, hStream uint64) (res Result)
-	// CuMemsetD8_v2 is async call 36 (shim/api/cuda.api:51).
+	// CuMemsetD8_v2 is async call 36 (shim/api/cuda.api:62).
 	CuMemsetD8_v2(ctx context.Context, dstDevice uint64, uc uint32, N uint64) (res Result)
-	// CuMemsetD16_v2 is async call 37 (shim/api/cuda.api:52).
+	// CuMemsetD16_v2 is async call 37 (shim/api/cuda.api:63).
 	CuMemsetD16_v2(ctx context.Context, dstDevice uint64, us uint32, N uint64) (res Result)
-	// CuMemsetD32_v2 is async call 38 (shim/api/cuda.api:53).
+	// CuMemsetD32_v2 is async call 38 (shim/api/cuda.api:64).
 	CuMemsetD32_v2(ctx context.Context, dstDevice uint64, ui uint32, N uint64) (res Result)
-	// CuMemsetD8Async is async call 39 (shim/api/cuda.api:54).
+	// CuMemsetD8Async is async call 39 (shim/api/cuda.api:65).
 	CuMemsetD8Async(ctx context.Context, dstDevice uint64, uc uint32, N uint64, hStream uint64) (res Result)
-	// CuMemsetD16Async is async call 40 (shim/api/cuda.api:55).
+	// CuMemsetD16Async is async call 40 (shim/api/cuda.api:66).
 	CuMemsetD16Async(ctx context.Context, dstDevice uint64, us uint32, N uint64, hStream uint64) (res Result)
-	// CuMemsetD32Async is async call 41 (shim/api/cuda.api:56).
+	// CuMemsetD32Async is async call 41 (shim/api/cuda.api:67).
 	CuMemsetD32Async(ctx context.Context, dstDevice uint64, ui uint32, N uint64, hStream uint64) (res Result)
-	// MemcpyHtoDChunk is async call 42 (shim/api/cuda.api:58).
+	// MemcpyHtoDChunk is async call 42 (shim/api/cuda.api:69).
 	MemcpyHtoDChunk(ctx context.Context, dstDevice uint64, srcHost []byte, ByteCount uint64, hStream uint64) (res Result)
-	// CuModuleLoadData is sync call 50 (shim/api/cuda.api:61).
+	// CuModuleLoadData is sync call 50 (shim/api/cuda.api:72).
 	CuModuleLoadData(ctx context.Context, image []byte, size uint64) (module uint64, res Result)
-	// CuModuleUnload is sync call 51 (shim/api/cuda.api:62).
+	// CuModuleUnload is sync call 51 (shim/api/cuda.api:73).
 	CuModuleUnload(ctx context.Context, hmod uint64) (res Result)
-	// CuModuleGetFunction is sync call 52 (shim/api/cuda.api:64).
+	// CuModuleGetFunction is sync call 52 (shim/api/cuda.api:75).
 	CuModuleGetFunction(ctx context.Context, params []byte, hmod uint64, name string) (hfunc uint64, res Result)
-	// CuModuleGetGlobal_v2 is sync call 53 (shim/api/cuda.api:65).
+	// CuModuleGetGlobal_v2 is sync call 53 (shim/api/cuda.api:76).
 	CuModuleGetGlobal_v2(ctx context.Context, hmod uint64, name string) (dptr uint64, bytes uint64, res Result)
-	// CuLibraryLoadData is sync call 54 (shim/api/cuda.api:66).
+	// CuLibraryLoadData is sync call 54 (shim/api/cuda.api:77).
 	CuLibraryLoadData(ctx context.Context, code []byte, size uint64) (library uint64, res Result)
-	// CuLibraryUnload is sync call 55 (shim/api/cuda.api:67).
+	// CuLibraryUnload is sync call 55 (shim/api/cuda.api:78).
 	CuLibraryUnload(ctx context.Context, library uint64) (res Result)
-	// CuLibraryGetKernel is sync call 56 (shim/api/cuda.api:68).
+	// CuLibraryGetKernel is sync call 56 (shim/api/cuda.api:79).
 	CuLibraryGetKernel(ctx context.Context, library uint64, name string) (pKernel uint64, res Result)
-	// CuKernelGetFunction is sync call 57 (shim/api/cuda.api:69).
+	// CuKernelGetFunction is sync call 57 (shim/api/cuda.api:80).
 	CuKernelGetFunction(ctx context.Context, params []byte, kernel uint64) (pFunc uint64, res Result)
-	// CuLibraryGetModule is sync call 58 (shim/api/cuda.api:70).
+	// CuLibraryGetModule is sync call 58 (shim/api/cuda.api:81).
 	CuLibraryGetModule(ctx context.Context, library uint64) (pMod uint64, res Result)
-	// CuFuncGetAttribute is sync call 59 (shim/api/cuda.api:71).
+	// CuFuncGetAttribute is sync call 59 (shim/api/cuda.api:82).
 	CuFuncGetAttribute(ctx context.Context, attrib int32, hfunc uint64) (pi int32, res Result)
-	// CuFuncSetAttribute is async call 60 (shim/api/cuda.api:72).
+	// CuFuncSetAttribute is async call 60 (shim/api/cuda.api:83).
 	CuFuncSetAttribute(ctx context.Context, hfunc uint64, attrib int32, value int32) (res Result)
-	// CuFuncSetCacheConfig is async call 61 (shim/api/cuda.api:73).
+	// CuFuncSetCacheConfig is async call 61 (shim/api/cuda.api:84).
 	CuFuncSetCacheConfig(ctx context.Context, hfunc uint64, config int32) (res Result)
-	// CuKernelGetAttribute is sync call 62 (shim/api/cuda.api:74).
+	// CuKernelGetAttribute is sync call 62 (shim/api/cuda.api:85).
 	CuKernelGetAttribute(ctx context.Context, attrib int32, kernel uint64, dev int32) (pi int32, res Result)
-	// CuKernelSetAttribute is async call 63 (shim/api/cuda.api:75).
+	// CuKernelSetAttribute is async call 63 (shim/api/cuda.api:86).
 	CuKernelSetAttribute(ctx context.Context, attrib int32, val int32, kernel uint64, dev int32) (res Result)
-	// CuLibraryGetGlobal is sync call 64 (shim/api/cuda.api:76).
+	// CuLibraryGetGlobal is sync call 64 (shim/api/cuda.api:87).
 	CuLibraryGetGlobal(ctx context.Context, library uint64, name string) (dptr uint64, bytes uint64, res Result)
-	// CuLaunchKernel is async call 70 (shim/api/cuda.api:79).
+	// CuLaunchKernel is async call 70 (shim/api/cuda.api:90).
 	CuLaunchKernel(ctx context.Context, f uint64, gridDimX uint32, gridDimY uint32, gridDimZ uint32, blockDimX uint32, blockDimY uint32, blockDimZ uint32, sharedMemBytes uint32, hStream uint64, args []byte, argsSize uint64) (res Result)
-	// CuStreamCreate is sync call 80 (shim/api/cuda.api:82).
+	// CuStreamCreate is sync call 80 (shim/api/cuda.api:93).
 	CuStreamCreate(ctx context.Context, Flags uint32) (phStream uint64, res Result)
-	// CuStreamCreateWithPriority is sync call 81 (shim/api/cuda.api:83).
+	// CuStreamCreateWithPriority is sync call 81 (shim/api/cuda.api:94).
 	CuStreamCreateWithPriority(ctx context.Context, flags uint32, priority int32) (phStream uint64, res Result)
-	// CuStreamDestroy_v2 is sync call 82 (shim/api/cuda.api:84).
+	// CuStreamDestroy_v2 is sync call 82 (shim/api/cuda.api:95).
 	CuStreamDestroy_v2(ctx context.Context, hStream uint64) (res Result)
-	// CuStreamSynchronize is sync call 83 (shim/api/cuda.api:85).
+	// CuStreamSynchronize is sync call 83 (shim/api/cuda.api:96).
 	CuStreamSynchronize(ctx context.Context, hStream uint64) (res Result)
-	// CuStreamQuery is sync call 84 (shim/api/cuda.api:86).
+	// CuStreamQuery is sync call 84 (shim/api/cuda.api:97).
 	CuStreamQuery(ctx context.Context, hStream uint64) (res Result)
-	// CuStreamWaitEvent is async call 85 (shim/api/cuda.api:87).
+	// CuStreamWaitEvent is async call 85 (shim/api/cuda.api:98).
 	CuStreamWaitEvent(ctx context.Context, hStream uint64, hEvent uint64, Flags uint32) (res Result)
-	// CuEventCreate is sync call 90 (shim/api/cuda.api:88).
+	// CuEventCreate is sync call 90 (shim/api/cuda.api:99).
 	CuEventCreate(ctx context.Context, Flags uint32) (phEvent uint64, res Result)
-	// CuEventDestroy_v2 is sync call 91 (shim/api/cuda.api:89).
+	// CuEventDestroy_v2 is sync call 91 (shim/api/cuda.api:100).
 	CuEventDestroy_v2(ctx context.Context, hEvent uint64) (res Result)
-	// CuEventRecord is async call 92 (shim/api/cuda.api:90).
+	// CuEventRecord is async call 92 (shim/api/cuda.api:101).
 	CuEventRecord(ctx context.Context, hEvent uint64, hStream uint64) (res Result)
-	// CuEventRecordWithFlags is async call 93 (shim/api/cuda.api:91).
+	// CuEventRecordWithFlags is async call 93 (shim/api/cuda.api:102).
 	CuEventRecordWithFlags(ctx context.Context, hEvent uint64, hStream uint64, flags uint32) (res Result)
-	// CuEventSynchronize is sync call 94 (shim/api/cuda.api:92).
+	// CuEventSynchronize is sync call 94 (shim/api/cuda.api:103).
 	CuEventSynchronize(ctx context.Context, hEvent uint64) (res Result)
-	// CuEventQuery is sync call 95 (shim/api/cuda.api:93).
+	// CuEventQuery is sync call 95 (shim/api/cuda.api:104).
 	CuEventQuery(ctx context.Context, hEvent uint64) (res Result)
-	// CuEventElapsedTime is sync call 96 (shim/api/cuda.api:94).
+	// CuEventElapsedTime is sync call 96 (shim/api/cuda.api:105).
 	CuEventElapsedTime(ctx context.Context, hStart uint64, hEnd uint64) (pMilliseconds float32, res Result)
-	// CuEventElapsedTime_v2 is sync call 97 (shim/api/cuda.api:95).
+	// CuEventElapsedTime_v2 is sync call 97 (shim/api/cuda.api:106).
 	CuEventElapsedTime_v2(ctx context.Context, hStart uint64, hEnd uint64) (pMilliseconds float32, res Result)
-	// CuPointerGetAttribute is sync call 100 (shim/api/cuda.api:98).
+	// CuPointerGetAttribute is sync call 100 (shim/api/cuda.api:109).
 	CuPointerGetAttribute(ctx context.Context, data []byte, attribute int32, ptr uint64) (res Result)
 }
 

@@ -118,12 +118,12 @@ enum shim_call_id {
 /* Generated entry points, and the encoders behind the handwritten ones (rpc_*). */
 int cuCtxSynchronize(void);
 int cuMemGetInfo_v2(size_t *free, size_t *total);
-int cuMemAlloc_v2(unsigned long long *dptr, size_t bytesize);
-int cuMemFree_v2(unsigned long long dptr);
-int cuMemAllocAsync(unsigned long long *dptr, size_t bytesize, void *hStream);
-int cuMemFreeAsync(unsigned long long dptr, void *hStream);
-int cuMemGetAddressRange_v2(unsigned long long *pbase, size_t *psize, unsigned long long dptr);
-int cuMemAllocPitch_v2(unsigned long long *dptr, size_t *pPitch, size_t WidthInBytes, size_t Height, unsigned int ElementSizeBytes);
+int rpc_cuMemAlloc_v2(unsigned long long *dptr, size_t bytesize);
+int rpc_cuMemFree_v2(unsigned long long dptr);
+int rpc_cuMemAllocAsync(unsigned long long *dptr, size_t bytesize, void *hStream);
+int rpc_cuMemFreeAsync(unsigned long long dptr, void *hStream);
+int rpc_cuMemGetAddressRange_v2(unsigned long long *pbase, size_t *psize, unsigned long long dptr);
+int rpc_cuMemAllocPitch_v2(unsigned long long *dptr, size_t *pPitch, size_t WidthInBytes, size_t Height, unsigned int ElementSizeBytes);
 int cuMemAddressReserve(unsigned long long *ptr, size_t size, size_t alignment, unsigned long long addr, unsigned long long flags);
 int cuMemAddressFree(unsigned long long ptr, size_t size);
 int cuMemCreate(void **handle, size_t size, const void *prop, unsigned long long flags);
@@ -161,9 +161,9 @@ int cuKernelGetAttribute(int *pi, int attrib, void *kernel, int dev);
 int cuKernelSetAttribute(int attrib, int val, void *kernel, int dev);
 int cuLibraryGetGlobal(unsigned long long *dptr, size_t *bytes, void *library, const char *name);
 int rpc_cuLaunchKernel(void *f, unsigned int gridDimX, unsigned int gridDimY, unsigned int gridDimZ, unsigned int blockDimX, unsigned int blockDimY, unsigned int blockDimZ, unsigned int sharedMemBytes, void *hStream, const void *args, size_t argsSize);
-int cuStreamCreate(void **phStream, unsigned int Flags);
-int cuStreamCreateWithPriority(void **phStream, unsigned int flags, int priority);
-int cuStreamDestroy_v2(void *hStream);
+int rpc_cuStreamCreate(void **phStream, unsigned int Flags);
+int rpc_cuStreamCreateWithPriority(void **phStream, unsigned int flags, int priority);
+int rpc_cuStreamDestroy_v2(void *hStream);
 int cuStreamSynchronize(void *hStream);
 int cuStreamQuery(void *hStream);
 int cuStreamWaitEvent(void *hStream, void *hEvent, unsigned int Flags);
@@ -184,5 +184,12 @@ const char *shim_call_name(unsigned id);
 struct shim_proc { const char *name; void *fn; };
 extern const struct shim_proc shim_procs[];
 extern const size_t shim_nprocs;
+
+/* The versioned variants of each entry (cuGetProcAddress): variants[first, first+count) of an entry. */
+struct shim_variant { int version; int per_thread; const char *symbol; void *fn; };
+struct shim_entry { const char *base; unsigned first, count; };
+extern const struct shim_variant shim_variants[];
+extern const struct shim_entry shim_entries[];
+extern const size_t shim_nentries;
 
 #endif

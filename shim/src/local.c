@@ -10,6 +10,23 @@
 
 #include "shim.h"
 
+struct shim_stats shim_stats;
+
+/* faasGpuShimStats copies the shim's counters (struct shim_stats, five u64) for tests and reports; it returns the
+ * number of bytes written. Not a CUDA entry point: tools find it with dlsym on libcuda.so.1. */
+SHIM_EXPORT size_t faasGpuShimStats(void *out, size_t size) {
+	struct shim_stats s;
+	s.sync_calls = __atomic_load_n(&shim_stats.sync_calls, __ATOMIC_RELAXED);
+	s.async_calls = __atomic_load_n(&shim_stats.async_calls, __ATOMIC_RELAXED);
+	s.local_calls = __atomic_load_n(&shim_stats.local_calls, __ATOMIC_RELAXED);
+	s.unsupported = __atomic_load_n(&shim_stats.unsupported, __ATOMIC_RELAXED);
+	s.unknown_slots = __atomic_load_n(&shim_stats.unknown_slots, __ATOMIC_RELAXED);
+	if (out == NULL) return 0;
+	if (size > sizeof s) size = sizeof s;
+	memcpy(out, &s, size);
+	return size;
+}
+
 SHIM_EXPORT int cuInit(unsigned int flags) {
 	if (flags != 0) return CUDA_ERROR_INVALID_VALUE;
 	return shim_connect();
@@ -173,8 +190,10 @@ SHIM_EXPORT int cuDevicePrimaryCtxRetain(void **pctx, int dev) {
 
 SHIM_EXPORT int cuDevicePrimaryCtxRelease_v2(int dev) {
 	if (dev != 0) return CUDA_ERROR_INVALID_DEVICE;
+	int left = 1;
 	if (__atomic_load_n(&primary_retained, __ATOMIC_SEQ_CST) > 0)
-		__atomic_sub_fetch(&primary_retained, 1, __ATOMIC_SEQ_CST);
+		left = __atomic_sub_fetch(&primary_retained, 1, __ATOMIC_SEQ_CST);
+	if (left == 0) shim_context_storage_destroy(PRIMARY); /* the primary context's life ends */
 	return CUDA_SUCCESS;
 }
 
@@ -191,7 +210,11 @@ SHIM_EXPORT int cuDevicePrimaryCtxSetFlags_v2(int dev, unsigned int flags) {
 	return dev == 0 ? CUDA_SUCCESS : CUDA_ERROR_INVALID_DEVICE;
 }
 
-SHIM_EXPORT int cuDevicePrimaryCtxReset_v2(int dev) { return dev == 0 ? CUDA_SUCCESS : CUDA_ERROR_INVALID_DEVICE; }
+SHIM_EXPORT int cuDevicePrimaryCtxReset_v2(int dev) {
+	if (dev != 0) return CUDA_ERROR_INVALID_DEVICE;
+	shim_context_storage_destroy(PRIMARY);
+	return CUDA_SUCCESS;
+}
 
 SHIM_EXPORT int cuCtxCreate_v2(void **pctx, unsigned int flags, int dev) {
 	(void)flags;
@@ -236,6 +259,16 @@ SHIM_EXPORT int cuCtxGetDevice(int *dev) {
 	return CUDA_SUCCESS;
 }
 
+/* CUDA 13: the device of ctx (NULL: the current context). The shim has one context, on device 0. */
+SHIM_EXPORT int cuCtxGetDevice_v2(int *dev, void *ctx) {
+	SHIM_LOCAL();
+	if (dev == NULL) return CUDA_ERROR_INVALID_VALUE;
+	if (ctx != NULL && ctx != PRIMARY) return CUDA_ERROR_INVALID_CONTEXT;
+	if (ctx == NULL && current_ctx == NULL) return CUDA_ERROR_INVALID_CONTEXT;
+	*dev = 0;
+	return CUDA_SUCCESS;
+}
+
 SHIM_EXPORT int cuCtxGetApiVersion(void *ctx, unsigned int *version) {
 	(void)ctx;
 	if (version == NULL) return CUDA_ERROR_INVALID_VALUE;
@@ -255,34 +288,4 @@ SHIM_EXPORT int cuCtxGetStreamPriorityRange(int *least, int *greatest) {
 	return CUDA_SUCCESS;
 }
 
-/* Host memory: the gpuserver copies through the ring, so "pinned" memory needs no pinning in this process. */
-SHIM_EXPORT int cuMemHostAlloc(void **pp, size_t bytesize, unsigned int flags) {
-	(void)flags;
-	if (pp == NULL) return CUDA_ERROR_INVALID_VALUE;
-	if (posix_memalign(pp, 4096, bytesize == 0 ? 1 : bytesize) != 0) return CUDA_ERROR_OUT_OF_MEMORY;
-	return CUDA_SUCCESS;
-}
-
-SHIM_EXPORT int cuMemAllocHost_v2(void **pp, size_t bytesize) { return cuMemHostAlloc(pp, bytesize, 0); }
-
-SHIM_EXPORT int cuMemFreeHost(void *p) {
-	free(p);
-	return CUDA_SUCCESS;
-}
-
-SHIM_EXPORT int cuMemHostRegister_v2(void *p, size_t bytesize, unsigned int flags) {
-	(void)flags;
-	return p == NULL || bytesize == 0 ? CUDA_ERROR_INVALID_VALUE : CUDA_SUCCESS;
-}
-
-SHIM_EXPORT int cuMemHostUnregister(void *p) { return p == NULL ? CUDA_ERROR_INVALID_VALUE : CUDA_SUCCESS; }
-
-SHIM_EXPORT int cuMemHostGetFlags(unsigned int *flags, void *p) {
-	(void)p;
-	if (flags == NULL) return CUDA_ERROR_INVALID_VALUE;
-	*flags = 0;
-	return CUDA_SUCCESS;
-}
-
-/* Exposed for cuPointerGetAttribute(CU_POINTER_ATTRIBUTE_CONTEXT). */
-SHIM_HIDDEN void *shim_primary_ctx(void) { return PRIMARY; }
+void *shim_primary_ctx(void) { return PRIMARY; }

@@ -43,7 +43,7 @@ SHIM_HIDDEN size_t shim_image_size(const void *image, const void **start) {
 	return strlen((const char *)p) + 1; /* PTX: NUL-terminated text */
 }
 
-static int load(void **module, const void *image) {
+int shim_module_load(void **module, const void *image) {
 	if (module == NULL || image == NULL) return CUDA_ERROR_INVALID_VALUE;
 	const void *start;
 	size_t size = shim_image_size(image, &start);
@@ -51,7 +51,7 @@ static int load(void **module, const void *image) {
 	return rpc_cuModuleLoadData(module, start, size);
 }
 
-SHIM_EXPORT int cuModuleLoadData(void **module, const void *image) { return load(module, image); }
+SHIM_EXPORT int cuModuleLoadData(void **module, const void *image) { return shim_module_load(module, image); }
 
 /* JIT options are not forwarded: the server compiles with its defaults. */
 SHIM_EXPORT int cuModuleLoadDataEx(void **module, const void *image, unsigned int numOptions, void *options,
@@ -59,10 +59,10 @@ SHIM_EXPORT int cuModuleLoadDataEx(void **module, const void *image, unsigned in
 	(void)numOptions;
 	(void)options;
 	(void)optionValues;
-	return load(module, image);
+	return shim_module_load(module, image);
 }
 
-SHIM_EXPORT int cuModuleLoadFatBinary(void **module, const void *fatCubin) { return load(module, fatCubin); }
+SHIM_EXPORT int cuModuleLoadFatBinary(void **module, const void *fatCubin) { return shim_module_load(module, fatCubin); }
 
 SHIM_EXPORT int cuLibraryLoadData(void **library, const void *code, void *jitOptions, void **jitOptionsValues,
 				  unsigned int numJitOptions, void *libraryOptions, void **libraryOptionValues,
@@ -243,41 +243,14 @@ SHIM_EXPORT int cuLaunchKernelEx(const struct launch_config *config, void *f, vo
 	return launch(f, config->grid, config->block, config->shmem, config->stream, kernelParams, extra);
 }
 
-/* --- pointer attributes */
+/* --- loading mode: lazy unless CUDA_MODULE_LOADING=EAGER, as the driver does since CUDA 12.2 */
 
-SHIM_HIDDEN void *shim_primary_ctx(void);
+enum { CU_MODULE_EAGER_LOADING = 1, CU_MODULE_LAZY_LOADING = 2 };
 
-enum { PTR_ATTR_CONTEXT = 1 };
-
-static size_t attr_size(int attribute) {
-	switch (attribute) {
-	case 1:  /* CONTEXT */
-	case 3:  /* DEVICE_POINTER */
-	case 4:  /* HOST_POINTER */
-	case 7:  /* BUFFER_ID */
-	case 11: /* RANGE_START_ADDR */
-	case 12: /* RANGE_SIZE */
-	case 17: /* MEMORY_BLOCK_ID */
-		return 8;
-	case 5: /* P2P_TOKENS */
-		return 0;
-	default:
-		return 4;
-	}
-}
-
-SHIM_EXPORT int cuPointerGetAttribute(void *data, int attribute, unsigned long long ptr) {
-	if (data == NULL) return CUDA_ERROR_INVALID_VALUE;
-	size_t n = attr_size(attribute);
-	if (n == 0) return shim_unsupported("cuPointerGetAttribute(CU_POINTER_ATTRIBUTE_P2P_TOKENS)");
-	uint8_t v[8];
-	int r = rpc_cuPointerGetAttribute(v, attribute, ptr);
-	if (r != 0) return r;
-	if (attribute == PTR_ATTR_CONTEXT) {
-		void *ctx = shim_primary_ctx();
-		memcpy(data, &ctx, sizeof ctx);
-		return CUDA_SUCCESS;
-	}
-	memcpy(data, v, n);
+SHIM_EXPORT int cuModuleGetLoadingMode(int *mode) {
+	SHIM_LOCAL();
+	if (mode == NULL) return CUDA_ERROR_INVALID_VALUE;
+	const char *v = getenv("CUDA_MODULE_LOADING");
+	*mode = v != NULL && strcmp(v, "EAGER") == 0 ? CU_MODULE_EAGER_LOADING : CU_MODULE_LAZY_LOADING;
 	return CUDA_SUCCESS;
 }
