@@ -18,4 +18,6 @@ var (
 	ErrNotSupported = errors.New("not supported")
 	// ErrInvalidImage: a module image that cannot be loaded.
 	ErrInvalidImage = errors.New("invalid module image")
+	// ErrNotReady: the work an event or query waits for has not completed yet.
+	ErrNotReady = errors.New("not ready")
 )

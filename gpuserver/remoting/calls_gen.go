@@ -14,7 +14,7 @@ const (
 	// wireVersionMajor: incompatible changes; a mismatch is refused.
 	wireVersionMajor = 1
 	// wireVersionMinor: compatible additions (new calls); a server accepts clients with minor <= its own.
-	wireVersionMinor = 0
+	wireVersionMinor = 1
 	// wireRecordHeaderSize: u32 size, u16 call id, u16 flags, u64 seq.
 	wireRecordHeaderSize = 16
 	// wireRecordFlagSync: the caller waits for a response (set for sync calls, and for every call in all-sync mode).
@@ -161,6 +161,18 @@ const (
 	CallCuEventElapsedTime            CallID = 96
 	CallCuEventElapsedTime_v2         CallID = 97
 	CallCuPointerGetAttribute         CallID = 100
+	CallCuLaunchKernelEx              CallID = 71
+	CallCuLibraryGetKernelCount       CallID = 65
+	CallCuLibraryEnumerateKernels     CallID = 66
+	CallFuncGetName                   CallID = 67
+	CallMemcpy2DHtoD                  CallID = 43
+	CallMemcpy2DDtoH                  CallID = 44
+	CallMemcpy2DDtoD                  CallID = 45
+	CallMemset2D                      CallID = 46
+	CallStreamWriteValue              CallID = 86
+	CallStreamWaitValue               CallID = 87
+	CallTensorMapEncode               CallID = 110
+	CallTensorMapReplaceAddress       CallID = 111
 )
 
 // calls describes every remoted call by id.
@@ -225,6 +237,18 @@ var calls = map[CallID]callInfo{
 	CallCuEventElapsedTime:            {name: "cuEventElapsedTime", sync: true, syncpoint: false},
 	CallCuEventElapsedTime_v2:         {name: "cuEventElapsedTime_v2", sync: true, syncpoint: false},
 	CallCuPointerGetAttribute:         {name: "cuPointerGetAttribute", sync: true, syncpoint: false},
+	CallCuLaunchKernelEx:              {name: "cuLaunchKernelEx", sync: false, syncpoint: false},
+	CallCuLibraryGetKernelCount:       {name: "cuLibraryGetKernelCount", sync: true, syncpoint: false},
+	CallCuLibraryEnumerateKernels:     {name: "cuLibraryEnumerateKernels", sync: true, syncpoint: false},
+	CallFuncGetName:                   {name: "funcGetName", sync: true, syncpoint: false},
+	CallMemcpy2DHtoD:                  {name: "memcpy2DHtoD", sync: false, syncpoint: false},
+	CallMemcpy2DDtoH:                  {name: "memcpy2DDtoH", sync: true, syncpoint: true},
+	CallMemcpy2DDtoD:                  {name: "memcpy2DDtoD", sync: false, syncpoint: false},
+	CallMemset2D:                      {name: "memset2D", sync: false, syncpoint: false},
+	CallStreamWriteValue:              {name: "streamWriteValue", sync: false, syncpoint: false},
+	CallStreamWaitValue:               {name: "streamWaitValue", sync: true, syncpoint: true},
+	CallTensorMapEncode:               {name: "tensorMapEncode", sync: true, syncpoint: false},
+	CallTensorMapReplaceAddress:       {name: "tensorMapReplaceAddress", sync: true, syncpoint: false},
 }
 
 // Handler executes decoded calls; one method per remoted call of the API table. A method returns the
@@ -350,6 +374,30 @@ type Handler interface {
 	CuEventElapsedTime_v2(ctx context.Context, hStart uint64, hEnd uint64) (pMilliseconds float32, res Result)
 	// CuPointerGetAttribute is sync call 100 (shim/api/cuda.api:109).
 	CuPointerGetAttribute(ctx context.Context, data []byte, attribute int32, ptr uint64) (res Result)
+	// CuLaunchKernelEx is async call 71 (shim/api/cuda.api:114).
+	CuLaunchKernelEx(ctx context.Context, f uint64, gridDimX uint32, gridDimY uint32, gridDimZ uint32, blockDimX uint32, blockDimY uint32, blockDimZ uint32, sharedMemBytes uint32, hStream uint64, attrs []byte, attrsSize uint64, args []byte, argsSize uint64) (res Result)
+	// CuLibraryGetKernelCount is sync call 65 (shim/api/cuda.api:116).
+	CuLibraryGetKernelCount(ctx context.Context, library uint64) (count uint32, res Result)
+	// CuLibraryEnumerateKernels is sync call 66 (shim/api/cuda.api:117).
+	CuLibraryEnumerateKernels(ctx context.Context, kernels []byte, numKernels uint32, library uint64) (res Result)
+	// FuncGetName is sync call 67 (shim/api/cuda.api:119).
+	FuncGetName(ctx context.Context, name []byte, hfunc uint64) (res Result)
+	// Memcpy2DHtoD is async call 43 (shim/api/cuda.api:121).
+	Memcpy2DHtoD(ctx context.Context, dst uint64, dstPitch uint64, width uint64, height uint64, src []byte, size uint64, hStream uint64) (res Result)
+	// Memcpy2DDtoH is sync call 44 (shim/api/cuda.api:122).
+	Memcpy2DDtoH(ctx context.Context, dst []byte, src uint64, srcPitch uint64, width uint64, height uint64, size uint64, hStream uint64) (res Result)
+	// Memcpy2DDtoD is async call 45 (shim/api/cuda.api:123).
+	Memcpy2DDtoD(ctx context.Context, dst uint64, dstPitch uint64, src uint64, srcPitch uint64, width uint64, height uint64, hStream uint64) (res Result)
+	// Memset2D is async call 46 (shim/api/cuda.api:124).
+	Memset2D(ctx context.Context, dst uint64, pitch uint64, value uint32, elementSize uint32, width uint64, height uint64, hStream uint64) (res Result)
+	// StreamWriteValue is async call 86 (shim/api/cuda.api:127).
+	StreamWriteValue(ctx context.Context, hStream uint64, addr uint64, value uint64, size uint32, flags uint32) (res Result)
+	// StreamWaitValue is sync call 87 (shim/api/cuda.api:128).
+	StreamWaitValue(ctx context.Context, hStream uint64, addr uint64, value uint64, size uint32, flags uint32) (res Result)
+	// TensorMapEncode is sync call 110 (shim/api/cuda.api:130).
+	TensorMapEncode(ctx context.Context, tensorMap []byte, request []byte, size uint64) (res Result)
+	// TensorMapReplaceAddress is sync call 111 (shim/api/cuda.api:131).
+	TensorMapReplaceAddress(ctx context.Context, tensorMap []byte, old []byte, globalAddress uint64) (res Result)
 }
 
 // UnimplementedHandler answers every call with ResultNotSupported; embed it to implement a subset.
@@ -711,6 +759,78 @@ func (UnimplementedHandler) CuEventElapsedTime_v2(ctx context.Context, hStart ui
 
 // CuPointerGetAttribute answers ResultNotSupported.
 func (UnimplementedHandler) CuPointerGetAttribute(ctx context.Context, data []byte, attribute int32, ptr uint64) (res Result) {
+	res = ResultNotSupported
+	return
+}
+
+// CuLaunchKernelEx answers ResultNotSupported.
+func (UnimplementedHandler) CuLaunchKernelEx(ctx context.Context, f uint64, gridDimX uint32, gridDimY uint32, gridDimZ uint32, blockDimX uint32, blockDimY uint32, blockDimZ uint32, sharedMemBytes uint32, hStream uint64, attrs []byte, attrsSize uint64, args []byte, argsSize uint64) (res Result) {
+	res = ResultNotSupported
+	return
+}
+
+// CuLibraryGetKernelCount answers ResultNotSupported.
+func (UnimplementedHandler) CuLibraryGetKernelCount(ctx context.Context, library uint64) (count uint32, res Result) {
+	res = ResultNotSupported
+	return
+}
+
+// CuLibraryEnumerateKernels answers ResultNotSupported.
+func (UnimplementedHandler) CuLibraryEnumerateKernels(ctx context.Context, kernels []byte, numKernels uint32, library uint64) (res Result) {
+	res = ResultNotSupported
+	return
+}
+
+// FuncGetName answers ResultNotSupported.
+func (UnimplementedHandler) FuncGetName(ctx context.Context, name []byte, hfunc uint64) (res Result) {
+	res = ResultNotSupported
+	return
+}
+
+// Memcpy2DHtoD answers ResultNotSupported.
+func (UnimplementedHandler) Memcpy2DHtoD(ctx context.Context, dst uint64, dstPitch uint64, width uint64, height uint64, src []byte, size uint64, hStream uint64) (res Result) {
+	res = ResultNotSupported
+	return
+}
+
+// Memcpy2DDtoH answers ResultNotSupported.
+func (UnimplementedHandler) Memcpy2DDtoH(ctx context.Context, dst []byte, src uint64, srcPitch uint64, width uint64, height uint64, size uint64, hStream uint64) (res Result) {
+	res = ResultNotSupported
+	return
+}
+
+// Memcpy2DDtoD answers ResultNotSupported.
+func (UnimplementedHandler) Memcpy2DDtoD(ctx context.Context, dst uint64, dstPitch uint64, src uint64, srcPitch uint64, width uint64, height uint64, hStream uint64) (res Result) {
+	res = ResultNotSupported
+	return
+}
+
+// Memset2D answers ResultNotSupported.
+func (UnimplementedHandler) Memset2D(ctx context.Context, dst uint64, pitch uint64, value uint32, elementSize uint32, width uint64, height uint64, hStream uint64) (res Result) {
+	res = ResultNotSupported
+	return
+}
+
+// StreamWriteValue answers ResultNotSupported.
+func (UnimplementedHandler) StreamWriteValue(ctx context.Context, hStream uint64, addr uint64, value uint64, size uint32, flags uint32) (res Result) {
+	res = ResultNotSupported
+	return
+}
+
+// StreamWaitValue answers ResultNotSupported.
+func (UnimplementedHandler) StreamWaitValue(ctx context.Context, hStream uint64, addr uint64, value uint64, size uint32, flags uint32) (res Result) {
+	res = ResultNotSupported
+	return
+}
+
+// TensorMapEncode answers ResultNotSupported.
+func (UnimplementedHandler) TensorMapEncode(ctx context.Context, tensorMap []byte, request []byte, size uint64) (res Result) {
+	res = ResultNotSupported
+	return
+}
+
+// TensorMapReplaceAddress answers ResultNotSupported.
+func (UnimplementedHandler) TensorMapReplaceAddress(ctx context.Context, tensorMap []byte, old []byte, globalAddress uint64) (res Result) {
 	res = ResultNotSupported
 	return
 }
@@ -1308,6 +1428,182 @@ func dispatch(ctx context.Context, h Handler, id CallID, payload []byte, resp *r
 			return ResultInvalidValue, nil
 		}
 		return h.CuPointerGetAttribute(ctx, data, attribute, ptr), nil
+	case CallCuLaunchKernelEx:
+		f := d.u64()
+		gridDimX := uint32(d.u64())
+		gridDimY := uint32(d.u64())
+		gridDimZ := uint32(d.u64())
+		blockDimX := uint32(d.u64())
+		blockDimY := uint32(d.u64())
+		blockDimZ := uint32(d.u64())
+		sharedMemBytes := uint32(d.u64())
+		hStream := d.u64()
+		attrs := d.bytes()
+		attrsSize := d.u64()
+		args := d.bytes()
+		argsSize := d.u64()
+		if err := d.finish(id); err != nil {
+			return 0, err
+		}
+		if uint64(len(attrs)) != uint64(attrsSize) {
+			return ResultInvalidValue, nil
+		}
+		if uint64(len(args)) != uint64(argsSize) {
+			return ResultInvalidValue, nil
+		}
+		return h.CuLaunchKernelEx(ctx, f, gridDimX, gridDimY, gridDimZ, blockDimX, blockDimY, blockDimZ, sharedMemBytes, hStream, attrs, attrsSize, args, argsSize), nil
+	case CallCuLibraryGetKernelCount:
+		library := d.u64()
+		if err := d.finish(id); err != nil {
+			return 0, err
+		}
+		count_slot := resp.slot()
+		count, res := h.CuLibraryGetKernelCount(ctx, library)
+		resp.put(count_slot, uint64(count))
+		return res, nil
+	case CallCuLibraryEnumerateKernels:
+		kernels_cap := d.u64()
+		numKernels := uint32(d.u64())
+		library := d.u64()
+		if err := d.finish(id); err != nil {
+			return 0, err
+		}
+		if kernels_cap != uint64(numKernels)*8 {
+			return ResultInvalidValue, nil
+		}
+		kernels, ok := resp.reserve(kernels_cap)
+		if !ok {
+			return ResultInvalidValue, nil
+		}
+		return h.CuLibraryEnumerateKernels(ctx, kernels, numKernels, library), nil
+	case CallFuncGetName:
+		name_cap := d.u64()
+		hfunc := d.u64()
+		if err := d.finish(id); err != nil {
+			return 0, err
+		}
+		if name_cap != uint64(4096) {
+			return ResultInvalidValue, nil
+		}
+		name, ok := resp.reserve(name_cap)
+		if !ok {
+			return ResultInvalidValue, nil
+		}
+		return h.FuncGetName(ctx, name, hfunc), nil
+	case CallMemcpy2DHtoD:
+		dst := d.u64()
+		dstPitch := d.u64()
+		width := d.u64()
+		height := d.u64()
+		src := d.bytes()
+		size := d.u64()
+		hStream := d.u64()
+		if err := d.finish(id); err != nil {
+			return 0, err
+		}
+		if uint64(len(src)) != uint64(size) {
+			return ResultInvalidValue, nil
+		}
+		return h.Memcpy2DHtoD(ctx, dst, dstPitch, width, height, src, size, hStream), nil
+	case CallMemcpy2DDtoH:
+		dst_cap := d.u64()
+		src := d.u64()
+		srcPitch := d.u64()
+		width := d.u64()
+		height := d.u64()
+		size := d.u64()
+		hStream := d.u64()
+		if err := d.finish(id); err != nil {
+			return 0, err
+		}
+		if dst_cap != uint64(size) {
+			return ResultInvalidValue, nil
+		}
+		dst, ok := resp.reserve(dst_cap)
+		if !ok {
+			return ResultInvalidValue, nil
+		}
+		return h.Memcpy2DDtoH(ctx, dst, src, srcPitch, width, height, size, hStream), nil
+	case CallMemcpy2DDtoD:
+		dst := d.u64()
+		dstPitch := d.u64()
+		src := d.u64()
+		srcPitch := d.u64()
+		width := d.u64()
+		height := d.u64()
+		hStream := d.u64()
+		if err := d.finish(id); err != nil {
+			return 0, err
+		}
+		return h.Memcpy2DDtoD(ctx, dst, dstPitch, src, srcPitch, width, height, hStream), nil
+	case CallMemset2D:
+		dst := d.u64()
+		pitch := d.u64()
+		value := uint32(d.u64())
+		elementSize := uint32(d.u64())
+		width := d.u64()
+		height := d.u64()
+		hStream := d.u64()
+		if err := d.finish(id); err != nil {
+			return 0, err
+		}
+		return h.Memset2D(ctx, dst, pitch, value, elementSize, width, height, hStream), nil
+	case CallStreamWriteValue:
+		hStream := d.u64()
+		addr := d.u64()
+		value := d.u64()
+		size := uint32(d.u64())
+		flags := uint32(d.u64())
+		if err := d.finish(id); err != nil {
+			return 0, err
+		}
+		return h.StreamWriteValue(ctx, hStream, addr, value, size, flags), nil
+	case CallStreamWaitValue:
+		hStream := d.u64()
+		addr := d.u64()
+		value := d.u64()
+		size := uint32(d.u64())
+		flags := uint32(d.u64())
+		if err := d.finish(id); err != nil {
+			return 0, err
+		}
+		return h.StreamWaitValue(ctx, hStream, addr, value, size, flags), nil
+	case CallTensorMapEncode:
+		tensorMap_cap := d.u64()
+		request := d.bytes()
+		size := d.u64()
+		if err := d.finish(id); err != nil {
+			return 0, err
+		}
+		if tensorMap_cap != uint64(128) {
+			return ResultInvalidValue, nil
+		}
+		if uint64(len(request)) != uint64(size) {
+			return ResultInvalidValue, nil
+		}
+		tensorMap, ok := resp.reserve(tensorMap_cap)
+		if !ok {
+			return ResultInvalidValue, nil
+		}
+		return h.TensorMapEncode(ctx, tensorMap, request, size), nil
+	case CallTensorMapReplaceAddress:
+		tensorMap_cap := d.u64()
+		old := d.bytes()
+		globalAddress := d.u64()
+		if err := d.finish(id); err != nil {
+			return 0, err
+		}
+		if tensorMap_cap != uint64(128) {
+			return ResultInvalidValue, nil
+		}
+		if uint64(len(old)) != uint64(128) {
+			return ResultInvalidValue, nil
+		}
+		tensorMap, ok := resp.reserve(tensorMap_cap)
+		if !ok {
+			return ResultInvalidValue, nil
+		}
+		return h.TensorMapReplaceAddress(ctx, tensorMap, old, globalAddress), nil
 	}
 	return 0, errUnknownCall(id)
 }

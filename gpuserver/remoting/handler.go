@@ -67,17 +67,23 @@ type global struct {
 type module struct {
 	image  []byte
 	loaded map[int]device.Module
+	funcs  map[string]uint64 // kernel name -> handle, so that a kernel has one handle
 }
 
 type function struct {
 	mod    *module
 	name   string
 	params []device.Param
+	// sets are the attributes the function set (cuFuncSetAttribute), applied to the kernel on every GPU it is
+	// launched on; applied records the GPUs whose kernel has them.
+	sets    map[device.FuncAttr]int32
+	applied map[int]bool
 }
 
 type event struct {
-	ev  device.Event
-	gpu int
+	ev     device.Event
+	gpu    int
+	timing bool
 }
 
 func newDeviceHandler(_ context.Context, cfg Config, info SessionInfo, log *slog.Logger) (*deviceHandler, error) {
@@ -119,6 +125,8 @@ func result(err error) Result {
 		return ResultNotSupported
 	case errors.Is(err, device.ErrInvalidImage):
 		return ResultInvalidImage
+	case errors.Is(err, device.ErrNotReady):
+		return ResultNotReady
 	case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
 		return ResultSystemNotReady
 	}
@@ -509,6 +517,8 @@ func (h *deviceHandler) memset(ctx context.Context, dst uint64, v uint32, n uint
 	switch elem {
 	case 1:
 		return result(s.Memset8(d, uint8(v), n))
+	case 2:
+		return result(memset16(s, d, uint16(v), n))
 	case 4:
 		return result(s.Memset32(d, v, n))
 	}
@@ -549,7 +559,7 @@ func (h *deviceHandler) CuModuleLoadData(ctx context.Context, image []byte, _ ui
 	if _, r := h.bind(ctx); r != ResultSuccess {
 		return 0, r
 	}
-	m := &module{image: append([]byte(nil), image...), loaded: map[int]device.Module{}}
+	m := &module{image: append([]byte(nil), image...), loaded: map[int]device.Module{}, funcs: map[string]uint64{}}
 	if _, err := h.loadOn(m, h.gpu); err != nil {
 		return 0, result(err)
 	}
@@ -635,6 +645,9 @@ func (h *deviceHandler) getFunction(ctx context.Context, hmod uint64, name strin
 	if !ok {
 		return 0, nil, ResultInvalidHandle
 	}
+	if id, ok := m.funcs[name]; ok {
+		return id, h.funcs[id], ResultSuccess
+	}
 	if _, r := h.bind(ctx); r != ResultSuccess {
 		return 0, nil, r
 	}
@@ -649,6 +662,7 @@ func (h *deviceHandler) getFunction(ctx context.Context, hmod uint64, name strin
 	fn := &function{mod: m, name: name, params: f.Params()}
 	id := h.handle()
 	h.funcs[id] = fn
+	m.funcs[name] = id
 	return id, fn, ResultSuccess
 }
 
@@ -674,16 +688,15 @@ func (h *deviceHandler) CuKernelGetFunction(_ context.Context, params []byte, ke
 	return kernel, putLayout(params, fn.params)
 }
 
-func (h *deviceHandler) CuFuncSetAttribute(context.Context, uint64, int32, int32) Result {
-	return ResultSuccess
-}
-
-func (h *deviceHandler) CuFuncSetCacheConfig(context.Context, uint64, int32) Result {
-	return ResultSuccess
-}
-
 func (h *deviceHandler) CuLaunchKernel(ctx context.Context, f uint64, gx, gy, gz, bx, by, bz, shmem uint32, _ uint64,
 	args []byte, _ uint64) Result {
+	return h.launch(ctx, f, device.Dim3{X: gx, Y: gy, Z: gz}, device.Dim3{X: bx, Y: by, Z: bz}, shmem, nil, args)
+}
+
+// launch launches function f on the function's GPU: its attribute sets applied there first, pointers to module
+// globals in its arguments translated to this GPU's copies; with attrs through cuLaunchKernelEx.
+func (h *deviceHandler) launch(ctx context.Context, f uint64, grid, block device.Dim3, shmem uint32,
+	attrs []device.LaunchAttribute, args []byte) Result {
 	fn, ok := h.funcs[f]
 	if !ok {
 		return ResultInvalidHandle
@@ -692,13 +705,9 @@ func (h *deviceHandler) CuLaunchKernel(ctx context.Context, f uint64, gx, gy, gz
 	if r != ResultSuccess {
 		return r
 	}
-	l, err := h.loadOn(fn.mod, h.gpu)
-	if err != nil {
-		return result(err)
-	}
-	df, err := l.Function(fn.name)
-	if err != nil {
-		return result(err)
+	df, r := h.deviceFunction(fn)
+	if r != ResultSuccess {
+		return r
 	}
 	a := append([]byte(nil), args...)
 	if len(h.globals) > 0 { // a pointer to a module global is the only argument translated per GPU
@@ -716,7 +725,14 @@ func (h *deviceHandler) CuLaunchKernel(ctx context.Context, f uint64, gx, gy, gz
 			}
 		}
 	}
-	return result(s.Launch(df, device.Dim3{X: gx, Y: gy, Z: gz}, device.Dim3{X: bx, Y: by, Z: bz}, shmem, a))
+	if attrs == nil {
+		return result(s.Launch(df, grid, block, shmem, a))
+	}
+	xl, ok := s.(device.ExtendedLauncher)
+	if !ok {
+		return ResultNotSupported
+	}
+	return result(xl.LaunchEx(df, grid, block, shmem, attrs, a))
 }
 
 // --- synchronisation, streams, events
@@ -764,17 +780,53 @@ func (h *deviceHandler) CuStreamWaitEvent(_ context.Context, s, e uint64, _ uint
 	return ResultSuccess // every stream of the session runs in order on one device stream
 }
 
-func (h *deviceHandler) CuEventCreate(ctx context.Context, _ uint32) (uint64, Result) {
+// eventDisableTiming is CU_EVENT_DISABLE_TIMING.
+const eventDisableTiming = 0x2
+
+func (h *deviceHandler) newEvent(gpu int, timing bool) (device.Event, error) {
+	if timing {
+		return h.cfg.Device.NewTimedEvent(gpu)
+	}
+	return h.cfg.Device.NewEvent(gpu)
+}
+
+func (h *deviceHandler) CuEventCreate(ctx context.Context, flags uint32) (uint64, Result) {
 	if _, r := h.bind(ctx); r != ResultSuccess {
 		return 0, r
 	}
-	ev, err := h.cfg.Device.NewEvent(h.gpu)
+	timing := flags&eventDisableTiming == 0
+	ev, err := h.newEvent(h.gpu, timing)
 	if err != nil {
 		return 0, result(err)
 	}
 	id := h.handle()
-	h.events[id] = &event{ev: ev, gpu: h.gpu}
+	h.events[id] = &event{ev: ev, gpu: h.gpu, timing: timing}
 	return id, ResultSuccess
+}
+
+// CuEventElapsedTime: both events must have been recorded on the GPU the function runs on (an event recorded
+// before the function moved is recreated at its next record).
+func (h *deviceHandler) CuEventElapsedTime(_ context.Context, start, end uint64) (float32, Result) {
+	s, ok1 := h.events[start]
+	e, ok2 := h.events[end]
+	if !ok1 || !ok2 {
+		return 0, ResultInvalidHandle
+	}
+	if s.gpu != e.gpu {
+		return 0, ResultInvalidHandle
+	}
+	d, err := e.ev.Elapsed(s.ev)
+	if err != nil {
+		if errors.Is(err, device.ErrInvalidValue) {
+			return 0, ResultInvalidHandle
+		}
+		return 0, result(err)
+	}
+	return float32(d.Seconds() * 1e3), ResultSuccess
+}
+
+func (h *deviceHandler) CuEventElapsedTime_v2(ctx context.Context, start, end uint64) (float32, Result) {
+	return h.CuEventElapsedTime(ctx, start, end)
 }
 
 func (h *deviceHandler) CuEventDestroy_v2(_ context.Context, e uint64) Result {
@@ -795,13 +847,8 @@ func (h *deviceHandler) CuEventRecord(ctx context.Context, e, s uint64) Result {
 	if r != ResultSuccess {
 		return r
 	}
-	if ev.gpu != h.gpu { // the function moved: the event follows it
-		ne, err := h.cfg.Device.NewEvent(h.gpu)
-		if err != nil {
-			return result(err)
-		}
-		_ = ev.ev.Destroy()
-		ev.ev, ev.gpu = ne, h.gpu
+	if r := h.eventOnGPU(ev); r != ResultSuccess { // the function moved: the event follows it
+		return r
 	}
 	return result(st.Record(ev.ev))
 }

@@ -40,6 +40,7 @@ const (
 	ResultInvalidImage      Result = 200
 	ResultInvalidContext    Result = 201
 	ResultInvalidHandle     Result = 400
+	ResultIllegalState      Result = 401
 	ResultNotFound          Result = 500
 	ResultNotReady          Result = 600
 	ResultIllegalAddress    Result = 700

@@ -195,8 +195,8 @@ func (api *API) implemented() map[string]bool {
 }
 
 // Targets maps every exported symbol to the symbol whose implementation it uses: itself when implemented, the
-// alias target, the plain variant for an unimplemented per-thread variant of an implemented function, or ""
-// for a stub.
+// alias target, the plain variant's for an unimplemented per-thread variant of an implemented (or aliased)
+// function, or "" for a stub.
 func (api *API) Targets() map[string]string {
 	impl := api.implemented()
 	t := map[string]string{}
@@ -211,8 +211,8 @@ func (api *API) Targets() map[string]string {
 			if _, ok := t[v.Symbol]; ok {
 				continue
 			}
-			if plain := strings.TrimSuffix(v.Symbol, v.PT); v.PT != "" && impl[plain] {
-				t[v.Symbol] = plain
+			if plain := strings.TrimSuffix(v.Symbol, v.PT); v.PT != "" && t[plain] != "" {
+				t[v.Symbol] = t[plain]
 				continue
 			}
 			t[v.Symbol] = ""

@@ -523,7 +523,7 @@ SHIM_EXPORT int cuLibraryUnload(void *library) {
 }
 
 /* sync 56 cuLibraryGetKernel (shim/api/cuda.api:79) */
-SHIM_EXPORT int cuLibraryGetKernel(void **pKernel, void *library, const char *name) {
+SHIM_HIDDEN int rpc_cuLibraryGetKernel(void **pKernel, void *library, const char *name) {
 	if (pKernel == NULL) return shim_null_arg("cuLibraryGetKernel", "pKernel");
 	if (name == NULL) return shim_null_arg("cuLibraryGetKernel", "name");
 	size_t name_len = strlen(name);
@@ -574,7 +574,7 @@ SHIM_EXPORT int cuLibraryGetModule(void **pMod, void *library) {
 }
 
 /* sync 59 cuFuncGetAttribute (shim/api/cuda.api:82) */
-SHIM_EXPORT int cuFuncGetAttribute(int *pi, int attrib, void *hfunc) {
+SHIM_HIDDEN int rpc_cuFuncGetAttribute(int *pi, int attrib, void *hfunc) {
 	if (pi == NULL) return shim_null_arg("cuFuncGetAttribute", "pi");
 	struct shim_call call;
 	int r = shim_call_begin(&call, CALL_cuFuncGetAttribute, SHIM_CALL_SYNC, 8 + 8);
@@ -590,7 +590,7 @@ SHIM_EXPORT int cuFuncGetAttribute(int *pi, int attrib, void *hfunc) {
 }
 
 /* async 60 cuFuncSetAttribute (shim/api/cuda.api:83) */
-SHIM_EXPORT int cuFuncSetAttribute(void *hfunc, int attrib, int value) {
+SHIM_HIDDEN int rpc_cuFuncSetAttribute(void *hfunc, int attrib, int value) {
 	struct shim_call call;
 	int r = shim_call_begin(&call, CALL_cuFuncSetAttribute, SHIM_CALL_ASYNC, 8 + 8 + 8);
 	if (r != 0) return r;
@@ -615,7 +615,7 @@ SHIM_EXPORT int cuFuncSetCacheConfig(void *hfunc, int config) {
 }
 
 /* sync 62 cuKernelGetAttribute (shim/api/cuda.api:85) */
-SHIM_EXPORT int cuKernelGetAttribute(int *pi, int attrib, void *kernel, int dev) {
+SHIM_HIDDEN int rpc_cuKernelGetAttribute(int *pi, int attrib, void *kernel, int dev) {
 	if (pi == NULL) return shim_null_arg("cuKernelGetAttribute", "pi");
 	struct shim_call call;
 	int r = shim_call_begin(&call, CALL_cuKernelGetAttribute, SHIM_CALL_SYNC, 8 + 8 + 8);
@@ -632,7 +632,7 @@ SHIM_EXPORT int cuKernelGetAttribute(int *pi, int attrib, void *kernel, int dev)
 }
 
 /* async 63 cuKernelSetAttribute (shim/api/cuda.api:86) */
-SHIM_EXPORT int cuKernelSetAttribute(int attrib, int val, void *kernel, int dev) {
+SHIM_HIDDEN int rpc_cuKernelSetAttribute(int attrib, int val, void *kernel, int dev) {
 	struct shim_call call;
 	int r = shim_call_begin(&call, CALL_cuKernelSetAttribute, SHIM_CALL_ASYNC, 8 + 8 + 8 + 8);
 	if (r != 0) return r;
@@ -886,6 +886,218 @@ SHIM_HIDDEN int rpc_cuPointerGetAttribute(void *data, int attribute, unsigned lo
 	return r;
 }
 
+/* async 71 cuLaunchKernelEx (shim/api/cuda.api:114) */
+SHIM_HIDDEN int rpc_cuLaunchKernelEx(void *f, unsigned int gridDimX, unsigned int gridDimY, unsigned int gridDimZ, unsigned int blockDimX, unsigned int blockDimY, unsigned int blockDimZ, unsigned int sharedMemBytes, void *hStream, const void *attrs, size_t attrsSize, const void *args, size_t argsSize) {
+	if (attrs == NULL && (uint64_t)(attrsSize) != 0) return shim_null_arg("cuLaunchKernelEx", "attrs");
+	if (args == NULL && (uint64_t)(argsSize) != 0) return shim_null_arg("cuLaunchKernelEx", "args");
+	struct shim_call call;
+	int r = shim_call_begin(&call, CALL_cuLaunchKernelEx, SHIM_CALL_ASYNC, 8 + 8 + 8 + 8 + 8 + 8 + 8 + 8 + 8 + 8 + shim_pad8((uint64_t)(attrsSize)) + 8 + 8 + shim_pad8((uint64_t)(argsSize)) + 8);
+	if (r != 0) return r;
+	shim_put_u64(&call, (uint64_t)(uintptr_t)f);
+	shim_put_u64(&call, (uint64_t)gridDimX);
+	shim_put_u64(&call, (uint64_t)gridDimY);
+	shim_put_u64(&call, (uint64_t)gridDimZ);
+	shim_put_u64(&call, (uint64_t)blockDimX);
+	shim_put_u64(&call, (uint64_t)blockDimY);
+	shim_put_u64(&call, (uint64_t)blockDimZ);
+	shim_put_u64(&call, (uint64_t)sharedMemBytes);
+	shim_put_u64(&call, (uint64_t)(uintptr_t)hStream);
+	shim_put_bytes(&call, attrs, (uint64_t)(attrsSize));
+	shim_put_u64(&call, (uint64_t)attrsSize);
+	shim_put_bytes(&call, args, (uint64_t)(argsSize));
+	shim_put_u64(&call, (uint64_t)argsSize);
+	r = shim_call_end(&call);
+	shim_call_done(&call);
+	return r;
+}
+
+/* sync 65 cuLibraryGetKernelCount (shim/api/cuda.api:116) */
+SHIM_HIDDEN int rpc_cuLibraryGetKernelCount(unsigned int *count, void *library) {
+	if (count == NULL) return shim_null_arg("cuLibraryGetKernelCount", "count");
+	struct shim_call call;
+	int r = shim_call_begin(&call, CALL_cuLibraryGetKernelCount, SHIM_CALL_SYNC, 8);
+	if (r != 0) return r;
+	shim_put_u64(&call, (uint64_t)(uintptr_t)library);
+	r = shim_call_end(&call);
+	if (r == 0) {
+		*count = (unsigned int)shim_get_u64(&call);
+	}
+	shim_call_done(&call);
+	return r;
+}
+
+/* sync 66 cuLibraryEnumerateKernels (shim/api/cuda.api:117) */
+SHIM_HIDDEN int rpc_cuLibraryEnumerateKernels(void *kernels, unsigned int numKernels, void *library) {
+	if (kernels == NULL && (uint64_t)(numKernels) * 8 != 0) return shim_null_arg("cuLibraryEnumerateKernels", "kernels");
+	struct shim_call call;
+	int r = shim_call_begin(&call, CALL_cuLibraryEnumerateKernels, SHIM_CALL_SYNC, 8 + 8 + 8);
+	if (r != 0) return r;
+	shim_put_u64(&call, (uint64_t)(numKernels) * 8);
+	shim_put_u64(&call, (uint64_t)numKernels);
+	shim_put_u64(&call, (uint64_t)(uintptr_t)library);
+	r = shim_call_end(&call);
+	if (r == 0) {
+		shim_get_bytes(&call, kernels, (uint64_t)(numKernels) * 8);
+	}
+	shim_call_done(&call);
+	return r;
+}
+
+/* sync 67 funcGetName (shim/api/cuda.api:119) */
+SHIM_HIDDEN int rpc_funcGetName(void *name, void *hfunc) {
+	if (name == NULL && (uint64_t)4096 != 0) return shim_null_arg("funcGetName", "name");
+	struct shim_call call;
+	int r = shim_call_begin(&call, CALL_funcGetName, SHIM_CALL_SYNC, 8 + 8);
+	if (r != 0) return r;
+	shim_put_u64(&call, (uint64_t)4096);
+	shim_put_u64(&call, (uint64_t)(uintptr_t)hfunc);
+	r = shim_call_end(&call);
+	if (r == 0) {
+		shim_get_bytes(&call, name, (uint64_t)4096);
+	}
+	shim_call_done(&call);
+	return r;
+}
+
+/* async 43 memcpy2DHtoD (shim/api/cuda.api:121) */
+SHIM_HIDDEN int rpc_memcpy2DHtoD(unsigned long long dst, size_t dstPitch, size_t width, size_t height, const void *src, size_t size, void *hStream) {
+	if (src == NULL && (uint64_t)(size) != 0) return shim_null_arg("memcpy2DHtoD", "src");
+	struct shim_call call;
+	int r = shim_call_begin(&call, CALL_memcpy2DHtoD, SHIM_CALL_ASYNC, 8 + 8 + 8 + 8 + 8 + shim_pad8((uint64_t)(size)) + 8 + 8);
+	if (r != 0) return r;
+	shim_put_u64(&call, (uint64_t)dst);
+	shim_put_u64(&call, (uint64_t)dstPitch);
+	shim_put_u64(&call, (uint64_t)width);
+	shim_put_u64(&call, (uint64_t)height);
+	shim_put_bytes(&call, src, (uint64_t)(size));
+	shim_put_u64(&call, (uint64_t)size);
+	shim_put_u64(&call, (uint64_t)(uintptr_t)hStream);
+	r = shim_call_end(&call);
+	shim_call_done(&call);
+	return r;
+}
+
+/* sync 44 memcpy2DDtoH (shim/api/cuda.api:122) */
+SHIM_HIDDEN int rpc_memcpy2DDtoH(void *dst, unsigned long long src, size_t srcPitch, size_t width, size_t height, size_t size, void *hStream) {
+	if (dst == NULL && (uint64_t)(size) != 0) return shim_null_arg("memcpy2DDtoH", "dst");
+	struct shim_call call;
+	int r = shim_call_begin(&call, CALL_memcpy2DDtoH, SHIM_CALL_SYNC, 8 + 8 + 8 + 8 + 8 + 8 + 8);
+	if (r != 0) return r;
+	shim_put_u64(&call, (uint64_t)(size));
+	shim_put_u64(&call, (uint64_t)src);
+	shim_put_u64(&call, (uint64_t)srcPitch);
+	shim_put_u64(&call, (uint64_t)width);
+	shim_put_u64(&call, (uint64_t)height);
+	shim_put_u64(&call, (uint64_t)size);
+	shim_put_u64(&call, (uint64_t)(uintptr_t)hStream);
+	r = shim_call_end(&call);
+	if (r == 0) {
+		shim_get_bytes(&call, dst, (uint64_t)(size));
+	}
+	shim_call_done(&call);
+	return r;
+}
+
+/* async 45 memcpy2DDtoD (shim/api/cuda.api:123) */
+SHIM_HIDDEN int rpc_memcpy2DDtoD(unsigned long long dst, size_t dstPitch, unsigned long long src, size_t srcPitch, size_t width, size_t height, void *hStream) {
+	struct shim_call call;
+	int r = shim_call_begin(&call, CALL_memcpy2DDtoD, SHIM_CALL_ASYNC, 8 + 8 + 8 + 8 + 8 + 8 + 8);
+	if (r != 0) return r;
+	shim_put_u64(&call, (uint64_t)dst);
+	shim_put_u64(&call, (uint64_t)dstPitch);
+	shim_put_u64(&call, (uint64_t)src);
+	shim_put_u64(&call, (uint64_t)srcPitch);
+	shim_put_u64(&call, (uint64_t)width);
+	shim_put_u64(&call, (uint64_t)height);
+	shim_put_u64(&call, (uint64_t)(uintptr_t)hStream);
+	r = shim_call_end(&call);
+	shim_call_done(&call);
+	return r;
+}
+
+/* async 46 memset2D (shim/api/cuda.api:124) */
+SHIM_HIDDEN int rpc_memset2D(unsigned long long dst, size_t pitch, unsigned int value, unsigned int elementSize, size_t width, size_t height, void *hStream) {
+	struct shim_call call;
+	int r = shim_call_begin(&call, CALL_memset2D, SHIM_CALL_ASYNC, 8 + 8 + 8 + 8 + 8 + 8 + 8);
+	if (r != 0) return r;
+	shim_put_u64(&call, (uint64_t)dst);
+	shim_put_u64(&call, (uint64_t)pitch);
+	shim_put_u64(&call, (uint64_t)value);
+	shim_put_u64(&call, (uint64_t)elementSize);
+	shim_put_u64(&call, (uint64_t)width);
+	shim_put_u64(&call, (uint64_t)height);
+	shim_put_u64(&call, (uint64_t)(uintptr_t)hStream);
+	r = shim_call_end(&call);
+	shim_call_done(&call);
+	return r;
+}
+
+/* async 86 streamWriteValue (shim/api/cuda.api:127) */
+SHIM_HIDDEN int rpc_streamWriteValue(void *hStream, unsigned long long addr, unsigned long long value, unsigned int size, unsigned int flags) {
+	struct shim_call call;
+	int r = shim_call_begin(&call, CALL_streamWriteValue, SHIM_CALL_ASYNC, 8 + 8 + 8 + 8 + 8);
+	if (r != 0) return r;
+	shim_put_u64(&call, (uint64_t)(uintptr_t)hStream);
+	shim_put_u64(&call, (uint64_t)addr);
+	shim_put_u64(&call, (uint64_t)value);
+	shim_put_u64(&call, (uint64_t)size);
+	shim_put_u64(&call, (uint64_t)flags);
+	r = shim_call_end(&call);
+	shim_call_done(&call);
+	return r;
+}
+
+/* sync 87 streamWaitValue (shim/api/cuda.api:128) */
+SHIM_HIDDEN int rpc_streamWaitValue(void *hStream, unsigned long long addr, unsigned long long value, unsigned int size, unsigned int flags) {
+	struct shim_call call;
+	int r = shim_call_begin(&call, CALL_streamWaitValue, SHIM_CALL_SYNC, 8 + 8 + 8 + 8 + 8);
+	if (r != 0) return r;
+	shim_put_u64(&call, (uint64_t)(uintptr_t)hStream);
+	shim_put_u64(&call, (uint64_t)addr);
+	shim_put_u64(&call, (uint64_t)value);
+	shim_put_u64(&call, (uint64_t)size);
+	shim_put_u64(&call, (uint64_t)flags);
+	r = shim_call_end(&call);
+	shim_call_done(&call);
+	return r;
+}
+
+/* sync 110 tensorMapEncode (shim/api/cuda.api:130) */
+SHIM_HIDDEN int rpc_tensorMapEncode(void *tensorMap, const void *request, size_t size) {
+	if (tensorMap == NULL && (uint64_t)128 != 0) return shim_null_arg("tensorMapEncode", "tensorMap");
+	if (request == NULL && (uint64_t)(size) != 0) return shim_null_arg("tensorMapEncode", "request");
+	struct shim_call call;
+	int r = shim_call_begin(&call, CALL_tensorMapEncode, SHIM_CALL_SYNC, 8 + 8 + shim_pad8((uint64_t)(size)) + 8);
+	if (r != 0) return r;
+	shim_put_u64(&call, (uint64_t)128);
+	shim_put_bytes(&call, request, (uint64_t)(size));
+	shim_put_u64(&call, (uint64_t)size);
+	r = shim_call_end(&call);
+	if (r == 0) {
+		shim_get_bytes(&call, tensorMap, (uint64_t)128);
+	}
+	shim_call_done(&call);
+	return r;
+}
+
+/* sync 111 tensorMapReplaceAddress (shim/api/cuda.api:131) */
+SHIM_HIDDEN int rpc_tensorMapReplaceAddress(void *tensorMap, const void *old, unsigned long long globalAddress) {
+	if (tensorMap == NULL && (uint64_t)128 != 0) return shim_null_arg("tensorMapReplaceAddress", "tensorMap");
+	if (old == NULL && (uint64_t)128 != 0) return shim_null_arg("tensorMapReplaceAddress", "old");
+	struct shim_call call;
+	int r = shim_call_begin(&call, CALL_tensorMapReplaceAddress, SHIM_CALL_SYNC, 8 + 8 + shim_pad8((uint64_t)128) + 8);
+	if (r != 0) return r;
+	shim_put_u64(&call, (uint64_t)128);
+	shim_put_bytes(&call, old, (uint64_t)128);
+	shim_put_u64(&call, (uint64_t)globalAddress);
+	r = shim_call_end(&call);
+	if (r == 0) {
+		shim_get_bytes(&call, tensorMap, (uint64_t)128);
+	}
+	shim_call_done(&call);
+	return r;
+}
+
 /* Entry points exported but not implemented: CUDA_ERROR_NOT_SUPPORTED, logged once by name. */
 SHIM_EXPORT int cuArray3DCreate(void) { return shim_unsupported("cuArray3DCreate"); }
 SHIM_EXPORT int cuArray3DCreate_v2(void) { return shim_unsupported("cuArray3DCreate_v2"); }
@@ -910,35 +1122,18 @@ SHIM_EXPORT int cuCoredumpGetAttributeGlobal(void) { return shim_unsupported("cu
 SHIM_EXPORT int cuCoredumpSetAttribute(void) { return shim_unsupported("cuCoredumpSetAttribute"); }
 SHIM_EXPORT int cuCoredumpSetAttributeGlobal(void) { return shim_unsupported("cuCoredumpSetAttributeGlobal"); }
 SHIM_EXPORT int cuCtxAttach(void) { return shim_unsupported("cuCtxAttach"); }
-SHIM_EXPORT int cuCtxCreate(void) { return shim_unsupported("cuCtxCreate"); }
-SHIM_EXPORT int cuCtxCreate_v3(void) { return shim_unsupported("cuCtxCreate_v3"); }
-SHIM_EXPORT int cuCtxCreate_v4(void) { return shim_unsupported("cuCtxCreate_v4"); }
-SHIM_EXPORT int cuCtxDestroy(void) { return shim_unsupported("cuCtxDestroy"); }
 SHIM_EXPORT int cuCtxDetach(void) { return shim_unsupported("cuCtxDetach"); }
 SHIM_EXPORT int cuCtxDisablePeerAccess(void) { return shim_unsupported("cuCtxDisablePeerAccess"); }
 SHIM_EXPORT int cuCtxEnablePeerAccess(void) { return shim_unsupported("cuCtxEnablePeerAccess"); }
 SHIM_EXPORT int cuCtxFromGreenCtx(void) { return shim_unsupported("cuCtxFromGreenCtx"); }
-SHIM_EXPORT int cuCtxGetCacheConfig(void) { return shim_unsupported("cuCtxGetCacheConfig"); }
 SHIM_EXPORT int cuCtxGetDevResource(void) { return shim_unsupported("cuCtxGetDevResource"); }
 SHIM_EXPORT int cuCtxGetExecAffinity(void) { return shim_unsupported("cuCtxGetExecAffinity"); }
-SHIM_EXPORT int cuCtxGetId(void) { return shim_unsupported("cuCtxGetId"); }
-SHIM_EXPORT int cuCtxGetLimit(void) { return shim_unsupported("cuCtxGetLimit"); }
-SHIM_EXPORT int cuCtxGetSharedMemConfig(void) { return shim_unsupported("cuCtxGetSharedMemConfig"); }
-SHIM_EXPORT int cuCtxPopCurrent(void) { return shim_unsupported("cuCtxPopCurrent"); }
-SHIM_EXPORT int cuCtxPushCurrent(void) { return shim_unsupported("cuCtxPushCurrent"); }
 SHIM_EXPORT int cuCtxRecordEvent(void) { return shim_unsupported("cuCtxRecordEvent"); }
-SHIM_EXPORT int cuCtxResetPersistingL2Cache(void) { return shim_unsupported("cuCtxResetPersistingL2Cache"); }
-SHIM_EXPORT int cuCtxSetCacheConfig(void) { return shim_unsupported("cuCtxSetCacheConfig"); }
-SHIM_EXPORT int cuCtxSetFlags(void) { return shim_unsupported("cuCtxSetFlags"); }
-SHIM_EXPORT int cuCtxSetLimit(void) { return shim_unsupported("cuCtxSetLimit"); }
-SHIM_EXPORT int cuCtxSetSharedMemConfig(void) { return shim_unsupported("cuCtxSetSharedMemConfig"); }
 SHIM_EXPORT int cuCtxWaitEvent(void) { return shim_unsupported("cuCtxWaitEvent"); }
 SHIM_EXPORT int cuDestroyExternalMemory(void) { return shim_unsupported("cuDestroyExternalMemory"); }
 SHIM_EXPORT int cuDestroyExternalSemaphore(void) { return shim_unsupported("cuDestroyExternalSemaphore"); }
 SHIM_EXPORT int cuDevResourceGenerateDesc(void) { return shim_unsupported("cuDevResourceGenerateDesc"); }
 SHIM_EXPORT int cuDevSmResourceSplitByCount(void) { return shim_unsupported("cuDevSmResourceSplitByCount"); }
-SHIM_EXPORT int cuDeviceCanAccessPeer(void) { return shim_unsupported("cuDeviceCanAccessPeer"); }
-SHIM_EXPORT int cuDeviceGetByPCIBusId(void) { return shim_unsupported("cuDeviceGetByPCIBusId"); }
 SHIM_EXPORT int cuDeviceGetDefaultMemPool(void) { return shim_unsupported("cuDeviceGetDefaultMemPool"); }
 SHIM_EXPORT int cuDeviceGetDevResource(void) { return shim_unsupported("cuDeviceGetDevResource"); }
 SHIM_EXPORT int cuDeviceGetExecAffinitySupport(void) { return shim_unsupported("cuDeviceGetExecAffinitySupport"); }
@@ -948,9 +1143,7 @@ SHIM_EXPORT int cuDeviceGetLuid(void) { return shim_unsupported("cuDeviceGetLuid
 SHIM_EXPORT int cuDeviceGetMemPool(void) { return shim_unsupported("cuDeviceGetMemPool"); }
 SHIM_EXPORT int cuDeviceGetNvSciSyncAttributes(void) { return shim_unsupported("cuDeviceGetNvSciSyncAttributes"); }
 SHIM_EXPORT int cuDeviceGetP2PAtomicCapabilities(void) { return shim_unsupported("cuDeviceGetP2PAtomicCapabilities"); }
-SHIM_EXPORT int cuDeviceGetP2PAttribute(void) { return shim_unsupported("cuDeviceGetP2PAttribute"); }
 SHIM_EXPORT int cuDeviceGetProperties(void) { return shim_unsupported("cuDeviceGetProperties"); }
-SHIM_EXPORT int cuDeviceGetTexture1DLinearMaxWidth(void) { return shim_unsupported("cuDeviceGetTexture1DLinearMaxWidth"); }
 SHIM_EXPORT int cuDeviceGraphMemTrim(void) { return shim_unsupported("cuDeviceGraphMemTrim"); }
 SHIM_EXPORT int cuDeviceRegisterAsyncNotification(void) { return shim_unsupported("cuDeviceRegisterAsyncNotification"); }
 SHIM_EXPORT int cuDeviceSetGraphMemAttribute(void) { return shim_unsupported("cuDeviceSetGraphMemAttribute"); }
@@ -967,14 +1160,9 @@ SHIM_EXPORT int cuEGLStreamProducerDisconnect(void) { return shim_unsupported("c
 SHIM_EXPORT int cuEGLStreamProducerPresentFrame(void) { return shim_unsupported("cuEGLStreamProducerPresentFrame"); }
 SHIM_EXPORT int cuEGLStreamProducerReturnFrame(void) { return shim_unsupported("cuEGLStreamProducerReturnFrame"); }
 SHIM_EXPORT int cuEventCreateFromEGLSync(void) { return shim_unsupported("cuEventCreateFromEGLSync"); }
-SHIM_EXPORT int cuEventDestroy(void) { return shim_unsupported("cuEventDestroy"); }
 SHIM_EXPORT int cuExternalMemoryGetMappedBuffer(void) { return shim_unsupported("cuExternalMemoryGetMappedBuffer"); }
 SHIM_EXPORT int cuExternalMemoryGetMappedMipmappedArray(void) { return shim_unsupported("cuExternalMemoryGetMappedMipmappedArray"); }
 SHIM_EXPORT int cuFlushGPUDirectRDMAWrites(void) { return shim_unsupported("cuFlushGPUDirectRDMAWrites"); }
-SHIM_EXPORT int cuFuncGetModule(void) { return shim_unsupported("cuFuncGetModule"); }
-SHIM_EXPORT int cuFuncGetName(void) { return shim_unsupported("cuFuncGetName"); }
-SHIM_EXPORT int cuFuncIsLoaded(void) { return shim_unsupported("cuFuncIsLoaded"); }
-SHIM_EXPORT int cuFuncLoad(void) { return shim_unsupported("cuFuncLoad"); }
 SHIM_EXPORT int cuFuncSetBlockShape(void) { return shim_unsupported("cuFuncSetBlockShape"); }
 SHIM_EXPORT int cuFuncSetSharedMemConfig(void) { return shim_unsupported("cuFuncSetSharedMemConfig"); }
 SHIM_EXPORT int cuFuncSetSharedSize(void) { return shim_unsupported("cuFuncSetSharedSize"); }
@@ -1118,18 +1306,10 @@ SHIM_EXPORT int cuIpcGetMemHandle(void) { return shim_unsupported("cuIpcGetMemHa
 SHIM_EXPORT int cuIpcOpenEventHandle(void) { return shim_unsupported("cuIpcOpenEventHandle"); }
 SHIM_EXPORT int cuIpcOpenMemHandle(void) { return shim_unsupported("cuIpcOpenMemHandle"); }
 SHIM_EXPORT int cuIpcOpenMemHandle_v2(void) { return shim_unsupported("cuIpcOpenMemHandle_v2"); }
-SHIM_EXPORT int cuKernelGetLibrary(void) { return shim_unsupported("cuKernelGetLibrary"); }
-SHIM_EXPORT int cuKernelGetName(void) { return shim_unsupported("cuKernelGetName"); }
-SHIM_EXPORT int cuKernelGetParamInfo(void) { return shim_unsupported("cuKernelGetParamInfo"); }
-SHIM_EXPORT int cuKernelSetCacheConfig(void) { return shim_unsupported("cuKernelSetCacheConfig"); }
 SHIM_EXPORT int cuLaunch(void) { return shim_unsupported("cuLaunch"); }
-SHIM_EXPORT int cuLaunchCooperativeKernel(void) { return shim_unsupported("cuLaunchCooperativeKernel"); }
 SHIM_EXPORT int cuLaunchCooperativeKernelMultiDevice(void) { return shim_unsupported("cuLaunchCooperativeKernelMultiDevice"); }
-SHIM_EXPORT int cuLaunchCooperativeKernel_ptsz(void) { return shim_unsupported("cuLaunchCooperativeKernel_ptsz"); }
 SHIM_EXPORT int cuLaunchGrid(void) { return shim_unsupported("cuLaunchGrid"); }
 SHIM_EXPORT int cuLaunchGridAsync(void) { return shim_unsupported("cuLaunchGridAsync"); }
-SHIM_EXPORT int cuLibraryEnumerateKernels(void) { return shim_unsupported("cuLibraryEnumerateKernels"); }
-SHIM_EXPORT int cuLibraryGetKernelCount(void) { return shim_unsupported("cuLibraryGetKernelCount"); }
 SHIM_EXPORT int cuLibraryGetManaged(void) { return shim_unsupported("cuLibraryGetManaged"); }
 SHIM_EXPORT int cuLibraryGetUnifiedFunction(void) { return shim_unsupported("cuLibraryGetUnifiedFunction"); }
 SHIM_EXPORT int cuLibraryLoadFromFile(void) { return shim_unsupported("cuLibraryLoadFromFile"); }
@@ -1171,7 +1351,6 @@ SHIM_EXPORT int cuMemGetInfo(void) { return shim_unsupported("cuMemGetInfo"); }
 SHIM_EXPORT int cuMemGetMemPool(void) { return shim_unsupported("cuMemGetMemPool"); }
 SHIM_EXPORT int cuMemHostGetDevicePointer(void) { return shim_unsupported("cuMemHostGetDevicePointer"); }
 SHIM_EXPORT int cuMemHostGetDevicePointer_v2(void) { return shim_unsupported("cuMemHostGetDevicePointer_v2"); }
-SHIM_EXPORT int cuMemHostRegister(void) { return shim_unsupported("cuMemHostRegister"); }
 SHIM_EXPORT int cuMemImportFromShareableHandle(void) { return shim_unsupported("cuMemImportFromShareableHandle"); }
 SHIM_EXPORT int cuMemMapArrayAsync(void) { return shim_unsupported("cuMemMapArrayAsync"); }
 SHIM_EXPORT int cuMemMapArrayAsync_ptsz(void) { return shim_unsupported("cuMemMapArrayAsync_ptsz"); }
@@ -1198,17 +1377,9 @@ SHIM_EXPORT int cuMemRetainAllocationHandle(void) { return shim_unsupported("cuM
 SHIM_EXPORT int cuMemSetMemPool(void) { return shim_unsupported("cuMemSetMemPool"); }
 SHIM_EXPORT int cuMemcpy2D(void) { return shim_unsupported("cuMemcpy2D"); }
 SHIM_EXPORT int cuMemcpy2DAsync(void) { return shim_unsupported("cuMemcpy2DAsync"); }
-SHIM_EXPORT int cuMemcpy2DAsync_v2(void) { return shim_unsupported("cuMemcpy2DAsync_v2"); }
-SHIM_EXPORT int cuMemcpy2DAsync_v2_ptsz(void) { return shim_unsupported("cuMemcpy2DAsync_v2_ptsz"); }
 SHIM_EXPORT int cuMemcpy2DUnaligned(void) { return shim_unsupported("cuMemcpy2DUnaligned"); }
-SHIM_EXPORT int cuMemcpy2DUnaligned_v2(void) { return shim_unsupported("cuMemcpy2DUnaligned_v2"); }
-SHIM_EXPORT int cuMemcpy2DUnaligned_v2_ptds(void) { return shim_unsupported("cuMemcpy2DUnaligned_v2_ptds"); }
-SHIM_EXPORT int cuMemcpy2D_v2(void) { return shim_unsupported("cuMemcpy2D_v2"); }
-SHIM_EXPORT int cuMemcpy2D_v2_ptds(void) { return shim_unsupported("cuMemcpy2D_v2_ptds"); }
 SHIM_EXPORT int cuMemcpy3D(void) { return shim_unsupported("cuMemcpy3D"); }
 SHIM_EXPORT int cuMemcpy3DAsync(void) { return shim_unsupported("cuMemcpy3DAsync"); }
-SHIM_EXPORT int cuMemcpy3DAsync_v2(void) { return shim_unsupported("cuMemcpy3DAsync_v2"); }
-SHIM_EXPORT int cuMemcpy3DAsync_v2_ptsz(void) { return shim_unsupported("cuMemcpy3DAsync_v2_ptsz"); }
 SHIM_EXPORT int cuMemcpy3DBatchAsync(void) { return shim_unsupported("cuMemcpy3DBatchAsync"); }
 SHIM_EXPORT int cuMemcpy3DBatchAsync_ptsz(void) { return shim_unsupported("cuMemcpy3DBatchAsync_ptsz"); }
 SHIM_EXPORT int cuMemcpy3DBatchAsync_v2(void) { return shim_unsupported("cuMemcpy3DBatchAsync_v2"); }
@@ -1217,8 +1388,6 @@ SHIM_EXPORT int cuMemcpy3DPeer(void) { return shim_unsupported("cuMemcpy3DPeer")
 SHIM_EXPORT int cuMemcpy3DPeerAsync(void) { return shim_unsupported("cuMemcpy3DPeerAsync"); }
 SHIM_EXPORT int cuMemcpy3DPeerAsync_ptsz(void) { return shim_unsupported("cuMemcpy3DPeerAsync_ptsz"); }
 SHIM_EXPORT int cuMemcpy3DPeer_ptds(void) { return shim_unsupported("cuMemcpy3DPeer_ptds"); }
-SHIM_EXPORT int cuMemcpy3D_v2(void) { return shim_unsupported("cuMemcpy3D_v2"); }
-SHIM_EXPORT int cuMemcpy3D_v2_ptds(void) { return shim_unsupported("cuMemcpy3D_v2_ptds"); }
 SHIM_EXPORT int cuMemcpyAtoA(void) { return shim_unsupported("cuMemcpyAtoA"); }
 SHIM_EXPORT int cuMemcpyAtoA_v2(void) { return shim_unsupported("cuMemcpyAtoA_v2"); }
 SHIM_EXPORT int cuMemcpyAtoA_v2_ptds(void) { return shim_unsupported("cuMemcpyAtoA_v2_ptds"); }
@@ -1250,26 +1419,10 @@ SHIM_EXPORT int cuMemcpyHtoA_v2(void) { return shim_unsupported("cuMemcpyHtoA_v2
 SHIM_EXPORT int cuMemcpyHtoA_v2_ptds(void) { return shim_unsupported("cuMemcpyHtoA_v2_ptds"); }
 SHIM_EXPORT int cuMemcpyHtoD(void) { return shim_unsupported("cuMemcpyHtoD"); }
 SHIM_EXPORT int cuMemcpyHtoDAsync(void) { return shim_unsupported("cuMemcpyHtoDAsync"); }
-SHIM_EXPORT int cuMemcpyPeer(void) { return shim_unsupported("cuMemcpyPeer"); }
-SHIM_EXPORT int cuMemcpyPeerAsync(void) { return shim_unsupported("cuMemcpyPeerAsync"); }
-SHIM_EXPORT int cuMemcpyPeerAsync_ptsz(void) { return shim_unsupported("cuMemcpyPeerAsync_ptsz"); }
-SHIM_EXPORT int cuMemcpyPeer_ptds(void) { return shim_unsupported("cuMemcpyPeer_ptds"); }
 SHIM_EXPORT int cuMemsetD16(void) { return shim_unsupported("cuMemsetD16"); }
 SHIM_EXPORT int cuMemsetD2D16(void) { return shim_unsupported("cuMemsetD2D16"); }
-SHIM_EXPORT int cuMemsetD2D16Async(void) { return shim_unsupported("cuMemsetD2D16Async"); }
-SHIM_EXPORT int cuMemsetD2D16Async_ptsz(void) { return shim_unsupported("cuMemsetD2D16Async_ptsz"); }
-SHIM_EXPORT int cuMemsetD2D16_v2(void) { return shim_unsupported("cuMemsetD2D16_v2"); }
-SHIM_EXPORT int cuMemsetD2D16_v2_ptds(void) { return shim_unsupported("cuMemsetD2D16_v2_ptds"); }
 SHIM_EXPORT int cuMemsetD2D32(void) { return shim_unsupported("cuMemsetD2D32"); }
-SHIM_EXPORT int cuMemsetD2D32Async(void) { return shim_unsupported("cuMemsetD2D32Async"); }
-SHIM_EXPORT int cuMemsetD2D32Async_ptsz(void) { return shim_unsupported("cuMemsetD2D32Async_ptsz"); }
-SHIM_EXPORT int cuMemsetD2D32_v2(void) { return shim_unsupported("cuMemsetD2D32_v2"); }
-SHIM_EXPORT int cuMemsetD2D32_v2_ptds(void) { return shim_unsupported("cuMemsetD2D32_v2_ptds"); }
 SHIM_EXPORT int cuMemsetD2D8(void) { return shim_unsupported("cuMemsetD2D8"); }
-SHIM_EXPORT int cuMemsetD2D8Async(void) { return shim_unsupported("cuMemsetD2D8Async"); }
-SHIM_EXPORT int cuMemsetD2D8Async_ptsz(void) { return shim_unsupported("cuMemsetD2D8Async_ptsz"); }
-SHIM_EXPORT int cuMemsetD2D8_v2(void) { return shim_unsupported("cuMemsetD2D8_v2"); }
-SHIM_EXPORT int cuMemsetD2D8_v2_ptds(void) { return shim_unsupported("cuMemsetD2D8_v2_ptds"); }
 SHIM_EXPORT int cuMemsetD32(void) { return shim_unsupported("cuMemsetD32"); }
 SHIM_EXPORT int cuMemsetD8(void) { return shim_unsupported("cuMemsetD8"); }
 SHIM_EXPORT int cuMipmappedArrayCreate(void) { return shim_unsupported("cuMipmappedArrayCreate"); }
@@ -1277,8 +1430,6 @@ SHIM_EXPORT int cuMipmappedArrayDestroy(void) { return shim_unsupported("cuMipma
 SHIM_EXPORT int cuMipmappedArrayGetLevel(void) { return shim_unsupported("cuMipmappedArrayGetLevel"); }
 SHIM_EXPORT int cuMipmappedArrayGetMemoryRequirements(void) { return shim_unsupported("cuMipmappedArrayGetMemoryRequirements"); }
 SHIM_EXPORT int cuMipmappedArrayGetSparseProperties(void) { return shim_unsupported("cuMipmappedArrayGetSparseProperties"); }
-SHIM_EXPORT int cuModuleEnumerateFunctions(void) { return shim_unsupported("cuModuleEnumerateFunctions"); }
-SHIM_EXPORT int cuModuleGetFunctionCount(void) { return shim_unsupported("cuModuleGetFunctionCount"); }
 SHIM_EXPORT int cuModuleGetGlobal(void) { return shim_unsupported("cuModuleGetGlobal"); }
 SHIM_EXPORT int cuModuleGetSurfRef(void) { return shim_unsupported("cuModuleGetSurfRef"); }
 SHIM_EXPORT int cuModuleGetTexRef(void) { return shim_unsupported("cuModuleGetTexRef"); }
@@ -1289,13 +1440,6 @@ SHIM_EXPORT int cuMulticastBindMem(void) { return shim_unsupported("cuMulticastB
 SHIM_EXPORT int cuMulticastCreate(void) { return shim_unsupported("cuMulticastCreate"); }
 SHIM_EXPORT int cuMulticastGetGranularity(void) { return shim_unsupported("cuMulticastGetGranularity"); }
 SHIM_EXPORT int cuMulticastUnbind(void) { return shim_unsupported("cuMulticastUnbind"); }
-SHIM_EXPORT int cuOccupancyAvailableDynamicSMemPerBlock(void) { return shim_unsupported("cuOccupancyAvailableDynamicSMemPerBlock"); }
-SHIM_EXPORT int cuOccupancyMaxActiveBlocksPerMultiprocessor(void) { return shim_unsupported("cuOccupancyMaxActiveBlocksPerMultiprocessor"); }
-SHIM_EXPORT int cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags(void) { return shim_unsupported("cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags"); }
-SHIM_EXPORT int cuOccupancyMaxActiveClusters(void) { return shim_unsupported("cuOccupancyMaxActiveClusters"); }
-SHIM_EXPORT int cuOccupancyMaxPotentialBlockSize(void) { return shim_unsupported("cuOccupancyMaxPotentialBlockSize"); }
-SHIM_EXPORT int cuOccupancyMaxPotentialBlockSizeWithFlags(void) { return shim_unsupported("cuOccupancyMaxPotentialBlockSizeWithFlags"); }
-SHIM_EXPORT int cuOccupancyMaxPotentialClusterSize(void) { return shim_unsupported("cuOccupancyMaxPotentialClusterSize"); }
 SHIM_EXPORT int cuParamSetSize(void) { return shim_unsupported("cuParamSetSize"); }
 SHIM_EXPORT int cuParamSetTexRef(void) { return shim_unsupported("cuParamSetTexRef"); }
 SHIM_EXPORT int cuParamSetf(void) { return shim_unsupported("cuParamSetf"); }
@@ -1309,10 +1453,6 @@ SHIM_EXPORT int cuSignalExternalSemaphoresAsync(void) { return shim_unsupported(
 SHIM_EXPORT int cuSignalExternalSemaphoresAsync_ptsz(void) { return shim_unsupported("cuSignalExternalSemaphoresAsync_ptsz"); }
 SHIM_EXPORT int cuStreamAttachMemAsync(void) { return shim_unsupported("cuStreamAttachMemAsync"); }
 SHIM_EXPORT int cuStreamAttachMemAsync_ptsz(void) { return shim_unsupported("cuStreamAttachMemAsync_ptsz"); }
-SHIM_EXPORT int cuStreamBatchMemOp(void) { return shim_unsupported("cuStreamBatchMemOp"); }
-SHIM_EXPORT int cuStreamBatchMemOp_ptsz(void) { return shim_unsupported("cuStreamBatchMemOp_ptsz"); }
-SHIM_EXPORT int cuStreamBatchMemOp_v2(void) { return shim_unsupported("cuStreamBatchMemOp_v2"); }
-SHIM_EXPORT int cuStreamBatchMemOp_v2_ptsz(void) { return shim_unsupported("cuStreamBatchMemOp_v2_ptsz"); }
 SHIM_EXPORT int cuStreamBeginCapture(void) { return shim_unsupported("cuStreamBeginCapture"); }
 SHIM_EXPORT int cuStreamBeginCaptureToGraph(void) { return shim_unsupported("cuStreamBeginCaptureToGraph"); }
 SHIM_EXPORT int cuStreamBeginCaptureToGraph_ptsz(void) { return shim_unsupported("cuStreamBeginCaptureToGraph_ptsz"); }
@@ -1328,31 +1468,11 @@ SHIM_EXPORT int cuStreamUpdateCaptureDependencies(void) { return shim_unsupporte
 SHIM_EXPORT int cuStreamUpdateCaptureDependencies_ptsz(void) { return shim_unsupported("cuStreamUpdateCaptureDependencies_ptsz"); }
 SHIM_EXPORT int cuStreamUpdateCaptureDependencies_v2(void) { return shim_unsupported("cuStreamUpdateCaptureDependencies_v2"); }
 SHIM_EXPORT int cuStreamUpdateCaptureDependencies_v2_ptsz(void) { return shim_unsupported("cuStreamUpdateCaptureDependencies_v2_ptsz"); }
-SHIM_EXPORT int cuStreamWaitValue32(void) { return shim_unsupported("cuStreamWaitValue32"); }
-SHIM_EXPORT int cuStreamWaitValue32_ptsz(void) { return shim_unsupported("cuStreamWaitValue32_ptsz"); }
-SHIM_EXPORT int cuStreamWaitValue32_v2(void) { return shim_unsupported("cuStreamWaitValue32_v2"); }
-SHIM_EXPORT int cuStreamWaitValue32_v2_ptsz(void) { return shim_unsupported("cuStreamWaitValue32_v2_ptsz"); }
-SHIM_EXPORT int cuStreamWaitValue64(void) { return shim_unsupported("cuStreamWaitValue64"); }
-SHIM_EXPORT int cuStreamWaitValue64_ptsz(void) { return shim_unsupported("cuStreamWaitValue64_ptsz"); }
-SHIM_EXPORT int cuStreamWaitValue64_v2(void) { return shim_unsupported("cuStreamWaitValue64_v2"); }
-SHIM_EXPORT int cuStreamWaitValue64_v2_ptsz(void) { return shim_unsupported("cuStreamWaitValue64_v2_ptsz"); }
-SHIM_EXPORT int cuStreamWriteValue32(void) { return shim_unsupported("cuStreamWriteValue32"); }
-SHIM_EXPORT int cuStreamWriteValue32_ptsz(void) { return shim_unsupported("cuStreamWriteValue32_ptsz"); }
-SHIM_EXPORT int cuStreamWriteValue32_v2(void) { return shim_unsupported("cuStreamWriteValue32_v2"); }
-SHIM_EXPORT int cuStreamWriteValue32_v2_ptsz(void) { return shim_unsupported("cuStreamWriteValue32_v2_ptsz"); }
-SHIM_EXPORT int cuStreamWriteValue64(void) { return shim_unsupported("cuStreamWriteValue64"); }
-SHIM_EXPORT int cuStreamWriteValue64_ptsz(void) { return shim_unsupported("cuStreamWriteValue64_ptsz"); }
-SHIM_EXPORT int cuStreamWriteValue64_v2(void) { return shim_unsupported("cuStreamWriteValue64_v2"); }
-SHIM_EXPORT int cuStreamWriteValue64_v2_ptsz(void) { return shim_unsupported("cuStreamWriteValue64_v2_ptsz"); }
 SHIM_EXPORT int cuSurfObjectCreate(void) { return shim_unsupported("cuSurfObjectCreate"); }
 SHIM_EXPORT int cuSurfObjectDestroy(void) { return shim_unsupported("cuSurfObjectDestroy"); }
 SHIM_EXPORT int cuSurfObjectGetResourceDesc(void) { return shim_unsupported("cuSurfObjectGetResourceDesc"); }
 SHIM_EXPORT int cuSurfRefGetArray(void) { return shim_unsupported("cuSurfRefGetArray"); }
 SHIM_EXPORT int cuSurfRefSetArray(void) { return shim_unsupported("cuSurfRefSetArray"); }
-SHIM_EXPORT int cuTensorMapEncodeIm2col(void) { return shim_unsupported("cuTensorMapEncodeIm2col"); }
-SHIM_EXPORT int cuTensorMapEncodeIm2colWide(void) { return shim_unsupported("cuTensorMapEncodeIm2colWide"); }
-SHIM_EXPORT int cuTensorMapEncodeTiled(void) { return shim_unsupported("cuTensorMapEncodeTiled"); }
-SHIM_EXPORT int cuTensorMapReplaceAddress(void) { return shim_unsupported("cuTensorMapReplaceAddress"); }
 SHIM_EXPORT int cuTexObjectCreate(void) { return shim_unsupported("cuTexObjectCreate"); }
 SHIM_EXPORT int cuTexObjectDestroy(void) { return shim_unsupported("cuTexObjectDestroy"); }
 SHIM_EXPORT int cuTexObjectGetResourceDesc(void) { return shim_unsupported("cuTexObjectGetResourceDesc"); }
@@ -1461,6 +1581,18 @@ const char *shim_call_name(unsigned id) {
 	case CALL_cuEventElapsedTime: return "cuEventElapsedTime";
 	case CALL_cuEventElapsedTime_v2: return "cuEventElapsedTime_v2";
 	case CALL_cuPointerGetAttribute: return "cuPointerGetAttribute";
+	case CALL_cuLaunchKernelEx: return "cuLaunchKernelEx";
+	case CALL_cuLibraryGetKernelCount: return "cuLibraryGetKernelCount";
+	case CALL_cuLibraryEnumerateKernels: return "cuLibraryEnumerateKernels";
+	case CALL_funcGetName: return "funcGetName";
+	case CALL_memcpy2DHtoD: return "memcpy2DHtoD";
+	case CALL_memcpy2DDtoH: return "memcpy2DDtoH";
+	case CALL_memcpy2DDtoD: return "memcpy2DDtoD";
+	case CALL_memset2D: return "memset2D";
+	case CALL_streamWriteValue: return "streamWriteValue";
+	case CALL_streamWaitValue: return "streamWaitValue";
+	case CALL_tensorMapEncode: return "tensorMapEncode";
+	case CALL_tensorMapReplaceAddress: return "tensorMapReplaceAddress";
 	}
 	return NULL;
 }
@@ -1546,6 +1678,68 @@ int cuStreamSetAttribute();
 int cuStreamCopyAttributes();
 int cuLaunchHostFunc();
 int cuStreamAddCallback();
+int cuLibraryGetKernel();
+int cuFuncGetAttribute();
+int cuFuncSetAttribute();
+int cuKernelGetAttribute();
+int cuKernelSetAttribute();
+int cuKernelGetParamInfo();
+int cuFuncGetName();
+int cuKernelGetName();
+int cuFuncGetModule();
+int cuKernelGetLibrary();
+int cuFuncIsLoaded();
+int cuFuncLoad();
+int cuLibraryGetKernelCount();
+int cuLibraryEnumerateKernels();
+int cuModuleGetFunctionCount();
+int cuModuleEnumerateFunctions();
+int cuKernelSetCacheConfig();
+int cuLaunchCooperativeKernel();
+int cuOccupancyMaxActiveBlocksPerMultiprocessor();
+int cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags();
+int cuOccupancyMaxPotentialBlockSize();
+int cuOccupancyMaxPotentialBlockSizeWithFlags();
+int cuOccupancyAvailableDynamicSMemPerBlock();
+int cuOccupancyMaxActiveClusters();
+int cuOccupancyMaxPotentialClusterSize();
+int cuTensorMapEncodeTiled();
+int cuTensorMapEncodeIm2col();
+int cuTensorMapEncodeIm2colWide();
+int cuTensorMapReplaceAddress();
+int cuMemcpy2D_v2();
+int cuMemcpy2DUnaligned_v2();
+int cuMemcpy2DAsync_v2();
+int cuMemcpy3D_v2();
+int cuMemcpy3DAsync_v2();
+int cuMemcpyPeer();
+int cuMemcpyPeerAsync();
+int cuMemsetD2D8_v2();
+int cuMemsetD2D16_v2();
+int cuMemsetD2D32_v2();
+int cuMemsetD2D8Async();
+int cuMemsetD2D16Async();
+int cuMemsetD2D32Async();
+int cuStreamWriteValue32_v2();
+int cuStreamWriteValue64_v2();
+int cuStreamWaitValue32_v2();
+int cuStreamWaitValue64_v2();
+int cuStreamBatchMemOp_v2();
+int cuCtxCreate_v4();
+int cuCtxCreate_v3();
+int cuCtxSetFlags();
+int cuCtxGetId();
+int cuCtxGetLimit();
+int cuCtxSetLimit();
+int cuCtxGetCacheConfig();
+int cuCtxSetCacheConfig();
+int cuCtxGetSharedMemConfig();
+int cuCtxSetSharedMemConfig();
+int cuCtxResetPersistingL2Cache();
+int cuDeviceCanAccessPeer();
+int cuDeviceGetP2PAttribute();
+int cuDeviceGetByPCIBusId();
+int cuDeviceGetTexture1DLinearMaxWidth();
 
 const struct shim_proc shim_procs[] = {
 	{"cuArray3DCreate", (void *)cuArray3DCreate},
@@ -1571,11 +1765,11 @@ const struct shim_proc shim_procs[] = {
 	{"cuCoredumpSetAttribute", (void *)cuCoredumpSetAttribute},
 	{"cuCoredumpSetAttributeGlobal", (void *)cuCoredumpSetAttributeGlobal},
 	{"cuCtxAttach", (void *)cuCtxAttach},
-	{"cuCtxCreate", (void *)cuCtxCreate},
+	{"cuCtxCreate", (void *)cuCtxCreate_v2},
 	{"cuCtxCreate_v2", (void *)cuCtxCreate_v2},
 	{"cuCtxCreate_v3", (void *)cuCtxCreate_v3},
 	{"cuCtxCreate_v4", (void *)cuCtxCreate_v4},
-	{"cuCtxDestroy", (void *)cuCtxDestroy},
+	{"cuCtxDestroy", (void *)cuCtxDestroy_v2},
 	{"cuCtxDestroy_v2", (void *)cuCtxDestroy_v2},
 	{"cuCtxDetach", (void *)cuCtxDetach},
 	{"cuCtxDisablePeerAccess", (void *)cuCtxDisablePeerAccess},
@@ -1593,9 +1787,9 @@ const struct shim_proc shim_procs[] = {
 	{"cuCtxGetLimit", (void *)cuCtxGetLimit},
 	{"cuCtxGetSharedMemConfig", (void *)cuCtxGetSharedMemConfig},
 	{"cuCtxGetStreamPriorityRange", (void *)cuCtxGetStreamPriorityRange},
-	{"cuCtxPopCurrent", (void *)cuCtxPopCurrent},
+	{"cuCtxPopCurrent", (void *)cuCtxPopCurrent_v2},
 	{"cuCtxPopCurrent_v2", (void *)cuCtxPopCurrent_v2},
-	{"cuCtxPushCurrent", (void *)cuCtxPushCurrent},
+	{"cuCtxPushCurrent", (void *)cuCtxPushCurrent_v2},
 	{"cuCtxPushCurrent_v2", (void *)cuCtxPushCurrent_v2},
 	{"cuCtxRecordEvent", (void *)cuCtxRecordEvent},
 	{"cuCtxResetPersistingL2Cache", (void *)cuCtxResetPersistingL2Cache},
@@ -1660,7 +1854,7 @@ const struct shim_proc shim_procs[] = {
 	{"cuEGLStreamProducerReturnFrame", (void *)cuEGLStreamProducerReturnFrame},
 	{"cuEventCreate", (void *)cuEventCreate},
 	{"cuEventCreateFromEGLSync", (void *)cuEventCreateFromEGLSync},
-	{"cuEventDestroy", (void *)cuEventDestroy},
+	{"cuEventDestroy", (void *)cuEventDestroy_v2},
 	{"cuEventDestroy_v2", (void *)cuEventDestroy_v2},
 	{"cuEventElapsedTime", (void *)cuEventElapsedTime},
 	{"cuEventElapsedTime_v2", (void *)cuEventElapsedTime_v2},
@@ -1840,7 +2034,7 @@ const struct shim_proc shim_procs[] = {
 	{"cuLaunch", (void *)cuLaunch},
 	{"cuLaunchCooperativeKernel", (void *)cuLaunchCooperativeKernel},
 	{"cuLaunchCooperativeKernelMultiDevice", (void *)cuLaunchCooperativeKernelMultiDevice},
-	{"cuLaunchCooperativeKernel_ptsz", (void *)cuLaunchCooperativeKernel_ptsz},
+	{"cuLaunchCooperativeKernel_ptsz", (void *)cuLaunchCooperativeKernel},
 	{"cuLaunchGrid", (void *)cuLaunchGrid},
 	{"cuLaunchGridAsync", (void *)cuLaunchGridAsync},
 	{"cuLaunchHostFunc", (void *)cuLaunchHostFunc},
@@ -1914,7 +2108,7 @@ const struct shim_proc shim_procs[] = {
 	{"cuMemHostGetDevicePointer", (void *)cuMemHostGetDevicePointer},
 	{"cuMemHostGetDevicePointer_v2", (void *)cuMemHostGetDevicePointer_v2},
 	{"cuMemHostGetFlags", (void *)cuMemHostGetFlags},
-	{"cuMemHostRegister", (void *)cuMemHostRegister},
+	{"cuMemHostRegister", (void *)cuMemHostRegister_v2},
 	{"cuMemHostRegister_v2", (void *)cuMemHostRegister_v2},
 	{"cuMemHostUnregister", (void *)cuMemHostUnregister},
 	{"cuMemImportFromShareableHandle", (void *)cuMemImportFromShareableHandle},
@@ -1949,16 +2143,16 @@ const struct shim_proc shim_procs[] = {
 	{"cuMemcpy2D", (void *)cuMemcpy2D},
 	{"cuMemcpy2DAsync", (void *)cuMemcpy2DAsync},
 	{"cuMemcpy2DAsync_v2", (void *)cuMemcpy2DAsync_v2},
-	{"cuMemcpy2DAsync_v2_ptsz", (void *)cuMemcpy2DAsync_v2_ptsz},
+	{"cuMemcpy2DAsync_v2_ptsz", (void *)cuMemcpy2DAsync_v2},
 	{"cuMemcpy2DUnaligned", (void *)cuMemcpy2DUnaligned},
 	{"cuMemcpy2DUnaligned_v2", (void *)cuMemcpy2DUnaligned_v2},
-	{"cuMemcpy2DUnaligned_v2_ptds", (void *)cuMemcpy2DUnaligned_v2_ptds},
+	{"cuMemcpy2DUnaligned_v2_ptds", (void *)cuMemcpy2DUnaligned_v2},
 	{"cuMemcpy2D_v2", (void *)cuMemcpy2D_v2},
-	{"cuMemcpy2D_v2_ptds", (void *)cuMemcpy2D_v2_ptds},
+	{"cuMemcpy2D_v2_ptds", (void *)cuMemcpy2D_v2},
 	{"cuMemcpy3D", (void *)cuMemcpy3D},
 	{"cuMemcpy3DAsync", (void *)cuMemcpy3DAsync},
 	{"cuMemcpy3DAsync_v2", (void *)cuMemcpy3DAsync_v2},
-	{"cuMemcpy3DAsync_v2_ptsz", (void *)cuMemcpy3DAsync_v2_ptsz},
+	{"cuMemcpy3DAsync_v2_ptsz", (void *)cuMemcpy3DAsync_v2},
 	{"cuMemcpy3DBatchAsync", (void *)cuMemcpy3DBatchAsync},
 	{"cuMemcpy3DBatchAsync_ptsz", (void *)cuMemcpy3DBatchAsync_ptsz},
 	{"cuMemcpy3DBatchAsync_v2", (void *)cuMemcpy3DBatchAsync_v2},
@@ -1968,7 +2162,7 @@ const struct shim_proc shim_procs[] = {
 	{"cuMemcpy3DPeerAsync_ptsz", (void *)cuMemcpy3DPeerAsync_ptsz},
 	{"cuMemcpy3DPeer_ptds", (void *)cuMemcpy3DPeer_ptds},
 	{"cuMemcpy3D_v2", (void *)cuMemcpy3D_v2},
-	{"cuMemcpy3D_v2_ptds", (void *)cuMemcpy3D_v2_ptds},
+	{"cuMemcpy3D_v2_ptds", (void *)cuMemcpy3D_v2},
 	{"cuMemcpyAsync", (void *)cuMemcpyAsync},
 	{"cuMemcpyAsync_ptsz", (void *)cuMemcpyAsync},
 	{"cuMemcpyAtoA", (void *)cuMemcpyAtoA},
@@ -2016,8 +2210,8 @@ const struct shim_proc shim_procs[] = {
 	{"cuMemcpyHtoD_v2_ptds", (void *)cuMemcpyHtoD_v2},
 	{"cuMemcpyPeer", (void *)cuMemcpyPeer},
 	{"cuMemcpyPeerAsync", (void *)cuMemcpyPeerAsync},
-	{"cuMemcpyPeerAsync_ptsz", (void *)cuMemcpyPeerAsync_ptsz},
-	{"cuMemcpyPeer_ptds", (void *)cuMemcpyPeer_ptds},
+	{"cuMemcpyPeerAsync_ptsz", (void *)cuMemcpyPeerAsync},
+	{"cuMemcpyPeer_ptds", (void *)cuMemcpyPeer},
 	{"cuMemcpy_ptds", (void *)cuMemcpy},
 	{"cuMemsetD16", (void *)cuMemsetD16},
 	{"cuMemsetD16Async", (void *)cuMemsetD16Async},
@@ -2026,19 +2220,19 @@ const struct shim_proc shim_procs[] = {
 	{"cuMemsetD16_v2_ptds", (void *)cuMemsetD16_v2},
 	{"cuMemsetD2D16", (void *)cuMemsetD2D16},
 	{"cuMemsetD2D16Async", (void *)cuMemsetD2D16Async},
-	{"cuMemsetD2D16Async_ptsz", (void *)cuMemsetD2D16Async_ptsz},
+	{"cuMemsetD2D16Async_ptsz", (void *)cuMemsetD2D16Async},
 	{"cuMemsetD2D16_v2", (void *)cuMemsetD2D16_v2},
-	{"cuMemsetD2D16_v2_ptds", (void *)cuMemsetD2D16_v2_ptds},
+	{"cuMemsetD2D16_v2_ptds", (void *)cuMemsetD2D16_v2},
 	{"cuMemsetD2D32", (void *)cuMemsetD2D32},
 	{"cuMemsetD2D32Async", (void *)cuMemsetD2D32Async},
-	{"cuMemsetD2D32Async_ptsz", (void *)cuMemsetD2D32Async_ptsz},
+	{"cuMemsetD2D32Async_ptsz", (void *)cuMemsetD2D32Async},
 	{"cuMemsetD2D32_v2", (void *)cuMemsetD2D32_v2},
-	{"cuMemsetD2D32_v2_ptds", (void *)cuMemsetD2D32_v2_ptds},
+	{"cuMemsetD2D32_v2_ptds", (void *)cuMemsetD2D32_v2},
 	{"cuMemsetD2D8", (void *)cuMemsetD2D8},
 	{"cuMemsetD2D8Async", (void *)cuMemsetD2D8Async},
-	{"cuMemsetD2D8Async_ptsz", (void *)cuMemsetD2D8Async_ptsz},
+	{"cuMemsetD2D8Async_ptsz", (void *)cuMemsetD2D8Async},
 	{"cuMemsetD2D8_v2", (void *)cuMemsetD2D8_v2},
-	{"cuMemsetD2D8_v2_ptds", (void *)cuMemsetD2D8_v2_ptds},
+	{"cuMemsetD2D8_v2_ptds", (void *)cuMemsetD2D8_v2},
 	{"cuMemsetD32", (void *)cuMemsetD32},
 	{"cuMemsetD32Async", (void *)cuMemsetD32Async},
 	{"cuMemsetD32Async_ptsz", (void *)cuMemsetD32Async},
@@ -2097,10 +2291,10 @@ const struct shim_proc shim_procs[] = {
 	{"cuStreamAddCallback_ptsz", (void *)cuStreamAddCallback},
 	{"cuStreamAttachMemAsync", (void *)cuStreamAttachMemAsync},
 	{"cuStreamAttachMemAsync_ptsz", (void *)cuStreamAttachMemAsync_ptsz},
-	{"cuStreamBatchMemOp", (void *)cuStreamBatchMemOp},
-	{"cuStreamBatchMemOp_ptsz", (void *)cuStreamBatchMemOp_ptsz},
+	{"cuStreamBatchMemOp", (void *)cuStreamBatchMemOp_v2},
+	{"cuStreamBatchMemOp_ptsz", (void *)cuStreamBatchMemOp_v2},
 	{"cuStreamBatchMemOp_v2", (void *)cuStreamBatchMemOp_v2},
-	{"cuStreamBatchMemOp_v2_ptsz", (void *)cuStreamBatchMemOp_v2_ptsz},
+	{"cuStreamBatchMemOp_v2_ptsz", (void *)cuStreamBatchMemOp_v2},
 	{"cuStreamBeginCapture", (void *)cuStreamBeginCapture},
 	{"cuStreamBeginCaptureToGraph", (void *)cuStreamBeginCaptureToGraph},
 	{"cuStreamBeginCaptureToGraph_ptsz", (void *)cuStreamBeginCaptureToGraph_ptsz},
@@ -2150,22 +2344,22 @@ const struct shim_proc shim_procs[] = {
 	{"cuStreamUpdateCaptureDependencies_v2_ptsz", (void *)cuStreamUpdateCaptureDependencies_v2_ptsz},
 	{"cuStreamWaitEvent", (void *)cuStreamWaitEvent},
 	{"cuStreamWaitEvent_ptsz", (void *)cuStreamWaitEvent},
-	{"cuStreamWaitValue32", (void *)cuStreamWaitValue32},
-	{"cuStreamWaitValue32_ptsz", (void *)cuStreamWaitValue32_ptsz},
+	{"cuStreamWaitValue32", (void *)cuStreamWaitValue32_v2},
+	{"cuStreamWaitValue32_ptsz", (void *)cuStreamWaitValue32_v2},
 	{"cuStreamWaitValue32_v2", (void *)cuStreamWaitValue32_v2},
-	{"cuStreamWaitValue32_v2_ptsz", (void *)cuStreamWaitValue32_v2_ptsz},
-	{"cuStreamWaitValue64", (void *)cuStreamWaitValue64},
-	{"cuStreamWaitValue64_ptsz", (void *)cuStreamWaitValue64_ptsz},
+	{"cuStreamWaitValue32_v2_ptsz", (void *)cuStreamWaitValue32_v2},
+	{"cuStreamWaitValue64", (void *)cuStreamWaitValue64_v2},
+	{"cuStreamWaitValue64_ptsz", (void *)cuStreamWaitValue64_v2},
 	{"cuStreamWaitValue64_v2", (void *)cuStreamWaitValue64_v2},
-	{"cuStreamWaitValue64_v2_ptsz", (void *)cuStreamWaitValue64_v2_ptsz},
-	{"cuStreamWriteValue32", (void *)cuStreamWriteValue32},
-	{"cuStreamWriteValue32_ptsz", (void *)cuStreamWriteValue32_ptsz},
+	{"cuStreamWaitValue64_v2_ptsz", (void *)cuStreamWaitValue64_v2},
+	{"cuStreamWriteValue32", (void *)cuStreamWriteValue32_v2},
+	{"cuStreamWriteValue32_ptsz", (void *)cuStreamWriteValue32_v2},
 	{"cuStreamWriteValue32_v2", (void *)cuStreamWriteValue32_v2},
-	{"cuStreamWriteValue32_v2_ptsz", (void *)cuStreamWriteValue32_v2_ptsz},
-	{"cuStreamWriteValue64", (void *)cuStreamWriteValue64},
-	{"cuStreamWriteValue64_ptsz", (void *)cuStreamWriteValue64_ptsz},
+	{"cuStreamWriteValue32_v2_ptsz", (void *)cuStreamWriteValue32_v2},
+	{"cuStreamWriteValue64", (void *)cuStreamWriteValue64_v2},
+	{"cuStreamWriteValue64_ptsz", (void *)cuStreamWriteValue64_v2},
 	{"cuStreamWriteValue64_v2", (void *)cuStreamWriteValue64_v2},
-	{"cuStreamWriteValue64_v2_ptsz", (void *)cuStreamWriteValue64_v2_ptsz},
+	{"cuStreamWriteValue64_v2_ptsz", (void *)cuStreamWriteValue64_v2},
 	{"cuSurfObjectCreate", (void *)cuSurfObjectCreate},
 	{"cuSurfObjectDestroy", (void *)cuSurfObjectDestroy},
 	{"cuSurfObjectGetResourceDesc", (void *)cuSurfObjectGetResourceDesc},
@@ -2250,11 +2444,11 @@ const struct shim_variant shim_variants[] = {
 	{12010, 0, "cuCoredumpSetAttribute", (void *)cuCoredumpSetAttribute},
 	{12010, 0, "cuCoredumpSetAttributeGlobal", (void *)cuCoredumpSetAttributeGlobal},
 	{2000, 0, "cuCtxAttach", (void *)cuCtxAttach},
-	{2000, 0, "cuCtxCreate", (void *)cuCtxCreate},
+	{2000, 0, "cuCtxCreate", (void *)cuCtxCreate_v2},
 	{3020, 0, "cuCtxCreate_v2", (void *)cuCtxCreate_v2},
 	{11040, 0, "cuCtxCreate_v3", (void *)cuCtxCreate_v3},
 	{12050, 0, "cuCtxCreate_v4", (void *)cuCtxCreate_v4},
-	{2000, 0, "cuCtxDestroy", (void *)cuCtxDestroy},
+	{2000, 0, "cuCtxDestroy", (void *)cuCtxDestroy_v2},
 	{4000, 0, "cuCtxDestroy_v2", (void *)cuCtxDestroy_v2},
 	{2000, 0, "cuCtxDetach", (void *)cuCtxDetach},
 	{4000, 0, "cuCtxDisablePeerAccess", (void *)cuCtxDisablePeerAccess},
@@ -2272,9 +2466,9 @@ const struct shim_variant shim_variants[] = {
 	{3010, 0, "cuCtxGetLimit", (void *)cuCtxGetLimit},
 	{4020, 0, "cuCtxGetSharedMemConfig", (void *)cuCtxGetSharedMemConfig},
 	{5050, 0, "cuCtxGetStreamPriorityRange", (void *)cuCtxGetStreamPriorityRange},
-	{2000, 0, "cuCtxPopCurrent", (void *)cuCtxPopCurrent},
+	{2000, 0, "cuCtxPopCurrent", (void *)cuCtxPopCurrent_v2},
 	{4000, 0, "cuCtxPopCurrent_v2", (void *)cuCtxPopCurrent_v2},
-	{2000, 0, "cuCtxPushCurrent", (void *)cuCtxPushCurrent},
+	{2000, 0, "cuCtxPushCurrent", (void *)cuCtxPushCurrent_v2},
 	{4000, 0, "cuCtxPushCurrent_v2", (void *)cuCtxPushCurrent_v2},
 	{12050, 0, "cuCtxRecordEvent", (void *)cuCtxRecordEvent},
 	{11000, 0, "cuCtxResetPersistingL2Cache", (void *)cuCtxResetPersistingL2Cache},
@@ -2339,7 +2533,7 @@ const struct shim_variant shim_variants[] = {
 	{7000, 0, "cuEGLStreamProducerReturnFrame", (void *)cuEGLStreamProducerReturnFrame},
 	{2000, 0, "cuEventCreate", (void *)cuEventCreate},
 	{9000, 0, "cuEventCreateFromEGLSync", (void *)cuEventCreateFromEGLSync},
-	{2000, 0, "cuEventDestroy", (void *)cuEventDestroy},
+	{2000, 0, "cuEventDestroy", (void *)cuEventDestroy_v2},
 	{4000, 0, "cuEventDestroy_v2", (void *)cuEventDestroy_v2},
 	{2000, 0, "cuEventElapsedTime", (void *)cuEventElapsedTime},
 	{12080, 0, "cuEventElapsedTime_v2", (void *)cuEventElapsedTime_v2},
@@ -2518,7 +2712,7 @@ const struct shim_variant shim_variants[] = {
 	{12000, 0, "cuKernelSetCacheConfig", (void *)cuKernelSetCacheConfig},
 	{2000, 0, "cuLaunch", (void *)cuLaunch},
 	{9000, 0, "cuLaunchCooperativeKernel", (void *)cuLaunchCooperativeKernel},
-	{9000, 1, "cuLaunchCooperativeKernel_ptsz", (void *)cuLaunchCooperativeKernel_ptsz},
+	{9000, 1, "cuLaunchCooperativeKernel_ptsz", (void *)cuLaunchCooperativeKernel},
 	{9000, 0, "cuLaunchCooperativeKernelMultiDevice", (void *)cuLaunchCooperativeKernelMultiDevice},
 	{2000, 0, "cuLaunchGrid", (void *)cuLaunchGrid},
 	{2000, 0, "cuLaunchGridAsync", (void *)cuLaunchGridAsync},
@@ -2593,7 +2787,7 @@ const struct shim_variant shim_variants[] = {
 	{2020, 0, "cuMemHostGetDevicePointer", (void *)cuMemHostGetDevicePointer},
 	{3020, 0, "cuMemHostGetDevicePointer_v2", (void *)cuMemHostGetDevicePointer_v2},
 	{2030, 0, "cuMemHostGetFlags", (void *)cuMemHostGetFlags},
-	{4000, 0, "cuMemHostRegister", (void *)cuMemHostRegister},
+	{4000, 0, "cuMemHostRegister", (void *)cuMemHostRegister_v2},
 	{6050, 0, "cuMemHostRegister_v2", (void *)cuMemHostRegister_v2},
 	{4000, 0, "cuMemHostUnregister", (void *)cuMemHostUnregister},
 	{10020, 0, "cuMemImportFromShareableHandle", (void *)cuMemImportFromShareableHandle},
@@ -2628,19 +2822,19 @@ const struct shim_variant shim_variants[] = {
 	{7000, 1, "cuMemcpy_ptds", (void *)cuMemcpy},
 	{2000, 0, "cuMemcpy2D", (void *)cuMemcpy2D},
 	{3020, 0, "cuMemcpy2D_v2", (void *)cuMemcpy2D_v2},
-	{7000, 1, "cuMemcpy2D_v2_ptds", (void *)cuMemcpy2D_v2_ptds},
+	{7000, 1, "cuMemcpy2D_v2_ptds", (void *)cuMemcpy2D_v2},
 	{2000, 0, "cuMemcpy2DAsync", (void *)cuMemcpy2DAsync},
 	{3020, 0, "cuMemcpy2DAsync_v2", (void *)cuMemcpy2DAsync_v2},
-	{7000, 1, "cuMemcpy2DAsync_v2_ptsz", (void *)cuMemcpy2DAsync_v2_ptsz},
+	{7000, 1, "cuMemcpy2DAsync_v2_ptsz", (void *)cuMemcpy2DAsync_v2},
 	{2000, 0, "cuMemcpy2DUnaligned", (void *)cuMemcpy2DUnaligned},
 	{3020, 0, "cuMemcpy2DUnaligned_v2", (void *)cuMemcpy2DUnaligned_v2},
-	{7000, 1, "cuMemcpy2DUnaligned_v2_ptds", (void *)cuMemcpy2DUnaligned_v2_ptds},
+	{7000, 1, "cuMemcpy2DUnaligned_v2_ptds", (void *)cuMemcpy2DUnaligned_v2},
 	{2000, 0, "cuMemcpy3D", (void *)cuMemcpy3D},
 	{3020, 0, "cuMemcpy3D_v2", (void *)cuMemcpy3D_v2},
-	{7000, 1, "cuMemcpy3D_v2_ptds", (void *)cuMemcpy3D_v2_ptds},
+	{7000, 1, "cuMemcpy3D_v2_ptds", (void *)cuMemcpy3D_v2},
 	{2000, 0, "cuMemcpy3DAsync", (void *)cuMemcpy3DAsync},
 	{3020, 0, "cuMemcpy3DAsync_v2", (void *)cuMemcpy3DAsync_v2},
-	{7000, 1, "cuMemcpy3DAsync_v2_ptsz", (void *)cuMemcpy3DAsync_v2_ptsz},
+	{7000, 1, "cuMemcpy3DAsync_v2_ptsz", (void *)cuMemcpy3DAsync_v2},
 	{12080, 0, "cuMemcpy3DBatchAsync", (void *)cuMemcpy3DBatchAsync},
 	{12080, 1, "cuMemcpy3DBatchAsync_ptsz", (void *)cuMemcpy3DBatchAsync_ptsz},
 	{13000, 0, "cuMemcpy3DBatchAsync_v2", (void *)cuMemcpy3DBatchAsync_v2},
@@ -2695,9 +2889,9 @@ const struct shim_variant shim_variants[] = {
 	{3020, 0, "cuMemcpyHtoDAsync_v2", (void *)cuMemcpyHtoDAsync_v2},
 	{7000, 1, "cuMemcpyHtoDAsync_v2_ptsz", (void *)cuMemcpyHtoDAsync_v2},
 	{4000, 0, "cuMemcpyPeer", (void *)cuMemcpyPeer},
-	{7000, 1, "cuMemcpyPeer_ptds", (void *)cuMemcpyPeer_ptds},
+	{7000, 1, "cuMemcpyPeer_ptds", (void *)cuMemcpyPeer},
 	{4000, 0, "cuMemcpyPeerAsync", (void *)cuMemcpyPeerAsync},
-	{7000, 1, "cuMemcpyPeerAsync_ptsz", (void *)cuMemcpyPeerAsync_ptsz},
+	{7000, 1, "cuMemcpyPeerAsync_ptsz", (void *)cuMemcpyPeerAsync},
 	{2000, 0, "cuMemsetD16", (void *)cuMemsetD16},
 	{3020, 0, "cuMemsetD16_v2", (void *)cuMemsetD16_v2},
 	{7000, 1, "cuMemsetD16_v2_ptds", (void *)cuMemsetD16_v2},
@@ -2705,19 +2899,19 @@ const struct shim_variant shim_variants[] = {
 	{7000, 1, "cuMemsetD16Async_ptsz", (void *)cuMemsetD16Async},
 	{2000, 0, "cuMemsetD2D16", (void *)cuMemsetD2D16},
 	{3020, 0, "cuMemsetD2D16_v2", (void *)cuMemsetD2D16_v2},
-	{7000, 1, "cuMemsetD2D16_v2_ptds", (void *)cuMemsetD2D16_v2_ptds},
+	{7000, 1, "cuMemsetD2D16_v2_ptds", (void *)cuMemsetD2D16_v2},
 	{3020, 0, "cuMemsetD2D16Async", (void *)cuMemsetD2D16Async},
-	{7000, 1, "cuMemsetD2D16Async_ptsz", (void *)cuMemsetD2D16Async_ptsz},
+	{7000, 1, "cuMemsetD2D16Async_ptsz", (void *)cuMemsetD2D16Async},
 	{2000, 0, "cuMemsetD2D32", (void *)cuMemsetD2D32},
 	{3020, 0, "cuMemsetD2D32_v2", (void *)cuMemsetD2D32_v2},
-	{7000, 1, "cuMemsetD2D32_v2_ptds", (void *)cuMemsetD2D32_v2_ptds},
+	{7000, 1, "cuMemsetD2D32_v2_ptds", (void *)cuMemsetD2D32_v2},
 	{3020, 0, "cuMemsetD2D32Async", (void *)cuMemsetD2D32Async},
-	{7000, 1, "cuMemsetD2D32Async_ptsz", (void *)cuMemsetD2D32Async_ptsz},
+	{7000, 1, "cuMemsetD2D32Async_ptsz", (void *)cuMemsetD2D32Async},
 	{2000, 0, "cuMemsetD2D8", (void *)cuMemsetD2D8},
 	{3020, 0, "cuMemsetD2D8_v2", (void *)cuMemsetD2D8_v2},
-	{7000, 1, "cuMemsetD2D8_v2_ptds", (void *)cuMemsetD2D8_v2_ptds},
+	{7000, 1, "cuMemsetD2D8_v2_ptds", (void *)cuMemsetD2D8_v2},
 	{3020, 0, "cuMemsetD2D8Async", (void *)cuMemsetD2D8Async},
-	{7000, 1, "cuMemsetD2D8Async_ptsz", (void *)cuMemsetD2D8Async_ptsz},
+	{7000, 1, "cuMemsetD2D8Async_ptsz", (void *)cuMemsetD2D8Async},
 	{2000, 0, "cuMemsetD32", (void *)cuMemsetD32},
 	{3020, 0, "cuMemsetD32_v2", (void *)cuMemsetD32_v2},
 	{7000, 1, "cuMemsetD32_v2_ptds", (void *)cuMemsetD32_v2},
@@ -2776,10 +2970,10 @@ const struct shim_variant shim_variants[] = {
 	{7000, 1, "cuStreamAddCallback_ptsz", (void *)cuStreamAddCallback},
 	{6000, 0, "cuStreamAttachMemAsync", (void *)cuStreamAttachMemAsync},
 	{7000, 1, "cuStreamAttachMemAsync_ptsz", (void *)cuStreamAttachMemAsync_ptsz},
-	{8000, 0, "cuStreamBatchMemOp", (void *)cuStreamBatchMemOp},
-	{8000, 1, "cuStreamBatchMemOp_ptsz", (void *)cuStreamBatchMemOp_ptsz},
+	{8000, 0, "cuStreamBatchMemOp", (void *)cuStreamBatchMemOp_v2},
+	{8000, 1, "cuStreamBatchMemOp_ptsz", (void *)cuStreamBatchMemOp_v2},
 	{11070, 0, "cuStreamBatchMemOp_v2", (void *)cuStreamBatchMemOp_v2},
-	{11070, 1, "cuStreamBatchMemOp_v2_ptsz", (void *)cuStreamBatchMemOp_v2_ptsz},
+	{11070, 1, "cuStreamBatchMemOp_v2_ptsz", (void *)cuStreamBatchMemOp_v2},
 	{10000, 0, "cuStreamBeginCapture", (void *)cuStreamBeginCapture},
 	{10000, 1, "cuStreamBeginCapture_ptsz", (void *)cuStreamBeginCapture_ptsz},
 	{10010, 0, "cuStreamBeginCapture_v2", (void *)cuStreamBeginCapture_v2},
@@ -2829,22 +3023,22 @@ const struct shim_variant shim_variants[] = {
 	{12030, 1, "cuStreamUpdateCaptureDependencies_v2_ptsz", (void *)cuStreamUpdateCaptureDependencies_v2_ptsz},
 	{3020, 0, "cuStreamWaitEvent", (void *)cuStreamWaitEvent},
 	{7000, 1, "cuStreamWaitEvent_ptsz", (void *)cuStreamWaitEvent},
-	{8000, 0, "cuStreamWaitValue32", (void *)cuStreamWaitValue32},
-	{8000, 1, "cuStreamWaitValue32_ptsz", (void *)cuStreamWaitValue32_ptsz},
+	{8000, 0, "cuStreamWaitValue32", (void *)cuStreamWaitValue32_v2},
+	{8000, 1, "cuStreamWaitValue32_ptsz", (void *)cuStreamWaitValue32_v2},
 	{11070, 0, "cuStreamWaitValue32_v2", (void *)cuStreamWaitValue32_v2},
-	{11070, 1, "cuStreamWaitValue32_v2_ptsz", (void *)cuStreamWaitValue32_v2_ptsz},
-	{9000, 0, "cuStreamWaitValue64", (void *)cuStreamWaitValue64},
-	{9000, 1, "cuStreamWaitValue64_ptsz", (void *)cuStreamWaitValue64_ptsz},
+	{11070, 1, "cuStreamWaitValue32_v2_ptsz", (void *)cuStreamWaitValue32_v2},
+	{9000, 0, "cuStreamWaitValue64", (void *)cuStreamWaitValue64_v2},
+	{9000, 1, "cuStreamWaitValue64_ptsz", (void *)cuStreamWaitValue64_v2},
 	{11070, 0, "cuStreamWaitValue64_v2", (void *)cuStreamWaitValue64_v2},
-	{11070, 1, "cuStreamWaitValue64_v2_ptsz", (void *)cuStreamWaitValue64_v2_ptsz},
-	{8000, 0, "cuStreamWriteValue32", (void *)cuStreamWriteValue32},
-	{8000, 1, "cuStreamWriteValue32_ptsz", (void *)cuStreamWriteValue32_ptsz},
+	{11070, 1, "cuStreamWaitValue64_v2_ptsz", (void *)cuStreamWaitValue64_v2},
+	{8000, 0, "cuStreamWriteValue32", (void *)cuStreamWriteValue32_v2},
+	{8000, 1, "cuStreamWriteValue32_ptsz", (void *)cuStreamWriteValue32_v2},
 	{11070, 0, "cuStreamWriteValue32_v2", (void *)cuStreamWriteValue32_v2},
-	{11070, 1, "cuStreamWriteValue32_v2_ptsz", (void *)cuStreamWriteValue32_v2_ptsz},
-	{9000, 0, "cuStreamWriteValue64", (void *)cuStreamWriteValue64},
-	{9000, 1, "cuStreamWriteValue64_ptsz", (void *)cuStreamWriteValue64_ptsz},
+	{11070, 1, "cuStreamWriteValue32_v2_ptsz", (void *)cuStreamWriteValue32_v2},
+	{9000, 0, "cuStreamWriteValue64", (void *)cuStreamWriteValue64_v2},
+	{9000, 1, "cuStreamWriteValue64_ptsz", (void *)cuStreamWriteValue64_v2},
 	{11070, 0, "cuStreamWriteValue64_v2", (void *)cuStreamWriteValue64_v2},
-	{11070, 1, "cuStreamWriteValue64_v2_ptsz", (void *)cuStreamWriteValue64_v2_ptsz},
+	{11070, 1, "cuStreamWriteValue64_v2_ptsz", (void *)cuStreamWriteValue64_v2},
 	{5000, 0, "cuSurfObjectCreate", (void *)cuSurfObjectCreate},
 	{5000, 0, "cuSurfObjectDestroy", (void *)cuSurfObjectDestroy},
 	{5000, 0, "cuSurfObjectGetResourceDesc", (void *)cuSurfObjectGetResourceDesc},

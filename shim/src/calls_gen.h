@@ -8,7 +8,7 @@
 
 #define SHIM_MAGIC 1297237830ULL /* first word of the hello, its reply and the control block ("FGRM" little-endian) */
 #define SHIM_VERSION_MAJOR 1ULL /* incompatible changes; a mismatch is refused */
-#define SHIM_VERSION_MINOR 0ULL /* compatible additions (new calls); a server accepts clients with minor <= its own */
+#define SHIM_VERSION_MINOR 1ULL /* compatible additions (new calls); a server accepts clients with minor <= its own */
 #define SHIM_RECORD_HEADER_SIZE 16ULL /* u32 size, u16 call id, u16 flags, u64 seq */
 #define SHIM_RECORD_FLAG_SYNC 1ULL /* the caller waits for a response (set for sync calls, and for every call in all-sync mode) */
 #define SHIM_RECORD_PAD_ID 0ULL /* call id of padding up to the end of the ring */
@@ -113,6 +113,18 @@ enum shim_call_id {
 	CALL_cuEventElapsedTime = 96,
 	CALL_cuEventElapsedTime_v2 = 97,
 	CALL_cuPointerGetAttribute = 100,
+	CALL_cuLaunchKernelEx = 71,
+	CALL_cuLibraryGetKernelCount = 65,
+	CALL_cuLibraryEnumerateKernels = 66,
+	CALL_funcGetName = 67,
+	CALL_memcpy2DHtoD = 43,
+	CALL_memcpy2DDtoH = 44,
+	CALL_memcpy2DDtoD = 45,
+	CALL_memset2D = 46,
+	CALL_streamWriteValue = 86,
+	CALL_streamWaitValue = 87,
+	CALL_tensorMapEncode = 110,
+	CALL_tensorMapReplaceAddress = 111,
 };
 
 /* Generated entry points, and the encoders behind the handwritten ones (rpc_*). */
@@ -151,14 +163,14 @@ int rpc_cuModuleGetFunction(void **hfunc, void *params, void *hmod, const char *
 int cuModuleGetGlobal_v2(unsigned long long *dptr, size_t *bytes, void *hmod, const char *name);
 int rpc_cuLibraryLoadData(void **library, const void *code, size_t size);
 int cuLibraryUnload(void *library);
-int cuLibraryGetKernel(void **pKernel, void *library, const char *name);
+int rpc_cuLibraryGetKernel(void **pKernel, void *library, const char *name);
 int rpc_cuKernelGetFunction(void **pFunc, void *params, void *kernel);
 int cuLibraryGetModule(void **pMod, void *library);
-int cuFuncGetAttribute(int *pi, int attrib, void *hfunc);
-int cuFuncSetAttribute(void *hfunc, int attrib, int value);
+int rpc_cuFuncGetAttribute(int *pi, int attrib, void *hfunc);
+int rpc_cuFuncSetAttribute(void *hfunc, int attrib, int value);
 int cuFuncSetCacheConfig(void *hfunc, int config);
-int cuKernelGetAttribute(int *pi, int attrib, void *kernel, int dev);
-int cuKernelSetAttribute(int attrib, int val, void *kernel, int dev);
+int rpc_cuKernelGetAttribute(int *pi, int attrib, void *kernel, int dev);
+int rpc_cuKernelSetAttribute(int attrib, int val, void *kernel, int dev);
 int cuLibraryGetGlobal(unsigned long long *dptr, size_t *bytes, void *library, const char *name);
 int rpc_cuLaunchKernel(void *f, unsigned int gridDimX, unsigned int gridDimY, unsigned int gridDimZ, unsigned int blockDimX, unsigned int blockDimY, unsigned int blockDimZ, unsigned int sharedMemBytes, void *hStream, const void *args, size_t argsSize);
 int rpc_cuStreamCreate(void **phStream, unsigned int Flags);
@@ -176,6 +188,18 @@ int cuEventQuery(void *hEvent);
 int cuEventElapsedTime(float *pMilliseconds, void *hStart, void *hEnd);
 int cuEventElapsedTime_v2(float *pMilliseconds, void *hStart, void *hEnd);
 int rpc_cuPointerGetAttribute(void *data, int attribute, unsigned long long ptr);
+int rpc_cuLaunchKernelEx(void *f, unsigned int gridDimX, unsigned int gridDimY, unsigned int gridDimZ, unsigned int blockDimX, unsigned int blockDimY, unsigned int blockDimZ, unsigned int sharedMemBytes, void *hStream, const void *attrs, size_t attrsSize, const void *args, size_t argsSize);
+int rpc_cuLibraryGetKernelCount(unsigned int *count, void *library);
+int rpc_cuLibraryEnumerateKernels(void *kernels, unsigned int numKernels, void *library);
+int rpc_funcGetName(void *name, void *hfunc);
+int rpc_memcpy2DHtoD(unsigned long long dst, size_t dstPitch, size_t width, size_t height, const void *src, size_t size, void *hStream);
+int rpc_memcpy2DDtoH(void *dst, unsigned long long src, size_t srcPitch, size_t width, size_t height, size_t size, void *hStream);
+int rpc_memcpy2DDtoD(unsigned long long dst, size_t dstPitch, unsigned long long src, size_t srcPitch, size_t width, size_t height, void *hStream);
+int rpc_memset2D(unsigned long long dst, size_t pitch, unsigned int value, unsigned int elementSize, size_t width, size_t height, void *hStream);
+int rpc_streamWriteValue(void *hStream, unsigned long long addr, unsigned long long value, unsigned int size, unsigned int flags);
+int rpc_streamWaitValue(void *hStream, unsigned long long addr, unsigned long long value, unsigned int size, unsigned int flags);
+int rpc_tensorMapEncode(void *tensorMap, const void *request, size_t size);
+int rpc_tensorMapReplaceAddress(void *tensorMap, const void *old, unsigned long long globalAddress);
 
 /* Name of a call id, or NULL. */
 const char *shim_call_name(unsigned id);

@@ -4,9 +4,11 @@
  * context, and host memory (pinned host memory is emulated with ordinary pages).
  */
 #define _GNU_SOURCE
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 
 #include "shim.h"
 
@@ -144,7 +146,8 @@ SHIM_EXPORT int cuDeviceTotalMem_v2(size_t *bytes, int dev) {
 
 SHIM_EXPORT int cuDeviceGetAttribute(int *pi, int attrib, int dev) {
 	const struct shim_device *d;
-	if (pi == NULL || attrib <= 0 || attrib >= (int)SHIM_ATTR_COUNT) return CUDA_ERROR_INVALID_VALUE;
+	SHIM_LOCAL();
+	if (pi == NULL || attrib <= 0 || attrib >= SHIM_DEVICE_ATTRIBUTE_MAX) return CUDA_ERROR_INVALID_VALUE;
 	int r = device(dev, &d);
 	if (r == 0) *pi = d->attrs[attrib];
 	return r;
@@ -168,7 +171,8 @@ SHIM_EXPORT int cuDeviceGetPCIBusId(char *pciBusId, int len, int dev) {
 	const struct shim_device *d;
 	if (pciBusId == NULL || len <= 0) return CUDA_ERROR_INVALID_VALUE;
 	int r = device(dev, &d);
-	if (r == 0) snprintf(pciBusId, (size_t)len, "0000:00:00.0");
+	/* CU_DEVICE_ATTRIBUTE_PCI_DOMAIN_ID, _PCI_BUS_ID, _PCI_DEVICE_ID */
+	if (r == 0) snprintf(pciBusId, (size_t)len, "%04x:%02x:%02x.0", d->attrs[50], d->attrs[33], d->attrs[34]);
 	return r;
 }
 
@@ -289,3 +293,127 @@ SHIM_EXPORT int cuCtxGetStreamPriorityRange(int *least, int *greatest) {
 }
 
 void *shim_primary_ctx(void) { return PRIMARY; }
+
+/* CUDA 12.5+ and 13: the context parameters (execution affinity, CIG) are not supported; without them these are
+ * cuCtxCreate_v2. */
+SHIM_EXPORT int cuCtxCreate_v4(void **pctx, const void *params, unsigned int flags, int dev) {
+	if (params != NULL) return shim_unsupported("cuCtxCreate with CUctxCreateParams");
+	return cuCtxCreate_v2(pctx, flags, dev);
+}
+
+SHIM_EXPORT int cuCtxCreate_v3(void **pctx, const void *affinity, int n, unsigned int flags, int dev) {
+	if (affinity != NULL && n > 0) return shim_unsupported("cuCtxCreate with execution affinity");
+	return cuCtxCreate_v2(pctx, flags, dev);
+}
+
+SHIM_EXPORT int cuCtxSetFlags(unsigned int flags) {
+	SHIM_LOCAL();
+	(void)flags;
+	return current_ctx != NULL ? CUDA_SUCCESS : CUDA_ERROR_INVALID_CONTEXT;
+}
+
+SHIM_EXPORT int cuCtxGetId(void *ctx, unsigned long long *id) {
+	SHIM_LOCAL();
+	if (id == NULL) return CUDA_ERROR_INVALID_VALUE;
+	if (ctx != NULL && ctx != PRIMARY) return CUDA_ERROR_INVALID_CONTEXT;
+	*id = 1;
+	return CUDA_SUCCESS;
+}
+
+/* Context limits (CUlimit), kept per process: the driver on the gpuserver sizes a kernel's stack and heap as its
+ * launches need. */
+static size_t limits[10] = {1024, 1048576, 8388608, 2, 2048, 32, 0, 0, 0, 0};
+static pthread_mutex_t limits_mu = PTHREAD_MUTEX_INITIALIZER;
+
+SHIM_EXPORT int cuCtxGetLimit(size_t *value, int limit) {
+	SHIM_LOCAL();
+	if (value == NULL || limit < 0 || limit >= (int)(sizeof limits / sizeof limits[0]))
+		return 215; /* CUDA_ERROR_UNSUPPORTED_LIMIT */
+	pthread_mutex_lock(&limits_mu);
+	*value = limits[limit];
+	pthread_mutex_unlock(&limits_mu);
+	return CUDA_SUCCESS;
+}
+
+SHIM_EXPORT int cuCtxSetLimit(int limit, size_t value) {
+	SHIM_LOCAL();
+	if (limit < 0 || limit >= (int)(sizeof limits / sizeof limits[0])) return 215;
+	pthread_mutex_lock(&limits_mu);
+	limits[limit] = value;
+	pthread_mutex_unlock(&limits_mu);
+	return CUDA_SUCCESS;
+}
+
+/* Cache and shared memory preferences: kept, as the driver may ignore them. */
+static int cache_config, shmem_config;
+
+SHIM_EXPORT int cuCtxGetCacheConfig(int *config) {
+	SHIM_LOCAL();
+	if (config == NULL) return CUDA_ERROR_INVALID_VALUE;
+	*config = __atomic_load_n(&cache_config, __ATOMIC_RELAXED);
+	return CUDA_SUCCESS;
+}
+
+SHIM_EXPORT int cuCtxSetCacheConfig(int config) {
+	SHIM_LOCAL();
+	if (config < 0 || config > 3) return CUDA_ERROR_INVALID_VALUE;
+	__atomic_store_n(&cache_config, config, __ATOMIC_RELAXED);
+	return CUDA_SUCCESS;
+}
+
+SHIM_EXPORT int cuCtxGetSharedMemConfig(int *config) {
+	SHIM_LOCAL();
+	if (config == NULL) return CUDA_ERROR_INVALID_VALUE;
+	*config = __atomic_load_n(&shmem_config, __ATOMIC_RELAXED);
+	return CUDA_SUCCESS;
+}
+
+SHIM_EXPORT int cuCtxSetSharedMemConfig(int config) {
+	SHIM_LOCAL();
+	if (config < 0 || config > 2) return CUDA_ERROR_INVALID_VALUE;
+	__atomic_store_n(&shmem_config, config, __ATOMIC_RELAXED);
+	return CUDA_SUCCESS;
+}
+
+SHIM_EXPORT int cuCtxResetPersistingL2Cache(void) {
+	SHIM_LOCAL();
+	return CUDA_SUCCESS; /* nothing persists: the shim sets no access policy windows */
+}
+
+/* The function sees one device: it has no peer. */
+SHIM_EXPORT int cuDeviceCanAccessPeer(int *can, int dev, int peer) {
+	SHIM_LOCAL();
+	if (can == NULL) return CUDA_ERROR_INVALID_VALUE;
+	if (dev != 0 || peer != 0) return CUDA_ERROR_INVALID_DEVICE;
+	*can = 0;
+	return CUDA_SUCCESS;
+}
+
+SHIM_EXPORT int cuDeviceGetP2PAttribute(int *value, int attrib, int src, int dst) {
+	SHIM_LOCAL();
+	(void)attrib;
+	if (value == NULL) return CUDA_ERROR_INVALID_VALUE;
+	return src == dst ? CUDA_ERROR_INVALID_DEVICE : CUDA_ERROR_INVALID_DEVICE;
+}
+
+SHIM_EXPORT int cuDeviceGetByPCIBusId(int *dev, const char *pciBusId) {
+	SHIM_LOCAL();
+	char mine[32];
+	if (dev == NULL || pciBusId == NULL) return CUDA_ERROR_INVALID_VALUE;
+	int r = cuDeviceGetPCIBusId(mine, sizeof mine, 0);
+	if (r != 0) return r;
+	if (strcasecmp(mine, pciBusId) != 0) return CUDA_ERROR_INVALID_DEVICE;
+	*dev = 0;
+	return CUDA_SUCCESS;
+}
+
+/* The widest 1D linear texture of an element size: the device's limit (CU_DEVICE_ATTRIBUTE_MAXIMUM_TEXTURE1D_
+ * LINEAR_WIDTH counts bytes of one-byte elements). */
+SHIM_EXPORT int cuDeviceGetTexture1DLinearMaxWidth(size_t *maxWidth, int format, unsigned numChannels, int dev) {
+	const struct shim_device *d;
+	(void)format, (void)numChannels;
+	if (maxWidth == NULL) return CUDA_ERROR_INVALID_VALUE;
+	int r = device(dev, &d);
+	if (r == 0) *maxWidth = (size_t)d->attrs[69];
+	return r;
+}

@@ -76,151 +76,67 @@ SHIM_EXPORT int cuLibraryLoadData(void **library, const void *code, void *jitOpt
 	return rpc_cuLibraryLoadData(library, start, size);
 }
 
-/* --- parameter layouts by function or kernel handle */
-
-#define LAYOUT_WIRE (4 + 8 * SHIM_PARAM_MAX)
-#define TABLE_SIZE 4096
-
-static pthread_mutex_t table_mu = PTHREAD_MUTEX_INITIALIZER;
-static struct {
-	void *key;
-	struct shim_params *p;
-} table[TABLE_SIZE];
-
-void shim_params_put(void *func, const uint8_t *wire, size_t len) {
-	if (len < 4) return;
-	struct shim_params *p = calloc(1, sizeof *p);
-	if (p == NULL) return;
-	uint32_t count;
-	memcpy(&count, wire, 4);
-	if (count > SHIM_PARAM_MAX || 4 + 8 * (size_t)count > len) count = 0;
-	p->count = count;
-	for (uint32_t i = 0; i < count; i++) {
-		memcpy(&p->offset[i], wire + 4 + 8 * i, 4);
-		memcpy(&p->size[i], wire + 8 + 8 * i, 4);
-	}
-	size_t h = ((uintptr_t)func >> 3) % TABLE_SIZE;
-	pthread_mutex_lock(&table_mu);
-	for (size_t i = 0; i < TABLE_SIZE; i++) {
-		size_t j = (h + i) % TABLE_SIZE;
-		if (table[j].key == NULL || table[j].key == func) {
-			free(table[j].p);
-			table[j].key = func;
-			table[j].p = p;
-			p = NULL;
-			break;
-		}
-	}
-	pthread_mutex_unlock(&table_mu);
-	if (p != NULL) {
-		shim_log("more than %d kernel handles: parameter layout not cached", TABLE_SIZE);
-		free(p);
-	}
-}
-
-const struct shim_params *shim_params_get(void *func) {
-	const struct shim_params *p = NULL;
-	size_t h = ((uintptr_t)func >> 3) % TABLE_SIZE;
-	pthread_mutex_lock(&table_mu);
-	for (size_t i = 0; i < TABLE_SIZE; i++) {
-		size_t j = (h + i) % TABLE_SIZE;
-		if (table[j].key == NULL) break;
-		if (table[j].key == func) {
-			p = table[j].p;
-			break;
-		}
-	}
-	pthread_mutex_unlock(&table_mu);
-	return p;
-}
-
-SHIM_EXPORT int cuModuleGetFunction(void **hfunc, void *hmod, const char *name) {
-	uint8_t wire[LAYOUT_WIRE];
-	if (hfunc == NULL || name == NULL) return CUDA_ERROR_INVALID_VALUE;
-	int r = rpc_cuModuleGetFunction(hfunc, wire, hmod, name);
-	if (r == 0) shim_params_put(*hfunc, wire, sizeof wire);
-	return r;
-}
-
-SHIM_EXPORT int cuKernelGetFunction(void **pFunc, void *kernel) {
-	uint8_t wire[LAYOUT_WIRE];
-	if (pFunc == NULL) return CUDA_ERROR_INVALID_VALUE;
-	int r = rpc_cuKernelGetFunction(pFunc, wire, kernel);
-	if (r == 0) shim_params_put(*pFunc, wire, sizeof wire);
-	return r;
-}
-
-/* layout returns the parameter layout of a function, or of a kernel handle passed as one (CUDA 12 allows it). */
-static const struct shim_params *layout(void *f) {
-	const struct shim_params *p = shim_params_get(f);
-	if (p != NULL) return p;
-	uint8_t wire[LAYOUT_WIRE];
-	void *func;
-	if (rpc_cuKernelGetFunction(&func, wire, f) != 0) return NULL;
-	shim_params_put(f, wire, sizeof wire);
-	return shim_params_get(f);
-}
-
-SHIM_EXPORT int cuFuncGetParamInfo(void *func, size_t paramIndex, size_t *paramOffset, size_t *paramSize) {
-	const struct shim_params *p = layout(func);
-	if (p == NULL) return CUDA_ERROR_INVALID_HANDLE;
-	if (paramIndex >= p->count) return CUDA_ERROR_INVALID_VALUE;
-	if (paramOffset != NULL) *paramOffset = p->offset[paramIndex];
-	if (paramSize != NULL) *paramSize = p->size[paramIndex];
-	return CUDA_SUCCESS;
-}
-
 /* --- launches */
 
 #define CU_LAUNCH_PARAM_END ((void *)0x00)
 #define CU_LAUNCH_PARAM_BUFFER_POINTER ((void *)0x01)
 #define CU_LAUNCH_PARAM_BUFFER_SIZE ((void *)0x02)
 #define ARGS_MAX 32764 /* the CUDA 12.1+ kernel parameter limit, rounded */
+#define LAUNCH_ATTR_SIZE 72 /* CUlaunchAttribute: u32 id, 4 bytes of padding, a 64-byte value */
+#define LAUNCH_ATTRS_MAX 64
 
+/* launch packs the kernel's arguments into one raw buffer (kernelParams by the cached layout, or the buffer of
+ * extra) and sends the launch, with its attributes when attrs is not NULL. */
 static int launch(void *f, const unsigned grid[3], const unsigned block[3], unsigned shmem, void *stream,
-		  void **kernelParams, void **extra) {
+		  void **kernelParams, void **extra, const void *attrs, unsigned nattrs) {
 	if (f == NULL) return CUDA_ERROR_INVALID_HANDLE;
+	const void *args;
+	size_t size = 0;
+	uint8_t buf[ARGS_MAX];
 	if (extra != NULL) {
-		const void *buf = NULL;
-		size_t size = 0;
+		const void *p = NULL;
 		for (size_t i = 0; extra[i] != CU_LAUNCH_PARAM_END; i += 2) {
 			if (extra[i] == CU_LAUNCH_PARAM_BUFFER_POINTER)
-				buf = extra[i + 1];
+				p = extra[i + 1];
 			else if (extra[i] == CU_LAUNCH_PARAM_BUFFER_SIZE)
 				memcpy(&size, extra[i + 1], sizeof size);
 			else
 				return CUDA_ERROR_INVALID_VALUE;
 		}
-		if (buf == NULL && size != 0) return CUDA_ERROR_INVALID_VALUE;
-		return rpc_cuLaunchKernel(f, grid[0], grid[1], grid[2], block[0], block[1], block[2], shmem, stream,
-					  buf, size);
-	}
-	const struct shim_params *p = layout(f);
-	if (p == NULL) {
-		shim_log("cuLaunchKernel: no parameter layout for function %p", f);
-		return CUDA_ERROR_INVALID_HANDLE;
-	}
-	if (p->count > 0 && kernelParams == NULL) return CUDA_ERROR_INVALID_VALUE;
-	uint8_t buf[ARGS_MAX];
-	size_t size = 0;
-	for (uint32_t i = 0; i < p->count; i++) {
-		size_t end = (size_t)p->offset[i] + p->size[i];
-		if (end > sizeof buf) return CUDA_ERROR_INVALID_VALUE;
-		if (end > size) {
-			memset(buf + size, 0, end - size);
-			size = end;
+		if (p == NULL && size != 0) return CUDA_ERROR_INVALID_VALUE;
+		args = p;
+	} else {
+		const struct shim_params *p = shim_params_get(f);
+		if (p == NULL) {
+			shim_log("cuLaunchKernel: no parameter layout for function %p", f);
+			return CUDA_ERROR_INVALID_HANDLE;
 		}
-		if (kernelParams[i] == NULL) return CUDA_ERROR_INVALID_VALUE;
-		memcpy(buf + p->offset[i], kernelParams[i], p->size[i]);
+		if (p->count > 0 && kernelParams == NULL) return CUDA_ERROR_INVALID_VALUE;
+		for (uint32_t i = 0; i < p->count; i++) {
+			size_t end = (size_t)p->offset[i] + p->size[i];
+			if (end > sizeof buf) return CUDA_ERROR_INVALID_VALUE;
+			if (end > size) {
+				memset(buf + size, 0, end - size);
+				size = end;
+			}
+			if (kernelParams[i] == NULL) return CUDA_ERROR_INVALID_VALUE;
+			memcpy(buf + p->offset[i], kernelParams[i], p->size[i]);
+		}
+		args = buf;
 	}
-	return rpc_cuLaunchKernel(f, grid[0], grid[1], grid[2], block[0], block[1], block[2], shmem, stream, buf, size);
+	if (attrs == NULL || nattrs == 0)
+		return rpc_cuLaunchKernel(f, grid[0], grid[1], grid[2], block[0], block[1], block[2], shmem, stream,
+					  args, size);
+	if (nattrs > LAUNCH_ATTRS_MAX) return CUDA_ERROR_INVALID_VALUE;
+	return rpc_cuLaunchKernelEx(f, grid[0], grid[1], grid[2], block[0], block[1], block[2], shmem, stream, attrs,
+				    (size_t)nattrs * LAUNCH_ATTR_SIZE, args, size);
 }
 
 SHIM_EXPORT int cuLaunchKernel(void *f, unsigned int gridDimX, unsigned int gridDimY, unsigned int gridDimZ,
 			       unsigned int blockDimX, unsigned int blockDimY, unsigned int blockDimZ,
 			       unsigned int sharedMemBytes, void *hStream, void **kernelParams, void **extra) {
 	unsigned grid[3] = {gridDimX, gridDimY, gridDimZ}, block[3] = {blockDimX, blockDimY, blockDimZ};
-	return launch(f, grid, block, sharedMemBytes, hStream, kernelParams, extra);
+	return launch(f, grid, block, sharedMemBytes, hStream, kernelParams, extra, NULL, 0);
 }
 
 /* CUlaunchConfig as laid out by cuda.h on 64-bit platforms. */
@@ -229,18 +145,28 @@ struct launch_config {
 	unsigned block[3];
 	unsigned shmem;
 	void *stream;
-	void *attrs;
+	const void *attrs; /* CUlaunchAttribute[num_attrs] */
 	unsigned num_attrs;
 };
 
+/* cuLaunchKernelEx carries every launch attribute to the gpuserver, which applies them (clusters, cooperative
+ * launches, programmatic dependent launch, priorities, completion events) or refuses the launch. */
 SHIM_EXPORT int cuLaunchKernelEx(const struct launch_config *config, void *f, void **kernelParams, void **extra) {
-	if (config == NULL) return CUDA_ERROR_INVALID_VALUE;
-	if (config->num_attrs > 0) {
-		static int logged;
-		if (!__atomic_exchange_n(&logged, 1, __ATOMIC_SEQ_CST))
-			shim_log("cuLaunchKernelEx: launch attributes are ignored (cooperative, clusters, priority)");
-	}
-	return launch(f, config->grid, config->block, config->shmem, config->stream, kernelParams, extra);
+	if (config == NULL || (config->num_attrs > 0 && config->attrs == NULL)) return CUDA_ERROR_INVALID_VALUE;
+	return launch(f, config->grid, config->block, config->shmem, config->stream, kernelParams, extra,
+		      config->attrs, config->num_attrs);
+}
+
+/* cuLaunchCooperativeKernel is a launch with CU_LAUNCH_ATTRIBUTE_COOPERATIVE. */
+SHIM_EXPORT int cuLaunchCooperativeKernel(void *f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by,
+					  unsigned bz, unsigned shmem, void *stream, void **kernelParams) {
+	uint8_t attr[LAUNCH_ATTR_SIZE];
+	memset(attr, 0, sizeof attr);
+	uint32_t id = 2, one = 1; /* CU_LAUNCH_ATTRIBUTE_COOPERATIVE */
+	memcpy(attr, &id, 4);
+	memcpy(attr + 8, &one, 4);
+	unsigned grid[3] = {gx, gy, gz}, block[3] = {bx, by, bz};
+	return launch(f, grid, block, shmem, stream, kernelParams, NULL, attr, 1);
 }
 
 /* --- loading mode: lazy unless CUDA_MODULE_LOADING=EAGER, as the driver does since CUDA 12.2 */

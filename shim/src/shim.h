@@ -36,6 +36,9 @@ enum {
 	CUDA_ERROR_UNKNOWN = 999,
 };
 
+/* CU_DEVICE_ATTRIBUTE_MAX of CUDA 13.0: device attributes are 1..147. */
+#define SHIM_DEVICE_ATTRIBUTE_MAX 148
+
 /* The CUDA version the shim reports (cuDriverGetVersion): 13.0. */
 #define SHIM_DRIVER_VERSION 13000
 
@@ -97,8 +100,9 @@ struct shim_params {
 	uint32_t offset[SHIM_PARAM_MAX];
 	uint32_t size[SHIM_PARAM_MAX];
 };
-void shim_params_put(void *func, const uint8_t *wire, size_t len);
 const struct shim_params *shim_params_get(void *func);
+/* A function attribute (CUfunction_attribute), cached (func.c). */
+int shim_func_attr(void *func, int attribute, int *value);
 
 /* The entry point of an exported symbol (procaddr.c), NULL if none. */
 void *shim_symbol(const char *symbol);

@@ -224,3 +224,57 @@ SHIM_EXPORT int cuStreamAddCallback(void *h, void (*cb)(void *, int, void *), vo
 	cb(h, r, userData);
 	return CUDA_SUCCESS;
 }
+
+/* ---- stream memory operations: writes go in order with the stream's work; a wait is checked once the
+ * stream's earlier work has completed (gpuserver/remoting/copy2d.go: the session's streams run in order, so a
+ * condition that does not hold then never will and the wait answers CUDA_ERROR_ILLEGAL_STATE). */
+
+SHIM_EXPORT int cuStreamWriteValue32_v2(void *h, unsigned long long addr, uint32_t value, unsigned int flags) {
+	return rpc_streamWriteValue(h, addr, value, 4, flags);
+}
+
+SHIM_EXPORT int cuStreamWriteValue64_v2(void *h, unsigned long long addr, uint64_t value, unsigned int flags) {
+	return rpc_streamWriteValue(h, addr, value, 8, flags);
+}
+
+SHIM_EXPORT int cuStreamWaitValue32_v2(void *h, unsigned long long addr, uint32_t value, unsigned int flags) {
+	return rpc_streamWaitValue(h, addr, value, 4, flags);
+}
+
+SHIM_EXPORT int cuStreamWaitValue64_v2(void *h, unsigned long long addr, uint64_t value, unsigned int flags) {
+	return rpc_streamWaitValue(h, addr, value, 8, flags);
+}
+
+/* CUstreamBatchMemOpParams: 48 bytes; u32 operation, then (waits and writes) u64 address at 8, the value at 16,
+ * u32 flags at 24. */
+enum { OP_WAIT_32 = 1, OP_WRITE_32 = 2, OP_FLUSH_REMOTE_WRITES = 3, OP_WAIT_64 = 4, OP_WRITE_64 = 5, OP_BARRIER = 6 };
+
+SHIM_EXPORT int cuStreamBatchMemOp_v2(void *h, unsigned int count, const uint8_t *params, unsigned int flags) {
+	if (flags != 0 || (count > 0 && params == NULL)) return CUDA_ERROR_INVALID_VALUE;
+	for (unsigned i = 0; i < count; i++) {
+		const uint8_t *p = params + 48 * (size_t)i;
+		uint32_t op, f;
+		uint64_t addr, v64;
+		uint32_t v32;
+		memcpy(&op, p, 4);
+		memcpy(&addr, p + 8, 8);
+		memcpy(&v32, p + 16, 4);
+		memcpy(&v64, p + 16, 8);
+		memcpy(&f, p + 24, 4);
+		int r;
+		switch (op) {
+		case OP_WAIT_32: r = cuStreamWaitValue32_v2(h, addr, v32, f); break;
+		case OP_WRITE_32: r = cuStreamWriteValue32_v2(h, addr, v32, f); break;
+		case OP_WAIT_64: r = cuStreamWaitValue64_v2(h, addr, v64, f); break;
+		case OP_WRITE_64: r = cuStreamWriteValue64_v2(h, addr, v64, f); break;
+		case OP_FLUSH_REMOTE_WRITES: /* no remote writers: the function's memory is its own */
+		case OP_BARRIER:            /* the stream's operations already run in order */
+			SHIM_LOCAL();
+			r = CUDA_SUCCESS;
+			break;
+		default: r = CUDA_ERROR_INVALID_VALUE;
+		}
+		if (r != 0) return r;
+	}
+	return CUDA_SUCCESS;
+}

@@ -2,12 +2,14 @@ package sim
 
 import (
 	"context"
+	"crypto/sha256"
 	"fmt"
 	"sort"
 	"sync"
 	"time"
 
 	"github.com/faas-gpu/faas-gpu/gpuserver/device"
+	"github.com/faas-gpu/faas-gpu/gpuserver/device/attrs"
 	"github.com/faas-gpu/faas-gpu/gpuserver/topology"
 )
 
@@ -109,10 +111,7 @@ func New(opts Options) (*Backend, error) {
 		hostRegs: map[*byte]int{}, transfers: map[*transfer]topology.Path{}, failed: map[int]error{},
 	}
 	for i, g := range b.node.GPUs {
-		b.gpus = append(b.gpus, device.GPUInfo{
-			Index: i, Name: g.Name + " (simulated)", PCIBusID: fmt.Sprintf("0000:%02x:00.0", 0x10+i),
-			MemoryBytes: g.MemoryBytes, Granularity: b.gran, ComputeCapability: 70,
-		})
+		b.gpus = append(b.gpus, simulatedGPU(b.node.Name, i, g.Name, g.MemoryBytes, b.gran))
 	}
 	return b, nil
 }
@@ -443,4 +442,28 @@ func sortedGPUs(mask uint64) []int {
 	}
 	sort.Ints(out)
 	return out
+}
+
+// simulatedGPU describes GPU i of a simulated node: its model's complete attribute table (attrs.Models; a model
+// without a table reports the H100's), a PCI slot 0000:<0x10+i>:00.0 and a UUID derived from the node and index.
+func simulatedGPU(node string, i int, model string, memory, gran uint64) device.GPUInfo {
+	m, err := attrs.ForModel(model)
+	if err != nil {
+		m, _ = attrs.ForModel("NVIDIA H100 80GB HBM3")
+	}
+	t := m.Table()
+	bus := 0x10 + i
+	t.SetPCI(m, 0, bus, 0)
+	t[attrs.MultiGpuBoardGroupId] = int32(i)
+	sum := sha256.Sum256([]byte(fmt.Sprintf("faas-gpu simulated node %s gpu %d", node, i)))
+	var uuid [16]byte
+	copy(uuid[:], sum[:16])
+	uuid[6] = uuid[6]&0x0f | 0x40 // a version 4 (random) UUID, as the driver's are
+	uuid[8] = uuid[8]&0x3f | 0x80
+	return device.GPUInfo{
+		Index: i, Name: model + " (simulated)", UUID: device.FormatUUID(uuid),
+		PCIBusID: fmt.Sprintf("0000:%02x:00.0", bus), MemoryBytes: memory, Granularity: gran,
+		ComputeCapability: int(t[attrs.ComputeCapabilityMajor]*10 + t[attrs.ComputeCapabilityMinor]),
+		Attributes:        t,
+	}
 }
