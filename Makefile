@@ -61,6 +61,12 @@ gpu-test: build
 	FAAS_GPU_TEST_CUDA=1 FAAS_GPU_GPU_REPORT=$(CURDIR)/docs/bench/pytorch-shim.md $(GO) test -count=1 -timeout 25m -v -run 'CUDA|GPU' ./gpuserver/... ./test/...
 	$(GO) run ./gpuserver/executor/swapbench -device cuda -out docs/bench/swap-cuda.md
 
+## gpu-trace: on a GPU machine, record what PyTorch uses of the real driver (shim/testdata/trace, see its README)
+.PHONY: gpu-trace
+gpu-trace:
+	test/gpu/trace.sh build/gpu-trace
+	@echo "compare build/gpu-trace with shim/testdata/trace and copy what changed"
+
 ## bench-policy: policy sweep on the simulator, writes docs/bench/policy.{md,png,json}
 bench-policy: build
 	$(GO) run ./gpuserver/simulate/benchpolicy -workloads ../shared/workloads -out docs/bench -seed 1

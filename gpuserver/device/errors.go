@@ -20,4 +20,7 @@ var (
 	ErrInvalidImage = errors.New("invalid module image")
 	// ErrNotReady: the work an event or query waits for has not completed yet.
 	ErrNotReady = errors.New("not ready")
+	// ErrNoBinaryForGPU: a well-formed module image with no code for the GPU's architecture
+	// (CUDA_ERROR_NO_BINARY_FOR_GPU).
+	ErrNoBinaryForGPU = errors.New("no binary for the GPU")
 )

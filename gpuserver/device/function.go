@@ -35,10 +35,11 @@ func (a FuncAttr) Settable() bool {
 	return false
 }
 
-// AttributedFunction is a Function that knows its attributes (cuFuncGetAttribute) and takes the settable ones
-// (cuFuncSetAttribute). A set applies to this function of this module on this GPU only: callers replay sets on
-// the same kernel loaded on another GPU.
-type AttributedFunction interface {
+// ConfigurableFunction is a Function whose driver answers every attribute (cuFuncGetAttribute) and takes the
+// settable ones (cuFuncSetAttribute): the cuda backend's. A set applies to this function of this module on this
+// GPU only: callers replay sets on the same kernel loaded on another GPU. (A function that only knows its static
+// resources from its image is an AttributedFunction.)
+type ConfigurableFunction interface {
 	Function
 	Attribute(a FuncAttr) (int32, error)
 	SetAttribute(a FuncAttr, v int32) error

@@ -23,9 +23,9 @@ func (h *deviceHandler) deviceFunction(fn *function) (device.Function, Result) {
 		return nil, result(err)
 	}
 	if len(fn.sets) > 0 && !fn.applied[h.gpu] {
-		if af, ok := df.(device.AttributedFunction); ok {
+		if cf, ok := df.(device.ConfigurableFunction); ok {
 			for a, v := range fn.sets {
-				if err := af.SetAttribute(a, v); err != nil {
+				if err := cf.SetAttribute(a, v); err != nil {
 					h.log.Warn("remoting: replay a kernel attribute", "gpu", h.gpu, "kernel", fn.name,
 						"attribute", int(a), "value", v, "err", err)
 					return nil, result(err)
@@ -48,27 +48,38 @@ func (h *deviceHandler) gpuInfo() device.GPUInfo {
 	return g[0]
 }
 
-// defaultAttribute answers for a kernel whose backend cannot tell its attributes (a PTX reference kernel of the
-// simulated device): its GPU's limits and no static resources.
-func defaultAttribute(info device.GPUInfo, fn *function, a device.FuncAttr) (int32, bool) {
+// staticAttribute answers for a kernel whose backend knows only its static resources (the simulated device:
+// from the cubin, zeros for PTX) or nothing: the rest are the driver's defaults on that GPU, and a settable
+// attribute the function set is answered from its sets by the caller.
+func staticAttribute(info device.GPUInfo, df device.Function, a device.FuncAttr) int32 {
+	var st device.FunctionAttributes
+	if af, ok := df.(device.AttributedFunction); ok {
+		st = af.Attributes()
+	}
 	t := &info.Attributes
 	switch a {
 	case device.FuncMaxThreadsPerBlock:
-		return t.Get(attrs.MaxThreadsPerBlock), true
-	case device.FuncSharedSizeBytes, device.FuncConstSizeBytes, device.FuncLocalSizeBytes, device.FuncNumRegs,
-		device.FuncCacheModeCA, device.FuncClusterSizeMustBeSet:
-		return 0, true
+		if st.MaxThreadsPerBlock > 0 {
+			return int32(st.MaxThreadsPerBlock)
+		}
+		return t.Get(attrs.MaxThreadsPerBlock)
+	case device.FuncSharedSizeBytes:
+		return int32(st.SharedSizeBytes)
+	case device.FuncLocalSizeBytes:
+		return int32(st.LocalSizeBytes)
+	case device.FuncNumRegs:
+		return int32(st.NumRegs)
 	case device.FuncPTXVersion, device.FuncBinaryVersion:
-		return int32(info.ComputeCapability), true
+		if st.BinaryVersion > 0 {
+			return int32(st.BinaryVersion)
+		}
+		return int32(info.ComputeCapability)
 	case device.FuncMaxDynamicSharedSizeBytes:
-		return t.Get(attrs.MaxSharedMemoryPerBlock), true
+		return t.Get(attrs.MaxSharedMemoryPerBlock) - int32(st.SharedSizeBytes)
 	case device.FuncPreferredSharedMemoryCarveout:
-		return -1, true
-	case device.FuncRequiredClusterWidth, device.FuncRequiredClusterHeight, device.FuncRequiredClusterDepth,
-		device.FuncNonPortableClusterSizeAllowed, device.FuncClusterSchedulingPolicyPreference:
-		return 0, true
+		return -1
 	}
-	return 0, false
+	return 0 // const bytes, cache mode, cluster requirements: none
 }
 
 func (h *deviceHandler) funcAttribute(ctx context.Context, f uint64, a device.FuncAttr) (int32, Result) {
@@ -86,15 +97,14 @@ func (h *deviceHandler) funcAttribute(ctx context.Context, f uint64, a device.Fu
 	if r != ResultSuccess {
 		return 0, r
 	}
-	if af, ok := df.(device.AttributedFunction); ok {
-		v, err := af.Attribute(a)
+	if cf, ok := df.(device.ConfigurableFunction); ok {
+		v, err := cf.Attribute(a)
 		return v, result(err)
 	}
 	if v, ok := fn.sets[a]; ok {
 		return v, ResultSuccess
 	}
-	v, _ := defaultAttribute(h.gpuInfo(), fn, a)
-	return v, ResultSuccess
+	return staticAttribute(h.gpuInfo(), df, a), ResultSuccess
 }
 
 func (h *deviceHandler) setFuncAttribute(ctx context.Context, f uint64, a device.FuncAttr, v int32) Result {

@@ -45,6 +45,24 @@ func ForModel(name string) (Model, error) {
 	return Model{}, fmt.Errorf("no attribute table for GPU model %q (known: %s)", name, strings.Join(known, ", "))
 }
 
+// ComputeCapability is the model's major*10+minor.
+func (m Model) ComputeCapability() int {
+	t := m.table()
+	return int(t[ComputeCapabilityMajor]*10 + t[ComputeCapabilityMinor])
+}
+
+// ForArch returns the model of an architecture (compute capability major*10+minor): the V100 for 7.x, the A100
+// for 8.x, the H100 for 9.0 and anything newer (the newest table the package has).
+func ForArch(cc int) Model {
+	switch {
+	case cc < 80:
+		return Models[0]
+	case cc < 90:
+		return Models[1]
+	}
+	return Models[2]
+}
+
 // SetPCI sets the PCI location and identity attributes of a GPU of model m.
 func (t *Table) SetPCI(m Model, domain, bus, device int) {
 	t[PciDomainId] = int32(domain)

@@ -9,7 +9,7 @@ import (
 )
 
 var (
-	_ device.AttributedFunction = (*function)(nil)
+	_ device.ConfigurableFunction = (*function)(nil)
 	_ device.EnumerableModule   = (*module)(nil)
 	_ device.ExtendedLauncher   = (*stream)(nil)
 	_ device.TensorMapEncoder   = (*Backend)(nil)
