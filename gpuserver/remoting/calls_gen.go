@@ -173,6 +173,7 @@ const (
 	CallStreamWaitValue               CallID = 87
 	CallTensorMapEncode               CallID = 110
 	CallTensorMapReplaceAddress       CallID = 111
+	CallModuleImageChunk              CallID = 47
 )
 
 // calls describes every remoted call by id.
@@ -249,6 +250,7 @@ var calls = map[CallID]callInfo{
 	CallStreamWaitValue:               {name: "streamWaitValue", sync: true, syncpoint: true},
 	CallTensorMapEncode:               {name: "tensorMapEncode", sync: true, syncpoint: false},
 	CallTensorMapReplaceAddress:       {name: "tensorMapReplaceAddress", sync: true, syncpoint: false},
+	CallModuleImageChunk:              {name: "moduleImageChunk", sync: false, syncpoint: false},
 }
 
 // Handler executes decoded calls; one method per remoted call of the API table. A method returns the
@@ -398,6 +400,8 @@ type Handler interface {
 	TensorMapEncode(ctx context.Context, tensorMap []byte, request []byte, size uint64) (res Result)
 	// TensorMapReplaceAddress is sync call 111 (shim/api/cuda.api:131).
 	TensorMapReplaceAddress(ctx context.Context, tensorMap []byte, old []byte, globalAddress uint64) (res Result)
+	// ModuleImageChunk is async call 47 (shim/api/cuda.api:134).
+	ModuleImageChunk(ctx context.Context, data []byte, size uint64) (res Result)
 }
 
 // UnimplementedHandler answers every call with ResultNotSupported; embed it to implement a subset.
@@ -831,6 +835,12 @@ func (UnimplementedHandler) TensorMapEncode(ctx context.Context, tensorMap []byt
 
 // TensorMapReplaceAddress answers ResultNotSupported.
 func (UnimplementedHandler) TensorMapReplaceAddress(ctx context.Context, tensorMap []byte, old []byte, globalAddress uint64) (res Result) {
+	res = ResultNotSupported
+	return
+}
+
+// ModuleImageChunk answers ResultNotSupported.
+func (UnimplementedHandler) ModuleImageChunk(ctx context.Context, data []byte, size uint64) (res Result) {
 	res = ResultNotSupported
 	return
 }
@@ -1604,6 +1614,16 @@ func dispatch(ctx context.Context, h Handler, id CallID, payload []byte, resp *r
 			return ResultInvalidValue, nil
 		}
 		return h.TensorMapReplaceAddress(ctx, tensorMap, old, globalAddress), nil
+	case CallModuleImageChunk:
+		data := d.bytes()
+		size := d.u64()
+		if err := d.finish(id); err != nil {
+			return 0, err
+		}
+		if uint64(len(data)) != uint64(size) {
+			return ResultInvalidValue, nil
+		}
+		return h.ModuleImageChunk(ctx, data, size), nil
 	}
 	return 0, errUnknownCall(id)
 }

@@ -44,6 +44,8 @@ type deviceHandler struct {
 	streams map[uint64]bool
 	events  map[uint64]*event
 	globals []*global
+
+	pendingImage []byte // chunks of a module image whose load call has not come yet
 }
 
 // allocation is a block the session allocated (or a module global it may copy to).
@@ -555,7 +557,26 @@ func (h *deviceHandler) loadOn(m *module, gpu int) (device.Module, error) {
 	return l, nil
 }
 
-func (h *deviceHandler) CuModuleLoadData(ctx context.Context, image []byte, _ uint64) (uint64, Result) {
+// maxModuleImage bounds a module image sent in chunks (the largest fat binaries of cuDNN are a few hundred MB).
+const maxModuleImage = 1 << 30
+
+// ModuleImageChunk appends a chunk of a module image too large for one record; the next load call completes it.
+func (h *deviceHandler) ModuleImageChunk(_ context.Context, data []byte, _ uint64) Result {
+	if uint64(len(h.pendingImage))+uint64(len(data)) > maxModuleImage {
+		h.pendingImage = nil
+		h.log.Warn("remoting: module image larger than the limit", "limit", maxModuleImage)
+		return ResultInvalidImage
+	}
+	h.pendingImage = append(h.pendingImage, data...)
+	return ResultSuccess
+}
+
+func (h *deviceHandler) CuModuleLoadData(ctx context.Context, last []byte, _ uint64) (uint64, Result) {
+	image := append(h.pendingImage, last...)
+	h.pendingImage = nil
+	if uint64(len(image)) > maxModuleImage {
+		return 0, ResultInvalidImage
+	}
 	if _, r := h.bind(ctx); r != ResultSuccess {
 		return 0, r
 	}

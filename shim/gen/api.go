@@ -22,6 +22,9 @@ const (
 type Arg struct {
 	Name string
 	Dir  string // "in" or "out"
+	// Optional: an out argument the caller may pass as NULL (written as out? in the table): its value is read
+	// from the response and dropped.
+	Optional bool
 	Type string // i32 u32 u64 size handle f32 bytes str
 	Len  string // for bytes: the length expression (an argument, a constant, or arg*const)
 }
@@ -227,10 +230,14 @@ func parseArg(s string) (Arg, error) {
 	f := strings.Fields(s)
 	a := Arg{Dir: "in"}
 	if len(f) == 3 {
-		if f[0] != "in" && f[0] != "out" {
+		switch f[0] {
+		case "in", "out":
+			a.Dir = f[0]
+		case "out?":
+			a.Dir, a.Optional = "out", true
+		default:
 			return a, fmt.Errorf("bad direction %q in %q", f[0], s)
 		}
-		a.Dir = f[0]
 		f = f[1:]
 	}
 	if len(f) != 2 || !identRE.MatchString(f[1]) {
@@ -246,6 +253,9 @@ func parseArg(s string) (Arg, error) {
 			return a, fmt.Errorf("bad type %q", t)
 		}
 		a.Type, a.Len = "bytes", m[1]
+	}
+	if a.Optional && a.Type == "bytes" {
+		return a, fmt.Errorf("optional out bytes are not supported: %q", s)
 	}
 	if a.Type == "f32" && a.Dir != "out" {
 		return a, fmt.Errorf("f32 is out only: %q", s)

@@ -208,6 +208,7 @@ func genCCall(s *bytes.Buffer, c *Call) {
 	size := []string{}
 	for _, a := range c.Args {
 		switch {
+		case a.Dir == "out" && a.Type != "bytes" && a.Optional:
 		case a.Dir == "out" && a.Type != "bytes":
 			fmt.Fprintf(s, "\tif (%s == NULL) return shim_null_arg(%q, %q);\n", a.Name, c.Name, a.Name)
 		case a.Dir == "out":
@@ -256,6 +257,12 @@ func genCCall(s *bytes.Buffer, c *Call) {
 		s.WriteString("\tif (r == 0) {\n")
 		for _, a := range c.Args {
 			if a.Dir != "out" {
+				continue
+			}
+			if a.Optional {
+				fmt.Fprintf(s, "\t\tuint64_t %s_v = shim_get_u64(&call);\n", a.Name)
+				fmt.Fprintf(s, "\t\tif (%s != NULL) *%s = (%s)%s_v;\n", a.Name, a.Name,
+					strings.TrimSuffix(cOutType(a.Type), " *"), a.Name)
 				continue
 			}
 			switch a.Type {

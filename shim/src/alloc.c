@@ -306,3 +306,17 @@ int shim_host_range(const void *p, size_t n) {
 	struct range r;
 	return lookup((uintptr_t)p, &r) && r.kind != KIND_DEVICE && (uintptr_t)p - r.base + n <= r.size;
 }
+
+/* Host memory is not mapped into the GPU of a remoted function (CU_DEVICE_ATTRIBUTE_CAN_MAP_HOST_MEMORY is 0):
+ * page-locked host memory has no device address, as for a driver whose device cannot map it. */
+SHIM_EXPORT int cuMemHostGetDevicePointer_v2(unsigned long long *pdptr, void *p, unsigned int flags) {
+	SHIM_LOCAL();
+	if (pdptr == NULL || flags != 0) return CUDA_ERROR_INVALID_VALUE;
+	struct range r;
+	if (lookup((uintptr_t)p, &r) && r.kind == KIND_DEVICE) { /* a device address maps to itself */
+		*pdptr = (uintptr_t)p;
+		return CUDA_SUCCESS;
+	}
+	if (shim_debug()) shim_log("cuMemHostGetDevicePointer(%p): host memory is not mapped into the GPU", p);
+	return CUDA_ERROR_INVALID_VALUE;
+}

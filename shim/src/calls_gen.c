@@ -476,8 +476,6 @@ SHIM_HIDDEN int rpc_cuModuleGetFunction(void **hfunc, void *params, void *hmod, 
 
 /* sync 53 cuModuleGetGlobal_v2 (shim/api/cuda.api:76) */
 SHIM_EXPORT int cuModuleGetGlobal_v2(unsigned long long *dptr, size_t *bytes, void *hmod, const char *name) {
-	if (dptr == NULL) return shim_null_arg("cuModuleGetGlobal_v2", "dptr");
-	if (bytes == NULL) return shim_null_arg("cuModuleGetGlobal_v2", "bytes");
 	if (name == NULL) return shim_null_arg("cuModuleGetGlobal_v2", "name");
 	size_t name_len = strlen(name);
 	struct shim_call call;
@@ -487,8 +485,10 @@ SHIM_EXPORT int cuModuleGetGlobal_v2(unsigned long long *dptr, size_t *bytes, vo
 	shim_put_bytes(&call, name, name_len);
 	r = shim_call_end(&call);
 	if (r == 0) {
-		*dptr = shim_get_u64(&call);
-		*bytes = shim_get_u64(&call);
+		uint64_t dptr_v = shim_get_u64(&call);
+		if (dptr != NULL) *dptr = (unsigned long long)dptr_v;
+		uint64_t bytes_v = shim_get_u64(&call);
+		if (bytes != NULL) *bytes = (size_t)bytes_v;
 	}
 	shim_call_done(&call);
 	return r;
@@ -647,8 +647,6 @@ SHIM_HIDDEN int rpc_cuKernelSetAttribute(int attrib, int val, void *kernel, int 
 
 /* sync 64 cuLibraryGetGlobal (shim/api/cuda.api:87) */
 SHIM_EXPORT int cuLibraryGetGlobal(unsigned long long *dptr, size_t *bytes, void *library, const char *name) {
-	if (dptr == NULL) return shim_null_arg("cuLibraryGetGlobal", "dptr");
-	if (bytes == NULL) return shim_null_arg("cuLibraryGetGlobal", "bytes");
 	if (name == NULL) return shim_null_arg("cuLibraryGetGlobal", "name");
 	size_t name_len = strlen(name);
 	struct shim_call call;
@@ -658,8 +656,10 @@ SHIM_EXPORT int cuLibraryGetGlobal(unsigned long long *dptr, size_t *bytes, void
 	shim_put_bytes(&call, name, name_len);
 	r = shim_call_end(&call);
 	if (r == 0) {
-		*dptr = shim_get_u64(&call);
-		*bytes = shim_get_u64(&call);
+		uint64_t dptr_v = shim_get_u64(&call);
+		if (dptr != NULL) *dptr = (unsigned long long)dptr_v;
+		uint64_t bytes_v = shim_get_u64(&call);
+		if (bytes != NULL) *bytes = (size_t)bytes_v;
 	}
 	shim_call_done(&call);
 	return r;
@@ -1098,6 +1098,19 @@ SHIM_HIDDEN int rpc_tensorMapReplaceAddress(void *tensorMap, const void *old, un
 	return r;
 }
 
+/* async 47 moduleImageChunk (shim/api/cuda.api:134) */
+SHIM_HIDDEN int rpc_moduleImageChunk(const void *data, size_t size) {
+	if (data == NULL && (uint64_t)(size) != 0) return shim_null_arg("moduleImageChunk", "data");
+	struct shim_call call;
+	int r = shim_call_begin(&call, CALL_moduleImageChunk, SHIM_CALL_ASYNC, 8 + shim_pad8((uint64_t)(size)) + 8);
+	if (r != 0) return r;
+	shim_put_bytes(&call, data, (uint64_t)(size));
+	shim_put_u64(&call, (uint64_t)size);
+	r = shim_call_end(&call);
+	shim_call_done(&call);
+	return r;
+}
+
 /* Entry points exported but not implemented: CUDA_ERROR_NOT_SUPPORTED, logged once by name. */
 SHIM_EXPORT int cuArray3DCreate(void) { return shim_unsupported("cuArray3DCreate"); }
 SHIM_EXPORT int cuArray3DCreate_v2(void) { return shim_unsupported("cuArray3DCreate_v2"); }
@@ -1350,7 +1363,6 @@ SHIM_EXPORT int cuMemGetHandleForAddressRange(void) { return shim_unsupported("c
 SHIM_EXPORT int cuMemGetInfo(void) { return shim_unsupported("cuMemGetInfo"); }
 SHIM_EXPORT int cuMemGetMemPool(void) { return shim_unsupported("cuMemGetMemPool"); }
 SHIM_EXPORT int cuMemHostGetDevicePointer(void) { return shim_unsupported("cuMemHostGetDevicePointer"); }
-SHIM_EXPORT int cuMemHostGetDevicePointer_v2(void) { return shim_unsupported("cuMemHostGetDevicePointer_v2"); }
 SHIM_EXPORT int cuMemImportFromShareableHandle(void) { return shim_unsupported("cuMemImportFromShareableHandle"); }
 SHIM_EXPORT int cuMemMapArrayAsync(void) { return shim_unsupported("cuMemMapArrayAsync"); }
 SHIM_EXPORT int cuMemMapArrayAsync_ptsz(void) { return shim_unsupported("cuMemMapArrayAsync_ptsz"); }
@@ -1593,6 +1605,7 @@ const char *shim_call_name(unsigned id) {
 	case CALL_streamWaitValue: return "streamWaitValue";
 	case CALL_tensorMapEncode: return "tensorMapEncode";
 	case CALL_tensorMapReplaceAddress: return "tensorMapReplaceAddress";
+	case CALL_moduleImageChunk: return "moduleImageChunk";
 	}
 	return NULL;
 }
@@ -1740,6 +1753,7 @@ int cuDeviceCanAccessPeer();
 int cuDeviceGetP2PAttribute();
 int cuDeviceGetByPCIBusId();
 int cuDeviceGetTexture1DLinearMaxWidth();
+int cuMemHostGetDevicePointer_v2();
 
 const struct shim_proc shim_procs[] = {
 	{"cuArray3DCreate", (void *)cuArray3DCreate},

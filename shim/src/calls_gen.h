@@ -125,6 +125,7 @@ enum shim_call_id {
 	CALL_streamWaitValue = 87,
 	CALL_tensorMapEncode = 110,
 	CALL_tensorMapReplaceAddress = 111,
+	CALL_moduleImageChunk = 47,
 };
 
 /* Generated entry points, and the encoders behind the handwritten ones (rpc_*). */
@@ -200,6 +201,7 @@ int rpc_streamWriteValue(void *hStream, unsigned long long addr, unsigned long l
 int rpc_streamWaitValue(void *hStream, unsigned long long addr, unsigned long long value, unsigned int size, unsigned int flags);
 int rpc_tensorMapEncode(void *tensorMap, const void *request, size_t size);
 int rpc_tensorMapReplaceAddress(void *tensorMap, const void *old, unsigned long long globalAddress);
+int rpc_moduleImageChunk(const void *data, size_t size);
 
 /* Name of a call id, or NULL. */
 const char *shim_call_name(unsigned id);

@@ -43,12 +43,28 @@ SHIM_HIDDEN size_t shim_image_size(const void *image, const void **start) {
 	return strlen((const char *)p) + 1; /* PTX: NUL-terminated text */
 }
 
+/* send_image sends all but the last record's worth of an image as chunks and returns what the load call carries. */
+static int send_image(const uint8_t **p, size_t *n) {
+	int r = shim_connect();
+	if (r != 0) return r;
+	uint64_t chunk = shim_max_payload();
+	chunk = chunk > 64 ? chunk - 64 : chunk;
+	while (*n > chunk) {
+		if ((r = rpc_moduleImageChunk(*p, chunk)) != 0) return r;
+		*p += chunk;
+		*n -= chunk;
+	}
+	return CUDA_SUCCESS;
+}
+
 int shim_module_load(void **module, const void *image) {
 	if (module == NULL || image == NULL) return CUDA_ERROR_INVALID_VALUE;
 	const void *start;
 	size_t size = shim_image_size(image, &start);
 	if (size == 0) return CUDA_ERROR_INVALID_IMAGE;
-	return rpc_cuModuleLoadData(module, start, size);
+	const uint8_t *p = start;
+	int r = send_image(&p, &size);
+	return r != 0 ? r : rpc_cuModuleLoadData(module, p, size);
 }
 
 SHIM_EXPORT int cuModuleLoadData(void **module, const void *image) { return shim_module_load(module, image); }
@@ -73,7 +89,9 @@ SHIM_EXPORT int cuLibraryLoadData(void **library, const void *code, void *jitOpt
 	const void *start;
 	size_t size = shim_image_size(code, &start);
 	if (size == 0) return CUDA_ERROR_INVALID_IMAGE;
-	return rpc_cuLibraryLoadData(library, start, size);
+	const uint8_t *p = start;
+	int r = send_image(&p, &size);
+	return r != 0 ? r : rpc_cuLibraryLoadData(library, p, size);
 }
 
 /* --- launches */

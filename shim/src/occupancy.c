@@ -189,7 +189,15 @@ SHIM_EXPORT int cuOccupancyMaxActiveClusters(int *numClusters, void *func, const
 	if ((r = device_of(&d)) != 0 || (r = limits(func, &k)) != 0) return r;
 	if (!attr(d, DA_CLUSTER_LAUNCH)) return CUDA_ERROR_NOT_SUPPORTED;
 	long cs = cluster_size(config);
-	if (cs <= 0 || cs > 16) return CUDA_ERROR_INVALID_VALUE;
+	if (shim_debug() > 1)
+		shim_log("cuOccupancyMaxActiveClusters: grid %ux%ux%u block %ux%ux%u shmem %u, %u attributes, cluster %ld",
+			 config->grid[0], config->grid[1], config->grid[2], config->block[0], config->block[1],
+			 config->block[2], config->shmem, config->num_attrs, cs);
+	if (cs <= 0) return CUDA_ERROR_INVALID_VALUE;
+	if (cs > 16) { /* no cluster that large can be resident (cuBLAS probes sizes until the answer is 0) */
+		*numClusters = 0;
+		return CUDA_SUCCESS;
+	}
 	int block = (int)(config->block[0] * (config->block[1] ? config->block[1] : 1) *
 			  (config->block[2] ? config->block[2] : 1));
 	long blocks = (long)blocks_per_sm(d, &k, block, config->shmem) * attr(d, DA_MULTIPROCESSOR_COUNT);

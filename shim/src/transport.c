@@ -480,6 +480,11 @@ int shim_call_end(struct shim_call *c) {
 	c->resp = h + SHIM_RESPONSE_HEADER_SIZE;
 	c->resp_len = len;
 	c->roff = 0;
+	if (result != 0 && shim_debug()) {
+		uint16_t id;
+		memcpy(&id, c->rec + 4, 2);
+		shim_log("%s: the gpuserver answered %d", shim_call_name(id), result);
+	}
 	return result;
 }
 

@@ -584,10 +584,10 @@ static void test_tables(void) {
 		const char *uuid;
 		size_t size; /* bytes in slot 0; 0: no size header */
 	} known[] = {
-		{"6bd5fb6c5bf4e74a8987d93912fd9df9", 13 * 8}, {"42d85a8123f6cb478298f6e78a3aecdc", 4 * 8},
+		{"6bd5fb6c5bf4e74a8987d93912fd9df9", 13 * 8}, {"42d85a8123f6cb478298f6e78a3aecdc", 3 * 8},
 		{"a094798c2e742e7493f20800200c0a66", 7 * 8},  {"c693336e1121df11a8c368f355d89593", 0},
 		{"b10541e1f7c7c74a9f64f223be99f1e2", 26 * 8}, {"d4082055bde6704b8d34ba123c66e1f2", 3 * 8},
-		{"263e88607cd2614392f6bbd5006dfa7e", 17 * 8}, {"0ca50b8c1004929a89a7d0df10e77286", 2 * 8},
+		{"263e88607cd2614392f6bbd5006dfa7e", 15 * 8}, {"0ca50b8c1004929a89a7d0df10e77286", 2 * 8},
 		{"195bcbf4d67d024aacc51d29cea631ae", 3 * 8},
 	};
 	for (size_t i = 0; i < sizeof known / sizeof known[0]; i++) {
@@ -609,7 +609,14 @@ static void test_tables(void) {
 
 	/* TOOLS: no tool attached */
 	const void **tls = table("42d85a8123f6cb478298f6e78a3aecdc");
-	for (int i = 1; i < 4; i++) CHECK(((slot_fn)tls[i])(NULL) == 0, "TOOLS_TLS[%d]", i);
+	CHECK(((slot_fn)tls[1])(NULL) == 0, "TOOLS_TLS[1]");
+	void *state = NULL;
+	CHECK(((slot_fn)tls[2])(&state) == 0 && state == shim_primary_ctx(), "TOOLS_TLS[2]: %p", state);
+	uint64_t id = 0;
+	const void **ids = table("21318c60971432488ca641ff7324c8f2");
+	CHECK((size_t)ids[0] == 93 * 8, "TOOLS_CONTEXT_ID size");
+	CHECK(((slot_fn)ids[4])(state, &id) == 0 && id == 1, "TOOLS_CONTEXT_ID[4]: %llu", (unsigned long long)id);
+	CHECK(((slot_fn)ids[4])(state, NULL) == 1, "TOOLS_CONTEXT_ID[4] without a result");
 	const void **hooks = table("a094798c2e742e7493f20800200c0a66");
 	void *buf = NULL;
 	size_t n = 0;
@@ -649,7 +656,7 @@ static void test_tables(void) {
 	CHECK(((slot_fn)checks[2])(NULL, &r1, &r2) == 0 && r1 == 0 && r2 == (void *)0x42, "CONTEXT_CHECKS[2]");
 	CHECK(((slot_fn)checks[3])() == 0, "CONTEXT_CHECKS[3]");
 	unknown = shim_stats.unknown_slots;
-	CHECK(((slot_fn)checks[16])() == 801 && shim_stats.unknown_slots == unknown + 1, "CONTEXT_CHECKS[16] is a stub");
+	CHECK(((slot_fn)checks[14])() == 801 && shim_stats.unknown_slots == unknown + 1, "CONTEXT_CHECKS[14] is a stub");
 	CHECK(((slot_fn)table("0ca50b8c1004929a89a7d0df10e77286")[1])() == 801, "CTX_CREATE_BYPASS[1]");
 	CHECK(((slot_fn)table("195bcbf4d67d024aacc51d29cea631ae")[1])() == 801, "HEAP_ACCESS[1]");
 
@@ -661,7 +668,7 @@ static void test_tables(void) {
 		for (int i = 1; i < 128; i++) CHECK(((slot_fn)other[i])() == 801, "stub slot %d", i);
 		CHECK(shim_stats.unknown_slots == unknown + 127, "stub slots counted");
 		CHECK(other == table("f8cff95121468b4eb9e2fb469e7c0dd9"), "the same stub table again");
-		CHECK(other != table("21318c60971432488ca641ff7324c8f2"), "another UUID, another table");
+		CHECK(other != table("69a28e9f24498b47b030c5da330ea4e9"), "another UUID, another table");
 	}
 }
 

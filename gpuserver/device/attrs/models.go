@@ -20,10 +20,12 @@ type Model struct {
 // those of the GPU's slot: set them with SetPCI.
 func (m Model) Table() Table { return m.table() }
 
-// Models are the GPU models of the simulated node presets (topology.Preset). CUDA 13 dropped sm_70 from its
-// compilers and libraries but its driver (r580) still runs a V100: the V100 model reports compute capability 7.0
-// as that driver does, so CUDA 13 libraries and PyTorch refuse it exactly as they would on the real GPU; the A100,
-// H100 and H200 models run them.
+// Models are the GPU models of the simulated node presets. The H100's table is the one the real GPU reports
+// (shim/testdata/trace/device-h100.tsv, pinned by a test); the others follow their architecture's documented
+// limits and the same driver's conventions. CUDA 13 dropped sm_70 from its compilers and libraries but its
+// driver (r580) still runs a V100: the V100 model reports compute capability 7.0 as that driver does, so CUDA 13
+// libraries and PyTorch refuse it as they would on the real GPU (the simulated device finds no sm_70 code in
+// their modules); the A100, H100 and H200 models run them.
 var Models = []Model{
 	{Name: "Tesla V100-SXM2-32GB", PCIDeviceID: 0x1db5, PCISubsystemID: 0x1249, table: volta},
 	{Name: "NVIDIA A100-SXM4-80GB", PCIDeviceID: 0x20b2, PCISubsystemID: 0x1463, table: ampere},
@@ -112,20 +114,20 @@ var common = map[Attr]int32{
 	LocalL1CacheSupported: 1, MaxRegistersPerMultiprocessor: 65536, ManagedMemory: 1, MultiGpuBoard: 0,
 	HostNativeAtomicSupported: 0, SingleToDoublePrecisionPerfRatio: 2, PageableMemoryAccess: 0,
 	ConcurrentManagedAccess: 1, ComputePreemptionSupported: 1, CanUseHostPointerForRegisteredMem: 1,
-	CanUseStreamMemOpsV1: 1, CanUse64BitStreamMemOpsV1: 1, CanUseStreamWaitValueNorV1: 1, CooperativeLaunch: 1,
-	CooperativeMultiDeviceLaunch: 0, CanFlushRemoteWrites: 0, HostRegisterSupported: 1,
+	CanUseStreamMemOpsV1: 0, CanUse64BitStreamMemOpsV1: 0, CanUseStreamWaitValueNorV1: 0, CooperativeLaunch: 1,
+	CooperativeMultiDeviceLaunch: 1, CanFlushRemoteWrites: 0, HostRegisterSupported: 1,
 	PageableMemoryAccessUsesHostPageTables: 0, DirectManagedMemAccessFromHost: 0,
 	VirtualAddressManagementSupported: 1, HandleTypePosixFileDescriptorSupported: 1,
 	HandleTypeWin32HandleSupported: 0, HandleTypeWin32KmtHandleSupported: 0, MaxBlocksPerMultiprocessor: 32,
 	GpuDirectRdmaWithCudaVmmSupported: 1, ReadOnlyHostRegisterSupported: 1,
 	TimelineSemaphoreInteropSupported: 1, MemoryPoolsSupported: 1, GpuDirectRdmaSupported: 1,
-	GpuDirectRdmaFlushWritesOptions: 1, GpuDirectRdmaWritesOrdering: 0, MempoolSupportedHandleTypes: 1,
+	GpuDirectRdmaFlushWritesOptions: 1, GpuDirectRdmaWritesOrdering: 100, MempoolSupportedHandleTypes: 9,
 	CanUse64BitStreamMemOps: 1, CanUseStreamWaitValueNor: 1, DmaBufSupported: 1, IpcEventSupported: 1,
 	HandleTypeFabricSupported: 0, UnifiedFunctionPointers: 0, NumaConfig: 0, NumaId: -1, MulticastSupported: 0,
 	MpsEnabled: 0, HostNumaId: 0, D3d12CigSupported: 0, MemDecompressAlgorithmMask: 0,
 	MemDecompressMaximumLength: 0, VulkanCigSupported: 0, HostNumaVirtualMemoryManagementSupported: 1,
 	HostNumaMemoryPoolsSupported: 1, HostNumaMultinodeIpcSupported: 0, HostMemoryPoolsSupported: 1,
-	HostVirtualMemoryManagementSupported: 1, HostAllocDmaBufSupported: 1, OnlyPartialHostNativeAtomicSupported: 0,
+	HostVirtualMemoryManagementSupported: 1, HostAllocDmaBufSupported: 0, OnlyPartialHostNativeAtomicSupported: 0,
 }
 
 func volta() Table {
@@ -135,7 +137,7 @@ func volta() Table {
 		MaxSharedMemoryPerMultiprocessor: 98304, MaxSharedMemoryPerBlockOptin: 98304,
 		ReservedSharedMemoryPerBlock: 0, MaxPersistingL2CacheSize: 0, MaxAccessPolicyWindowSize: 0,
 		GenericCompressionSupported: 0, SparseCudaArraySupported: 0, DeferredMappingCudaArraySupported: 0,
-		ClusterLaunch: 0, MemSyncDomainCount: 1, TensorMapAccessSupported: 0, CooperativeMultiDeviceLaunch: 1,
+		ClusterLaunch: 0, MemSyncDomainCount: 1, TensorMapAccessSupported: 0,
 	})
 }
 
@@ -145,7 +147,7 @@ func ampere() Table {
 		MemoryClockRate: 1593000, GlobalMemoryBusWidth: 5120, L2CacheSize: 41943040, AsyncEngineCount: 3,
 		MaxSharedMemoryPerMultiprocessor: 167936, MaxSharedMemoryPerBlockOptin: 166912,
 		ReservedSharedMemoryPerBlock: 1024, MaxPersistingL2CacheSize: 31457280,
-		MaxAccessPolicyWindowSize: 134213632, GenericCompressionSupported: 1, SparseCudaArraySupported: 1,
+		MaxAccessPolicyWindowSize: 134217728, GenericCompressionSupported: 1, SparseCudaArraySupported: 1,
 		DeferredMappingCudaArraySupported: 1, ClusterLaunch: 0, MemSyncDomainCount: 1,
 		TensorMapAccessSupported: 0,
 	})
@@ -154,12 +156,12 @@ func ampere() Table {
 func hopper() Table {
 	return build(common, map[Attr]int32{
 		ComputeCapabilityMajor: 9, ComputeCapabilityMinor: 0, MultiprocessorCount: 132, ClockRate: 1980000,
-		MemoryClockRate: 2619000, GlobalMemoryBusWidth: 5120, L2CacheSize: 52428800, AsyncEngineCount: 5,
+		MemoryClockRate: 2619000, GlobalMemoryBusWidth: 5120, L2CacheSize: 52428800, AsyncEngineCount: 3,
 		MaxSharedMemoryPerMultiprocessor: 233472, MaxSharedMemoryPerBlockOptin: 232448,
-		ReservedSharedMemoryPerBlock: 1024, MaxPersistingL2CacheSize: 39321600,
-		MaxAccessPolicyWindowSize: 134213632, GenericCompressionSupported: 1, SparseCudaArraySupported: 1,
+		ReservedSharedMemoryPerBlock: 1024, MaxPersistingL2CacheSize: 32768000,
+		MaxAccessPolicyWindowSize: 134217728, GenericCompressionSupported: 1, SparseCudaArraySupported: 1,
 		DeferredMappingCudaArraySupported: 1, ClusterLaunch: 1, MemSyncDomainCount: 4,
-		TensorMapAccessSupported: 1,
+		TensorMapAccessSupported: 1, HandleTypeFabricSupported: 1, UnifiedFunctionPointers: 1,
 	})
 }
 
