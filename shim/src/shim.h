@@ -106,6 +106,8 @@ int shim_func_attr(void *func, int attribute, int *value);
 
 /* The entry point of an exported symbol (procaddr.c), NULL if none. */
 void *shim_symbol(const char *symbol);
+/* The variant of base current at a CUDA version (cuGetProcAddress); status is a CUdriverProcAddressQueryResult. */
+const struct shim_variant *shim_resolve(const char *base, int version, int per_thread, int *status);
 
 /* Private tables of cuGetExportTable (exports.c), by index. */
 enum shim_table {

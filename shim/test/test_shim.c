@@ -709,6 +709,66 @@ static void test_device_slots(void) {
 	      (unsigned long long)want[1]);
 }
 
+/* ---- the real driver's answers (shim/testdata/trace, recorded on an H100 with driver 580): every
+ * cuGetProcAddress request PyTorch, cuBLAS and cuDNN made resolves to the same variant, and every function the
+ * real libcuda.so.1 exports is exported here too, except its undocumented and debugger entry points. */
+
+static void test_fixture(void) {
+	FILE *f = fopen("../testdata/trace/trace-pytorch-h100.tsv", "r");
+	CHECK(f != NULL, "open the trace fixture");
+	if (f == NULL) return;
+	char line[1024];
+	int n = 0;
+	while (fgets(line, sizeof line, f) != NULL) {
+		char name[256] = "", real[256] = "";
+		int version, status, times;
+		unsigned long long flags;
+		int result;
+		line[strcspn(line, "\n")] = 0;
+		if (strncmp(line, "resolve\t", 8) != 0) continue;
+		/* resolve <name> <version> <flags> <result> <status> <real function> <times>; the name may be empty */
+		char *p = line + 8, *tab = strchr(p, '\t');
+		if (tab == NULL) continue;
+		snprintf(name, sizeof name, "%.*s", (int)(tab - p), p);
+		if (sscanf(tab + 1, "%d\t%llu\t%d\t%d\t%255s\t%d", &version, &flags, &result, &status, real, &times) != 6)
+			continue;
+		n++;
+		int st = -1;
+		const struct shim_variant *v = shim_resolve(name, version, (flags & 2) != 0, &st);
+		if (strcmp(real, "-") == 0) {
+			CHECK(v == NULL && st == status, "%s at %d flags %llu: want not found (status %d), got %s (status %d)",
+			      name, version, flags, status, v != NULL ? v->symbol : "-", st);
+			continue;
+		}
+		CHECK(v != NULL && strcmp(v->symbol, real) == 0 && st == 0, "%s at %d flags %llu: driver %s, shim %s", name,
+		      version, flags, real, v != NULL ? v->symbol : "-");
+	}
+	fclose(f);
+	CHECK(n > 400, "only %d resolve lines in the fixture", n);
+
+	const char *lib = getenv("SHIM_LIB");
+	f = fopen("../testdata/trace/libcuda-exports-580.159.04.txt", "r");
+	CHECK(f != NULL, "open the export list");
+	void *h = lib != NULL ? dlopen(lib, RTLD_NOW | RTLD_LOCAL) : NULL;
+	int missing = 0, total = 0;
+	while (f != NULL && h != NULL && fgets(line, sizeof line, f) != NULL) {
+		line[strcspn(line, "\n")] = 0;
+		if (line[0] == 0) continue;
+		total++;
+		/* The debugger interface and two undocumented functions no header declares. */
+		if (strncmp(line, "cudbg", 5) == 0 || strcmp(line, "cuEGLApiInit") == 0 ||
+		    strncmp(line, "cuMemGetAttribute", 17) == 0)
+			continue;
+		if (dlsym(h, line) == NULL) {
+			missing++;
+			CHECK(0, "the real driver exports %s, the shim does not", line);
+		}
+	}
+	CHECK(total > 600, "only %d exports in the list", total);
+	if (f != NULL) fclose(f);
+	if (h != NULL) dlclose(h);
+}
+
 /* The built library exports the CUDA entry points and nothing of the shim's internals. */
 static void test_exports(void) {
 	const char *lib = getenv("SHIM_LIB");
@@ -740,6 +800,7 @@ int main(void) {
 	test_exports();
 	test_local();
 	test_procaddr();
+	test_fixture();
 	test_integrity();
 	test_tables();
 	test_refusals();
