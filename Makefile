@@ -8,7 +8,7 @@ COMMIT    ?= $(shell git rev-parse --short HEAD 2>/dev/null || echo unknown)
 LDFLAGS   := -X main.version=$(VERSION) -X main.commit=$(COMMIT)
 RUN_ARGS  ?=
 
-.PHONY: all build run test test-go test-shim test-fuzz lint gpu-test shim bench-policy bench-swap bench-remoting bench-queue clean
+.PHONY: all build run test test-go test-shim test-fuzz test-cuda lint gpu-test shim bench-policy bench-swap bench-remoting bench-queue clean
 
 all: build
 
@@ -25,6 +25,13 @@ test: lint test-shim test-go test-fuzz
 
 test-go: build
 	$(GO) test -race -count=1 -timeout 25m ./...
+
+## test-cuda: the real-CUDA-binaries tier (CI runs it after test): nvcc, cudart, cuBLAS, cuDNN and PyTorch 2.11 of
+## the pinned Python environment (test/pyenv/pyenv.sh: created once in ~/.cache/faas-gpu, about 3.3 GB from PyPI)
+## run unchanged through the shim on a simulated H100 node; the API table is compared with the wheel's cuda.h
+test-cuda: build
+	FAAS_GPU_PYENV=$$(test/pyenv/pyenv.sh) FAAS_GPU_TEST_REAL_CUDA=1 $(GO) test -count=1 -timeout 40m -v \
+	  -run 'TestHeaderEntries|TestRuntimeAPIProgram|TestTorch' ./shim/gen ./test/cuda
 
 ## test-fuzz: the remoting record decoder fuzzed for a fixed count (the checked-in corpus runs in test-go too)
 test-fuzz:

@@ -106,7 +106,7 @@ func GenC(api *API) (hdr, src []byte) {
 	}
 	h.WriteString("\n/* Name of a call id, or NULL. */\nconst char *shim_call_name(unsigned id);\n")
 	h.WriteString("\n/* Every exported entry point, sorted by name, for cuGetProcAddress. */\n")
-	h.WriteString("struct shim_proc { const char *name; void *fn; };\nextern const struct shim_proc shim_procs[];\nextern const size_t shim_nprocs;\n")
+	h.WriteString("struct shim_proc { const char *name; void *fn; int stub; };\nextern const struct shim_proc shim_procs[];\nextern const size_t shim_nprocs;\n")
 	h.WriteString("\n/* The versioned variants of each entry (cuGetProcAddress): variants[first, first+count) of an entry. */\n")
 	h.WriteString("struct shim_variant { int version; int per_thread; const char *symbol; void *fn; };\n")
 	h.WriteString("struct shim_entry { const char *base; unsigned first, count; };\n")
@@ -145,7 +145,11 @@ func GenC(api *API) (hdr, src []byte) {
 	}
 	s.WriteString("\nconst struct shim_proc shim_procs[] = {\n")
 	for _, n := range symbols {
-		fmt.Fprintf(&s, "\t{%q, (void *)%s},\n", n, fn(n))
+		stub := 0
+		if targets[n] == "" {
+			stub = 1
+		}
+		fmt.Fprintf(&s, "\t{%q, (void *)%s, %d},\n", n, fn(n), stub)
 	}
 	fmt.Fprintf(&s, "};\n\nconst size_t shim_nprocs = %d;\n\n", len(symbols))
 

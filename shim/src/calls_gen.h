@@ -207,7 +207,7 @@ int rpc_moduleImageChunk(const void *data, size_t size);
 const char *shim_call_name(unsigned id);
 
 /* Every exported entry point, sorted by name, for cuGetProcAddress. */
-struct shim_proc { const char *name; void *fn; };
+struct shim_proc { const char *name; void *fn; int stub; };
 extern const struct shim_proc shim_procs[];
 extern const size_t shim_nprocs;
 

@@ -121,6 +121,8 @@ enum shim_table {
 	SHIM_TABLE_CTX_CREATE_BYPASS,
 	SHIM_TABLE_HEAP_ACCESS,
 	SHIM_TABLE_TOOLS_CONTEXT_ID,
+	SHIM_TABLE_PRE_INIT,
+	SHIM_TABLE_69A28E9F,
 	SHIM_TABLE_KNOWN, /* tables from here on are stub tables handed out for UUIDs the shim does not know */
 };
 /* The table handed out for a known table (NULL for an index without one). */

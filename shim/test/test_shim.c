@@ -588,7 +588,8 @@ static void test_tables(void) {
 		{"a094798c2e742e7493f20800200c0a66", 7 * 8},  {"c693336e1121df11a8c368f355d89593", 0},
 		{"b10541e1f7c7c74a9f64f223be99f1e2", 26 * 8}, {"d4082055bde6704b8d34ba123c66e1f2", 3 * 8},
 		{"263e88607cd2614392f6bbd5006dfa7e", 15 * 8}, {"0ca50b8c1004929a89a7d0df10e77286", 2 * 8},
-		{"195bcbf4d67d024aacc51d29cea631ae", 3 * 8},
+		{"195bcbf4d67d024aacc51d29cea631ae", 3 * 8},  {"21318c60971432488ca641ff7324c8f2", 93 * 8},
+		{"f8cff95121468b4eb9e2fb469e7c0dd9", 3 * 8},  {"69a28e9f24498b47b030c5da330ea4e9", 34 * 8},
 	};
 	for (size_t i = 0; i < sizeof known / sizeof known[0]; i++) {
 		const void **t = table(known[i].uuid);
@@ -661,14 +662,14 @@ static void test_tables(void) {
 	CHECK(((slot_fn)table("195bcbf4d67d024aacc51d29cea631ae")[1])() == 801, "HEAP_ACCESS[1]");
 
 	/* an unknown UUID: a table of 128 stub slots, each refusing and counted */
-	const void **other = table("f8cff95121468b4eb9e2fb469e7c0dd9");
+	const void **other = table("00112233445566778899aabbccddeeff");
 	CHECK(other != NULL && (size_t)other[0] == 128 * 8, "stub table size %zu", other ? (size_t)other[0] : 0);
 	if (other != NULL) {
 		unknown = shim_stats.unknown_slots;
 		for (int i = 1; i < 128; i++) CHECK(((slot_fn)other[i])() == 801, "stub slot %d", i);
 		CHECK(shim_stats.unknown_slots == unknown + 127, "stub slots counted");
-		CHECK(other == table("f8cff95121468b4eb9e2fb469e7c0dd9"), "the same stub table again");
-		CHECK(other != table("69a28e9f24498b47b030c5da330ea4e9"), "another UUID, another table");
+		CHECK(other == table("00112233445566778899aabbccddeeff"), "the same stub table again");
+		CHECK(other != table("00112233445566778899aabbccddee00"), "another UUID, another table");
 	}
 }
 
@@ -725,6 +726,23 @@ static void test_fixture(void) {
 		unsigned long long flags;
 		int result;
 		line[strcspn(line, "\n")] = 0;
+		char uuid[64], kind[16];
+		int words;
+		if (sscanf(line, "table\t%63s\t%15s\t%d", uuid, kind, &words) == 3) {
+			/* every table the driver handed out is known, with the driver's size */
+			char hexid[33];
+			int k = 0;
+			for (char *c = uuid; *c && k < 32; c++)
+				if (*c != '-') hexid[k++] = *c;
+			hexid[k] = 0;
+			const void **t = table(hexid);
+			uint64_t before = shim_stats.unknown_slots;
+			if (t != NULL && strcmp(kind, "header") == 0)
+				CHECK((size_t)t[0] == (size_t)words * 8, "table %s: %zu bytes, the driver's has %d words", uuid,
+				      (size_t)t[0], words);
+			CHECK(shim_stats.unknown_slots == before, "table %s", uuid);
+			continue;
+		}
 		if (strncmp(line, "resolve\t", 8) != 0) continue;
 		/* resolve <name> <version> <flags> <result> <status> <real function> <times>; the name may be empty */
 		char *p = line + 8, *tab = strchr(p, '\t');
@@ -745,6 +763,46 @@ static void test_fixture(void) {
 	}
 	fclose(f);
 	CHECK(n > 400, "only %d resolve lines in the fixture", n);
+
+	/* Every entry point the traced run called is implemented: by name for exports found with dlsym, by the
+	 * variant the driver resolved for those found with cuGetProcAddress. */
+	f = fopen("../testdata/trace/trace-pytorch-h100.tsv", "r");
+	static char resolved[1024][2][128]; /* name asked for -> variant */
+	int nresolved = 0, called = 0;
+	while (f != NULL && fgets(line, sizeof line, f) != NULL) {
+		char name[128], real[128];
+		int version, result, status;
+		unsigned long long flags;
+		line[strcspn(line, "\n")] = 0;
+		if (sscanf(line, "resolve\t%127s\t%d\t%llu\t%d\t%d\t%127s", name, &version, &flags, &result, &status,
+			   real) == 6 && strcmp(real, "-") != 0 && nresolved < 1024) {
+			snprintf(resolved[nresolved][0], 128, "%s", name);
+			snprintf(resolved[nresolved++][1], 128, "%s", real);
+		}
+	}
+	if (f != NULL) rewind(f);
+	while (f != NULL && fgets(line, sizeof line, f) != NULL) {
+		char kind[16], name[128];
+		int calls;
+		line[strcspn(line, "\n")] = 0;
+		if (sscanf(line, "%15s\t%127s\t%d", kind, name, &calls) != 3) continue;
+		int export = strcmp(kind, "export") == 0, proc = strcmp(kind, "proc") == 0;
+		if (!export && !proc) continue;
+		for (int i = 0; i < nresolved || export; i++) {
+			const char *sym = export ? name : strcmp(resolved[i][0], name) == 0 ? resolved[i][1] : NULL;
+			if (sym != NULL) {
+				called++;
+				int stub = 1;
+				for (size_t j = 0; j < shim_nprocs; j++)
+					if (strcmp(shim_procs[j].name, sym) == 0) stub = shim_procs[j].stub;
+				CHECK(!stub, "the traced run called %s %d times (as %s); the shim has only a stub", name, calls,
+				      sym);
+			}
+			if (export) break;
+		}
+	}
+	if (f != NULL) fclose(f);
+	CHECK(called > 50, "only %d called entry points in the fixture", called);
 
 	const char *lib = getenv("SHIM_LIB");
 	f = fopen("../testdata/trace/libcuda-exports-580.159.04.txt", "r");
