@@ -25,8 +25,8 @@ type Arg struct {
 	// Optional: an out argument the caller may pass as NULL (written as out? in the table): its value is read
 	// from the response and dropped.
 	Optional bool
-	Type string // i32 u32 u64 size handle f32 bytes str
-	Len  string // for bytes: the length expression (an argument, a constant, or arg*const)
+	Type     string // i32 u32 u64 size handle f32 bytes str
+	Len      string // for bytes: the length expression (an argument, a constant, or arg*const)
 }
 
 // Call is one remoted call of the API table.

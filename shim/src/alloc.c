@@ -301,6 +301,30 @@ SHIM_EXPORT int cuMemGetAddressRange_v2(unsigned long long *pbase, size_t *psize
 	return CUDA_SUCCESS;
 }
 
+/* ---- module globals: device memory at the address the function sees (the gpuserver translates it per GPU) */
+
+SHIM_EXPORT int cuModuleGetGlobal_v2(unsigned long long *dptr, size_t *bytes, void *hmod, const char *name) {
+	unsigned long long p = 0;
+	size_t n = 0;
+	int r = rpc_cuModuleGetGlobal_v2(&p, &n, hmod, name);
+	if (r != 0) return r;
+	struct range old;
+	if (!lookup(p, &old)) add(p, n, KIND_DEVICE, 0);
+	if (dptr != NULL) *dptr = p;
+	if (bytes != NULL) *bytes = n;
+	return CUDA_SUCCESS;
+}
+
+SHIM_EXPORT int cuLibraryGetGlobal(unsigned long long *dptr, size_t *bytes, void *library, const char *name) {
+	return cuModuleGetGlobal_v2(dptr, bytes, library, name); /* a library is a module on the gpuserver */
+}
+
+/* shim_device_address reports whether p lies in device memory the function allocated or looked up. */
+int shim_device_address(uint64_t p) {
+	struct range r;
+	return lookup(p, &r) && r.kind == KIND_DEVICE;
+}
+
 /* shim_host_range reports whether [p, p+n) is host memory the shim allocated or registered. */
 int shim_host_range(const void *p, size_t n) {
 	struct range r;

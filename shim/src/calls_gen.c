@@ -475,7 +475,7 @@ SHIM_HIDDEN int rpc_cuModuleGetFunction(void **hfunc, void *params, void *hmod, 
 }
 
 /* sync 53 cuModuleGetGlobal_v2 (shim/api/cuda.api:76) */
-SHIM_EXPORT int cuModuleGetGlobal_v2(unsigned long long *dptr, size_t *bytes, void *hmod, const char *name) {
+SHIM_HIDDEN int rpc_cuModuleGetGlobal_v2(unsigned long long *dptr, size_t *bytes, void *hmod, const char *name) {
 	if (name == NULL) return shim_null_arg("cuModuleGetGlobal_v2", "name");
 	size_t name_len = strlen(name);
 	struct shim_call call;
@@ -646,7 +646,7 @@ SHIM_HIDDEN int rpc_cuKernelSetAttribute(int attrib, int val, void *kernel, int 
 }
 
 /* sync 64 cuLibraryGetGlobal (shim/api/cuda.api:87) */
-SHIM_EXPORT int cuLibraryGetGlobal(unsigned long long *dptr, size_t *bytes, void *library, const char *name) {
+SHIM_HIDDEN int rpc_cuLibraryGetGlobal(unsigned long long *dptr, size_t *bytes, void *library, const char *name) {
 	if (name == NULL) return shim_null_arg("cuLibraryGetGlobal", "name");
 	size_t name_len = strlen(name);
 	struct shim_call call;
@@ -1754,6 +1754,8 @@ int cuDeviceGetP2PAttribute();
 int cuDeviceGetByPCIBusId();
 int cuDeviceGetTexture1DLinearMaxWidth();
 int cuMemHostGetDevicePointer_v2();
+int cuModuleGetGlobal_v2();
+int cuLibraryGetGlobal();
 
 const struct shim_proc shim_procs[] = {
 	{"cuArray3DCreate", (void *)cuArray3DCreate, 1},

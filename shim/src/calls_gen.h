@@ -161,7 +161,7 @@ int rpc_memcpyHtoDChunk(unsigned long long dstDevice, const void *srcHost, size_
 int rpc_cuModuleLoadData(void **module, const void *image, size_t size);
 int cuModuleUnload(void *hmod);
 int rpc_cuModuleGetFunction(void **hfunc, void *params, void *hmod, const char *name);
-int cuModuleGetGlobal_v2(unsigned long long *dptr, size_t *bytes, void *hmod, const char *name);
+int rpc_cuModuleGetGlobal_v2(unsigned long long *dptr, size_t *bytes, void *hmod, const char *name);
 int rpc_cuLibraryLoadData(void **library, const void *code, size_t size);
 int cuLibraryUnload(void *library);
 int rpc_cuLibraryGetKernel(void **pKernel, void *library, const char *name);
@@ -172,7 +172,7 @@ int rpc_cuFuncSetAttribute(void *hfunc, int attrib, int value);
 int cuFuncSetCacheConfig(void *hfunc, int config);
 int rpc_cuKernelGetAttribute(int *pi, int attrib, void *kernel, int dev);
 int rpc_cuKernelSetAttribute(int attrib, int val, void *kernel, int dev);
-int cuLibraryGetGlobal(unsigned long long *dptr, size_t *bytes, void *library, const char *name);
+int rpc_cuLibraryGetGlobal(unsigned long long *dptr, size_t *bytes, void *library, const char *name);
 int rpc_cuLaunchKernel(void *f, unsigned int gridDimX, unsigned int gridDimY, unsigned int gridDimZ, unsigned int blockDimX, unsigned int blockDimY, unsigned int blockDimZ, unsigned int sharedMemBytes, void *hStream, const void *args, size_t argsSize);
 int rpc_cuStreamCreate(void **phStream, unsigned int Flags);
 int rpc_cuStreamCreateWithPriority(void **phStream, unsigned int flags, int priority);

@@ -66,26 +66,16 @@ SHIM_EXPORT int cuMemcpyDtoHAsync_v2(void *dstHost, unsigned long long srcDevice
 	return dtoh(dstHost, srcDevice, ByteCount, hStream, 1);
 }
 
-/* is_device says whether an address lies in the gpuserver's device address window (unified addressing). */
+/* is_device says whether an address is device memory (unified addressing): one the function allocated or looked
+ * up (the shim's own table), or one in the gpuserver's device address window when it reports one. */
 static int is_device(unsigned long long p) {
 	const struct shim_device *d = shim_device();
-	return d != NULL && p >= d->va_base && p - d->va_base < d->va_size;
+	return shim_device_address(p) || (d != NULL && d->va_size > 0 && p >= d->va_base && p - d->va_base < d->va_size);
 }
 
 static int unified(unsigned long long dst, unsigned long long src, size_t n, void *stream, int async) {
 	int r = shim_connect();
 	if (r != 0) return r;
-	const struct shim_device *d = shim_device();
-	if (d == NULL || d->va_size == 0) {
-		/* Without the gpuserver's address window the direction is unknown: refuse rather than guess. */
-		static int logged;
-		if (!logged) {
-			logged = 1;
-			shim_log("cuMemcpy/cuMemcpyAsync: the gpuserver reported no device address window; use the "
-			         "directional copies (cuMemcpyHtoD, ...): CUDA_ERROR_NOT_SUPPORTED");
-		}
-		return CUDA_ERROR_NOT_SUPPORTED;
-	}
 	int dd = is_device(dst), sd = is_device(src);
 	if (dd && sd)
 		return async ? cuMemcpyDtoDAsync_v2(dst, src, n, stream) : cuMemcpyDtoD_v2(dst, src, n);

@@ -146,6 +146,9 @@ void shim_integrity_end(struct shim_md2 *m, uint64_t out[2]);
 /* fn is the address of the table slot the caller called (it is part of the message). */
 int shim_integrity_check(unsigned version, uint64_t unix_seconds, uint64_t out[2], const void *fn);
 
+/* Whether an address is device memory of the function (alloc.c). */
+int shim_device_address(uint64_t p);
+
 /* Module loading from any image the driver accepts (PTX, cubin, fatbin, fatbin wrapper): module.c. */
 int shim_module_load(void **module, const void *image);
 /* The process's one context (local.c), and the destruction of its context-local storage (exports.c). */

@@ -10,9 +10,9 @@ import (
 
 var (
 	_ device.ConfigurableFunction = (*function)(nil)
-	_ device.EnumerableModule   = (*module)(nil)
-	_ device.ExtendedLauncher   = (*stream)(nil)
-	_ device.TensorMapEncoder   = (*Backend)(nil)
+	_ device.EnumerableModule     = (*module)(nil)
+	_ device.ExtendedLauncher     = (*stream)(nil)
+	_ device.TensorMapEncoder     = (*Backend)(nil)
 )
 
 // Attribute is cuFuncGetAttribute.
