@@ -46,6 +46,10 @@ type deviceHandler struct {
 	globals []*global
 
 	pendingImage []byte // chunks of a module image whose load call has not come yet
+
+	vmmRanges   map[uint64]uint64 // reservations: start -> size
+	vmmHandles  map[uint64]*vmmHandle
+	vmmMappings map[uint64]*vmmMapping // by address
 }
 
 // allocation is a block the session allocated (or a module global it may copy to).
@@ -54,6 +58,7 @@ type allocation struct {
 	global     *global // set for a module global: the address is the one on the GPU it was first asked on
 	ownSegment bool    // the block has a segment of its own (never shared with later blocks)
 	segSize    uint64  // bytes of the segment it created, if any (counted in used)
+	mapped     bool    // a mapping of a physical allocation (cuMemMap): freed by cuMemUnmap only
 }
 
 // global is a module global as the function sees it: one address (canon, its address on the GPU the function
@@ -341,7 +346,7 @@ func (h *deviceHandler) CuMemAllocAsync(ctx context.Context, size, _ uint64) (ui
 
 func (h *deviceHandler) CuMemFree_v2(ctx context.Context, dptr uint64) Result {
 	i := h.findAllocation(dptr)
-	if i < 0 || h.allocs[i].ptr != dptr || h.allocs[i].global != nil {
+	if i < 0 || h.allocs[i].ptr != dptr || h.allocs[i].global != nil || h.allocs[i].mapped {
 		return ResultInvalidValue
 	}
 	if r := h.syncStream(ctx); r != ResultSuccess {

@@ -123,6 +123,30 @@ SHIM_EXPORT int cuMemFreeAsync(unsigned long long dptr, void *hStream) {
 	return r;
 }
 
+/* ---- virtual memory management: a mapping is device memory at the address the function chose */
+
+SHIM_EXPORT int cuMemMap(unsigned long long ptr, size_t size, size_t offset, void *handle, unsigned long long flags) {
+	int r = rpc_cuMemMap(ptr, size, offset, handle, flags);
+	if (r == 0) r = add(ptr, size, KIND_DEVICE, 0);
+	return r;
+}
+
+SHIM_EXPORT int cuMemUnmap(unsigned long long ptr, size_t size) {
+	int r = rpc_cuMemUnmap(ptr, size);
+	if (r != 0) return r;
+	pthread_mutex_lock(&mu);
+	for (size_t i = 0; i < nranges;) { /* the mappings inside [ptr, ptr+size) */
+		if (ranges[i].kind == KIND_DEVICE && ranges[i].base >= ptr && ranges[i].base - ptr < size) {
+			memmove(&ranges[i], &ranges[i + 1], (nranges - i - 1) * sizeof *ranges);
+			nranges--;
+		} else {
+			i++;
+		}
+	}
+	pthread_mutex_unlock(&mu);
+	return CUDA_SUCCESS;
+}
+
 /* ---- host memory */
 
 SHIM_EXPORT int cuMemHostAlloc(void **pp, size_t bytesize, unsigned int flags) {

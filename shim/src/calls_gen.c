@@ -120,7 +120,7 @@ SHIM_HIDDEN int rpc_cuMemAllocPitch_v2(unsigned long long *dptr, size_t *pPitch,
 	return r;
 }
 
-/* sync 20 cuMemAddressReserve (shim/api/cuda.api:46) */
+/* sync 20 cuMemAddressReserve (shim/api/cuda.api:47) */
 SHIM_EXPORT int cuMemAddressReserve(unsigned long long *ptr, size_t size, size_t alignment, unsigned long long addr, unsigned long long flags) {
 	if (ptr == NULL) return shim_null_arg("cuMemAddressReserve", "ptr");
 	struct shim_call call;
@@ -138,7 +138,7 @@ SHIM_EXPORT int cuMemAddressReserve(unsigned long long *ptr, size_t size, size_t
 	return r;
 }
 
-/* sync 21 cuMemAddressFree (shim/api/cuda.api:47) */
+/* sync 21 cuMemAddressFree (shim/api/cuda.api:48) */
 SHIM_EXPORT int cuMemAddressFree(unsigned long long ptr, size_t size) {
 	struct shim_call call;
 	int r = shim_call_begin(&call, CALL_cuMemAddressFree, SHIM_CALL_SYNC, 8 + 8);
@@ -150,7 +150,7 @@ SHIM_EXPORT int cuMemAddressFree(unsigned long long ptr, size_t size) {
 	return r;
 }
 
-/* sync 22 cuMemCreate (shim/api/cuda.api:48) */
+/* sync 22 cuMemCreate (shim/api/cuda.api:49) */
 SHIM_EXPORT int cuMemCreate(void **handle, size_t size, const void *prop, unsigned long long flags) {
 	if (handle == NULL) return shim_null_arg("cuMemCreate", "handle");
 	if (prop == NULL && (uint64_t)32 != 0) return shim_null_arg("cuMemCreate", "prop");
@@ -168,7 +168,7 @@ SHIM_EXPORT int cuMemCreate(void **handle, size_t size, const void *prop, unsign
 	return r;
 }
 
-/* sync 23 cuMemRelease (shim/api/cuda.api:49) */
+/* sync 23 cuMemRelease (shim/api/cuda.api:50) */
 SHIM_EXPORT int cuMemRelease(void *handle) {
 	struct shim_call call;
 	int r = shim_call_begin(&call, CALL_cuMemRelease, SHIM_CALL_SYNC, 8);
@@ -179,8 +179,8 @@ SHIM_EXPORT int cuMemRelease(void *handle) {
 	return r;
 }
 
-/* sync 24 cuMemMap (shim/api/cuda.api:50) */
-SHIM_EXPORT int cuMemMap(unsigned long long ptr, size_t size, size_t offset, void *handle, unsigned long long flags) {
+/* sync 24 cuMemMap (shim/api/cuda.api:51) */
+SHIM_HIDDEN int rpc_cuMemMap(unsigned long long ptr, size_t size, size_t offset, void *handle, unsigned long long flags) {
 	struct shim_call call;
 	int r = shim_call_begin(&call, CALL_cuMemMap, SHIM_CALL_SYNC, 8 + 8 + 8 + 8 + 8);
 	if (r != 0) return r;
@@ -194,8 +194,8 @@ SHIM_EXPORT int cuMemMap(unsigned long long ptr, size_t size, size_t offset, voi
 	return r;
 }
 
-/* sync 25 cuMemUnmap (shim/api/cuda.api:51) */
-SHIM_EXPORT int cuMemUnmap(unsigned long long ptr, size_t size) {
+/* sync 25 cuMemUnmap (shim/api/cuda.api:52) */
+SHIM_HIDDEN int rpc_cuMemUnmap(unsigned long long ptr, size_t size) {
 	struct shim_call call;
 	int r = shim_call_begin(&call, CALL_cuMemUnmap, SHIM_CALL_SYNC, 8 + 8);
 	if (r != 0) return r;
@@ -206,7 +206,7 @@ SHIM_EXPORT int cuMemUnmap(unsigned long long ptr, size_t size) {
 	return r;
 }
 
-/* sync 26 cuMemSetAccess (shim/api/cuda.api:52) */
+/* sync 26 cuMemSetAccess (shim/api/cuda.api:53) */
 SHIM_EXPORT int cuMemSetAccess(unsigned long long ptr, size_t size, const void *desc, size_t count) {
 	if (desc == NULL && (uint64_t)(count) * 12 != 0) return shim_null_arg("cuMemSetAccess", "desc");
 	struct shim_call call;
@@ -221,7 +221,7 @@ SHIM_EXPORT int cuMemSetAccess(unsigned long long ptr, size_t size, const void *
 	return r;
 }
 
-/* sync 27 cuMemGetAllocationGranularity (shim/api/cuda.api:53) */
+/* sync 27 cuMemGetAllocationGranularity (shim/api/cuda.api:54) */
 SHIM_EXPORT int cuMemGetAllocationGranularity(size_t *granularity, const void *prop, unsigned int option) {
 	if (granularity == NULL) return shim_null_arg("cuMemGetAllocationGranularity", "granularity");
 	if (prop == NULL && (uint64_t)32 != 0) return shim_null_arg("cuMemGetAllocationGranularity", "prop");
@@ -238,7 +238,7 @@ SHIM_EXPORT int cuMemGetAllocationGranularity(size_t *granularity, const void *p
 	return r;
 }
 
-/* sync 30 cuMemcpyHtoD_v2 (shim/api/cuda.api:56) */
+/* sync 30 cuMemcpyHtoD_v2 (shim/api/cuda.api:57) */
 SHIM_HIDDEN int rpc_cuMemcpyHtoD_v2(unsigned long long dstDevice, const void *srcHost, size_t ByteCount) {
 	if (srcHost == NULL && (uint64_t)(ByteCount) != 0) return shim_null_arg("cuMemcpyHtoD_v2", "srcHost");
 	struct shim_call call;
@@ -252,7 +252,7 @@ SHIM_HIDDEN int rpc_cuMemcpyHtoD_v2(unsigned long long dstDevice, const void *sr
 	return r;
 }
 
-/* async 31 cuMemcpyHtoDAsync_v2 (shim/api/cuda.api:57) */
+/* async 31 cuMemcpyHtoDAsync_v2 (shim/api/cuda.api:58) */
 SHIM_HIDDEN int rpc_cuMemcpyHtoDAsync_v2(unsigned long long dstDevice, const void *srcHost, size_t ByteCount, void *hStream) {
 	if (srcHost == NULL && (uint64_t)(ByteCount) != 0) return shim_null_arg("cuMemcpyHtoDAsync_v2", "srcHost");
 	struct shim_call call;
@@ -267,7 +267,7 @@ SHIM_HIDDEN int rpc_cuMemcpyHtoDAsync_v2(unsigned long long dstDevice, const voi
 	return r;
 }
 
-/* sync 32 cuMemcpyDtoH_v2 (shim/api/cuda.api:58) */
+/* sync 32 cuMemcpyDtoH_v2 (shim/api/cuda.api:59) */
 SHIM_HIDDEN int rpc_cuMemcpyDtoH_v2(void *dstHost, unsigned long long srcDevice, size_t ByteCount) {
 	if (dstHost == NULL && (uint64_t)(ByteCount) != 0) return shim_null_arg("cuMemcpyDtoH_v2", "dstHost");
 	struct shim_call call;
@@ -284,7 +284,7 @@ SHIM_HIDDEN int rpc_cuMemcpyDtoH_v2(void *dstHost, unsigned long long srcDevice,
 	return r;
 }
 
-/* sync 33 cuMemcpyDtoHAsync_v2 (shim/api/cuda.api:59) */
+/* sync 33 cuMemcpyDtoHAsync_v2 (shim/api/cuda.api:60) */
 SHIM_HIDDEN int rpc_cuMemcpyDtoHAsync_v2(void *dstHost, unsigned long long srcDevice, size_t ByteCount, void *hStream) {
 	if (dstHost == NULL && (uint64_t)(ByteCount) != 0) return shim_null_arg("cuMemcpyDtoHAsync_v2", "dstHost");
 	struct shim_call call;
@@ -302,7 +302,7 @@ SHIM_HIDDEN int rpc_cuMemcpyDtoHAsync_v2(void *dstHost, unsigned long long srcDe
 	return r;
 }
 
-/* sync 34 cuMemcpyDtoD_v2 (shim/api/cuda.api:60) */
+/* sync 34 cuMemcpyDtoD_v2 (shim/api/cuda.api:61) */
 SHIM_EXPORT int cuMemcpyDtoD_v2(unsigned long long dstDevice, unsigned long long srcDevice, size_t ByteCount) {
 	struct shim_call call;
 	int r = shim_call_begin(&call, CALL_cuMemcpyDtoD_v2, SHIM_CALL_SYNC, 8 + 8 + 8);
@@ -315,7 +315,7 @@ SHIM_EXPORT int cuMemcpyDtoD_v2(unsigned long long dstDevice, unsigned long long
 	return r;
 }
 
-/* async 35 cuMemcpyDtoDAsync_v2 (shim/api/cuda.api:61) */
+/* async 35 cuMemcpyDtoDAsync_v2 (shim/api/cuda.api:62) */
 SHIM_EXPORT int cuMemcpyDtoDAsync_v2(unsigned long long dstDevice, unsigned long long srcDevice, size_t ByteCount, void *hStream) {
 	struct shim_call call;
 	int r = shim_call_begin(&call, CALL_cuMemcpyDtoDAsync_v2, SHIM_CALL_ASYNC, 8 + 8 + 8 + 8);
@@ -329,7 +329,7 @@ SHIM_EXPORT int cuMemcpyDtoDAsync_v2(unsigned long long dstDevice, unsigned long
 	return r;
 }
 
-/* async 36 cuMemsetD8_v2 (shim/api/cuda.api:62) */
+/* async 36 cuMemsetD8_v2 (shim/api/cuda.api:63) */
 SHIM_EXPORT int cuMemsetD8_v2(unsigned long long dstDevice, unsigned int uc, size_t N) {
 	struct shim_call call;
 	int r = shim_call_begin(&call, CALL_cuMemsetD8_v2, SHIM_CALL_ASYNC, 8 + 8 + 8);
@@ -342,7 +342,7 @@ SHIM_EXPORT int cuMemsetD8_v2(unsigned long long dstDevice, unsigned int uc, siz
 	return r;
 }
 
-/* async 37 cuMemsetD16_v2 (shim/api/cuda.api:63) */
+/* async 37 cuMemsetD16_v2 (shim/api/cuda.api:64) */
 SHIM_EXPORT int cuMemsetD16_v2(unsigned long long dstDevice, unsigned int us, size_t N) {
 	struct shim_call call;
 	int r = shim_call_begin(&call, CALL_cuMemsetD16_v2, SHIM_CALL_ASYNC, 8 + 8 + 8);
@@ -355,7 +355,7 @@ SHIM_EXPORT int cuMemsetD16_v2(unsigned long long dstDevice, unsigned int us, si
 	return r;
 }
 
-/* async 38 cuMemsetD32_v2 (shim/api/cuda.api:64) */
+/* async 38 cuMemsetD32_v2 (shim/api/cuda.api:65) */
 SHIM_EXPORT int cuMemsetD32_v2(unsigned long long dstDevice, unsigned int ui, size_t N) {
 	struct shim_call call;
 	int r = shim_call_begin(&call, CALL_cuMemsetD32_v2, SHIM_CALL_ASYNC, 8 + 8 + 8);
@@ -368,7 +368,7 @@ SHIM_EXPORT int cuMemsetD32_v2(unsigned long long dstDevice, unsigned int ui, si
 	return r;
 }
 
-/* async 39 cuMemsetD8Async (shim/api/cuda.api:65) */
+/* async 39 cuMemsetD8Async (shim/api/cuda.api:66) */
 SHIM_EXPORT int cuMemsetD8Async(unsigned long long dstDevice, unsigned int uc, size_t N, void *hStream) {
 	struct shim_call call;
 	int r = shim_call_begin(&call, CALL_cuMemsetD8Async, SHIM_CALL_ASYNC, 8 + 8 + 8 + 8);
@@ -382,7 +382,7 @@ SHIM_EXPORT int cuMemsetD8Async(unsigned long long dstDevice, unsigned int uc, s
 	return r;
 }
 
-/* async 40 cuMemsetD16Async (shim/api/cuda.api:66) */
+/* async 40 cuMemsetD16Async (shim/api/cuda.api:67) */
 SHIM_EXPORT int cuMemsetD16Async(unsigned long long dstDevice, unsigned int us, size_t N, void *hStream) {
 	struct shim_call call;
 	int r = shim_call_begin(&call, CALL_cuMemsetD16Async, SHIM_CALL_ASYNC, 8 + 8 + 8 + 8);
@@ -396,7 +396,7 @@ SHIM_EXPORT int cuMemsetD16Async(unsigned long long dstDevice, unsigned int us, 
 	return r;
 }
 
-/* async 41 cuMemsetD32Async (shim/api/cuda.api:67) */
+/* async 41 cuMemsetD32Async (shim/api/cuda.api:68) */
 SHIM_EXPORT int cuMemsetD32Async(unsigned long long dstDevice, unsigned int ui, size_t N, void *hStream) {
 	struct shim_call call;
 	int r = shim_call_begin(&call, CALL_cuMemsetD32Async, SHIM_CALL_ASYNC, 8 + 8 + 8 + 8);
@@ -410,7 +410,7 @@ SHIM_EXPORT int cuMemsetD32Async(unsigned long long dstDevice, unsigned int ui, 
 	return r;
 }
 
-/* async 42 memcpyHtoDChunk (shim/api/cuda.api:69) */
+/* async 42 memcpyHtoDChunk (shim/api/cuda.api:70) */
 SHIM_HIDDEN int rpc_memcpyHtoDChunk(unsigned long long dstDevice, const void *srcHost, size_t ByteCount, void *hStream) {
 	if (srcHost == NULL && (uint64_t)(ByteCount) != 0) return shim_null_arg("memcpyHtoDChunk", "srcHost");
 	struct shim_call call;
@@ -425,7 +425,7 @@ SHIM_HIDDEN int rpc_memcpyHtoDChunk(unsigned long long dstDevice, const void *sr
 	return r;
 }
 
-/* sync 50 cuModuleLoadData (shim/api/cuda.api:72) */
+/* sync 50 cuModuleLoadData (shim/api/cuda.api:73) */
 SHIM_HIDDEN int rpc_cuModuleLoadData(void **module, const void *image, size_t size) {
 	if (module == NULL) return shim_null_arg("cuModuleLoadData", "module");
 	if (image == NULL && (uint64_t)(size) != 0) return shim_null_arg("cuModuleLoadData", "image");
@@ -442,7 +442,7 @@ SHIM_HIDDEN int rpc_cuModuleLoadData(void **module, const void *image, size_t si
 	return r;
 }
 
-/* sync 51 cuModuleUnload (shim/api/cuda.api:73) */
+/* sync 51 cuModuleUnload (shim/api/cuda.api:74) */
 SHIM_EXPORT int cuModuleUnload(void *hmod) {
 	struct shim_call call;
 	int r = shim_call_begin(&call, CALL_cuModuleUnload, SHIM_CALL_SYNC, 8);
@@ -453,7 +453,7 @@ SHIM_EXPORT int cuModuleUnload(void *hmod) {
 	return r;
 }
 
-/* sync 52 cuModuleGetFunction (shim/api/cuda.api:75) */
+/* sync 52 cuModuleGetFunction (shim/api/cuda.api:76) */
 SHIM_HIDDEN int rpc_cuModuleGetFunction(void **hfunc, void *params, void *hmod, const char *name) {
 	if (hfunc == NULL) return shim_null_arg("cuModuleGetFunction", "hfunc");
 	if (params == NULL && (uint64_t)1028 != 0) return shim_null_arg("cuModuleGetFunction", "params");
@@ -474,7 +474,7 @@ SHIM_HIDDEN int rpc_cuModuleGetFunction(void **hfunc, void *params, void *hmod, 
 	return r;
 }
 
-/* sync 53 cuModuleGetGlobal_v2 (shim/api/cuda.api:76) */
+/* sync 53 cuModuleGetGlobal_v2 (shim/api/cuda.api:77) */
 SHIM_HIDDEN int rpc_cuModuleGetGlobal_v2(unsigned long long *dptr, size_t *bytes, void *hmod, const char *name) {
 	if (name == NULL) return shim_null_arg("cuModuleGetGlobal_v2", "name");
 	size_t name_len = strlen(name);
@@ -494,7 +494,7 @@ SHIM_HIDDEN int rpc_cuModuleGetGlobal_v2(unsigned long long *dptr, size_t *bytes
 	return r;
 }
 
-/* sync 54 cuLibraryLoadData (shim/api/cuda.api:77) */
+/* sync 54 cuLibraryLoadData (shim/api/cuda.api:78) */
 SHIM_HIDDEN int rpc_cuLibraryLoadData(void **library, const void *code, size_t size) {
 	if (library == NULL) return shim_null_arg("cuLibraryLoadData", "library");
 	if (code == NULL && (uint64_t)(size) != 0) return shim_null_arg("cuLibraryLoadData", "code");
@@ -511,7 +511,7 @@ SHIM_HIDDEN int rpc_cuLibraryLoadData(void **library, const void *code, size_t s
 	return r;
 }
 
-/* sync 55 cuLibraryUnload (shim/api/cuda.api:78) */
+/* sync 55 cuLibraryUnload (shim/api/cuda.api:79) */
 SHIM_EXPORT int cuLibraryUnload(void *library) {
 	struct shim_call call;
 	int r = shim_call_begin(&call, CALL_cuLibraryUnload, SHIM_CALL_SYNC, 8);
@@ -522,7 +522,7 @@ SHIM_EXPORT int cuLibraryUnload(void *library) {
 	return r;
 }
 
-/* sync 56 cuLibraryGetKernel (shim/api/cuda.api:79) */
+/* sync 56 cuLibraryGetKernel (shim/api/cuda.api:80) */
 SHIM_HIDDEN int rpc_cuLibraryGetKernel(void **pKernel, void *library, const char *name) {
 	if (pKernel == NULL) return shim_null_arg("cuLibraryGetKernel", "pKernel");
 	if (name == NULL) return shim_null_arg("cuLibraryGetKernel", "name");
@@ -540,7 +540,7 @@ SHIM_HIDDEN int rpc_cuLibraryGetKernel(void **pKernel, void *library, const char
 	return r;
 }
 
-/* sync 57 cuKernelGetFunction (shim/api/cuda.api:80) */
+/* sync 57 cuKernelGetFunction (shim/api/cuda.api:81) */
 SHIM_HIDDEN int rpc_cuKernelGetFunction(void **pFunc, void *params, void *kernel) {
 	if (pFunc == NULL) return shim_null_arg("cuKernelGetFunction", "pFunc");
 	if (params == NULL && (uint64_t)1028 != 0) return shim_null_arg("cuKernelGetFunction", "params");
@@ -558,7 +558,7 @@ SHIM_HIDDEN int rpc_cuKernelGetFunction(void **pFunc, void *params, void *kernel
 	return r;
 }
 
-/* sync 58 cuLibraryGetModule (shim/api/cuda.api:81) */
+/* sync 58 cuLibraryGetModule (shim/api/cuda.api:82) */
 SHIM_EXPORT int cuLibraryGetModule(void **pMod, void *library) {
 	if (pMod == NULL) return shim_null_arg("cuLibraryGetModule", "pMod");
 	struct shim_call call;
@@ -573,7 +573,7 @@ SHIM_EXPORT int cuLibraryGetModule(void **pMod, void *library) {
 	return r;
 }
 
-/* sync 59 cuFuncGetAttribute (shim/api/cuda.api:82) */
+/* sync 59 cuFuncGetAttribute (shim/api/cuda.api:83) */
 SHIM_HIDDEN int rpc_cuFuncGetAttribute(int *pi, int attrib, void *hfunc) {
 	if (pi == NULL) return shim_null_arg("cuFuncGetAttribute", "pi");
 	struct shim_call call;
@@ -589,7 +589,7 @@ SHIM_HIDDEN int rpc_cuFuncGetAttribute(int *pi, int attrib, void *hfunc) {
 	return r;
 }
 
-/* async 60 cuFuncSetAttribute (shim/api/cuda.api:83) */
+/* async 60 cuFuncSetAttribute (shim/api/cuda.api:84) */
 SHIM_HIDDEN int rpc_cuFuncSetAttribute(void *hfunc, int attrib, int value) {
 	struct shim_call call;
 	int r = shim_call_begin(&call, CALL_cuFuncSetAttribute, SHIM_CALL_ASYNC, 8 + 8 + 8);
@@ -602,7 +602,7 @@ SHIM_HIDDEN int rpc_cuFuncSetAttribute(void *hfunc, int attrib, int value) {
 	return r;
 }
 
-/* async 61 cuFuncSetCacheConfig (shim/api/cuda.api:84) */
+/* async 61 cuFuncSetCacheConfig (shim/api/cuda.api:85) */
 SHIM_EXPORT int cuFuncSetCacheConfig(void *hfunc, int config) {
 	struct shim_call call;
 	int r = shim_call_begin(&call, CALL_cuFuncSetCacheConfig, SHIM_CALL_ASYNC, 8 + 8);
@@ -614,7 +614,7 @@ SHIM_EXPORT int cuFuncSetCacheConfig(void *hfunc, int config) {
 	return r;
 }
 
-/* sync 62 cuKernelGetAttribute (shim/api/cuda.api:85) */
+/* sync 62 cuKernelGetAttribute (shim/api/cuda.api:86) */
 SHIM_HIDDEN int rpc_cuKernelGetAttribute(int *pi, int attrib, void *kernel, int dev) {
 	if (pi == NULL) return shim_null_arg("cuKernelGetAttribute", "pi");
 	struct shim_call call;
@@ -631,7 +631,7 @@ SHIM_HIDDEN int rpc_cuKernelGetAttribute(int *pi, int attrib, void *kernel, int 
 	return r;
 }
 
-/* async 63 cuKernelSetAttribute (shim/api/cuda.api:86) */
+/* async 63 cuKernelSetAttribute (shim/api/cuda.api:87) */
 SHIM_HIDDEN int rpc_cuKernelSetAttribute(int attrib, int val, void *kernel, int dev) {
 	struct shim_call call;
 	int r = shim_call_begin(&call, CALL_cuKernelSetAttribute, SHIM_CALL_ASYNC, 8 + 8 + 8 + 8);
@@ -645,7 +645,7 @@ SHIM_HIDDEN int rpc_cuKernelSetAttribute(int attrib, int val, void *kernel, int 
 	return r;
 }
 
-/* sync 64 cuLibraryGetGlobal (shim/api/cuda.api:87) */
+/* sync 64 cuLibraryGetGlobal (shim/api/cuda.api:88) */
 SHIM_HIDDEN int rpc_cuLibraryGetGlobal(unsigned long long *dptr, size_t *bytes, void *library, const char *name) {
 	if (name == NULL) return shim_null_arg("cuLibraryGetGlobal", "name");
 	size_t name_len = strlen(name);
@@ -665,7 +665,7 @@ SHIM_HIDDEN int rpc_cuLibraryGetGlobal(unsigned long long *dptr, size_t *bytes, 
 	return r;
 }
 
-/* async 70 cuLaunchKernel (shim/api/cuda.api:90) */
+/* async 70 cuLaunchKernel (shim/api/cuda.api:91) */
 SHIM_HIDDEN int rpc_cuLaunchKernel(void *f, unsigned int gridDimX, unsigned int gridDimY, unsigned int gridDimZ, unsigned int blockDimX, unsigned int blockDimY, unsigned int blockDimZ, unsigned int sharedMemBytes, void *hStream, const void *args, size_t argsSize) {
 	if (args == NULL && (uint64_t)(argsSize) != 0) return shim_null_arg("cuLaunchKernel", "args");
 	struct shim_call call;
@@ -687,7 +687,7 @@ SHIM_HIDDEN int rpc_cuLaunchKernel(void *f, unsigned int gridDimX, unsigned int 
 	return r;
 }
 
-/* sync 80 cuStreamCreate (shim/api/cuda.api:93) */
+/* sync 80 cuStreamCreate (shim/api/cuda.api:94) */
 SHIM_HIDDEN int rpc_cuStreamCreate(void **phStream, unsigned int Flags) {
 	if (phStream == NULL) return shim_null_arg("cuStreamCreate", "phStream");
 	struct shim_call call;
@@ -702,7 +702,7 @@ SHIM_HIDDEN int rpc_cuStreamCreate(void **phStream, unsigned int Flags) {
 	return r;
 }
 
-/* sync 81 cuStreamCreateWithPriority (shim/api/cuda.api:94) */
+/* sync 81 cuStreamCreateWithPriority (shim/api/cuda.api:95) */
 SHIM_HIDDEN int rpc_cuStreamCreateWithPriority(void **phStream, unsigned int flags, int priority) {
 	if (phStream == NULL) return shim_null_arg("cuStreamCreateWithPriority", "phStream");
 	struct shim_call call;
@@ -718,7 +718,7 @@ SHIM_HIDDEN int rpc_cuStreamCreateWithPriority(void **phStream, unsigned int fla
 	return r;
 }
 
-/* sync 82 cuStreamDestroy_v2 (shim/api/cuda.api:95) */
+/* sync 82 cuStreamDestroy_v2 (shim/api/cuda.api:96) */
 SHIM_HIDDEN int rpc_cuStreamDestroy_v2(void *hStream) {
 	struct shim_call call;
 	int r = shim_call_begin(&call, CALL_cuStreamDestroy_v2, SHIM_CALL_SYNC, 8);
@@ -729,7 +729,7 @@ SHIM_HIDDEN int rpc_cuStreamDestroy_v2(void *hStream) {
 	return r;
 }
 
-/* sync 83 cuStreamSynchronize (shim/api/cuda.api:96) */
+/* sync 83 cuStreamSynchronize (shim/api/cuda.api:97) */
 SHIM_EXPORT int cuStreamSynchronize(void *hStream) {
 	struct shim_call call;
 	int r = shim_call_begin(&call, CALL_cuStreamSynchronize, SHIM_CALL_SYNC, 8);
@@ -740,7 +740,7 @@ SHIM_EXPORT int cuStreamSynchronize(void *hStream) {
 	return r;
 }
 
-/* sync 84 cuStreamQuery (shim/api/cuda.api:97) */
+/* sync 84 cuStreamQuery (shim/api/cuda.api:98) */
 SHIM_EXPORT int cuStreamQuery(void *hStream) {
 	struct shim_call call;
 	int r = shim_call_begin(&call, CALL_cuStreamQuery, SHIM_CALL_SYNC, 8);
@@ -751,7 +751,7 @@ SHIM_EXPORT int cuStreamQuery(void *hStream) {
 	return r;
 }
 
-/* async 85 cuStreamWaitEvent (shim/api/cuda.api:98) */
+/* async 85 cuStreamWaitEvent (shim/api/cuda.api:99) */
 SHIM_EXPORT int cuStreamWaitEvent(void *hStream, void *hEvent, unsigned int Flags) {
 	struct shim_call call;
 	int r = shim_call_begin(&call, CALL_cuStreamWaitEvent, SHIM_CALL_ASYNC, 8 + 8 + 8);
@@ -764,7 +764,7 @@ SHIM_EXPORT int cuStreamWaitEvent(void *hStream, void *hEvent, unsigned int Flag
 	return r;
 }
 
-/* sync 90 cuEventCreate (shim/api/cuda.api:99) */
+/* sync 90 cuEventCreate (shim/api/cuda.api:100) */
 SHIM_EXPORT int cuEventCreate(void **phEvent, unsigned int Flags) {
 	if (phEvent == NULL) return shim_null_arg("cuEventCreate", "phEvent");
 	struct shim_call call;
@@ -779,7 +779,7 @@ SHIM_EXPORT int cuEventCreate(void **phEvent, unsigned int Flags) {
 	return r;
 }
 
-/* sync 91 cuEventDestroy_v2 (shim/api/cuda.api:100) */
+/* sync 91 cuEventDestroy_v2 (shim/api/cuda.api:101) */
 SHIM_EXPORT int cuEventDestroy_v2(void *hEvent) {
 	struct shim_call call;
 	int r = shim_call_begin(&call, CALL_cuEventDestroy_v2, SHIM_CALL_SYNC, 8);
@@ -790,7 +790,7 @@ SHIM_EXPORT int cuEventDestroy_v2(void *hEvent) {
 	return r;
 }
 
-/* async 92 cuEventRecord (shim/api/cuda.api:101) */
+/* async 92 cuEventRecord (shim/api/cuda.api:102) */
 SHIM_EXPORT int cuEventRecord(void *hEvent, void *hStream) {
 	struct shim_call call;
 	int r = shim_call_begin(&call, CALL_cuEventRecord, SHIM_CALL_ASYNC, 8 + 8);
@@ -802,7 +802,7 @@ SHIM_EXPORT int cuEventRecord(void *hEvent, void *hStream) {
 	return r;
 }
 
-/* async 93 cuEventRecordWithFlags (shim/api/cuda.api:102) */
+/* async 93 cuEventRecordWithFlags (shim/api/cuda.api:103) */
 SHIM_EXPORT int cuEventRecordWithFlags(void *hEvent, void *hStream, unsigned int flags) {
 	struct shim_call call;
 	int r = shim_call_begin(&call, CALL_cuEventRecordWithFlags, SHIM_CALL_ASYNC, 8 + 8 + 8);
@@ -815,7 +815,7 @@ SHIM_EXPORT int cuEventRecordWithFlags(void *hEvent, void *hStream, unsigned int
 	return r;
 }
 
-/* sync 94 cuEventSynchronize (shim/api/cuda.api:103) */
+/* sync 94 cuEventSynchronize (shim/api/cuda.api:104) */
 SHIM_EXPORT int cuEventSynchronize(void *hEvent) {
 	struct shim_call call;
 	int r = shim_call_begin(&call, CALL_cuEventSynchronize, SHIM_CALL_SYNC, 8);
@@ -826,7 +826,7 @@ SHIM_EXPORT int cuEventSynchronize(void *hEvent) {
 	return r;
 }
 
-/* sync 95 cuEventQuery (shim/api/cuda.api:104) */
+/* sync 95 cuEventQuery (shim/api/cuda.api:105) */
 SHIM_EXPORT int cuEventQuery(void *hEvent) {
 	struct shim_call call;
 	int r = shim_call_begin(&call, CALL_cuEventQuery, SHIM_CALL_SYNC, 8);
@@ -837,7 +837,7 @@ SHIM_EXPORT int cuEventQuery(void *hEvent) {
 	return r;
 }
 
-/* sync 96 cuEventElapsedTime (shim/api/cuda.api:105) */
+/* sync 96 cuEventElapsedTime (shim/api/cuda.api:106) */
 SHIM_EXPORT int cuEventElapsedTime(float *pMilliseconds, void *hStart, void *hEnd) {
 	if (pMilliseconds == NULL) return shim_null_arg("cuEventElapsedTime", "pMilliseconds");
 	struct shim_call call;
@@ -853,7 +853,7 @@ SHIM_EXPORT int cuEventElapsedTime(float *pMilliseconds, void *hStart, void *hEn
 	return r;
 }
 
-/* sync 97 cuEventElapsedTime_v2 (shim/api/cuda.api:106) */
+/* sync 97 cuEventElapsedTime_v2 (shim/api/cuda.api:107) */
 SHIM_EXPORT int cuEventElapsedTime_v2(float *pMilliseconds, void *hStart, void *hEnd) {
 	if (pMilliseconds == NULL) return shim_null_arg("cuEventElapsedTime_v2", "pMilliseconds");
 	struct shim_call call;
@@ -869,7 +869,7 @@ SHIM_EXPORT int cuEventElapsedTime_v2(float *pMilliseconds, void *hStart, void *
 	return r;
 }
 
-/* sync 100 cuPointerGetAttribute (shim/api/cuda.api:109) */
+/* sync 100 cuPointerGetAttribute (shim/api/cuda.api:110) */
 SHIM_HIDDEN int rpc_cuPointerGetAttribute(void *data, int attribute, unsigned long long ptr) {
 	if (data == NULL && (uint64_t)8 != 0) return shim_null_arg("cuPointerGetAttribute", "data");
 	struct shim_call call;
@@ -886,7 +886,7 @@ SHIM_HIDDEN int rpc_cuPointerGetAttribute(void *data, int attribute, unsigned lo
 	return r;
 }
 
-/* async 71 cuLaunchKernelEx (shim/api/cuda.api:114) */
+/* async 71 cuLaunchKernelEx (shim/api/cuda.api:115) */
 SHIM_HIDDEN int rpc_cuLaunchKernelEx(void *f, unsigned int gridDimX, unsigned int gridDimY, unsigned int gridDimZ, unsigned int blockDimX, unsigned int blockDimY, unsigned int blockDimZ, unsigned int sharedMemBytes, void *hStream, const void *attrs, size_t attrsSize, const void *args, size_t argsSize) {
 	if (attrs == NULL && (uint64_t)(attrsSize) != 0) return shim_null_arg("cuLaunchKernelEx", "attrs");
 	if (args == NULL && (uint64_t)(argsSize) != 0) return shim_null_arg("cuLaunchKernelEx", "args");
@@ -911,7 +911,7 @@ SHIM_HIDDEN int rpc_cuLaunchKernelEx(void *f, unsigned int gridDimX, unsigned in
 	return r;
 }
 
-/* sync 65 cuLibraryGetKernelCount (shim/api/cuda.api:116) */
+/* sync 65 cuLibraryGetKernelCount (shim/api/cuda.api:117) */
 SHIM_HIDDEN int rpc_cuLibraryGetKernelCount(unsigned int *count, void *library) {
 	if (count == NULL) return shim_null_arg("cuLibraryGetKernelCount", "count");
 	struct shim_call call;
@@ -926,7 +926,7 @@ SHIM_HIDDEN int rpc_cuLibraryGetKernelCount(unsigned int *count, void *library) 
 	return r;
 }
 
-/* sync 66 cuLibraryEnumerateKernels (shim/api/cuda.api:117) */
+/* sync 66 cuLibraryEnumerateKernels (shim/api/cuda.api:118) */
 SHIM_HIDDEN int rpc_cuLibraryEnumerateKernels(void *kernels, unsigned int numKernels, void *library) {
 	if (kernels == NULL && (uint64_t)(numKernels) * 8 != 0) return shim_null_arg("cuLibraryEnumerateKernels", "kernels");
 	struct shim_call call;
@@ -943,7 +943,7 @@ SHIM_HIDDEN int rpc_cuLibraryEnumerateKernels(void *kernels, unsigned int numKer
 	return r;
 }
 
-/* sync 67 funcGetName (shim/api/cuda.api:119) */
+/* sync 67 funcGetName (shim/api/cuda.api:120) */
 SHIM_HIDDEN int rpc_funcGetName(void *name, void *hfunc) {
 	if (name == NULL && (uint64_t)4096 != 0) return shim_null_arg("funcGetName", "name");
 	struct shim_call call;
@@ -959,7 +959,7 @@ SHIM_HIDDEN int rpc_funcGetName(void *name, void *hfunc) {
 	return r;
 }
 
-/* async 43 memcpy2DHtoD (shim/api/cuda.api:121) */
+/* async 43 memcpy2DHtoD (shim/api/cuda.api:122) */
 SHIM_HIDDEN int rpc_memcpy2DHtoD(unsigned long long dst, size_t dstPitch, size_t width, size_t height, const void *src, size_t size, void *hStream) {
 	if (src == NULL && (uint64_t)(size) != 0) return shim_null_arg("memcpy2DHtoD", "src");
 	struct shim_call call;
@@ -977,7 +977,7 @@ SHIM_HIDDEN int rpc_memcpy2DHtoD(unsigned long long dst, size_t dstPitch, size_t
 	return r;
 }
 
-/* sync 44 memcpy2DDtoH (shim/api/cuda.api:122) */
+/* sync 44 memcpy2DDtoH (shim/api/cuda.api:123) */
 SHIM_HIDDEN int rpc_memcpy2DDtoH(void *dst, unsigned long long src, size_t srcPitch, size_t width, size_t height, size_t size, void *hStream) {
 	if (dst == NULL && (uint64_t)(size) != 0) return shim_null_arg("memcpy2DDtoH", "dst");
 	struct shim_call call;
@@ -998,7 +998,7 @@ SHIM_HIDDEN int rpc_memcpy2DDtoH(void *dst, unsigned long long src, size_t srcPi
 	return r;
 }
 
-/* async 45 memcpy2DDtoD (shim/api/cuda.api:123) */
+/* async 45 memcpy2DDtoD (shim/api/cuda.api:124) */
 SHIM_HIDDEN int rpc_memcpy2DDtoD(unsigned long long dst, size_t dstPitch, unsigned long long src, size_t srcPitch, size_t width, size_t height, void *hStream) {
 	struct shim_call call;
 	int r = shim_call_begin(&call, CALL_memcpy2DDtoD, SHIM_CALL_ASYNC, 8 + 8 + 8 + 8 + 8 + 8 + 8);
@@ -1015,7 +1015,7 @@ SHIM_HIDDEN int rpc_memcpy2DDtoD(unsigned long long dst, size_t dstPitch, unsign
 	return r;
 }
 
-/* async 46 memset2D (shim/api/cuda.api:124) */
+/* async 46 memset2D (shim/api/cuda.api:125) */
 SHIM_HIDDEN int rpc_memset2D(unsigned long long dst, size_t pitch, unsigned int value, unsigned int elementSize, size_t width, size_t height, void *hStream) {
 	struct shim_call call;
 	int r = shim_call_begin(&call, CALL_memset2D, SHIM_CALL_ASYNC, 8 + 8 + 8 + 8 + 8 + 8 + 8);
@@ -1032,7 +1032,7 @@ SHIM_HIDDEN int rpc_memset2D(unsigned long long dst, size_t pitch, unsigned int 
 	return r;
 }
 
-/* async 86 streamWriteValue (shim/api/cuda.api:127) */
+/* async 86 streamWriteValue (shim/api/cuda.api:128) */
 SHIM_HIDDEN int rpc_streamWriteValue(void *hStream, unsigned long long addr, unsigned long long value, unsigned int size, unsigned int flags) {
 	struct shim_call call;
 	int r = shim_call_begin(&call, CALL_streamWriteValue, SHIM_CALL_ASYNC, 8 + 8 + 8 + 8 + 8);
@@ -1047,7 +1047,7 @@ SHIM_HIDDEN int rpc_streamWriteValue(void *hStream, unsigned long long addr, uns
 	return r;
 }
 
-/* sync 87 streamWaitValue (shim/api/cuda.api:128) */
+/* sync 87 streamWaitValue (shim/api/cuda.api:129) */
 SHIM_HIDDEN int rpc_streamWaitValue(void *hStream, unsigned long long addr, unsigned long long value, unsigned int size, unsigned int flags) {
 	struct shim_call call;
 	int r = shim_call_begin(&call, CALL_streamWaitValue, SHIM_CALL_SYNC, 8 + 8 + 8 + 8 + 8);
@@ -1062,7 +1062,7 @@ SHIM_HIDDEN int rpc_streamWaitValue(void *hStream, unsigned long long addr, unsi
 	return r;
 }
 
-/* sync 110 tensorMapEncode (shim/api/cuda.api:130) */
+/* sync 110 tensorMapEncode (shim/api/cuda.api:131) */
 SHIM_HIDDEN int rpc_tensorMapEncode(void *tensorMap, const void *request, size_t size) {
 	if (tensorMap == NULL && (uint64_t)128 != 0) return shim_null_arg("tensorMapEncode", "tensorMap");
 	if (request == NULL && (uint64_t)(size) != 0) return shim_null_arg("tensorMapEncode", "request");
@@ -1080,7 +1080,7 @@ SHIM_HIDDEN int rpc_tensorMapEncode(void *tensorMap, const void *request, size_t
 	return r;
 }
 
-/* sync 111 tensorMapReplaceAddress (shim/api/cuda.api:131) */
+/* sync 111 tensorMapReplaceAddress (shim/api/cuda.api:132) */
 SHIM_HIDDEN int rpc_tensorMapReplaceAddress(void *tensorMap, const void *old, unsigned long long globalAddress) {
 	if (tensorMap == NULL && (uint64_t)128 != 0) return shim_null_arg("tensorMapReplaceAddress", "tensorMap");
 	if (old == NULL && (uint64_t)128 != 0) return shim_null_arg("tensorMapReplaceAddress", "old");
@@ -1098,7 +1098,7 @@ SHIM_HIDDEN int rpc_tensorMapReplaceAddress(void *tensorMap, const void *old, un
 	return r;
 }
 
-/* async 47 moduleImageChunk (shim/api/cuda.api:134) */
+/* async 47 moduleImageChunk (shim/api/cuda.api:135) */
 SHIM_HIDDEN int rpc_moduleImageChunk(const void *data, size_t size) {
 	if (data == NULL && (uint64_t)(size) != 0) return shim_null_arg("moduleImageChunk", "data");
 	struct shim_call call;
@@ -1756,6 +1756,8 @@ int cuDeviceGetTexture1DLinearMaxWidth();
 int cuMemHostGetDevicePointer_v2();
 int cuModuleGetGlobal_v2();
 int cuLibraryGetGlobal();
+int cuMemMap();
+int cuMemUnmap();
 
 const struct shim_proc shim_procs[] = {
 	{"cuArray3DCreate", (void *)cuArray3DCreate, 1},

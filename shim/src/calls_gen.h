@@ -141,8 +141,8 @@ int cuMemAddressReserve(unsigned long long *ptr, size_t size, size_t alignment, 
 int cuMemAddressFree(unsigned long long ptr, size_t size);
 int cuMemCreate(void **handle, size_t size, const void *prop, unsigned long long flags);
 int cuMemRelease(void *handle);
-int cuMemMap(unsigned long long ptr, size_t size, size_t offset, void *handle, unsigned long long flags);
-int cuMemUnmap(unsigned long long ptr, size_t size);
+int rpc_cuMemMap(unsigned long long ptr, size_t size, size_t offset, void *handle, unsigned long long flags);
+int rpc_cuMemUnmap(unsigned long long ptr, size_t size);
 int cuMemSetAccess(unsigned long long ptr, size_t size, const void *desc, size_t count);
 int cuMemGetAllocationGranularity(size_t *granularity, const void *prop, unsigned int option);
 int rpc_cuMemcpyHtoD_v2(unsigned long long dstDevice, const void *srcHost, size_t ByteCount);

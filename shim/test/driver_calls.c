@@ -51,6 +51,14 @@ int cuMemHostAlloc(void **, size_t, unsigned);
 int cuMemFreeHost(void *);
 int cuStreamIsCapturing(void *, int *);
 size_t faasGpuShimStats(void *, size_t);
+int cuMemGetAllocationGranularity(size_t *, const void *, int);
+int cuMemAddressReserve(dptr *, size_t, size_t, dptr, unsigned long long);
+int cuMemAddressFree(dptr, size_t);
+int cuMemCreate(unsigned long long *, size_t, const void *, unsigned long long);
+int cuMemRelease(unsigned long long);
+int cuMemMap(dptr, size_t, size_t, unsigned long long, unsigned long long);
+int cuMemUnmap(dptr, size_t);
+int cuMemSetAccess(dptr, size_t, const void *, size_t);
 
 static int failures;
 #define CHECK(cond, ...)                                                                                           \
@@ -320,6 +328,43 @@ int main(int argc, char **argv) {
 	      "unknown memory: type %u ordinal %d", type, ordinal);
 	CHECK(cuPointerGetAttribute(&mt, 2, (uintptr_t)&type) == 1, "unknown memory: cuPointerGetAttribute refuses");
 	CHECK(cuMemFreeHost(pinned) == 0, "free pinned");
+
+	/* --- virtual memory management as PyTorch's expandable segments use it */
+	struct {
+		int type, handleTypes, locType, locID;
+		void *win32;
+		uint8_t flags[8];
+	} prop = {1 /* PINNED */, 0, 1 /* DEVICE */, 0, NULL, {0}};
+	struct {
+		int locType, locID, flags;
+	} access = {1, 0, 3 /* READWRITE */};
+	size_t gran = 0;
+	CHECK(cuMemGetAllocationGranularity(&gran, &prop, 0) == 0 && gran > 0, "granularity %zu", gran);
+	dptr base = 0;
+	unsigned long long ph = 0, ph2 = 0;
+	CHECK(cuMemAddressReserve(&base, 8 * gran, 0, 0, 0) == 0 && base != 0, "reserve");
+	CHECK(cuMemCreate(&ph, 2 * gran, &prop, 0) == 0 && cuMemCreate(&ph2, gran, &prop, 0) == 0, "create");
+	CHECK(cuMemMap(base + 2 * gran, 2 * gran, 0, ph, 0) == 0, "map");
+	CHECK(cuMemMap(base + 3 * gran, gran, 0, ph2, 0) == 1, "a mapping over another is refused");
+	CHECK(cuMemMap(base + 8 * gran, gran, 0, ph2, 0) == 1, "a mapping outside the reservation is refused");
+	CHECK(cuMemMap(base, gran, 0, ph2, 0) == 0, "a second mapping");
+	CHECK(cuMemSetAccess(base + 2 * gran, 2 * gran, &access, 1) == 0 && cuMemSetAccess(base, gran, &access, 1) == 0,
+	      "access");
+	static uint8_t page[1 << 16], page2[1 << 16];
+	for (size_t i = 0; i < sizeof page; i++) page[i] = (uint8_t)(i * 13 + 5);
+	dptr at = base + 2 * gran + gran - 100; /* across the middle of the mapping */
+	CHECK(cuMemcpyHtoD_v2(at, page, sizeof page) == 0 && cuMemcpyDtoH_v2(page2, at, sizeof page2) == 0 &&
+		  memcmp(page, page2, sizeof page) == 0,
+	      "bytes through the mapping");
+	CHECK(cuPointerGetAttribute(&mt, 2, at) == 0 && mt == 2, "a mapping is device memory");
+	CHECK(cuMemcpyHtoD_v2(base + gran, page, 16) == 1, "the unmapped middle of the reservation is refused");
+	CHECK(cuMemAddressFree(base, 8 * gran) == 1, "a reservation with mappings cannot be freed");
+	CHECK(cuMemUnmap(base + 2 * gran, 2 * gran) == 0, "unmap");
+	CHECK(cuMemcpyHtoD_v2(at, page, 16) == 1, "unmapped memory is refused");
+	CHECK(cuMemMap(base + 2 * gran, 2 * gran, 0, ph, 0) == 0 && cuMemcpyHtoD_v2(at, page, 16) == 0,
+	      "the same address mapped again");
+	CHECK(cuMemUnmap(base, 4 * gran) == 0, "unmap both");
+	CHECK(cuMemRelease(ph) == 0 && cuMemRelease(ph2) == 0 && cuMemAddressFree(base, 8 * gran) == 0, "release");
 	CHECK(cuMemFree_v2(d) == 0 && cuMemFree_v2(d2) == 0 && cuCtxSynchronize() == 0, "free");
 	if (failures) {
 		printf("%d failure(s)\n", failures);

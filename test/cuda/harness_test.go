@@ -133,8 +133,14 @@ func (n *node) env(t *testing.T, extra ...string) []string {
 // reported a call it does not support or a private-table slot it does not emulate.
 func (n *node) run(t *testing.T, name string, args ...string) string {
 	t.Helper()
+	return n.runEnv(t, nil, name, args...)
+}
+
+// runEnv is run with extra environment variables.
+func (n *node) runEnv(t *testing.T, extra []string, name string, args ...string) string {
+	t.Helper()
 	cmd := exec.Command(name, args...)
-	cmd.Env = n.env(t)
+	cmd.Env = n.env(t, extra...)
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
 	err := cmd.Run()
@@ -160,9 +166,9 @@ func tail(s string, lines int) string {
 }
 
 // python runs a script of testdata with the environment's Python and decodes its last line of output as JSON.
-func (n *node) python(t *testing.T, env string, script string, v any, args ...string) {
+func (n *node) python(t *testing.T, env string, extra []string, script string, v any, args ...string) {
 	t.Helper()
-	out := n.run(t, filepath.Join(env, "bin", "python3"), append([]string{filepath.Join("testdata", script)},
+	out := n.runEnv(t, extra, filepath.Join(env, "bin", "python3"), append([]string{filepath.Join("testdata", script)},
 		args...)...)
 	lines := strings.Split(strings.TrimSpace(out), "\n")
 	if err := json.Unmarshal([]byte(lines[len(lines)-1]), v); err != nil {
