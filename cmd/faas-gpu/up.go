@@ -44,6 +44,7 @@ type upConfig struct {
 	policy       string
 	logLevel     string
 	queue        upQueueConfig
+	simKernels   string
 }
 
 func (c *upConfig) register(fs *flag.FlagSet) {
@@ -61,6 +62,7 @@ func (c *upConfig) register(fs *flag.FlagSet) {
 	fs.StringVar(&c.policy, "policy", "faas-gpu", policyUsage)
 	fs.StringVar(&c.logLevel, "log-level", "info", "debug, info, warn or error")
 	c.queue.register(fs)
+	fs.StringVar(&c.simKernels, "sim-kernels", "reference", simKernelsUsage)
 }
 
 func (c *upConfig) validate() error {
@@ -80,7 +82,8 @@ func (c *upConfig) validate() error {
 	case c.stateDir == "":
 		return usageError{errors.New("-state-dir: must not be empty")}
 	}
-	return nil
+	_, err := parseSimKernels(c.simKernels)
+	return err
 }
 
 // up is one running `faas-gpu up`: the parts in the order they start; stop undoes them in reverse.
@@ -121,6 +124,10 @@ func runUp(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
+	simKernels, _ := parseSimKernels(cfg.simKernels) // validated above
+	if err := checkSimKernels(simKernels, gpus); err != nil {
+		return err
+	}
 	node := gpus.Node
 	closeDevice := func() {
 		if gpus.Device != nil { // not handed to the gpuserver, which owns it otherwise
@@ -149,7 +156,7 @@ func runUp(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 			Policy: cfg.policy, RemotingSocket: filepath.Join(stateDir, "remoting.sock"),
 			KeyFile:       filepath.Join(stateDir, "gpuserver.key"),
 			RepositoryDir: repositoryDir(stateDir, gpus.Device != nil), // kept across restarts of up
-			Device:        gpus.Device, DeviceReserveBytes: gpus.Reserve,
+			Device:        gpus.Device, DeviceReserveBytes: gpus.Reserve, SimKernels: simKernels,
 			Logger: log.With("component", "gpuserver")})
 	})
 	if err == nil {

@@ -134,6 +134,8 @@ func result(err error) Result {
 		return ResultInvalidImage
 	case errors.Is(err, device.ErrNotReady):
 		return ResultNotReady
+	case errors.Is(err, device.ErrNoBinaryForGPU):
+		return ResultNoBinaryForGPU
 	case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
 		return ResultSystemNotReady
 	}

@@ -39,6 +39,7 @@ const (
 	ResultInvalidDevice     Result = 101
 	ResultInvalidImage      Result = 200
 	ResultInvalidContext    Result = 201
+	ResultNoBinaryForGPU    Result = 209
 	ResultInvalidHandle     Result = 400
 	ResultIllegalState      Result = 401
 	ResultNotFound          Result = 500

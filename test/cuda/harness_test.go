@@ -29,12 +29,9 @@ const (
 	quota    = 16 << 30
 )
 
-// requireTier skips unless the real-CUDA tier was asked for, and returns the pinned environment's directory.
+// requireTier skips outside make test-cuda (pyenv.TierEnv) and returns the pinned environment's directory.
 func requireTier(t *testing.T) string {
 	t.Helper()
-	if os.Getenv("FAAS_GPU_TEST_REAL_CUDA") != "1" {
-		t.Skip("the real-CUDA tier runs with make test-cuda (FAAS_GPU_TEST_REAL_CUDA=1)")
-	}
 	return pyenv.Require(t)
 }
 

@@ -52,9 +52,17 @@ func CUDA(dir string) string { return filepath.Join(SitePackages(dir), "nvidia",
 // NVCC is the path of the wheel's nvcc.
 func NVCC(dir string) string { return filepath.Join(CUDA(dir), "bin", "nvcc") }
 
-// Require returns the environment's directory or skips the test naming what is missing.
+// TierEnv is the variable `make test-cuda` sets: tests that read NVIDIA's binaries run only in that tier, so that
+// `make test` stays fast on a machine where the environment happens to exist.
+const TierEnv = "FAAS_GPU_TEST_PYENV"
+
+// Require returns the environment's directory, or skips the test: outside `make test-cuda` (TierEnv unset), or
+// naming what is missing.
 func Require(t testing.TB) string {
 	t.Helper()
+	if os.Getenv(TierEnv) != "1" {
+		t.Skipf("reads NVIDIA's CUDA 13 binaries: runs in `make test-cuda` (%s=1)", TierEnv)
+	}
 	dir, err := Dir()
 	if err != nil {
 		t.Skipf("needs NVIDIA's CUDA 13 binaries from the pinned Python environment: %v", err)
