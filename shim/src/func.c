@@ -280,10 +280,24 @@ SHIM_EXPORT int cuKernelGetAttribute(int *pi, int attrib, void *kernel, int dev)
 	return cached_attr(kernel, attrib, pi, get_func_attr);
 }
 
-/* Sets are fire-and-forget: the gpuserver checks them (an error comes at the next synchronisation) and applies
- * them on every GPU the kernel runs on. */
+/* CUfunction_attribute values that can be set, and the device's opt-in shared memory limit. */
+enum { FA_SHARED_SIZE_BYTES = 1, FA_MAX_DYNAMIC_SHARED = 8, DA_MAX_SHARED_PER_BLOCK_OPTIN = 97 };
+
+static int settable(int a) { return a == 8 || a == 9 || (a >= 11 && a <= 15); }
+
+/* Sets are fire-and-forget: the gpuserver applies them on every GPU the kernel runs on. What the driver refuses at
+ * once is refused here at once: an attribute that cannot be set, a dynamic shared memory size beyond the device's
+ * opt-in limit less the kernel's static shared memory. */
 SHIM_EXPORT int cuFuncSetAttribute(void *hfunc, int attrib, int value) {
 	if (hfunc == NULL) return CUDA_ERROR_INVALID_HANDLE;
+	if (!settable(attrib)) return CUDA_ERROR_INVALID_VALUE;
+	if (attrib == FA_MAX_DYNAMIC_SHARED) {
+		int r = shim_connect(), static_shared = 0;
+		if (r != 0 || (r = cached_attr(hfunc, FA_SHARED_SIZE_BYTES, &static_shared, get_func_attr)) != 0) return r;
+		const struct shim_device *d = shim_device();
+		if (value < 0 || (d != NULL && value > d->attrs[DA_MAX_SHARED_PER_BLOCK_OPTIN] - static_shared))
+			return CUDA_ERROR_INVALID_VALUE;
+	}
 	int r = rpc_cuFuncSetAttribute(hfunc, attrib, value);
 	if (r == 0) cache_set(hfunc, attrib, value);
 	return r;

@@ -242,8 +242,9 @@ int main(int argc, char **argv) {
 	CHECK(cuFuncSetAttribute(fn, 8, 100000) == 0 && cuFuncGetAttribute(&a, 8, fn) == 0 && a == 100000,
 	      "after a set: %d", a);
 	CHECK(cuCtxSynchronize() == 0, "the set was accepted");
-	CHECK(cuFuncSetAttribute(fn, 8, 300000) == 0 && cuCtxSynchronize() == 1,
-	      "a set above the opt-in limit is refused at the next synchronisation");
+	CHECK(cuFuncSetAttribute(fn, 8, 300000) == 1 && cuFuncGetAttribute(&a, 8, fn) == 0 && a == 100000,
+	      "a set above the opt-in limit is refused at once and changes nothing");
+	CHECK(cuFuncSetAttribute(fn, 4, 32) == 1, "the registers cannot be set");
 
 	/* --- occupancy, computed in the shim */
 	int blocks = 0, grid = 0, block = 0;
