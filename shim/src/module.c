@@ -33,12 +33,28 @@ SHIM_HIDDEN size_t shim_image_size(const void *image, const void **start) {
 		return (size_t)hdr + (size_t)size;
 	}
 	if (p[0] == 0x7f && p[1] == 'E' && p[2] == 'L' && p[3] == 'F' && p[4] == 2 /* ELFCLASS64 */) {
-		uint64_t shoff;
-		uint16_t shentsize, shnum;
+		/* The file ends after whichever is last: the section headers, the program headers (ptxas writes them
+		 * after the section headers, and the driver needs them), or a section's data. */
+		uint64_t shoff, phoff, end;
+		uint16_t shentsize, shnum, phentsize, phnum;
+		memcpy(&phoff, p + 0x20, 8);
 		memcpy(&shoff, p + 0x28, 8);
+		memcpy(&phentsize, p + 0x36, 2);
+		memcpy(&phnum, p + 0x38, 2);
 		memcpy(&shentsize, p + 0x3A, 2);
 		memcpy(&shnum, p + 0x3C, 2);
-		return (size_t)(shoff + (uint64_t)shentsize * shnum);
+		end = shoff + (uint64_t)shentsize * shnum;
+		if (phoff + (uint64_t)phentsize * phnum > end) end = phoff + (uint64_t)phentsize * phnum;
+		for (uint16_t i = 0; shentsize >= 0x40 && i < shnum; i++) {
+			const uint8_t *sh = p + shoff + (uint64_t)i * shentsize;
+			uint32_t type;
+			uint64_t off, size;
+			memcpy(&type, sh + 0x04, 4);
+			memcpy(&off, sh + 0x18, 8);
+			memcpy(&size, sh + 0x20, 8);
+			if (type != 8 /* SHT_NOBITS */ && off + size > end) end = off + size;
+		}
+		return (size_t)end;
 	}
 	return strlen((const char *)p) + 1; /* PTX: NUL-terminated text */
 }

@@ -149,6 +149,9 @@ int shim_integrity_check(unsigned version, uint64_t unix_seconds, uint64_t out[2
 /* Whether an address is device memory of the function (alloc.c). */
 int shim_device_address(uint64_t p);
 
+/* The size of a module image (PTX text, cubin, fat binary or its wrapper) and where it starts (module.c). */
+size_t shim_image_size(const void *image, const void **start);
+
 /* Module loading from any image the driver accepts (PTX, cubin, fatbin, fatbin wrapper): module.c. */
 int shim_module_load(void **module, const void *image);
 /* The process's one context (local.c), and the destruction of its context-local storage (exports.c). */
