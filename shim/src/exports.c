@@ -204,26 +204,24 @@ static uintptr_t tools_none(void) {
 	return 0;
 }
 
-int cuCtxGetCurrent(void **);
-
 static int tools_context(void **out) {
 	SHIM_LOCAL();
 	if (out == NULL) return CUDA_ERROR_INVALID_VALUE;
-	void *cur = NULL;
-	cuCtxGetCurrent(&cur);
+	void *cur = shim_current_ctx();
 	*out = cur != NULL ? cur : shim_primary_ctx();
 	return CUDA_SUCCESS;
 }
 
-int cuCtxGetId(void *, unsigned long long *);
-
+/* The shim has one context, whose id (cuCtxGetId) is 1. */
 static int tools_context_id(void *ctx, uint64_t *id) {
 	SHIM_LOCAL();
 	if (id == NULL) return CUDA_ERROR_INVALID_VALUE;
-	unsigned long long v = 0;
-	int r = cuCtxGetId(ctx, &v);
-	*id = r == 0 ? v : 0;
-	return r;
+	if (ctx != NULL && ctx != shim_primary_ctx()) {
+		*id = 0;
+		return CUDA_ERROR_INVALID_CONTEXT;
+	}
+	*id = 1;
+	return CUDA_SUCCESS;
 }
 
 static void hooks_buffer1(void **p, size_t *n) {
@@ -254,8 +252,7 @@ static struct cls_entry *cls;
 
 static void *cls_context(void *ctx) {
 	if (ctx == NULL || ctx == (void *)-1) {
-		void *cur = NULL;
-		cuCtxGetCurrent(&cur);
+		void *cur = shim_current_ctx();
 		/* The shim has one context per process: a thread without a current one means the primary. */
 		return cur != NULL ? cur : shim_primary_ctx();
 	}

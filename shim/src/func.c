@@ -235,6 +235,14 @@ SHIM_EXPORT int cuModuleEnumerateFunctions(void **functions, unsigned int numFun
 /* ---- attributes */
 
 /* cached_attr reads attribute a of h from the cache, or asks with get and caches the answer. */
+static int cached(void *h, int a) {
+	pthread_mutex_lock(&mu);
+	struct func *f = lookup(h, 0);
+	int hit = f != NULL && a >= 0 && a < ATTRS && (f->attr_valid & (1u << a));
+	pthread_mutex_unlock(&mu);
+	return hit;
+}
+
 static int cached_attr(void *h, int a, int *pi, int (*get)(int *, int, void *)) {
 	if (pi == NULL) return CUDA_ERROR_INVALID_VALUE;
 	if (a < 0 || a >= ATTRS) return CUDA_ERROR_INVALID_VALUE;
@@ -243,10 +251,7 @@ static int cached_attr(void *h, int a, int *pi, int (*get)(int *, int, void *)) 
 	int hit = f != NULL && (f->attr_valid & (1u << a));
 	if (hit) *pi = f->attr[a];
 	pthread_mutex_unlock(&mu);
-	if (hit) {
-		SHIM_LOCAL();
-		return CUDA_SUCCESS;
-	}
+	if (hit) return CUDA_SUCCESS;
 	int r = get(pi, a, h);
 	if (r != 0) return r;
 	pthread_mutex_lock(&mu);
@@ -272,12 +277,13 @@ static void cache_set(void *h, int a, int v) {
 static int get_func_attr(int *pi, int a, void *h) { return rpc_cuFuncGetAttribute(pi, a, h); }
 
 SHIM_EXPORT int cuFuncGetAttribute(int *pi, int attrib, void *hfunc) {
+	if (cached(hfunc, attrib)) SHIM_LOCAL(); /* otherwise a remoted call */
 	return cached_attr(hfunc, attrib, pi, get_func_attr);
 }
 
 SHIM_EXPORT int cuKernelGetAttribute(int *pi, int attrib, void *kernel, int dev) {
 	if (dev != 0) return CUDA_ERROR_INVALID_DEVICE;
-	return cached_attr(kernel, attrib, pi, get_func_attr);
+	return cuFuncGetAttribute(pi, attrib, kernel);
 }
 
 /* CUfunction_attribute values that can be set, and the device's opt-in shared memory limit. */

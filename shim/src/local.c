@@ -30,11 +30,13 @@ SHIM_EXPORT size_t faasGpuShimStats(void *out, size_t size) {
 }
 
 SHIM_EXPORT int cuInit(unsigned int flags) {
+	SHIM_LOCAL();
 	if (flags != 0) return CUDA_ERROR_INVALID_VALUE;
 	return shim_connect();
 }
 
 SHIM_EXPORT int cuDriverGetVersion(int *version) {
+	SHIM_LOCAL();
 	if (version == NULL) return CUDA_ERROR_INVALID_VALUE;
 	*version = SHIM_DRIVER_VERSION;
 	return CUDA_SUCCESS;
@@ -71,6 +73,7 @@ static const struct {
 };
 
 SHIM_EXPORT int cuGetErrorString(int error, const char **str) {
+	SHIM_LOCAL();
 	if (str == NULL) return CUDA_ERROR_INVALID_VALUE;
 	for (size_t i = 0; i < sizeof errors / sizeof errors[0]; i++)
 		if (errors[i].code == error) {
@@ -82,6 +85,7 @@ SHIM_EXPORT int cuGetErrorString(int error, const char **str) {
 }
 
 SHIM_EXPORT int cuGetErrorName(int error, const char **str) {
+	SHIM_LOCAL();
 	if (str == NULL) return CUDA_ERROR_INVALID_VALUE;
 	for (size_t i = 0; i < sizeof errors / sizeof errors[0]; i++)
 		if (errors[i].code == error) {
@@ -102,6 +106,7 @@ static int device(int dev, const struct shim_device **d) {
 }
 
 SHIM_EXPORT int cuDeviceGetCount(int *count) {
+	SHIM_LOCAL();
 	if (count == NULL) return CUDA_ERROR_INVALID_VALUE;
 	int r = shim_connect();
 	if (r != 0) return r;
@@ -110,6 +115,7 @@ SHIM_EXPORT int cuDeviceGetCount(int *count) {
 }
 
 SHIM_EXPORT int cuDeviceGet(int *dev, int ordinal) {
+	SHIM_LOCAL();
 	if (dev == NULL) return CUDA_ERROR_INVALID_VALUE;
 	const struct shim_device *d;
 	int r = device(ordinal, &d);
@@ -118,6 +124,7 @@ SHIM_EXPORT int cuDeviceGet(int *dev, int ordinal) {
 }
 
 SHIM_EXPORT int cuDeviceGetName(char *name, int len, int dev) {
+	SHIM_LOCAL();
 	const struct shim_device *d;
 	if (name == NULL || len <= 0) return CUDA_ERROR_INVALID_VALUE;
 	int r = device(dev, &d);
@@ -127,6 +134,7 @@ SHIM_EXPORT int cuDeviceGetName(char *name, int len, int dev) {
 }
 
 SHIM_EXPORT int cuDeviceGetUuid(void *uuid, int dev) {
+	SHIM_LOCAL();
 	const struct shim_device *d;
 	if (uuid == NULL) return CUDA_ERROR_INVALID_VALUE;
 	int r = device(dev, &d);
@@ -137,6 +145,7 @@ SHIM_EXPORT int cuDeviceGetUuid(void *uuid, int dev) {
 SHIM_EXPORT int cuDeviceGetUuid_v2(void *uuid, int dev) { return cuDeviceGetUuid(uuid, dev); }
 
 SHIM_EXPORT int cuDeviceTotalMem_v2(size_t *bytes, int dev) {
+	SHIM_LOCAL();
 	const struct shim_device *d;
 	if (bytes == NULL) return CUDA_ERROR_INVALID_VALUE;
 	int r = device(dev, &d);
@@ -145,6 +154,7 @@ SHIM_EXPORT int cuDeviceTotalMem_v2(size_t *bytes, int dev) {
 }
 
 SHIM_EXPORT int cuDeviceGetAttribute(int *pi, int attrib, int dev) {
+	SHIM_LOCAL();
 	const struct shim_device *d;
 	SHIM_LOCAL();
 	if (pi == NULL || attrib <= 0 || attrib >= SHIM_DEVICE_ATTRIBUTE_MAX) return CUDA_ERROR_INVALID_VALUE;
@@ -157,6 +167,7 @@ SHIM_EXPORT int cuDeviceGetAttribute(int *pi, int attrib, int dev) {
 enum { ATTR_CC_MAJOR = 75, ATTR_CC_MINOR = 76 };
 
 SHIM_EXPORT int cuDeviceComputeCapability(int *major, int *minor, int dev) {
+	SHIM_LOCAL();
 	const struct shim_device *d;
 	if (major == NULL || minor == NULL) return CUDA_ERROR_INVALID_VALUE;
 	int r = device(dev, &d);
@@ -168,6 +179,7 @@ SHIM_EXPORT int cuDeviceComputeCapability(int *major, int *minor, int dev) {
 }
 
 SHIM_EXPORT int cuDeviceGetPCIBusId(char *pciBusId, int len, int dev) {
+	SHIM_LOCAL();
 	const struct shim_device *d;
 	if (pciBusId == NULL || len <= 0) return CUDA_ERROR_INVALID_VALUE;
 	int r = device(dev, &d);
@@ -183,6 +195,7 @@ static __thread void *current_ctx;
 #define PRIMARY ((void *)&primary_ctx)
 
 SHIM_EXPORT int cuDevicePrimaryCtxRetain(void **pctx, int dev) {
+	SHIM_LOCAL();
 	const struct shim_device *d;
 	if (pctx == NULL) return CUDA_ERROR_INVALID_VALUE;
 	int r = device(dev, &d);
@@ -193,6 +206,7 @@ SHIM_EXPORT int cuDevicePrimaryCtxRetain(void **pctx, int dev) {
 }
 
 SHIM_EXPORT int cuDevicePrimaryCtxRelease_v2(int dev) {
+	SHIM_LOCAL();
 	if (dev != 0) return CUDA_ERROR_INVALID_DEVICE;
 	int left = 1;
 	if (__atomic_load_n(&primary_retained, __ATOMIC_SEQ_CST) > 0)
@@ -202,6 +216,7 @@ SHIM_EXPORT int cuDevicePrimaryCtxRelease_v2(int dev) {
 }
 
 SHIM_EXPORT int cuDevicePrimaryCtxGetState(int dev, unsigned int *flags, int *active) {
+	SHIM_LOCAL();
 	if (flags == NULL || active == NULL) return CUDA_ERROR_INVALID_VALUE;
 	if (dev != 0) return CUDA_ERROR_INVALID_DEVICE;
 	*flags = 0;
@@ -210,17 +225,20 @@ SHIM_EXPORT int cuDevicePrimaryCtxGetState(int dev, unsigned int *flags, int *ac
 }
 
 SHIM_EXPORT int cuDevicePrimaryCtxSetFlags_v2(int dev, unsigned int flags) {
+	SHIM_LOCAL();
 	(void)flags;
 	return dev == 0 ? CUDA_SUCCESS : CUDA_ERROR_INVALID_DEVICE;
 }
 
 SHIM_EXPORT int cuDevicePrimaryCtxReset_v2(int dev) {
+	SHIM_LOCAL();
 	if (dev != 0) return CUDA_ERROR_INVALID_DEVICE;
 	shim_context_storage_destroy(PRIMARY);
 	return CUDA_SUCCESS;
 }
 
 SHIM_EXPORT int cuCtxCreate_v2(void **pctx, unsigned int flags, int dev) {
+	SHIM_LOCAL();
 	(void)flags;
 	int r = cuDevicePrimaryCtxRetain(pctx, dev);
 	if (r == 0) current_ctx = *pctx;
@@ -228,36 +246,42 @@ SHIM_EXPORT int cuCtxCreate_v2(void **pctx, unsigned int flags, int dev) {
 }
 
 SHIM_EXPORT int cuCtxDestroy_v2(void *ctx) {
+	SHIM_LOCAL();
 	if (ctx != PRIMARY) return CUDA_ERROR_INVALID_CONTEXT;
 	if (current_ctx == ctx) current_ctx = NULL;
 	return cuDevicePrimaryCtxRelease_v2(0);
 }
 
 SHIM_EXPORT int cuCtxGetCurrent(void **pctx) {
+	SHIM_LOCAL();
 	if (pctx == NULL) return CUDA_ERROR_INVALID_VALUE;
 	*pctx = current_ctx;
 	return CUDA_SUCCESS;
 }
 
 SHIM_EXPORT int cuCtxSetCurrent(void *ctx) {
+	SHIM_LOCAL();
 	if (ctx != NULL && ctx != PRIMARY) return CUDA_ERROR_INVALID_CONTEXT;
 	current_ctx = ctx;
 	return CUDA_SUCCESS;
 }
 
 SHIM_EXPORT int cuCtxPushCurrent_v2(void *ctx) {
+	SHIM_LOCAL();
 	if (ctx != PRIMARY) return CUDA_ERROR_INVALID_CONTEXT;
 	current_ctx = ctx;
 	return CUDA_SUCCESS;
 }
 
 SHIM_EXPORT int cuCtxPopCurrent_v2(void **pctx) {
+	SHIM_LOCAL();
 	if (pctx != NULL) *pctx = current_ctx;
 	current_ctx = NULL;
 	return CUDA_SUCCESS;
 }
 
 SHIM_EXPORT int cuCtxGetDevice(int *dev) {
+	SHIM_LOCAL();
 	if (dev == NULL) return CUDA_ERROR_INVALID_VALUE;
 	*dev = 0;
 	return CUDA_SUCCESS;
@@ -274,6 +298,7 @@ SHIM_EXPORT int cuCtxGetDevice_v2(int *dev, void *ctx) {
 }
 
 SHIM_EXPORT int cuCtxGetApiVersion(void *ctx, unsigned int *version) {
+	SHIM_LOCAL();
 	(void)ctx;
 	if (version == NULL) return CUDA_ERROR_INVALID_VALUE;
 	*version = 3020;
@@ -281,12 +306,14 @@ SHIM_EXPORT int cuCtxGetApiVersion(void *ctx, unsigned int *version) {
 }
 
 SHIM_EXPORT int cuCtxGetFlags(unsigned int *flags) {
+	SHIM_LOCAL();
 	if (flags == NULL) return CUDA_ERROR_INVALID_VALUE;
 	*flags = 0;
 	return CUDA_SUCCESS;
 }
 
 SHIM_EXPORT int cuCtxGetStreamPriorityRange(int *least, int *greatest) {
+	SHIM_LOCAL();
 	if (least != NULL) *least = 0;
 	if (greatest != NULL) *greatest = -5;
 	return CUDA_SUCCESS;
@@ -294,14 +321,19 @@ SHIM_EXPORT int cuCtxGetStreamPriorityRange(int *least, int *greatest) {
 
 void *shim_primary_ctx(void) { return PRIMARY; }
 
+/* shim_current_ctx is the calling thread's current context, for the shim's own use (not counted as a call). */
+void *shim_current_ctx(void) { return current_ctx; }
+
 /* CUDA 12.5+ and 13: the context parameters (execution affinity, CIG) are not supported; without them these are
  * cuCtxCreate_v2. */
 SHIM_EXPORT int cuCtxCreate_v4(void **pctx, const void *params, unsigned int flags, int dev) {
+	SHIM_LOCAL();
 	if (params != NULL) return shim_unsupported("cuCtxCreate with CUctxCreateParams");
 	return cuCtxCreate_v2(pctx, flags, dev);
 }
 
 SHIM_EXPORT int cuCtxCreate_v3(void **pctx, const void *affinity, int n, unsigned int flags, int dev) {
+	SHIM_LOCAL();
 	if (affinity != NULL && n > 0) return shim_unsupported("cuCtxCreate with execution affinity");
 	return cuCtxCreate_v2(pctx, flags, dev);
 }
@@ -410,6 +442,7 @@ SHIM_EXPORT int cuDeviceGetByPCIBusId(int *dev, const char *pciBusId) {
 /* The widest 1D linear texture of an element size: the device's limit (CU_DEVICE_ATTRIBUTE_MAXIMUM_TEXTURE1D_
  * LINEAR_WIDTH counts bytes of one-byte elements). */
 SHIM_EXPORT int cuDeviceGetTexture1DLinearMaxWidth(size_t *maxWidth, int format, unsigned numChannels, int dev) {
+	SHIM_LOCAL();
 	const struct shim_device *d;
 	(void)format, (void)numChannels;
 	if (maxWidth == NULL) return CUDA_ERROR_INVALID_VALUE;

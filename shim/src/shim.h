@@ -156,6 +156,7 @@ size_t shim_image_size(const void *image, const void **start);
 int shim_module_load(void **module, const void *image);
 /* The process's one context (local.c), and the destruction of its context-local storage (exports.c). */
 void *shim_primary_ctx(void);
+void *shim_current_ctx(void);
 void shim_context_storage_destroy(void *ctx);
 
 /* Counters of what the shim did, for tests and the remoted-calls report (faasGpuShimStats). */
