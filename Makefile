@@ -60,7 +60,7 @@ functions:
 .PHONY: test-cuda
 test-cuda: build
 	@dir=$$(test/pyenv/pyenv.sh) && echo "test-cuda: pinned Python environment $$dir"
-	FAAS_GPU_TEST_PYENV=1 $(GO) test -count=1 -timeout 60m \
+	FAAS_GPU_TEST_PYENV=1 $(GO) test -count=1 -timeout 60m -v \
 	  $$(grep -rl --include='*_test.go' 'faas-gpu/test/pyenv"' . | xargs -n1 dirname | sort -u)
 
 ## pyenv: the pinned CUDA 13 / PyTorch Python environment (cached outside the repository); prints its path
