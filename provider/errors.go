@@ -15,6 +15,9 @@ var (
 	ErrInvalid = errors.New("invalid request")
 	// ErrNotReady: the function exists but no replica is ready to serve.
 	ErrNotReady = errors.New("not ready")
+	// ErrFailed: the function exists but cannot start until it is updated (its pip requirements failed to install);
+	// the message says why.
+	ErrFailed = errors.New("cannot start")
 )
 
 // StatusCode maps an error to the HTTP status a handler answers with. It is the only place that does so.
@@ -28,7 +31,7 @@ func StatusCode(err error) int {
 		return http.StatusNotFound
 	case errors.Is(err, ErrExists):
 		return http.StatusConflict
-	case errors.Is(err, ErrNotReady):
+	case errors.Is(err, ErrNotReady), errors.Is(err, ErrFailed):
 		return http.StatusServiceUnavailable
 	default:
 		return http.StatusInternalServerError

@@ -37,6 +37,7 @@ type providerConfig struct {
 	python          string
 	proxyTimeout    time.Duration
 	logLevel        string
+	envs            envFlags
 }
 
 func (c *providerConfig) register(fs *flag.FlagSet) {
@@ -61,9 +62,13 @@ func (c *providerConfig) register(fs *flag.FlagSet) {
 	fs.StringVar(&c.python, "python", "python3", "local backend: the interpreter that runs index.py")
 	fs.DurationVar(&c.proxyTimeout, "proxy-timeout", 5*time.Minute, "longest synchronous invocation through /function/")
 	fs.StringVar(&c.logLevel, "log-level", "info", "debug, info, warn or error")
+	c.envs.register(fs)
 }
 
 func (c *providerConfig) validate() error {
+	if err := c.envs.validate(); err != nil {
+		return err
+	}
 	switch {
 	case c.port < 1 || c.port > 65535:
 		return usageError{fmt.Errorf("-port %d: want a TCP port from 1 to 65535", c.port)}
@@ -111,9 +116,13 @@ func runProvider(ctx context.Context, args []string, stdout, stderr io.Writer) e
 	var be providerBackends
 	switch cfg.backend {
 	case "local":
+		envDir, err := cfg.envs.resolvedDir(cfg.stateDir)
+		if err != nil {
+			return err
+		}
 		b, err := local.New(ctx, local.Config{StateDir: cfg.stateDir, BuildDir: cfg.buildDir,
 			TemplatesDir: cfg.templatesDir, FunctionsDir: cfg.functionsDir, Env: env, Python: cfg.python,
-			Logger: log.With("component", "local")})
+			EnvDir: envDir, EnvMaxAge: cfg.envs.maxAge, Logger: log.With("component", "local")})
 		if err != nil {
 			return fmt.Errorf("local backend: %w", err)
 		}

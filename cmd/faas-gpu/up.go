@@ -46,6 +46,7 @@ type upConfig struct {
 	shimDir      string
 	policy       string
 	logLevel     string
+	envs         envFlags
 }
 
 func (c *upConfig) register(fs *flag.FlagSet) {
@@ -62,10 +63,14 @@ func (c *upConfig) register(fs *flag.FlagSet) {
 	fs.StringVar(&c.shimDir, "shim-dir", "", "folder holding the shim's libcuda.so.1 (default: shim/build beside bin/, else ./shim/build)")
 	fs.StringVar(&c.policy, "policy", "faas-gpu", policyUsage)
 	fs.StringVar(&c.logLevel, "log-level", "info", "debug, info, warn or error")
+	c.envs.register(fs)
 }
 
 func (c *upConfig) validate() error {
 	if err := checkPolicy(c.policy); err != nil {
+		return err
+	}
+	if err := c.envs.validate(); err != nil {
 		return err
 	}
 	switch {
@@ -212,7 +217,13 @@ func (u *up) start(ctx context.Context, cfg upConfig, stateDir, nodeName string,
 	if _, err := os.Stat(templatesDir); err != nil {
 		templatesDir = "./templates"
 	}
+	envDir, err := cfg.envs.resolvedDir(stateDir)
+	if err != nil {
+		return err
+	}
 	backend, err := local.New(ctx, local.Config{
+		EnvDir:       envDir,
+		EnvMaxAge:    cfg.envs.maxAge,
 		StateDir:     filepath.Join(stateDir, "functions"),
 		BuildDir:     cfg.buildDir,
 		TemplatesDir: templatesDir,
@@ -313,10 +324,12 @@ func (u *up) start(ctx context.Context, cfg upConfig, stateDir, nodeName string,
   queue worker stream OF_faas-request, max in flight %d
   state        %s
   functions    from %s (fallback: templates %s, handlers %s)
+  python envs  %s  (functions with pip requirements)
 Ready. Ctrl-C stops everything.
 `, gatewayURL, gs.Socket(), len(gpuStatus.GPUs), nodeName, gpuStatus.Policy, gs.RemotingSocket(),
 		filepath.Join(shimDir, "libcuda.so.1"), ns.ClientURL(),
-		filepath.Join(stateDir, "jetstream"), maxInflight, stateDir, cfg.buildDir, templatesDir, cfg.functionsDir)
+		filepath.Join(stateDir, "jetstream"), maxInflight, stateDir, cfg.buildDir, templatesDir, cfg.functionsDir,
+		envDir)
 	return nil
 }
 

@@ -26,6 +26,7 @@ type function struct {
 	name     string
 	rec      record
 	replicas []*replica
+	prep     *envPrep // the Python environment of this definition; nil until a replica starts, reset by Update
 	logs     *logbook
 	started  int    // replicas ever started, for instance names
 	rr       uint64 // round-robin counter of Resolve
@@ -103,7 +104,12 @@ func (b *Backend) check(fd *types.FunctionDeployment) error {
 				provider.ErrInvalid, s, ns)
 		}
 	}
-	_, err = b.source(recordView{name: fd.Service, image: fd.Image, envProcess: fd.EnvProcess}, false)
+	v := recordView{name: fd.Service, image: fd.Image, envProcess: fd.EnvProcess}
+	dir, err := b.source(v, false)
+	if err != nil {
+		return err
+	}
+	_, err = b.requirementsOf(v, dir)
 	return err
 }
 
@@ -186,6 +192,7 @@ func (b *Backend) Update(ctx context.Context, fd types.FunctionDeployment) error
 		return err
 	}
 	old := b.scaleLocked(fn, 0)
+	fn.prep = nil // the new definition prepares its environment afresh (a failed install is tried again)
 	b.scaleLocked(fn, rec.Replicas)
 	b.mu.Unlock()
 	b.log.Info("function updated", "function", fd.Service, "image", fd.Image, "replicas", rec.Replicas)
@@ -297,10 +304,11 @@ func (fn *function) status() types.FunctionStatus {
 			ready++
 		}
 	}
+	state, _ := fn.envState()
 	return types.FunctionStatus{
 		Name: d.Service, Image: d.Image, Namespace: provider.DefaultNamespace, EnvProcess: d.EnvProcess,
 		EnvVars: d.EnvVars, Constraints: d.Constraints, Secrets: d.Secrets, Labels: d.Labels,
-		Annotations: d.Annotations, Limits: d.Limits, Requests: d.Requests,
+		Annotations: withStatus(d.Annotations, state), Limits: d.Limits, Requests: d.Requests,
 		ReadOnlyRootFilesystem: d.ReadOnlyRootFilesystem,
 		Replicas:               fn.rec.Replicas, AvailableReplicas: ready, CreatedAt: fn.rec.CreatedAt,
 	}
@@ -356,6 +364,13 @@ func (b *Backend) Resolve(ctx context.Context, namespace, name string) (*url.URL
 		}
 	}
 	if len(ready) == 0 {
+		state, failed := fn.envState()
+		if failed != nil {
+			return nil, failed
+		}
+		if state != "" {
+			return nil, fmt.Errorf("%w: function %q is %s", provider.ErrNotReady, name, state)
+		}
 		return nil, fmt.Errorf("%w: function %q has no ready replica (%d desired)", provider.ErrNotReady, name,
 			fn.rec.Replicas)
 	}

@@ -48,9 +48,20 @@ func (r Requirements) hash() string {
 // Read reads the requirements of a build context as the gpu-python image installs them: the template's
 // requirements.txt, then the handler's function/requirements.txt. Missing files count as empty.
 func Read(contextDir string) (Requirements, error) {
+	return ReadFiles(contextDir, filepath.Join(contextDir, "requirements.txt"),
+		filepath.Join(contextDir, "function", "requirements.txt"))
+}
+
+// ReadFiles reads requirements files in order; missing files count as empty. Files are named relative to base in
+// messages.
+func ReadFiles(base string, paths ...string) (Requirements, error) {
 	var req Requirements
-	for _, rel := range []string{"requirements.txt", filepath.Join("function", "requirements.txt")} {
-		data, err := readLimited(filepath.Join(contextDir, rel))
+	for _, path := range paths {
+		rel, err := filepath.Rel(base, path)
+		if err != nil || strings.HasPrefix(rel, "..") {
+			rel = path
+		}
+		data, err := readLimited(path)
 		if errors.Is(err, fs.ErrNotExist) {
 			continue
 		}
