@@ -8,7 +8,7 @@ COMMIT    ?= $(shell git rev-parse --short HEAD 2>/dev/null || echo unknown)
 LDFLAGS   := -X main.version=$(VERSION) -X main.commit=$(COMMIT)
 RUN_ARGS  ?=
 
-.PHONY: all build run test test-go test-shim test-fuzz lint gpu-test shim bench-policy bench-swap bench-remoting bench-queue clean
+.PHONY: all build run test test-go test-shim test-fuzz test-cuda lint gpu-test shim bench-policy bench-swap bench-remoting bench-queue clean
 
 all: build
 
@@ -25,6 +25,12 @@ test: lint test-shim test-go test-fuzz
 
 test-go: build
 	$(GO) test -race -count=1 -timeout 25m ./...
+
+## test-cuda: the real-CUDA-binaries tier, no GPU needed: NVIDIA's CUDA 13 libraries and PyTorch from the pinned
+## Python environment of test/pyenv (created once in ~/.cache/faas-gpu, about 2.9 GB from PyPI) against the shim on
+## the simulated node. Its tests have PyEnv in their name and skip without FAAS_GPU_PYENV; .ci/run runs it after test.
+test-cuda: build
+	pyenv=$$(test/pyenv/pyenv.sh) && FAAS_GPU_PYENV=$$pyenv $(GO) test -race -count=1 -timeout 60m -run PyEnv ./...
 
 ## test-fuzz: the remoting record decoder fuzzed for a fixed count (the checked-in corpus runs in test-go too)
 test-fuzz:
