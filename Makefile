@@ -8,7 +8,8 @@ COMMIT    ?= $(shell git rev-parse --short HEAD 2>/dev/null || echo unknown)
 LDFLAGS   := -X main.version=$(VERSION) -X main.commit=$(COMMIT)
 RUN_ARGS  ?=
 
-.PHONY: all build run test test-go test-shim test-fuzz test-cuda lint gpu-test shim bench-policy bench-swap bench-remoting bench-queue clean
+## (see also test-cuda below)
+.PHONY: all build run test test-go test-shim test-fuzz lint gpu-test shim bench-policy bench-swap bench-remoting bench-queue clean
 
 all: build
 
@@ -26,17 +27,20 @@ test: lint test-shim test-go test-fuzz
 test-go: build
 	$(GO) test -race -count=1 -timeout 25m ./...
 
-## test-cuda: the real-CUDA-binaries tier, no GPU needed: NVIDIA's CUDA 13 libraries and PyTorch from the pinned
-## Python environment of test/pyenv (created once in ~/.cache/faas-gpu, about 2.9 GB from PyPI) against the shim on
-## the simulated node. Its tests have PyEnv in their name and skip without FAAS_GPU_PYENV; .ci/run runs it after test.
-test-cuda: build
-	pyenv=$$(test/pyenv/pyenv.sh) && FAAS_GPU_PYENV=$$pyenv $(GO) test -race -count=1 -timeout 60m -run PyEnv ./...
-
 ## test-fuzz: the remoting record decoder fuzzed for a fixed count (the checked-in corpus runs in test-go too)
 test-fuzz:
 	$(GO) test -run '^$$' -fuzz FuzzDecodeRecord -fuzztime 2000x ./gpuserver/remoting
 
 ## functions: lay out ./build/<fn>/ for every function in stack.yml as `faas-cli build --shrinkwrap` does
+## test-cuda: the "real CUDA binaries" tier: NVIDIA's CUDA 13 runtime, cuBLAS, cuDNN, nvcc and PyTorch (the pinned
+## Python environment, created once in a cache outside the repository) against the shim on the simulated node.
+## Runs the packages whose tests use test/pyenv, with FAAS_GPU_TEST_PYENV=1; `make test` skips those tests.
+.PHONY: test-cuda
+test-cuda: build
+	@dir=$$(test/pyenv/pyenv.sh) && echo "test-cuda: pinned Python environment $$dir"
+	FAAS_GPU_TEST_PYENV=1 $(GO) test -count=1 -timeout 60m \
+	  $$(grep -rl --include='*_test.go' 'faas-gpu/test/pyenv"' . | xargs -n1 dirname | sort -u)
+
 ## pyenv: the pinned CUDA 13 / PyTorch Python environment (cached outside the repository); prints its path
 .PHONY: pyenv
 pyenv:
@@ -66,6 +70,12 @@ test-shim:
 gpu-test: build
 	FAAS_GPU_TEST_CUDA=1 FAAS_GPU_GPU_REPORT=$(CURDIR)/docs/bench/pytorch-shim.md $(GO) test -count=1 -timeout 25m -v -run 'CUDA|GPU' ./gpuserver/... ./test/...
 	$(GO) run ./gpuserver/executor/swapbench -device cuda -out docs/bench/swap-cuda.md
+
+## gpu-trace: on a GPU machine, record what PyTorch uses of the real driver (shim/testdata/trace, see its README)
+.PHONY: gpu-trace
+gpu-trace:
+	test/gpu/trace.sh build/gpu-trace
+	@echo "compare build/gpu-trace with shim/testdata/trace and copy what changed"
 
 ## bench-policy: policy sweep on the simulator, writes docs/bench/policy.{md,png,json}
 bench-policy: build

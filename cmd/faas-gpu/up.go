@@ -2,6 +2,8 @@ package main
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"flag"
 	"fmt"
@@ -15,8 +17,6 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/nats-io/nats.go"
-	"github.com/nats-io/nats.go/jetstream"
 	"github.com/openfaas/faas-provider/types"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
@@ -25,9 +25,6 @@ import (
 	"github.com/faas-gpu/faas-gpu/gpuserver/server"
 	"github.com/faas-gpu/faas-gpu/provider/handlers"
 	"github.com/faas-gpu/faas-gpu/provider/local"
-	"github.com/faas-gpu/faas-gpu/queueworker/frontdoor"
-	"github.com/faas-gpu/faas-gpu/queueworker/functions"
-	"github.com/faas-gpu/faas-gpu/queueworker/natsserver"
 	"github.com/faas-gpu/faas-gpu/queueworker/worker"
 )
 
@@ -47,6 +44,7 @@ type upConfig struct {
 	policy       string
 	logLevel     string
 	envs         envFlags
+	queue        upQueueConfig
 }
 
 func (c *upConfig) register(fs *flag.FlagSet) {
@@ -64,6 +62,7 @@ func (c *upConfig) register(fs *flag.FlagSet) {
 	fs.StringVar(&c.policy, "policy", "faas-gpu", policyUsage)
 	fs.StringVar(&c.logLevel, "log-level", "info", "debug, info, warn or error")
 	c.envs.register(fs)
+	c.queue.register(fs)
 }
 
 func (c *upConfig) validate() error {
@@ -71,6 +70,9 @@ func (c *upConfig) validate() error {
 		return err
 	}
 	if err := c.envs.validate(); err != nil {
+		return err
+	}
+	if err := c.queue.validate(); err != nil {
 		return err
 	}
 	switch {
@@ -151,7 +153,7 @@ func runUp(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return server.Start(ctx, server.Config{Socket: filepath.Join(stateDir, "gpuserver.sock"), Node: node,
 			Policy: cfg.policy, RemotingSocket: filepath.Join(stateDir, "remoting.sock"),
 			KeyFile:       filepath.Join(stateDir, "gpuserver.key"),
-			RepositoryDir: filepath.Join(stateDir, "repository"), // kept across restarts of up
+			RepositoryDir: repositoryDir(stateDir, gpus.Device != nil), // kept across restarts of up
 			Device:        gpus.Device, DeviceReserveBytes: gpus.Reserve,
 			Logger: log.With("component", "gpuserver")})
 	})
@@ -186,26 +188,9 @@ func (u *up) start(ctx context.Context, cfg upConfig, stateDir, nodeName string,
 	gpuClient := client.New(gs.Socket())
 	gpuStatus := gs.Pool().Status(ctx)
 
-	ns, err := natsserver.Start(ctx, natsserver.Config{StoreDir: filepath.Join(stateDir, "jetstream"),
-		Host: cfg.host, Port: cfg.natsPort})
+	ns, js, err := u.startNATS(ctx, cfg.host, cfg.natsPort, stateDir)
 	if err != nil {
-		return fmt.Errorf("nats: %w", err)
-	}
-	u.onStop(func(context.Context) error { ns.Shutdown(); return nil })
-	nc, err := nats.Connect(ns.ClientURL(), nats.Name("faas-gpu up"), nats.MaxReconnects(-1))
-	if err != nil {
-		return fmt.Errorf("nats connect: %w", err)
-	}
-	u.onStop(func(context.Context) error { nc.Close(); return nil })
-	js, err := jetstream.New(nc)
-	if err != nil {
-		return fmt.Errorf("jetstream: %w", err)
-	}
-	if err := frontdoor.EnsureStreams(ctx, js); err != nil {
-		return fmt.Errorf("jetstream streams: %w", err)
-	}
-	if err := os.WriteFile(filepath.Join(stateDir, natsURLFile), []byte(ns.ClientURL()+"\n"), 0o644); err != nil {
-		return fmt.Errorf("state dir: %w", err)
+		return err
 	}
 
 	shimDir := findShimDir(cfg.shimDir)
@@ -258,10 +243,9 @@ func (u *up) start(ctx context.Context, cfg upConfig, stateDir, nodeName string,
 		ProxyTimeout: 5 * time.Minute,
 		Logger:       u.log.With("component", "provider"),
 	})
-	fnSource := functions.NewGateway(functions.GatewayConfig{URL: gatewayURL})
+	fnSource := queueFunctions(backend)
 	mux := http.NewServeMux()
-	mux.Handle("/async-function/", frontdoor.New(frontdoor.Config{JetStream: js, Functions: fnSource,
-		Logger: u.log.With("component", "frontdoor")}))
+	mux.Handle("/async-function/", queueFrontDoor(js, fnSource, u.log))
 	mux.Handle("/", providerHandler)
 	l, err := net.Listen("tcp", gatewayAddr)
 	if err != nil {
@@ -284,43 +268,22 @@ func (u *up) start(ctx context.Context, cfg upConfig, stateDir, nodeName string,
 	if maxInflight == 0 {
 		maxInflight = 4 * len(gpuStatus.GPUs) // enough to keep every GPU busy while others swap
 	}
-	w, err := worker.New(worker.Config{
-		JetStream:   js,
-		GatewayURL:  gatewayURL,
-		Functions:   fnSource,
-		Capacity:    gpuClient,
-		MaxInflight: maxInflight,
-		Registerer:  metrics,
-		// Calls still running after this are given back to JetStream for redelivery; up stops within 5s.
-		DrainTimeout: 3 * time.Second,
-		Logger:       u.log.With("component", "queue-worker"),
-	})
-	if err != nil {
-		return fmt.Errorf("queue worker: %w", err)
+	if err := u.startQueueWorker(ctx, cfg.queue, worker.Config{
+		JetStream:              js,
+		GatewayURL:             gatewayURL,
+		Functions:              fnSource,
+		Capacity:               gpuClient,
+		MaxInflight:            maxInflight,
+		ForbiddenCallbackHosts: []string{ns.Addr()},
+	}, metrics); err != nil {
+		return err
 	}
-	wctx, wcancel := context.WithCancel(context.WithoutCancel(ctx))
-	wdone := make(chan struct{})
-	go func() {
-		defer close(wdone)
-		if err := w.Run(wctx); err != nil {
-			u.runErrs <- fmt.Errorf("queue worker: %w", err)
-		}
-	}()
-	u.onStop(func(ctx context.Context) error {
-		wcancel()
-		select {
-		case <-wdone:
-			return nil
-		case <-ctx.Done():
-			return fmt.Errorf("queue worker did not drain: %w", ctx.Err())
-		}
-	})
 
 	fmt.Fprintf(stdout, `faas-gpu up
   gateway      %s  (faas-provider API, /function/{name}, /async-function/{name})
   gpuserver    unix:%s  (%d GPUs, node %s, policy %s)
   remoting     unix:%s  (shim %s)
-  nats         %s  (JetStream store %s)
+  nats         %s  (JetStream store %s, credentials in %s)
   queue worker stream OF_faas-request, max in flight %d
   state        %s
   functions    from %s (fallback: templates %s, handlers %s)
@@ -328,13 +291,10 @@ func (u *up) start(ctx context.Context, cfg upConfig, stateDir, nodeName string,
 Ready. Ctrl-C stops everything.
 `, gatewayURL, gs.Socket(), len(gpuStatus.GPUs), nodeName, gpuStatus.Policy, gs.RemotingSocket(),
 		filepath.Join(shimDir, "libcuda.so.1"), ns.ClientURL(),
-		filepath.Join(stateDir, "jetstream"), maxInflight, stateDir, cfg.buildDir, templatesDir, cfg.functionsDir,
+		filepath.Join(stateDir, "jetstream"), filepath.Join(stateDir, natsSecretsDir), maxInflight, stateDir, cfg.buildDir, templatesDir, cfg.functionsDir,
 		envDir)
 	return nil
 }
-
-// natsURLFile, in the state dir, holds the embedded NATS server's URL for `faas-gpu pool`.
-const natsURLFile = "nats-url"
 
 // findShimDir returns the folder of the shim's libcuda.so.1: the flag's value, else shim/build beside the
 // binary's bin/ folder (a checkout), else ./shim/build.
@@ -378,4 +338,19 @@ func lockStateDir(dir string) (unlock func(), err error) {
 		return nil, fmt.Errorf("state dir %s is in use by another faas-gpu up (lock: %w)", dir, err)
 	}
 	return func() { f.Close() }, nil
+}
+
+// repositoryDir is where up keeps the model images across its restarts: under the state dir on a simulated node,
+// and on /dev/shm when it drives real GPUs, whose driver page-locks the images (Linux 6.5 and later refuse that for
+// files on disk). The /dev/shm name is derived from the state dir, so a restarted up finds its images again.
+func repositoryDir(stateDir string, realGPUs bool) string {
+	if !realGPUs {
+		return filepath.Join(stateDir, "repository")
+	}
+	abs, err := filepath.Abs(stateDir)
+	if err != nil {
+		abs = stateDir
+	}
+	sum := sha256.Sum256([]byte(abs))
+	return filepath.Join("/dev/shm", "faas-gpu-"+hex.EncodeToString(sum[:6]))
 }

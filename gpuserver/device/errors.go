@@ -18,4 +18,7 @@ var (
 	ErrNotSupported = errors.New("not supported")
 	// ErrInvalidImage: a module image that cannot be loaded.
 	ErrInvalidImage = errors.New("invalid module image")
+	// ErrNoBinaryForGPU: a well-formed module image with no code for the GPU's architecture
+	// (CUDA_ERROR_NO_BINARY_FOR_GPU).
+	ErrNoBinaryForGPU = errors.New("no binary for the GPU")
 )

@@ -6,6 +6,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"math"
+	"os"
 	"path/filepath"
 	"sync"
 	"testing"
@@ -50,7 +51,7 @@ func newRigOn(t *testing.T, dev device.Backend, evict bool) *rig {
 	if err != nil {
 		t.Fatal(err)
 	}
-	repo, err := repository.Open(repository.Config{Dir: filepath.Join(t.TempDir(), "shm"), Registrar: dev})
+	repo, err := repository.Open(repository.Config{Dir: shmDir(t), Registrar: dev})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -456,4 +457,16 @@ func TestControllerActuatorDrivesSwaps(t *testing.T) {
 	must(t, a.Evict(ctx, "act", 3))
 	must(t, a.SwapIn(ctx, "act", 1, controller.Source{GPU: topology.Host, Kind: controller.SwapPCIe}))
 	verify(t, r, m, 1)
+}
+
+// shmDir is a repository dir on /dev/shm where there is one: the real driver page-locks the images, which Linux
+// refuses for files on disk (the sim does not care).
+func shmDir(t *testing.T) string {
+	t.Helper()
+	dir, err := os.MkdirTemp("/dev/shm", "faas-gpu-test-")
+	if err != nil {
+		return filepath.Join(t.TempDir(), "shm")
+	}
+	t.Cleanup(func() { _ = os.RemoveAll(dir) })
+	return dir
 }

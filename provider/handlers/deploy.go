@@ -15,7 +15,8 @@ import (
 )
 
 // readDeployment decodes and validates a POST or PUT /system/functions body: JSON, a valid service name, an image,
-// a namespace the backend serves and valid GPU annotations. isGPU says whether the function is a GPU function.
+// a namespace the backend serves, a valid queue annotation and valid GPU annotations. isGPU says whether the
+// function is a GPU function.
 func readDeployment(r *http.Request, b provider.Backend) (fd types.FunctionDeployment, spec pool.FunctionSpec, isGPU bool, err error) {
 	if err := decodeJSON(r, &fd); err != nil {
 		return fd, spec, false, err
@@ -32,6 +33,9 @@ func readDeployment(r *http.Request, b provider.Backend) (fd types.FunctionDeplo
 	var annotations map[string]string
 	if fd.Annotations != nil {
 		annotations = *fd.Annotations
+	}
+	if err := gpuspec.ValidateQueue(annotations); err != nil {
+		return fd, spec, false, err
 	}
 	spec, isGPU, err = gpuspec.Parse(annotations, gpuspec.FunctionName(fd.Service, fd.Namespace))
 	return fd, spec, isGPU, err

@@ -1,7 +1,7 @@
 package e2e
 
 // The real-CUDA tier (make test-cuda): tests with PyEnv in their name use NVIDIA's CUDA 13 libraries and PyTorch
-// from the pinned environment of test/pyenv, named by FAAS_GPU_PYENV, and skip without it. No GPU is needed.
+// from the pinned environment of test/pyenv (pyenv.Require), and skip outside that tier. No GPU is needed.
 
 import (
 	"bufio"
@@ -28,19 +28,13 @@ import (
 	"github.com/faas-gpu/faas-gpu/gpuserver/client"
 	"github.com/faas-gpu/faas-gpu/provider/local"
 	"github.com/faas-gpu/faas-gpu/provider/shrinkwrap"
+	"github.com/faas-gpu/faas-gpu/test/pyenv"
 )
 
-// pyEnv returns the pinned Python environment's directory, or skips outside the tier.
+// pyEnv returns the pinned Python environment's directory, or skips outside `make test-cuda`.
 func pyEnv(t *testing.T) string {
 	t.Helper()
-	dir := os.Getenv("FAAS_GPU_PYENV")
-	if dir == "" {
-		t.Skip("real-CUDA tier: run `make test-cuda` (FAAS_GPU_PYENV names the environment test/pyenv/pyenv.sh creates)")
-	}
-	if _, err := os.Stat(filepath.Join(dir, "bin", "python3")); err != nil {
-		t.Fatalf("FAAS_GPU_PYENV=%s is not a Python environment: %v", dir, err)
-	}
-	return dir
+	return pyenv.Require(t)
 }
 
 // handlerReply is one answer of a handler: its status and JSON body.

@@ -215,12 +215,18 @@ func (s *stream) Launch(f device.Function, grid, block device.Dim3, sharedMem ui
 	if fn.mod.isUnloaded() {
 		return fmt.Errorf("%w: module unloaded", device.ErrInvalidValue)
 	}
-	if fn.kernel == nil {
-		return fmt.Errorf("%w: sim runs only the reference kernels, not %s", device.ErrNotSupported, fn.name)
-	}
 	if uint32(len(args)) < device.ArgsSize(fn.params) {
 		return fmt.Errorf("%w: kernel %s needs %d argument bytes, got %d", device.ErrInvalidValue, fn.name,
 			device.ArgsSize(fn.params), len(args))
+	}
+	if fn.kernel == nil {
+		if s.b.opts.Kernels != KernelsDry {
+			return s.b.notComputed(fn)
+		}
+		s.b.dryLaunches.Add(1)
+		return s.enqueue(op{kind: "kernel " + fn.name + " (dry)", run: func() (time.Duration, error) {
+			return s.b.opts.LaunchLatency, nil
+		}})
 	}
 	l := launch{grid: norm(grid), block: norm(block), args: append([]byte(nil), args...), params: fn.params}
 	return s.enqueue(op{kind: "kernel " + fn.name, run: func() (time.Duration, error) {
@@ -230,6 +236,17 @@ func (s *stream) Launch(f device.Function, grid, block device.Dim3, sharedMem ui
 		}
 		return s.b.opts.LaunchLatency + max(s.b.memTime(bytes), time.Duration(flops/s.b.opts.FLOPS*1e9)), nil
 	}})
+}
+
+// notComputed is the error of launching a kernel the sim cannot compute (outside dry mode).
+func (b *Backend) notComputed(fn *function) error {
+	why := ""
+	if fn.unlike != "" {
+		why = "; it is named like a reference kernel but " + fn.unlike
+	}
+	return fmt.Errorf("%w: sim: kernel %s of %s cannot be computed by the simulated GPU, which computes only its "+
+		"reference kernels (%s)%s; a gpuserver run with --sim-kernels=dry accepts it without executing it",
+		ErrKernelNotSimulated, fn.name, fn.mod.source, referenceList, why)
 }
 
 func norm(d device.Dim3) device.Dim3 {
