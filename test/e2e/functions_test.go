@@ -2,13 +2,21 @@ package e2e
 
 import (
 	"bufio"
+	"encoding/json"
+	"fmt"
+	"net/http"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"regexp"
 	"strings"
 	"testing"
+	"time"
+
+	"github.com/openfaas/faas-provider/types"
 
 	"github.com/faas-gpu/faas-gpu/provider/gpuspec"
+	"github.com/faas-gpu/faas-gpu/provider/local"
 	"github.com/faas-gpu/faas-gpu/provider/local/venv"
 	"github.com/faas-gpu/faas-gpu/provider/shrinkwrap"
 )
@@ -172,4 +180,72 @@ func readmeExamples(readme, fn string) []string {
 		out = append(out, m[1])
 	}
 	return out
+}
+
+// TestFunctionsWithPipRequirementsThroughUp: through `faas-gpu up` and its HTTP API, a function whose requirements
+// install runs on its environment, and one whose install fails answers 503 with pip's reason, shows it in its status
+// and its logs, and is not restarted.
+func TestFunctionsWithPipRequirementsThroughUp(t *testing.T) {
+	if testing.Short() {
+		t.Skip("end-to-end: runs faas-gpu up and installs a package from PyPI")
+	}
+	if out, err := exec.Command("python3", "-c", "import venv, ensurepip").CombinedOutput(); err != nil {
+		t.Skipf("python3 with the venv and ensurepip modules is needed (Debian: python3-venv): %v %s", err, out)
+	}
+	root := repoRoot(t)
+	work := t.TempDir()
+	stateDir := filepath.Join(work, "state")
+	for name, requirements := range map[string]string{
+		"pip-ok":     "six==1.17.0\n",
+		"pip-broken": "six==1.17.0\nfaas-gpu-no-such-package==1.0\n",
+	} {
+		handler := filepath.Join(work, "handlers", name)
+		if err := os.MkdirAll(handler, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		code := "import six\n\ndef handle(event, context):\n    return six.__version__\n"
+		if err := os.WriteFile(filepath.Join(handler, "handler.py"), []byte(code), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(handler, "requirements.txt"), []byte(requirements), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		if err := shrinkwrap.Assemble(filepath.Join(root, "templates", "gpu-python"), handler,
+			filepath.Join(work, "build", name)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	in := startUp(t, stateDir, "--env-dir", filepath.Join(work, "envs"))
+	deploy(t, in.url, types.FunctionDeployment{Service: "pip-ok", Image: "pip-ok:latest"})
+	deploy(t, in.url, types.FunctionDeployment{Service: "pip-broken", Image: "pip-broken:latest"})
+
+	eventually(t, 5*time.Minute, "pip-ok installed and answering", func() error {
+		r := call(t, http.MethodPost, in.url+"/function/pip-ok", "", nil)
+		if r.code != http.StatusOK || r.body != "1.17.0" {
+			return fmt.Errorf("%d %s", r.code, r.body)
+		}
+		return nil
+	})
+	const reason = "No matching distribution found for faas-gpu-no-such-package==1.0"
+	eventually(t, 5*time.Minute, "pip-broken failing with pip's reason", func() error {
+		r := call(t, http.MethodPost, in.url+"/function/pip-broken", "", nil)
+		if r.code != http.StatusServiceUnavailable || !strings.Contains(r.body, reason) {
+			return fmt.Errorf("%d %s", r.code, r.body)
+		}
+		return nil
+	})
+	r := call(t, http.MethodGet, in.url+"/system/function/pip-broken", nil, nil)
+	var st types.FunctionStatus
+	if err := json.Unmarshal([]byte(r.body), &st); err != nil || st.Annotations == nil ||
+		!strings.Contains((*st.Annotations)[local.StatusAnnotation], reason) || st.AvailableReplicas != 0 {
+		t.Fatalf("status of pip-broken: %d %s; want %s naming pip's reason", r.code, r.body, local.StatusAnnotation)
+	}
+	logs := functionLogs(t, in.url, "pip-broken")
+	if !strings.Contains(logs, "pip: ERROR: "+reason) || !strings.Contains(logs, "not restarting until the function is updated") ||
+		strings.Contains(logs, "restarting in") {
+		t.Fatalf("pip-broken's log: want pip's error and no restart:\n%s", logs)
+	}
+	if logs := functionLogs(t, in.url, "pip-ok"); !strings.Contains(logs, "pip: Successfully installed six-1.17.0") {
+		t.Fatalf("pip-ok's log does not show the install:\n%s", logs)
+	}
 }
