@@ -26,6 +26,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -236,7 +237,12 @@ func (m *Manager) Ensure(ctx context.Context, req Requirements, progress io.Writ
 // handOut marks a complete environment used and keeps its shared lock until Close.
 func (m *Manager) handOut(env *Env, use *os.File, progress io.Writer) (*Env, error) {
 	now := time.Now()
-	if err := os.Chtimes(filepath.Join(env.Dir, usedFile), now, now); err != nil {
+	used := filepath.Join(env.Dir, usedFile)
+	err := os.Chtimes(used, now, now)
+	if errors.Is(err, fs.ErrNotExist) {
+		err = os.WriteFile(used, nil, 0o600)
+	}
+	if err != nil {
 		use.Close()
 		return nil, fmt.Errorf("venv: %s: marking it used: %w", env.Name, err)
 	}
