@@ -386,7 +386,7 @@ func TestPyEnvExampleFunctionsThroughUp(t *testing.T) {
 		t.Helper()
 		r := call(t, http.MethodPost, base+"/function/"+fn, body, nil)
 		if r.code != http.StatusOK {
-			t.Fatalf("%s %s: %d %.500s", fn, body, r.code, r.body)
+			t.Fatalf("%s %s: %d %.500s\nits log:\n%s", fn, body, r.code, r.body, tail(functionLogs(t, base, fn), 40))
 		}
 		return r
 	}
