@@ -22,6 +22,7 @@ type gpuserverConfig struct {
 	repoDir   string
 	policy    string
 	logLevel  string
+	kernels   string // --sim-kernels
 }
 
 func (c *gpuserverConfig) register(fs *flag.FlagSet) {
@@ -37,6 +38,7 @@ func (c *gpuserverConfig) register(fs *flag.FlagSet) {
 		"model images of the functions (shared-memory files kept across gpuserver restarts)")
 	fs.StringVar(&c.policy, "policy", "faas-gpu", policyUsage)
 	fs.StringVar(&c.logLevel, "log-level", "info", "debug, info, warn or error")
+	fs.StringVar(&c.kernels, "sim-kernels", "reference", simKernelsUsage)
 }
 
 func runGPUServer(ctx context.Context, args []string, stdout, stderr io.Writer) error {
@@ -56,14 +58,21 @@ func runGPUServer(ctx context.Context, args []string, stdout, stderr io.Writer) 
 	if cfg.repoDir == "" {
 		return usageError{fmt.Errorf("-repository-dir: must not be empty")}
 	}
+	simKernels, err := parseSimKernels(cfg.kernels)
+	if err != nil {
+		return err
+	}
 	gpus, err := resolveGPUs(log, cfg.gpus, cfg.gpuMemory, discoverGPUs)
 	if err != nil {
+		return err
+	}
+	if err := checkSimKernels(simKernels, gpus); err != nil {
 		return err
 	}
 	node := gpus.Node
 	srv, err := server.Start(ctx, server.Config{Socket: cfg.socket, Listen: cfg.listen, Node: node,
 		Policy: cfg.policy, RemotingSocket: cfg.remoting, KeyFile: cfg.keyFile, RepositoryDir: cfg.repoDir,
-		Device: gpus.Device, DeviceReserveBytes: gpus.Reserve, Logger: log})
+		Device: gpus.Device, DeviceReserveBytes: gpus.Reserve, Logger: log, SimKernels: simKernels})
 	if err != nil {
 		return err
 	}

@@ -105,6 +105,14 @@ func printPool(w io.Writer, st pool.Status) {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	fmt.Fprintf(tw, "policy: %s\tqueued: %d\tswaps: none %d, nvlink %d, pcie %d\n\n", st.Policy, st.Queued,
 		st.Swaps["none"], st.Swaps["nvlink"], st.Swaps["pcie"])
+	switch st.SimKernels {
+	case "dry":
+		fmt.Fprintf(tw, "SIMULATED GPUS IN DRY KERNEL MODE (--sim-kernels=dry): kernels the simulator cannot compute "+
+			"are accepted and not executed, their results are wrong (%d launches not executed)\n\n", st.SimDryLaunches)
+	case "":
+	default:
+		fmt.Fprintf(tw, "simulated GPUs: kernels %s (reference kernels computed, others refused)\n\n", st.SimKernels)
+	}
 	fmt.Fprintln(tw, "GPU\tNAME\tBUSY\tHEALTHY\tMEMORY USED\tRESIDENT")
 	for _, g := range st.GPUs {
 		fmt.Fprintf(tw, "%d\t%s\t%v\t%v\t%s / %s\t%s\n", g.Index, g.Name, g.Busy, g.Healthy, mib(g.UsedBytes),

@@ -89,7 +89,7 @@ func (c *queueWorkerConfig) register(fs *flag.FlagSet) {
 		"how long dead-letter entries (the request without credentials, with its body) are kept")
 	fs.BoolVar(&c.deadLetterDrop, "dead-letter-drop-bodies", false, "keep request bodies out of dead-letter entries")
 	fs.StringVar(&c.forbidCallbacks, "forbidden-callback-hosts", "",
-		"comma-separated host:port that callbacks may never reach, beside the gateway's and -functions-url's (e.g. the provider's)")
+		"comma-separated host:port that callbacks may never reach, beside the gateway's, -functions-url's and -gpuserver-url's (e.g. the provider's)")
 }
 
 // validate checks the flags; errors name the flag and are usage errors.
@@ -189,11 +189,15 @@ func splitList(s string) []string {
 	return out
 }
 
-// forbiddenCallbackHosts are the flag's hosts and -functions-url's (the gateway's the worker adds itself).
+// forbiddenCallbackHosts are the flag's hosts, -functions-url's and -gpuserver-url's (the gateway's the worker adds
+// itself).
 func (c *queueWorkerConfig) forbiddenCallbackHosts() []string {
 	out := splitList(c.forbidCallbacks)
-	if c.functionsURL != "" {
-		if u, err := url.Parse(c.functionsURL); err == nil {
+	for _, raw := range []string{c.functionsURL, c.gpuserverURL} {
+		if raw == "" {
+			continue
+		}
+		if u, err := url.Parse(raw); err == nil {
 			port := u.Port()
 			if port == "" {
 				port = map[bool]string{true: "443", false: "80"}[u.Scheme == "https"]

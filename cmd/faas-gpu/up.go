@@ -45,6 +45,7 @@ type upConfig struct {
 	logLevel     string
 	envs         envFlags
 	queue        upQueueConfig
+	simKernels   string
 }
 
 func (c *upConfig) register(fs *flag.FlagSet) {
@@ -63,6 +64,7 @@ func (c *upConfig) register(fs *flag.FlagSet) {
 	fs.StringVar(&c.logLevel, "log-level", "info", "debug, info, warn or error")
 	c.envs.register(fs)
 	c.queue.register(fs)
+	fs.StringVar(&c.simKernels, "sim-kernels", "reference", simKernelsUsage)
 }
 
 func (c *upConfig) validate() error {
@@ -85,7 +87,8 @@ func (c *upConfig) validate() error {
 	case c.stateDir == "":
 		return usageError{errors.New("-state-dir: must not be empty")}
 	}
-	return nil
+	_, err := parseSimKernels(c.simKernels)
+	return err
 }
 
 // up is one running `faas-gpu up`: the parts in the order they start; stop undoes them in reverse.
@@ -126,6 +129,10 @@ func runUp(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
+	simKernels, _ := parseSimKernels(cfg.simKernels) // validated above
+	if err := checkSimKernels(simKernels, gpus); err != nil {
+		return err
+	}
 	node := gpus.Node
 	closeDevice := func() {
 		if gpus.Device != nil { // not handed to the gpuserver, which owns it otherwise
@@ -154,7 +161,7 @@ func runUp(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 			Policy: cfg.policy, RemotingSocket: filepath.Join(stateDir, "remoting.sock"),
 			KeyFile:       filepath.Join(stateDir, "gpuserver.key"),
 			RepositoryDir: repositoryDir(stateDir, gpus.Device != nil), // kept across restarts of up
-			Device:        gpus.Device, DeviceReserveBytes: gpus.Reserve,
+			Device:        gpus.Device, DeviceReserveBytes: gpus.Reserve, SimKernels: simKernels,
 			Logger: log.With("component", "gpuserver")})
 	})
 	if err == nil {

@@ -76,3 +76,13 @@ func TestUpQueueFlagsNameTheFlag(t *testing.T) {
 		t.Fatalf("exit %d, stderr %q; want 2 naming -dead-letter-max-age", code, stderr.String())
 	}
 }
+
+// Callbacks may not reach the addresses the queue-worker command itself talks to.
+func TestQueueWorkerForbiddenCallbackHosts(t *testing.T) {
+	c := queueWorkerConfig{forbidCallbacks: "provider.openfaas:8081, ", functionsURL: "https://gw.example",
+		gpuserverURL: "http://10.0.0.5:8090"}
+	got := strings.Join(c.forbiddenCallbackHosts(), ",")
+	if got != "provider.openfaas:8081,gw.example:443,10.0.0.5:8090" {
+		t.Fatalf("forbidden callback hosts %q", got)
+	}
+}

@@ -78,6 +78,12 @@ type Status struct {
 	Queued    int              `json:"queued"`
 	// Swaps counts bindings by how the model reached the GPU: "none" (resident), "nvlink", "pcie".
 	Swaps map[string]int64 `json:"swaps,omitempty"`
+	// SimKernels is what the simulated GPUs do with kernels they cannot compute: "reference" (refuse them) or
+	// "dry" (accept them without executing them: the --sim-kernels=dry protocol-test mode, whose results are
+	// wrong); empty for real GPUs.
+	SimKernels string `json:"sim_kernels,omitempty"`
+	// SimDryLaunches counts the kernel launches accepted and not executed in dry mode.
+	SimDryLaunches uint64 `json:"sim_dry_launches,omitempty"`
 }
 
 // Pool is a node's set of GPUs shared by late-bound functions.

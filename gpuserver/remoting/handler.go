@@ -119,6 +119,8 @@ func result(err error) Result {
 		return ResultNotSupported
 	case errors.Is(err, device.ErrInvalidImage):
 		return ResultInvalidImage
+	case errors.Is(err, device.ErrNoBinaryForGPU):
+		return ResultNoBinaryForGPU
 	case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
 		return ResultSystemNotReady
 	}

@@ -39,6 +39,7 @@ const (
 	ResultInvalidDevice     Result = 101
 	ResultInvalidImage      Result = 200
 	ResultInvalidContext    Result = 201
+	ResultNoBinaryForGPU    Result = 209
 	ResultInvalidHandle     Result = 400
 	ResultNotFound          Result = 500
 	ResultNotReady          Result = 600

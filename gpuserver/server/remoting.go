@@ -13,6 +13,7 @@ import (
 	"path/filepath"
 	"sync"
 
+	"github.com/faas-gpu/faas-gpu/gpuserver/device/sim"
 	"github.com/faas-gpu/faas-gpu/gpuserver/executor"
 	"github.com/faas-gpu/faas-gpu/gpuserver/pool"
 )
@@ -71,6 +72,7 @@ type trackedPool struct {
 	held     map[string]*executor.Binding
 	swaps    map[string]int64 // bindings by how the model reached the GPU (pool.Binding.Swap)
 	failed   map[int]bool     // unhealthy GPUs already logged and told to the pool (see health.go)
+	sim      *sim.Backend     // the simulated device, for its kernel mode in the status; nil for real GPUs
 	replaced int64            // acquires bound again because a GPU failed under them (see Server.Replaced)
 }
 
@@ -230,6 +232,9 @@ func (t *trackedPool) Status(ctx context.Context) pool.Status {
 	t.noteHealth(ctx)
 	st := t.healthPool.Status(ctx)
 	st.Swaps = t.Swaps()
+	if t.sim != nil {
+		st.SimKernels, st.SimDryLaunches = t.sim.KernelMode().String(), t.sim.DryLaunches()
+	}
 	return st
 }
 

@@ -58,6 +58,10 @@ type Config struct {
 	DeviceReserveBytes uint64
 	// Logger receives the server's logs; nil discards them.
 	Logger *slog.Logger
+	// SimKernels is what the simulated device (Device nil) does with kernels it cannot compute: refuse them at
+	// launch (sim.KernelsReference, the default) or accept them without executing them (sim.KernelsDry, a
+	// protocol-test mode the log, the pool status and /metrics announce). It must be the default with a Device.
+	SimKernels sim.KernelMode
 }
 
 // Server is a running gpuserver.
@@ -97,6 +101,10 @@ func Start(ctx context.Context, cfg Config) (*Server, error) {
 	if err := cfg.Node.Validate(); err != nil {
 		return nil, fmt.Errorf("gpuserver: %w", err)
 	}
+	if cfg.Device != nil && cfg.SimKernels != sim.KernelsReference {
+		return nil, fmt.Errorf("gpuserver: sim kernels %s: only a simulated device runs kernels dry, this one is %s",
+			cfg.SimKernels, cfg.Device.Kind())
+	}
 	var err error
 	if cfg.RemotingSocket != "" {
 		if s.key, err = loadTokenKey(cfg.KeyFile); err != nil {
@@ -117,6 +125,10 @@ func Start(ctx context.Context, cfg Config) (*Server, error) {
 	s.pool = p
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	if sd, ok := s.dev.(*sim.Backend); ok {
+		p.sim = sd
+		registerSimMetrics(reg, sd)
+	}
 	handler, err := api.New(p, reg, reg, cfg.Logger)
 	if err != nil {
 		return nil, fmt.Errorf("gpuserver: %w", err)
@@ -175,8 +187,13 @@ func (s *Server) startDataPlane(ctx context.Context) error {
 	dev, reserve := s.cfg.Device, s.cfg.DeviceReserveBytes
 	if dev == nil {
 		var err error
-		if dev, err = sim.New(sim.Options{Node: s.cfg.Node}); err != nil {
+		if dev, err = sim.New(sim.Options{Node: s.cfg.Node, Kernels: s.cfg.SimKernels}); err != nil {
 			return fmt.Errorf("gpuserver: simulated device: %w", err)
+		}
+		if s.cfg.SimKernels == sim.KernelsDry {
+			s.cfg.Logger.Warn("simulated GPUs in dry kernel mode (--sim-kernels=dry): kernels the simulator cannot "+
+				"compute are accepted and NOT executed, their results are wrong; for protocol tests only",
+				"sim_kernels", s.cfg.SimKernels.String())
 		}
 		if reserve == 0 {
 			reserve = min(DefaultSimReserveBytes, minGPUMemory(s.cfg.Node))
@@ -215,6 +232,23 @@ func (s *Server) startDataPlane(ctx context.Context) error {
 	s.cfg.Logger.Info("gpuserver data plane", "device", dev.Kind(), "gpus", node.GPUs(), "repository", dir,
 		"reserve_bytes_per_gpu", reserve, "images", len(repo.Functions()))
 	return nil
+}
+
+// registerSimMetrics exports the simulated device's kernel mode and its dry launches.
+func registerSimMetrics(reg prometheus.Registerer, sd *sim.Backend) {
+	reg.MustRegister(
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "faas_gpu_sim_kernels_dry",
+			Help: "1 while the simulated GPUs accept kernels they cannot compute without executing them " +
+				"(--sim-kernels=dry: results are wrong), 0 when they refuse them."},
+			func() float64 {
+				if sd.KernelMode() == sim.KernelsDry {
+					return 1
+				}
+				return 0
+			}),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "faas_gpu_sim_dry_launches_total",
+			Help: "Kernel launches the simulated GPUs accepted and did not execute (--sim-kernels=dry)."},
+			func() float64 { return float64(sd.DryLaunches()) }))
 }
 
 func minGPUMemory(n topology.Node) uint64 {

@@ -317,3 +317,22 @@ func TestCallbacksCarryNoCredentials(t *testing.T) {
 		t.Errorf("the callback carried Authorization %q", a)
 	}
 }
+
+// ForbiddenCallbackHosts are matched after name resolution: a host named by name refuses its addresses.
+func TestForbiddenCallbackHostsByName(t *testing.T) {
+	e := newEnv(t, echo)
+	cb, _ := url.Parse(e.cbServer.URL)
+	e.run(worker.Config{ForbiddenCallbackHosts: []string{"localhost:" + cb.Port()}})
+	id := e.send("/async-function/echo", "x", nil) // calls back to 127.0.0.1:<port>
+	jstest.Eventually(t, 20*time.Second, func() bool { return e.deadLetterReasons()[id] != "" }, "a dead letter for %s", id)
+	if r := e.deadLetterReasons()[id]; r != worker.ReasonCallbackRefused {
+		t.Fatalf("dead-lettered as %q, want %s", r, worker.ReasonCallbackRefused)
+	}
+	if n := len(e.callbacksFor(id)); n != 0 {
+		t.Fatalf("%d callbacks reached the forbidden host", n)
+	}
+	if _, err := worker.New(worker.Config{JetStream: e.js, GatewayURL: e.gateway.URL, ForbiddenCallbackHosts: []string{"nohost"}}); err == nil ||
+		!strings.Contains(err.Error(), "ForbiddenCallbackHosts") {
+		t.Fatalf("a forbidden host without a port: %v, want an error naming ForbiddenCallbackHosts", err)
+	}
+}
