@@ -17,6 +17,7 @@ import (
 	"github.com/openfaas/faas-provider/types"
 
 	"github.com/faas-gpu/faas-gpu/provider"
+	"github.com/faas-gpu/faas-gpu/provider/local/venv"
 )
 
 // needPip skips when environments cannot be made here; the tests install a small real package from PyPI.
@@ -228,5 +229,29 @@ func TestDeployRefusesRequirementsThatIncludeOtherFiles(t *testing.T) {
 	err := b.Deploy(context.Background(), fd)
 	if !errors.Is(err, provider.ErrInvalid) || !strings.Contains(err.Error(), "function/requirements.txt line 2") {
 		t.Fatalf("Deploy = %v, want ErrInvalid naming function/requirements.txt line 2", err)
+	}
+}
+
+func TestInterpreterAndEnvVarsOfAnEnvironment(t *testing.T) {
+	b := &Backend{cfg: Config{Python: "/usr/bin/python3.11"}}
+	env := &venv.Env{Name: "py3.11-0123456789abcdef", Dir: "/envs/py3.11-0123456789abcdef",
+		Python: "/envs/py3.11-0123456789abcdef/bin/python3"}
+	for _, tc := range []struct{ in, want string }{
+		{"python3 index.py", env.Python + " index.py"},
+		{"python index.py", env.Python + " index.py"},
+		{"/usr/bin/python3.11 index.py", env.Python + " index.py"},
+		{"node index.js", "node index.js"},
+	} {
+		if got := strings.Join(b.interpreter(strings.Fields(tc.in), env), " "); got != tc.want {
+			t.Errorf("interpreter(%q) = %q, want %q", tc.in, got, tc.want)
+		}
+		if got := strings.Join(b.interpreter(strings.Fields(tc.in), nil), " "); got != tc.in {
+			t.Errorf("interpreter(%q) without an environment = %q", tc.in, got)
+		}
+	}
+	vars := envVars([]string{"A=1", "PATH=/usr/bin:/bin", "PYTHONHOME=/x", "VIRTUAL_ENV=/old"}, env)
+	want := []string{"A=1", "PATH=" + env.Dir + "/bin:/usr/bin:/bin", "VIRTUAL_ENV=" + env.Dir}
+	if strings.Join(vars, " ") != strings.Join(want, " ") {
+		t.Errorf("envVars = %q, want %q", vars, want)
 	}
 }
