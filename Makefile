@@ -9,7 +9,7 @@ LDFLAGS   := -X main.version=$(VERSION) -X main.commit=$(COMMIT)
 RUN_ARGS  ?=
 
 ## (see also test-cuda below)
-.PHONY: all build run test test-go test-shim test-fuzz lint gpu-test shim bench-policy bench-swap bench-remoting bench-queue clean
+.PHONY: all build run test test-go test-shim test-fuzz lint gpu-test shim bench-policy bench-swap bench-remoting bench-queue bench-template clean
 
 all: build
 
@@ -17,8 +17,9 @@ all: build
 build: shim
 	$(GO) build -ldflags "$(LDFLAGS)" -o $(BIN) ./cmd/faas-gpu
 
-## run: faas-gpu up on 127.0.0.1:8080 with state in ./.faas-gpu and functions from ./build
-run: build
+## run: build bin/faas-gpu and the example functions (./build/<fn>/, as `make functions`), then faas-gpu up on
+## 127.0.0.1:8080 with state in ./.faas-gpu
+run: build functions
 	./$(BIN) up $(RUN_ARGS)
 
 ## test: everything CI runs: lint, the shim's C tests, Go tests with -race, a short fuzz of the wire decoder
@@ -27,11 +28,21 @@ test: lint test-shim test-go test-fuzz
 test-go: build
 	$(GO) test -race -count=1 -timeout 25m ./...
 
-## test-fuzz: the remoting record decoder fuzzed for a fixed count (the checked-in corpus runs in test-go too)
+## test-fuzz: the remoting record decoder and the module image parsers (fat binaries, cubins, PTX globals, the
+## sim's LoadModule) fuzzed for a fixed count (the checked-in corpus runs in test-go too)
 test-fuzz:
 	$(GO) test -run '^$$' -fuzz FuzzDecodeRecord -fuzztime 2000x ./gpuserver/remoting
+	$(GO) test -run '^$$' -fuzz FuzzParse -fuzztime 2000x ./gpuserver/device/fatbin
+	$(GO) test -run '^$$' -fuzz FuzzParse -fuzztime 2000x ./gpuserver/device/cubin
+	$(GO) test -run '^$$' -fuzz FuzzGlobals -fuzztime 2000x ./gpuserver/device/ptx
+	$(GO) test -run '^$$' -fuzz FuzzLoadModule -fuzztime 2000x ./gpuserver/device/sim
 
 ## functions: lay out ./build/<fn>/ for every function in stack.yml as `faas-cli build --shrinkwrap` does
+## (templates from ./template/<lang>/, where faas-cli reads them)
+.PHONY: functions
+functions:
+	$(GO) run ./provider/shrinkwrap/cmd/shrinkwrap -f stack.yml -templates template -out build
+
 ## test-cuda: the "real CUDA binaries" tier: NVIDIA's CUDA 13 runtime, cuBLAS, cuDNN, nvcc and PyTorch (the pinned
 ## Python environment, created once in a cache outside the repository) against the shim on the simulated node.
 ## Runs the packages whose tests use test/pyenv, with FAAS_GPU_TEST_PYENV=1; `make test` skips those tests.
@@ -45,10 +56,6 @@ test-cuda: build
 .PHONY: pyenv
 pyenv:
 	@test/pyenv/pyenv.sh
-
-.PHONY: functions
-functions:
-	$(GO) run ./provider/shrinkwrap/cmd/shrinkwrap -f stack.yml -templates templates -out build
 
 ## lint: gofmt, go vet, go mod tidy without diff
 lint:
@@ -96,6 +103,12 @@ bench-queue: build
 	@mkdir -p docs/bench
 	$(GO) run ./queueworker/bench/queuebench -out docs/bench/queue.md \
 	  -models $${FAAS_GPU_WORKLOADS:-../shared/workloads}/models-torpor-v100.csv
+
+## bench-template: the gpu-python template behind the provider under 200 concurrent clients, listen backlog 5 vs
+## the template's default, writes docs/bench/template.md
+bench-template:
+	@mkdir -p docs/bench
+	$(GO) run ./test/load/templatebench -out docs/bench/template.md -concurrency 200 -duration 20s
 
 clean:
 	rm -rf bin

@@ -18,6 +18,10 @@ var (
 	// ErrFailed: the function exists but cannot start until it is updated (its pip requirements failed to install);
 	// the message says why.
 	ErrFailed = errors.New("cannot start")
+	// ErrSlowClient: the client did not send its request body within the server's body timeouts.
+	ErrSlowClient = errors.New("the client sent its request body too slowly")
+	// ErrTooLarge: the request body is larger than the endpoint accepts.
+	ErrTooLarge = errors.New("request body too large")
 )
 
 // StatusCode maps an error to the HTTP status a handler answers with. It is the only place that does so.
@@ -33,6 +37,10 @@ func StatusCode(err error) int {
 		return http.StatusConflict
 	case errors.Is(err, ErrNotReady), errors.Is(err, ErrFailed):
 		return http.StatusServiceUnavailable
+	case errors.Is(err, ErrSlowClient):
+		return http.StatusRequestTimeout
+	case errors.Is(err, ErrTooLarge):
+		return http.StatusRequestEntityTooLarge
 	default:
 		return http.StatusInternalServerError
 	}

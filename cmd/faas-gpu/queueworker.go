@@ -122,7 +122,7 @@ func (c *queueWorkerConfig) validate() error {
 	if c.natsUser == "" && c.natsPassFile != "" {
 		return bad("nats-user", "must not be empty with -nats-password-file")
 	}
-	if c.deadLetterAge < time.Second {
+	if c.deadLetterAge != 0 && c.deadLetterAge < time.Second { // 0: the worker's default
 		return bad("dead-letter-max-age", "%s must be at least 1s", c.deadLetterAge)
 	}
 	for _, h := range splitList(c.forbidCallbacks) {

@@ -14,6 +14,7 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"syscall"
 	"time"
 
@@ -23,6 +24,7 @@ import (
 
 	"github.com/faas-gpu/faas-gpu/gpuserver/client"
 	"github.com/faas-gpu/faas-gpu/gpuserver/server"
+	"github.com/faas-gpu/faas-gpu/provider/basicauth"
 	"github.com/faas-gpu/faas-gpu/provider/handlers"
 	"github.com/faas-gpu/faas-gpu/provider/local"
 	"github.com/faas-gpu/faas-gpu/queueworker/worker"
@@ -41,6 +43,9 @@ type upConfig struct {
 	gpuMemory    string
 	maxInflight  int
 	shimDir      string
+	python       string
+	readyTimeout time.Duration
+	allowedHosts string
 	policy       string
 	logLevel     string
 	envs         envFlags
@@ -51,15 +56,21 @@ type upConfig struct {
 func (c *upConfig) register(fs *flag.FlagSet) {
 	fs.StringVar(&c.stateDir, "state-dir", "./.faas-gpu", "state: function records, secrets, logs, JetStream store, sockets")
 	fs.StringVar(&c.buildDir, "build-dir", "./build", "build contexts of functions, <dir>/<name>/ as faas-cli build --shrinkwrap writes them")
-	fs.StringVar(&c.templatesDir, "templates-dir", "./template", "fallback when the build dir has no context: templates folder (./templates is tried too)")
+	fs.StringVar(&c.templatesDir, "templates-dir", "./template", "fallback when the build dir has no context: the folder of templates, <dir>/gpu-python/ (faas-cli's ./template)")
 	fs.StringVar(&c.functionsDir, "functions-dir", "./functions", "fallback when the build dir has no context: one handler folder per function")
-	fs.StringVar(&c.host, "host", "127.0.0.1", "address every server listens on")
+	fs.StringVar(&c.host, "host", "127.0.0.1", "address every server listens on (the gateway surface, NATS)")
+	fs.StringVar(&c.allowedHosts, "allowed-hosts", "",
+		"comma-separated names the gateway answers to in the Host header (default: localhost and loopback addresses "+
+			"when -host is a loopback address, any otherwise; * for any): a guard against DNS rebinding")
 	fs.IntVar(&c.port, "port", 8080, "port of the gateway surface (faas-provider routes and /async-function)")
 	fs.IntVar(&c.natsPort, "nats-port", -1, "port of the embedded NATS server; -1 picks a free one")
 	fs.StringVar(&c.gpus, "gpus", autoNode, "auto (discover; simulated v100x4 when none), a node preset (v100x4, a100x8, h100x8, h200x1) or a node file")
 	fs.StringVar(&c.gpuMemory, "gpu-memory", "", "override every GPU's memory, e.g. 4Gi")
 	fs.IntVar(&c.maxInflight, "max-inflight", 0, "asynchronous calls run at once; 0 sizes it to the GPU pool")
 	fs.StringVar(&c.shimDir, "shim-dir", "", "folder holding the shim's libcuda.so.1 (default: shim/build beside bin/, else ./shim/build)")
+	fs.StringVar(&c.python, "python", "python3", "the interpreter that runs functions (index.py; a python or python3 in a function's fprocess means it)")
+	fs.DurationVar(&c.readyTimeout, "ready-timeout", handlers.DefaultReadyTimeout,
+		"how long an invocation waits for a function that is starting (the first call after a deploy)")
 	fs.StringVar(&c.policy, "policy", "faas-gpu", policyUsage)
 	fs.StringVar(&c.logLevel, "log-level", "info", "debug, info, warn or error")
 	c.envs.register(fs)
@@ -84,6 +95,10 @@ func (c *upConfig) validate() error {
 		return usageError{fmt.Errorf("-nats-port %d: must be -1 (free) or in 1..65535", c.natsPort)}
 	case c.maxInflight < 0:
 		return usageError{fmt.Errorf("-max-inflight %d: must be >= 0", c.maxInflight)}
+	case c.readyTimeout <= 0:
+		return usageError{fmt.Errorf("-ready-timeout %s: must be positive", c.readyTimeout)}
+	case c.python == "":
+		return usageError{errors.New("-python: must not be empty")}
 	case c.stateDir == "":
 		return usageError{errors.New("-state-dir: must not be empty")}
 	}
@@ -205,10 +220,8 @@ func (u *up) start(ctx context.Context, cfg upConfig, stateDir, nodeName string,
 		u.log.Warn("the shim is not built: GPU functions that call CUDA will fail (run make shim or pass -shim-dir)",
 			"shim_dir", shimDir)
 	}
-	templatesDir := cfg.templatesDir
-	if _, err := os.Stat(templatesDir); err != nil {
-		templatesDir = "./templates"
-	}
+	// Absolute, so that a deploy's error (read by faas-cli in some other folder) names the folders for sure.
+	templatesDir, buildDir, functionsDir := absPath(cfg.templatesDir), absPath(cfg.buildDir), absPath(cfg.functionsDir)
 	envDir, err := cfg.envs.resolvedDir(stateDir)
 	if err != nil {
 		return err
@@ -217,9 +230,10 @@ func (u *up) start(ctx context.Context, cfg upConfig, stateDir, nodeName string,
 		EnvDir:       envDir,
 		EnvMaxAge:    cfg.envs.maxAge,
 		StateDir:     filepath.Join(stateDir, "functions"),
-		BuildDir:     cfg.buildDir,
+		BuildDir:     buildDir,
 		TemplatesDir: templatesDir,
-		FunctionsDir: cfg.functionsDir,
+		FunctionsDir: functionsDir,
+		Python:       cfg.python,
 		Env:          map[string]string{"FAAS_GPU_SOCKET": gs.Socket()},
 		GPUEnv: func(function string) map[string]string {
 			return map[string]string{
@@ -238,8 +252,21 @@ func (u *up) start(ctx context.Context, cfg upConfig, stateDir, nodeName string,
 		return fmt.Errorf("register GPU functions with the gpuserver: %w", err)
 	}
 
+	// Basic auth on /system/*, the OpenFaaS way: the credentials are files in <state-dir>/secrets, created at first
+	// start (user admin, a random password, mode 0600).
+	secretsDir := filepath.Join(stateDir, "secrets")
+	creds, res, err := basicauth.Ensure(secretsDir, time.Now())
+	if err != nil {
+		return err
+	}
+	for _, p := range res.MovedAside {
+		u.log.Error("BASIC-AUTH FILE WAS EMPTY: moved aside; new credentials were generated (log in again)",
+			"file", p)
+	}
+
 	gatewayAddr := net.JoinHostPort(cfg.host, strconv.Itoa(cfg.port))
 	gatewayURL := "http://" + gatewayAddr
+	const proxyTimeout = 5 * time.Minute
 	metrics := prometheus.NewRegistry()
 	metrics.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	providerHandler := handlers.New(handlers.Config{
@@ -247,18 +274,23 @@ func (u *up) start(ctx context.Context, cfg upConfig, stateDir, nodeName string,
 		Backend: backend, Secrets: backend, Logs: backend, GPU: gpuClient,
 		Info: types.ProviderInfo{Name: "faas-gpu", Orchestration: "local",
 			Version: &types.VersionInfo{Release: version, SHA: commit}},
-		ProxyTimeout: 5 * time.Minute,
-		Logger:       u.log.With("component", "provider"),
+		Auth:           creds,
+		ProxyTimeout:   proxyTimeout,
+		ReadyTimeout:   cfg.readyTimeout,
+		GatewayMetrics: true, // up is the gateway
+		Logger:         u.log.With("component", "provider"),
 	})
 	fnSource := queueFunctions(backend)
 	mux := http.NewServeMux()
-	mux.Handle("/async-function/", queueFrontDoor(js, fnSource, u.log))
+	mux.Handle("/async-function/", handlers.LimitBodyTime(handlers.BodyTimeouts{Idle: 30 * time.Second, Total: proxyTimeout},
+		queueFrontDoor(js, fnSource, u.log)))
 	mux.Handle("/", providerHandler)
+	allowed := hostAllowList(cfg.allowedHosts, cfg.host)
 	l, err := net.Listen("tcp", gatewayAddr)
 	if err != nil {
 		return fmt.Errorf("gateway: listen on %s: %w (another faas-gpu up? use -port)", gatewayAddr, err)
 	}
-	hs := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+	hs := newHTTPServer(handlers.AllowHosts(allowed, mux))
 	go func() {
 		if err := hs.Serve(l); err != nil && !errors.Is(err, http.ErrServerClosed) {
 			u.runErrs <- fmt.Errorf("gateway: %w", err)
@@ -286,8 +318,14 @@ func (u *up) start(ctx context.Context, cfg upConfig, stateDir, nodeName string,
 		return err
 	}
 
+	hostsText := "any"
+	if len(allowed) > 0 {
+		hostsText = strings.Join(allowed, ", ")
+	}
 	fmt.Fprintf(stdout, `faas-gpu up
-  gateway      %s  (faas-provider API, /function/{name}, /async-function/{name})
+  gateway      %s  (faas-provider API, /function/{name}, /async-function/{name}; Host: %s)
+  auth         /system/* needs basic auth: user %s, password in %s
+               %s
   gpuserver    unix:%s  (%d GPUs, node %s, policy %s)
   remoting     unix:%s  (shim %s)
   nats         %s  (JetStream store %s, credentials in %s)
@@ -296,9 +334,10 @@ func (u *up) start(ctx context.Context, cfg upConfig, stateDir, nodeName string,
   functions    from %s (fallback: templates %s, handlers %s)
   python envs  %s  (functions with pip requirements)
 Ready. Ctrl-C stops everything.
-`, gatewayURL, gs.Socket(), len(gpuStatus.GPUs), nodeName, gpuStatus.Policy, gs.RemotingSocket(),
+`, gatewayURL, hostsText, creds.User, filepath.Join(secretsDir, basicauth.PasswordFile),
+		basicauth.LoginCommand(secretsDir, creds.User, gatewayURL), gs.Socket(), len(gpuStatus.GPUs), nodeName, gpuStatus.Policy, gs.RemotingSocket(),
 		filepath.Join(shimDir, "libcuda.so.1"), ns.ClientURL(),
-		filepath.Join(stateDir, "jetstream"), filepath.Join(stateDir, natsSecretsDir), maxInflight, stateDir, cfg.buildDir, templatesDir, cfg.functionsDir,
+		filepath.Join(stateDir, "jetstream"), filepath.Join(stateDir, natsSecretsDir), maxInflight, stateDir, buildDir, templatesDir, functionsDir,
 		envDir)
 	return nil
 }
@@ -324,6 +363,14 @@ func findShimDir(flagValue string) string {
 		return filepath.Join("shim", "build")
 	}
 	return abs
+}
+
+// absPath is path made absolute, or path itself when that fails.
+func absPath(path string) string {
+	if abs, err := filepath.Abs(path); err == nil {
+		return abs
+	}
+	return path
 }
 
 // joinPathList prepends dir to a colon-separated path list.

@@ -55,7 +55,7 @@ func (c *upQueueConfig) register(fs *flag.FlagSet) {
 }
 
 func (c *upQueueConfig) validate() error {
-	if c.deadLetterAge < time.Second {
+	if c.deadLetterAge != 0 && c.deadLetterAge < time.Second { // 0: the worker's default
 		return usageError{fmt.Errorf("-dead-letter-max-age %s: must be at least 1s", c.deadLetterAge)}
 	}
 	return nil

@@ -138,6 +138,9 @@ func (b *Backend) install(ctx context.Context, fn *function, r *replica, p *envP
 		p.err = fmt.Errorf("%w: function %q: installing %s: %w", provider.ErrFailed, fn.name, p.files, err)
 		b.log.Error("installing the function's requirements failed", "function", fn.name, "err", err)
 		close(p.done)
+		b.mu.Lock()
+		fn.notifyLocked() // requests waiting in Route get the reason now
+		b.mu.Unlock()
 		return nil, &envFailed{p.err}
 	}
 	p.env = env
@@ -176,14 +179,13 @@ func withStatus(annotations *map[string]string, text string) *map[string]string 
 	return &out
 }
 
-// interpreter is the argv a replica runs: the template's entrypoint with the function's environment's python when
-// it has one (also in place of a "python"/"python3" named by envProcess).
+// interpreter is the argv a replica runs (command's) with the function's environment's python in place of
+// Config.Python (or a bare python name) when it has an environment.
 func (b *Backend) interpreter(argv []string, env *venv.Env) []string {
 	if env == nil {
 		return argv
 	}
-	switch filepath.Base(argv[0]) {
-	case "python", "python3", filepath.Base(b.cfg.Python):
+	if argv[0] == b.cfg.Python || pythonName.MatchString(argv[0]) {
 		argv = append([]string{env.Python}, argv[1:]...)
 	}
 	return argv

@@ -210,14 +210,14 @@ func TestFunctionsWithPipRequirementsThroughUp(t *testing.T) {
 		if err := os.WriteFile(filepath.Join(handler, "requirements.txt"), []byte(requirements), 0o644); err != nil {
 			t.Fatal(err)
 		}
-		if err := shrinkwrap.Assemble(filepath.Join(root, "templates", "gpu-python"), handler,
+		if err := shrinkwrap.Assemble(filepath.Join(root, "template", "gpu-python"), handler,
 			filepath.Join(work, "build", name)); err != nil {
 			t.Fatal(err)
 		}
 	}
 	in := startUp(t, stateDir, "--env-dir", filepath.Join(work, "envs"))
-	deploy(t, in.url, types.FunctionDeployment{Service: "pip-ok", Image: "pip-ok:latest"})
-	deploy(t, in.url, types.FunctionDeployment{Service: "pip-broken", Image: "pip-broken:latest"})
+	deploy(t, in, types.FunctionDeployment{Service: "pip-ok", Image: "pip-ok:latest"})
+	deploy(t, in, types.FunctionDeployment{Service: "pip-broken", Image: "pip-broken:latest"})
 
 	eventually(t, 5*time.Minute, "pip-ok installed and answering", func() error {
 		r := call(t, http.MethodPost, in.url+"/function/pip-ok", "", nil)
@@ -234,18 +234,18 @@ func TestFunctionsWithPipRequirementsThroughUp(t *testing.T) {
 		}
 		return nil
 	})
-	r := call(t, http.MethodGet, in.url+"/system/function/pip-broken", nil, nil)
+	r := in.system(t, http.MethodGet, "/system/function/pip-broken", nil)
 	var st types.FunctionStatus
 	if err := json.Unmarshal([]byte(r.body), &st); err != nil || st.Annotations == nil ||
 		!strings.Contains((*st.Annotations)[local.StatusAnnotation], reason) || st.AvailableReplicas != 0 {
 		t.Fatalf("status of pip-broken: %d %s; want %s naming pip's reason", r.code, r.body, local.StatusAnnotation)
 	}
-	logs := functionLogs(t, in.url, "pip-broken")
+	logs := functionLogs(t, in, "pip-broken")
 	if !strings.Contains(logs, "pip: ERROR: "+reason) || !strings.Contains(logs, "not restarting until the function is updated") ||
 		strings.Contains(logs, "restarting in") {
 		t.Fatalf("pip-broken's log: want pip's error and no restart:\n%s", logs)
 	}
-	if logs := functionLogs(t, in.url, "pip-ok"); !strings.Contains(logs, "pip: Successfully installed six-1.17.0") {
+	if logs := functionLogs(t, in, "pip-ok"); !strings.Contains(logs, "pip: Successfully installed six-1.17.0") {
 		t.Fatalf("pip-ok's log does not show the install:\n%s", logs)
 	}
 }

@@ -345,7 +345,7 @@ func TestPyEnvExampleFunctionsThroughUp(t *testing.T) {
 	for _, fn := range []string{"resnet", "bert", "vector-add", "mlp"} {
 		f := stack.Functions[fn]
 		annotations := f.Annotations
-		deploy(t, base, types.FunctionDeployment{Service: fn, Image: f.Image, Annotations: &annotations})
+		deploy(t, in, types.FunctionDeployment{Service: fn, Image: f.Image, Annotations: &annotations})
 	}
 
 	// vector-add and mlp: unchanged and exact.
@@ -363,11 +363,11 @@ func TestPyEnvExampleFunctionsThroughUp(t *testing.T) {
 
 	// resnet and bert: the first start installs their environment (minutes on a cold cache).
 	for _, fn := range []string{"resnet", "bert"} {
-		waitStarted(t, base, fn)
+		waitStarted(t, in, fn)
 	}
 	envs := map[string]string{}
 	for _, fn := range []string{"resnet", "bert"} {
-		logs := functionLogs(t, base, fn)
+		logs := functionLogs(t, in, fn)
 		m := regexp.MustCompile(`environment (py[0-9.]+-[0-9a-f]{16})`).FindStringSubmatch(logs)
 		if m == nil {
 			t.Fatalf("%s's log does not name its environment:\n%s", fn, logs)
@@ -386,7 +386,7 @@ func TestPyEnvExampleFunctionsThroughUp(t *testing.T) {
 		t.Helper()
 		r := call(t, http.MethodPost, base+"/function/"+fn, body, nil)
 		if r.code != http.StatusOK {
-			t.Fatalf("%s %s: %d %.500s\nits log:\n%s", fn, body, r.code, r.body, tail(functionLogs(t, base, fn), 40))
+			t.Fatalf("%s %s: %d %.500s\nits log:\n%s", fn, body, r.code, r.body, tail(functionLogs(t, in, fn), 40))
 		}
 		return r
 	}
@@ -430,11 +430,11 @@ func TestPyEnvExampleFunctionsThroughUp(t *testing.T) {
 
 // waitStarted waits until a function has a ready replica, failing at once with the reason when its environment
 // failed to install or its process exits before it is ready (PyTorch could not start through the shim).
-func waitStarted(t *testing.T, base, fn string) {
+func waitStarted(t *testing.T, in *instance, fn string) {
 	t.Helper()
 	deadline := time.Now().Add(30 * time.Minute) // a cold install downloads about 3 GB
 	for {
-		r := call(t, http.MethodGet, base+"/system/function/"+fn, nil, nil)
+		r := in.system(t, http.MethodGet, "/system/function/"+fn, nil)
 		var st types.FunctionStatus
 		if err := json.Unmarshal([]byte(r.body), &st); err != nil {
 			t.Fatalf("status of %s: %d %s", fn, r.code, r.body)
@@ -445,20 +445,20 @@ func waitStarted(t *testing.T, base, fn string) {
 		if st.Annotations != nil && strings.HasPrefix((*st.Annotations)[local.StatusAnnotation], "failed") {
 			t.Fatalf("%s: %s", fn, (*st.Annotations)[local.StatusAnnotation])
 		}
-		if logs := functionLogs(t, base, fn); strings.Contains(logs, "exited before it was ready") {
+		if logs := functionLogs(t, in, fn); strings.Contains(logs, "exited before it was ready") {
 			t.Fatalf("%s exits before it is ready (PyTorch through the shim on the simulated node); its log:\n%s",
 				fn, tail(logs, 60))
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("%s is not ready after 30 minutes; its log:\n%s", fn, tail(functionLogs(t, base, fn), 60))
+			t.Fatalf("%s is not ready after 30 minutes; its log:\n%s", fn, tail(functionLogs(t, in, fn), 60))
 		}
 		time.Sleep(time.Second)
 	}
 }
 
-func functionLogs(t *testing.T, base, fn string) string {
+func functionLogs(t *testing.T, in *instance, fn string) string {
 	t.Helper()
-	r := call(t, http.MethodGet, base+"/system/logs?name="+fn+"&follow=false", nil, nil)
+	r := in.system(t, http.MethodGet, "/system/logs?name="+fn+"&follow=false", nil)
 	var sb strings.Builder
 	sc := bufio.NewScanner(strings.NewReader(r.body))
 	sc.Buffer(make([]byte, 1<<20), 16<<20)

@@ -87,13 +87,15 @@ func TestAsyncEndToEnd(t *testing.T) {
 	stateDir := filepath.Join(work, "state")
 	in := startUp(t, stateDir)
 	base := in.url
-	deploy(t, base, types.FunctionDeployment{Service: "echo", Image: "echo:latest"})
+	deploy(t, in, types.FunctionDeployment{Service: "echo", Image: "echo:latest"})
 	invokeReady(t, base+"/function/echo", "warm up")
 	cbs := newCallbacks(t)
 	listed := func() []string {
-		r := call(t, http.MethodGet, base+"/system/functions", nil, nil)
+		r := in.system(t, http.MethodGet, "/system/functions", nil)
 		var fns []types.FunctionStatus
-		_ = json.Unmarshal([]byte(r.body), &fns)
+		if err := json.Unmarshal([]byte(r.body), &fns); err != nil {
+			t.Fatalf("list: %d %s", r.code, r.body)
+		}
 		var names []string
 		for _, f := range fns {
 			names = append(names, f.Name)
@@ -162,7 +164,7 @@ func TestAsyncEndToEnd(t *testing.T) {
 	t.Run("reserved queue refused at deploy", func(t *testing.T) {
 		fd := types.FunctionDeployment{Service: "echo2", Image: "echo:latest",
 			Annotations: &map[string]string{"com.openfaas.queue": "faas-dead-letter"}}
-		r := call(t, http.MethodPost, base+"/system/functions", fd, nil)
+		r := in.system(t, http.MethodPost, "/system/functions", fd)
 		if r.code != http.StatusBadRequest || !strings.Contains(r.body, "com.openfaas.queue") {
 			t.Fatalf("deploy with the dead letters' queue: %d %s, want 400 naming the annotation", r.code, r.body)
 		}

@@ -28,6 +28,9 @@
 //     (.rela.nv.global.init, .rel.nv.constant4 ...): R_CUDA_32/R_CUDA_G32 (1, 3) write the low 4 bytes and
 //     R_CUDA_64/R_CUDA_G64 (2, 4) 8 bytes of S + A, where S is the target symbol's address. Other relocation types
 //     patch code and do not concern a simulated device.
+//   - Program headers are not read. ptxas writes them after the section headers, so an image cut after its
+//     section headers parses the same (a loader that sizes a cubin by e_shoff + e_shnum * e_shentsize drops them;
+//     the real driver needs the whole file: e_phoff + e_phnum * e_phentsize is its end).
 //   - The architecture is e_flags bits 8..15 in the ELF ABI of CUDA 12.8 and later (EI_OSABI 0x41: 0x6005a04 is
 //     sm_90) and bits 0..7 before.
 package cubin

@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"reflect"
 	"regexp"
 	"slices"
 	"strconv"
@@ -121,6 +122,16 @@ func TestNVCCCubins(t *testing.T) {
 			t.Errorf("sm_%d: shared_user max threads %d, __launch_bounds__(128)", arch, k.MaxThreads)
 		}
 		checkGlobals(t, arch, f)
+		// ptxas writes the program headers after the section headers; an image cut after the section headers
+		// (what a loader that sizes an ELF by its section headers reads) parses the same
+		end := binary.LittleEndian.Uint64(img[0x28:]) + 64*uint64(binary.LittleEndian.Uint16(img[0x3c:]))
+		if phoff := binary.LittleEndian.Uint64(img[0x20:]); phoff < end || end >= uint64(len(img)) {
+			t.Logf("sm_%d: program headers at %d, section headers end at %d of %d bytes", arch, phoff, end, len(img))
+		}
+		if cut, err := cubin.Parse(img[:end]); err != nil || !reflect.DeepEqual(cut.Kernels, f.Kernels) ||
+			len(cut.Globals) != len(f.Globals) {
+			t.Errorf("sm_%d: the image cut after its section headers: %v", arch, err)
+		}
 	}
 }
 

@@ -114,17 +114,43 @@ func decodeCubin(b []byte, cc int) (*image, error) {
 			MaxThreadsPerBlock: k.MaxThreads, SharedSizeBytes: k.SharedBytes, LocalSizeBytes: k.LocalBytes,
 			NumRegs: k.Registers, BinaryVersion: f.Arch}})
 	}
-	for _, d := range f.Data {
-		s := dataSegment{name: d.Name, size: d.Size, align: d.Align, init: d.Init}
-		for _, r := range d.Relocs {
-			if r.Data >= 0 {
-				s.relocs = append(s.relocs, segReloc{off: r.Offset, size: r.Size, seg: r.Data, target: r.Target})
+	// Only the data sections that hold globals (and those their initial addresses point into) get memory: the
+	// compiler's own banks (.nv.constant4's address table) matter to code the sim does not execute.
+	keep := make([]bool, len(f.Data))
+	for _, g := range f.Globals {
+		keep[g.Data] = true
+	}
+	for changed := true; changed; {
+		changed = false
+		for i, d := range f.Data {
+			for _, r := range d.Relocs {
+				if keep[i] && r.Data >= 0 && !keep[r.Data] {
+					keep[r.Data], changed = true, true
+				}
 			}
 		}
-		im.segments = append(im.segments, s)
+	}
+	index := make([]int, len(f.Data))
+	for i, d := range f.Data {
+		index[i] = -1
+		if keep[i] {
+			index[i] = len(im.segments)
+			im.segments = append(im.segments, dataSegment{name: d.Name, size: d.Size, align: d.Align, init: d.Init})
+		}
+	}
+	for i, d := range f.Data {
+		if !keep[i] {
+			continue
+		}
+		s := &im.segments[index[i]]
+		for _, r := range d.Relocs {
+			if r.Data >= 0 {
+				s.relocs = append(s.relocs, segReloc{off: r.Offset, size: r.Size, seg: index[r.Data], target: r.Target})
+			}
+		}
 	}
 	for _, g := range f.Globals {
-		im.globals = append(im.globals, globalDecl{name: g.Name, seg: g.Data, off: g.Offset, size: g.Size})
+		im.globals = append(im.globals, globalDecl{name: g.Name, seg: index[g.Data], off: g.Offset, size: g.Size})
 	}
 	return im, nil
 }

@@ -17,6 +17,9 @@ Environment:
                         FAAS_GPU_MEMORY_BYTES, FAAS_GPU_SLO (e.g. 80ms), FAAS_GPU_SLO_PERCENTILE and
                         FAAS_GPU_ISOLATION, and the token the gpuserver answers becomes FAAS_GPU_TOKEN for the shim
   OPENFAAS_SECRETS_DIR  where the function's secrets are files (default /var/openfaas/secrets)
+  FAAS_GPU_MAX_BODY_BYTES  the largest request body accepted (default 67108864, 64 MiB); larger gets 413
+  FAAS_GPU_LISTEN_BACKLOG  connections the kernel queues before index.py accepts them (default 1024; the
+                        standard library's default of 5 drops connections under a burst of concurrent requests)
 
 GET /_/health answers 200 once the handler is imported, as of-watchdog's health endpoint does.
 """
@@ -36,6 +39,12 @@ from urllib.parse import parse_qs, urlsplit
 handler = None  # function.handler, imported by main() once the GPU function is registered
 
 DEFAULT_SOCKET = "/var/run/faas-gpu/gpuserver.sock"
+DEFAULT_BACKLOG = 1024
+DEFAULT_MAX_BODY = 64 << 20
+
+
+class BodyTooLarge(Exception):
+    """The request body is larger than the server accepts."""
 DEFAULT_SECRETS_DIR = "/var/openfaas/secrets"
 HEALTH_PATH = "/_/health"
 
@@ -221,8 +230,14 @@ def format_response(res):
 class Server(ThreadingHTTPServer):
     daemon_threads = True
     allow_reuse_address = True
+    # listen(2) backlog: socketserver's default of 5 makes the kernel drop the SYNs of a burst of concurrent
+    # connections (the provider's proxy opens one per request in flight), which then wait for a SYN retransmit or
+    # fail. The kernel caps it at net.core.somaxconn.
+    request_queue_size = DEFAULT_BACKLOG
 
-    def __init__(self, addr, gpu_client):
+    def __init__(self, addr, gpu_client, backlog=DEFAULT_BACKLOG, max_body=DEFAULT_MAX_BODY):
+        self.request_queue_size = backlog
+        self.max_body = max_body
         super().__init__(addr, RequestHandler)
         self.gpu_client = gpu_client
         self.lock = threading.Lock()
@@ -246,20 +261,32 @@ class RequestHandler(BaseHTTPRequestHandler):
         pass  # the provider logs requests; stdout/stderr carry the handler's own output
 
     def read_body(self):
+        """Reads the request body; raises BodyTooLarge beyond server.max_body (checked before reading) and
+        ValueError for a malformed length or chunk."""
+        limit = self.server.max_body
         if "chunked" in self.headers.get("Transfer-Encoding", "").lower():
-            chunks = []
+            chunks, total = [], 0
             while True:
                 line = self.rfile.readline(65537)
                 size = int(line.split(b";", 1)[0].strip() or b"0", 16)
+                if size < 0:
+                    raise ValueError("negative chunk size")
                 if size == 0:
                     # Trailers end with an empty line.
                     while self.rfile.readline(65537) not in (b"\r\n", b"\n", b""):
                         pass
                     break
+                total += size
+                if total > limit:
+                    raise BodyTooLarge()
                 chunks.append(self.rfile.read(size))
                 self.rfile.readline(65537)
             return b"".join(chunks)
         length = int(self.headers.get("Content-Length") or 0)
+        if length < 0:
+            raise ValueError("negative Content-Length")
+        if length > limit:
+            raise BodyTooLarge()
         return self.rfile.read(length) if length > 0 else b""
 
     def send(self, status, headers, body):
@@ -273,7 +300,7 @@ class RequestHandler(BaseHTTPRequestHandler):
         if not has_type:
             self.send_header("Content-Type", "text/plain; charset=utf-8")
         self.send_header("Content-Length", str(len(body)))
-        if self.server.stopping:
+        if self.server.stopping or self.close_connection:
             self.send_header("Connection", "close")
             self.close_connection = True
         self.end_headers()
@@ -287,7 +314,13 @@ class RequestHandler(BaseHTTPRequestHandler):
         url = urlsplit(self.path)
         try:
             body = self.read_body()
+        except BodyTooLarge:
+            self.close_connection = True  # the rest of the body is never read
+            self.send_json_error(413, "request body is larger than %d bytes (FAAS_GPU_MAX_BODY_BYTES)"
+                                 % self.server.max_body)
+            return
         except (ValueError, OSError) as e:
+            self.close_connection = True
             self.send_json_error(400, "cannot read request body: %s" % e)
             return
         if url.path == HEALTH_PATH and self.command in ("GET", "HEAD"):
@@ -401,12 +434,24 @@ def main():
         port = int(os.getenv("PORT", "5000"))
     except ValueError:
         sys.exit("gpu-python: PORT must be a port number")
+    try:
+        backlog = int(os.getenv("FAAS_GPU_LISTEN_BACKLOG", str(DEFAULT_BACKLOG)))
+        if backlog < 1:
+            raise ValueError
+    except ValueError:
+        sys.exit("gpu-python: FAAS_GPU_LISTEN_BACKLOG must be a positive number of connections")
+    try:
+        max_body = int(os.getenv("FAAS_GPU_MAX_BODY_BYTES", str(DEFAULT_MAX_BODY)))
+        if max_body < 0:
+            raise ValueError
+    except ValueError:
+        sys.exit("gpu-python: FAAS_GPU_MAX_BODY_BYTES must be a number of bytes")
     gpu = gpu_client_from_env()
     if gpu is not None and os.getenv("FAAS_GPU_SELF_REGISTER", "") in ("1", "true"):
         self_register(gpu)
     from function import handler as imported  # after registration: handlers may call CUDA at import
     handler = imported
-    server = Server((os.getenv("HOST", "127.0.0.1"), port), gpu)
+    server = Server((os.getenv("HOST", "127.0.0.1"), port), gpu, backlog, max_body)
 
     def on_term(signum, frame):
         # Stop accepting, let requests in flight finish (the provider kills the process after its grace period).
