@@ -172,6 +172,15 @@ func TestFailedInstallIsAClearErrorNotACrashLoop(t *testing.T) {
 		t.Fatal(err)
 	}
 	const reason = "No matching distribution found for faas-gpu-no-such-package==1.0"
+	// A request waiting for the function (the first call after a deploy) is answered with the reason as soon as the
+	// install fails, not when its wait runs out.
+	routed := make(chan error, 1)
+	go func() {
+		rctx, cancel := context.WithTimeout(ctx, time.Hour)
+		defer cancel()
+		_, _, err := b.Route(rctx, "", "broken")
+		routed <- err
+	}()
 	waitPip(t, "the failure in the function's status", func() bool {
 		st, err := b.Status(ctx, "", "broken")
 		return err == nil && st.Annotations != nil && strings.Contains((*st.Annotations)[StatusAnnotation], reason)
@@ -184,6 +193,18 @@ func TestFailedInstallIsAClearErrorNotACrashLoop(t *testing.T) {
 	if !errors.Is(err, provider.ErrFailed) || !strings.Contains(err.Error(), reason) ||
 		provider.StatusCode(err) != http.StatusServiceUnavailable {
 		t.Fatalf("Resolve = %v, want ErrFailed (503) with pip's reason", err)
+	}
+	var routeErr error
+	waitPip(t, "the waiting request's answer", func() bool {
+		select {
+		case routeErr = <-routed:
+			return true
+		default:
+			return false
+		}
+	})
+	if !errors.Is(routeErr, provider.ErrFailed) || !strings.Contains(routeErr.Error(), reason) {
+		t.Fatalf("Route = %v, want ErrFailed with pip's reason", routeErr)
 	}
 	waitPip(t, "the replica giving up", func() bool {
 		return strings.Contains(logText(t, b, "broken"), "not restarting until the function is updated")
