@@ -22,16 +22,19 @@ build: shim
 run: build functions
 	./$(BIN) up $(RUN_ARGS)
 
-## test: everything CI runs: lint, the shim's C tests, Go tests with -race, a short fuzz of the wire decoder
+## test: everything CI runs: lint, the shim's C tests, Go tests with -race, short fuzzes of the wire and the API
 test: lint test-shim test-go test-fuzz
 
 test-go: build
 	$(GO) test -race -count=1 -timeout 25m ./...
 
-## test-fuzz: the remoting record decoder and the module image parsers (fat binaries, cubins, PTX globals, the
-## sim's LoadModule) fuzzed for a fixed count (the checked-in corpus runs in test-go too)
+## test-fuzz: the remoting record decoder and hello, the gpuserver HTTP API and the module image parsers (fat
+## binaries, cubins, PTX globals, the sim's LoadModule), each fuzzed for a fixed count (their checked-in corpora
+## under testdata/fuzz run in test-go too)
 test-fuzz:
 	$(GO) test -run '^$$' -fuzz FuzzDecodeRecord -fuzztime 2000x ./gpuserver/remoting
+	$(GO) test -run '^$$' -fuzz FuzzHello -fuzztime 500x ./gpuserver/remoting
+	$(GO) test -run '^$$' -fuzz FuzzAPI -fuzztime 2000x ./gpuserver/api
 	$(GO) test -run '^$$' -fuzz FuzzParse -fuzztime 2000x ./gpuserver/device/fatbin
 	$(GO) test -run '^$$' -fuzz FuzzParse -fuzztime 2000x ./gpuserver/device/cubin
 	$(GO) test -run '^$$' -fuzz FuzzGlobals -fuzztime 2000x ./gpuserver/device/ptx

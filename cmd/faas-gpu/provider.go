@@ -18,6 +18,7 @@ import (
 	"github.com/openfaas/faas-provider/auth"
 	"github.com/openfaas/faas-provider/types"
 
+	gpuauth "github.com/faas-gpu/faas-gpu/gpuserver/auth"
 	"github.com/faas-gpu/faas-gpu/gpuserver/client"
 	"github.com/faas-gpu/faas-gpu/provider"
 	"github.com/faas-gpu/faas-gpu/provider/basicauth"
@@ -129,9 +130,9 @@ func (c *providerConfig) validate() error {
 		return usageError{fmt.Errorf("-proxy-timeout %s: must not be negative", c.proxyTimeout)}
 	case c.readyTimeout <= 0:
 		return usageError{fmt.Errorf("-ready-timeout %s: must be positive", c.readyTimeout)}
-	case c.backend == "local" && c.gpuserverSocket != "" && c.gpuserverKey == "":
-		return usageError{errors.New("-gpuserver-socket needs -gpuserver-key-file with -backend local: GPU " +
-			"functions get their remoting token from the gpuserver's key")}
+	case c.gpuserverSocket != "" && c.gpuserverKey == "":
+		return usageError{errors.New("-gpuserver-socket needs -gpuserver-key-file: registering with the gpuserver " +
+			"takes its administrator credential, and GPU functions get their token, from the gpuserver's key")}
 	case c.host != "" && net.ParseIP(strings.Trim(c.host, "[]")) == nil && c.host != "localhost":
 		return usageError{fmt.Errorf("-host %q: want an IP address or localhost", c.host)}
 	}
@@ -210,7 +211,11 @@ func runProvider(ctx context.Context, args []string, stdout, stderr io.Writer) e
 	env := map[string]string{}
 	var gpuEnv func(string) map[string]string
 	if cfg.gpuserverSocket != "" {
-		gpu = client.New(cfg.gpuserverSocket)
+		key, err := gpuauth.ReadKey(cfg.gpuserverKey)
+		if err != nil {
+			return usageError{fmt.Errorf("-gpuserver-key-file: %w", err)}
+		}
+		gpu = client.New(cfg.gpuserverSocket, client.WithToken(key.AdminToken())) // the administrator's credential
 		env["FAAS_GPU_SOCKET"] = cfg.gpuserverSocket
 	}
 	var be providerBackends

@@ -1,13 +1,12 @@
 package main
 
 import (
-	"crypto/hmac"
-	"crypto/sha256"
-	"encoding/hex"
 	"fmt"
 	"log/slog"
 	"os"
 	"path/filepath"
+
+	gpuauth "github.com/faas-gpu/faas-gpu/gpuserver/auth"
 )
 
 // localGPUEnv is what the standalone provider's local backend gives the replicas of GPU functions, as `faas-gpu up`
@@ -42,7 +41,5 @@ func localGPUEnv(cfg providerConfig, log *slog.Logger) (func(function string) ma
 // functionToken is a function's remoting token as the gpuserver derives it from its key file (HMAC-SHA256 of the
 // function's name, hex); TestFunctionTokenMatchesTheGPUServer pins the two together.
 func functionToken(key []byte, function string) string {
-	mac := hmac.New(sha256.New, key)
-	mac.Write([]byte(function))
-	return hex.EncodeToString(mac.Sum(nil))
+	return gpuauth.Key(key).FunctionToken(function)
 }

@@ -207,7 +207,7 @@ func (u *up) start(ctx context.Context, cfg upConfig, stateDir, nodeName string,
 		return err
 	}
 	u.onStop(gs.Shutdown)
-	gpuClient := client.New(gs.Socket())
+	gpuClient := client.New(gs.Socket(), client.WithToken(gs.AdminToken())) // the provider holds the admin credential
 	gpuStatus := gs.Pool().Status(ctx)
 
 	ns, js, err := u.startNATS(ctx, cfg.host, cfg.natsPort, stateDir)

@@ -11,6 +11,9 @@ Environment:
                         gpuserver, and context.gpu holds the binding (id, gpu, gpu_name, swap)
   FAAS_GPU_FUNCTION     the function's name as registered with the gpuserver (required when FAAS_GPU=1)
   FAAS_GPU_SOCKET       the gpuserver's Unix socket (default /var/run/faas-gpu/gpuserver.sock)
+  FAAS_GPU_TOKEN        the function's credential: acquire and release are authenticated with it (and the shim's
+                        remoting hello); each binding is held on its own connection from acquire to release
+  FAAS_GPU_REGISTRATION_TICKET  with FAAS_GPU_SELF_REGISTER=1: the provider's ticket for this function's spec
   FAAS_GPU_ACQUIRE_TIMEOUT_MS  how long a request waits for a GPU (default 30000)
   FAAS_GPU_SELF_REGISTER=1     register with the node's gpuserver at start, before the handler is imported (in a
                         cluster the provider cannot reach the node's gpuserver): the requirements come from
@@ -116,16 +119,24 @@ class GPUClient:
         self.socket_path = socket_path
         self.acquire_timeout_ms = acquire_timeout_ms
 
-    def _call(self, method, path, body, timeout):
-        conn = UnixHTTPConnection(self.socket_path, timeout)
+    def _call(self, method, path, body, timeout, conn=None, credential=None):
+        """One API call: on conn when given (it stays open), else on a connection of its own. The credential is
+        the function's token (FAAS_GPU_TOKEN) unless another is given."""
+        own = conn is None
+        if own:
+            conn = UnixHTTPConnection(self.socket_path, timeout)
         try:
             data = None if body is None else json.dumps(body).encode()
             headers = {"Content-Type": "application/json"} if data is not None else {}
+            credential = credential or os.getenv("FAAS_GPU_TOKEN", "")
+            if credential:
+                headers["Authorization"] = "Bearer " + credential
             conn.request(method, path, body=data, headers=headers)
             resp = conn.getresponse()
             return resp.status, resp.read()
         finally:
-            conn.close()
+            if own:
+                conn.close()
 
     @staticmethod
     def _error_text(raw):
@@ -135,6 +146,7 @@ class GPUClient:
             return raw.decode(errors="replace")
 
     def acquire(self):
+        """Returns (binding, lease): the binding and the connection that holds it until release."""
         try:
             return self._acquire()
         except GPUError as e:
@@ -148,26 +160,34 @@ class GPUClient:
             return self._acquire()
 
     def _acquire(self):
-        # Leave the socket a little longer than the gpuserver's own timeout so that its 504 arrives first.
+        # The binding is a lease of this connection: it stays open until release, so that the gpuserver releases
+        # the binding should this process die. Leave the socket a little longer than the gpuserver's own timeout
+        # so that its 504 arrives first.
         timeout = self.acquire_timeout_ms / 1000.0 + 5
         path = "/v1/functions/%s/acquire" % self.function
+        conn = UnixHTTPConnection(self.socket_path, timeout)
         try:
-            status, raw = self._call("POST", path, {"timeout_ms": self.acquire_timeout_ms}, timeout)
+            status, raw = self._call("POST", path, {"timeout_ms": self.acquire_timeout_ms}, timeout, conn=conn)
         except OSError as e:
+            conn.close()
             raise GPUError(503, "gpuserver at %s unreachable: %s" % (self.socket_path, e))
         if status != 200:
+            conn.close()
             raise GPUError(status, "gpuserver refused to acquire a GPU for function %s (HTTP %d): %s"
                            % (self.function, status, self._error_text(raw)))
         try:
             binding = json.loads(raw)
         except ValueError:
+            conn.close()
             raise GPUError(502, "gpuserver answered acquire with invalid JSON")
-        return binding
+        return binding, conn
 
     def register(self, spec):
         """Registers (or updates) the function with the gpuserver; returns the token for the remoting socket."""
+        # Registering takes a ticket the provider issued for exactly this spec (FAAS_GPU_REGISTRATION_TICKET).
         try:
-            status, raw = self._call("POST", "/v1/functions", spec, 30)
+            status, raw = self._call("POST", "/v1/functions", spec, 30,
+                                     credential=os.getenv("FAAS_GPU_REGISTRATION_TICKET", ""))
         except OSError as e:
             raise GPUError(503, "gpuserver at %s unreachable: %s" % (self.socket_path, e))
         if status != 200:
@@ -178,14 +198,18 @@ class GPUClient:
         except (ValueError, AttributeError):
             raise GPUError(502, "gpuserver answered register with invalid JSON")
 
-    def release(self, binding_id):
-        """Ends a binding. Returns a GPUError when the binding broke (HTTP 503: its GPU failed while it was held,
-        so the handler's GPU work may be wrong), else None."""
+    def release(self, binding_id, lease):
+        """Ends a binding on the connection that acquired it. Returns a GPUError when the binding broke (HTTP
+        503: its GPU failed while it was held, so the handler's GPU work may be wrong), else None."""
         try:
-            status, raw = self._call("POST", "/v1/bindings/%s/release" % binding_id, None, 30)
+            if lease.sock is not None:
+                lease.sock.settimeout(30)
+            status, raw = self._call("POST", "/v1/bindings/%s/release" % binding_id, None, 30, conn=lease)
         except OSError as e:
             log("faas-gpu: releasing binding %s failed: %s" % (binding_id, e))
             return None
+        finally:
+            lease.close()
         if status not in (200, 204):
             log("faas-gpu: releasing binding %s failed (HTTP %d): %s" % (binding_id, status, self._error_text(raw)))
             if status == 503:
@@ -335,10 +359,10 @@ class RequestHandler(BaseHTTPRequestHandler):
     def invoke(self, url, body):
         event = Event(body, self.headers, self.command, Query(url.query), url.path or "/")
         gpu = self.server.gpu_client
-        binding = None
+        binding = lease = None
         if gpu is not None:
             try:
-                binding = gpu.acquire()
+                binding, lease = gpu.acquire()
             except GPUError as e:
                 log("faas-gpu: %s" % e.message)
                 self.send_json_error(e.status, e.message)
@@ -353,7 +377,7 @@ class RequestHandler(BaseHTTPRequestHandler):
                 self.send_json_error(500, "the function's handler raised an exception; see its logs")
                 return
         finally:
-            broke = gpu.release(binding.get("id", "")) if binding is not None else None
+            broke = gpu.release(binding.get("id", ""), lease) if binding is not None else None
         if broke is not None:  # the handler's result may be wrong: its GPU died under it
             self.send_json_error(broke.status, broke.message)
             return

@@ -12,6 +12,8 @@ import (
 type module struct {
 	b        *Backend
 	gpu      int
+	ctx      *simContext // nil: the backend's own context of the GPU
+	who      int         // its context's view of memory (see who)
 	source   string
 	funcs    map[string]*function
 	globals  map[string]global
@@ -49,11 +51,24 @@ func (b *Backend) LoadModule(gpu int, img []byte) (device.Module, error) {
 	if err := b.validGPU(gpu); err != nil {
 		return nil, err
 	}
+	m, err := b.loadModule(gpu, nil, img)
+	if err != nil {
+		return nil, err
+	}
+	return m, nil
+}
+
+// loadModule loads a module in a context (nil: the backend's own); its memory belongs to that context.
+func (b *Backend) loadModule(gpu int, ctx *simContext, img []byte) (*module, error) {
 	im, err := decodeImage(img, b.gpus[gpu].ComputeCapability)
 	if err != nil {
 		return nil, fmt.Errorf("sim: gpu %d: %w", gpu, err)
 	}
-	m := &module{b: b, gpu: gpu, source: im.source, funcs: map[string]*function{}, globals: map[string]global{}}
+	m := &module{b: b, gpu: gpu, ctx: ctx, who: who(gpu, 0), source: im.source, funcs: map[string]*function{},
+		globals: map[string]global{}}
+	if ctx != nil {
+		m.who = who(gpu, ctx.id)
+	}
 	if err := m.place(im); err != nil {
 		return nil, err
 	}
@@ -109,10 +124,13 @@ func (m *module) place(im *image) error {
 	if err := b.SetAccess(ptr, size, []int{m.gpu}); err != nil {
 		return m.releaseMemory(err)
 	}
+	if m.ctx != nil {
+		b.ownMemory(ptr, m.ctx.id)
+	}
 	for i, s := range im.segments { // fresh simulated memory reads as zero: write what the image sets
 		base := ptr + device.Ptr(bases[i])
 		if len(s.init) > 0 {
-			if err := b.writeDevice(m.gpu, base, s.init[:min(uint64(len(s.init)), s.size)]); err != nil {
+			if err := b.writeDevice(m.who, base, s.init[:min(uint64(len(s.init)), s.size)]); err != nil {
 				return m.releaseMemory(err)
 			}
 		}
@@ -121,7 +139,7 @@ func (m *module) place(im *image) error {
 				continue
 			}
 			addr := binary.LittleEndian.AppendUint64(nil, uint64(ptr)+bases[r.seg]+r.target)
-			if err := b.writeDevice(m.gpu, base+device.Ptr(r.off), addr[:r.size]); err != nil {
+			if err := b.writeDevice(m.who, base+device.Ptr(r.off), addr[:r.size]); err != nil {
 				return m.releaseMemory(err)
 			}
 		}

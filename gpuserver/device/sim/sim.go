@@ -97,6 +97,7 @@ type Backend struct {
 	hostRegs  map[*byte]int         // registered host buffers (start -> len)
 	transfers map[*transfer]topology.Path
 	failed    map[int]error // GPUs failed by FailGPU: the error their streams' work returns
+	nextCtx   uint64        // ids of contexts (NewContext), from 1
 	closed    bool
 
 	dryLaunches atomic.Uint64 // launches accepted and not executed (KernelsDry)
@@ -108,6 +109,7 @@ type mapping struct {
 	start  device.Ptr
 	phys   *physical
 	access uint64 // bit i: GPU i may access
+	ctx    uint64 // the context owning it (module memory), 0: the process's (Map)
 }
 
 type transfer struct{}
@@ -361,6 +363,15 @@ func (b *Backend) SetAccess(ptr device.Ptr, size uint64, gpus []int) error {
 		m.access = mask
 	}
 	return nil
+}
+
+// ownMemory makes the mapping at ptr memory of context ctx: reachable from that context's work only.
+func (b *Backend) ownMemory(ptr device.Ptr, ctx uint64) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if m, ok := b.pages[uint64(ptr)/b.gran]; ok {
+		m.ctx = ctx
+	}
 }
 
 // Unmap removes whole mappings in a range.
