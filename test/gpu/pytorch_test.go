@@ -10,6 +10,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"math"
 	"os"
 	"os/exec"
@@ -17,6 +18,7 @@ import (
 	"runtime"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -37,10 +39,32 @@ const (
 
 // torch is one torch_bench.py process: natively, or through the shim.
 type torch struct {
-	cmd    *exec.Cmd
-	in     io.WriteCloser
-	out    *bufio.Scanner
-	stderr *bytes.Buffer
+	cmd       *exec.Cmd
+	in        io.WriteCloser
+	out       *bufio.Scanner
+	stderr    *bytes.Buffer
+	serverLog fmt.Stringer // the gpuserver's log, shown when a call fails
+}
+
+// callTimeout bounds one command of torch_bench.py (a load, a pass or an output).
+const callTimeout = 3 * time.Minute
+
+// syncBuffer is a bytes.Buffer safe for the gpuserver's logger and the test to share.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
 }
 
 type passReply struct {
@@ -50,7 +74,7 @@ type passReply struct {
 	Error string             `json:"error"`
 }
 
-func startTorch(t *testing.T, model string, env []string) *torch {
+func startTorch(t *testing.T, model string, env []string, serverLog fmt.Stringer) *torch {
 	t.Helper()
 	cmd := exec.Command("python3", "torch_bench.py", model)
 	cmd.Env = append(os.Environ(), env...)
@@ -62,7 +86,7 @@ func startTorch(t *testing.T, model string, env []string) *torch {
 	if err != nil {
 		t.Fatal(err)
 	}
-	p := &torch{cmd: cmd, in: in, out: bufio.NewScanner(out), stderr: &bytes.Buffer{}}
+	p := &torch{cmd: cmd, in: in, out: bufio.NewScanner(out), stderr: &bytes.Buffer{}, serverLog: serverLog}
 	p.out.Buffer(make([]byte, 1<<20), 64<<20)
 	cmd.Stderr = p.stderr
 	if err := cmd.Start(); err != nil {
@@ -89,8 +113,18 @@ func (p *torch) call(t *testing.T, req map[string]any, reply any) {
 	if _, err := fmt.Fprintf(p.in, "%s\n", line); err != nil {
 		t.Fatalf("torch_bench.py %v: %v\nstderr:\n%s", req, err, tail(p.stderr.String(), 4096))
 	}
-	if !p.out.Scan() {
-		t.Fatalf("torch_bench.py %v: no reply (%v)\nstderr:\n%s", req, p.out.Err(), tail(p.stderr.String(), 4096))
+	scanned := make(chan bool, 1)
+	go func() { scanned <- p.out.Scan() }()
+	select {
+	case ok := <-scanned:
+		if !ok {
+			t.Fatalf("torch_bench.py %v: no reply (%v)\nstderr:\n%s\ngpuserver log:\n%s", req, p.out.Err(),
+				tail(p.stderr.String(), 4096), tail(p.serverLog.String(), 4096))
+		}
+	case <-time.After(callTimeout): // a stuck call must not hold the GPU machine: kill, report, go on
+		_ = p.cmd.Process.Kill()
+		t.Fatalf("torch_bench.py %v: no reply within %v (killed)\nstderr:\n%s\ngpuserver log:\n%s", req,
+			callTimeout, tail(p.stderr.String(), 4096), tail(p.serverLog.String(), 4096))
 	}
 	if err := json.Unmarshal(p.out.Bytes(), reply); err != nil {
 		t.Fatalf("torch_bench.py %v: %v: %s", req, err, p.out.Bytes())
@@ -203,9 +237,11 @@ func TestGPUPyTorchThroughTheShim(t *testing.T) {
 		t.Fatalf("cuda backend: %v", err)
 	}
 	dir := t.TempDir()
+	serverLog := &syncBuffer{}
 	srv, err := server.Start(context.Background(), server.Config{Socket: filepath.Join(dir, "gpuserver.sock"),
 		Node: node, RemotingSocket: filepath.Join(dir, "remoting.sock"), KeyFile: filepath.Join(dir, "key"),
-		RepositoryDir: shmDir(t), Device: dev})
+		RepositoryDir: shmDir(t), Device: dev,
+		Logger: slog.New(slog.NewTextHandler(serverLog, &slog.HandlerOptions{Level: slog.LevelDebug}))})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -252,7 +288,7 @@ func TestGPUPyTorchThroughTheShim(t *testing.T) {
 			}
 			// Natively.
 			native := newSide()
-			np := startTorch(t, model, nil)
+			np := startTorch(t, model, nil, serverLog)
 			load := np.load(t)
 			first := np.pass(t, 1).S
 			native.cold, native.coldParts = load+first, fmt.Sprintf("model.cuda() %.1f ms + first pass %.1f ms",
@@ -265,7 +301,7 @@ func TestGPUPyTorchThroughTheShim(t *testing.T) {
 			remote := newSide()
 			rp := startTorch(t, model, []string{"LD_LIBRARY_PATH=" + shim, "FAAS_GPU_SHIM_DEBUG=1",
 				"FAAS_GPU_REMOTING_SOCKET=" + srv.RemotingSocket(), "FAAS_GPU_FUNCTION=" + name,
-				"FAAS_GPU_TOKEN=" + srv.Token(name)})
+				"FAAS_GPU_TOKEN=" + srv.Token(name)}, serverLog)
 			rp.load(t) // initialisation: implicit bindings
 			request := func(f func()) time.Duration {
 				start := time.Now()

@@ -187,6 +187,17 @@ func (g *guardedStream) Memset32(dst device.Ptr, v uint32, n uint64) error {
 func (g *guardedStream) Launch(f device.Function, grid, block device.Dim3, sharedMem uint32, args []byte) error {
 	return g.c.call(func() error { return g.s.Launch(f, grid, block, sharedMem, args) })
 }
+func (g *guardedStream) LaunchEx(f device.Function, grid, block device.Dim3, sharedMem uint32,
+	attrs []device.LaunchAttribute, args []byte) error {
+	raw := make([]device.LaunchAttribute, len(attrs))
+	for i, a := range attrs {
+		raw[i] = a
+		if a.Event != nil {
+			raw[i].Event = unguard(a.Event)
+		}
+	}
+	return g.c.call(func() error { return g.s.LaunchEx(f, grid, block, sharedMem, raw, args) })
+}
 func (g *guardedStream) Record(e device.Event) error {
 	return g.c.call(func() error { return g.s.Record(unguard(e)) })
 }
@@ -258,6 +269,14 @@ func (g *guardedModule) Global(name string) (p device.Ptr, size uint64, err erro
 	return p, size, err
 }
 func (g *guardedModule) Unload() error { return g.c.call(g.m.Unload) }
+func (g *guardedModule) FunctionNames() []string { return g.m.FunctionNames() }
+
+// The wrappers keep the optional interfaces of what they wrap: a launch with attributes (cuLaunchKernelEx) or a
+// kernel list through a tenant's context must not answer NOT_SUPPORTED where the primary context's would not.
+var (
+	_ device.ExtendedLauncher = (*guardedStream)(nil)
+	_ device.EnumerableModule = (*guardedModule)(nil)
+)
 
 // PageableMemoryAccess reports whether kernels on GPU i can read and write the host's pageable memory (HMM or
 // ATS): then a kernel of any function can read the whole gpuserver process's memory (other functions' model
