@@ -487,23 +487,27 @@ func benchPipeline(ctx context.Context, md *bytes.Buffer, dev device.Backend, no
 		"for its layer's segment); *serial* waits for the whole model first. Time from swap start to the last "+
 		"kernel's completion.\n\n| model | layers | serial | pipelined | pipelined/serial |\n|---|---|---|---|---|\n",
 		dim, dim, dim, dim, dim)
-	mod, err := dev.LoadModule(0, kernels.PTX())
-	if err != nil {
-		return err
-	}
-	defer mod.Unload()
-	lin, err := mod.Function("linear")
-	if err != nil {
-		return err
-	}
-	relu, err := mod.Function("relu")
-	if err != nil {
-		return err
-	}
 	for size := uint64(64 * mib); size <= maxModel; size *= 2 {
 		layers := int(size / layerBytes)
 		name := fmt.Sprintf("model-%d", size/mib)
 		ptrs, err := initModel(ctx, node, name, 0, layers, layerBytes)
+		if err != nil {
+			return err
+		}
+		// The kernels run in the function's own context (its tenant's), as a remoted function's do.
+		dc, err := node.Context(name, 0)
+		if err != nil {
+			return err
+		}
+		mod, err := dc.LoadModule(kernels.PTX())
+		if err != nil {
+			return err
+		}
+		lin, err := mod.Function("linear")
+		if err != nil {
+			return err
+		}
+		relu, err := mod.Function("relu")
 		if err != nil {
 			return err
 		}
@@ -551,6 +555,9 @@ func benchPipeline(ctx context.Context, md *bytes.Buffer, dev device.Backend, no
 		fmt.Fprintf(md, "| %d MiB | %d | %v | %v | %.2f |\n", size/mib, layers,
 			(time.Duration(float64(times[0]) / scale)).Round(10*time.Microsecond),
 			(time.Duration(float64(times[1]) / scale)).Round(10*time.Microsecond), times[1].Seconds()/times[0].Seconds())
+		if err := mod.Unload(); err != nil {
+			return err
+		}
 		if err := node.Evict(ctx, name, 0); err != nil {
 			return err
 		}
