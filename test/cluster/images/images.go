@@ -1,6 +1,6 @@
 // Package images describes the images of the live cluster test as imagebuild specs: the faas-gpu image (binary
 // and shim, as the repository's Dockerfile lays it out), gpu-python function images (the template and a handler,
-// as templates/gpu-python/Dockerfile lays them out), and the static images the cluster itself needs (a pause
+// as template/gpu-python/Dockerfile lays them out), and the static images the cluster itself needs (a pause
 // stand-in, NATS, CoreDNS, Knative's queue-proxy). Tests in this package check that each spec and its Dockerfile
 // describe the same files.
 package images
@@ -45,7 +45,7 @@ const (
 	watchdogBinary = "/usr/bin/fwatchdog"
 )
 
-// WatchdogOmitted is what the gpu-python images built here leave out of templates/gpu-python/Dockerfile:
+// WatchdogOmitted is what the gpu-python images built here leave out of template/gpu-python/Dockerfile:
 // of-watchdog (the Dockerfile copies it from its image; the module is not on the Go proxy and no registry is
 // reachable). The images run the template's own HTTP server (index.py) on the watchdog's port instead, which
 // serves the same routes and GET /_/health.
@@ -74,7 +74,7 @@ func FaasGPU(base, binary, shim string) (imagebuild.Spec, error) {
 }
 
 // GPUPython is the image of one function: the gpu-python template (templateDir) with the handler folder fnDir, as
-// templates/gpu-python/Dockerfile lays them out, less of-watchdog (WatchdogOmitted). A function whose
+// template/gpu-python/Dockerfile lays them out, less of-watchdog (WatchdogOmitted). A function whose
 // requirements.txt names packages is refused: the image has no pip (the example functions need none).
 func GPUPython(base, templateDir, fnDir, function string) (imagebuild.Spec, error) {
 	for _, req := range []string{filepath.Join(templateDir, "requirements.txt"), filepath.Join(fnDir, "requirements.txt")} {
@@ -95,8 +95,6 @@ func GPUPython(base, templateDir, fnDir, function string) (imagebuild.Spec, erro
 		imagebuild.Entry{Path: path.Join(functionHome, "function"), Dir: true, UID: functionUID, GID: functionGID},
 		imagebuild.Entry{Path: path.Join(functionHome, "function", "__init__.py"), Data: []byte{},
 			UID: functionUID, GID: functionGID},
-		// The python image the Dockerfile starts from has `python` (fprocess is "python index.py").
-		imagebuild.Entry{Path: "/usr/local/bin/python", Link: "/usr/bin/python3"},
 	)
 	fn, err := imagebuild.DirEntries(fnDir, path.Join(functionHome, "function"), functionUID, functionGID)
 	if err != nil {
@@ -107,12 +105,12 @@ func GPUPython(base, templateDir, fnDir, function string) (imagebuild.Spec, erro
 		Ref: Ref("fn-" + function), Base: base, Entries: entries,
 		Env: []string{
 			"FAAS_GPU_SOCKET=" + gpuSocketPath,
-			"fprocess=python index.py",
+			"fprocess=python3 index.py",
 			// Without the watchdog, index.py itself listens where the watchdog would.
 			"HOST=0.0.0.0", "PORT=" + functionPort,
 		},
 		User: fmt.Sprintf("%d:%d", functionUID, functionGID), WorkingDir: functionHome,
-		Entrypoint: []string{"python", "index.py"},
+		Entrypoint: []string{"python3", "index.py"},
 		Ports:      []string{functionPort + "/tcp"},
 	}, nil
 }

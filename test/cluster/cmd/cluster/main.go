@@ -231,7 +231,7 @@ func (c config) imageSpecs() ([]imagebuild.Spec, error) {
 		}
 	}
 	for _, fn := range c.functions {
-		s, err := images.GPUPython(c.rootfs, "templates/gpu-python", filepath.Join("functions", fn), fn)
+		s, err := images.GPUPython(c.rootfs, "template/gpu-python", filepath.Join("functions", fn), fn)
 		if err != nil {
 			return nil, err
 		}
