@@ -19,7 +19,8 @@ import (
 // the basic-auth Secret mounted at /var/secrets, as the stock chart does). The faas-gpu chart's swapIn Role
 // (EndpointSlices) is already bound to this ServiceAccount by the release testKubernetesChartInstall installed.
 //
-// What the stock chart cannot express is added as docs/kubernetes.md tells a user to patch it in: the gpuserver
+// What the stock chart cannot express is added as charts/faas-gpu/README.md (gpuserver.keySecret) tells a user to
+// patch it in: the gpuserver
 // key Secret mounted (0440, the pod's fsGroup) with FAAS_GPU_GPUSERVER_KEY_FILE, and FAAS_GPU_SOCKET_GROUP, so
 // that GPU pods get registration tickets and the sockets' group.
 func stockProvider(image string) string {
