@@ -9,7 +9,7 @@ LDFLAGS   := -X main.version=$(VERSION) -X main.commit=$(COMMIT)
 RUN_ARGS  ?=
 
 ## (see also test-cuda below)
-.PHONY: all build run test test-go test-shim test-fuzz lint gpu-test shim bench-policy bench-swap bench-remoting bench-queue bench-template clean
+.PHONY: all build run test test-go test-shim test-fuzz lint shim bench-policy bench-swap bench-remoting bench-queue bench-template clean
 
 all: build
 
@@ -60,7 +60,7 @@ functions:
 .PHONY: test-cuda
 test-cuda: build
 	@dir=$$(test/pyenv/pyenv.sh) && echo "test-cuda: pinned Python environment $$dir"
-	FAAS_GPU_TEST_PYENV=1 $(GO) test -count=1 -timeout 60m \
+	FAAS_GPU_TEST_PYENV=1 $(GO) test -count=1 -timeout 60m -v \
 	  $$(grep -rl --include='*_test.go' 'faas-gpu/test/pyenv"' . | xargs -n1 dirname | sort -u)
 
 ## pyenv: the pinned CUDA 13 / PyTorch Python environment (cached outside the repository); prints its path
@@ -84,10 +84,20 @@ shim:
 test-shim:
 	@if [ -f shim/Makefile ]; then $(MAKE) -C shim test; fi
 
-## gpu-test: the GPU suite (needs an NVIDIA GPU and driver); writes the real data-plane figures to docs/bench/swap-cuda.md
-gpu-test: build
-	FAAS_GPU_TEST_CUDA=1 FAAS_GPU_GPU_REPORT=$(CURDIR)/docs/bench/pytorch-shim.md $(GO) test -count=1 -timeout 25m -v -run 'CUDA|GPU' ./gpuserver/... ./test/...
-	$(GO) run ./gpuserver/executor/swapbench -device cuda -out docs/bench/swap-cuda.md
+## gpu-test: the GPU suite on a machine with an NVIDIA GPU and driver (test/gpu/suite.sh): every CUDA and GPU test with
+## FAAS_GPU_TEST_CUDA=1, PyTorch natively and through the shim side by side (docs/bench/pytorch-shim.md) and the data
+## plane on the real driver (docs/bench/swap-cuda.md). Where Go is installed the test binaries are built first.
+GPU_TEST_PKGS := gpuserver/device/nvml gpuserver/device/cuda gpuserver/executor test/gpu
+.PHONY: gpu-test gpu-test-bin
+gpu-test:
+	@if command -v $(GO) >/dev/null 2>&1; then $(MAKE) gpu-test-bin; fi
+	test/gpu/suite.sh
+
+## gpu-test-bin: the GPU suite's test binaries in bin/gpu, for a GPU machine without Go
+gpu-test-bin:
+	@mkdir -p bin/gpu
+	@for p in $(GPU_TEST_PKGS); do $(GO) test -c -ldflags="-s -w" -o bin/gpu/$$(echo $$p | tr / -).test ./$$p || exit 1; done
+	$(GO) build -ldflags="-s -w" -o bin/gpu/swapbench ./gpuserver/executor/swapbench
 
 ## gpu-trace: on a GPU machine, record what PyTorch uses of the real driver (shim/testdata/trace, see its README)
 .PHONY: gpu-trace

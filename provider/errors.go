@@ -15,6 +15,9 @@ var (
 	ErrInvalid = errors.New("invalid request")
 	// ErrNotReady: the function exists but no replica is ready to serve.
 	ErrNotReady = errors.New("not ready")
+	// ErrFailed: the function exists but cannot start until it is updated (its pip requirements failed to install);
+	// the message says why.
+	ErrFailed = errors.New("cannot start")
 	// ErrSlowClient: the client did not send its request body within the server's body timeouts.
 	ErrSlowClient = errors.New("the client sent its request body too slowly")
 	// ErrTooLarge: the request body is larger than the endpoint accepts.
@@ -32,7 +35,7 @@ func StatusCode(err error) int {
 		return http.StatusNotFound
 	case errors.Is(err, ErrExists):
 		return http.StatusConflict
-	case errors.Is(err, ErrNotReady):
+	case errors.Is(err, ErrNotReady), errors.Is(err, ErrFailed):
 		return http.StatusServiceUnavailable
 	case errors.Is(err, ErrSlowClient):
 		return http.StatusRequestTimeout

@@ -20,8 +20,10 @@ func TestBadFlagsExitTwoNamingTheFlag(t *testing.T) {
 		{args: []string{"gpuserver", "--gpu-memory", "lots"}, want: "-gpu-memory"},
 		{args: []string{"gpuserver", "--log-level", "loud"}, want: "-log-level"},
 		{args: []string{"up", "--policy", "best"}, want: "-policy"},
+		{args: []string{"up", "--env-max-age", "-1h"}, want: "-env-max-age"},
 		{args: []string{"gpuserver", "extra"}, want: `unexpected argument "extra"`},
 		{args: []string{"up"}, env: map[string]string{"FAAS_GPU_PORT": "x"}, want: "FAAS_GPU_PORT"},
+		{args: []string{"up"}, env: map[string]string{"FAAS_GPU_ENV_MAX_AGE": "often", "FAAS_GPU_PORT": ""}, want: "FAAS_GPU_ENV_MAX_AGE"},
 	} {
 		for k, v := range tc.env {
 			t.Setenv(k, v)

@@ -49,6 +49,7 @@ type providerConfig struct {
 	proxyTimeout    time.Duration
 	readyTimeout    time.Duration
 	logLevel        string
+	envs            envFlags
 	// envErr is a bad value in one of faas-netes' variables (basic_auth).
 	envErr error
 }
@@ -108,9 +109,13 @@ func (c *providerConfig) register(fs *flag.FlagSet) {
 	fs.DurationVar(&c.readyTimeout, "ready-timeout", handlers.DefaultReadyTimeout,
 		"how long an invocation waits for a function that is starting (the first call after a deploy)")
 	fs.StringVar(&c.logLevel, "log-level", "info", "debug, info, warn or error")
+	c.envs.register(fs)
 }
 
 func (c *providerConfig) validate() error {
+	if err := c.envs.validate(); err != nil {
+		return err
+	}
 	switch {
 	case c.envErr != nil:
 		return usageError{c.envErr}
@@ -222,9 +227,13 @@ func runProvider(ctx context.Context, args []string, stdout, stderr io.Writer) e
 				return err
 			}
 		}
+		envDir, err := cfg.envs.resolvedDir(cfg.stateDir)
+		if err != nil {
+			return err
+		}
 		b, err := local.New(ctx, local.Config{StateDir: filepath.Join(cfg.stateDir, "functions"), BuildDir: cfg.buildDir,
 			TemplatesDir: cfg.templatesDir, FunctionsDir: cfg.functionsDir, Env: env, GPUEnv: gpuEnv,
-			Python: cfg.python, Logger: log.With("component", "local")})
+			Python: cfg.python, EnvDir: envDir, EnvMaxAge: cfg.envs.maxAge, Logger: log.With("component", "local")})
 		if err != nil {
 			return fmt.Errorf("local backend: %w", err)
 		}

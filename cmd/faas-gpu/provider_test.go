@@ -67,7 +67,7 @@ func TestProviderServesAndStops(t *testing.T) {
 	done := make(chan error, 1)
 	go func() {
 		done <- runProvider(ctx, []string{"--port", strconv.Itoa(port), "--build-dir", filepath.Join(dir, "build"),
-			"--log-level", "error"}, io.Discard, io.Discard)
+			"--env-dir", filepath.Join(dir, "envs"), "--log-level", "error"}, io.Discard, io.Discard)
 	}()
 	base := "http://127.0.0.1:" + strconv.Itoa(port)
 	get := func(path string) (*http.Response, error) {

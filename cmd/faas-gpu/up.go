@@ -48,6 +48,7 @@ type upConfig struct {
 	allowedHosts string
 	policy       string
 	logLevel     string
+	envs         envFlags
 	queue        upQueueConfig
 	simKernels   string
 }
@@ -72,12 +73,16 @@ func (c *upConfig) register(fs *flag.FlagSet) {
 		"how long an invocation waits for a function that is starting (the first call after a deploy)")
 	fs.StringVar(&c.policy, "policy", "faas-gpu", policyUsage)
 	fs.StringVar(&c.logLevel, "log-level", "info", "debug, info, warn or error")
+	c.envs.register(fs)
 	c.queue.register(fs)
 	fs.StringVar(&c.simKernels, "sim-kernels", "reference", simKernelsUsage)
 }
 
 func (c *upConfig) validate() error {
 	if err := checkPolicy(c.policy); err != nil {
+		return err
+	}
+	if err := c.envs.validate(); err != nil {
 		return err
 	}
 	if err := c.queue.validate(); err != nil {
@@ -217,7 +222,13 @@ func (u *up) start(ctx context.Context, cfg upConfig, stateDir, nodeName string,
 	}
 	// Absolute, so that a deploy's error (read by faas-cli in some other folder) names the folders for sure.
 	templatesDir, buildDir, functionsDir := absPath(cfg.templatesDir), absPath(cfg.buildDir), absPath(cfg.functionsDir)
+	envDir, err := cfg.envs.resolvedDir(stateDir)
+	if err != nil {
+		return err
+	}
 	backend, err := local.New(ctx, local.Config{
+		EnvDir:       envDir,
+		EnvMaxAge:    cfg.envs.maxAge,
 		StateDir:     filepath.Join(stateDir, "functions"),
 		BuildDir:     buildDir,
 		TemplatesDir: templatesDir,
@@ -321,11 +332,13 @@ func (u *up) start(ctx context.Context, cfg upConfig, stateDir, nodeName string,
   queue worker stream OF_faas-request, max in flight %d
   state        %s
   functions    from %s (fallback: templates %s, handlers %s)
+  python envs  %s  (functions with pip requirements)
 Ready. Ctrl-C stops everything.
 `, gatewayURL, hostsText, creds.User, filepath.Join(secretsDir, basicauth.PasswordFile),
 		basicauth.LoginCommand(secretsDir, creds.User, gatewayURL), gs.Socket(), len(gpuStatus.GPUs), nodeName, gpuStatus.Policy, gs.RemotingSocket(),
 		filepath.Join(shimDir, "libcuda.so.1"), ns.ClientURL(),
-		filepath.Join(stateDir, "jetstream"), filepath.Join(stateDir, natsSecretsDir), maxInflight, stateDir, buildDir, templatesDir, functionsDir)
+		filepath.Join(stateDir, "jetstream"), filepath.Join(stateDir, natsSecretsDir), maxInflight, stateDir, buildDir, templatesDir, functionsDir,
+		envDir)
 	return nil
 }
 

@@ -1,6 +1,13 @@
 package device
 
-import "context"
+import (
+	"context"
+	"encoding/hex"
+	"fmt"
+	"strings"
+
+	"github.com/faas-gpu/faas-gpu/gpuserver/device/attrs"
+)
 
 // Ptr is a device virtual address in the node's unified address space. 0 is never a valid block address.
 type Ptr uint64
@@ -51,6 +58,8 @@ type Backend interface {
 	NewStream(gpu int) (Stream, error)
 	// NewEvent creates an event on GPU gpu, for Stream.Record and Stream.Wait.
 	NewEvent(gpu int) (Event, error)
+	// NewTimedEvent creates an event that also records when the work before it completed (Event.Elapsed).
+	NewTimedEvent(gpu int) (Event, error)
 	// LoadModule loads a module image (PTX text or cubin) on GPU gpu.
 	LoadModule(gpu int, image []byte) (Module, error)
 	// MemoryInfo returns the free and total physical memory of GPU gpu as the driver sees it.
@@ -76,6 +85,26 @@ type GPUInfo struct {
 	Granularity uint64 `json:"granularity"`
 	// ComputeCapability is major*10+minor, e.g. 90 for an H200.
 	ComputeCapability int `json:"compute_capability"`
+	// Attributes is the GPU's complete device attribute table (every CUdevice_attribute): the driver's on a
+	// real GPU, the simulated model's on the sim (package attrs).
+	Attributes attrs.Table `json:"-"`
+}
+
+// FormatUUID renders a 16-byte GPU UUID as the driver and nvidia-smi do: GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx.
+func FormatUUID(u [16]byte) string {
+	return fmt.Sprintf("GPU-%x-%x-%x-%x-%x", u[0:4], u[4:6], u[6:8], u[8:10], u[10:16])
+}
+
+// ParseUUID parses a UUID as FormatUUID writes it (the GPU- prefix optional).
+func ParseUUID(s string) ([16]byte, error) {
+	var u [16]byte
+	h := strings.ReplaceAll(strings.TrimPrefix(s, "GPU-"), "-", "")
+	b, err := hex.DecodeString(h)
+	if err != nil || len(b) != 16 {
+		return u, fmt.Errorf("%w: GPU UUID %q", ErrInvalidValue, s)
+	}
+	copy(u[:], b)
+	return u, nil
 }
 
 // Physical is physical memory on one GPU (a CUDA allocation handle).

@@ -24,6 +24,8 @@ type Context interface {
 	NewStream() (Stream, error)
 	// NewEvent creates an event of the context.
 	NewEvent() (Event, error)
+	// NewTimedEvent creates an event of the context that also records when the work before it completed.
+	NewTimedEvent() (Event, error)
 	// LoadModule loads a module image in the context.
 	LoadModule(image []byte) (Module, error)
 	// Err returns the sticky fault that poisoned the context, nil while it is usable.

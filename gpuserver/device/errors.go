@@ -22,6 +22,8 @@ var (
 	ErrNotSupported = errors.New("not supported")
 	// ErrInvalidImage: a module image that cannot be loaded.
 	ErrInvalidImage = errors.New("invalid module image")
+	// ErrNotReady: the work an event or query waits for has not completed yet.
+	ErrNotReady = errors.New("not ready")
 	// ErrNoBinaryForGPU: a well-formed module image with no code for the GPU's architecture
 	// (CUDA_ERROR_NO_BINARY_FOR_GPU).
 	ErrNoBinaryForGPU = errors.New("no binary for the GPU")

@@ -1,6 +1,9 @@
 package device
 
-import "context"
+import (
+	"context"
+	"time"
+)
 
 // Dim3 is a grid or block dimension of a kernel launch; zero components count as 1.
 type Dim3 struct{ X, Y, Z uint32 }
@@ -42,6 +45,10 @@ type Event interface {
 	Query() (bool, error)
 	// Synchronize waits until the work before the last Record has completed, or ctx ends.
 	Synchronize(ctx context.Context) error
+	// Elapsed is the time from start's last Record completing to this event's, both timed events
+	// (Backend.NewTimedEvent) of one GPU: ErrInvalidValue for an event without timing or never recorded,
+	// ErrNotReady while either has not completed.
+	Elapsed(start Event) (time.Duration, error)
 	// Destroy releases the event.
 	Destroy() error
 }

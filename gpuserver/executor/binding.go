@@ -2,7 +2,6 @@ package executor
 
 import (
 	"context"
-	"encoding/binary"
 	"errors"
 	"fmt"
 	"sync"
@@ -396,12 +395,7 @@ func (s *Stream) Memset32(dst device.Ptr, v uint32, n uint64) error {
 // Launch waits for the segments that the kernel's 8-byte parameters point into, then launches it. Pointers held
 // only inside device memory are not seen: a kernel that follows them must be preceded by WaitAll.
 func (s *Stream) Launch(f device.Function, grid, block device.Dim3, sharedMem uint32, args []byte) error {
-	var ptrs []device.Ptr
-	for _, p := range f.Params() {
-		if p.Size == 8 && int(p.Offset)+8 <= len(args) {
-			ptrs = append(ptrs, device.Ptr(binary.LittleEndian.Uint64(args[p.Offset:])))
-		}
-	}
+	ptrs := kernelPointers(f, args)
 	return s.gate(func() error {
 		s.n.writesLocked(s.f, "kernel", ptrs...)
 		return s.s.Launch(f, grid, block, sharedMem, args)

@@ -48,8 +48,9 @@ func (s Segment) Contains(p device.Ptr) bool { return p >= s.Ptr && uint64(p-s.P
 
 type segState struct {
 	Segment
-	small *Buddy // shared segment of small blocks; nil for a segment of one large block
-	freed bool   // a large block's segment whose block was freed (kept reserved: its address is never reused)
+	small  *Buddy // shared segment of small blocks; nil for a segment of one large block
+	freed  bool   // a large block's segment whose block was freed (kept reserved: its address is never reused)
+	placed bool   // placed by AllocAt in one of the function's ranges (its range holds the reservation)
 }
 
 // AddressSpace is one function's blocks at fixed addresses. It is safe for concurrent use.
@@ -61,6 +62,7 @@ type AddressSpace struct {
 	mu     sync.Mutex
 	segs   []*segState // by ID
 	blocks map[device.Ptr]int
+	ranges []addrRange // reserved by ReserveRange, for segments placed with AllocAt
 	closed bool
 }
 
@@ -159,19 +161,28 @@ func (a *AddressSpace) Segments() []Segment {
 	return out
 }
 
-// Lookup returns the segment containing p.
+// Lookup returns the segment containing p: a live one when a freed segment placed in a range (AllocAt) shares its
+// addresses.
 func (a *AddressSpace) Lookup(p device.Ptr) (Segment, bool) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	i := sort.Search(len(a.segs), func(i int) bool { return uint64(a.segs[i].Ptr)+a.segs[i].Size > uint64(p) })
 	// segments are reserved in increasing address order on both backends, but do not rely on it
-	if i < len(a.segs) && a.segs[i].Contains(p) {
+	if i < len(a.segs) && a.segs[i].Contains(p) && !(a.segs[i].placed && a.segs[i].freed) {
 		return a.segs[i].Segment, true
 	}
+	var freed *segState
 	for _, s := range a.segs {
-		if s.Contains(p) {
+		if !s.Contains(p) {
+			continue
+		}
+		if !(s.placed && s.freed) {
 			return s.Segment, true
 		}
+		freed = s
+	}
+	if freed != nil {
+		return freed.Segment, true
 	}
 	return Segment{}, false
 }
@@ -200,9 +211,18 @@ func (a *AddressSpace) Close() error {
 	a.closed = true
 	var first error
 	for _, s := range a.segs {
+		if s.placed {
+			continue // its range holds the reservation
+		}
 		if err := a.dev.FreeAddress(s.Ptr, s.Size); err != nil && first == nil {
 			first = fmt.Errorf("function %s: free segment %d: %w", a.function, s.ID, err)
 		}
 	}
+	for _, r := range a.ranges {
+		if err := a.dev.FreeAddress(r.ptr, r.size); err != nil && first == nil {
+			first = fmt.Errorf("function %s: free range %#x: %w", a.function, uint64(r.ptr), err)
+		}
+	}
+	a.ranges = nil
 	return first
 }

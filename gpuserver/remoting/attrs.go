@@ -2,75 +2,49 @@ package remoting
 
 import (
 	"github.com/faas-gpu/faas-gpu/gpuserver/device"
+	"github.com/faas-gpu/faas-gpu/gpuserver/device/attrs"
 	"github.com/faas-gpu/faas-gpu/gpuserver/pool"
 )
 
-// CUdevice_attribute values the shim answers locally from the hello reply.
-const (
-	attrMaxThreadsPerBlock        = 1
-	attrMaxBlockDimX              = 2
-	attrMaxBlockDimY              = 3
-	attrMaxBlockDimZ              = 4
-	attrMaxGridDimX               = 5
-	attrMaxGridDimY               = 6
-	attrMaxGridDimZ               = 7
-	attrMaxSharedMemoryPerBlock   = 8
-	attrTotalConstantMemory       = 9
-	attrWarpSize                  = 10
-	attrMaxPitch                  = 11
-	attrMaxRegistersPerBlock      = 12
-	attrClockRate                 = 13
-	attrTextureAlignment          = 14
-	attrMultiprocessorCount       = 16
-	attrIntegrated                = 18
-	attrCanMapHostMemory          = 19
-	attrComputeMode               = 20
-	attrConcurrentKernels         = 31
-	attrECCEnabled                = 32
-	attrPCIBusID                  = 33
-	attrPCIDeviceID               = 34
-	attrMemoryClockRate           = 36
-	attrGlobalMemoryBusWidth      = 37
-	attrL2CacheSize               = 38
-	attrMaxThreadsPerSM           = 39
-	attrAsyncEngineCount          = 40
-	attrUnifiedAddressing         = 41
-	attrComputeCapabilityMajor    = 75
-	attrComputeCapabilityMinor    = 76
-	attrMaxSharedMemoryPerSM      = 81
-	attrMaxRegistersPerSM         = 82
-	attrManagedMemory             = 83
-	attrCooperativeLaunch         = 95
-	attrMaxSharedMemoryPerBlockOp = 97
-	attrVMMSupported              = 102
-	attrMemoryPoolsSupported      = 115
-)
+// unprovided are the attributes of features a remoted function cannot use, whatever its GPU offers: its host
+// memory is not mapped into the GPU (no mapped or registered host pointers in kernels, no managed or pageable
+// memory access), nothing is shared with other processes (IPC handles, dma-buf, RDMA, multicast, external
+// semaphores), and memory pools and host-located VMM allocations are not remoted. The shim reports them as 0 so
+// that libraries take the paths that work.
+var unprovided = []attrs.Attr{
+	attrs.CanMapHostMemory, attrs.CanUseHostPointerForRegisteredMem, attrs.ManagedMemory,
+	attrs.ConcurrentManagedAccess, attrs.PageableMemoryAccess, attrs.PageableMemoryAccessUsesHostPageTables,
+	attrs.DirectManagedMemAccessFromHost, attrs.HostNativeAtomicSupported, attrs.OnlyPartialHostNativeAtomicSupported,
+	attrs.HandleTypePosixFileDescriptorSupported, attrs.HandleTypeWin32HandleSupported,
+	attrs.HandleTypeWin32KmtHandleSupported, attrs.HandleTypeFabricSupported, attrs.MempoolSupportedHandleTypes,
+	attrs.IpcEventSupported, attrs.DmaBufSupported, attrs.HostAllocDmaBufSupported, attrs.GpuDirectRdmaSupported,
+	attrs.GpuDirectRdmaWithCudaVmmSupported, attrs.GpuDirectRdmaFlushWritesOptions, attrs.MulticastSupported,
+	attrs.TimelineSemaphoreInteropSupported, attrs.MemoryPoolsSupported, attrs.HostNumaVirtualMemoryManagementSupported,
+	attrs.HostNumaMemoryPoolsSupported, attrs.HostNumaMultinodeIpcSupported, attrs.HostMemoryPoolsSupported,
+	attrs.HostVirtualMemoryManagementSupported, attrs.MultiGpuBoard, attrs.MultiGpuBoardGroupId,
+}
 
-// deviceReply is the device a function sees: one GPU of the node's model, with the function's quota as memory.
+// deviceReply is the device a function sees: GPU 0 of the node (its name, UUID and complete attribute table, less
+// the unprovided features), with the function's quota as memory.
 func (s *Server) deviceReply(spec pool.FunctionSpec) reply {
-	info := device.GPUInfo{Name: "faas-gpu remoted GPU", ComputeCapability: 90}
+	var info device.GPUInfo
 	if s.cfg.Device != nil {
 		if g := s.cfg.Device.GPUs(); len(g) > 0 {
 			info = g[0]
 		}
 	}
-	r := reply{status: wireStatusOK, totalMem: spec.MemoryBytes, deviceName: info.Name}
-	copy(r.uuid[:], info.UUID)
-	a := &r.attrs
-	for k, v := range map[int]int32{
-		attrMaxThreadsPerBlock: 1024, attrMaxBlockDimX: 1024, attrMaxBlockDimY: 1024, attrMaxBlockDimZ: 64,
-		attrMaxGridDimX: 2147483647, attrMaxGridDimY: 65535, attrMaxGridDimZ: 65535,
-		attrMaxSharedMemoryPerBlock: 49152, attrTotalConstantMemory: 65536, attrWarpSize: 32,
-		attrMaxPitch: 2147483647, attrMaxRegistersPerBlock: 65536, attrClockRate: 1755000, attrTextureAlignment: 512,
-		attrMultiprocessorCount: 132, attrCanMapHostMemory: 1, attrConcurrentKernels: 1, attrECCEnabled: 1,
-		attrMemoryClockRate: 2619000, attrGlobalMemoryBusWidth: 5120, attrL2CacheSize: 52428800,
-		attrMaxThreadsPerSM: 2048, attrAsyncEngineCount: 2, attrUnifiedAddressing: 1,
-		attrComputeCapabilityMajor: int32(info.ComputeCapability / 10),
-		attrComputeCapabilityMinor: int32(info.ComputeCapability % 10),
-		attrMaxSharedMemoryPerSM:   233472, attrMaxRegistersPerSM: 65536, attrCooperativeLaunch: 1,
-		attrMaxSharedMemoryPerBlockOp: 232448, attrVMMSupported: 1,
-	} {
-		a[k] = v
+	if info.Name == "" { // a transport-only server (NewHandler) without a device: a generic sm_90 GPU
+		m, _ := attrs.ForModel("NVIDIA H100 80GB HBM3")
+		info = device.GPUInfo{Name: "faas-gpu remoted GPU", Attributes: m.Table()}
 	}
+	r := reply{status: wireStatusOK, totalMem: spec.MemoryBytes, deviceName: info.Name}
+	if u, err := device.ParseUUID(info.UUID); err == nil {
+		r.uuid = u
+	}
+	t := info.Attributes
+	for _, a := range unprovided {
+		t[a] = 0
+	}
+	copy(r.attrs[:], t[:])
 	return r
 }

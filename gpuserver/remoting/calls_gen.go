@@ -14,7 +14,7 @@ const (
 	// wireVersionMajor: incompatible changes; a mismatch is refused.
 	wireVersionMajor = 1
 	// wireVersionMinor: compatible additions (new calls); a server accepts clients with minor <= its own.
-	wireVersionMinor = 0
+	wireVersionMinor = 1
 	// wireRecordHeaderSize: u32 size, u16 call id, u16 flags, u64 seq.
 	wireRecordHeaderSize = 16
 	// wireRecordFlagSync: the caller waits for a response (set for sync calls, and for every call in all-sync mode).
@@ -161,6 +161,19 @@ const (
 	CallCuEventElapsedTime            CallID = 96
 	CallCuEventElapsedTime_v2         CallID = 97
 	CallCuPointerGetAttribute         CallID = 100
+	CallCuLaunchKernelEx              CallID = 71
+	CallCuLibraryGetKernelCount       CallID = 65
+	CallCuLibraryEnumerateKernels     CallID = 66
+	CallFuncGetName                   CallID = 67
+	CallMemcpy2DHtoD                  CallID = 43
+	CallMemcpy2DDtoH                  CallID = 44
+	CallMemcpy2DDtoD                  CallID = 45
+	CallMemset2D                      CallID = 46
+	CallStreamWriteValue              CallID = 86
+	CallStreamWaitValue               CallID = 87
+	CallTensorMapEncode               CallID = 110
+	CallTensorMapReplaceAddress       CallID = 111
+	CallModuleImageChunk              CallID = 47
 )
 
 // calls describes every remoted call by id.
@@ -225,131 +238,170 @@ var calls = map[CallID]callInfo{
 	CallCuEventElapsedTime:            {name: "cuEventElapsedTime", sync: true, syncpoint: false},
 	CallCuEventElapsedTime_v2:         {name: "cuEventElapsedTime_v2", sync: true, syncpoint: false},
 	CallCuPointerGetAttribute:         {name: "cuPointerGetAttribute", sync: true, syncpoint: false},
+	CallCuLaunchKernelEx:              {name: "cuLaunchKernelEx", sync: false, syncpoint: false},
+	CallCuLibraryGetKernelCount:       {name: "cuLibraryGetKernelCount", sync: true, syncpoint: false},
+	CallCuLibraryEnumerateKernels:     {name: "cuLibraryEnumerateKernels", sync: true, syncpoint: false},
+	CallFuncGetName:                   {name: "funcGetName", sync: true, syncpoint: false},
+	CallMemcpy2DHtoD:                  {name: "memcpy2DHtoD", sync: false, syncpoint: false},
+	CallMemcpy2DDtoH:                  {name: "memcpy2DDtoH", sync: true, syncpoint: true},
+	CallMemcpy2DDtoD:                  {name: "memcpy2DDtoD", sync: false, syncpoint: false},
+	CallMemset2D:                      {name: "memset2D", sync: false, syncpoint: false},
+	CallStreamWriteValue:              {name: "streamWriteValue", sync: false, syncpoint: false},
+	CallStreamWaitValue:               {name: "streamWaitValue", sync: true, syncpoint: true},
+	CallTensorMapEncode:               {name: "tensorMapEncode", sync: true, syncpoint: false},
+	CallTensorMapReplaceAddress:       {name: "tensorMapReplaceAddress", sync: true, syncpoint: false},
+	CallModuleImageChunk:              {name: "moduleImageChunk", sync: false, syncpoint: false},
 }
 
 // Handler executes decoded calls; one method per remoted call of the API table. A method returns the
 // call's CUDA result; out arguments are return values, except out bytes, which are filled in place.
 type Handler interface {
-	// CuCtxSynchronize is sync call 1 (shim/api/cuda.api:23).
+	// CuCtxSynchronize is sync call 1 (shim/api/cuda.api:34).
 	CuCtxSynchronize(ctx context.Context) (res Result)
-	// CuMemGetInfo_v2 is sync call 2 (shim/api/cuda.api:24).
+	// CuMemGetInfo_v2 is sync call 2 (shim/api/cuda.api:35).
 	CuMemGetInfo_v2(ctx context.Context) (free uint64, total uint64, res Result)
-	// CuMemAlloc_v2 is sync call 10 (shim/api/cuda.api:27).
+	// CuMemAlloc_v2 is sync call 10 (shim/api/cuda.api:38).
 	CuMemAlloc_v2(ctx context.Context, bytesize uint64) (dptr uint64, res Result)
-	// CuMemFree_v2 is sync call 11 (shim/api/cuda.api:28).
+	// CuMemFree_v2 is sync call 11 (shim/api/cuda.api:39).
 	CuMemFree_v2(ctx context.Context, dptr uint64) (res Result)
-	// CuMemAllocAsync is sync call 12 (shim/api/cuda.api:29).
+	// CuMemAllocAsync is sync call 12 (shim/api/cuda.api:40).
 	CuMemAllocAsync(ctx context.Context, bytesize uint64, hStream uint64) (dptr uint64, res Result)
-	// CuMemFreeAsync is async call 13 (shim/api/cuda.api:30).
+	// CuMemFreeAsync is async call 13 (shim/api/cuda.api:41).
 	CuMemFreeAsync(ctx context.Context, dptr uint64, hStream uint64) (res Result)
-	// CuMemGetAddressRange_v2 is sync call 14 (shim/api/cuda.api:31).
+	// CuMemGetAddressRange_v2 is sync call 14 (shim/api/cuda.api:42).
 	CuMemGetAddressRange_v2(ctx context.Context, dptr uint64) (pbase uint64, psize uint64, res Result)
-	// CuMemAllocPitch_v2 is sync call 15 (shim/api/cuda.api:32).
+	// CuMemAllocPitch_v2 is sync call 15 (shim/api/cuda.api:43).
 	CuMemAllocPitch_v2(ctx context.Context, WidthInBytes uint64, Height uint64, ElementSizeBytes uint32) (dptr uint64, pPitch uint64, res Result)
-	// CuMemAddressReserve is sync call 20 (shim/api/cuda.api:35).
+	// CuMemAddressReserve is sync call 20 (shim/api/cuda.api:47).
 	CuMemAddressReserve(ctx context.Context, size uint64, alignment uint64, addr uint64, flags uint64) (ptr uint64, res Result)
-	// CuMemAddressFree is sync call 21 (shim/api/cuda.api:36).
+	// CuMemAddressFree is sync call 21 (shim/api/cuda.api:48).
 	CuMemAddressFree(ctx context.Context, ptr uint64, size uint64) (res Result)
-	// CuMemCreate is sync call 22 (shim/api/cuda.api:37).
+	// CuMemCreate is sync call 22 (shim/api/cuda.api:49).
 	CuMemCreate(ctx context.Context, size uint64, prop []byte, flags uint64) (handle uint64, res Result)
-	// CuMemRelease is sync call 23 (shim/api/cuda.api:38).
+	// CuMemRelease is sync call 23 (shim/api/cuda.api:50).
 	CuMemRelease(ctx context.Context, handle uint64) (res Result)
-	// CuMemMap is sync call 24 (shim/api/cuda.api:39).
+	// CuMemMap is sync call 24 (shim/api/cuda.api:51).
 	CuMemMap(ctx context.Context, ptr uint64, size uint64, offset uint64, handle uint64, flags uint64) (res Result)
-	// CuMemUnmap is sync call 25 (shim/api/cuda.api:40).
+	// CuMemUnmap is sync call 25 (shim/api/cuda.api:52).
 	CuMemUnmap(ctx context.Context, ptr uint64, size uint64) (res Result)
-	// CuMemSetAccess is sync call 26 (shim/api/cuda.api:41).
+	// CuMemSetAccess is sync call 26 (shim/api/cuda.api:53).
 	CuMemSetAccess(ctx context.Context, ptr uint64, size uint64, desc []byte, count uint64) (res Result)
-	// CuMemGetAllocationGranularity is sync call 27 (shim/api/cuda.api:42).
+	// CuMemGetAllocationGranularity is sync call 27 (shim/api/cuda.api:54).
 	CuMemGetAllocationGranularity(ctx context.Context, prop []byte, option uint32) (granularity uint64, res Result)
-	// CuMemcpyHtoD_v2 is sync call 30 (shim/api/cuda.api:45).
+	// CuMemcpyHtoD_v2 is sync call 30 (shim/api/cuda.api:57).
 	CuMemcpyHtoD_v2(ctx context.Context, dstDevice uint64, srcHost []byte, ByteCount uint64) (res Result)
-	// CuMemcpyHtoDAsync_v2 is async call 31 (shim/api/cuda.api:46).
+	// CuMemcpyHtoDAsync_v2 is async call 31 (shim/api/cuda.api:58).
 	CuMemcpyHtoDAsync_v2(ctx context.Context, dstDevice uint64, srcHost []byte, ByteCount uint64, hStream uint64) (res Result)
-	// CuMemcpyDtoH_v2 is sync call 32 (shim/api/cuda.api:47).
+	// CuMemcpyDtoH_v2 is sync call 32 (shim/api/cuda.api:59).
 	CuMemcpyDtoH_v2(ctx context.Context, dstHost []byte, srcDevice uint64, ByteCount uint64) (res Result)
-	// CuMemcpyDtoHAsync_v2 is sync call 33 (shim/api/cuda.api:48).
+	// CuMemcpyDtoHAsync_v2 is sync call 33 (shim/api/cuda.api:60).
 	CuMemcpyDtoHAsync_v2(ctx context.Context, dstHost []byte, srcDevice uint64, ByteCount uint64, hStream uint64) (res Result)
-	// CuMemcpyDtoD_v2 is sync call 34 (shim/api/cuda.api:49).
+	// CuMemcpyDtoD_v2 is sync call 34 (shim/api/cuda.api:61).
 	CuMemcpyDtoD_v2(ctx context.Context, dstDevice uint64, srcDevice uint64, ByteCount uint64) (res Result)
-	// CuMemcpyDtoDAsync_v2 is async call 35 (shim/api/cuda.api:50).
+	// CuMemcpyDtoDAsync_v2 is async call 35 (shim/api/cuda.api:62).
 	CuMemcpyDtoDAsync_v2(ctx context.Context, dstDevice uint64, srcDevice uint64, ByteCount uint64, hStream uint64) (res Result)
-	// CuMemsetD8_v2 is async call 36 (shim/api/cuda.api:51).
+	// CuMemsetD8_v2 is async call 36 (shim/api/cuda.api:63).
 	CuMemsetD8_v2(ctx context.Context, dstDevice uint64, uc uint32, N uint64) (res Result)
-	// CuMemsetD16_v2 is async call 37 (shim/api/cuda.api:52).
+	// CuMemsetD16_v2 is async call 37 (shim/api/cuda.api:64).
 	CuMemsetD16_v2(ctx context.Context, dstDevice uint64, us uint32, N uint64) (res Result)
-	// CuMemsetD32_v2 is async call 38 (shim/api/cuda.api:53).
+	// CuMemsetD32_v2 is async call 38 (shim/api/cuda.api:65).
 	CuMemsetD32_v2(ctx context.Context, dstDevice uint64, ui uint32, N uint64) (res Result)
-	// CuMemsetD8Async is async call 39 (shim/api/cuda.api:54).
+	// CuMemsetD8Async is async call 39 (shim/api/cuda.api:66).
 	CuMemsetD8Async(ctx context.Context, dstDevice uint64, uc uint32, N uint64, hStream uint64) (res Result)
-	// CuMemsetD16Async is async call 40 (shim/api/cuda.api:55).
+	// CuMemsetD16Async is async call 40 (shim/api/cuda.api:67).
 	CuMemsetD16Async(ctx context.Context, dstDevice uint64, us uint32, N uint64, hStream uint64) (res Result)
-	// CuMemsetD32Async is async call 41 (shim/api/cuda.api:56).
+	// CuMemsetD32Async is async call 41 (shim/api/cuda.api:68).
 	CuMemsetD32Async(ctx context.Context, dstDevice uint64, ui uint32, N uint64, hStream uint64) (res Result)
-	// MemcpyHtoDChunk is async call 42 (shim/api/cuda.api:58).
+	// MemcpyHtoDChunk is async call 42 (shim/api/cuda.api:70).
 	MemcpyHtoDChunk(ctx context.Context, dstDevice uint64, srcHost []byte, ByteCount uint64, hStream uint64) (res Result)
-	// CuModuleLoadData is sync call 50 (shim/api/cuda.api:61).
+	// CuModuleLoadData is sync call 50 (shim/api/cuda.api:73).
 	CuModuleLoadData(ctx context.Context, image []byte, size uint64) (module uint64, res Result)
-	// CuModuleUnload is sync call 51 (shim/api/cuda.api:62).
+	// CuModuleUnload is sync call 51 (shim/api/cuda.api:74).
 	CuModuleUnload(ctx context.Context, hmod uint64) (res Result)
-	// CuModuleGetFunction is sync call 52 (shim/api/cuda.api:64).
+	// CuModuleGetFunction is sync call 52 (shim/api/cuda.api:76).
 	CuModuleGetFunction(ctx context.Context, params []byte, hmod uint64, name string) (hfunc uint64, res Result)
-	// CuModuleGetGlobal_v2 is sync call 53 (shim/api/cuda.api:65).
+	// CuModuleGetGlobal_v2 is sync call 53 (shim/api/cuda.api:77).
 	CuModuleGetGlobal_v2(ctx context.Context, hmod uint64, name string) (dptr uint64, bytes uint64, res Result)
-	// CuLibraryLoadData is sync call 54 (shim/api/cuda.api:66).
+	// CuLibraryLoadData is sync call 54 (shim/api/cuda.api:78).
 	CuLibraryLoadData(ctx context.Context, code []byte, size uint64) (library uint64, res Result)
-	// CuLibraryUnload is sync call 55 (shim/api/cuda.api:67).
+	// CuLibraryUnload is sync call 55 (shim/api/cuda.api:79).
 	CuLibraryUnload(ctx context.Context, library uint64) (res Result)
-	// CuLibraryGetKernel is sync call 56 (shim/api/cuda.api:68).
+	// CuLibraryGetKernel is sync call 56 (shim/api/cuda.api:80).
 	CuLibraryGetKernel(ctx context.Context, library uint64, name string) (pKernel uint64, res Result)
-	// CuKernelGetFunction is sync call 57 (shim/api/cuda.api:69).
+	// CuKernelGetFunction is sync call 57 (shim/api/cuda.api:81).
 	CuKernelGetFunction(ctx context.Context, params []byte, kernel uint64) (pFunc uint64, res Result)
-	// CuLibraryGetModule is sync call 58 (shim/api/cuda.api:70).
+	// CuLibraryGetModule is sync call 58 (shim/api/cuda.api:82).
 	CuLibraryGetModule(ctx context.Context, library uint64) (pMod uint64, res Result)
-	// CuFuncGetAttribute is sync call 59 (shim/api/cuda.api:71).
+	// CuFuncGetAttribute is sync call 59 (shim/api/cuda.api:83).
 	CuFuncGetAttribute(ctx context.Context, attrib int32, hfunc uint64) (pi int32, res Result)
-	// CuFuncSetAttribute is async call 60 (shim/api/cuda.api:72).
+	// CuFuncSetAttribute is async call 60 (shim/api/cuda.api:84).
 	CuFuncSetAttribute(ctx context.Context, hfunc uint64, attrib int32, value int32) (res Result)
-	// CuFuncSetCacheConfig is async call 61 (shim/api/cuda.api:73).
+	// CuFuncSetCacheConfig is async call 61 (shim/api/cuda.api:85).
 	CuFuncSetCacheConfig(ctx context.Context, hfunc uint64, config int32) (res Result)
-	// CuKernelGetAttribute is sync call 62 (shim/api/cuda.api:74).
+	// CuKernelGetAttribute is sync call 62 (shim/api/cuda.api:86).
 	CuKernelGetAttribute(ctx context.Context, attrib int32, kernel uint64, dev int32) (pi int32, res Result)
-	// CuKernelSetAttribute is async call 63 (shim/api/cuda.api:75).
+	// CuKernelSetAttribute is async call 63 (shim/api/cuda.api:87).
 	CuKernelSetAttribute(ctx context.Context, attrib int32, val int32, kernel uint64, dev int32) (res Result)
-	// CuLibraryGetGlobal is sync call 64 (shim/api/cuda.api:76).
+	// CuLibraryGetGlobal is sync call 64 (shim/api/cuda.api:88).
 	CuLibraryGetGlobal(ctx context.Context, library uint64, name string) (dptr uint64, bytes uint64, res Result)
-	// CuLaunchKernel is async call 70 (shim/api/cuda.api:79).
+	// CuLaunchKernel is async call 70 (shim/api/cuda.api:91).
 	CuLaunchKernel(ctx context.Context, f uint64, gridDimX uint32, gridDimY uint32, gridDimZ uint32, blockDimX uint32, blockDimY uint32, blockDimZ uint32, sharedMemBytes uint32, hStream uint64, args []byte, argsSize uint64) (res Result)
-	// CuStreamCreate is sync call 80 (shim/api/cuda.api:82).
+	// CuStreamCreate is sync call 80 (shim/api/cuda.api:94).
 	CuStreamCreate(ctx context.Context, Flags uint32) (phStream uint64, res Result)
-	// CuStreamCreateWithPriority is sync call 81 (shim/api/cuda.api:83).
+	// CuStreamCreateWithPriority is sync call 81 (shim/api/cuda.api:95).
 	CuStreamCreateWithPriority(ctx context.Context, flags uint32, priority int32) (phStream uint64, res Result)
-	// CuStreamDestroy_v2 is sync call 82 (shim/api/cuda.api:84).
+	// CuStreamDestroy_v2 is sync call 82 (shim/api/cuda.api:96).
 	CuStreamDestroy_v2(ctx context.Context, hStream uint64) (res Result)
-	// CuStreamSynchronize is sync call 83 (shim/api/cuda.api:85).
+	// CuStreamSynchronize is sync call 83 (shim/api/cuda.api:97).
 	CuStreamSynchronize(ctx context.Context, hStream uint64) (res Result)
-	// CuStreamQuery is sync call 84 (shim/api/cuda.api:86).
+	// CuStreamQuery is sync call 84 (shim/api/cuda.api:98).
 	CuStreamQuery(ctx context.Context, hStream uint64) (res Result)
-	// CuStreamWaitEvent is async call 85 (shim/api/cuda.api:87).
+	// CuStreamWaitEvent is async call 85 (shim/api/cuda.api:99).
 	CuStreamWaitEvent(ctx context.Context, hStream uint64, hEvent uint64, Flags uint32) (res Result)
-	// CuEventCreate is sync call 90 (shim/api/cuda.api:88).
+	// CuEventCreate is sync call 90 (shim/api/cuda.api:100).
 	CuEventCreate(ctx context.Context, Flags uint32) (phEvent uint64, res Result)
-	// CuEventDestroy_v2 is sync call 91 (shim/api/cuda.api:89).
+	// CuEventDestroy_v2 is sync call 91 (shim/api/cuda.api:101).
 	CuEventDestroy_v2(ctx context.Context, hEvent uint64) (res Result)
-	// CuEventRecord is async call 92 (shim/api/cuda.api:90).
+	// CuEventRecord is async call 92 (shim/api/cuda.api:102).
 	CuEventRecord(ctx context.Context, hEvent uint64, hStream uint64) (res Result)
-	// CuEventRecordWithFlags is async call 93 (shim/api/cuda.api:91).
+	// CuEventRecordWithFlags is async call 93 (shim/api/cuda.api:103).
 	CuEventRecordWithFlags(ctx context.Context, hEvent uint64, hStream uint64, flags uint32) (res Result)
-	// CuEventSynchronize is sync call 94 (shim/api/cuda.api:92).
+	// CuEventSynchronize is sync call 94 (shim/api/cuda.api:104).
 	CuEventSynchronize(ctx context.Context, hEvent uint64) (res Result)
-	// CuEventQuery is sync call 95 (shim/api/cuda.api:93).
+	// CuEventQuery is sync call 95 (shim/api/cuda.api:105).
 	CuEventQuery(ctx context.Context, hEvent uint64) (res Result)
-	// CuEventElapsedTime is sync call 96 (shim/api/cuda.api:94).
+	// CuEventElapsedTime is sync call 96 (shim/api/cuda.api:106).
 	CuEventElapsedTime(ctx context.Context, hStart uint64, hEnd uint64) (pMilliseconds float32, res Result)
-	// CuEventElapsedTime_v2 is sync call 97 (shim/api/cuda.api:95).
+	// CuEventElapsedTime_v2 is sync call 97 (shim/api/cuda.api:107).
 	CuEventElapsedTime_v2(ctx context.Context, hStart uint64, hEnd uint64) (pMilliseconds float32, res Result)
-	// CuPointerGetAttribute is sync call 100 (shim/api/cuda.api:98).
+	// CuPointerGetAttribute is sync call 100 (shim/api/cuda.api:110).
 	CuPointerGetAttribute(ctx context.Context, data []byte, attribute int32, ptr uint64) (res Result)
+	// CuLaunchKernelEx is async call 71 (shim/api/cuda.api:115).
+	CuLaunchKernelEx(ctx context.Context, f uint64, gridDimX uint32, gridDimY uint32, gridDimZ uint32, blockDimX uint32, blockDimY uint32, blockDimZ uint32, sharedMemBytes uint32, hStream uint64, attrs []byte, attrsSize uint64, args []byte, argsSize uint64) (res Result)
+	// CuLibraryGetKernelCount is sync call 65 (shim/api/cuda.api:117).
+	CuLibraryGetKernelCount(ctx context.Context, library uint64) (count uint32, res Result)
+	// CuLibraryEnumerateKernels is sync call 66 (shim/api/cuda.api:118).
+	CuLibraryEnumerateKernels(ctx context.Context, kernels []byte, numKernels uint32, library uint64) (res Result)
+	// FuncGetName is sync call 67 (shim/api/cuda.api:120).
+	FuncGetName(ctx context.Context, name []byte, hfunc uint64) (res Result)
+	// Memcpy2DHtoD is async call 43 (shim/api/cuda.api:122).
+	Memcpy2DHtoD(ctx context.Context, dst uint64, dstPitch uint64, width uint64, height uint64, src []byte, size uint64, hStream uint64) (res Result)
+	// Memcpy2DDtoH is sync call 44 (shim/api/cuda.api:123).
+	Memcpy2DDtoH(ctx context.Context, dst []byte, src uint64, srcPitch uint64, width uint64, height uint64, size uint64, hStream uint64) (res Result)
+	// Memcpy2DDtoD is async call 45 (shim/api/cuda.api:124).
+	Memcpy2DDtoD(ctx context.Context, dst uint64, dstPitch uint64, src uint64, srcPitch uint64, width uint64, height uint64, hStream uint64) (res Result)
+	// Memset2D is async call 46 (shim/api/cuda.api:125).
+	Memset2D(ctx context.Context, dst uint64, pitch uint64, value uint32, elementSize uint32, width uint64, height uint64, hStream uint64) (res Result)
+	// StreamWriteValue is async call 86 (shim/api/cuda.api:128).
+	StreamWriteValue(ctx context.Context, hStream uint64, addr uint64, value uint64, size uint32, flags uint32) (res Result)
+	// StreamWaitValue is sync call 87 (shim/api/cuda.api:129).
+	StreamWaitValue(ctx context.Context, hStream uint64, addr uint64, value uint64, size uint32, flags uint32) (res Result)
+	// TensorMapEncode is sync call 110 (shim/api/cuda.api:131).
+	TensorMapEncode(ctx context.Context, tensorMap []byte, request []byte, size uint64) (res Result)
+	// TensorMapReplaceAddress is sync call 111 (shim/api/cuda.api:132).
+	TensorMapReplaceAddress(ctx context.Context, tensorMap []byte, old []byte, globalAddress uint64) (res Result)
+	// ModuleImageChunk is async call 47 (shim/api/cuda.api:135).
+	ModuleImageChunk(ctx context.Context, data []byte, size uint64) (res Result)
 }
 
 // UnimplementedHandler answers every call with ResultNotSupported; embed it to implement a subset.
@@ -711,6 +763,84 @@ func (UnimplementedHandler) CuEventElapsedTime_v2(ctx context.Context, hStart ui
 
 // CuPointerGetAttribute answers ResultNotSupported.
 func (UnimplementedHandler) CuPointerGetAttribute(ctx context.Context, data []byte, attribute int32, ptr uint64) (res Result) {
+	res = ResultNotSupported
+	return
+}
+
+// CuLaunchKernelEx answers ResultNotSupported.
+func (UnimplementedHandler) CuLaunchKernelEx(ctx context.Context, f uint64, gridDimX uint32, gridDimY uint32, gridDimZ uint32, blockDimX uint32, blockDimY uint32, blockDimZ uint32, sharedMemBytes uint32, hStream uint64, attrs []byte, attrsSize uint64, args []byte, argsSize uint64) (res Result) {
+	res = ResultNotSupported
+	return
+}
+
+// CuLibraryGetKernelCount answers ResultNotSupported.
+func (UnimplementedHandler) CuLibraryGetKernelCount(ctx context.Context, library uint64) (count uint32, res Result) {
+	res = ResultNotSupported
+	return
+}
+
+// CuLibraryEnumerateKernels answers ResultNotSupported.
+func (UnimplementedHandler) CuLibraryEnumerateKernels(ctx context.Context, kernels []byte, numKernels uint32, library uint64) (res Result) {
+	res = ResultNotSupported
+	return
+}
+
+// FuncGetName answers ResultNotSupported.
+func (UnimplementedHandler) FuncGetName(ctx context.Context, name []byte, hfunc uint64) (res Result) {
+	res = ResultNotSupported
+	return
+}
+
+// Memcpy2DHtoD answers ResultNotSupported.
+func (UnimplementedHandler) Memcpy2DHtoD(ctx context.Context, dst uint64, dstPitch uint64, width uint64, height uint64, src []byte, size uint64, hStream uint64) (res Result) {
+	res = ResultNotSupported
+	return
+}
+
+// Memcpy2DDtoH answers ResultNotSupported.
+func (UnimplementedHandler) Memcpy2DDtoH(ctx context.Context, dst []byte, src uint64, srcPitch uint64, width uint64, height uint64, size uint64, hStream uint64) (res Result) {
+	res = ResultNotSupported
+	return
+}
+
+// Memcpy2DDtoD answers ResultNotSupported.
+func (UnimplementedHandler) Memcpy2DDtoD(ctx context.Context, dst uint64, dstPitch uint64, src uint64, srcPitch uint64, width uint64, height uint64, hStream uint64) (res Result) {
+	res = ResultNotSupported
+	return
+}
+
+// Memset2D answers ResultNotSupported.
+func (UnimplementedHandler) Memset2D(ctx context.Context, dst uint64, pitch uint64, value uint32, elementSize uint32, width uint64, height uint64, hStream uint64) (res Result) {
+	res = ResultNotSupported
+	return
+}
+
+// StreamWriteValue answers ResultNotSupported.
+func (UnimplementedHandler) StreamWriteValue(ctx context.Context, hStream uint64, addr uint64, value uint64, size uint32, flags uint32) (res Result) {
+	res = ResultNotSupported
+	return
+}
+
+// StreamWaitValue answers ResultNotSupported.
+func (UnimplementedHandler) StreamWaitValue(ctx context.Context, hStream uint64, addr uint64, value uint64, size uint32, flags uint32) (res Result) {
+	res = ResultNotSupported
+	return
+}
+
+// TensorMapEncode answers ResultNotSupported.
+func (UnimplementedHandler) TensorMapEncode(ctx context.Context, tensorMap []byte, request []byte, size uint64) (res Result) {
+	res = ResultNotSupported
+	return
+}
+
+// TensorMapReplaceAddress answers ResultNotSupported.
+func (UnimplementedHandler) TensorMapReplaceAddress(ctx context.Context, tensorMap []byte, old []byte, globalAddress uint64) (res Result) {
+	res = ResultNotSupported
+	return
+}
+
+// ModuleImageChunk answers ResultNotSupported.
+func (UnimplementedHandler) ModuleImageChunk(ctx context.Context, data []byte, size uint64) (res Result) {
 	res = ResultNotSupported
 	return
 }
@@ -1308,6 +1438,192 @@ func dispatch(ctx context.Context, h Handler, id CallID, payload []byte, resp *r
 			return ResultInvalidValue, nil
 		}
 		return h.CuPointerGetAttribute(ctx, data, attribute, ptr), nil
+	case CallCuLaunchKernelEx:
+		f := d.u64()
+		gridDimX := uint32(d.u64())
+		gridDimY := uint32(d.u64())
+		gridDimZ := uint32(d.u64())
+		blockDimX := uint32(d.u64())
+		blockDimY := uint32(d.u64())
+		blockDimZ := uint32(d.u64())
+		sharedMemBytes := uint32(d.u64())
+		hStream := d.u64()
+		attrs := d.bytes()
+		attrsSize := d.u64()
+		args := d.bytes()
+		argsSize := d.u64()
+		if err := d.finish(id); err != nil {
+			return 0, err
+		}
+		if uint64(len(attrs)) != uint64(attrsSize) {
+			return ResultInvalidValue, nil
+		}
+		if uint64(len(args)) != uint64(argsSize) {
+			return ResultInvalidValue, nil
+		}
+		return h.CuLaunchKernelEx(ctx, f, gridDimX, gridDimY, gridDimZ, blockDimX, blockDimY, blockDimZ, sharedMemBytes, hStream, attrs, attrsSize, args, argsSize), nil
+	case CallCuLibraryGetKernelCount:
+		library := d.u64()
+		if err := d.finish(id); err != nil {
+			return 0, err
+		}
+		count_slot := resp.slot()
+		count, res := h.CuLibraryGetKernelCount(ctx, library)
+		resp.put(count_slot, uint64(count))
+		return res, nil
+	case CallCuLibraryEnumerateKernels:
+		kernels_cap := d.u64()
+		numKernels := uint32(d.u64())
+		library := d.u64()
+		if err := d.finish(id); err != nil {
+			return 0, err
+		}
+		if kernels_cap != uint64(numKernels)*8 {
+			return ResultInvalidValue, nil
+		}
+		kernels, ok := resp.reserve(kernels_cap)
+		if !ok {
+			return ResultInvalidValue, nil
+		}
+		return h.CuLibraryEnumerateKernels(ctx, kernels, numKernels, library), nil
+	case CallFuncGetName:
+		name_cap := d.u64()
+		hfunc := d.u64()
+		if err := d.finish(id); err != nil {
+			return 0, err
+		}
+		if name_cap != uint64(4096) {
+			return ResultInvalidValue, nil
+		}
+		name, ok := resp.reserve(name_cap)
+		if !ok {
+			return ResultInvalidValue, nil
+		}
+		return h.FuncGetName(ctx, name, hfunc), nil
+	case CallMemcpy2DHtoD:
+		dst := d.u64()
+		dstPitch := d.u64()
+		width := d.u64()
+		height := d.u64()
+		src := d.bytes()
+		size := d.u64()
+		hStream := d.u64()
+		if err := d.finish(id); err != nil {
+			return 0, err
+		}
+		if uint64(len(src)) != uint64(size) {
+			return ResultInvalidValue, nil
+		}
+		return h.Memcpy2DHtoD(ctx, dst, dstPitch, width, height, src, size, hStream), nil
+	case CallMemcpy2DDtoH:
+		dst_cap := d.u64()
+		src := d.u64()
+		srcPitch := d.u64()
+		width := d.u64()
+		height := d.u64()
+		size := d.u64()
+		hStream := d.u64()
+		if err := d.finish(id); err != nil {
+			return 0, err
+		}
+		if dst_cap != uint64(size) {
+			return ResultInvalidValue, nil
+		}
+		dst, ok := resp.reserve(dst_cap)
+		if !ok {
+			return ResultInvalidValue, nil
+		}
+		return h.Memcpy2DDtoH(ctx, dst, src, srcPitch, width, height, size, hStream), nil
+	case CallMemcpy2DDtoD:
+		dst := d.u64()
+		dstPitch := d.u64()
+		src := d.u64()
+		srcPitch := d.u64()
+		width := d.u64()
+		height := d.u64()
+		hStream := d.u64()
+		if err := d.finish(id); err != nil {
+			return 0, err
+		}
+		return h.Memcpy2DDtoD(ctx, dst, dstPitch, src, srcPitch, width, height, hStream), nil
+	case CallMemset2D:
+		dst := d.u64()
+		pitch := d.u64()
+		value := uint32(d.u64())
+		elementSize := uint32(d.u64())
+		width := d.u64()
+		height := d.u64()
+		hStream := d.u64()
+		if err := d.finish(id); err != nil {
+			return 0, err
+		}
+		return h.Memset2D(ctx, dst, pitch, value, elementSize, width, height, hStream), nil
+	case CallStreamWriteValue:
+		hStream := d.u64()
+		addr := d.u64()
+		value := d.u64()
+		size := uint32(d.u64())
+		flags := uint32(d.u64())
+		if err := d.finish(id); err != nil {
+			return 0, err
+		}
+		return h.StreamWriteValue(ctx, hStream, addr, value, size, flags), nil
+	case CallStreamWaitValue:
+		hStream := d.u64()
+		addr := d.u64()
+		value := d.u64()
+		size := uint32(d.u64())
+		flags := uint32(d.u64())
+		if err := d.finish(id); err != nil {
+			return 0, err
+		}
+		return h.StreamWaitValue(ctx, hStream, addr, value, size, flags), nil
+	case CallTensorMapEncode:
+		tensorMap_cap := d.u64()
+		request := d.bytes()
+		size := d.u64()
+		if err := d.finish(id); err != nil {
+			return 0, err
+		}
+		if tensorMap_cap != uint64(128) {
+			return ResultInvalidValue, nil
+		}
+		if uint64(len(request)) != uint64(size) {
+			return ResultInvalidValue, nil
+		}
+		tensorMap, ok := resp.reserve(tensorMap_cap)
+		if !ok {
+			return ResultInvalidValue, nil
+		}
+		return h.TensorMapEncode(ctx, tensorMap, request, size), nil
+	case CallTensorMapReplaceAddress:
+		tensorMap_cap := d.u64()
+		old := d.bytes()
+		globalAddress := d.u64()
+		if err := d.finish(id); err != nil {
+			return 0, err
+		}
+		if tensorMap_cap != uint64(128) {
+			return ResultInvalidValue, nil
+		}
+		if uint64(len(old)) != uint64(128) {
+			return ResultInvalidValue, nil
+		}
+		tensorMap, ok := resp.reserve(tensorMap_cap)
+		if !ok {
+			return ResultInvalidValue, nil
+		}
+		return h.TensorMapReplaceAddress(ctx, tensorMap, old, globalAddress), nil
+	case CallModuleImageChunk:
+		data := d.bytes()
+		size := d.u64()
+		if err := d.finish(id); err != nil {
+			return 0, err
+		}
+		if uint64(len(data)) != uint64(size) {
+			return ResultInvalidValue, nil
+		}
+		return h.ModuleImageChunk(ctx, data, size), nil
 	}
 	return 0, errUnknownCall(id)
 }

@@ -44,6 +44,12 @@ type deviceHandler struct {
 	streams map[uint64]bool
 	events  map[uint64]*event
 	globals []*global
+
+	pendingImage []byte // chunks of a module image whose load call has not come yet
+
+	vmmRanges   map[uint64]uint64 // reservations: start -> size
+	vmmHandles  map[uint64]*vmmHandle
+	vmmMappings map[uint64]*vmmMapping // by address
 }
 
 // allocation is a block the session allocated (or a module global it may copy to).
@@ -52,6 +58,7 @@ type allocation struct {
 	global     *global // set for a module global: the address is the one on the GPU it was first asked on
 	ownSegment bool    // the block has a segment of its own (never shared with later blocks)
 	segSize    uint64  // bytes of the segment it created, if any (counted in used)
+	mapped     bool    // a mapping of a physical allocation (cuMemMap): freed by cuMemUnmap only
 }
 
 // global is a module global as the function sees it: one address (canon, its address on the GPU the function
@@ -67,6 +74,7 @@ type global struct {
 type module struct {
 	image  []byte
 	loaded map[int]loadedModule // by GPU
+	funcs  map[string]uint64    // kernel name -> handle, so that a kernel has one handle
 }
 
 // loadedModule is a module loaded in the function's context on one GPU. A fault tears that context down, and with
@@ -80,12 +88,17 @@ type function struct {
 	mod    *module
 	name   string
 	params []device.Param
+	// sets are the attributes the function set (cuFuncSetAttribute), applied to the kernel on every GPU it is
+	// launched on; applied records the GPUs whose kernel has them.
+	sets    map[device.FuncAttr]int32
+	applied map[int]bool
 }
 
 type event struct {
-	ev  device.Event
-	gpu int
-	ctx device.Context // the function's context on gpu it was created in
+	ev     device.Event
+	gpu    int
+	ctx    device.Context // the function's context on gpu it was created in
+	timing bool
 }
 
 func newDeviceHandler(ctx context.Context, cfg Config, info SessionInfo, log *slog.Logger) (*deviceHandler, error) {
@@ -136,6 +149,8 @@ func result(err error) Result {
 		return ResultNotSupported
 	case errors.Is(err, device.ErrInvalidImage):
 		return ResultInvalidImage
+	case errors.Is(err, device.ErrNotReady):
+		return ResultNotReady
 	case errors.Is(err, device.ErrNoBinaryForGPU):
 		return ResultNoBinaryForGPU
 	case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
@@ -356,7 +371,7 @@ func (h *deviceHandler) CuMemAllocAsync(ctx context.Context, size, _ uint64) (ui
 
 func (h *deviceHandler) CuMemFree_v2(ctx context.Context, dptr uint64) Result {
 	i := h.findAllocation(dptr)
-	if i < 0 || h.allocs[i].ptr != dptr || h.allocs[i].global != nil {
+	if i < 0 || h.allocs[i].ptr != dptr || h.allocs[i].global != nil || h.allocs[i].mapped {
 		return ResultInvalidValue
 	}
 	if r := h.syncStream(ctx); r != ResultSuccess {
@@ -536,6 +551,8 @@ func (h *deviceHandler) memset(ctx context.Context, dst uint64, v uint32, n uint
 	switch elem {
 	case 1:
 		return result(s.Memset8(d, uint8(v), n))
+	case 2:
+		return result(memset16(s, d, uint16(v), n))
 	case 4:
 		return result(s.Memset32(d, v, n))
 	}
@@ -593,11 +610,30 @@ func (h *deviceHandler) unload(m *module) error {
 	return errors.Join(errs...)
 }
 
-func (h *deviceHandler) CuModuleLoadData(ctx context.Context, image []byte, _ uint64) (uint64, Result) {
+// maxModuleImage bounds a module image sent in chunks (the largest fat binaries of cuDNN are a few hundred MB).
+const maxModuleImage = 1 << 30
+
+// ModuleImageChunk appends a chunk of a module image too large for one record; the next load call completes it.
+func (h *deviceHandler) ModuleImageChunk(_ context.Context, data []byte, _ uint64) Result {
+	if uint64(len(h.pendingImage))+uint64(len(data)) > maxModuleImage {
+		h.pendingImage = nil
+		h.log.Warn("remoting: module image larger than the limit", "limit", maxModuleImage)
+		return ResultInvalidImage
+	}
+	h.pendingImage = append(h.pendingImage, data...)
+	return ResultSuccess
+}
+
+func (h *deviceHandler) CuModuleLoadData(ctx context.Context, last []byte, _ uint64) (uint64, Result) {
+	image := append(h.pendingImage, last...)
+	h.pendingImage = nil
+	if uint64(len(image)) > maxModuleImage {
+		return 0, ResultInvalidImage
+	}
 	if _, r := h.bind(ctx); r != ResultSuccess {
 		return 0, r
 	}
-	m := &module{image: append([]byte(nil), image...), loaded: map[int]loadedModule{}}
+	m := &module{image: append([]byte(nil), image...), loaded: map[int]loadedModule{}, funcs: map[string]uint64{}}
 	if _, err := h.loadOn(m, h.gpu); err != nil {
 		return 0, result(err)
 	}
@@ -679,6 +715,9 @@ func (h *deviceHandler) getFunction(ctx context.Context, hmod uint64, name strin
 	if !ok {
 		return 0, nil, ResultInvalidHandle
 	}
+	if id, ok := m.funcs[name]; ok {
+		return id, h.funcs[id], ResultSuccess
+	}
 	if _, r := h.bind(ctx); r != ResultSuccess {
 		return 0, nil, r
 	}
@@ -693,6 +732,7 @@ func (h *deviceHandler) getFunction(ctx context.Context, hmod uint64, name strin
 	fn := &function{mod: m, name: name, params: f.Params()}
 	id := h.handle()
 	h.funcs[id] = fn
+	m.funcs[name] = id
 	return id, fn, ResultSuccess
 }
 
@@ -718,16 +758,15 @@ func (h *deviceHandler) CuKernelGetFunction(_ context.Context, params []byte, ke
 	return kernel, putLayout(params, fn.params)
 }
 
-func (h *deviceHandler) CuFuncSetAttribute(context.Context, uint64, int32, int32) Result {
-	return ResultSuccess
-}
-
-func (h *deviceHandler) CuFuncSetCacheConfig(context.Context, uint64, int32) Result {
-	return ResultSuccess
-}
-
 func (h *deviceHandler) CuLaunchKernel(ctx context.Context, f uint64, gx, gy, gz, bx, by, bz, shmem uint32, _ uint64,
 	args []byte, _ uint64) Result {
+	return h.launch(ctx, f, device.Dim3{X: gx, Y: gy, Z: gz}, device.Dim3{X: bx, Y: by, Z: bz}, shmem, nil, args)
+}
+
+// launch launches function f on the function's GPU: its attribute sets applied there first, pointers to module
+// globals in its arguments translated to this GPU's copies; with attrs through cuLaunchKernelEx.
+func (h *deviceHandler) launch(ctx context.Context, f uint64, grid, block device.Dim3, shmem uint32,
+	attrs []device.LaunchAttribute, args []byte) Result {
 	fn, ok := h.funcs[f]
 	if !ok {
 		return ResultInvalidHandle
@@ -736,13 +775,9 @@ func (h *deviceHandler) CuLaunchKernel(ctx context.Context, f uint64, gx, gy, gz
 	if r != ResultSuccess {
 		return r
 	}
-	l, err := h.loadOn(fn.mod, h.gpu)
-	if err != nil {
-		return result(err)
-	}
-	df, err := l.Function(fn.name)
-	if err != nil {
-		return result(err)
+	df, r := h.deviceFunction(fn)
+	if r != ResultSuccess {
+		return r
 	}
 	a := append([]byte(nil), args...)
 	if len(h.globals) > 0 { // a pointer to a module global is the only argument translated per GPU
@@ -760,7 +795,14 @@ func (h *deviceHandler) CuLaunchKernel(ctx context.Context, f uint64, gx, gy, gz
 			}
 		}
 	}
-	return result(s.Launch(df, device.Dim3{X: gx, Y: gy, Z: gz}, device.Dim3{X: bx, Y: by, Z: bz}, shmem, a))
+	if attrs == nil {
+		return result(s.Launch(df, grid, block, shmem, a))
+	}
+	xl, ok := s.(device.ExtendedLauncher)
+	if !ok {
+		return ResultNotSupported
+	}
+	return result(xl.LaunchEx(df, grid, block, shmem, attrs, a))
 }
 
 // --- synchronisation, streams, events
@@ -808,21 +850,61 @@ func (h *deviceHandler) CuStreamWaitEvent(_ context.Context, s, e uint64, _ uint
 	return ResultSuccess // every stream of the session runs in order on one device stream
 }
 
-func (h *deviceHandler) CuEventCreate(ctx context.Context, _ uint32) (uint64, Result) {
+// eventDisableTiming is CU_EVENT_DISABLE_TIMING.
+const eventDisableTiming = 0x2
+
+// newEvent creates an event in the function's context on gpu.
+func (h *deviceHandler) newEvent(gpu int, timing bool) (device.Event, device.Context, error) {
+	dc, err := h.context(gpu)
+	if err != nil {
+		return nil, nil, err
+	}
+	var ev device.Event
+	if timing {
+		ev, err = dc.NewTimedEvent()
+	} else {
+		ev, err = dc.NewEvent()
+	}
+	return ev, dc, err
+}
+
+func (h *deviceHandler) CuEventCreate(ctx context.Context, flags uint32) (uint64, Result) {
 	if _, r := h.bind(ctx); r != ResultSuccess {
 		return 0, r
 	}
-	dc, err := h.context(h.gpu)
-	if err != nil {
-		return 0, result(err)
-	}
-	ev, err := dc.NewEvent()
+	timing := flags&eventDisableTiming == 0
+	ev, dc, err := h.newEvent(h.gpu, timing)
 	if err != nil {
 		return 0, result(err)
 	}
 	id := h.handle()
-	h.events[id] = &event{ev: ev, gpu: h.gpu, ctx: dc}
+	h.events[id] = &event{ev: ev, gpu: h.gpu, ctx: dc, timing: timing}
 	return id, ResultSuccess
+}
+
+// CuEventElapsedTime: both events must have been recorded on the GPU the function runs on (an event recorded
+// before the function moved is recreated at its next record).
+func (h *deviceHandler) CuEventElapsedTime(_ context.Context, start, end uint64) (float32, Result) {
+	s, ok1 := h.events[start]
+	e, ok2 := h.events[end]
+	if !ok1 || !ok2 {
+		return 0, ResultInvalidHandle
+	}
+	if s.gpu != e.gpu {
+		return 0, ResultInvalidHandle
+	}
+	d, err := e.ev.Elapsed(s.ev)
+	if err != nil {
+		if errors.Is(err, device.ErrInvalidValue) {
+			return 0, ResultInvalidHandle
+		}
+		return 0, result(err)
+	}
+	return float32(d.Seconds() * 1e3), ResultSuccess
+}
+
+func (h *deviceHandler) CuEventElapsedTime_v2(ctx context.Context, start, end uint64) (float32, Result) {
+	return h.CuEventElapsedTime(ctx, start, end)
 }
 
 func (h *deviceHandler) CuEventDestroy_v2(_ context.Context, e uint64) Result {
@@ -843,19 +925,8 @@ func (h *deviceHandler) CuEventRecord(ctx context.Context, e, s uint64) Result {
 	if r != ResultSuccess {
 		return r
 	}
-	dc, err := h.context(h.gpu)
-	if err != nil {
-		return result(err)
-	}
-	if ev.gpu != h.gpu || ev.ctx != dc { // the function moved, or a fault replaced its context: the event follows
-		ne, err := dc.NewEvent()
-		if err != nil {
-			return result(err)
-		}
-		if ev.ctx.Err() == nil {
-			_ = ev.ev.Destroy()
-		}
-		ev.ev, ev.gpu, ev.ctx = ne, h.gpu, dc
+	if r := h.eventOnGPU(ev); r != ResultSuccess { // the function moved, or a fault replaced its context
+		return r
 	}
 	return result(st.Record(ev.ev))
 }

@@ -2,6 +2,7 @@ package remoting
 
 import (
 	"context"
+	"github.com/faas-gpu/faas-gpu/gpuserver/device"
 	"testing"
 
 	"github.com/faas-gpu/faas-gpu/gpuserver/device/sim"
@@ -23,6 +24,17 @@ func simNode(t *testing.T, bytesPerGPU uint64) (*sim.Backend, *executor.Node) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	t.Cleanup(func() { // after the executors built on it (cleanups run last first)
+		if err := dev.Close(context.Background()); err != nil {
+			t.Error(err)
+		}
+	})
+	return dev, simNodeOn(t, dev, bytesPerGPU)
+}
+
+// simNodeOn builds the executors on dev (a simulated node, or a test's wrapper of one); closing dev is the caller's.
+func simNodeOn(t *testing.T, dev device.Backend, bytesPerGPU uint64) *executor.Node {
+	t.Helper()
 	mem, err := memory.New(dev, memory.Config{MaxBytesPerGPU: bytesPerGPU})
 	if err != nil {
 		t.Fatal(err)
@@ -37,11 +49,11 @@ func simNode(t *testing.T, bytesPerGPU uint64) (*sim.Backend, *executor.Node) {
 	}
 	t.Cleanup(func() {
 		ctx := context.Background()
-		for _, err := range []error{xn.Close(ctx), repo.Close(), mem.Close(ctx), dev.Close(ctx)} {
+		for _, err := range []error{xn.Close(ctx), repo.Close(), mem.Close(ctx)} {
 			if err != nil {
 				t.Error(err)
 			}
 		}
 	})
-	return dev, xn
+	return xn
 }

@@ -52,6 +52,7 @@ const (
 	ResultNotSupported       Result = 801
 	ResultSystemNotReady     Result = 802
 	ResultUnknown            Result = 999
+	ResultIllegalState       Result = 401
 )
 
 // Errors of the protocol.

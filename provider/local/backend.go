@@ -14,6 +14,8 @@
 //	logs/<name>.log         each function's output as NDJSON log messages (rotated at 8 MiB; reloaded by New)
 //	run/<name>/secrets/     the function's secrets as files (links into secrets/); OPENFAAS_SECRETS_DIR points here
 //	run/<name>/app/         the function's code when it is assembled from a template folder plus a handler folder
+//	envs/                   Python environments of functions with pip requirements, unless Config.EnvDir names
+//	                        another folder (see package venv: one per distinct requirements, shared, kept)
 //
 // run/ is rebuilt from scratch by New: a restarted backend starts every recorded function again.
 package local
@@ -26,11 +28,13 @@ import (
 	"log/slog"
 	"net/http"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"sync"
 	"time"
 
 	"github.com/faas-gpu/faas-gpu/provider"
+	"github.com/faas-gpu/faas-gpu/provider/local/venv"
 )
 
 // Config configures a local Backend. StateDir and BuildDir are required; the rest have defaults.
@@ -51,8 +55,14 @@ type Config struct {
 	// name on the gpuserver, gpuspec.FunctionName): the remoting token (FAAS_GPU_TOKEN), the shim's socket and
 	// library path. It overrides Env and envVars.
 	GPUEnv func(function string) map[string]string
-	// Python is the interpreter that runs index.py; default "python3".
+	// Python is the interpreter that runs index.py; default "python3". Functions with pip requirements (a
+	// requirements.txt of the template or of the handler) run in a virtual environment made from it.
 	Python string
+	// EnvDir holds those environments, one per distinct requirements and interpreter, shared by the functions
+	// that have the same requirements and kept across restarts; default <StateDir>/envs.
+	EnvDir string
+	// EnvMaxAge: New removes environments no function has started on for longer than this; 0 keeps them.
+	EnvMaxAge time.Duration
 	// Logger receives the backend's own events; nil discards them.
 	Logger *slog.Logger
 
@@ -78,8 +88,9 @@ type Backend struct {
 	cfg      Config
 	log      *slog.Logger
 	spawner  *spawner
-	health   *http.Client // readiness checks
-	absState string       // StateDir made absolute, for paths handed to functions
+	envs     *venv.Manager // Python environments of functions with pip requirements
+	health   *http.Client  // readiness checks
+	absState string        // StateDir made absolute, for paths handed to functions
 
 	// base is the lifetime of every replica; Close cancels it.
 	base   context.Context
@@ -133,6 +144,9 @@ func New(ctx context.Context, cfg Config) (*Backend, error) {
 	if cfg.LogLines <= 0 {
 		cfg.LogLines = 1000
 	}
+	if cfg.EnvDir == "" {
+		cfg.EnvDir = filepath.Join(cfg.StateDir, "envs")
+	}
 	log := cfg.Logger
 	if log == nil {
 		log = slog.New(slog.NewTextHandler(io.Discard, nil))
@@ -164,6 +178,15 @@ func New(ctx context.Context, cfg Config) (*Backend, error) {
 	b := &Backend{cfg: cfg, log: log, spawner: newSpawner(), base: base, cancel: cancel, fns: map[string]*function{},
 		absState: absState,
 		health:   &http.Client{Transport: &http.Transport{DisableKeepAlives: true, Proxy: nil}}}
+	b.envs, err = openEnvs(ctx, cfg, func(cmd *exec.Cmd) error {
+		cmd.SysProcAttr = childAttrs() // pip dies with this process
+		return b.spawner.start(b.base, cmd)
+	}, log)
+	if err != nil {
+		cancel()
+		b.spawner.stop()
+		return nil, err
+	}
 	var startErr error
 	b.mu.Lock()
 	for _, rec := range recs {
@@ -224,5 +247,5 @@ func (b *Backend) Close(ctx context.Context) error {
 	}
 	b.mu.Unlock()
 	b.spawner.stop()
-	return err
+	return errors.Join(err, b.envs.Close())
 }

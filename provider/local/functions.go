@@ -30,6 +30,7 @@ type function struct {
 	// until every replica of the current definition is ready, then stop once their requests have ended.
 	replicas []*replica
 	retiring []*replica
+	prep     *envPrep // the Python environment of this definition; nil until a replica starts, reset by Update
 	logs     *logbook
 	started  int    // replicas ever started, for instance names
 	rr       uint64 // round-robin counter of Route and Resolve
@@ -114,7 +115,12 @@ func (b *Backend) check(fd *types.FunctionDeployment) error {
 				provider.ErrInvalid, s, ns)
 		}
 	}
-	_, err = b.source(recordView{name: fd.Service, image: fd.Image, envProcess: fd.EnvProcess}, false)
+	v := recordView{name: fd.Service, image: fd.Image, envProcess: fd.EnvProcess}
+	dir, err := b.source(v, false)
+	if err != nil {
+		return err
+	}
+	_, err = b.requirementsOf(v, dir)
 	return err
 }
 
@@ -206,6 +212,7 @@ func (b *Backend) Update(ctx context.Context, fd types.FunctionDeployment) error
 	}
 	fn.replicas = nil
 	fn.startFailures, fn.lastFailure = 0, nil
+	fn.prep = nil // the new definition prepares its environment afresh (a failed install is tried again)
 	b.scaleLocked(fn, rec.Replicas, false)
 	b.retireLocked(fn)
 	b.log.Info("function updated", "function", fd.Service, "image", fd.Image, "replicas", rec.Replicas,
@@ -323,10 +330,11 @@ func (fn *function) status() types.FunctionStatus {
 			ready++
 		}
 	}
+	state, _ := fn.envState()
 	return types.FunctionStatus{
 		Name: d.Service, Image: d.Image, Namespace: provider.DefaultNamespace, EnvProcess: d.EnvProcess,
 		EnvVars: d.EnvVars, Constraints: d.Constraints, Secrets: d.Secrets, Labels: d.Labels,
-		Annotations: d.Annotations, Limits: d.Limits, Requests: d.Requests,
+		Annotations: withStatus(d.Annotations, state), Limits: d.Limits, Requests: d.Requests,
 		ReadOnlyRootFilesystem: d.ReadOnlyRootFilesystem,
 		Replicas:               fn.rec.Replicas, AvailableReplicas: ready, CreatedAt: fn.rec.CreatedAt,
 	}
@@ -380,6 +388,13 @@ func (b *Backend) Resolve(ctx context.Context, namespace, name string) (*url.URL
 	}
 	r, u := fn.pickLocked()
 	if r == nil {
+		state, failed := fn.envState()
+		if failed != nil {
+			return nil, failed
+		}
+		if state != "" {
+			return nil, fmt.Errorf("%w: function %q is %s", provider.ErrNotReady, name, state)
+		}
 		return nil, fmt.Errorf("%w: function %q has no ready replica (%d desired)", provider.ErrNotReady, name,
 			fn.rec.Replicas)
 	}

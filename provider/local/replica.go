@@ -2,6 +2,7 @@ package local
 
 import (
 	"context"
+	"errors"
 
 	"fmt"
 	"net"
@@ -130,6 +131,14 @@ func (b *Backend) supervise(ctx context.Context, fn *function, r *replica, rec r
 			fn.event(r.id, "stopped")
 			return
 		}
+		var failed *envFailed
+		if errors.As(err, &failed) { // restarting cannot help: wait for an update (which stops this replica)
+			fn.event(r.id, "cannot start: %v; not restarting until the function is updated", err)
+			b.log.Error("function replica cannot start", "function", fn.name, "instance", r.id, "err", err)
+			<-ctx.Done()
+			fn.event(r.id, "stopped")
+			return
+		}
 		if time.Since(started) > stableRun {
 			backoff = b.cfg.BackoffMin
 		}
@@ -155,14 +164,18 @@ func (b *Backend) runOnce(ctx context.Context, fn *function, r *replica, rec rec
 	if err != nil {
 		return err
 	}
+	env, err := b.functionEnv(ctx, fn, r, rec, dir)
+	if err != nil {
+		return err
+	}
 	port, err := freePort()
 	if err != nil {
 		return err
 	}
-	argv := b.command(rec)
+	argv := b.interpreter(b.command(rec), env)
 	cmd := exec.Command(argv[0], argv[1:]...)
 	cmd.Dir = dir
-	cmd.Env = b.env(rec, r.id, port)
+	cmd.Env = envVars(b.env(rec, r.id, port), env)
 	emit := func(text string) {
 		fn.logs.append(logs.Message{Name: fn.name, Namespace: provider.DefaultNamespace, Instance: r.id,
 			Timestamp: time.Now().UTC(), Text: text})

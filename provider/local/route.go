@@ -16,8 +16,9 @@ const routeFailures = 2
 // Route returns the base URL of a ready replica, round-robin over the ready replicas of the current definition
 // (those of the previous one while an update rolls), and a func to call when the request has ended. While none is
 // ready it waits for one, until ctx ends; a function scaled to zero fails at once, one whose replicas keep exiting
-// before they are ready fails with how the last one ended. Every error wraps provider.ErrNotFound,
-// provider.ErrNotReady or ErrClosed.
+// before they are ready fails with how the last one ended, and one whose pip requirements failed to install fails
+// at once with pip's reason. Every error wraps provider.ErrNotFound, provider.ErrNotReady, provider.ErrFailed or
+// ErrClosed.
 func (b *Backend) Route(ctx context.Context, namespace, name string) (*url.URL, func(), error) {
 	ns, err := b.lookupArgs(namespace, name)
 	if err != nil {
@@ -41,8 +42,11 @@ func (b *Backend) Route(ctx context.Context, namespace, name string) (*url.URL, 
 			failuresBefore = fn.startFailures
 		}
 		desired, failures, last, changed := fn.rec.Replicas, fn.startFailures, fn.lastFailure, fn.changed
+		envState, envFailed := fn.envState()
 		b.mu.Unlock()
 		switch {
+		case envFailed != nil: // its environment failed to install: waiting cannot help
+			return nil, nil, envFailed
 		case desired == 0:
 			return nil, nil, fmt.Errorf("%w: function %q is scaled to zero replicas", provider.ErrNotReady, name)
 		case failures >= failuresBefore+routeFailures:
@@ -52,6 +56,10 @@ func (b *Backend) Route(ctx context.Context, namespace, name string) (*url.URL, 
 		select {
 		case <-changed:
 		case <-ctx.Done():
+			if envState != "" {
+				return nil, nil, fmt.Errorf("%w: function %q is %s: %w", provider.ErrNotReady, name, envState,
+					ctx.Err())
+			}
 			return nil, nil, fmt.Errorf("%w: function %q has no ready replica yet (%d starting): %w",
 				provider.ErrNotReady, name, desired, ctx.Err())
 		}

@@ -22,8 +22,11 @@ const (
 type Arg struct {
 	Name string
 	Dir  string // "in" or "out"
-	Type string // i32 u32 u64 size handle f32 bytes str
-	Len  string // for bytes: the length expression (an argument, a constant, or arg*const)
+	// Optional: an out argument the caller may pass as NULL (written as out? in the table): its value is read
+	// from the response and dropped.
+	Optional bool
+	Type     string // i32 u32 u64 size handle f32 bytes str
+	Len      string // for bytes: the length expression (an argument, a constant, or arg*const)
 }
 
 // Call is one remoted call of the API table.
@@ -39,9 +42,10 @@ type Call struct {
 
 // API is the parsed API table.
 type API struct {
-	Calls       []Call
-	Local       []string
-	Unsupported []string
+	Calls   []Call
+	Local   []string    // symbols with a handwritten entry point
+	Entries []Entry     // every driver API function and its versioned symbols
+	Aliases [][2]string // {symbol, target}: symbol shares target's implementation
 }
 
 var callRE = regexp.MustCompile(`^(sync|async)\s+(\d+)\s+([A-Za-z_][A-Za-z0-9_]*)\((.*)\)\s*(.*)$`)
@@ -52,6 +56,7 @@ func Parse(r io.Reader) (*API, error) {
 	api := &API{}
 	ids := map[int]string{}
 	names := map[string]int{}
+	custom := map[string]bool{} // remoted calls with a handwritten entry point, listed again as local
 	sc := bufio.NewScanner(r)
 	n := 0
 	for sc.Scan() {
@@ -60,19 +65,31 @@ func Parse(r io.Reader) (*API, error) {
 		if line == "" || strings.HasPrefix(line, "#") {
 			continue
 		}
-		if f := strings.Fields(line); len(f) == 2 && (f[0] == "local" || f[0] == "unsupported") {
-			if !identRE.MatchString(f[1]) {
-				return nil, fmt.Errorf("line %d: bad name %q", n, f[1])
+		switch f := strings.Fields(line); f[0] {
+		case "local":
+			for _, name := range f[1:] {
+				if !identRE.MatchString(name) {
+					return nil, fmt.Errorf("line %d: bad name %q", n, name)
+				}
+				if prev, ok := names[name]; ok && !custom[name] {
+					return nil, fmt.Errorf("line %d: %s already declared on line %d", n, name, prev)
+				}
+				names[name] = n
+				api.Local = append(api.Local, name)
 			}
-			if prev, ok := names[f[1]]; ok && f[0] == "unsupported" {
-				return nil, fmt.Errorf("line %d: %s already declared on line %d", n, f[1], prev)
+			continue
+		case "entry":
+			e, err := parseEntry(f[1:], n)
+			if err != nil {
+				return nil, fmt.Errorf("line %d: %w", n, err)
 			}
-			names[f[1]] = n
-			if f[0] == "local" {
-				api.Local = append(api.Local, f[1])
-			} else {
-				api.Unsupported = append(api.Unsupported, f[1])
+			api.Entries = append(api.Entries, e)
+			continue
+		case "alias":
+			if len(f) != 3 || !identRE.MatchString(f[1]) || !identRE.MatchString(f[2]) {
+				return nil, fmt.Errorf("line %d: want alias <symbol> <implemented symbol>", n)
 			}
+			api.Aliases = append(api.Aliases, [2]string{f[1], f[2]})
 			continue
 		}
 		m := callRE.FindStringSubmatch(line)
@@ -115,11 +132,96 @@ func Parse(r io.Reader) (*API, error) {
 			return nil, fmt.Errorf("line %d: %s: %w", n, c.Name, err)
 		}
 		api.Calls = append(api.Calls, c)
+		custom[c.Name] = c.Custom
 	}
 	if err := sc.Err(); err != nil {
 		return nil, err
 	}
+	if err := api.checkSymbols(); err != nil {
+		return nil, err
+	}
 	return api, nil
+}
+
+// checkSymbols checks that the symbols are unique and that every exported implementation and alias names a
+// symbol of an entry, so that each one is reachable by cuGetProcAddress.
+func (api *API) checkSymbols() error {
+	line := map[string]int{}
+	for _, e := range api.Entries {
+		for _, v := range e.Variants {
+			if prev, ok := line[v.Symbol]; ok {
+				return fmt.Errorf("line %d: symbol %s already comes from line %d", e.Line, v.Symbol, prev)
+			}
+			line[v.Symbol] = e.Line
+		}
+	}
+	if len(api.Entries) == 0 {
+		return nil // a table of calls only (tests of the parser)
+	}
+	for _, c := range api.Calls {
+		if _, ok := line[c.Name]; !ok && !c.Custom {
+			return fmt.Errorf("line %d: %s is not a symbol of any entry (a wire-only call must be custom)", c.Line, c.Name)
+		}
+	}
+	impl := api.implemented()
+	for _, l := range api.Local {
+		if _, ok := line[l]; !ok {
+			return fmt.Errorf("local %s is not a symbol of any entry", l)
+		}
+	}
+	for _, a := range api.Aliases {
+		if _, ok := line[a[0]]; !ok {
+			return fmt.Errorf("alias %s is not a symbol of any entry", a[0])
+		}
+		if !impl[a[1]] {
+			return fmt.Errorf("alias %s: %s is not implemented", a[0], a[1])
+		}
+		if impl[a[0]] {
+			return fmt.Errorf("alias %s: already implemented", a[0])
+		}
+	}
+	return nil
+}
+
+// implemented is the set of symbols with an entry point of their own (generated or handwritten).
+func (api *API) implemented() map[string]bool {
+	impl := map[string]bool{}
+	for _, c := range api.Calls {
+		if !c.Custom {
+			impl[c.Name] = true
+		}
+	}
+	for _, l := range api.Local {
+		impl[l] = true
+	}
+	return impl
+}
+
+// Targets maps every exported symbol to the symbol whose implementation it uses: itself when implemented, the
+// alias target, the plain variant's for an unimplemented per-thread variant of an implemented (or aliased)
+// function, or "" for a stub.
+func (api *API) Targets() map[string]string {
+	impl := api.implemented()
+	t := map[string]string{}
+	for s := range impl {
+		t[s] = s
+	}
+	for _, a := range api.Aliases {
+		t[a[0]] = a[1]
+	}
+	for _, e := range api.Entries {
+		for _, v := range e.Variants {
+			if _, ok := t[v.Symbol]; ok {
+				continue
+			}
+			if plain := strings.TrimSuffix(v.Symbol, v.PT); v.PT != "" && t[plain] != "" {
+				t[v.Symbol] = t[plain]
+				continue
+			}
+			t[v.Symbol] = ""
+		}
+	}
+	return t
 }
 
 var bytesRE = regexp.MustCompile(`^bytes\[([A-Za-z0-9_*]+)\]$`)
@@ -128,10 +230,14 @@ func parseArg(s string) (Arg, error) {
 	f := strings.Fields(s)
 	a := Arg{Dir: "in"}
 	if len(f) == 3 {
-		if f[0] != "in" && f[0] != "out" {
+		switch f[0] {
+		case "in", "out":
+			a.Dir = f[0]
+		case "out?":
+			a.Dir, a.Optional = "out", true
+		default:
 			return a, fmt.Errorf("bad direction %q in %q", f[0], s)
 		}
-		a.Dir = f[0]
 		f = f[1:]
 	}
 	if len(f) != 2 || !identRE.MatchString(f[1]) {
@@ -147,6 +253,9 @@ func parseArg(s string) (Arg, error) {
 			return a, fmt.Errorf("bad type %q", t)
 		}
 		a.Type, a.Len = "bytes", m[1]
+	}
+	if a.Optional && a.Type == "bytes" {
+		return a, fmt.Errorf("optional out bytes are not supported: %q", s)
 	}
 	if a.Type == "f32" && a.Dir != "out" {
 		return a, fmt.Errorf("f32 is out only: %q", s)

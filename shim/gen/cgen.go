@@ -106,7 +106,11 @@ func GenC(api *API) (hdr, src []byte) {
 	}
 	h.WriteString("\n/* Name of a call id, or NULL. */\nconst char *shim_call_name(unsigned id);\n")
 	h.WriteString("\n/* Every exported entry point, sorted by name, for cuGetProcAddress. */\n")
-	h.WriteString("struct shim_proc { const char *name; void *fn; };\nextern const struct shim_proc shim_procs[];\nextern const size_t shim_nprocs;\n")
+	h.WriteString("struct shim_proc { const char *name; void *fn; int stub; };\nextern const struct shim_proc shim_procs[];\nextern const size_t shim_nprocs;\n")
+	h.WriteString("\n/* The versioned variants of each entry (cuGetProcAddress): variants[first, first+count) of an entry. */\n")
+	h.WriteString("struct shim_variant { int version; int per_thread; const char *symbol; void *fn; };\n")
+	h.WriteString("struct shim_entry { const char *base; unsigned first, count; };\n")
+	h.WriteString("extern const struct shim_variant shim_variants[];\nextern const struct shim_entry shim_entries[];\nextern const size_t shim_nentries;\n")
 	h.WriteString("\n#endif\n")
 
 	var s bytes.Buffer
@@ -115,9 +119,13 @@ func GenC(api *API) (hdr, src []byte) {
 	for i := range api.Calls {
 		genCCall(&s, &api.Calls[i])
 	}
+	targets := api.Targets()
+	symbols := api.Symbols()
 	s.WriteString("/* Entry points exported but not implemented: CUDA_ERROR_NOT_SUPPORTED, logged once by name. */\n")
-	for _, n := range api.Unsupported {
-		fmt.Fprintf(&s, "SHIM_EXPORT int %s(void) { return shim_unsupported(%q); }\n", n, n)
+	for _, n := range symbols {
+		if targets[n] == "" {
+			fmt.Fprintf(&s, "SHIM_EXPORT int %s(void) { return shim_unsupported(%q); }\n", n, n)
+		}
 	}
 	s.WriteString("\nconst char *shim_call_name(unsigned id) {\n\tswitch (id) {\n")
 	for _, c := range api.Calls {
@@ -125,38 +133,61 @@ func GenC(api *API) (hdr, src []byte) {
 	}
 	s.WriteString("\t}\n\treturn NULL;\n}\n\n")
 
-	// The proc table: generated entry points, handwritten ones (custom and local), unsupported stubs.
-	seen := map[string]bool{}
-	var names []string
-	add := func(n string) {
-		if !seen[n] {
-			seen[n] = true
-			names = append(names, n)
-		}
-	}
-	for _, c := range api.Calls {
-		if c.Custom {
-			continue // handwritten under the same name, listed as local
-		}
-		add(c.Name)
-	}
-	for _, n := range api.Local {
-		add(n)
-	}
-	for _, n := range api.Unsupported {
-		add(n)
-	}
-	sort.Strings(names)
 	s.WriteString("/* Handwritten entry points (shim/src), declared without a prototype to take their address. */\n")
 	for _, n := range api.Local {
 		fmt.Fprintf(&s, "int %s();\n", n)
 	}
-	s.WriteString("\nconst struct shim_proc shim_procs[] = {\n")
-	for _, n := range names {
-		fmt.Fprintf(&s, "\t{%q, (void *)%s},\n", n, n)
+	fn := func(sym string) string {
+		if t := targets[sym]; t != "" {
+			return t
+		}
+		return sym
 	}
-	fmt.Fprintf(&s, "};\n\nconst size_t shim_nprocs = %d;\n", len(names))
+	s.WriteString("\nconst struct shim_proc shim_procs[] = {\n")
+	for _, n := range symbols {
+		stub := 0
+		if targets[n] == "" {
+			stub = 1
+		}
+		fmt.Fprintf(&s, "\t{%q, (void *)%s, %d},\n", n, fn(n), stub)
+	}
+	fmt.Fprintf(&s, "};\n\nconst size_t shim_nprocs = %d;\n\n", len(symbols))
+
+	entries := append([]Entry(nil), api.Entries...)
+	sort.Slice(entries, func(i, j int) bool { return entries[i].Base < entries[j].Base })
+	s.WriteString("/* Versioned variants of every entry, ascending by version, for cuGetProcAddress. */\n")
+	s.WriteString("const struct shim_variant shim_variants[] = {\n")
+	nv := 0
+	for _, e := range entries {
+		for _, v := range e.Variants {
+			pt := 0
+			if v.PT != "" {
+				pt = 1
+			}
+			fmt.Fprintf(&s, "\t{%d, %d, %q, (void *)%s},\n", v.Version, pt, v.Symbol, fn(v.Symbol))
+			nv++
+		}
+	}
+	s.WriteString("};\n\n/* Entries by base name, sorted. */\nconst struct shim_entry shim_entries[] = {\n")
+	nv = 0
+	for _, e := range entries {
+		fmt.Fprintf(&s, "\t{%q, %d, %d},\n", e.Base, nv, len(e.Variants))
+		nv += len(e.Variants)
+	}
+	fmt.Fprintf(&s, "};\n\nconst size_t shim_nentries = %d;\n", len(entries))
 	return h.Bytes(), s.Bytes()
+}
+
+// GenAliases renders the linker options that export each aliased symbol at its target's address.
+func GenAliases(api *API) []byte {
+	var b bytes.Buffer
+	targets := api.Targets()
+	for _, n := range api.Symbols() {
+		if t := targets[n]; t != "" && t != n {
+			fmt.Fprintf(&b, "-Wl,--defsym,%s=%s\n", n, t)
+		}
+	}
+	return b.Bytes()
 }
 
 func cConstName(n string) string {
@@ -181,6 +212,7 @@ func genCCall(s *bytes.Buffer, c *Call) {
 	size := []string{}
 	for _, a := range c.Args {
 		switch {
+		case a.Dir == "out" && a.Type != "bytes" && a.Optional:
 		case a.Dir == "out" && a.Type != "bytes":
 			fmt.Fprintf(s, "\tif (%s == NULL) return shim_null_arg(%q, %q);\n", a.Name, c.Name, a.Name)
 		case a.Dir == "out":
@@ -229,6 +261,12 @@ func genCCall(s *bytes.Buffer, c *Call) {
 		s.WriteString("\tif (r == 0) {\n")
 		for _, a := range c.Args {
 			if a.Dir != "out" {
+				continue
+			}
+			if a.Optional {
+				fmt.Fprintf(s, "\t\tuint64_t %s_v = shim_get_u64(&call);\n", a.Name)
+				fmt.Fprintf(s, "\t\tif (%s != NULL) *%s = (%s)%s_v;\n", a.Name, a.Name,
+					strings.TrimSuffix(cOutType(a.Type), " *"), a.Name)
 				continue
 			}
 			switch a.Type {

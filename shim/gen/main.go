@@ -16,7 +16,18 @@ import (
 func main() {
 	root := flag.String("root", ".", "repository root")
 	check := flag.Bool("check", false, "fail if a generated file is out of date instead of writing it")
+	entries := flag.String("entries", "", "print the entry lines of the CUDA include directory given (cuda.h, "+
+		"cudaTypedefs.h) instead of generating: the starting point of a new CUDA version's table")
 	flag.Parse()
+	if *entries != "" {
+		h, err := ReadHeader(*entries)
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "gen:", err)
+			os.Exit(1)
+		}
+		fmt.Print(h.EntryLines())
+		return
+	}
 	if err := run(*root, *check); err != nil {
 		fmt.Fprintln(os.Stderr, "gen:", err)
 		os.Exit(1)
@@ -42,6 +53,7 @@ func outputs(root string) (map[string][]byte, error) {
 	return map[string][]byte{
 		"shim/src/calls_gen.h":            hdr,
 		"shim/src/calls_gen.c":            src,
+		"shim/src/aliases_gen.opts":       GenAliases(api),
 		"gpuserver/remoting/calls_gen.go": g,
 	}, nil
 }

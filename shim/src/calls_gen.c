@@ -4,7 +4,7 @@
 
 #include "shim.h"
 
-/* sync 1 cuCtxSynchronize (shim/api/cuda.api:23) */
+/* sync 1 cuCtxSynchronize (shim/api/cuda.api:34) */
 SHIM_EXPORT int cuCtxSynchronize(void) {
 	struct shim_call call;
 	int r = shim_call_begin(&call, CALL_cuCtxSynchronize, SHIM_CALL_SYNC, 0);
@@ -14,7 +14,7 @@ SHIM_EXPORT int cuCtxSynchronize(void) {
 	return r;
 }
 
-/* sync 2 cuMemGetInfo_v2 (shim/api/cuda.api:24) */
+/* sync 2 cuMemGetInfo_v2 (shim/api/cuda.api:35) */
 SHIM_EXPORT int cuMemGetInfo_v2(size_t *free, size_t *total) {
 	if (free == NULL) return shim_null_arg("cuMemGetInfo_v2", "free");
 	if (total == NULL) return shim_null_arg("cuMemGetInfo_v2", "total");
@@ -30,8 +30,8 @@ SHIM_EXPORT int cuMemGetInfo_v2(size_t *free, size_t *total) {
 	return r;
 }
 
-/* sync 10 cuMemAlloc_v2 (shim/api/cuda.api:27) */
-SHIM_EXPORT int cuMemAlloc_v2(unsigned long long *dptr, size_t bytesize) {
+/* sync 10 cuMemAlloc_v2 (shim/api/cuda.api:38) */
+SHIM_HIDDEN int rpc_cuMemAlloc_v2(unsigned long long *dptr, size_t bytesize) {
 	if (dptr == NULL) return shim_null_arg("cuMemAlloc_v2", "dptr");
 	struct shim_call call;
 	int r = shim_call_begin(&call, CALL_cuMemAlloc_v2, SHIM_CALL_SYNC, 8);
@@ -45,8 +45,8 @@ SHIM_EXPORT int cuMemAlloc_v2(unsigned long long *dptr, size_t bytesize) {
 	return r;
 }
 
-/* sync 11 cuMemFree_v2 (shim/api/cuda.api:28) */
-SHIM_EXPORT int cuMemFree_v2(unsigned long long dptr) {
+/* sync 11 cuMemFree_v2 (shim/api/cuda.api:39) */
+SHIM_HIDDEN int rpc_cuMemFree_v2(unsigned long long dptr) {
 	struct shim_call call;
 	int r = shim_call_begin(&call, CALL_cuMemFree_v2, SHIM_CALL_SYNC, 8);
 	if (r != 0) return r;
@@ -56,8 +56,8 @@ SHIM_EXPORT int cuMemFree_v2(unsigned long long dptr) {
 	return r;
 }
 
-/* sync 12 cuMemAllocAsync (shim/api/cuda.api:29) */
-SHIM_EXPORT int cuMemAllocAsync(unsigned long long *dptr, size_t bytesize, void *hStream) {
+/* sync 12 cuMemAllocAsync (shim/api/cuda.api:40) */
+SHIM_HIDDEN int rpc_cuMemAllocAsync(unsigned long long *dptr, size_t bytesize, void *hStream) {
 	if (dptr == NULL) return shim_null_arg("cuMemAllocAsync", "dptr");
 	struct shim_call call;
 	int r = shim_call_begin(&call, CALL_cuMemAllocAsync, SHIM_CALL_SYNC, 8 + 8);
@@ -72,8 +72,8 @@ SHIM_EXPORT int cuMemAllocAsync(unsigned long long *dptr, size_t bytesize, void 
 	return r;
 }
 
-/* async 13 cuMemFreeAsync (shim/api/cuda.api:30) */
-SHIM_EXPORT int cuMemFreeAsync(unsigned long long dptr, void *hStream) {
+/* async 13 cuMemFreeAsync (shim/api/cuda.api:41) */
+SHIM_HIDDEN int rpc_cuMemFreeAsync(unsigned long long dptr, void *hStream) {
 	struct shim_call call;
 	int r = shim_call_begin(&call, CALL_cuMemFreeAsync, SHIM_CALL_ASYNC, 8 + 8);
 	if (r != 0) return r;
@@ -84,8 +84,8 @@ SHIM_EXPORT int cuMemFreeAsync(unsigned long long dptr, void *hStream) {
 	return r;
 }
 
-/* sync 14 cuMemGetAddressRange_v2 (shim/api/cuda.api:31) */
-SHIM_EXPORT int cuMemGetAddressRange_v2(unsigned long long *pbase, size_t *psize, unsigned long long dptr) {
+/* sync 14 cuMemGetAddressRange_v2 (shim/api/cuda.api:42) */
+SHIM_HIDDEN int rpc_cuMemGetAddressRange_v2(unsigned long long *pbase, size_t *psize, unsigned long long dptr) {
 	if (pbase == NULL) return shim_null_arg("cuMemGetAddressRange_v2", "pbase");
 	if (psize == NULL) return shim_null_arg("cuMemGetAddressRange_v2", "psize");
 	struct shim_call call;
@@ -101,8 +101,8 @@ SHIM_EXPORT int cuMemGetAddressRange_v2(unsigned long long *pbase, size_t *psize
 	return r;
 }
 
-/* sync 15 cuMemAllocPitch_v2 (shim/api/cuda.api:32) */
-SHIM_EXPORT int cuMemAllocPitch_v2(unsigned long long *dptr, size_t *pPitch, size_t WidthInBytes, size_t Height, unsigned int ElementSizeBytes) {
+/* sync 15 cuMemAllocPitch_v2 (shim/api/cuda.api:43) */
+SHIM_HIDDEN int rpc_cuMemAllocPitch_v2(unsigned long long *dptr, size_t *pPitch, size_t WidthInBytes, size_t Height, unsigned int ElementSizeBytes) {
 	if (dptr == NULL) return shim_null_arg("cuMemAllocPitch_v2", "dptr");
 	if (pPitch == NULL) return shim_null_arg("cuMemAllocPitch_v2", "pPitch");
 	struct shim_call call;
@@ -120,7 +120,7 @@ SHIM_EXPORT int cuMemAllocPitch_v2(unsigned long long *dptr, size_t *pPitch, siz
 	return r;
 }
 
-/* sync 20 cuMemAddressReserve (shim/api/cuda.api:35) */
+/* sync 20 cuMemAddressReserve (shim/api/cuda.api:47) */
 SHIM_EXPORT int cuMemAddressReserve(unsigned long long *ptr, size_t size, size_t alignment, unsigned long long addr, unsigned long long flags) {
 	if (ptr == NULL) return shim_null_arg("cuMemAddressReserve", "ptr");
 	struct shim_call call;
@@ -138,7 +138,7 @@ SHIM_EXPORT int cuMemAddressReserve(unsigned long long *ptr, size_t size, size_t
 	return r;
 }
 
-/* sync 21 cuMemAddressFree (shim/api/cuda.api:36) */
+/* sync 21 cuMemAddressFree (shim/api/cuda.api:48) */
 SHIM_EXPORT int cuMemAddressFree(unsigned long long ptr, size_t size) {
 	struct shim_call call;
 	int r = shim_call_begin(&call, CALL_cuMemAddressFree, SHIM_CALL_SYNC, 8 + 8);
@@ -150,7 +150,7 @@ SHIM_EXPORT int cuMemAddressFree(unsigned long long ptr, size_t size) {
 	return r;
 }
 
-/* sync 22 cuMemCreate (shim/api/cuda.api:37) */
+/* sync 22 cuMemCreate (shim/api/cuda.api:49) */
 SHIM_EXPORT int cuMemCreate(void **handle, size_t size, const void *prop, unsigned long long flags) {
 	if (handle == NULL) return shim_null_arg("cuMemCreate", "handle");
 	if (prop == NULL && (uint64_t)32 != 0) return shim_null_arg("cuMemCreate", "prop");
@@ -168,7 +168,7 @@ SHIM_EXPORT int cuMemCreate(void **handle, size_t size, const void *prop, unsign
 	return r;
 }
 
-/* sync 23 cuMemRelease (shim/api/cuda.api:38) */
+/* sync 23 cuMemRelease (shim/api/cuda.api:50) */
 SHIM_EXPORT int cuMemRelease(void *handle) {
 	struct shim_call call;
 	int r = shim_call_begin(&call, CALL_cuMemRelease, SHIM_CALL_SYNC, 8);
@@ -179,8 +179,8 @@ SHIM_EXPORT int cuMemRelease(void *handle) {
 	return r;
 }
 
-/* sync 24 cuMemMap (shim/api/cuda.api:39) */
-SHIM_EXPORT int cuMemMap(unsigned long long ptr, size_t size, size_t offset, void *handle, unsigned long long flags) {
+/* sync 24 cuMemMap (shim/api/cuda.api:51) */
+SHIM_HIDDEN int rpc_cuMemMap(unsigned long long ptr, size_t size, size_t offset, void *handle, unsigned long long flags) {
 	struct shim_call call;
 	int r = shim_call_begin(&call, CALL_cuMemMap, SHIM_CALL_SYNC, 8 + 8 + 8 + 8 + 8);
 	if (r != 0) return r;
@@ -194,8 +194,8 @@ SHIM_EXPORT int cuMemMap(unsigned long long ptr, size_t size, size_t offset, voi
 	return r;
 }
 
-/* sync 25 cuMemUnmap (shim/api/cuda.api:40) */
-SHIM_EXPORT int cuMemUnmap(unsigned long long ptr, size_t size) {
+/* sync 25 cuMemUnmap (shim/api/cuda.api:52) */
+SHIM_HIDDEN int rpc_cuMemUnmap(unsigned long long ptr, size_t size) {
 	struct shim_call call;
 	int r = shim_call_begin(&call, CALL_cuMemUnmap, SHIM_CALL_SYNC, 8 + 8);
 	if (r != 0) return r;
@@ -206,7 +206,7 @@ SHIM_EXPORT int cuMemUnmap(unsigned long long ptr, size_t size) {
 	return r;
 }
 
-/* sync 26 cuMemSetAccess (shim/api/cuda.api:41) */
+/* sync 26 cuMemSetAccess (shim/api/cuda.api:53) */
 SHIM_EXPORT int cuMemSetAccess(unsigned long long ptr, size_t size, const void *desc, size_t count) {
 	if (desc == NULL && (uint64_t)(count) * 12 != 0) return shim_null_arg("cuMemSetAccess", "desc");
 	struct shim_call call;
@@ -221,7 +221,7 @@ SHIM_EXPORT int cuMemSetAccess(unsigned long long ptr, size_t size, const void *
 	return r;
 }
 
-/* sync 27 cuMemGetAllocationGranularity (shim/api/cuda.api:42) */
+/* sync 27 cuMemGetAllocationGranularity (shim/api/cuda.api:54) */
 SHIM_EXPORT int cuMemGetAllocationGranularity(size_t *granularity, const void *prop, unsigned int option) {
 	if (granularity == NULL) return shim_null_arg("cuMemGetAllocationGranularity", "granularity");
 	if (prop == NULL && (uint64_t)32 != 0) return shim_null_arg("cuMemGetAllocationGranularity", "prop");
@@ -238,7 +238,7 @@ SHIM_EXPORT int cuMemGetAllocationGranularity(size_t *granularity, const void *p
 	return r;
 }
 
-/* sync 30 cuMemcpyHtoD_v2 (shim/api/cuda.api:45) */
+/* sync 30 cuMemcpyHtoD_v2 (shim/api/cuda.api:57) */
 SHIM_HIDDEN int rpc_cuMemcpyHtoD_v2(unsigned long long dstDevice, const void *srcHost, size_t ByteCount) {
 	if (srcHost == NULL && (uint64_t)(ByteCount) != 0) return shim_null_arg("cuMemcpyHtoD_v2", "srcHost");
 	struct shim_call call;
@@ -252,7 +252,7 @@ SHIM_HIDDEN int rpc_cuMemcpyHtoD_v2(unsigned long long dstDevice, const void *sr
 	return r;
 }
 
-/* async 31 cuMemcpyHtoDAsync_v2 (shim/api/cuda.api:46) */
+/* async 31 cuMemcpyHtoDAsync_v2 (shim/api/cuda.api:58) */
 SHIM_HIDDEN int rpc_cuMemcpyHtoDAsync_v2(unsigned long long dstDevice, const void *srcHost, size_t ByteCount, void *hStream) {
 	if (srcHost == NULL && (uint64_t)(ByteCount) != 0) return shim_null_arg("cuMemcpyHtoDAsync_v2", "srcHost");
 	struct shim_call call;
@@ -267,7 +267,7 @@ SHIM_HIDDEN int rpc_cuMemcpyHtoDAsync_v2(unsigned long long dstDevice, const voi
 	return r;
 }
 
-/* sync 32 cuMemcpyDtoH_v2 (shim/api/cuda.api:47) */
+/* sync 32 cuMemcpyDtoH_v2 (shim/api/cuda.api:59) */
 SHIM_HIDDEN int rpc_cuMemcpyDtoH_v2(void *dstHost, unsigned long long srcDevice, size_t ByteCount) {
 	if (dstHost == NULL && (uint64_t)(ByteCount) != 0) return shim_null_arg("cuMemcpyDtoH_v2", "dstHost");
 	struct shim_call call;
@@ -284,7 +284,7 @@ SHIM_HIDDEN int rpc_cuMemcpyDtoH_v2(void *dstHost, unsigned long long srcDevice,
 	return r;
 }
 
-/* sync 33 cuMemcpyDtoHAsync_v2 (shim/api/cuda.api:48) */
+/* sync 33 cuMemcpyDtoHAsync_v2 (shim/api/cuda.api:60) */
 SHIM_HIDDEN int rpc_cuMemcpyDtoHAsync_v2(void *dstHost, unsigned long long srcDevice, size_t ByteCount, void *hStream) {
 	if (dstHost == NULL && (uint64_t)(ByteCount) != 0) return shim_null_arg("cuMemcpyDtoHAsync_v2", "dstHost");
 	struct shim_call call;
@@ -302,7 +302,7 @@ SHIM_HIDDEN int rpc_cuMemcpyDtoHAsync_v2(void *dstHost, unsigned long long srcDe
 	return r;
 }
 
-/* sync 34 cuMemcpyDtoD_v2 (shim/api/cuda.api:49) */
+/* sync 34 cuMemcpyDtoD_v2 (shim/api/cuda.api:61) */
 SHIM_EXPORT int cuMemcpyDtoD_v2(unsigned long long dstDevice, unsigned long long srcDevice, size_t ByteCount) {
 	struct shim_call call;
 	int r = shim_call_begin(&call, CALL_cuMemcpyDtoD_v2, SHIM_CALL_SYNC, 8 + 8 + 8);
@@ -315,7 +315,7 @@ SHIM_EXPORT int cuMemcpyDtoD_v2(unsigned long long dstDevice, unsigned long long
 	return r;
 }
 
-/* async 35 cuMemcpyDtoDAsync_v2 (shim/api/cuda.api:50) */
+/* async 35 cuMemcpyDtoDAsync_v2 (shim/api/cuda.api:62) */
 SHIM_EXPORT int cuMemcpyDtoDAsync_v2(unsigned long long dstDevice, unsigned long long srcDevice, size_t ByteCount, void *hStream) {
 	struct shim_call call;
 	int r = shim_call_begin(&call, CALL_cuMemcpyDtoDAsync_v2, SHIM_CALL_ASYNC, 8 + 8 + 8 + 8);
@@ -329,7 +329,7 @@ SHIM_EXPORT int cuMemcpyDtoDAsync_v2(unsigned long long dstDevice, unsigned long
 	return r;
 }
 
-/* async 36 cuMemsetD8_v2 (shim/api/cuda.api:51) */
+/* async 36 cuMemsetD8_v2 (shim/api/cuda.api:63) */
 SHIM_EXPORT int cuMemsetD8_v2(unsigned long long dstDevice, unsigned int uc, size_t N) {
 	struct shim_call call;
 	int r = shim_call_begin(&call, CALL_cuMemsetD8_v2, SHIM_CALL_ASYNC, 8 + 8 + 8);
@@ -342,7 +342,7 @@ SHIM_EXPORT int cuMemsetD8_v2(unsigned long long dstDevice, unsigned int uc, siz
 	return r;
 }
 
-/* async 37 cuMemsetD16_v2 (shim/api/cuda.api:52) */
+/* async 37 cuMemsetD16_v2 (shim/api/cuda.api:64) */
 SHIM_EXPORT int cuMemsetD16_v2(unsigned long long dstDevice, unsigned int us, size_t N) {
 	struct shim_call call;
 	int r = shim_call_begin(&call, CALL_cuMemsetD16_v2, SHIM_CALL_ASYNC, 8 + 8 + 8);
@@ -355,7 +355,7 @@ SHIM_EXPORT int cuMemsetD16_v2(unsigned long long dstDevice, unsigned int us, si
 	return r;
 }
 
-/* async 38 cuMemsetD32_v2 (shim/api/cuda.api:53) */
+/* async 38 cuMemsetD32_v2 (shim/api/cuda.api:65) */
 SHIM_EXPORT int cuMemsetD32_v2(unsigned long long dstDevice, unsigned int ui, size_t N) {
 	struct shim_call call;
 	int r = shim_call_begin(&call, CALL_cuMemsetD32_v2, SHIM_CALL_ASYNC, 8 + 8 + 8);
@@ -368,7 +368,7 @@ SHIM_EXPORT int cuMemsetD32_v2(unsigned long long dstDevice, unsigned int ui, si
 	return r;
 }
 
-/* async 39 cuMemsetD8Async (shim/api/cuda.api:54) */
+/* async 39 cuMemsetD8Async (shim/api/cuda.api:66) */
 SHIM_EXPORT int cuMemsetD8Async(unsigned long long dstDevice, unsigned int uc, size_t N, void *hStream) {
 	struct shim_call call;
 	int r = shim_call_begin(&call, CALL_cuMemsetD8Async, SHIM_CALL_ASYNC, 8 + 8 + 8 + 8);
@@ -382,7 +382,7 @@ SHIM_EXPORT int cuMemsetD8Async(unsigned long long dstDevice, unsigned int uc, s
 	return r;
 }
 
-/* async 40 cuMemsetD16Async (shim/api/cuda.api:55) */
+/* async 40 cuMemsetD16Async (shim/api/cuda.api:67) */
 SHIM_EXPORT int cuMemsetD16Async(unsigned long long dstDevice, unsigned int us, size_t N, void *hStream) {
 	struct shim_call call;
 	int r = shim_call_begin(&call, CALL_cuMemsetD16Async, SHIM_CALL_ASYNC, 8 + 8 + 8 + 8);
@@ -396,7 +396,7 @@ SHIM_EXPORT int cuMemsetD16Async(unsigned long long dstDevice, unsigned int us, 
 	return r;
 }
 
-/* async 41 cuMemsetD32Async (shim/api/cuda.api:56) */
+/* async 41 cuMemsetD32Async (shim/api/cuda.api:68) */
 SHIM_EXPORT int cuMemsetD32Async(unsigned long long dstDevice, unsigned int ui, size_t N, void *hStream) {
 	struct shim_call call;
 	int r = shim_call_begin(&call, CALL_cuMemsetD32Async, SHIM_CALL_ASYNC, 8 + 8 + 8 + 8);
@@ -410,7 +410,7 @@ SHIM_EXPORT int cuMemsetD32Async(unsigned long long dstDevice, unsigned int ui, 
 	return r;
 }
 
-/* async 42 memcpyHtoDChunk (shim/api/cuda.api:58) */
+/* async 42 memcpyHtoDChunk (shim/api/cuda.api:70) */
 SHIM_HIDDEN int rpc_memcpyHtoDChunk(unsigned long long dstDevice, const void *srcHost, size_t ByteCount, void *hStream) {
 	if (srcHost == NULL && (uint64_t)(ByteCount) != 0) return shim_null_arg("memcpyHtoDChunk", "srcHost");
 	struct shim_call call;
@@ -425,7 +425,7 @@ SHIM_HIDDEN int rpc_memcpyHtoDChunk(unsigned long long dstDevice, const void *sr
 	return r;
 }
 
-/* sync 50 cuModuleLoadData (shim/api/cuda.api:61) */
+/* sync 50 cuModuleLoadData (shim/api/cuda.api:73) */
 SHIM_HIDDEN int rpc_cuModuleLoadData(void **module, const void *image, size_t size) {
 	if (module == NULL) return shim_null_arg("cuModuleLoadData", "module");
 	if (image == NULL && (uint64_t)(size) != 0) return shim_null_arg("cuModuleLoadData", "image");
@@ -442,7 +442,7 @@ SHIM_HIDDEN int rpc_cuModuleLoadData(void **module, const void *image, size_t si
 	return r;
 }
 
-/* sync 51 cuModuleUnload (shim/api/cuda.api:62) */
+/* sync 51 cuModuleUnload (shim/api/cuda.api:74) */
 SHIM_EXPORT int cuModuleUnload(void *hmod) {
 	struct shim_call call;
 	int r = shim_call_begin(&call, CALL_cuModuleUnload, SHIM_CALL_SYNC, 8);
@@ -453,7 +453,7 @@ SHIM_EXPORT int cuModuleUnload(void *hmod) {
 	return r;
 }
 
-/* sync 52 cuModuleGetFunction (shim/api/cuda.api:64) */
+/* sync 52 cuModuleGetFunction (shim/api/cuda.api:76) */
 SHIM_HIDDEN int rpc_cuModuleGetFunction(void **hfunc, void *params, void *hmod, const char *name) {
 	if (hfunc == NULL) return shim_null_arg("cuModuleGetFunction", "hfunc");
 	if (params == NULL && (uint64_t)1028 != 0) return shim_null_arg("cuModuleGetFunction", "params");
@@ -474,10 +474,8 @@ SHIM_HIDDEN int rpc_cuModuleGetFunction(void **hfunc, void *params, void *hmod, 
 	return r;
 }
 
-/* sync 53 cuModuleGetGlobal_v2 (shim/api/cuda.api:65) */
-SHIM_EXPORT int cuModuleGetGlobal_v2(unsigned long long *dptr, size_t *bytes, void *hmod, const char *name) {
-	if (dptr == NULL) return shim_null_arg("cuModuleGetGlobal_v2", "dptr");
-	if (bytes == NULL) return shim_null_arg("cuModuleGetGlobal_v2", "bytes");
+/* sync 53 cuModuleGetGlobal_v2 (shim/api/cuda.api:77) */
+SHIM_HIDDEN int rpc_cuModuleGetGlobal_v2(unsigned long long *dptr, size_t *bytes, void *hmod, const char *name) {
 	if (name == NULL) return shim_null_arg("cuModuleGetGlobal_v2", "name");
 	size_t name_len = strlen(name);
 	struct shim_call call;
@@ -487,14 +485,16 @@ SHIM_EXPORT int cuModuleGetGlobal_v2(unsigned long long *dptr, size_t *bytes, vo
 	shim_put_bytes(&call, name, name_len);
 	r = shim_call_end(&call);
 	if (r == 0) {
-		*dptr = shim_get_u64(&call);
-		*bytes = shim_get_u64(&call);
+		uint64_t dptr_v = shim_get_u64(&call);
+		if (dptr != NULL) *dptr = (unsigned long long)dptr_v;
+		uint64_t bytes_v = shim_get_u64(&call);
+		if (bytes != NULL) *bytes = (size_t)bytes_v;
 	}
 	shim_call_done(&call);
 	return r;
 }
 
-/* sync 54 cuLibraryLoadData (shim/api/cuda.api:66) */
+/* sync 54 cuLibraryLoadData (shim/api/cuda.api:78) */
 SHIM_HIDDEN int rpc_cuLibraryLoadData(void **library, const void *code, size_t size) {
 	if (library == NULL) return shim_null_arg("cuLibraryLoadData", "library");
 	if (code == NULL && (uint64_t)(size) != 0) return shim_null_arg("cuLibraryLoadData", "code");
@@ -511,7 +511,7 @@ SHIM_HIDDEN int rpc_cuLibraryLoadData(void **library, const void *code, size_t s
 	return r;
 }
 
-/* sync 55 cuLibraryUnload (shim/api/cuda.api:67) */
+/* sync 55 cuLibraryUnload (shim/api/cuda.api:79) */
 SHIM_EXPORT int cuLibraryUnload(void *library) {
 	struct shim_call call;
 	int r = shim_call_begin(&call, CALL_cuLibraryUnload, SHIM_CALL_SYNC, 8);
@@ -522,8 +522,8 @@ SHIM_EXPORT int cuLibraryUnload(void *library) {
 	return r;
 }
 
-/* sync 56 cuLibraryGetKernel (shim/api/cuda.api:68) */
-SHIM_EXPORT int cuLibraryGetKernel(void **pKernel, void *library, const char *name) {
+/* sync 56 cuLibraryGetKernel (shim/api/cuda.api:80) */
+SHIM_HIDDEN int rpc_cuLibraryGetKernel(void **pKernel, void *library, const char *name) {
 	if (pKernel == NULL) return shim_null_arg("cuLibraryGetKernel", "pKernel");
 	if (name == NULL) return shim_null_arg("cuLibraryGetKernel", "name");
 	size_t name_len = strlen(name);
@@ -540,7 +540,7 @@ SHIM_EXPORT int cuLibraryGetKernel(void **pKernel, void *library, const char *na
 	return r;
 }
 
-/* sync 57 cuKernelGetFunction (shim/api/cuda.api:69) */
+/* sync 57 cuKernelGetFunction (shim/api/cuda.api:81) */
 SHIM_HIDDEN int rpc_cuKernelGetFunction(void **pFunc, void *params, void *kernel) {
 	if (pFunc == NULL) return shim_null_arg("cuKernelGetFunction", "pFunc");
 	if (params == NULL && (uint64_t)1028 != 0) return shim_null_arg("cuKernelGetFunction", "params");
@@ -558,7 +558,7 @@ SHIM_HIDDEN int rpc_cuKernelGetFunction(void **pFunc, void *params, void *kernel
 	return r;
 }
 
-/* sync 58 cuLibraryGetModule (shim/api/cuda.api:70) */
+/* sync 58 cuLibraryGetModule (shim/api/cuda.api:82) */
 SHIM_EXPORT int cuLibraryGetModule(void **pMod, void *library) {
 	if (pMod == NULL) return shim_null_arg("cuLibraryGetModule", "pMod");
 	struct shim_call call;
@@ -573,8 +573,8 @@ SHIM_EXPORT int cuLibraryGetModule(void **pMod, void *library) {
 	return r;
 }
 
-/* sync 59 cuFuncGetAttribute (shim/api/cuda.api:71) */
-SHIM_EXPORT int cuFuncGetAttribute(int *pi, int attrib, void *hfunc) {
+/* sync 59 cuFuncGetAttribute (shim/api/cuda.api:83) */
+SHIM_HIDDEN int rpc_cuFuncGetAttribute(int *pi, int attrib, void *hfunc) {
 	if (pi == NULL) return shim_null_arg("cuFuncGetAttribute", "pi");
 	struct shim_call call;
 	int r = shim_call_begin(&call, CALL_cuFuncGetAttribute, SHIM_CALL_SYNC, 8 + 8);
@@ -589,8 +589,8 @@ SHIM_EXPORT int cuFuncGetAttribute(int *pi, int attrib, void *hfunc) {
 	return r;
 }
 
-/* async 60 cuFuncSetAttribute (shim/api/cuda.api:72) */
-SHIM_EXPORT int cuFuncSetAttribute(void *hfunc, int attrib, int value) {
+/* async 60 cuFuncSetAttribute (shim/api/cuda.api:84) */
+SHIM_HIDDEN int rpc_cuFuncSetAttribute(void *hfunc, int attrib, int value) {
 	struct shim_call call;
 	int r = shim_call_begin(&call, CALL_cuFuncSetAttribute, SHIM_CALL_ASYNC, 8 + 8 + 8);
 	if (r != 0) return r;
@@ -602,7 +602,7 @@ SHIM_EXPORT int cuFuncSetAttribute(void *hfunc, int attrib, int value) {
 	return r;
 }
 
-/* async 61 cuFuncSetCacheConfig (shim/api/cuda.api:73) */
+/* async 61 cuFuncSetCacheConfig (shim/api/cuda.api:85) */
 SHIM_EXPORT int cuFuncSetCacheConfig(void *hfunc, int config) {
 	struct shim_call call;
 	int r = shim_call_begin(&call, CALL_cuFuncSetCacheConfig, SHIM_CALL_ASYNC, 8 + 8);
@@ -614,8 +614,8 @@ SHIM_EXPORT int cuFuncSetCacheConfig(void *hfunc, int config) {
 	return r;
 }
 
-/* sync 62 cuKernelGetAttribute (shim/api/cuda.api:74) */
-SHIM_EXPORT int cuKernelGetAttribute(int *pi, int attrib, void *kernel, int dev) {
+/* sync 62 cuKernelGetAttribute (shim/api/cuda.api:86) */
+SHIM_HIDDEN int rpc_cuKernelGetAttribute(int *pi, int attrib, void *kernel, int dev) {
 	if (pi == NULL) return shim_null_arg("cuKernelGetAttribute", "pi");
 	struct shim_call call;
 	int r = shim_call_begin(&call, CALL_cuKernelGetAttribute, SHIM_CALL_SYNC, 8 + 8 + 8);
@@ -631,8 +631,8 @@ SHIM_EXPORT int cuKernelGetAttribute(int *pi, int attrib, void *kernel, int dev)
 	return r;
 }
 
-/* async 63 cuKernelSetAttribute (shim/api/cuda.api:75) */
-SHIM_EXPORT int cuKernelSetAttribute(int attrib, int val, void *kernel, int dev) {
+/* async 63 cuKernelSetAttribute (shim/api/cuda.api:87) */
+SHIM_HIDDEN int rpc_cuKernelSetAttribute(int attrib, int val, void *kernel, int dev) {
 	struct shim_call call;
 	int r = shim_call_begin(&call, CALL_cuKernelSetAttribute, SHIM_CALL_ASYNC, 8 + 8 + 8 + 8);
 	if (r != 0) return r;
@@ -645,10 +645,8 @@ SHIM_EXPORT int cuKernelSetAttribute(int attrib, int val, void *kernel, int dev)
 	return r;
 }
 
-/* sync 64 cuLibraryGetGlobal (shim/api/cuda.api:76) */
-SHIM_EXPORT int cuLibraryGetGlobal(unsigned long long *dptr, size_t *bytes, void *library, const char *name) {
-	if (dptr == NULL) return shim_null_arg("cuLibraryGetGlobal", "dptr");
-	if (bytes == NULL) return shim_null_arg("cuLibraryGetGlobal", "bytes");
+/* sync 64 cuLibraryGetGlobal (shim/api/cuda.api:88) */
+SHIM_HIDDEN int rpc_cuLibraryGetGlobal(unsigned long long *dptr, size_t *bytes, void *library, const char *name) {
 	if (name == NULL) return shim_null_arg("cuLibraryGetGlobal", "name");
 	size_t name_len = strlen(name);
 	struct shim_call call;
@@ -658,14 +656,16 @@ SHIM_EXPORT int cuLibraryGetGlobal(unsigned long long *dptr, size_t *bytes, void
 	shim_put_bytes(&call, name, name_len);
 	r = shim_call_end(&call);
 	if (r == 0) {
-		*dptr = shim_get_u64(&call);
-		*bytes = shim_get_u64(&call);
+		uint64_t dptr_v = shim_get_u64(&call);
+		if (dptr != NULL) *dptr = (unsigned long long)dptr_v;
+		uint64_t bytes_v = shim_get_u64(&call);
+		if (bytes != NULL) *bytes = (size_t)bytes_v;
 	}
 	shim_call_done(&call);
 	return r;
 }
 
-/* async 70 cuLaunchKernel (shim/api/cuda.api:79) */
+/* async 70 cuLaunchKernel (shim/api/cuda.api:91) */
 SHIM_HIDDEN int rpc_cuLaunchKernel(void *f, unsigned int gridDimX, unsigned int gridDimY, unsigned int gridDimZ, unsigned int blockDimX, unsigned int blockDimY, unsigned int blockDimZ, unsigned int sharedMemBytes, void *hStream, const void *args, size_t argsSize) {
 	if (args == NULL && (uint64_t)(argsSize) != 0) return shim_null_arg("cuLaunchKernel", "args");
 	struct shim_call call;
@@ -687,8 +687,8 @@ SHIM_HIDDEN int rpc_cuLaunchKernel(void *f, unsigned int gridDimX, unsigned int 
 	return r;
 }
 
-/* sync 80 cuStreamCreate (shim/api/cuda.api:82) */
-SHIM_EXPORT int cuStreamCreate(void **phStream, unsigned int Flags) {
+/* sync 80 cuStreamCreate (shim/api/cuda.api:94) */
+SHIM_HIDDEN int rpc_cuStreamCreate(void **phStream, unsigned int Flags) {
 	if (phStream == NULL) return shim_null_arg("cuStreamCreate", "phStream");
 	struct shim_call call;
 	int r = shim_call_begin(&call, CALL_cuStreamCreate, SHIM_CALL_SYNC, 8);
@@ -702,8 +702,8 @@ SHIM_EXPORT int cuStreamCreate(void **phStream, unsigned int Flags) {
 	return r;
 }
 
-/* sync 81 cuStreamCreateWithPriority (shim/api/cuda.api:83) */
-SHIM_EXPORT int cuStreamCreateWithPriority(void **phStream, unsigned int flags, int priority) {
+/* sync 81 cuStreamCreateWithPriority (shim/api/cuda.api:95) */
+SHIM_HIDDEN int rpc_cuStreamCreateWithPriority(void **phStream, unsigned int flags, int priority) {
 	if (phStream == NULL) return shim_null_arg("cuStreamCreateWithPriority", "phStream");
 	struct shim_call call;
 	int r = shim_call_begin(&call, CALL_cuStreamCreateWithPriority, SHIM_CALL_SYNC, 8 + 8);
@@ -718,8 +718,8 @@ SHIM_EXPORT int cuStreamCreateWithPriority(void **phStream, unsigned int flags, 
 	return r;
 }
 
-/* sync 82 cuStreamDestroy_v2 (shim/api/cuda.api:84) */
-SHIM_EXPORT int cuStreamDestroy_v2(void *hStream) {
+/* sync 82 cuStreamDestroy_v2 (shim/api/cuda.api:96) */
+SHIM_HIDDEN int rpc_cuStreamDestroy_v2(void *hStream) {
 	struct shim_call call;
 	int r = shim_call_begin(&call, CALL_cuStreamDestroy_v2, SHIM_CALL_SYNC, 8);
 	if (r != 0) return r;
@@ -729,7 +729,7 @@ SHIM_EXPORT int cuStreamDestroy_v2(void *hStream) {
 	return r;
 }
 
-/* sync 83 cuStreamSynchronize (shim/api/cuda.api:85) */
+/* sync 83 cuStreamSynchronize (shim/api/cuda.api:97) */
 SHIM_EXPORT int cuStreamSynchronize(void *hStream) {
 	struct shim_call call;
 	int r = shim_call_begin(&call, CALL_cuStreamSynchronize, SHIM_CALL_SYNC, 8);
@@ -740,7 +740,7 @@ SHIM_EXPORT int cuStreamSynchronize(void *hStream) {
 	return r;
 }
 
-/* sync 84 cuStreamQuery (shim/api/cuda.api:86) */
+/* sync 84 cuStreamQuery (shim/api/cuda.api:98) */
 SHIM_EXPORT int cuStreamQuery(void *hStream) {
 	struct shim_call call;
 	int r = shim_call_begin(&call, CALL_cuStreamQuery, SHIM_CALL_SYNC, 8);
@@ -751,7 +751,7 @@ SHIM_EXPORT int cuStreamQuery(void *hStream) {
 	return r;
 }
 
-/* async 85 cuStreamWaitEvent (shim/api/cuda.api:87) */
+/* async 85 cuStreamWaitEvent (shim/api/cuda.api:99) */
 SHIM_EXPORT int cuStreamWaitEvent(void *hStream, void *hEvent, unsigned int Flags) {
 	struct shim_call call;
 	int r = shim_call_begin(&call, CALL_cuStreamWaitEvent, SHIM_CALL_ASYNC, 8 + 8 + 8);
@@ -764,7 +764,7 @@ SHIM_EXPORT int cuStreamWaitEvent(void *hStream, void *hEvent, unsigned int Flag
 	return r;
 }
 
-/* sync 90 cuEventCreate (shim/api/cuda.api:88) */
+/* sync 90 cuEventCreate (shim/api/cuda.api:100) */
 SHIM_EXPORT int cuEventCreate(void **phEvent, unsigned int Flags) {
 	if (phEvent == NULL) return shim_null_arg("cuEventCreate", "phEvent");
 	struct shim_call call;
@@ -779,7 +779,7 @@ SHIM_EXPORT int cuEventCreate(void **phEvent, unsigned int Flags) {
 	return r;
 }
 
-/* sync 91 cuEventDestroy_v2 (shim/api/cuda.api:89) */
+/* sync 91 cuEventDestroy_v2 (shim/api/cuda.api:101) */
 SHIM_EXPORT int cuEventDestroy_v2(void *hEvent) {
 	struct shim_call call;
 	int r = shim_call_begin(&call, CALL_cuEventDestroy_v2, SHIM_CALL_SYNC, 8);
@@ -790,7 +790,7 @@ SHIM_EXPORT int cuEventDestroy_v2(void *hEvent) {
 	return r;
 }
 
-/* async 92 cuEventRecord (shim/api/cuda.api:90) */
+/* async 92 cuEventRecord (shim/api/cuda.api:102) */
 SHIM_EXPORT int cuEventRecord(void *hEvent, void *hStream) {
 	struct shim_call call;
 	int r = shim_call_begin(&call, CALL_cuEventRecord, SHIM_CALL_ASYNC, 8 + 8);
@@ -802,7 +802,7 @@ SHIM_EXPORT int cuEventRecord(void *hEvent, void *hStream) {
 	return r;
 }
 
-/* async 93 cuEventRecordWithFlags (shim/api/cuda.api:91) */
+/* async 93 cuEventRecordWithFlags (shim/api/cuda.api:103) */
 SHIM_EXPORT int cuEventRecordWithFlags(void *hEvent, void *hStream, unsigned int flags) {
 	struct shim_call call;
 	int r = shim_call_begin(&call, CALL_cuEventRecordWithFlags, SHIM_CALL_ASYNC, 8 + 8 + 8);
@@ -815,7 +815,7 @@ SHIM_EXPORT int cuEventRecordWithFlags(void *hEvent, void *hStream, unsigned int
 	return r;
 }
 
-/* sync 94 cuEventSynchronize (shim/api/cuda.api:92) */
+/* sync 94 cuEventSynchronize (shim/api/cuda.api:104) */
 SHIM_EXPORT int cuEventSynchronize(void *hEvent) {
 	struct shim_call call;
 	int r = shim_call_begin(&call, CALL_cuEventSynchronize, SHIM_CALL_SYNC, 8);
@@ -826,7 +826,7 @@ SHIM_EXPORT int cuEventSynchronize(void *hEvent) {
 	return r;
 }
 
-/* sync 95 cuEventQuery (shim/api/cuda.api:93) */
+/* sync 95 cuEventQuery (shim/api/cuda.api:105) */
 SHIM_EXPORT int cuEventQuery(void *hEvent) {
 	struct shim_call call;
 	int r = shim_call_begin(&call, CALL_cuEventQuery, SHIM_CALL_SYNC, 8);
@@ -837,7 +837,7 @@ SHIM_EXPORT int cuEventQuery(void *hEvent) {
 	return r;
 }
 
-/* sync 96 cuEventElapsedTime (shim/api/cuda.api:94) */
+/* sync 96 cuEventElapsedTime (shim/api/cuda.api:106) */
 SHIM_EXPORT int cuEventElapsedTime(float *pMilliseconds, void *hStart, void *hEnd) {
 	if (pMilliseconds == NULL) return shim_null_arg("cuEventElapsedTime", "pMilliseconds");
 	struct shim_call call;
@@ -853,7 +853,7 @@ SHIM_EXPORT int cuEventElapsedTime(float *pMilliseconds, void *hStart, void *hEn
 	return r;
 }
 
-/* sync 97 cuEventElapsedTime_v2 (shim/api/cuda.api:95) */
+/* sync 97 cuEventElapsedTime_v2 (shim/api/cuda.api:107) */
 SHIM_EXPORT int cuEventElapsedTime_v2(float *pMilliseconds, void *hStart, void *hEnd) {
 	if (pMilliseconds == NULL) return shim_null_arg("cuEventElapsedTime_v2", "pMilliseconds");
 	struct shim_call call;
@@ -869,7 +869,7 @@ SHIM_EXPORT int cuEventElapsedTime_v2(float *pMilliseconds, void *hStart, void *
 	return r;
 }
 
-/* sync 100 cuPointerGetAttribute (shim/api/cuda.api:98) */
+/* sync 100 cuPointerGetAttribute (shim/api/cuda.api:110) */
 SHIM_HIDDEN int rpc_cuPointerGetAttribute(void *data, int attribute, unsigned long long ptr) {
 	if (data == NULL && (uint64_t)8 != 0) return shim_null_arg("cuPointerGetAttribute", "data");
 	struct shim_call call;
@@ -886,81 +886,650 @@ SHIM_HIDDEN int rpc_cuPointerGetAttribute(void *data, int attribute, unsigned lo
 	return r;
 }
 
+/* async 71 cuLaunchKernelEx (shim/api/cuda.api:115) */
+SHIM_HIDDEN int rpc_cuLaunchKernelEx(void *f, unsigned int gridDimX, unsigned int gridDimY, unsigned int gridDimZ, unsigned int blockDimX, unsigned int blockDimY, unsigned int blockDimZ, unsigned int sharedMemBytes, void *hStream, const void *attrs, size_t attrsSize, const void *args, size_t argsSize) {
+	if (attrs == NULL && (uint64_t)(attrsSize) != 0) return shim_null_arg("cuLaunchKernelEx", "attrs");
+	if (args == NULL && (uint64_t)(argsSize) != 0) return shim_null_arg("cuLaunchKernelEx", "args");
+	struct shim_call call;
+	int r = shim_call_begin(&call, CALL_cuLaunchKernelEx, SHIM_CALL_ASYNC, 8 + 8 + 8 + 8 + 8 + 8 + 8 + 8 + 8 + 8 + shim_pad8((uint64_t)(attrsSize)) + 8 + 8 + shim_pad8((uint64_t)(argsSize)) + 8);
+	if (r != 0) return r;
+	shim_put_u64(&call, (uint64_t)(uintptr_t)f);
+	shim_put_u64(&call, (uint64_t)gridDimX);
+	shim_put_u64(&call, (uint64_t)gridDimY);
+	shim_put_u64(&call, (uint64_t)gridDimZ);
+	shim_put_u64(&call, (uint64_t)blockDimX);
+	shim_put_u64(&call, (uint64_t)blockDimY);
+	shim_put_u64(&call, (uint64_t)blockDimZ);
+	shim_put_u64(&call, (uint64_t)sharedMemBytes);
+	shim_put_u64(&call, (uint64_t)(uintptr_t)hStream);
+	shim_put_bytes(&call, attrs, (uint64_t)(attrsSize));
+	shim_put_u64(&call, (uint64_t)attrsSize);
+	shim_put_bytes(&call, args, (uint64_t)(argsSize));
+	shim_put_u64(&call, (uint64_t)argsSize);
+	r = shim_call_end(&call);
+	shim_call_done(&call);
+	return r;
+}
+
+/* sync 65 cuLibraryGetKernelCount (shim/api/cuda.api:117) */
+SHIM_HIDDEN int rpc_cuLibraryGetKernelCount(unsigned int *count, void *library) {
+	if (count == NULL) return shim_null_arg("cuLibraryGetKernelCount", "count");
+	struct shim_call call;
+	int r = shim_call_begin(&call, CALL_cuLibraryGetKernelCount, SHIM_CALL_SYNC, 8);
+	if (r != 0) return r;
+	shim_put_u64(&call, (uint64_t)(uintptr_t)library);
+	r = shim_call_end(&call);
+	if (r == 0) {
+		*count = (unsigned int)shim_get_u64(&call);
+	}
+	shim_call_done(&call);
+	return r;
+}
+
+/* sync 66 cuLibraryEnumerateKernels (shim/api/cuda.api:118) */
+SHIM_HIDDEN int rpc_cuLibraryEnumerateKernels(void *kernels, unsigned int numKernels, void *library) {
+	if (kernels == NULL && (uint64_t)(numKernels) * 8 != 0) return shim_null_arg("cuLibraryEnumerateKernels", "kernels");
+	struct shim_call call;
+	int r = shim_call_begin(&call, CALL_cuLibraryEnumerateKernels, SHIM_CALL_SYNC, 8 + 8 + 8);
+	if (r != 0) return r;
+	shim_put_u64(&call, (uint64_t)(numKernels) * 8);
+	shim_put_u64(&call, (uint64_t)numKernels);
+	shim_put_u64(&call, (uint64_t)(uintptr_t)library);
+	r = shim_call_end(&call);
+	if (r == 0) {
+		shim_get_bytes(&call, kernels, (uint64_t)(numKernels) * 8);
+	}
+	shim_call_done(&call);
+	return r;
+}
+
+/* sync 67 funcGetName (shim/api/cuda.api:120) */
+SHIM_HIDDEN int rpc_funcGetName(void *name, void *hfunc) {
+	if (name == NULL && (uint64_t)4096 != 0) return shim_null_arg("funcGetName", "name");
+	struct shim_call call;
+	int r = shim_call_begin(&call, CALL_funcGetName, SHIM_CALL_SYNC, 8 + 8);
+	if (r != 0) return r;
+	shim_put_u64(&call, (uint64_t)4096);
+	shim_put_u64(&call, (uint64_t)(uintptr_t)hfunc);
+	r = shim_call_end(&call);
+	if (r == 0) {
+		shim_get_bytes(&call, name, (uint64_t)4096);
+	}
+	shim_call_done(&call);
+	return r;
+}
+
+/* async 43 memcpy2DHtoD (shim/api/cuda.api:122) */
+SHIM_HIDDEN int rpc_memcpy2DHtoD(unsigned long long dst, size_t dstPitch, size_t width, size_t height, const void *src, size_t size, void *hStream) {
+	if (src == NULL && (uint64_t)(size) != 0) return shim_null_arg("memcpy2DHtoD", "src");
+	struct shim_call call;
+	int r = shim_call_begin(&call, CALL_memcpy2DHtoD, SHIM_CALL_ASYNC, 8 + 8 + 8 + 8 + 8 + shim_pad8((uint64_t)(size)) + 8 + 8);
+	if (r != 0) return r;
+	shim_put_u64(&call, (uint64_t)dst);
+	shim_put_u64(&call, (uint64_t)dstPitch);
+	shim_put_u64(&call, (uint64_t)width);
+	shim_put_u64(&call, (uint64_t)height);
+	shim_put_bytes(&call, src, (uint64_t)(size));
+	shim_put_u64(&call, (uint64_t)size);
+	shim_put_u64(&call, (uint64_t)(uintptr_t)hStream);
+	r = shim_call_end(&call);
+	shim_call_done(&call);
+	return r;
+}
+
+/* sync 44 memcpy2DDtoH (shim/api/cuda.api:123) */
+SHIM_HIDDEN int rpc_memcpy2DDtoH(void *dst, unsigned long long src, size_t srcPitch, size_t width, size_t height, size_t size, void *hStream) {
+	if (dst == NULL && (uint64_t)(size) != 0) return shim_null_arg("memcpy2DDtoH", "dst");
+	struct shim_call call;
+	int r = shim_call_begin(&call, CALL_memcpy2DDtoH, SHIM_CALL_SYNC, 8 + 8 + 8 + 8 + 8 + 8 + 8);
+	if (r != 0) return r;
+	shim_put_u64(&call, (uint64_t)(size));
+	shim_put_u64(&call, (uint64_t)src);
+	shim_put_u64(&call, (uint64_t)srcPitch);
+	shim_put_u64(&call, (uint64_t)width);
+	shim_put_u64(&call, (uint64_t)height);
+	shim_put_u64(&call, (uint64_t)size);
+	shim_put_u64(&call, (uint64_t)(uintptr_t)hStream);
+	r = shim_call_end(&call);
+	if (r == 0) {
+		shim_get_bytes(&call, dst, (uint64_t)(size));
+	}
+	shim_call_done(&call);
+	return r;
+}
+
+/* async 45 memcpy2DDtoD (shim/api/cuda.api:124) */
+SHIM_HIDDEN int rpc_memcpy2DDtoD(unsigned long long dst, size_t dstPitch, unsigned long long src, size_t srcPitch, size_t width, size_t height, void *hStream) {
+	struct shim_call call;
+	int r = shim_call_begin(&call, CALL_memcpy2DDtoD, SHIM_CALL_ASYNC, 8 + 8 + 8 + 8 + 8 + 8 + 8);
+	if (r != 0) return r;
+	shim_put_u64(&call, (uint64_t)dst);
+	shim_put_u64(&call, (uint64_t)dstPitch);
+	shim_put_u64(&call, (uint64_t)src);
+	shim_put_u64(&call, (uint64_t)srcPitch);
+	shim_put_u64(&call, (uint64_t)width);
+	shim_put_u64(&call, (uint64_t)height);
+	shim_put_u64(&call, (uint64_t)(uintptr_t)hStream);
+	r = shim_call_end(&call);
+	shim_call_done(&call);
+	return r;
+}
+
+/* async 46 memset2D (shim/api/cuda.api:125) */
+SHIM_HIDDEN int rpc_memset2D(unsigned long long dst, size_t pitch, unsigned int value, unsigned int elementSize, size_t width, size_t height, void *hStream) {
+	struct shim_call call;
+	int r = shim_call_begin(&call, CALL_memset2D, SHIM_CALL_ASYNC, 8 + 8 + 8 + 8 + 8 + 8 + 8);
+	if (r != 0) return r;
+	shim_put_u64(&call, (uint64_t)dst);
+	shim_put_u64(&call, (uint64_t)pitch);
+	shim_put_u64(&call, (uint64_t)value);
+	shim_put_u64(&call, (uint64_t)elementSize);
+	shim_put_u64(&call, (uint64_t)width);
+	shim_put_u64(&call, (uint64_t)height);
+	shim_put_u64(&call, (uint64_t)(uintptr_t)hStream);
+	r = shim_call_end(&call);
+	shim_call_done(&call);
+	return r;
+}
+
+/* async 86 streamWriteValue (shim/api/cuda.api:128) */
+SHIM_HIDDEN int rpc_streamWriteValue(void *hStream, unsigned long long addr, unsigned long long value, unsigned int size, unsigned int flags) {
+	struct shim_call call;
+	int r = shim_call_begin(&call, CALL_streamWriteValue, SHIM_CALL_ASYNC, 8 + 8 + 8 + 8 + 8);
+	if (r != 0) return r;
+	shim_put_u64(&call, (uint64_t)(uintptr_t)hStream);
+	shim_put_u64(&call, (uint64_t)addr);
+	shim_put_u64(&call, (uint64_t)value);
+	shim_put_u64(&call, (uint64_t)size);
+	shim_put_u64(&call, (uint64_t)flags);
+	r = shim_call_end(&call);
+	shim_call_done(&call);
+	return r;
+}
+
+/* sync 87 streamWaitValue (shim/api/cuda.api:129) */
+SHIM_HIDDEN int rpc_streamWaitValue(void *hStream, unsigned long long addr, unsigned long long value, unsigned int size, unsigned int flags) {
+	struct shim_call call;
+	int r = shim_call_begin(&call, CALL_streamWaitValue, SHIM_CALL_SYNC, 8 + 8 + 8 + 8 + 8);
+	if (r != 0) return r;
+	shim_put_u64(&call, (uint64_t)(uintptr_t)hStream);
+	shim_put_u64(&call, (uint64_t)addr);
+	shim_put_u64(&call, (uint64_t)value);
+	shim_put_u64(&call, (uint64_t)size);
+	shim_put_u64(&call, (uint64_t)flags);
+	r = shim_call_end(&call);
+	shim_call_done(&call);
+	return r;
+}
+
+/* sync 110 tensorMapEncode (shim/api/cuda.api:131) */
+SHIM_HIDDEN int rpc_tensorMapEncode(void *tensorMap, const void *request, size_t size) {
+	if (tensorMap == NULL && (uint64_t)128 != 0) return shim_null_arg("tensorMapEncode", "tensorMap");
+	if (request == NULL && (uint64_t)(size) != 0) return shim_null_arg("tensorMapEncode", "request");
+	struct shim_call call;
+	int r = shim_call_begin(&call, CALL_tensorMapEncode, SHIM_CALL_SYNC, 8 + 8 + shim_pad8((uint64_t)(size)) + 8);
+	if (r != 0) return r;
+	shim_put_u64(&call, (uint64_t)128);
+	shim_put_bytes(&call, request, (uint64_t)(size));
+	shim_put_u64(&call, (uint64_t)size);
+	r = shim_call_end(&call);
+	if (r == 0) {
+		shim_get_bytes(&call, tensorMap, (uint64_t)128);
+	}
+	shim_call_done(&call);
+	return r;
+}
+
+/* sync 111 tensorMapReplaceAddress (shim/api/cuda.api:132) */
+SHIM_HIDDEN int rpc_tensorMapReplaceAddress(void *tensorMap, const void *old, unsigned long long globalAddress) {
+	if (tensorMap == NULL && (uint64_t)128 != 0) return shim_null_arg("tensorMapReplaceAddress", "tensorMap");
+	if (old == NULL && (uint64_t)128 != 0) return shim_null_arg("tensorMapReplaceAddress", "old");
+	struct shim_call call;
+	int r = shim_call_begin(&call, CALL_tensorMapReplaceAddress, SHIM_CALL_SYNC, 8 + 8 + shim_pad8((uint64_t)128) + 8);
+	if (r != 0) return r;
+	shim_put_u64(&call, (uint64_t)128);
+	shim_put_bytes(&call, old, (uint64_t)128);
+	shim_put_u64(&call, (uint64_t)globalAddress);
+	r = shim_call_end(&call);
+	if (r == 0) {
+		shim_get_bytes(&call, tensorMap, (uint64_t)128);
+	}
+	shim_call_done(&call);
+	return r;
+}
+
+/* async 47 moduleImageChunk (shim/api/cuda.api:135) */
+SHIM_HIDDEN int rpc_moduleImageChunk(const void *data, size_t size) {
+	if (data == NULL && (uint64_t)(size) != 0) return shim_null_arg("moduleImageChunk", "data");
+	struct shim_call call;
+	int r = shim_call_begin(&call, CALL_moduleImageChunk, SHIM_CALL_ASYNC, 8 + shim_pad8((uint64_t)(size)) + 8);
+	if (r != 0) return r;
+	shim_put_bytes(&call, data, (uint64_t)(size));
+	shim_put_u64(&call, (uint64_t)size);
+	r = shim_call_end(&call);
+	shim_call_done(&call);
+	return r;
+}
+
 /* Entry points exported but not implemented: CUDA_ERROR_NOT_SUPPORTED, logged once by name. */
-SHIM_EXPORT int cuCtxSetLimit(void) { return shim_unsupported("cuCtxSetLimit"); }
-SHIM_EXPORT int cuCtxGetLimit(void) { return shim_unsupported("cuCtxGetLimit"); }
-SHIM_EXPORT int cuCtxSetCacheConfig(void) { return shim_unsupported("cuCtxSetCacheConfig"); }
-SHIM_EXPORT int cuCtxGetCacheConfig(void) { return shim_unsupported("cuCtxGetCacheConfig"); }
-SHIM_EXPORT int cuStreamBeginCapture_v2(void) { return shim_unsupported("cuStreamBeginCapture_v2"); }
-SHIM_EXPORT int cuStreamEndCapture(void) { return shim_unsupported("cuStreamEndCapture"); }
-SHIM_EXPORT int cuStreamIsCapturing(void) { return shim_unsupported("cuStreamIsCapturing"); }
-SHIM_EXPORT int cuStreamGetCaptureInfo_v2(void) { return shim_unsupported("cuStreamGetCaptureInfo_v2"); }
+SHIM_EXPORT int cuArray3DCreate(void) { return shim_unsupported("cuArray3DCreate"); }
+SHIM_EXPORT int cuArray3DCreate_v2(void) { return shim_unsupported("cuArray3DCreate_v2"); }
+SHIM_EXPORT int cuArray3DGetDescriptor(void) { return shim_unsupported("cuArray3DGetDescriptor"); }
+SHIM_EXPORT int cuArray3DGetDescriptor_v2(void) { return shim_unsupported("cuArray3DGetDescriptor_v2"); }
+SHIM_EXPORT int cuArrayCreate(void) { return shim_unsupported("cuArrayCreate"); }
+SHIM_EXPORT int cuArrayCreate_v2(void) { return shim_unsupported("cuArrayCreate_v2"); }
+SHIM_EXPORT int cuArrayDestroy(void) { return shim_unsupported("cuArrayDestroy"); }
+SHIM_EXPORT int cuArrayGetDescriptor(void) { return shim_unsupported("cuArrayGetDescriptor"); }
+SHIM_EXPORT int cuArrayGetDescriptor_v2(void) { return shim_unsupported("cuArrayGetDescriptor_v2"); }
+SHIM_EXPORT int cuArrayGetMemoryRequirements(void) { return shim_unsupported("cuArrayGetMemoryRequirements"); }
+SHIM_EXPORT int cuArrayGetPlane(void) { return shim_unsupported("cuArrayGetPlane"); }
+SHIM_EXPORT int cuArrayGetSparseProperties(void) { return shim_unsupported("cuArrayGetSparseProperties"); }
+SHIM_EXPORT int cuCheckpointProcessCheckpoint(void) { return shim_unsupported("cuCheckpointProcessCheckpoint"); }
+SHIM_EXPORT int cuCheckpointProcessGetRestoreThreadId(void) { return shim_unsupported("cuCheckpointProcessGetRestoreThreadId"); }
+SHIM_EXPORT int cuCheckpointProcessGetState(void) { return shim_unsupported("cuCheckpointProcessGetState"); }
+SHIM_EXPORT int cuCheckpointProcessLock(void) { return shim_unsupported("cuCheckpointProcessLock"); }
+SHIM_EXPORT int cuCheckpointProcessRestore(void) { return shim_unsupported("cuCheckpointProcessRestore"); }
+SHIM_EXPORT int cuCheckpointProcessUnlock(void) { return shim_unsupported("cuCheckpointProcessUnlock"); }
+SHIM_EXPORT int cuCoredumpGetAttribute(void) { return shim_unsupported("cuCoredumpGetAttribute"); }
+SHIM_EXPORT int cuCoredumpGetAttributeGlobal(void) { return shim_unsupported("cuCoredumpGetAttributeGlobal"); }
+SHIM_EXPORT int cuCoredumpSetAttribute(void) { return shim_unsupported("cuCoredumpSetAttribute"); }
+SHIM_EXPORT int cuCoredumpSetAttributeGlobal(void) { return shim_unsupported("cuCoredumpSetAttributeGlobal"); }
+SHIM_EXPORT int cuCtxAttach(void) { return shim_unsupported("cuCtxAttach"); }
+SHIM_EXPORT int cuCtxDetach(void) { return shim_unsupported("cuCtxDetach"); }
+SHIM_EXPORT int cuCtxDisablePeerAccess(void) { return shim_unsupported("cuCtxDisablePeerAccess"); }
+SHIM_EXPORT int cuCtxEnablePeerAccess(void) { return shim_unsupported("cuCtxEnablePeerAccess"); }
+SHIM_EXPORT int cuCtxFromGreenCtx(void) { return shim_unsupported("cuCtxFromGreenCtx"); }
+SHIM_EXPORT int cuCtxGetDevResource(void) { return shim_unsupported("cuCtxGetDevResource"); }
+SHIM_EXPORT int cuCtxGetExecAffinity(void) { return shim_unsupported("cuCtxGetExecAffinity"); }
+SHIM_EXPORT int cuCtxRecordEvent(void) { return shim_unsupported("cuCtxRecordEvent"); }
+SHIM_EXPORT int cuCtxWaitEvent(void) { return shim_unsupported("cuCtxWaitEvent"); }
+SHIM_EXPORT int cuDestroyExternalMemory(void) { return shim_unsupported("cuDestroyExternalMemory"); }
+SHIM_EXPORT int cuDestroyExternalSemaphore(void) { return shim_unsupported("cuDestroyExternalSemaphore"); }
+SHIM_EXPORT int cuDevResourceGenerateDesc(void) { return shim_unsupported("cuDevResourceGenerateDesc"); }
+SHIM_EXPORT int cuDevSmResourceSplitByCount(void) { return shim_unsupported("cuDevSmResourceSplitByCount"); }
+SHIM_EXPORT int cuDeviceGetDefaultMemPool(void) { return shim_unsupported("cuDeviceGetDefaultMemPool"); }
+SHIM_EXPORT int cuDeviceGetDevResource(void) { return shim_unsupported("cuDeviceGetDevResource"); }
+SHIM_EXPORT int cuDeviceGetExecAffinitySupport(void) { return shim_unsupported("cuDeviceGetExecAffinitySupport"); }
+SHIM_EXPORT int cuDeviceGetGraphMemAttribute(void) { return shim_unsupported("cuDeviceGetGraphMemAttribute"); }
+SHIM_EXPORT int cuDeviceGetHostAtomicCapabilities(void) { return shim_unsupported("cuDeviceGetHostAtomicCapabilities"); }
+SHIM_EXPORT int cuDeviceGetLuid(void) { return shim_unsupported("cuDeviceGetLuid"); }
+SHIM_EXPORT int cuDeviceGetMemPool(void) { return shim_unsupported("cuDeviceGetMemPool"); }
+SHIM_EXPORT int cuDeviceGetNvSciSyncAttributes(void) { return shim_unsupported("cuDeviceGetNvSciSyncAttributes"); }
+SHIM_EXPORT int cuDeviceGetP2PAtomicCapabilities(void) { return shim_unsupported("cuDeviceGetP2PAtomicCapabilities"); }
+SHIM_EXPORT int cuDeviceGetProperties(void) { return shim_unsupported("cuDeviceGetProperties"); }
+SHIM_EXPORT int cuDeviceGraphMemTrim(void) { return shim_unsupported("cuDeviceGraphMemTrim"); }
+SHIM_EXPORT int cuDeviceRegisterAsyncNotification(void) { return shim_unsupported("cuDeviceRegisterAsyncNotification"); }
+SHIM_EXPORT int cuDeviceSetGraphMemAttribute(void) { return shim_unsupported("cuDeviceSetGraphMemAttribute"); }
+SHIM_EXPORT int cuDeviceSetMemPool(void) { return shim_unsupported("cuDeviceSetMemPool"); }
+SHIM_EXPORT int cuDeviceTotalMem(void) { return shim_unsupported("cuDeviceTotalMem"); }
+SHIM_EXPORT int cuDeviceUnregisterAsyncNotification(void) { return shim_unsupported("cuDeviceUnregisterAsyncNotification"); }
+SHIM_EXPORT int cuEGLStreamConsumerAcquireFrame(void) { return shim_unsupported("cuEGLStreamConsumerAcquireFrame"); }
+SHIM_EXPORT int cuEGLStreamConsumerConnect(void) { return shim_unsupported("cuEGLStreamConsumerConnect"); }
+SHIM_EXPORT int cuEGLStreamConsumerConnectWithFlags(void) { return shim_unsupported("cuEGLStreamConsumerConnectWithFlags"); }
+SHIM_EXPORT int cuEGLStreamConsumerDisconnect(void) { return shim_unsupported("cuEGLStreamConsumerDisconnect"); }
+SHIM_EXPORT int cuEGLStreamConsumerReleaseFrame(void) { return shim_unsupported("cuEGLStreamConsumerReleaseFrame"); }
+SHIM_EXPORT int cuEGLStreamProducerConnect(void) { return shim_unsupported("cuEGLStreamProducerConnect"); }
+SHIM_EXPORT int cuEGLStreamProducerDisconnect(void) { return shim_unsupported("cuEGLStreamProducerDisconnect"); }
+SHIM_EXPORT int cuEGLStreamProducerPresentFrame(void) { return shim_unsupported("cuEGLStreamProducerPresentFrame"); }
+SHIM_EXPORT int cuEGLStreamProducerReturnFrame(void) { return shim_unsupported("cuEGLStreamProducerReturnFrame"); }
+SHIM_EXPORT int cuEventCreateFromEGLSync(void) { return shim_unsupported("cuEventCreateFromEGLSync"); }
+SHIM_EXPORT int cuExternalMemoryGetMappedBuffer(void) { return shim_unsupported("cuExternalMemoryGetMappedBuffer"); }
+SHIM_EXPORT int cuExternalMemoryGetMappedMipmappedArray(void) { return shim_unsupported("cuExternalMemoryGetMappedMipmappedArray"); }
+SHIM_EXPORT int cuFlushGPUDirectRDMAWrites(void) { return shim_unsupported("cuFlushGPUDirectRDMAWrites"); }
+SHIM_EXPORT int cuFuncSetBlockShape(void) { return shim_unsupported("cuFuncSetBlockShape"); }
+SHIM_EXPORT int cuFuncSetSharedMemConfig(void) { return shim_unsupported("cuFuncSetSharedMemConfig"); }
+SHIM_EXPORT int cuFuncSetSharedSize(void) { return shim_unsupported("cuFuncSetSharedSize"); }
+SHIM_EXPORT int cuGLCtxCreate(void) { return shim_unsupported("cuGLCtxCreate"); }
+SHIM_EXPORT int cuGLCtxCreate_v2(void) { return shim_unsupported("cuGLCtxCreate_v2"); }
+SHIM_EXPORT int cuGLGetDevices(void) { return shim_unsupported("cuGLGetDevices"); }
+SHIM_EXPORT int cuGLGetDevices_v2(void) { return shim_unsupported("cuGLGetDevices_v2"); }
+SHIM_EXPORT int cuGLInit(void) { return shim_unsupported("cuGLInit"); }
+SHIM_EXPORT int cuGLMapBufferObject(void) { return shim_unsupported("cuGLMapBufferObject"); }
+SHIM_EXPORT int cuGLMapBufferObjectAsync(void) { return shim_unsupported("cuGLMapBufferObjectAsync"); }
+SHIM_EXPORT int cuGLMapBufferObjectAsync_v2(void) { return shim_unsupported("cuGLMapBufferObjectAsync_v2"); }
+SHIM_EXPORT int cuGLMapBufferObjectAsync_v2_ptsz(void) { return shim_unsupported("cuGLMapBufferObjectAsync_v2_ptsz"); }
+SHIM_EXPORT int cuGLMapBufferObject_v2(void) { return shim_unsupported("cuGLMapBufferObject_v2"); }
+SHIM_EXPORT int cuGLMapBufferObject_v2_ptds(void) { return shim_unsupported("cuGLMapBufferObject_v2_ptds"); }
+SHIM_EXPORT int cuGLRegisterBufferObject(void) { return shim_unsupported("cuGLRegisterBufferObject"); }
+SHIM_EXPORT int cuGLSetBufferObjectMapFlags(void) { return shim_unsupported("cuGLSetBufferObjectMapFlags"); }
+SHIM_EXPORT int cuGLUnmapBufferObject(void) { return shim_unsupported("cuGLUnmapBufferObject"); }
+SHIM_EXPORT int cuGLUnmapBufferObjectAsync(void) { return shim_unsupported("cuGLUnmapBufferObjectAsync"); }
+SHIM_EXPORT int cuGLUnregisterBufferObject(void) { return shim_unsupported("cuGLUnregisterBufferObject"); }
+SHIM_EXPORT int cuGraphAddBatchMemOpNode(void) { return shim_unsupported("cuGraphAddBatchMemOpNode"); }
+SHIM_EXPORT int cuGraphAddChildGraphNode(void) { return shim_unsupported("cuGraphAddChildGraphNode"); }
+SHIM_EXPORT int cuGraphAddDependencies(void) { return shim_unsupported("cuGraphAddDependencies"); }
+SHIM_EXPORT int cuGraphAddDependencies_v2(void) { return shim_unsupported("cuGraphAddDependencies_v2"); }
+SHIM_EXPORT int cuGraphAddEmptyNode(void) { return shim_unsupported("cuGraphAddEmptyNode"); }
+SHIM_EXPORT int cuGraphAddEventRecordNode(void) { return shim_unsupported("cuGraphAddEventRecordNode"); }
+SHIM_EXPORT int cuGraphAddEventWaitNode(void) { return shim_unsupported("cuGraphAddEventWaitNode"); }
+SHIM_EXPORT int cuGraphAddExternalSemaphoresSignalNode(void) { return shim_unsupported("cuGraphAddExternalSemaphoresSignalNode"); }
+SHIM_EXPORT int cuGraphAddExternalSemaphoresWaitNode(void) { return shim_unsupported("cuGraphAddExternalSemaphoresWaitNode"); }
+SHIM_EXPORT int cuGraphAddHostNode(void) { return shim_unsupported("cuGraphAddHostNode"); }
+SHIM_EXPORT int cuGraphAddKernelNode(void) { return shim_unsupported("cuGraphAddKernelNode"); }
+SHIM_EXPORT int cuGraphAddKernelNode_v2(void) { return shim_unsupported("cuGraphAddKernelNode_v2"); }
+SHIM_EXPORT int cuGraphAddMemAllocNode(void) { return shim_unsupported("cuGraphAddMemAllocNode"); }
+SHIM_EXPORT int cuGraphAddMemFreeNode(void) { return shim_unsupported("cuGraphAddMemFreeNode"); }
+SHIM_EXPORT int cuGraphAddMemcpyNode(void) { return shim_unsupported("cuGraphAddMemcpyNode"); }
+SHIM_EXPORT int cuGraphAddMemsetNode(void) { return shim_unsupported("cuGraphAddMemsetNode"); }
+SHIM_EXPORT int cuGraphAddNode(void) { return shim_unsupported("cuGraphAddNode"); }
+SHIM_EXPORT int cuGraphAddNode_v2(void) { return shim_unsupported("cuGraphAddNode_v2"); }
+SHIM_EXPORT int cuGraphBatchMemOpNodeGetParams(void) { return shim_unsupported("cuGraphBatchMemOpNodeGetParams"); }
+SHIM_EXPORT int cuGraphBatchMemOpNodeSetParams(void) { return shim_unsupported("cuGraphBatchMemOpNodeSetParams"); }
+SHIM_EXPORT int cuGraphChildGraphNodeGetGraph(void) { return shim_unsupported("cuGraphChildGraphNodeGetGraph"); }
+SHIM_EXPORT int cuGraphClone(void) { return shim_unsupported("cuGraphClone"); }
+SHIM_EXPORT int cuGraphConditionalHandleCreate(void) { return shim_unsupported("cuGraphConditionalHandleCreate"); }
 SHIM_EXPORT int cuGraphCreate(void) { return shim_unsupported("cuGraphCreate"); }
-SHIM_EXPORT int cuGraphInstantiateWithFlags(void) { return shim_unsupported("cuGraphInstantiateWithFlags"); }
-SHIM_EXPORT int cuGraphLaunch(void) { return shim_unsupported("cuGraphLaunch"); }
-SHIM_EXPORT int cuGraphExecDestroy(void) { return shim_unsupported("cuGraphExecDestroy"); }
+SHIM_EXPORT int cuGraphDebugDotPrint(void) { return shim_unsupported("cuGraphDebugDotPrint"); }
 SHIM_EXPORT int cuGraphDestroy(void) { return shim_unsupported("cuGraphDestroy"); }
+SHIM_EXPORT int cuGraphDestroyNode(void) { return shim_unsupported("cuGraphDestroyNode"); }
+SHIM_EXPORT int cuGraphEventRecordNodeGetEvent(void) { return shim_unsupported("cuGraphEventRecordNodeGetEvent"); }
+SHIM_EXPORT int cuGraphEventRecordNodeSetEvent(void) { return shim_unsupported("cuGraphEventRecordNodeSetEvent"); }
+SHIM_EXPORT int cuGraphEventWaitNodeGetEvent(void) { return shim_unsupported("cuGraphEventWaitNodeGetEvent"); }
+SHIM_EXPORT int cuGraphEventWaitNodeSetEvent(void) { return shim_unsupported("cuGraphEventWaitNodeSetEvent"); }
+SHIM_EXPORT int cuGraphExecBatchMemOpNodeSetParams(void) { return shim_unsupported("cuGraphExecBatchMemOpNodeSetParams"); }
+SHIM_EXPORT int cuGraphExecChildGraphNodeSetParams(void) { return shim_unsupported("cuGraphExecChildGraphNodeSetParams"); }
+SHIM_EXPORT int cuGraphExecDestroy(void) { return shim_unsupported("cuGraphExecDestroy"); }
+SHIM_EXPORT int cuGraphExecEventRecordNodeSetEvent(void) { return shim_unsupported("cuGraphExecEventRecordNodeSetEvent"); }
+SHIM_EXPORT int cuGraphExecEventWaitNodeSetEvent(void) { return shim_unsupported("cuGraphExecEventWaitNodeSetEvent"); }
+SHIM_EXPORT int cuGraphExecExternalSemaphoresSignalNodeSetParams(void) { return shim_unsupported("cuGraphExecExternalSemaphoresSignalNodeSetParams"); }
+SHIM_EXPORT int cuGraphExecExternalSemaphoresWaitNodeSetParams(void) { return shim_unsupported("cuGraphExecExternalSemaphoresWaitNodeSetParams"); }
+SHIM_EXPORT int cuGraphExecGetFlags(void) { return shim_unsupported("cuGraphExecGetFlags"); }
+SHIM_EXPORT int cuGraphExecHostNodeSetParams(void) { return shim_unsupported("cuGraphExecHostNodeSetParams"); }
+SHIM_EXPORT int cuGraphExecKernelNodeSetParams(void) { return shim_unsupported("cuGraphExecKernelNodeSetParams"); }
+SHIM_EXPORT int cuGraphExecKernelNodeSetParams_v2(void) { return shim_unsupported("cuGraphExecKernelNodeSetParams_v2"); }
+SHIM_EXPORT int cuGraphExecMemcpyNodeSetParams(void) { return shim_unsupported("cuGraphExecMemcpyNodeSetParams"); }
+SHIM_EXPORT int cuGraphExecMemsetNodeSetParams(void) { return shim_unsupported("cuGraphExecMemsetNodeSetParams"); }
+SHIM_EXPORT int cuGraphExecNodeSetParams(void) { return shim_unsupported("cuGraphExecNodeSetParams"); }
+SHIM_EXPORT int cuGraphExecUpdate(void) { return shim_unsupported("cuGraphExecUpdate"); }
+SHIM_EXPORT int cuGraphExecUpdate_v2(void) { return shim_unsupported("cuGraphExecUpdate_v2"); }
+SHIM_EXPORT int cuGraphExternalSemaphoresSignalNodeGetParams(void) { return shim_unsupported("cuGraphExternalSemaphoresSignalNodeGetParams"); }
+SHIM_EXPORT int cuGraphExternalSemaphoresSignalNodeSetParams(void) { return shim_unsupported("cuGraphExternalSemaphoresSignalNodeSetParams"); }
+SHIM_EXPORT int cuGraphExternalSemaphoresWaitNodeGetParams(void) { return shim_unsupported("cuGraphExternalSemaphoresWaitNodeGetParams"); }
+SHIM_EXPORT int cuGraphExternalSemaphoresWaitNodeSetParams(void) { return shim_unsupported("cuGraphExternalSemaphoresWaitNodeSetParams"); }
+SHIM_EXPORT int cuGraphGetEdges(void) { return shim_unsupported("cuGraphGetEdges"); }
+SHIM_EXPORT int cuGraphGetEdges_v2(void) { return shim_unsupported("cuGraphGetEdges_v2"); }
+SHIM_EXPORT int cuGraphGetNodes(void) { return shim_unsupported("cuGraphGetNodes"); }
+SHIM_EXPORT int cuGraphGetRootNodes(void) { return shim_unsupported("cuGraphGetRootNodes"); }
+SHIM_EXPORT int cuGraphHostNodeGetParams(void) { return shim_unsupported("cuGraphHostNodeGetParams"); }
+SHIM_EXPORT int cuGraphHostNodeSetParams(void) { return shim_unsupported("cuGraphHostNodeSetParams"); }
+SHIM_EXPORT int cuGraphInstantiate(void) { return shim_unsupported("cuGraphInstantiate"); }
+SHIM_EXPORT int cuGraphInstantiateWithFlags(void) { return shim_unsupported("cuGraphInstantiateWithFlags"); }
+SHIM_EXPORT int cuGraphInstantiateWithParams(void) { return shim_unsupported("cuGraphInstantiateWithParams"); }
+SHIM_EXPORT int cuGraphInstantiateWithParams_ptsz(void) { return shim_unsupported("cuGraphInstantiateWithParams_ptsz"); }
+SHIM_EXPORT int cuGraphInstantiate_v2(void) { return shim_unsupported("cuGraphInstantiate_v2"); }
+SHIM_EXPORT int cuGraphKernelNodeCopyAttributes(void) { return shim_unsupported("cuGraphKernelNodeCopyAttributes"); }
+SHIM_EXPORT int cuGraphKernelNodeGetAttribute(void) { return shim_unsupported("cuGraphKernelNodeGetAttribute"); }
+SHIM_EXPORT int cuGraphKernelNodeGetParams(void) { return shim_unsupported("cuGraphKernelNodeGetParams"); }
+SHIM_EXPORT int cuGraphKernelNodeGetParams_v2(void) { return shim_unsupported("cuGraphKernelNodeGetParams_v2"); }
+SHIM_EXPORT int cuGraphKernelNodeSetAttribute(void) { return shim_unsupported("cuGraphKernelNodeSetAttribute"); }
+SHIM_EXPORT int cuGraphKernelNodeSetParams(void) { return shim_unsupported("cuGraphKernelNodeSetParams"); }
+SHIM_EXPORT int cuGraphKernelNodeSetParams_v2(void) { return shim_unsupported("cuGraphKernelNodeSetParams_v2"); }
+SHIM_EXPORT int cuGraphLaunch(void) { return shim_unsupported("cuGraphLaunch"); }
+SHIM_EXPORT int cuGraphLaunch_ptsz(void) { return shim_unsupported("cuGraphLaunch_ptsz"); }
+SHIM_EXPORT int cuGraphMemAllocNodeGetParams(void) { return shim_unsupported("cuGraphMemAllocNodeGetParams"); }
+SHIM_EXPORT int cuGraphMemFreeNodeGetParams(void) { return shim_unsupported("cuGraphMemFreeNodeGetParams"); }
+SHIM_EXPORT int cuGraphMemcpyNodeGetParams(void) { return shim_unsupported("cuGraphMemcpyNodeGetParams"); }
+SHIM_EXPORT int cuGraphMemcpyNodeSetParams(void) { return shim_unsupported("cuGraphMemcpyNodeSetParams"); }
+SHIM_EXPORT int cuGraphMemsetNodeGetParams(void) { return shim_unsupported("cuGraphMemsetNodeGetParams"); }
+SHIM_EXPORT int cuGraphMemsetNodeSetParams(void) { return shim_unsupported("cuGraphMemsetNodeSetParams"); }
+SHIM_EXPORT int cuGraphNodeFindInClone(void) { return shim_unsupported("cuGraphNodeFindInClone"); }
+SHIM_EXPORT int cuGraphNodeGetDependencies(void) { return shim_unsupported("cuGraphNodeGetDependencies"); }
+SHIM_EXPORT int cuGraphNodeGetDependencies_v2(void) { return shim_unsupported("cuGraphNodeGetDependencies_v2"); }
+SHIM_EXPORT int cuGraphNodeGetDependentNodes(void) { return shim_unsupported("cuGraphNodeGetDependentNodes"); }
+SHIM_EXPORT int cuGraphNodeGetDependentNodes_v2(void) { return shim_unsupported("cuGraphNodeGetDependentNodes_v2"); }
+SHIM_EXPORT int cuGraphNodeGetEnabled(void) { return shim_unsupported("cuGraphNodeGetEnabled"); }
+SHIM_EXPORT int cuGraphNodeGetType(void) { return shim_unsupported("cuGraphNodeGetType"); }
+SHIM_EXPORT int cuGraphNodeSetEnabled(void) { return shim_unsupported("cuGraphNodeSetEnabled"); }
+SHIM_EXPORT int cuGraphNodeSetParams(void) { return shim_unsupported("cuGraphNodeSetParams"); }
+SHIM_EXPORT int cuGraphReleaseUserObject(void) { return shim_unsupported("cuGraphReleaseUserObject"); }
+SHIM_EXPORT int cuGraphRemoveDependencies(void) { return shim_unsupported("cuGraphRemoveDependencies"); }
+SHIM_EXPORT int cuGraphRemoveDependencies_v2(void) { return shim_unsupported("cuGraphRemoveDependencies_v2"); }
+SHIM_EXPORT int cuGraphRetainUserObject(void) { return shim_unsupported("cuGraphRetainUserObject"); }
+SHIM_EXPORT int cuGraphUpload(void) { return shim_unsupported("cuGraphUpload"); }
+SHIM_EXPORT int cuGraphUpload_ptsz(void) { return shim_unsupported("cuGraphUpload_ptsz"); }
+SHIM_EXPORT int cuGraphicsEGLRegisterImage(void) { return shim_unsupported("cuGraphicsEGLRegisterImage"); }
+SHIM_EXPORT int cuGraphicsGLRegisterBuffer(void) { return shim_unsupported("cuGraphicsGLRegisterBuffer"); }
+SHIM_EXPORT int cuGraphicsGLRegisterImage(void) { return shim_unsupported("cuGraphicsGLRegisterImage"); }
+SHIM_EXPORT int cuGraphicsMapResources(void) { return shim_unsupported("cuGraphicsMapResources"); }
+SHIM_EXPORT int cuGraphicsMapResources_ptsz(void) { return shim_unsupported("cuGraphicsMapResources_ptsz"); }
+SHIM_EXPORT int cuGraphicsResourceGetMappedEglFrame(void) { return shim_unsupported("cuGraphicsResourceGetMappedEglFrame"); }
+SHIM_EXPORT int cuGraphicsResourceGetMappedMipmappedArray(void) { return shim_unsupported("cuGraphicsResourceGetMappedMipmappedArray"); }
+SHIM_EXPORT int cuGraphicsResourceGetMappedPointer(void) { return shim_unsupported("cuGraphicsResourceGetMappedPointer"); }
+SHIM_EXPORT int cuGraphicsResourceGetMappedPointer_v2(void) { return shim_unsupported("cuGraphicsResourceGetMappedPointer_v2"); }
+SHIM_EXPORT int cuGraphicsResourceSetMapFlags(void) { return shim_unsupported("cuGraphicsResourceSetMapFlags"); }
+SHIM_EXPORT int cuGraphicsResourceSetMapFlags_v2(void) { return shim_unsupported("cuGraphicsResourceSetMapFlags_v2"); }
+SHIM_EXPORT int cuGraphicsSubResourceGetMappedArray(void) { return shim_unsupported("cuGraphicsSubResourceGetMappedArray"); }
+SHIM_EXPORT int cuGraphicsUnmapResources(void) { return shim_unsupported("cuGraphicsUnmapResources"); }
+SHIM_EXPORT int cuGraphicsUnmapResources_ptsz(void) { return shim_unsupported("cuGraphicsUnmapResources_ptsz"); }
+SHIM_EXPORT int cuGraphicsUnregisterResource(void) { return shim_unsupported("cuGraphicsUnregisterResource"); }
+SHIM_EXPORT int cuGraphicsVDPAURegisterOutputSurface(void) { return shim_unsupported("cuGraphicsVDPAURegisterOutputSurface"); }
+SHIM_EXPORT int cuGraphicsVDPAURegisterVideoSurface(void) { return shim_unsupported("cuGraphicsVDPAURegisterVideoSurface"); }
+SHIM_EXPORT int cuGreenCtxCreate(void) { return shim_unsupported("cuGreenCtxCreate"); }
+SHIM_EXPORT int cuGreenCtxDestroy(void) { return shim_unsupported("cuGreenCtxDestroy"); }
+SHIM_EXPORT int cuGreenCtxGetDevResource(void) { return shim_unsupported("cuGreenCtxGetDevResource"); }
+SHIM_EXPORT int cuGreenCtxGetId(void) { return shim_unsupported("cuGreenCtxGetId"); }
+SHIM_EXPORT int cuGreenCtxRecordEvent(void) { return shim_unsupported("cuGreenCtxRecordEvent"); }
+SHIM_EXPORT int cuGreenCtxStreamCreate(void) { return shim_unsupported("cuGreenCtxStreamCreate"); }
+SHIM_EXPORT int cuGreenCtxWaitEvent(void) { return shim_unsupported("cuGreenCtxWaitEvent"); }
+SHIM_EXPORT int cuImportExternalMemory(void) { return shim_unsupported("cuImportExternalMemory"); }
+SHIM_EXPORT int cuImportExternalSemaphore(void) { return shim_unsupported("cuImportExternalSemaphore"); }
+SHIM_EXPORT int cuIpcCloseMemHandle(void) { return shim_unsupported("cuIpcCloseMemHandle"); }
+SHIM_EXPORT int cuIpcGetEventHandle(void) { return shim_unsupported("cuIpcGetEventHandle"); }
+SHIM_EXPORT int cuIpcGetMemHandle(void) { return shim_unsupported("cuIpcGetMemHandle"); }
+SHIM_EXPORT int cuIpcOpenEventHandle(void) { return shim_unsupported("cuIpcOpenEventHandle"); }
+SHIM_EXPORT int cuIpcOpenMemHandle(void) { return shim_unsupported("cuIpcOpenMemHandle"); }
+SHIM_EXPORT int cuIpcOpenMemHandle_v2(void) { return shim_unsupported("cuIpcOpenMemHandle_v2"); }
+SHIM_EXPORT int cuLaunch(void) { return shim_unsupported("cuLaunch"); }
+SHIM_EXPORT int cuLaunchCooperativeKernelMultiDevice(void) { return shim_unsupported("cuLaunchCooperativeKernelMultiDevice"); }
+SHIM_EXPORT int cuLaunchGrid(void) { return shim_unsupported("cuLaunchGrid"); }
+SHIM_EXPORT int cuLaunchGridAsync(void) { return shim_unsupported("cuLaunchGridAsync"); }
+SHIM_EXPORT int cuLibraryGetManaged(void) { return shim_unsupported("cuLibraryGetManaged"); }
+SHIM_EXPORT int cuLibraryGetUnifiedFunction(void) { return shim_unsupported("cuLibraryGetUnifiedFunction"); }
+SHIM_EXPORT int cuLibraryLoadFromFile(void) { return shim_unsupported("cuLibraryLoadFromFile"); }
+SHIM_EXPORT int cuLinkAddData(void) { return shim_unsupported("cuLinkAddData"); }
+SHIM_EXPORT int cuLinkAddData_v2(void) { return shim_unsupported("cuLinkAddData_v2"); }
+SHIM_EXPORT int cuLinkAddFile(void) { return shim_unsupported("cuLinkAddFile"); }
+SHIM_EXPORT int cuLinkAddFile_v2(void) { return shim_unsupported("cuLinkAddFile_v2"); }
+SHIM_EXPORT int cuLinkComplete(void) { return shim_unsupported("cuLinkComplete"); }
+SHIM_EXPORT int cuLinkCreate(void) { return shim_unsupported("cuLinkCreate"); }
+SHIM_EXPORT int cuLinkCreate_v2(void) { return shim_unsupported("cuLinkCreate_v2"); }
+SHIM_EXPORT int cuLinkDestroy(void) { return shim_unsupported("cuLinkDestroy"); }
+SHIM_EXPORT int cuLogsCurrent(void) { return shim_unsupported("cuLogsCurrent"); }
+SHIM_EXPORT int cuLogsDumpToFile(void) { return shim_unsupported("cuLogsDumpToFile"); }
+SHIM_EXPORT int cuLogsDumpToMemory(void) { return shim_unsupported("cuLogsDumpToMemory"); }
+SHIM_EXPORT int cuLogsRegisterCallback(void) { return shim_unsupported("cuLogsRegisterCallback"); }
+SHIM_EXPORT int cuLogsUnregisterCallback(void) { return shim_unsupported("cuLogsUnregisterCallback"); }
+SHIM_EXPORT int cuMemAdvise(void) { return shim_unsupported("cuMemAdvise"); }
+SHIM_EXPORT int cuMemAdvise_v2(void) { return shim_unsupported("cuMemAdvise_v2"); }
+SHIM_EXPORT int cuMemAlloc(void) { return shim_unsupported("cuMemAlloc"); }
+SHIM_EXPORT int cuMemAllocFromPoolAsync(void) { return shim_unsupported("cuMemAllocFromPoolAsync"); }
+SHIM_EXPORT int cuMemAllocFromPoolAsync_ptsz(void) { return shim_unsupported("cuMemAllocFromPoolAsync_ptsz"); }
+SHIM_EXPORT int cuMemAllocHost(void) { return shim_unsupported("cuMemAllocHost"); }
+SHIM_EXPORT int cuMemAllocManaged(void) { return shim_unsupported("cuMemAllocManaged"); }
+SHIM_EXPORT int cuMemAllocPitch(void) { return shim_unsupported("cuMemAllocPitch"); }
+SHIM_EXPORT int cuMemBatchDecompressAsync(void) { return shim_unsupported("cuMemBatchDecompressAsync"); }
+SHIM_EXPORT int cuMemBatchDecompressAsync_ptsz(void) { return shim_unsupported("cuMemBatchDecompressAsync_ptsz"); }
+SHIM_EXPORT int cuMemDiscardAndPrefetchBatchAsync(void) { return shim_unsupported("cuMemDiscardAndPrefetchBatchAsync"); }
+SHIM_EXPORT int cuMemDiscardAndPrefetchBatchAsync_ptsz(void) { return shim_unsupported("cuMemDiscardAndPrefetchBatchAsync_ptsz"); }
+SHIM_EXPORT int cuMemDiscardBatchAsync(void) { return shim_unsupported("cuMemDiscardBatchAsync"); }
+SHIM_EXPORT int cuMemDiscardBatchAsync_ptsz(void) { return shim_unsupported("cuMemDiscardBatchAsync_ptsz"); }
+SHIM_EXPORT int cuMemExportToShareableHandle(void) { return shim_unsupported("cuMemExportToShareableHandle"); }
+SHIM_EXPORT int cuMemFree(void) { return shim_unsupported("cuMemFree"); }
+SHIM_EXPORT int cuMemGetAccess(void) { return shim_unsupported("cuMemGetAccess"); }
+SHIM_EXPORT int cuMemGetAddressRange(void) { return shim_unsupported("cuMemGetAddressRange"); }
+SHIM_EXPORT int cuMemGetAllocationPropertiesFromHandle(void) { return shim_unsupported("cuMemGetAllocationPropertiesFromHandle"); }
+SHIM_EXPORT int cuMemGetDefaultMemPool(void) { return shim_unsupported("cuMemGetDefaultMemPool"); }
+SHIM_EXPORT int cuMemGetHandleForAddressRange(void) { return shim_unsupported("cuMemGetHandleForAddressRange"); }
+SHIM_EXPORT int cuMemGetInfo(void) { return shim_unsupported("cuMemGetInfo"); }
+SHIM_EXPORT int cuMemGetMemPool(void) { return shim_unsupported("cuMemGetMemPool"); }
+SHIM_EXPORT int cuMemHostGetDevicePointer(void) { return shim_unsupported("cuMemHostGetDevicePointer"); }
+SHIM_EXPORT int cuMemImportFromShareableHandle(void) { return shim_unsupported("cuMemImportFromShareableHandle"); }
+SHIM_EXPORT int cuMemMapArrayAsync(void) { return shim_unsupported("cuMemMapArrayAsync"); }
+SHIM_EXPORT int cuMemMapArrayAsync_ptsz(void) { return shim_unsupported("cuMemMapArrayAsync_ptsz"); }
 SHIM_EXPORT int cuMemPoolCreate(void) { return shim_unsupported("cuMemPoolCreate"); }
 SHIM_EXPORT int cuMemPoolDestroy(void) { return shim_unsupported("cuMemPoolDestroy"); }
-SHIM_EXPORT int cuMemPoolTrimTo(void) { return shim_unsupported("cuMemPoolTrimTo"); }
-SHIM_EXPORT int cuMemPoolSetAttribute(void) { return shim_unsupported("cuMemPoolSetAttribute"); }
+SHIM_EXPORT int cuMemPoolExportPointer(void) { return shim_unsupported("cuMemPoolExportPointer"); }
+SHIM_EXPORT int cuMemPoolExportToShareableHandle(void) { return shim_unsupported("cuMemPoolExportToShareableHandle"); }
+SHIM_EXPORT int cuMemPoolGetAccess(void) { return shim_unsupported("cuMemPoolGetAccess"); }
 SHIM_EXPORT int cuMemPoolGetAttribute(void) { return shim_unsupported("cuMemPoolGetAttribute"); }
-SHIM_EXPORT int cuDeviceGetDefaultMemPool(void) { return shim_unsupported("cuDeviceGetDefaultMemPool"); }
-SHIM_EXPORT int cuDeviceGetMemPool(void) { return shim_unsupported("cuDeviceGetMemPool"); }
-SHIM_EXPORT int cuMemAllocFromPoolAsync(void) { return shim_unsupported("cuMemAllocFromPoolAsync"); }
-SHIM_EXPORT int cuMemExportToShareableHandle(void) { return shim_unsupported("cuMemExportToShareableHandle"); }
-SHIM_EXPORT int cuMemImportFromShareableHandle(void) { return shim_unsupported("cuMemImportFromShareableHandle"); }
-SHIM_EXPORT int cuIpcGetMemHandle(void) { return shim_unsupported("cuIpcGetMemHandle"); }
-SHIM_EXPORT int cuIpcOpenMemHandle_v2(void) { return shim_unsupported("cuIpcOpenMemHandle_v2"); }
-SHIM_EXPORT int cuIpcCloseMemHandle(void) { return shim_unsupported("cuIpcCloseMemHandle"); }
-SHIM_EXPORT int cuMemHostGetDevicePointer_v2(void) { return shim_unsupported("cuMemHostGetDevicePointer_v2"); }
-SHIM_EXPORT int cuMemAllocManaged(void) { return shim_unsupported("cuMemAllocManaged"); }
+SHIM_EXPORT int cuMemPoolImportFromShareableHandle(void) { return shim_unsupported("cuMemPoolImportFromShareableHandle"); }
+SHIM_EXPORT int cuMemPoolImportPointer(void) { return shim_unsupported("cuMemPoolImportPointer"); }
+SHIM_EXPORT int cuMemPoolSetAccess(void) { return shim_unsupported("cuMemPoolSetAccess"); }
+SHIM_EXPORT int cuMemPoolSetAttribute(void) { return shim_unsupported("cuMemPoolSetAttribute"); }
+SHIM_EXPORT int cuMemPoolTrimTo(void) { return shim_unsupported("cuMemPoolTrimTo"); }
 SHIM_EXPORT int cuMemPrefetchAsync(void) { return shim_unsupported("cuMemPrefetchAsync"); }
-SHIM_EXPORT int cuMemAdvise(void) { return shim_unsupported("cuMemAdvise"); }
-SHIM_EXPORT int cuLaunchCooperativeKernel(void) { return shim_unsupported("cuLaunchCooperativeKernel"); }
-SHIM_EXPORT int cuLaunchHostFunc(void) { return shim_unsupported("cuLaunchHostFunc"); }
-SHIM_EXPORT int cuStreamAddCallback(void) { return shim_unsupported("cuStreamAddCallback"); }
-SHIM_EXPORT int cuOccupancyMaxActiveBlocksPerMultiprocessor(void) { return shim_unsupported("cuOccupancyMaxActiveBlocksPerMultiprocessor"); }
-SHIM_EXPORT int cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags(void) { return shim_unsupported("cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags"); }
-SHIM_EXPORT int cuOccupancyMaxPotentialBlockSize(void) { return shim_unsupported("cuOccupancyMaxPotentialBlockSize"); }
-SHIM_EXPORT int cuDeviceCanAccessPeer(void) { return shim_unsupported("cuDeviceCanAccessPeer"); }
-SHIM_EXPORT int cuCtxEnablePeerAccess(void) { return shim_unsupported("cuCtxEnablePeerAccess"); }
-SHIM_EXPORT int cuCtxDisablePeerAccess(void) { return shim_unsupported("cuCtxDisablePeerAccess"); }
-SHIM_EXPORT int cuMemcpyPeer(void) { return shim_unsupported("cuMemcpyPeer"); }
-SHIM_EXPORT int cuMemcpyPeerAsync(void) { return shim_unsupported("cuMemcpyPeerAsync"); }
-SHIM_EXPORT int cuMemcpy2D_v2(void) { return shim_unsupported("cuMemcpy2D_v2"); }
-SHIM_EXPORT int cuMemcpy2DAsync_v2(void) { return shim_unsupported("cuMemcpy2DAsync_v2"); }
-SHIM_EXPORT int cuMemcpy3D_v2(void) { return shim_unsupported("cuMemcpy3D_v2"); }
-SHIM_EXPORT int cuMemcpy3DAsync_v2(void) { return shim_unsupported("cuMemcpy3DAsync_v2"); }
+SHIM_EXPORT int cuMemPrefetchAsync_ptsz(void) { return shim_unsupported("cuMemPrefetchAsync_ptsz"); }
+SHIM_EXPORT int cuMemPrefetchAsync_v2(void) { return shim_unsupported("cuMemPrefetchAsync_v2"); }
+SHIM_EXPORT int cuMemPrefetchAsync_v2_ptsz(void) { return shim_unsupported("cuMemPrefetchAsync_v2_ptsz"); }
+SHIM_EXPORT int cuMemPrefetchBatchAsync(void) { return shim_unsupported("cuMemPrefetchBatchAsync"); }
+SHIM_EXPORT int cuMemPrefetchBatchAsync_ptsz(void) { return shim_unsupported("cuMemPrefetchBatchAsync_ptsz"); }
+SHIM_EXPORT int cuMemRangeGetAttribute(void) { return shim_unsupported("cuMemRangeGetAttribute"); }
+SHIM_EXPORT int cuMemRangeGetAttributes(void) { return shim_unsupported("cuMemRangeGetAttributes"); }
+SHIM_EXPORT int cuMemRetainAllocationHandle(void) { return shim_unsupported("cuMemRetainAllocationHandle"); }
+SHIM_EXPORT int cuMemSetMemPool(void) { return shim_unsupported("cuMemSetMemPool"); }
+SHIM_EXPORT int cuMemcpy2D(void) { return shim_unsupported("cuMemcpy2D"); }
+SHIM_EXPORT int cuMemcpy2DAsync(void) { return shim_unsupported("cuMemcpy2DAsync"); }
+SHIM_EXPORT int cuMemcpy2DUnaligned(void) { return shim_unsupported("cuMemcpy2DUnaligned"); }
+SHIM_EXPORT int cuMemcpy3D(void) { return shim_unsupported("cuMemcpy3D"); }
+SHIM_EXPORT int cuMemcpy3DAsync(void) { return shim_unsupported("cuMemcpy3DAsync"); }
+SHIM_EXPORT int cuMemcpy3DBatchAsync(void) { return shim_unsupported("cuMemcpy3DBatchAsync"); }
+SHIM_EXPORT int cuMemcpy3DBatchAsync_ptsz(void) { return shim_unsupported("cuMemcpy3DBatchAsync_ptsz"); }
+SHIM_EXPORT int cuMemcpy3DBatchAsync_v2(void) { return shim_unsupported("cuMemcpy3DBatchAsync_v2"); }
+SHIM_EXPORT int cuMemcpy3DBatchAsync_v2_ptsz(void) { return shim_unsupported("cuMemcpy3DBatchAsync_v2_ptsz"); }
+SHIM_EXPORT int cuMemcpy3DPeer(void) { return shim_unsupported("cuMemcpy3DPeer"); }
+SHIM_EXPORT int cuMemcpy3DPeerAsync(void) { return shim_unsupported("cuMemcpy3DPeerAsync"); }
+SHIM_EXPORT int cuMemcpy3DPeerAsync_ptsz(void) { return shim_unsupported("cuMemcpy3DPeerAsync_ptsz"); }
+SHIM_EXPORT int cuMemcpy3DPeer_ptds(void) { return shim_unsupported("cuMemcpy3DPeer_ptds"); }
+SHIM_EXPORT int cuMemcpyAtoA(void) { return shim_unsupported("cuMemcpyAtoA"); }
+SHIM_EXPORT int cuMemcpyAtoA_v2(void) { return shim_unsupported("cuMemcpyAtoA_v2"); }
+SHIM_EXPORT int cuMemcpyAtoA_v2_ptds(void) { return shim_unsupported("cuMemcpyAtoA_v2_ptds"); }
+SHIM_EXPORT int cuMemcpyAtoD(void) { return shim_unsupported("cuMemcpyAtoD"); }
+SHIM_EXPORT int cuMemcpyAtoD_v2(void) { return shim_unsupported("cuMemcpyAtoD_v2"); }
+SHIM_EXPORT int cuMemcpyAtoD_v2_ptds(void) { return shim_unsupported("cuMemcpyAtoD_v2_ptds"); }
+SHIM_EXPORT int cuMemcpyAtoH(void) { return shim_unsupported("cuMemcpyAtoH"); }
+SHIM_EXPORT int cuMemcpyAtoHAsync(void) { return shim_unsupported("cuMemcpyAtoHAsync"); }
+SHIM_EXPORT int cuMemcpyAtoHAsync_v2(void) { return shim_unsupported("cuMemcpyAtoHAsync_v2"); }
+SHIM_EXPORT int cuMemcpyAtoHAsync_v2_ptsz(void) { return shim_unsupported("cuMemcpyAtoHAsync_v2_ptsz"); }
+SHIM_EXPORT int cuMemcpyAtoH_v2(void) { return shim_unsupported("cuMemcpyAtoH_v2"); }
+SHIM_EXPORT int cuMemcpyAtoH_v2_ptds(void) { return shim_unsupported("cuMemcpyAtoH_v2_ptds"); }
+SHIM_EXPORT int cuMemcpyBatchAsync(void) { return shim_unsupported("cuMemcpyBatchAsync"); }
+SHIM_EXPORT int cuMemcpyBatchAsync_ptsz(void) { return shim_unsupported("cuMemcpyBatchAsync_ptsz"); }
+SHIM_EXPORT int cuMemcpyBatchAsync_v2(void) { return shim_unsupported("cuMemcpyBatchAsync_v2"); }
+SHIM_EXPORT int cuMemcpyBatchAsync_v2_ptsz(void) { return shim_unsupported("cuMemcpyBatchAsync_v2_ptsz"); }
+SHIM_EXPORT int cuMemcpyDtoA(void) { return shim_unsupported("cuMemcpyDtoA"); }
+SHIM_EXPORT int cuMemcpyDtoA_v2(void) { return shim_unsupported("cuMemcpyDtoA_v2"); }
+SHIM_EXPORT int cuMemcpyDtoA_v2_ptds(void) { return shim_unsupported("cuMemcpyDtoA_v2_ptds"); }
+SHIM_EXPORT int cuMemcpyDtoD(void) { return shim_unsupported("cuMemcpyDtoD"); }
+SHIM_EXPORT int cuMemcpyDtoDAsync(void) { return shim_unsupported("cuMemcpyDtoDAsync"); }
+SHIM_EXPORT int cuMemcpyDtoH(void) { return shim_unsupported("cuMemcpyDtoH"); }
+SHIM_EXPORT int cuMemcpyDtoHAsync(void) { return shim_unsupported("cuMemcpyDtoHAsync"); }
+SHIM_EXPORT int cuMemcpyHtoA(void) { return shim_unsupported("cuMemcpyHtoA"); }
+SHIM_EXPORT int cuMemcpyHtoAAsync(void) { return shim_unsupported("cuMemcpyHtoAAsync"); }
+SHIM_EXPORT int cuMemcpyHtoAAsync_v2(void) { return shim_unsupported("cuMemcpyHtoAAsync_v2"); }
+SHIM_EXPORT int cuMemcpyHtoAAsync_v2_ptsz(void) { return shim_unsupported("cuMemcpyHtoAAsync_v2_ptsz"); }
+SHIM_EXPORT int cuMemcpyHtoA_v2(void) { return shim_unsupported("cuMemcpyHtoA_v2"); }
+SHIM_EXPORT int cuMemcpyHtoA_v2_ptds(void) { return shim_unsupported("cuMemcpyHtoA_v2_ptds"); }
+SHIM_EXPORT int cuMemcpyHtoD(void) { return shim_unsupported("cuMemcpyHtoD"); }
+SHIM_EXPORT int cuMemcpyHtoDAsync(void) { return shim_unsupported("cuMemcpyHtoDAsync"); }
+SHIM_EXPORT int cuMemsetD16(void) { return shim_unsupported("cuMemsetD16"); }
+SHIM_EXPORT int cuMemsetD2D16(void) { return shim_unsupported("cuMemsetD2D16"); }
+SHIM_EXPORT int cuMemsetD2D32(void) { return shim_unsupported("cuMemsetD2D32"); }
+SHIM_EXPORT int cuMemsetD2D8(void) { return shim_unsupported("cuMemsetD2D8"); }
+SHIM_EXPORT int cuMemsetD32(void) { return shim_unsupported("cuMemsetD32"); }
+SHIM_EXPORT int cuMemsetD8(void) { return shim_unsupported("cuMemsetD8"); }
+SHIM_EXPORT int cuMipmappedArrayCreate(void) { return shim_unsupported("cuMipmappedArrayCreate"); }
+SHIM_EXPORT int cuMipmappedArrayDestroy(void) { return shim_unsupported("cuMipmappedArrayDestroy"); }
+SHIM_EXPORT int cuMipmappedArrayGetLevel(void) { return shim_unsupported("cuMipmappedArrayGetLevel"); }
+SHIM_EXPORT int cuMipmappedArrayGetMemoryRequirements(void) { return shim_unsupported("cuMipmappedArrayGetMemoryRequirements"); }
+SHIM_EXPORT int cuMipmappedArrayGetSparseProperties(void) { return shim_unsupported("cuMipmappedArrayGetSparseProperties"); }
+SHIM_EXPORT int cuModuleGetGlobal(void) { return shim_unsupported("cuModuleGetGlobal"); }
+SHIM_EXPORT int cuModuleGetSurfRef(void) { return shim_unsupported("cuModuleGetSurfRef"); }
+SHIM_EXPORT int cuModuleGetTexRef(void) { return shim_unsupported("cuModuleGetTexRef"); }
 SHIM_EXPORT int cuModuleLoad(void) { return shim_unsupported("cuModuleLoad"); }
-SHIM_EXPORT int cuLinkCreate_v2(void) { return shim_unsupported("cuLinkCreate_v2"); }
-SHIM_EXPORT int cuLinkAddData_v2(void) { return shim_unsupported("cuLinkAddData_v2"); }
-SHIM_EXPORT int cuLinkComplete(void) { return shim_unsupported("cuLinkComplete"); }
-SHIM_EXPORT int cuLinkDestroy(void) { return shim_unsupported("cuLinkDestroy"); }
-SHIM_EXPORT int cuTexObjectCreate(void) { return shim_unsupported("cuTexObjectCreate"); }
-SHIM_EXPORT int cuTexObjectDestroy(void) { return shim_unsupported("cuTexObjectDestroy"); }
+SHIM_EXPORT int cuMulticastAddDevice(void) { return shim_unsupported("cuMulticastAddDevice"); }
+SHIM_EXPORT int cuMulticastBindAddr(void) { return shim_unsupported("cuMulticastBindAddr"); }
+SHIM_EXPORT int cuMulticastBindMem(void) { return shim_unsupported("cuMulticastBindMem"); }
+SHIM_EXPORT int cuMulticastCreate(void) { return shim_unsupported("cuMulticastCreate"); }
+SHIM_EXPORT int cuMulticastGetGranularity(void) { return shim_unsupported("cuMulticastGetGranularity"); }
+SHIM_EXPORT int cuMulticastUnbind(void) { return shim_unsupported("cuMulticastUnbind"); }
+SHIM_EXPORT int cuParamSetSize(void) { return shim_unsupported("cuParamSetSize"); }
+SHIM_EXPORT int cuParamSetTexRef(void) { return shim_unsupported("cuParamSetTexRef"); }
+SHIM_EXPORT int cuParamSetf(void) { return shim_unsupported("cuParamSetf"); }
+SHIM_EXPORT int cuParamSeti(void) { return shim_unsupported("cuParamSeti"); }
+SHIM_EXPORT int cuParamSetv(void) { return shim_unsupported("cuParamSetv"); }
+SHIM_EXPORT int cuPointerSetAttribute(void) { return shim_unsupported("cuPointerSetAttribute"); }
+SHIM_EXPORT int cuProfilerInitialize(void) { return shim_unsupported("cuProfilerInitialize"); }
+SHIM_EXPORT int cuProfilerStart(void) { return shim_unsupported("cuProfilerStart"); }
+SHIM_EXPORT int cuProfilerStop(void) { return shim_unsupported("cuProfilerStop"); }
+SHIM_EXPORT int cuSignalExternalSemaphoresAsync(void) { return shim_unsupported("cuSignalExternalSemaphoresAsync"); }
+SHIM_EXPORT int cuSignalExternalSemaphoresAsync_ptsz(void) { return shim_unsupported("cuSignalExternalSemaphoresAsync_ptsz"); }
+SHIM_EXPORT int cuStreamAttachMemAsync(void) { return shim_unsupported("cuStreamAttachMemAsync"); }
+SHIM_EXPORT int cuStreamAttachMemAsync_ptsz(void) { return shim_unsupported("cuStreamAttachMemAsync_ptsz"); }
+SHIM_EXPORT int cuStreamBeginCapture(void) { return shim_unsupported("cuStreamBeginCapture"); }
+SHIM_EXPORT int cuStreamBeginCaptureToGraph(void) { return shim_unsupported("cuStreamBeginCaptureToGraph"); }
+SHIM_EXPORT int cuStreamBeginCaptureToGraph_ptsz(void) { return shim_unsupported("cuStreamBeginCaptureToGraph_ptsz"); }
+SHIM_EXPORT int cuStreamBeginCapture_ptsz(void) { return shim_unsupported("cuStreamBeginCapture_ptsz"); }
+SHIM_EXPORT int cuStreamBeginCapture_v2(void) { return shim_unsupported("cuStreamBeginCapture_v2"); }
+SHIM_EXPORT int cuStreamBeginCapture_v2_ptsz(void) { return shim_unsupported("cuStreamBeginCapture_v2_ptsz"); }
+SHIM_EXPORT int cuStreamEndCapture(void) { return shim_unsupported("cuStreamEndCapture"); }
+SHIM_EXPORT int cuStreamEndCapture_ptsz(void) { return shim_unsupported("cuStreamEndCapture_ptsz"); }
+SHIM_EXPORT int cuStreamGetCaptureInfo(void) { return shim_unsupported("cuStreamGetCaptureInfo"); }
+SHIM_EXPORT int cuStreamGetCaptureInfo_ptsz(void) { return shim_unsupported("cuStreamGetCaptureInfo_ptsz"); }
+SHIM_EXPORT int cuStreamGetGreenCtx(void) { return shim_unsupported("cuStreamGetGreenCtx"); }
+SHIM_EXPORT int cuStreamUpdateCaptureDependencies(void) { return shim_unsupported("cuStreamUpdateCaptureDependencies"); }
+SHIM_EXPORT int cuStreamUpdateCaptureDependencies_ptsz(void) { return shim_unsupported("cuStreamUpdateCaptureDependencies_ptsz"); }
+SHIM_EXPORT int cuStreamUpdateCaptureDependencies_v2(void) { return shim_unsupported("cuStreamUpdateCaptureDependencies_v2"); }
+SHIM_EXPORT int cuStreamUpdateCaptureDependencies_v2_ptsz(void) { return shim_unsupported("cuStreamUpdateCaptureDependencies_v2_ptsz"); }
 SHIM_EXPORT int cuSurfObjectCreate(void) { return shim_unsupported("cuSurfObjectCreate"); }
 SHIM_EXPORT int cuSurfObjectDestroy(void) { return shim_unsupported("cuSurfObjectDestroy"); }
-SHIM_EXPORT int cuDeviceGetByPCIBusId(void) { return shim_unsupported("cuDeviceGetByPCIBusId"); }
-SHIM_EXPORT int cuDeviceGetLuid(void) { return shim_unsupported("cuDeviceGetLuid"); }
-SHIM_EXPORT int cuDeviceGetP2PAttribute(void) { return shim_unsupported("cuDeviceGetP2PAttribute"); }
-SHIM_EXPORT int cuCtxResetPersistingL2Cache(void) { return shim_unsupported("cuCtxResetPersistingL2Cache"); }
-SHIM_EXPORT int cuStreamGetCtx(void) { return shim_unsupported("cuStreamGetCtx"); }
-SHIM_EXPORT int cuStreamGetPriority(void) { return shim_unsupported("cuStreamGetPriority"); }
-SHIM_EXPORT int cuStreamGetFlags(void) { return shim_unsupported("cuStreamGetFlags"); }
-SHIM_EXPORT int cuStreamGetId(void) { return shim_unsupported("cuStreamGetId"); }
-SHIM_EXPORT int cuMemGetHandleForAddressRange(void) { return shim_unsupported("cuMemGetHandleForAddressRange"); }
-SHIM_EXPORT int cuMemRetainAllocationHandle(void) { return shim_unsupported("cuMemRetainAllocationHandle"); }
-SHIM_EXPORT int cuMemGetAllocationPropertiesFromHandle(void) { return shim_unsupported("cuMemGetAllocationPropertiesFromHandle"); }
-SHIM_EXPORT int cuMemGetAccess(void) { return shim_unsupported("cuMemGetAccess"); }
-SHIM_EXPORT int cuFlushGPUDirectRDMAWrites(void) { return shim_unsupported("cuFlushGPUDirectRDMAWrites"); }
+SHIM_EXPORT int cuSurfObjectGetResourceDesc(void) { return shim_unsupported("cuSurfObjectGetResourceDesc"); }
+SHIM_EXPORT int cuSurfRefGetArray(void) { return shim_unsupported("cuSurfRefGetArray"); }
+SHIM_EXPORT int cuSurfRefSetArray(void) { return shim_unsupported("cuSurfRefSetArray"); }
+SHIM_EXPORT int cuTexObjectCreate(void) { return shim_unsupported("cuTexObjectCreate"); }
+SHIM_EXPORT int cuTexObjectDestroy(void) { return shim_unsupported("cuTexObjectDestroy"); }
+SHIM_EXPORT int cuTexObjectGetResourceDesc(void) { return shim_unsupported("cuTexObjectGetResourceDesc"); }
+SHIM_EXPORT int cuTexObjectGetResourceViewDesc(void) { return shim_unsupported("cuTexObjectGetResourceViewDesc"); }
+SHIM_EXPORT int cuTexObjectGetTextureDesc(void) { return shim_unsupported("cuTexObjectGetTextureDesc"); }
+SHIM_EXPORT int cuTexRefCreate(void) { return shim_unsupported("cuTexRefCreate"); }
+SHIM_EXPORT int cuTexRefDestroy(void) { return shim_unsupported("cuTexRefDestroy"); }
+SHIM_EXPORT int cuTexRefGetAddress(void) { return shim_unsupported("cuTexRefGetAddress"); }
+SHIM_EXPORT int cuTexRefGetAddressMode(void) { return shim_unsupported("cuTexRefGetAddressMode"); }
+SHIM_EXPORT int cuTexRefGetAddress_v2(void) { return shim_unsupported("cuTexRefGetAddress_v2"); }
+SHIM_EXPORT int cuTexRefGetArray(void) { return shim_unsupported("cuTexRefGetArray"); }
+SHIM_EXPORT int cuTexRefGetBorderColor(void) { return shim_unsupported("cuTexRefGetBorderColor"); }
+SHIM_EXPORT int cuTexRefGetFilterMode(void) { return shim_unsupported("cuTexRefGetFilterMode"); }
+SHIM_EXPORT int cuTexRefGetFlags(void) { return shim_unsupported("cuTexRefGetFlags"); }
+SHIM_EXPORT int cuTexRefGetFormat(void) { return shim_unsupported("cuTexRefGetFormat"); }
+SHIM_EXPORT int cuTexRefGetMaxAnisotropy(void) { return shim_unsupported("cuTexRefGetMaxAnisotropy"); }
+SHIM_EXPORT int cuTexRefGetMipmapFilterMode(void) { return shim_unsupported("cuTexRefGetMipmapFilterMode"); }
+SHIM_EXPORT int cuTexRefGetMipmapLevelBias(void) { return shim_unsupported("cuTexRefGetMipmapLevelBias"); }
+SHIM_EXPORT int cuTexRefGetMipmapLevelClamp(void) { return shim_unsupported("cuTexRefGetMipmapLevelClamp"); }
+SHIM_EXPORT int cuTexRefGetMipmappedArray(void) { return shim_unsupported("cuTexRefGetMipmappedArray"); }
+SHIM_EXPORT int cuTexRefSetAddress(void) { return shim_unsupported("cuTexRefSetAddress"); }
+SHIM_EXPORT int cuTexRefSetAddress2D(void) { return shim_unsupported("cuTexRefSetAddress2D"); }
+SHIM_EXPORT int cuTexRefSetAddress2D_v2(void) { return shim_unsupported("cuTexRefSetAddress2D_v2"); }
+SHIM_EXPORT int cuTexRefSetAddress2D_v3(void) { return shim_unsupported("cuTexRefSetAddress2D_v3"); }
+SHIM_EXPORT int cuTexRefSetAddressMode(void) { return shim_unsupported("cuTexRefSetAddressMode"); }
+SHIM_EXPORT int cuTexRefSetAddress_v2(void) { return shim_unsupported("cuTexRefSetAddress_v2"); }
+SHIM_EXPORT int cuTexRefSetArray(void) { return shim_unsupported("cuTexRefSetArray"); }
+SHIM_EXPORT int cuTexRefSetBorderColor(void) { return shim_unsupported("cuTexRefSetBorderColor"); }
+SHIM_EXPORT int cuTexRefSetFilterMode(void) { return shim_unsupported("cuTexRefSetFilterMode"); }
+SHIM_EXPORT int cuTexRefSetFlags(void) { return shim_unsupported("cuTexRefSetFlags"); }
+SHIM_EXPORT int cuTexRefSetFormat(void) { return shim_unsupported("cuTexRefSetFormat"); }
+SHIM_EXPORT int cuTexRefSetMaxAnisotropy(void) { return shim_unsupported("cuTexRefSetMaxAnisotropy"); }
+SHIM_EXPORT int cuTexRefSetMipmapFilterMode(void) { return shim_unsupported("cuTexRefSetMipmapFilterMode"); }
+SHIM_EXPORT int cuTexRefSetMipmapLevelBias(void) { return shim_unsupported("cuTexRefSetMipmapLevelBias"); }
+SHIM_EXPORT int cuTexRefSetMipmapLevelClamp(void) { return shim_unsupported("cuTexRefSetMipmapLevelClamp"); }
+SHIM_EXPORT int cuTexRefSetMipmappedArray(void) { return shim_unsupported("cuTexRefSetMipmappedArray"); }
 SHIM_EXPORT int cuUserObjectCreate(void) { return shim_unsupported("cuUserObjectCreate"); }
-SHIM_EXPORT int cuCtxGetId(void) { return shim_unsupported("cuCtxGetId"); }
-SHIM_EXPORT int cuStreamGetAttribute(void) { return shim_unsupported("cuStreamGetAttribute"); }
-SHIM_EXPORT int cuStreamSetAttribute(void) { return shim_unsupported("cuStreamSetAttribute"); }
-SHIM_EXPORT int cuThreadExchangeStreamCaptureMode(void) { return shim_unsupported("cuThreadExchangeStreamCaptureMode"); }
-SHIM_EXPORT int cuPointerGetAttributes(void) { return shim_unsupported("cuPointerGetAttributes"); }
-SHIM_EXPORT int cuPointerSetAttribute(void) { return shim_unsupported("cuPointerSetAttribute"); }
+SHIM_EXPORT int cuUserObjectRelease(void) { return shim_unsupported("cuUserObjectRelease"); }
+SHIM_EXPORT int cuUserObjectRetain(void) { return shim_unsupported("cuUserObjectRetain"); }
+SHIM_EXPORT int cuVDPAUCtxCreate(void) { return shim_unsupported("cuVDPAUCtxCreate"); }
+SHIM_EXPORT int cuVDPAUCtxCreate_v2(void) { return shim_unsupported("cuVDPAUCtxCreate_v2"); }
+SHIM_EXPORT int cuVDPAUGetDevice(void) { return shim_unsupported("cuVDPAUGetDevice"); }
+SHIM_EXPORT int cuWGLGetDevice(void) { return shim_unsupported("cuWGLGetDevice"); }
+SHIM_EXPORT int cuWaitExternalSemaphoresAsync(void) { return shim_unsupported("cuWaitExternalSemaphoresAsync"); }
+SHIM_EXPORT int cuWaitExternalSemaphoresAsync_ptsz(void) { return shim_unsupported("cuWaitExternalSemaphoresAsync_ptsz"); }
 
 const char *shim_call_name(unsigned id) {
 	switch (id) {
@@ -1024,6 +1593,19 @@ const char *shim_call_name(unsigned id) {
 	case CALL_cuEventElapsedTime: return "cuEventElapsedTime";
 	case CALL_cuEventElapsedTime_v2: return "cuEventElapsedTime_v2";
 	case CALL_cuPointerGetAttribute: return "cuPointerGetAttribute";
+	case CALL_cuLaunchKernelEx: return "cuLaunchKernelEx";
+	case CALL_cuLibraryGetKernelCount: return "cuLibraryGetKernelCount";
+	case CALL_cuLibraryEnumerateKernels: return "cuLibraryEnumerateKernels";
+	case CALL_funcGetName: return "funcGetName";
+	case CALL_memcpy2DHtoD: return "memcpy2DHtoD";
+	case CALL_memcpy2DDtoH: return "memcpy2DDtoH";
+	case CALL_memcpy2DDtoD: return "memcpy2DDtoD";
+	case CALL_memset2D: return "memset2D";
+	case CALL_streamWriteValue: return "streamWriteValue";
+	case CALL_streamWaitValue: return "streamWaitValue";
+	case CALL_tensorMapEncode: return "tensorMapEncode";
+	case CALL_tensorMapReplaceAddress: return "tensorMapReplaceAddress";
+	case CALL_moduleImageChunk: return "moduleImageChunk";
 	}
 	return NULL;
 }
@@ -1082,184 +1664,1937 @@ int cuFuncGetParamInfo();
 int cuLaunchKernel();
 int cuLaunchKernelEx();
 int cuPointerGetAttribute();
+int cuPointerGetAttributes();
+int cuMemGetAddressRange_v2();
+int cuMemAlloc_v2();
+int cuMemFree_v2();
+int cuMemAllocAsync();
+int cuMemFreeAsync();
+int cuMemAllocPitch_v2();
+int cuModuleGetLoadingMode();
+int cuCtxGetDevice_v2();
+int cuStreamCreate();
+int cuStreamCreateWithPriority();
+int cuStreamDestroy_v2();
+int cuStreamGetFlags();
+int cuStreamGetPriority();
+int cuStreamGetId();
+int cuStreamGetCtx();
+int cuStreamGetCtx_v2();
+int cuStreamGetDevice();
+int cuStreamIsCapturing();
+int cuStreamGetCaptureInfo_v2();
+int cuStreamGetCaptureInfo_v3();
+int cuThreadExchangeStreamCaptureMode();
+int cuStreamGetAttribute();
+int cuStreamSetAttribute();
+int cuStreamCopyAttributes();
+int cuLaunchHostFunc();
+int cuStreamAddCallback();
+int cuLibraryGetKernel();
+int cuFuncGetAttribute();
+int cuFuncSetAttribute();
+int cuKernelGetAttribute();
+int cuKernelSetAttribute();
+int cuKernelGetParamInfo();
+int cuFuncGetName();
+int cuKernelGetName();
+int cuFuncGetModule();
+int cuKernelGetLibrary();
+int cuFuncIsLoaded();
+int cuFuncLoad();
+int cuLibraryGetKernelCount();
+int cuLibraryEnumerateKernels();
+int cuModuleGetFunctionCount();
+int cuModuleEnumerateFunctions();
+int cuKernelSetCacheConfig();
+int cuLaunchCooperativeKernel();
+int cuOccupancyMaxActiveBlocksPerMultiprocessor();
+int cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags();
+int cuOccupancyMaxPotentialBlockSize();
+int cuOccupancyMaxPotentialBlockSizeWithFlags();
+int cuOccupancyAvailableDynamicSMemPerBlock();
+int cuOccupancyMaxActiveClusters();
+int cuOccupancyMaxPotentialClusterSize();
+int cuTensorMapEncodeTiled();
+int cuTensorMapEncodeIm2col();
+int cuTensorMapEncodeIm2colWide();
+int cuTensorMapReplaceAddress();
+int cuMemcpy2D_v2();
+int cuMemcpy2DUnaligned_v2();
+int cuMemcpy2DAsync_v2();
+int cuMemcpy3D_v2();
+int cuMemcpy3DAsync_v2();
+int cuMemcpyPeer();
+int cuMemcpyPeerAsync();
+int cuMemsetD2D8_v2();
+int cuMemsetD2D16_v2();
+int cuMemsetD2D32_v2();
+int cuMemsetD2D8Async();
+int cuMemsetD2D16Async();
+int cuMemsetD2D32Async();
+int cuStreamWriteValue32_v2();
+int cuStreamWriteValue64_v2();
+int cuStreamWaitValue32_v2();
+int cuStreamWaitValue64_v2();
+int cuStreamBatchMemOp_v2();
+int cuCtxCreate_v4();
+int cuCtxCreate_v3();
+int cuCtxSetFlags();
+int cuCtxGetId();
+int cuCtxGetLimit();
+int cuCtxSetLimit();
+int cuCtxGetCacheConfig();
+int cuCtxSetCacheConfig();
+int cuCtxGetSharedMemConfig();
+int cuCtxSetSharedMemConfig();
+int cuCtxResetPersistingL2Cache();
+int cuDeviceCanAccessPeer();
+int cuDeviceGetP2PAttribute();
+int cuDeviceGetByPCIBusId();
+int cuDeviceGetTexture1DLinearMaxWidth();
+int cuMemHostGetDevicePointer_v2();
+int cuModuleGetGlobal_v2();
+int cuLibraryGetGlobal();
+int cuMemMap();
+int cuMemUnmap();
 
 const struct shim_proc shim_procs[] = {
-	{"cuCtxCreate_v2", (void *)cuCtxCreate_v2},
-	{"cuCtxDestroy_v2", (void *)cuCtxDestroy_v2},
-	{"cuCtxDisablePeerAccess", (void *)cuCtxDisablePeerAccess},
-	{"cuCtxEnablePeerAccess", (void *)cuCtxEnablePeerAccess},
-	{"cuCtxGetApiVersion", (void *)cuCtxGetApiVersion},
-	{"cuCtxGetCacheConfig", (void *)cuCtxGetCacheConfig},
-	{"cuCtxGetCurrent", (void *)cuCtxGetCurrent},
-	{"cuCtxGetDevice", (void *)cuCtxGetDevice},
-	{"cuCtxGetFlags", (void *)cuCtxGetFlags},
-	{"cuCtxGetId", (void *)cuCtxGetId},
-	{"cuCtxGetLimit", (void *)cuCtxGetLimit},
-	{"cuCtxGetStreamPriorityRange", (void *)cuCtxGetStreamPriorityRange},
-	{"cuCtxPopCurrent_v2", (void *)cuCtxPopCurrent_v2},
-	{"cuCtxPushCurrent_v2", (void *)cuCtxPushCurrent_v2},
-	{"cuCtxResetPersistingL2Cache", (void *)cuCtxResetPersistingL2Cache},
-	{"cuCtxSetCacheConfig", (void *)cuCtxSetCacheConfig},
-	{"cuCtxSetCurrent", (void *)cuCtxSetCurrent},
-	{"cuCtxSetLimit", (void *)cuCtxSetLimit},
-	{"cuCtxSynchronize", (void *)cuCtxSynchronize},
-	{"cuDeviceCanAccessPeer", (void *)cuDeviceCanAccessPeer},
-	{"cuDeviceComputeCapability", (void *)cuDeviceComputeCapability},
-	{"cuDeviceGet", (void *)cuDeviceGet},
-	{"cuDeviceGetAttribute", (void *)cuDeviceGetAttribute},
-	{"cuDeviceGetByPCIBusId", (void *)cuDeviceGetByPCIBusId},
-	{"cuDeviceGetCount", (void *)cuDeviceGetCount},
-	{"cuDeviceGetDefaultMemPool", (void *)cuDeviceGetDefaultMemPool},
-	{"cuDeviceGetLuid", (void *)cuDeviceGetLuid},
-	{"cuDeviceGetMemPool", (void *)cuDeviceGetMemPool},
-	{"cuDeviceGetName", (void *)cuDeviceGetName},
-	{"cuDeviceGetP2PAttribute", (void *)cuDeviceGetP2PAttribute},
-	{"cuDeviceGetPCIBusId", (void *)cuDeviceGetPCIBusId},
-	{"cuDeviceGetUuid", (void *)cuDeviceGetUuid},
-	{"cuDeviceGetUuid_v2", (void *)cuDeviceGetUuid_v2},
-	{"cuDevicePrimaryCtxGetState", (void *)cuDevicePrimaryCtxGetState},
-	{"cuDevicePrimaryCtxRelease_v2", (void *)cuDevicePrimaryCtxRelease_v2},
-	{"cuDevicePrimaryCtxReset_v2", (void *)cuDevicePrimaryCtxReset_v2},
-	{"cuDevicePrimaryCtxRetain", (void *)cuDevicePrimaryCtxRetain},
-	{"cuDevicePrimaryCtxSetFlags_v2", (void *)cuDevicePrimaryCtxSetFlags_v2},
-	{"cuDeviceTotalMem_v2", (void *)cuDeviceTotalMem_v2},
-	{"cuDriverGetVersion", (void *)cuDriverGetVersion},
-	{"cuEventCreate", (void *)cuEventCreate},
-	{"cuEventDestroy_v2", (void *)cuEventDestroy_v2},
-	{"cuEventElapsedTime", (void *)cuEventElapsedTime},
-	{"cuEventElapsedTime_v2", (void *)cuEventElapsedTime_v2},
-	{"cuEventQuery", (void *)cuEventQuery},
-	{"cuEventRecord", (void *)cuEventRecord},
-	{"cuEventRecordWithFlags", (void *)cuEventRecordWithFlags},
-	{"cuEventSynchronize", (void *)cuEventSynchronize},
-	{"cuFlushGPUDirectRDMAWrites", (void *)cuFlushGPUDirectRDMAWrites},
-	{"cuFuncGetAttribute", (void *)cuFuncGetAttribute},
-	{"cuFuncGetParamInfo", (void *)cuFuncGetParamInfo},
-	{"cuFuncSetAttribute", (void *)cuFuncSetAttribute},
-	{"cuFuncSetCacheConfig", (void *)cuFuncSetCacheConfig},
-	{"cuGetErrorName", (void *)cuGetErrorName},
-	{"cuGetErrorString", (void *)cuGetErrorString},
-	{"cuGetExportTable", (void *)cuGetExportTable},
-	{"cuGetProcAddress", (void *)cuGetProcAddress},
-	{"cuGetProcAddress_v2", (void *)cuGetProcAddress_v2},
-	{"cuGraphCreate", (void *)cuGraphCreate},
-	{"cuGraphDestroy", (void *)cuGraphDestroy},
-	{"cuGraphExecDestroy", (void *)cuGraphExecDestroy},
-	{"cuGraphInstantiateWithFlags", (void *)cuGraphInstantiateWithFlags},
-	{"cuGraphLaunch", (void *)cuGraphLaunch},
-	{"cuInit", (void *)cuInit},
-	{"cuIpcCloseMemHandle", (void *)cuIpcCloseMemHandle},
-	{"cuIpcGetMemHandle", (void *)cuIpcGetMemHandle},
-	{"cuIpcOpenMemHandle_v2", (void *)cuIpcOpenMemHandle_v2},
-	{"cuKernelGetAttribute", (void *)cuKernelGetAttribute},
-	{"cuKernelGetFunction", (void *)cuKernelGetFunction},
-	{"cuKernelSetAttribute", (void *)cuKernelSetAttribute},
-	{"cuLaunchCooperativeKernel", (void *)cuLaunchCooperativeKernel},
-	{"cuLaunchHostFunc", (void *)cuLaunchHostFunc},
-	{"cuLaunchKernel", (void *)cuLaunchKernel},
-	{"cuLaunchKernelEx", (void *)cuLaunchKernelEx},
-	{"cuLibraryGetGlobal", (void *)cuLibraryGetGlobal},
-	{"cuLibraryGetKernel", (void *)cuLibraryGetKernel},
-	{"cuLibraryGetModule", (void *)cuLibraryGetModule},
-	{"cuLibraryLoadData", (void *)cuLibraryLoadData},
-	{"cuLibraryUnload", (void *)cuLibraryUnload},
-	{"cuLinkAddData_v2", (void *)cuLinkAddData_v2},
-	{"cuLinkComplete", (void *)cuLinkComplete},
-	{"cuLinkCreate_v2", (void *)cuLinkCreate_v2},
-	{"cuLinkDestroy", (void *)cuLinkDestroy},
-	{"cuMemAddressFree", (void *)cuMemAddressFree},
-	{"cuMemAddressReserve", (void *)cuMemAddressReserve},
-	{"cuMemAdvise", (void *)cuMemAdvise},
-	{"cuMemAllocAsync", (void *)cuMemAllocAsync},
-	{"cuMemAllocFromPoolAsync", (void *)cuMemAllocFromPoolAsync},
-	{"cuMemAllocHost_v2", (void *)cuMemAllocHost_v2},
-	{"cuMemAllocManaged", (void *)cuMemAllocManaged},
-	{"cuMemAllocPitch_v2", (void *)cuMemAllocPitch_v2},
-	{"cuMemAlloc_v2", (void *)cuMemAlloc_v2},
-	{"cuMemCreate", (void *)cuMemCreate},
-	{"cuMemExportToShareableHandle", (void *)cuMemExportToShareableHandle},
-	{"cuMemFreeAsync", (void *)cuMemFreeAsync},
-	{"cuMemFreeHost", (void *)cuMemFreeHost},
-	{"cuMemFree_v2", (void *)cuMemFree_v2},
-	{"cuMemGetAccess", (void *)cuMemGetAccess},
-	{"cuMemGetAddressRange_v2", (void *)cuMemGetAddressRange_v2},
-	{"cuMemGetAllocationGranularity", (void *)cuMemGetAllocationGranularity},
-	{"cuMemGetAllocationPropertiesFromHandle", (void *)cuMemGetAllocationPropertiesFromHandle},
-	{"cuMemGetHandleForAddressRange", (void *)cuMemGetHandleForAddressRange},
-	{"cuMemGetInfo_v2", (void *)cuMemGetInfo_v2},
-	{"cuMemHostAlloc", (void *)cuMemHostAlloc},
-	{"cuMemHostGetDevicePointer_v2", (void *)cuMemHostGetDevicePointer_v2},
-	{"cuMemHostGetFlags", (void *)cuMemHostGetFlags},
-	{"cuMemHostRegister_v2", (void *)cuMemHostRegister_v2},
-	{"cuMemHostUnregister", (void *)cuMemHostUnregister},
-	{"cuMemImportFromShareableHandle", (void *)cuMemImportFromShareableHandle},
-	{"cuMemMap", (void *)cuMemMap},
-	{"cuMemPoolCreate", (void *)cuMemPoolCreate},
-	{"cuMemPoolDestroy", (void *)cuMemPoolDestroy},
-	{"cuMemPoolGetAttribute", (void *)cuMemPoolGetAttribute},
-	{"cuMemPoolSetAttribute", (void *)cuMemPoolSetAttribute},
-	{"cuMemPoolTrimTo", (void *)cuMemPoolTrimTo},
-	{"cuMemPrefetchAsync", (void *)cuMemPrefetchAsync},
-	{"cuMemRelease", (void *)cuMemRelease},
-	{"cuMemRetainAllocationHandle", (void *)cuMemRetainAllocationHandle},
-	{"cuMemSetAccess", (void *)cuMemSetAccess},
-	{"cuMemUnmap", (void *)cuMemUnmap},
-	{"cuMemcpy", (void *)cuMemcpy},
-	{"cuMemcpy2DAsync_v2", (void *)cuMemcpy2DAsync_v2},
-	{"cuMemcpy2D_v2", (void *)cuMemcpy2D_v2},
-	{"cuMemcpy3DAsync_v2", (void *)cuMemcpy3DAsync_v2},
-	{"cuMemcpy3D_v2", (void *)cuMemcpy3D_v2},
-	{"cuMemcpyAsync", (void *)cuMemcpyAsync},
-	{"cuMemcpyDtoDAsync_v2", (void *)cuMemcpyDtoDAsync_v2},
-	{"cuMemcpyDtoD_v2", (void *)cuMemcpyDtoD_v2},
-	{"cuMemcpyDtoHAsync_v2", (void *)cuMemcpyDtoHAsync_v2},
-	{"cuMemcpyDtoH_v2", (void *)cuMemcpyDtoH_v2},
-	{"cuMemcpyHtoDAsync_v2", (void *)cuMemcpyHtoDAsync_v2},
-	{"cuMemcpyHtoD_v2", (void *)cuMemcpyHtoD_v2},
-	{"cuMemcpyPeer", (void *)cuMemcpyPeer},
-	{"cuMemcpyPeerAsync", (void *)cuMemcpyPeerAsync},
-	{"cuMemsetD16Async", (void *)cuMemsetD16Async},
-	{"cuMemsetD16_v2", (void *)cuMemsetD16_v2},
-	{"cuMemsetD32Async", (void *)cuMemsetD32Async},
-	{"cuMemsetD32_v2", (void *)cuMemsetD32_v2},
-	{"cuMemsetD8Async", (void *)cuMemsetD8Async},
-	{"cuMemsetD8_v2", (void *)cuMemsetD8_v2},
-	{"cuModuleGetFunction", (void *)cuModuleGetFunction},
-	{"cuModuleGetGlobal_v2", (void *)cuModuleGetGlobal_v2},
-	{"cuModuleLoad", (void *)cuModuleLoad},
-	{"cuModuleLoadData", (void *)cuModuleLoadData},
-	{"cuModuleLoadDataEx", (void *)cuModuleLoadDataEx},
-	{"cuModuleLoadFatBinary", (void *)cuModuleLoadFatBinary},
-	{"cuModuleUnload", (void *)cuModuleUnload},
-	{"cuOccupancyMaxActiveBlocksPerMultiprocessor", (void *)cuOccupancyMaxActiveBlocksPerMultiprocessor},
-	{"cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags", (void *)cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags},
-	{"cuOccupancyMaxPotentialBlockSize", (void *)cuOccupancyMaxPotentialBlockSize},
-	{"cuPointerGetAttribute", (void *)cuPointerGetAttribute},
-	{"cuPointerGetAttributes", (void *)cuPointerGetAttributes},
-	{"cuPointerSetAttribute", (void *)cuPointerSetAttribute},
-	{"cuStreamAddCallback", (void *)cuStreamAddCallback},
-	{"cuStreamBeginCapture_v2", (void *)cuStreamBeginCapture_v2},
-	{"cuStreamCreate", (void *)cuStreamCreate},
-	{"cuStreamCreateWithPriority", (void *)cuStreamCreateWithPriority},
-	{"cuStreamDestroy_v2", (void *)cuStreamDestroy_v2},
-	{"cuStreamEndCapture", (void *)cuStreamEndCapture},
-	{"cuStreamGetAttribute", (void *)cuStreamGetAttribute},
-	{"cuStreamGetCaptureInfo_v2", (void *)cuStreamGetCaptureInfo_v2},
-	{"cuStreamGetCtx", (void *)cuStreamGetCtx},
-	{"cuStreamGetFlags", (void *)cuStreamGetFlags},
-	{"cuStreamGetId", (void *)cuStreamGetId},
-	{"cuStreamGetPriority", (void *)cuStreamGetPriority},
-	{"cuStreamIsCapturing", (void *)cuStreamIsCapturing},
-	{"cuStreamQuery", (void *)cuStreamQuery},
-	{"cuStreamSetAttribute", (void *)cuStreamSetAttribute},
-	{"cuStreamSynchronize", (void *)cuStreamSynchronize},
-	{"cuStreamWaitEvent", (void *)cuStreamWaitEvent},
-	{"cuSurfObjectCreate", (void *)cuSurfObjectCreate},
-	{"cuSurfObjectDestroy", (void *)cuSurfObjectDestroy},
-	{"cuTexObjectCreate", (void *)cuTexObjectCreate},
-	{"cuTexObjectDestroy", (void *)cuTexObjectDestroy},
-	{"cuThreadExchangeStreamCaptureMode", (void *)cuThreadExchangeStreamCaptureMode},
-	{"cuUserObjectCreate", (void *)cuUserObjectCreate},
+	{"cuArray3DCreate", (void *)cuArray3DCreate, 1},
+	{"cuArray3DCreate_v2", (void *)cuArray3DCreate_v2, 1},
+	{"cuArray3DGetDescriptor", (void *)cuArray3DGetDescriptor, 1},
+	{"cuArray3DGetDescriptor_v2", (void *)cuArray3DGetDescriptor_v2, 1},
+	{"cuArrayCreate", (void *)cuArrayCreate, 1},
+	{"cuArrayCreate_v2", (void *)cuArrayCreate_v2, 1},
+	{"cuArrayDestroy", (void *)cuArrayDestroy, 1},
+	{"cuArrayGetDescriptor", (void *)cuArrayGetDescriptor, 1},
+	{"cuArrayGetDescriptor_v2", (void *)cuArrayGetDescriptor_v2, 1},
+	{"cuArrayGetMemoryRequirements", (void *)cuArrayGetMemoryRequirements, 1},
+	{"cuArrayGetPlane", (void *)cuArrayGetPlane, 1},
+	{"cuArrayGetSparseProperties", (void *)cuArrayGetSparseProperties, 1},
+	{"cuCheckpointProcessCheckpoint", (void *)cuCheckpointProcessCheckpoint, 1},
+	{"cuCheckpointProcessGetRestoreThreadId", (void *)cuCheckpointProcessGetRestoreThreadId, 1},
+	{"cuCheckpointProcessGetState", (void *)cuCheckpointProcessGetState, 1},
+	{"cuCheckpointProcessLock", (void *)cuCheckpointProcessLock, 1},
+	{"cuCheckpointProcessRestore", (void *)cuCheckpointProcessRestore, 1},
+	{"cuCheckpointProcessUnlock", (void *)cuCheckpointProcessUnlock, 1},
+	{"cuCoredumpGetAttribute", (void *)cuCoredumpGetAttribute, 1},
+	{"cuCoredumpGetAttributeGlobal", (void *)cuCoredumpGetAttributeGlobal, 1},
+	{"cuCoredumpSetAttribute", (void *)cuCoredumpSetAttribute, 1},
+	{"cuCoredumpSetAttributeGlobal", (void *)cuCoredumpSetAttributeGlobal, 1},
+	{"cuCtxAttach", (void *)cuCtxAttach, 1},
+	{"cuCtxCreate", (void *)cuCtxCreate_v2, 0},
+	{"cuCtxCreate_v2", (void *)cuCtxCreate_v2, 0},
+	{"cuCtxCreate_v3", (void *)cuCtxCreate_v3, 0},
+	{"cuCtxCreate_v4", (void *)cuCtxCreate_v4, 0},
+	{"cuCtxDestroy", (void *)cuCtxDestroy_v2, 0},
+	{"cuCtxDestroy_v2", (void *)cuCtxDestroy_v2, 0},
+	{"cuCtxDetach", (void *)cuCtxDetach, 1},
+	{"cuCtxDisablePeerAccess", (void *)cuCtxDisablePeerAccess, 1},
+	{"cuCtxEnablePeerAccess", (void *)cuCtxEnablePeerAccess, 1},
+	{"cuCtxFromGreenCtx", (void *)cuCtxFromGreenCtx, 1},
+	{"cuCtxGetApiVersion", (void *)cuCtxGetApiVersion, 0},
+	{"cuCtxGetCacheConfig", (void *)cuCtxGetCacheConfig, 0},
+	{"cuCtxGetCurrent", (void *)cuCtxGetCurrent, 0},
+	{"cuCtxGetDevResource", (void *)cuCtxGetDevResource, 1},
+	{"cuCtxGetDevice", (void *)cuCtxGetDevice, 0},
+	{"cuCtxGetDevice_v2", (void *)cuCtxGetDevice_v2, 0},
+	{"cuCtxGetExecAffinity", (void *)cuCtxGetExecAffinity, 1},
+	{"cuCtxGetFlags", (void *)cuCtxGetFlags, 0},
+	{"cuCtxGetId", (void *)cuCtxGetId, 0},
+	{"cuCtxGetLimit", (void *)cuCtxGetLimit, 0},
+	{"cuCtxGetSharedMemConfig", (void *)cuCtxGetSharedMemConfig, 0},
+	{"cuCtxGetStreamPriorityRange", (void *)cuCtxGetStreamPriorityRange, 0},
+	{"cuCtxPopCurrent", (void *)cuCtxPopCurrent_v2, 0},
+	{"cuCtxPopCurrent_v2", (void *)cuCtxPopCurrent_v2, 0},
+	{"cuCtxPushCurrent", (void *)cuCtxPushCurrent_v2, 0},
+	{"cuCtxPushCurrent_v2", (void *)cuCtxPushCurrent_v2, 0},
+	{"cuCtxRecordEvent", (void *)cuCtxRecordEvent, 1},
+	{"cuCtxResetPersistingL2Cache", (void *)cuCtxResetPersistingL2Cache, 0},
+	{"cuCtxSetCacheConfig", (void *)cuCtxSetCacheConfig, 0},
+	{"cuCtxSetCurrent", (void *)cuCtxSetCurrent, 0},
+	{"cuCtxSetFlags", (void *)cuCtxSetFlags, 0},
+	{"cuCtxSetLimit", (void *)cuCtxSetLimit, 0},
+	{"cuCtxSetSharedMemConfig", (void *)cuCtxSetSharedMemConfig, 0},
+	{"cuCtxSynchronize", (void *)cuCtxSynchronize, 0},
+	{"cuCtxSynchronize_v2", (void *)cuCtxSynchronize, 0},
+	{"cuCtxWaitEvent", (void *)cuCtxWaitEvent, 1},
+	{"cuDestroyExternalMemory", (void *)cuDestroyExternalMemory, 1},
+	{"cuDestroyExternalSemaphore", (void *)cuDestroyExternalSemaphore, 1},
+	{"cuDevResourceGenerateDesc", (void *)cuDevResourceGenerateDesc, 1},
+	{"cuDevSmResourceSplitByCount", (void *)cuDevSmResourceSplitByCount, 1},
+	{"cuDeviceCanAccessPeer", (void *)cuDeviceCanAccessPeer, 0},
+	{"cuDeviceComputeCapability", (void *)cuDeviceComputeCapability, 0},
+	{"cuDeviceGet", (void *)cuDeviceGet, 0},
+	{"cuDeviceGetAttribute", (void *)cuDeviceGetAttribute, 0},
+	{"cuDeviceGetByPCIBusId", (void *)cuDeviceGetByPCIBusId, 0},
+	{"cuDeviceGetCount", (void *)cuDeviceGetCount, 0},
+	{"cuDeviceGetDefaultMemPool", (void *)cuDeviceGetDefaultMemPool, 1},
+	{"cuDeviceGetDevResource", (void *)cuDeviceGetDevResource, 1},
+	{"cuDeviceGetExecAffinitySupport", (void *)cuDeviceGetExecAffinitySupport, 1},
+	{"cuDeviceGetGraphMemAttribute", (void *)cuDeviceGetGraphMemAttribute, 1},
+	{"cuDeviceGetHostAtomicCapabilities", (void *)cuDeviceGetHostAtomicCapabilities, 1},
+	{"cuDeviceGetLuid", (void *)cuDeviceGetLuid, 1},
+	{"cuDeviceGetMemPool", (void *)cuDeviceGetMemPool, 1},
+	{"cuDeviceGetName", (void *)cuDeviceGetName, 0},
+	{"cuDeviceGetNvSciSyncAttributes", (void *)cuDeviceGetNvSciSyncAttributes, 1},
+	{"cuDeviceGetP2PAtomicCapabilities", (void *)cuDeviceGetP2PAtomicCapabilities, 1},
+	{"cuDeviceGetP2PAttribute", (void *)cuDeviceGetP2PAttribute, 0},
+	{"cuDeviceGetPCIBusId", (void *)cuDeviceGetPCIBusId, 0},
+	{"cuDeviceGetProperties", (void *)cuDeviceGetProperties, 1},
+	{"cuDeviceGetTexture1DLinearMaxWidth", (void *)cuDeviceGetTexture1DLinearMaxWidth, 0},
+	{"cuDeviceGetUuid", (void *)cuDeviceGetUuid, 0},
+	{"cuDeviceGetUuid_v2", (void *)cuDeviceGetUuid_v2, 0},
+	{"cuDeviceGraphMemTrim", (void *)cuDeviceGraphMemTrim, 1},
+	{"cuDevicePrimaryCtxGetState", (void *)cuDevicePrimaryCtxGetState, 0},
+	{"cuDevicePrimaryCtxRelease", (void *)cuDevicePrimaryCtxRelease_v2, 0},
+	{"cuDevicePrimaryCtxRelease_v2", (void *)cuDevicePrimaryCtxRelease_v2, 0},
+	{"cuDevicePrimaryCtxReset", (void *)cuDevicePrimaryCtxReset_v2, 0},
+	{"cuDevicePrimaryCtxReset_v2", (void *)cuDevicePrimaryCtxReset_v2, 0},
+	{"cuDevicePrimaryCtxRetain", (void *)cuDevicePrimaryCtxRetain, 0},
+	{"cuDevicePrimaryCtxSetFlags", (void *)cuDevicePrimaryCtxSetFlags_v2, 0},
+	{"cuDevicePrimaryCtxSetFlags_v2", (void *)cuDevicePrimaryCtxSetFlags_v2, 0},
+	{"cuDeviceRegisterAsyncNotification", (void *)cuDeviceRegisterAsyncNotification, 1},
+	{"cuDeviceSetGraphMemAttribute", (void *)cuDeviceSetGraphMemAttribute, 1},
+	{"cuDeviceSetMemPool", (void *)cuDeviceSetMemPool, 1},
+	{"cuDeviceTotalMem", (void *)cuDeviceTotalMem, 1},
+	{"cuDeviceTotalMem_v2", (void *)cuDeviceTotalMem_v2, 0},
+	{"cuDeviceUnregisterAsyncNotification", (void *)cuDeviceUnregisterAsyncNotification, 1},
+	{"cuDriverGetVersion", (void *)cuDriverGetVersion, 0},
+	{"cuEGLStreamConsumerAcquireFrame", (void *)cuEGLStreamConsumerAcquireFrame, 1},
+	{"cuEGLStreamConsumerConnect", (void *)cuEGLStreamConsumerConnect, 1},
+	{"cuEGLStreamConsumerConnectWithFlags", (void *)cuEGLStreamConsumerConnectWithFlags, 1},
+	{"cuEGLStreamConsumerDisconnect", (void *)cuEGLStreamConsumerDisconnect, 1},
+	{"cuEGLStreamConsumerReleaseFrame", (void *)cuEGLStreamConsumerReleaseFrame, 1},
+	{"cuEGLStreamProducerConnect", (void *)cuEGLStreamProducerConnect, 1},
+	{"cuEGLStreamProducerDisconnect", (void *)cuEGLStreamProducerDisconnect, 1},
+	{"cuEGLStreamProducerPresentFrame", (void *)cuEGLStreamProducerPresentFrame, 1},
+	{"cuEGLStreamProducerReturnFrame", (void *)cuEGLStreamProducerReturnFrame, 1},
+	{"cuEventCreate", (void *)cuEventCreate, 0},
+	{"cuEventCreateFromEGLSync", (void *)cuEventCreateFromEGLSync, 1},
+	{"cuEventDestroy", (void *)cuEventDestroy_v2, 0},
+	{"cuEventDestroy_v2", (void *)cuEventDestroy_v2, 0},
+	{"cuEventElapsedTime", (void *)cuEventElapsedTime, 0},
+	{"cuEventElapsedTime_v2", (void *)cuEventElapsedTime_v2, 0},
+	{"cuEventQuery", (void *)cuEventQuery, 0},
+	{"cuEventRecord", (void *)cuEventRecord, 0},
+	{"cuEventRecordWithFlags", (void *)cuEventRecordWithFlags, 0},
+	{"cuEventRecordWithFlags_ptsz", (void *)cuEventRecordWithFlags, 0},
+	{"cuEventRecord_ptsz", (void *)cuEventRecord, 0},
+	{"cuEventSynchronize", (void *)cuEventSynchronize, 0},
+	{"cuExternalMemoryGetMappedBuffer", (void *)cuExternalMemoryGetMappedBuffer, 1},
+	{"cuExternalMemoryGetMappedMipmappedArray", (void *)cuExternalMemoryGetMappedMipmappedArray, 1},
+	{"cuFlushGPUDirectRDMAWrites", (void *)cuFlushGPUDirectRDMAWrites, 1},
+	{"cuFuncGetAttribute", (void *)cuFuncGetAttribute, 0},
+	{"cuFuncGetModule", (void *)cuFuncGetModule, 0},
+	{"cuFuncGetName", (void *)cuFuncGetName, 0},
+	{"cuFuncGetParamInfo", (void *)cuFuncGetParamInfo, 0},
+	{"cuFuncIsLoaded", (void *)cuFuncIsLoaded, 0},
+	{"cuFuncLoad", (void *)cuFuncLoad, 0},
+	{"cuFuncSetAttribute", (void *)cuFuncSetAttribute, 0},
+	{"cuFuncSetBlockShape", (void *)cuFuncSetBlockShape, 1},
+	{"cuFuncSetCacheConfig", (void *)cuFuncSetCacheConfig, 0},
+	{"cuFuncSetSharedMemConfig", (void *)cuFuncSetSharedMemConfig, 1},
+	{"cuFuncSetSharedSize", (void *)cuFuncSetSharedSize, 1},
+	{"cuGLCtxCreate", (void *)cuGLCtxCreate, 1},
+	{"cuGLCtxCreate_v2", (void *)cuGLCtxCreate_v2, 1},
+	{"cuGLGetDevices", (void *)cuGLGetDevices, 1},
+	{"cuGLGetDevices_v2", (void *)cuGLGetDevices_v2, 1},
+	{"cuGLInit", (void *)cuGLInit, 1},
+	{"cuGLMapBufferObject", (void *)cuGLMapBufferObject, 1},
+	{"cuGLMapBufferObjectAsync", (void *)cuGLMapBufferObjectAsync, 1},
+	{"cuGLMapBufferObjectAsync_v2", (void *)cuGLMapBufferObjectAsync_v2, 1},
+	{"cuGLMapBufferObjectAsync_v2_ptsz", (void *)cuGLMapBufferObjectAsync_v2_ptsz, 1},
+	{"cuGLMapBufferObject_v2", (void *)cuGLMapBufferObject_v2, 1},
+	{"cuGLMapBufferObject_v2_ptds", (void *)cuGLMapBufferObject_v2_ptds, 1},
+	{"cuGLRegisterBufferObject", (void *)cuGLRegisterBufferObject, 1},
+	{"cuGLSetBufferObjectMapFlags", (void *)cuGLSetBufferObjectMapFlags, 1},
+	{"cuGLUnmapBufferObject", (void *)cuGLUnmapBufferObject, 1},
+	{"cuGLUnmapBufferObjectAsync", (void *)cuGLUnmapBufferObjectAsync, 1},
+	{"cuGLUnregisterBufferObject", (void *)cuGLUnregisterBufferObject, 1},
+	{"cuGetErrorName", (void *)cuGetErrorName, 0},
+	{"cuGetErrorString", (void *)cuGetErrorString, 0},
+	{"cuGetExportTable", (void *)cuGetExportTable, 0},
+	{"cuGetProcAddress", (void *)cuGetProcAddress, 0},
+	{"cuGetProcAddress_v2", (void *)cuGetProcAddress_v2, 0},
+	{"cuGraphAddBatchMemOpNode", (void *)cuGraphAddBatchMemOpNode, 1},
+	{"cuGraphAddChildGraphNode", (void *)cuGraphAddChildGraphNode, 1},
+	{"cuGraphAddDependencies", (void *)cuGraphAddDependencies, 1},
+	{"cuGraphAddDependencies_v2", (void *)cuGraphAddDependencies_v2, 1},
+	{"cuGraphAddEmptyNode", (void *)cuGraphAddEmptyNode, 1},
+	{"cuGraphAddEventRecordNode", (void *)cuGraphAddEventRecordNode, 1},
+	{"cuGraphAddEventWaitNode", (void *)cuGraphAddEventWaitNode, 1},
+	{"cuGraphAddExternalSemaphoresSignalNode", (void *)cuGraphAddExternalSemaphoresSignalNode, 1},
+	{"cuGraphAddExternalSemaphoresWaitNode", (void *)cuGraphAddExternalSemaphoresWaitNode, 1},
+	{"cuGraphAddHostNode", (void *)cuGraphAddHostNode, 1},
+	{"cuGraphAddKernelNode", (void *)cuGraphAddKernelNode, 1},
+	{"cuGraphAddKernelNode_v2", (void *)cuGraphAddKernelNode_v2, 1},
+	{"cuGraphAddMemAllocNode", (void *)cuGraphAddMemAllocNode, 1},
+	{"cuGraphAddMemFreeNode", (void *)cuGraphAddMemFreeNode, 1},
+	{"cuGraphAddMemcpyNode", (void *)cuGraphAddMemcpyNode, 1},
+	{"cuGraphAddMemsetNode", (void *)cuGraphAddMemsetNode, 1},
+	{"cuGraphAddNode", (void *)cuGraphAddNode, 1},
+	{"cuGraphAddNode_v2", (void *)cuGraphAddNode_v2, 1},
+	{"cuGraphBatchMemOpNodeGetParams", (void *)cuGraphBatchMemOpNodeGetParams, 1},
+	{"cuGraphBatchMemOpNodeSetParams", (void *)cuGraphBatchMemOpNodeSetParams, 1},
+	{"cuGraphChildGraphNodeGetGraph", (void *)cuGraphChildGraphNodeGetGraph, 1},
+	{"cuGraphClone", (void *)cuGraphClone, 1},
+	{"cuGraphConditionalHandleCreate", (void *)cuGraphConditionalHandleCreate, 1},
+	{"cuGraphCreate", (void *)cuGraphCreate, 1},
+	{"cuGraphDebugDotPrint", (void *)cuGraphDebugDotPrint, 1},
+	{"cuGraphDestroy", (void *)cuGraphDestroy, 1},
+	{"cuGraphDestroyNode", (void *)cuGraphDestroyNode, 1},
+	{"cuGraphEventRecordNodeGetEvent", (void *)cuGraphEventRecordNodeGetEvent, 1},
+	{"cuGraphEventRecordNodeSetEvent", (void *)cuGraphEventRecordNodeSetEvent, 1},
+	{"cuGraphEventWaitNodeGetEvent", (void *)cuGraphEventWaitNodeGetEvent, 1},
+	{"cuGraphEventWaitNodeSetEvent", (void *)cuGraphEventWaitNodeSetEvent, 1},
+	{"cuGraphExecBatchMemOpNodeSetParams", (void *)cuGraphExecBatchMemOpNodeSetParams, 1},
+	{"cuGraphExecChildGraphNodeSetParams", (void *)cuGraphExecChildGraphNodeSetParams, 1},
+	{"cuGraphExecDestroy", (void *)cuGraphExecDestroy, 1},
+	{"cuGraphExecEventRecordNodeSetEvent", (void *)cuGraphExecEventRecordNodeSetEvent, 1},
+	{"cuGraphExecEventWaitNodeSetEvent", (void *)cuGraphExecEventWaitNodeSetEvent, 1},
+	{"cuGraphExecExternalSemaphoresSignalNodeSetParams", (void *)cuGraphExecExternalSemaphoresSignalNodeSetParams, 1},
+	{"cuGraphExecExternalSemaphoresWaitNodeSetParams", (void *)cuGraphExecExternalSemaphoresWaitNodeSetParams, 1},
+	{"cuGraphExecGetFlags", (void *)cuGraphExecGetFlags, 1},
+	{"cuGraphExecHostNodeSetParams", (void *)cuGraphExecHostNodeSetParams, 1},
+	{"cuGraphExecKernelNodeSetParams", (void *)cuGraphExecKernelNodeSetParams, 1},
+	{"cuGraphExecKernelNodeSetParams_v2", (void *)cuGraphExecKernelNodeSetParams_v2, 1},
+	{"cuGraphExecMemcpyNodeSetParams", (void *)cuGraphExecMemcpyNodeSetParams, 1},
+	{"cuGraphExecMemsetNodeSetParams", (void *)cuGraphExecMemsetNodeSetParams, 1},
+	{"cuGraphExecNodeSetParams", (void *)cuGraphExecNodeSetParams, 1},
+	{"cuGraphExecUpdate", (void *)cuGraphExecUpdate, 1},
+	{"cuGraphExecUpdate_v2", (void *)cuGraphExecUpdate_v2, 1},
+	{"cuGraphExternalSemaphoresSignalNodeGetParams", (void *)cuGraphExternalSemaphoresSignalNodeGetParams, 1},
+	{"cuGraphExternalSemaphoresSignalNodeSetParams", (void *)cuGraphExternalSemaphoresSignalNodeSetParams, 1},
+	{"cuGraphExternalSemaphoresWaitNodeGetParams", (void *)cuGraphExternalSemaphoresWaitNodeGetParams, 1},
+	{"cuGraphExternalSemaphoresWaitNodeSetParams", (void *)cuGraphExternalSemaphoresWaitNodeSetParams, 1},
+	{"cuGraphGetEdges", (void *)cuGraphGetEdges, 1},
+	{"cuGraphGetEdges_v2", (void *)cuGraphGetEdges_v2, 1},
+	{"cuGraphGetNodes", (void *)cuGraphGetNodes, 1},
+	{"cuGraphGetRootNodes", (void *)cuGraphGetRootNodes, 1},
+	{"cuGraphHostNodeGetParams", (void *)cuGraphHostNodeGetParams, 1},
+	{"cuGraphHostNodeSetParams", (void *)cuGraphHostNodeSetParams, 1},
+	{"cuGraphInstantiate", (void *)cuGraphInstantiate, 1},
+	{"cuGraphInstantiateWithFlags", (void *)cuGraphInstantiateWithFlags, 1},
+	{"cuGraphInstantiateWithParams", (void *)cuGraphInstantiateWithParams, 1},
+	{"cuGraphInstantiateWithParams_ptsz", (void *)cuGraphInstantiateWithParams_ptsz, 1},
+	{"cuGraphInstantiate_v2", (void *)cuGraphInstantiate_v2, 1},
+	{"cuGraphKernelNodeCopyAttributes", (void *)cuGraphKernelNodeCopyAttributes, 1},
+	{"cuGraphKernelNodeGetAttribute", (void *)cuGraphKernelNodeGetAttribute, 1},
+	{"cuGraphKernelNodeGetParams", (void *)cuGraphKernelNodeGetParams, 1},
+	{"cuGraphKernelNodeGetParams_v2", (void *)cuGraphKernelNodeGetParams_v2, 1},
+	{"cuGraphKernelNodeSetAttribute", (void *)cuGraphKernelNodeSetAttribute, 1},
+	{"cuGraphKernelNodeSetParams", (void *)cuGraphKernelNodeSetParams, 1},
+	{"cuGraphKernelNodeSetParams_v2", (void *)cuGraphKernelNodeSetParams_v2, 1},
+	{"cuGraphLaunch", (void *)cuGraphLaunch, 1},
+	{"cuGraphLaunch_ptsz", (void *)cuGraphLaunch_ptsz, 1},
+	{"cuGraphMemAllocNodeGetParams", (void *)cuGraphMemAllocNodeGetParams, 1},
+	{"cuGraphMemFreeNodeGetParams", (void *)cuGraphMemFreeNodeGetParams, 1},
+	{"cuGraphMemcpyNodeGetParams", (void *)cuGraphMemcpyNodeGetParams, 1},
+	{"cuGraphMemcpyNodeSetParams", (void *)cuGraphMemcpyNodeSetParams, 1},
+	{"cuGraphMemsetNodeGetParams", (void *)cuGraphMemsetNodeGetParams, 1},
+	{"cuGraphMemsetNodeSetParams", (void *)cuGraphMemsetNodeSetParams, 1},
+	{"cuGraphNodeFindInClone", (void *)cuGraphNodeFindInClone, 1},
+	{"cuGraphNodeGetDependencies", (void *)cuGraphNodeGetDependencies, 1},
+	{"cuGraphNodeGetDependencies_v2", (void *)cuGraphNodeGetDependencies_v2, 1},
+	{"cuGraphNodeGetDependentNodes", (void *)cuGraphNodeGetDependentNodes, 1},
+	{"cuGraphNodeGetDependentNodes_v2", (void *)cuGraphNodeGetDependentNodes_v2, 1},
+	{"cuGraphNodeGetEnabled", (void *)cuGraphNodeGetEnabled, 1},
+	{"cuGraphNodeGetType", (void *)cuGraphNodeGetType, 1},
+	{"cuGraphNodeSetEnabled", (void *)cuGraphNodeSetEnabled, 1},
+	{"cuGraphNodeSetParams", (void *)cuGraphNodeSetParams, 1},
+	{"cuGraphReleaseUserObject", (void *)cuGraphReleaseUserObject, 1},
+	{"cuGraphRemoveDependencies", (void *)cuGraphRemoveDependencies, 1},
+	{"cuGraphRemoveDependencies_v2", (void *)cuGraphRemoveDependencies_v2, 1},
+	{"cuGraphRetainUserObject", (void *)cuGraphRetainUserObject, 1},
+	{"cuGraphUpload", (void *)cuGraphUpload, 1},
+	{"cuGraphUpload_ptsz", (void *)cuGraphUpload_ptsz, 1},
+	{"cuGraphicsEGLRegisterImage", (void *)cuGraphicsEGLRegisterImage, 1},
+	{"cuGraphicsGLRegisterBuffer", (void *)cuGraphicsGLRegisterBuffer, 1},
+	{"cuGraphicsGLRegisterImage", (void *)cuGraphicsGLRegisterImage, 1},
+	{"cuGraphicsMapResources", (void *)cuGraphicsMapResources, 1},
+	{"cuGraphicsMapResources_ptsz", (void *)cuGraphicsMapResources_ptsz, 1},
+	{"cuGraphicsResourceGetMappedEglFrame", (void *)cuGraphicsResourceGetMappedEglFrame, 1},
+	{"cuGraphicsResourceGetMappedMipmappedArray", (void *)cuGraphicsResourceGetMappedMipmappedArray, 1},
+	{"cuGraphicsResourceGetMappedPointer", (void *)cuGraphicsResourceGetMappedPointer, 1},
+	{"cuGraphicsResourceGetMappedPointer_v2", (void *)cuGraphicsResourceGetMappedPointer_v2, 1},
+	{"cuGraphicsResourceSetMapFlags", (void *)cuGraphicsResourceSetMapFlags, 1},
+	{"cuGraphicsResourceSetMapFlags_v2", (void *)cuGraphicsResourceSetMapFlags_v2, 1},
+	{"cuGraphicsSubResourceGetMappedArray", (void *)cuGraphicsSubResourceGetMappedArray, 1},
+	{"cuGraphicsUnmapResources", (void *)cuGraphicsUnmapResources, 1},
+	{"cuGraphicsUnmapResources_ptsz", (void *)cuGraphicsUnmapResources_ptsz, 1},
+	{"cuGraphicsUnregisterResource", (void *)cuGraphicsUnregisterResource, 1},
+	{"cuGraphicsVDPAURegisterOutputSurface", (void *)cuGraphicsVDPAURegisterOutputSurface, 1},
+	{"cuGraphicsVDPAURegisterVideoSurface", (void *)cuGraphicsVDPAURegisterVideoSurface, 1},
+	{"cuGreenCtxCreate", (void *)cuGreenCtxCreate, 1},
+	{"cuGreenCtxDestroy", (void *)cuGreenCtxDestroy, 1},
+	{"cuGreenCtxGetDevResource", (void *)cuGreenCtxGetDevResource, 1},
+	{"cuGreenCtxGetId", (void *)cuGreenCtxGetId, 1},
+	{"cuGreenCtxRecordEvent", (void *)cuGreenCtxRecordEvent, 1},
+	{"cuGreenCtxStreamCreate", (void *)cuGreenCtxStreamCreate, 1},
+	{"cuGreenCtxWaitEvent", (void *)cuGreenCtxWaitEvent, 1},
+	{"cuImportExternalMemory", (void *)cuImportExternalMemory, 1},
+	{"cuImportExternalSemaphore", (void *)cuImportExternalSemaphore, 1},
+	{"cuInit", (void *)cuInit, 0},
+	{"cuIpcCloseMemHandle", (void *)cuIpcCloseMemHandle, 1},
+	{"cuIpcGetEventHandle", (void *)cuIpcGetEventHandle, 1},
+	{"cuIpcGetMemHandle", (void *)cuIpcGetMemHandle, 1},
+	{"cuIpcOpenEventHandle", (void *)cuIpcOpenEventHandle, 1},
+	{"cuIpcOpenMemHandle", (void *)cuIpcOpenMemHandle, 1},
+	{"cuIpcOpenMemHandle_v2", (void *)cuIpcOpenMemHandle_v2, 1},
+	{"cuKernelGetAttribute", (void *)cuKernelGetAttribute, 0},
+	{"cuKernelGetFunction", (void *)cuKernelGetFunction, 0},
+	{"cuKernelGetLibrary", (void *)cuKernelGetLibrary, 0},
+	{"cuKernelGetName", (void *)cuKernelGetName, 0},
+	{"cuKernelGetParamInfo", (void *)cuKernelGetParamInfo, 0},
+	{"cuKernelSetAttribute", (void *)cuKernelSetAttribute, 0},
+	{"cuKernelSetCacheConfig", (void *)cuKernelSetCacheConfig, 0},
+	{"cuLaunch", (void *)cuLaunch, 1},
+	{"cuLaunchCooperativeKernel", (void *)cuLaunchCooperativeKernel, 0},
+	{"cuLaunchCooperativeKernelMultiDevice", (void *)cuLaunchCooperativeKernelMultiDevice, 1},
+	{"cuLaunchCooperativeKernel_ptsz", (void *)cuLaunchCooperativeKernel, 0},
+	{"cuLaunchGrid", (void *)cuLaunchGrid, 1},
+	{"cuLaunchGridAsync", (void *)cuLaunchGridAsync, 1},
+	{"cuLaunchHostFunc", (void *)cuLaunchHostFunc, 0},
+	{"cuLaunchHostFunc_ptsz", (void *)cuLaunchHostFunc, 0},
+	{"cuLaunchKernel", (void *)cuLaunchKernel, 0},
+	{"cuLaunchKernelEx", (void *)cuLaunchKernelEx, 0},
+	{"cuLaunchKernelEx_ptsz", (void *)cuLaunchKernelEx, 0},
+	{"cuLaunchKernel_ptsz", (void *)cuLaunchKernel, 0},
+	{"cuLibraryEnumerateKernels", (void *)cuLibraryEnumerateKernels, 0},
+	{"cuLibraryGetGlobal", (void *)cuLibraryGetGlobal, 0},
+	{"cuLibraryGetKernel", (void *)cuLibraryGetKernel, 0},
+	{"cuLibraryGetKernelCount", (void *)cuLibraryGetKernelCount, 0},
+	{"cuLibraryGetManaged", (void *)cuLibraryGetManaged, 1},
+	{"cuLibraryGetModule", (void *)cuLibraryGetModule, 0},
+	{"cuLibraryGetUnifiedFunction", (void *)cuLibraryGetUnifiedFunction, 1},
+	{"cuLibraryLoadData", (void *)cuLibraryLoadData, 0},
+	{"cuLibraryLoadFromFile", (void *)cuLibraryLoadFromFile, 1},
+	{"cuLibraryUnload", (void *)cuLibraryUnload, 0},
+	{"cuLinkAddData", (void *)cuLinkAddData, 1},
+	{"cuLinkAddData_v2", (void *)cuLinkAddData_v2, 1},
+	{"cuLinkAddFile", (void *)cuLinkAddFile, 1},
+	{"cuLinkAddFile_v2", (void *)cuLinkAddFile_v2, 1},
+	{"cuLinkComplete", (void *)cuLinkComplete, 1},
+	{"cuLinkCreate", (void *)cuLinkCreate, 1},
+	{"cuLinkCreate_v2", (void *)cuLinkCreate_v2, 1},
+	{"cuLinkDestroy", (void *)cuLinkDestroy, 1},
+	{"cuLogsCurrent", (void *)cuLogsCurrent, 1},
+	{"cuLogsDumpToFile", (void *)cuLogsDumpToFile, 1},
+	{"cuLogsDumpToMemory", (void *)cuLogsDumpToMemory, 1},
+	{"cuLogsRegisterCallback", (void *)cuLogsRegisterCallback, 1},
+	{"cuLogsUnregisterCallback", (void *)cuLogsUnregisterCallback, 1},
+	{"cuMemAddressFree", (void *)cuMemAddressFree, 0},
+	{"cuMemAddressReserve", (void *)cuMemAddressReserve, 0},
+	{"cuMemAdvise", (void *)cuMemAdvise, 1},
+	{"cuMemAdvise_v2", (void *)cuMemAdvise_v2, 1},
+	{"cuMemAlloc", (void *)cuMemAlloc, 1},
+	{"cuMemAllocAsync", (void *)cuMemAllocAsync, 0},
+	{"cuMemAllocAsync_ptsz", (void *)cuMemAllocAsync, 0},
+	{"cuMemAllocFromPoolAsync", (void *)cuMemAllocFromPoolAsync, 1},
+	{"cuMemAllocFromPoolAsync_ptsz", (void *)cuMemAllocFromPoolAsync_ptsz, 1},
+	{"cuMemAllocHost", (void *)cuMemAllocHost, 1},
+	{"cuMemAllocHost_v2", (void *)cuMemAllocHost_v2, 0},
+	{"cuMemAllocManaged", (void *)cuMemAllocManaged, 1},
+	{"cuMemAllocPitch", (void *)cuMemAllocPitch, 1},
+	{"cuMemAllocPitch_v2", (void *)cuMemAllocPitch_v2, 0},
+	{"cuMemAlloc_v2", (void *)cuMemAlloc_v2, 0},
+	{"cuMemBatchDecompressAsync", (void *)cuMemBatchDecompressAsync, 1},
+	{"cuMemBatchDecompressAsync_ptsz", (void *)cuMemBatchDecompressAsync_ptsz, 1},
+	{"cuMemCreate", (void *)cuMemCreate, 0},
+	{"cuMemDiscardAndPrefetchBatchAsync", (void *)cuMemDiscardAndPrefetchBatchAsync, 1},
+	{"cuMemDiscardAndPrefetchBatchAsync_ptsz", (void *)cuMemDiscardAndPrefetchBatchAsync_ptsz, 1},
+	{"cuMemDiscardBatchAsync", (void *)cuMemDiscardBatchAsync, 1},
+	{"cuMemDiscardBatchAsync_ptsz", (void *)cuMemDiscardBatchAsync_ptsz, 1},
+	{"cuMemExportToShareableHandle", (void *)cuMemExportToShareableHandle, 1},
+	{"cuMemFree", (void *)cuMemFree, 1},
+	{"cuMemFreeAsync", (void *)cuMemFreeAsync, 0},
+	{"cuMemFreeAsync_ptsz", (void *)cuMemFreeAsync, 0},
+	{"cuMemFreeHost", (void *)cuMemFreeHost, 0},
+	{"cuMemFree_v2", (void *)cuMemFree_v2, 0},
+	{"cuMemGetAccess", (void *)cuMemGetAccess, 1},
+	{"cuMemGetAddressRange", (void *)cuMemGetAddressRange, 1},
+	{"cuMemGetAddressRange_v2", (void *)cuMemGetAddressRange_v2, 0},
+	{"cuMemGetAllocationGranularity", (void *)cuMemGetAllocationGranularity, 0},
+	{"cuMemGetAllocationPropertiesFromHandle", (void *)cuMemGetAllocationPropertiesFromHandle, 1},
+	{"cuMemGetDefaultMemPool", (void *)cuMemGetDefaultMemPool, 1},
+	{"cuMemGetHandleForAddressRange", (void *)cuMemGetHandleForAddressRange, 1},
+	{"cuMemGetInfo", (void *)cuMemGetInfo, 1},
+	{"cuMemGetInfo_v2", (void *)cuMemGetInfo_v2, 0},
+	{"cuMemGetMemPool", (void *)cuMemGetMemPool, 1},
+	{"cuMemHostAlloc", (void *)cuMemHostAlloc, 0},
+	{"cuMemHostGetDevicePointer", (void *)cuMemHostGetDevicePointer, 1},
+	{"cuMemHostGetDevicePointer_v2", (void *)cuMemHostGetDevicePointer_v2, 0},
+	{"cuMemHostGetFlags", (void *)cuMemHostGetFlags, 0},
+	{"cuMemHostRegister", (void *)cuMemHostRegister_v2, 0},
+	{"cuMemHostRegister_v2", (void *)cuMemHostRegister_v2, 0},
+	{"cuMemHostUnregister", (void *)cuMemHostUnregister, 0},
+	{"cuMemImportFromShareableHandle", (void *)cuMemImportFromShareableHandle, 1},
+	{"cuMemMap", (void *)cuMemMap, 0},
+	{"cuMemMapArrayAsync", (void *)cuMemMapArrayAsync, 1},
+	{"cuMemMapArrayAsync_ptsz", (void *)cuMemMapArrayAsync_ptsz, 1},
+	{"cuMemPoolCreate", (void *)cuMemPoolCreate, 1},
+	{"cuMemPoolDestroy", (void *)cuMemPoolDestroy, 1},
+	{"cuMemPoolExportPointer", (void *)cuMemPoolExportPointer, 1},
+	{"cuMemPoolExportToShareableHandle", (void *)cuMemPoolExportToShareableHandle, 1},
+	{"cuMemPoolGetAccess", (void *)cuMemPoolGetAccess, 1},
+	{"cuMemPoolGetAttribute", (void *)cuMemPoolGetAttribute, 1},
+	{"cuMemPoolImportFromShareableHandle", (void *)cuMemPoolImportFromShareableHandle, 1},
+	{"cuMemPoolImportPointer", (void *)cuMemPoolImportPointer, 1},
+	{"cuMemPoolSetAccess", (void *)cuMemPoolSetAccess, 1},
+	{"cuMemPoolSetAttribute", (void *)cuMemPoolSetAttribute, 1},
+	{"cuMemPoolTrimTo", (void *)cuMemPoolTrimTo, 1},
+	{"cuMemPrefetchAsync", (void *)cuMemPrefetchAsync, 1},
+	{"cuMemPrefetchAsync_ptsz", (void *)cuMemPrefetchAsync_ptsz, 1},
+	{"cuMemPrefetchAsync_v2", (void *)cuMemPrefetchAsync_v2, 1},
+	{"cuMemPrefetchAsync_v2_ptsz", (void *)cuMemPrefetchAsync_v2_ptsz, 1},
+	{"cuMemPrefetchBatchAsync", (void *)cuMemPrefetchBatchAsync, 1},
+	{"cuMemPrefetchBatchAsync_ptsz", (void *)cuMemPrefetchBatchAsync_ptsz, 1},
+	{"cuMemRangeGetAttribute", (void *)cuMemRangeGetAttribute, 1},
+	{"cuMemRangeGetAttributes", (void *)cuMemRangeGetAttributes, 1},
+	{"cuMemRelease", (void *)cuMemRelease, 0},
+	{"cuMemRetainAllocationHandle", (void *)cuMemRetainAllocationHandle, 1},
+	{"cuMemSetAccess", (void *)cuMemSetAccess, 0},
+	{"cuMemSetMemPool", (void *)cuMemSetMemPool, 1},
+	{"cuMemUnmap", (void *)cuMemUnmap, 0},
+	{"cuMemcpy", (void *)cuMemcpy, 0},
+	{"cuMemcpy2D", (void *)cuMemcpy2D, 1},
+	{"cuMemcpy2DAsync", (void *)cuMemcpy2DAsync, 1},
+	{"cuMemcpy2DAsync_v2", (void *)cuMemcpy2DAsync_v2, 0},
+	{"cuMemcpy2DAsync_v2_ptsz", (void *)cuMemcpy2DAsync_v2, 0},
+	{"cuMemcpy2DUnaligned", (void *)cuMemcpy2DUnaligned, 1},
+	{"cuMemcpy2DUnaligned_v2", (void *)cuMemcpy2DUnaligned_v2, 0},
+	{"cuMemcpy2DUnaligned_v2_ptds", (void *)cuMemcpy2DUnaligned_v2, 0},
+	{"cuMemcpy2D_v2", (void *)cuMemcpy2D_v2, 0},
+	{"cuMemcpy2D_v2_ptds", (void *)cuMemcpy2D_v2, 0},
+	{"cuMemcpy3D", (void *)cuMemcpy3D, 1},
+	{"cuMemcpy3DAsync", (void *)cuMemcpy3DAsync, 1},
+	{"cuMemcpy3DAsync_v2", (void *)cuMemcpy3DAsync_v2, 0},
+	{"cuMemcpy3DAsync_v2_ptsz", (void *)cuMemcpy3DAsync_v2, 0},
+	{"cuMemcpy3DBatchAsync", (void *)cuMemcpy3DBatchAsync, 1},
+	{"cuMemcpy3DBatchAsync_ptsz", (void *)cuMemcpy3DBatchAsync_ptsz, 1},
+	{"cuMemcpy3DBatchAsync_v2", (void *)cuMemcpy3DBatchAsync_v2, 1},
+	{"cuMemcpy3DBatchAsync_v2_ptsz", (void *)cuMemcpy3DBatchAsync_v2_ptsz, 1},
+	{"cuMemcpy3DPeer", (void *)cuMemcpy3DPeer, 1},
+	{"cuMemcpy3DPeerAsync", (void *)cuMemcpy3DPeerAsync, 1},
+	{"cuMemcpy3DPeerAsync_ptsz", (void *)cuMemcpy3DPeerAsync_ptsz, 1},
+	{"cuMemcpy3DPeer_ptds", (void *)cuMemcpy3DPeer_ptds, 1},
+	{"cuMemcpy3D_v2", (void *)cuMemcpy3D_v2, 0},
+	{"cuMemcpy3D_v2_ptds", (void *)cuMemcpy3D_v2, 0},
+	{"cuMemcpyAsync", (void *)cuMemcpyAsync, 0},
+	{"cuMemcpyAsync_ptsz", (void *)cuMemcpyAsync, 0},
+	{"cuMemcpyAtoA", (void *)cuMemcpyAtoA, 1},
+	{"cuMemcpyAtoA_v2", (void *)cuMemcpyAtoA_v2, 1},
+	{"cuMemcpyAtoA_v2_ptds", (void *)cuMemcpyAtoA_v2_ptds, 1},
+	{"cuMemcpyAtoD", (void *)cuMemcpyAtoD, 1},
+	{"cuMemcpyAtoD_v2", (void *)cuMemcpyAtoD_v2, 1},
+	{"cuMemcpyAtoD_v2_ptds", (void *)cuMemcpyAtoD_v2_ptds, 1},
+	{"cuMemcpyAtoH", (void *)cuMemcpyAtoH, 1},
+	{"cuMemcpyAtoHAsync", (void *)cuMemcpyAtoHAsync, 1},
+	{"cuMemcpyAtoHAsync_v2", (void *)cuMemcpyAtoHAsync_v2, 1},
+	{"cuMemcpyAtoHAsync_v2_ptsz", (void *)cuMemcpyAtoHAsync_v2_ptsz, 1},
+	{"cuMemcpyAtoH_v2", (void *)cuMemcpyAtoH_v2, 1},
+	{"cuMemcpyAtoH_v2_ptds", (void *)cuMemcpyAtoH_v2_ptds, 1},
+	{"cuMemcpyBatchAsync", (void *)cuMemcpyBatchAsync, 1},
+	{"cuMemcpyBatchAsync_ptsz", (void *)cuMemcpyBatchAsync_ptsz, 1},
+	{"cuMemcpyBatchAsync_v2", (void *)cuMemcpyBatchAsync_v2, 1},
+	{"cuMemcpyBatchAsync_v2_ptsz", (void *)cuMemcpyBatchAsync_v2_ptsz, 1},
+	{"cuMemcpyDtoA", (void *)cuMemcpyDtoA, 1},
+	{"cuMemcpyDtoA_v2", (void *)cuMemcpyDtoA_v2, 1},
+	{"cuMemcpyDtoA_v2_ptds", (void *)cuMemcpyDtoA_v2_ptds, 1},
+	{"cuMemcpyDtoD", (void *)cuMemcpyDtoD, 1},
+	{"cuMemcpyDtoDAsync", (void *)cuMemcpyDtoDAsync, 1},
+	{"cuMemcpyDtoDAsync_v2", (void *)cuMemcpyDtoDAsync_v2, 0},
+	{"cuMemcpyDtoDAsync_v2_ptsz", (void *)cuMemcpyDtoDAsync_v2, 0},
+	{"cuMemcpyDtoD_v2", (void *)cuMemcpyDtoD_v2, 0},
+	{"cuMemcpyDtoD_v2_ptds", (void *)cuMemcpyDtoD_v2, 0},
+	{"cuMemcpyDtoH", (void *)cuMemcpyDtoH, 1},
+	{"cuMemcpyDtoHAsync", (void *)cuMemcpyDtoHAsync, 1},
+	{"cuMemcpyDtoHAsync_v2", (void *)cuMemcpyDtoHAsync_v2, 0},
+	{"cuMemcpyDtoHAsync_v2_ptsz", (void *)cuMemcpyDtoHAsync_v2, 0},
+	{"cuMemcpyDtoH_v2", (void *)cuMemcpyDtoH_v2, 0},
+	{"cuMemcpyDtoH_v2_ptds", (void *)cuMemcpyDtoH_v2, 0},
+	{"cuMemcpyHtoA", (void *)cuMemcpyHtoA, 1},
+	{"cuMemcpyHtoAAsync", (void *)cuMemcpyHtoAAsync, 1},
+	{"cuMemcpyHtoAAsync_v2", (void *)cuMemcpyHtoAAsync_v2, 1},
+	{"cuMemcpyHtoAAsync_v2_ptsz", (void *)cuMemcpyHtoAAsync_v2_ptsz, 1},
+	{"cuMemcpyHtoA_v2", (void *)cuMemcpyHtoA_v2, 1},
+	{"cuMemcpyHtoA_v2_ptds", (void *)cuMemcpyHtoA_v2_ptds, 1},
+	{"cuMemcpyHtoD", (void *)cuMemcpyHtoD, 1},
+	{"cuMemcpyHtoDAsync", (void *)cuMemcpyHtoDAsync, 1},
+	{"cuMemcpyHtoDAsync_v2", (void *)cuMemcpyHtoDAsync_v2, 0},
+	{"cuMemcpyHtoDAsync_v2_ptsz", (void *)cuMemcpyHtoDAsync_v2, 0},
+	{"cuMemcpyHtoD_v2", (void *)cuMemcpyHtoD_v2, 0},
+	{"cuMemcpyHtoD_v2_ptds", (void *)cuMemcpyHtoD_v2, 0},
+	{"cuMemcpyPeer", (void *)cuMemcpyPeer, 0},
+	{"cuMemcpyPeerAsync", (void *)cuMemcpyPeerAsync, 0},
+	{"cuMemcpyPeerAsync_ptsz", (void *)cuMemcpyPeerAsync, 0},
+	{"cuMemcpyPeer_ptds", (void *)cuMemcpyPeer, 0},
+	{"cuMemcpy_ptds", (void *)cuMemcpy, 0},
+	{"cuMemsetD16", (void *)cuMemsetD16, 1},
+	{"cuMemsetD16Async", (void *)cuMemsetD16Async, 0},
+	{"cuMemsetD16Async_ptsz", (void *)cuMemsetD16Async, 0},
+	{"cuMemsetD16_v2", (void *)cuMemsetD16_v2, 0},
+	{"cuMemsetD16_v2_ptds", (void *)cuMemsetD16_v2, 0},
+	{"cuMemsetD2D16", (void *)cuMemsetD2D16, 1},
+	{"cuMemsetD2D16Async", (void *)cuMemsetD2D16Async, 0},
+	{"cuMemsetD2D16Async_ptsz", (void *)cuMemsetD2D16Async, 0},
+	{"cuMemsetD2D16_v2", (void *)cuMemsetD2D16_v2, 0},
+	{"cuMemsetD2D16_v2_ptds", (void *)cuMemsetD2D16_v2, 0},
+	{"cuMemsetD2D32", (void *)cuMemsetD2D32, 1},
+	{"cuMemsetD2D32Async", (void *)cuMemsetD2D32Async, 0},
+	{"cuMemsetD2D32Async_ptsz", (void *)cuMemsetD2D32Async, 0},
+	{"cuMemsetD2D32_v2", (void *)cuMemsetD2D32_v2, 0},
+	{"cuMemsetD2D32_v2_ptds", (void *)cuMemsetD2D32_v2, 0},
+	{"cuMemsetD2D8", (void *)cuMemsetD2D8, 1},
+	{"cuMemsetD2D8Async", (void *)cuMemsetD2D8Async, 0},
+	{"cuMemsetD2D8Async_ptsz", (void *)cuMemsetD2D8Async, 0},
+	{"cuMemsetD2D8_v2", (void *)cuMemsetD2D8_v2, 0},
+	{"cuMemsetD2D8_v2_ptds", (void *)cuMemsetD2D8_v2, 0},
+	{"cuMemsetD32", (void *)cuMemsetD32, 1},
+	{"cuMemsetD32Async", (void *)cuMemsetD32Async, 0},
+	{"cuMemsetD32Async_ptsz", (void *)cuMemsetD32Async, 0},
+	{"cuMemsetD32_v2", (void *)cuMemsetD32_v2, 0},
+	{"cuMemsetD32_v2_ptds", (void *)cuMemsetD32_v2, 0},
+	{"cuMemsetD8", (void *)cuMemsetD8, 1},
+	{"cuMemsetD8Async", (void *)cuMemsetD8Async, 0},
+	{"cuMemsetD8Async_ptsz", (void *)cuMemsetD8Async, 0},
+	{"cuMemsetD8_v2", (void *)cuMemsetD8_v2, 0},
+	{"cuMemsetD8_v2_ptds", (void *)cuMemsetD8_v2, 0},
+	{"cuMipmappedArrayCreate", (void *)cuMipmappedArrayCreate, 1},
+	{"cuMipmappedArrayDestroy", (void *)cuMipmappedArrayDestroy, 1},
+	{"cuMipmappedArrayGetLevel", (void *)cuMipmappedArrayGetLevel, 1},
+	{"cuMipmappedArrayGetMemoryRequirements", (void *)cuMipmappedArrayGetMemoryRequirements, 1},
+	{"cuMipmappedArrayGetSparseProperties", (void *)cuMipmappedArrayGetSparseProperties, 1},
+	{"cuModuleEnumerateFunctions", (void *)cuModuleEnumerateFunctions, 0},
+	{"cuModuleGetFunction", (void *)cuModuleGetFunction, 0},
+	{"cuModuleGetFunctionCount", (void *)cuModuleGetFunctionCount, 0},
+	{"cuModuleGetGlobal", (void *)cuModuleGetGlobal, 1},
+	{"cuModuleGetGlobal_v2", (void *)cuModuleGetGlobal_v2, 0},
+	{"cuModuleGetLoadingMode", (void *)cuModuleGetLoadingMode, 0},
+	{"cuModuleGetSurfRef", (void *)cuModuleGetSurfRef, 1},
+	{"cuModuleGetTexRef", (void *)cuModuleGetTexRef, 1},
+	{"cuModuleLoad", (void *)cuModuleLoad, 1},
+	{"cuModuleLoadData", (void *)cuModuleLoadData, 0},
+	{"cuModuleLoadDataEx", (void *)cuModuleLoadDataEx, 0},
+	{"cuModuleLoadFatBinary", (void *)cuModuleLoadFatBinary, 0},
+	{"cuModuleUnload", (void *)cuModuleUnload, 0},
+	{"cuMulticastAddDevice", (void *)cuMulticastAddDevice, 1},
+	{"cuMulticastBindAddr", (void *)cuMulticastBindAddr, 1},
+	{"cuMulticastBindMem", (void *)cuMulticastBindMem, 1},
+	{"cuMulticastCreate", (void *)cuMulticastCreate, 1},
+	{"cuMulticastGetGranularity", (void *)cuMulticastGetGranularity, 1},
+	{"cuMulticastUnbind", (void *)cuMulticastUnbind, 1},
+	{"cuOccupancyAvailableDynamicSMemPerBlock", (void *)cuOccupancyAvailableDynamicSMemPerBlock, 0},
+	{"cuOccupancyMaxActiveBlocksPerMultiprocessor", (void *)cuOccupancyMaxActiveBlocksPerMultiprocessor, 0},
+	{"cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags", (void *)cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags, 0},
+	{"cuOccupancyMaxActiveClusters", (void *)cuOccupancyMaxActiveClusters, 0},
+	{"cuOccupancyMaxPotentialBlockSize", (void *)cuOccupancyMaxPotentialBlockSize, 0},
+	{"cuOccupancyMaxPotentialBlockSizeWithFlags", (void *)cuOccupancyMaxPotentialBlockSizeWithFlags, 0},
+	{"cuOccupancyMaxPotentialClusterSize", (void *)cuOccupancyMaxPotentialClusterSize, 0},
+	{"cuParamSetSize", (void *)cuParamSetSize, 1},
+	{"cuParamSetTexRef", (void *)cuParamSetTexRef, 1},
+	{"cuParamSetf", (void *)cuParamSetf, 1},
+	{"cuParamSeti", (void *)cuParamSeti, 1},
+	{"cuParamSetv", (void *)cuParamSetv, 1},
+	{"cuPointerGetAttribute", (void *)cuPointerGetAttribute, 0},
+	{"cuPointerGetAttributes", (void *)cuPointerGetAttributes, 0},
+	{"cuPointerSetAttribute", (void *)cuPointerSetAttribute, 1},
+	{"cuProfilerInitialize", (void *)cuProfilerInitialize, 1},
+	{"cuProfilerStart", (void *)cuProfilerStart, 1},
+	{"cuProfilerStop", (void *)cuProfilerStop, 1},
+	{"cuSignalExternalSemaphoresAsync", (void *)cuSignalExternalSemaphoresAsync, 1},
+	{"cuSignalExternalSemaphoresAsync_ptsz", (void *)cuSignalExternalSemaphoresAsync_ptsz, 1},
+	{"cuStreamAddCallback", (void *)cuStreamAddCallback, 0},
+	{"cuStreamAddCallback_ptsz", (void *)cuStreamAddCallback, 0},
+	{"cuStreamAttachMemAsync", (void *)cuStreamAttachMemAsync, 1},
+	{"cuStreamAttachMemAsync_ptsz", (void *)cuStreamAttachMemAsync_ptsz, 1},
+	{"cuStreamBatchMemOp", (void *)cuStreamBatchMemOp_v2, 0},
+	{"cuStreamBatchMemOp_ptsz", (void *)cuStreamBatchMemOp_v2, 0},
+	{"cuStreamBatchMemOp_v2", (void *)cuStreamBatchMemOp_v2, 0},
+	{"cuStreamBatchMemOp_v2_ptsz", (void *)cuStreamBatchMemOp_v2, 0},
+	{"cuStreamBeginCapture", (void *)cuStreamBeginCapture, 1},
+	{"cuStreamBeginCaptureToGraph", (void *)cuStreamBeginCaptureToGraph, 1},
+	{"cuStreamBeginCaptureToGraph_ptsz", (void *)cuStreamBeginCaptureToGraph_ptsz, 1},
+	{"cuStreamBeginCapture_ptsz", (void *)cuStreamBeginCapture_ptsz, 1},
+	{"cuStreamBeginCapture_v2", (void *)cuStreamBeginCapture_v2, 1},
+	{"cuStreamBeginCapture_v2_ptsz", (void *)cuStreamBeginCapture_v2_ptsz, 1},
+	{"cuStreamCopyAttributes", (void *)cuStreamCopyAttributes, 0},
+	{"cuStreamCopyAttributes_ptsz", (void *)cuStreamCopyAttributes, 0},
+	{"cuStreamCreate", (void *)cuStreamCreate, 0},
+	{"cuStreamCreateWithPriority", (void *)cuStreamCreateWithPriority, 0},
+	{"cuStreamDestroy", (void *)cuStreamDestroy_v2, 0},
+	{"cuStreamDestroy_v2", (void *)cuStreamDestroy_v2, 0},
+	{"cuStreamEndCapture", (void *)cuStreamEndCapture, 1},
+	{"cuStreamEndCapture_ptsz", (void *)cuStreamEndCapture_ptsz, 1},
+	{"cuStreamGetAttribute", (void *)cuStreamGetAttribute, 0},
+	{"cuStreamGetAttribute_ptsz", (void *)cuStreamGetAttribute, 0},
+	{"cuStreamGetCaptureInfo", (void *)cuStreamGetCaptureInfo, 1},
+	{"cuStreamGetCaptureInfo_ptsz", (void *)cuStreamGetCaptureInfo_ptsz, 1},
+	{"cuStreamGetCaptureInfo_v2", (void *)cuStreamGetCaptureInfo_v2, 0},
+	{"cuStreamGetCaptureInfo_v2_ptsz", (void *)cuStreamGetCaptureInfo_v2, 0},
+	{"cuStreamGetCaptureInfo_v3", (void *)cuStreamGetCaptureInfo_v3, 0},
+	{"cuStreamGetCaptureInfo_v3_ptsz", (void *)cuStreamGetCaptureInfo_v3, 0},
+	{"cuStreamGetCtx", (void *)cuStreamGetCtx, 0},
+	{"cuStreamGetCtx_ptsz", (void *)cuStreamGetCtx, 0},
+	{"cuStreamGetCtx_v2", (void *)cuStreamGetCtx_v2, 0},
+	{"cuStreamGetCtx_v2_ptsz", (void *)cuStreamGetCtx_v2, 0},
+	{"cuStreamGetDevice", (void *)cuStreamGetDevice, 0},
+	{"cuStreamGetDevice_ptsz", (void *)cuStreamGetDevice, 0},
+	{"cuStreamGetFlags", (void *)cuStreamGetFlags, 0},
+	{"cuStreamGetFlags_ptsz", (void *)cuStreamGetFlags, 0},
+	{"cuStreamGetGreenCtx", (void *)cuStreamGetGreenCtx, 1},
+	{"cuStreamGetId", (void *)cuStreamGetId, 0},
+	{"cuStreamGetId_ptsz", (void *)cuStreamGetId, 0},
+	{"cuStreamGetPriority", (void *)cuStreamGetPriority, 0},
+	{"cuStreamGetPriority_ptsz", (void *)cuStreamGetPriority, 0},
+	{"cuStreamIsCapturing", (void *)cuStreamIsCapturing, 0},
+	{"cuStreamIsCapturing_ptsz", (void *)cuStreamIsCapturing, 0},
+	{"cuStreamQuery", (void *)cuStreamQuery, 0},
+	{"cuStreamQuery_ptsz", (void *)cuStreamQuery, 0},
+	{"cuStreamSetAttribute", (void *)cuStreamSetAttribute, 0},
+	{"cuStreamSetAttribute_ptsz", (void *)cuStreamSetAttribute, 0},
+	{"cuStreamSynchronize", (void *)cuStreamSynchronize, 0},
+	{"cuStreamSynchronize_ptsz", (void *)cuStreamSynchronize, 0},
+	{"cuStreamUpdateCaptureDependencies", (void *)cuStreamUpdateCaptureDependencies, 1},
+	{"cuStreamUpdateCaptureDependencies_ptsz", (void *)cuStreamUpdateCaptureDependencies_ptsz, 1},
+	{"cuStreamUpdateCaptureDependencies_v2", (void *)cuStreamUpdateCaptureDependencies_v2, 1},
+	{"cuStreamUpdateCaptureDependencies_v2_ptsz", (void *)cuStreamUpdateCaptureDependencies_v2_ptsz, 1},
+	{"cuStreamWaitEvent", (void *)cuStreamWaitEvent, 0},
+	{"cuStreamWaitEvent_ptsz", (void *)cuStreamWaitEvent, 0},
+	{"cuStreamWaitValue32", (void *)cuStreamWaitValue32_v2, 0},
+	{"cuStreamWaitValue32_ptsz", (void *)cuStreamWaitValue32_v2, 0},
+	{"cuStreamWaitValue32_v2", (void *)cuStreamWaitValue32_v2, 0},
+	{"cuStreamWaitValue32_v2_ptsz", (void *)cuStreamWaitValue32_v2, 0},
+	{"cuStreamWaitValue64", (void *)cuStreamWaitValue64_v2, 0},
+	{"cuStreamWaitValue64_ptsz", (void *)cuStreamWaitValue64_v2, 0},
+	{"cuStreamWaitValue64_v2", (void *)cuStreamWaitValue64_v2, 0},
+	{"cuStreamWaitValue64_v2_ptsz", (void *)cuStreamWaitValue64_v2, 0},
+	{"cuStreamWriteValue32", (void *)cuStreamWriteValue32_v2, 0},
+	{"cuStreamWriteValue32_ptsz", (void *)cuStreamWriteValue32_v2, 0},
+	{"cuStreamWriteValue32_v2", (void *)cuStreamWriteValue32_v2, 0},
+	{"cuStreamWriteValue32_v2_ptsz", (void *)cuStreamWriteValue32_v2, 0},
+	{"cuStreamWriteValue64", (void *)cuStreamWriteValue64_v2, 0},
+	{"cuStreamWriteValue64_ptsz", (void *)cuStreamWriteValue64_v2, 0},
+	{"cuStreamWriteValue64_v2", (void *)cuStreamWriteValue64_v2, 0},
+	{"cuStreamWriteValue64_v2_ptsz", (void *)cuStreamWriteValue64_v2, 0},
+	{"cuSurfObjectCreate", (void *)cuSurfObjectCreate, 1},
+	{"cuSurfObjectDestroy", (void *)cuSurfObjectDestroy, 1},
+	{"cuSurfObjectGetResourceDesc", (void *)cuSurfObjectGetResourceDesc, 1},
+	{"cuSurfRefGetArray", (void *)cuSurfRefGetArray, 1},
+	{"cuSurfRefSetArray", (void *)cuSurfRefSetArray, 1},
+	{"cuTensorMapEncodeIm2col", (void *)cuTensorMapEncodeIm2col, 0},
+	{"cuTensorMapEncodeIm2colWide", (void *)cuTensorMapEncodeIm2colWide, 0},
+	{"cuTensorMapEncodeTiled", (void *)cuTensorMapEncodeTiled, 0},
+	{"cuTensorMapReplaceAddress", (void *)cuTensorMapReplaceAddress, 0},
+	{"cuTexObjectCreate", (void *)cuTexObjectCreate, 1},
+	{"cuTexObjectDestroy", (void *)cuTexObjectDestroy, 1},
+	{"cuTexObjectGetResourceDesc", (void *)cuTexObjectGetResourceDesc, 1},
+	{"cuTexObjectGetResourceViewDesc", (void *)cuTexObjectGetResourceViewDesc, 1},
+	{"cuTexObjectGetTextureDesc", (void *)cuTexObjectGetTextureDesc, 1},
+	{"cuTexRefCreate", (void *)cuTexRefCreate, 1},
+	{"cuTexRefDestroy", (void *)cuTexRefDestroy, 1},
+	{"cuTexRefGetAddress", (void *)cuTexRefGetAddress, 1},
+	{"cuTexRefGetAddressMode", (void *)cuTexRefGetAddressMode, 1},
+	{"cuTexRefGetAddress_v2", (void *)cuTexRefGetAddress_v2, 1},
+	{"cuTexRefGetArray", (void *)cuTexRefGetArray, 1},
+	{"cuTexRefGetBorderColor", (void *)cuTexRefGetBorderColor, 1},
+	{"cuTexRefGetFilterMode", (void *)cuTexRefGetFilterMode, 1},
+	{"cuTexRefGetFlags", (void *)cuTexRefGetFlags, 1},
+	{"cuTexRefGetFormat", (void *)cuTexRefGetFormat, 1},
+	{"cuTexRefGetMaxAnisotropy", (void *)cuTexRefGetMaxAnisotropy, 1},
+	{"cuTexRefGetMipmapFilterMode", (void *)cuTexRefGetMipmapFilterMode, 1},
+	{"cuTexRefGetMipmapLevelBias", (void *)cuTexRefGetMipmapLevelBias, 1},
+	{"cuTexRefGetMipmapLevelClamp", (void *)cuTexRefGetMipmapLevelClamp, 1},
+	{"cuTexRefGetMipmappedArray", (void *)cuTexRefGetMipmappedArray, 1},
+	{"cuTexRefSetAddress", (void *)cuTexRefSetAddress, 1},
+	{"cuTexRefSetAddress2D", (void *)cuTexRefSetAddress2D, 1},
+	{"cuTexRefSetAddress2D_v2", (void *)cuTexRefSetAddress2D_v2, 1},
+	{"cuTexRefSetAddress2D_v3", (void *)cuTexRefSetAddress2D_v3, 1},
+	{"cuTexRefSetAddressMode", (void *)cuTexRefSetAddressMode, 1},
+	{"cuTexRefSetAddress_v2", (void *)cuTexRefSetAddress_v2, 1},
+	{"cuTexRefSetArray", (void *)cuTexRefSetArray, 1},
+	{"cuTexRefSetBorderColor", (void *)cuTexRefSetBorderColor, 1},
+	{"cuTexRefSetFilterMode", (void *)cuTexRefSetFilterMode, 1},
+	{"cuTexRefSetFlags", (void *)cuTexRefSetFlags, 1},
+	{"cuTexRefSetFormat", (void *)cuTexRefSetFormat, 1},
+	{"cuTexRefSetMaxAnisotropy", (void *)cuTexRefSetMaxAnisotropy, 1},
+	{"cuTexRefSetMipmapFilterMode", (void *)cuTexRefSetMipmapFilterMode, 1},
+	{"cuTexRefSetMipmapLevelBias", (void *)cuTexRefSetMipmapLevelBias, 1},
+	{"cuTexRefSetMipmapLevelClamp", (void *)cuTexRefSetMipmapLevelClamp, 1},
+	{"cuTexRefSetMipmappedArray", (void *)cuTexRefSetMipmappedArray, 1},
+	{"cuThreadExchangeStreamCaptureMode", (void *)cuThreadExchangeStreamCaptureMode, 0},
+	{"cuUserObjectCreate", (void *)cuUserObjectCreate, 1},
+	{"cuUserObjectRelease", (void *)cuUserObjectRelease, 1},
+	{"cuUserObjectRetain", (void *)cuUserObjectRetain, 1},
+	{"cuVDPAUCtxCreate", (void *)cuVDPAUCtxCreate, 1},
+	{"cuVDPAUCtxCreate_v2", (void *)cuVDPAUCtxCreate_v2, 1},
+	{"cuVDPAUGetDevice", (void *)cuVDPAUGetDevice, 1},
+	{"cuWGLGetDevice", (void *)cuWGLGetDevice, 1},
+	{"cuWaitExternalSemaphoresAsync", (void *)cuWaitExternalSemaphoresAsync, 1},
+	{"cuWaitExternalSemaphoresAsync_ptsz", (void *)cuWaitExternalSemaphoresAsync_ptsz, 1},
 };
 
-const size_t shim_nprocs = 176;
+const size_t shim_nprocs = 673;
+
+/* Versioned variants of every entry, ascending by version, for cuGetProcAddress. */
+const struct shim_variant shim_variants[] = {
+	{2000, 0, "cuArray3DCreate", (void *)cuArray3DCreate},
+	{3020, 0, "cuArray3DCreate_v2", (void *)cuArray3DCreate_v2},
+	{2000, 0, "cuArray3DGetDescriptor", (void *)cuArray3DGetDescriptor},
+	{3020, 0, "cuArray3DGetDescriptor_v2", (void *)cuArray3DGetDescriptor_v2},
+	{2000, 0, "cuArrayCreate", (void *)cuArrayCreate},
+	{3020, 0, "cuArrayCreate_v2", (void *)cuArrayCreate_v2},
+	{2000, 0, "cuArrayDestroy", (void *)cuArrayDestroy},
+	{2000, 0, "cuArrayGetDescriptor", (void *)cuArrayGetDescriptor},
+	{3020, 0, "cuArrayGetDescriptor_v2", (void *)cuArrayGetDescriptor_v2},
+	{11060, 0, "cuArrayGetMemoryRequirements", (void *)cuArrayGetMemoryRequirements},
+	{11020, 0, "cuArrayGetPlane", (void *)cuArrayGetPlane},
+	{11010, 0, "cuArrayGetSparseProperties", (void *)cuArrayGetSparseProperties},
+	{12080, 0, "cuCheckpointProcessCheckpoint", (void *)cuCheckpointProcessCheckpoint},
+	{12080, 0, "cuCheckpointProcessGetRestoreThreadId", (void *)cuCheckpointProcessGetRestoreThreadId},
+	{12080, 0, "cuCheckpointProcessGetState", (void *)cuCheckpointProcessGetState},
+	{12080, 0, "cuCheckpointProcessLock", (void *)cuCheckpointProcessLock},
+	{12080, 0, "cuCheckpointProcessRestore", (void *)cuCheckpointProcessRestore},
+	{12080, 0, "cuCheckpointProcessUnlock", (void *)cuCheckpointProcessUnlock},
+	{12010, 0, "cuCoredumpGetAttribute", (void *)cuCoredumpGetAttribute},
+	{12010, 0, "cuCoredumpGetAttributeGlobal", (void *)cuCoredumpGetAttributeGlobal},
+	{12010, 0, "cuCoredumpSetAttribute", (void *)cuCoredumpSetAttribute},
+	{12010, 0, "cuCoredumpSetAttributeGlobal", (void *)cuCoredumpSetAttributeGlobal},
+	{2000, 0, "cuCtxAttach", (void *)cuCtxAttach},
+	{2000, 0, "cuCtxCreate", (void *)cuCtxCreate_v2},
+	{3020, 0, "cuCtxCreate_v2", (void *)cuCtxCreate_v2},
+	{11040, 0, "cuCtxCreate_v3", (void *)cuCtxCreate_v3},
+	{12050, 0, "cuCtxCreate_v4", (void *)cuCtxCreate_v4},
+	{2000, 0, "cuCtxDestroy", (void *)cuCtxDestroy_v2},
+	{4000, 0, "cuCtxDestroy_v2", (void *)cuCtxDestroy_v2},
+	{2000, 0, "cuCtxDetach", (void *)cuCtxDetach},
+	{4000, 0, "cuCtxDisablePeerAccess", (void *)cuCtxDisablePeerAccess},
+	{4000, 0, "cuCtxEnablePeerAccess", (void *)cuCtxEnablePeerAccess},
+	{12040, 0, "cuCtxFromGreenCtx", (void *)cuCtxFromGreenCtx},
+	{3020, 0, "cuCtxGetApiVersion", (void *)cuCtxGetApiVersion},
+	{3020, 0, "cuCtxGetCacheConfig", (void *)cuCtxGetCacheConfig},
+	{4000, 0, "cuCtxGetCurrent", (void *)cuCtxGetCurrent},
+	{12040, 0, "cuCtxGetDevResource", (void *)cuCtxGetDevResource},
+	{2000, 0, "cuCtxGetDevice", (void *)cuCtxGetDevice},
+	{13000, 0, "cuCtxGetDevice_v2", (void *)cuCtxGetDevice_v2},
+	{11040, 0, "cuCtxGetExecAffinity", (void *)cuCtxGetExecAffinity},
+	{7000, 0, "cuCtxGetFlags", (void *)cuCtxGetFlags},
+	{12000, 0, "cuCtxGetId", (void *)cuCtxGetId},
+	{3010, 0, "cuCtxGetLimit", (void *)cuCtxGetLimit},
+	{4020, 0, "cuCtxGetSharedMemConfig", (void *)cuCtxGetSharedMemConfig},
+	{5050, 0, "cuCtxGetStreamPriorityRange", (void *)cuCtxGetStreamPriorityRange},
+	{2000, 0, "cuCtxPopCurrent", (void *)cuCtxPopCurrent_v2},
+	{4000, 0, "cuCtxPopCurrent_v2", (void *)cuCtxPopCurrent_v2},
+	{2000, 0, "cuCtxPushCurrent", (void *)cuCtxPushCurrent_v2},
+	{4000, 0, "cuCtxPushCurrent_v2", (void *)cuCtxPushCurrent_v2},
+	{12050, 0, "cuCtxRecordEvent", (void *)cuCtxRecordEvent},
+	{11000, 0, "cuCtxResetPersistingL2Cache", (void *)cuCtxResetPersistingL2Cache},
+	{3020, 0, "cuCtxSetCacheConfig", (void *)cuCtxSetCacheConfig},
+	{4000, 0, "cuCtxSetCurrent", (void *)cuCtxSetCurrent},
+	{12010, 0, "cuCtxSetFlags", (void *)cuCtxSetFlags},
+	{3010, 0, "cuCtxSetLimit", (void *)cuCtxSetLimit},
+	{4020, 0, "cuCtxSetSharedMemConfig", (void *)cuCtxSetSharedMemConfig},
+	{2000, 0, "cuCtxSynchronize", (void *)cuCtxSynchronize},
+	{13000, 0, "cuCtxSynchronize_v2", (void *)cuCtxSynchronize},
+	{12050, 0, "cuCtxWaitEvent", (void *)cuCtxWaitEvent},
+	{10000, 0, "cuDestroyExternalMemory", (void *)cuDestroyExternalMemory},
+	{10000, 0, "cuDestroyExternalSemaphore", (void *)cuDestroyExternalSemaphore},
+	{12040, 0, "cuDevResourceGenerateDesc", (void *)cuDevResourceGenerateDesc},
+	{12040, 0, "cuDevSmResourceSplitByCount", (void *)cuDevSmResourceSplitByCount},
+	{4000, 0, "cuDeviceCanAccessPeer", (void *)cuDeviceCanAccessPeer},
+	{2000, 0, "cuDeviceComputeCapability", (void *)cuDeviceComputeCapability},
+	{2000, 0, "cuDeviceGet", (void *)cuDeviceGet},
+	{2000, 0, "cuDeviceGetAttribute", (void *)cuDeviceGetAttribute},
+	{4010, 0, "cuDeviceGetByPCIBusId", (void *)cuDeviceGetByPCIBusId},
+	{2000, 0, "cuDeviceGetCount", (void *)cuDeviceGetCount},
+	{11020, 0, "cuDeviceGetDefaultMemPool", (void *)cuDeviceGetDefaultMemPool},
+	{12040, 0, "cuDeviceGetDevResource", (void *)cuDeviceGetDevResource},
+	{11040, 0, "cuDeviceGetExecAffinitySupport", (void *)cuDeviceGetExecAffinitySupport},
+	{11040, 0, "cuDeviceGetGraphMemAttribute", (void *)cuDeviceGetGraphMemAttribute},
+	{13000, 0, "cuDeviceGetHostAtomicCapabilities", (void *)cuDeviceGetHostAtomicCapabilities},
+	{10000, 0, "cuDeviceGetLuid", (void *)cuDeviceGetLuid},
+	{11020, 0, "cuDeviceGetMemPool", (void *)cuDeviceGetMemPool},
+	{2000, 0, "cuDeviceGetName", (void *)cuDeviceGetName},
+	{10020, 0, "cuDeviceGetNvSciSyncAttributes", (void *)cuDeviceGetNvSciSyncAttributes},
+	{13000, 0, "cuDeviceGetP2PAtomicCapabilities", (void *)cuDeviceGetP2PAtomicCapabilities},
+	{8000, 0, "cuDeviceGetP2PAttribute", (void *)cuDeviceGetP2PAttribute},
+	{4010, 0, "cuDeviceGetPCIBusId", (void *)cuDeviceGetPCIBusId},
+	{2000, 0, "cuDeviceGetProperties", (void *)cuDeviceGetProperties},
+	{11010, 0, "cuDeviceGetTexture1DLinearMaxWidth", (void *)cuDeviceGetTexture1DLinearMaxWidth},
+	{9020, 0, "cuDeviceGetUuid", (void *)cuDeviceGetUuid},
+	{11040, 0, "cuDeviceGetUuid_v2", (void *)cuDeviceGetUuid_v2},
+	{11040, 0, "cuDeviceGraphMemTrim", (void *)cuDeviceGraphMemTrim},
+	{7000, 0, "cuDevicePrimaryCtxGetState", (void *)cuDevicePrimaryCtxGetState},
+	{7000, 0, "cuDevicePrimaryCtxRelease", (void *)cuDevicePrimaryCtxRelease_v2},
+	{11000, 0, "cuDevicePrimaryCtxRelease_v2", (void *)cuDevicePrimaryCtxRelease_v2},
+	{7000, 0, "cuDevicePrimaryCtxReset", (void *)cuDevicePrimaryCtxReset_v2},
+	{11000, 0, "cuDevicePrimaryCtxReset_v2", (void *)cuDevicePrimaryCtxReset_v2},
+	{7000, 0, "cuDevicePrimaryCtxRetain", (void *)cuDevicePrimaryCtxRetain},
+	{7000, 0, "cuDevicePrimaryCtxSetFlags", (void *)cuDevicePrimaryCtxSetFlags_v2},
+	{11000, 0, "cuDevicePrimaryCtxSetFlags_v2", (void *)cuDevicePrimaryCtxSetFlags_v2},
+	{12040, 0, "cuDeviceRegisterAsyncNotification", (void *)cuDeviceRegisterAsyncNotification},
+	{11040, 0, "cuDeviceSetGraphMemAttribute", (void *)cuDeviceSetGraphMemAttribute},
+	{11020, 0, "cuDeviceSetMemPool", (void *)cuDeviceSetMemPool},
+	{2000, 0, "cuDeviceTotalMem", (void *)cuDeviceTotalMem},
+	{3020, 0, "cuDeviceTotalMem_v2", (void *)cuDeviceTotalMem_v2},
+	{12040, 0, "cuDeviceUnregisterAsyncNotification", (void *)cuDeviceUnregisterAsyncNotification},
+	{2020, 0, "cuDriverGetVersion", (void *)cuDriverGetVersion},
+	{7000, 0, "cuEGLStreamConsumerAcquireFrame", (void *)cuEGLStreamConsumerAcquireFrame},
+	{7000, 0, "cuEGLStreamConsumerConnect", (void *)cuEGLStreamConsumerConnect},
+	{8000, 0, "cuEGLStreamConsumerConnectWithFlags", (void *)cuEGLStreamConsumerConnectWithFlags},
+	{7000, 0, "cuEGLStreamConsumerDisconnect", (void *)cuEGLStreamConsumerDisconnect},
+	{7000, 0, "cuEGLStreamConsumerReleaseFrame", (void *)cuEGLStreamConsumerReleaseFrame},
+	{7000, 0, "cuEGLStreamProducerConnect", (void *)cuEGLStreamProducerConnect},
+	{7000, 0, "cuEGLStreamProducerDisconnect", (void *)cuEGLStreamProducerDisconnect},
+	{7000, 0, "cuEGLStreamProducerPresentFrame", (void *)cuEGLStreamProducerPresentFrame},
+	{7000, 0, "cuEGLStreamProducerReturnFrame", (void *)cuEGLStreamProducerReturnFrame},
+	{2000, 0, "cuEventCreate", (void *)cuEventCreate},
+	{9000, 0, "cuEventCreateFromEGLSync", (void *)cuEventCreateFromEGLSync},
+	{2000, 0, "cuEventDestroy", (void *)cuEventDestroy_v2},
+	{4000, 0, "cuEventDestroy_v2", (void *)cuEventDestroy_v2},
+	{2000, 0, "cuEventElapsedTime", (void *)cuEventElapsedTime},
+	{12080, 0, "cuEventElapsedTime_v2", (void *)cuEventElapsedTime_v2},
+	{2000, 0, "cuEventQuery", (void *)cuEventQuery},
+	{2000, 0, "cuEventRecord", (void *)cuEventRecord},
+	{7000, 1, "cuEventRecord_ptsz", (void *)cuEventRecord},
+	{11010, 0, "cuEventRecordWithFlags", (void *)cuEventRecordWithFlags},
+	{11010, 1, "cuEventRecordWithFlags_ptsz", (void *)cuEventRecordWithFlags},
+	{2000, 0, "cuEventSynchronize", (void *)cuEventSynchronize},
+	{10000, 0, "cuExternalMemoryGetMappedBuffer", (void *)cuExternalMemoryGetMappedBuffer},
+	{10000, 0, "cuExternalMemoryGetMappedMipmappedArray", (void *)cuExternalMemoryGetMappedMipmappedArray},
+	{11030, 0, "cuFlushGPUDirectRDMAWrites", (void *)cuFlushGPUDirectRDMAWrites},
+	{2020, 0, "cuFuncGetAttribute", (void *)cuFuncGetAttribute},
+	{11000, 0, "cuFuncGetModule", (void *)cuFuncGetModule},
+	{12030, 0, "cuFuncGetName", (void *)cuFuncGetName},
+	{12040, 0, "cuFuncGetParamInfo", (void *)cuFuncGetParamInfo},
+	{12040, 0, "cuFuncIsLoaded", (void *)cuFuncIsLoaded},
+	{12040, 0, "cuFuncLoad", (void *)cuFuncLoad},
+	{9000, 0, "cuFuncSetAttribute", (void *)cuFuncSetAttribute},
+	{2000, 0, "cuFuncSetBlockShape", (void *)cuFuncSetBlockShape},
+	{3000, 0, "cuFuncSetCacheConfig", (void *)cuFuncSetCacheConfig},
+	{4020, 0, "cuFuncSetSharedMemConfig", (void *)cuFuncSetSharedMemConfig},
+	{2000, 0, "cuFuncSetSharedSize", (void *)cuFuncSetSharedSize},
+	{2000, 0, "cuGLCtxCreate", (void *)cuGLCtxCreate},
+	{3020, 0, "cuGLCtxCreate_v2", (void *)cuGLCtxCreate_v2},
+	{4010, 0, "cuGLGetDevices", (void *)cuGLGetDevices},
+	{6050, 0, "cuGLGetDevices_v2", (void *)cuGLGetDevices_v2},
+	{2000, 0, "cuGLInit", (void *)cuGLInit},
+	{2000, 0, "cuGLMapBufferObject", (void *)cuGLMapBufferObject},
+	{3020, 0, "cuGLMapBufferObject_v2", (void *)cuGLMapBufferObject_v2},
+	{7000, 1, "cuGLMapBufferObject_v2_ptds", (void *)cuGLMapBufferObject_v2_ptds},
+	{2030, 0, "cuGLMapBufferObjectAsync", (void *)cuGLMapBufferObjectAsync},
+	{3020, 0, "cuGLMapBufferObjectAsync_v2", (void *)cuGLMapBufferObjectAsync_v2},
+	{7000, 1, "cuGLMapBufferObjectAsync_v2_ptsz", (void *)cuGLMapBufferObjectAsync_v2_ptsz},
+	{2000, 0, "cuGLRegisterBufferObject", (void *)cuGLRegisterBufferObject},
+	{2030, 0, "cuGLSetBufferObjectMapFlags", (void *)cuGLSetBufferObjectMapFlags},
+	{2000, 0, "cuGLUnmapBufferObject", (void *)cuGLUnmapBufferObject},
+	{2030, 0, "cuGLUnmapBufferObjectAsync", (void *)cuGLUnmapBufferObjectAsync},
+	{2000, 0, "cuGLUnregisterBufferObject", (void *)cuGLUnregisterBufferObject},
+	{6000, 0, "cuGetErrorName", (void *)cuGetErrorName},
+	{6000, 0, "cuGetErrorString", (void *)cuGetErrorString},
+	{3000, 0, "cuGetExportTable", (void *)cuGetExportTable},
+	{11030, 0, "cuGetProcAddress", (void *)cuGetProcAddress},
+	{12000, 0, "cuGetProcAddress_v2", (void *)cuGetProcAddress_v2},
+	{11070, 0, "cuGraphAddBatchMemOpNode", (void *)cuGraphAddBatchMemOpNode},
+	{10000, 0, "cuGraphAddChildGraphNode", (void *)cuGraphAddChildGraphNode},
+	{10000, 0, "cuGraphAddDependencies", (void *)cuGraphAddDependencies},
+	{12030, 0, "cuGraphAddDependencies_v2", (void *)cuGraphAddDependencies_v2},
+	{10000, 0, "cuGraphAddEmptyNode", (void *)cuGraphAddEmptyNode},
+	{11010, 0, "cuGraphAddEventRecordNode", (void *)cuGraphAddEventRecordNode},
+	{11010, 0, "cuGraphAddEventWaitNode", (void *)cuGraphAddEventWaitNode},
+	{11020, 0, "cuGraphAddExternalSemaphoresSignalNode", (void *)cuGraphAddExternalSemaphoresSignalNode},
+	{11020, 0, "cuGraphAddExternalSemaphoresWaitNode", (void *)cuGraphAddExternalSemaphoresWaitNode},
+	{10000, 0, "cuGraphAddHostNode", (void *)cuGraphAddHostNode},
+	{10000, 0, "cuGraphAddKernelNode", (void *)cuGraphAddKernelNode},
+	{12000, 0, "cuGraphAddKernelNode_v2", (void *)cuGraphAddKernelNode_v2},
+	{11040, 0, "cuGraphAddMemAllocNode", (void *)cuGraphAddMemAllocNode},
+	{11040, 0, "cuGraphAddMemFreeNode", (void *)cuGraphAddMemFreeNode},
+	{10000, 0, "cuGraphAddMemcpyNode", (void *)cuGraphAddMemcpyNode},
+	{10000, 0, "cuGraphAddMemsetNode", (void *)cuGraphAddMemsetNode},
+	{12020, 0, "cuGraphAddNode", (void *)cuGraphAddNode},
+	{12030, 0, "cuGraphAddNode_v2", (void *)cuGraphAddNode_v2},
+	{11070, 0, "cuGraphBatchMemOpNodeGetParams", (void *)cuGraphBatchMemOpNodeGetParams},
+	{11070, 0, "cuGraphBatchMemOpNodeSetParams", (void *)cuGraphBatchMemOpNodeSetParams},
+	{10000, 0, "cuGraphChildGraphNodeGetGraph", (void *)cuGraphChildGraphNodeGetGraph},
+	{10000, 0, "cuGraphClone", (void *)cuGraphClone},
+	{12030, 0, "cuGraphConditionalHandleCreate", (void *)cuGraphConditionalHandleCreate},
+	{10000, 0, "cuGraphCreate", (void *)cuGraphCreate},
+	{11030, 0, "cuGraphDebugDotPrint", (void *)cuGraphDebugDotPrint},
+	{10000, 0, "cuGraphDestroy", (void *)cuGraphDestroy},
+	{10000, 0, "cuGraphDestroyNode", (void *)cuGraphDestroyNode},
+	{11010, 0, "cuGraphEventRecordNodeGetEvent", (void *)cuGraphEventRecordNodeGetEvent},
+	{11010, 0, "cuGraphEventRecordNodeSetEvent", (void *)cuGraphEventRecordNodeSetEvent},
+	{11010, 0, "cuGraphEventWaitNodeGetEvent", (void *)cuGraphEventWaitNodeGetEvent},
+	{11010, 0, "cuGraphEventWaitNodeSetEvent", (void *)cuGraphEventWaitNodeSetEvent},
+	{11070, 0, "cuGraphExecBatchMemOpNodeSetParams", (void *)cuGraphExecBatchMemOpNodeSetParams},
+	{11010, 0, "cuGraphExecChildGraphNodeSetParams", (void *)cuGraphExecChildGraphNodeSetParams},
+	{10000, 0, "cuGraphExecDestroy", (void *)cuGraphExecDestroy},
+	{11010, 0, "cuGraphExecEventRecordNodeSetEvent", (void *)cuGraphExecEventRecordNodeSetEvent},
+	{11010, 0, "cuGraphExecEventWaitNodeSetEvent", (void *)cuGraphExecEventWaitNodeSetEvent},
+	{11020, 0, "cuGraphExecExternalSemaphoresSignalNodeSetParams", (void *)cuGraphExecExternalSemaphoresSignalNodeSetParams},
+	{11020, 0, "cuGraphExecExternalSemaphoresWaitNodeSetParams", (void *)cuGraphExecExternalSemaphoresWaitNodeSetParams},
+	{12000, 0, "cuGraphExecGetFlags", (void *)cuGraphExecGetFlags},
+	{10020, 0, "cuGraphExecHostNodeSetParams", (void *)cuGraphExecHostNodeSetParams},
+	{10010, 0, "cuGraphExecKernelNodeSetParams", (void *)cuGraphExecKernelNodeSetParams},
+	{12000, 0, "cuGraphExecKernelNodeSetParams_v2", (void *)cuGraphExecKernelNodeSetParams_v2},
+	{10020, 0, "cuGraphExecMemcpyNodeSetParams", (void *)cuGraphExecMemcpyNodeSetParams},
+	{10020, 0, "cuGraphExecMemsetNodeSetParams", (void *)cuGraphExecMemsetNodeSetParams},
+	{12020, 0, "cuGraphExecNodeSetParams", (void *)cuGraphExecNodeSetParams},
+	{10020, 0, "cuGraphExecUpdate", (void *)cuGraphExecUpdate},
+	{12000, 0, "cuGraphExecUpdate_v2", (void *)cuGraphExecUpdate_v2},
+	{11020, 0, "cuGraphExternalSemaphoresSignalNodeGetParams", (void *)cuGraphExternalSemaphoresSignalNodeGetParams},
+	{11020, 0, "cuGraphExternalSemaphoresSignalNodeSetParams", (void *)cuGraphExternalSemaphoresSignalNodeSetParams},
+	{11020, 0, "cuGraphExternalSemaphoresWaitNodeGetParams", (void *)cuGraphExternalSemaphoresWaitNodeGetParams},
+	{11020, 0, "cuGraphExternalSemaphoresWaitNodeSetParams", (void *)cuGraphExternalSemaphoresWaitNodeSetParams},
+	{10000, 0, "cuGraphGetEdges", (void *)cuGraphGetEdges},
+	{12030, 0, "cuGraphGetEdges_v2", (void *)cuGraphGetEdges_v2},
+	{10000, 0, "cuGraphGetNodes", (void *)cuGraphGetNodes},
+	{10000, 0, "cuGraphGetRootNodes", (void *)cuGraphGetRootNodes},
+	{10000, 0, "cuGraphHostNodeGetParams", (void *)cuGraphHostNodeGetParams},
+	{10000, 0, "cuGraphHostNodeSetParams", (void *)cuGraphHostNodeSetParams},
+	{10000, 0, "cuGraphInstantiate", (void *)cuGraphInstantiate},
+	{11000, 0, "cuGraphInstantiate_v2", (void *)cuGraphInstantiate_v2},
+	{11040, 0, "cuGraphInstantiateWithFlags", (void *)cuGraphInstantiateWithFlags},
+	{12000, 0, "cuGraphInstantiateWithParams", (void *)cuGraphInstantiateWithParams},
+	{12000, 1, "cuGraphInstantiateWithParams_ptsz", (void *)cuGraphInstantiateWithParams_ptsz},
+	{11000, 0, "cuGraphKernelNodeCopyAttributes", (void *)cuGraphKernelNodeCopyAttributes},
+	{11000, 0, "cuGraphKernelNodeGetAttribute", (void *)cuGraphKernelNodeGetAttribute},
+	{10000, 0, "cuGraphKernelNodeGetParams", (void *)cuGraphKernelNodeGetParams},
+	{12000, 0, "cuGraphKernelNodeGetParams_v2", (void *)cuGraphKernelNodeGetParams_v2},
+	{11000, 0, "cuGraphKernelNodeSetAttribute", (void *)cuGraphKernelNodeSetAttribute},
+	{10000, 0, "cuGraphKernelNodeSetParams", (void *)cuGraphKernelNodeSetParams},
+	{12000, 0, "cuGraphKernelNodeSetParams_v2", (void *)cuGraphKernelNodeSetParams_v2},
+	{10000, 0, "cuGraphLaunch", (void *)cuGraphLaunch},
+	{10000, 1, "cuGraphLaunch_ptsz", (void *)cuGraphLaunch_ptsz},
+	{11040, 0, "cuGraphMemAllocNodeGetParams", (void *)cuGraphMemAllocNodeGetParams},
+	{11040, 0, "cuGraphMemFreeNodeGetParams", (void *)cuGraphMemFreeNodeGetParams},
+	{10000, 0, "cuGraphMemcpyNodeGetParams", (void *)cuGraphMemcpyNodeGetParams},
+	{10000, 0, "cuGraphMemcpyNodeSetParams", (void *)cuGraphMemcpyNodeSetParams},
+	{10000, 0, "cuGraphMemsetNodeGetParams", (void *)cuGraphMemsetNodeGetParams},
+	{10000, 0, "cuGraphMemsetNodeSetParams", (void *)cuGraphMemsetNodeSetParams},
+	{10000, 0, "cuGraphNodeFindInClone", (void *)cuGraphNodeFindInClone},
+	{10000, 0, "cuGraphNodeGetDependencies", (void *)cuGraphNodeGetDependencies},
+	{12030, 0, "cuGraphNodeGetDependencies_v2", (void *)cuGraphNodeGetDependencies_v2},
+	{10000, 0, "cuGraphNodeGetDependentNodes", (void *)cuGraphNodeGetDependentNodes},
+	{12030, 0, "cuGraphNodeGetDependentNodes_v2", (void *)cuGraphNodeGetDependentNodes_v2},
+	{11060, 0, "cuGraphNodeGetEnabled", (void *)cuGraphNodeGetEnabled},
+	{10000, 0, "cuGraphNodeGetType", (void *)cuGraphNodeGetType},
+	{11060, 0, "cuGraphNodeSetEnabled", (void *)cuGraphNodeSetEnabled},
+	{12020, 0, "cuGraphNodeSetParams", (void *)cuGraphNodeSetParams},
+	{11030, 0, "cuGraphReleaseUserObject", (void *)cuGraphReleaseUserObject},
+	{10000, 0, "cuGraphRemoveDependencies", (void *)cuGraphRemoveDependencies},
+	{12030, 0, "cuGraphRemoveDependencies_v2", (void *)cuGraphRemoveDependencies_v2},
+	{11030, 0, "cuGraphRetainUserObject", (void *)cuGraphRetainUserObject},
+	{11010, 0, "cuGraphUpload", (void *)cuGraphUpload},
+	{11010, 1, "cuGraphUpload_ptsz", (void *)cuGraphUpload_ptsz},
+	{7000, 0, "cuGraphicsEGLRegisterImage", (void *)cuGraphicsEGLRegisterImage},
+	{3000, 0, "cuGraphicsGLRegisterBuffer", (void *)cuGraphicsGLRegisterBuffer},
+	{3000, 0, "cuGraphicsGLRegisterImage", (void *)cuGraphicsGLRegisterImage},
+	{3000, 0, "cuGraphicsMapResources", (void *)cuGraphicsMapResources},
+	{7000, 1, "cuGraphicsMapResources_ptsz", (void *)cuGraphicsMapResources_ptsz},
+	{7000, 0, "cuGraphicsResourceGetMappedEglFrame", (void *)cuGraphicsResourceGetMappedEglFrame},
+	{5000, 0, "cuGraphicsResourceGetMappedMipmappedArray", (void *)cuGraphicsResourceGetMappedMipmappedArray},
+	{3000, 0, "cuGraphicsResourceGetMappedPointer", (void *)cuGraphicsResourceGetMappedPointer},
+	{3020, 0, "cuGraphicsResourceGetMappedPointer_v2", (void *)cuGraphicsResourceGetMappedPointer_v2},
+	{3000, 0, "cuGraphicsResourceSetMapFlags", (void *)cuGraphicsResourceSetMapFlags},
+	{6050, 0, "cuGraphicsResourceSetMapFlags_v2", (void *)cuGraphicsResourceSetMapFlags_v2},
+	{3000, 0, "cuGraphicsSubResourceGetMappedArray", (void *)cuGraphicsSubResourceGetMappedArray},
+	{3000, 0, "cuGraphicsUnmapResources", (void *)cuGraphicsUnmapResources},
+	{7000, 1, "cuGraphicsUnmapResources_ptsz", (void *)cuGraphicsUnmapResources_ptsz},
+	{3000, 0, "cuGraphicsUnregisterResource", (void *)cuGraphicsUnregisterResource},
+	{3010, 0, "cuGraphicsVDPAURegisterOutputSurface", (void *)cuGraphicsVDPAURegisterOutputSurface},
+	{3010, 0, "cuGraphicsVDPAURegisterVideoSurface", (void *)cuGraphicsVDPAURegisterVideoSurface},
+	{12040, 0, "cuGreenCtxCreate", (void *)cuGreenCtxCreate},
+	{12040, 0, "cuGreenCtxDestroy", (void *)cuGreenCtxDestroy},
+	{12040, 0, "cuGreenCtxGetDevResource", (void *)cuGreenCtxGetDevResource},
+	{12090, 0, "cuGreenCtxGetId", (void *)cuGreenCtxGetId},
+	{12040, 0, "cuGreenCtxRecordEvent", (void *)cuGreenCtxRecordEvent},
+	{12050, 0, "cuGreenCtxStreamCreate", (void *)cuGreenCtxStreamCreate},
+	{12040, 0, "cuGreenCtxWaitEvent", (void *)cuGreenCtxWaitEvent},
+	{10000, 0, "cuImportExternalMemory", (void *)cuImportExternalMemory},
+	{10000, 0, "cuImportExternalSemaphore", (void *)cuImportExternalSemaphore},
+	{2000, 0, "cuInit", (void *)cuInit},
+	{4010, 0, "cuIpcCloseMemHandle", (void *)cuIpcCloseMemHandle},
+	{4010, 0, "cuIpcGetEventHandle", (void *)cuIpcGetEventHandle},
+	{4010, 0, "cuIpcGetMemHandle", (void *)cuIpcGetMemHandle},
+	{4010, 0, "cuIpcOpenEventHandle", (void *)cuIpcOpenEventHandle},
+	{4010, 0, "cuIpcOpenMemHandle", (void *)cuIpcOpenMemHandle},
+	{11000, 0, "cuIpcOpenMemHandle_v2", (void *)cuIpcOpenMemHandle_v2},
+	{12000, 0, "cuKernelGetAttribute", (void *)cuKernelGetAttribute},
+	{12000, 0, "cuKernelGetFunction", (void *)cuKernelGetFunction},
+	{12050, 0, "cuKernelGetLibrary", (void *)cuKernelGetLibrary},
+	{12030, 0, "cuKernelGetName", (void *)cuKernelGetName},
+	{12040, 0, "cuKernelGetParamInfo", (void *)cuKernelGetParamInfo},
+	{12000, 0, "cuKernelSetAttribute", (void *)cuKernelSetAttribute},
+	{12000, 0, "cuKernelSetCacheConfig", (void *)cuKernelSetCacheConfig},
+	{2000, 0, "cuLaunch", (void *)cuLaunch},
+	{9000, 0, "cuLaunchCooperativeKernel", (void *)cuLaunchCooperativeKernel},
+	{9000, 1, "cuLaunchCooperativeKernel_ptsz", (void *)cuLaunchCooperativeKernel},
+	{9000, 0, "cuLaunchCooperativeKernelMultiDevice", (void *)cuLaunchCooperativeKernelMultiDevice},
+	{2000, 0, "cuLaunchGrid", (void *)cuLaunchGrid},
+	{2000, 0, "cuLaunchGridAsync", (void *)cuLaunchGridAsync},
+	{10000, 0, "cuLaunchHostFunc", (void *)cuLaunchHostFunc},
+	{10000, 1, "cuLaunchHostFunc_ptsz", (void *)cuLaunchHostFunc},
+	{4000, 0, "cuLaunchKernel", (void *)cuLaunchKernel},
+	{7000, 1, "cuLaunchKernel_ptsz", (void *)cuLaunchKernel},
+	{11060, 0, "cuLaunchKernelEx", (void *)cuLaunchKernelEx},
+	{11060, 1, "cuLaunchKernelEx_ptsz", (void *)cuLaunchKernelEx},
+	{12040, 0, "cuLibraryEnumerateKernels", (void *)cuLibraryEnumerateKernels},
+	{12000, 0, "cuLibraryGetGlobal", (void *)cuLibraryGetGlobal},
+	{12000, 0, "cuLibraryGetKernel", (void *)cuLibraryGetKernel},
+	{12040, 0, "cuLibraryGetKernelCount", (void *)cuLibraryGetKernelCount},
+	{12000, 0, "cuLibraryGetManaged", (void *)cuLibraryGetManaged},
+	{12000, 0, "cuLibraryGetModule", (void *)cuLibraryGetModule},
+	{12000, 0, "cuLibraryGetUnifiedFunction", (void *)cuLibraryGetUnifiedFunction},
+	{12000, 0, "cuLibraryLoadData", (void *)cuLibraryLoadData},
+	{12000, 0, "cuLibraryLoadFromFile", (void *)cuLibraryLoadFromFile},
+	{12000, 0, "cuLibraryUnload", (void *)cuLibraryUnload},
+	{5050, 0, "cuLinkAddData", (void *)cuLinkAddData},
+	{6050, 0, "cuLinkAddData_v2", (void *)cuLinkAddData_v2},
+	{5050, 0, "cuLinkAddFile", (void *)cuLinkAddFile},
+	{6050, 0, "cuLinkAddFile_v2", (void *)cuLinkAddFile_v2},
+	{5050, 0, "cuLinkComplete", (void *)cuLinkComplete},
+	{5050, 0, "cuLinkCreate", (void *)cuLinkCreate},
+	{6050, 0, "cuLinkCreate_v2", (void *)cuLinkCreate_v2},
+	{5050, 0, "cuLinkDestroy", (void *)cuLinkDestroy},
+	{12090, 0, "cuLogsCurrent", (void *)cuLogsCurrent},
+	{12090, 0, "cuLogsDumpToFile", (void *)cuLogsDumpToFile},
+	{12090, 0, "cuLogsDumpToMemory", (void *)cuLogsDumpToMemory},
+	{12090, 0, "cuLogsRegisterCallback", (void *)cuLogsRegisterCallback},
+	{12090, 0, "cuLogsUnregisterCallback", (void *)cuLogsUnregisterCallback},
+	{10020, 0, "cuMemAddressFree", (void *)cuMemAddressFree},
+	{10020, 0, "cuMemAddressReserve", (void *)cuMemAddressReserve},
+	{8000, 0, "cuMemAdvise", (void *)cuMemAdvise},
+	{12020, 0, "cuMemAdvise_v2", (void *)cuMemAdvise_v2},
+	{2000, 0, "cuMemAlloc", (void *)cuMemAlloc},
+	{3020, 0, "cuMemAlloc_v2", (void *)cuMemAlloc_v2},
+	{11020, 0, "cuMemAllocAsync", (void *)cuMemAllocAsync},
+	{11020, 1, "cuMemAllocAsync_ptsz", (void *)cuMemAllocAsync},
+	{11020, 0, "cuMemAllocFromPoolAsync", (void *)cuMemAllocFromPoolAsync},
+	{11020, 1, "cuMemAllocFromPoolAsync_ptsz", (void *)cuMemAllocFromPoolAsync_ptsz},
+	{2000, 0, "cuMemAllocHost", (void *)cuMemAllocHost},
+	{3020, 0, "cuMemAllocHost_v2", (void *)cuMemAllocHost_v2},
+	{6000, 0, "cuMemAllocManaged", (void *)cuMemAllocManaged},
+	{2000, 0, "cuMemAllocPitch", (void *)cuMemAllocPitch},
+	{3020, 0, "cuMemAllocPitch_v2", (void *)cuMemAllocPitch_v2},
+	{12060, 0, "cuMemBatchDecompressAsync", (void *)cuMemBatchDecompressAsync},
+	{12060, 1, "cuMemBatchDecompressAsync_ptsz", (void *)cuMemBatchDecompressAsync_ptsz},
+	{10020, 0, "cuMemCreate", (void *)cuMemCreate},
+	{13000, 0, "cuMemDiscardAndPrefetchBatchAsync", (void *)cuMemDiscardAndPrefetchBatchAsync},
+	{13000, 1, "cuMemDiscardAndPrefetchBatchAsync_ptsz", (void *)cuMemDiscardAndPrefetchBatchAsync_ptsz},
+	{13000, 0, "cuMemDiscardBatchAsync", (void *)cuMemDiscardBatchAsync},
+	{13000, 1, "cuMemDiscardBatchAsync_ptsz", (void *)cuMemDiscardBatchAsync_ptsz},
+	{10020, 0, "cuMemExportToShareableHandle", (void *)cuMemExportToShareableHandle},
+	{2000, 0, "cuMemFree", (void *)cuMemFree},
+	{3020, 0, "cuMemFree_v2", (void *)cuMemFree_v2},
+	{11020, 0, "cuMemFreeAsync", (void *)cuMemFreeAsync},
+	{11020, 1, "cuMemFreeAsync_ptsz", (void *)cuMemFreeAsync},
+	{2000, 0, "cuMemFreeHost", (void *)cuMemFreeHost},
+	{10020, 0, "cuMemGetAccess", (void *)cuMemGetAccess},
+	{2000, 0, "cuMemGetAddressRange", (void *)cuMemGetAddressRange},
+	{3020, 0, "cuMemGetAddressRange_v2", (void *)cuMemGetAddressRange_v2},
+	{10020, 0, "cuMemGetAllocationGranularity", (void *)cuMemGetAllocationGranularity},
+	{10020, 0, "cuMemGetAllocationPropertiesFromHandle", (void *)cuMemGetAllocationPropertiesFromHandle},
+	{13000, 0, "cuMemGetDefaultMemPool", (void *)cuMemGetDefaultMemPool},
+	{11070, 0, "cuMemGetHandleForAddressRange", (void *)cuMemGetHandleForAddressRange},
+	{2000, 0, "cuMemGetInfo", (void *)cuMemGetInfo},
+	{3020, 0, "cuMemGetInfo_v2", (void *)cuMemGetInfo_v2},
+	{13000, 0, "cuMemGetMemPool", (void *)cuMemGetMemPool},
+	{2020, 0, "cuMemHostAlloc", (void *)cuMemHostAlloc},
+	{2020, 0, "cuMemHostGetDevicePointer", (void *)cuMemHostGetDevicePointer},
+	{3020, 0, "cuMemHostGetDevicePointer_v2", (void *)cuMemHostGetDevicePointer_v2},
+	{2030, 0, "cuMemHostGetFlags", (void *)cuMemHostGetFlags},
+	{4000, 0, "cuMemHostRegister", (void *)cuMemHostRegister_v2},
+	{6050, 0, "cuMemHostRegister_v2", (void *)cuMemHostRegister_v2},
+	{4000, 0, "cuMemHostUnregister", (void *)cuMemHostUnregister},
+	{10020, 0, "cuMemImportFromShareableHandle", (void *)cuMemImportFromShareableHandle},
+	{10020, 0, "cuMemMap", (void *)cuMemMap},
+	{11010, 0, "cuMemMapArrayAsync", (void *)cuMemMapArrayAsync},
+	{11010, 1, "cuMemMapArrayAsync_ptsz", (void *)cuMemMapArrayAsync_ptsz},
+	{11020, 0, "cuMemPoolCreate", (void *)cuMemPoolCreate},
+	{11020, 0, "cuMemPoolDestroy", (void *)cuMemPoolDestroy},
+	{11020, 0, "cuMemPoolExportPointer", (void *)cuMemPoolExportPointer},
+	{11020, 0, "cuMemPoolExportToShareableHandle", (void *)cuMemPoolExportToShareableHandle},
+	{11020, 0, "cuMemPoolGetAccess", (void *)cuMemPoolGetAccess},
+	{11020, 0, "cuMemPoolGetAttribute", (void *)cuMemPoolGetAttribute},
+	{11020, 0, "cuMemPoolImportFromShareableHandle", (void *)cuMemPoolImportFromShareableHandle},
+	{11020, 0, "cuMemPoolImportPointer", (void *)cuMemPoolImportPointer},
+	{11020, 0, "cuMemPoolSetAccess", (void *)cuMemPoolSetAccess},
+	{11020, 0, "cuMemPoolSetAttribute", (void *)cuMemPoolSetAttribute},
+	{11020, 0, "cuMemPoolTrimTo", (void *)cuMemPoolTrimTo},
+	{8000, 0, "cuMemPrefetchAsync", (void *)cuMemPrefetchAsync},
+	{8000, 1, "cuMemPrefetchAsync_ptsz", (void *)cuMemPrefetchAsync_ptsz},
+	{12020, 0, "cuMemPrefetchAsync_v2", (void *)cuMemPrefetchAsync_v2},
+	{12020, 1, "cuMemPrefetchAsync_v2_ptsz", (void *)cuMemPrefetchAsync_v2_ptsz},
+	{13000, 0, "cuMemPrefetchBatchAsync", (void *)cuMemPrefetchBatchAsync},
+	{13000, 1, "cuMemPrefetchBatchAsync_ptsz", (void *)cuMemPrefetchBatchAsync_ptsz},
+	{8000, 0, "cuMemRangeGetAttribute", (void *)cuMemRangeGetAttribute},
+	{8000, 0, "cuMemRangeGetAttributes", (void *)cuMemRangeGetAttributes},
+	{10020, 0, "cuMemRelease", (void *)cuMemRelease},
+	{11000, 0, "cuMemRetainAllocationHandle", (void *)cuMemRetainAllocationHandle},
+	{10020, 0, "cuMemSetAccess", (void *)cuMemSetAccess},
+	{13000, 0, "cuMemSetMemPool", (void *)cuMemSetMemPool},
+	{10020, 0, "cuMemUnmap", (void *)cuMemUnmap},
+	{4000, 0, "cuMemcpy", (void *)cuMemcpy},
+	{7000, 1, "cuMemcpy_ptds", (void *)cuMemcpy},
+	{2000, 0, "cuMemcpy2D", (void *)cuMemcpy2D},
+	{3020, 0, "cuMemcpy2D_v2", (void *)cuMemcpy2D_v2},
+	{7000, 1, "cuMemcpy2D_v2_ptds", (void *)cuMemcpy2D_v2},
+	{2000, 0, "cuMemcpy2DAsync", (void *)cuMemcpy2DAsync},
+	{3020, 0, "cuMemcpy2DAsync_v2", (void *)cuMemcpy2DAsync_v2},
+	{7000, 1, "cuMemcpy2DAsync_v2_ptsz", (void *)cuMemcpy2DAsync_v2},
+	{2000, 0, "cuMemcpy2DUnaligned", (void *)cuMemcpy2DUnaligned},
+	{3020, 0, "cuMemcpy2DUnaligned_v2", (void *)cuMemcpy2DUnaligned_v2},
+	{7000, 1, "cuMemcpy2DUnaligned_v2_ptds", (void *)cuMemcpy2DUnaligned_v2},
+	{2000, 0, "cuMemcpy3D", (void *)cuMemcpy3D},
+	{3020, 0, "cuMemcpy3D_v2", (void *)cuMemcpy3D_v2},
+	{7000, 1, "cuMemcpy3D_v2_ptds", (void *)cuMemcpy3D_v2},
+	{2000, 0, "cuMemcpy3DAsync", (void *)cuMemcpy3DAsync},
+	{3020, 0, "cuMemcpy3DAsync_v2", (void *)cuMemcpy3DAsync_v2},
+	{7000, 1, "cuMemcpy3DAsync_v2_ptsz", (void *)cuMemcpy3DAsync_v2},
+	{12080, 0, "cuMemcpy3DBatchAsync", (void *)cuMemcpy3DBatchAsync},
+	{12080, 1, "cuMemcpy3DBatchAsync_ptsz", (void *)cuMemcpy3DBatchAsync_ptsz},
+	{13000, 0, "cuMemcpy3DBatchAsync_v2", (void *)cuMemcpy3DBatchAsync_v2},
+	{13000, 1, "cuMemcpy3DBatchAsync_v2_ptsz", (void *)cuMemcpy3DBatchAsync_v2_ptsz},
+	{4000, 0, "cuMemcpy3DPeer", (void *)cuMemcpy3DPeer},
+	{7000, 1, "cuMemcpy3DPeer_ptds", (void *)cuMemcpy3DPeer_ptds},
+	{4000, 0, "cuMemcpy3DPeerAsync", (void *)cuMemcpy3DPeerAsync},
+	{7000, 1, "cuMemcpy3DPeerAsync_ptsz", (void *)cuMemcpy3DPeerAsync_ptsz},
+	{4000, 0, "cuMemcpyAsync", (void *)cuMemcpyAsync},
+	{7000, 1, "cuMemcpyAsync_ptsz", (void *)cuMemcpyAsync},
+	{2000, 0, "cuMemcpyAtoA", (void *)cuMemcpyAtoA},
+	{3020, 0, "cuMemcpyAtoA_v2", (void *)cuMemcpyAtoA_v2},
+	{7000, 1, "cuMemcpyAtoA_v2_ptds", (void *)cuMemcpyAtoA_v2_ptds},
+	{2000, 0, "cuMemcpyAtoD", (void *)cuMemcpyAtoD},
+	{3020, 0, "cuMemcpyAtoD_v2", (void *)cuMemcpyAtoD_v2},
+	{7000, 1, "cuMemcpyAtoD_v2_ptds", (void *)cuMemcpyAtoD_v2_ptds},
+	{2000, 0, "cuMemcpyAtoH", (void *)cuMemcpyAtoH},
+	{3020, 0, "cuMemcpyAtoH_v2", (void *)cuMemcpyAtoH_v2},
+	{7000, 1, "cuMemcpyAtoH_v2_ptds", (void *)cuMemcpyAtoH_v2_ptds},
+	{2000, 0, "cuMemcpyAtoHAsync", (void *)cuMemcpyAtoHAsync},
+	{3020, 0, "cuMemcpyAtoHAsync_v2", (void *)cuMemcpyAtoHAsync_v2},
+	{7000, 1, "cuMemcpyAtoHAsync_v2_ptsz", (void *)cuMemcpyAtoHAsync_v2_ptsz},
+	{12080, 0, "cuMemcpyBatchAsync", (void *)cuMemcpyBatchAsync},
+	{12080, 1, "cuMemcpyBatchAsync_ptsz", (void *)cuMemcpyBatchAsync_ptsz},
+	{13000, 0, "cuMemcpyBatchAsync_v2", (void *)cuMemcpyBatchAsync_v2},
+	{13000, 1, "cuMemcpyBatchAsync_v2_ptsz", (void *)cuMemcpyBatchAsync_v2_ptsz},
+	{2000, 0, "cuMemcpyDtoA", (void *)cuMemcpyDtoA},
+	{3020, 0, "cuMemcpyDtoA_v2", (void *)cuMemcpyDtoA_v2},
+	{7000, 1, "cuMemcpyDtoA_v2_ptds", (void *)cuMemcpyDtoA_v2_ptds},
+	{2000, 0, "cuMemcpyDtoD", (void *)cuMemcpyDtoD},
+	{3020, 0, "cuMemcpyDtoD_v2", (void *)cuMemcpyDtoD_v2},
+	{7000, 1, "cuMemcpyDtoD_v2_ptds", (void *)cuMemcpyDtoD_v2},
+	{3000, 0, "cuMemcpyDtoDAsync", (void *)cuMemcpyDtoDAsync},
+	{3020, 0, "cuMemcpyDtoDAsync_v2", (void *)cuMemcpyDtoDAsync_v2},
+	{7000, 1, "cuMemcpyDtoDAsync_v2_ptsz", (void *)cuMemcpyDtoDAsync_v2},
+	{2000, 0, "cuMemcpyDtoH", (void *)cuMemcpyDtoH},
+	{3020, 0, "cuMemcpyDtoH_v2", (void *)cuMemcpyDtoH_v2},
+	{7000, 1, "cuMemcpyDtoH_v2_ptds", (void *)cuMemcpyDtoH_v2},
+	{2000, 0, "cuMemcpyDtoHAsync", (void *)cuMemcpyDtoHAsync},
+	{3020, 0, "cuMemcpyDtoHAsync_v2", (void *)cuMemcpyDtoHAsync_v2},
+	{7000, 1, "cuMemcpyDtoHAsync_v2_ptsz", (void *)cuMemcpyDtoHAsync_v2},
+	{2000, 0, "cuMemcpyHtoA", (void *)cuMemcpyHtoA},
+	{3020, 0, "cuMemcpyHtoA_v2", (void *)cuMemcpyHtoA_v2},
+	{7000, 1, "cuMemcpyHtoA_v2_ptds", (void *)cuMemcpyHtoA_v2_ptds},
+	{2000, 0, "cuMemcpyHtoAAsync", (void *)cuMemcpyHtoAAsync},
+	{3020, 0, "cuMemcpyHtoAAsync_v2", (void *)cuMemcpyHtoAAsync_v2},
+	{7000, 1, "cuMemcpyHtoAAsync_v2_ptsz", (void *)cuMemcpyHtoAAsync_v2_ptsz},
+	{2000, 0, "cuMemcpyHtoD", (void *)cuMemcpyHtoD},
+	{3020, 0, "cuMemcpyHtoD_v2", (void *)cuMemcpyHtoD_v2},
+	{7000, 1, "cuMemcpyHtoD_v2_ptds", (void *)cuMemcpyHtoD_v2},
+	{2000, 0, "cuMemcpyHtoDAsync", (void *)cuMemcpyHtoDAsync},
+	{3020, 0, "cuMemcpyHtoDAsync_v2", (void *)cuMemcpyHtoDAsync_v2},
+	{7000, 1, "cuMemcpyHtoDAsync_v2_ptsz", (void *)cuMemcpyHtoDAsync_v2},
+	{4000, 0, "cuMemcpyPeer", (void *)cuMemcpyPeer},
+	{7000, 1, "cuMemcpyPeer_ptds", (void *)cuMemcpyPeer},
+	{4000, 0, "cuMemcpyPeerAsync", (void *)cuMemcpyPeerAsync},
+	{7000, 1, "cuMemcpyPeerAsync_ptsz", (void *)cuMemcpyPeerAsync},
+	{2000, 0, "cuMemsetD16", (void *)cuMemsetD16},
+	{3020, 0, "cuMemsetD16_v2", (void *)cuMemsetD16_v2},
+	{7000, 1, "cuMemsetD16_v2_ptds", (void *)cuMemsetD16_v2},
+	{3020, 0, "cuMemsetD16Async", (void *)cuMemsetD16Async},
+	{7000, 1, "cuMemsetD16Async_ptsz", (void *)cuMemsetD16Async},
+	{2000, 0, "cuMemsetD2D16", (void *)cuMemsetD2D16},
+	{3020, 0, "cuMemsetD2D16_v2", (void *)cuMemsetD2D16_v2},
+	{7000, 1, "cuMemsetD2D16_v2_ptds", (void *)cuMemsetD2D16_v2},
+	{3020, 0, "cuMemsetD2D16Async", (void *)cuMemsetD2D16Async},
+	{7000, 1, "cuMemsetD2D16Async_ptsz", (void *)cuMemsetD2D16Async},
+	{2000, 0, "cuMemsetD2D32", (void *)cuMemsetD2D32},
+	{3020, 0, "cuMemsetD2D32_v2", (void *)cuMemsetD2D32_v2},
+	{7000, 1, "cuMemsetD2D32_v2_ptds", (void *)cuMemsetD2D32_v2},
+	{3020, 0, "cuMemsetD2D32Async", (void *)cuMemsetD2D32Async},
+	{7000, 1, "cuMemsetD2D32Async_ptsz", (void *)cuMemsetD2D32Async},
+	{2000, 0, "cuMemsetD2D8", (void *)cuMemsetD2D8},
+	{3020, 0, "cuMemsetD2D8_v2", (void *)cuMemsetD2D8_v2},
+	{7000, 1, "cuMemsetD2D8_v2_ptds", (void *)cuMemsetD2D8_v2},
+	{3020, 0, "cuMemsetD2D8Async", (void *)cuMemsetD2D8Async},
+	{7000, 1, "cuMemsetD2D8Async_ptsz", (void *)cuMemsetD2D8Async},
+	{2000, 0, "cuMemsetD32", (void *)cuMemsetD32},
+	{3020, 0, "cuMemsetD32_v2", (void *)cuMemsetD32_v2},
+	{7000, 1, "cuMemsetD32_v2_ptds", (void *)cuMemsetD32_v2},
+	{3020, 0, "cuMemsetD32Async", (void *)cuMemsetD32Async},
+	{7000, 1, "cuMemsetD32Async_ptsz", (void *)cuMemsetD32Async},
+	{2000, 0, "cuMemsetD8", (void *)cuMemsetD8},
+	{3020, 0, "cuMemsetD8_v2", (void *)cuMemsetD8_v2},
+	{7000, 1, "cuMemsetD8_v2_ptds", (void *)cuMemsetD8_v2},
+	{3020, 0, "cuMemsetD8Async", (void *)cuMemsetD8Async},
+	{7000, 1, "cuMemsetD8Async_ptsz", (void *)cuMemsetD8Async},
+	{5000, 0, "cuMipmappedArrayCreate", (void *)cuMipmappedArrayCreate},
+	{5000, 0, "cuMipmappedArrayDestroy", (void *)cuMipmappedArrayDestroy},
+	{5000, 0, "cuMipmappedArrayGetLevel", (void *)cuMipmappedArrayGetLevel},
+	{11060, 0, "cuMipmappedArrayGetMemoryRequirements", (void *)cuMipmappedArrayGetMemoryRequirements},
+	{11010, 0, "cuMipmappedArrayGetSparseProperties", (void *)cuMipmappedArrayGetSparseProperties},
+	{12040, 0, "cuModuleEnumerateFunctions", (void *)cuModuleEnumerateFunctions},
+	{2000, 0, "cuModuleGetFunction", (void *)cuModuleGetFunction},
+	{12040, 0, "cuModuleGetFunctionCount", (void *)cuModuleGetFunctionCount},
+	{2000, 0, "cuModuleGetGlobal", (void *)cuModuleGetGlobal},
+	{3020, 0, "cuModuleGetGlobal_v2", (void *)cuModuleGetGlobal_v2},
+	{11070, 0, "cuModuleGetLoadingMode", (void *)cuModuleGetLoadingMode},
+	{3000, 0, "cuModuleGetSurfRef", (void *)cuModuleGetSurfRef},
+	{2000, 0, "cuModuleGetTexRef", (void *)cuModuleGetTexRef},
+	{2000, 0, "cuModuleLoad", (void *)cuModuleLoad},
+	{2000, 0, "cuModuleLoadData", (void *)cuModuleLoadData},
+	{2010, 0, "cuModuleLoadDataEx", (void *)cuModuleLoadDataEx},
+	{2000, 0, "cuModuleLoadFatBinary", (void *)cuModuleLoadFatBinary},
+	{2000, 0, "cuModuleUnload", (void *)cuModuleUnload},
+	{12010, 0, "cuMulticastAddDevice", (void *)cuMulticastAddDevice},
+	{12010, 0, "cuMulticastBindAddr", (void *)cuMulticastBindAddr},
+	{12010, 0, "cuMulticastBindMem", (void *)cuMulticastBindMem},
+	{12010, 0, "cuMulticastCreate", (void *)cuMulticastCreate},
+	{12010, 0, "cuMulticastGetGranularity", (void *)cuMulticastGetGranularity},
+	{12010, 0, "cuMulticastUnbind", (void *)cuMulticastUnbind},
+	{10020, 0, "cuOccupancyAvailableDynamicSMemPerBlock", (void *)cuOccupancyAvailableDynamicSMemPerBlock},
+	{6050, 0, "cuOccupancyMaxActiveBlocksPerMultiprocessor", (void *)cuOccupancyMaxActiveBlocksPerMultiprocessor},
+	{7000, 0, "cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags", (void *)cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags},
+	{11070, 0, "cuOccupancyMaxActiveClusters", (void *)cuOccupancyMaxActiveClusters},
+	{6050, 0, "cuOccupancyMaxPotentialBlockSize", (void *)cuOccupancyMaxPotentialBlockSize},
+	{7000, 0, "cuOccupancyMaxPotentialBlockSizeWithFlags", (void *)cuOccupancyMaxPotentialBlockSizeWithFlags},
+	{11070, 0, "cuOccupancyMaxPotentialClusterSize", (void *)cuOccupancyMaxPotentialClusterSize},
+	{2000, 0, "cuParamSetSize", (void *)cuParamSetSize},
+	{2000, 0, "cuParamSetTexRef", (void *)cuParamSetTexRef},
+	{2000, 0, "cuParamSetf", (void *)cuParamSetf},
+	{2000, 0, "cuParamSeti", (void *)cuParamSeti},
+	{2000, 0, "cuParamSetv", (void *)cuParamSetv},
+	{4000, 0, "cuPointerGetAttribute", (void *)cuPointerGetAttribute},
+	{7000, 0, "cuPointerGetAttributes", (void *)cuPointerGetAttributes},
+	{6000, 0, "cuPointerSetAttribute", (void *)cuPointerSetAttribute},
+	{4000, 0, "cuProfilerInitialize", (void *)cuProfilerInitialize},
+	{4000, 0, "cuProfilerStart", (void *)cuProfilerStart},
+	{4000, 0, "cuProfilerStop", (void *)cuProfilerStop},
+	{10000, 0, "cuSignalExternalSemaphoresAsync", (void *)cuSignalExternalSemaphoresAsync},
+	{10000, 1, "cuSignalExternalSemaphoresAsync_ptsz", (void *)cuSignalExternalSemaphoresAsync_ptsz},
+	{5000, 0, "cuStreamAddCallback", (void *)cuStreamAddCallback},
+	{7000, 1, "cuStreamAddCallback_ptsz", (void *)cuStreamAddCallback},
+	{6000, 0, "cuStreamAttachMemAsync", (void *)cuStreamAttachMemAsync},
+	{7000, 1, "cuStreamAttachMemAsync_ptsz", (void *)cuStreamAttachMemAsync_ptsz},
+	{8000, 0, "cuStreamBatchMemOp", (void *)cuStreamBatchMemOp_v2},
+	{8000, 1, "cuStreamBatchMemOp_ptsz", (void *)cuStreamBatchMemOp_v2},
+	{11070, 0, "cuStreamBatchMemOp_v2", (void *)cuStreamBatchMemOp_v2},
+	{11070, 1, "cuStreamBatchMemOp_v2_ptsz", (void *)cuStreamBatchMemOp_v2},
+	{10000, 0, "cuStreamBeginCapture", (void *)cuStreamBeginCapture},
+	{10000, 1, "cuStreamBeginCapture_ptsz", (void *)cuStreamBeginCapture_ptsz},
+	{10010, 0, "cuStreamBeginCapture_v2", (void *)cuStreamBeginCapture_v2},
+	{10010, 1, "cuStreamBeginCapture_v2_ptsz", (void *)cuStreamBeginCapture_v2_ptsz},
+	{12030, 0, "cuStreamBeginCaptureToGraph", (void *)cuStreamBeginCaptureToGraph},
+	{12030, 1, "cuStreamBeginCaptureToGraph_ptsz", (void *)cuStreamBeginCaptureToGraph_ptsz},
+	{11000, 0, "cuStreamCopyAttributes", (void *)cuStreamCopyAttributes},
+	{11000, 1, "cuStreamCopyAttributes_ptsz", (void *)cuStreamCopyAttributes},
+	{2000, 0, "cuStreamCreate", (void *)cuStreamCreate},
+	{5050, 0, "cuStreamCreateWithPriority", (void *)cuStreamCreateWithPriority},
+	{2000, 0, "cuStreamDestroy", (void *)cuStreamDestroy_v2},
+	{4000, 0, "cuStreamDestroy_v2", (void *)cuStreamDestroy_v2},
+	{10000, 0, "cuStreamEndCapture", (void *)cuStreamEndCapture},
+	{10000, 1, "cuStreamEndCapture_ptsz", (void *)cuStreamEndCapture_ptsz},
+	{11000, 0, "cuStreamGetAttribute", (void *)cuStreamGetAttribute},
+	{11000, 1, "cuStreamGetAttribute_ptsz", (void *)cuStreamGetAttribute},
+	{10010, 0, "cuStreamGetCaptureInfo", (void *)cuStreamGetCaptureInfo},
+	{10010, 1, "cuStreamGetCaptureInfo_ptsz", (void *)cuStreamGetCaptureInfo_ptsz},
+	{11030, 0, "cuStreamGetCaptureInfo_v2", (void *)cuStreamGetCaptureInfo_v2},
+	{11030, 1, "cuStreamGetCaptureInfo_v2_ptsz", (void *)cuStreamGetCaptureInfo_v2},
+	{12030, 0, "cuStreamGetCaptureInfo_v3", (void *)cuStreamGetCaptureInfo_v3},
+	{12030, 1, "cuStreamGetCaptureInfo_v3_ptsz", (void *)cuStreamGetCaptureInfo_v3},
+	{9020, 0, "cuStreamGetCtx", (void *)cuStreamGetCtx},
+	{9020, 1, "cuStreamGetCtx_ptsz", (void *)cuStreamGetCtx},
+	{12050, 0, "cuStreamGetCtx_v2", (void *)cuStreamGetCtx_v2},
+	{12050, 1, "cuStreamGetCtx_v2_ptsz", (void *)cuStreamGetCtx_v2},
+	{12080, 0, "cuStreamGetDevice", (void *)cuStreamGetDevice},
+	{12080, 1, "cuStreamGetDevice_ptsz", (void *)cuStreamGetDevice},
+	{5050, 0, "cuStreamGetFlags", (void *)cuStreamGetFlags},
+	{7000, 1, "cuStreamGetFlags_ptsz", (void *)cuStreamGetFlags},
+	{12040, 0, "cuStreamGetGreenCtx", (void *)cuStreamGetGreenCtx},
+	{12000, 0, "cuStreamGetId", (void *)cuStreamGetId},
+	{12000, 1, "cuStreamGetId_ptsz", (void *)cuStreamGetId},
+	{5050, 0, "cuStreamGetPriority", (void *)cuStreamGetPriority},
+	{7000, 1, "cuStreamGetPriority_ptsz", (void *)cuStreamGetPriority},
+	{10000, 0, "cuStreamIsCapturing", (void *)cuStreamIsCapturing},
+	{10000, 1, "cuStreamIsCapturing_ptsz", (void *)cuStreamIsCapturing},
+	{2000, 0, "cuStreamQuery", (void *)cuStreamQuery},
+	{7000, 1, "cuStreamQuery_ptsz", (void *)cuStreamQuery},
+	{11000, 0, "cuStreamSetAttribute", (void *)cuStreamSetAttribute},
+	{11000, 1, "cuStreamSetAttribute_ptsz", (void *)cuStreamSetAttribute},
+	{2000, 0, "cuStreamSynchronize", (void *)cuStreamSynchronize},
+	{7000, 1, "cuStreamSynchronize_ptsz", (void *)cuStreamSynchronize},
+	{11030, 0, "cuStreamUpdateCaptureDependencies", (void *)cuStreamUpdateCaptureDependencies},
+	{11030, 1, "cuStreamUpdateCaptureDependencies_ptsz", (void *)cuStreamUpdateCaptureDependencies_ptsz},
+	{12030, 0, "cuStreamUpdateCaptureDependencies_v2", (void *)cuStreamUpdateCaptureDependencies_v2},
+	{12030, 1, "cuStreamUpdateCaptureDependencies_v2_ptsz", (void *)cuStreamUpdateCaptureDependencies_v2_ptsz},
+	{3020, 0, "cuStreamWaitEvent", (void *)cuStreamWaitEvent},
+	{7000, 1, "cuStreamWaitEvent_ptsz", (void *)cuStreamWaitEvent},
+	{8000, 0, "cuStreamWaitValue32", (void *)cuStreamWaitValue32_v2},
+	{8000, 1, "cuStreamWaitValue32_ptsz", (void *)cuStreamWaitValue32_v2},
+	{11070, 0, "cuStreamWaitValue32_v2", (void *)cuStreamWaitValue32_v2},
+	{11070, 1, "cuStreamWaitValue32_v2_ptsz", (void *)cuStreamWaitValue32_v2},
+	{9000, 0, "cuStreamWaitValue64", (void *)cuStreamWaitValue64_v2},
+	{9000, 1, "cuStreamWaitValue64_ptsz", (void *)cuStreamWaitValue64_v2},
+	{11070, 0, "cuStreamWaitValue64_v2", (void *)cuStreamWaitValue64_v2},
+	{11070, 1, "cuStreamWaitValue64_v2_ptsz", (void *)cuStreamWaitValue64_v2},
+	{8000, 0, "cuStreamWriteValue32", (void *)cuStreamWriteValue32_v2},
+	{8000, 1, "cuStreamWriteValue32_ptsz", (void *)cuStreamWriteValue32_v2},
+	{11070, 0, "cuStreamWriteValue32_v2", (void *)cuStreamWriteValue32_v2},
+	{11070, 1, "cuStreamWriteValue32_v2_ptsz", (void *)cuStreamWriteValue32_v2},
+	{9000, 0, "cuStreamWriteValue64", (void *)cuStreamWriteValue64_v2},
+	{9000, 1, "cuStreamWriteValue64_ptsz", (void *)cuStreamWriteValue64_v2},
+	{11070, 0, "cuStreamWriteValue64_v2", (void *)cuStreamWriteValue64_v2},
+	{11070, 1, "cuStreamWriteValue64_v2_ptsz", (void *)cuStreamWriteValue64_v2},
+	{5000, 0, "cuSurfObjectCreate", (void *)cuSurfObjectCreate},
+	{5000, 0, "cuSurfObjectDestroy", (void *)cuSurfObjectDestroy},
+	{5000, 0, "cuSurfObjectGetResourceDesc", (void *)cuSurfObjectGetResourceDesc},
+	{3000, 0, "cuSurfRefGetArray", (void *)cuSurfRefGetArray},
+	{3000, 0, "cuSurfRefSetArray", (void *)cuSurfRefSetArray},
+	{12000, 0, "cuTensorMapEncodeIm2col", (void *)cuTensorMapEncodeIm2col},
+	{12080, 0, "cuTensorMapEncodeIm2colWide", (void *)cuTensorMapEncodeIm2colWide},
+	{12000, 0, "cuTensorMapEncodeTiled", (void *)cuTensorMapEncodeTiled},
+	{12000, 0, "cuTensorMapReplaceAddress", (void *)cuTensorMapReplaceAddress},
+	{5000, 0, "cuTexObjectCreate", (void *)cuTexObjectCreate},
+	{5000, 0, "cuTexObjectDestroy", (void *)cuTexObjectDestroy},
+	{5000, 0, "cuTexObjectGetResourceDesc", (void *)cuTexObjectGetResourceDesc},
+	{5000, 0, "cuTexObjectGetResourceViewDesc", (void *)cuTexObjectGetResourceViewDesc},
+	{5000, 0, "cuTexObjectGetTextureDesc", (void *)cuTexObjectGetTextureDesc},
+	{2000, 0, "cuTexRefCreate", (void *)cuTexRefCreate},
+	{2000, 0, "cuTexRefDestroy", (void *)cuTexRefDestroy},
+	{2000, 0, "cuTexRefGetAddress", (void *)cuTexRefGetAddress},
+	{3020, 0, "cuTexRefGetAddress_v2", (void *)cuTexRefGetAddress_v2},
+	{2000, 0, "cuTexRefGetAddressMode", (void *)cuTexRefGetAddressMode},
+	{2000, 0, "cuTexRefGetArray", (void *)cuTexRefGetArray},
+	{8000, 0, "cuTexRefGetBorderColor", (void *)cuTexRefGetBorderColor},
+	{2000, 0, "cuTexRefGetFilterMode", (void *)cuTexRefGetFilterMode},
+	{2000, 0, "cuTexRefGetFlags", (void *)cuTexRefGetFlags},
+	{2000, 0, "cuTexRefGetFormat", (void *)cuTexRefGetFormat},
+	{5000, 0, "cuTexRefGetMaxAnisotropy", (void *)cuTexRefGetMaxAnisotropy},
+	{5000, 0, "cuTexRefGetMipmapFilterMode", (void *)cuTexRefGetMipmapFilterMode},
+	{5000, 0, "cuTexRefGetMipmapLevelBias", (void *)cuTexRefGetMipmapLevelBias},
+	{5000, 0, "cuTexRefGetMipmapLevelClamp", (void *)cuTexRefGetMipmapLevelClamp},
+	{5000, 0, "cuTexRefGetMipmappedArray", (void *)cuTexRefGetMipmappedArray},
+	{2000, 0, "cuTexRefSetAddress", (void *)cuTexRefSetAddress},
+	{3020, 0, "cuTexRefSetAddress_v2", (void *)cuTexRefSetAddress_v2},
+	{2020, 0, "cuTexRefSetAddress2D", (void *)cuTexRefSetAddress2D},
+	{3020, 0, "cuTexRefSetAddress2D_v2", (void *)cuTexRefSetAddress2D_v2},
+	{4010, 0, "cuTexRefSetAddress2D_v3", (void *)cuTexRefSetAddress2D_v3},
+	{2000, 0, "cuTexRefSetAddressMode", (void *)cuTexRefSetAddressMode},
+	{2000, 0, "cuTexRefSetArray", (void *)cuTexRefSetArray},
+	{8000, 0, "cuTexRefSetBorderColor", (void *)cuTexRefSetBorderColor},
+	{2000, 0, "cuTexRefSetFilterMode", (void *)cuTexRefSetFilterMode},
+	{2000, 0, "cuTexRefSetFlags", (void *)cuTexRefSetFlags},
+	{2000, 0, "cuTexRefSetFormat", (void *)cuTexRefSetFormat},
+	{5000, 0, "cuTexRefSetMaxAnisotropy", (void *)cuTexRefSetMaxAnisotropy},
+	{5000, 0, "cuTexRefSetMipmapFilterMode", (void *)cuTexRefSetMipmapFilterMode},
+	{5000, 0, "cuTexRefSetMipmapLevelBias", (void *)cuTexRefSetMipmapLevelBias},
+	{5000, 0, "cuTexRefSetMipmapLevelClamp", (void *)cuTexRefSetMipmapLevelClamp},
+	{5000, 0, "cuTexRefSetMipmappedArray", (void *)cuTexRefSetMipmappedArray},
+	{10010, 0, "cuThreadExchangeStreamCaptureMode", (void *)cuThreadExchangeStreamCaptureMode},
+	{11030, 0, "cuUserObjectCreate", (void *)cuUserObjectCreate},
+	{11030, 0, "cuUserObjectRelease", (void *)cuUserObjectRelease},
+	{11030, 0, "cuUserObjectRetain", (void *)cuUserObjectRetain},
+	{3010, 0, "cuVDPAUCtxCreate", (void *)cuVDPAUCtxCreate},
+	{3020, 0, "cuVDPAUCtxCreate_v2", (void *)cuVDPAUCtxCreate_v2},
+	{3010, 0, "cuVDPAUGetDevice", (void *)cuVDPAUGetDevice},
+	{2020, 0, "cuWGLGetDevice", (void *)cuWGLGetDevice},
+	{10000, 0, "cuWaitExternalSemaphoresAsync", (void *)cuWaitExternalSemaphoresAsync},
+	{10000, 1, "cuWaitExternalSemaphoresAsync_ptsz", (void *)cuWaitExternalSemaphoresAsync_ptsz},
+};
+
+/* Entries by base name, sorted. */
+const struct shim_entry shim_entries[] = {
+	{"cuArray3DCreate", 0, 2},
+	{"cuArray3DGetDescriptor", 2, 2},
+	{"cuArrayCreate", 4, 2},
+	{"cuArrayDestroy", 6, 1},
+	{"cuArrayGetDescriptor", 7, 2},
+	{"cuArrayGetMemoryRequirements", 9, 1},
+	{"cuArrayGetPlane", 10, 1},
+	{"cuArrayGetSparseProperties", 11, 1},
+	{"cuCheckpointProcessCheckpoint", 12, 1},
+	{"cuCheckpointProcessGetRestoreThreadId", 13, 1},
+	{"cuCheckpointProcessGetState", 14, 1},
+	{"cuCheckpointProcessLock", 15, 1},
+	{"cuCheckpointProcessRestore", 16, 1},
+	{"cuCheckpointProcessUnlock", 17, 1},
+	{"cuCoredumpGetAttribute", 18, 1},
+	{"cuCoredumpGetAttributeGlobal", 19, 1},
+	{"cuCoredumpSetAttribute", 20, 1},
+	{"cuCoredumpSetAttributeGlobal", 21, 1},
+	{"cuCtxAttach", 22, 1},
+	{"cuCtxCreate", 23, 4},
+	{"cuCtxDestroy", 27, 2},
+	{"cuCtxDetach", 29, 1},
+	{"cuCtxDisablePeerAccess", 30, 1},
+	{"cuCtxEnablePeerAccess", 31, 1},
+	{"cuCtxFromGreenCtx", 32, 1},
+	{"cuCtxGetApiVersion", 33, 1},
+	{"cuCtxGetCacheConfig", 34, 1},
+	{"cuCtxGetCurrent", 35, 1},
+	{"cuCtxGetDevResource", 36, 1},
+	{"cuCtxGetDevice", 37, 2},
+	{"cuCtxGetExecAffinity", 39, 1},
+	{"cuCtxGetFlags", 40, 1},
+	{"cuCtxGetId", 41, 1},
+	{"cuCtxGetLimit", 42, 1},
+	{"cuCtxGetSharedMemConfig", 43, 1},
+	{"cuCtxGetStreamPriorityRange", 44, 1},
+	{"cuCtxPopCurrent", 45, 2},
+	{"cuCtxPushCurrent", 47, 2},
+	{"cuCtxRecordEvent", 49, 1},
+	{"cuCtxResetPersistingL2Cache", 50, 1},
+	{"cuCtxSetCacheConfig", 51, 1},
+	{"cuCtxSetCurrent", 52, 1},
+	{"cuCtxSetFlags", 53, 1},
+	{"cuCtxSetLimit", 54, 1},
+	{"cuCtxSetSharedMemConfig", 55, 1},
+	{"cuCtxSynchronize", 56, 2},
+	{"cuCtxWaitEvent", 58, 1},
+	{"cuDestroyExternalMemory", 59, 1},
+	{"cuDestroyExternalSemaphore", 60, 1},
+	{"cuDevResourceGenerateDesc", 61, 1},
+	{"cuDevSmResourceSplitByCount", 62, 1},
+	{"cuDeviceCanAccessPeer", 63, 1},
+	{"cuDeviceComputeCapability", 64, 1},
+	{"cuDeviceGet", 65, 1},
+	{"cuDeviceGetAttribute", 66, 1},
+	{"cuDeviceGetByPCIBusId", 67, 1},
+	{"cuDeviceGetCount", 68, 1},
+	{"cuDeviceGetDefaultMemPool", 69, 1},
+	{"cuDeviceGetDevResource", 70, 1},
+	{"cuDeviceGetExecAffinitySupport", 71, 1},
+	{"cuDeviceGetGraphMemAttribute", 72, 1},
+	{"cuDeviceGetHostAtomicCapabilities", 73, 1},
+	{"cuDeviceGetLuid", 74, 1},
+	{"cuDeviceGetMemPool", 75, 1},
+	{"cuDeviceGetName", 76, 1},
+	{"cuDeviceGetNvSciSyncAttributes", 77, 1},
+	{"cuDeviceGetP2PAtomicCapabilities", 78, 1},
+	{"cuDeviceGetP2PAttribute", 79, 1},
+	{"cuDeviceGetPCIBusId", 80, 1},
+	{"cuDeviceGetProperties", 81, 1},
+	{"cuDeviceGetTexture1DLinearMaxWidth", 82, 1},
+	{"cuDeviceGetUuid", 83, 2},
+	{"cuDeviceGraphMemTrim", 85, 1},
+	{"cuDevicePrimaryCtxGetState", 86, 1},
+	{"cuDevicePrimaryCtxRelease", 87, 2},
+	{"cuDevicePrimaryCtxReset", 89, 2},
+	{"cuDevicePrimaryCtxRetain", 91, 1},
+	{"cuDevicePrimaryCtxSetFlags", 92, 2},
+	{"cuDeviceRegisterAsyncNotification", 94, 1},
+	{"cuDeviceSetGraphMemAttribute", 95, 1},
+	{"cuDeviceSetMemPool", 96, 1},
+	{"cuDeviceTotalMem", 97, 2},
+	{"cuDeviceUnregisterAsyncNotification", 99, 1},
+	{"cuDriverGetVersion", 100, 1},
+	{"cuEGLStreamConsumerAcquireFrame", 101, 1},
+	{"cuEGLStreamConsumerConnect", 102, 1},
+	{"cuEGLStreamConsumerConnectWithFlags", 103, 1},
+	{"cuEGLStreamConsumerDisconnect", 104, 1},
+	{"cuEGLStreamConsumerReleaseFrame", 105, 1},
+	{"cuEGLStreamProducerConnect", 106, 1},
+	{"cuEGLStreamProducerDisconnect", 107, 1},
+	{"cuEGLStreamProducerPresentFrame", 108, 1},
+	{"cuEGLStreamProducerReturnFrame", 109, 1},
+	{"cuEventCreate", 110, 1},
+	{"cuEventCreateFromEGLSync", 111, 1},
+	{"cuEventDestroy", 112, 2},
+	{"cuEventElapsedTime", 114, 2},
+	{"cuEventQuery", 116, 1},
+	{"cuEventRecord", 117, 2},
+	{"cuEventRecordWithFlags", 119, 2},
+	{"cuEventSynchronize", 121, 1},
+	{"cuExternalMemoryGetMappedBuffer", 122, 1},
+	{"cuExternalMemoryGetMappedMipmappedArray", 123, 1},
+	{"cuFlushGPUDirectRDMAWrites", 124, 1},
+	{"cuFuncGetAttribute", 125, 1},
+	{"cuFuncGetModule", 126, 1},
+	{"cuFuncGetName", 127, 1},
+	{"cuFuncGetParamInfo", 128, 1},
+	{"cuFuncIsLoaded", 129, 1},
+	{"cuFuncLoad", 130, 1},
+	{"cuFuncSetAttribute", 131, 1},
+	{"cuFuncSetBlockShape", 132, 1},
+	{"cuFuncSetCacheConfig", 133, 1},
+	{"cuFuncSetSharedMemConfig", 134, 1},
+	{"cuFuncSetSharedSize", 135, 1},
+	{"cuGLCtxCreate", 136, 2},
+	{"cuGLGetDevices", 138, 2},
+	{"cuGLInit", 140, 1},
+	{"cuGLMapBufferObject", 141, 3},
+	{"cuGLMapBufferObjectAsync", 144, 3},
+	{"cuGLRegisterBufferObject", 147, 1},
+	{"cuGLSetBufferObjectMapFlags", 148, 1},
+	{"cuGLUnmapBufferObject", 149, 1},
+	{"cuGLUnmapBufferObjectAsync", 150, 1},
+	{"cuGLUnregisterBufferObject", 151, 1},
+	{"cuGetErrorName", 152, 1},
+	{"cuGetErrorString", 153, 1},
+	{"cuGetExportTable", 154, 1},
+	{"cuGetProcAddress", 155, 2},
+	{"cuGraphAddBatchMemOpNode", 157, 1},
+	{"cuGraphAddChildGraphNode", 158, 1},
+	{"cuGraphAddDependencies", 159, 2},
+	{"cuGraphAddEmptyNode", 161, 1},
+	{"cuGraphAddEventRecordNode", 162, 1},
+	{"cuGraphAddEventWaitNode", 163, 1},
+	{"cuGraphAddExternalSemaphoresSignalNode", 164, 1},
+	{"cuGraphAddExternalSemaphoresWaitNode", 165, 1},
+	{"cuGraphAddHostNode", 166, 1},
+	{"cuGraphAddKernelNode", 167, 2},
+	{"cuGraphAddMemAllocNode", 169, 1},
+	{"cuGraphAddMemFreeNode", 170, 1},
+	{"cuGraphAddMemcpyNode", 171, 1},
+	{"cuGraphAddMemsetNode", 172, 1},
+	{"cuGraphAddNode", 173, 2},
+	{"cuGraphBatchMemOpNodeGetParams", 175, 1},
+	{"cuGraphBatchMemOpNodeSetParams", 176, 1},
+	{"cuGraphChildGraphNodeGetGraph", 177, 1},
+	{"cuGraphClone", 178, 1},
+	{"cuGraphConditionalHandleCreate", 179, 1},
+	{"cuGraphCreate", 180, 1},
+	{"cuGraphDebugDotPrint", 181, 1},
+	{"cuGraphDestroy", 182, 1},
+	{"cuGraphDestroyNode", 183, 1},
+	{"cuGraphEventRecordNodeGetEvent", 184, 1},
+	{"cuGraphEventRecordNodeSetEvent", 185, 1},
+	{"cuGraphEventWaitNodeGetEvent", 186, 1},
+	{"cuGraphEventWaitNodeSetEvent", 187, 1},
+	{"cuGraphExecBatchMemOpNodeSetParams", 188, 1},
+	{"cuGraphExecChildGraphNodeSetParams", 189, 1},
+	{"cuGraphExecDestroy", 190, 1},
+	{"cuGraphExecEventRecordNodeSetEvent", 191, 1},
+	{"cuGraphExecEventWaitNodeSetEvent", 192, 1},
+	{"cuGraphExecExternalSemaphoresSignalNodeSetParams", 193, 1},
+	{"cuGraphExecExternalSemaphoresWaitNodeSetParams", 194, 1},
+	{"cuGraphExecGetFlags", 195, 1},
+	{"cuGraphExecHostNodeSetParams", 196, 1},
+	{"cuGraphExecKernelNodeSetParams", 197, 2},
+	{"cuGraphExecMemcpyNodeSetParams", 199, 1},
+	{"cuGraphExecMemsetNodeSetParams", 200, 1},
+	{"cuGraphExecNodeSetParams", 201, 1},
+	{"cuGraphExecUpdate", 202, 2},
+	{"cuGraphExternalSemaphoresSignalNodeGetParams", 204, 1},
+	{"cuGraphExternalSemaphoresSignalNodeSetParams", 205, 1},
+	{"cuGraphExternalSemaphoresWaitNodeGetParams", 206, 1},
+	{"cuGraphExternalSemaphoresWaitNodeSetParams", 207, 1},
+	{"cuGraphGetEdges", 208, 2},
+	{"cuGraphGetNodes", 210, 1},
+	{"cuGraphGetRootNodes", 211, 1},
+	{"cuGraphHostNodeGetParams", 212, 1},
+	{"cuGraphHostNodeSetParams", 213, 1},
+	{"cuGraphInstantiate", 214, 2},
+	{"cuGraphInstantiateWithFlags", 216, 1},
+	{"cuGraphInstantiateWithParams", 217, 2},
+	{"cuGraphKernelNodeCopyAttributes", 219, 1},
+	{"cuGraphKernelNodeGetAttribute", 220, 1},
+	{"cuGraphKernelNodeGetParams", 221, 2},
+	{"cuGraphKernelNodeSetAttribute", 223, 1},
+	{"cuGraphKernelNodeSetParams", 224, 2},
+	{"cuGraphLaunch", 226, 2},
+	{"cuGraphMemAllocNodeGetParams", 228, 1},
+	{"cuGraphMemFreeNodeGetParams", 229, 1},
+	{"cuGraphMemcpyNodeGetParams", 230, 1},
+	{"cuGraphMemcpyNodeSetParams", 231, 1},
+	{"cuGraphMemsetNodeGetParams", 232, 1},
+	{"cuGraphMemsetNodeSetParams", 233, 1},
+	{"cuGraphNodeFindInClone", 234, 1},
+	{"cuGraphNodeGetDependencies", 235, 2},
+	{"cuGraphNodeGetDependentNodes", 237, 2},
+	{"cuGraphNodeGetEnabled", 239, 1},
+	{"cuGraphNodeGetType", 240, 1},
+	{"cuGraphNodeSetEnabled", 241, 1},
+	{"cuGraphNodeSetParams", 242, 1},
+	{"cuGraphReleaseUserObject", 243, 1},
+	{"cuGraphRemoveDependencies", 244, 2},
+	{"cuGraphRetainUserObject", 246, 1},
+	{"cuGraphUpload", 247, 2},
+	{"cuGraphicsEGLRegisterImage", 249, 1},
+	{"cuGraphicsGLRegisterBuffer", 250, 1},
+	{"cuGraphicsGLRegisterImage", 251, 1},
+	{"cuGraphicsMapResources", 252, 2},
+	{"cuGraphicsResourceGetMappedEglFrame", 254, 1},
+	{"cuGraphicsResourceGetMappedMipmappedArray", 255, 1},
+	{"cuGraphicsResourceGetMappedPointer", 256, 2},
+	{"cuGraphicsResourceSetMapFlags", 258, 2},
+	{"cuGraphicsSubResourceGetMappedArray", 260, 1},
+	{"cuGraphicsUnmapResources", 261, 2},
+	{"cuGraphicsUnregisterResource", 263, 1},
+	{"cuGraphicsVDPAURegisterOutputSurface", 264, 1},
+	{"cuGraphicsVDPAURegisterVideoSurface", 265, 1},
+	{"cuGreenCtxCreate", 266, 1},
+	{"cuGreenCtxDestroy", 267, 1},
+	{"cuGreenCtxGetDevResource", 268, 1},
+	{"cuGreenCtxGetId", 269, 1},
+	{"cuGreenCtxRecordEvent", 270, 1},
+	{"cuGreenCtxStreamCreate", 271, 1},
+	{"cuGreenCtxWaitEvent", 272, 1},
+	{"cuImportExternalMemory", 273, 1},
+	{"cuImportExternalSemaphore", 274, 1},
+	{"cuInit", 275, 1},
+	{"cuIpcCloseMemHandle", 276, 1},
+	{"cuIpcGetEventHandle", 277, 1},
+	{"cuIpcGetMemHandle", 278, 1},
+	{"cuIpcOpenEventHandle", 279, 1},
+	{"cuIpcOpenMemHandle", 280, 2},
+	{"cuKernelGetAttribute", 282, 1},
+	{"cuKernelGetFunction", 283, 1},
+	{"cuKernelGetLibrary", 284, 1},
+	{"cuKernelGetName", 285, 1},
+	{"cuKernelGetParamInfo", 286, 1},
+	{"cuKernelSetAttribute", 287, 1},
+	{"cuKernelSetCacheConfig", 288, 1},
+	{"cuLaunch", 289, 1},
+	{"cuLaunchCooperativeKernel", 290, 2},
+	{"cuLaunchCooperativeKernelMultiDevice", 292, 1},
+	{"cuLaunchGrid", 293, 1},
+	{"cuLaunchGridAsync", 294, 1},
+	{"cuLaunchHostFunc", 295, 2},
+	{"cuLaunchKernel", 297, 2},
+	{"cuLaunchKernelEx", 299, 2},
+	{"cuLibraryEnumerateKernels", 301, 1},
+	{"cuLibraryGetGlobal", 302, 1},
+	{"cuLibraryGetKernel", 303, 1},
+	{"cuLibraryGetKernelCount", 304, 1},
+	{"cuLibraryGetManaged", 305, 1},
+	{"cuLibraryGetModule", 306, 1},
+	{"cuLibraryGetUnifiedFunction", 307, 1},
+	{"cuLibraryLoadData", 308, 1},
+	{"cuLibraryLoadFromFile", 309, 1},
+	{"cuLibraryUnload", 310, 1},
+	{"cuLinkAddData", 311, 2},
+	{"cuLinkAddFile", 313, 2},
+	{"cuLinkComplete", 315, 1},
+	{"cuLinkCreate", 316, 2},
+	{"cuLinkDestroy", 318, 1},
+	{"cuLogsCurrent", 319, 1},
+	{"cuLogsDumpToFile", 320, 1},
+	{"cuLogsDumpToMemory", 321, 1},
+	{"cuLogsRegisterCallback", 322, 1},
+	{"cuLogsUnregisterCallback", 323, 1},
+	{"cuMemAddressFree", 324, 1},
+	{"cuMemAddressReserve", 325, 1},
+	{"cuMemAdvise", 326, 2},
+	{"cuMemAlloc", 328, 2},
+	{"cuMemAllocAsync", 330, 2},
+	{"cuMemAllocFromPoolAsync", 332, 2},
+	{"cuMemAllocHost", 334, 2},
+	{"cuMemAllocManaged", 336, 1},
+	{"cuMemAllocPitch", 337, 2},
+	{"cuMemBatchDecompressAsync", 339, 2},
+	{"cuMemCreate", 341, 1},
+	{"cuMemDiscardAndPrefetchBatchAsync", 342, 2},
+	{"cuMemDiscardBatchAsync", 344, 2},
+	{"cuMemExportToShareableHandle", 346, 1},
+	{"cuMemFree", 347, 2},
+	{"cuMemFreeAsync", 349, 2},
+	{"cuMemFreeHost", 351, 1},
+	{"cuMemGetAccess", 352, 1},
+	{"cuMemGetAddressRange", 353, 2},
+	{"cuMemGetAllocationGranularity", 355, 1},
+	{"cuMemGetAllocationPropertiesFromHandle", 356, 1},
+	{"cuMemGetDefaultMemPool", 357, 1},
+	{"cuMemGetHandleForAddressRange", 358, 1},
+	{"cuMemGetInfo", 359, 2},
+	{"cuMemGetMemPool", 361, 1},
+	{"cuMemHostAlloc", 362, 1},
+	{"cuMemHostGetDevicePointer", 363, 2},
+	{"cuMemHostGetFlags", 365, 1},
+	{"cuMemHostRegister", 366, 2},
+	{"cuMemHostUnregister", 368, 1},
+	{"cuMemImportFromShareableHandle", 369, 1},
+	{"cuMemMap", 370, 1},
+	{"cuMemMapArrayAsync", 371, 2},
+	{"cuMemPoolCreate", 373, 1},
+	{"cuMemPoolDestroy", 374, 1},
+	{"cuMemPoolExportPointer", 375, 1},
+	{"cuMemPoolExportToShareableHandle", 376, 1},
+	{"cuMemPoolGetAccess", 377, 1},
+	{"cuMemPoolGetAttribute", 378, 1},
+	{"cuMemPoolImportFromShareableHandle", 379, 1},
+	{"cuMemPoolImportPointer", 380, 1},
+	{"cuMemPoolSetAccess", 381, 1},
+	{"cuMemPoolSetAttribute", 382, 1},
+	{"cuMemPoolTrimTo", 383, 1},
+	{"cuMemPrefetchAsync", 384, 4},
+	{"cuMemPrefetchBatchAsync", 388, 2},
+	{"cuMemRangeGetAttribute", 390, 1},
+	{"cuMemRangeGetAttributes", 391, 1},
+	{"cuMemRelease", 392, 1},
+	{"cuMemRetainAllocationHandle", 393, 1},
+	{"cuMemSetAccess", 394, 1},
+	{"cuMemSetMemPool", 395, 1},
+	{"cuMemUnmap", 396, 1},
+	{"cuMemcpy", 397, 2},
+	{"cuMemcpy2D", 399, 3},
+	{"cuMemcpy2DAsync", 402, 3},
+	{"cuMemcpy2DUnaligned", 405, 3},
+	{"cuMemcpy3D", 408, 3},
+	{"cuMemcpy3DAsync", 411, 3},
+	{"cuMemcpy3DBatchAsync", 414, 4},
+	{"cuMemcpy3DPeer", 418, 2},
+	{"cuMemcpy3DPeerAsync", 420, 2},
+	{"cuMemcpyAsync", 422, 2},
+	{"cuMemcpyAtoA", 424, 3},
+	{"cuMemcpyAtoD", 427, 3},
+	{"cuMemcpyAtoH", 430, 3},
+	{"cuMemcpyAtoHAsync", 433, 3},
+	{"cuMemcpyBatchAsync", 436, 4},
+	{"cuMemcpyDtoA", 440, 3},
+	{"cuMemcpyDtoD", 443, 3},
+	{"cuMemcpyDtoDAsync", 446, 3},
+	{"cuMemcpyDtoH", 449, 3},
+	{"cuMemcpyDtoHAsync", 452, 3},
+	{"cuMemcpyHtoA", 455, 3},
+	{"cuMemcpyHtoAAsync", 458, 3},
+	{"cuMemcpyHtoD", 461, 3},
+	{"cuMemcpyHtoDAsync", 464, 3},
+	{"cuMemcpyPeer", 467, 2},
+	{"cuMemcpyPeerAsync", 469, 2},
+	{"cuMemsetD16", 471, 3},
+	{"cuMemsetD16Async", 474, 2},
+	{"cuMemsetD2D16", 476, 3},
+	{"cuMemsetD2D16Async", 479, 2},
+	{"cuMemsetD2D32", 481, 3},
+	{"cuMemsetD2D32Async", 484, 2},
+	{"cuMemsetD2D8", 486, 3},
+	{"cuMemsetD2D8Async", 489, 2},
+	{"cuMemsetD32", 491, 3},
+	{"cuMemsetD32Async", 494, 2},
+	{"cuMemsetD8", 496, 3},
+	{"cuMemsetD8Async", 499, 2},
+	{"cuMipmappedArrayCreate", 501, 1},
+	{"cuMipmappedArrayDestroy", 502, 1},
+	{"cuMipmappedArrayGetLevel", 503, 1},
+	{"cuMipmappedArrayGetMemoryRequirements", 504, 1},
+	{"cuMipmappedArrayGetSparseProperties", 505, 1},
+	{"cuModuleEnumerateFunctions", 506, 1},
+	{"cuModuleGetFunction", 507, 1},
+	{"cuModuleGetFunctionCount", 508, 1},
+	{"cuModuleGetGlobal", 509, 2},
+	{"cuModuleGetLoadingMode", 511, 1},
+	{"cuModuleGetSurfRef", 512, 1},
+	{"cuModuleGetTexRef", 513, 1},
+	{"cuModuleLoad", 514, 1},
+	{"cuModuleLoadData", 515, 1},
+	{"cuModuleLoadDataEx", 516, 1},
+	{"cuModuleLoadFatBinary", 517, 1},
+	{"cuModuleUnload", 518, 1},
+	{"cuMulticastAddDevice", 519, 1},
+	{"cuMulticastBindAddr", 520, 1},
+	{"cuMulticastBindMem", 521, 1},
+	{"cuMulticastCreate", 522, 1},
+	{"cuMulticastGetGranularity", 523, 1},
+	{"cuMulticastUnbind", 524, 1},
+	{"cuOccupancyAvailableDynamicSMemPerBlock", 525, 1},
+	{"cuOccupancyMaxActiveBlocksPerMultiprocessor", 526, 1},
+	{"cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags", 527, 1},
+	{"cuOccupancyMaxActiveClusters", 528, 1},
+	{"cuOccupancyMaxPotentialBlockSize", 529, 1},
+	{"cuOccupancyMaxPotentialBlockSizeWithFlags", 530, 1},
+	{"cuOccupancyMaxPotentialClusterSize", 531, 1},
+	{"cuParamSetSize", 532, 1},
+	{"cuParamSetTexRef", 533, 1},
+	{"cuParamSetf", 534, 1},
+	{"cuParamSeti", 535, 1},
+	{"cuParamSetv", 536, 1},
+	{"cuPointerGetAttribute", 537, 1},
+	{"cuPointerGetAttributes", 538, 1},
+	{"cuPointerSetAttribute", 539, 1},
+	{"cuProfilerInitialize", 540, 1},
+	{"cuProfilerStart", 541, 1},
+	{"cuProfilerStop", 542, 1},
+	{"cuSignalExternalSemaphoresAsync", 543, 2},
+	{"cuStreamAddCallback", 545, 2},
+	{"cuStreamAttachMemAsync", 547, 2},
+	{"cuStreamBatchMemOp", 549, 4},
+	{"cuStreamBeginCapture", 553, 4},
+	{"cuStreamBeginCaptureToGraph", 557, 2},
+	{"cuStreamCopyAttributes", 559, 2},
+	{"cuStreamCreate", 561, 1},
+	{"cuStreamCreateWithPriority", 562, 1},
+	{"cuStreamDestroy", 563, 2},
+	{"cuStreamEndCapture", 565, 2},
+	{"cuStreamGetAttribute", 567, 2},
+	{"cuStreamGetCaptureInfo", 569, 6},
+	{"cuStreamGetCtx", 575, 4},
+	{"cuStreamGetDevice", 579, 2},
+	{"cuStreamGetFlags", 581, 2},
+	{"cuStreamGetGreenCtx", 583, 1},
+	{"cuStreamGetId", 584, 2},
+	{"cuStreamGetPriority", 586, 2},
+	{"cuStreamIsCapturing", 588, 2},
+	{"cuStreamQuery", 590, 2},
+	{"cuStreamSetAttribute", 592, 2},
+	{"cuStreamSynchronize", 594, 2},
+	{"cuStreamUpdateCaptureDependencies", 596, 4},
+	{"cuStreamWaitEvent", 600, 2},
+	{"cuStreamWaitValue32", 602, 4},
+	{"cuStreamWaitValue64", 606, 4},
+	{"cuStreamWriteValue32", 610, 4},
+	{"cuStreamWriteValue64", 614, 4},
+	{"cuSurfObjectCreate", 618, 1},
+	{"cuSurfObjectDestroy", 619, 1},
+	{"cuSurfObjectGetResourceDesc", 620, 1},
+	{"cuSurfRefGetArray", 621, 1},
+	{"cuSurfRefSetArray", 622, 1},
+	{"cuTensorMapEncodeIm2col", 623, 1},
+	{"cuTensorMapEncodeIm2colWide", 624, 1},
+	{"cuTensorMapEncodeTiled", 625, 1},
+	{"cuTensorMapReplaceAddress", 626, 1},
+	{"cuTexObjectCreate", 627, 1},
+	{"cuTexObjectDestroy", 628, 1},
+	{"cuTexObjectGetResourceDesc", 629, 1},
+	{"cuTexObjectGetResourceViewDesc", 630, 1},
+	{"cuTexObjectGetTextureDesc", 631, 1},
+	{"cuTexRefCreate", 632, 1},
+	{"cuTexRefDestroy", 633, 1},
+	{"cuTexRefGetAddress", 634, 2},
+	{"cuTexRefGetAddressMode", 636, 1},
+	{"cuTexRefGetArray", 637, 1},
+	{"cuTexRefGetBorderColor", 638, 1},
+	{"cuTexRefGetFilterMode", 639, 1},
+	{"cuTexRefGetFlags", 640, 1},
+	{"cuTexRefGetFormat", 641, 1},
+	{"cuTexRefGetMaxAnisotropy", 642, 1},
+	{"cuTexRefGetMipmapFilterMode", 643, 1},
+	{"cuTexRefGetMipmapLevelBias", 644, 1},
+	{"cuTexRefGetMipmapLevelClamp", 645, 1},
+	{"cuTexRefGetMipmappedArray", 646, 1},
+	{"cuTexRefSetAddress", 647, 2},
+	{"cuTexRefSetAddress2D", 649, 3},
+	{"cuTexRefSetAddressMode", 652, 1},
+	{"cuTexRefSetArray", 653, 1},
+	{"cuTexRefSetBorderColor", 654, 1},
+	{"cuTexRefSetFilterMode", 655, 1},
+	{"cuTexRefSetFlags", 656, 1},
+	{"cuTexRefSetFormat", 657, 1},
+	{"cuTexRefSetMaxAnisotropy", 658, 1},
+	{"cuTexRefSetMipmapFilterMode", 659, 1},
+	{"cuTexRefSetMipmapLevelBias", 660, 1},
+	{"cuTexRefSetMipmapLevelClamp", 661, 1},
+	{"cuTexRefSetMipmappedArray", 662, 1},
+	{"cuThreadExchangeStreamCaptureMode", 663, 1},
+	{"cuUserObjectCreate", 664, 1},
+	{"cuUserObjectRelease", 665, 1},
+	{"cuUserObjectRetain", 666, 1},
+	{"cuVDPAUCtxCreate", 667, 2},
+	{"cuVDPAUGetDevice", 669, 1},
+	{"cuWGLGetDevice", 670, 1},
+	{"cuWaitExternalSemaphoresAsync", 671, 2},
+};
+
+const size_t shim_nentries = 479;

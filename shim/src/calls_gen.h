@@ -8,7 +8,7 @@
 
 #define SHIM_MAGIC 1297237830ULL /* first word of the hello, its reply and the control block ("FGRM" little-endian) */
 #define SHIM_VERSION_MAJOR 1ULL /* incompatible changes; a mismatch is refused */
-#define SHIM_VERSION_MINOR 0ULL /* compatible additions (new calls); a server accepts clients with minor <= its own */
+#define SHIM_VERSION_MINOR 1ULL /* compatible additions (new calls); a server accepts clients with minor <= its own */
 #define SHIM_RECORD_HEADER_SIZE 16ULL /* u32 size, u16 call id, u16 flags, u64 seq */
 #define SHIM_RECORD_FLAG_SYNC 1ULL /* the caller waits for a response (set for sync calls, and for every call in all-sync mode) */
 #define SHIM_RECORD_PAD_ID 0ULL /* call id of padding up to the end of the ring */
@@ -113,23 +113,36 @@ enum shim_call_id {
 	CALL_cuEventElapsedTime = 96,
 	CALL_cuEventElapsedTime_v2 = 97,
 	CALL_cuPointerGetAttribute = 100,
+	CALL_cuLaunchKernelEx = 71,
+	CALL_cuLibraryGetKernelCount = 65,
+	CALL_cuLibraryEnumerateKernels = 66,
+	CALL_funcGetName = 67,
+	CALL_memcpy2DHtoD = 43,
+	CALL_memcpy2DDtoH = 44,
+	CALL_memcpy2DDtoD = 45,
+	CALL_memset2D = 46,
+	CALL_streamWriteValue = 86,
+	CALL_streamWaitValue = 87,
+	CALL_tensorMapEncode = 110,
+	CALL_tensorMapReplaceAddress = 111,
+	CALL_moduleImageChunk = 47,
 };
 
 /* Generated entry points, and the encoders behind the handwritten ones (rpc_*). */
 int cuCtxSynchronize(void);
 int cuMemGetInfo_v2(size_t *free, size_t *total);
-int cuMemAlloc_v2(unsigned long long *dptr, size_t bytesize);
-int cuMemFree_v2(unsigned long long dptr);
-int cuMemAllocAsync(unsigned long long *dptr, size_t bytesize, void *hStream);
-int cuMemFreeAsync(unsigned long long dptr, void *hStream);
-int cuMemGetAddressRange_v2(unsigned long long *pbase, size_t *psize, unsigned long long dptr);
-int cuMemAllocPitch_v2(unsigned long long *dptr, size_t *pPitch, size_t WidthInBytes, size_t Height, unsigned int ElementSizeBytes);
+int rpc_cuMemAlloc_v2(unsigned long long *dptr, size_t bytesize);
+int rpc_cuMemFree_v2(unsigned long long dptr);
+int rpc_cuMemAllocAsync(unsigned long long *dptr, size_t bytesize, void *hStream);
+int rpc_cuMemFreeAsync(unsigned long long dptr, void *hStream);
+int rpc_cuMemGetAddressRange_v2(unsigned long long *pbase, size_t *psize, unsigned long long dptr);
+int rpc_cuMemAllocPitch_v2(unsigned long long *dptr, size_t *pPitch, size_t WidthInBytes, size_t Height, unsigned int ElementSizeBytes);
 int cuMemAddressReserve(unsigned long long *ptr, size_t size, size_t alignment, unsigned long long addr, unsigned long long flags);
 int cuMemAddressFree(unsigned long long ptr, size_t size);
 int cuMemCreate(void **handle, size_t size, const void *prop, unsigned long long flags);
 int cuMemRelease(void *handle);
-int cuMemMap(unsigned long long ptr, size_t size, size_t offset, void *handle, unsigned long long flags);
-int cuMemUnmap(unsigned long long ptr, size_t size);
+int rpc_cuMemMap(unsigned long long ptr, size_t size, size_t offset, void *handle, unsigned long long flags);
+int rpc_cuMemUnmap(unsigned long long ptr, size_t size);
 int cuMemSetAccess(unsigned long long ptr, size_t size, const void *desc, size_t count);
 int cuMemGetAllocationGranularity(size_t *granularity, const void *prop, unsigned int option);
 int rpc_cuMemcpyHtoD_v2(unsigned long long dstDevice, const void *srcHost, size_t ByteCount);
@@ -148,22 +161,22 @@ int rpc_memcpyHtoDChunk(unsigned long long dstDevice, const void *srcHost, size_
 int rpc_cuModuleLoadData(void **module, const void *image, size_t size);
 int cuModuleUnload(void *hmod);
 int rpc_cuModuleGetFunction(void **hfunc, void *params, void *hmod, const char *name);
-int cuModuleGetGlobal_v2(unsigned long long *dptr, size_t *bytes, void *hmod, const char *name);
+int rpc_cuModuleGetGlobal_v2(unsigned long long *dptr, size_t *bytes, void *hmod, const char *name);
 int rpc_cuLibraryLoadData(void **library, const void *code, size_t size);
 int cuLibraryUnload(void *library);
-int cuLibraryGetKernel(void **pKernel, void *library, const char *name);
+int rpc_cuLibraryGetKernel(void **pKernel, void *library, const char *name);
 int rpc_cuKernelGetFunction(void **pFunc, void *params, void *kernel);
 int cuLibraryGetModule(void **pMod, void *library);
-int cuFuncGetAttribute(int *pi, int attrib, void *hfunc);
-int cuFuncSetAttribute(void *hfunc, int attrib, int value);
+int rpc_cuFuncGetAttribute(int *pi, int attrib, void *hfunc);
+int rpc_cuFuncSetAttribute(void *hfunc, int attrib, int value);
 int cuFuncSetCacheConfig(void *hfunc, int config);
-int cuKernelGetAttribute(int *pi, int attrib, void *kernel, int dev);
-int cuKernelSetAttribute(int attrib, int val, void *kernel, int dev);
-int cuLibraryGetGlobal(unsigned long long *dptr, size_t *bytes, void *library, const char *name);
+int rpc_cuKernelGetAttribute(int *pi, int attrib, void *kernel, int dev);
+int rpc_cuKernelSetAttribute(int attrib, int val, void *kernel, int dev);
+int rpc_cuLibraryGetGlobal(unsigned long long *dptr, size_t *bytes, void *library, const char *name);
 int rpc_cuLaunchKernel(void *f, unsigned int gridDimX, unsigned int gridDimY, unsigned int gridDimZ, unsigned int blockDimX, unsigned int blockDimY, unsigned int blockDimZ, unsigned int sharedMemBytes, void *hStream, const void *args, size_t argsSize);
-int cuStreamCreate(void **phStream, unsigned int Flags);
-int cuStreamCreateWithPriority(void **phStream, unsigned int flags, int priority);
-int cuStreamDestroy_v2(void *hStream);
+int rpc_cuStreamCreate(void **phStream, unsigned int Flags);
+int rpc_cuStreamCreateWithPriority(void **phStream, unsigned int flags, int priority);
+int rpc_cuStreamDestroy_v2(void *hStream);
 int cuStreamSynchronize(void *hStream);
 int cuStreamQuery(void *hStream);
 int cuStreamWaitEvent(void *hStream, void *hEvent, unsigned int Flags);
@@ -176,13 +189,33 @@ int cuEventQuery(void *hEvent);
 int cuEventElapsedTime(float *pMilliseconds, void *hStart, void *hEnd);
 int cuEventElapsedTime_v2(float *pMilliseconds, void *hStart, void *hEnd);
 int rpc_cuPointerGetAttribute(void *data, int attribute, unsigned long long ptr);
+int rpc_cuLaunchKernelEx(void *f, unsigned int gridDimX, unsigned int gridDimY, unsigned int gridDimZ, unsigned int blockDimX, unsigned int blockDimY, unsigned int blockDimZ, unsigned int sharedMemBytes, void *hStream, const void *attrs, size_t attrsSize, const void *args, size_t argsSize);
+int rpc_cuLibraryGetKernelCount(unsigned int *count, void *library);
+int rpc_cuLibraryEnumerateKernels(void *kernels, unsigned int numKernels, void *library);
+int rpc_funcGetName(void *name, void *hfunc);
+int rpc_memcpy2DHtoD(unsigned long long dst, size_t dstPitch, size_t width, size_t height, const void *src, size_t size, void *hStream);
+int rpc_memcpy2DDtoH(void *dst, unsigned long long src, size_t srcPitch, size_t width, size_t height, size_t size, void *hStream);
+int rpc_memcpy2DDtoD(unsigned long long dst, size_t dstPitch, unsigned long long src, size_t srcPitch, size_t width, size_t height, void *hStream);
+int rpc_memset2D(unsigned long long dst, size_t pitch, unsigned int value, unsigned int elementSize, size_t width, size_t height, void *hStream);
+int rpc_streamWriteValue(void *hStream, unsigned long long addr, unsigned long long value, unsigned int size, unsigned int flags);
+int rpc_streamWaitValue(void *hStream, unsigned long long addr, unsigned long long value, unsigned int size, unsigned int flags);
+int rpc_tensorMapEncode(void *tensorMap, const void *request, size_t size);
+int rpc_tensorMapReplaceAddress(void *tensorMap, const void *old, unsigned long long globalAddress);
+int rpc_moduleImageChunk(const void *data, size_t size);
 
 /* Name of a call id, or NULL. */
 const char *shim_call_name(unsigned id);
 
 /* Every exported entry point, sorted by name, for cuGetProcAddress. */
-struct shim_proc { const char *name; void *fn; };
+struct shim_proc { const char *name; void *fn; int stub; };
 extern const struct shim_proc shim_procs[];
 extern const size_t shim_nprocs;
+
+/* The versioned variants of each entry (cuGetProcAddress): variants[first, first+count) of an entry. */
+struct shim_variant { int version; int per_thread; const char *symbol; void *fn; };
+struct shim_entry { const char *base; unsigned first, count; };
+extern const struct shim_variant shim_variants[];
+extern const struct shim_entry shim_entries[];
+extern const size_t shim_nentries;
 
 #endif

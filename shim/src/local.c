@@ -4,18 +4,39 @@
  * context, and host memory (pinned host memory is emulated with ordinary pages).
  */
 #define _GNU_SOURCE
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 
 #include "shim.h"
 
+struct shim_stats shim_stats;
+
+/* faasGpuShimStats copies the shim's counters (struct shim_stats, five u64) for tests and reports; it returns the
+ * number of bytes written. Not a CUDA entry point: tools find it with dlsym on libcuda.so.1. */
+SHIM_EXPORT size_t faasGpuShimStats(void *out, size_t size) {
+	struct shim_stats s;
+	s.sync_calls = __atomic_load_n(&shim_stats.sync_calls, __ATOMIC_RELAXED);
+	s.async_calls = __atomic_load_n(&shim_stats.async_calls, __ATOMIC_RELAXED);
+	s.local_calls = __atomic_load_n(&shim_stats.local_calls, __ATOMIC_RELAXED);
+	s.unsupported = __atomic_load_n(&shim_stats.unsupported, __ATOMIC_RELAXED);
+	s.unknown_slots = __atomic_load_n(&shim_stats.unknown_slots, __ATOMIC_RELAXED);
+	if (out == NULL) return 0;
+	if (size > sizeof s) size = sizeof s;
+	memcpy(out, &s, size);
+	return size;
+}
+
 SHIM_EXPORT int cuInit(unsigned int flags) {
+	SHIM_LOCAL();
 	if (flags != 0) return CUDA_ERROR_INVALID_VALUE;
 	return shim_connect();
 }
 
 SHIM_EXPORT int cuDriverGetVersion(int *version) {
+	SHIM_LOCAL();
 	if (version == NULL) return CUDA_ERROR_INVALID_VALUE;
 	*version = SHIM_DRIVER_VERSION;
 	return CUDA_SUCCESS;
@@ -52,6 +73,7 @@ static const struct {
 };
 
 SHIM_EXPORT int cuGetErrorString(int error, const char **str) {
+	SHIM_LOCAL();
 	if (str == NULL) return CUDA_ERROR_INVALID_VALUE;
 	for (size_t i = 0; i < sizeof errors / sizeof errors[0]; i++)
 		if (errors[i].code == error) {
@@ -63,6 +85,7 @@ SHIM_EXPORT int cuGetErrorString(int error, const char **str) {
 }
 
 SHIM_EXPORT int cuGetErrorName(int error, const char **str) {
+	SHIM_LOCAL();
 	if (str == NULL) return CUDA_ERROR_INVALID_VALUE;
 	for (size_t i = 0; i < sizeof errors / sizeof errors[0]; i++)
 		if (errors[i].code == error) {
@@ -83,6 +106,7 @@ static int device(int dev, const struct shim_device **d) {
 }
 
 SHIM_EXPORT int cuDeviceGetCount(int *count) {
+	SHIM_LOCAL();
 	if (count == NULL) return CUDA_ERROR_INVALID_VALUE;
 	int r = shim_connect();
 	if (r != 0) return r;
@@ -91,6 +115,7 @@ SHIM_EXPORT int cuDeviceGetCount(int *count) {
 }
 
 SHIM_EXPORT int cuDeviceGet(int *dev, int ordinal) {
+	SHIM_LOCAL();
 	if (dev == NULL) return CUDA_ERROR_INVALID_VALUE;
 	const struct shim_device *d;
 	int r = device(ordinal, &d);
@@ -99,6 +124,7 @@ SHIM_EXPORT int cuDeviceGet(int *dev, int ordinal) {
 }
 
 SHIM_EXPORT int cuDeviceGetName(char *name, int len, int dev) {
+	SHIM_LOCAL();
 	const struct shim_device *d;
 	if (name == NULL || len <= 0) return CUDA_ERROR_INVALID_VALUE;
 	int r = device(dev, &d);
@@ -108,6 +134,7 @@ SHIM_EXPORT int cuDeviceGetName(char *name, int len, int dev) {
 }
 
 SHIM_EXPORT int cuDeviceGetUuid(void *uuid, int dev) {
+	SHIM_LOCAL();
 	const struct shim_device *d;
 	if (uuid == NULL) return CUDA_ERROR_INVALID_VALUE;
 	int r = device(dev, &d);
@@ -118,6 +145,7 @@ SHIM_EXPORT int cuDeviceGetUuid(void *uuid, int dev) {
 SHIM_EXPORT int cuDeviceGetUuid_v2(void *uuid, int dev) { return cuDeviceGetUuid(uuid, dev); }
 
 SHIM_EXPORT int cuDeviceTotalMem_v2(size_t *bytes, int dev) {
+	SHIM_LOCAL();
 	const struct shim_device *d;
 	if (bytes == NULL) return CUDA_ERROR_INVALID_VALUE;
 	int r = device(dev, &d);
@@ -126,8 +154,10 @@ SHIM_EXPORT int cuDeviceTotalMem_v2(size_t *bytes, int dev) {
 }
 
 SHIM_EXPORT int cuDeviceGetAttribute(int *pi, int attrib, int dev) {
+	SHIM_LOCAL();
 	const struct shim_device *d;
-	if (pi == NULL || attrib <= 0 || attrib >= (int)SHIM_ATTR_COUNT) return CUDA_ERROR_INVALID_VALUE;
+	SHIM_LOCAL();
+	if (pi == NULL || attrib <= 0 || attrib >= SHIM_DEVICE_ATTRIBUTE_MAX) return CUDA_ERROR_INVALID_VALUE;
 	int r = device(dev, &d);
 	if (r == 0) *pi = d->attrs[attrib];
 	return r;
@@ -137,6 +167,7 @@ SHIM_EXPORT int cuDeviceGetAttribute(int *pi, int attrib, int dev) {
 enum { ATTR_CC_MAJOR = 75, ATTR_CC_MINOR = 76 };
 
 SHIM_EXPORT int cuDeviceComputeCapability(int *major, int *minor, int dev) {
+	SHIM_LOCAL();
 	const struct shim_device *d;
 	if (major == NULL || minor == NULL) return CUDA_ERROR_INVALID_VALUE;
 	int r = device(dev, &d);
@@ -148,10 +179,12 @@ SHIM_EXPORT int cuDeviceComputeCapability(int *major, int *minor, int dev) {
 }
 
 SHIM_EXPORT int cuDeviceGetPCIBusId(char *pciBusId, int len, int dev) {
+	SHIM_LOCAL();
 	const struct shim_device *d;
 	if (pciBusId == NULL || len <= 0) return CUDA_ERROR_INVALID_VALUE;
 	int r = device(dev, &d);
-	if (r == 0) snprintf(pciBusId, (size_t)len, "0000:00:00.0");
+	/* CU_DEVICE_ATTRIBUTE_PCI_DOMAIN_ID, _PCI_BUS_ID, _PCI_DEVICE_ID */
+	if (r == 0) snprintf(pciBusId, (size_t)len, "%04x:%02x:%02x.0", d->attrs[50], d->attrs[33], d->attrs[34]);
 	return r;
 }
 
@@ -162,6 +195,7 @@ static __thread void *current_ctx;
 #define PRIMARY ((void *)&primary_ctx)
 
 SHIM_EXPORT int cuDevicePrimaryCtxRetain(void **pctx, int dev) {
+	SHIM_LOCAL();
 	const struct shim_device *d;
 	if (pctx == NULL) return CUDA_ERROR_INVALID_VALUE;
 	int r = device(dev, &d);
@@ -172,13 +206,17 @@ SHIM_EXPORT int cuDevicePrimaryCtxRetain(void **pctx, int dev) {
 }
 
 SHIM_EXPORT int cuDevicePrimaryCtxRelease_v2(int dev) {
+	SHIM_LOCAL();
 	if (dev != 0) return CUDA_ERROR_INVALID_DEVICE;
+	int left = 1;
 	if (__atomic_load_n(&primary_retained, __ATOMIC_SEQ_CST) > 0)
-		__atomic_sub_fetch(&primary_retained, 1, __ATOMIC_SEQ_CST);
+		left = __atomic_sub_fetch(&primary_retained, 1, __ATOMIC_SEQ_CST);
+	if (left == 0) shim_context_storage_destroy(PRIMARY); /* the primary context's life ends */
 	return CUDA_SUCCESS;
 }
 
 SHIM_EXPORT int cuDevicePrimaryCtxGetState(int dev, unsigned int *flags, int *active) {
+	SHIM_LOCAL();
 	if (flags == NULL || active == NULL) return CUDA_ERROR_INVALID_VALUE;
 	if (dev != 0) return CUDA_ERROR_INVALID_DEVICE;
 	*flags = 0;
@@ -187,13 +225,20 @@ SHIM_EXPORT int cuDevicePrimaryCtxGetState(int dev, unsigned int *flags, int *ac
 }
 
 SHIM_EXPORT int cuDevicePrimaryCtxSetFlags_v2(int dev, unsigned int flags) {
+	SHIM_LOCAL();
 	(void)flags;
 	return dev == 0 ? CUDA_SUCCESS : CUDA_ERROR_INVALID_DEVICE;
 }
 
-SHIM_EXPORT int cuDevicePrimaryCtxReset_v2(int dev) { return dev == 0 ? CUDA_SUCCESS : CUDA_ERROR_INVALID_DEVICE; }
+SHIM_EXPORT int cuDevicePrimaryCtxReset_v2(int dev) {
+	SHIM_LOCAL();
+	if (dev != 0) return CUDA_ERROR_INVALID_DEVICE;
+	shim_context_storage_destroy(PRIMARY);
+	return CUDA_SUCCESS;
+}
 
 SHIM_EXPORT int cuCtxCreate_v2(void **pctx, unsigned int flags, int dev) {
+	SHIM_LOCAL();
 	(void)flags;
 	int r = cuDevicePrimaryCtxRetain(pctx, dev);
 	if (r == 0) current_ctx = *pctx;
@@ -201,42 +246,59 @@ SHIM_EXPORT int cuCtxCreate_v2(void **pctx, unsigned int flags, int dev) {
 }
 
 SHIM_EXPORT int cuCtxDestroy_v2(void *ctx) {
+	SHIM_LOCAL();
 	if (ctx != PRIMARY) return CUDA_ERROR_INVALID_CONTEXT;
 	if (current_ctx == ctx) current_ctx = NULL;
 	return cuDevicePrimaryCtxRelease_v2(0);
 }
 
 SHIM_EXPORT int cuCtxGetCurrent(void **pctx) {
+	SHIM_LOCAL();
 	if (pctx == NULL) return CUDA_ERROR_INVALID_VALUE;
 	*pctx = current_ctx;
 	return CUDA_SUCCESS;
 }
 
 SHIM_EXPORT int cuCtxSetCurrent(void *ctx) {
+	SHIM_LOCAL();
 	if (ctx != NULL && ctx != PRIMARY) return CUDA_ERROR_INVALID_CONTEXT;
 	current_ctx = ctx;
 	return CUDA_SUCCESS;
 }
 
 SHIM_EXPORT int cuCtxPushCurrent_v2(void *ctx) {
+	SHIM_LOCAL();
 	if (ctx != PRIMARY) return CUDA_ERROR_INVALID_CONTEXT;
 	current_ctx = ctx;
 	return CUDA_SUCCESS;
 }
 
 SHIM_EXPORT int cuCtxPopCurrent_v2(void **pctx) {
+	SHIM_LOCAL();
 	if (pctx != NULL) *pctx = current_ctx;
 	current_ctx = NULL;
 	return CUDA_SUCCESS;
 }
 
 SHIM_EXPORT int cuCtxGetDevice(int *dev) {
+	SHIM_LOCAL();
 	if (dev == NULL) return CUDA_ERROR_INVALID_VALUE;
 	*dev = 0;
 	return CUDA_SUCCESS;
 }
 
+/* CUDA 13: the device of ctx (NULL: the current context). The shim has one context, on device 0. */
+SHIM_EXPORT int cuCtxGetDevice_v2(int *dev, void *ctx) {
+	SHIM_LOCAL();
+	if (dev == NULL) return CUDA_ERROR_INVALID_VALUE;
+	if (ctx != NULL && ctx != PRIMARY) return CUDA_ERROR_INVALID_CONTEXT;
+	if (ctx == NULL && current_ctx == NULL) return CUDA_ERROR_INVALID_CONTEXT;
+	*dev = 0;
+	return CUDA_SUCCESS;
+}
+
 SHIM_EXPORT int cuCtxGetApiVersion(void *ctx, unsigned int *version) {
+	SHIM_LOCAL();
 	(void)ctx;
 	if (version == NULL) return CUDA_ERROR_INVALID_VALUE;
 	*version = 3020;
@@ -244,45 +306,147 @@ SHIM_EXPORT int cuCtxGetApiVersion(void *ctx, unsigned int *version) {
 }
 
 SHIM_EXPORT int cuCtxGetFlags(unsigned int *flags) {
+	SHIM_LOCAL();
 	if (flags == NULL) return CUDA_ERROR_INVALID_VALUE;
 	*flags = 0;
 	return CUDA_SUCCESS;
 }
 
 SHIM_EXPORT int cuCtxGetStreamPriorityRange(int *least, int *greatest) {
+	SHIM_LOCAL();
 	if (least != NULL) *least = 0;
 	if (greatest != NULL) *greatest = -5;
 	return CUDA_SUCCESS;
 }
 
-/* Host memory: the gpuserver copies through the ring, so "pinned" memory needs no pinning in this process. */
-SHIM_EXPORT int cuMemHostAlloc(void **pp, size_t bytesize, unsigned int flags) {
+void *shim_primary_ctx(void) { return PRIMARY; }
+
+/* shim_current_ctx is the calling thread's current context, for the shim's own use (not counted as a call). */
+void *shim_current_ctx(void) { return current_ctx; }
+
+/* CUDA 12.5+ and 13: the context parameters (execution affinity, CIG) are not supported; without them these are
+ * cuCtxCreate_v2. */
+SHIM_EXPORT int cuCtxCreate_v4(void **pctx, const void *params, unsigned int flags, int dev) {
+	SHIM_LOCAL();
+	if (params != NULL) return shim_unsupported("cuCtxCreate with CUctxCreateParams");
+	return cuCtxCreate_v2(pctx, flags, dev);
+}
+
+SHIM_EXPORT int cuCtxCreate_v3(void **pctx, const void *affinity, int n, unsigned int flags, int dev) {
+	SHIM_LOCAL();
+	if (affinity != NULL && n > 0) return shim_unsupported("cuCtxCreate with execution affinity");
+	return cuCtxCreate_v2(pctx, flags, dev);
+}
+
+SHIM_EXPORT int cuCtxSetFlags(unsigned int flags) {
+	SHIM_LOCAL();
 	(void)flags;
-	if (pp == NULL) return CUDA_ERROR_INVALID_VALUE;
-	if (posix_memalign(pp, 4096, bytesize == 0 ? 1 : bytesize) != 0) return CUDA_ERROR_OUT_OF_MEMORY;
+	return current_ctx != NULL ? CUDA_SUCCESS : CUDA_ERROR_INVALID_CONTEXT;
+}
+
+SHIM_EXPORT int cuCtxGetId(void *ctx, unsigned long long *id) {
+	SHIM_LOCAL();
+	if (id == NULL) return CUDA_ERROR_INVALID_VALUE;
+	if (ctx != NULL && ctx != PRIMARY) return CUDA_ERROR_INVALID_CONTEXT;
+	*id = 1;
 	return CUDA_SUCCESS;
 }
 
-SHIM_EXPORT int cuMemAllocHost_v2(void **pp, size_t bytesize) { return cuMemHostAlloc(pp, bytesize, 0); }
+/* Context limits (CUlimit), kept per process: the driver on the gpuserver sizes a kernel's stack and heap as its
+ * launches need. */
+static size_t limits[10] = {1024, 1048576, 8388608, 2, 2048, 32, 0, 0, 0, 0};
+static pthread_mutex_t limits_mu = PTHREAD_MUTEX_INITIALIZER;
 
-SHIM_EXPORT int cuMemFreeHost(void *p) {
-	free(p);
+SHIM_EXPORT int cuCtxGetLimit(size_t *value, int limit) {
+	SHIM_LOCAL();
+	if (value == NULL || limit < 0 || limit >= (int)(sizeof limits / sizeof limits[0]))
+		return 215; /* CUDA_ERROR_UNSUPPORTED_LIMIT */
+	pthread_mutex_lock(&limits_mu);
+	*value = limits[limit];
+	pthread_mutex_unlock(&limits_mu);
 	return CUDA_SUCCESS;
 }
 
-SHIM_EXPORT int cuMemHostRegister_v2(void *p, size_t bytesize, unsigned int flags) {
-	(void)flags;
-	return p == NULL || bytesize == 0 ? CUDA_ERROR_INVALID_VALUE : CUDA_SUCCESS;
-}
-
-SHIM_EXPORT int cuMemHostUnregister(void *p) { return p == NULL ? CUDA_ERROR_INVALID_VALUE : CUDA_SUCCESS; }
-
-SHIM_EXPORT int cuMemHostGetFlags(unsigned int *flags, void *p) {
-	(void)p;
-	if (flags == NULL) return CUDA_ERROR_INVALID_VALUE;
-	*flags = 0;
+SHIM_EXPORT int cuCtxSetLimit(int limit, size_t value) {
+	SHIM_LOCAL();
+	if (limit < 0 || limit >= (int)(sizeof limits / sizeof limits[0])) return 215;
+	pthread_mutex_lock(&limits_mu);
+	limits[limit] = value;
+	pthread_mutex_unlock(&limits_mu);
 	return CUDA_SUCCESS;
 }
 
-/* Exposed for cuPointerGetAttribute(CU_POINTER_ATTRIBUTE_CONTEXT). */
-SHIM_HIDDEN void *shim_primary_ctx(void) { return PRIMARY; }
+/* Cache and shared memory preferences: kept, as the driver may ignore them. */
+static int cache_config, shmem_config;
+
+SHIM_EXPORT int cuCtxGetCacheConfig(int *config) {
+	SHIM_LOCAL();
+	if (config == NULL) return CUDA_ERROR_INVALID_VALUE;
+	*config = __atomic_load_n(&cache_config, __ATOMIC_RELAXED);
+	return CUDA_SUCCESS;
+}
+
+SHIM_EXPORT int cuCtxSetCacheConfig(int config) {
+	SHIM_LOCAL();
+	if (config < 0 || config > 3) return CUDA_ERROR_INVALID_VALUE;
+	__atomic_store_n(&cache_config, config, __ATOMIC_RELAXED);
+	return CUDA_SUCCESS;
+}
+
+SHIM_EXPORT int cuCtxGetSharedMemConfig(int *config) {
+	SHIM_LOCAL();
+	if (config == NULL) return CUDA_ERROR_INVALID_VALUE;
+	*config = __atomic_load_n(&shmem_config, __ATOMIC_RELAXED);
+	return CUDA_SUCCESS;
+}
+
+SHIM_EXPORT int cuCtxSetSharedMemConfig(int config) {
+	SHIM_LOCAL();
+	if (config < 0 || config > 2) return CUDA_ERROR_INVALID_VALUE;
+	__atomic_store_n(&shmem_config, config, __ATOMIC_RELAXED);
+	return CUDA_SUCCESS;
+}
+
+SHIM_EXPORT int cuCtxResetPersistingL2Cache(void) {
+	SHIM_LOCAL();
+	return CUDA_SUCCESS; /* nothing persists: the shim sets no access policy windows */
+}
+
+/* The function sees one device: it has no peer. */
+SHIM_EXPORT int cuDeviceCanAccessPeer(int *can, int dev, int peer) {
+	SHIM_LOCAL();
+	if (can == NULL) return CUDA_ERROR_INVALID_VALUE;
+	if (dev != 0 || peer != 0) return CUDA_ERROR_INVALID_DEVICE;
+	*can = 0;
+	return CUDA_SUCCESS;
+}
+
+SHIM_EXPORT int cuDeviceGetP2PAttribute(int *value, int attrib, int src, int dst) {
+	SHIM_LOCAL();
+	(void)attrib;
+	if (value == NULL) return CUDA_ERROR_INVALID_VALUE;
+	return src == dst ? CUDA_ERROR_INVALID_DEVICE : CUDA_ERROR_INVALID_DEVICE;
+}
+
+SHIM_EXPORT int cuDeviceGetByPCIBusId(int *dev, const char *pciBusId) {
+	SHIM_LOCAL();
+	char mine[32];
+	if (dev == NULL || pciBusId == NULL) return CUDA_ERROR_INVALID_VALUE;
+	int r = cuDeviceGetPCIBusId(mine, sizeof mine, 0);
+	if (r != 0) return r;
+	if (strcasecmp(mine, pciBusId) != 0) return CUDA_ERROR_INVALID_DEVICE;
+	*dev = 0;
+	return CUDA_SUCCESS;
+}
+
+/* The widest 1D linear texture of an element size: the device's limit (CU_DEVICE_ATTRIBUTE_MAXIMUM_TEXTURE1D_
+ * LINEAR_WIDTH counts bytes of one-byte elements). */
+SHIM_EXPORT int cuDeviceGetTexture1DLinearMaxWidth(size_t *maxWidth, int format, unsigned numChannels, int dev) {
+	SHIM_LOCAL();
+	const struct shim_device *d;
+	(void)format, (void)numChannels;
+	if (maxWidth == NULL) return CUDA_ERROR_INVALID_VALUE;
+	int r = device(dev, &d);
+	if (r == 0) *maxWidth = (size_t)d->attrs[69];
+	return r;
+}

@@ -33,25 +33,57 @@ SHIM_HIDDEN size_t shim_image_size(const void *image, const void **start) {
 		return (size_t)hdr + (size_t)size;
 	}
 	if (p[0] == 0x7f && p[1] == 'E' && p[2] == 'L' && p[3] == 'F' && p[4] == 2 /* ELFCLASS64 */) {
-		uint64_t shoff;
-		uint16_t shentsize, shnum;
+		/* The file ends after whichever is last: the section headers, the program headers (ptxas writes them
+		 * after the section headers, and the driver needs them), or a section's data. */
+		uint64_t shoff, phoff, end;
+		uint16_t shentsize, shnum, phentsize, phnum;
+		memcpy(&phoff, p + 0x20, 8);
 		memcpy(&shoff, p + 0x28, 8);
+		memcpy(&phentsize, p + 0x36, 2);
+		memcpy(&phnum, p + 0x38, 2);
 		memcpy(&shentsize, p + 0x3A, 2);
 		memcpy(&shnum, p + 0x3C, 2);
-		return (size_t)(shoff + (uint64_t)shentsize * shnum);
+		end = shoff + (uint64_t)shentsize * shnum;
+		if (phoff + (uint64_t)phentsize * phnum > end) end = phoff + (uint64_t)phentsize * phnum;
+		for (uint16_t i = 0; shentsize >= 0x40 && i < shnum; i++) {
+			const uint8_t *sh = p + shoff + (uint64_t)i * shentsize;
+			uint32_t type;
+			uint64_t off, size;
+			memcpy(&type, sh + 0x04, 4);
+			memcpy(&off, sh + 0x18, 8);
+			memcpy(&size, sh + 0x20, 8);
+			if (type != 8 /* SHT_NOBITS */ && off + size > end) end = off + size;
+		}
+		return (size_t)end;
 	}
 	return strlen((const char *)p) + 1; /* PTX: NUL-terminated text */
 }
 
-static int load(void **module, const void *image) {
+/* send_image sends all but the last record's worth of an image as chunks and returns what the load call carries. */
+static int send_image(const uint8_t **p, size_t *n) {
+	int r = shim_connect();
+	if (r != 0) return r;
+	uint64_t chunk = shim_max_payload();
+	chunk = chunk > 64 ? chunk - 64 : chunk;
+	while (*n > chunk) {
+		if ((r = rpc_moduleImageChunk(*p, chunk)) != 0) return r;
+		*p += chunk;
+		*n -= chunk;
+	}
+	return CUDA_SUCCESS;
+}
+
+int shim_module_load(void **module, const void *image) {
 	if (module == NULL || image == NULL) return CUDA_ERROR_INVALID_VALUE;
 	const void *start;
 	size_t size = shim_image_size(image, &start);
 	if (size == 0) return CUDA_ERROR_INVALID_IMAGE;
-	return rpc_cuModuleLoadData(module, start, size);
+	const uint8_t *p = start;
+	int r = send_image(&p, &size);
+	return r != 0 ? r : rpc_cuModuleLoadData(module, p, size);
 }
 
-SHIM_EXPORT int cuModuleLoadData(void **module, const void *image) { return load(module, image); }
+SHIM_EXPORT int cuModuleLoadData(void **module, const void *image) { return shim_module_load(module, image); }
 
 /* JIT options are not forwarded: the server compiles with its defaults. */
 SHIM_EXPORT int cuModuleLoadDataEx(void **module, const void *image, unsigned int numOptions, void *options,
@@ -59,10 +91,10 @@ SHIM_EXPORT int cuModuleLoadDataEx(void **module, const void *image, unsigned in
 	(void)numOptions;
 	(void)options;
 	(void)optionValues;
-	return load(module, image);
+	return shim_module_load(module, image);
 }
 
-SHIM_EXPORT int cuModuleLoadFatBinary(void **module, const void *fatCubin) { return load(module, fatCubin); }
+SHIM_EXPORT int cuModuleLoadFatBinary(void **module, const void *fatCubin) { return shim_module_load(module, fatCubin); }
 
 SHIM_EXPORT int cuLibraryLoadData(void **library, const void *code, void *jitOptions, void **jitOptionsValues,
 				  unsigned int numJitOptions, void *libraryOptions, void **libraryOptionValues,
@@ -73,101 +105,9 @@ SHIM_EXPORT int cuLibraryLoadData(void **library, const void *code, void *jitOpt
 	const void *start;
 	size_t size = shim_image_size(code, &start);
 	if (size == 0) return CUDA_ERROR_INVALID_IMAGE;
-	return rpc_cuLibraryLoadData(library, start, size);
-}
-
-/* --- parameter layouts by function or kernel handle */
-
-#define LAYOUT_WIRE (4 + 8 * SHIM_PARAM_MAX)
-#define TABLE_SIZE 4096
-
-static pthread_mutex_t table_mu = PTHREAD_MUTEX_INITIALIZER;
-static struct {
-	void *key;
-	struct shim_params *p;
-} table[TABLE_SIZE];
-
-void shim_params_put(void *func, const uint8_t *wire, size_t len) {
-	if (len < 4) return;
-	struct shim_params *p = calloc(1, sizeof *p);
-	if (p == NULL) return;
-	uint32_t count;
-	memcpy(&count, wire, 4);
-	if (count > SHIM_PARAM_MAX || 4 + 8 * (size_t)count > len) count = 0;
-	p->count = count;
-	for (uint32_t i = 0; i < count; i++) {
-		memcpy(&p->offset[i], wire + 4 + 8 * i, 4);
-		memcpy(&p->size[i], wire + 8 + 8 * i, 4);
-	}
-	size_t h = ((uintptr_t)func >> 3) % TABLE_SIZE;
-	pthread_mutex_lock(&table_mu);
-	for (size_t i = 0; i < TABLE_SIZE; i++) {
-		size_t j = (h + i) % TABLE_SIZE;
-		if (table[j].key == NULL || table[j].key == func) {
-			free(table[j].p);
-			table[j].key = func;
-			table[j].p = p;
-			p = NULL;
-			break;
-		}
-	}
-	pthread_mutex_unlock(&table_mu);
-	if (p != NULL) {
-		shim_log("more than %d kernel handles: parameter layout not cached", TABLE_SIZE);
-		free(p);
-	}
-}
-
-const struct shim_params *shim_params_get(void *func) {
-	const struct shim_params *p = NULL;
-	size_t h = ((uintptr_t)func >> 3) % TABLE_SIZE;
-	pthread_mutex_lock(&table_mu);
-	for (size_t i = 0; i < TABLE_SIZE; i++) {
-		size_t j = (h + i) % TABLE_SIZE;
-		if (table[j].key == NULL) break;
-		if (table[j].key == func) {
-			p = table[j].p;
-			break;
-		}
-	}
-	pthread_mutex_unlock(&table_mu);
-	return p;
-}
-
-SHIM_EXPORT int cuModuleGetFunction(void **hfunc, void *hmod, const char *name) {
-	uint8_t wire[LAYOUT_WIRE];
-	if (hfunc == NULL || name == NULL) return CUDA_ERROR_INVALID_VALUE;
-	int r = rpc_cuModuleGetFunction(hfunc, wire, hmod, name);
-	if (r == 0) shim_params_put(*hfunc, wire, sizeof wire);
-	return r;
-}
-
-SHIM_EXPORT int cuKernelGetFunction(void **pFunc, void *kernel) {
-	uint8_t wire[LAYOUT_WIRE];
-	if (pFunc == NULL) return CUDA_ERROR_INVALID_VALUE;
-	int r = rpc_cuKernelGetFunction(pFunc, wire, kernel);
-	if (r == 0) shim_params_put(*pFunc, wire, sizeof wire);
-	return r;
-}
-
-/* layout returns the parameter layout of a function, or of a kernel handle passed as one (CUDA 12 allows it). */
-static const struct shim_params *layout(void *f) {
-	const struct shim_params *p = shim_params_get(f);
-	if (p != NULL) return p;
-	uint8_t wire[LAYOUT_WIRE];
-	void *func;
-	if (rpc_cuKernelGetFunction(&func, wire, f) != 0) return NULL;
-	shim_params_put(f, wire, sizeof wire);
-	return shim_params_get(f);
-}
-
-SHIM_EXPORT int cuFuncGetParamInfo(void *func, size_t paramIndex, size_t *paramOffset, size_t *paramSize) {
-	const struct shim_params *p = layout(func);
-	if (p == NULL) return CUDA_ERROR_INVALID_HANDLE;
-	if (paramIndex >= p->count) return CUDA_ERROR_INVALID_VALUE;
-	if (paramOffset != NULL) *paramOffset = p->offset[paramIndex];
-	if (paramSize != NULL) *paramSize = p->size[paramIndex];
-	return CUDA_SUCCESS;
+	const uint8_t *p = start;
+	int r = send_image(&p, &size);
+	return r != 0 ? r : rpc_cuLibraryLoadData(library, p, size);
 }
 
 /* --- launches */
@@ -176,51 +116,61 @@ SHIM_EXPORT int cuFuncGetParamInfo(void *func, size_t paramIndex, size_t *paramO
 #define CU_LAUNCH_PARAM_BUFFER_POINTER ((void *)0x01)
 #define CU_LAUNCH_PARAM_BUFFER_SIZE ((void *)0x02)
 #define ARGS_MAX 32764 /* the CUDA 12.1+ kernel parameter limit, rounded */
+#define LAUNCH_ATTR_SIZE 72 /* CUlaunchAttribute: u32 id, 4 bytes of padding, a 64-byte value */
+#define LAUNCH_ATTRS_MAX 64
 
+/* launch packs the kernel's arguments into one raw buffer (kernelParams by the cached layout, or the buffer of
+ * extra) and sends the launch, with its attributes when attrs is not NULL. */
 static int launch(void *f, const unsigned grid[3], const unsigned block[3], unsigned shmem, void *stream,
-		  void **kernelParams, void **extra) {
+		  void **kernelParams, void **extra, const void *attrs, unsigned nattrs) {
 	if (f == NULL) return CUDA_ERROR_INVALID_HANDLE;
+	const void *args;
+	size_t size = 0;
+	uint8_t buf[ARGS_MAX];
 	if (extra != NULL) {
-		const void *buf = NULL;
-		size_t size = 0;
+		const void *p = NULL;
 		for (size_t i = 0; extra[i] != CU_LAUNCH_PARAM_END; i += 2) {
 			if (extra[i] == CU_LAUNCH_PARAM_BUFFER_POINTER)
-				buf = extra[i + 1];
+				p = extra[i + 1];
 			else if (extra[i] == CU_LAUNCH_PARAM_BUFFER_SIZE)
 				memcpy(&size, extra[i + 1], sizeof size);
 			else
 				return CUDA_ERROR_INVALID_VALUE;
 		}
-		if (buf == NULL && size != 0) return CUDA_ERROR_INVALID_VALUE;
-		return rpc_cuLaunchKernel(f, grid[0], grid[1], grid[2], block[0], block[1], block[2], shmem, stream,
-					  buf, size);
-	}
-	const struct shim_params *p = layout(f);
-	if (p == NULL) {
-		shim_log("cuLaunchKernel: no parameter layout for function %p", f);
-		return CUDA_ERROR_INVALID_HANDLE;
-	}
-	if (p->count > 0 && kernelParams == NULL) return CUDA_ERROR_INVALID_VALUE;
-	uint8_t buf[ARGS_MAX];
-	size_t size = 0;
-	for (uint32_t i = 0; i < p->count; i++) {
-		size_t end = (size_t)p->offset[i] + p->size[i];
-		if (end > sizeof buf) return CUDA_ERROR_INVALID_VALUE;
-		if (end > size) {
-			memset(buf + size, 0, end - size);
-			size = end;
+		if (p == NULL && size != 0) return CUDA_ERROR_INVALID_VALUE;
+		args = p;
+	} else {
+		const struct shim_params *p = shim_params_get(f);
+		if (p == NULL) {
+			shim_log("cuLaunchKernel: no parameter layout for function %p", f);
+			return CUDA_ERROR_INVALID_HANDLE;
 		}
-		if (kernelParams[i] == NULL) return CUDA_ERROR_INVALID_VALUE;
-		memcpy(buf + p->offset[i], kernelParams[i], p->size[i]);
+		if (p->count > 0 && kernelParams == NULL) return CUDA_ERROR_INVALID_VALUE;
+		for (uint32_t i = 0; i < p->count; i++) {
+			size_t end = (size_t)p->offset[i] + p->size[i];
+			if (end > sizeof buf) return CUDA_ERROR_INVALID_VALUE;
+			if (end > size) {
+				memset(buf + size, 0, end - size);
+				size = end;
+			}
+			if (kernelParams[i] == NULL) return CUDA_ERROR_INVALID_VALUE;
+			memcpy(buf + p->offset[i], kernelParams[i], p->size[i]);
+		}
+		args = buf;
 	}
-	return rpc_cuLaunchKernel(f, grid[0], grid[1], grid[2], block[0], block[1], block[2], shmem, stream, buf, size);
+	if (attrs == NULL || nattrs == 0)
+		return rpc_cuLaunchKernel(f, grid[0], grid[1], grid[2], block[0], block[1], block[2], shmem, stream,
+					  args, size);
+	if (nattrs > LAUNCH_ATTRS_MAX) return CUDA_ERROR_INVALID_VALUE;
+	return rpc_cuLaunchKernelEx(f, grid[0], grid[1], grid[2], block[0], block[1], block[2], shmem, stream, attrs,
+				    (size_t)nattrs * LAUNCH_ATTR_SIZE, args, size);
 }
 
 SHIM_EXPORT int cuLaunchKernel(void *f, unsigned int gridDimX, unsigned int gridDimY, unsigned int gridDimZ,
 			       unsigned int blockDimX, unsigned int blockDimY, unsigned int blockDimZ,
 			       unsigned int sharedMemBytes, void *hStream, void **kernelParams, void **extra) {
 	unsigned grid[3] = {gridDimX, gridDimY, gridDimZ}, block[3] = {blockDimX, blockDimY, blockDimZ};
-	return launch(f, grid, block, sharedMemBytes, hStream, kernelParams, extra);
+	return launch(f, grid, block, sharedMemBytes, hStream, kernelParams, extra, NULL, 0);
 }
 
 /* CUlaunchConfig as laid out by cuda.h on 64-bit platforms. */
@@ -229,55 +179,38 @@ struct launch_config {
 	unsigned block[3];
 	unsigned shmem;
 	void *stream;
-	void *attrs;
+	const void *attrs; /* CUlaunchAttribute[num_attrs] */
 	unsigned num_attrs;
 };
 
+/* cuLaunchKernelEx carries every launch attribute to the gpuserver, which applies them (clusters, cooperative
+ * launches, programmatic dependent launch, priorities, completion events) or refuses the launch. */
 SHIM_EXPORT int cuLaunchKernelEx(const struct launch_config *config, void *f, void **kernelParams, void **extra) {
-	if (config == NULL) return CUDA_ERROR_INVALID_VALUE;
-	if (config->num_attrs > 0) {
-		static int logged;
-		if (!__atomic_exchange_n(&logged, 1, __ATOMIC_SEQ_CST))
-			shim_log("cuLaunchKernelEx: launch attributes are ignored (cooperative, clusters, priority)");
-	}
-	return launch(f, config->grid, config->block, config->shmem, config->stream, kernelParams, extra);
+	if (config == NULL || (config->num_attrs > 0 && config->attrs == NULL)) return CUDA_ERROR_INVALID_VALUE;
+	return launch(f, config->grid, config->block, config->shmem, config->stream, kernelParams, extra,
+		      config->attrs, config->num_attrs);
 }
 
-/* --- pointer attributes */
-
-SHIM_HIDDEN void *shim_primary_ctx(void);
-
-enum { PTR_ATTR_CONTEXT = 1 };
-
-static size_t attr_size(int attribute) {
-	switch (attribute) {
-	case 1:  /* CONTEXT */
-	case 3:  /* DEVICE_POINTER */
-	case 4:  /* HOST_POINTER */
-	case 7:  /* BUFFER_ID */
-	case 11: /* RANGE_START_ADDR */
-	case 12: /* RANGE_SIZE */
-	case 17: /* MEMORY_BLOCK_ID */
-		return 8;
-	case 5: /* P2P_TOKENS */
-		return 0;
-	default:
-		return 4;
-	}
+/* cuLaunchCooperativeKernel is a launch with CU_LAUNCH_ATTRIBUTE_COOPERATIVE. */
+SHIM_EXPORT int cuLaunchCooperativeKernel(void *f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by,
+					  unsigned bz, unsigned shmem, void *stream, void **kernelParams) {
+	uint8_t attr[LAUNCH_ATTR_SIZE];
+	memset(attr, 0, sizeof attr);
+	uint32_t id = 2, one = 1; /* CU_LAUNCH_ATTRIBUTE_COOPERATIVE */
+	memcpy(attr, &id, 4);
+	memcpy(attr + 8, &one, 4);
+	unsigned grid[3] = {gx, gy, gz}, block[3] = {bx, by, bz};
+	return launch(f, grid, block, shmem, stream, kernelParams, NULL, attr, 1);
 }
 
-SHIM_EXPORT int cuPointerGetAttribute(void *data, int attribute, unsigned long long ptr) {
-	if (data == NULL) return CUDA_ERROR_INVALID_VALUE;
-	size_t n = attr_size(attribute);
-	if (n == 0) return shim_unsupported("cuPointerGetAttribute(CU_POINTER_ATTRIBUTE_P2P_TOKENS)");
-	uint8_t v[8];
-	int r = rpc_cuPointerGetAttribute(v, attribute, ptr);
-	if (r != 0) return r;
-	if (attribute == PTR_ATTR_CONTEXT) {
-		void *ctx = shim_primary_ctx();
-		memcpy(data, &ctx, sizeof ctx);
-		return CUDA_SUCCESS;
-	}
-	memcpy(data, v, n);
+/* --- loading mode: lazy unless CUDA_MODULE_LOADING=EAGER, as the driver does since CUDA 12.2 */
+
+enum { CU_MODULE_EAGER_LOADING = 1, CU_MODULE_LAZY_LOADING = 2 };
+
+SHIM_EXPORT int cuModuleGetLoadingMode(int *mode) {
+	SHIM_LOCAL();
+	if (mode == NULL) return CUDA_ERROR_INVALID_VALUE;
+	const char *v = getenv("CUDA_MODULE_LOADING");
+	*mode = v != NULL && strcmp(v, "EAGER") == 0 ? CU_MODULE_EAGER_LOADING : CU_MODULE_LAZY_LOADING;
 	return CUDA_SUCCESS;
 }

@@ -36,6 +36,9 @@ enum {
 	CUDA_ERROR_UNKNOWN = 999,
 };
 
+/* CU_DEVICE_ATTRIBUTE_MAX of CUDA 13.0: device attributes are 1..147. */
+#define SHIM_DEVICE_ATTRIBUTE_MAX 148
+
 /* The CUDA version the shim reports (cuDriverGetVersion): 13.0. */
 #define SHIM_DRIVER_VERSION 13000
 
@@ -97,7 +100,75 @@ struct shim_params {
 	uint32_t offset[SHIM_PARAM_MAX];
 	uint32_t size[SHIM_PARAM_MAX];
 };
-void shim_params_put(void *func, const uint8_t *wire, size_t len);
 const struct shim_params *shim_params_get(void *func);
+/* A function attribute (CUfunction_attribute), cached (func.c). */
+int shim_func_attr(void *func, int attribute, int *value);
+
+/* The entry point of an exported symbol (procaddr.c), NULL if none. */
+void *shim_symbol(const char *symbol);
+/* The variant of base current at a CUDA version (cuGetProcAddress); status is a CUdriverProcAddressQueryResult. */
+const struct shim_variant *shim_resolve(const char *base, int version, int per_thread, int *status);
+
+/* Private tables of cuGetExportTable (exports.c), by index. */
+enum shim_table {
+	SHIM_TABLE_CUDART_INTERFACE,
+	SHIM_TABLE_TOOLS_TLS,
+	SHIM_TABLE_TOOLS_RUNTIME_CALLBACK_HOOKS,
+	SHIM_TABLE_CONTEXT_LOCAL_STORAGE,
+	SHIM_TABLE_DEVICE_EXTENDED_RT,
+	SHIM_TABLE_INTEGRITY_CHECK,
+	SHIM_TABLE_CONTEXT_CHECKS,
+	SHIM_TABLE_CTX_CREATE_BYPASS,
+	SHIM_TABLE_HEAP_ACCESS,
+	SHIM_TABLE_TOOLS_CONTEXT_ID,
+	SHIM_TABLE_PRE_INIT,
+	SHIM_TABLE_69A28E9F,
+	SHIM_TABLE_KNOWN, /* tables from here on are stub tables handed out for UUIDs the shim does not know */
+};
+/* The table handed out for a known table (NULL for an index without one). */
+const void *shim_export_table(enum shim_table t);
+
+/* MD2 (RFC 1319) fed a byte at a time, its 66 bytes laid out as X[48], C[16], byte count, L (integrity.c). */
+struct shim_md2 {
+	uint8_t x[48];
+	uint8_t c[16];
+	uint8_t n;
+	uint8_t l;
+};
+void shim_md2_init(struct shim_md2 *m);
+void shim_md2_byte(struct shim_md2 *m, uint8_t b);
+/* Feeds len bytes of p, each XORed with mask. */
+void shim_md2_update(struct shim_md2 *m, const void *p, size_t len, uint8_t mask);
+void shim_md2_final(struct shim_md2 *m, uint8_t digest[16]);
+/* The integrity check's HMAC-MD2: begin feeds the inner key block, end finishes inner and outer hashes. */
+void shim_integrity_begin(struct shim_md2 *m);
+void shim_integrity_end(struct shim_md2 *m, uint64_t out[2]);
+/* fn is the address of the table slot the caller called (it is part of the message). */
+int shim_integrity_check(unsigned version, uint64_t unix_seconds, uint64_t out[2], const void *fn);
+
+/* Whether an address is device memory of the function (alloc.c). */
+int shim_device_address(uint64_t p);
+
+/* The size of a module image (PTX text, cubin, fat binary or its wrapper) and where it starts (module.c). */
+size_t shim_image_size(const void *image, const void **start);
+
+/* Module loading from any image the driver accepts (PTX, cubin, fatbin, fatbin wrapper): module.c. */
+int shim_module_load(void **module, const void *image);
+/* The process's one context (local.c), and the destruction of its context-local storage (exports.c). */
+void *shim_primary_ctx(void);
+void *shim_current_ctx(void);
+void shim_context_storage_destroy(void *ctx);
+
+/* Counters of what the shim did, for tests and the remoted-calls report (faasGpuShimStats). */
+struct shim_stats {
+	uint64_t sync_calls;     /* remoted calls the caller waited for */
+	uint64_t async_calls;    /* remoted fire-and-forget calls */
+	uint64_t local_calls;    /* entry points and table slots answered in the shim */
+	uint64_t unsupported;    /* calls of stub entry points (NOT_SUPPORTED) */
+	uint64_t unknown_slots;  /* calls of private-table slots the shim does not emulate */
+};
+extern struct shim_stats shim_stats;
+#define SHIM_COUNT(field) __atomic_add_fetch(&shim_stats.field, 1, __ATOMIC_RELAXED)
+#define SHIM_LOCAL() SHIM_COUNT(local_calls)
 
 #endif

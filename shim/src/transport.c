@@ -64,6 +64,7 @@ static struct {
 	.init_mu = PTHREAD_MUTEX_INITIALIZER,
 	.mu = PTHREAD_MUTEX_INITIALIZER,
 	.fd = -1,
+	.debug = -1,
 };
 
 #define CTL(off, type) ((type *)(g.shm + (off)))
@@ -97,27 +98,6 @@ void shim_log(const char *fmt, ...) {
 	fprintf(stderr, "faas-gpu shim: %s\n", buf);
 }
 
-int shim_debug(void) { return g.debug; }
-
-int shim_unsupported(const char *name) {
-	static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
-	static const char *logged[512];
-	static size_t n;
-	int found = 0;
-	pthread_mutex_lock(&mu);
-	for (size_t i = 0; i < n; i++)
-		if (logged[i] == name || strcmp(logged[i], name) == 0) found = 1;
-	if (!found && n < sizeof logged / sizeof logged[0]) logged[n++] = name;
-	pthread_mutex_unlock(&mu);
-	if (!found) shim_log("%s is not supported by the shim: returning CUDA_ERROR_NOT_SUPPORTED", name);
-	return CUDA_ERROR_NOT_SUPPORTED;
-}
-
-int shim_null_arg(const char *call, const char *arg) {
-	if (g.debug) shim_log("%s: %s is NULL", call, arg);
-	return CUDA_ERROR_INVALID_VALUE;
-}
-
 static long env_long(const char *name, long def) {
 	const char *v = getenv(name);
 	if (v == NULL || *v == 0) return def;
@@ -129,6 +109,38 @@ static long env_long(const char *name, long def) {
 	}
 	return x;
 }
+
+/* FAAS_GPU_SHIM_DEBUG: 1 logs connections and private tables, 2 also every cuGetProcAddress. Read on first use:
+ * entry points are looked up before cuInit. */
+int shim_debug(void) {
+	int d = __atomic_load_n(&g.debug, __ATOMIC_RELAXED);
+	if (d < 0) {
+		d = (int)env_long("FAAS_GPU_SHIM_DEBUG", 0);
+		__atomic_store_n(&g.debug, d, __ATOMIC_RELAXED);
+	}
+	return d;
+}
+
+int shim_unsupported(const char *name) {
+	static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
+	static const char *logged[512];
+	static size_t n;
+	int found = 0;
+	pthread_mutex_lock(&mu);
+	for (size_t i = 0; i < n; i++)
+		if (logged[i] == name || strcmp(logged[i], name) == 0) found = 1;
+	if (!found && n < sizeof logged / sizeof logged[0]) logged[n++] = name;
+	pthread_mutex_unlock(&mu);
+	SHIM_COUNT(unsupported);
+	if (!found) shim_log("%s is not supported by the shim: returning CUDA_ERROR_NOT_SUPPORTED", name);
+	return CUDA_ERROR_NOT_SUPPORTED;
+}
+
+int shim_null_arg(const char *call, const char *arg) {
+	if (shim_debug()) shim_log("%s: %s is NULL", call, arg);
+	return CUDA_ERROR_INVALID_VALUE;
+}
+
 
 /* fail marks the connection broken for good and returns err. */
 static int fail(int err) {
@@ -156,7 +168,6 @@ static int connect_locked(void) {
 		pthread_atfork(NULL, NULL, reset_after_fork);
 		atfork = 1;
 	}
-	g.debug = env_long("FAAS_GPU_SHIM_DEBUG", 0) != 0;
 	g.batch = env_long("FAAS_GPU_REMOTING_BATCH", 1) != 0;
 	g.sync_all = env_long("FAAS_GPU_REMOTING_SYNC", 0) != 0;
 	g.spin_ns = env_long("FAAS_GPU_REMOTING_SPIN_US", 50) * 1000;
@@ -302,7 +313,7 @@ static int connect_locked(void) {
 	fcntl(fd, F_SETFL, fl | O_NONBLOCK);
 	g.fd = fd;
 	g.state = 1;
-	if (g.debug)
+	if (shim_debug())
 		shim_log("connected to %s as function %s (%s, %llu bytes, batch %d, sync %d)", path, function,
 			 g.dev.name, (unsigned long long)g.dev.total_mem, g.batch, g.sync_all);
 	return CUDA_SUCCESS;
@@ -402,6 +413,10 @@ int shim_call_begin(struct shim_call *c, unsigned id, int mode, uint64_t payload
 	c->off = SHIM_RECORD_HEADER_SIZE;
 	c->seq = ++g.seq;
 	c->wait = mode == SHIM_CALL_SYNC || g.sync_all;
+	if (mode == SHIM_CALL_SYNC)
+		SHIM_COUNT(sync_calls);
+	else
+		SHIM_COUNT(async_calls);
 	c->resp = NULL;
 	c->resp_len = c->roff = 0;
 	put32(c->rec, (uint32_t)size);
@@ -465,6 +480,11 @@ int shim_call_end(struct shim_call *c) {
 	c->resp = h + SHIM_RESPONSE_HEADER_SIZE;
 	c->resp_len = len;
 	c->roff = 0;
+	if (result != 0 && shim_debug()) {
+		uint16_t id;
+		memcpy(&id, c->rec + 4, 2);
+		shim_log("%s: the gpuserver answered %d", shim_call_name(id), result);
+	}
 	return result;
 }
 

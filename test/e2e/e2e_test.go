@@ -135,8 +135,9 @@ func freePort(t *testing.T) int {
 	return l.Addr().(*net.TCPAddr).Port
 }
 
-// startUp runs `faas-gpu up` on a free port with the given state dir and waits until the gateway answers.
-func startUp(t *testing.T, stateDir string) *instance {
+// startUp runs `faas-gpu up` on a free port with the given state dir (and extra flags) and waits until the gateway
+// answers.
+func startUp(t *testing.T, stateDir string, extra ...string) *instance {
 	t.Helper()
 	bin, err := buildOnce()
 	if err != nil {
@@ -149,6 +150,7 @@ func startUp(t *testing.T, stateDir string) *instance {
 		"--build-dir", filepath.Join(stateDir, "..", "build"),
 		"--templates-dir", filepath.Join(root, "template"), "--functions-dir", filepath.Join(root, "functions"),
 		"--gpu-memory", "4Gi", "--shim-dir", shimDir(t), "--log-level", "debug")
+	cmd.Args = append(cmd.Args, extra...)
 	cmd.Stdout, cmd.Stderr = out, out
 	cmd.Dir = t.TempDir()
 	if err := cmd.Start(); err != nil {

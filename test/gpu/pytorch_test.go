@@ -3,14 +3,19 @@
 package gpu
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"io"
 	"math"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -19,41 +24,169 @@ import (
 
 	"github.com/faas-gpu/faas-gpu/gpuserver/device/cuda"
 	"github.com/faas-gpu/faas-gpu/gpuserver/device/nvml"
+	"github.com/faas-gpu/faas-gpu/gpuserver/executor"
 	"github.com/faas-gpu/faas-gpu/gpuserver/pool"
 	"github.com/faas-gpu/faas-gpu/gpuserver/server"
 )
 
-type torchResult struct {
-	Model  string    `json:"model"`
-	Device string    `json:"device"`
-	Torch  string    `json:"torch"`
-	CUDA   string    `json:"cuda"`
-	P50MS  float64   `json:"p50_ms"`
-	Output []float64 `json:"output"`
+// Iterations per batch size of the steady-state latency measurement, and cold starts per model.
+const (
+	iterations = 100
+	coldStarts = 5
+)
+
+// torch is one torch_bench.py process: natively, or through the shim.
+type torch struct {
+	cmd    *exec.Cmd
+	in     io.WriteCloser
+	out    *bufio.Scanner
+	stderr *bytes.Buffer
 }
 
-// runTorch runs torch_shim.py for one model with the given extra environment and returns its result and stderr.
-func runTorch(t *testing.T, model string, env []string) (torchResult, string, error) {
+type passReply struct {
+	S     float64            `json:"s"`
+	CPUS  float64            `json:"cpu_s"`
+	Stats map[string]float64 `json:"stats"`
+	Error string             `json:"error"`
+}
+
+func startTorch(t *testing.T, model string, env []string) *torch {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)
-	defer cancel()
-	cmd := exec.CommandContext(ctx, "python3", "torch_shim.py", model, "50")
+	cmd := exec.Command("python3", "torch_bench.py", model)
 	cmd.Env = append(os.Environ(), env...)
-	var stdout, stderr bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &stdout, &stderr
-	err := cmd.Run()
-	var r torchResult
-	if err == nil {
-		lines := strings.Split(strings.TrimSpace(stdout.String()), "\n")
-		err = json.Unmarshal([]byte(lines[len(lines)-1]), &r)
+	in, err := cmd.StdinPipe()
+	if err != nil {
+		t.Fatal(err)
 	}
-	return r, stderr.String(), err
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := &torch{cmd: cmd, in: in, out: bufio.NewScanner(out), stderr: &bytes.Buffer{}}
+	p.out.Buffer(make([]byte, 1<<20), 64<<20)
+	cmd.Stderr = p.stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_ = p.in.Close()
+		done := make(chan struct{})
+		go func() { _ = cmd.Wait(); close(done) }()
+		select {
+		case <-done:
+		case <-time.After(30 * time.Second):
+			_ = cmd.Process.Kill()
+			<-done
+		}
+	})
+	return p
+}
+
+// call sends one command and decodes its reply; a process that died fails the test with its stderr.
+func (p *torch) call(t *testing.T, req map[string]any, reply any) {
+	t.Helper()
+	line, _ := json.Marshal(req)
+	if _, err := fmt.Fprintf(p.in, "%s\n", line); err != nil {
+		t.Fatalf("torch_bench.py %v: %v\nstderr:\n%s", req, err, tail(p.stderr.String(), 4096))
+	}
+	if !p.out.Scan() {
+		t.Fatalf("torch_bench.py %v: no reply (%v)\nstderr:\n%s", req, p.out.Err(), tail(p.stderr.String(), 4096))
+	}
+	if err := json.Unmarshal(p.out.Bytes(), reply); err != nil {
+		t.Fatalf("torch_bench.py %v: %v: %s", req, err, p.out.Bytes())
+	}
+}
+
+func (p *torch) pass(t *testing.T, batch int) passReply {
+	t.Helper()
+	var r passReply
+	p.call(t, map[string]any{"cmd": "pass", "batch": batch}, &r)
+	if r.Error != "" {
+		t.Fatalf("pass: %s", r.Error)
+	}
+	return r
+}
+
+func (p *torch) output(t *testing.T, batch int) []float64 {
+	t.Helper()
+	var r struct {
+		Output []float64 `json:"output"`
+	}
+	p.call(t, map[string]any{"cmd": "output", "batch": batch}, &r)
+	return r.Output
+}
+
+func (p *torch) load(t *testing.T) float64 {
+	t.Helper()
+	var r passReply
+	p.call(t, map[string]any{"cmd": "load"}, &r)
+	return r.S
+}
+
+// side is one column of the comparison: what one model measured natively or through the shim.
+type side struct {
+	p50, p99        map[int]float64 // seconds, by batch
+	cpuPerPass      map[int]float64 // client CPU seconds per pass
+	perPass         map[int]map[string]float64
+	cold            float64 // native: load + first pass; shim: median of acquire + pass after an eviction
+	coldParts       string
+	out1            []float64
+	requestOverhead float64 // shim: median acquire + release around a pass (seconds)
+}
+
+func newSide() *side {
+	return &side{p50: map[int]float64{}, p99: map[int]float64{}, cpuPerPass: map[int]float64{},
+		perPass: map[int]map[string]float64{}}
+}
+
+// steady measures iterations passes at each batch size after three warm-up passes. around, when set, wraps each
+// pass in a request (the shim's acquire and release) and returns its own overhead.
+func steady(t *testing.T, p *torch, s *side, around func(func()) time.Duration) {
+	t.Helper()
+	var overhead []float64
+	for _, batch := range []int{1, 8} {
+		for range 3 {
+			p.pass(t, batch)
+		}
+		var times []float64
+		var cpu float64
+		sum := map[string]float64{}
+		for range iterations {
+			var r passReply
+			if around != nil {
+				d := around(func() { r = p.pass(t, batch) })
+				overhead = append(overhead, d.Seconds()-r.S)
+			} else {
+				r = p.pass(t, batch)
+			}
+			times = append(times, r.S)
+			cpu += r.CPUS
+			for k, v := range r.Stats {
+				sum[k] += v
+			}
+		}
+		slices.Sort(times)
+		s.p50[batch] = times[len(times)/2]
+		s.p99[batch] = times[int(math.Ceil(0.99*float64(len(times))))-1]
+		s.cpuPerPass[batch] = cpu / iterations
+		if len(sum) > 0 {
+			for k := range sum {
+				sum[k] /= iterations
+			}
+			s.perPass[batch] = sum
+		}
+	}
+	if len(overhead) > 0 {
+		slices.Sort(overhead)
+		s.requestOverhead = overhead[len(overhead)/2]
+	}
 }
 
 // TestGPUPyTorchThroughTheShim runs unchanged PyTorch (torchvision ResNet-152 and a BERT-base encoder, random
-// weights) natively and through the shim on the gpuserver's cuda backend, side by side on the same GPU: outputs
-// must be allclose and latency within 1.1x of native. The shim's debug log (calls cuGetProcAddress did not
-// resolve, export tables asked for) goes to the report, so a failing run says what to implement next.
+// weights) natively and through the shim on the gpuserver's cuda backend, side by side on the same GPU in one run:
+// outputs must be allclose; p50 and p99 latency at batch 1 and 8, cold start from the host image against the native
+// load, synchronous round trips per pass and client CPU per pass are written to FAAS_GPU_GPU_REPORT
+// (docs/bench/pytorch-shim.md). Latency is reported, never asserted.
 func TestGPUPyTorchThroughTheShim(t *testing.T) {
 	if os.Getenv("FAAS_GPU_TEST_CUDA") != "1" {
 		t.Skip("GPU suite: set FAAS_GPU_TEST_CUDA=1 on a machine with an NVIDIA GPU, CUDA and PyTorch (make gpu-test)")
@@ -90,41 +223,129 @@ func TestGPUPyTorchThroughTheShim(t *testing.T) {
 	if out, err := exec.Command("make", "-s", "-C", "../../shim").CombinedOutput(); err != nil {
 		t.Fatalf("make -C shim: %v\n%s", err, out)
 	}
+	versions, _ := exec.Command("python3", "-c",
+		"import torch,torchvision,transformers; print(torch.__version__, torch.version.cuda, torchvision.__version__, transformers.__version__, torch.backends.cudnn.version())").Output()
 
 	var report strings.Builder
-	fmt.Fprintf(&report, "# Unchanged PyTorch through the shim\n\nWritten by `make gpu-test` (test/gpu) on %s.\n\n",
-		time.Now().UTC().Format(time.RFC3339))
-	fmt.Fprintf(&report, "| model | device | torch / CUDA | native p50 ms | shim p50 ms | shim/native | max abs diff | result |\n|---|---|---|---|---|---|---|---|\n")
+	fmt.Fprintf(&report, "# Unchanged PyTorch through the shim (GPU suite)\n\nWritten by `make gpu-test` "+
+		"(test/gpu, `TestGPUPyTorchThroughTheShim`) on %s.\n\n", time.Now().UTC().Format(time.RFC3339))
+	fmt.Fprintf(&report, "Conditions: GPU **%s** (cuda backend, one gpuserver); torch, CUDA, torchvision, "+
+		"transformers, cuDNN: %s; host %d CPUs, Go %s. Random weights from a fixed seed; inputs fixed; %d timed "+
+		"passes per batch size after 3 warm-up passes; each pass is `model(x)` then `torch.cuda.synchronize()`, "+
+		"timed inside the Python process, identical code natively and through the shim (`test/gpu/torch_bench.py`). "+
+		"Through the shim every pass runs in a request: the gpuserver's acquire before and release after (the "+
+		"gpu-python template's protocol, in process here), whose cost is given separately.\n\n",
+		node.GPUs[0].Name, strings.TrimSpace(string(versions)), runtime.NumCPU(), runtime.Version(), iterations)
+
+	type result struct {
+		model          string
+		native, remote *side
+		diff, scale    float64
+	}
+	var results []result
 	for _, model := range []string{"resnet152", "bert-base"} {
 		t.Run(model, func(t *testing.T) {
+			ctx := context.Background()
 			name := "torch-" + model
-			if err := srv.Pool().Register(context.Background(), pool.FunctionSpec{Name: name, MemoryBytes: 16 << 30}); err != nil {
+			if err := srv.Pool().Register(ctx, pool.FunctionSpec{Name: name, MemoryBytes: 16 << 30}); err != nil {
 				t.Fatal(err)
 			}
-			native, _, err := runTorch(t, model, nil)
-			if err != nil {
-				t.Fatalf("native run: %v", err)
-			}
-			remote, logs, err := runTorch(t, model, []string{"LD_LIBRARY_PATH=" + shim, "FAAS_GPU_SHIM_DEBUG=1",
+			// Natively.
+			native := newSide()
+			np := startTorch(t, model, nil)
+			load := np.load(t)
+			first := np.pass(t, 1).S
+			native.cold, native.coldParts = load+first, fmt.Sprintf("model.cuda() %.1f ms + first pass %.1f ms",
+				1e3*load, 1e3*first)
+			steady(t, np, native, nil)
+			native.out1 = np.output(t, 1)
+			_ = np.in.Close()
+
+			// Through the shim, on the cuda backend.
+			remote := newSide()
+			rp := startTorch(t, model, []string{"LD_LIBRARY_PATH=" + shim, "FAAS_GPU_SHIM_DEBUG=1",
 				"FAAS_GPU_REMOTING_SOCKET=" + srv.RemotingSocket(), "FAAS_GPU_FUNCTION=" + name,
 				"FAAS_GPU_TOKEN=" + srv.Token(name)})
-			if err != nil {
-				fmt.Fprintf(&report, "| %s | %s | %s / %s | %.2f | - | - | - | shim run failed: %v |\n", model,
-					native.Device, native.Torch, native.CUDA, native.P50MS, err)
-				fmt.Fprintf(&report, "\nShim log of %s (last 4 KiB):\n\n```\n%s\n```\n", model, tail(logs, 4096))
-				t.Errorf("through the shim: %v\n%s", err, tail(logs, 4096))
-				return
+			rp.load(t) // initialisation: implicit bindings
+			request := func(f func()) time.Duration {
+				start := time.Now()
+				b, err := srv.Pool().Acquire(ctx, name)
+				if err != nil {
+					t.Fatalf("acquire: %v\nstderr:\n%s", err, tail(rp.stderr.String(), 4096))
+				}
+				f()
+				if err := srv.Pool().Release(ctx, b.ID); err != nil {
+					t.Fatalf("release: %v", err)
+				}
+				return time.Since(start)
 			}
-			diff := maxAbsDiff(native.Output, remote.Output)
-			ratio := remote.P50MS / native.P50MS
-			ok := diff <= 1e-3*(1+maxAbs(native.Output)) && ratio <= 1.1
-			fmt.Fprintf(&report, "| %s | %s | %s / %s | %.2f | %.2f | %.3f | %.2e | %v |\n", model, native.Device,
-				native.Torch, native.CUDA, native.P50MS, remote.P50MS, ratio, diff, map[bool]string{true: "pass", false: "FAIL"}[ok])
-			if !ok {
-				t.Errorf("%s: shim/native latency %.3f (limit 1.1), max abs diff %.2e", model, ratio, diff)
+			request(func() { rp.pass(t, 1) }) // the first request captures the model image
+			steady(t, rp, remote, request)
+			request(func() { remote.out1 = rp.output(t, 1) })
+
+			// Cold starts from the host image: the model is evicted from every GPU, then one request runs.
+			var colds []float64
+			for range coldStarts {
+				evictEverywhere(t, srv.Executors(), name)
+				d := request(func() { rp.pass(t, 1) })
+				colds = append(colds, d.Seconds())
 			}
+			slices.Sort(colds)
+			remote.cold = colds[len(colds)/2]
+			remote.coldParts = fmt.Sprintf("acquire (swap-in starts) + pass + release, median of %d", coldStarts)
+			if n := strings.Count(rp.stderr.String(), "is not supported by the shim"); n > 0 {
+				t.Errorf("%d unsupported calls through the shim:\n%s", n, tail(rp.stderr.String(), 4096))
+			}
+			diff, scale := maxAbsDiff(native.out1, remote.out1), maxAbs(native.out1)
+			if diff > 1e-3*(1+scale) {
+				t.Errorf("%s: outputs differ: max abs diff %.3g (scale %.3g)", model, diff, scale)
+			}
+			results = append(results, result{model, native, remote, diff, scale})
+			t.Logf("%s: native p50 b1 %.2f ms, shim %.2f ms", model, 1e3*native.p50[1], 1e3*remote.p50[1])
 		})
 	}
+
+	fmt.Fprintf(&report, "## Latency of one forward pass\n\n| model | batch | native p50 ms | shim p50 ms | "+
+		"shim/native p50 | native p99 ms | shim p99 ms |\n|---|---|---|---|---|---|---|\n")
+	for _, r := range results {
+		for _, b := range []int{1, 8} {
+			fmt.Fprintf(&report, "| %s | %d | %.2f | %.2f | **%.3f** | %.2f | %.2f |\n", r.model, b,
+				1e3*r.native.p50[b], 1e3*r.remote.p50[b], r.remote.p50[b]/r.native.p50[b], 1e3*r.native.p99[b],
+				1e3*r.remote.p99[b])
+		}
+	}
+	fmt.Fprintf(&report, "\nGoal: shim/native p50 <= 1.05. A request through the shim also pays the gpuserver's "+
+		"acquire and release around the pass (median, in process):")
+	for _, r := range results {
+		fmt.Fprintf(&report, " %s %.3f ms;", r.model, 1e3*r.remote.requestOverhead)
+	}
+	fmt.Fprintf(&report, "\n\n## Outputs\n\n| model | max abs diff (batch 1, first 4096 values) | max abs value | allclose |\n|---|---|---|---|\n")
+	for _, r := range results {
+		fmt.Fprintf(&report, "| %s | %.3g | %.3g | %v |\n", r.model, r.diff, r.scale, r.diff <= 1e-3*(1+r.scale))
+	}
+	fmt.Fprintf(&report, "\n## Cold start from host memory\n\n| model | native: model to GPU + first pass | ms | "+
+		"shim: from the host image (pipelined swap-in) | ms | shim/native |\n|---|---|---|---|---|---|\n")
+	for _, r := range results {
+		fmt.Fprintf(&report, "| %s | %s | %.1f | %s | %.1f | %.3f |\n", r.model, r.native.coldParts,
+			1e3*r.native.cold, r.remote.coldParts, 1e3*r.remote.cold, r.remote.cold/r.native.cold)
+	}
+	fmt.Fprintf(&report, "\n## Calls per forward pass through the shim, and client CPU\n\n| model | batch | "+
+		"synchronous round trips | asynchronous (batched) | answered in the shim | unsupported | unknown slots | "+
+		"client CPU per pass, native ms | through the shim ms | shim CPU per remoted call us |\n|---|---|---|---|---|---|---|---|---|---|\n")
+	for _, r := range results {
+		for _, b := range []int{1, 8} {
+			pp := r.remote.perPass[b]
+			perCall := 0.0
+			if n := pp["sync"] + pp["async"]; n > 0 {
+				perCall = 1e6 * (r.remote.cpuPerPass[b] - r.native.cpuPerPass[b]) / n
+			}
+			fmt.Fprintf(&report, "| %s | %d | %.1f | %.1f | %.1f | %.0f | %.0f | %.2f | %.2f | %.2f |\n", r.model, b,
+				pp["sync"], pp["async"], pp["local"], pp["unsupported"], pp["unknown_slots"],
+				1e3*r.native.cpuPerPass[b], 1e3*r.remote.cpuPerPass[b], perCall)
+		}
+	}
+	fmt.Fprintf(&report, "\nThe last column is the extra client CPU the shim spends per remoted call (launches, "+
+		"memsets and the final synchronize): (CPU per pass through the shim - native) / remoted calls per pass.\n")
 	if path := os.Getenv("FAAS_GPU_GPU_REPORT"); path != "" {
 		if err := os.WriteFile(path, []byte(report.String()), 0o644); err != nil {
 			t.Error(err)
@@ -133,8 +354,32 @@ func TestGPUPyTorchThroughTheShim(t *testing.T) {
 	t.Log("\n" + report.String())
 }
 
+// evictEverywhere drops the function's copies from every GPU, retrying while a binding is still being released.
+func evictEverywhere(t *testing.T, x *executor.Node, name string) {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		gpus, _, err := x.Resident(name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(gpus) == 0 {
+			return
+		}
+		for _, g := range gpus {
+			err = errors.Join(err, x.Evict(context.Background(), name, g))
+		}
+		if err != nil && time.Now().After(deadline) {
+			t.Fatalf("evict %s: %v", name, err)
+		}
+		if err != nil {
+			time.Sleep(10 * time.Millisecond)
+		}
+	}
+}
+
 func maxAbsDiff(a, b []float64) float64 {
-	if len(a) != len(b) {
+	if len(a) != len(b) || len(a) == 0 {
 		return math.Inf(1)
 	}
 	var m float64
@@ -156,7 +401,7 @@ func tail(s string, n int) string {
 	if len(s) <= n {
 		return s
 	}
-	return s[len(s)-n:]
+	return "..." + s[len(s)-n:]
 }
 
 // shmDir is a repository dir on /dev/shm: the real driver page-locks the model images, which Linux refuses for

@@ -1,6 +1,7 @@
 package cuda
 
 import (
+	"time"
 	"context"
 	"errors"
 	"fmt"
@@ -87,17 +88,21 @@ func (c *cudaContext) NewStream() (device.Stream, error) {
 	return &guardedStream{s: &stream{b: c.b, gpu: c.gpu, ctx: c.ctx, s: s}, c: c}, nil
 }
 
-func (c *cudaContext) NewEvent() (device.Event, error) {
+func (c *cudaContext) NewEvent() (device.Event, error) { return c.newEvent(false) }
+
+func (c *cudaContext) NewTimedEvent() (device.Event, error) { return c.newEvent(true) }
+
+func (c *cudaContext) newEvent(timing bool) (device.Event, error) {
 	done, err := c.usable()
 	if err != nil {
 		return nil, err
 	}
 	defer done()
-	e, err := cu.EventCreate(c.ctx)
+	e, err := cu.EventCreate(c.ctx, timing)
 	if err != nil {
 		return nil, c.note(wrap(err))
 	}
-	return &guardedEvent{e: &event{ctx: c.ctx, e: e}, c: c}, nil
+	return &guardedEvent{e: &event{ctx: c.ctx, e: e, timing: timing}, c: c}, nil
 }
 
 func (c *cudaContext) LoadModule(image []byte) (device.Module, error) {
@@ -219,6 +224,14 @@ func (g *guardedEvent) Synchronize(ctx context.Context) error {
 	return g.c.call(func() error { return g.e.Synchronize(ctx) })
 }
 func (g *guardedEvent) Destroy() error { return g.c.call(g.e.Destroy) }
+func (g *guardedEvent) Elapsed(start device.Event) (d time.Duration, err error) {
+	err = g.c.call(func() error {
+		var eerr error
+		d, eerr = g.e.Elapsed(unguard(start))
+		return eerr
+	})
+	return d, err
+}
 
 // guardedModule is a module of a context of its own; its functions are the driver's (launches check that they
 // run in the module's context).

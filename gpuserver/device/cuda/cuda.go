@@ -15,6 +15,7 @@ import (
 	"unsafe"
 
 	"github.com/faas-gpu/faas-gpu/gpuserver/device"
+	"github.com/faas-gpu/faas-gpu/gpuserver/device/attrs"
 	"github.com/faas-gpu/faas-gpu/gpuserver/device/cuda/cu"
 )
 
@@ -65,9 +66,20 @@ func Open(library string) (*Backend, error) {
 			_ = b.Close(context.Background())
 			return nil, fmt.Errorf("cuda: gpu %d: %w", i, wrap(err))
 		}
-		b.gpus = append(b.gpus, gpu{dev: dev, ctx: ctx, info: device.GPUInfo{Index: i, Name: info.Name,
+		uuid, err := cu.DeviceUUID(dev)
+		var vals []int32
+		if err == nil {
+			vals, err = cu.DeviceAttributes(dev, attrs.Count)
+		}
+		if err != nil {
+			_ = b.Close(context.Background())
+			return nil, fmt.Errorf("cuda: gpu %d: %w", i, wrap(err))
+		}
+		g := gpu{dev: dev, ctx: ctx, info: device.GPUInfo{Index: i, Name: info.Name, UUID: device.FormatUUID(uuid),
 			PCIBusID: info.BusID, MemoryBytes: info.Total, Granularity: info.Granularity,
-			ComputeCapability: info.Major*10 + info.Minor}})
+			ComputeCapability: info.Major*10 + info.Minor}}
+		copy(g.info.Attributes[:], vals)
+		b.gpus = append(b.gpus, g)
 	}
 	return b, nil
 }
@@ -92,6 +104,8 @@ func wrap(err error) error {
 		return fmt.Errorf("%w: %w", device.ErrKernelFault, err)
 	case cu.ErrorInvalidImage:
 		return fmt.Errorf("%w: %w", device.ErrInvalidImage, err)
+	case cu.ErrorNotReady:
+		return fmt.Errorf("%w: %w", device.ErrNotReady, err)
 	case cu.ErrorNotSupported, cu.ErrorPeerAccessUnsupp:
 		return fmt.Errorf("%w: %w", device.ErrNotSupported, err)
 	case cu.ErrorNoDevice, cu.ErrorNotInitialized:

@@ -75,6 +75,13 @@ func (c *simContext) NewEvent() (device.Event, error) {
 	return c.b.NewEvent(c.gpu)
 }
 
+func (c *simContext) NewTimedEvent() (device.Event, error) {
+	if err := c.usable(); err != nil {
+		return nil, err
+	}
+	return c.b.NewTimedEvent(c.gpu)
+}
+
 func (c *simContext) LoadModule(image []byte) (device.Module, error) {
 	if err := c.usable(); err != nil {
 		return nil, err

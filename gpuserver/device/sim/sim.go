@@ -2,6 +2,7 @@ package sim
 
 import (
 	"context"
+	"crypto/sha256"
 	"fmt"
 	"sort"
 	"sync"
@@ -9,6 +10,7 @@ import (
 	"time"
 
 	"github.com/faas-gpu/faas-gpu/gpuserver/device"
+	"github.com/faas-gpu/faas-gpu/gpuserver/device/attrs"
 	"github.com/faas-gpu/faas-gpu/gpuserver/topology"
 )
 
@@ -157,14 +159,7 @@ func New(opts Options) (*Backend, error) {
 		hostRegs: map[*byte]int{}, transfers: map[*transfer]topology.Path{}, failed: map[int]error{},
 	}
 	for i, g := range b.node.GPUs {
-		cc := g.ComputeCapability
-		if cc == 0 {
-			cc = defaultComputeCapability
-		}
-		b.gpus = append(b.gpus, device.GPUInfo{
-			Index: i, Name: g.Name + " (simulated)", PCIBusID: fmt.Sprintf("0000:%02x:00.0", 0x10+i),
-			MemoryBytes: g.MemoryBytes, Granularity: b.gran, ComputeCapability: cc,
-		})
+		b.gpus = append(b.gpus, simulatedGPU(b.node.Name, i, g, b.gran))
 	}
 	return b, nil
 }
@@ -510,4 +505,33 @@ func sortedGPUs(mask uint64) []int {
 	}
 	sort.Ints(out)
 	return out
+}
+
+// simulatedGPU describes GPU i of a simulated node: the complete attribute table of its model (attrs.Models), or
+// of its architecture's model when the name is not one (the topology's compute capability,
+// defaultComputeCapability when it has none); a PCI slot 0000:<0x10+i>:00.0; a UUID derived from the node and
+// index.
+func simulatedGPU(node string, i int, g topology.GPU, gran uint64) device.GPUInfo {
+	m, err := attrs.ForModel(g.Name)
+	if err != nil || g.ComputeCapability != 0 && g.ComputeCapability != m.ComputeCapability() {
+		cc := g.ComputeCapability
+		if cc == 0 {
+			cc = defaultComputeCapability
+		}
+		m = attrs.ForArch(cc)
+	}
+	t := m.Table()
+	bus := 0x10 + i
+	t.SetPCI(m, 0, bus, 0)
+	t[attrs.MultiGpuBoardGroupId] = int32(i)
+	sum := sha256.Sum256([]byte(fmt.Sprintf("faas-gpu simulated node %s gpu %d", node, i)))
+	var uuid [16]byte
+	copy(uuid[:], sum[:16])
+	uuid[6] = uuid[6]&0x0f | 0x40 // a version 4 (random) UUID, as the driver's are
+	uuid[8] = uuid[8]&0x3f | 0x80
+	return device.GPUInfo{
+		Index: i, Name: g.Name + " (simulated)", UUID: device.FormatUUID(uuid),
+		PCIBusID: fmt.Sprintf("0000:%02x:00.0", bus), MemoryBytes: g.MemoryBytes, Granularity: gran,
+		ComputeCapability: m.ComputeCapability(), Attributes: t,
+	}
 }

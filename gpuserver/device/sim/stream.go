@@ -85,6 +85,12 @@ func (s *stream) work() {
 				s.err = nil
 			}
 		case o.record != nil:
+			// the work before it ended at the stream's modelled timeline (now, without delays)
+			at := s.b.clock.Now()
+			if s.timeline.After(at) {
+				at = s.timeline
+			}
+			o.record.at = at
 			o.record.finish(s.err)
 		case o.wait != nil:
 			select {
@@ -385,16 +391,18 @@ func (s *stream) Destroy() error {
 
 // event is a simulated CUDA event.
 type event struct {
-	b   *Backend
-	gpu int
-	mu  sync.Mutex
-	cur *eventGen
+	b      *Backend
+	gpu    int
+	timing bool
+	mu     sync.Mutex
+	cur    *eventGen
 }
 
 // eventGen is one Record of an event.
 type eventGen struct {
 	done chan struct{}
 	err  error
+	at   time.Time // when the work before it completed (modelled)
 }
 
 func (g *eventGen) finish(err error) {
@@ -408,6 +416,34 @@ func (b *Backend) NewEvent(gpu int) (device.Event, error) {
 		return nil, err
 	}
 	return &event{b: b, gpu: gpu}, nil
+}
+
+// NewTimedEvent creates an event that records its completion time.
+func (b *Backend) NewTimedEvent(gpu int) (device.Event, error) {
+	if err := b.validGPU(gpu); err != nil {
+		return nil, err
+	}
+	return &event{b: b, gpu: gpu, timing: true}, nil
+}
+
+// Elapsed is the modelled time between start's completion and e's.
+func (e *event) Elapsed(start device.Event) (time.Duration, error) {
+	s, ok := start.(*event)
+	if !ok || s.b != e.b || s.gpu != e.gpu || !s.timing || !e.timing {
+		return 0, fmt.Errorf("%w: elapsed time needs two timing events of one GPU", device.ErrInvalidValue)
+	}
+	gs, ge := s.gen(), e.gen()
+	if gs == nil || ge == nil {
+		return 0, fmt.Errorf("%w: event never recorded", device.ErrInvalidValue)
+	}
+	for _, g := range []*eventGen{gs, ge} {
+		select {
+		case <-g.done:
+		default:
+			return 0, device.ErrNotReady
+		}
+	}
+	return ge.at.Sub(gs.at), nil
 }
 
 func (e *event) gen() *eventGen {

@@ -2,6 +2,7 @@
 // context current on the calling thread and makes the driver call within the same C call, so no Go code runs
 // between the two (the thread cannot change under it). No CUDA header is needed: the few types are declared here.
 #include <dlfcn.h>
+#include <stdlib.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <string.h>
@@ -17,6 +18,7 @@ static struct {
 	CUresult (*cuDeviceTotalMem)(size_t *, CUdevice);
 	CUresult (*cuDeviceGetAttribute)(int *, int, CUdevice);
 	CUresult (*cuDeviceGetPCIBusId)(char *, int, CUdevice);
+	CUresult (*cuDeviceGetUuid)(unsigned char *, CUdevice);
 	CUresult (*cuDeviceCanAccessPeer)(int *, CUdevice, CUdevice);
 	CUresult (*cuDevicePrimaryCtxRetain)(CUcontext *, CUdevice);
 	CUresult (*cuDevicePrimaryCtxRelease)(CUdevice);
@@ -42,6 +44,7 @@ static struct {
 	CUresult (*cuEventQuery)(CUevent);
 	CUresult (*cuEventSynchronize)(CUevent);
 	CUresult (*cuEventDestroy)(CUevent);
+	CUresult (*cuEventElapsedTime)(float *, CUevent, CUevent);
 	CUresult (*cuMemcpyHtoDAsync)(CUdeviceptr, const void *, size_t, CUstream);
 	CUresult (*cuMemcpyDtoHAsync)(void *, CUdeviceptr, size_t, CUstream);
 	CUresult (*cuMemcpyAsync)(CUdeviceptr, CUdeviceptr, size_t, CUstream);
@@ -54,6 +57,23 @@ static struct {
 	CUresult (*cuLaunchKernel)(CUfunction, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned,
 	                           CUstream, void **, void **);
 	CUresult (*cuFuncGetParamInfo)(CUfunction, size_t, size_t *, size_t *); // CUDA >= 12.4, optional
+	// optional: function attributes, enumeration, extended launches, tensor maps
+	CUresult (*cuFuncGetAttribute)(int *, int, CUfunction);
+	CUresult (*cuFuncSetAttribute)(CUfunction, int, int);
+	CUresult (*cuFuncGetName)(const char **, CUfunction);
+	CUresult (*cuModuleGetFunctionCount)(unsigned *, CUmodule);
+	CUresult (*cuModuleEnumerateFunctions)(CUfunction *, unsigned, CUmodule);
+	CUresult (*cuLaunchKernelEx)(const void *, CUfunction, void **, void **);
+	CUresult (*cuTensorMapEncodeTiled)(void *, int, unsigned, void *, const unsigned long long *,
+	                                   const unsigned long long *, const unsigned *, const unsigned *, int, int, int,
+	                                   int);
+	CUresult (*cuTensorMapEncodeIm2col)(void *, int, unsigned, void *, const unsigned long long *,
+	                                    const unsigned long long *, const int *, const int *, unsigned, unsigned,
+	                                    const unsigned *, int, int, int, int);
+	CUresult (*cuTensorMapEncodeIm2colWide)(void *, int, unsigned, void *, const unsigned long long *,
+	                                        const unsigned long long *, int, int, unsigned, unsigned,
+	                                        const unsigned *, int, int, int, int, int);
+	CUresult (*cuTensorMapReplaceAddress)(void *, void *);
 } d;
 
 #define SYM(field, name)                                                                        \
@@ -82,6 +102,7 @@ int fg_load(const char *path, char *err, int errlen) {
 	SYM(cuDeviceTotalMem, "cuDeviceTotalMem_v2");
 	SYM(cuDeviceGetAttribute, "cuDeviceGetAttribute");
 	SYM(cuDeviceGetPCIBusId, "cuDeviceGetPCIBusId");
+	SYM(cuDeviceGetUuid, "cuDeviceGetUuid");
 	SYM(cuDeviceCanAccessPeer, "cuDeviceCanAccessPeer");
 	SYM(cuDevicePrimaryCtxRetain, "cuDevicePrimaryCtxRetain");
 	SYM(cuDevicePrimaryCtxRelease, "cuDevicePrimaryCtxRelease_v2");
@@ -107,6 +128,7 @@ int fg_load(const char *path, char *err, int errlen) {
 	SYM(cuEventQuery, "cuEventQuery");
 	SYM(cuEventSynchronize, "cuEventSynchronize");
 	SYM(cuEventDestroy, "cuEventDestroy_v2");
+	SYM(cuEventElapsedTime, "cuEventElapsedTime");
 	SYM(cuMemcpyHtoDAsync, "cuMemcpyHtoDAsync_v2");
 	SYM(cuMemcpyDtoHAsync, "cuMemcpyDtoHAsync_v2");
 	SYM(cuMemcpyAsync, "cuMemcpyAsync");
@@ -118,6 +140,16 @@ int fg_load(const char *path, char *err, int errlen) {
 	SYM(cuModuleGetGlobal, "cuModuleGetGlobal_v2");
 	SYM(cuLaunchKernel, "cuLaunchKernel");
 	*(void **)(&d.cuFuncGetParamInfo) = dlsym(d.h, "cuFuncGetParamInfo");
+	*(void **)(&d.cuFuncGetAttribute) = dlsym(d.h, "cuFuncGetAttribute");
+	*(void **)(&d.cuFuncSetAttribute) = dlsym(d.h, "cuFuncSetAttribute");
+	*(void **)(&d.cuFuncGetName) = dlsym(d.h, "cuFuncGetName");
+	*(void **)(&d.cuModuleGetFunctionCount) = dlsym(d.h, "cuModuleGetFunctionCount");
+	*(void **)(&d.cuModuleEnumerateFunctions) = dlsym(d.h, "cuModuleEnumerateFunctions");
+	*(void **)(&d.cuLaunchKernelEx) = dlsym(d.h, "cuLaunchKernelEx");
+	*(void **)(&d.cuTensorMapEncodeTiled) = dlsym(d.h, "cuTensorMapEncodeTiled");
+	*(void **)(&d.cuTensorMapEncodeIm2col) = dlsym(d.h, "cuTensorMapEncodeIm2col");
+	*(void **)(&d.cuTensorMapEncodeIm2colWide) = dlsym(d.h, "cuTensorMapEncodeIm2colWide");
+	*(void **)(&d.cuTensorMapReplaceAddress) = dlsym(d.h, "cuTensorMapReplaceAddress");
 	return 0;
 }
 
@@ -153,6 +185,22 @@ CUresult fg_device_info(CUcontext ctx, CUdevice dev, char *name, int namelen, ch
 	prop.location.type = 1; // CU_MEM_LOCATION_TYPE_DEVICE
 	prop.location.id = dev;
 	return d.cuMemGetAllocationGranularity(gran, &prop, 0); // MINIMUM
+}
+
+CUresult fg_device_uuid(CUdevice dev, unsigned char *uuid) { return d.cuDeviceGetUuid(uuid, dev); }
+
+// fg_device_attrs reads attributes 1..n-1 into vals; one the driver does not know (an older driver) reads 0.
+CUresult fg_device_attrs(CUdevice dev, int *vals, int n) {
+	vals[0] = 0;
+	for (int a = 1; a < n; a++) {
+		CUresult r = d.cuDeviceGetAttribute(&vals[a], a, dev);
+		if (r == 1) { // CUDA_ERROR_INVALID_VALUE
+			vals[a] = 0;
+		} else if (r) {
+			return r;
+		}
+	}
+	return 0;
 }
 
 CUresult fg_can_access_peer(int *can, CUdevice a, CUdevice b) { return d.cuDeviceCanAccessPeer(can, a, b); }
@@ -251,9 +299,14 @@ CUresult fg_stream_wait(CUcontext ctx, CUstream s, CUevent e) {
 	return r ? r : d.cuStreamWaitEvent(s, e, 0);
 }
 
-CUresult fg_event_create(CUcontext ctx, CUevent *e) {
+CUresult fg_event_create(CUcontext ctx, CUevent *e, int timing) {
 	CUresult r = d.cuCtxSetCurrent(ctx);
-	return r ? r : d.cuEventCreate(e, 2); // CU_EVENT_DISABLE_TIMING
+	return r ? r : d.cuEventCreate(e, timing ? 0 : 2); // CU_EVENT_DISABLE_TIMING
+}
+
+CUresult fg_event_elapsed(CUcontext ctx, float *ms, CUevent start, CUevent end) {
+	CUresult r = d.cuCtxSetCurrent(ctx);
+	return r ? r : d.cuEventElapsedTime(ms, start, end);
 }
 
 CUresult fg_event_record(CUcontext ctx, CUevent e, CUstream s) {
@@ -338,4 +391,100 @@ CUresult fg_launch(CUcontext ctx, CUfunction f, unsigned gx, unsigned gy, unsign
 	if (r) return r;
 	void *extra[] = {(void *)1, args, (void *)2, &argsize, (void *)0}; // BUFFER_POINTER, BUFFER_SIZE, END
 	return d.cuLaunchKernel(f, gx, gy, gz, bx, by, bz, shm, s, NULL, extra);
+}
+
+#define NEED(fn) \
+	do { \
+		if (!d.fn) return 801; /* CUDA_ERROR_NOT_SUPPORTED: the driver is too old */ \
+	} while (0)
+
+CUresult fg_func_attr(CUcontext ctx, CUfunction f, int attr, int *v) {
+	NEED(cuFuncGetAttribute);
+	CUresult r = d.cuCtxSetCurrent(ctx);
+	return r ? r : d.cuFuncGetAttribute(v, attr, f);
+}
+
+CUresult fg_func_set_attr(CUcontext ctx, CUfunction f, int attr, int v) {
+	NEED(cuFuncSetAttribute);
+	CUresult r = d.cuCtxSetCurrent(ctx);
+	return r ? r : d.cuFuncSetAttribute(f, attr, v);
+}
+
+CUresult fg_module_count(CUcontext ctx, CUmodule m, unsigned *n) {
+	NEED(cuModuleGetFunctionCount);
+	CUresult r = d.cuCtxSetCurrent(ctx);
+	return r ? r : d.cuModuleGetFunctionCount(n, m);
+}
+
+// fg_module_names writes the names of the first n functions of m, NUL-separated, into buf (cap bytes); *used
+// gets the bytes written. A name that does not fit ends the list.
+CUresult fg_module_names(CUcontext ctx, CUmodule m, unsigned n, char *buf, size_t cap, size_t *used) {
+	NEED(cuModuleEnumerateFunctions);
+	NEED(cuFuncGetName);
+	CUresult r = d.cuCtxSetCurrent(ctx);
+	if (r) return r;
+	CUfunction *fs = calloc(n ? n : 1, sizeof *fs);
+	if (!fs) return 2;
+	r = d.cuModuleEnumerateFunctions(fs, n, m);
+	size_t off = 0;
+	for (unsigned i = 0; !r && i < n; i++) {
+		const char *name = NULL;
+		if ((r = d.cuFuncGetName(&name, fs[i]))) break;
+		size_t l = strlen(name) + 1;
+		if (off + l > cap) break;
+		memcpy(buf + off, name, l);
+		off += l;
+	}
+	free(fs);
+	*used = off;
+	return r;
+}
+
+// CUlaunchConfig and CUlaunchAttribute as cuda.h lays them out on 64-bit platforms.
+typedef struct {
+	unsigned gridDimX, gridDimY, gridDimZ, blockDimX, blockDimY, blockDimZ, sharedMemBytes;
+	CUstream hStream;
+	void *attrs;
+	unsigned numAttrs;
+} fg_launch_config;
+
+CUresult fg_launch_ex(CUcontext ctx, CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by,
+                      unsigned bz, unsigned shm, CUstream s, void *attrs, unsigned nattrs, void *args,
+                      size_t argsize) {
+	NEED(cuLaunchKernelEx);
+	CUresult r = d.cuCtxSetCurrent(ctx);
+	if (r) return r;
+	fg_launch_config cfg = {gx, gy, gz, bx, by, bz, shm, s, attrs, nattrs};
+	void *extra[] = {(void *)1, args, (void *)2, &argsize, (void *)0}; // BUFFER_POINTER, BUFFER_SIZE, END
+	return d.cuLaunchKernelEx(&cfg, f, NULL, extra);
+}
+
+CUresult fg_tensor_map(CUcontext ctx, int kind, void *out, int dt, unsigned rank, CUdeviceptr gaddr,
+                       const unsigned long long *dims, const unsigned long long *strides, const unsigned *box,
+                       const unsigned *estrides, int interleave, int swizzle, int l2, int oob, const int *lower,
+                       const int *upper, unsigned channels, unsigned pixels, int mode) {
+	void *addr = (void *)(size_t)gaddr;
+	CUresult r = d.cuCtxSetCurrent(ctx);
+	if (r) return r;
+	switch (kind) {
+	case 1:
+		NEED(cuTensorMapEncodeTiled);
+		return d.cuTensorMapEncodeTiled(out, dt, rank, addr, dims, strides, box, estrides, interleave, swizzle, l2,
+		                                oob);
+	case 2:
+		NEED(cuTensorMapEncodeIm2col);
+		return d.cuTensorMapEncodeIm2col(out, dt, rank, addr, dims, strides, lower, upper, channels, pixels,
+		                                 estrides, interleave, swizzle, l2, oob);
+	case 3:
+		NEED(cuTensorMapEncodeIm2colWide);
+		return d.cuTensorMapEncodeIm2colWide(out, dt, rank, addr, dims, strides, lower[0], upper[0], channels,
+		                                     pixels, estrides, interleave, mode, swizzle, l2, oob);
+	}
+	return 1;
+}
+
+CUresult fg_tensor_map_replace(CUcontext ctx, void *m, CUdeviceptr gaddr) {
+	NEED(cuTensorMapReplaceAddress);
+	CUresult r = d.cuCtxSetCurrent(ctx);
+	return r ? r : d.cuTensorMapReplaceAddress(m, (void *)(size_t)gaddr);
 }

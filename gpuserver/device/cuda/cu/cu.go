@@ -114,6 +114,31 @@ func DeviceInfo(ctx Context, dev int) (Info, error) {
 		Granularity: uint64(gran), Major: int(major), Minor: int(minor)}, err
 }
 
+// DeviceUUID returns a GPU's 16-byte UUID.
+func DeviceUUID(dev int) ([16]byte, error) {
+	var u [16]C.uchar
+	err := check("device uuid", C.fg_device_uuid(C.CUdevice(dev), &u[0]))
+	var out [16]byte
+	for i := range u {
+		out[i] = byte(u[i])
+	}
+	return out, err
+}
+
+// DeviceAttributes returns the values of attributes 1..n-1 (index 0 unused); an attribute the driver does not
+// know reads 0.
+func DeviceAttributes(dev, n int) ([]int32, error) {
+	vals := make([]C.int, n)
+	if err := check("device attributes", C.fg_device_attrs(C.CUdevice(dev), &vals[0], C.int(n))); err != nil {
+		return nil, err
+	}
+	out := make([]int32, n)
+	for i, v := range vals {
+		out[i] = int32(v)
+	}
+	return out, nil
+}
+
 // CanAccessPeer reports whether dev can access peer's memory.
 func CanAccessPeer(dev, peer int) (bool, error) {
 	var can C.int
@@ -227,10 +252,17 @@ func StreamWaitEvent(ctx Context, s Stream, e Event) error {
 }
 
 // EventCreate creates an event without timing.
-func EventCreate(ctx Context) (Event, error) {
+func EventCreate(ctx Context, timing bool) (Event, error) {
 	var e C.CUevent
-	err := check("cuEventCreate", C.fg_event_create(C.CUcontext(ctx), &e))
+	err := check("cuEventCreate", C.fg_event_create(C.CUcontext(ctx), &e, boolInt(timing)))
 	return Event(e), err
+}
+
+// EventElapsed returns the milliseconds between two completed timing events.
+func EventElapsed(ctx Context, start, end Event) (float32, error) {
+	var ms C.float
+	err := check("cuEventElapsedTime", C.fg_event_elapsed(C.CUcontext(ctx), &ms, C.CUevent(start), C.CUevent(end)))
+	return float32(ms), err
 }
 
 // EventRecord records an event on a stream.

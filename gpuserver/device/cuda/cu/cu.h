@@ -44,6 +44,8 @@ CUresult fg_device_open(int ordinal, CUdevice *dev, CUcontext *ctx);
 CUresult fg_device_close(CUdevice dev);
 CUresult fg_device_info(CUcontext ctx, CUdevice dev, char *name, int namelen, char *bus, int buslen, size_t *total,
                         int *major, int *minor, size_t *gran);
+CUresult fg_device_uuid(CUdevice dev, unsigned char *uuid);
+CUresult fg_device_attrs(CUdevice dev, int *vals, int n);
 CUresult fg_can_access_peer(int *can, CUdevice a, CUdevice b);
 CUresult fg_mem_info(CUcontext ctx, size_t *free, size_t *total);
 CUresult fg_reserve(CUcontext ctx, CUdeviceptr *p, size_t size, size_t align);
@@ -61,7 +63,8 @@ CUresult fg_stream_destroy(CUcontext ctx, CUstream s);
 CUresult fg_stream_sync(CUcontext ctx, CUstream s);
 CUresult fg_stream_query(CUcontext ctx, CUstream s);
 CUresult fg_stream_wait(CUcontext ctx, CUstream s, CUevent e);
-CUresult fg_event_create(CUcontext ctx, CUevent *e);
+CUresult fg_event_create(CUcontext ctx, CUevent *e, int timing);
+CUresult fg_event_elapsed(CUcontext ctx, float *ms, CUevent start, CUevent end);
 CUresult fg_event_record(CUcontext ctx, CUevent e, CUstream s);
 CUresult fg_event_query(CUcontext ctx, CUevent e);
 CUresult fg_event_sync(CUcontext ctx, CUevent e);
@@ -78,4 +81,16 @@ CUresult fg_module_global(CUcontext ctx, CUdeviceptr *p, size_t *size, CUmodule 
 int fg_param_info(CUcontext ctx, CUfunction f, size_t i, size_t *off, size_t *size);
 CUresult fg_launch(CUcontext ctx, CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by,
                    unsigned bz, unsigned shm, CUstream s, void *args, size_t argsize);
+CUresult fg_func_attr(CUcontext ctx, CUfunction f, int attr, int *v);
+CUresult fg_func_set_attr(CUcontext ctx, CUfunction f, int attr, int v);
+CUresult fg_module_count(CUcontext ctx, CUmodule m, unsigned *n);
+CUresult fg_module_names(CUcontext ctx, CUmodule m, unsigned n, char *buf, size_t cap, size_t *used);
+CUresult fg_launch_ex(CUcontext ctx, CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by,
+                      unsigned bz, unsigned shm, CUstream s, void *attrs, unsigned nattrs, void *args,
+                      size_t argsize);
+CUresult fg_tensor_map(CUcontext ctx, int kind, void *out, int dt, unsigned rank, CUdeviceptr gaddr,
+                       const unsigned long long *dims, const unsigned long long *strides, const unsigned *box,
+                       const unsigned *estrides, int interleave, int swizzle, int l2, int oob, const int *lower,
+                       const int *upper, unsigned channels, unsigned pixels, int mode);
+CUresult fg_tensor_map_replace(CUcontext ctx, void *m, CUdeviceptr gaddr);
 #endif

@@ -1,0 +1,217 @@
+package local
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"maps"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/openfaas/faas-provider/logs"
+
+	"github.com/faas-gpu/faas-gpu/provider"
+	"github.com/faas-gpu/faas-gpu/provider/local/venv"
+)
+
+// StatusAnnotation is added to a function's status (never to its deployment) while its pip requirements install
+// and when the install failed, with what happened; `faas-cli describe` shows it.
+const StatusAnnotation = "faas-gpu/status"
+
+// envPrep is the preparation of a function's Python environment for one definition of the function: the first
+// replica to start installs it (or finds it installed), the others wait for that result. A failure stays until the
+// function is updated, so a broken requirements file is one clear error, not a crash loop of pip runs.
+type envPrep struct {
+	done    chan struct{}
+	started time.Time
+	files   string    // the requirements files, for messages
+	env     *venv.Env // set when done without error
+	err     error     // set when done: the install failed (wraps provider.ErrFailed)
+}
+
+// envFailed marks a replica start that must not be retried: the function's environment failed to install.
+type envFailed struct{ err error }
+
+func (e *envFailed) Error() string { return e.err.Error() }
+func (e *envFailed) Unwrap() error { return e.err }
+
+// openEnvs opens the environment manager and removes what it no longer needs (interrupted installs, environments
+// unused for EnvMaxAge).
+func openEnvs(ctx context.Context, cfg Config, start func(*exec.Cmd) error, log interface {
+	Info(string, ...any)
+}) (*venv.Manager, error) {
+	m, err := venv.Open(venv.Config{Dir: cfg.EnvDir, Python: cfg.Python, MaxAge: cfg.EnvMaxAge, Start: start})
+	if err != nil {
+		return nil, fmt.Errorf("local backend: %w", err)
+	}
+	removed, err := m.Prune(ctx)
+	if len(removed) > 0 {
+		log.Info("removed unused Python environments", "dir", m.Dir(), "removed", strings.Join(removed, ","))
+	}
+	if err != nil {
+		return nil, errors.Join(fmt.Errorf("local backend: %w", err), m.Close())
+	}
+	return m, nil
+}
+
+// requirementsOf reads a function's pip requirements: those of its build context, or of the template and handler
+// folders it is assembled from (deploy checks them before anything is assembled).
+func (b *Backend) requirementsOf(fn recordView, dir string) (venv.Requirements, error) {
+	var req venv.Requirements
+	var err error
+	if isDir(dir) {
+		req, err = venv.Read(dir)
+	} else { // the fallback, not assembled yet
+		tpl := filepath.Join(b.cfg.TemplatesDir, b.cfg.Template)
+		handler := filepath.Join(b.cfg.FunctionsDir, fn.name)
+		req, err = venv.ReadFiles(filepath.Dir(tpl), filepath.Join(tpl, "requirements.txt"),
+			filepath.Join(handler, "requirements.txt"))
+	}
+	if err != nil {
+		return venv.Requirements{}, fmt.Errorf("%w: function %q: %w", provider.ErrInvalid, fn.name, err)
+	}
+	return req, nil
+}
+
+// functionEnv returns the Python environment a replica of fn runs in, installing it on first use; nil when the
+// function has no pip requirements. An install failure is returned as *envFailed (wrapping provider.ErrFailed).
+func (b *Backend) functionEnv(ctx context.Context, fn *function, r *replica, rec record, dir string) (*venv.Env, error) {
+	req, err := b.requirementsOf(view(rec), dir)
+	if err != nil {
+		return nil, &envFailed{fmt.Errorf("%w: %w", provider.ErrFailed, err)}
+	}
+	if req.Empty() {
+		return nil, nil
+	}
+	for {
+		b.mu.Lock()
+		p, owner := fn.prep, false
+		if p == nil {
+			p = &envPrep{done: make(chan struct{}), started: time.Now(), files: strings.Join(req.Files, " + ")}
+			fn.prep, owner = p, true
+		}
+		b.mu.Unlock()
+		if owner {
+			return b.install(ctx, fn, r, p, req)
+		}
+		select {
+		case <-p.done:
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+		if p.err != nil || p.env != nil {
+			if p.err != nil {
+				return nil, &envFailed{p.err}
+			}
+			return p.env, nil
+		}
+		// The installing replica was stopped before it finished: try again, perhaps as the installer.
+	}
+}
+
+// install runs the environment manager for p, which this replica owns, and publishes the result.
+func (b *Backend) install(ctx context.Context, fn *function, r *replica, p *envPrep, req venv.Requirements) (*venv.Env, error) {
+	emit := func(text string) {
+		if !strings.HasPrefix(text, "faas-gpu: ") {
+			text = "pip: " + text
+		}
+		fn.logs.append(logs.Message{Name: fn.name, Namespace: provider.DefaultNamespace, Instance: r.id,
+			Timestamp: time.Now().UTC(), Text: text})
+	}
+	progress := &lineWriter{emit: emit}
+	b.log.Info("preparing the function's Python environment", "function", fn.name, "requirements", p.files)
+	env, err := b.envs.Ensure(ctx, req, progress)
+	progress.flush()
+	if err != nil && ctx.Err() != nil { // stopped, not failed: the next replica to start tries again
+		b.mu.Lock()
+		if fn.prep == p {
+			fn.prep = nil
+		}
+		b.mu.Unlock()
+		close(p.done)
+		return nil, ctx.Err()
+	}
+	if err != nil {
+		p.err = fmt.Errorf("%w: function %q: installing %s: %w", provider.ErrFailed, fn.name, p.files, err)
+		b.log.Error("installing the function's requirements failed", "function", fn.name, "err", err)
+		close(p.done)
+		b.mu.Lock()
+		fn.notifyLocked() // requests waiting in Route get the reason now
+		b.mu.Unlock()
+		return nil, &envFailed{p.err}
+	}
+	p.env = env
+	close(p.done)
+	return env, nil
+}
+
+// envState describes a function's environment for Status and Resolve: "" when there is nothing to say.
+func (fn *function) envState() (text string, failed error) {
+	p := fn.prep
+	if p == nil {
+		return "", nil
+	}
+	select {
+	case <-p.done:
+		if p.err != nil {
+			return "failed: " + p.err.Error() + " (see the function's logs; update or redeploy it to try again)", p.err
+		}
+		return "", nil
+	default:
+		return fmt.Sprintf("installing %s since %s (see the function's logs)", p.files,
+			p.started.UTC().Format(time.RFC3339)), nil
+	}
+}
+
+// withStatus returns annotations plus StatusAnnotation when text is set; the deployment's map is not changed.
+func withStatus(annotations *map[string]string, text string) *map[string]string {
+	if text == "" {
+		return annotations
+	}
+	out := map[string]string{}
+	if annotations != nil {
+		maps.Copy(out, *annotations)
+	}
+	out[StatusAnnotation] = text
+	return &out
+}
+
+// interpreter is the argv a replica runs (command's) with the function's environment's python in place of
+// Config.Python (or a bare python name) when it has an environment.
+func (b *Backend) interpreter(argv []string, env *venv.Env) []string {
+	if env == nil {
+		return argv
+	}
+	if argv[0] == b.cfg.Python || pythonName.MatchString(argv[0]) {
+		argv = append([]string{env.Python}, argv[1:]...)
+	}
+	return argv
+}
+
+// envVars puts a function's environment first on PATH and names it in VIRTUAL_ENV, as activating it would.
+func envVars(vars []string, env *venv.Env) []string {
+	if env == nil {
+		return vars
+	}
+	out := make([]string, 0, len(vars)+2)
+	path := ""
+	for _, kv := range vars {
+		k, v, _ := strings.Cut(kv, "=")
+		switch k {
+		case "PATH":
+			path = v
+			continue
+		case "VIRTUAL_ENV", "PYTHONHOME":
+			continue
+		}
+		out = append(out, kv)
+	}
+	bin := filepath.Join(env.Dir, "bin")
+	if path != "" {
+		bin += string(os.PathListSeparator) + path
+	}
+	return append(out, "PATH="+bin, "VIRTUAL_ENV="+env.Dir)
+}

@@ -1,0 +1,280 @@
+/*
+ * stream.c: what the shim knows about the function's streams without asking the gpuserver. Streams are created
+ * remotely (their handles are the gpuserver's); their flags, priority, id and attributes are kept here, so the
+ * queries PyTorch and cuBLAS make around every operation (capture state, flags, priority, context, device) cost no
+ * round trip. Stream capture (CUDA graphs) is not supported: every stream reports that it is not capturing, and
+ * beginning a capture answers CUDA_ERROR_NOT_SUPPORTED. Host functions run on the calling thread once the
+ * stream's earlier work has completed (all of a session's streams run in order on the gpuserver).
+ */
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "shim.h"
+
+#define STREAM_LEGACY ((void *)0x1)
+#define STREAM_PER_THREAD ((void *)0x2)
+#define ATTRS 17 /* CUlaunchAttributeID values a stream attribute can take (1..16) */
+
+struct stream {
+	void *handle;
+	unsigned flags;
+	int priority;
+	uint64_t id;
+	uint8_t attr[ATTRS][64];
+	struct stream *next;
+};
+
+static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
+static struct stream *streams;
+static struct stream defaults[3] = {{.handle = NULL, .id = 0}, {.handle = STREAM_LEGACY, .id = 1},
+				    {.handle = STREAM_PER_THREAD, .id = 2}};
+static uint64_t next_id = 16;
+
+/* get returns the stream of handle h (NULL if unknown). Called with mu held. */
+static struct stream *get(void *h) {
+	if (h == NULL || h == STREAM_LEGACY || h == STREAM_PER_THREAD) return &defaults[(uintptr_t)h];
+	for (struct stream *s = streams; s != NULL; s = s->next)
+		if (s->handle == h) return s;
+	return NULL;
+}
+
+static int remember(void *h, unsigned flags, int priority) {
+	struct stream *s = calloc(1, sizeof *s);
+	if (s == NULL) return CUDA_ERROR_OUT_OF_MEMORY;
+	s->handle = h;
+	s->flags = flags;
+	s->priority = priority;
+	memcpy(s->attr[8], &priority, sizeof priority); /* CU_LAUNCH_ATTRIBUTE_PRIORITY */
+	pthread_mutex_lock(&mu);
+	s->id = next_id++;
+	s->next = streams;
+	streams = s;
+	pthread_mutex_unlock(&mu);
+	return CUDA_SUCCESS;
+}
+
+SHIM_EXPORT int cuStreamCreate(void **phStream, unsigned int flags) {
+	int r = rpc_cuStreamCreate(phStream, flags);
+	return r == 0 ? remember(*phStream, flags, 0) : r;
+}
+
+SHIM_EXPORT int cuStreamCreateWithPriority(void **phStream, unsigned int flags, int priority) {
+	int r = rpc_cuStreamCreateWithPriority(phStream, flags, priority);
+	/* The device's range is [-5, 0] (cuCtxGetStreamPriorityRange); the driver clamps. */
+	if (priority < -5) priority = -5;
+	if (priority > 0) priority = 0;
+	return r == 0 ? remember(*phStream, flags, priority) : r;
+}
+
+SHIM_EXPORT int cuStreamDestroy_v2(void *h) {
+	int r = rpc_cuStreamDestroy_v2(h);
+	if (r != 0) return r;
+	pthread_mutex_lock(&mu);
+	for (struct stream **p = &streams; *p != NULL; p = &(*p)->next) {
+		if ((*p)->handle == h) {
+			struct stream *s = *p;
+			*p = s->next;
+			free(s);
+			break;
+		}
+	}
+	pthread_mutex_unlock(&mu);
+	return CUDA_SUCCESS;
+}
+
+/* with runs f on the stream of handle h under the lock. */
+#define WITH_STREAM(h, s, body)                                                                                  \
+	do {                                                                                                     \
+		pthread_mutex_lock(&mu);                                                                         \
+		struct stream *s = get(h);                                                                       \
+		if (s == NULL) {                                                                                 \
+			pthread_mutex_unlock(&mu);                                                               \
+			return CUDA_ERROR_INVALID_HANDLE;                                                        \
+		}                                                                                                \
+		body;                                                                                            \
+		pthread_mutex_unlock(&mu);                                                                       \
+	} while (0)
+
+SHIM_EXPORT int cuStreamGetFlags(void *h, unsigned int *flags) {
+	SHIM_LOCAL();
+	if (flags == NULL) return CUDA_ERROR_INVALID_VALUE;
+	WITH_STREAM(h, s, *flags = s->flags);
+	return CUDA_SUCCESS;
+}
+
+SHIM_EXPORT int cuStreamGetPriority(void *h, int *priority) {
+	SHIM_LOCAL();
+	if (priority == NULL) return CUDA_ERROR_INVALID_VALUE;
+	WITH_STREAM(h, s, *priority = s->priority);
+	return CUDA_SUCCESS;
+}
+
+SHIM_EXPORT int cuStreamGetId(void *h, unsigned long long *id) {
+	SHIM_LOCAL();
+	if (id == NULL) return CUDA_ERROR_INVALID_VALUE;
+	WITH_STREAM(h, s, *id = s->id);
+	return CUDA_SUCCESS;
+}
+
+SHIM_EXPORT int cuStreamGetCtx(void *h, void **pctx) {
+	SHIM_LOCAL();
+	if (pctx == NULL) return CUDA_ERROR_INVALID_VALUE;
+	WITH_STREAM(h, s, (void)s);
+	*pctx = shim_primary_ctx();
+	return CUDA_SUCCESS;
+}
+
+SHIM_EXPORT int cuStreamGetCtx_v2(void *h, void **pctx, void **pGreenCtx) {
+	int r = cuStreamGetCtx(h, pctx);
+	if (r == 0 && pGreenCtx != NULL) *pGreenCtx = NULL; /* no green contexts */
+	return r;
+}
+
+SHIM_EXPORT int cuStreamGetDevice(void *h, int *device) {
+	SHIM_LOCAL();
+	if (device == NULL) return CUDA_ERROR_INVALID_VALUE;
+	WITH_STREAM(h, s, (void)s);
+	*device = 0;
+	return CUDA_SUCCESS;
+}
+
+/* ---- capture: never capturing */
+
+enum { CAPTURE_STATUS_NONE = 0 };
+
+SHIM_EXPORT int cuStreamIsCapturing(void *h, int *status) {
+	SHIM_LOCAL();
+	if (status == NULL) return CUDA_ERROR_INVALID_VALUE;
+	WITH_STREAM(h, s, (void)s);
+	*status = CAPTURE_STATUS_NONE;
+	return CUDA_SUCCESS;
+}
+
+SHIM_EXPORT int cuStreamGetCaptureInfo_v3(void *h, int *status, unsigned long long *id, void **graph,
+					  const void **deps, const void **edges, size_t *ndeps) {
+	SHIM_LOCAL();
+	if (status == NULL) return CUDA_ERROR_INVALID_VALUE;
+	WITH_STREAM(h, s, (void)s);
+	*status = CAPTURE_STATUS_NONE;
+	if (id != NULL) *id = 0;
+	if (graph != NULL) *graph = NULL;
+	if (deps != NULL) *deps = NULL;
+	if (edges != NULL) *edges = NULL;
+	if (ndeps != NULL) *ndeps = 0;
+	return CUDA_SUCCESS;
+}
+
+SHIM_EXPORT int cuStreamGetCaptureInfo_v2(void *h, int *status, unsigned long long *id, void **graph,
+					  const void **deps, size_t *ndeps) {
+	return cuStreamGetCaptureInfo_v3(h, status, id, graph, deps, NULL, ndeps);
+}
+
+static __thread int capture_mode; /* CU_STREAM_CAPTURE_MODE_GLOBAL */
+
+SHIM_EXPORT int cuThreadExchangeStreamCaptureMode(int *mode) {
+	SHIM_LOCAL();
+	if (mode == NULL) return CUDA_ERROR_INVALID_VALUE;
+	int old = capture_mode;
+	capture_mode = *mode;
+	*mode = old;
+	return CUDA_SUCCESS;
+}
+
+/* ---- attributes (CUstreamAttrValue is the 64-byte CUlaunchAttributeValue) */
+
+SHIM_EXPORT int cuStreamGetAttribute(void *h, int attr, void *value) {
+	SHIM_LOCAL();
+	if (value == NULL || attr <= 0 || attr >= ATTRS) return CUDA_ERROR_INVALID_VALUE;
+	WITH_STREAM(h, s, memcpy(value, s->attr[attr], 64));
+	return CUDA_SUCCESS;
+}
+
+SHIM_EXPORT int cuStreamSetAttribute(void *h, int attr, const void *value) {
+	SHIM_LOCAL();
+	if (value == NULL || attr <= 0 || attr >= ATTRS) return CUDA_ERROR_INVALID_VALUE;
+	WITH_STREAM(h, s, memcpy(s->attr[attr], value, 64));
+	return CUDA_SUCCESS;
+}
+
+SHIM_EXPORT int cuStreamCopyAttributes(void *dst, void *src) {
+	SHIM_LOCAL();
+	pthread_mutex_lock(&mu);
+	struct stream *d = get(dst), *s = get(src);
+	if (d != NULL && s != NULL) memcpy(d->attr, s->attr, sizeof d->attr);
+	pthread_mutex_unlock(&mu);
+	return d != NULL && s != NULL ? CUDA_SUCCESS : CUDA_ERROR_INVALID_HANDLE;
+}
+
+/* ---- host functions */
+
+int cuStreamSynchronize(void *);
+
+SHIM_EXPORT int cuLaunchHostFunc(void *h, void (*fn)(void *), void *userData) {
+	if (fn == NULL) return CUDA_ERROR_INVALID_VALUE;
+	int r = cuStreamSynchronize(h);
+	if (r != 0) return r;
+	fn(userData);
+	return CUDA_SUCCESS;
+}
+
+SHIM_EXPORT int cuStreamAddCallback(void *h, void (*cb)(void *, int, void *), void *userData, unsigned int flags) {
+	if (cb == NULL || flags != 0) return CUDA_ERROR_INVALID_VALUE;
+	int r = cuStreamSynchronize(h);
+	cb(h, r, userData);
+	return CUDA_SUCCESS;
+}
+
+/* ---- stream memory operations: writes go in order with the stream's work; a wait is checked once the
+ * stream's earlier work has completed (gpuserver/remoting/copy2d.go: the session's streams run in order, so a
+ * condition that does not hold then never will and the wait answers CUDA_ERROR_ILLEGAL_STATE). */
+
+SHIM_EXPORT int cuStreamWriteValue32_v2(void *h, unsigned long long addr, uint32_t value, unsigned int flags) {
+	return rpc_streamWriteValue(h, addr, value, 4, flags);
+}
+
+SHIM_EXPORT int cuStreamWriteValue64_v2(void *h, unsigned long long addr, uint64_t value, unsigned int flags) {
+	return rpc_streamWriteValue(h, addr, value, 8, flags);
+}
+
+SHIM_EXPORT int cuStreamWaitValue32_v2(void *h, unsigned long long addr, uint32_t value, unsigned int flags) {
+	return rpc_streamWaitValue(h, addr, value, 4, flags);
+}
+
+SHIM_EXPORT int cuStreamWaitValue64_v2(void *h, unsigned long long addr, uint64_t value, unsigned int flags) {
+	return rpc_streamWaitValue(h, addr, value, 8, flags);
+}
+
+/* CUstreamBatchMemOpParams: 48 bytes; u32 operation, then (waits and writes) u64 address at 8, the value at 16,
+ * u32 flags at 24. */
+enum { OP_WAIT_32 = 1, OP_WRITE_32 = 2, OP_FLUSH_REMOTE_WRITES = 3, OP_WAIT_64 = 4, OP_WRITE_64 = 5, OP_BARRIER = 6 };
+
+SHIM_EXPORT int cuStreamBatchMemOp_v2(void *h, unsigned int count, const uint8_t *params, unsigned int flags) {
+	if (flags != 0 || (count > 0 && params == NULL)) return CUDA_ERROR_INVALID_VALUE;
+	for (unsigned i = 0; i < count; i++) {
+		const uint8_t *p = params + 48 * (size_t)i;
+		uint32_t op, f;
+		uint64_t addr, v64;
+		uint32_t v32;
+		memcpy(&op, p, 4);
+		memcpy(&addr, p + 8, 8);
+		memcpy(&v32, p + 16, 4);
+		memcpy(&v64, p + 16, 8);
+		memcpy(&f, p + 24, 4);
+		int r;
+		switch (op) {
+		case OP_WAIT_32: r = cuStreamWaitValue32_v2(h, addr, v32, f); break;
+		case OP_WRITE_32: r = cuStreamWriteValue32_v2(h, addr, v32, f); break;
+		case OP_WAIT_64: r = cuStreamWaitValue64_v2(h, addr, v64, f); break;
+		case OP_WRITE_64: r = cuStreamWriteValue64_v2(h, addr, v64, f); break;
+		case OP_FLUSH_REMOTE_WRITES: /* no remote writers: the function's memory is its own */
+		case OP_BARRIER:            /* the stream's operations already run in order */
+			SHIM_LOCAL();
+			r = CUDA_SUCCESS;
+			break;
+		default: r = CUDA_ERROR_INVALID_VALUE;
+		}
+		if (r != 0) return r;
+	}
+	return CUDA_SUCCESS;
+}

@@ -1,0 +1,22 @@
+#!/usr/bin/env bash
+# suite.sh: runs the GPU suite (make gpu-test) from the test binaries in bin/gpu (make gpu-test-bin builds them, so a
+# GPU machine needs no Go): every CUDA and GPU test of the packages below with FAAS_GPU_TEST_CUDA=1, then the
+# data-plane benchmark on the real driver. Writes docs/bench/pytorch-shim.md and docs/bench/swap-cuda.md.
+set -uo pipefail
+root=$(cd "$(dirname "$0")/../.." && pwd)
+cd "$root"
+make -s -C shim >/dev/null || exit 1
+export FAAS_GPU_TEST_CUDA=1 FAAS_GPU_GPU_REPORT="$root/docs/bench/pytorch-shim.md"
+rc=0
+for pkg in gpuserver/device/nvml gpuserver/device/cuda gpuserver/executor test/gpu; do
+	bin="$root/bin/gpu/$(echo "$pkg" | tr / -).test"
+	if [ ! -x "$bin" ]; then
+		echo "suite.sh: $bin is missing: run make gpu-test-bin where Go is installed" >&2
+		exit 1
+	fi
+	echo "=== $pkg"
+	(cd "$pkg" && "$bin" -test.v -test.count=1 -test.timeout=20m -test.run 'CUDA|GPU') || rc=1
+done
+echo "=== swapbench"
+"$root/bin/gpu/swapbench" -device cuda -out "$root/docs/bench/swap-cuda.md" || rc=1
+exit $rc
