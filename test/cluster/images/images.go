@@ -95,8 +95,6 @@ func GPUPython(base, templateDir, fnDir, function string) (imagebuild.Spec, erro
 		imagebuild.Entry{Path: path.Join(functionHome, "function"), Dir: true, UID: functionUID, GID: functionGID},
 		imagebuild.Entry{Path: path.Join(functionHome, "function", "__init__.py"), Data: []byte{},
 			UID: functionUID, GID: functionGID},
-		// The python image the Dockerfile starts from has `python` (fprocess is "python index.py").
-		imagebuild.Entry{Path: "/usr/local/bin/python", Link: "/usr/bin/python3"},
 	)
 	fn, err := imagebuild.DirEntries(fnDir, path.Join(functionHome, "function"), functionUID, functionGID)
 	if err != nil {
@@ -112,7 +110,7 @@ func GPUPython(base, templateDir, fnDir, function string) (imagebuild.Spec, erro
 			"HOST=0.0.0.0", "PORT=" + functionPort,
 		},
 		User: fmt.Sprintf("%d:%d", functionUID, functionGID), WorkingDir: functionHome,
-		Entrypoint: []string{"python", "index.py"},
+		Entrypoint: []string{"python3", "index.py"},
 		Ports:      []string{functionPort + "/tcp"},
 	}, nil
 }

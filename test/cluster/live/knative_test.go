@@ -36,7 +36,9 @@ func testKnativeBackend(t *testing.T) {
 	e.kubectl(t, "", "create", "namespace", knNS)
 	args := append([]string{"install", knRelease, e.repo + "/charts/faas-gpu", "-n", namespace, "--wait", "--timeout", "10m"},
 		e.chartValues("gpuserver.enabled=false", "queueWorker.enabled=false", "nats.enabled=false",
-			"swapIn.enabled=false", "provider.backend=knative", "functionNamespace="+knNS)...)
+			"swapIn.enabled=false", "provider.backend=knative", "functionNamespace="+knNS,
+			// The node's gpuservers are the first release's: the provider issues tickets from their key.
+			"gpuserver.keySecret="+release+"-gpuserver-key")...)
 	e.helm(t, args...)
 	g := gateway{url: e.serviceURL(t, namespace, knRelease+"-gateway")}
 	g.user, g.pass = e.basicAuth(t, namespace)

@@ -1,6 +1,8 @@
 package live
 
 import (
+	"crypto/rand"
+	"encoding/base64"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -32,6 +34,8 @@ func (e *env) chartValues(extra ...string) []string {
 		"nats.image=" + e.info.Images["nats-server"],
 		"nats.storage.size=1Gi", "nats.storage.storageClassName=" + storageClass,
 		"provider.enabled=true", "provider.functionPullPolicy=Never",
+		// The provider's credentials the OpenFaaS way: the basic-auth Secret (created by basicAuthSecret).
+		"basicAuth.secretName=basic-auth",
 		fmt.Sprintf("queueWorker.gatewayURL=http://%s-gateway.%s:8080", release, namespace),
 	}
 	sets = append(sets, extra...)
@@ -72,6 +76,7 @@ func testKubernetesChartInstall(t *testing.T) {
 		e.kubectl(t, "", "create", "namespace", ns)
 	}
 	e.kubectl(t, e.natsVolume(), "apply", "-f", "-")
+	e.kubectl(t, basicAuthSecret(t), "apply", "-f", "-")
 	args := append([]string{"install", release, e.repo + "/charts/faas-gpu", "-n", namespace, "--wait",
 		"--timeout", "10m"}, e.chartValues()...)
 	e.helm(t, args...)
@@ -555,4 +560,19 @@ func sortedNames(m map[string]bool) []string {
 	}
 	sort.Strings(out)
 	return out
+}
+
+// basicAuthSecret is the basic-auth Secret an OpenFaaS installation has (user admin, a random password), which the
+// chart's provider mounts (basicAuth.secretName) and the tests read as faas-cli login would be given it.
+func basicAuthSecret(t *testing.T) string {
+	t.Helper()
+	b := make([]byte, 18)
+	if _, err := rand.Read(b); err != nil {
+		t.Fatal(err)
+	}
+	return fmt.Sprintf(`apiVersion: v1
+kind: Secret
+metadata: {name: basic-auth, namespace: %s}
+stringData: {basic-auth-user: admin, basic-auth-password: %q}
+`, namespace, base64.RawURLEncoding.EncodeToString(b))
 }

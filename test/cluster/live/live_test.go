@@ -161,6 +161,9 @@ func (g gateway) do(method, path string, body []byte, header map[string]string) 
 	if g.user != "" {
 		req.SetBasicAuth(g.user, g.pass)
 	}
+	if len(body) > 0 && strings.HasPrefix(path, "/system/") {
+		req.Header.Set("Content-Type", "application/json") // as faas-cli sends its JSON bodies
+	}
 	for k, v := range header {
 		req.Header.Set(k, v)
 	}

@@ -15,8 +15,14 @@ import (
 // name in the function namespace (services, deployments and secrets read-write; pods, pods/log, namespaces and
 // endpoints read; events list), and the faas-netes container of the gateway pod started as ./faas-netes with its
 // environment. Only the image is faas-gpu's (faasnetes.image), as a user swaps it in; image_pull_policy is Never
-// because the images were imported into the node (functions.imagePullPolicy). The faas-gpu chart's swapIn Role
+// because the images were imported into the node (functions.imagePullPolicy); basic auth is on (basic_auth true,
+// the basic-auth Secret mounted at /var/secrets, as the stock chart does). The faas-gpu chart's swapIn Role
 // (EndpointSlices) is already bound to this ServiceAccount by the release testKubernetesChartInstall installed.
+//
+// What the stock chart cannot express is added as charts/faas-gpu/README.md (gpuserver.keySecret) tells a user to
+// patch it in: the gpuserver
+// key Secret mounted (0440, the pod's fsGroup) with FAAS_GPU_GPUSERVER_KEY_FILE, and FAAS_GPU_SOCKET_GROUP, so
+// that GPU pods get registration tickets and the sockets' group.
 func stockProvider(image string) string {
 	return fmt.Sprintf(`apiVersion: v1
 kind: ServiceAccount
@@ -58,8 +64,13 @@ spec:
     metadata: {labels: {app: gateway}}
     spec:
       serviceAccountName: openfaas-controller
+      securityContext: {fsGroup: 65532}
       volumes:
         - {name: faas-netes-temp-volume, emptyDir: {}}
+        - name: auth
+          secret: {secretName: basic-auth}
+        - name: gpuserver-key
+          secret: {secretName: %[4]s, defaultMode: 0440}
       containers:
         - name: faas-netes
           image: %[1]s
@@ -75,8 +86,14 @@ spec:
             - {name: readiness_probe_period_seconds, value: "2"}
             - {name: liveness_probe_period_seconds, value: "2"}
             - {name: cluster_role, value: "false"}
+            - {name: basic_auth, value: "true"}
+            - {name: secret_mount_path, value: /var/secrets}
+            - {name: FAAS_GPU_GPUSERVER_KEY_FILE, value: /var/run/secrets/faas-gpu-key/gpuserver.key}
+            - {name: FAAS_GPU_SOCKET_GROUP, value: "2042"}
           volumeMounts:
             - {mountPath: /tmp, name: faas-netes-temp-volume}
+            - {mountPath: /var/secrets, name: auth, readOnly: true}
+            - {mountPath: /var/run/secrets/faas-gpu-key, name: gpuserver-key, readOnly: true}
           ports:
             - {name: provider, containerPort: 8081, protocol: TCP}
 ---
@@ -87,7 +104,7 @@ spec:
   selector: {app: gateway}
   ports:
     - {name: provider, port: 8081, targetPort: provider}
-`, image, namespace, functionsNS)
+`, image, namespace, functionsNS, release+"-gpuserver-key")
 }
 
 // existingFunction is a function as faas-netes deployed it before the swap: a Deployment and a Service with
