@@ -7,6 +7,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"math"
 	"strings"
 	"text/tabwriter"
 
@@ -29,6 +30,7 @@ type simReport struct {
 func runSim(ctx context.Context, args []string, stdout, _ io.Writer) error {
 	fs := flag.NewFlagSet("sim", flag.ContinueOnError)
 	trace := fs.String("trace", "", "invocation trace CSV (one row per function, one column per minute)")
+	arrivalsArg := fs.String("arrivals", "", "explicit arrivals CSV (at_ms,function index) instead of --trace")
 	models := fs.String("models", "", "model profile CSV (Torpor or Clockwork layout)")
 	functions := fs.Int("functions", 0, "number of functions (models assigned round-robin)")
 	nodeArg := fs.String("node", "v100x4", "node preset ("+strings.Join(topology.PresetNames(), ", ")+") or node file")
@@ -38,21 +40,27 @@ func runSim(ctx context.Context, args []string, stdout, _ io.Writer) error {
 	asJSON := fs.Bool("json", false, "print JSON instead of a table")
 	maxInFlight := fs.Int("max-in-flight", 0, "bound on each function's concurrent requests (0: unlimited)")
 	gpuMemory := fs.String("gpu-memory", "", "override every GPU's memory, e.g. 16Gi")
+	memFactor := fs.Float64("memory-factor", simulate.DefaultMemoryFactor,
+		"a function's GPU memory quota as a multiple of its model's weights (>= 1)")
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
 	flagErr := func(name string, err error) error { return usageError{fmt.Errorf("-%s: %w", name, err)} }
 	switch {
-	case *trace == "":
-		return flagErr("trace", errors.New("required"))
+	case *trace == "" && *arrivalsArg == "":
+		return flagErr("trace", errors.New("required (or --arrivals)"))
+	case *trace != "" && *arrivalsArg != "":
+		return flagErr("arrivals", errors.New("give --trace or --arrivals, not both"))
 	case *models == "":
 		return flagErr("models", errors.New("required"))
-	case *functions <= 0:
+	case *functions < 0 || *functions == 0 && *arrivalsArg == "":
 		return flagErr("functions", errors.New("must be > 0"))
 	case *minutes <= 0:
 		return flagErr("minutes", errors.New("must be > 0"))
 	case *maxInFlight < 0:
 		return flagErr("max-in-flight", errors.New("must be >= 0"))
+	case !(*memFactor >= 1) || math.IsInf(*memFactor, 0):
+		return flagErr("memory-factor", errors.New("must be >= 1"))
 	}
 	var pols []controller.Policy
 	for _, p := range strings.Split(*policies, ",") {
@@ -75,12 +83,30 @@ func runSim(ctx context.Context, args []string, stdout, _ io.Writer) error {
 			return flagErr("gpu-memory", err)
 		}
 	}
-	tr, err := simulate.LoadTrace(*trace)
-	if err != nil {
-		return flagErr("trace", err)
-	}
-	if *minutes > tr.Minutes() {
-		return flagErr("minutes", fmt.Errorf("%d exceeds the trace's %d minutes", *minutes, tr.Minutes()))
+	var tr *simulate.Trace
+	var arrivals []simulate.Arrival
+	if *arrivalsArg != "" {
+		if arrivals, err = simulate.LoadArrivals(*arrivalsArg); err != nil {
+			return flagErr("arrivals", err)
+		}
+		most := 0
+		for _, a := range arrivals {
+			most = max(most, a.Function+1)
+		}
+		switch {
+		case *functions == 0:
+			*functions = most
+		case *functions < most:
+			return flagErr("functions", fmt.Errorf("%d, but the arrivals name function %d", *functions, most-1))
+		}
+		*trace, *minutes = *arrivalsArg, 0
+	} else {
+		if tr, err = simulate.LoadTrace(*trace); err != nil {
+			return flagErr("trace", err)
+		}
+		if *minutes > tr.Minutes() {
+			return flagErr("minutes", fmt.Errorf("%d exceeds the trace's %d minutes", *minutes, tr.Minutes()))
+		}
 	}
 	ms, err := simulate.LoadModels(*models)
 	if err != nil {
@@ -93,7 +119,8 @@ func runSim(ctx context.Context, args []string, stdout, _ io.Writer) error {
 			return err
 		}
 		r, err := simulate.Run(simulate.Config{Trace: tr, Models: ms, Functions: *functions, Node: node,
-			Minutes: *minutes, Policy: p, Seed: *seed, MaxInFlight: *maxInFlight}, false)
+			Minutes: *minutes, Policy: p, Seed: *seed, MaxInFlight: *maxInFlight, Arrivals: arrivals,
+			MemoryFactor: *memFactor}, false)
 		if err != nil {
 			return fmt.Errorf("simulate %s: %w", p, err)
 		}

@@ -108,9 +108,8 @@ type gpuState struct {
 	capacity  uint64
 	used      uint64
 	resident  map[string]*residency
-	busy      uint64    // request id bound, 0 when idle
-	busyUntil time.Time // predicted end of the binding (swap and execution)
-	transfers []transfer
+	busy      uint64          // request id bound, 0 when idle
+	busyUntil time.Time       // predicted end of the binding (swap and execution)
 	loading   map[string]bool // functions currently swapping in from host here (value: heavy)
 	busyTime  time.Duration
 	busySince time.Time
@@ -128,22 +127,16 @@ type fnState struct {
 }
 
 type reqState struct {
-	id       uint64
-	function string
-	arrival  time.Time
-	deadline time.Time
-	bound    bool
-	decision Decision
-	swapping bool
-	slowdown float64 // the link model's slowdown of the swap's path when it started (1: alone)
-	broken   bool    // a GPU of its binding (target, or the source of its swap) failed while it was bound
-	released bool    // its NVLink source copy is no longer pinned by it (the source GPU failed)
-}
-
-// transfer is a swap in progress into a GPU and when the link model predicts it to end.
-type transfer struct {
-	path topology.Path
-	end  time.Time
+	id        uint64
+	function  string
+	arrival   time.Time
+	deadline  time.Time
+	bound     bool
+	decision  Decision
+	swapping  bool
+	swapStart time.Time // when its transfer started
+	broken    bool      // a GPU of its binding (target, or the source of its swap) failed while it was bound
+	released  bool      // its NVLink source copy is no longer pinned by it (the source GPU failed)
 }
 
 // Controller decides, for a node's GPUs, which request runs next, where, how its model gets there and what is
@@ -158,6 +151,8 @@ type Controller struct {
 	reqs   map[uint64]*reqState
 	rng    *rand.Rand
 	counts Counters
+	// links models the transfers in progress (keyed by request id) to predict their ends and new transfers.
+	links *topology.Transfers
 }
 
 // Counters are totals since the controller started.
@@ -204,6 +199,7 @@ func New(cfg Config) (*Controller, error) {
 	}
 	c := &Controller{cfg: cfg, tr: tr, node: cfg.Node.Clone(), q: q, fns: map[string]*fnState{},
 		reqs: map[uint64]*reqState{}, rng: rand.New(rand.NewPCG(cfg.Seed, cfg.Seed^0x9e3779b97f4a7c15))}
+	c.links = topology.NewTransfers(&c.node)
 	for i, g := range c.node.GPUs {
 		c.gpus = append(c.gpus, &gpuState{index: i, capacity: g.MemoryBytes, resident: map[string]*residency{},
 			loading: map[string]bool{}})
@@ -388,16 +384,8 @@ func (c *Controller) Cancel(id uint64) bool {
 // Waiting is the number of queued requests.
 func (c *Controller) Waiting() int { return c.q.Len() }
 
-// ActiveTransfers lists the paths of the swaps in progress.
-func (c *Controller) ActiveTransfers() []topology.Path {
-	var out []topology.Path
-	for _, g := range c.gpus {
-		for _, t := range g.transfers {
-			out = append(out, t.path)
-		}
-	}
-	return out
-}
+// ActiveTransfers lists the paths of the swaps in progress, in the order they started.
+func (c *Controller) ActiveTransfers() []topology.Path { return c.links.Paths() }
 
 // maxBlockedPerDispatch bounds how many functions one Dispatch passes over because their requests cannot be
 // placed now (keep-alive instances on busy GPUs), so a round stays cheap under a deep backlog.
@@ -481,15 +469,12 @@ func (c *Controller) apply(now time.Time, fs *fnState, d *Decision) {
 	}
 	d.Bytes = fs.ModelBytes
 	d.PredictedSwap = fs.swap[d.Swap].Mean()
-	req.slowdown = 1
 	if d.Swap != SwapCold {
-		active := c.ActiveTransfers()
 		if c.tr.deadlineAware {
-			req.slowdown = c.node.SlowdownOf(d.Path(), active)
-			d.PredictedSwap = time.Duration(float64(d.PredictedSwap) * req.slowdown)
+			d.PredictedSwap = c.swapTime(fs, d.Swap, d.Path(), now, now)
 		}
-		g.transfers = append(g.transfers, transfer{path: d.Path(),
-			end: now.Add(c.node.TransferTime(d.Bytes, d.Path(), active))})
+		c.links.Start(now, d.Request, d.Path(), d.Bytes)
+		req.swapStart = now
 	}
 	g.busyUntil = now.Add(d.PredictedSwap + d.PredictedExec)
 	c.addResident(fs, g, now)
@@ -516,10 +501,9 @@ func (c *Controller) SwapDone(now time.Time, id uint64, took time.Duration) erro
 		}
 	}
 	delete(g.loading, d.Function)
-	if d.Swap != SwapCold {
-		if i := slices.IndexFunc(g.transfers, func(t transfer) bool { return t.path == d.Path() }); i >= 0 {
-			g.transfers = slices.Delete(g.transfers, i, i+1)
-		}
+	ran := now.Sub(r.swapStart) // how long its transfer ran, contended or not
+	if d.Swap == SwapCold || !c.links.End(now, id) {
+		ran = 0
 	}
 	if d.Swap == SwapNVLink && !r.released {
 		r.released = true
@@ -528,12 +512,13 @@ func (c *Controller) SwapDone(now time.Time, id uint64, took time.Duration) erro
 		}
 	}
 	if fs != nil && !r.broken { // a swap cut short by a GPU failure teaches nothing
-		// Deadline-aware policies learn the swap time a transfer takes alone, and scale it by the link model's
-		// slowdown when they predict one.
-		if r.slowdown > 0 {
-			took = time.Duration(float64(took) / r.slowdown)
+		// Deadline-aware policies learn the swap time a transfer adds alone: what contention stretched the transfer
+		// by beyond its time alone is on the request's critical path, so it is taken off here and predicted again
+		// from the transfers in progress (swapTime).
+		if c.tr.deadlineAware && ran > 0 {
+			took -= max(0, ran-c.node.TransferTime(d.Bytes, d.Path(), nil))
 		}
-		fs.swap[d.Swap].Observe(took)
+		fs.swap[d.Swap].Observe(max(0, took))
 	}
 	return nil
 }

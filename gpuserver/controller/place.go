@@ -28,15 +28,20 @@ func (c *Controller) place(now time.Time, fs *fnState, r *reqState) (Decision, b
 		if g := c.residentIdle(fs); g >= 0 {
 			return Decision{GPU: g, Swap: SwapNone, Source: g}, true
 		}
+		var best *gpuState
+		var bestEv []Eviction
 		for _, g := range c.gpus {
-			if g.busy != 0 || g.unhealthy {
+			if g.busy != 0 || g.unhealthy || best != nil && !c.lessUsed(g, best) {
 				continue
 			}
 			if ev, ok := c.evictionPlan(g, fs); ok {
-				return Decision{GPU: g.index, Swap: SwapPCIe, Source: topology.Host, Evict: ev}, true
+				best, bestEv = g, ev
 			}
 		}
-		return Decision{}, false
+		if best == nil {
+			return Decision{}, false
+		}
+		return Decision{GPU: best.index, Swap: SwapPCIe, Source: topology.Host, Evict: bestEv}, true
 	}
 	d, ok := c.placeInterference(fs)
 	if ok && c.tr.deadlineAware && d.Swap == SwapPCIe && c.betterToWait(now, fs, r, d) {
@@ -45,15 +50,25 @@ func (c *Controller) place(now time.Time, fs *fnState, r *reqState) (Decision, b
 	return d, ok
 }
 
-// residentIdle is an idle GPU holding a usable copy of fs, or -1.
+// residentIdle is the least used idle GPU holding a usable copy of fs, or -1.
 func (c *Controller) residentIdle(fs *fnState) int {
+	best := -1
 	for _, gi := range fs.replicas {
 		g := c.gpus[gi]
-		if g.busy == 0 && !g.resident[fs.Name].loading {
-			return gi
+		if g.busy == 0 && !g.resident[fs.Name].loading && (best < 0 || c.lessUsed(g, c.gpus[best])) {
+			best = gi
 		}
 	}
-	return -1
+	return best
+}
+
+// lessUsed orders GPUs that a placement finds equally good: the one bound for less time so far first (as Torpor's
+// node simulator does), then the lower index, so that uniform load spreads evenly instead of piling onto GPU 0.
+func (c *Controller) lessUsed(a, b *gpuState) bool {
+	if a.busyTime != b.busyTime {
+		return a.busyTime < b.busyTime
+	}
+	return a.index < b.index
 }
 
 // sources are the GPUs holding a complete copy of fs.
@@ -107,14 +122,16 @@ func (c *Controller) placeInterference(fs *fnState) (Decision, bool) {
 	if len(cands) == 0 {
 		return Decision{}, false
 	}
-	better := func(a, b candidate) bool { // a strictly better than b on eviction cost
-		if !c.tr.avoidEviction {
-			return false
+	better := func(a, b candidate) bool { // a better than b on eviction cost, then on use so far
+		if c.tr.avoidEviction {
+			if a.heavyEv != b.heavyEv {
+				return a.heavyEv < b.heavyEv
+			}
+			if a.evictCnt != b.evictCnt {
+				return a.evictCnt < b.evictCnt
+			}
 		}
-		if a.heavyEv != b.heavyEv {
-			return a.heavyEv < b.heavyEv
-		}
-		return a.evictCnt < b.evictCnt
+		return c.lessUsed(a.g, b.g)
 	}
 	if srcs := c.sources(fs); len(srcs) > 0 {
 		var best *candidate
@@ -192,7 +209,7 @@ func (c *Controller) placeInstance(fs *fnState) (Decision, bool) {
 	}
 	best := cands[0]
 	for _, cand := range cands[1:] {
-		if cand.evictCnt < best.evictCnt {
+		if cand.evictCnt < best.evictCnt || cand.evictCnt == best.evictCnt && c.lessUsed(cand.g, best.g) {
 			best = cand
 		}
 	}

@@ -181,7 +181,8 @@ type Queue struct {
 	lastGroup time.Time
 	groupRuns int
 	alpha     float64
-	oldRatio  float64
+	oldRatio  float64 // the share of functions meeting their SLO that alpha was last re-tuned against
+	hasOld    bool    // oldRatio has been measured
 	metShare  float64 // share of functions meeting their SLO at the last regrouping
 }
 
@@ -495,9 +496,17 @@ func (q *Queue) Regroup(now time.Time) {
 	q.groupRuns = 0
 	ratio := float64(met) / float64(seen)
 	const diff, scale, small = 0.04, 2.0, 1.01
-	trend := diff
-	if q.oldRatio > 0 {
+	// The trend is the relative change of the share since the last re-tuning. The first measurement sets the
+	// reference (no trend); from a share of 0 any share above it is a rise and another 0 is flat, so alpha does
+	// not keep doubling back while no function meets its SLO.
+	var trend float64
+	switch {
+	case !q.hasOld:
+		q.oldRatio, q.hasOld = ratio, true
+	case q.oldRatio > 0:
 		trend = (ratio - q.oldRatio) / q.oldRatio
+	case ratio > 0:
+		trend = math.Inf(1)
 	}
 	switch {
 	case trend >= diff:

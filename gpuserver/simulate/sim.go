@@ -199,6 +199,12 @@ func Run(cfg Config, keepOutcomes bool) (Result, error) {
 		fn      int
 		arrival time.Duration
 		out     int // index in outcomes, -1 when not kept
+		// A swap over a link in progress: its start, its time alone, the model's penalty per transfer second
+		// alone, and the execution that follows.
+		swapStart time.Duration
+		alone     time.Duration
+		beta      float64
+		exec      time.Duration
 	}
 	reqs := make(map[uint64]*reqInfo, 1024)
 	var outcomes []Outcome
@@ -208,14 +214,33 @@ func Run(cfg Config, keepOutcomes bool) (Result, error) {
 	var seq uint64
 	var now time.Duration
 	ai := 0
+	links := topology.NewTransfers(&cfg.Node) // the node's links: transfers advance as a fluid
 	push := func(e event) {
 		seq++
 		e.seq = seq
 		heap.Push(&events, e)
 	}
-	for ai < len(arrivals) || events.Len() > 0 {
-		// Next event: completions and swap completions before arrivals at the same instant.
-		if events.Len() > 0 && (ai >= len(arrivals) || events[0].at <= arrivals[ai].At) {
+	for ai < len(arrivals) || events.Len() > 0 || links.Len() > 0 {
+		// Next event: transfers ending, then completions and cold starts ending, then arrivals at the same instant.
+		le, transferring := links.Next()
+		if transferring && (events.Len() == 0 || le.At.Sub(epoch) <= events[0].at) &&
+			(ai >= len(arrivals) || le.At.Sub(epoch) <= arrivals[ai].At) {
+			now = le.At.Sub(epoch)
+			res.Events++
+			links.End(le.At, le.ID)
+			ri := reqs[le.ID]
+			took := now - ri.swapStart
+			penalty := swapPenalty(ri.beta, took, ri.alone)
+			if err := ctl.SwapDone(epoch.Add(now), le.ID, penalty); err != nil {
+				return Result{}, err
+			}
+			// The request ends once its execution, pipelined behind the transfer, is done: never before the last
+			// byte has arrived.
+			push(event{at: ri.swapStart + max(took, penalty+ri.exec), kind: 1, id: le.ID, exec: ri.exec})
+			if ri.out >= 0 {
+				outcomes[ri.out].SwapTime = penalty
+			}
+		} else if events.Len() > 0 && (ai >= len(arrivals) || events[0].at <= arrivals[ai].At) {
 			e := heap.Pop(&events).(event)
 			now = e.at
 			res.Events++
@@ -274,6 +299,9 @@ func Run(cfg Config, keepOutcomes bool) (Result, error) {
 		if events.Len() > 0 && events[0].at == now || ai < len(arrivals) && arrivals[ai].At == now {
 			continue // dispatch once per instant
 		}
+		if le, ok := links.Next(); ok && le.At.Sub(epoch) == now {
+			continue
+		}
 		for _, d := range ctl.Dispatch(epoch.Add(now)) {
 			ri := reqs[d.Request]
 			fm := &fns[ri.fn]
@@ -281,28 +309,33 @@ func Run(cfg Config, keepOutcomes bool) (Result, error) {
 			if cfg.Policy.NativeExec() {
 				exec = fm.model.Native
 			}
-			var penalty, transfer time.Duration
-			switch d.Swap {
-			case controller.SwapPCIe, controller.SwapNVLink:
-				transfer = cfg.Node.TransferTime(d.Bytes, d.Path(), ctl.ActiveTransfers())
-				beta := fm.betaPCIe
-				if cfg.Node.Kind(d.Path()) == "nvlink" {
-					beta = fm.betaNV
-				}
-				penalty = time.Duration(beta * float64(transfer))
-			case controller.SwapCold:
-				penalty = controller.DefaultColdStart + time.Duration(float64(d.Bytes)/1e9*float64(time.Second))
-				transfer = penalty
-			}
-			if d.Swap != controller.SwapNone {
-				push(event{at: now + min(transfer, penalty+exec), kind: 0, id: d.Request, took: penalty})
-			}
-			push(event{at: now + penalty + exec, kind: 1, id: d.Request, exec: exec})
 			if ri.out >= 0 {
 				o := &outcomes[ri.out]
 				o.GPU, o.Swap, o.Evicted = d.GPU, d.Swap, d.Evict
-				o.Wait, o.SwapTime = now-ri.arrival, penalty
+				o.Wait = now - ri.arrival
 			}
+			switch d.Swap {
+			case controller.SwapPCIe, controller.SwapNVLink:
+				// The transfer runs among the others on the node's links until its last byte has moved; its
+				// request's completion is scheduled when it ends.
+				ri.beta = fm.betaPCIe
+				if cfg.Node.Kind(d.Path()) == "nvlink" {
+					ri.beta = fm.betaNV
+				}
+				ri.swapStart, ri.exec = now, exec
+				ri.alone = cfg.Node.TransferTime(d.Bytes, d.Path(), nil)
+				links.Start(epoch.Add(now), d.Request, d.Path(), d.Bytes)
+				continue
+			case controller.SwapCold:
+				penalty := controller.DefaultColdStart + time.Duration(float64(d.Bytes)/1e9*float64(time.Second))
+				push(event{at: now + penalty, kind: 0, id: d.Request, took: penalty})
+				push(event{at: now + penalty + exec, kind: 1, id: d.Request, exec: exec})
+				if ri.out >= 0 {
+					outcomes[ri.out].SwapTime = penalty
+				}
+				continue
+			}
+			push(event{at: now + exec, kind: 1, id: d.Request, exec: exec})
 		}
 	}
 	if len(reqs) != 0 {
@@ -343,6 +376,18 @@ func Run(cfg Config, keepOutcomes bool) (Result, error) {
 	}
 	res.PerRequest = outcomes
 	return res, nil
+}
+
+// swapPenalty is what a swap whose transfer took took (alone: alone) adds to its request's latency. A model's
+// profile gives the penalty of a swap alone as beta x its transfer time (pipelined execution hides the rest); when
+// contention stretches the transfer beyond its time alone, the extra time is on the request's critical path (its
+// last layers wait for their weights), so it adds in full.
+func swapPenalty(beta float64, took, alone time.Duration) time.Duration {
+	scaled := time.Duration(beta * float64(took))
+	if took <= alone {
+		return scaled
+	}
+	return max(scaled, time.Duration(beta*float64(alone))+took-alone)
 }
 
 func quantile(sorted []float64, q float64) float64 {
