@@ -25,6 +25,8 @@ type simReport struct {
 	Minutes   int               `json:"minutes"`
 	Seed      uint64            `json:"seed"`
 	Policies  []simulate.Result `json:"policies"`
+	// Bound is the offline upper bound on SLO-compliant functions (of the first policy's execution times).
+	Bound simulate.Bound `json:"offline_bound"`
 }
 
 func runSim(ctx context.Context, args []string, stdout, _ io.Writer) error {
@@ -114,13 +116,19 @@ func runSim(ctx context.Context, args []string, stdout, _ io.Writer) error {
 	}
 	rep := simReport{Trace: *trace, Models: *models, Node: node.Name, Functions: *functions, Minutes: *minutes,
 		Seed: *seed}
-	for _, p := range pols {
+	for i, p := range pols {
 		if err := ctx.Err(); err != nil {
 			return err
 		}
-		r, err := simulate.Run(simulate.Config{Trace: tr, Models: ms, Functions: *functions, Node: node,
+		cfg := simulate.Config{Trace: tr, Models: ms, Functions: *functions, Node: node,
 			Minutes: *minutes, Policy: p, Seed: *seed, MaxInFlight: *maxInFlight, Arrivals: arrivals,
-			MemoryFactor: *memFactor}, false)
+			MemoryFactor: *memFactor}
+		if i == 0 {
+			if rep.Bound, err = simulate.OfflineBound(cfg); err != nil {
+				return fmt.Errorf("offline bound: %w", err)
+			}
+		}
+		r, err := simulate.Run(cfg, false)
 		if err != nil {
 			return fmt.Errorf("simulate %s: %w", p, err)
 		}
@@ -147,5 +155,11 @@ func writeSimTable(w io.Writer, rep simReport) error {
 			r.FunctionsWithTraffic, r.Requests, r.RequestsOnTime, r.P50, r.P98, r.P99, r.Swaps.None, r.Swaps.NVLink,
 			r.Swaps.PCIe, r.Evictions, r.ColdStarts, r.Rejected, strings.Join(busy, " "))
 	}
-	return tw.Flush()
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	b := rep.Bound
+	_, err := fmt.Fprintf(w, "offline bound: %d/%d functions (least GPU time %.0f s of %.0f s)\n", b.Functions,
+		b.FunctionsWithTraffic, b.DemandGPUSeconds, b.CapacityGPUSeconds)
+	return err
 }

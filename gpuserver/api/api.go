@@ -10,7 +10,9 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"math"
 	"net/http"
+	"strconv"
 	"time"
 
 	"github.com/go-chi/chi/v5"
@@ -173,6 +175,8 @@ func StatusCode(err error) int {
 		return http.StatusNotFound
 	case errors.Is(err, pool.ErrTooLarge):
 		return http.StatusUnprocessableEntity
+	case errors.Is(err, pool.ErrOverloaded):
+		return http.StatusTooManyRequests
 	case errors.Is(err, context.DeadlineExceeded):
 		return http.StatusGatewayTimeout
 	case errors.Is(err, context.Canceled), errors.Is(err, pool.ErrGPUUnhealthy):
@@ -184,6 +188,9 @@ func StatusCode(err error) int {
 
 func (s *Server) fail(w http.ResponseWriter, r *http.Request, err error) {
 	code := StatusCode(err)
+	if oe := (*pool.OverloadedError)(nil); errors.As(err, &oe) { // shed by the overload control: when to retry
+		w.Header().Set("Retry-After", strconv.FormatInt(max(1, int64(math.Ceil(oe.RetryAfter.Seconds()))), 10))
+	}
 	if code >= http.StatusInternalServerError && code != http.StatusGatewayTimeout {
 		s.log.Error("gpuserver request failed", "method", r.Method, "path", r.URL.Path, "err", err)
 	}

@@ -13,6 +13,7 @@ import (
 	"net"
 	"net/http"
 	"net/url"
+	"strconv"
 	"strings"
 	"time"
 
@@ -112,6 +113,11 @@ func (c *Client) do(ctx context.Context, method, path string, in, out any) error
 		if json.Unmarshal(raw, &e) != nil || e.Error == "" {
 			e.Error = strings.TrimSpace(string(raw))
 		}
+		if resp.StatusCode == http.StatusTooManyRequests { // shed by the overload control
+			after, _ := strconv.Atoi(resp.Header.Get("Retry-After"))
+			return fmt.Errorf("%s %s: %w", method, path, &pool.OverloadedError{Function: functionOf(path),
+				RetryAfter: time.Duration(max(0, after)) * time.Second, Reason: e.Error})
+		}
 		return fmt.Errorf("%w: %s %s: %s", sentinel(resp.StatusCode, path), method, path, e.Error)
 	}
 	if out == nil {
@@ -124,6 +130,19 @@ func (c *Client) do(ctx context.Context, method, path string, in, out any) error
 }
 
 // sentinel maps an API status back to the error it came from (the inverse of api.StatusCode).
+// functionOf is the function named in a /v1/functions/{name}/... path, or "".
+func functionOf(path string) string {
+	rest, ok := strings.CutPrefix(path, "/v1/functions/")
+	if !ok {
+		return ""
+	}
+	name, _, _ := strings.Cut(rest, "/")
+	if n, err := url.PathUnescape(name); err == nil {
+		return n
+	}
+	return name
+}
+
 func sentinel(code int, path string) error {
 	switch code {
 	case http.StatusBadRequest:

@@ -58,6 +58,12 @@ type Config struct {
 	// Prewarm places every function on every GPU where it fits when it registers (tests and simulations that
 	// start from a warm node).
 	Prewarm bool
+	// ShedEvery is how often the overload control (faas-gpu policy) re-decides which functions it sheds; 0
+	// means 2 s.
+	ShedEvery time.Duration
+	// ShedTarget is the starting share of the healthy GPUs' time that admitted demand may take, in (0, 1]; 0
+	// means 0.85. Feedback adjusts it (see overload.go).
+	ShedTarget float64
 }
 
 // Function is what the controller knows of a registered function.
@@ -124,6 +130,11 @@ type fnState struct {
 	replicas  []int
 	inFlight  int
 	pinnedGPU int // native: -1 when it cannot run
+	// overload control
+	hold     Predictor // how long a request holds a GPU (swap and execution)
+	arrivals int       // requests submitted in the current interval
+	rate     float64   // arrivals per second, weighted over intervals
+	shed     bool
 }
 
 type reqState struct {
@@ -132,6 +143,7 @@ type reqState struct {
 	arrival   time.Time
 	deadline  time.Time
 	bound     bool
+	boundAt   time.Time
 	decision  Decision
 	swapping  bool
 	swapStart time.Time // when its transfer started
@@ -153,6 +165,7 @@ type Controller struct {
 	counts Counters
 	// links models the transfers in progress (keyed by request id) to predict their ends and new transfers.
 	links *topology.Transfers
+	ov    overload
 }
 
 // Counters are totals since the controller started.
@@ -164,6 +177,8 @@ type Counters struct {
 	ColdStarts int64
 	Evictions  int64
 	Rejected   int64
+	// Shed counts requests refused by the overload control.
+	Shed int64
 }
 
 // New returns a controller with no functions.
@@ -192,6 +207,15 @@ func New(cfg Config) (*Controller, error) {
 	if cfg.ColdStart == 0 {
 		cfg.ColdStart = DefaultColdStart
 	}
+	if cfg.ShedEvery == 0 {
+		cfg.ShedEvery = DefaultShedEvery
+	}
+	if cfg.ShedTarget == 0 {
+		cfg.ShedTarget = DefaultShedTarget
+	}
+	if cfg.ShedEvery < 0 || !(cfg.ShedTarget > 0 && cfg.ShedTarget <= 1) {
+		return nil, fmt.Errorf("%w: shed interval must be > 0 and shed target in (0, 1]", ErrInvalidConfig)
+	}
 	tr := cfg.Policy.traits()
 	q, err := queueing.New(queueing.Config{Order: tr.order, Margin: cfg.Margin, RescueShare: tr.rescueShare})
 	if err != nil {
@@ -200,6 +224,7 @@ func New(cfg Config) (*Controller, error) {
 	c := &Controller{cfg: cfg, tr: tr, node: cfg.Node.Clone(), q: q, fns: map[string]*fnState{},
 		reqs: map[uint64]*reqState{}, rng: rand.New(rand.NewPCG(cfg.Seed, cfg.Seed^0x9e3779b97f4a7c15))}
 	c.links = topology.NewTransfers(&c.node)
+	c.ov.target = cfg.ShedTarget
 	for i, g := range c.node.GPUs {
 		c.gpus = append(c.gpus, &gpuState{index: i, capacity: g.MemoryBytes, resident: map[string]*residency{},
 			loading: map[string]bool{}})
@@ -253,6 +278,7 @@ func (c *Controller) Register(now time.Time, f Function) error {
 	}
 	cold := NewPredictor(c.coldStart(fs))
 	fs.swap[SwapCold] = &cold
+	fs.hold = NewPredictor(c.predictCost(fs))
 	c.fns[f.Name] = fs
 	switch {
 	case c.tr.place == placePinned:
@@ -347,6 +373,11 @@ func (c *Controller) Submit(now time.Time, id uint64, function string) error {
 		return fmt.Errorf("%w: %q has no GPU under native binding (memory is taken by earlier functions)",
 			pool.ErrTooLarge, function)
 	}
+	fs.arrivals++
+	c.maybeDecideShed(now)
+	if err := c.admitShed(fs); err != nil {
+		return err
+	}
 	r := &reqState{id: id, function: function, arrival: now}
 	if fs.SLO > 0 {
 		r.deadline = now.Add(fs.SLO)
@@ -394,6 +425,7 @@ const maxBlockedPerDispatch = 64
 // Dispatch binds waiting requests to idle GPUs, in queue order, and returns the decisions; the caller carries
 // each out (evictions, then the swap, then execution) and reports SwapDone and Complete.
 func (c *Controller) Dispatch(now time.Time) []Decision {
+	c.maybeDecideShed(now)
 	var out []Decision
 	var blocked map[string]bool
 	eligible := func(f string) bool {
@@ -445,7 +477,7 @@ func (c *Controller) apply(now time.Time, fs *fnState, d *Decision) {
 		c.counts.Evictions++
 	}
 	req := c.reqs[d.Request]
-	req.bound = true
+	req.bound, req.boundAt = true, now
 	g.busy = d.Request
 	g.busySince = now
 	fs.inFlight++
@@ -549,6 +581,8 @@ func (c *Controller) Complete(now time.Time, id uint64, exec time.Duration) (boo
 		fs.inFlight--
 		if !r.broken {
 			fs.exec.Observe(exec)
+			fs.hold.Observe(now.Sub(r.boundAt))
+			c.observeShed(fs, onTime)
 		}
 		if res := g.resident[d.Function]; res != nil {
 			res.lastUsed = now

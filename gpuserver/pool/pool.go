@@ -105,7 +105,26 @@ var (
 	// ErrGPUUnhealthy: the GPU of a binding failed while it was held; the request's work is lost, later requests
 	// run on healthy GPUs.
 	ErrGPUUnhealthy = errors.New("GPU unhealthy")
+	// ErrOverloaded: the node is overloaded and sheds the function's requests for now (the API answers 429 with
+	// Retry-After); the caller may retry later or on another node. An *OverloadedError carries the details.
+	ErrOverloaded = errors.New("node overloaded")
 )
+
+// OverloadedError is a request refused because the node sheds its function; it wraps ErrOverloaded.
+type OverloadedError struct {
+	Function string
+	// RetryAfter is when the node decides again which functions it sheds.
+	RetryAfter time.Duration
+	// Reason says why, for the caller.
+	Reason string
+}
+
+func (e *OverloadedError) Error() string {
+	return fmt.Sprintf("%v: %q refused, retry after %v: %s", ErrOverloaded, e.Function, e.RetryAfter, e.Reason)
+}
+
+// Unwrap makes errors.Is(err, ErrOverloaded) hold.
+func (e *OverloadedError) Unwrap() error { return ErrOverloaded }
 
 // Validate checks a spec and fills defaults (percentile 98, isolation shared).
 func (s *FunctionSpec) Validate() error {

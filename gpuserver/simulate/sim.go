@@ -61,26 +61,28 @@ type Swaps struct {
 
 // Result holds the figures of one policy's run.
 type Result struct {
-	Name                 string    `json:"name"`
-	Node                 string    `json:"node"`
-	Functions            int       `json:"functions"`
-	FunctionsWithTraffic int       `json:"functions_with_requests"`
-	FunctionsSLOMet      int       `json:"functions_slo_met"`
-	FunctionsSLOMetShare float64   `json:"functions_slo_met_share"`
-	Requests             int64     `json:"requests"`
-	RequestsOnTime       int64     `json:"requests_on_time"`
-	Rejected             int64     `json:"requests_rejected"`
-	P50                  float64   `json:"latency_p50_over_deadline"`
-	P98                  float64   `json:"latency_p98_over_deadline"`
-	P99                  float64   `json:"latency_p99_over_deadline"`
-	GPUBusy              []float64 `json:"gpu_busy_fraction"`
-	Swaps                Swaps     `json:"swaps"`
-	Evictions            int64     `json:"evictions"`
-	ColdStarts           int64     `json:"cold_starts"`
-	Events               int64     `json:"events"`
-	SimulatedSeconds     float64   `json:"simulated_seconds"`
-	WallSeconds          float64   `json:"wall_seconds"`
-	EventsPerSecond      float64   `json:"events_per_second"`
+	Name                 string  `json:"name"`
+	Node                 string  `json:"node"`
+	Functions            int     `json:"functions"`
+	FunctionsWithTraffic int     `json:"functions_with_requests"`
+	FunctionsSLOMet      int     `json:"functions_slo_met"`
+	FunctionsSLOMetShare float64 `json:"functions_slo_met_share"`
+	Requests             int64   `json:"requests"`
+	RequestsOnTime       int64   `json:"requests_on_time"`
+	Rejected             int64   `json:"requests_rejected"`
+	// Shed counts the rejected requests that the overload control refused (429 with Retry-After).
+	Shed             int64     `json:"requests_shed"`
+	P50              float64   `json:"latency_p50_over_deadline"`
+	P98              float64   `json:"latency_p98_over_deadline"`
+	P99              float64   `json:"latency_p99_over_deadline"`
+	GPUBusy          []float64 `json:"gpu_busy_fraction"`
+	Swaps            Swaps     `json:"swaps"`
+	Evictions        int64     `json:"evictions"`
+	ColdStarts       int64     `json:"cold_starts"`
+	Events           int64     `json:"events"`
+	SimulatedSeconds float64   `json:"simulated_seconds"`
+	WallSeconds      float64   `json:"wall_seconds"`
+	EventsPerSecond  float64   `json:"events_per_second"`
 	// PerRequest holds every request's outcome when Run is asked for it (tests).
 	PerRequest []Outcome `json:"-"`
 }
@@ -136,6 +138,29 @@ type fnModel struct {
 	unplaceable      bool // fits on no GPU: every request is rejected
 }
 
+// fnModel builds function i's model: its profile (round-robin), name, SLO and swap penalty factors against the
+// reference node ref.
+func (cfg *Config) fnModel(i int, ref *topology.Node) fnModel {
+	m := cfg.Models[i%len(cfg.Models)]
+	fm := fnModel{model: m, name: fmt.Sprintf("fn-%04d-%s", i, m.Name), slo: m.SLO}
+	if fm.slo == 0 {
+		fm.slo = cfg.DefaultSLO
+	}
+	tPCIe := ref.TransferTime(m.WeightsBytes, topology.HostPath(0), nil)
+	tNV := ref.TransferTime(m.WeightsBytes, topology.PeerPath(3, 0), nil)
+	switch {
+	case m.SwapPCIe > 0:
+		fm.betaPCIe = max(0, float64(m.SwapPCIe-m.Remote)/float64(tPCIe))
+		fm.betaNV = max(0, float64(m.SwapNVLink-m.Remote)/float64(tNV))
+	case m.H2D > 0:
+		fm.betaPCIe = float64(m.H2D) / float64(tPCIe)
+		fm.betaNV = fm.betaPCIe
+	default:
+		fm.betaPCIe, fm.betaNV = 1, 1
+	}
+	return fm
+}
+
 // epoch is the virtual clock's origin.
 var epoch = time.Date(2024, 1, 1, 0, 0, 0, 0, time.UTC)
 
@@ -156,23 +181,8 @@ func Run(cfg Config, keepOutcomes bool) (Result, error) {
 	}
 	fns := make([]fnModel, cfg.Functions)
 	for i := range fns {
-		m := cfg.Models[i%len(cfg.Models)]
-		fm := fnModel{model: m, name: fmt.Sprintf("fn-%04d-%s", i, m.Name), slo: m.SLO}
-		if fm.slo == 0 {
-			fm.slo = cfg.DefaultSLO
-		}
-		tPCIe := ref.TransferTime(m.WeightsBytes, topology.HostPath(0), nil)
-		tNV := ref.TransferTime(m.WeightsBytes, topology.PeerPath(3, 0), nil)
-		switch {
-		case m.SwapPCIe > 0:
-			fm.betaPCIe = max(0, float64(m.SwapPCIe-m.Remote)/float64(tPCIe))
-			fm.betaNV = max(0, float64(m.SwapNVLink-m.Remote)/float64(tNV))
-		case m.H2D > 0:
-			fm.betaPCIe = float64(m.H2D) / float64(tPCIe)
-			fm.betaNV = fm.betaPCIe
-		default:
-			fm.betaPCIe, fm.betaNV = 1, 1
-		}
+		fm := cfg.fnModel(i, &ref)
+		m := fm.model
 		quota := uint64(math.Ceil(float64(m.WeightsBytes)*cfg.MemoryFactor/(1<<20))) << 20
 		exec := m.Remote
 		if cfg.Policy.NativeExec() {
@@ -284,7 +294,7 @@ func Run(cfg Config, keepOutcomes bool) (Result, error) {
 				err = pool.ErrTooLarge
 			}
 			if err != nil {
-				if !errors.Is(err, pool.ErrTooLarge) {
+				if !errors.Is(err, pool.ErrTooLarge) && !errors.Is(err, pool.ErrOverloaded) {
 					return Result{}, err
 				}
 				res.Rejected++
@@ -343,7 +353,7 @@ func Run(cfg Config, keepOutcomes bool) (Result, error) {
 	}
 	ctr := ctl.Counters()
 	res.Swaps = Swaps{None: ctr.SwapsNone, NVLink: ctr.SwapsNV, PCIe: ctr.SwapsPCIe}
-	res.Evictions, res.ColdStarts = ctr.Evictions, ctr.ColdStarts
+	res.Evictions, res.ColdStarts, res.Shed = ctr.Evictions, ctr.ColdStarts, ctr.Shed
 	for i, f := range perFn {
 		if f[0] == 0 {
 			continue

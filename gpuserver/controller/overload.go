@@ -1,0 +1,151 @@
+package controller
+
+import (
+	"cmp"
+	"fmt"
+	"slices"
+	"time"
+
+	"github.com/faas-gpu/faas-gpu/gpuserver/pool"
+)
+
+// Overload control (the faas-gpu policy). The objective is the number of functions meeting their SLO, and every
+// function counts the same, so when the node cannot serve every function the best it can do is to serve as many
+// as fit: the functions with the smallest GPU demand first. Every ShedEvery the controller estimates each
+// function's demand - its arrival rate times the GPU time its requests hold a GPU for (swap and execution, as
+// observed) - and admits functions cheapest first while their summed demand fits ShedTarget of the healthy GPUs'
+// time. The rest are shed: their requests are answered at once with pool.ErrOverloaded (HTTP 429 with
+// Retry-After, so a caller or the queue worker can go elsewhere), unless the node is idle when they arrive (a
+// GPU free and nothing queued), in which case they are served. The decision is re-taken every interval, so
+// functions come back as load falls. At moderate load everything fits and nothing is shed.
+//
+// The admitted demand is held to ShedTarget by feedback: when fewer than the admitted functions' percentile of
+// their requests in an interval met their deadline, the target falls by 5% (at most to 0.3); when they all but
+// met them and demand was shed, it rises by 2% (at most to 1).
+
+// Defaults of the overload control.
+const (
+	DefaultShedEvery  = 2 * time.Second
+	DefaultShedTarget = 0.85
+	minShedTarget     = 0.3
+	// rateWeight is the weight of the last interval in a function's arrival rate.
+	rateWeight = 0.3
+)
+
+// overload is the state of the overload control.
+type overload struct {
+	last   time.Time // start of the current interval
+	target float64
+	shed   int // functions shed at the last decision
+	// outcomes of admitted functions' requests in the current interval
+	served, onTime int
+	decisions      int
+}
+
+// OverloadStatus reports the overload control's state.
+type OverloadStatus struct {
+	// Target is the share of the healthy GPUs' time admitted demand may take.
+	Target float64
+	// Shed is the number of functions shed at the last decision.
+	Shed int
+	// Decisions counts the decisions taken.
+	Decisions int
+}
+
+// Overload returns the overload control's state (zero when the policy sheds nothing).
+func (c *Controller) Overload() OverloadStatus {
+	return OverloadStatus{Target: c.ov.target, Shed: c.ov.shed, Decisions: c.ov.decisions}
+}
+
+// Shed reports whether function is shed at the last decision.
+func (c *Controller) Shed(function string) bool {
+	fs := c.fns[function]
+	return fs != nil && fs.shed
+}
+
+// maybeDecideShed re-takes the shedding decision when an interval has passed.
+func (c *Controller) maybeDecideShed(now time.Time) {
+	if !c.tr.shed {
+		return
+	}
+	if c.ov.last.IsZero() {
+		c.ov.last = now
+		return
+	}
+	every := c.cfg.ShedEvery
+	if now.Sub(c.ov.last) < every {
+		return
+	}
+	span := now.Sub(c.ov.last).Seconds()
+	c.ov.last = now
+	c.ov.decisions++
+	// Feedback on the target from the admitted functions' outcomes.
+	if c.ov.served > 0 {
+		p := float64(c.ov.onTime) / float64(c.ov.served)
+		switch {
+		case p < pool.DefaultPercentile/100:
+			c.ov.target = max(minShedTarget, c.ov.target*0.95)
+		case c.ov.shed > 0 && p >= 0.995:
+			c.ov.target = min(1, c.ov.target*1.02)
+		}
+	}
+	c.ov.served, c.ov.onTime = 0, 0
+	type fd struct {
+		fs     *fnState
+		demand float64
+	}
+	var ds []fd
+	for _, fs := range c.fns {
+		fs.rate = (1-rateWeight)*fs.rate + rateWeight*float64(fs.arrivals)/span
+		fs.arrivals = 0
+		if fs.rate > 0 {
+			ds = append(ds, fd{fs, fs.rate * fs.hold.Mean().Seconds()})
+		} else {
+			fs.shed = false
+		}
+	}
+	slices.SortFunc(ds, func(a, b fd) int {
+		if a.demand != b.demand {
+			return cmp.Compare(a.demand, b.demand)
+		}
+		return cmp.Compare(a.fs.Name, b.fs.Name)
+	})
+	healthy := 0
+	for _, g := range c.gpus {
+		if !g.unhealthy {
+			healthy++
+		}
+	}
+	capacity := c.ov.target * float64(healthy)
+	sum := 0.0
+	c.ov.shed = 0
+	for _, d := range ds {
+		sum += d.demand
+		d.fs.shed = sum > capacity
+		if d.fs.shed {
+			c.ov.shed++
+		}
+	}
+}
+
+// admitShed decides at Submit for a request of a shed function: served when the node is idle (a healthy GPU free
+// and nothing queued), otherwise refused with an error wrapping pool.ErrOverloaded.
+func (c *Controller) admitShed(fs *fnState) error {
+	if !fs.shed || c.q.Len() == 0 && c.anyIdle() {
+		return nil
+	}
+	c.counts.Shed++
+	return &pool.OverloadedError{Function: fs.Name, RetryAfter: c.cfg.ShedEvery,
+		Reason: fmt.Sprintf("the node sheds %d of its functions, this one among the costliest", c.ov.shed)}
+}
+
+// observeShed feeds the target's feedback with the outcome of one request of an admitted function.
+func (c *Controller) observeShed(fs *fnState, onTime bool) {
+	if !c.tr.shed || fs.shed || fs.SLO == 0 {
+		return
+	}
+	c.ov.served++
+	if onTime {
+		c.ov.onTime++
+	}
+}
