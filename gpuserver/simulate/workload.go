@@ -234,11 +234,16 @@ func ParseArrivals(r io.Reader) ([]Arrival, error) {
 		}
 		out = append(out, Arrival{At: time.Duration(math.Round(at * float64(time.Millisecond))), Function: fn})
 	}
-	slices.SortStableFunc(out, func(a, b Arrival) int {
+	sortArrivals(out)
+	return out, nil
+}
+
+// sortArrivals orders arrivals by time, then function, keeping the order of equal ones.
+func sortArrivals(as []Arrival) {
+	slices.SortStableFunc(as, func(a, b Arrival) int {
 		if a.At != b.At {
 			return cmp.Compare(a.At, b.At)
 		}
 		return a.Function - b.Function
 	})
-	return out, nil
 }
