@@ -61,6 +61,10 @@ type Config struct {
 	// ShedEvery is how often the overload control (faas-gpu policy) re-decides which functions it sheds; 0
 	// means 2 s.
 	ShedEvery time.Duration
+	// PartialResidency keeps an evicted model's blocks on its GPU while the memory is not needed, so that a
+	// later swap-in copies only the missing blocks (Tangram); eviction then frees only the bytes a placement
+	// needs, from the blocks cheapest to bring back first.
+	PartialResidency bool
 	// ShedTarget is the starting share of the healthy GPUs' time that admitted demand may take, in (0, 1]; 0
 	// means 0.85. Feedback adjusts it (see overload.go).
 	ShedTarget float64
@@ -79,6 +83,9 @@ type Function struct {
 type Eviction struct {
 	Function string `json:"function"`
 	GPU      int    `json:"gpu"`
+	// Keep is, with partial residency, how many bytes of the model stay on the GPU (its first blocks, which a
+	// pipelined swap-in needs first); 0 drops the whole copy.
+	Keep uint64 `json:"keep,omitempty"`
 }
 
 // Decision binds one request to a GPU, says how its model gets there, and which models leave first.
@@ -120,6 +127,14 @@ type gpuState struct {
 	busyTime  time.Duration
 	busySince time.Time
 	unhealthy bool // out of service (SetHealthy): never placed on, nothing resident
+	// partial holds the blocks left of evicted models (partial residency): not runnable, counted in used, and a
+	// swap-in of the model copies only what is missing.
+	partial map[string]*partialCopy
+}
+
+type partialCopy struct {
+	bytes    uint64
+	lastUsed time.Time
 }
 
 type fnState struct {
@@ -179,6 +194,8 @@ type Counters struct {
 	Rejected   int64
 	// Shed counts requests refused by the overload control.
 	Shed int64
+	// SwappedBytes is the total of the bytes swaps moved onto GPUs.
+	SwappedBytes uint64
 }
 
 // New returns a controller with no functions.
@@ -227,7 +244,7 @@ func New(cfg Config) (*Controller, error) {
 	c.ov.target = cfg.ShedTarget
 	for i, g := range c.node.GPUs {
 		c.gpus = append(c.gpus, &gpuState{index: i, capacity: g.MemoryBytes, resident: map[string]*residency{},
-			loading: map[string]bool{}})
+			loading: map[string]bool{}, partial: map[string]*partialCopy{}})
 	}
 	return c, nil
 }
@@ -356,6 +373,11 @@ func (c *Controller) dropResidency(fs *fnState) {
 			c.removeResident(fs, c.gpus[gi])
 		}
 	}
+	for _, g := range c.gpus {
+		if g.partial[fs.Name] != nil {
+			c.evict(fs, g, 0)
+		}
+	}
 }
 
 // Submit queues a request. It fails with pool.ErrUnknownFunction, ErrDuplicate, or pool.ErrTooLarge when the
@@ -473,7 +495,7 @@ func (c *Controller) anyIdle() bool {
 func (c *Controller) apply(now time.Time, fs *fnState, d *Decision) {
 	g := c.gpus[d.GPU]
 	for _, e := range d.Evict {
-		c.removeResident(c.fns[e.Function], c.gpus[e.GPU])
+		c.evict(c.fns[e.Function], c.gpus[e.GPU], e.Keep)
 		c.counts.Evictions++
 	}
 	req := c.reqs[d.Request]
@@ -499,11 +521,12 @@ func (c *Controller) apply(now time.Time, fs *fnState, d *Decision) {
 	case SwapCold:
 		c.counts.ColdStarts++
 	}
-	d.Bytes = fs.ModelBytes
-	d.PredictedSwap = fs.swap[d.Swap].Mean()
+	d.Bytes = c.missing(fs, g)
+	c.counts.SwappedBytes += d.Bytes
+	d.PredictedSwap = c.scaleSwap(fs, fs.swap[d.Swap].Mean(), d.Bytes)
 	if d.Swap != SwapCold {
 		if c.tr.deadlineAware {
-			d.PredictedSwap = c.swapTime(fs, d.Swap, d.Path(), now, now)
+			d.PredictedSwap = c.swapTime(fs, d.Swap, d.Path(), d.Bytes, now, now)
 		}
 		c.links.Start(now, d.Request, d.Path(), d.Bytes)
 		req.swapStart = now
@@ -549,6 +572,9 @@ func (c *Controller) SwapDone(now time.Time, id uint64, took time.Duration) erro
 		// from the transfers in progress (swapTime).
 		if c.tr.deadlineAware && ran > 0 {
 			took -= max(0, ran-c.node.TransferTime(d.Bytes, d.Path(), nil))
+		}
+		if d.Bytes > 0 && d.Bytes < fs.ModelBytes { // a partial swap: learn the whole model's time
+			took = time.Duration(float64(took) * float64(fs.ModelBytes) / float64(d.Bytes))
 		}
 		fs.swap[d.Swap].Observe(max(0, took))
 	}
@@ -612,6 +638,10 @@ func (c *Controller) addResident(fs *fnState, g *gpuState, now time.Time) {
 	if _, ok := g.resident[fs.Name]; ok {
 		return
 	}
+	if pc := g.partial[fs.Name]; pc != nil { // the blocks kept become part of the full copy
+		g.used -= pc.bytes
+		delete(g.partial, fs.Name)
+	}
 	g.resident[fs.Name] = &residency{lastUsed: now}
 	g.used += fs.footprint
 	fs.replicas = append(fs.replicas, g.index)
@@ -626,6 +656,52 @@ func (c *Controller) removeResident(fs *fnState, g *gpuState) {
 	if i := slices.Index(fs.replicas, g.index); i >= 0 {
 		fs.replicas = slices.Delete(fs.replicas, i, i+1)
 	}
+}
+
+// evict drops fs's copy on g (full or partial) down to keep bytes of its model.
+func (c *Controller) evict(fs *fnState, g *gpuState, keep uint64) {
+	if r := g.resident[fs.Name]; r != nil {
+		last := r.lastUsed
+		c.removeResident(fs, g)
+		if keep > 0 {
+			keep = min(keep, fs.ModelBytes)
+			g.partial[fs.Name] = &partialCopy{bytes: keep, lastUsed: last}
+			g.used += keep
+		}
+		return
+	}
+	if pc := g.partial[fs.Name]; pc != nil {
+		keep = min(keep, pc.bytes)
+		g.used -= pc.bytes - keep
+		pc.bytes = keep
+		if keep == 0 {
+			delete(g.partial, fs.Name)
+		}
+	}
+}
+
+// dropPartials forgets every partial copy on g.
+func (c *Controller) dropPartials(g *gpuState) {
+	for name, pc := range g.partial {
+		g.used -= pc.bytes
+		delete(g.partial, name)
+	}
+}
+
+// missing is how many bytes of fs's model a swap into g moves: all of it, less the blocks a partial copy kept.
+func (c *Controller) missing(fs *fnState, g *gpuState) uint64 {
+	if pc := g.partial[fs.Name]; pc != nil {
+		return fs.ModelBytes - min(pc.bytes, fs.ModelBytes)
+	}
+	return fs.ModelBytes
+}
+
+// scaleSwap scales a swap time learned for the whole model to a swap of bytes of it.
+func (c *Controller) scaleSwap(fs *fnState, d time.Duration, bytes uint64) time.Duration {
+	if bytes >= fs.ModelBytes || fs.ModelBytes == 0 {
+		return d
+	}
+	return time.Duration(float64(d) * float64(bytes) / float64(fs.ModelBytes))
 }
 
 // heavy: swapping over PCIe slows the model's request noticeably (predicted swap time against execution time).

@@ -61,6 +61,7 @@ func (c *Controller) SetHealthy(now time.Time, gpu int, healthy bool) ([]uint64,
 	for _, name := range slices.Sorted(maps.Keys(g.resident)) {
 		c.removeResident(c.fns[name], g)
 	}
+	c.dropPartials(g)
 	if c.tr.place != placePinned {
 		return nil, nil
 	}

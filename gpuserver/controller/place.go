@@ -1,6 +1,7 @@
 package controller
 
 import (
+	"cmp"
 	"slices"
 	"time"
 
@@ -112,8 +113,9 @@ func (c *Controller) idleCandidates(fs *fnState) []candidate {
 
 // placeInterference is Torpor's Algorithm 1: resident on an idle GPU: run there; resident only on busy GPUs:
 // copy over the fastest NVLink into an idle GPU; otherwise from host into an idle GPU whose PCIe-switch
-// neighbours are not loading, else whose neighbours load only light models, else any. With avoidEviction, ties
-// go to the GPU that evicts fewer heavy models, then fewer models.
+// neighbours are not loading, else whose neighbours load only light models, else any; among those, the GPU
+// holding most of the model already (partial residency). With avoidEviction, ties go to the GPU that evicts
+// fewer heavy models, then fewer models; remaining ties to the least used GPU.
 func (c *Controller) placeInterference(fs *fnState) (Decision, bool) {
 	if g := c.residentIdle(fs); g >= 0 {
 		return Decision{GPU: g, Swap: SwapNone, Source: g}, true
@@ -150,11 +152,12 @@ func (c *Controller) placeInterference(fs *fnState) (Decision, bool) {
 		}
 	}
 	var best *candidate
-	bestClass := 0
+	bestClass, bestMissing := 0, uint64(0)
 	for i := range cands {
-		class := c.neighbourClass(cands[i].g.index)
-		if best == nil || class < bestClass || (class == bestClass && better(cands[i], *best)) {
-			best, bestClass = &cands[i], class
+		class, missing := c.neighbourClass(cands[i].g.index), c.missing(fs, cands[i].g)
+		if best == nil || class < bestClass || class == bestClass && (missing < bestMissing ||
+			missing == bestMissing && better(cands[i], *best)) {
+			best, bestClass, bestMissing = &cands[i], class, missing
 		}
 	}
 	return Decision{GPU: best.g.index, Swap: SwapPCIe, Source: topology.Host, Evict: best.evict}, true
@@ -217,22 +220,44 @@ func (c *Controller) placeInstance(fs *fnState) (Decision, bool) {
 }
 
 // evictionPlan lists the models to drop from g so that fs fits, in the policy's eviction order; ok is false
-// when even evicting every unpinned model would not make room.
+// when even evicting every unpinned model would not make room. With partial residency, the blocks left of models
+// evicted earlier go first, and the last victim is only trimmed to what fs needs (its first blocks stay: a later
+// swap-in copies only the rest); the order puts the blocks cheapest to bring back first (a copy on another GPU,
+// then light models, then heavy ones; the least recently used first within each).
 func (c *Controller) evictionPlan(g *gpuState, fs *fnState) ([]Eviction, bool) {
 	if _, ok := g.resident[fs.Name]; ok {
 		return nil, true
 	}
+	need := fs.footprint
+	if pc := g.partial[fs.Name]; pc != nil {
+		need -= min(need, pc.bytes)
+	}
 	free := g.capacity - g.used
-	if fs.footprint <= free {
+	if need <= free {
 		return nil, true
 	}
 	if fs.footprint > g.capacity {
 		return nil, false
 	}
 	type victim struct {
-		f     *fnState
-		class int
-		last  time.Time
+		f       *fnState
+		partial bool
+		charge  uint64
+		class   int
+		last    time.Time
+	}
+	class := func(v *fnState) int {
+		if !c.tr.heavyEviction {
+			return 0
+		}
+		switch {
+		case len(v.replicas) > 1:
+			return 0
+		case !c.heavy(v):
+			return 1
+		default:
+			return 2
+		}
 	}
 	var vs []victim
 	for name, r := range g.resident {
@@ -240,38 +265,46 @@ func (c *Controller) evictionPlan(g *gpuState, fs *fnState) ([]Eviction, bool) {
 			continue
 		}
 		v := c.fns[name]
-		class := 0
-		if c.tr.heavyEviction {
-			switch {
-			case len(v.replicas) > 1:
-				class = 0
-			case !c.heavy(v):
-				class = 1
-			default:
-				class = 2
-			}
+		vs = append(vs, victim{f: v, charge: v.footprint, class: class(v), last: r.lastUsed})
+	}
+	for name, pc := range g.partial {
+		if name != fs.Name {
+			v := c.fns[name]
+			vs = append(vs, victim{f: v, partial: true, charge: pc.bytes, class: class(v), last: pc.lastUsed})
 		}
-		vs = append(vs, victim{v, class, r.lastUsed})
 	}
 	slices.SortFunc(vs, func(a, b victim) int {
+		if a.partial != b.partial {
+			if a.partial {
+				return -1
+			}
+			return 1
+		}
 		if a.class != b.class {
 			return a.class - b.class
 		}
 		if !a.last.Equal(b.last) {
 			return a.last.Compare(b.last)
 		}
-		if a.f.Name < b.f.Name {
-			return -1
-		}
-		return 1
+		return cmp.Compare(a.f.Name, b.f.Name)
 	})
 	var out []Eviction
 	for _, v := range vs {
-		out = append(out, Eviction{Function: v.f.Name, GPU: g.index})
-		free += v.f.footprint
-		if fs.footprint <= free {
+		e := Eviction{Function: v.f.Name, GPU: g.index}
+		if c.cfg.PartialResidency && free+v.charge > need {
+			// Trim: the workspace first, then the model's last blocks; keep the rest unless it is a sliver.
+			if keep := min(v.f.ModelBytes, v.charge-(need-free)); keep >= v.f.ModelBytes/minKeptFraction {
+				e.Keep = keep
+			}
+		}
+		out = append(out, e)
+		free += v.charge - e.Keep
+		if need <= free {
 			return out, true
 		}
 	}
 	return nil, false
 }
+
+// minKeptFraction: a partial copy keeps at least 1/minKeptFraction of its model, or nothing.
+const minKeptFraction = 20

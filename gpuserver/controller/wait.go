@@ -25,7 +25,8 @@ func (c *Controller) betterToWait(now time.Time, fs *fnState, r *reqState, d Dec
 		return harm
 	}
 	exec := fs.exec.Mean()
-	nowOK := !now.Add(c.swapTime(fs, SwapPCIe, topology.HostPath(d.GPU), now, now) + exec).After(r.deadline)
+	nowOK := !now.Add(c.swapTime(fs, SwapPCIe, topology.HostPath(d.GPU), c.missing(fs, c.gpus[d.GPU]), now,
+		now) + exec).After(r.deadline)
 	switch {
 	case nowOK && !harm:
 		return false
@@ -58,7 +59,8 @@ func (c *Controller) betterToWait(now time.Time, fs *fnState, r *reqState, d Dec
 				continue
 			}
 			at = later(at, ready)
-			if !at.Add(c.swapTime(fs, SwapNVLink, topology.PeerPath(s, g.index), now, at)).After(latest) {
+			if !at.Add(c.swapTime(fs, SwapNVLink, topology.PeerPath(s, g.index), c.missing(fs, g), now,
+				at)).After(latest) {
 				return true
 			}
 		}
@@ -73,7 +75,8 @@ func (c *Controller) betterToWait(now time.Time, fs *fnState, r *reqState, d Dec
 			if g.busy == 0 && at.Equal(now) && g.index == d.GPU {
 				continue // the swap now, already predicted to miss
 			}
-			if !at.Add(c.swapTime(fs, SwapPCIe, topology.HostPath(g.index), now, at)).After(latest) {
+			if !at.Add(c.swapTime(fs, SwapPCIe, topology.HostPath(g.index), c.missing(fs, g), now,
+				at)).After(latest) {
 				return true
 			}
 		}
@@ -87,7 +90,7 @@ func (c *Controller) harms(now time.Time, fs *fnState, p topology.Path, ends []t
 	if len(ends) == 0 {
 		return false
 	}
-	for _, e := range c.links.EndsWith(now, p, fs.ModelBytes) {
+	for _, e := range c.links.EndsWith(now, p, c.missing(fs, c.gpus[p.To])) {
 		r := c.reqs[e.ID]
 		if r == nil || r.deadline.IsZero() || r.broken {
 			continue
@@ -117,9 +120,9 @@ func (c *Controller) finish(r *reqState, end time.Time) time.Time {
 // swapTime predicts what a swap of fs of the given kind over p, starting at at (not before now), adds to its
 // request: the swap time learned alone, plus what the transfers in progress (each running to its predicted end,
 // the rates recomputed as they end) stretch its transfer beyond its time alone.
-func (c *Controller) swapTime(fs *fnState, kind string, p topology.Path, now, at time.Time) time.Duration {
-	d := c.links.Predict(now, at, p, fs.ModelBytes)
-	return fs.swap[kind].Mean() + max(0, d-c.node.TransferTime(fs.ModelBytes, p, nil))
+func (c *Controller) swapTime(fs *fnState, kind string, p topology.Path, bytes uint64, now, at time.Time) time.Duration {
+	d := c.links.Predict(now, at, p, bytes)
+	return c.scaleSwap(fs, fs.swap[kind].Mean(), bytes) + max(0, d-c.node.TransferTime(bytes, p, nil))
 }
 
 // copyReady is when the copy of fs on GPU gi can serve as a swap source: now when complete, the predicted end of

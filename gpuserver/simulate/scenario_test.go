@@ -73,15 +73,15 @@ func TestHandComputedScenario(t *testing.T) {
 		// t=20 a: resident on GPU 0 (loading until 190, then running until 240), no idle GPU: waits. At 230 GPU 1
 		// frees: a is resident only on busy GPU 0, so it is copied over NVLink (100 MB at 4 GB/s, 25 ms), evicting
 		// b: done at 230+25+50 = 305.
-		{1, "nvlink", msd(285), "[{fn-0001-b 1}]"},
+		{1, "nvlink", msd(285), "[{fn-0001-b 1 0}]"},
 		// t=250 c: GPU 0 is idle since 240 but a's copy there is pinned as the source of the NVLink copy until 255:
 		// c waits; at 255 GPU 0 evicts a and loads c alone: done at 255+100+20 = 375.
-		{0, "pcie", msd(125), "[{fn-0000-a 0}]"},
+		{0, "pcie", msd(125), "[{fn-0000-a 0 0}]"},
 		// t=300 a: resident on GPU 1, bound until 305: runs there at 305 without a swap, done at 355.
 		{1, "none", msd(55), "[]"},
 		// t=320 b: both GPUs bound; at 355 GPU 1 evicts a and loads b alone (c's copy ended at 355): 100 ms, done at
 		// 355+100+30 = 485.
-		{1, "pcie", msd(165), "[{fn-0000-a 1}]"},
+		{1, "pcie", msd(165), "[{fn-0000-a 1 0}]"},
 	}
 	if len(res.PerRequest) != len(wants) {
 		t.Fatalf("outcomes = %d", len(res.PerRequest))
