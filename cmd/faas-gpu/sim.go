@@ -27,6 +27,8 @@ type simReport struct {
 	Policies  []simulate.Result `json:"policies"`
 	// Bound is the offline upper bound on SLO-compliant functions (of the first policy's execution times).
 	Bound simulate.Bound `json:"offline_bound"`
+	// Cluster holds the results of --nodes or --autoscale runs instead of Policies.
+	Cluster []simulate.ClusterResult `json:"cluster,omitempty"`
 }
 
 func runSim(ctx context.Context, args []string, stdout, _ io.Writer) error {
@@ -36,12 +38,17 @@ func runSim(ctx context.Context, args []string, stdout, _ io.Writer) error {
 	models := fs.String("models", "", "model profile CSV (Torpor or Clockwork layout)")
 	functions := fs.Int("functions", 0, "number of functions (models assigned round-robin)")
 	nodeArg := fs.String("node", "v100x4", "node preset ("+strings.Join(topology.PresetNames(), ", ")+") or node file")
-	minutes := fs.Int("minutes", 10, "simulated minutes of the trace")
+	minutes := fs.Int("minutes", 10, "simulated minutes of the trace (beyond its length it repeats)")
 	policies := fs.String("policies", string(controller.PolicyFaaSGPU), "comma-separated policies")
 	seed := fs.Uint64("seed", 1, "random seed (arrivals, sampling, random placement)")
 	asJSON := fs.Bool("json", false, "print JSON instead of a table")
 	maxInFlight := fs.Int("max-in-flight", 0, "bound on each function's concurrent requests (0: unlimited)")
 	gpuMemory := fs.String("gpu-memory", "", "override every GPU's memory, e.g. 16Gi")
+	nodes := fs.Int("nodes", 0, "simulate a cluster of this many nodes behind the router (0: one node)")
+	autoscale := fs.Bool("autoscale", false, "cluster: add nodes when SLO attainment drops, drain idle ones")
+	keepAlive := fs.Duration("keep-alive", simulate.DefaultKeepAlive,
+		"cluster: how long the keepalive baseline keeps an idle instance (a GPU each)")
+	partial := fs.Bool("partial-residency", false, "keep evicted models' blocks on the GPU while memory allows")
 	memFactor := fs.Float64("memory-factor", simulate.DefaultMemoryFactor,
 		"a function's GPU memory quota as a multiple of its model's weights (>= 1)")
 	if err := parseFlags(fs, args); err != nil {
@@ -63,6 +70,10 @@ func runSim(ctx context.Context, args []string, stdout, _ io.Writer) error {
 		return flagErr("max-in-flight", errors.New("must be >= 0"))
 	case !(*memFactor >= 1) || math.IsInf(*memFactor, 0):
 		return flagErr("memory-factor", errors.New("must be >= 1"))
+	case *nodes < 0:
+		return flagErr("nodes", errors.New("must be >= 0"))
+	case *keepAlive <= 0:
+		return flagErr("keep-alive", errors.New("must be > 0"))
 	}
 	var pols []controller.Policy
 	for _, p := range strings.Split(*policies, ",") {
@@ -106,9 +117,6 @@ func runSim(ctx context.Context, args []string, stdout, _ io.Writer) error {
 		if tr, err = simulate.LoadTrace(*trace); err != nil {
 			return flagErr("trace", err)
 		}
-		if *minutes > tr.Minutes() {
-			return flagErr("minutes", fmt.Errorf("%d exceeds the trace's %d minutes", *minutes, tr.Minutes()))
-		}
 	}
 	ms, err := simulate.LoadModels(*models)
 	if err != nil {
@@ -122,7 +130,21 @@ func runSim(ctx context.Context, args []string, stdout, _ io.Writer) error {
 		}
 		cfg := simulate.Config{Trace: tr, Models: ms, Functions: *functions, Node: node,
 			Minutes: *minutes, Policy: p, Seed: *seed, MaxInFlight: *maxInFlight, Arrivals: arrivals,
-			MemoryFactor: *memFactor}
+			MemoryFactor: *memFactor, PartialResidency: *partial}
+		if *nodes > 0 || *autoscale {
+			var r simulate.ClusterResult
+			if p == controller.PolicyKeepAlive {
+				r, err = simulate.RunKeepAlive(simulate.KeepAliveConfig{Config: cfg, KeepAlive: *keepAlive})
+			} else {
+				r, err = simulate.RunCluster(simulate.ClusterConfig{Config: cfg, Nodes: max(1, *nodes),
+					Autoscale: *autoscale})
+			}
+			if err != nil {
+				return fmt.Errorf("simulate %s: %w", p, err)
+			}
+			rep.Cluster = append(rep.Cluster, r)
+			continue
+		}
 		if i == 0 {
 			if rep.Bound, err = simulate.OfflineBound(cfg); err != nil {
 				return fmt.Errorf("offline bound: %w", err)
@@ -139,7 +161,23 @@ func runSim(ctx context.Context, args []string, stdout, _ io.Writer) error {
 		enc.SetIndent("", "  ")
 		return enc.Encode(rep)
 	}
+	if rep.Cluster != nil {
+		return writeClusterTable(stdout, rep)
+	}
 	return writeSimTable(stdout, rep)
+}
+
+func writeClusterTable(w io.Writer, rep simReport) error {
+	fmt.Fprintf(w, "cluster of %s nodes, %d functions, %d minutes, seed %d\n", rep.Node, rep.Functions, rep.Minutes,
+		rep.Seed)
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(tw, "policy\tSLO met\trequests\ton time\trejected\tGPUs mean\tGPUs peak\tnodes start/peak\timage loads\tevents/s\t")
+	for _, r := range rep.Cluster {
+		fmt.Fprintf(tw, "%s\t%d/%d\t%d\t%d\t%d\t%.1f\t%d\t%d/%d\t%d\t%.0f\t\n", r.Name, r.FunctionsSLOMet,
+			r.FunctionsWithTraffic, r.Requests, r.RequestsOnTime, r.Rejected, r.GPUsMean, r.GPUsPeak, r.NodesStart,
+			r.NodesPeak, r.ImageLoads, r.EventsPerSecond)
+	}
+	return tw.Flush()
 }
 
 func writeSimTable(w io.Writer, rep simReport) error {

@@ -150,6 +150,7 @@ type fnState struct {
 	arrivals int       // requests submitted in the current interval
 	rate     float64   // arrivals per second, weighted over intervals
 	shed     bool
+	ovActive bool // listed in the overload control's active functions
 }
 
 type reqState struct {
@@ -395,7 +396,7 @@ func (c *Controller) Submit(now time.Time, id uint64, function string) error {
 		return fmt.Errorf("%w: %q has no GPU under native binding (memory is taken by earlier functions)",
 			pool.ErrTooLarge, function)
 	}
-	fs.arrivals++
+	c.arrived(fs)
 	c.maybeDecideShed(now)
 	if err := c.admitShed(fs); err != nil {
 		return err

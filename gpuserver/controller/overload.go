@@ -40,7 +40,13 @@ type overload struct {
 	// outcomes of admitted functions' requests in the current interval
 	served, onTime int
 	decisions      int
+	// active lists the functions with arrivals in the current interval or a weighted rate above minRate; the
+	// others have no demand and are never shed.
+	active []*fnState
 }
+
+// minRate: a function whose weighted arrival rate decays below it (per second) counts as idle.
+const minRate = 1e-4
 
 // OverloadStatus reports the overload control's state.
 type OverloadStatus struct {
@@ -94,16 +100,20 @@ func (c *Controller) maybeDecideShed(now time.Time) {
 		fs     *fnState
 		demand float64
 	}
-	var ds []fd
-	for _, fs := range c.fns {
+	ds := make([]fd, 0, len(c.ov.active))
+	kept := c.ov.active[:0]
+	for _, fs := range c.ov.active {
 		fs.rate = (1-rateWeight)*fs.rate + rateWeight*float64(fs.arrivals)/span
 		fs.arrivals = 0
-		if fs.rate > 0 {
-			ds = append(ds, fd{fs, fs.rate * fs.hold.Mean().Seconds()})
-		} else {
-			fs.shed = false
+		if fs.rate < minRate || c.fns[fs.Name] != fs { // idle, or deregistered
+			fs.rate, fs.shed, fs.ovActive = 0, false, false
+			continue
 		}
+		kept = append(kept, fs)
+		ds = append(ds, fd{fs, fs.rate * fs.hold.Mean().Seconds()})
 	}
+	clear(c.ov.active[len(kept):])
+	c.ov.active = kept
 	slices.SortFunc(ds, func(a, b fd) int {
 		if a.demand != b.demand {
 			return cmp.Compare(a.demand, b.demand)
@@ -125,6 +135,15 @@ func (c *Controller) maybeDecideShed(now time.Time) {
 		if d.fs.shed {
 			c.ov.shed++
 		}
+	}
+}
+
+// arrived counts a request of fs for the demand estimate.
+func (c *Controller) arrived(fs *fnState) {
+	fs.arrivals++
+	if c.tr.shed && !fs.ovActive {
+		fs.ovActive = true
+		c.ov.active = append(c.ov.active, fs)
 	}
 }
 

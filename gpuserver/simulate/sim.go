@@ -13,6 +13,9 @@ import (
 	"github.com/faas-gpu/faas-gpu/gpuserver/topology"
 )
 
+// maxMinutes bounds a run's length (a week).
+const maxMinutes = 7 * 24 * 60
+
 // Defaults of Config.
 const (
 	DefaultSLO          = 100 * time.Millisecond
@@ -27,7 +30,7 @@ type Config struct {
 	// shifted by a random whole number of minutes. Models are assigned round-robin.
 	Functions int
 	Node      topology.Node
-	// Minutes of the trace to replay (at most the trace's length; copies wrap around).
+	// Minutes of the trace to replay; beyond the trace's length it repeats (at most a week).
 	Minutes int
 	Policy  controller.Policy
 	Seed    uint64
@@ -263,8 +266,9 @@ func (cfg *Config) check() error {
 		return bad("memory factor: must be >= 1")
 	case cfg.Arrivals == nil && (cfg.Trace == nil || len(cfg.Trace.Counts) == 0):
 		return bad("trace: no functions")
-	case cfg.Arrivals == nil && (cfg.Minutes <= 0 || cfg.Minutes > cfg.Trace.Minutes()):
-		return bad("minutes: must be in 1..%d (the trace's length)", cfg.Trace.Minutes())
+	case cfg.Arrivals == nil && (cfg.Minutes <= 0 || cfg.Minutes > maxMinutes):
+		return bad("minutes: must be in 1..%d (beyond the trace's %d minutes it repeats)", maxMinutes,
+			cfg.Trace.Minutes())
 	}
 	for _, a := range cfg.Arrivals {
 		if a.Function < 0 || a.Function >= cfg.Functions || a.At < 0 {
