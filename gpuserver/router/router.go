@@ -201,7 +201,7 @@ func (r *Router) Route(now time.Time, function string, res Residency) (Pick, err
 	n := r.nodes[best]
 	p := Pick{Node: best, Resident: bestTier == 0}
 	if !n.HasImage(function) {
-		p.LoadImage = true
+		p.LoadImage = bestTier != 0 // a model on a GPU came from the node's host image
 		r.place(now, n, function)
 	}
 	n.images[function] = now
