@@ -64,7 +64,7 @@ func TestClusterProperties(t *testing.T) {
 		r, err := RunCluster(ClusterConfig{Config: Config{Models: models, Functions: 6, Node: twoGPUNode(t),
 			Policy: tc.policy, Arrivals: arr, MemoryFactor: 1.25, Seed: 5}, Nodes: tc.nodes, Autoscale: tc.autoscale,
 			AutoscaleConfig: router.AutoscaleConfig{Every: 10 * time.Second, Cooldown: 30 * time.Second},
-			ProvisionDelay: 20 * time.Second})
+			ProvisionDelay:  20 * time.Second})
 		if err != nil {
 			t.Fatalf("%s: %v", tc.policy, err)
 		}
