@@ -151,6 +151,7 @@ type fnState struct {
 	rate     float64   // arrivals per second, weighted over intervals
 	shed     bool
 	ovActive bool // listed in the overload control's active functions
+	lateIn   int  // the overload control's interval (decisions + 1) in which it last had a late request
 }
 
 type reqState struct {

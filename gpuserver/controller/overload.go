@@ -15,19 +15,22 @@ import (
 // function's demand - its arrival rate times the GPU time its requests hold a GPU for (swap and execution, as
 // observed) - and admits functions cheapest first while their summed demand fits ShedTarget of the healthy GPUs'
 // time. The rest are shed: their requests are answered at once with pool.ErrOverloaded (HTTP 429 with
-// Retry-After, so a caller or the queue worker can go elsewhere), unless the node is idle when they arrive (a
-// GPU free and nothing queued), in which case they are served. The decision is re-taken every interval, so
+// Retry-After, so a caller or the queue worker can go elsewhere), unless the node idles when they arrive (nothing
+// queued, half of the GPUs free, the model on a free GPU: no swap, no eviction), in which case they are served. The decision is re-taken every interval, so
 // functions come back as load falls. At moderate load everything fits and nothing is shed.
 //
-// The admitted demand is held to ShedTarget by feedback: when fewer than the admitted functions' percentile of
-// their requests in an interval met their deadline, the target falls by 5% (at most to 0.3); when they all but
-// met them and demand was shed, it rises by 2% (at most to 1).
+// While demand is shed, the target is tuned by feedback on the objective itself, functions rather than requests.
+// A late request is rare and each can cost its function the SLO, so the feedback is asymmetric: an interval in
+// which an admitted function had a request miss its deadline lowers the target by 5% (at most to 0.5), and only
+// 15 intervals in a row without one raise it by 1% (at most to 1).
 
 // Defaults of the overload control.
 const (
 	DefaultShedEvery  = 2 * time.Second
 	DefaultShedTarget = 0.85
-	minShedTarget     = 0.3
+	minShedTarget     = 0.5
+	// calmIntervals: the target rises only after this many intervals without a late admitted function.
+	calmIntervals = 15
 	// rateWeight is the weight of the last interval in a function's arrival rate.
 	rateWeight = 0.3
 )
@@ -38,8 +41,9 @@ type overload struct {
 	target float64
 	shed   int // functions shed at the last decision
 	// outcomes of admitted functions' requests in the current interval
-	served, onTime int
-	decisions      int
+	lateFns   int // admitted functions with a late request in the current interval
+	calm      int // intervals since an admitted function was late or the target rose
+	decisions int
 	// active lists the functions with arrivals in the current interval or a weighted rate above minRate; the
 	// others have no demand and are never shed.
 	active []*fnState
@@ -85,17 +89,24 @@ func (c *Controller) maybeDecideShed(now time.Time) {
 	span := now.Sub(c.ov.last).Seconds()
 	c.ov.last = now
 	c.ov.decisions++
-	// Feedback on the target from the admitted functions' outcomes.
-	if c.ov.served > 0 {
-		p := float64(c.ov.onTime) / float64(c.ov.served)
-		switch {
-		case p < pool.DefaultPercentile/100:
-			c.ov.target = max(minShedTarget, c.ov.target*0.95)
-		case c.ov.shed > 0 && p >= 0.995:
-			c.ov.target = min(1, c.ov.target*1.02)
+	// Feedback on the target, while shedding (the admitted demand at the target): an admitted function late in
+	// the interval lowers it, none late raises it.
+	c.ov.calm++
+	switch {
+	case c.ov.shed > 0 && c.ov.lateFns > 0:
+		c.ov.target = max(minShedTarget, c.ov.target*0.95)
+		c.ov.calm = 0
+	case c.ov.shed > 0 && c.ov.calm >= calmIntervals:
+		c.ov.target = min(1, c.ov.target*1.01)
+		c.ov.calm = 0
+	}
+	c.ov.lateFns = 0
+	healthy := 0
+	for _, g := range c.gpus {
+		if !g.unhealthy {
+			healthy++
 		}
 	}
-	c.ov.served, c.ov.onTime = 0, 0
 	type fd struct {
 		fs     *fnState
 		demand float64
@@ -120,12 +131,6 @@ func (c *Controller) maybeDecideShed(now time.Time) {
 		}
 		return cmp.Compare(a.fs.Name, b.fs.Name)
 	})
-	healthy := 0
-	for _, g := range c.gpus {
-		if !g.unhealthy {
-			healthy++
-		}
-	}
 	capacity := c.ov.target * float64(healthy)
 	sum := 0.0
 	c.ov.shed = 0
@@ -147,24 +152,38 @@ func (c *Controller) arrived(fs *fnState) {
 	}
 }
 
-// admitShed decides at Submit for a request of a shed function: served when the node is idle (a healthy GPU free
-// and nothing queued), otherwise refused with an error wrapping pool.ErrOverloaded.
+// admitShed decides at Submit for a request of a shed function: served when the node idles (nothing queued and
+// at least half of the healthy GPUs free, so admitted arrivals still find one), otherwise refused with an error
+// wrapping pool.ErrOverloaded.
 func (c *Controller) admitShed(fs *fnState) error {
-	if !fs.shed || c.q.Len() == 0 && c.anyIdle() {
+	if !fs.shed {
 		return nil
+	}
+	if c.q.Len() == 0 {
+		idle, healthy := 0, 0
+		for _, g := range c.gpus {
+			if !g.unhealthy {
+				healthy++
+				if g.busy == 0 {
+					idle++
+				}
+			}
+		}
+		if 2*idle >= healthy && c.residentIdle(fs) >= 0 {
+			return nil
+		}
 	}
 	c.counts.Shed++
 	return &pool.OverloadedError{Function: fs.Name, RetryAfter: c.cfg.ShedEvery,
 		Reason: fmt.Sprintf("the node sheds %d of its functions, this one among the costliest", c.ov.shed)}
 }
 
-// observeShed feeds the target's feedback with the outcome of one request of an admitted function.
+// observeShed feeds the target's feedback with the outcome of one request of an admitted function: the first
+// late one of a function in an interval counts it late.
 func (c *Controller) observeShed(fs *fnState, onTime bool) {
-	if !c.tr.shed || fs.shed || fs.SLO == 0 {
+	if !c.tr.shed || fs.shed || fs.SLO == 0 || onTime || fs.lateIn == c.ov.decisions+1 {
 		return
 	}
-	c.ov.served++
-	if onTime {
-		c.ov.onTime++
-	}
+	fs.lateIn = c.ov.decisions + 1
+	c.ov.lateFns++
 }

@@ -8,17 +8,17 @@ import (
 	"github.com/faas-gpu/faas-gpu/gpuserver/pool"
 )
 
-// TestOverloadShedsTheCostliest: one GPU; light functions a, b, c (about 12 ms of GPU time a request: 10 ms
-// execution and a 2 ms swap) and heavy h (52 ms). In the first 2 s interval h gets 120 requests and each light
-// one 10. At the decision the rates are 0.3 x 120 / 2 s = 18/s for h (0.94 GPU-s/s) and 1.5/s for the light ones
-// (0.018 each): admitted cheapest first within 0.85 of the GPU, h is shed. A request of h is then refused with
-// 429's error (pool.ErrOverloaded, Retry-After 2 s) while requests wait, served when the node is idle, and once
-// its rate has fallen (0.7 x 18 + 0.3 x 2 / 2 s = 12.9/s, 0.67 GPU-s/s) h is admitted again. torpor sheds
-// nothing.
+// TestOverloadShedsTheCostliest: one GPU holding every model (prewarmed); light functions a, b, c (seeded at
+// about 12 ms of GPU time a request: 10 ms execution and a 2 ms swap) and heavy h (52 ms). In the first 2 s
+// interval h gets 120 requests and each light one 10. At the decision the rates are 0.3 x 120 / 2 s = 18/s for h
+// (0.94 GPU-s/s) and 1.5/s for the light ones (0.018 each): admitted cheapest first within 0.85 of the GPU, h is
+// shed. A request of h is then refused with 429's error (pool.ErrOverloaded, Retry-After 2 s) while requests
+// wait, served when the node idles with its model on a free GPU, and once its rate has fallen (0.7 x 18 + 0.3 x
+// 2 / 2 s = 12.9/s, 0.67 GPU-s/s) h is admitted again. torpor sheds nothing.
 func TestOverloadShedsTheCostliest(t *testing.T) {
 	t0 := time.Unix(1_700_000_000, 0)
 	for _, p := range []Policy{PolicyFaaSGPU, PolicyTorpor} {
-		c, err := New(Config{Policy: p, Node: smallNode(t)})
+		c, err := New(Config{Policy: p, Node: smallNode(t), Prewarm: true})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -79,5 +79,63 @@ func TestOverloadShedsTheCostliest(t *testing.T) {
 		if c.Shed("h") || c.Overload().Shed != 0 || c.Overload().Decisions != 2 {
 			t.Fatalf("after load fell: shed h %v, %+v", c.Shed("h"), c.Overload())
 		}
+	}
+}
+
+// TestOverloadTargetFeedback: while a function is shed, an interval in which an admitted function was late lowers
+// the target by 5% (to 0.8075 from 0.85, never below 0.5); 15 calm intervals in a row raise it by 1%; without
+// shedding, lateness leaves it alone (it is not overload).
+func TestOverloadTargetFeedback(t *testing.T) {
+	t0 := time.Unix(1_700_000_000, 0)
+	c, err := New(Config{Policy: PolicyFaaSGPU, Node: smallNode(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range []string{"a", "h"} {
+		if err := c.Register(t0, Function{FunctionSpec: pool.FunctionSpec{Name: name, MemoryBytes: 100 << 20,
+			SLO: time.Second}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	now := t0
+	interval := func(shed bool, lateA bool) {
+		c.fns["h"].shed = shed
+		if shed {
+			c.ov.shed = 1
+		} else {
+			c.ov.shed = 0
+		}
+		if lateA {
+			c.observeShed(c.fns["a"], false)
+			c.observeShed(c.fns["a"], false) // once per function and interval
+		}
+		now = now.Add(c.cfg.ShedEvery)
+		c.maybeDecideShed(now)
+	}
+	c.maybeDecideShed(now) // starts the first interval
+	interval(true, true)
+	if got := c.Overload().Target; got != 0.85*0.95 {
+		t.Fatalf("late while shedding: target %v, want %v", got, 0.85*0.95)
+	}
+	for range 14 {
+		interval(true, false)
+	}
+	if got := c.Overload().Target; got != 0.85*0.95 {
+		t.Fatalf("14 calm intervals: target %v", got)
+	}
+	interval(true, false)
+	if got := c.Overload().Target; got != 0.85*0.95*1.01 {
+		t.Fatalf("15 calm intervals: target %v, want %v", got, 0.85*0.95*1.01)
+	}
+	before := c.Overload().Target
+	interval(false, true)
+	if got := c.Overload().Target; got != before {
+		t.Fatalf("late without shedding: target %v, want %v", got, before)
+	}
+	for range 40 {
+		interval(true, true)
+	}
+	if got := c.Overload().Target; got != minShedTarget {
+		t.Fatalf("late for long: target %v, want the floor %v", got, minShedTarget)
 	}
 }

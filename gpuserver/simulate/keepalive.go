@@ -19,8 +19,9 @@ type KeepAliveConfig struct {
 	Config
 	// KeepAlive is how long an idle instance stays warm; 0 means DefaultKeepAlive.
 	KeepAlive time.Duration
-	// Prewarmed starts one warm instance per function with traffic and never lets an instance go (the only way
-	// keep-alive can keep functions with few requests within their SLO: a cold start misses it).
+	// Prewarmed starts, for every function with traffic, as many warm instances as it ever has requests running
+	// at once (known offline from the arrivals) and never lets one go: the only way keep-alive keeps functions
+	// within their SLO, since a cold start misses it.
 	Prewarmed bool
 }
 
@@ -60,9 +61,17 @@ func RunKeepAlive(cfg KeepAliveConfig) (ClusterResult, error) {
 	name := "keepalive"
 	if cfg.Prewarmed {
 		name = "keepalive-prewarmed"
+		running := make([][]time.Duration, cfg.Functions) // ends of each function's requests in progress
 		for _, a := range arrivals {
-			if insts[a.Function] == nil {
-				insts[a.Function] = []*instance{{}}
+			ends := running[a.Function][:0]
+			for _, end := range running[a.Function] {
+				if end > a.At {
+					ends = append(ends, end)
+				}
+			}
+			running[a.Function] = append(ends, a.At+e.fns[a.Function].model.Native)
+			for len(insts[a.Function]) < len(running[a.Function]) {
+				insts[a.Function] = append(insts[a.Function], &instance{})
 				changes = append(changes, change{0, +1})
 			}
 		}
