@@ -61,9 +61,11 @@ gpu-test: build
 	FAAS_GPU_TEST_CUDA=1 FAAS_GPU_GPU_REPORT=$(CURDIR)/docs/bench/pytorch-shim.md $(GO) test -count=1 -timeout 25m -v -run 'CUDA|GPU' ./gpuserver/... ./test/...
 	$(GO) run ./gpuserver/executor/swapbench -device cuda -out docs/bench/swap-cuda.md
 
-## bench-policy: policy sweep on the simulator, writes docs/bench/policy.{md,png,json}
+## bench-policy: policy sweeps (node, overload with the offline bound, partial residency, cluster, speed, three
+## seeds) on the simulator, writes docs/bench/policy.{md,png,json} and policy-cluster.png
 bench-policy: build
-	$(GO) run ./gpuserver/simulate/benchpolicy -workloads ../shared/workloads -out docs/bench -seed 1
+	$(GO) run ./gpuserver/simulate/benchpolicy -workloads ../shared/workloads -out docs/bench -seed 1 \
+	  $$(test -f docs/bench/policy.json && echo -previous docs/bench/policy.json)
 
 ## bench-swap: data-plane benchmarks, writes docs/bench/swap.md
 bench-swap: build
