@@ -63,7 +63,8 @@ type Config struct {
 	ShedEvery time.Duration
 	// PartialResidency keeps an evicted model's blocks on its GPU while the memory is not needed, so that a
 	// later swap-in copies only the missing blocks (Tangram); eviction then frees only the bytes a placement
-	// needs, from the blocks cheapest to bring back first.
+	// needs, from the blocks cheapest to bring back first (Eviction.Keep, Decision.Bytes). The simulator models
+	// it; the executors' data plane drops whole copies, so the gpuserver leaves it off.
 	PartialResidency bool
 	// ShedTarget is the starting share of the healthy GPUs' time that admitted demand may take, in (0, 1]; 0
 	// means 0.85. Feedback adjusts it (see overload.go).
