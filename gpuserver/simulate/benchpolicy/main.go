@@ -13,6 +13,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"image/color"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -353,14 +354,16 @@ func clusterSweep(in *inputs, node topology.Node, minutes int, seed uint64) (clu
 	}
 	cfg := base
 	cfg.Policy = controller.PolicyNative
-	for n := 2; n <= 16; n += 2 {
+	best := -1.0
+	for n := 2; n <= 16; n += 2 { // until it reaches the target or more nodes stop helping
 		r, err := simulate.RunCluster(simulate.ClusterConfig{Config: cfg, Nodes: n})
 		if err := note(r, err); err != nil {
 			return cr, err
 		}
-		if r.FunctionsSLOMetShare >= target {
+		if r.FunctionsSLOMetShare >= target || r.FunctionsSLOMetShare <= best {
 			break
 		}
+		best = r.FunctionsSLOMetShare
 	}
 	cfg.Policy = controller.PolicyKeepAlive
 	for _, prewarmed := range []bool{false, true} {
@@ -496,16 +499,45 @@ func plots(out string, rep report) error {
 		bars = append(bars, simulate.Bar{Label: label, Value: rep.Cluster.Needed[name],
 			Color: simulate.Palette[i%len(simulate.Palette)]})
 	}
+	for _, m := range missed(rep.Cluster) { // never reached the target: its best run, greyed
+		bars = append(bars, simulate.Bar{Label: fmt.Sprintf("%s\n(best %.1f%%)", m.Name, 100*m.FunctionsSLOMetShare),
+			Value: m.GPUsMean, Color: color.RGBA{170, 170, 170, 255}})
+	}
 	png.Reset()
-	if err := simulate.PlotBars(&png, fmt.Sprintf("GPUs needed for %.0f%% of functions within SLO, %s, %d functions, %d h",
+	if err := simulate.PlotBars(&png, fmt.Sprintf("GPUs needed for %.0f%% of functions within SLO (grey: never reached), %s, %d functions, %.1f h",
 		100*rep.Cluster.Target, strings.TrimSuffix(rep.Cluster.Trace, ".csv"), rep.Cluster.Funcs,
-		rep.Cluster.Minutes/60), "GPUs (mean provisioned, log scale)", bars); err != nil {
+		float64(rep.Cluster.Minutes)/60), "GPUs (mean provisioned, log scale)", bars); err != nil {
 		return err
 	}
 	return os.WriteFile(filepath.Join(out, "policy-cluster.png"), png.Bytes(), 0o644)
 }
 
 var errNoResult = errors.New("no result")
+
+// missed lists, for each policy of the cluster runs that never reached the target, its best run (the highest
+// share, then the fewest GPUs).
+func missed(cl clusterReport) []simulate.ClusterResult {
+	best := map[string]simulate.ClusterResult{}
+	var order []string
+	for _, r := range cl.Runs {
+		if _, ok := cl.Needed[r.Name]; ok {
+			continue
+		}
+		b, seen := best[r.Name]
+		if !seen {
+			order = append(order, r.Name)
+		}
+		if !seen || r.FunctionsSLOMetShare > b.FunctionsSLOMetShare ||
+			r.FunctionsSLOMetShare == b.FunctionsSLOMetShare && r.GPUsMean < b.GPUsMean {
+			best[r.Name] = r
+		}
+	}
+	out := make([]simulate.ClusterResult, 0, len(order))
+	for _, name := range order {
+		out = append(out, best[name])
+	}
+	return out
+}
 
 func find(e experiment, policy string, n int) (simulate.Result, error) {
 	i := slices.Index(e.Counts, n)

@@ -94,7 +94,11 @@ func markdown(rep report, speed speedRun, prev *report) string {
 		}
 		w("| %s | %.1f | %s |\n", name, cl.Needed[name], ratio)
 	}
-	w("\nPolicies not listed reached %.0f%% in none of their runs (see the cluster section).\n\n", 100*cl.Target)
+	for _, m := range missed(cl) {
+		w("| %s | not reached: best %d/%d (%.1f%%) with %.1f GPUs | - |\n", m.Name, m.FunctionsSLOMet,
+			m.FunctionsWithTraffic, 100*m.FunctionsSLOMetShare, m.GPUsMean)
+	}
+	w("\n")
 	w("**Speed**: %d functions on a %d-node cluster for %d simulated minutes (%.1f h) under faas-gpu, GOMAXPROCS=%d: "+
 		"%d requests, %d events in %.1f s wall, **%.0f events/s** (%s functions within SLO).\n\n", speed.Functions,
 		speed.Nodes, speed.Minutes, float64(speed.Minutes)/60, speed.GOMAXPROCS, speed.Requests, speed.Events,
@@ -160,7 +164,8 @@ func markdown(rep report, speed speedRun, prev *report) string {
 	w("## Partial residency (Torpor node, faas-gpu)\n\nAn evicted model's first blocks stay on the GPU while the " +
 		"memory is not needed and a swap-in copies only the missing ones; eviction trims the last victim only to what " +
 		"the placement needs and drops the blocks cheapest to bring back first (see controller.Config." +
-		"PartialResidency).\n\n| functions | SLO met without / with | bytes swapped without / with | p99/deadline " +
+		"PartialResidency). Partial copies are the first blocks dropped when memory is needed, so they help only where " +
+		"a model's turn comes again before its blocks are wanted by another.\n\n| functions | SLO met without / with | bytes swapped without / with | p99/deadline " +
 		"without / with | swaps (none/NVLink/PCIe) without / with |\n|---:|---:|---:|---:|---|\n")
 	for _, r := range rep.Partial {
 		w("| %d | %d / %d | %.1f GB / %.1f GB | %.2f / %.2f | %d/%d/%d / %d/%d/%d |\n", r.Functions,
