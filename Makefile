@@ -8,7 +8,8 @@ COMMIT    ?= $(shell git rev-parse --short HEAD 2>/dev/null || echo unknown)
 LDFLAGS   := -X main.version=$(VERSION) -X main.commit=$(COMMIT)
 RUN_ARGS  ?=
 
-.PHONY: all build run test test-go test-shim test-fuzz lint gpu-test shim bench-policy bench-swap bench-remoting bench-queue clean
+## (see also test-cuda below)
+.PHONY: all build run test test-go test-shim test-fuzz lint gpu-test shim bench-policy bench-swap bench-remoting bench-queue bench-template clean
 
 all: build
 
@@ -16,29 +17,56 @@ all: build
 build: shim
 	$(GO) build -ldflags "$(LDFLAGS)" -o $(BIN) ./cmd/faas-gpu
 
-## run: faas-gpu up on 127.0.0.1:8080 with state in ./.faas-gpu and functions from ./build
-run: build
+## run: build bin/faas-gpu and the example functions (./build/<fn>/, as `make functions`), then faas-gpu up on
+## 127.0.0.1:8080 with state in ./.faas-gpu
+run: build functions
 	./$(BIN) up $(RUN_ARGS)
 
-## test: everything CI runs: lint, the shim's C tests, Go tests with -race, a short fuzz of the wire decoder
+## test: everything CI runs: lint, the shim's C tests, Go tests with -race, short fuzzes of the wire and the API
 test: lint test-shim test-go test-fuzz
 
 test-go: build
 	$(GO) test -race -count=1 -timeout 25m ./...
 
-## test-fuzz: the remoting record decoder fuzzed for a fixed count (the checked-in corpus runs in test-go too)
+## test-fuzz: the remoting record decoder and hello, the gpuserver HTTP API and the module image parsers (fat
+## binaries, cubins, PTX globals, the sim's LoadModule), each fuzzed for a fixed count (their checked-in corpora
+## under testdata/fuzz run in test-go too)
 test-fuzz:
 	$(GO) test -run '^$$' -fuzz FuzzDecodeRecord -fuzztime 2000x ./gpuserver/remoting
+	$(GO) test -run '^$$' -fuzz FuzzHello -fuzztime 500x ./gpuserver/remoting
+	$(GO) test -run '^$$' -fuzz FuzzAPI -fuzztime 2000x ./gpuserver/api
+	$(GO) test -run '^$$' -fuzz FuzzParse -fuzztime 2000x ./gpuserver/device/fatbin
+	$(GO) test -run '^$$' -fuzz FuzzParse -fuzztime 2000x ./gpuserver/device/cubin
+	$(GO) test -run '^$$' -fuzz FuzzGlobals -fuzztime 2000x ./gpuserver/device/ptx
+	$(GO) test -run '^$$' -fuzz FuzzLoadModule -fuzztime 2000x ./gpuserver/device/sim
+
+## test-cluster: the live cluster test (as root): a single-node Kubernetes built from pinned Go modules and Debian
+## packages (cached in ~/.cache/faas-gpu/cluster), the chart installed, the live tests in test/cluster/live run,
+## everything torn down and the host restored. TEST_CLUSTER_ARGS passes go test flags (e.g. -test.run).
+TEST_CLUSTER_ARGS ?=
+.PHONY: test-cluster
+test-cluster: build
+	test/cluster/run.sh $(TEST_CLUSTER_ARGS)
 
 ## functions: lay out ./build/<fn>/ for every function in stack.yml as `faas-cli build --shrinkwrap` does
+## (templates from ./template/<lang>/, where faas-cli reads them)
+.PHONY: functions
+functions:
+	$(GO) run ./provider/shrinkwrap/cmd/shrinkwrap -f stack.yml -templates template -out build
+
+## test-cuda: the "real CUDA binaries" tier: NVIDIA's CUDA 13 runtime, cuBLAS, cuDNN, nvcc and PyTorch (the pinned
+## Python environment, created once in a cache outside the repository) against the shim on the simulated node.
+## Runs the packages whose tests use test/pyenv, with FAAS_GPU_TEST_PYENV=1; `make test` skips those tests.
+.PHONY: test-cuda
+test-cuda: build
+	@dir=$$(test/pyenv/pyenv.sh) && echo "test-cuda: pinned Python environment $$dir"
+	FAAS_GPU_TEST_PYENV=1 $(GO) test -count=1 -timeout 60m \
+	  $$(grep -rl --include='*_test.go' 'faas-gpu/test/pyenv"' . | xargs -n1 dirname | sort -u)
+
 ## pyenv: the pinned CUDA 13 / PyTorch Python environment (cached outside the repository); prints its path
 .PHONY: pyenv
 pyenv:
 	@test/pyenv/pyenv.sh
-
-.PHONY: functions
-functions:
-	$(GO) run ./provider/shrinkwrap/cmd/shrinkwrap -f stack.yml -templates templates -out build
 
 ## lint: gofmt, go vet, go mod tidy without diff
 lint:
@@ -61,6 +89,12 @@ gpu-test: build
 	FAAS_GPU_TEST_CUDA=1 FAAS_GPU_GPU_REPORT=$(CURDIR)/docs/bench/pytorch-shim.md $(GO) test -count=1 -timeout 25m -v -run 'CUDA|GPU' ./gpuserver/... ./test/...
 	$(GO) run ./gpuserver/executor/swapbench -device cuda -out docs/bench/swap-cuda.md
 
+## gpu-trace: on a GPU machine, record what PyTorch uses of the real driver (shim/testdata/trace, see its README)
+.PHONY: gpu-trace
+gpu-trace:
+	test/gpu/trace.sh build/gpu-trace
+	@echo "compare build/gpu-trace with shim/testdata/trace and copy what changed"
+
 ## bench-policy: policy sweeps (node, overload with the offline bound, partial residency, cluster, speed, three
 ## seeds) on the simulator, writes docs/bench/policy.{md,png,json} and policy-cluster.png
 bench-policy: build
@@ -82,6 +116,12 @@ bench-queue: build
 	@mkdir -p docs/bench
 	$(GO) run ./queueworker/bench/queuebench -out docs/bench/queue.md \
 	  -models $${FAAS_GPU_WORKLOADS:-../shared/workloads}/models-torpor-v100.csv
+
+## bench-template: the gpu-python template behind the provider under 200 concurrent clients, listen backlog 5 vs
+## the template's default, writes docs/bench/template.md
+bench-template:
+	@mkdir -p docs/bench
+	$(GO) run ./test/load/templatebench -out docs/bench/template.md -concurrency 200 -duration 20s
 
 clean:
 	rm -rf bin

@@ -63,3 +63,14 @@ type GPURegistry interface {
 	// Deregister removes a GPU function; unknown names are not an error.
 	Deregister(ctx context.Context, name string) error
 }
+
+// Router is implemented by backends that pick a function's replica themselves (local). The proxy prefers it over
+// Resolve: Route waits for a replica to become ready, and the backend learns when each request ends, so that a
+// replica being replaced (an update, a scale-down) stops only after the requests it was given have ended.
+type Router interface {
+	// Route returns the base URL of a ready replica and a func the caller must call once the request has ended.
+	// While the function's replicas are starting it waits, until one is ready or ctx ends (ErrNotReady wrapping
+	// ctx's error). It fails at once with ErrNotReady when the function is scaled to zero, and soon when its
+	// replicas keep exiting before they are ready (the error says how the last one ended).
+	Route(ctx context.Context, namespace, name string) (u *url.URL, done func(), err error)
+}

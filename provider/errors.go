@@ -15,6 +15,10 @@ var (
 	ErrInvalid = errors.New("invalid request")
 	// ErrNotReady: the function exists but no replica is ready to serve.
 	ErrNotReady = errors.New("not ready")
+	// ErrSlowClient: the client did not send its request body within the server's body timeouts.
+	ErrSlowClient = errors.New("the client sent its request body too slowly")
+	// ErrTooLarge: the request body is larger than the endpoint accepts.
+	ErrTooLarge = errors.New("request body too large")
 )
 
 // StatusCode maps an error to the HTTP status a handler answers with. It is the only place that does so.
@@ -30,6 +34,10 @@ func StatusCode(err error) int {
 		return http.StatusConflict
 	case errors.Is(err, ErrNotReady):
 		return http.StatusServiceUnavailable
+	case errors.Is(err, ErrSlowClient):
+		return http.StatusRequestTimeout
+	case errors.Is(err, ErrTooLarge):
+		return http.StatusRequestEntityTooLarge
 	default:
 		return http.StatusInternalServerError
 	}

@@ -16,12 +16,14 @@ type gpuserverConfig struct {
 	socket    string
 	remoting  string
 	keyFile   string
+	group     string
 	listen    string
 	gpus      string
 	gpuMemory string
 	repoDir   string
 	policy    string
 	logLevel  string
+	kernels   string // --sim-kernels
 }
 
 func (c *gpuserverConfig) register(fs *flag.FlagSet) {
@@ -29,7 +31,9 @@ func (c *gpuserverConfig) register(fs *flag.FlagSet) {
 	fs.StringVar(&c.remoting, "remoting-socket", "/run/faas-gpu/remoting.sock",
 		"Unix socket the shim connects to (empty: no CUDA remoting)")
 	fs.StringVar(&c.keyFile, "key-file", "/var/lib/faas-gpu/gpuserver.key",
-		"key that function tokens derive from; created when missing, keep it across restarts")
+		"key every gpuserver credential derives from (mode 0600); created when missing, keep it across restarts")
+	fs.StringVar(&c.group, "socket-group", "",
+		"group (name or id) given the sockets, mode 0660, for function processes of other users; empty: owner only")
 	fs.StringVar(&c.listen, "listen", "", "optional TCP address of the gpuserver API, e.g. 127.0.0.1:8090")
 	fs.StringVar(&c.gpus, "gpus", autoNode, "auto (discover; simulated v100x4 when none), a node preset (v100x4, a100x8, h100x8, h200x1) or a node file")
 	fs.StringVar(&c.gpuMemory, "gpu-memory", "", "override every GPU's memory, e.g. 4Gi (forces eviction in tests)")
@@ -37,6 +41,7 @@ func (c *gpuserverConfig) register(fs *flag.FlagSet) {
 		"model images of the functions (shared-memory files kept across gpuserver restarts)")
 	fs.StringVar(&c.policy, "policy", "faas-gpu", policyUsage)
 	fs.StringVar(&c.logLevel, "log-level", "info", "debug, info, warn or error")
+	fs.StringVar(&c.kernels, "sim-kernels", "reference", simKernelsUsage)
 }
 
 func runGPUServer(ctx context.Context, args []string, stdout, stderr io.Writer) error {
@@ -56,14 +61,22 @@ func runGPUServer(ctx context.Context, args []string, stdout, stderr io.Writer) 
 	if cfg.repoDir == "" {
 		return usageError{fmt.Errorf("-repository-dir: must not be empty")}
 	}
+	simKernels, err := parseSimKernels(cfg.kernels)
+	if err != nil {
+		return err
+	}
 	gpus, err := resolveGPUs(log, cfg.gpus, cfg.gpuMemory, discoverGPUs)
 	if err != nil {
+		return err
+	}
+	if err := checkSimKernels(simKernels, gpus); err != nil {
 		return err
 	}
 	node := gpus.Node
 	srv, err := server.Start(ctx, server.Config{Socket: cfg.socket, Listen: cfg.listen, Node: node,
 		Policy: cfg.policy, RemotingSocket: cfg.remoting, KeyFile: cfg.keyFile, RepositoryDir: cfg.repoDir,
-		Device: gpus.Device, DeviceReserveBytes: gpus.Reserve, Logger: log})
+		Device: gpus.Device, DeviceReserveBytes: gpus.Reserve, SocketGroup: cfg.group, Logger: log,
+		SimKernels: simKernels})
 	if err != nil {
 		return err
 	}

@@ -11,6 +11,7 @@ import (
 	"github.com/faas-gpu/faas-gpu/gpuserver/device"
 	"github.com/faas-gpu/faas-gpu/gpuserver/device/cuda"
 	"github.com/faas-gpu/faas-gpu/gpuserver/device/nvml"
+	"github.com/faas-gpu/faas-gpu/gpuserver/device/sim"
 	"github.com/faas-gpu/faas-gpu/gpuserver/server"
 	"github.com/faas-gpu/faas-gpu/gpuserver/topology"
 )
@@ -26,6 +27,29 @@ func checkPolicy(name string) error {
 		return usageError{fmt.Errorf("-policy: %w (or %s)", err, server.PolicyFCFS)}
 	}
 	return nil
+}
+
+// simKernelsUsage documents --sim-kernels (gpuserver and up).
+const simKernelsUsage = "what simulated GPUs do with a kernel they cannot compute: reference (refuse its launch) " +
+	"or dry (accept it without executing it: a protocol-test mode whose results are wrong)"
+
+// parseSimKernels reads --sim-kernels.
+func parseSimKernels(v string) (sim.KernelMode, error) {
+	mode, err := sim.ParseKernelMode(v)
+	if err != nil {
+		return 0, usageError{fmt.Errorf("-sim-kernels %q: want reference or dry", v)}
+	}
+	return mode, nil
+}
+
+// checkSimKernels refuses dry mode on real GPUs (it concerns the simulator only); it closes the device then.
+func checkSimKernels(mode sim.KernelMode, setup gpuSetup) error {
+	if mode == sim.KernelsReference || setup.Device == nil {
+		return nil
+	}
+	_ = setup.Device.Close(context.Background())
+	return usageError{fmt.Errorf("-sim-kernels %s: the node's GPUs are real (%s backend); dry concerns simulated "+
+		"GPUs only (choose one with -gpus, e.g. -gpus h100x8)", mode, setup.Device.Kind())}
 }
 
 // autoNode is the --gpus value that discovers the machine's GPUs and falls back to a simulated node.

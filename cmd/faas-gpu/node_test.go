@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"errors"
 	"log/slog"
+	"path/filepath"
 	"strings"
 	"testing"
 
@@ -54,5 +55,22 @@ func TestResolveGPUs(t *testing.T) {
 	}
 	if _, err := resolveGPUs(log, "nope", "", none); !errors.As(err, &ue) || !strings.Contains(err.Error(), "-gpus") {
 		t.Fatalf("bad -gpus: %v, want a usage error naming the flag", err)
+	}
+}
+
+func TestUpKeepsRealGPUImagesOnSharedMemory(t *testing.T) {
+	state := t.TempDir()
+	if got, want := repositoryDir(state, false), filepath.Join(state, "repository"); got != want {
+		t.Errorf("simulated node: repository %s, want %s", got, want)
+	}
+	real := repositoryDir(state, true)
+	if filepath.Dir(real) != "/dev/shm" || !strings.HasPrefix(filepath.Base(real), "faas-gpu-") {
+		t.Errorf("real GPUs: repository %s, want /dev/shm/faas-gpu-<hash of the state dir>", real)
+	}
+	if again := repositoryDir(state, true); again != real {
+		t.Errorf("a restart must find the same repository: %s then %s", real, again)
+	}
+	if other := repositoryDir(t.TempDir(), true); other == real {
+		t.Errorf("two state dirs share the repository %s", real)
 	}
 }

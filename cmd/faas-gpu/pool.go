@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -22,12 +23,19 @@ import (
 
 func runPool(ctx context.Context, args []string, stdout, _ io.Writer) error {
 	fs := flag.NewFlagSet("pool", flag.ContinueOnError)
-	socket := fs.String("socket", "./.faas-gpu/gpuserver.sock", "Unix socket of the gpuserver API")
-	natsURL := fs.String("nats-url", "", "NATS server of the queues (default: the one `faas-gpu up` wrote to ./.faas-gpu/nats-url; none: GPU pool only)")
+	stateDir := fs.String("state-dir", "./.faas-gpu", "state dir of the `faas-gpu up` to show (its gpuserver.sock and nats-url)")
+	socket := fs.String("socket", "", "Unix socket of the gpuserver API (default: <state-dir>/gpuserver.sock)")
+	natsURL := fs.String("nats-url", "", "NATS server of the queues (default: the one `faas-gpu up` wrote to <state-dir>/nats-url); none: the GPU pool only")
 	url := fs.String("url", "", "TCP URL of the gpuserver API (instead of -socket), e.g. http://127.0.0.1:8090")
 	asJSON := fs.Bool("json", false, "print the raw status as JSON")
 	if err := parseFlags(fs, args); err != nil {
 		return err
+	}
+	if *stateDir == "" {
+		return usageError{errors.New("-state-dir: must not be empty")}
+	}
+	if *socket == "" {
+		*socket = filepath.Join(*stateDir, "gpuserver.sock")
 	}
 	c := client.New(*socket)
 	if *url != "" {
@@ -40,12 +48,13 @@ func runPool(ctx context.Context, args []string, stdout, _ io.Writer) error {
 		return err
 	}
 	if *natsURL == "" {
+		// Beside the socket: <state-dir>/nats-url by default, and for an explicit -socket its up's state dir.
 		if raw, err := os.ReadFile(filepath.Join(filepath.Dir(*socket), natsURLFile)); err == nil {
 			*natsURL = strings.TrimSpace(string(raw))
 		}
 	}
 	var queues *queueView
-	if *natsURL != "" {
+	if *natsURL != "" && *natsURL != "none" {
 		q, err := readQueues(ctx, *natsURL)
 		if err != nil {
 			return fmt.Errorf("queues at %s: %w", *natsURL, err)
@@ -105,6 +114,14 @@ func printPool(w io.Writer, st pool.Status) {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	fmt.Fprintf(tw, "policy: %s\tqueued: %d\tswaps: none %d, nvlink %d, pcie %d\n\n", st.Policy, st.Queued,
 		st.Swaps["none"], st.Swaps["nvlink"], st.Swaps["pcie"])
+	switch st.SimKernels {
+	case "dry":
+		fmt.Fprintf(tw, "SIMULATED GPUS IN DRY KERNEL MODE (--sim-kernels=dry): kernels the simulator cannot compute "+
+			"are accepted and not executed, their results are wrong (%d launches not executed)\n\n", st.SimDryLaunches)
+	case "":
+	default:
+		fmt.Fprintf(tw, "simulated GPUs: kernels %s (reference kernels computed, others refused)\n\n", st.SimKernels)
+	}
 	fmt.Fprintln(tw, "GPU\tNAME\tBUSY\tHEALTHY\tMEMORY USED\tRESIDENT")
 	for _, g := range st.GPUs {
 		fmt.Fprintf(tw, "%d\t%s\t%v\t%v\t%s / %s\t%s\n", g.Index, g.Name, g.Busy, g.Healthy, mib(g.UsedBytes),

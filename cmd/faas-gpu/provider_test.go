@@ -11,6 +11,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/faas-gpu/faas-gpu/provider/basicauth"
 )
 
 func TestProviderBadSettingsNameThem(t *testing.T) {
@@ -25,6 +27,10 @@ func TestProviderBadSettingsNameThem(t *testing.T) {
 		{args: []string{"--proxy-timeout", "soon"}, want: "-proxy-timeout"},
 		{env: map[string]string{"FAAS_GPU_PORT": "eighty"}, want: "FAAS_GPU_PORT"},
 		{env: map[string]string{"FAAS_GPU_BACKEND": "nomad"}, want: "-backend"},
+		{args: []string{"--ready-timeout", "0s"}, want: "-ready-timeout"},
+		{args: []string{"--host", "example.com"}, want: "-host"},
+		{args: []string{"--gpuserver-socket", "/tmp/x.sock"}, want: "-gpuserver-key-file"},
+		{env: map[string]string{"basic_auth": "maybe"}, want: "basic_auth"},
 	} {
 		t.Run(strings.Join(tc.args, " ")+strings.Join(keys(tc.env), ""), func(t *testing.T) {
 			for k, v := range tc.env {
@@ -64,9 +70,22 @@ func TestProviderServesAndStops(t *testing.T) {
 			"--log-level", "error"}, io.Discard, io.Discard)
 	}()
 	base := "http://127.0.0.1:" + strconv.Itoa(port)
+	get := func(path string) (*http.Response, error) {
+		req, err := http.NewRequest(http.MethodGet, base+path, nil)
+		if err != nil {
+			return nil, err
+		}
+		// The credentials the local provider created at first start, in <state-dir>/secrets.
+		creds, err := basicauth.Read(filepath.Join(dir, "state", "secrets"))
+		if err != nil {
+			return nil, err
+		}
+		req.SetBasicAuth(creds.User, creds.Password)
+		return http.DefaultClient.Do(req)
+	}
 	deadline := time.Now().Add(30 * time.Second)
 	for {
-		resp, err := http.Get(base + "/system/info")
+		resp, err := get("/system/info")
 		if err == nil {
 			body, _ := io.ReadAll(resp.Body)
 			resp.Body.Close()
@@ -85,11 +104,29 @@ func TestProviderServesAndStops(t *testing.T) {
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
-	resp, err := http.Get(base + "/system/namespaces")
+	resp, err := get("/system/namespaces")
 	if err != nil {
 		t.Fatal(err)
 	}
 	resp.Body.Close()
+	// Without credentials: 401. With a Host that is not a loopback name (DNS rebinding): 403.
+	resp, err = http.Get(base + "/system/functions")
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusUnauthorized {
+		t.Errorf("/system/functions without credentials: %d, want 401", resp.StatusCode)
+	}
+	req, _ := http.NewRequest(http.MethodGet, base+"/healthz", nil)
+	req.Host = "rebind.example:" + strconv.Itoa(port)
+	if resp, err = http.DefaultClient.Do(req); err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusForbidden {
+		t.Errorf("Host rebind.example: %d, want 403", resp.StatusCode)
+	}
 	cancel()
 	select {
 	case err := <-done:

@@ -29,6 +29,8 @@ import (
 // queueWorkerConfig holds the flags of `faas-gpu queue-worker`; each has an environment variable (envName).
 type queueWorkerConfig struct {
 	natsURL         string
+	natsUser        string
+	natsPassFile    string
 	gatewayURL      string
 	functionsURL    string
 	authUser        string
@@ -51,10 +53,15 @@ type queueWorkerConfig struct {
 	metricsAddr     string
 	frontdoorAddr   string
 	logLevel        string
+	deadLetterAge   time.Duration
+	deadLetterDrop  bool
+	forbidCallbacks string
 }
 
 func (c *queueWorkerConfig) register(fs *flag.FlagSet) {
 	fs.StringVar(&c.natsURL, "nats-url", "nats://127.0.0.1:4222", "NATS server with JetStream")
+	fs.StringVar(&c.natsUser, "nats-user", "faas-gpu", "NATS user (with -nats-password-file)")
+	fs.StringVar(&c.natsPassFile, "nats-password-file", "", "file holding the NATS password (a mounted secret); none: connect without credentials")
 	fs.StringVar(&c.gatewayURL, "gateway-url", "http://127.0.0.1:8080", "gateway (or provider) that functions are invoked through")
 	fs.StringVar(&c.functionsURL, "functions-url", "", "where GET /system/functions is read for SLO and queue annotations; default -gateway-url")
 	fs.StringVar(&c.authUser, "basic-auth-user", "", "basic auth user for /system/functions (the OpenFaaS gateway protects /system/*)")
@@ -78,6 +85,11 @@ func (c *queueWorkerConfig) register(fs *flag.FlagSet) {
 	fs.StringVar(&c.frontdoorAddr, "frontdoor-addr", "",
 		"also serve the async front door (POST /async-function/{name}) on this address, e.g. :8081, for clusters whose gateway does not publish to JetStream itself")
 	fs.StringVar(&c.logLevel, "log-level", "info", "debug, info, warn or error")
+	fs.DurationVar(&c.deadLetterAge, "dead-letter-max-age", queue.DefaultDeadLetterMaxAge,
+		"how long dead-letter entries (the request without credentials, with its body) are kept")
+	fs.BoolVar(&c.deadLetterDrop, "dead-letter-drop-bodies", false, "keep request bodies out of dead-letter entries")
+	fs.StringVar(&c.forbidCallbacks, "forbidden-callback-hosts", "",
+		"comma-separated host:port that callbacks may never reach, beside the gateway's, -functions-url's and -gpuserver-url's (e.g. the provider's)")
 }
 
 // validate checks the flags; errors name the flag and are usage errors.
@@ -105,6 +117,17 @@ func (c *queueWorkerConfig) validate() error {
 		}
 		if c.gpuserverSocket != "" {
 			return bad("gpuserver-url", "give either -gpuserver-socket or -gpuserver-url, not both")
+		}
+	}
+	if c.natsUser == "" && c.natsPassFile != "" {
+		return bad("nats-user", "must not be empty with -nats-password-file")
+	}
+	if c.deadLetterAge != 0 && c.deadLetterAge < time.Second { // 0: the worker's default
+		return bad("dead-letter-max-age", "%s must be at least 1s", c.deadLetterAge)
+	}
+	for _, h := range splitList(c.forbidCallbacks) {
+		if _, _, err := net.SplitHostPort(h); err != nil {
+			return bad("forbidden-callback-hosts", "%q is not host:port", h)
 		}
 	}
 	if c.durable == "" || strings.ContainsAny(c.durable, ". *>") {
@@ -153,14 +176,46 @@ func (c *queueWorkerConfig) validate() error {
 	return nil
 }
 
-func (c *queueWorkerConfig) queueList() []string {
+func (c *queueWorkerConfig) queueList() []string { return splitList(c.queues) }
+
+// splitList splits a comma-separated flag value, dropping empty items.
+func splitList(s string) []string {
 	var out []string
-	for _, q := range strings.Split(c.queues, ",") {
+	for _, q := range strings.Split(s, ",") {
 		if q = strings.TrimSpace(q); q != "" {
 			out = append(out, q)
 		}
 	}
 	return out
+}
+
+// forbiddenCallbackHosts are the flag's hosts, -functions-url's and -gpuserver-url's (the gateway's the worker adds
+// itself).
+func (c *queueWorkerConfig) forbiddenCallbackHosts() []string {
+	out := splitList(c.forbidCallbacks)
+	for _, raw := range []string{c.functionsURL, c.gpuserverURL} {
+		if raw == "" {
+			continue
+		}
+		if u, err := url.Parse(raw); err == nil {
+			port := u.Port()
+			if port == "" {
+				port = map[bool]string{true: "443", false: "80"}[u.Scheme == "https"]
+			}
+			out = append(out, net.JoinHostPort(u.Hostname(), port))
+		}
+	}
+	return out
+}
+
+// natsAuth is the NATS credentials of the flags (none without -nats-password-file).
+type natsAuth struct{ user, password string }
+
+func (a natsAuth) options() []nats.Option {
+	if a.password == "" {
+		return nil
+	}
+	return []nats.Option{nats.UserInfo(a.user, a.password)}
 }
 
 func runQueueWorker(ctx context.Context, args []string, stdout, stderr io.Writer) error {
@@ -188,9 +243,21 @@ func runQueueWorker(ctx context.Context, args []string, stdout, stderr io.Writer
 		}
 		fnCfg.Password = strings.TrimSpace(string(pw))
 	}
+	var auth natsAuth
+	if cfg.natsPassFile != "" {
+		pw, err := os.ReadFile(cfg.natsPassFile)
+		if err != nil {
+			return usageError{fmt.Errorf("-nats-password-file: %w", err)}
+		}
+		if auth = (natsAuth{user: cfg.natsUser, password: strings.TrimSpace(string(pw))}); auth.password == "" {
+			return usageError{fmt.Errorf("-nats-password-file: %s is empty", cfg.natsPassFile)}
+		}
+	}
 	reg := prometheus.NewRegistry()
 	wcfg := worker.Config{
 		NATSURL:         cfg.natsURL,
+		NATSUser:        auth.user,
+		NATSPassword:    auth.password,
 		Durable:         cfg.durable,
 		Queues:          cfg.queueList(),
 		GatewayURL:      cfg.gatewayURL,
@@ -206,6 +273,10 @@ func runQueueWorker(ctx context.Context, args []string, stdout, stderr io.Writer
 		Order:           worker.Ordering(cfg.order),
 		Registerer:      reg,
 		Logger:          log,
+
+		ForbiddenCallbackHosts: cfg.forbiddenCallbackHosts(),
+		DeadLetterMaxAge:       cfg.deadLetterAge,
+		DeadLetterDropBodies:   cfg.deadLetterDrop,
 	}
 	switch {
 	case cfg.gpuserverSocket != "":
@@ -231,14 +302,14 @@ func runQueueWorker(ctx context.Context, args []string, stdout, stderr io.Writer
 		fmt.Fprintf(stdout, "queue-worker: metrics on http://%s/metrics\n", ln.Addr())
 	}
 	if cfg.frontdoorAddr != "" {
-		stop, err := serveFrontDoor(ctx, cfg.frontdoorAddr, cfg.natsURL, wcfg.Functions, log, stdout)
+		stop, err := serveFrontDoor(ctx, cfg.frontdoorAddr, cfg.natsURL, auth, wcfg.Functions, log, stdout)
 		if err != nil {
 			return err
 		}
 		defer stop()
 	}
 	fmt.Fprintf(stdout, "queue-worker: consuming %s from %s, invoking through %s, order %s\n",
-		strings.Join(wcfg.Queues, ","), cfg.natsURL, cfg.gatewayURL, cfg.order)
+		strings.Join(wcfg.Queues, ","), redactedURL(cfg.natsURL), cfg.gatewayURL, cfg.order)
 	err = w.Run(ctx)
 	if metricsSrv != nil {
 		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
@@ -255,11 +326,15 @@ func runQueueWorker(ctx context.Context, args []string, stdout, stderr io.Writer
 
 // serveFrontDoor serves POST /async-function/{name} on addr, publishing to the queues on natsURL; stop shuts it
 // down under a deadline.
-func serveFrontDoor(ctx context.Context, addr, natsURL string, fns functions.Source, log *slog.Logger,
+func serveFrontDoor(ctx context.Context, addr, natsURL string, auth natsAuth, fns functions.Source, log *slog.Logger,
 	stdout io.Writer) (stop func(), err error) {
-	nc, err := nats.Connect(natsURL, nats.Name("faas-gpu front door"), nats.MaxReconnects(-1))
+	nc, err := nats.Connect(natsURL, append(auth.options(), nats.Name("faas-gpu front door"), nats.MaxReconnects(-1))...)
 	if err != nil {
-		return nil, fmt.Errorf("front door: nats %s: %w", natsURL, err)
+		return nil, fmt.Errorf("front door: nats %s: %w", redactedURL(natsURL), err)
+	}
+	if nc.MaxPayload() < queue.MaxMessageBytes {
+		log.Warn("the NATS server's max_payload is below what the asynchronous path needs: large calls will get 413",
+			"max_payload", nc.MaxPayload(), "needed", queue.MaxMessageBytes)
 	}
 	js, err := jetstream.New(nc)
 	if err != nil {
@@ -276,7 +351,9 @@ func serveFrontDoor(ctx context.Context, addr, natsURL string, fns functions.Sou
 		return nil, fmt.Errorf("-frontdoor-addr %s: %w", addr, err)
 	}
 	srv := &http.Server{Handler: frontdoor.New(frontdoor.Config{JetStream: js, Functions: fns,
-		Logger: log.With("component", "frontdoor")}), ReadHeaderTimeout: 10 * time.Second}
+		Logger: log.With("component", "frontdoor")}), ReadHeaderTimeout: 10 * time.Second,
+		ReadTimeout:    time.Minute, // a body trickled in slower than 4 MiB a minute is cut off
+		MaxHeaderBytes: 1 << 20}     // with a 4 MiB body, the largest queue request that fits queue.MaxMessageBytes
 	go func() {
 		if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
 			log.Error("front door stopped", "err", err)
@@ -291,4 +368,13 @@ func serveFrontDoor(ctx context.Context, addr, natsURL string, fns functions.Sou
 		}
 		nc.Close()
 	}, nil
+}
+
+// redactedURL hides the password of a URL that carries one.
+func redactedURL(s string) string {
+	u, err := url.Parse(s)
+	if err != nil {
+		return "(unparsable URL)"
+	}
+	return u.Redacted()
 }

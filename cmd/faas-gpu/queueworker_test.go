@@ -7,6 +7,8 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -39,6 +41,11 @@ func TestQueueWorkerBadFlagsNameTheFlag(t *testing.T) {
 		{args: []string{"--basic-auth-user", "admin"}, want: "-basic-auth-password-file"},
 		{args: []string{"--basic-auth-user", "admin", "--basic-auth-password-file", "/does/not/exist"}, want: "-basic-auth-password-file"},
 		{args: []string{"--gpuserver-url", "http://a:1", "--gpuserver-socket", "/x"}, want: "-gpuserver-url"},
+		{args: []string{"--queues", "faas-dead-letter"}, want: "-queues"},
+		{args: []string{"--nats-password-file", "/does/not/exist"}, want: "-nats-password-file"},
+		{args: []string{"--nats-user", "", "--nats-password-file", "/x"}, want: "-nats-user"},
+		{args: []string{"--dead-letter-max-age", "1ms"}, want: "-dead-letter-max-age"},
+		{args: []string{"--forbidden-callback-hosts", "nope"}, want: "-forbidden-callback-hosts"},
 		{env: map[string]string{"FAAS_GPU_MAX_INFLIGHT": "many"}, want: "FAAS_GPU_MAX_INFLIGHT"},
 		{env: map[string]string{"FAAS_GPU_ACK_WAIT": "1ms"}, want: "-ack-wait"},
 	} {
@@ -55,25 +62,42 @@ func TestQueueWorkerBadFlagsNameTheFlag(t *testing.T) {
 	}
 }
 
-// The command consumes, invokes through the gateway, calls back, serves metrics, and drains on cancel.
+// The command consumes, invokes through the gateway, calls back, serves metrics, and drains on cancel. The call is
+// the one faas-cli makes (POST /async-function/echo.openfaas-fn, issue 13 item 1), to the command's own front door;
+// the gateway protects /system/* with basic auth, and those credentials reach neither the function nor the
+// callback (issue 11 item 9).
 func TestQueueWorkerCommandRuns(t *testing.T) {
-	ns, err := natsserver.Start(context.Background(), natsserver.Config{StoreDir: t.TempDir(), Port: -1})
+	ns, err := natsserver.Start(context.Background(), natsserver.Config{StoreDir: t.TempDir(), Port: -1,
+		Username: "faas-gpu", Password: "qw-secret"})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer ns.Shutdown()
 	gw := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if r.URL.Path == "/system/functions" {
-			_, _ = io.WriteString(w, `[{"name":"echo","annotations":{"com.openfaas.gpu.slo":"1s"}}]`)
-			return
+		if strings.HasPrefix(r.URL.Path, "/system/") {
+			if u, p, ok := r.BasicAuth(); !ok || u != "admin" || p != "gw-secret" {
+				http.Error(w, "unauthorized", http.StatusUnauthorized)
+				return
+			}
 		}
-		_, _ = io.Copy(w, r.Body)
+		switch {
+		case r.URL.Path == "/system/namespaces":
+			_, _ = io.WriteString(w, `["openfaas-fn"]`)
+		case r.URL.Path == "/system/functions":
+			_, _ = io.WriteString(w, `[{"name":"echo","namespace":"openfaas-fn","annotations":{"com.openfaas.gpu.slo":"1s"}}]`)
+		case r.URL.Path == "/function/echo.openfaas-fn":
+			w.Header().Set("X-Function-Saw-Authorization", r.Header.Get("Authorization"))
+			_, _ = io.Copy(w, r.Body)
+		default:
+			http.NotFound(w, r)
+		}
 	}))
 	defer gw.Close()
 	got := make(chan string, 1)
 	cb := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		b, _ := io.ReadAll(r.Body)
-		got <- r.Header.Get("X-Function-Status") + " " + string(b)
+		got <- r.Header.Get("X-Function-Status") + " " + string(b) + " auth=" + r.Header.Get("Authorization") +
+			r.Header.Get("X-Function-Saw-Authorization")
 	}))
 	defer cb.Close()
 
@@ -87,11 +111,20 @@ func TestQueueWorkerCommandRuns(t *testing.T) {
 	}
 	frontAddr := l.Addr().String()
 	l.Close()
+	passFile := filepath.Join(t.TempDir(), "nats-password")
+	if err := os.WriteFile(passFile, []byte("qw-secret\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	gwPassFile := filepath.Join(t.TempDir(), "basic-auth-password")
+	if err := os.WriteFile(gwPassFile, []byte("gw-secret\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
 	go func() {
-		done <- runQueueWorker(ctx, []string{"--nats-url", ns.ClientURL(), "--gateway-url", gw.URL,
+		done <- runQueueWorker(ctx, []string{"--nats-url", ns.ClientURL(), "--nats-password-file", passFile, "--gateway-url", gw.URL,
+			"--basic-auth-user", "admin", "--basic-auth-password-file", gwPassFile,
 			"--metrics-addr", "127.0.0.1:0", "--frontdoor-addr", frontAddr, "--log-level", "warn"}, &stdout, &stderr)
 	}()
-	nc, err := nats.Connect(ns.ClientURL())
+	nc, err := nats.Connect(ns.ClientURL(), nats.UserInfo("faas-gpu", "qw-secret"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -106,7 +139,7 @@ func TestQueueWorkerCommandRuns(t *testing.T) {
 	// The command's own front door (-frontdoor-addr) takes the call.
 	deadline := time.Now().Add(20 * time.Second)
 	for {
-		req, _ := http.NewRequest(http.MethodPost, "http://"+frontAddr+"/async-function/echo", strings.NewReader("hi"))
+		req, _ := http.NewRequest(http.MethodPost, "http://"+frontAddr+"/async-function/echo.openfaas-fn", strings.NewReader("hi"))
 		req.Header.Set("X-Callback-Url", cb.URL)
 		res, err := http.DefaultClient.Do(req)
 		if err == nil {
@@ -123,7 +156,7 @@ func TestQueueWorkerCommandRuns(t *testing.T) {
 	}
 	select {
 	case s := <-got:
-		if s != "200 hi" {
+		if s != "200 hi auth=" {
 			t.Fatalf("callback %q", s)
 		}
 	case <-time.After(20 * time.Second):

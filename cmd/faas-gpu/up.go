@@ -2,6 +2,8 @@ package main
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"flag"
 	"fmt"
@@ -12,22 +14,19 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"syscall"
 	"time"
 
-	"github.com/nats-io/nats.go"
-	"github.com/nats-io/nats.go/jetstream"
 	"github.com/openfaas/faas-provider/types"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 
 	"github.com/faas-gpu/faas-gpu/gpuserver/client"
 	"github.com/faas-gpu/faas-gpu/gpuserver/server"
+	"github.com/faas-gpu/faas-gpu/provider/basicauth"
 	"github.com/faas-gpu/faas-gpu/provider/handlers"
 	"github.com/faas-gpu/faas-gpu/provider/local"
-	"github.com/faas-gpu/faas-gpu/queueworker/frontdoor"
-	"github.com/faas-gpu/faas-gpu/queueworker/functions"
-	"github.com/faas-gpu/faas-gpu/queueworker/natsserver"
 	"github.com/faas-gpu/faas-gpu/queueworker/worker"
 )
 
@@ -44,28 +43,44 @@ type upConfig struct {
 	gpuMemory    string
 	maxInflight  int
 	shimDir      string
+	python       string
+	readyTimeout time.Duration
+	allowedHosts string
 	policy       string
 	logLevel     string
+	queue        upQueueConfig
+	simKernels   string
 }
 
 func (c *upConfig) register(fs *flag.FlagSet) {
 	fs.StringVar(&c.stateDir, "state-dir", "./.faas-gpu", "state: function records, secrets, logs, JetStream store, sockets")
 	fs.StringVar(&c.buildDir, "build-dir", "./build", "build contexts of functions, <dir>/<name>/ as faas-cli build --shrinkwrap writes them")
-	fs.StringVar(&c.templatesDir, "templates-dir", "./template", "fallback when the build dir has no context: templates folder (./templates is tried too)")
+	fs.StringVar(&c.templatesDir, "templates-dir", "./template", "fallback when the build dir has no context: the folder of templates, <dir>/gpu-python/ (faas-cli's ./template)")
 	fs.StringVar(&c.functionsDir, "functions-dir", "./functions", "fallback when the build dir has no context: one handler folder per function")
-	fs.StringVar(&c.host, "host", "127.0.0.1", "address every server listens on")
+	fs.StringVar(&c.host, "host", "127.0.0.1", "address every server listens on (the gateway surface, NATS)")
+	fs.StringVar(&c.allowedHosts, "allowed-hosts", "",
+		"comma-separated names the gateway answers to in the Host header (default: localhost and loopback addresses "+
+			"when -host is a loopback address, any otherwise; * for any): a guard against DNS rebinding")
 	fs.IntVar(&c.port, "port", 8080, "port of the gateway surface (faas-provider routes and /async-function)")
 	fs.IntVar(&c.natsPort, "nats-port", -1, "port of the embedded NATS server; -1 picks a free one")
 	fs.StringVar(&c.gpus, "gpus", autoNode, "auto (discover; simulated v100x4 when none), a node preset (v100x4, a100x8, h100x8, h200x1) or a node file")
 	fs.StringVar(&c.gpuMemory, "gpu-memory", "", "override every GPU's memory, e.g. 4Gi")
 	fs.IntVar(&c.maxInflight, "max-inflight", 0, "asynchronous calls run at once; 0 sizes it to the GPU pool")
 	fs.StringVar(&c.shimDir, "shim-dir", "", "folder holding the shim's libcuda.so.1 (default: shim/build beside bin/, else ./shim/build)")
+	fs.StringVar(&c.python, "python", "python3", "the interpreter that runs functions (index.py; a python or python3 in a function's fprocess means it)")
+	fs.DurationVar(&c.readyTimeout, "ready-timeout", handlers.DefaultReadyTimeout,
+		"how long an invocation waits for a function that is starting (the first call after a deploy)")
 	fs.StringVar(&c.policy, "policy", "faas-gpu", policyUsage)
 	fs.StringVar(&c.logLevel, "log-level", "info", "debug, info, warn or error")
+	c.queue.register(fs)
+	fs.StringVar(&c.simKernels, "sim-kernels", "reference", simKernelsUsage)
 }
 
 func (c *upConfig) validate() error {
 	if err := checkPolicy(c.policy); err != nil {
+		return err
+	}
+	if err := c.queue.validate(); err != nil {
 		return err
 	}
 	switch {
@@ -75,10 +90,15 @@ func (c *upConfig) validate() error {
 		return usageError{fmt.Errorf("-nats-port %d: must be -1 (free) or in 1..65535", c.natsPort)}
 	case c.maxInflight < 0:
 		return usageError{fmt.Errorf("-max-inflight %d: must be >= 0", c.maxInflight)}
+	case c.readyTimeout <= 0:
+		return usageError{fmt.Errorf("-ready-timeout %s: must be positive", c.readyTimeout)}
+	case c.python == "":
+		return usageError{errors.New("-python: must not be empty")}
 	case c.stateDir == "":
 		return usageError{errors.New("-state-dir: must not be empty")}
 	}
-	return nil
+	_, err := parseSimKernels(c.simKernels)
+	return err
 }
 
 // up is one running `faas-gpu up`: the parts in the order they start; stop undoes them in reverse.
@@ -119,6 +139,10 @@ func runUp(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
+	simKernels, _ := parseSimKernels(cfg.simKernels) // validated above
+	if err := checkSimKernels(simKernels, gpus); err != nil {
+		return err
+	}
 	node := gpus.Node
 	closeDevice := func() {
 		if gpus.Device != nil { // not handed to the gpuserver, which owns it otherwise
@@ -146,8 +170,8 @@ func runUp(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return server.Start(ctx, server.Config{Socket: filepath.Join(stateDir, "gpuserver.sock"), Node: node,
 			Policy: cfg.policy, RemotingSocket: filepath.Join(stateDir, "remoting.sock"),
 			KeyFile:       filepath.Join(stateDir, "gpuserver.key"),
-			RepositoryDir: filepath.Join(stateDir, "repository"), // kept across restarts of up
-			Device:        gpus.Device, DeviceReserveBytes: gpus.Reserve,
+			RepositoryDir: repositoryDir(stateDir, gpus.Device != nil), // kept across restarts of up
+			Device:        gpus.Device, DeviceReserveBytes: gpus.Reserve, SimKernels: simKernels,
 			Logger: log.With("component", "gpuserver")})
 	})
 	if err == nil {
@@ -178,29 +202,12 @@ func (u *up) start(ctx context.Context, cfg upConfig, stateDir, nodeName string,
 		return err
 	}
 	u.onStop(gs.Shutdown)
-	gpuClient := client.New(gs.Socket())
+	gpuClient := client.New(gs.Socket(), client.WithToken(gs.AdminToken())) // the provider holds the admin credential
 	gpuStatus := gs.Pool().Status(ctx)
 
-	ns, err := natsserver.Start(ctx, natsserver.Config{StoreDir: filepath.Join(stateDir, "jetstream"),
-		Host: cfg.host, Port: cfg.natsPort})
+	ns, js, err := u.startNATS(ctx, cfg.host, cfg.natsPort, stateDir)
 	if err != nil {
-		return fmt.Errorf("nats: %w", err)
-	}
-	u.onStop(func(context.Context) error { ns.Shutdown(); return nil })
-	nc, err := nats.Connect(ns.ClientURL(), nats.Name("faas-gpu up"), nats.MaxReconnects(-1))
-	if err != nil {
-		return fmt.Errorf("nats connect: %w", err)
-	}
-	u.onStop(func(context.Context) error { nc.Close(); return nil })
-	js, err := jetstream.New(nc)
-	if err != nil {
-		return fmt.Errorf("jetstream: %w", err)
-	}
-	if err := frontdoor.EnsureStreams(ctx, js); err != nil {
-		return fmt.Errorf("jetstream streams: %w", err)
-	}
-	if err := os.WriteFile(filepath.Join(stateDir, natsURLFile), []byte(ns.ClientURL()+"\n"), 0o644); err != nil {
-		return fmt.Errorf("state dir: %w", err)
+		return err
 	}
 
 	shimDir := findShimDir(cfg.shimDir)
@@ -208,15 +215,14 @@ func (u *up) start(ctx context.Context, cfg upConfig, stateDir, nodeName string,
 		u.log.Warn("the shim is not built: GPU functions that call CUDA will fail (run make shim or pass -shim-dir)",
 			"shim_dir", shimDir)
 	}
-	templatesDir := cfg.templatesDir
-	if _, err := os.Stat(templatesDir); err != nil {
-		templatesDir = "./templates"
-	}
+	// Absolute, so that a deploy's error (read by faas-cli in some other folder) names the folders for sure.
+	templatesDir, buildDir, functionsDir := absPath(cfg.templatesDir), absPath(cfg.buildDir), absPath(cfg.functionsDir)
 	backend, err := local.New(ctx, local.Config{
 		StateDir:     filepath.Join(stateDir, "functions"),
-		BuildDir:     cfg.buildDir,
+		BuildDir:     buildDir,
 		TemplatesDir: templatesDir,
-		FunctionsDir: cfg.functionsDir,
+		FunctionsDir: functionsDir,
+		Python:       cfg.python,
 		Env:          map[string]string{"FAAS_GPU_SOCKET": gs.Socket()},
 		GPUEnv: func(function string) map[string]string {
 			return map[string]string{
@@ -235,8 +241,21 @@ func (u *up) start(ctx context.Context, cfg upConfig, stateDir, nodeName string,
 		return fmt.Errorf("register GPU functions with the gpuserver: %w", err)
 	}
 
+	// Basic auth on /system/*, the OpenFaaS way: the credentials are files in <state-dir>/secrets, created at first
+	// start (user admin, a random password, mode 0600).
+	secretsDir := filepath.Join(stateDir, "secrets")
+	creds, res, err := basicauth.Ensure(secretsDir, time.Now())
+	if err != nil {
+		return err
+	}
+	for _, p := range res.MovedAside {
+		u.log.Error("BASIC-AUTH FILE WAS EMPTY: moved aside; new credentials were generated (log in again)",
+			"file", p)
+	}
+
 	gatewayAddr := net.JoinHostPort(cfg.host, strconv.Itoa(cfg.port))
 	gatewayURL := "http://" + gatewayAddr
+	const proxyTimeout = 5 * time.Minute
 	metrics := prometheus.NewRegistry()
 	metrics.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	providerHandler := handlers.New(handlers.Config{
@@ -244,19 +263,23 @@ func (u *up) start(ctx context.Context, cfg upConfig, stateDir, nodeName string,
 		Backend: backend, Secrets: backend, Logs: backend, GPU: gpuClient,
 		Info: types.ProviderInfo{Name: "faas-gpu", Orchestration: "local",
 			Version: &types.VersionInfo{Release: version, SHA: commit}},
-		ProxyTimeout: 5 * time.Minute,
-		Logger:       u.log.With("component", "provider"),
+		Auth:           creds,
+		ProxyTimeout:   proxyTimeout,
+		ReadyTimeout:   cfg.readyTimeout,
+		GatewayMetrics: true, // up is the gateway
+		Logger:         u.log.With("component", "provider"),
 	})
-	fnSource := functions.NewGateway(functions.GatewayConfig{URL: gatewayURL})
+	fnSource := queueFunctions(backend)
 	mux := http.NewServeMux()
-	mux.Handle("/async-function/", frontdoor.New(frontdoor.Config{JetStream: js, Functions: fnSource,
-		Logger: u.log.With("component", "frontdoor")}))
+	mux.Handle("/async-function/", handlers.LimitBodyTime(handlers.BodyTimeouts{Idle: 30 * time.Second, Total: proxyTimeout},
+		queueFrontDoor(js, fnSource, u.log)))
 	mux.Handle("/", providerHandler)
+	allowed := hostAllowList(cfg.allowedHosts, cfg.host)
 	l, err := net.Listen("tcp", gatewayAddr)
 	if err != nil {
 		return fmt.Errorf("gateway: listen on %s: %w (another faas-gpu up? use -port)", gatewayAddr, err)
 	}
-	hs := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+	hs := newHTTPServer(handlers.AllowHosts(allowed, mux))
 	go func() {
 		if err := hs.Serve(l); err != nil && !errors.Is(err, http.ErrServerClosed) {
 			u.runErrs <- fmt.Errorf("gateway: %w", err)
@@ -273,55 +296,38 @@ func (u *up) start(ctx context.Context, cfg upConfig, stateDir, nodeName string,
 	if maxInflight == 0 {
 		maxInflight = 4 * len(gpuStatus.GPUs) // enough to keep every GPU busy while others swap
 	}
-	w, err := worker.New(worker.Config{
-		JetStream:   js,
-		GatewayURL:  gatewayURL,
-		Functions:   fnSource,
-		Capacity:    gpuClient,
-		MaxInflight: maxInflight,
-		Registerer:  metrics,
-		// Calls still running after this are given back to JetStream for redelivery; up stops within 5s.
-		DrainTimeout: 3 * time.Second,
-		Logger:       u.log.With("component", "queue-worker"),
-	})
-	if err != nil {
-		return fmt.Errorf("queue worker: %w", err)
+	if err := u.startQueueWorker(ctx, cfg.queue, worker.Config{
+		JetStream:              js,
+		GatewayURL:             gatewayURL,
+		Functions:              fnSource,
+		Capacity:               gpuClient,
+		MaxInflight:            maxInflight,
+		ForbiddenCallbackHosts: []string{ns.Addr()},
+	}, metrics); err != nil {
+		return err
 	}
-	wctx, wcancel := context.WithCancel(context.WithoutCancel(ctx))
-	wdone := make(chan struct{})
-	go func() {
-		defer close(wdone)
-		if err := w.Run(wctx); err != nil {
-			u.runErrs <- fmt.Errorf("queue worker: %w", err)
-		}
-	}()
-	u.onStop(func(ctx context.Context) error {
-		wcancel()
-		select {
-		case <-wdone:
-			return nil
-		case <-ctx.Done():
-			return fmt.Errorf("queue worker did not drain: %w", ctx.Err())
-		}
-	})
 
+	hostsText := "any"
+	if len(allowed) > 0 {
+		hostsText = strings.Join(allowed, ", ")
+	}
 	fmt.Fprintf(stdout, `faas-gpu up
-  gateway      %s  (faas-provider API, /function/{name}, /async-function/{name})
+  gateway      %s  (faas-provider API, /function/{name}, /async-function/{name}; Host: %s)
+  auth         /system/* needs basic auth: user %s, password in %s
+               %s
   gpuserver    unix:%s  (%d GPUs, node %s, policy %s)
   remoting     unix:%s  (shim %s)
-  nats         %s  (JetStream store %s)
+  nats         %s  (JetStream store %s, credentials in %s)
   queue worker stream OF_faas-request, max in flight %d
   state        %s
   functions    from %s (fallback: templates %s, handlers %s)
 Ready. Ctrl-C stops everything.
-`, gatewayURL, gs.Socket(), len(gpuStatus.GPUs), nodeName, gpuStatus.Policy, gs.RemotingSocket(),
+`, gatewayURL, hostsText, creds.User, filepath.Join(secretsDir, basicauth.PasswordFile),
+		basicauth.LoginCommand(secretsDir, creds.User, gatewayURL), gs.Socket(), len(gpuStatus.GPUs), nodeName, gpuStatus.Policy, gs.RemotingSocket(),
 		filepath.Join(shimDir, "libcuda.so.1"), ns.ClientURL(),
-		filepath.Join(stateDir, "jetstream"), maxInflight, stateDir, cfg.buildDir, templatesDir, cfg.functionsDir)
+		filepath.Join(stateDir, "jetstream"), filepath.Join(stateDir, natsSecretsDir), maxInflight, stateDir, buildDir, templatesDir, functionsDir)
 	return nil
 }
-
-// natsURLFile, in the state dir, holds the embedded NATS server's URL for `faas-gpu pool`.
-const natsURLFile = "nats-url"
 
 // findShimDir returns the folder of the shim's libcuda.so.1: the flag's value, else shim/build beside the
 // binary's bin/ folder (a checkout), else ./shim/build.
@@ -346,6 +352,14 @@ func findShimDir(flagValue string) string {
 	return abs
 }
 
+// absPath is path made absolute, or path itself when that fails.
+func absPath(path string) string {
+	if abs, err := filepath.Abs(path); err == nil {
+		return abs
+	}
+	return path
+}
+
 // joinPathList prepends dir to a colon-separated path list.
 func joinPathList(dir, list string) string {
 	if list == "" {
@@ -365,4 +379,19 @@ func lockStateDir(dir string) (unlock func(), err error) {
 		return nil, fmt.Errorf("state dir %s is in use by another faas-gpu up (lock: %w)", dir, err)
 	}
 	return func() { f.Close() }, nil
+}
+
+// repositoryDir is where up keeps the model images across its restarts: under the state dir on a simulated node,
+// and on /dev/shm when it drives real GPUs, whose driver page-locks the images (Linux 6.5 and later refuse that for
+// files on disk). The /dev/shm name is derived from the state dir, so a restarted up finds its images again.
+func repositoryDir(stateDir string, realGPUs bool) string {
+	if !realGPUs {
+		return filepath.Join(stateDir, "repository")
+	}
+	abs, err := filepath.Abs(stateDir)
+	if err != nil {
+		abs = stateDir
+	}
+	sum := sha256.Sum256([]byte(abs))
+	return filepath.Join("/dev/shm", "faas-gpu-"+hex.EncodeToString(sum[:6]))
 }

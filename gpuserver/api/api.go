@@ -1,24 +1,54 @@
 // Package api serves a node pool over HTTP: function registration, acquire/release of GPU bindings, pool status
 // and Prometheus metrics. The gpuserver listens with it on a Unix socket (and optionally TCP); function processes
 // reach it through the gpu-python template, other components through package client.
+//
+// # Who may do what (issue 11 item 2)
+//
+// With an Authenticator (the gpuserver always sets one; see package auth), every call that changes the pool
+// carries a bearer credential (Authorization: Bearer <token>):
+//
+//   - POST /v1/functions (register): the administrator's token (the provider), or a registration ticket for
+//     exactly the spec in the body (a function registering itself with the ticket its provider issued);
+//   - DELETE /v1/functions/{name}: the administrator's token;
+//   - POST /v1/functions/{name}/acquire: the function's own token (or the administrator's);
+//   - POST /v1/bindings/{id}/release: the token of the function the binding belongs to (or the administrator's).
+//     A binding of another function answers 404, as an unknown one does.
+//
+// GET /v1/pool, /metrics and /healthz are read-only and open to whoever can reach the socket (whose file mode
+// keeps other users out). A missing credential answers 401, a credential that does not allow the call 403.
+//
+// # Leases (issue 11 item 6)
+//
+// A binding belongs to the connection that acquired it: when that connection closes (the function process died,
+// the client gave up) the binding is released, logged and counted (faas_gpu_binding_leases_expired_total). A
+// client holds the connection open from acquire to release (package client and the gpu-python template do).
+// Binding ids are 128 random bits: they cannot be guessed, and they are only useful with the owner's token.
+// Leases need the connection hooks of NewHTTPServer; a handler served by another http.Server gives bindings no
+// holder (they live until released).
 package api
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"log/slog"
 	"math"
+	"net"
 	"net/http"
 	"strconv"
+	"strings"
+	"sync"
 	"time"
 
 	"github.com/go-chi/chi/v5"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
+	"github.com/faas-gpu/faas-gpu/gpuserver/auth"
 	"github.com/faas-gpu/faas-gpu/gpuserver/pool"
 )
 
@@ -29,6 +59,9 @@ const (
 	maxBodyBytes          = 1 << 20
 )
 
+// DefaultMaxAcquiresPerFunction bounds the acquires one function may have waiting or bound at once.
+const DefaultMaxAcquiresPerFunction = 1024
+
 // AcquireRequest is the optional body of POST /v1/functions/{name}/acquire.
 type AcquireRequest struct {
 	// TimeoutMS bounds the wait for a GPU; 0 means DefaultAcquireTimeout.
@@ -36,15 +69,22 @@ type AcquireRequest struct {
 }
 
 // RegisterResponse answers POST /v1/functions: the spec with its defaults, and the token the function's
-// processes present to the remoting socket (FAAS_GPU_TOKEN) when the gpuserver serves CUDA remoting.
+// processes present to the remoting socket and to acquire and release (FAAS_GPU_TOKEN).
 type RegisterResponse struct {
 	pool.FunctionSpec
 	Token string `json:"token,omitempty"`
 }
 
-// tokenSource is implemented by pools that hand out remoting tokens.
-type tokenSource interface {
-	Token(function string) string
+// Authenticator checks the credentials of API calls (auth.Key implements it).
+type Authenticator interface {
+	// IsAdmin reports whether token is the administrator's.
+	IsAdmin(token string) bool
+	// IsFunction reports whether token is function's.
+	IsFunction(function, token string) bool
+	// IsTicket reports whether ticket allows registering exactly spec.
+	IsTicket(spec pool.FunctionSpec, ticket string) bool
+	// FunctionToken is the token a registration answers: the function processes' credential.
+	FunctionToken(function string) string
 }
 
 // ErrorResponse is the body of every error answer.
@@ -55,17 +95,62 @@ type ErrorResponse struct {
 // errInvalidBody marks a request body that is not what the route expects.
 var errInvalidBody = errors.New("invalid request body")
 
+// errTooManyAcquires: a function has DefaultMaxAcquiresPerFunction acquires open.
+var errTooManyAcquires = errors.New("too many acquires")
+
+// Option configures a Server.
+type Option func(*Server)
+
+// WithAuth makes the server check credentials (see the package comment). Without it the API is open: for tests
+// and embedding only.
+func WithAuth(a Authenticator) Option { return func(s *Server) { s.auth = a } }
+
+// WithMaxAcquiresPerFunction bounds the acquires one function may have waiting or bound at once
+// (DefaultMaxAcquiresPerFunction when n <= 0).
+func WithMaxAcquiresPerFunction(n int) Option {
+	return func(s *Server) {
+		if n > 0 {
+			s.maxAcquires = n
+		}
+	}
+}
+
 // Server answers the gpuserver API for one pool.
 type Server struct {
-	pool    pool.Pool
-	log     *slog.Logger
-	metrics *metrics
-	router  chi.Router
+	pool        pool.Pool
+	log         *slog.Logger
+	metrics     *metrics
+	router      chi.Router
+	auth        Authenticator
+	maxAcquires int
+
+	mu       sync.Mutex
+	leases   map[string]*lease    // by public binding id
+	holders  map[net.Conn]*holder // connections served through NewHTTPServer
+	acquires map[string]int       // open acquires per function
 }
+
+// lease is a binding handed out by the API.
+type lease struct {
+	id       string // public, random
+	poolID   string // the pool's own id
+	function string
+	holder   *holder // nil without connection hooks
+	done     func()  // uncounts the acquire (openAcquire)
+}
+
+// holder is one client connection and the leases it holds.
+type holder struct {
+	closed bool
+	leases map[string]*lease
+}
+
+type holderKey struct{}
 
 // New returns a server for p. Metrics are registered with reg and served from gather (use one
 // prometheus.NewRegistry for both); log may be nil.
-func New(p pool.Pool, reg prometheus.Registerer, gather prometheus.Gatherer, log *slog.Logger) (*Server, error) {
+func New(p pool.Pool, reg prometheus.Registerer, gather prometheus.Gatherer, log *slog.Logger,
+	opts ...Option) (*Server, error) {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
@@ -73,7 +158,11 @@ func New(p pool.Pool, reg prometheus.Registerer, gather prometheus.Gatherer, log
 	if err != nil {
 		return nil, fmt.Errorf("register gpuserver metrics: %w", err)
 	}
-	s := &Server{pool: p, log: log, metrics: m}
+	s := &Server{pool: p, log: log, metrics: m, maxAcquires: DefaultMaxAcquiresPerFunction,
+		leases: map[string]*lease{}, holders: map[net.Conn]*holder{}, acquires: map[string]int{}}
+	for _, o := range opts {
+		o(s)
+	}
 	r := chi.NewRouter()
 	r.Post("/v1/functions", s.register)
 	r.Delete("/v1/functions/{name}", s.deregister)
@@ -89,9 +178,90 @@ func New(p pool.Pool, reg prometheus.Registerer, gather prometheus.Gatherer, log
 // ServeHTTP implements http.Handler.
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) { s.router.ServeHTTP(w, r) }
 
+// NewHTTPServer returns an http.Server for the API with the connection hooks that tie bindings to the
+// connections that acquired them (leases), and bounded header reads.
+func (s *Server) NewHTTPServer() *http.Server {
+	return &http.Server{Handler: s, ReadHeaderTimeout: 10 * time.Second, MaxHeaderBytes: 64 << 10,
+		ConnContext: s.connContext, ConnState: s.connState}
+}
+
+func (s *Server) connContext(ctx context.Context, c net.Conn) context.Context {
+	h := &holder{leases: map[string]*lease{}}
+	s.mu.Lock()
+	s.holders[c] = h
+	s.mu.Unlock()
+	return context.WithValue(ctx, holderKey{}, h)
+}
+
+// connState releases the leases of a connection that closed.
+func (s *Server) connState(c net.Conn, st http.ConnState) {
+	if st != http.StateClosed && st != http.StateHijacked {
+		return
+	}
+	s.mu.Lock()
+	h := s.holders[c]
+	delete(s.holders, c)
+	var gone []*lease
+	if h != nil {
+		h.closed = true
+		for id, l := range h.leases {
+			gone = append(gone, l)
+			delete(s.leases, id)
+		}
+		h.leases = nil
+	}
+	s.mu.Unlock()
+	for _, l := range gone {
+		s.expire(l)
+	}
+}
+
+// expire releases a binding whose holder went away.
+func (s *Server) expire(l *lease) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute) // a connection callback: no request ctx
+	defer cancel()
+	err := s.pool.Release(ctx, l.poolID)
+	l.done()
+	s.metrics.leasesExpired.WithLabelValues(l.function).Inc()
+	s.log.Warn("binding released: the connection that acquired it closed before releasing it",
+		"function", l.function, "binding", l.id, "err", err)
+}
+
+// bearer returns the request's bearer credential, "" when none.
+func bearer(r *http.Request) string {
+	h := r.Header.Get("Authorization")
+	if len(h) > 7 && strings.EqualFold(h[:7], "Bearer ") {
+		return strings.TrimSpace(h[7:])
+	}
+	return ""
+}
+
+// authorize lets the call through when the credential is the administrator's or passes allowed; it returns
+// auth.ErrUnauthenticated without a credential and auth.ErrForbidden with one that does not pass. Without an
+// Authenticator every call passes.
+func (s *Server) authorize(r *http.Request, what string, allowed func(token string) bool) error {
+	if s.auth == nil {
+		return nil
+	}
+	tok := bearer(r)
+	if tok == "" {
+		return fmt.Errorf("%w: %s needs a credential (Authorization: Bearer <token>)", auth.ErrUnauthenticated, what)
+	}
+	if s.auth.IsAdmin(tok) || (allowed != nil && allowed(tok)) {
+		return nil
+	}
+	return fmt.Errorf("%w: the credential does not allow %s", auth.ErrForbidden, what)
+}
+
 func (s *Server) register(w http.ResponseWriter, r *http.Request) {
 	var spec pool.FunctionSpec
 	if err := decode(r, &spec); err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	if err := s.authorize(r, fmt.Sprintf("registering function %q", spec.Name), func(tok string) bool {
+		return s.auth.IsTicket(spec, tok)
+	}); err != nil {
 		s.fail(w, r, err)
 		return
 	}
@@ -103,14 +273,18 @@ func (s *Server) register(w http.ResponseWriter, r *http.Request) {
 		"percentile", spec.Percentile, "isolation", spec.Isolation)
 	_ = spec.Validate() // fills the defaults the pool applied, for the answer
 	resp := RegisterResponse{FunctionSpec: spec}
-	if t, ok := s.pool.(tokenSource); ok {
-		resp.Token = t.Token(spec.Name)
+	if s.auth != nil {
+		resp.Token = s.auth.FunctionToken(spec.Name)
 	}
 	writeJSON(w, http.StatusOK, resp)
 }
 
 func (s *Server) deregister(w http.ResponseWriter, r *http.Request) {
 	name := chi.URLParam(r, "name")
+	if err := s.authorize(r, fmt.Sprintf("deregistering function %q", name), nil); err != nil {
+		s.fail(w, r, err)
+		return
+	}
 	if err := s.pool.Deregister(r.Context(), name); err != nil {
 		s.fail(w, r, err)
 		return
@@ -119,8 +293,32 @@ func (s *Server) deregister(w http.ResponseWriter, r *http.Request) {
 	w.WriteHeader(http.StatusNoContent)
 }
 
+// openAcquire counts an acquire of function against the per-function bound; done uncounts it.
+func (s *Server) openAcquire(function string) (done func(), err error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.acquires[function] >= s.maxAcquires {
+		return nil, fmt.Errorf("%w: function %q has %d acquires waiting or bound, the most one function may have",
+			errTooManyAcquires, function, s.acquires[function])
+	}
+	s.acquires[function]++
+	return func() {
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		if s.acquires[function]--; s.acquires[function] <= 0 {
+			delete(s.acquires, function)
+		}
+	}, nil
+}
+
 func (s *Server) acquire(w http.ResponseWriter, r *http.Request) {
 	name := chi.URLParam(r, "name")
+	if err := s.authorize(r, fmt.Sprintf("acquiring a GPU for function %q", name), func(tok string) bool {
+		return s.auth.IsFunction(name, tok)
+	}); err != nil {
+		s.fail(w, r, err)
+		return
+	}
 	var req AcquireRequest
 	if r.ContentLength != 0 {
 		if err := decode(r, &req); err != nil {
@@ -134,7 +332,13 @@ func (s *Server) acquire(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, r, fmt.Errorf("%w: timeout_ms must be >= 0", errInvalidBody))
 		return
 	case req.TimeoutMS > 0:
-		timeout = min(time.Duration(req.TimeoutMS)*time.Millisecond, MaxAcquireTimeout)
+		timeout = min(time.Duration(min(req.TimeoutMS, MaxAcquireTimeout.Milliseconds()))*time.Millisecond,
+			MaxAcquireTimeout)
+	}
+	done, err := s.openAcquire(name)
+	if err != nil {
+		s.fail(w, r, err)
+		return
 	}
 	ctx, cancel := context.WithTimeoutCause(r.Context(), timeout,
 		fmt.Errorf("no GPU became free for %s within %s", name, timeout))
@@ -143,18 +347,79 @@ func (s *Server) acquire(w http.ResponseWriter, r *http.Request) {
 	b, err := s.pool.Acquire(ctx, name)
 	s.metrics.observeAcquire(name, time.Since(start), err)
 	if err != nil {
+		done()
 		if cause := context.Cause(ctx); cause != nil && errors.Is(err, context.DeadlineExceeded) {
 			err = fmt.Errorf("%w: %w", err, cause)
 		}
 		s.fail(w, r, err)
 		return
 	}
-	s.log.Debug("bound", "function", name, "gpu", b.GPU, "binding", b.ID, "swap", b.Swap, "queued", b.Queued)
+	l, err := s.hold(r.Context(), b, done)
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	s.log.Debug("bound", "function", name, "gpu", b.GPU, "binding", l.id, "swap", b.Swap, "queued", b.Queued)
+	b.ID = l.id
 	writeJSON(w, http.StatusOK, b)
 }
 
+// hold records a binding as a lease of the request's connection under a fresh random id. If the connection
+// closed meanwhile, the binding is released at once.
+func (s *Server) hold(ctx context.Context, b pool.Binding, done func()) (*lease, error) {
+	var raw [16]byte
+	if _, err := rand.Read(raw[:]); err != nil {
+		done()
+		return nil, errors.Join(fmt.Errorf("binding id: %w", err), s.pool.Release(context.WithoutCancel(ctx), b.ID))
+	}
+	l := &lease{id: hex.EncodeToString(raw[:]), poolID: b.ID, function: b.Function, done: done}
+	h, _ := ctx.Value(holderKey{}).(*holder)
+	s.mu.Lock()
+	if h != nil && h.closed {
+		s.mu.Unlock()
+		s.expire(l)
+		return nil, fmt.Errorf("%w: the connection closed while the GPU was acquired", context.Canceled)
+	}
+	l.holder = h
+	s.leases[l.id] = l
+	if h != nil {
+		h.leases[l.id] = l
+	}
+	s.mu.Unlock()
+	return l, nil
+}
+
 func (s *Server) release(w http.ResponseWriter, r *http.Request) {
-	if err := s.pool.Release(r.Context(), chi.URLParam(r, "id")); err != nil {
+	id := chi.URLParam(r, "id")
+	s.mu.Lock()
+	l := s.leases[id]
+	s.mu.Unlock()
+	if l == nil {
+		s.fail(w, r, fmt.Errorf("%w: %s", pool.ErrUnknownBinding, id))
+		return
+	}
+	if err := s.authorize(r, "releasing this binding", func(tok string) bool {
+		return s.auth.IsFunction(l.function, tok)
+	}); err != nil {
+		if errors.Is(err, auth.ErrForbidden) { // another function's binding is as unknown as a made-up one
+			err = fmt.Errorf("%w: %s", pool.ErrUnknownBinding, id)
+		}
+		s.fail(w, r, err)
+		return
+	}
+	s.mu.Lock()
+	if s.leases[id] != l { // released meanwhile (by its holder's end, or a concurrent release)
+		s.mu.Unlock()
+		s.fail(w, r, fmt.Errorf("%w: %s", pool.ErrUnknownBinding, id))
+		return
+	}
+	delete(s.leases, id)
+	if l.holder != nil {
+		delete(l.holder.leases, id)
+	}
+	s.mu.Unlock()
+	defer l.done()
+	if err := s.pool.Release(r.Context(), l.poolID); err != nil {
 		s.fail(w, r, err)
 		return
 	}
@@ -171,15 +436,20 @@ func StatusCode(err error) int {
 	switch {
 	case errors.Is(err, errInvalidBody), errors.Is(err, pool.ErrInvalidSpec):
 		return http.StatusBadRequest
+	case errors.Is(err, auth.ErrUnauthenticated):
+		return http.StatusUnauthorized
+	case errors.Is(err, auth.ErrForbidden):
+		return http.StatusForbidden
 	case errors.Is(err, pool.ErrUnknownFunction), errors.Is(err, pool.ErrUnknownBinding):
 		return http.StatusNotFound
 	case errors.Is(err, pool.ErrTooLarge):
 		return http.StatusUnprocessableEntity
-	case errors.Is(err, pool.ErrOverloaded):
+	case errors.Is(err, pool.ErrLimit), errors.Is(err, errTooManyAcquires), errors.Is(err, pool.ErrOverloaded):
 		return http.StatusTooManyRequests
 	case errors.Is(err, context.DeadlineExceeded):
 		return http.StatusGatewayTimeout
-	case errors.Is(err, context.Canceled), errors.Is(err, pool.ErrGPUUnhealthy):
+	case errors.Is(err, context.Canceled), errors.Is(err, pool.ErrGPUUnhealthy), errors.Is(err, pool.ErrNoHealthyGPU),
+		errors.Is(err, pool.ErrBindingBroken):
 		return http.StatusServiceUnavailable
 	default:
 		return http.StatusInternalServerError
@@ -188,6 +458,13 @@ func StatusCode(err error) int {
 
 func (s *Server) fail(w http.ResponseWriter, r *http.Request, err error) {
 	code := StatusCode(err)
+	if code == http.StatusUnauthorized || code == http.StatusForbidden {
+		s.metrics.denied.WithLabelValues(strings.ToLower(http.StatusText(code))).Inc()
+		s.log.Warn("gpuserver request denied", "method", r.Method, "path", r.URL.Path, "err", err)
+		if code == http.StatusUnauthorized {
+			w.Header().Set("WWW-Authenticate", `Bearer realm="gpuserver"`)
+		}
+	}
 	if oe := (*pool.OverloadedError)(nil); errors.As(err, &oe) { // shed by the overload control: when to retry
 		w.Header().Set("Retry-After", strconv.FormatInt(max(1, int64(math.Ceil(oe.RetryAfter.Seconds()))), 10))
 	}

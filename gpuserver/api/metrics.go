@@ -12,8 +12,10 @@ import (
 )
 
 type metrics struct {
-	acquires *prometheus.CounterVec
-	wait     *prometheus.HistogramVec
+	acquires      *prometheus.CounterVec
+	wait          *prometheus.HistogramVec
+	leasesExpired *prometheus.CounterVec
+	denied        *prometheus.CounterVec
 }
 
 func newMetrics(reg prometheus.Registerer, p pool.Pool) (*metrics, error) {
@@ -28,7 +30,15 @@ func newMetrics(reg prometheus.Registerer, p pool.Pool) (*metrics, error) {
 			Buckets: prometheus.ExponentialBuckets(0.0005, 2, 16),
 		}, []string{"function"}),
 	}
-	for _, c := range []prometheus.Collector{m.acquires, m.wait, newPoolCollector(p)} {
+	m.leasesExpired = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "faas_gpu_binding_leases_expired_total",
+		Help: "Bindings released because the connection that acquired them closed first, by function.",
+	}, []string{"function"})
+	m.denied = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "faas_gpu_api_denied_total",
+		Help: "API calls refused for their credential, by status (unauthorized, forbidden).",
+	}, []string{"status"})
+	for _, c := range []prometheus.Collector{m.acquires, m.wait, m.leasesExpired, m.denied, newPoolCollector(p)} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}

@@ -43,6 +43,10 @@ type Backend interface {
 	RegisterHost(buf []byte) error
 	UnregisterHost(buf []byte) error
 
+	// NewContext creates an isolation domain on GPU gpu (see Context). NewStream, NewEvent and LoadModule below
+	// work in the backend's own context of each GPU (the CUDA primary context), which holds the physical memory
+	// and runs the gpuserver's own copies; tenants' work belongs in contexts of their own.
+	NewContext(gpu int) (Context, error)
 	// NewStream creates a stream of asynchronous work on GPU gpu.
 	NewStream(gpu int) (Stream, error)
 	// NewEvent creates an event on GPU gpu, for Stream.Record and Stream.Wait.

@@ -12,10 +12,17 @@ var (
 	ErrOutOfMemory = errors.New("out of device memory")
 	// ErrNotFound: no such kernel or global in a module.
 	ErrNotFound = errors.New("not found")
-	// ErrIllegalAddress: work touched an address not mapped or not accessible from its GPU.
+	// ErrIllegalAddress: work touched an address not mapped or not accessible from its GPU (or its context). A
+	// context fault: sticky for the context the work ran in (see Context).
 	ErrIllegalAddress = errors.New("illegal address")
+	// ErrKernelFault: a kernel failed on the GPU (illegal instruction, misaligned address, trap, assert, launch
+	// failure). A context fault: sticky for the context the work ran in (see Context).
+	ErrKernelFault = errors.New("kernel fault")
 	// ErrNotSupported: the operation is not supported by this backend or GPU (e.g. peer access).
 	ErrNotSupported = errors.New("not supported")
 	// ErrInvalidImage: a module image that cannot be loaded.
 	ErrInvalidImage = errors.New("invalid module image")
+	// ErrNoBinaryForGPU: a well-formed module image with no code for the GPU's architecture
+	// (CUDA_ERROR_NO_BINARY_FOR_GPU).
+	ErrNoBinaryForGPU = errors.New("no binary for the GPU")
 )

@@ -15,8 +15,10 @@ import (
 // Binding is one request's hold on the GPU its function is active on.
 type Binding struct {
 	n        *Node
+	f        *function // the state it binds; replaced by a new one when the function is reset
 	function string
 	gpu      int
+	epoch    uint64 // the function's fault epoch when bound (see fault.go)
 	once     sync.Once
 }
 
@@ -26,15 +28,33 @@ func (b *Binding) GPU() int { return b.gpu }
 // Function bound.
 func (b *Binding) Function() string { return b.function }
 
-// Err reports a binding that broke: its GPU was marked unhealthy while it was held (or since), so the work of
-// its request may not have completed. It wraps ErrUnhealthy and the GPU's failure.
+// Err reports a binding that broke, so that the work of its request may not have completed and its device state
+// must not be trusted: its GPU was marked unhealthy while it was held (wraps ErrUnhealthy and the GPU's
+// failure), the function's memory was reset under it because every process of the function ended (wraps
+// ErrBroken), or a kernel fault tore down the function's context and restored its memory from the host image
+// (wraps ErrBroken and ErrContextFault).
 func (b *Binding) Err() error {
 	b.n.mu.Lock()
 	defer b.n.mu.Unlock()
 	if e := b.n.execs[b.gpu]; !e.healthy {
 		return fmt.Errorf("%w: %s was bound to gpu %d, which failed: %w", ErrUnhealthy, b.function, b.gpu, e.lastErr)
 	}
+	if b.f.broken != nil {
+		return fmt.Errorf("%w: %s: %w", ErrBroken, b.function, b.f.broken)
+	}
+	if b.f.epoch != b.epoch {
+		return fmt.Errorf("%w: %s: %w", ErrBroken, b.function, b.f.fault)
+	}
 	return nil
+}
+
+// Orphaned reports whether the function was reset under the binding (every process of the function ended while
+// it was held): nothing may run under it any more, unlike a binding broken by a fault, whose request goes on (and
+// fails at release).
+func (b *Binding) Orphaned() bool {
+	b.n.mu.Lock()
+	defer b.n.mu.Unlock()
+	return b.f.broken != nil
 }
 
 // Release ends the binding; the function's copy stays resident (parked or active) until evicted.
@@ -42,8 +62,8 @@ func (b *Binding) Release() {
 	b.once.Do(func() {
 		b.n.mu.Lock()
 		defer b.n.mu.Unlock()
-		if f, ok := b.n.fns[b.function]; ok && f.users > 0 {
-			f.users--
+		if b.f.users > 0 {
+			b.f.users--
 		}
 	})
 }
@@ -59,6 +79,9 @@ func (n *Node) Acquire(ctx context.Context, name string, gpu int, source Source)
 	if err != nil {
 		return nil, err
 	}
+	if err := f.usableLocked(); err != nil {
+		return nil, err
+	}
 	if gpu < 0 {
 		gpu, source = n.placeLocked(f)
 		if gpu < 0 {
@@ -69,7 +92,7 @@ func (n *Node) Acquire(ctx context.Context, name string, gpu int, source Source)
 		return nil, err
 	}
 	f.users++
-	return &Binding{n: n, function: name, gpu: gpu}, nil
+	return &Binding{n: n, f: f, function: name, gpu: gpu, epoch: f.epoch}, nil
 }
 
 func (n *Node) placeLocked(f *function) (gpu int, source Source) {
@@ -112,6 +135,9 @@ func (n *Node) AllocSegment(ctx context.Context, name string, size uint64) (devi
 	defer n.mu.Unlock()
 	f, err := n.fn(name)
 	if err != nil {
+		return 0, memory.Segment{}, false, err
+	}
+	if err := f.usableLocked(); err != nil {
 		return 0, memory.Segment{}, false, err
 	}
 	kind := memory.KindModel
@@ -257,7 +283,11 @@ func (n *Node) streamLocked(f *function, gpu int) (device.Stream, error) {
 	if s, ok := f.streams[gpu]; ok {
 		return s, nil
 	}
-	s, err := n.dev.NewStream(gpu)
+	c, err := n.contextLocked(f.tenant, gpu)
+	if err != nil {
+		return nil, err
+	}
+	s, err := c.NewStream()
 	if err != nil {
 		return nil, fmt.Errorf("function %s gpu %d: %w", f.name, gpu, err)
 	}
@@ -274,6 +304,9 @@ func (n *Node) Stream(name string) (device.Stream, error) {
 	if err != nil {
 		return nil, err
 	}
+	if err := f.usableLocked(); err != nil {
+		return nil, err
+	}
 	if f.active < 0 {
 		return nil, fmt.Errorf("%w: %s is not active on any gpu", ErrInvalid, name)
 	}
@@ -281,15 +314,16 @@ func (n *Node) Stream(name string) (device.Stream, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Stream{n: n, f: f, gpu: f.active, s: s}, nil
+	return &Stream{n: n, f: f, gpu: f.active, s: s, epoch: f.epoch}, nil
 }
 
 // Stream is a function's compute stream with per-segment readiness; it implements device.Stream.
 type Stream struct {
-	n   *Node
-	f   *function
-	gpu int
-	s   device.Stream
+	n     *Node
+	f     *function
+	gpu   int
+	s     device.Stream
+	epoch uint64 // the function's fault epoch when the stream was handed out (fault.go)
 }
 
 var _ device.Stream = (*Stream)(nil)
@@ -300,6 +334,9 @@ func (s *Stream) gate(op func() error, ptrs ...device.Ptr) error {
 	defer s.n.mu.Unlock()
 	if e := s.n.execs[s.gpu]; !e.healthy {
 		return fmt.Errorf("%w: gpu %d: %w", ErrUnhealthy, s.gpu, e.lastErr)
+	}
+	if c, ok := s.n.domains[domainKey{s.f.tenant, s.gpu}]; ok && c.Err() != nil && s.f.active == s.gpu {
+		return s.n.faultLocked(s.f, s.gpu, c.Err()) // another stream of the tenant faulted: tear down first
 	}
 	if s.f.active != s.gpu {
 		return fmt.Errorf("%w: %s is no longer active on gpu %d", ErrInvalid, s.f.name, s.gpu)
@@ -385,9 +422,20 @@ func (s *Stream) WaitAll() error {
 func (s *Stream) Record(e device.Event) error { return s.s.Record(e) }
 func (s *Stream) Wait(e device.Event) error   { return s.s.Wait(e) }
 
-// Synchronize waits for the stream's work. A device error reported here (not a cancelled ctx, not a bad
+// Synchronize waits for the stream's work. A fault of the work (device.IsContextFault) tears the tenant's context
+// on the GPU down and wraps ErrContextFault (fault.go); another device error (not a cancelled ctx, not a bad
 // argument) takes the GPU out of service (MarkUnhealthy) and wraps ErrUnhealthy.
 func (s *Stream) Synchronize(ctx context.Context) error {
+	s.n.mu.Lock()
+	cur, ok := s.f.streams[s.gpu]
+	epoch, fault := s.f.epoch, s.f.fault
+	s.n.mu.Unlock()
+	if !ok || cur != s.s { // its context was torn down: what it had queued is lost
+		if epoch != s.epoch {
+			return fmt.Errorf("%w: gpu %d, %s: its work was lost: %w", ErrContextFault, s.gpu, s.f.name, fault)
+		}
+		return nil
+	}
 	err := s.s.Synchronize(ctx)
 	if err == nil || ctx.Err() != nil || errors.Is(err, device.ErrInvalidValue) {
 		return err
@@ -397,7 +445,10 @@ func (s *Stream) Synchronize(ctx context.Context) error {
 	if e := s.n.execs[s.gpu]; !e.healthy {
 		return fmt.Errorf("%w: gpu %d: %w", ErrUnhealthy, s.gpu, err)
 	}
-	return s.n.failLocked(s.gpu, err)
+	if cur, ok := s.f.streams[s.gpu]; !ok || cur != s.s { // its context was torn down (or replaced) meanwhile
+		return fmt.Errorf("%w: gpu %d, %s: %w", ErrContextFault, s.gpu, s.f.name, err)
+	}
+	return s.n.faultLocked(s.f, s.gpu, err)
 }
 
 // Destroy is a no-op: the stream belongs to the function and lives until it is deregistered.

@@ -6,6 +6,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"math"
+	"os"
 	"path/filepath"
 	"sync"
 	"testing"
@@ -50,7 +51,7 @@ func newRigOn(t *testing.T, dev device.Backend, evict bool) *rig {
 	if err != nil {
 		t.Fatal(err)
 	}
-	repo, err := repository.Open(repository.Config{Dir: filepath.Join(t.TempDir(), "shm"), Registrar: dev})
+	repo, err := repository.Open(repository.Config{Dir: shmDir(t), Registrar: dev})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -93,7 +94,9 @@ func checkVectorAdd(t *testing.T, ctx context.Context, r *rig, fn string, gpu in
 	t.Helper()
 	s, err := r.node.Stream(fn)
 	must(t, err)
-	mod, err := r.dev.LoadModule(gpu, kernels.PTX())
+	dctx, err := r.node.Context(fn, gpu) // kernels run in the context of the function's tenant
+	must(t, err)
+	mod, err := dctx.LoadModule(kernels.PTX())
 	must(t, err)
 	defer mod.Unload()
 	va, err := mod.Function("vector_add")
@@ -161,6 +164,22 @@ func verify(t *testing.T, r *rig, m model, wantGPU int) {
 	}
 }
 
+// evictSource evicts the copy on gpu that was the source of a swap: it stays pinned until the swap's finisher ran
+// (a moment after its copies completed), so eviction is retried while it answers ErrPinned.
+func evictSource(t *testing.T, r *rig, name string, gpu int) {
+	t.Helper()
+	for deadline := time.Now().Add(60 * time.Second); ; {
+		err := r.node.Evict(context.Background(), name, gpu)
+		if err == nil {
+			return
+		}
+		if !errors.Is(err, executor.ErrPinned) || time.Now().After(deadline) {
+			t.Fatalf("evict %s on gpu %d: %v", name, gpu, err)
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
 func TestSwapBetweenGPUsKeepsAddressesAndBytes(t *testing.T) {
 	ctx := context.Background()
 	r := newRig(t, 64<<20, sim.Options{}, false)
@@ -170,10 +189,10 @@ func TestSwapBetweenGPUsKeepsAddressesAndBytes(t *testing.T) {
 	// GPU 0 -> GPU 3 over a peer copy, then GPU 3 -> GPU 1 after GPU 0's copy is gone, then host -> GPU 2
 	must(t, r.node.SwapIn(ctx, "resnet", 3, 0))
 	verify(t, r, m, 3)
-	must(t, r.node.Evict(ctx, "resnet", 0))
+	evictSource(t, r, "resnet", 0)
 	must(t, r.node.SwapIn(ctx, "resnet", 1, 3))
 	verify(t, r, m, 1)
-	must(t, r.node.Evict(ctx, "resnet", 3))
+	evictSource(t, r, "resnet", 3)
 	must(t, r.node.Evict(ctx, "resnet", 1))
 	gpus, active, _ := r.node.Resident("resnet")
 	if len(gpus) != 0 || active != -1 {
@@ -456,4 +475,16 @@ func TestControllerActuatorDrivesSwaps(t *testing.T) {
 	must(t, a.Evict(ctx, "act", 3))
 	must(t, a.SwapIn(ctx, "act", 1, controller.Source{GPU: topology.Host, Kind: controller.SwapPCIe}))
 	verify(t, r, m, 1)
+}
+
+// shmDir is a repository dir on /dev/shm where there is one: the real driver page-locks the images, which Linux
+// refuses for files on disk (the sim does not care).
+func shmDir(t *testing.T) string {
+	t.Helper()
+	dir, err := os.MkdirTemp("/dev/shm", "faas-gpu-test-")
+	if err != nil {
+		return filepath.Join(t.TempDir(), "shm")
+	}
+	t.Cleanup(func() { _ = os.RemoveAll(dir) })
+	return dir
 }

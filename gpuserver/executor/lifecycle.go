@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 
-	"github.com/faas-gpu/faas-gpu/gpuserver/device"
 	"github.com/faas-gpu/faas-gpu/gpuserver/memory"
 )
 
@@ -67,9 +66,10 @@ func (n *Node) endInitLocked(ctx context.Context, f *function) error {
 	return n.captureLocked(ctx, f)
 }
 
-// Reset forgets function's memory (its process ended): its copies are dropped everywhere, its addresses freed,
-// its image deleted, and its next allocations start a new initialisation. It fails with ErrBusy while the
-// function has bindings.
+// Reset forgets function's memory (its processes ended): its copies are dropped everywhere, its addresses freed,
+// its image deleted, and its next allocations start a new initialisation. Bindings still held (a request whose
+// process died before it released) break: Binding.Err says so, and nothing of the forgotten state is ever served
+// through them (issue 11 item 6).
 func (n *Node) Reset(ctx context.Context, name string) error {
 	n.mu.Lock()
 	defer n.mu.Unlock()
@@ -78,7 +78,10 @@ func (n *Node) Reset(ctx context.Context, name string) error {
 		return err
 	}
 	if f.users > 0 {
-		return fmt.Errorf("%w: %s has %d bindings", ErrBusy, name, f.users)
+		f.broken = fmt.Errorf("the function's memory was reset while %d bindings were held: every process of the "+
+			"function ended", f.users)
+		n.log.Warn("function reset under held bindings: they are broken", "function", name, "bindings", f.users)
+		f.users = 0
 	}
 	f.captured = true // nothing to keep
 	for gpu := range f.res {
@@ -94,8 +97,7 @@ func (n *Node) Reset(ctx context.Context, name string) error {
 	if n.repo.Has(name) {
 		errs = append(errs, n.repo.Delete(name))
 	}
-	n.fns[name] = &function{name: name, space: n.mem.NewAddressSpace(name), active: -1,
-		res: map[int]*residency{}, streams: map[int]device.Stream{}, own: map[int]bool{}, dead: map[int]bool{}}
+	n.fns[name] = n.newFunctionLocked(name, nil)
 	return errors.Join(errs...)
 }
 

@@ -24,6 +24,8 @@ var (
 	ErrUnhealthy       = errors.New("gpu is unhealthy")
 	ErrNoMemory        = errors.New("not enough gpu memory")
 	ErrInvalid         = errors.New("invalid request")
+	// ErrBroken: a binding's device state was replaced under it (see Binding.Err).
+	ErrBroken = errors.New("binding broke")
 )
 
 // Host is the Source of a swap from the host repository (topology.Host).
@@ -69,22 +71,24 @@ type Node struct {
 	addrs *Addresses
 	log   *slog.Logger
 
-	mu     sync.Mutex
-	fns    map[string]*function
-	plans  map[string]*restorePlan // images from before a restart whose function has not registered yet
-	images ImageStats
+	mu      sync.Mutex
+	domains map[domainKey]device.Context // each tenant's context per GPU (fault.go)
+	fns     map[string]*function
+	plans   map[string]*restorePlan // images from before a restart whose function has not registered yet
+	images  ImageStats
 }
 
 // Executor is one GPU's swap machinery.
 type Executor struct {
-	gpu        int
-	groupBytes uint64
-	copyIn     device.Stream // host-to-device swaps
-	copyPeer   device.Stream // GPU-to-GPU swaps into this GPU
-	healthy    bool
-	lastErr    error
-	swaps      int64
-	swapBytes  uint64
+	gpu           int
+	groupBytes    uint64
+	copyIn        device.Stream // host-to-device swaps
+	copyPeer      device.Stream // GPU-to-GPU swaps into this GPU
+	healthy       bool
+	lastErr       error
+	swaps         int64
+	swapBytes     uint64
+	contextFaults int64 // tenants' contexts torn down after a fault of their work (fault.go)
 }
 
 // New starts a node's executors.
@@ -100,7 +104,8 @@ func New(cfg Config) (*Node, error) {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	n := &Node{cfg: cfg, dev: cfg.Device, mem: cfg.Memory, repo: cfg.Repository, ctx: ctx, cancel: cancel,
-		fns: map[string]*function{}, plans: map[string]*restorePlan{}, addrs: cfg.Addresses, log: cfg.Logger}
+		fns: map[string]*function{}, plans: map[string]*restorePlan{}, addrs: cfg.Addresses, log: cfg.Logger,
+		domains: map[domainKey]device.Context{}}
 	for _, g := range cfg.Device.GPUs() {
 		e := &Executor{gpu: g.Index, healthy: true, groupBytes: DefaultGroupBytes}
 		switch {
@@ -140,12 +145,16 @@ func (n *Node) Register(name string) error {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	if _, ok := n.fns[name]; !ok {
-		n.fns[name] = &function{name: name, space: n.mem.NewAddressSpace(name), active: -1,
-			res: map[int]*residency{}, streams: map[int]device.Stream{}, own: map[int]bool{}, dead: map[int]bool{},
-			plan: n.plans[name]}
+		n.fns[name] = n.newFunctionLocked(name, n.plans[name])
 		delete(n.plans, name)
 	}
 	return nil
+}
+
+func (n *Node) newFunctionLocked(name string, plan *restorePlan) *function {
+	return &function{name: name, space: n.mem.NewAddressSpace(name), active: -1, res: map[int]*residency{},
+		streams: map[int]device.Stream{}, own: map[int]bool{}, dead: map[int]bool{}, plan: plan,
+		tenant: DefaultTenant(name)}
 }
 
 // Deregister evicts a function everywhere, frees its addresses and deletes its image.
@@ -241,6 +250,8 @@ type Status struct {
 	Active     []string `json:"active"`
 	Swaps      int64    `json:"swaps"`
 	SwapBytes  uint64   `json:"swap_bytes"`
+	// ContextFaults counts the tenants' contexts torn down after a fault of their work; the GPU stayed in service.
+	ContextFaults int64 `json:"context_faults"`
 }
 
 // Status describes every executor.
@@ -252,7 +263,7 @@ func (n *Node) Status() []Status {
 	for i, e := range n.execs {
 		p := n.mem.Pool(i)
 		out[i] = Status{GPU: i, Healthy: e.healthy, GroupBytes: e.groupBytes, FreeBytes: uint64(p.Free()) * cs,
-			TotalBytes: uint64(p.Total()) * cs, Swaps: e.swaps, SwapBytes: e.swapBytes}
+			TotalBytes: uint64(p.Total()) * cs, Swaps: e.swaps, SwapBytes: e.swapBytes, ContextFaults: e.contextFaults}
 		if e.lastErr != nil {
 			out[i].Error = e.lastErr.Error()
 		}
@@ -315,6 +326,10 @@ func (n *Node) Close(ctx context.Context) error {
 	for name, p := range n.plans {
 		errs = append(errs, n.dropPlanLocked(&function{plan: p}))
 		delete(n.plans, name)
+	}
+	for k, c := range n.domains {
+		errs = append(errs, c.Destroy())
+		delete(n.domains, k)
 	}
 	for _, e := range n.execs {
 		for _, s := range []device.Stream{e.copyIn, e.copyPeer} {

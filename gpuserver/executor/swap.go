@@ -23,6 +23,11 @@ type function struct {
 	own      map[int]bool          // segments holding one block each (their chunks go back when it is freed)
 	dead     map[int]bool          // own segments whose block was freed: never mapped, copied or captured again
 	plan     *restorePlan          // its image from before a restart, while its initialisation matches it
+	broken   error                 // why its bindings broke when it was reset under them (Reset)
+	tenant   string                // its isolation domain on a GPU (fault.go)
+	lost     error                 // a fault destroyed its memory before it had an image (fault.go)
+	epoch    uint64                // counts the kernel faults that restored its memory (fault.go)
+	fault    error                 // the last such fault
 }
 
 // residency is a function's physical copy on one GPU.
@@ -65,6 +70,9 @@ func (n *Node) swapInLocked(ctx context.Context, f *function, gpu int, source So
 		}
 		return n.completeLocked(ctx, f, gpu, source) // segments allocated since, if any
 	}
+	if err := f.usableLocked(); err != nil {
+		return err
+	}
 	if f.active >= 0 {
 		if f.users > 0 {
 			return fmt.Errorf("%w: %s has %d bindings on gpu %d", ErrBusy, f.name, f.users, f.active)
@@ -73,9 +81,12 @@ func (n *Node) swapInLocked(ctx context.Context, f *function, gpu int, source So
 			return err
 		}
 		old := f.active
-		if err := n.deactivateLocked(ctx, f); err != nil && n.execs[old].healthy {
+		if err := n.deactivateLocked(ctx, f); err != nil && n.execs[old].healthy && !errors.Is(err, ErrContextFault) {
 			return err
-		} // a GPU that failed on the way out lost its copy: the host image is authoritative
+		} // a GPU that failed (or a context that faulted) on the way out lost its copy: the host image is authoritative
+	}
+	if err := n.claimLocked(ctx, f, gpu); err != nil { // one tenant's memory accessible on a GPU at a time
+		return err
 	}
 	if _, ok := f.res[gpu]; !ok {
 		f.res[gpu] = &residency{gpu: gpu, chunks: map[int][]memory.Chunk{}, ready: map[int]device.Event{},
@@ -97,7 +108,7 @@ func (n *Node) deactivateLocked(ctx context.Context, f *function) error {
 	if s, ok := f.streams[gpu]; ok {
 		if err := s.Synchronize(ctx); err != nil {
 			if ctx.Err() == nil {
-				err = n.failLocked(gpu, err)
+				err = n.faultLocked(f, gpu, err)
 			}
 			return fmt.Errorf("function %s gpu %d: %w", f.name, gpu, err)
 		}
@@ -187,11 +198,17 @@ func (n *Node) completeLocked(ctx context.Context, f *function, gpu int, source 
 			return n.failLocked(gpu, fmt.Errorf("function %s segment %d: %w", f.name, seg.ID, err))
 		}
 		r.mapped[seg.ID] = true
-		if parked || seg.Kind == memory.KindScratch {
-			continue // a parked copy already holds the bytes; scratch needs none
+		if parked {
+			continue // a parked copy already holds the bytes
 		}
-		if !f.captured && !n.restoringLocked(f, seg.ID) {
-			continue // before capture the function's own calls fill its memory (unless restored from its image)
+		if seg.Kind == memory.KindScratch || !f.captured && !n.restoringLocked(f, seg.ID) {
+			// Scratch, or a model block the function's own calls fill during initialisation: no copy, but the
+			// fresh chunks may hold what another function left there. Zero them first (ordered before the
+			// function's work on the segment like a copy).
+			if err := n.zeroLocked(e, r, seg); err != nil {
+				return n.failLocked(gpu, err)
+			}
+			continue
 		}
 		if src != nil && src.chunks[seg.ID] != nil {
 			st, err := n.stageLocked(seg, src, gpu)
@@ -289,7 +306,9 @@ func (n *Node) stageLocked(seg memory.Segment, src *residency, gpu int) (staging
 	if err != nil {
 		return staging{}, fmt.Errorf("staging for segment %d: %w", seg.ID, err)
 	}
-	if err := n.mem.MapAt(ptr, src.chunks[seg.ID], []int{src.gpu, gpu}); err != nil {
+	// Accessible from the target GPU only: the copy runs there, and no work of the source GPU (another tenant's,
+	// perhaps) may reach the bytes through this address.
+	if err := n.mem.MapAt(ptr, src.chunks[seg.ID], []int{gpu}); err != nil {
 		_ = n.dev.FreeAddress(ptr, seg.Size)
 		return staging{}, fmt.Errorf("staging for segment %d: %w", seg.ID, err)
 	}
@@ -319,6 +338,26 @@ func (n *Node) finishLocked(job *swapJob, err error) {
 	if err != nil && !errors.Is(err, context.Canceled) {
 		n.markUnhealthyLocked(job.gpu, err)
 	}
+}
+
+// zeroLocked zeroes a freshly mapped segment on the executor's copy stream and makes the function's work on it
+// wait for that (a readiness event, as for a swap's copy).
+func (n *Node) zeroLocked(e *Executor, r *residency, seg memory.Segment) error {
+	if err := e.copyIn.Memset8(seg.Ptr, 0, seg.Size); err != nil {
+		return fmt.Errorf("zero segment %d: %w", seg.ID, err)
+	}
+	ev, err := n.dev.NewEvent(e.gpu)
+	if err == nil {
+		err = e.copyIn.Record(ev)
+	}
+	if err != nil {
+		return fmt.Errorf("zero segment %d: %w", seg.ID, err)
+	}
+	if old, ok := r.ready[seg.ID]; ok {
+		_ = old.Destroy()
+	}
+	r.ready[seg.ID] = ev
+	return nil
 }
 
 // failLocked marks gpu unhealthy after a device error and returns the error.

@@ -7,6 +7,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 )
 
@@ -78,6 +79,12 @@ type Status struct {
 	Queued    int              `json:"queued"`
 	// Swaps counts bindings by how the model reached the GPU: "none" (resident), "nvlink", "pcie".
 	Swaps map[string]int64 `json:"swaps,omitempty"`
+	// SimKernels is what the simulated GPUs do with kernels they cannot compute: "reference" (refuse them) or
+	// "dry" (accept them without executing them: the --sim-kernels=dry protocol-test mode, whose results are
+	// wrong); empty for real GPUs.
+	SimKernels string `json:"sim_kernels,omitempty"`
+	// SimDryLaunches counts the kernel launches accepted and not executed in dry mode.
+	SimDryLaunches uint64 `json:"sim_dry_launches,omitempty"`
 }
 
 // Pool is a node's set of GPUs shared by late-bound functions.
@@ -105,6 +112,14 @@ var (
 	// ErrGPUUnhealthy: the GPU of a binding failed while it was held; the request's work is lost, later requests
 	// run on healthy GPUs.
 	ErrGPUUnhealthy = errors.New("GPU unhealthy")
+	// ErrBindingBroken: the device state a binding served was replaced while it was held (the function's
+	// processes all ended and its memory was reset, or a kernel fault restored its memory from the host image);
+	// the request's work must not be trusted.
+	ErrBindingBroken = errors.New("binding broke")
+	// ErrNoHealthyGPU: no GPU of the node is in service; a request fails at once instead of waiting for one.
+	ErrNoHealthyGPU = errors.New("no healthy GPU on this node")
+	// ErrLimit: the pool holds as many functions as it may (a bound against unbounded registrations).
+	ErrLimit = errors.New("function limit reached")
 	// ErrOverloaded: the node is overloaded and sheds the function's requests for now (the API answers 429 with
 	// Retry-After); the caller may retry later or on another node. An *OverloadedError carries the details.
 	ErrOverloaded = errors.New("node overloaded")
@@ -126,11 +141,55 @@ func (e *OverloadedError) Error() string {
 // Unwrap makes errors.Is(err, ErrOverloaded) hold.
 func (e *OverloadedError) Unwrap() error { return ErrOverloaded }
 
+// MaxNameLength is the longest function name a pool accepts: the remoting hello carries it in 128 bytes with its
+// terminating NUL. An OpenFaaS name "service.namespace" of two DNS labels fits.
+const MaxNameLength = 127
+
+// CheckName reports why name cannot name a function: empty, longer than MaxNameLength, or made of anything but
+// ASCII letters, digits, '-', '_' and '.' (starting with a letter or digit). Names end up in URLs, log lines,
+// metric labels and file names; a bounded alphabet keeps each of them safe.
+func CheckName(name string) error {
+	switch {
+	case name == "":
+		return fmt.Errorf("%w: name is empty", ErrInvalidSpec)
+	case len(name) > MaxNameLength:
+		return fmt.Errorf("%w: name is %d bytes long, at most %d", ErrInvalidSpec, len(name), MaxNameLength)
+	}
+	for i, c := range []byte(name) {
+		alnum := c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9'
+		if !alnum && (i == 0 || c != '-' && c != '_' && c != '.') {
+			return fmt.Errorf("%w: name %q: byte %d (%q) is not allowed (letters, digits, '-', '_', '.'; "+
+				"a letter or digit first)", ErrInvalidSpec, name, i, c)
+		}
+	}
+	return nil
+}
+
+// Namespace is the OpenFaaS namespace of a function name: what follows its first '.' (the provider registers
+// "service.namespace", and service names are DNS labels without dots), or "" for a name without one (the
+// provider's default namespace).
+func Namespace(function string) string {
+	if _, ns, ok := strings.Cut(function, "."); ok {
+		return ns
+	}
+	return ""
+}
+
+// Tenant is the isolation domain of a function on a GPU (issue 11 item 3): functions of one namespace share a GPU
+// address space, functions of different namespaces never do, and an isolated function shares with none.
+func (s FunctionSpec) Tenant() string {
+	if s.Isolation == IsolationIsolated {
+		return "function/" + s.Name
+	}
+	return "namespace/" + Namespace(s.Name)
+}
+
 // Validate checks a spec and fills defaults (percentile 98, isolation shared).
 func (s *FunctionSpec) Validate() error {
+	if err := CheckName(s.Name); err != nil {
+		return err
+	}
 	switch {
-	case s.Name == "":
-		return fmt.Errorf("%w: name is empty", ErrInvalidSpec)
 	case s.MemoryBytes == 0:
 		return fmt.Errorf("%w: memory_bytes must be > 0", ErrInvalidSpec)
 	case s.SLO < 0:

@@ -66,7 +66,14 @@ type global struct {
 
 type module struct {
 	image  []byte
-	loaded map[int]device.Module
+	loaded map[int]loadedModule // by GPU
+}
+
+// loadedModule is a module loaded in the function's context on one GPU. A fault tears that context down, and with
+// it the module: ctx says which context it was loaded in (loadOn loads it again in the current one).
+type loadedModule struct {
+	ctx device.Context
+	mod device.Module
 }
 
 type function struct {
@@ -78,10 +85,14 @@ type function struct {
 type event struct {
 	ev  device.Event
 	gpu int
+	ctx device.Context // the function's context on gpu it was created in
 }
 
-func newDeviceHandler(_ context.Context, cfg Config, info SessionInfo, log *slog.Logger) (*deviceHandler, error) {
+func newDeviceHandler(ctx context.Context, cfg Config, info SessionInfo, log *slog.Logger) (*deviceHandler, error) {
 	if err := cfg.Node.Register(info.Function); err != nil {
+		return nil, err
+	}
+	if err := cfg.Node.SetTenant(ctx, info.Function, info.Spec.Tenant()); err != nil { // its namespace, or itself
 		return nil, err
 	}
 	return &deviceHandler{
@@ -107,6 +118,12 @@ func result(err error) Result {
 		return ResultSuccess
 	case errors.Is(err, executor.ErrUnhealthy):
 		return ResultDeviceUnavailable
+	case errors.Is(err, executor.ErrBroken):
+		return ResultContextIsDestroyed
+	case errors.Is(err, device.ErrKernelFault):
+		return ResultLaunchFailed
+	case errors.Is(err, device.ErrIllegalAddress):
+		return ResultIllegalAddress
 	case errors.Is(err, device.ErrInvalidValue), errors.Is(err, memory.ErrInvalid), errors.Is(err, executor.ErrInvalid):
 		return ResultInvalidValue
 	case errors.Is(err, device.ErrOutOfMemory), errors.Is(err, memory.ErrNoSpace), errors.Is(err, executor.ErrNoMemory):
@@ -119,6 +136,8 @@ func result(err error) Result {
 		return ResultNotSupported
 	case errors.Is(err, device.ErrInvalidImage):
 		return ResultInvalidImage
+	case errors.Is(err, device.ErrNoBinaryForGPU):
+		return ResultNoBinaryForGPU
 	case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
 		return ResultSystemNotReady
 	}
@@ -138,7 +157,11 @@ func (h *deviceHandler) syncStream(ctx context.Context) Result {
 	if h.stream == nil {
 		return ResultSuccess
 	}
-	return result(h.stream.Synchronize(ctx))
+	err := h.stream.Synchronize(ctx)
+	if errors.Is(err, executor.ErrContextFault) {
+		h.stream = nil // torn down with the tenant's context: the next call binds afresh
+	}
+	return result(err)
 }
 
 // bind returns the function's executor stream on the GPU its calls run on now, swapping it there if needed.
@@ -261,7 +284,11 @@ func (h *deviceHandler) translate(p uint64) (device.Ptr, error) {
 }
 
 func (h *deviceHandler) copyOnce(ctx context.Context, gpu int, f func(device.Stream) error) error {
-	s, err := h.cfg.Device.NewStream(gpu)
+	dc, err := h.context(gpu)
+	if err != nil {
+		return err
+	}
+	s, err := dc.NewStream()
 	if err != nil {
 		return err
 	}
@@ -283,9 +310,7 @@ func (h *deviceHandler) Close() error {
 		errs = append(errs, e.ev.Destroy())
 	}
 	for _, m := range h.modules {
-		for _, l := range m.loaded {
-			errs = append(errs, l.Unload())
-		}
+		errs = append(errs, h.unload(m))
 	}
 	for _, a := range h.allocs {
 		if a.global == nil {
@@ -382,7 +407,9 @@ func (h *deviceHandler) findAllocation(p uint64) int {
 }
 
 // owns reports whether [p, p+n) lies inside one of the session's own allocations: the isolation check of every
-// copy and memset.
+// copy and memset (issue 11). Every call that names device memory by address must pass it before touching the
+// device, with n computed without overflow (see memset), and answer h.refuse(...) otherwise; kernels are confined
+// by the executors instead (one tenant's memory mapped on a GPU at a time).
 func (h *deviceHandler) owns(p, n uint64) bool {
 	i := h.findAllocation(p)
 	return i >= 0 && n <= h.allocs[i].size-(p-h.allocs[i].ptr)
@@ -533,23 +560,44 @@ func (h *deviceHandler) CuMemsetD32Async(ctx context.Context, dst uint64, v uint
 
 // --- modules and launches
 
+// context is the device context the function's work runs in on gpu (its tenant's: package executor). Every
+// module, event and stream the session creates belongs there; calls added to the handler must use it too.
+func (h *deviceHandler) context(gpu int) (device.Context, error) {
+	return h.node.Context(h.info.Function, gpu)
+}
+
 func (h *deviceHandler) loadOn(m *module, gpu int) (device.Module, error) {
-	if l, ok := m.loaded[gpu]; ok {
-		return l, nil
-	}
-	l, err := h.cfg.Device.LoadModule(gpu, m.image)
+	dc, err := h.context(gpu)
 	if err != nil {
 		return nil, err
 	}
-	m.loaded[gpu] = l
-	return l, nil
+	if l, ok := m.loaded[gpu]; ok && l.ctx == dc {
+		return l.mod, nil
+	}
+	mod, err := dc.LoadModule(m.image) // first use on gpu, or its context was torn down by a fault
+	if err != nil {
+		return nil, err
+	}
+	m.loaded[gpu] = loadedModule{ctx: dc, mod: mod}
+	return mod, nil
+}
+
+// unload unloads a module everywhere it is loaded in a live context (a context torn down took its modules along).
+func (h *deviceHandler) unload(m *module) error {
+	var errs []error
+	for gpu, l := range m.loaded {
+		if dc, err := h.context(gpu); err == nil && dc == l.ctx && dc.Err() == nil {
+			errs = append(errs, l.mod.Unload())
+		}
+	}
+	return errors.Join(errs...)
 }
 
 func (h *deviceHandler) CuModuleLoadData(ctx context.Context, image []byte, _ uint64) (uint64, Result) {
 	if _, r := h.bind(ctx); r != ResultSuccess {
 		return 0, r
 	}
-	m := &module{image: append([]byte(nil), image...), loaded: map[int]device.Module{}}
+	m := &module{image: append([]byte(nil), image...), loaded: map[int]loadedModule{}}
 	if _, err := h.loadOn(m, h.gpu); err != nil {
 		return 0, result(err)
 	}
@@ -575,11 +623,7 @@ func (h *deviceHandler) CuModuleUnload(_ context.Context, hmod uint64) Result {
 		return ResultInvalidHandle
 	}
 	delete(h.modules, hmod)
-	var errs []error
-	for _, l := range m.loaded {
-		errs = append(errs, l.Unload())
-	}
-	return result(errors.Join(errs...))
+	return result(h.unload(m))
 }
 
 func (h *deviceHandler) CuLibraryUnload(ctx context.Context, lib uint64) Result {
@@ -768,12 +812,16 @@ func (h *deviceHandler) CuEventCreate(ctx context.Context, _ uint32) (uint64, Re
 	if _, r := h.bind(ctx); r != ResultSuccess {
 		return 0, r
 	}
-	ev, err := h.cfg.Device.NewEvent(h.gpu)
+	dc, err := h.context(h.gpu)
+	if err != nil {
+		return 0, result(err)
+	}
+	ev, err := dc.NewEvent()
 	if err != nil {
 		return 0, result(err)
 	}
 	id := h.handle()
-	h.events[id] = &event{ev: ev, gpu: h.gpu}
+	h.events[id] = &event{ev: ev, gpu: h.gpu, ctx: dc}
 	return id, ResultSuccess
 }
 
@@ -795,13 +843,19 @@ func (h *deviceHandler) CuEventRecord(ctx context.Context, e, s uint64) Result {
 	if r != ResultSuccess {
 		return r
 	}
-	if ev.gpu != h.gpu { // the function moved: the event follows it
-		ne, err := h.cfg.Device.NewEvent(h.gpu)
+	dc, err := h.context(h.gpu)
+	if err != nil {
+		return result(err)
+	}
+	if ev.gpu != h.gpu || ev.ctx != dc { // the function moved, or a fault replaced its context: the event follows
+		ne, err := dc.NewEvent()
 		if err != nil {
 			return result(err)
 		}
-		_ = ev.ev.Destroy()
-		ev.ev, ev.gpu = ne, h.gpu
+		if ev.ctx.Err() == nil {
+			_ = ev.ev.Destroy()
+		}
+		ev.ev, ev.gpu, ev.ctx = ne, h.gpu, dc
 	}
 	return result(st.Record(ev.ev))
 }

@@ -6,8 +6,11 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"runtime/debug"
 	"sync"
 	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/faas-gpu/faas-gpu/gpuserver/device"
 	"github.com/faas-gpu/faas-gpu/gpuserver/executor"
@@ -57,16 +60,44 @@ type Config struct {
 	// NewHandler replaces the device-backed handler (benchmarks of the transport, tests). A handler that
 	// implements io.Closer is closed when its session ends.
 	NewHandler func(ctx context.Context, info SessionInfo) (Handler, error)
+	// MaxSessionsPerFunction caps the open sessions of one function (all its processes together);
+	// DefaultMaxSessionsPerFunction when 0. A hello beyond it is refused with a message naming the limit.
+	MaxSessionsPerFunction int
+	// MaxPendingHellos caps the connections accepted whose hello has not been checked yet (they have proven
+	// nothing); DefaultMaxPendingHellos when 0. Connections beyond it are closed at once.
+	MaxPendingHellos int
+	// HelloTimeout bounds the wait for a connection's hello (10s when 0).
+	HelloTimeout time.Duration
+	// Metrics, when set, receives the server's counters (faas_gpu_remoting_*).
+	Metrics prometheus.Registerer
 }
+
+// Limits of a server when its Config names none.
+const (
+	DefaultMaxSessionsPerFunction = 64
+	DefaultMaxPendingHellos       = 128
+)
+
+// Accept back-off: after a failed accept (EMFILE, ENFILE, ENOBUFS, ...) the server waits acceptBackoffMin,
+// doubling up to acceptBackoffMax, and tries again: a node out of file descriptors recovers once some are closed.
+const (
+	acceptBackoffMin = 5 * time.Millisecond
+	acceptBackoffMax = time.Second
+)
 
 // Server accepts the shim's connections on a Unix socket.
 type Server struct {
 	cfg Config
 	log *slog.Logger
 
+	metrics *metrics
+
 	mu       sync.Mutex
 	conns    map[*net.UnixConn]struct{}
 	sessions map[string]int // open device sessions per function
+	open     map[string]int // open sessions per function, any handler (Config.MaxSessionsPerFunction)
+	pending  int            // connections whose hello is being read (Config.MaxPendingHellos)
+	logged   time.Time      // last log line about shed connections (one per second at most)
 }
 
 // NewServer validates cfg.
@@ -90,16 +121,31 @@ func NewServer(cfg Config) (*Server, error) {
 	if cfg.IdleRelease <= 0 {
 		cfg.IdleRelease = 20 * time.Millisecond
 	}
+	if cfg.MaxSessionsPerFunction <= 0 {
+		cfg.MaxSessionsPerFunction = DefaultMaxSessionsPerFunction
+	}
+	if cfg.MaxPendingHellos <= 0 {
+		cfg.MaxPendingHellos = DefaultMaxPendingHellos
+	}
+	if cfg.HelloTimeout <= 0 {
+		cfg.HelloTimeout = 10 * time.Second
+	}
 	log := cfg.Logger
 	if log == nil {
 		log = slog.Default()
 	}
-	return &Server{cfg: cfg, log: log, conns: map[*net.UnixConn]struct{}{},
-		sessions: map[string]int{}}, nil
+	m, err := newMetrics(cfg.Metrics)
+	if err != nil {
+		return nil, fmt.Errorf("remoting: metrics: %w", err)
+	}
+	return &Server{cfg: cfg, log: log, metrics: m, conns: map[*net.UnixConn]struct{}{},
+		sessions: map[string]int{}, open: map[string]int{}}, nil
 }
 
 // Serve accepts connections on l (a Unix listener) until ctx ends, then closes every session and returns nil.
-// It returns an error if accepting fails otherwise.
+// A failed accept (out of file descriptors, say) is logged, counted (faas_gpu_remoting_accept_errors_total) and
+// retried with a capped back-off, so the listener recovers once the node has descriptors again; Serve returns an
+// error only when the listener itself is gone while ctx is still live.
 func (s *Server) Serve(ctx context.Context, l net.Listener) error {
 	ul, ok := l.(*net.UnixListener)
 	if !ok {
@@ -116,13 +162,38 @@ func (s *Server) Serve(ctx context.Context, l net.Listener) error {
 	})
 	defer stop()
 	defer wg.Wait()
+	var (
+		backoff time.Duration
+		failed  int
+	)
 	for {
 		c, err := ul.AcceptUnix()
 		if err != nil {
 			if ctx.Err() != nil {
 				return nil
 			}
-			return fmt.Errorf("remoting: accept: %w", err)
+			if errors.Is(err, net.ErrClosed) {
+				return fmt.Errorf("remoting: accept: %w", err)
+			}
+			s.metrics.acceptErrors.Inc()
+			failed++
+			backoff = min(max(2*backoff, acceptBackoffMin), acceptBackoffMax)
+			if failed == 1 {
+				s.log.Error("remoting: accept failed: retrying with back-off until it succeeds", "err", err,
+					"retry_in", backoff)
+			}
+			t := time.NewTimer(backoff)
+			select {
+			case <-t.C:
+			case <-ctx.Done():
+				t.Stop()
+				return nil
+			}
+			continue
+		}
+		if failed > 0 {
+			s.log.Warn("remoting: accepting again", "failed_accepts", failed)
+			failed, backoff = 0, 0
 		}
 		s.mu.Lock()
 		if ctx.Err() != nil {
@@ -130,18 +201,88 @@ func (s *Server) Serve(ctx context.Context, l net.Listener) error {
 			_ = c.Close()
 			continue
 		}
+		if s.pending >= s.cfg.MaxPendingHellos {
+			logIt := time.Since(s.logged) >= time.Second
+			if logIt {
+				s.logged = time.Now()
+			}
+			s.mu.Unlock()
+			s.metrics.refused.WithLabelValues("pending_hellos").Inc()
+			if logIt {
+				s.log.Warn("remoting: too many connections without a hello: closing new ones",
+					"max_pending_hellos", s.cfg.MaxPendingHellos)
+			}
+			_ = c.Close()
+			continue
+		}
+		s.pending++
 		s.conns[c] = struct{}{}
 		s.mu.Unlock()
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			s.serveConn(ctx, c)
+			s.serveConnContained(ctx, c)
 			s.mu.Lock()
 			delete(s.conns, c)
 			s.mu.Unlock()
 			_ = c.Close()
 		}()
 	}
+}
+
+// serveConnContained runs one session; a panic in it (a bug reached by some input) ends that session only: it
+// is logged with its stack and counted (faas_gpu_remoting_session_panics_total), the session's resources are
+// released by the deferred cleanups on the way out, and every other session goes on.
+func (s *Server) serveConnContained(ctx context.Context, c *net.UnixConn) {
+	defer func() {
+		if r := recover(); r != nil {
+			s.metrics.panics.Inc()
+			s.log.Error("remoting: session panicked: it is closed, other sessions go on", "panic", fmt.Sprint(r),
+				"stack", string(debug.Stack()))
+		}
+	}()
+	s.serveConn(ctx, c)
+}
+
+// helloDone marks a connection's hello as checked (it no longer counts against MaxPendingHellos).
+func (s *Server) helloDone() {
+	s.mu.Lock()
+	s.pending--
+	s.mu.Unlock()
+}
+
+// admit counts a session of function against MaxSessionsPerFunction; the returned func uncounts it.
+func (s *Server) admit(function string) (func(), error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.open[function] >= s.cfg.MaxSessionsPerFunction {
+		return nil, fmt.Errorf("function %q has %d sessions open, the most one function may have "+
+			"(MaxSessionsPerFunction)", function, s.open[function])
+	}
+	s.open[function]++
+	s.metrics.sessions.Inc()
+	return func() {
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		s.open[function]--
+		if s.open[function] == 0 {
+			delete(s.open, function)
+		}
+		s.metrics.sessions.Dec()
+	}, nil
+}
+
+// Stats counts what the server saw: accept errors, session panics and refused connections by reason. The same
+// figures are exported as metrics when Config.Metrics is set.
+type Stats struct {
+	AcceptErrors  int64
+	SessionPanics int64
+	Refused       map[string]int64
+}
+
+// Stats returns the server's counters.
+func (s *Server) Stats() Stats {
+	return s.metrics.stats()
 }
 
 // sessionStarted counts a device session of function.

@@ -12,55 +12,27 @@ import (
 	"runtime"
 	"syscall"
 	"time"
+
+	"github.com/faas-gpu/faas-gpu/gpuserver/pool"
 )
 
 // idler is implemented by handlers that hold an implicit binding to release when the session is idle.
 type idler interface{ Idle() }
 
-func (s *Server) refuse(c *net.UnixConn, status int32, err error) {
+func (s *Server) refuse(c *net.UnixConn, status int32, reason string, err error) {
+	s.metrics.refused.WithLabelValues(reason).Inc()
 	_, _ = c.Write(reply{status: status, message: err.Error()}.encode())
 }
 
 // serveConn runs one session: hello, then the ring until the client hangs up or ctx ends.
 func (s *Server) serveConn(ctx context.Context, c *net.UnixConn) {
-	_ = c.SetDeadline(time.Now().Add(10 * time.Second))
-	h, fd, err := readHello(c)
+	shm, h, spec, done, err := s.handshake(c)
 	if err != nil {
-		s.log.Warn("remoting: refused connection", "err", err)
 		return
 	}
-	if fd >= 0 {
-		defer syscall.Close(fd)
-	}
-	log := s.log.With("function", h.function)
-	if err := h.checkVersion(); err != nil {
-		log.Warn("remoting: refused connection", "pid", h.pid, "err", err)
-		s.refuse(c, wireStatusVersion, err)
-		return
-	}
-	spec, token, err := s.cfg.Functions.Function(h.function)
-	if err == nil && subtle.ConstantTimeCompare([]byte(token), []byte(h.token)) != 1 {
-		err = errors.New("wrong token")
-	}
-	if err != nil {
-		err = fmt.Errorf("%w: function %q: %w", ErrIdentity, h.function, err)
-		log.Warn("remoting: refused connection", "pid", h.pid, "err", err)
-		s.refuse(c, wireStatusIdentity, err)
-		return
-	}
-	if fd < 0 {
-		err := fmt.Errorf("%w: no shared memory passed with the hello", ErrProtocol)
-		s.refuse(c, wireStatusSharedMemory, err)
-		return
-	}
-	shm, err := mapSharedMemory(fd, h.shmSize)
-	if err != nil {
-		err = fmt.Errorf("%w: shared memory: %w", ErrProtocol, err)
-		log.Warn("remoting: refused connection", "pid", h.pid, "err", err)
-		s.refuse(c, wireStatusSharedMemory, err)
-		return
-	}
+	defer done()
 	defer shm.unmap()
+	log := s.log.With("function", h.function)
 	info := SessionInfo{Function: h.function, Spec: spec, PID: int(h.pid)}
 	var handler Handler
 	if s.cfg.NewHandler != nil {
@@ -74,7 +46,7 @@ func (s *Server) serveConn(ctx context.Context, c *net.UnixConn) {
 	}
 	if err != nil {
 		log.Error("remoting: session", "err", err)
-		s.refuse(c, wireStatusInternal, err)
+		s.refuse(c, wireStatusInternal, "internal", err)
 		return
 	}
 	if cl, ok := handler.(io.Closer); ok {
@@ -95,6 +67,70 @@ func (s *Server) serveConn(ctx context.Context, c *net.UnixConn) {
 	if err := sess.run(ctx); err != nil && ctx.Err() == nil {
 		log.Warn("remoting: session ended", "pid", h.pid, "err", err)
 	}
+}
+
+// handshake reads and checks a connection's hello: magic and version, the function's identity (its token), the
+// per-function session limit and the shared memory. On success the session counts against the function's limit
+// until done is called; on failure the client got a refusal (when it sent a hello at all) and the error is
+// returned. The hello must arrive within Config.HelloTimeout.
+func (s *Server) handshake(c *net.UnixConn) (shm *sharedMemory, h hello, spec pool.FunctionSpec, done func(),
+	err error) {
+	checked := false
+	defer func() {
+		if !checked {
+			s.helloDone()
+		}
+	}()
+	_ = c.SetDeadline(time.Now().Add(s.cfg.HelloTimeout))
+	h, fd, err := readHello(c)
+	if err != nil {
+		s.metrics.refused.WithLabelValues("protocol").Inc()
+		s.log.Warn("remoting: refused connection", "err", err)
+		return nil, h, spec, nil, err
+	}
+	if fd >= 0 {
+		defer syscall.Close(fd)
+	}
+	log := s.log.With("function", h.function)
+	if err := h.checkVersion(); err != nil {
+		log.Warn("remoting: refused connection", "pid", h.pid, "err", err)
+		s.refuse(c, wireStatusVersion, "version", err)
+		return nil, h, spec, nil, err
+	}
+	spec, token, err := s.cfg.Functions.Function(h.function)
+	if err == nil && (token == "" || subtle.ConstantTimeCompare([]byte(token), []byte(h.token)) != 1) {
+		err = errors.New("wrong token")
+	}
+	if err != nil {
+		err = fmt.Errorf("%w: function %q: %w", ErrIdentity, h.function, err)
+		log.Warn("remoting: refused connection", "pid", h.pid, "err", err)
+		s.refuse(c, wireStatusIdentity, "identity", err)
+		return nil, h, spec, nil, err
+	}
+	checked = true
+	s.helloDone() // the client proved who it is: from here it counts against its function's limit
+	done, err = s.admit(h.function)
+	if err != nil {
+		err = fmt.Errorf("%w: %w", ErrLimit, err)
+		log.Warn("remoting: refused connection", "pid", h.pid, "err", err)
+		s.refuse(c, wireStatusInternal, "sessions_per_function", err)
+		return nil, h, spec, nil, err
+	}
+	if fd < 0 {
+		err = fmt.Errorf("%w: no shared memory passed with the hello", ErrProtocol)
+		s.refuse(c, wireStatusSharedMemory, "shared_memory", err)
+		done()
+		return nil, h, spec, nil, err
+	}
+	shm, err = mapSharedMemory(fd, h.shmSize)
+	if err != nil {
+		err = fmt.Errorf("%w: shared memory: %w", ErrProtocol, err)
+		log.Warn("remoting: refused connection", "pid", h.pid, "err", err)
+		s.refuse(c, wireStatusSharedMemory, "shared_memory", err)
+		done()
+		return nil, h, spec, nil, err
+	}
+	return shm, h, spec, done, nil
 }
 
 // session is one connection's loop over its ring.

@@ -39,15 +39,19 @@ const (
 	ResultInvalidDevice     Result = 101
 	ResultInvalidImage      Result = 200
 	ResultInvalidContext    Result = 201
-	ResultInvalidHandle     Result = 400
-	ResultNotFound          Result = 500
-	ResultNotReady          Result = 600
-	ResultIllegalAddress    Result = 700
-	ResultLaunchFailed      Result = 719
-	ResultNotPermitted      Result = 800
-	ResultNotSupported      Result = 801
-	ResultSystemNotReady    Result = 802
-	ResultUnknown           Result = 999
+	// ResultContextIsDestroyed (CUDA_ERROR_CONTEXT_IS_DESTROYED): the function's memory is gone (a fault during its
+	// initialisation); its process must start again.
+	ResultContextIsDestroyed Result = 709
+	ResultNoBinaryForGPU     Result = 209
+	ResultInvalidHandle      Result = 400
+	ResultNotFound           Result = 500
+	ResultNotReady           Result = 600
+	ResultIllegalAddress     Result = 700
+	ResultLaunchFailed       Result = 719
+	ResultNotPermitted       Result = 800
+	ResultNotSupported       Result = 801
+	ResultSystemNotReady     Result = 802
+	ResultUnknown            Result = 999
 )
 
 // Errors of the protocol.
@@ -58,6 +62,8 @@ var (
 	ErrVersion = errors.New("remoting protocol version not supported")
 	// ErrIdentity: the hello names an unknown function or carries the wrong token.
 	ErrIdentity = errors.New("function identity not accepted")
+	// ErrLimit: the function has as many sessions open as it may (Config.MaxSessionsPerFunction).
+	ErrLimit = errors.New("remoting session limit reached")
 )
 
 func errUnknownCall(id CallID) error {
@@ -91,7 +97,7 @@ func (d *decoder) bytes() []byte {
 		return nil
 	}
 	rest := uint64(len(d.b) - d.off)
-	if n > rest || pad8(n) > rest {
+	if n > rest || pad8(n) > rest { // n <= rest < 2^63 before pad8: it cannot wrap
 		d.err = fmt.Errorf("%w: %d bytes announced at byte %d, %d left", ErrProtocol, n, d.off-8, rest)
 		return nil
 	}
@@ -134,9 +140,12 @@ func (w *respWriter) put(slot int, v uint64) {
 	}
 }
 
-// reserve returns room for n bytes of out data (preceded by its length), or false if the area is too small.
+// reserve returns room for n bytes of out data (preceded by its length), or false if the area is too small. n
+// comes from the wire: it is compared with the room left before any arithmetic on it, so a length near 2^64
+// (whose padded size would wrap to 0) is refused like any other that does not fit.
 func (w *respWriter) reserve(n uint64) ([]byte, bool) {
-	if uint64(len(w.b)-w.off) < 8 || pad8(n) > uint64(len(w.b)-w.off-8) {
+	room := uint64(len(w.b) - w.off)
+	if room < 8 || n > room-8 || pad8(n) > room-8 {
 		return nil, false
 	}
 	binary.LittleEndian.PutUint64(w.b[w.off:], n)

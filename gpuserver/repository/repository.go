@@ -232,7 +232,8 @@ func (r *Repository) mapImage(im *Image, path string) error {
 	if r.cfg.Registrar != nil {
 		if err := r.cfg.Registrar.RegisterHost(data); err != nil {
 			_ = syscall.Munmap(data)
-			return fmt.Errorf("repository: function %s: register host memory: %w", im.meta.Function, err)
+			return fmt.Errorf("repository: function %s: register host memory: %w%s", im.meta.Function, err,
+				pinnableHint(filepath.Dir(path)))
 		}
 	}
 	im.data = data

@@ -61,6 +61,13 @@ func (t *trackedPool) noteHealth(ctx context.Context) {
 		return
 	}
 	st := t.node.Status()
+	if t.noHealthyGPU() { // nothing will ever serve the waiting acquires: fail them now (503), not at their timeout
+		t.mu.Lock()
+		for w := range t.waiting {
+			w.cancel(pool.ErrNoHealthyGPU)
+		}
+		t.mu.Unlock()
+	}
 	for _, g := range failed {
 		t.log.ErrorContext(ctx, "gpu unhealthy: no more requests are placed there", "gpu", g, "err", st[g].Error)
 		if err := t.healthPool.SetHealthy(g, false); err != nil {
@@ -75,4 +82,20 @@ func (s *Server) Replaced() int64 {
 	s.pool.mu.Lock()
 	defer s.pool.mu.Unlock()
 	return s.pool.replaced
+}
+
+// waiter is an acquire waiting in the inner pool.
+type waiter struct{ cancel context.CancelCauseFunc }
+
+// noHealthyGPU reports whether every GPU of the node's executors is out of service (false without executors).
+func (t *trackedPool) noHealthyGPU() bool {
+	if t.node == nil {
+		return false
+	}
+	for g := range t.node.GPUs() {
+		if t.node.Healthy(g) {
+			return false
+		}
+	}
+	return true
 }

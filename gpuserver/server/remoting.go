@@ -2,52 +2,16 @@ package server
 
 import (
 	"context"
-	"crypto/hmac"
-	"crypto/rand"
-	"crypto/sha256"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"log/slog"
-	"os"
-	"path/filepath"
 	"sync"
 
+	"github.com/faas-gpu/faas-gpu/gpuserver/auth"
+	"github.com/faas-gpu/faas-gpu/gpuserver/device/sim"
 	"github.com/faas-gpu/faas-gpu/gpuserver/executor"
 	"github.com/faas-gpu/faas-gpu/gpuserver/pool"
 )
-
-// tokenKey derives each function's remoting token: hex(HMAC-SHA256(key, function name)). The key lives in a file
-// (mode 0600) so that function processes started before a gpuserver restart still authenticate after it.
-type tokenKey []byte
-
-// loadTokenKey reads the key at path, creating a random one when the file does not exist.
-func loadTokenKey(path string) (tokenKey, error) {
-	key, err := os.ReadFile(path)
-	if err == nil && len(key) >= 32 {
-		return key, nil
-	}
-	if err != nil && !errors.Is(err, os.ErrNotExist) {
-		return nil, fmt.Errorf("token key %s: %w", path, err)
-	}
-	key = make([]byte, 32)
-	if _, err := rand.Read(key); err != nil {
-		return nil, fmt.Errorf("token key: %w", err)
-	}
-	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
-		return nil, fmt.Errorf("token key %s: %w", path, err)
-	}
-	if err := os.WriteFile(path, key, 0o600); err != nil {
-		return nil, fmt.Errorf("token key %s: %w", path, err)
-	}
-	return key, nil
-}
-
-func (k tokenKey) token(function string) string {
-	mac := hmac.New(sha256.New, k)
-	mac.Write([]byte(function))
-	return hex.EncodeToString(mac.Sum(nil))
-}
 
 // trackedPool wraps a pool to know which GPU each function's requests are bound to, which the remoting server
 // asks for every call (remoting.Binder), to answer the remoting server's registry (remoting.Registry), and, with
@@ -60,27 +24,42 @@ func (k tokenKey) token(function string) string {
 // copy, so an image is never lost to a placement decision made between initialisation and the first request.
 type trackedPool struct {
 	healthPool
-	key  tokenKey
-	node *executor.Node // nil without remoting
-	log  *slog.Logger
+	key          auth.Key
+	node         *executor.Node // nil without remoting
+	log          *slog.Logger
+	maxFunctions int
 
 	mu       sync.Mutex
 	specs    map[string]pool.FunctionSpec
 	bound    map[string]map[string]int // function -> binding ID -> GPU
 	bindings map[string]string         // binding ID -> function
 	held     map[string]*executor.Binding
-	swaps    map[string]int64 // bindings by how the model reached the GPU (pool.Binding.Swap)
-	failed   map[int]bool     // unhealthy GPUs already logged and told to the pool (see health.go)
-	replaced int64            // acquires bound again because a GPU failed under them (see Server.Replaced)
+	swaps    map[string]int64     // bindings by how the model reached the GPU (pool.Binding.Swap)
+	failed   map[int]bool         // unhealthy GPUs already logged and told to the pool (see health.go)
+	waiting  map[*waiter]struct{} // acquires waiting in the inner pool, failed at once when no GPU is left
+	sim      *sim.Backend         // the simulated device, for its kernel mode in the status; nil for real GPUs
+	replaced int64                // acquires bound again because a GPU failed under them (see Server.Replaced)
 }
 
-func newTrackedPool(p healthPool, key tokenKey, node *executor.Node, log *slog.Logger) *trackedPool {
-	return &trackedPool{healthPool: p, key: key, node: node, log: log,
+func newTrackedPool(p healthPool, key auth.Key, node *executor.Node, maxFunctions int, log *slog.Logger) *trackedPool {
+	return &trackedPool{healthPool: p, key: key, node: node, log: log, maxFunctions: maxFunctions,
 		specs: map[string]pool.FunctionSpec{}, bound: map[string]map[string]int{}, bindings: map[string]string{},
-		held: map[string]*executor.Binding{}, swaps: map[string]int64{}, failed: map[int]bool{}}
+		held: map[string]*executor.Binding{}, swaps: map[string]int64{}, failed: map[int]bool{},
+		waiting: map[*waiter]struct{}{}}
 }
 
 func (t *trackedPool) Register(ctx context.Context, spec pool.FunctionSpec) error {
+	if err := pool.CheckName(spec.Name); err != nil {
+		return err
+	}
+	t.mu.Lock()
+	_, known := t.specs[spec.Name]
+	full := !known && len(t.specs) >= t.maxFunctions
+	t.mu.Unlock()
+	if full {
+		return fmt.Errorf("%w: %d functions are registered, the most this gpuserver holds (MaxFunctions): "+
+			"deregister one first", pool.ErrLimit, t.maxFunctions)
+	}
 	if err := t.healthPool.Register(ctx, spec); err != nil {
 		return err
 	}
@@ -90,6 +69,9 @@ func (t *trackedPool) Register(ctx context.Context, spec pool.FunctionSpec) erro
 	if t.node != nil {
 		if err := t.node.Register(spec.Name); err != nil {
 			return err
+		}
+		if err := t.node.SetTenant(ctx, spec.Name, spec.Tenant()); err != nil { // its namespace, or itself if isolated
+			return fmt.Errorf("register %q: %w", spec.Name, err)
 		}
 	}
 	t.mu.Lock()
@@ -135,8 +117,15 @@ func (t *trackedPool) acquire(ctx context.Context, function string, request bool
 	)
 	for attempt := 0; ; attempt++ {
 		t.noteHealth(ctx)
+		if t.noHealthyGPU() {
+			return pool.Binding{}, fmt.Errorf("acquire %q: %w: every GPU failed (faas_gpu_gpu_healthy)", function,
+				pool.ErrNoHealthyGPU)
+		}
 		if b, held, err = t.bind(ctx, function); err == nil {
 			break
+		}
+		if errors.Is(err, pool.ErrNoHealthyGPU) {
+			return pool.Binding{}, err
 		}
 		// Each retry follows a GPU that failed under this acquire: at most one per GPU.
 		if t.node == nil || attempt >= t.node.GPUs() || !failedUnder(err) {
@@ -169,7 +158,19 @@ func (t *trackedPool) acquire(ctx context.Context, function string, request bool
 
 // bind is one attempt of acquire: the pool's binding and, with executors, the hold on its GPU.
 func (t *trackedPool) bind(ctx context.Context, function string) (pool.Binding, *executor.Binding, error) {
+	ctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	w := &waiter{cancel: cancel}
+	t.mu.Lock()
+	t.waiting[w] = struct{}{}
+	t.mu.Unlock()
 	b, err := t.healthPool.Acquire(ctx, function)
+	t.mu.Lock()
+	delete(t.waiting, w)
+	t.mu.Unlock()
+	if cause := context.Cause(ctx); err != nil && errors.Is(cause, pool.ErrNoHealthyGPU) {
+		return pool.Binding{}, nil, fmt.Errorf("acquire %q: %w", function, cause)
+	}
 	if err != nil || t.node == nil {
 		return b, nil, err
 	}
@@ -201,9 +202,12 @@ func (t *trackedPool) Release(ctx context.Context, id string) error {
 	t.mu.Unlock()
 	var broke error
 	if held != nil {
-		if err := held.Err(); err != nil {
+		switch err := held.Err(); {
+		case errors.Is(err, executor.ErrUnhealthy):
 			broke = fmt.Errorf("binding %s broke: %w: %w", id, pool.ErrGPUUnhealthy, err)
 			t.noteHealth(ctx)
+		case err != nil:
+			broke = fmt.Errorf("binding %s broke: %w: %w", id, pool.ErrBindingBroken, err)
 		}
 		held.Release()
 	}
@@ -230,15 +234,31 @@ func (t *trackedPool) Status(ctx context.Context) pool.Status {
 	t.noteHealth(ctx)
 	st := t.healthPool.Status(ctx)
 	st.Swaps = t.Swaps()
+	if t.sim != nil {
+		st.SimKernels, st.SimDryLaunches = t.sim.KernelMode().String(), t.sim.DryLaunches()
+	}
 	return st
 }
 
-// CurrentGPU implements remoting.Binder: the GPU of one of the function's requests in flight.
+// CurrentGPU implements remoting.Binder: the GPU of one of the function's requests in flight. A binding the
+// function was reset under (executor.Binding.Orphaned: every process of the function ended while it was held) is
+// never reported: calls of a new process must not run under the binding a dead one left behind. (A binding broken
+// by a fault is still its live request's: its calls go on under it, and its release says it broke.)
 func (t *trackedPool) CurrentGPU(function string) (int, bool) {
 	t.mu.Lock()
-	defer t.mu.Unlock()
-	for _, gpu := range t.bound[function] {
-		return gpu, true
+	type cand struct {
+		gpu  int
+		held *executor.Binding
+	}
+	var cands []cand
+	for id, gpu := range t.bound[function] {
+		cands = append(cands, cand{gpu, t.held[id]})
+	}
+	t.mu.Unlock()
+	for _, c := range cands { // Orphaned takes the executors' lock: asked outside t.mu
+		if c.held == nil || !c.held.Orphaned() {
+			return c.gpu, true
+		}
 	}
 	return 0, false
 }
@@ -256,14 +276,6 @@ func (t *trackedPool) BindImplicit(ctx context.Context, function string) (int, f
 	return b.GPU, release, nil
 }
 
-// Token returns a function's remoting token ("" without remoting); the API returns it at registration.
-func (t *trackedPool) Token(function string) string {
-	if t.key == nil {
-		return ""
-	}
-	return t.key.token(function)
-}
-
 // Function implements remoting.Registry.
 func (t *trackedPool) Function(name string) (pool.FunctionSpec, string, error) {
 	t.mu.Lock()
@@ -272,5 +284,5 @@ func (t *trackedPool) Function(name string) (pool.FunctionSpec, string, error) {
 	if !ok {
 		return pool.FunctionSpec{}, "", fmt.Errorf("%w: %s", pool.ErrUnknownFunction, name)
 	}
-	return spec, t.key.token(name), nil
+	return spec, t.key.FunctionToken(name), nil
 }

@@ -10,13 +10,16 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"os/user"
 	"path/filepath"
+	"strconv"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 
 	"github.com/faas-gpu/faas-gpu/gpuserver/api"
+	"github.com/faas-gpu/faas-gpu/gpuserver/auth"
 	"github.com/faas-gpu/faas-gpu/gpuserver/controller"
 	"github.com/faas-gpu/faas-gpu/gpuserver/device"
 	"github.com/faas-gpu/faas-gpu/gpuserver/device/sim"
@@ -44,9 +47,17 @@ type Config struct {
 	// RemotingSocket is the Unix socket the shim connects to (FAAS_GPU_REMOTING_SOCKET of function processes);
 	// empty means no CUDA remoting.
 	RemotingSocket string
-	// KeyFile holds the key function tokens (FAAS_GPU_TOKEN) derive from; created when missing. Required with
-	// RemotingSocket.
+	// KeyFile holds the key every credential derives from (package auth: the administrator's token, function
+	// tokens, registration tickets); created (mode 0600) when missing. Empty means a random key held in memory:
+	// credentials then change at every start. Required with RemotingSocket (function processes keep their token
+	// across a gpuserver restart).
 	KeyFile string
+	// SocketGroup, when set (a group name or numeric id), is given the sockets (mode 0660) so that function
+	// processes running as other users in that group can connect (a cluster node); empty means mode 0600, the
+	// owner only. Either way every call that changes the pool also needs a credential.
+	SocketGroup string
+	// MaxFunctions bounds the functions registered at once; DefaultMaxFunctions when 0.
+	MaxFunctions int
 	// Device runs the remoted calls; nil means a simulated node built from Node. The server closes it (also when
 	// Start fails).
 	Device device.Backend
@@ -58,6 +69,10 @@ type Config struct {
 	DeviceReserveBytes uint64
 	// Logger receives the server's logs; nil discards them.
 	Logger *slog.Logger
+	// SimKernels is what the simulated device (Device nil) does with kernels it cannot compute: refuse them at
+	// launch (sim.KernelsReference, the default) or accept them without executing them (sim.KernelsDry, a
+	// protocol-test mode the log, the pool status and /metrics announce). It must be the default with a Device.
+	SimKernels sim.KernelMode
 }
 
 // Server is a running gpuserver.
@@ -66,8 +81,9 @@ type Server struct {
 	dev     device.Backend
 	node    *executor.Node // nil without remoting
 	pool    *trackedPool
-	key     tokenKey
+	key     auth.Key
 	servers []*http.Server
+	metrics *prometheus.Registry
 	addr    string
 	errs    chan error
 	closers []func(ctx context.Context) error // undone in reverse order by Shutdown
@@ -97,11 +113,23 @@ func Start(ctx context.Context, cfg Config) (*Server, error) {
 	if err := cfg.Node.Validate(); err != nil {
 		return nil, fmt.Errorf("gpuserver: %w", err)
 	}
+	if cfg.MaxFunctions <= 0 {
+		cfg.MaxFunctions = DefaultMaxFunctions
+	}
+	if cfg.Device != nil && cfg.SimKernels != sim.KernelsReference {
+		return nil, fmt.Errorf("gpuserver: sim kernels %s: only a simulated device runs kernels dry, this one is %s",
+			cfg.SimKernels, cfg.Device.Kind())
+	}
 	var err error
+	if cfg.KeyFile != "" {
+		s.key, err = auth.LoadKey(cfg.KeyFile)
+	} else {
+		s.key, err = auth.NewKey()
+	}
+	if err != nil {
+		return nil, fmt.Errorf("gpuserver: %w", err)
+	}
 	if cfg.RemotingSocket != "" {
-		if s.key, err = loadTokenKey(cfg.KeyFile); err != nil {
-			return nil, fmt.Errorf("gpuserver: %w", err)
-		}
 		if err := s.startDataPlane(ctx); err != nil {
 			return nil, err
 		}
@@ -113,11 +141,16 @@ func Start(ctx context.Context, cfg Config) (*Server, error) {
 	if err != nil {
 		return nil, fmt.Errorf("gpuserver: %w", err)
 	}
-	p := newTrackedPool(inner, s.key, s.node, cfg.Logger)
+	p := newTrackedPool(inner, s.key, s.node, cfg.MaxFunctions, cfg.Logger)
 	s.pool = p
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	handler, err := api.New(p, reg, reg, cfg.Logger)
+	s.metrics = reg
+	if sd, ok := s.dev.(*sim.Backend); ok {
+		p.sim = sd
+		registerSimMetrics(reg, sd)
+	}
+	handler, err := api.New(p, reg, reg, cfg.Logger, api.WithAuth(s.key))
 	if err != nil {
 		return nil, fmt.Errorf("gpuserver: %w", err)
 	}
@@ -129,13 +162,9 @@ func Start(ctx context.Context, cfg Config) (*Server, error) {
 		return nil, err
 	}
 	var listeners []net.Listener
-	ul, err := net.Listen("unix", cfg.Socket)
+	ul, err := listenUnix(cfg.Socket, cfg.SocketGroup)
 	if err != nil {
-		return nil, fmt.Errorf("gpuserver: listen on %s: %w", cfg.Socket, err)
-	}
-	if err := os.Chmod(cfg.Socket, 0o666); err != nil { // function processes may run as another user
-		ul.Close()
-		return nil, fmt.Errorf("gpuserver: chmod %s: %w", cfg.Socket, err)
+		return nil, err
 	}
 	listeners = append(listeners, ul)
 	if cfg.Listen != "" {
@@ -148,7 +177,7 @@ func Start(ctx context.Context, cfg Config) (*Server, error) {
 		listeners = append(listeners, tl)
 	}
 	for _, l := range listeners {
-		hs := &http.Server{Handler: handler, ReadHeaderTimeout: 10 * time.Second}
+		hs := handler.NewHTTPServer()
 		s.servers = append(s.servers, hs)
 		go func() {
 			if err := hs.Serve(l); err != nil && !errors.Is(err, http.ErrServerClosed) {
@@ -175,8 +204,13 @@ func (s *Server) startDataPlane(ctx context.Context) error {
 	dev, reserve := s.cfg.Device, s.cfg.DeviceReserveBytes
 	if dev == nil {
 		var err error
-		if dev, err = sim.New(sim.Options{Node: s.cfg.Node}); err != nil {
+		if dev, err = sim.New(sim.Options{Node: s.cfg.Node, Kernels: s.cfg.SimKernels}); err != nil {
 			return fmt.Errorf("gpuserver: simulated device: %w", err)
+		}
+		if s.cfg.SimKernels == sim.KernelsDry {
+			s.cfg.Logger.Warn("simulated GPUs in dry kernel mode (--sim-kernels=dry): kernels the simulator cannot "+
+				"compute are accepted and NOT executed, their results are wrong; for protocol tests only",
+				"sim_kernels", s.cfg.SimKernels.String())
 		}
 		if reserve == 0 {
 			reserve = min(DefaultSimReserveBytes, minGPUMemory(s.cfg.Node))
@@ -186,6 +220,15 @@ func (s *Server) startDataPlane(ctx context.Context) error {
 		s.closers = append(s.closers, dev.Close)
 	}
 	s.dev = dev
+	if h, ok := dev.(interface{ PageableMemoryAccess(gpu int) bool }); ok {
+		for _, g := range dev.GPUs() {
+			if h.PageableMemoryAccess(g.Index) {
+				s.cfg.Logger.Error("gpu kernels can read and write this process's host memory (HMM/ATS pageable "+
+					"memory access): functions are NOT isolated from each other or from the gpuserver; load "+
+					"nvidia_uvm with uvm_disable_hmm=1 (docs/security.md)", "gpu", g.Index)
+			}
+		}
+	}
 	// The memory manager reserves through addrs, so that functions get the fixed addresses of their images from
 	// before a restart again (executor restore.go).
 	addrs := executor.NewAddresses(dev)
@@ -217,6 +260,23 @@ func (s *Server) startDataPlane(ctx context.Context) error {
 	return nil
 }
 
+// registerSimMetrics exports the simulated device's kernel mode and its dry launches.
+func registerSimMetrics(reg prometheus.Registerer, sd *sim.Backend) {
+	reg.MustRegister(
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "faas_gpu_sim_kernels_dry",
+			Help: "1 while the simulated GPUs accept kernels they cannot compute without executing them " +
+				"(--sim-kernels=dry: results are wrong), 0 when they refuse them."},
+			func() float64 {
+				if sd.KernelMode() == sim.KernelsDry {
+					return 1
+				}
+				return 0
+			}),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "faas_gpu_sim_dry_launches_total",
+			Help: "Kernel launches the simulated GPUs accepted and did not execute (--sim-kernels=dry)."},
+			func() float64 { return float64(sd.DryLaunches()) }))
+}
+
 func minGPUMemory(n topology.Node) uint64 {
 	m := uint64(0)
 	for i, g := range n.GPUs {
@@ -243,20 +303,16 @@ func (s *Server) undo(ctx context.Context) error {
 func (s *Server) startRemoting(ctx context.Context) error {
 	dev := s.dev
 	rs, err := remoting.NewServer(remoting.Config{Device: dev, Node: s.node, Functions: s.pool, Binder: s.pool,
-		Logger: s.cfg.Logger.With("component", "remoting")})
+		Logger: s.cfg.Logger.With("component", "remoting"), Metrics: s.metrics})
 	if err != nil {
 		return fmt.Errorf("gpuserver: %w", err)
 	}
 	if err := removeStaleSocket(s.cfg.RemotingSocket); err != nil {
 		return err
 	}
-	l, err := net.Listen("unix", s.cfg.RemotingSocket)
+	l, err := listenUnix(s.cfg.RemotingSocket, s.cfg.SocketGroup)
 	if err != nil {
-		return fmt.Errorf("gpuserver: listen on %s: %w", s.cfg.RemotingSocket, err)
-	}
-	if err := os.Chmod(s.cfg.RemotingSocket, 0o666); err != nil {
-		l.Close()
-		return fmt.Errorf("gpuserver: chmod %s: %w", s.cfg.RemotingSocket, err)
+		return err
 	}
 	rctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	done := make(chan struct{})
@@ -281,8 +337,54 @@ func (s *Server) startRemoting(ctx context.Context) error {
 	return nil
 }
 
-// Token returns the remoting token of a function (its processes' FAAS_GPU_TOKEN); "" without remoting.
-func (s *Server) Token(function string) string { return s.pool.Token(function) }
+// Token returns a function's token (its processes' FAAS_GPU_TOKEN: the remoting hello, acquire and release).
+func (s *Server) Token(function string) string { return s.key.FunctionToken(function) }
+
+// AdminToken returns the administrator's credential (registration and deregistration), which the provider holds.
+func (s *Server) AdminToken() string { return s.key.AdminToken() }
+
+// DefaultMaxFunctions bounds the functions a gpuserver registers at once when Config.MaxFunctions is 0.
+const DefaultMaxFunctions = 4096
+
+// listenUnix listens on a Unix socket that only its owner (mode 0600), or its owner and group (mode 0660), can
+// connect to (connecting needs write permission on the socket file).
+func listenUnix(path, group string) (net.Listener, error) {
+	mode, gid := os.FileMode(0o600), -1
+	if group != "" {
+		mode = 0o660
+		var err error
+		if gid, err = lookupGroup(group); err != nil {
+			return nil, fmt.Errorf("gpuserver: socket group: %w", err)
+		}
+	}
+	l, err := net.Listen("unix", path)
+	if err != nil {
+		return nil, fmt.Errorf("gpuserver: listen on %s: %w", path, err)
+	}
+	if gid >= 0 {
+		if err := os.Chown(path, -1, gid); err != nil {
+			l.Close()
+			return nil, fmt.Errorf("gpuserver: give socket %s to group %s: %w", path, group, err)
+		}
+	}
+	if err := os.Chmod(path, mode); err != nil {
+		l.Close()
+		return nil, fmt.Errorf("gpuserver: chmod %s: %w", path, err)
+	}
+	return l, nil
+}
+
+// lookupGroup resolves a group name or numeric id.
+func lookupGroup(group string) (int, error) {
+	if gid, err := strconv.Atoi(group); err == nil && gid >= 0 {
+		return gid, nil
+	}
+	g, err := user.LookupGroup(group)
+	if err != nil {
+		return -1, err
+	}
+	return strconv.Atoi(g.Gid)
+}
 
 // RemotingSocket returns the shim's socket path, or "" without remoting.
 func (s *Server) RemotingSocket() string { return s.cfg.RemotingSocket }

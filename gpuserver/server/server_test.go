@@ -52,8 +52,10 @@ func TestRegistrationAnswersTheRemotingTokenAndTracksBindings(t *testing.T) {
 	hc := &http.Client{Transport: &http.Transport{DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
 		return (&net.Dialer{}).DialContext(ctx, "unix", s.Socket())
 	}}}
-	resp, err := hc.Post("http://gpuserver/v1/functions", "application/json",
+	req, _ := http.NewRequest(http.MethodPost, "http://gpuserver/v1/functions",
 		strings.NewReader(`{"name": "resnet", "memory_bytes": 1073741824, "slo_ns": 80000000}`))
+	req.Header.Set("Authorization", "Bearer "+s.AdminToken())
+	resp, err := hc.Do(req)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -75,7 +77,7 @@ func TestRegistrationAnswersTheRemotingTokenAndTracksBindings(t *testing.T) {
 	}
 
 	// The binder sees a request's GPU from acquire to release.
-	c := client.New(s.Socket())
+	c := client.New(s.Socket(), client.WithToken(reg.Token))
 	b, err := c.Acquire(context.Background(), "resnet", 10*time.Second)
 	if err != nil {
 		t.Fatal(err)

@@ -32,6 +32,9 @@ type GPU struct {
 	CopyEngines int `json:"copy_engines"`
 	// H2DBytesPerSec is the GPU's own PCIe link bandwidth from host memory, in bytes per second.
 	H2DBytesPerSec float64 `json:"h2d_bytes_per_sec"`
+	// ComputeCapability is the GPU's architecture as major*10+minor (70 for a V100, 90 for an H100); a simulated
+	// GPU runs the module code compiled for it. 0: unknown (the simulator assumes 70).
+	ComputeCapability int `json:"compute_capability,omitempty"`
 }
 
 // Slowdown holds the interference factors of concurrent transfers (after Torpor Table 3). Bandwidth sharing on a
@@ -94,6 +97,9 @@ func (n *Node) Validate() error {
 			return bad(f("copy_engines"), "must be > 0")
 		case !positive(g.H2DBytesPerSec):
 			return bad(f("h2d_bytes_per_sec"), "must be > 0")
+		case g.ComputeCapability != 0 && (g.ComputeCapability < 30 || g.ComputeCapability > 255):
+			return bad(f("compute_capability"), "%d: want major*10+minor, e.g. 90 (or 0: unknown)",
+				g.ComputeCapability)
 		}
 	}
 	for s, bw := range n.SwitchUplinkBytesPerSec {

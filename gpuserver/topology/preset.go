@@ -38,7 +38,7 @@ func Preset(name string) (Node, error) {
 	switch name {
 	case "v100x4":
 		n = uniform(name, 4, GPU{Name: "Tesla V100-SXM2-32GB", MemoryBytes: 32510 * mib, CopyEngines: 2,
-			H2DBytesPerSec: 12 * gb}, 12*gb, 2)
+			H2DBytesPerSec: 12 * gb, ComputeCapability: 70}, 12*gb, 2)
 		fast, slow := 48*gb, 24*gb
 		pairs := map[[2]int]float64{{0, 3}: fast, {1, 2}: fast, {2, 3}: fast, {0, 1}: slow, {0, 2}: slow, {1, 3}: slow}
 		for p, bw := range pairs {
@@ -49,19 +49,19 @@ func Preset(name string) (Node, error) {
 		n.TransferLatencySec = 20e-6
 	case "a100x8":
 		n = uniform(name, 8, GPU{Name: "NVIDIA A100-SXM4-80GB", MemoryBytes: 81920 * mib, CopyEngines: 4,
-			H2DBytesPerSec: 24 * gb}, 24*gb, 2)
+			H2DBytesPerSec: 24 * gb, ComputeCapability: 80}, 24*gb, 2)
 		fullMesh(&n, 240*gb)
 		n.Slowdown = Slowdown{HostOtherSwitch: 1.03, NVLinkOtherPair: 1}
 		n.TransferLatencySec = 10e-6
 	case "h100x8":
 		n = uniform(name, 8, GPU{Name: "NVIDIA H100 80GB HBM3", MemoryBytes: 81559 * mib, CopyEngines: 4,
-			H2DBytesPerSec: 50 * gb}, 50*gb, 2)
+			H2DBytesPerSec: 50 * gb, ComputeCapability: 90}, 50*gb, 2)
 		fullMesh(&n, 360*gb)
 		n.Slowdown = Slowdown{HostOtherSwitch: 1.03, NVLinkOtherPair: 1}
 		n.TransferLatencySec = 10e-6
 	case "h200x1":
 		n = uniform(name, 1, GPU{Name: "NVIDIA H200", MemoryBytes: 143771 * mib, CopyEngines: 4,
-			H2DBytesPerSec: 50 * gb}, 50*gb, 1)
+			H2DBytesPerSec: 50 * gb, ComputeCapability: 90}, 50*gb, 1)
 		n.Slowdown = Slowdown{HostOtherSwitch: 1, NVLinkOtherPair: 1}
 		n.TransferLatencySec = 10e-6
 	default:

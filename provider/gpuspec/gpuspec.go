@@ -13,7 +13,27 @@ import (
 
 	"github.com/faas-gpu/faas-gpu/gpuserver/pool"
 	"github.com/faas-gpu/faas-gpu/provider"
+	"github.com/faas-gpu/faas-gpu/queueworker/queue"
 )
+
+// AnnotationQueue names a function's queue for asynchronous calls (stream OF_<queue>).
+const AnnotationQueue = queue.AnnotationQueue
+
+// ValidateQueue checks a deployment's com.openfaas.queue annotation, when present: a valid queue name (1 to 64
+// letters, digits, '-' and '_': a NATS stream name once prefixed) that is not reserved (the dead letters'
+// faas-dead-letter, or anything starting with it, would make the queue worker consume its own dead letters).
+// Errors wrap provider.ErrInvalid and name the annotation. Deploys and updates check it; functions already
+// deployed are not refused (the queue worker ignores a bad queue and uses the default one).
+func ValidateQueue(annotations map[string]string) error {
+	v, ok := annotations[AnnotationQueue]
+	if !ok {
+		return nil
+	}
+	if err := queue.ValidateName(strings.TrimSpace(v)); err != nil {
+		return fmt.Errorf("%w: annotation %s: %v", provider.ErrInvalid, AnnotationQueue, err)
+	}
+	return nil
+}
 
 // Annotation names. Every annotation under Prefix must be one of these.
 const (

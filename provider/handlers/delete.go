@@ -14,7 +14,7 @@ import (
 
 // MakeDeleteHandler answers DELETE /system/functions with a body {"functionName": ..., "namespace": ...}: it stops
 // and removes the function (404 when unknown) and deregisters it from the gpuserver. Success is 202.
-func MakeDeleteHandler(b provider.Backend, gpu provider.GPURegistry, log *slog.Logger) http.HandlerFunc {
+func MakeDeleteHandler(b provider.Backend, gpu provider.GPURegistry, inv *invocations, log *slog.Logger) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
 		var req types.DeleteFunctionRequest
 		if err := decodeJSON(r, &req); err != nil {
@@ -34,6 +34,7 @@ func MakeDeleteHandler(b provider.Backend, gpu provider.GPURegistry, log *slog.L
 			writeError(w, log, r, err)
 			return
 		}
+		inv.forget(req.FunctionName, ns)
 		if gpu != nil {
 			if err := gpu.Deregister(r.Context(), gpuspec.FunctionName(req.FunctionName, ns)); err != nil {
 				writeError(w, log, r, fmt.Errorf("deregistering %q from the gpuserver: %w", req.FunctionName, err))

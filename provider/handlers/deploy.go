@@ -11,16 +11,18 @@ import (
 	"github.com/faas-gpu/faas-gpu/gpuserver/pool"
 	"github.com/faas-gpu/faas-gpu/provider"
 	"github.com/faas-gpu/faas-gpu/provider/gpuspec"
-	"github.com/faas-gpu/faas-gpu/provider/names"
+	"github.com/faas-gpu/faas-gpu/provider/validate"
 )
 
-// readDeployment decodes and validates a POST or PUT /system/functions body: JSON, a valid service name, an image,
-// a namespace the backend serves and valid GPU annotations. isGPU says whether the function is a GPU function.
+// readDeployment decodes and validates a POST or PUT /system/functions body: JSON, a deployment within
+// validate.Deployment's limits (a valid service name, environment a process can start with, ...), an image, a
+// namespace the backend serves, a valid queue annotation and valid GPU annotations. isGPU says whether the
+// function is a GPU function.
 func readDeployment(r *http.Request, b provider.Backend) (fd types.FunctionDeployment, spec pool.FunctionSpec, isGPU bool, err error) {
 	if err := decodeJSON(r, &fd); err != nil {
 		return fd, spec, false, err
 	}
-	if err := names.Function("service", fd.Service); err != nil {
+	if err := validate.Deployment(fd); err != nil {
 		return fd, spec, false, err
 	}
 	if fd.Image == "" {
@@ -32,6 +34,9 @@ func readDeployment(r *http.Request, b provider.Backend) (fd types.FunctionDeplo
 	var annotations map[string]string
 	if fd.Annotations != nil {
 		annotations = *fd.Annotations
+	}
+	if err := gpuspec.ValidateQueue(annotations); err != nil {
+		return fd, spec, false, err
 	}
 	spec, isGPU, err = gpuspec.Parse(annotations, gpuspec.FunctionName(fd.Service, fd.Namespace))
 	return fd, spec, isGPU, err

@@ -6,6 +6,7 @@ package handlers
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -13,6 +14,7 @@ import (
 	"time"
 
 	"github.com/gorilla/mux"
+	"github.com/openfaas/faas-provider/auth"
 	"github.com/openfaas/faas-provider/types"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
@@ -38,13 +40,29 @@ type Config struct {
 	GPU provider.GPURegistry
 	// Info is answered on /system/info.
 	Info types.ProviderInfo
+	// Auth, when set, protects every /system/* route with HTTP basic auth (faas-provider's auth package, as
+	// faas-netes does). /function/*, /healthz and /metrics stay open, as in OpenFaaS.
+	Auth *auth.BasicAuthCredentials
 	// ProxyTimeout bounds one proxied invocation; 0 means no limit beyond the client's.
 	ProxyTimeout time.Duration
+	// ReadyTimeout bounds how long an invocation waits for a replica of a function whose replicas are starting
+	// (the first call after a deploy); 0 means 30s, negative means no wait.
+	ReadyTimeout time.Duration
+	// BodyIdleTimeout bounds the wait for each read of a request body (slow clients); 0 means 30s, negative none.
+	// /system bodies must also arrive whole within SystemBodyTimeout (0: 60s), invocation bodies within
+	// ProxyTimeout.
+	BodyIdleTimeout, SystemBodyTimeout time.Duration
+	// GatewayMetrics registers the OpenFaaS gateway's gateway_function_invocation_total on Metrics: set it when
+	// these handlers are the gateway (faas-gpu up), not behind one.
+	GatewayMetrics bool
 	// Logger receives request failures; default discards.
 	Logger *slog.Logger
 	// Metrics is the registry /metrics serves and the handlers' request metrics go to; default a new one.
 	Metrics *prometheus.Registry
 }
+
+// DefaultReadyTimeout is how long an invocation waits for a starting function by default.
+const DefaultReadyTimeout = 30 * time.Second
 
 // New returns a handler serving every faas-provider route on a router of its own.
 func New(cfg Config) http.Handler {
@@ -56,30 +74,52 @@ func New(cfg Config) http.Handler {
 	if reg == nil {
 		reg = prometheus.NewRegistry()
 	}
+	if cfg.ReadyTimeout == 0 {
+		cfg.ReadyTimeout = DefaultReadyTimeout
+	}
+	idle, systemTotal := cfg.BodyIdleTimeout, cfg.SystemBodyTimeout
+	if idle == 0 {
+		idle = 30 * time.Second
+	}
+	if systemTotal <= 0 {
+		systemTotal = 60 * time.Second
+	}
 	m := newMetrics(reg)
+	inv := newInvocations(reg, cfg.GatewayMetrics)
 	r := mux.NewRouter()
 	name := "{name:[" + NameExpression + "]+}"
 
-	r.HandleFunc("/system/functions", m.instrument(MakeListHandler(cfg.Backend, log), "")).Methods(http.MethodGet)
-	r.HandleFunc("/system/functions", m.instrument(MakeDeployHandler(cfg.Backend, cfg.GPU, log), "")).Methods(http.MethodPost)
-	r.HandleFunc("/system/functions", m.instrument(MakeDeleteHandler(cfg.Backend, cfg.GPU, log), "")).Methods(http.MethodDelete)
-	r.HandleFunc("/system/functions", m.instrument(MakeUpdateHandler(cfg.Backend, cfg.GPU, log), "")).Methods(http.MethodPut)
-	r.HandleFunc("/system/function/"+name, m.instrument(MakeStatusHandler(cfg.Backend, log), "/system/function")).
+	// system wraps a /system handler: request metrics, body time limits, JSON bodies only (strict for deploys),
+	// then basic auth outermost, so that nothing is read from an unauthenticated client.
+	system := func(h http.Handler, pathLabel string, strictJSON bool) http.HandlerFunc {
+		h = m.instrument(requireJSON(strictJSON, LimitBodyTime(BodyTimeouts{Idle: idle, Total: systemTotal}, h)), pathLabel)
+		if cfg.Auth != nil {
+			return auth.DecorateWithBasicAuth(h.ServeHTTP, cfg.Auth)
+		}
+		return h.ServeHTTP
+	}
+	r.HandleFunc("/system/functions", system(MakeListHandler(cfg.Backend, inv, log), "", false)).Methods(http.MethodGet)
+	r.HandleFunc("/system/functions", system(MakeDeployHandler(cfg.Backend, cfg.GPU, log), "", true)).Methods(http.MethodPost)
+	r.HandleFunc("/system/functions", system(MakeDeleteHandler(cfg.Backend, cfg.GPU, inv, log), "", false)).Methods(http.MethodDelete)
+	r.HandleFunc("/system/functions", system(MakeUpdateHandler(cfg.Backend, cfg.GPU, log), "", true)).Methods(http.MethodPut)
+	r.HandleFunc("/system/function/"+name, system(MakeStatusHandler(cfg.Backend, inv, log), "/system/function", false)).
 		Methods(http.MethodGet)
-	r.HandleFunc("/system/scale-function/"+name, m.instrument(MakeScaleHandler(cfg.Backend, log), "/system/scale-function")).
+	r.HandleFunc("/system/scale-function/"+name, system(MakeScaleHandler(cfg.Backend, log), "/system/scale-function", false)).
 		Methods(http.MethodPost)
-	r.HandleFunc("/system/info", m.instrument(MakeInfoHandler(cfg.Info), "")).Methods(http.MethodGet)
-	r.HandleFunc("/system/secrets", m.instrument(MakeSecretsHandler(cfg.Secrets, cfg.Backend, log), "")).
+	r.HandleFunc("/system/info", system(MakeInfoHandler(cfg.Info), "", false)).Methods(http.MethodGet)
+	r.HandleFunc("/system/secrets", system(MakeSecretsHandler(cfg.Secrets, cfg.Backend, log), "", false)).
 		Methods(http.MethodGet, http.MethodPut, http.MethodPost, http.MethodDelete)
-	r.HandleFunc("/system/logs", m.instrument(MakeLogsHandler(cfg.Logs, cfg.Backend, log), "")).Methods(http.MethodGet)
-	r.HandleFunc("/system/namespaces", m.instrument(MakeNamespacesHandler(cfg.Backend, log), "")).Methods(http.MethodGet)
-	r.HandleFunc("/system/namespace/{name:["+NameExpression+"]*}", m.instrument(http.HandlerFunc(notImplemented), "")).
+	r.HandleFunc("/system/logs", system(MakeLogsHandler(cfg.Logs, cfg.Backend, log), "", false)).Methods(http.MethodGet)
+	r.HandleFunc("/system/namespaces", system(MakeNamespacesHandler(cfg.Backend, log), "", false)).Methods(http.MethodGet)
+	r.HandleFunc("/system/namespace/{name:["+NameExpression+"]*}", system(http.HandlerFunc(notImplemented), "", false)).
 		Methods(http.MethodGet)
 
-	proxy := MakeProxyHandler(cfg.Backend, cfg.ProxyTimeout, log)
-	r.HandleFunc("/function/"+name, proxy)
-	r.HandleFunc("/function/"+name+"/", proxy)
-	r.HandleFunc("/function/"+name+"/{params:.*}", proxy)
+	proxy := LimitBodyTime(BodyTimeouts{Idle: idle, Total: cfg.ProxyTimeout},
+		makeProxy(proxyConfig{backend: cfg.Backend, timeout: cfg.ProxyTimeout, readyTimeout: cfg.ReadyTimeout,
+			invocations: inv, log: log}))
+	r.Handle("/function/"+name, proxy)
+	r.Handle("/function/"+name+"/", proxy)
+	r.Handle("/function/"+name+"/{params:.*}", proxy)
 
 	r.HandleFunc("/healthz", MakeHealthHandler()).Methods(http.MethodGet, http.MethodHead)
 	r.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}))
@@ -107,8 +147,14 @@ func decodeJSON(r *http.Request, v any) error {
 	}
 	dec := json.NewDecoder(http.MaxBytesReader(nil, r.Body, maxBody))
 	if err := dec.Decode(v); err != nil {
-		if err == io.EOF {
+		var tooLarge *http.MaxBytesError
+		switch {
+		case err == io.EOF:
 			return fmt.Errorf("%w: request body is empty; want JSON", provider.ErrInvalid)
+		case errors.As(err, &tooLarge):
+			return fmt.Errorf("%w: the body is over %d bytes", provider.ErrTooLarge, maxBody)
+		case errors.Is(err, provider.ErrSlowClient):
+			return fmt.Errorf("reading the request body: %w", err)
 		}
 		return fmt.Errorf("%w: request body is not valid JSON: %v", provider.ErrInvalid, err)
 	}

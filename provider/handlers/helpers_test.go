@@ -96,18 +96,26 @@ type fixture struct {
 	backend *local.Backend
 	gpu     *recordingRegistry
 	socket  string
+	// user and password, when set, go with every request as basic auth.
+	user, password string
 }
 
 // newFixture serves the handlers over a real local backend, with the repository's example functions and the probe
 // test function built into a temporary build dir, and a real gpuserver API on a Unix socket.
 func newFixture(t testing.TB) *fixture {
 	t.Helper()
+	return newFixtureWith(t, nil)
+}
+
+// newFixtureWith is newFixture with the handlers' Config changed by tweak (nil: none).
+func newFixtureWith(t testing.TB, tweak func(*Config)) *fixture {
+	t.Helper()
 	if _, err := exec.LookPath("python3"); err != nil {
 		t.Skip("python3 is not installed: the local backend runs functions with it")
 	}
 	dir := t.TempDir()
 	build := filepath.Join(dir, "build")
-	tpl := filepath.Join(repo, "templates", "gpu-python")
+	tpl := filepath.Join(repo, "template", "gpu-python")
 	for name, handler := range map[string]string{
 		"echo":      filepath.Join(repo, "functions", "echo"),
 		"hello-gpu": filepath.Join(repo, "functions", "hello-gpu"),
@@ -124,22 +132,30 @@ func newFixture(t testing.TB) *fixture {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		defer cancel()
 		if err := b.Close(ctx); err != nil {
 			t.Error(err)
 		}
 	})
 	reg := &recordingRegistry{next: client.New(sock)}
-	h := New(Config{Backend: b, Secrets: b, Logs: b, GPU: reg, ProxyTimeout: 30 * time.Second,
-		Info: types.ProviderInfo{Name: "faas-gpu", Orchestration: "local", Version: &types.VersionInfo{Release: "test"}}})
-	srv := httptest.NewServer(h)
+	cfg := Config{Backend: b, Secrets: b, Logs: b, GPU: reg, ProxyTimeout: 2 * time.Minute,
+		ReadyTimeout: 60 * time.Second, // generous: python starts slowly on a loaded machine
+		Info:         types.ProviderInfo{Name: "faas-gpu", Orchestration: "local", Version: &types.VersionInfo{Release: "test"}}}
+	if tweak != nil {
+		tweak(&cfg)
+	}
+	srv := httptest.NewServer(New(cfg))
 	t.Cleanup(srv.Close)
-	return &fixture{srv: srv, backend: b, gpu: reg, socket: sock}
+	f := &fixture{srv: srv, backend: b, gpu: reg, socket: sock}
+	if cfg.Auth != nil {
+		f.user, f.password = cfg.Auth.User, cfg.Auth.Password
+	}
+	return f
 }
 
 // do sends a request with an optional body (a string is sent as is, anything else as JSON) and returns the status,
-// headers and body.
+// headers and body. A body to /system/ goes with Content-Type: application/json, as faas-cli sends every one.
 func (f *fixture) do(t testing.TB, method, path string, body any) (int, http.Header, string) {
 	t.Helper()
 	var rd io.Reader
@@ -157,6 +173,12 @@ func (f *fixture) do(t testing.TB, method, path string, body any) (int, http.Hea
 	req, err := http.NewRequest(method, f.srv.URL+path, rd)
 	if err != nil {
 		t.Fatal(err)
+	}
+	if rd != nil && strings.HasPrefix(path, "/system/") {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	if f.user != "" {
+		req.SetBasicAuth(f.user, f.password)
 	}
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
@@ -194,7 +216,7 @@ func (f *fixture) deploy(t testing.TB, fd types.FunctionDeployment) {
 
 func (f *fixture) waitReady(t testing.TB, name string, n uint64) {
 	t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
+	deadline := time.Now().Add(60 * time.Second) // generous: python starts slowly on a loaded machine
 	for {
 		code, _, out := f.do(t, http.MethodGet, "/system/function/"+name, nil)
 		var st types.FunctionStatus

@@ -10,8 +10,8 @@ import (
 )
 
 // MakeListHandler answers GET /system/functions[?namespace=]: every function with its replicas, available replicas
-// and annotations, as a JSON array.
-func MakeListHandler(b provider.Backend, log *slog.Logger) http.HandlerFunc {
+// and annotations, and the invocations the proxy counted, as a JSON array.
+func MakeListHandler(b provider.Backend, inv *invocations, log *slog.Logger) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
 		ns, err := namespace(r.Context(), b, r.URL.Query().Get("namespace"))
 		if err != nil {
@@ -25,6 +25,9 @@ func MakeListHandler(b provider.Backend, log *slog.Logger) http.HandlerFunc {
 		}
 		if fns == nil {
 			fns = []types.FunctionStatus{}
+		}
+		for i := range fns {
+			inv.fill(&fns[i], ns)
 		}
 		writeJSON(w, fns)
 	}

@@ -12,6 +12,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/openfaas/faas-provider/types"
+
 	"github.com/faas-gpu/faas-gpu/provider"
 )
 
@@ -21,6 +23,14 @@ type upstreamBackend struct {
 	provider.Backend
 	upstream *url.URL
 	ready    bool
+	desired  uint64 // replicas Status reports
+}
+
+func (b upstreamBackend) Status(_ context.Context, ns, name string) (types.FunctionStatus, error) {
+	if name != "fn" {
+		return types.FunctionStatus{}, fmt.Errorf("%w: function %q", provider.ErrNotFound, name)
+	}
+	return types.FunctionStatus{Name: name, Namespace: ns, Replicas: b.desired}, nil
 }
 
 func (b upstreamBackend) Namespaces(context.Context) ([]string, error) {
@@ -79,9 +89,13 @@ func TestProxySemantics(t *testing.T) {
 	}))
 	defer upstream.Close()
 	u, _ := url.Parse(upstream.URL)
-	h := New(Config{Backend: upstreamBackend{upstream: u, ready: true}, ProxyTimeout: 500 * time.Millisecond})
+	// A generous proxy timeout for every request that must succeed, however loaded the machine; the timeout case
+	// below has a server of its own with a short one (its upstream never answers, so only the bound decides).
+	h := New(Config{Backend: upstreamBackend{upstream: u, ready: true}, ProxyTimeout: time.Minute})
 	srv := httptest.NewServer(h)
 	defer srv.Close()
+	short := httptest.NewServer(New(Config{Backend: upstreamBackend{upstream: u, ready: true}, ProxyTimeout: 200 * time.Millisecond}))
+	defer short.Close()
 
 	for _, method := range []string{http.MethodGet, http.MethodPost, http.MethodPut, http.MethodPatch, http.MethodDelete} {
 		req, _ := http.NewRequest(method, srv.URL+"/function/fn/a/b?x=1&y=2", strings.NewReader("payload"))
@@ -143,7 +157,7 @@ func TestProxySemantics(t *testing.T) {
 	}
 
 	// Timeout: 504 tagged as the proxy's own.
-	resp, err = http.Get(srv.URL + "/function/fn/slow")
+	resp, err = http.Get(short.URL + "/function/fn/slow")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -171,10 +185,16 @@ func TestProxyNotReadyAndUnreachable(t *testing.T) {
 	dead.Close() // nothing listens there any more
 
 	for _, tt := range []struct {
-		ready bool
-		want  int
-	}{{false, http.StatusServiceUnavailable}, {true, http.StatusBadGateway}} {
-		h := New(Config{Backend: upstreamBackend{upstream: u, ready: tt.ready}})
+		ready   bool
+		desired uint64
+		want    int
+	}{
+		{false, 0, http.StatusServiceUnavailable}, // scaled to zero: at once
+		{false, 1, http.StatusServiceUnavailable}, // starting: after ReadyTimeout
+		{true, 1, http.StatusBadGateway},
+	} {
+		h := New(Config{Backend: upstreamBackend{upstream: u, ready: tt.ready, desired: tt.desired},
+			ReadyTimeout: 100 * time.Millisecond})
 		srv := httptest.NewServer(h)
 		resp, err := http.Post(srv.URL+"/function/fn", "text/plain", strings.NewReader("x"))
 		if err != nil {

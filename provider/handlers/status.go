@@ -10,8 +10,9 @@ import (
 	"github.com/faas-gpu/faas-gpu/provider/names"
 )
 
-// MakeStatusHandler answers GET /system/function/{name}[?namespace=]: one function as JSON, 404 when unknown.
-func MakeStatusHandler(b provider.Backend, log *slog.Logger) http.HandlerFunc {
+// MakeStatusHandler answers GET /system/function/{name}[?namespace=]: one function as JSON (with the invocations
+// the proxy counted), 404 when unknown.
+func MakeStatusHandler(b provider.Backend, inv *invocations, log *slog.Logger) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
 		name := mux.Vars(r)["name"]
 		if err := names.Function("function name", name); err != nil {
@@ -28,6 +29,7 @@ func MakeStatusHandler(b provider.Backend, log *slog.Logger) http.HandlerFunc {
 			writeError(w, log, r, err)
 			return
 		}
+		inv.fill(&st, ns)
 		writeJSON(w, st)
 	}
 }

@@ -58,6 +58,9 @@ type Config struct {
 
 	// StopTimeout is how long a replica has to exit after SIGTERM before SIGKILL; default 2s.
 	StopTimeout time.Duration
+	// DrainTimeout bounds how long a replica that an update or a scale-down replaces may take to end the requests
+	// it was given before it gets SIGTERM; default 60s.
+	DrainTimeout time.Duration
 	// BackoffMin and BackoffMax bound the delay before a crashed replica is restarted; defaults 100ms and 10s.
 	BackoffMin, BackoffMax time.Duration
 	// MaxReplicas is the largest replica count Scale accepts; default 10.
@@ -94,6 +97,7 @@ var (
 	_ provider.Backend     = (*Backend)(nil)
 	_ provider.SecretStore = (*Backend)(nil)
 	_ provider.LogSource   = (*Backend)(nil)
+	_ provider.Router      = (*Backend)(nil)
 )
 
 // New prepares the state directory, reads the function records and starts every recorded function again with its
@@ -113,6 +117,9 @@ func New(ctx context.Context, cfg Config) (*Backend, error) {
 	}
 	if cfg.StopTimeout <= 0 {
 		cfg.StopTimeout = 2 * time.Second
+	}
+	if cfg.DrainTimeout <= 0 {
+		cfg.DrainTimeout = 60 * time.Second
 	}
 	if cfg.BackoffMin <= 0 {
 		cfg.BackoffMin = 100 * time.Millisecond
@@ -146,7 +153,7 @@ func New(ctx context.Context, cfg Config) (*Backend, error) {
 	if err != nil {
 		return nil, fmt.Errorf("local backend: state dir: %w", err)
 	}
-	recs, err := loadRecords(filepath.Join(cfg.StateDir, "functions"))
+	recs, err := loadRecords(filepath.Join(cfg.StateDir, "functions"), cfg.MaxReplicas, log, time.Now())
 	if err != nil {
 		return nil, err
 	}
@@ -166,7 +173,7 @@ func New(ctx context.Context, cfg Config) (*Backend, error) {
 			break
 		}
 		b.fns[rec.Deployment.Service] = fn
-		b.scaleLocked(fn, rec.Replicas)
+		b.scaleLocked(fn, rec.Replicas, false)
 		log.Info("function restored", "function", rec.Deployment.Service, "replicas", rec.Replicas)
 	}
 	b.mu.Unlock()
@@ -193,7 +200,9 @@ func (b *Backend) Close(ctx context.Context) error {
 	var reps []*replica
 	for _, fn := range b.fns {
 		reps = append(reps, fn.replicas...)
-		fn.replicas = nil
+		reps = append(reps, fn.retiring...)
+		fn.replicas, fn.retiring = nil, nil
+		fn.notifyLocked()
 	}
 	b.mu.Unlock()
 	b.cancel()

@@ -16,19 +16,29 @@ import (
 	"github.com/faas-gpu/faas-gpu/provider"
 	"github.com/faas-gpu/faas-gpu/provider/gpuspec"
 	"github.com/faas-gpu/faas-gpu/provider/names"
+	"github.com/faas-gpu/faas-gpu/provider/validate"
 )
 
 // LabelScaleMin is the OpenFaaS label whose value is a function's replica count at deploy (default 1).
 const LabelScaleMin = "com.openfaas.scale.min"
 
-// function is one deployed function and its replicas.
+// function is one deployed function and its replicas. Fields are guarded by Backend.mu.
 type function struct {
-	name     string
-	rec      record
+	name string
+	rec  record
+	// replicas run the current definition (rec). retiring run a previous one: they keep serving after an update
+	// until every replica of the current definition is ready, then stop once their requests have ended.
 	replicas []*replica
+	retiring []*replica
 	logs     *logbook
 	started  int    // replicas ever started, for instance names
-	rr       uint64 // round-robin counter of Resolve
+	rr       uint64 // round-robin counter of Route and Resolve
+	// changed is closed (and replaced) whenever a replica becomes ready or fails to start, or the function goes
+	// away: it wakes the requests waiting in Route.
+	changed chan struct{}
+	// startFailures counts replicas that exited before they were ready; lastFailure is how the last one ended.
+	startFailures uint64
+	lastFailure   error
 }
 
 // newFunction prepares a function's run folder and log; the caller holds b.mu.
@@ -37,13 +47,14 @@ func (b *Backend) newFunction(rec record) (*function, error) {
 	if err := b.linkSecrets(name, rec.Deployment.Secrets); err != nil {
 		return nil, err
 	}
-	return &function{name: name, rec: rec,
+	return &function{name: name, rec: rec, changed: make(chan struct{}),
 		logs: newLogbook(b.cfg.LogLines, filepath.Join(b.cfg.StateDir, "logs", name+".log"))}, nil
 }
 
-// scaleLocked starts or stops replicas until the function has n; it returns the replicas being stopped, whose done
-// channels the caller may wait on after releasing b.mu.
-func (b *Backend) scaleLocked(fn *function, n uint64) []*replica {
+// scaleLocked starts replicas of the current definition, or stops the newest ones, until the function has n; it
+// returns the replicas being stopped (draining their requests when drain is set), whose done channels the caller
+// may wait on after releasing b.mu.
+func (b *Backend) scaleLocked(fn *function, n uint64, drain bool) []*replica {
 	for uint64(len(fn.replicas)) < n {
 		fn.started++
 		ctx, cancel := context.WithCancel(b.base)
@@ -56,7 +67,7 @@ func (b *Backend) scaleLocked(fn *function, n uint64) []*replica {
 	for uint64(len(fn.replicas)) > n {
 		r := fn.replicas[len(fn.replicas)-1]
 		fn.replicas = fn.replicas[:len(fn.replicas)-1]
-		r.cancel()
+		r.stop(drain)
 		stopped = append(stopped, r)
 	}
 	return stopped
@@ -76,7 +87,7 @@ func waitStopped(ctx context.Context, reps []*replica) error {
 
 // check validates a deployment and fills its namespace.
 func (b *Backend) check(fd *types.FunctionDeployment) error {
-	if err := names.Function("service", fd.Service); err != nil {
+	if err := validate.Deployment(*fd); err != nil {
 		return err
 	}
 	ns, err := names.Namespace(fd.Namespace, []string{provider.DefaultNamespace})
@@ -151,12 +162,15 @@ func (b *Backend) Deploy(ctx context.Context, fd types.FunctionDeployment) error
 		return errors.Join(err, b.removeRecord(fd.Service))
 	}
 	b.fns[fd.Service] = fn
-	b.scaleLocked(fn, n)
+	b.scaleLocked(fn, n, false)
 	b.log.Info("function deployed", "function", fd.Service, "image", fd.Image, "replicas", n)
 	return nil
 }
 
-// Update replaces a function's definition, keeping its replica count, and restarts its replicas with it.
+// Update replaces a function's definition, keeping its replica count, as a rolling update: replicas of the new
+// definition start at once, the ready replicas of the old one keep serving until every new one is ready, then stop
+// once their requests have ended (replicas of the old definition that were not ready stop at once). It returns
+// once the new replicas are starting.
 func (b *Backend) Update(ctx context.Context, fd types.FunctionDeployment) error {
 	// An unknown function is 404 before anything else, so that faas-cli falls back to POST.
 	b.mu.Lock()
@@ -169,27 +183,34 @@ func (b *Backend) Update(ctx context.Context, fd types.FunctionDeployment) error
 		return err
 	}
 	b.mu.Lock()
+	defer b.mu.Unlock()
 	fn, err := b.functionLocked(fd.Namespace, fd.Service)
 	if err != nil {
-		b.mu.Unlock()
 		return err
 	}
 	rec := fn.rec
 	rec.Deployment = fd
 	if err := b.saveRecord(rec); err != nil {
-		b.mu.Unlock()
 		return err
 	}
 	fn.rec = rec
 	if err := b.linkSecrets(fn.name, fd.Secrets); err != nil {
-		b.mu.Unlock()
 		return err
 	}
-	old := b.scaleLocked(fn, 0)
-	b.scaleLocked(fn, rec.Replicas)
-	b.mu.Unlock()
-	b.log.Info("function updated", "function", fd.Service, "image", fd.Image, "replicas", rec.Replicas)
-	return waitStopped(ctx, old)
+	for _, r := range fn.replicas {
+		if r.readyURL() != nil {
+			fn.retiring = append(fn.retiring, r)
+		} else {
+			r.stop(false)
+		}
+	}
+	fn.replicas = nil
+	fn.startFailures, fn.lastFailure = 0, nil
+	b.scaleLocked(fn, rec.Replicas, false)
+	b.retireLocked(fn)
+	b.log.Info("function updated", "function", fd.Service, "image", fd.Image, "replicas", rec.Replicas,
+		"serving_until_ready", len(fn.retiring))
+	return nil
 }
 
 // Delete removes a function's record, stops its replicas (waiting for them) and removes its log and run folder.
@@ -230,9 +251,12 @@ func (b *Backend) take(namespace, name string) (*function, error) {
 		return nil, err
 	}
 	delete(b.fns, name)
-	reps := fn.replicas
-	b.scaleLocked(fn, 0)
-	fn.replicas = reps
+	reps := append(fn.replicas, fn.retiring...)
+	for _, r := range reps {
+		r.stop(false)
+	}
+	fn.replicas, fn.retiring = reps, nil
+	fn.notifyLocked()
 	return fn, nil
 }
 
@@ -289,10 +313,12 @@ func (b *Backend) Status(ctx context.Context, namespace, name string) (types.Fun
 	return fn.status(), nil
 }
 
+// status reports the function; AvailableReplicas counts the ready replicas of the current definition and, during a
+// rolling update, those of the previous one that still serve.
 func (fn *function) status() types.FunctionStatus {
 	d := fn.rec.Deployment
 	ready := uint64(0)
-	for _, r := range fn.replicas {
+	for _, r := range append(fn.replicas[:len(fn.replicas):len(fn.replicas)], fn.retiring...) {
 		if r.readyURL() != nil {
 			ready++
 		}
@@ -307,7 +333,7 @@ func (fn *function) status() types.FunctionStatus {
 }
 
 // Scale sets a function's replica count (0 to MaxReplicas) and records it; it returns once removed replicas have
-// stopped (added ones are starting).
+// ended their requests and stopped (added ones are starting).
 func (b *Backend) Scale(ctx context.Context, namespace, name string, replicas uint64) error {
 	ns, err := b.lookupArgs(namespace, name)
 	if err != nil {
@@ -330,14 +356,17 @@ func (b *Backend) Scale(ctx context.Context, namespace, name string, replicas ui
 		return err
 	}
 	fn.rec = rec
-	stopped := b.scaleLocked(fn, replicas)
+	stopped := b.scaleLocked(fn, replicas, true)
+	b.retireLocked(fn)
+	fn.notifyLocked()
 	b.mu.Unlock()
 	b.log.Info("function scaled", "function", name, "replicas", replicas)
 	return waitStopped(ctx, stopped)
 }
 
-// Resolve returns the base URL of a ready replica, round-robin over the ready ones. It fails with
-// provider.ErrNotReady while none is ready (starting, restarting, or scaled to 0).
+// Resolve returns the base URL of a ready replica, round-robin over the ready ones, without waiting (Route waits,
+// and tracks the request). It fails with provider.ErrNotReady while none is ready (starting, restarting, or scaled
+// to 0).
 func (b *Backend) Resolve(ctx context.Context, namespace, name string) (*url.URL, error) {
 	ns, err := b.lookupArgs(namespace, name)
 	if err != nil {
@@ -349,19 +378,12 @@ func (b *Backend) Resolve(ctx context.Context, namespace, name string) (*url.URL
 	if err != nil {
 		return nil, err
 	}
-	var ready []*url.URL
-	for _, r := range fn.replicas {
-		if u := r.readyURL(); u != nil {
-			ready = append(ready, u)
-		}
-	}
-	if len(ready) == 0 {
+	r, u := fn.pickLocked()
+	if r == nil {
 		return nil, fmt.Errorf("%w: function %q has no ready replica (%d desired)", provider.ErrNotReady, name,
 			fn.rec.Replicas)
 	}
-	fn.rr++
-	u := *ready[fn.rr%uint64(len(ready))]
-	return &u, nil
+	return u, nil
 }
 
 // pids returns the process ids of a function's running replicas (for tests).
@@ -370,7 +392,7 @@ func (b *Backend) pids(name string) []int {
 	defer b.mu.Unlock()
 	var out []int
 	if fn, ok := b.fns[name]; ok {
-		for _, r := range fn.replicas {
+		for _, r := range append(fn.replicas[:len(fn.replicas):len(fn.replicas)], fn.retiring...) {
 			if p := r.pid(); p > 0 {
 				out = append(out, p)
 			}

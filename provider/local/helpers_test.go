@@ -23,7 +23,7 @@ import (
 )
 
 // templateDir is the gpu-python template of this repository.
-var templateDir = filepath.Join("..", "..", "templates", "gpu-python")
+var templateDir = filepath.Join("..", "..", "template", "gpu-python")
 
 func needPython(t testing.TB) {
 	t.Helper()
@@ -51,7 +51,9 @@ func newEnv(t testing.TB) *env {
 	dir := t.TempDir()
 	e := &env{state: filepath.Join(dir, "state"), build: filepath.Join(dir, "build")}
 	buildContext(t, e.build, "probe", filepath.Join("testdata", "probe"))
-	e.cfg = Config{StateDir: e.state, BuildDir: e.build, Env: map[string]string{"EXTRA": "from-config"},
+	e.cfg = Config{StateDir: e.state, BuildDir: e.build, Env: map[string]string{"EXTRA": "from-config",
+		// Never the machine's own gpuserver (/var/run/faas-gpu, which a live cluster on this host may serve).
+		"FAAS_GPU_SOCKET": filepath.Join(dir, "no-gpuserver.sock")},
 		StopTimeout: 2 * time.Second, BackoffMin: 50 * time.Millisecond, BackoffMax: time.Second}
 	return e
 }
@@ -63,7 +65,7 @@ func (e *env) open(t testing.TB) *Backend {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		defer cancel()
 		if err := b.Close(ctx); err != nil {
 			t.Errorf("Close: %v", err)
@@ -80,7 +82,7 @@ func probe(name string) types.FunctionDeployment {
 // waitFor polls cond until it holds or the deadline passes.
 func waitFor(t testing.TB, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
+	deadline := time.Now().Add(60 * time.Second) // generous: python starts slowly on a loaded machine
 	for !cond() {
 		if time.Now().After(deadline) {
 			t.Fatalf("timed out waiting for %s", what)
@@ -181,3 +183,6 @@ func httpPost(u string) (int, error) {
 	_, _ = io.Copy(io.Discard, resp.Body)
 	return resp.StatusCode, nil
 }
+
+// execLookPython returns the path of python3.
+func execLookPython() (string, error) { return exec.LookPath("python3") }

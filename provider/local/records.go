@@ -1,9 +1,11 @@
 package local
 
 import (
+	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"sort"
@@ -11,6 +13,9 @@ import (
 	"time"
 
 	"github.com/openfaas/faas-provider/types"
+
+	"github.com/faas-gpu/faas-gpu/provider"
+	"github.com/faas-gpu/faas-gpu/provider/validate"
 )
 
 // record is what the backend keeps of a function across restarts.
@@ -20,33 +25,66 @@ type record struct {
 	CreatedAt  time.Time                `json:"createdAt"`
 }
 
-// loadRecords reads every <dir>/<name>.json, sorted by name.
-func loadRecords(dir string) ([]record, error) {
+// loadRecords reads every <dir>/<name>.json, sorted by name. A record that cannot be read back as a valid
+// deployment (a truncated or hand-edited file) is moved aside to <name>.json.corrupt-<time>, with a loud log line
+// naming both files, so that every other function still starts; its function must be deployed again. Only a
+// failure to list the folder is an error.
+func loadRecords(dir string, maxReplicas uint64, log *slog.Logger, now time.Time) ([]record, error) {
 	entries, err := os.ReadDir(dir)
 	if err != nil {
 		return nil, fmt.Errorf("local backend: reading function records: %w", err)
 	}
 	var recs []record
 	for _, e := range entries {
-		if e.IsDir() || !strings.HasSuffix(e.Name(), ".json") {
+		if e.IsDir() || !strings.HasSuffix(e.Name(), ".json") || strings.HasPrefix(e.Name(), ".") {
 			continue
 		}
 		path := filepath.Join(dir, e.Name())
-		data, err := os.ReadFile(path)
+		rec, err := readRecord(path, strings.TrimSuffix(e.Name(), ".json"), maxReplicas)
 		if err != nil {
-			return nil, fmt.Errorf("local backend: reading function record: %w", err)
-		}
-		var rec record
-		if err := json.Unmarshal(data, &rec); err != nil {
-			return nil, fmt.Errorf("local backend: function record %s: %w", path, err)
-		}
-		if rec.Deployment.Service+".json" != e.Name() {
-			return nil, fmt.Errorf("local backend: function record %s names function %q", path, rec.Deployment.Service)
+			aside := path + ".corrupt-" + now.UTC().Format("20060102T150405Z")
+			if merr := os.Rename(path, aside); merr != nil {
+				log.Error("FUNCTION RECORD IS CORRUPT and could not be moved aside; the function is not restored",
+					"file", path, "err", err, "move_err", merr)
+				continue
+			}
+			log.Error("FUNCTION RECORD IS CORRUPT: moved aside; the function is not restored (deploy it again)",
+				"file", path, "moved_to", aside, "err", err)
+			continue
 		}
 		recs = append(recs, rec)
 	}
 	sort.Slice(recs, func(i, j int) bool { return recs[i].Deployment.Service < recs[j].Deployment.Service })
 	return recs, nil
+}
+
+// readRecord reads one record and checks that it is a deployment the backend would accept, named name.
+func readRecord(path, name string, maxReplicas uint64) (record, error) {
+	var rec record
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return rec, err
+	}
+	dec := json.NewDecoder(bytes.NewReader(data))
+	if err := dec.Decode(&rec); err != nil {
+		return rec, fmt.Errorf("not a function record: %w", err)
+	}
+	if dec.More() {
+		return rec, errors.New("not a function record: data after the record")
+	}
+	if rec.Deployment.Service != name {
+		return rec, fmt.Errorf("the record names function %q, not %q", rec.Deployment.Service, name)
+	}
+	if err := validate.Deployment(rec.Deployment); err != nil {
+		return rec, err
+	}
+	if rec.Replicas > maxReplicas {
+		return rec, fmt.Errorf("%d replicas, more than the maximum of %d", rec.Replicas, maxReplicas)
+	}
+	if rec.Deployment.Namespace != "" && rec.Deployment.Namespace != provider.DefaultNamespace {
+		return rec, fmt.Errorf("namespace %q is not %s", rec.Deployment.Namespace, provider.DefaultNamespace)
+	}
+	return rec, nil
 }
 
 func (b *Backend) recordPath(name string) string {

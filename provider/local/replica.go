@@ -37,9 +37,12 @@ type replica struct {
 	cancel context.CancelFunc
 	done   chan struct{}
 
-	mu   sync.Mutex
-	url  *url.URL // set while ready
-	pgid int      // process group of the running process, 0 when none
+	mu       sync.Mutex
+	url      *url.URL      // set while ready
+	pgid     int           // process group of the running process, 0 when none
+	inflight int           // requests Route gave this replica that have not ended
+	drain    bool          // stop: SIGTERM only once the requests in flight have ended
+	idle     chan struct{} // closed when inflight drops to 0 while draining
 }
 
 func (r *replica) setReady(u *url.URL) {
@@ -74,6 +77,47 @@ func (r *replica) kill() {
 	}
 }
 
+// stop ends the replica. The caller has taken it out of its function's lists (under Backend.mu), so Route gives
+// it no request any more; with drain, its process is stopped only once the requests it was given have ended (an
+// update or a scale-down), else at once (delete, close).
+func (r *replica) stop(drain bool) {
+	r.mu.Lock()
+	r.drain = drain
+	r.mu.Unlock()
+	r.cancel()
+}
+
+// begin counts a request Route gave the replica; end is called when it has ended.
+func (r *replica) begin() {
+	r.mu.Lock()
+	r.inflight++
+	r.mu.Unlock()
+}
+
+func (r *replica) end() {
+	r.mu.Lock()
+	r.inflight--
+	if r.inflight == 0 && r.idle != nil {
+		close(r.idle)
+		r.idle = nil
+	}
+	r.mu.Unlock()
+}
+
+// drained returns a channel that is closed once the replica has no request in flight; nil when stop did not ask
+// to drain or nothing is in flight.
+func (r *replica) drained() <-chan struct{} {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if !r.drain || r.inflight == 0 {
+		return nil
+	}
+	if r.idle == nil {
+		r.idle = make(chan struct{})
+	}
+	return r.idle
+}
+
 // supervise runs a replica's process until ctx ends, restarting it with exponential backoff whenever it exits.
 func (b *Backend) supervise(ctx context.Context, fn *function, r *replica, rec record) {
 	defer b.wg.Done()
@@ -105,7 +149,7 @@ func (b *Backend) supervise(ctx context.Context, fn *function, r *replica, rec r
 }
 
 // runOnce starts the function's process, marks the replica ready once it answers HealthPath and returns when the
-// process exits (its exit error) or ctx ends (after stopping the process).
+// process exits (its exit error) or ctx ends (after draining and stopping the process).
 func (b *Backend) runOnce(ctx context.Context, fn *function, r *replica, rec record) error {
 	dir, err := b.source(view(rec), true)
 	if err != nil {
@@ -115,10 +159,7 @@ func (b *Backend) runOnce(ctx context.Context, fn *function, r *replica, rec rec
 	if err != nil {
 		return err
 	}
-	argv := []string{b.cfg.Python, "index.py"}
-	if p := strings.Fields(rec.Deployment.EnvProcess); len(p) > 0 {
-		argv = p
-	}
+	argv := b.command(rec)
 	cmd := exec.Command(argv[0], argv[1:]...)
 	cmd.Dir = dir
 	cmd.Env = b.env(rec, r.id, port)
@@ -138,12 +179,13 @@ func (b *Backend) runOnce(ctx context.Context, fn *function, r *replica, rec rec
 	defer r.setProcess(0)
 	fn.event(r.id, "started %s (pid %d, port %d) in %s", strings.Join(argv, " "), pid, port, dir)
 	b.log.Info("function replica started", "function", fn.name, "instance", r.id, "pid", pid, "port", port)
-	exited := make(chan error, 1)
+	var exitErr error
+	exited := make(chan struct{}) // closed once the process has exited; exitErr is then its Wait error
 	go func() {
-		err := cmd.Wait()
+		exitErr = cmd.Wait()
 		stdout.flush()
 		stderr.flush()
-		exited <- err
+		close(exited)
 	}()
 	// Whatever the process left behind in its group goes with it.
 	defer func() { _ = syscall.Kill(-pid, syscall.SIGKILL) }()
@@ -153,8 +195,10 @@ func (b *Backend) runOnce(ctx context.Context, fn *function, r *replica, rec rec
 	defer tick.Stop()
 	for ready := false; !ready; {
 		select {
-		case err := <-exited:
-			return fmt.Errorf("exited before it was ready: %s", exitText(err))
+		case <-exited:
+			err := fmt.Errorf("exited before it was ready: %s", exitText(exitErr))
+			b.startFailed(fn, err)
+			return err
 		case <-ctx.Done():
 			b.stopProcess(pid, exited)
 			return ctx.Err()
@@ -164,15 +208,37 @@ func (b *Backend) runOnce(ctx context.Context, fn *function, r *replica, rec rec
 	}
 	r.setReady(u)
 	fn.event(r.id, "ready on %s", u.Host)
+	b.replicaReady(fn)
 	defer r.setReady(nil)
 	select {
-	case err := <-exited:
+	case <-exited:
 		r.setReady(nil)
-		return fmt.Errorf("exited: %s", exitText(err))
+		return fmt.Errorf("exited: %s", exitText(exitErr))
 	case <-ctx.Done():
 		r.setReady(nil)
+		b.drain(fn, r, exited)
 		b.stopProcess(pid, exited)
 		return ctx.Err()
+	}
+}
+
+// drain waits until the requests in flight on a stopped replica have ended, DrainTimeout passes, the process exits
+// or the backend closes.
+func (b *Backend) drain(fn *function, r *replica, exited <-chan struct{}) {
+	idle := r.drained()
+	if idle == nil {
+		return
+	}
+	t := time.NewTimer(b.cfg.DrainTimeout)
+	defer t.Stop()
+	select {
+	case <-idle:
+	case <-exited:
+	case <-b.base.Done():
+	case <-t.C:
+		fn.event(r.id, "requests still in flight after %s; stopping anyway", b.cfg.DrainTimeout)
+		b.log.Warn("function replica did not drain; stopping it", "function", fn.name, "instance", r.id,
+			"drain_timeout", b.cfg.DrainTimeout)
 	}
 }
 
@@ -184,7 +250,7 @@ func exitText(err error) string {
 }
 
 // stopProcess sends SIGTERM to the process group and SIGKILL after StopTimeout, and waits for the process.
-func (b *Backend) stopProcess(pgid int, exited <-chan error) {
+func (b *Backend) stopProcess(pgid int, exited <-chan struct{}) {
 	_ = syscall.Kill(-pgid, syscall.SIGTERM)
 	t := time.NewTimer(b.cfg.StopTimeout)
 	defer t.Stop()
@@ -222,7 +288,8 @@ func (b *Backend) env(rec record, instance string, port int) []string {
 			m[k] = v
 		}
 	}
-	for _, k := range []string{"FAAS_GPU", "FAAS_GPU_FUNCTION", "FAAS_GPU_MEMORY_BYTES", "FAAS_GPU_TOKEN", "fprocess"} {
+	for _, k := range []string{"FAAS_GPU", "FAAS_GPU_FUNCTION", "FAAS_GPU_MEMORY_BYTES", "FAAS_GPU_SLO",
+		"FAAS_GPU_SLO_PERCENTILE", "FAAS_GPU_ISOLATION", "FAAS_GPU_TOKEN", "fprocess"} {
 		delete(m, k)
 	}
 	for k, v := range b.cfg.Env {
@@ -244,6 +311,11 @@ func (b *Backend) env(rec record, instance string, port int) []string {
 		m["FAAS_GPU"] = "1"
 		m["FAAS_GPU_FUNCTION"] = gpuName
 		m["FAAS_GPU_MEMORY_BYTES"] = strconv.FormatUint(spec.MemoryBytes, 10)
+		// The whole spec, as the cluster backends pass it: a function that registers itself
+		// (FAAS_GPU_SELF_REGISTER=1) keeps its SLO.
+		m["FAAS_GPU_SLO"] = spec.SLO.String()
+		m["FAAS_GPU_SLO_PERCENTILE"] = strconv.FormatFloat(spec.Percentile, 'g', -1, 64)
+		m["FAAS_GPU_ISOLATION"] = spec.Isolation
 		if b.cfg.GPUEnv != nil {
 			for k, v := range b.cfg.GPUEnv(gpuName) {
 				m[k] = v

@@ -40,7 +40,9 @@ func (b *Backend) source(fn recordView, assemble bool) (string, error) {
 	if d := ImageDir(fn.image); d != "" && d != "." && d != ".." {
 		candidates = append(candidates, filepath.Join(b.cfg.BuildDir, d))
 	}
-	candidates = append(candidates, filepath.Join(b.cfg.BuildDir, fn.name))
+	if byName := filepath.Join(b.cfg.BuildDir, fn.name); len(candidates) == 0 || candidates[0] != byName {
+		candidates = append(candidates, byName) // the image and the function often share a name: look once
+	}
 	for _, dir := range candidates {
 		if isContext(dir, fn.envProcess != "") {
 			return dir, nil

@@ -42,7 +42,7 @@ func TestRepositoryStack(t *testing.T) {
 // template's files at the top, the handler's files over function/.
 func TestBuildLaysOutShrinkwrap(t *testing.T) {
 	out := t.TempDir()
-	built, err := Build(filepath.Join(repo, "stack.yml"), filepath.Join(repo, "templates"), out)
+	built, err := Build(filepath.Join(repo, "stack.yml"), filepath.Join(repo, "template"), out)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -71,7 +71,7 @@ func TestBuildLaysOutShrinkwrap(t *testing.T) {
 	if err := os.WriteFile(stale, []byte("x"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := Build(filepath.Join(repo, "stack.yml"), filepath.Join(repo, "templates"), out); err != nil {
+	if _, err := Build(filepath.Join(repo, "stack.yml"), filepath.Join(repo, "template"), out); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := os.Stat(stale); !os.IsNotExist(err) {
@@ -96,15 +96,15 @@ func TestReadStackRefusesBadFunctions(t *testing.T) {
 	}
 	p := filepath.Join(t.TempDir(), "stack.yml")
 	_ = os.WriteFile(p, []byte("functions:\n  f:\n    lang: nope\n    handler: ./f\n"), 0o644)
-	if _, err := Build(p, filepath.Join(repo, "templates"), t.TempDir()); err == nil || !strings.Contains(err.Error(), "template") {
+	if _, err := Build(p, filepath.Join(repo, "template"), t.TempDir()); err == nil || !strings.Contains(err.Error(), "template") {
 		t.Errorf("Build with a missing template: %v", err)
 	}
 }
 
-// TestTemplateShape lints templates/gpu-python: the files faas-cli expects, and a Dockerfile that runs index.py
+// TestTemplateShape lints template/gpu-python: the files faas-cli expects, and a Dockerfile that runs index.py
 // behind of-watchdog in http mode as a non-root user.
 func TestTemplateShape(t *testing.T) {
-	dir := filepath.Join(repo, "templates", "gpu-python")
+	dir := filepath.Join(repo, "template", "gpu-python")
 	for _, f := range []string{"template.yml", "Dockerfile", "index.py", "requirements.txt", "function/handler.py",
 		"function/requirements.txt"} {
 		if _, err := os.Stat(filepath.Join(dir, f)); err != nil {
@@ -112,7 +112,7 @@ func TestTemplateShape(t *testing.T) {
 		}
 	}
 	tpl, _ := os.ReadFile(filepath.Join(dir, "template.yml"))
-	for _, want := range []string{"language: gpu-python", "fprocess: python index.py", "welcome_message:"} {
+	for _, want := range []string{"language: gpu-python", "fprocess: python3 index.py", "welcome_message:"} {
 		if !strings.Contains(string(tpl), want) {
 			t.Errorf("template.yml lacks %q", want)
 		}
@@ -158,7 +158,7 @@ func dockerfileLint(df string) []string {
 		}
 	}
 	for _, want := range []string{"of-watchdog", `mode="http"`, `upstream_url="http://127.0.0.1:5000"`,
-		`fprocess="python index.py"`, `CMD ["fwatchdog"]`, "function/requirements.txt"} {
+		`fprocess="python3 index.py"`, `CMD ["fwatchdog"]`, "function/requirements.txt"} {
 		if !strings.Contains(df, want) {
 			problems = append(problems, "missing "+want)
 		}

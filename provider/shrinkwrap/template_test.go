@@ -1,6 +1,7 @@
 package shrinkwrap
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"encoding/json"
@@ -8,6 +9,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -35,7 +37,7 @@ func startEntrypoint(t *testing.T, env ...string) string {
 		t.Skip("python3 is not installed")
 	}
 	dir := filepath.Join(t.TempDir(), "edge")
-	if err := Assemble(filepath.Join(repo, "templates", "gpu-python"), filepath.Join("testdata", "edge"), dir); err != nil {
+	if err := Assemble(filepath.Join(repo, "template", "gpu-python"), filepath.Join("testdata", "edge"), dir); err != nil {
 		t.Fatal(err)
 	}
 	l, err := net.Listen("tcp", "127.0.0.1:0")
@@ -58,14 +60,14 @@ func startEntrypoint(t *testing.T, env ...string) string {
 		_ = cmd.Process.Signal(syscall.SIGTERM)
 		select {
 		case <-exited:
-		case <-time.After(10 * time.Second):
+		case <-time.After(60 * time.Second): // generous: only a process that ignores SIGTERM takes this long
 			_ = cmd.Process.Kill()
 			<-exited
 			t.Error("index.py did not stop on SIGTERM")
 		}
 	})
 	base := "http://127.0.0.1:" + strconv.Itoa(port)
-	deadline := time.Now().Add(30 * time.Second)
+	deadline := time.Now().Add(60 * time.Second) // generous: python starts slowly on a loaded machine
 	for {
 		resp, err := http.Get(base + "/_/health")
 		if err == nil {
@@ -328,5 +330,43 @@ func TestEntrypointAnswers503WhenTheGPUFailsUnderTheHandler(t *testing.T) {
 	code, _, out = call(t, http.MethodPost, base+"/", strings.NewReader("x"), nil)
 	if err := json.Unmarshal(out, &r); code != 202 || err != nil || r.GPU == nil || r.GPU["gpu"] != float64(0) {
 		t.Fatalf("request once the GPU is back: %d %s (%v)", code, out, err)
+	}
+}
+
+// TestEntrypointRefusesOversizedBodies: a body beyond FAAS_GPU_MAX_BODY_BYTES is refused with 413 before it is
+// read, whether its length is announced or chunked; a negative length is 400.
+func TestEntrypointRefusesOversizedBodies(t *testing.T) {
+	base := startEntrypoint(t, "FAAS_GPU_MAX_BODY_BYTES=1024")
+	if code, _, out := call(t, http.MethodPost, base+"/", strings.NewReader(strings.Repeat("x", 1024)), nil); code != 202 {
+		t.Fatalf("a body at the limit: %d %s", code, out)
+	}
+	code, _, out := call(t, http.MethodPost, base+"/", strings.NewReader(strings.Repeat("x", 1025)), nil)
+	if code != http.StatusRequestEntityTooLarge || !strings.Contains(string(out), "FAAS_GPU_MAX_BODY_BYTES") {
+		t.Errorf("a body over the limit: %d %s, want 413 naming FAAS_GPU_MAX_BODY_BYTES", code, out)
+	}
+	pr, pw := io.Pipe()
+	go func() {
+		for i := 0; i < 4; i++ {
+			if _, err := pw.Write([]byte(strings.Repeat("y", 512))); err != nil {
+				return
+			}
+		}
+		_ = pw.Close()
+	}()
+	if code, _, out := call(t, http.MethodPost, base+"/", pr, nil); code != http.StatusRequestEntityTooLarge {
+		t.Errorf("a chunked body over the limit: %d %s, want 413", code, out)
+	}
+	_ = pr.Close()
+	u, _ := url.Parse(base)
+	conn, err := net.Dial("tcp", u.Host)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	fmt.Fprintf(conn, "POST / HTTP/1.1\r\nHost: x\r\nContent-Length: -5\r\n\r\n")
+	_ = conn.SetReadDeadline(time.Now().Add(60 * time.Second))
+	line, err := bufio.NewReader(conn).ReadString('\n')
+	if err != nil || !strings.Contains(line, " 400 ") {
+		t.Errorf("a negative Content-Length: %q %v, want 400", line, err)
 	}
 }

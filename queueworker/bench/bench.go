@@ -48,12 +48,13 @@ func newEnv(ctx context.Context, gatewayHandler http.Handler, fdCfg frontdoor.Co
 		return nil, fmt.Errorf("bench: temp dir: %w", err)
 	}
 	e := &env{dir: dir}
-	e.ns, err = natsserver.Start(ctx, natsserver.Config{StoreDir: dir, Port: -1})
+	password := natsserver.RandomPassword()
+	e.ns, err = natsserver.Start(ctx, natsserver.Config{StoreDir: dir, Port: -1, Username: "queuebench", Password: password})
 	if err != nil {
 		_ = os.RemoveAll(dir)
 		return nil, err
 	}
-	e.nc, err = nats.Connect(e.ns.ClientURL())
+	e.nc, err = nats.Connect(e.ns.ClientURL(), nats.UserInfo("queuebench", password))
 	if err != nil {
 		e.close()
 		return nil, fmt.Errorf("bench: connect: %w", err)

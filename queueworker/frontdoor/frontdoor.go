@@ -5,6 +5,7 @@
 package frontdoor
 
 import (
+	"bytes"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
@@ -13,9 +14,11 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
 	"net/http"
 	"net/url"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -27,18 +30,20 @@ import (
 	"github.com/faas-gpu/faas-gpu/queueworker/queue"
 )
 
-// DefaultMaxBodyBytes is the largest request body accepted when Config.MaxBodyBytes is 0. The JSON encoding of
-// a QueueRequest carries the body in base64 (4/3 larger), which must fit the NATS server's max_payload.
-const DefaultMaxBodyBytes = 4 << 20
+// DefaultMaxBodyBytes is the largest request body accepted when Config.MaxBodyBytes is 0: queue.MaxBodyBytes, the
+// limit every part of the asynchronous path accepts (NATS max_payload, the worker).
+const DefaultMaxBodyBytes = queue.MaxBodyBytes
 
 // Config configures the front door.
 type Config struct {
 	// JetStream publishes the requests; required.
 	JetStream jetstream.JetStream
-	// MaxBodyBytes is the largest body accepted; larger ones get 413. 0 means DefaultMaxBodyBytes.
+	// MaxBodyBytes is the largest body accepted; larger ones get 413 naming the limit. 0, and anything above
+	// DefaultMaxBodyBytes (which the queue's messages would not carry), mean DefaultMaxBodyBytes.
 	MaxBodyBytes int64
 	// Functions, when set, resolves a function's queue (com.openfaas.queue) and turns calls to an unknown
-	// function away with 404. When nil every call goes to the default queue.
+	// function away with 404; "name.namespace" (what faas-cli sends) is looked up in that namespace. When nil
+	// every call goes to the default queue.
 	Functions functions.Source
 	// PublishTimeout bounds one publish; 0 means 10s.
 	PublishTimeout time.Duration
@@ -59,8 +64,8 @@ type frontDoor struct {
 
 // New returns the handler of /async-function/{name} and /async-function/{name}/{path...}.
 func New(cfg Config) http.Handler {
-	if cfg.MaxBodyBytes <= 0 {
-		cfg.MaxBodyBytes = DefaultMaxBodyBytes
+	if cfg.MaxBodyBytes <= 0 || cfg.MaxBodyBytes > DefaultMaxBodyBytes {
+		cfg.MaxBodyBytes = DefaultMaxBodyBytes // a larger body would not fit the queue's messages
 	}
 	if cfg.PublishTimeout <= 0 {
 		cfg.PublishTimeout = 10 * time.Second
@@ -89,29 +94,50 @@ func EnsureStreams(ctx context.Context, js jetstream.JetStream, queues ...string
 }
 
 func (fd *frontDoor) serve(w http.ResponseWriter, r *http.Request) {
-	name := r.PathValue("name")
-	if err := queue.ValidateFunctionName(name); err != nil {
+	ref := r.PathValue("name")
+	if err := queue.ValidateFunctionName(ref); err != nil {
 		httpError(w, http.StatusBadRequest, "function name in /async-function/{name}: "+err.Error())
 		return
 	}
+	if err := queue.CheckMethod(r.Method); err != nil {
+		httpError(w, http.StatusMethodNotAllowed, err.Error())
+		return
+	}
 	path := ""
-	if p := r.PathValue("path"); p != "" || len(r.URL.Path) > len("/async-function/"+name) {
+	if p := r.PathValue("path"); p != "" || len(r.URL.Path) > len("/async-function/"+ref) {
 		path = "/" + p
+	}
+	if err := queue.CheckPath(path); err != nil {
+		httpError(w, http.StatusBadRequest, "path after /async-function/"+ref+": "+err.Error())
+		return
+	}
+	if err := queue.CheckQuery(r.URL.RawQuery); err != nil {
+		httpError(w, http.StatusBadRequest, "query: "+err.Error())
+		return
 	}
 	var callback *url.URL
 	if s := r.Header.Get(queue.HeaderCallbackURL); s != "" {
 		u, err := url.Parse(s)
-		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		if err != nil || queue.CheckCallback(u) != nil {
 			httpError(w, http.StatusBadRequest, fmt.Sprintf("header %s: %q is not an absolute http(s) URL", queue.HeaderCallbackURL, s))
 			return
 		}
+		if sameEndpoint(u, r.Host, r.TLS != nil) {
+			httpError(w, http.StatusBadRequest, fmt.Sprintf("header %s: %s points at this gateway (%s); callbacks to the gateway are refused",
+				queue.HeaderCallbackURL, u.Redacted(), r.Host))
+			return
+		}
 		callback = u
+	}
+	if r.ContentLength > fd.cfg.MaxBodyBytes {
+		fd.tooLarge(w)
+		return
 	}
 	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, fd.cfg.MaxBodyBytes))
 	if err != nil {
 		var tooLarge *http.MaxBytesError
 		if errors.As(err, &tooLarge) {
-			httpError(w, http.StatusRequestEntityTooLarge, fmt.Sprintf("request body is larger than %d bytes", fd.cfg.MaxBodyBytes))
+			fd.tooLarge(w)
 			return
 		}
 		httpError(w, http.StatusBadRequest, "reading request body: "+err.Error())
@@ -119,14 +145,14 @@ func (fd *frontDoor) serve(w http.ResponseWriter, r *http.Request) {
 	}
 	q := queue.DefaultQueue
 	if fd.cfg.Functions != nil {
-		f, err := fd.cfg.Functions.Function(r.Context(), name)
+		f, err := fd.cfg.Functions.Function(r.Context(), ref)
 		switch {
 		case functions.IsUnknown(err):
-			httpError(w, http.StatusNotFound, fmt.Sprintf("function %q not found", name))
+			httpError(w, http.StatusNotFound, fmt.Sprintf("function %q not found", ref))
 			return
 		case err != nil:
-			fd.cfg.Logger.Warn("async: function lookup failed", "function", name, "err", err)
-			httpError(w, http.StatusBadGateway, fmt.Sprintf("looking up function %q: %v", name, err))
+			fd.cfg.Logger.Warn("async: function lookup failed", "function", ref, "err", err)
+			httpError(w, http.StatusBadGateway, fmt.Sprintf("looking up function %q: %v", ref, err))
 			return
 		}
 		q = f.Queue
@@ -150,23 +176,72 @@ func (fd *frontDoor) serve(w http.ResponseWriter, r *http.Request) {
 		Method:      r.Method,
 		Path:        path,
 		QueryString: r.URL.RawQuery,
-		Function:    name,
+		Function:    ref, // as the client named it; the worker invokes /function/<ref> as the gateway does
 		QueueName:   q,
 		CallbackURL: callback,
 	}
-	data, err := json.Marshal(req)
-	if err != nil {
+	var buf bytes.Buffer
+	enc := json.NewEncoder(&buf)
+	enc.SetEscapeHTML(false) // headers and URLs as they are: '<' escaped as \u003c would take six bytes of the payload
+	if err := enc.Encode(req); err != nil {
 		httpError(w, http.StatusInternalServerError, "encoding queue request: "+err.Error())
 		return
 	}
+	data := bytes.TrimSuffix(buf.Bytes(), []byte("\n"))
+	if nc := fd.cfg.JetStream.Conn(); nc != nil && nc.MaxPayload() > 0 && int64(len(data)) > nc.MaxPayload() {
+		httpError(w, http.StatusRequestEntityTooLarge, fmt.Sprintf(
+			"the queued call (body and headers) is %d bytes, more than the NATS server's max_payload of %d bytes "+
+				"(the asynchronous path needs %d: see queue.MaxMessageBytes)", len(data), nc.MaxPayload(), queue.MaxMessageBytes))
+		return
+	}
 	if status, err := fd.publish(r.Context(), q, callID, data); err != nil {
-		fd.cfg.Logger.Warn("async: publish failed", "function", name, "request_id", callID, "queue", q, "err", err)
+		fd.cfg.Logger.Warn("async: publish failed", "function", ref, "request_id", callID, "queue", q, "err", err)
 		httpError(w, status, err.Error())
 		return
 	}
 	w.Header().Set(queue.HeaderCallID, callID)
 	w.Header().Set(queue.HeaderStartTime, start)
 	w.WriteHeader(http.StatusAccepted)
+}
+
+func (fd *frontDoor) tooLarge(w http.ResponseWriter) {
+	httpError(w, http.StatusRequestEntityTooLarge, fmt.Sprintf(
+		"request body is larger than the asynchronous limit of %d bytes (%s)", fd.cfg.MaxBodyBytes, mib(fd.cfg.MaxBodyBytes)))
+}
+
+func mib(n int64) string {
+	if n%(1<<20) == 0 {
+		return strconv.FormatInt(n>>20, 10) + " MiB"
+	}
+	return strconv.FormatFloat(float64(n)/(1<<20), 'f', 2, 64) + " MiB"
+}
+
+// sameEndpoint reports whether callback u names the host:port the client reached this gateway on (host, the
+// request's Host), loopback names counted as one: a callback to the gateway itself would let a call's response
+// be POSTed to the gateway's own API. The worker checks the addresses it dials as well.
+func sameEndpoint(u *url.URL, host string, tls bool) bool {
+	if host == "" {
+		return false
+	}
+	norm := func(hostport, defaultPort string) string {
+		h, p, err := net.SplitHostPort(hostport)
+		if err != nil {
+			h, p = strings.Trim(hostport, "[]"), defaultPort
+		}
+		h = strings.ToLower(strings.TrimSuffix(h, "."))
+		if ip := net.ParseIP(h); h == "localhost" || (ip != nil && (ip.IsLoopback() || ip.IsUnspecified())) {
+			h = "loopback"
+		}
+		return net.JoinHostPort(h, p)
+	}
+	port, ownPort := "80", "80"
+	if u.Scheme == "https" {
+		port = "443"
+	}
+	if tls {
+		ownPort = "443"
+	}
+	return norm(u.Host, port) == norm(host, ownPort)
 }
 
 // publish stores the request in the queue's stream. The call ID is the JetStream message ID, so a client that
@@ -182,7 +257,8 @@ func (fd *frontDoor) publish(ctx context.Context, q, callID string, data []byte)
 		case err == nil:
 			return http.StatusAccepted, nil
 		case errors.Is(err, nats.ErrMaxPayload):
-			return http.StatusRequestEntityTooLarge, fmt.Errorf("queue request of %d bytes exceeds the NATS max payload", len(data))
+			return http.StatusRequestEntityTooLarge, fmt.Errorf("the queued call of %d bytes exceeds the NATS server's max_payload (the asynchronous path needs %d bytes)",
+				len(data), queue.MaxMessageBytes)
 		case errors.Is(err, jetstream.ErrNoStreamResponse) && q != queue.DefaultQueue && attempt == 0 && fd.ensure(ctx, q):
 			continue // a named queue seen for the first time: its stream now exists
 		default:

@@ -1,6 +1,7 @@
 package frontdoor_test
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"io"
@@ -49,7 +50,7 @@ func next(t *testing.T, js jetstream.JetStream, q string) (types.QueueRequest, j
 	if err != nil {
 		t.Fatal(err)
 	}
-	msg, err := c.Next(jetstream.FetchMaxWait(5 * time.Second))
+	msg, err := c.Next(jetstream.FetchMaxWait(30 * time.Second))
 	if err != nil {
 		t.Fatalf("no message on %s: %v", queue.Stream(q), err)
 	}
@@ -134,16 +135,25 @@ func TestRejects(t *testing.T) {
 		status                     int
 		mention                    string
 	}{
-		{"too large", "/async-function/echo", strings.Repeat("x", 11), "", 413, "10 bytes"},
+		{"too large", "/async-function/echo", strings.Repeat("x", 11), "", 413, "limit of 10 bytes"},
 		{"bad callback", "/async-function/echo", "x", "not a url", 400, "X-Callback-Url"},
 		{"relative callback", "/async-function/echo", "x", "/cb", 400, "X-Callback-Url"},
 		{"unknown function", "/async-function/nope", "x", "", 404, "nope"},
 		{"bad function name", "/async-function/a..b", "x", "", 400, "function name"},
+		{"unknown namespace", "/async-function/echo.prod", "x", "", 404, `"echo.prod"`},
+		// Issue 11 item 9: the exact request of the report, and other spellings of a climb.
+		{"double-encoded climb", "/async-function/echo/%252e%252e/%252e%252e/system/functions", "x", "", 400, "climbs out"},
+		{"triple-encoded climb", "/async-function/echo/%25252e%25252e/system/functions", "x", "", 400, "climbs out"},
+		{"encoded backslash", "/async-function/echo/..%255csystem", "x", "", 400, "backslash"},
+		{"callback to the gateway", "/async-function/echo", "x", "SELF/system/functions", 400, "points at this gateway"},
+		{"callback to the gateway by another name", "/async-function/echo", "x", "LOCALHOST/system/functions", 400, "points at this gateway"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			req, _ := http.NewRequest(http.MethodPost, srv.URL+tc.path, strings.NewReader(tc.body))
-			if tc.callback != "" {
-				req.Header.Set("X-Callback-Url", tc.callback)
+			cb := strings.Replace(tc.callback, "SELF", srv.URL, 1)
+			cb = strings.Replace(cb, "LOCALHOST", strings.Replace(srv.URL, "127.0.0.1", "localhost", 1), 1)
+			if cb != "" {
+				req.Header.Set("X-Callback-Url", cb)
 			}
 			res, err := http.DefaultClient.Do(req)
 			if err != nil {
@@ -176,3 +186,67 @@ func TestNamedQueueGetsItsStream(t *testing.T) {
 }
 
 func readAll(b *strings.Builder, res *http.Response) (int64, error) { return io.Copy(b, res.Body) }
+
+// Issue 13 item 1: faas-cli's `invoke --async` posts to /async-function/<name>.<namespace>: the function is looked
+// up in that namespace, and the queue request names it as the client did (as the CE gateway does).
+func TestNameDotNamespace(t *testing.T) {
+	srv, js := setup(t, frontdoor.Config{Functions: fakeFunctions{
+		"echo.openfaas-fn": {Name: "echo", Queue: queue.DefaultQueue},
+	}})
+	res, err := http.Post(srv.URL+"/async-function/echo.openfaas-fn", "text/plain", strings.NewReader("hi"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	res.Body.Close()
+	if res.StatusCode != http.StatusAccepted {
+		t.Fatalf("status %d, want 202", res.StatusCode)
+	}
+	qr, _ := next(t, js, queue.DefaultQueue)
+	if qr.Function != "echo.openfaas-fn" || string(qr.Body) != "hi" {
+		t.Fatalf("queue request %+v", qr)
+	}
+}
+
+func TestMethodsOfTheProxyOnly(t *testing.T) {
+	srv, _ := setup(t, frontdoor.Config{})
+	for _, m := range []string{"CONNECT", "TRACE", "PROPFIND"} {
+		req, _ := http.NewRequest(m, srv.URL+"/async-function/echo", nil)
+		res, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		res.Body.Close()
+		if res.StatusCode != http.StatusMethodNotAllowed {
+			t.Errorf("%s: status %d, want 405", m, res.StatusCode)
+		}
+	}
+}
+
+// Issue 11 item 13: one body limit, 4 MiB, end to end: a body of exactly the limit is queued (with large headers
+// beside it) on a server with the embedded server's max_payload; one byte more is 413 naming the limit.
+func TestBodyLimitIsTheQueueLimit(t *testing.T) {
+	srv, js := setup(t, frontdoor.Config{MaxBodyBytes: 64 << 20}) // more than the queue carries: lowered
+	post := func(n int, header string) (int, string) {
+		req, _ := http.NewRequest(http.MethodPost, srv.URL+"/async-function/echo", bytes.NewReader(bytes.Repeat([]byte{'<'}, n)))
+		req.Header.Set("X-Big", header)
+		res, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer res.Body.Close()
+		b, _ := io.ReadAll(res.Body)
+		return res.StatusCode, string(b)
+	}
+	if status, body := post(queue.MaxBodyBytes+1, ""); status != http.StatusRequestEntityTooLarge ||
+		!strings.Contains(body, "limit of 4194304 bytes (4 MiB)") {
+		t.Fatalf("a body one byte over the limit: %d %q, want 413 naming 4194304 bytes (4 MiB)", status, body)
+	}
+	// 900 KB of header that JSON would escape ('<' as \u003c would make it six times larger).
+	if status, body := post(queue.MaxBodyBytes, strings.Repeat("<\"", 300_000)); status != http.StatusAccepted {
+		t.Fatalf("a body of exactly the limit: %d %q, want 202", status, body)
+	}
+	qr, msg := next(t, js, queue.DefaultQueue)
+	if len(qr.Body) != queue.MaxBodyBytes || len(msg.Data()) > queue.MaxMessageBytes {
+		t.Fatalf("queued body %d bytes in a message of %d bytes (limit %d)", len(qr.Body), len(msg.Data()), queue.MaxMessageBytes)
+	}
+}

@@ -1,6 +1,8 @@
 // Package functions tells the queue worker and the front door what they need to know of a deployed function: its
-// queue, its latency SLO and whether it runs on the GPU pool. The Gateway source reads the provider's
-// GET /system/functions and caches it; tests inject their own Source.
+// queue, its latency SLO and whether it runs on the GPU pool. Functions are named as /function/{name} takes them:
+// "name" (the default namespace) or "name.namespace" (what faas-cli sends). A Cache reads a Catalog (the
+// provider's backend in-process, or the gateway's GET /system/functions and /system/namespaces over HTTP) and
+// caches each namespace's listing; tests inject their own Source.
 package functions
 
 import (
@@ -28,6 +30,8 @@ var ErrUnknownFunction = errors.New("unknown function")
 
 // Function is what the queue path needs to know about one deployed function.
 type Function struct {
+	// Name is the function's canonical reference: its name in the default namespace, "name.namespace" in any
+	// other (the gpuserver's convention), so that "echo" and "echo.openfaas-fn" are one function.
 	Name string
 	// Queue is the function's queue (com.openfaas.queue), queue.DefaultQueue when not annotated.
 	Queue string
@@ -40,10 +44,10 @@ type Function struct {
 	GPU bool
 }
 
-// Source looks functions up by name.
+// Source looks functions up by reference ("name" or "name.namespace").
 type Source interface {
-	// Function returns the named function, or an error wrapping ErrUnknownFunction.
-	Function(ctx context.Context, name string) (Function, error)
+	// Function returns the function ref names, or an error wrapping ErrUnknownFunction.
+	Function(ctx context.Context, ref string) (Function, error)
 }
 
 // Lister lists every deployed function (used to discover named queues).
@@ -53,7 +57,8 @@ type Lister interface {
 
 // FromAnnotations builds a Function from its name and annotations. The provider validates annotations at deploy;
 // here a value that does not parse is ignored (no SLO, default percentile, default queue) rather than refused,
-// so that the queue never stalls on a function it cannot change.
+// so that the queue never stalls on a function it cannot change. A reserved queue name (the dead letters') is
+// ignored too: such a function's calls go to the default queue.
 func FromAnnotations(name string, annotations map[string]string) Function {
 	f := Function{Name: name, Queue: queue.DefaultQueue, Percentile: DefaultPercentile}
 	if q := strings.TrimSpace(annotations[queue.AnnotationQueue]); q != "" && queue.ValidateName(q) == nil {

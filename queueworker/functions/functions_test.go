@@ -3,8 +3,11 @@ package functions_test
 import (
 	"context"
 	"encoding/json"
+	"fmt"
+	"io"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -29,6 +32,9 @@ func TestFromAnnotations(t *testing.T) {
 		{"bad values ignored", map[string]string{"com.openfaas.gpu.slo": "fast", "com.openfaas.gpu.slo.percentile": "100",
 			"com.openfaas.queue": "a.b"}, functions.Function{Name: "f", Queue: "faas-request", Percentile: 98}},
 		{"negative slo ignored", map[string]string{"com.openfaas.gpu.slo": "-1s"}, functions.Function{Name: "f", Queue: "faas-request", Percentile: 98}},
+		// Issue 11 item 8: a function deployed with the dead letters' name before validation existed does not
+		// make the worker consume its dead letters.
+		{"reserved queue ignored", map[string]string{"com.openfaas.queue": "faas-dead-letter"}, functions.Function{Name: "f", Queue: "faas-request", Percentile: 98}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			if got := functions.FromAnnotations("f", tc.ann); got != tc.want {
@@ -131,5 +137,137 @@ func TestGatewayBasicAuth(t *testing.T) {
 	g := functions.NewGateway(functions.GatewayConfig{URL: srv.URL, Username: "admin", Password: "secret"})
 	if _, err := g.Function(context.Background(), "a"); err != nil {
 		t.Fatalf("with credentials: %v", err)
+	}
+}
+
+// catalog is a Catalog over fixed namespaces, counting reads; the default namespace is "openfaas-fn".
+type catalog struct {
+	mu    sync.Mutex
+	fns   map[string][]string // namespace -> function names
+	reads map[string]int
+}
+
+func (c *catalog) List(_ context.Context, ns string) ([]types.FunctionStatus, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if ns == "" {
+		ns = "openfaas-fn"
+	}
+	c.reads[ns]++
+	names, ok := c.fns[ns]
+	if !ok {
+		return nil, fmt.Errorf("%w: %s", functions.ErrUnknownNamespace, ns)
+	}
+	var out []types.FunctionStatus
+	for _, n := range names {
+		ann := map[string]string{"com.openfaas.queue": "q-" + ns}
+		out = append(out, types.FunctionStatus{Name: n, Namespace: ns, Annotations: &ann})
+	}
+	return out, nil
+}
+
+func (c *catalog) Namespaces(context.Context) ([]string, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	var out []string
+	for ns := range c.fns {
+		out = append(out, ns)
+	}
+	return out, nil
+}
+
+// Issue 13 item 1: "name.namespace" is looked up in that namespace; in the default namespace it is the same
+// function as "name" (one canonical name); an unknown namespace holds no function.
+func TestCacheNamespaces(t *testing.T) {
+	ctx := context.Background()
+	cat := &catalog{fns: map[string][]string{"openfaas-fn": {"echo"}, "dev": {"echo", "only-dev"}}, reads: map[string]int{}}
+	c := functions.NewCache(functions.CacheConfig{Catalog: cat})
+	for ref, want := range map[string]functions.Function{
+		"echo":             {Name: "echo", Queue: "q-openfaas-fn", Percentile: 98},
+		"echo.openfaas-fn": {Name: "echo", Queue: "q-openfaas-fn", Percentile: 98},
+		"echo.dev":         {Name: "echo.dev", Queue: "q-dev", Percentile: 98},
+		"only-dev.dev":     {Name: "only-dev.dev", Queue: "q-dev", Percentile: 98},
+	} {
+		got, err := c.Function(ctx, ref)
+		if err != nil || got != want {
+			t.Errorf("Function(%q) = %+v, %v; want %+v", ref, got, err, want)
+		}
+	}
+	for _, ref := range []string{"only-dev", "only-dev.openfaas-fn", "echo.nowhere", "echo/../x"} {
+		if _, err := c.Function(ctx, ref); !functions.IsUnknown(err) {
+			t.Errorf("Function(%q) = %v, want ErrUnknownFunction", ref, err)
+		}
+	}
+	if cat.reads["nowhere"] != 0 {
+		t.Errorf("a namespace the catalog does not list was read %d times", cat.reads["nowhere"])
+	}
+	fns, err := c.Functions(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	for _, f := range fns {
+		names = append(names, f.Name)
+	}
+	slices.Sort(names)
+	if want := []string{"echo", "echo.dev", "only-dev.dev"}; !slices.Equal(names, want) {
+		t.Errorf("Functions = %v, want %v (each function once, every namespace)", names, want)
+	}
+}
+
+// The gateway catalog: a namespaced listing the gateway refuses is an unknown namespace; credentials go only to the
+// gateway's /system/ routes.
+func TestGatewayNamespaces(t *testing.T) {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if u, pw, ok := r.BasicAuth(); !ok || u != "admin" || pw != "secret" {
+			http.Error(w, "unauthorized", http.StatusUnauthorized)
+			return
+		}
+		switch ns := r.URL.Query().Get("namespace"); {
+		case r.URL.Path == "/system/namespaces":
+			_, _ = io.WriteString(w, `["openfaas-fn","dev"]`)
+		case r.URL.Path != "/system/functions":
+			http.NotFound(w, r)
+		case ns == "" || ns == "openfaas-fn":
+			_, _ = io.WriteString(w, `[{"name":"echo","namespace":"openfaas-fn"}]`)
+		case ns == "dev":
+			_, _ = io.WriteString(w, `[{"name":"gpu","namespace":"dev","annotations":{"com.openfaas.gpu.memory":"1Gi"}}]`)
+		default:
+			http.Error(w, "namespace not allowed", http.StatusBadRequest)
+		}
+	}))
+	defer srv.Close()
+	g := functions.NewGateway(functions.GatewayConfig{URL: srv.URL, Username: "admin", Password: "secret"})
+	ctx := context.Background()
+	if f, err := g.Function(ctx, "echo.openfaas-fn"); err != nil || f.Name != "echo" {
+		t.Fatalf("echo.openfaas-fn: %+v %v", f, err)
+	}
+	if f, err := g.Function(ctx, "gpu.dev"); err != nil || f.Name != "gpu.dev" || !f.GPU {
+		t.Fatalf("gpu.dev: %+v %v", f, err)
+	}
+	if _, err := g.Function(ctx, "echo.prod"); !functions.IsUnknown(err) {
+		t.Fatalf("echo.prod: %v, want unknown", err)
+	}
+}
+
+// A catalog in this process is read again on every miss (MissRefresh < 0): a function deployed a moment before its
+// first asynchronous call is found (the e2e test deploys and calls at once); a known default namespace makes
+// "echo" and "echo.openfaas-fn" one function from the first lookup.
+func TestCacheReadsAgainOnEveryMiss(t *testing.T) {
+	ctx := context.Background()
+	cat := &catalog{fns: map[string][]string{"openfaas-fn": {}}, reads: map[string]int{}}
+	now := time.Unix(1000, 0)
+	c := functions.NewCache(functions.CacheConfig{Catalog: cat, MissRefresh: -1, DefaultNamespace: "openfaas-fn",
+		Now: func() time.Time { return now }})
+	if _, err := c.Functions(ctx); err != nil { // the worker's queue discovery, before the deploy
+		t.Fatal(err)
+	}
+	cat.mu.Lock()
+	cat.fns["openfaas-fn"] = []string{"echo"}
+	cat.mu.Unlock()
+	for _, ref := range []string{"echo.openfaas-fn", "echo"} {
+		if f, err := c.Function(ctx, ref); err != nil || f.Name != "echo" {
+			t.Fatalf("Function(%q) right after the deploy = %+v, %v; want echo", ref, f, err)
+		}
 	}
 }

@@ -1,9 +1,12 @@
 // Package natsserver runs an embedded NATS server with JetStream in this process: the message store behind
-// asynchronous invocations when faas-gpu runs on one machine, and a real broker for tests.
+// asynchronous invocations when faas-gpu runs on one machine, and a real broker for tests. The server always
+// requires a user name and password (no anonymous clients), and accepts messages up to queue.MaxMessageBytes.
 package natsserver
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"net"
@@ -11,9 +14,11 @@ import (
 	"time"
 
 	"github.com/nats-io/nats-server/v2/server"
+
+	"github.com/faas-gpu/faas-gpu/queueworker/queue"
 )
 
-// ErrInvalidConfig is returned (wrapped) for a Config that names no store or an impossible port.
+// ErrInvalidConfig is returned (wrapped) for a Config that names no store or credentials, or an impossible port.
 var ErrInvalidConfig = errors.New("invalid natsserver config")
 
 // Config says where the server listens and keeps its JetStream store.
@@ -27,6 +32,10 @@ type Config struct {
 	Port int
 	// ReadyTimeout bounds how long Start waits for the server to accept connections; 0 means 10s.
 	ReadyTimeout time.Duration
+	// Username and Password every client must present; both are required.
+	Username, Password string
+	// MaxPayload is the largest message the server accepts; 0 means queue.MaxMessageBytes.
+	MaxPayload int32
 }
 
 // Server is a running embedded NATS server.
@@ -42,6 +51,15 @@ func Start(ctx context.Context, cfg Config) (*Server, error) {
 	if cfg.Port == 0 || cfg.Port < -1 || cfg.Port > 65535 {
 		return nil, fmt.Errorf("%w: Port %d must be -1 (free port) or 1..65535", ErrInvalidConfig, cfg.Port)
 	}
+	if cfg.Username == "" || cfg.Password == "" {
+		return nil, fmt.Errorf("%w: Username and Password are required (the server takes no anonymous clients)", ErrInvalidConfig)
+	}
+	if cfg.MaxPayload == 0 {
+		cfg.MaxPayload = queue.MaxMessageBytes
+	}
+	if cfg.MaxPayload < 0 {
+		return nil, fmt.Errorf("%w: MaxPayload %d must be > 0", ErrInvalidConfig, cfg.MaxPayload)
+	}
 	if cfg.Host == "" {
 		cfg.Host = "127.0.0.1"
 	}
@@ -56,6 +74,10 @@ func Start(ctx context.Context, cfg Config) (*Server, error) {
 		StoreDir:   cfg.StoreDir,
 		NoSigs:     true,
 		NoLog:      true,
+		Username:   cfg.Username,
+		Password:   cfg.Password,
+		MaxPayload: cfg.MaxPayload,
+		MaxPending: max(int64(cfg.MaxPayload)*2, 64<<20), // room for a full message in a client's pending buffer
 		// No HTTP monitoring, cluster or leaf ports: this server serves this machine only.
 		HTTPPort: 0,
 	}
@@ -83,6 +105,9 @@ func Start(ctx context.Context, cfg Config) (*Server, error) {
 // ClientURL is the nats:// URL clients connect to, with the port actually bound.
 func (s *Server) ClientURL() string { return s.ns.ClientURL() }
 
+// Addr is the client listener's host:port.
+func (s *Server) Addr() string { return s.ns.Addr().String() }
+
 // Port is the client port actually bound (useful to restart a server started with Port -1 on the same port).
 func (s *Server) Port() int {
 	if a, ok := s.ns.Addr().(*net.TCPAddr); ok {
@@ -95,4 +120,11 @@ func (s *Server) Port() int {
 func (s *Server) Shutdown() {
 	s.ns.Shutdown()
 	s.ns.WaitForShutdown()
+}
+
+// RandomPassword returns a new random password: 32 bytes from crypto/rand in hex.
+func RandomPassword() string {
+	var b [32]byte
+	_, _ = rand.Read(b[:]) // crypto/rand.Read never fails on Linux (Go 1.24+ panics instead of returning an error)
+	return hex.EncodeToString(b[:])
 }

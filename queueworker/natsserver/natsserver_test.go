@@ -3,6 +3,7 @@ package natsserver_test
 import (
 	"context"
 	"errors"
+	"strings"
 	"testing"
 	"time"
 
@@ -10,13 +11,16 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/faas-gpu/faas-gpu/queueworker/natsserver"
+	"github.com/faas-gpu/faas-gpu/queueworker/queue"
 )
 
 func TestStartRejectsBadConfig(t *testing.T) {
 	for name, cfg := range map[string]natsserver.Config{
-		"no store":  {Port: -1},
-		"port 0":    {StoreDir: t.TempDir(), Port: 0},
-		"port high": {StoreDir: t.TempDir(), Port: 70000},
+		"no store":    {Port: -1, Username: "u", Password: "p"},
+		"port 0":      {StoreDir: t.TempDir(), Port: 0, Username: "u", Password: "p"},
+		"port high":   {StoreDir: t.TempDir(), Port: 70000, Username: "u", Password: "p"},
+		"no user":     {StoreDir: t.TempDir(), Port: -1, Password: "p"},
+		"no password": {StoreDir: t.TempDir(), Port: -1, Username: "u"},
 	} {
 		t.Run(name, func(t *testing.T) {
 			if _, err := natsserver.Start(context.Background(), cfg); !errors.Is(err, natsserver.ErrInvalidConfig) {
@@ -30,12 +34,12 @@ func TestStartRejectsBadConfig(t *testing.T) {
 func TestRestartKeepsMessages(t *testing.T) {
 	ctx := context.Background()
 	dir := t.TempDir()
-	s, err := natsserver.Start(ctx, natsserver.Config{StoreDir: dir, Port: -1})
+	s, err := natsserver.Start(ctx, natsserver.Config{StoreDir: dir, Port: -1, Username: "u", Password: "p"})
 	if err != nil {
 		t.Fatal(err)
 	}
 	port := s.Port()
-	nc, err := nats.Connect(s.ClientURL(), nats.MaxReconnects(-1), nats.ReconnectWait(50*time.Millisecond))
+	nc, err := nats.Connect(s.ClientURL(), nats.UserInfo("u", "p"), nats.MaxReconnects(-1), nats.ReconnectWait(50*time.Millisecond))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -54,7 +58,7 @@ func TestRestartKeepsMessages(t *testing.T) {
 	}
 	s.Shutdown()
 
-	s2, err := natsserver.Start(ctx, natsserver.Config{StoreDir: dir, Port: port})
+	s2, err := natsserver.Start(ctx, natsserver.Config{StoreDir: dir, Port: port, Username: "u", Password: "p"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -72,5 +76,53 @@ func TestRestartKeepsMessages(t *testing.T) {
 			t.Fatalf("stream after restart: %v (want 10 messages)", err)
 		}
 		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// The server takes no client without the credentials (issue 11 item 10), and carries the messages the queue needs
+// (queue.MaxMessageBytes).
+func TestRequiresCredentialsAndCarriesTheQueueLimit(t *testing.T) {
+	password := natsserver.RandomPassword()
+	if len(password) != 64 || password == natsserver.RandomPassword() {
+		t.Fatalf("RandomPassword %q: want 64 hex digits, different each time", password)
+	}
+	s, err := natsserver.Start(context.Background(), natsserver.Config{StoreDir: t.TempDir(), Port: -1,
+		Username: "faas-gpu", Password: password})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Shutdown()
+	for name, opts := range map[string][]nats.Option{
+		"anonymous":      nil,
+		"wrong password": {nats.UserInfo("faas-gpu", "guess")},
+		"wrong user":     {nats.UserInfo("admin", password)},
+		"token":          {nats.Token(password)},
+	} {
+		nc, err := nats.Connect(s.ClientURL(), append(opts, nats.MaxReconnects(0))...)
+		if err == nil {
+			nc.Close()
+			t.Errorf("%s: connected without the credentials", name)
+		} else if !errors.Is(err, nats.ErrAuthorization) && !strings.Contains(strings.ToLower(err.Error()), "authorization") {
+			t.Errorf("%s: %v, want an authorization error", name, err)
+		}
+	}
+	nc, err := nats.Connect(s.ClientURL(), nats.UserInfo("faas-gpu", password))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	if got := nc.MaxPayload(); got != queue.MaxMessageBytes {
+		t.Fatalf("max_payload %d, want queue.MaxMessageBytes %d", got, queue.MaxMessageBytes)
+	}
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	if err := queue.Ensure(ctx, js); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := js.Publish(ctx, queue.Subject(queue.DefaultQueue), make([]byte, queue.MaxMessageBytes-1024)); err != nil {
+		t.Fatalf("publishing a message just under queue.MaxMessageBytes: %v", err)
 	}
 }

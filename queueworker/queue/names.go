@@ -14,10 +14,15 @@ const (
 	AnnotationQueue = "com.openfaas.queue"
 	// StreamPrefix prefixes a queue's name to make its stream's name.
 	StreamPrefix = "OF_"
+	// DeadLetterQueue is the name reserved for the dead letters: no function's queue may take it (or any name
+	// starting with it), or the worker would consume its own dead letters.
+	DeadLetterQueue = "faas-dead-letter"
 	// DeadLetterStream keeps the messages the worker gave up on, with the reason.
-	DeadLetterStream = "OF_faas-dead-letter"
+	DeadLetterStream = StreamPrefix + DeadLetterQueue
 	// DeadLetterSubjectPrefix prefixes the queue name in a dead-letter entry's subject.
-	DeadLetterSubjectPrefix = "faas-dead-letter."
+	DeadLetterSubjectPrefix = DeadLetterQueue + "."
+	// MaxNameLen is the longest queue name.
+	MaxNameLen = 64
 
 	// HeaderCallID identifies one asynchronous call, from the front door to the callback.
 	HeaderCallID = "X-Call-Id"
@@ -46,10 +51,19 @@ const (
 	HeaderDeadLetterDeliveries = "Faas-Deliveries"
 	// HeaderDeadLetterSequence is the message's sequence in its stream (a dead-letter entry header).
 	HeaderDeadLetterSequence = "Faas-Stream-Sequence"
+	// HeaderDeadLetterDropped says what of the original message the entry does not keep, and why (a dead-letter
+	// entry header): "body" (bodies are not kept, or the entry would not fit), "message" (it was not a queue
+	// request, so its headers could not be cleaned).
+	HeaderDeadLetterDropped = "Faas-Dropped"
+	// HeaderDeadLetterSize is the size in bytes of the original message (a dead-letter entry header).
+	HeaderDeadLetterSize = "Faas-Message-Bytes"
 )
 
 // ErrInvalidName is returned (wrapped) for a queue name that cannot name a stream.
 var ErrInvalidName = errors.New("invalid queue name")
+
+// ErrReservedName is returned (wrapped, together with ErrInvalidName) for a queue name that is reserved.
+var ErrReservedName = errors.New("reserved queue name")
 
 // Stream is the stream of queue q.
 func Stream(q string) string { return StreamPrefix + q }
@@ -60,10 +74,17 @@ func Subject(q string) string { return q }
 // DeadLetterSubject is the dead-letter subject of queue q.
 func DeadLetterSubject(q string) string { return DeadLetterSubjectPrefix + q }
 
-// ValidateName checks that q can name a stream and a subject: 1 to 64 characters of [A-Za-z0-9_-].
+// Reserved reports whether q is a reserved queue name: the dead-letter queue's name or any name starting with
+// it (case-insensitively, so that no queue can be confused with it on a case-insensitive file system).
+func Reserved(q string) bool {
+	return len(q) >= len(DeadLetterQueue) && strings.EqualFold(q[:len(DeadLetterQueue)], DeadLetterQueue)
+}
+
+// ValidateName checks that q can name a queue: 1 to MaxNameLen characters of [A-Za-z0-9_-] (a valid NATS stream
+// name and subject token once prefixed, and a safe folder name in the JetStream store), not reserved.
 func ValidateName(q string) error {
-	if q == "" || len(q) > 64 {
-		return fmt.Errorf("%w: %q must be 1 to 64 characters", ErrInvalidName, q)
+	if q == "" || len(q) > MaxNameLen {
+		return fmt.Errorf("%w: %q must be 1 to %d characters", ErrInvalidName, q, MaxNameLen)
 	}
 	for _, c := range q {
 		ok := c == '-' || c == '_' || (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9')
@@ -71,26 +92,53 @@ func ValidateName(q string) error {
 			return fmt.Errorf("%w: %q may hold only letters, digits, '-' and '_'", ErrInvalidName, q)
 		}
 	}
+	if Reserved(q) {
+		return fmt.Errorf("%w: %w: %q is reserved for the dead letters (stream %s)", ErrInvalidName, ErrReservedName,
+			q, DeadLetterStream)
+	}
 	return nil
 }
 
 // ErrInvalidFunctionName is returned (wrapped) for a function name that cannot appear in /function/{name}.
 var ErrInvalidFunctionName = errors.New("invalid function name")
 
-// ValidateFunctionName checks that name is a function name (optionally "name.namespace"): 1 to 253 characters of
-// letters, digits, '-', '_' and '.', not starting or ending with '.', without "..".
-func ValidateFunctionName(name string) error {
-	if name == "" || len(name) > 253 {
-		return fmt.Errorf("%w: %q must be 1 to 253 characters", ErrInvalidFunctionName, name)
+// MaxFunctionNameLen is the longest function name and the longest namespace (a DNS-1123 label).
+const MaxFunctionNameLen = 63
+
+// SplitFunction splits a function reference as the gateway's /function/{name} and /async-function/{name} take it,
+// "name" or "name.namespace" (faas-cli sends the latter), into its name and namespace ("" when none is given),
+// the way the synchronous proxy does. Each part is 1 to MaxFunctionNameLen characters of letters, digits, '-' and
+// '_'; there is at most one '.'.
+func SplitFunction(ref string) (name, namespace string, err error) {
+	name, namespace, dotted := strings.Cut(ref, ".")
+	if err := checkFunctionPart(ref, "name", name); err != nil {
+		return "", "", err
 	}
-	if name[0] == '.' || name[len(name)-1] == '.' || strings.Contains(name, "..") {
-		return fmt.Errorf("%w: %q may not start or end with '.' or contain \"..\"", ErrInvalidFunctionName, name)
+	if dotted {
+		if err := checkFunctionPart(ref, "namespace", namespace); err != nil {
+			return "", "", err
+		}
 	}
-	for _, c := range name {
-		ok := c == '-' || c == '_' || c == '.' || (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9')
+	return name, namespace, nil
+}
+
+func checkFunctionPart(ref, what, part string) error {
+	if part == "" || len(part) > MaxFunctionNameLen {
+		return fmt.Errorf("%w: %q: the %s must be 1 to %d characters (name or name.namespace)", ErrInvalidFunctionName,
+			ref, what, MaxFunctionNameLen)
+	}
+	for _, c := range part {
+		ok := c == '-' || c == '_' || (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9')
 		if !ok {
-			return fmt.Errorf("%w: %q may hold only letters, digits, '-', '_' and '.'", ErrInvalidFunctionName, name)
+			return fmt.Errorf("%w: %q: the %s may hold only letters, digits, '-' and '_' (name or name.namespace)",
+				ErrInvalidFunctionName, ref, what)
 		}
 	}
 	return nil
+}
+
+// ValidateFunctionName checks that ref is a function reference: "name" or "name.namespace" (see SplitFunction).
+func ValidateFunctionName(ref string) error {
+	_, _, err := SplitFunction(ref)
+	return err
 }

@@ -9,8 +9,12 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 )
 
-// DeadLetterMaxAge is how long dead-letter entries are kept.
-const DeadLetterMaxAge = 7 * 24 * time.Hour
+// DefaultDeadLetterMaxAge is how long dead-letter entries are kept unless configured otherwise (the worker's
+// DeadLetterMaxAge, `-dead-letter-max-age`).
+const DefaultDeadLetterMaxAge = 7 * 24 * time.Hour
+
+// ErrNotAQueue is returned (wrapped) when a stream is asked to be consumed as a queue but is not one.
+var ErrNotAQueue = errors.New("not a queue stream")
 
 // DuplicateWindow is how long JetStream remembers a call ID (Nats-Msg-Id) to drop a second publish of the same call.
 const DuplicateWindow = 2 * time.Minute
@@ -35,8 +39,11 @@ func StreamConfig(q string) jetstream.StreamConfig {
 }
 
 // DeadLetterStreamConfig is the configuration of the dead-letter stream: limits retention (entries stay for
-// inspection until they age out), file storage.
-func DeadLetterStreamConfig() jetstream.StreamConfig {
+// inspection until they are maxAge old; 0 means DefaultDeadLetterMaxAge), file storage.
+func DeadLetterStreamConfig(maxAge time.Duration) jetstream.StreamConfig {
+	if maxAge <= 0 {
+		maxAge = DefaultDeadLetterMaxAge
+	}
 	return jetstream.StreamConfig{
 		Name:        DeadLetterStream,
 		Description: "faas-gpu asynchronous invocations given up on, with the reason in " + HeaderDeadLetterReason,
@@ -44,7 +51,7 @@ func DeadLetterStreamConfig() jetstream.StreamConfig {
 		Retention:   jetstream.LimitsPolicy,
 		Storage:     jetstream.FileStorage,
 		Discard:     jetstream.DiscardOld,
-		MaxAge:      DeadLetterMaxAge,
+		MaxAge:      maxAge,
 		Replicas:    1,
 	}
 }
@@ -64,7 +71,45 @@ func Ensure(ctx context.Context, js jetstream.JetStream, queues ...string) error
 			return err
 		}
 	}
-	return create(ctx, js, DeadLetterStreamConfig())
+	return create(ctx, js, DeadLetterStreamConfig(0))
+}
+
+// EnsureDeadLetter creates the dead-letter stream with entries kept for maxAge (0: DefaultDeadLetterMaxAge), or
+// sets the MaxAge of the existing one to it (the worker writes the dead letters, so its setting is the one that
+// holds); other settings of an existing stream are left as they are.
+func EnsureDeadLetter(ctx context.Context, js jetstream.JetStream, maxAge time.Duration) error {
+	want := DeadLetterStreamConfig(maxAge)
+	st, err := js.Stream(ctx, DeadLetterStream)
+	if errors.Is(err, jetstream.ErrStreamNotFound) {
+		return create(ctx, js, want)
+	}
+	if err != nil {
+		return fmt.Errorf("queue: stream %s: %w", DeadLetterStream, err)
+	}
+	cfg := st.CachedInfo().Config
+	if cfg.MaxAge == want.MaxAge {
+		return nil
+	}
+	cfg.MaxAge = want.MaxAge
+	if _, err := js.UpdateStream(ctx, cfg); err != nil {
+		return fmt.Errorf("queue: setting the max age of %s to %s: %w", DeadLetterStream, want.MaxAge, err)
+	}
+	return nil
+}
+
+// CheckQueueStream refuses to treat a stream as queue q unless q is a valid queue name (never a reserved one) and
+// the stream is q's: named Stream(q), work-queue retention, exactly q's subject. The worker checks it before it
+// creates a consumer, so that it never consumes the dead letters or any stream that is not a queue.
+func CheckQueueStream(cfg jetstream.StreamConfig, q string) error {
+	if err := ValidateName(q); err != nil {
+		return err
+	}
+	if cfg.Name != Stream(q) || cfg.Retention != jetstream.WorkQueuePolicy || len(cfg.Subjects) != 1 ||
+		cfg.Subjects[0] != Subject(q) {
+		return fmt.Errorf("%w: stream %s (retention %s, subjects %v) is not the stream of queue %q (want %s, work-queue retention, subject %s)",
+			ErrNotAQueue, cfg.Name, cfg.Retention, cfg.Subjects, q, Stream(q), Subject(q))
+	}
+	return nil
 }
 
 func create(ctx context.Context, js jetstream.JetStream, cfg jetstream.StreamConfig) error {

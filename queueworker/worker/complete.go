@@ -3,14 +3,19 @@ package worker
 import (
 	"bytes"
 	"context"
+	"encoding/json"
+	"errors"
 	"fmt"
+	"io"
 	"net/http"
 	"slices"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/openfaas/faas-provider/types"
 
 	"github.com/faas-gpu/faas-gpu/queueworker/queue"
 )
@@ -35,8 +40,12 @@ func (w *Worker) complete(ctx context.Context, js jetstream.JetStream, m *messag
 			w.m.callbacks.WithLabelValues("failed").Inc()
 			w.cfg.Logger.Error("queue worker: callback failed; dead-lettering", "function", m.req.Function,
 				"request_id", m.callID, "callback", m.req.CallbackURL.Redacted(), "err", err)
+			reason := ReasonCallbackFailed
+			if errors.Is(err, errCallbackRefused) {
+				reason = ReasonCallbackRefused
+			}
 			if out.reason == "" {
-				out.reason, out.detail = ReasonCallbackFailed, err.Error()
+				out.reason, out.detail = reason, err.Error()
 			} else {
 				out.detail += "; callback failed too: " + err.Error()
 			}
@@ -70,6 +79,9 @@ func (w *Worker) callback(ctx context.Context, m *message, out outcome) error {
 			}
 		}
 		status, err := w.postCallback(ctx, m, out)
+		if errors.Is(err, errCallbackRefused) {
+			return err // the address will not change: no retry
+		}
 		if err == nil && status >= 200 && status < 300 {
 			w.m.callbacks.WithLabelValues("ok").Inc()
 			return nil
@@ -108,17 +120,21 @@ func (w *Worker) postCallback(ctx context.Context, m *message, out outcome) (int
 	if st := m.req.Header.Get(queue.HeaderStartTime); st != "" {
 		req.Header.Set(queue.HeaderStartTime, st)
 	}
-	res, err := w.cfg.Client.Do(req)
+	res, err := w.callbacks.Do(req)
 	if err != nil {
 		return 0, err
 	}
+	_, _ = io.Copy(io.Discard, io.LimitReader(res.Body, 64<<10)) // let a small answer's connection be reused
 	_ = res.Body.Close()
 	return res.StatusCode, nil
 }
 
-// deadLetter stores the message on the dead-letter stream with the reason.
+// deadLetter stores the message on the dead-letter stream with the reason. The entry is the queue request without
+// the client's credentials (Authorization, Proxy-Authorization and Cookie headers removed) and, when
+// DeadLetterDropBodies is set or the entry would not fit the NATS max_payload, without its body. A message that is
+// not a queue request is not kept at all (its headers cannot be cleaned): the entry holds its size and the reason.
 func (w *Worker) deadLetter(ctx context.Context, js jetstream.JetStream, m *message, reason, detail string) error {
-	dl := &nats.Msg{Subject: queue.DeadLetterSubject(m.queue), Data: m.msg.Data(), Header: nats.Header{}}
+	dl := &nats.Msg{Subject: queue.DeadLetterSubject(m.queue), Header: nats.Header{}}
 	dl.Header.Set(queue.HeaderDeadLetterReason, reason+": "+detail)
 	dl.Header.Set(queue.HeaderDeadLetterQueue, m.queue)
 	if m.req.Function != "" {
@@ -126,8 +142,33 @@ func (w *Worker) deadLetter(ctx context.Context, js jetstream.JetStream, m *mess
 	}
 	dl.Header.Set(queue.HeaderDeadLetterDeliveries, strconv.Itoa(m.delivery))
 	dl.Header.Set(queue.HeaderDeadLetterSequence, strconv.FormatUint(m.seq, 10))
+	dl.Header.Set(queue.HeaderDeadLetterSize, strconv.Itoa(len(m.msg.Data())))
 	if m.callID != "" {
 		dl.Header.Set(queue.HeaderCallID, m.callID)
+	}
+	var dropped []string
+	if !m.parsed {
+		dropped = append(dropped, "message")
+	} else {
+		req := m.req
+		req.Header = queue.WithoutCredentials(req.Header)
+		if w.cfg.DeadLetterDropBodies {
+			req.Body, dropped = nil, append(dropped, "body")
+		}
+		data, err := encodeRequest(req)
+		if err != nil {
+			return fmt.Errorf("dead letter: encoding the request: %w", err)
+		}
+		if nc := js.Conn(); nc != nil && nc.MaxPayload() > 0 && int64(len(data)+4096) > nc.MaxPayload() && req.Body != nil {
+			req.Body, dropped = nil, append(dropped, "body")
+			if data, err = encodeRequest(req); err != nil {
+				return fmt.Errorf("dead letter: encoding the request: %w", err)
+			}
+		}
+		dl.Data = data
+	}
+	if len(dropped) > 0 {
+		dl.Header.Set(queue.HeaderDeadLetterDropped, strings.Join(dropped, ","))
 	}
 	pctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
@@ -135,4 +176,15 @@ func (w *Worker) deadLetter(ctx context.Context, js jetstream.JetStream, m *mess
 		return fmt.Errorf("dead letter to %s: %w", queue.DeadLetterStream, err)
 	}
 	return nil
+}
+
+// encodeRequest is the JSON of a queue request, without HTML escaping (as the front door writes it).
+func encodeRequest(req types.QueueRequest) ([]byte, error) {
+	var buf bytes.Buffer
+	enc := json.NewEncoder(&buf)
+	enc.SetEscapeHTML(false)
+	if err := enc.Encode(req); err != nil {
+		return nil, err
+	}
+	return bytes.TrimSuffix(buf.Bytes(), []byte("\n")), nil
 }

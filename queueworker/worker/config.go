@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
 	"net/http"
 	"net/url"
 	"slices"
@@ -83,6 +84,8 @@ type Config struct {
 	JetStream jetstream.JetStream
 	// NATSURL is used when JetStream is nil.
 	NATSURL string
+	// NATSUser and NATSPassword authenticate the connection to NATSURL (credentials in the URL work too).
+	NATSUser, NATSPassword string
 	// Durable is the name of the durable pull consumer on every queue stream; default "faas-gpu-queue-worker".
 	// Workers with the same name share the work.
 	Durable string
@@ -96,6 +99,8 @@ type Config struct {
 	DiscoverQueues time.Duration
 
 	// GatewayURL is the base URL functions are invoked through: <GatewayURL>/function/<name><path>?<query>.
+	// The worker builds that URL itself from the checked parts of a message (queue.CheckRequest), so that no
+	// message can steer it elsewhere on the gateway, and follows no redirect.
 	GatewayURL string
 	// MaxInflight bounds concurrent invocations; default 2 x the pool's GPU slots when Capacity is set (at
 	// least 16), else 16.
@@ -128,11 +133,23 @@ type Config struct {
 	InvokeTimeout time.Duration
 	// CallbackTimeout bounds one callback attempt; default 30s.
 	CallbackTimeout time.Duration
-	// Client makes invocations and callbacks; default a pooled client. Timeouts come from InvokeTimeout and
-	// CallbackTimeout through request contexts.
+	// Client makes invocations; default a pooled client that follows no redirect. Timeouts come from
+	// InvokeTimeout through request contexts. Callbacks use a client of their own that carries no credentials,
+	// follows no redirect and refuses to dial ForbiddenCallbackHosts.
 	Client *http.Client
-	// MaxMessageBytes sends larger messages to the dead letters (reason oversized); default 8 MiB.
+	// ForbiddenCallbackHosts are host:port addresses callbacks must never reach (reason callback_refused); the
+	// gateway's (GatewayURL) is always one. They are compared with the address actually dialled, after name
+	// resolution: a loopback or unspecified host stands for every address of this machine on that port.
+	ForbiddenCallbackHosts []string
+	// MaxMessageBytes sends larger messages to the dead letters (reason oversized); default
+	// queue.MaxMessageBytes.
 	MaxMessageBytes int
+	// DeadLetterMaxAge is how long dead-letter entries are kept; default queue.DefaultDeadLetterMaxAge (7 days).
+	// The worker sets it on the dead-letter stream at start.
+	DeadLetterMaxAge time.Duration
+	// DeadLetterDropBodies keeps request bodies out of dead-letter entries (they keep the call's method, path,
+	// headers and reason). Entries never keep Authorization, Proxy-Authorization or Cookie headers.
+	DeadLetterDropBodies bool
 	// MaxResponseBytes caps the function response forwarded to the callback; default 16 MiB.
 	MaxResponseBytes int64
 
@@ -188,6 +205,9 @@ func (c *Config) setDefaults() error {
 	if c.GatewayURL == "" || err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
 		return fmt.Errorf("%w: GatewayURL %q must be an absolute http(s) URL", ErrInvalidConfig, c.GatewayURL)
 	}
+	if u.RawQuery != "" || u.Fragment != "" || u.User != nil {
+		return fmt.Errorf("%w: GatewayURL %q must have no query, fragment or credentials", ErrInvalidConfig, c.GatewayURL)
+	}
 	c.GatewayURL = strings.TrimRight(c.GatewayURL, "/")
 	if c.MaxInflight < 0 {
 		return fmt.Errorf("%w: MaxInflight must be >= 0 (0: sized to the pool)", ErrInvalidConfig)
@@ -238,10 +258,22 @@ func (c *Config) setDefaults() error {
 		t := http.DefaultTransport.(*http.Transport).Clone()
 		t.MaxIdleConnsPerHost = 1024
 		t.MaxIdleConns = 2048
-		c.Client = &http.Client{Transport: t}
+		c.Client = &http.Client{Transport: t, CheckRedirect: noRedirects}
+	}
+	c.ForbiddenCallbackHosts = append(slices.Clone(c.ForbiddenCallbackHosts), hostPort(u))
+	for _, h := range c.ForbiddenCallbackHosts {
+		if _, _, err := net.SplitHostPort(h); err != nil {
+			return fmt.Errorf("%w: ForbiddenCallbackHosts: %q is not host:port", ErrInvalidConfig, h)
+		}
 	}
 	if c.MaxMessageBytes == 0 {
-		c.MaxMessageBytes = 8 << 20
+		c.MaxMessageBytes = queue.MaxMessageBytes
+	}
+	if c.DeadLetterMaxAge == 0 {
+		c.DeadLetterMaxAge = queue.DefaultDeadLetterMaxAge
+	}
+	if c.DeadLetterMaxAge < time.Second {
+		return fmt.Errorf("%w: DeadLetterMaxAge must be at least 1s", ErrInvalidConfig)
 	}
 	if c.MaxResponseBytes == 0 {
 		c.MaxResponseBytes = 16 << 20
@@ -274,4 +306,20 @@ func (c *Config) setDefaults() error {
 		c.DrainTimeout = 30 * time.Second
 	}
 	return nil
+}
+
+// noRedirects makes a client return a redirect as the answer instead of following it: a function's answer is
+// reported as it is (as the synchronous proxy does), and neither a function nor a callback endpoint can send the
+// worker somewhere else.
+func noRedirects(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }
+
+// hostPort is u's host:port, with the scheme's default port when u names none.
+func hostPort(u *url.URL) string {
+	if u.Port() != "" {
+		return u.Host
+	}
+	if u.Scheme == "https" {
+		return net.JoinHostPort(u.Hostname(), "443")
+	}
+	return net.JoinHostPort(u.Hostname(), "80")
 }

@@ -7,8 +7,10 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"net/url"
 	"slices"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -141,12 +143,20 @@ func (w *Worker) run(ctx context.Context, js jetstream.JetStream, m *message) {
 var hopHeaders = []string{"Connection", "Keep-Alive", "Proxy-Connection", "Transfer-Encoding", "Upgrade", "Te",
 	"Trailer", "Content-Length", "Host"}
 
+// functionURL is where a message's function is invoked: <gateway>/function/<ref><path>?<query>, built from the
+// parts queue.CheckRequest accepted. Path is set decoded and encoded once by net/url, never parsed again, so a
+// percent sign in it reaches the gateway as %25 and cannot decode into a path of the gateway's own.
+func (w *Worker) functionURL(m *message) *url.URL {
+	u := *w.gateway
+	u.Path = strings.TrimSuffix(w.gateway.Path, "/") + "/function/" + m.req.Function + m.req.Path
+	u.RawPath = ""
+	u.RawQuery = m.req.QueryString
+	return &u
+}
+
 // invoke calls the function once through the gateway.
 func (w *Worker) invoke(ctx context.Context, m *message) outcome {
-	u := w.cfg.GatewayURL + "/function/" + m.req.Function + m.req.Path
-	if m.req.QueryString != "" {
-		u += "?" + m.req.QueryString
-	}
+	u := w.functionURL(m).String()
 	method := m.req.Method
 	if method == "" {
 		method = http.MethodPost

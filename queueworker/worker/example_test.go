@@ -24,12 +24,14 @@ import (
 func Example() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
 	defer stop()
-	ns, err := natsserver.Start(ctx, natsserver.Config{StoreDir: ".faas-gpu/jetstream", Port: -1})
+	password := natsserver.RandomPassword() // `faas-gpu up` keeps it in <state>/secrets/nats-password
+	ns, err := natsserver.Start(ctx, natsserver.Config{StoreDir: ".faas-gpu/jetstream", Port: -1,
+		Username: "faas-gpu", Password: password})
 	if err != nil {
 		log.Fatal(err)
 	}
 	defer ns.Shutdown()
-	nc, err := nats.Connect(ns.ClientURL(), nats.MaxReconnects(-1))
+	nc, err := nats.Connect(ns.ClientURL(), nats.UserInfo("faas-gpu", password), nats.MaxReconnects(-1))
 	if err != nil {
 		log.Fatal(err)
 	}
@@ -42,7 +44,7 @@ func Example() {
 		log.Fatal(err)
 	}
 	gateway := "http://127.0.0.1:8080"
-	fns := functions.NewGateway(functions.GatewayConfig{URL: gateway})
+	fns := functions.NewGateway(functions.GatewayConfig{URL: gateway}) // `up` reads its backend: functions.NewCache
 	mux := http.NewServeMux()
 	mux.Handle("/async-function/", frontdoor.New(frontdoor.Config{JetStream: js, Functions: fns}))
 	// ... the provider's routes on the same mux, served on :8080 ...

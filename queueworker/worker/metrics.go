@@ -15,6 +15,8 @@ const (
 	ReasonRetriesExhausted = "retries_exhausted"
 	ReasonMaxDeliveries    = "max_deliveries"
 	ReasonCallbackFailed   = "callback_failed"
+	// ReasonCallbackRefused: the callback URL leads to a forbidden address (the gateway's own); not retried.
+	ReasonCallbackRefused = "callback_refused"
 )
 
 // metrics are the worker's Prometheus collectors.

@@ -7,11 +7,11 @@ import (
 	"fmt"
 	"net/http"
 	"strconv"
-	"strings"
 	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/openfaas/faas-provider/types"
 
 	"github.com/faas-gpu/faas-gpu/gpuserver/queueing"
 	"github.com/faas-gpu/faas-gpu/queueworker/functions"
@@ -128,9 +128,11 @@ func (w *Worker) accept(ctx context.Context, q string, msg jetstream.Msg, js jet
 		return
 	}
 	if err := json.Unmarshal(data, &m.req); err != nil {
+		m.req = types.QueueRequest{}
 		fail(ReasonMalformed, "message is not a JSON queue request: "+err.Error(), 0)
 		return
 	}
+	m.parsed = true
 	m.callID = m.req.Header.Get(queue.HeaderCallID)
 	if m.callID == "" {
 		m.callID = q + "-" + strconv.FormatUint(m.seq, 10)
@@ -138,12 +140,8 @@ func (w *Worker) accept(ctx context.Context, q string, msg jetstream.Msg, js jet
 	if ns, err := strconv.ParseInt(m.req.Header.Get(queue.HeaderStartTime), 10, 64); err == nil && ns > 0 {
 		m.start = time.Unix(0, ns)
 	}
-	if err := queue.ValidateFunctionName(m.req.Function); err != nil {
-		fail(ReasonMalformed, "queue request's Function: "+err.Error(), 0)
-		return
-	}
-	if m.req.Path != "" && (m.req.Path[0] != '/' || strings.Contains(m.req.Path, "/../") || strings.HasSuffix(m.req.Path, "/..")) {
-		fail(ReasonMalformed, fmt.Sprintf("queue request's Path %q must start with '/' and not climb with '..'", m.req.Path), 0)
+	if err := queue.CheckRequest(&m.req); err != nil {
+		fail(ReasonMalformed, err.Error(), 0)
 		return
 	}
 	if m.delivery > w.cfg.MaxDeliveries {

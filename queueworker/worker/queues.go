@@ -2,6 +2,7 @@ package worker
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync"
 	"time"
@@ -13,9 +14,17 @@ import (
 )
 
 // consumer creates (or updates) the worker's durable pull consumer on queue q's stream, creating the stream when
-// missing.
+// missing. It refuses a reserved queue name and any stream that is not q's work queue (queue.CheckQueueStream):
+// the worker never consumes the dead letters.
 func (w *Worker) consumer(ctx context.Context, js jetstream.JetStream, q string) (jetstream.Consumer, error) {
 	if err := queue.Ensure(ctx, js, q); err != nil {
+		return nil, fmt.Errorf("worker: %w", err)
+	}
+	st, err := js.Stream(ctx, queue.Stream(q))
+	if err != nil {
+		return nil, fmt.Errorf("worker: stream %s: %w", queue.Stream(q), err)
+	}
+	if err := queue.CheckQueueStream(st.CachedInfo().Config, q); err != nil {
 		return nil, fmt.Errorf("worker: %w", err)
 	}
 	c, err := js.CreateOrUpdateConsumer(ctx, queue.Stream(q), jetstream.ConsumerConfig{
@@ -31,6 +40,20 @@ func (w *Worker) consumer(ctx context.Context, js jetstream.JetStream, q string)
 		return nil, fmt.Errorf("worker: consumer %s on stream %s: %w", w.cfg.Durable, queue.Stream(q), err)
 	}
 	return c, nil
+}
+
+// dropDeadLetterConsumer deletes this worker's durable consumer from the dead-letter stream where an earlier
+// version made one (a function annotated with the dead-letter queue's name made it consume its own dead letters).
+func (w *Worker) dropDeadLetterConsumer(ctx context.Context, js jetstream.JetStream) {
+	err := js.DeleteConsumer(ctx, queue.DeadLetterStream, w.cfg.Durable)
+	switch {
+	case err == nil:
+		w.cfg.Logger.Warn("queue worker: deleted its consumer on the dead-letter stream (left by an earlier version)",
+			"stream", queue.DeadLetterStream, "consumer", w.cfg.Durable)
+	case errors.Is(err, jetstream.ErrConsumerNotFound), errors.Is(err, jetstream.ErrStreamNotFound):
+	default:
+		w.cfg.Logger.Warn("queue worker: checking for a consumer on the dead-letter stream failed", "err", err)
+	}
 }
 
 // discoverLoop finds named queues (com.openfaas.queue) of deployed functions every DiscoverQueues and starts
@@ -56,6 +79,9 @@ func (w *Worker) discoverLoop(ctx context.Context, js jetstream.JetStream, liste
 				c, err := w.consumer(ctx, js, f.Queue)
 				if err != nil {
 					w.cfg.Logger.Warn("queue worker: cannot consume named queue", "queue", f.Queue, "function", f.Name, "err", err)
+					if errors.Is(err, queue.ErrInvalidName) || errors.Is(err, queue.ErrNotAQueue) {
+						have[f.Queue] = true // it will not become consumable: say so once
+					}
 					continue
 				}
 				have[f.Queue] = true

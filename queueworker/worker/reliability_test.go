@@ -26,10 +26,12 @@ import (
 
 // Environment of the worker child process (this test binary re-executed).
 const (
-	envChild      = "FAAS_GPU_QW_TEST_CHILD"
-	envChildNATS  = "FAAS_GPU_QW_TEST_NATS"
-	envChildGW    = "FAAS_GPU_QW_TEST_GATEWAY"
-	childAckWait  = 2 * time.Second
+	envChild     = "FAAS_GPU_QW_TEST_CHILD"
+	envChildNATS = "FAAS_GPU_QW_TEST_NATS"
+	envChildGW   = "FAAS_GPU_QW_TEST_GATEWAY"
+	// childAckWait is long enough that a worker slowed by a loaded machine keeps its leases (in-progress acks every
+	// third of it), short enough that a killed worker's messages come back well within the test's deadlines.
+	childAckWait  = 10 * time.Second
 	childInflight = 32
 )
 
@@ -71,7 +73,7 @@ type childProc struct {
 func startChild(t *testing.T, natsURL, gatewayURL string) *childProc {
 	t.Helper()
 	cmd := exec.Command(os.Args[0], "-test.run=^$")
-	cmd.Env = append(os.Environ(), envChild+"=1", envChildNATS+"="+natsURL, envChildGW+"="+gatewayURL)
+	cmd.Env = append(os.Environ(), envChild+"=1", envChildNATS+"="+jstest.AuthURL(natsURL), envChildGW+"="+gatewayURL)
 	cmd.Stderr = os.Stderr
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
@@ -98,7 +100,7 @@ func TestReliabilityKillsAndRestarts(t *testing.T) {
 	const total = 10000
 	ctx := context.Background()
 	store := t.TempDir()
-	ns, err := natsserver.Start(ctx, natsserver.Config{StoreDir: store, Port: -1})
+	ns, err := natsserver.Start(ctx, jstest.Config(store))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -180,7 +182,9 @@ func TestReliabilityKillsAndRestarts(t *testing.T) {
 	waitFor(6000, "before the NATS restart")
 	nsMu.Lock()
 	ns.Shutdown()
-	ns, err = natsserver.Start(ctx, natsserver.Config{StoreDir: store, Port: port})
+	restart := jstest.Config(store)
+	restart.Port = port
+	ns, err = natsserver.Start(ctx, restart)
 	nsMu.Unlock()
 	if err != nil {
 		t.Fatalf("restarting NATS on port %d: %v", port, err)

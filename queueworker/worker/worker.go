@@ -10,6 +10,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/http"
+	"net/url"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -33,6 +35,8 @@ type Worker struct {
 	started atomic.Bool
 	// ownClient: the HTTP client was made by New, so Run closes its idle connections when it returns.
 	ownClient bool
+	gateway   *url.URL     // GatewayURL, parsed
+	callbacks *http.Client // the callback client (callbackGuard)
 
 	mu          sync.Mutex
 	q           *queueing.Queue
@@ -68,6 +72,7 @@ type message struct {
 	msg      jetstream.Msg
 	queue    string
 	req      types.QueueRequest
+	parsed   bool // req was decoded from the message (else the message is not a queue request)
 	fn       functions.Function
 	callID   string
 	start    time.Time // when the call entered the system
@@ -104,8 +109,13 @@ func New(cfg Config) (*Worker, error) {
 	if err != nil {
 		return nil, err
 	}
+	gateway, err := url.Parse(cfg.GatewayURL)
+	if err != nil {
+		return nil, fmt.Errorf("%w: GatewayURL: %w", ErrInvalidConfig, err)
+	}
 	return &Worker{
-		cfg: cfg, m: m, q: q, ownClient: ownClient,
+		cfg: cfg, m: m, q: q, ownClient: ownClient, gateway: gateway,
+		callbacks: newCallbackGuard(cfg.ForbiddenCallbackHosts).client(),
 		held:      map[uint64]*message{},
 		heldQ:     map[string]int{},
 		reservedQ: map[string]int{},
@@ -137,8 +147,8 @@ func (w *Worker) Run(ctx context.Context) error {
 	js := w.cfg.JetStream
 	if js == nil {
 		log := w.cfg.Logger
-		nc, err := nats.Connect(w.cfg.NATSURL, nats.Name("faas-gpu queue-worker"), nats.MaxReconnects(-1),
-			nats.ReconnectWait(250*time.Millisecond), nats.RetryOnFailedConnect(false),
+		opts := []nats.Option{nats.Name("faas-gpu queue-worker"), nats.MaxReconnects(-1),
+			nats.ReconnectWait(250 * time.Millisecond), nats.RetryOnFailedConnect(false),
 			nats.ErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) {
 				log.Debug("queue worker: NATS asynchronous error", "err", err)
 			}),
@@ -150,9 +160,13 @@ func (w *Worker) Run(ctx context.Context) error {
 			}),
 			nats.ReconnectHandler(func(nc *nats.Conn) {
 				log.Info("queue worker: reconnected to NATS", "url", nc.ConnectedUrlRedacted())
-			}))
+			})}
+		if w.cfg.NATSUser != "" {
+			opts = append(opts, nats.UserInfo(w.cfg.NATSUser, w.cfg.NATSPassword))
+		}
+		nc, err := nats.Connect(w.cfg.NATSURL, opts...)
 		if err != nil {
-			return fmt.Errorf("worker: connecting to NATS at %s: %w", w.cfg.NATSURL, err)
+			return fmt.Errorf("worker: connecting to NATS at %s: %w", redactURL(w.cfg.NATSURL), err)
 		}
 		defer nc.Close()
 		js, err = jetstream.New(nc)
@@ -163,6 +177,10 @@ func (w *Worker) Run(ctx context.Context) error {
 	if err := queue.Ensure(ctx, js, w.cfg.Queues...); err != nil {
 		return fmt.Errorf("worker: %w", err)
 	}
+	if err := queue.EnsureDeadLetter(ctx, js, w.cfg.DeadLetterMaxAge); err != nil {
+		return fmt.Errorf("worker: %w", err)
+	}
+	w.dropDeadLetterConsumer(ctx, js)
 	consumers := map[string]jetstream.Consumer{}
 	for _, q := range w.cfg.Queues {
 		c, err := w.consumer(ctx, js, q)
@@ -226,7 +244,17 @@ func (w *Worker) Run(ctx context.Context) error {
 	if w.ownClient {
 		w.cfg.Client.CloseIdleConnections()
 	}
+	w.callbacks.CloseIdleConnections()
 	return nil
+}
+
+// redactURL hides the password of a URL that carries one.
+func redactURL(s string) string {
+	u, err := url.Parse(s)
+	if err != nil {
+		return "(unparsable URL)"
+	}
+	return u.Redacted()
 }
 
 // size fixes MaxInflight and the window from the config and, when set, the pool's capacity.

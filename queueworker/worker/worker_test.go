@@ -51,15 +51,21 @@ type env struct {
 
 func newEnv(t *testing.T, fn http.HandlerFunc) *env {
 	t.Helper()
+	mux := http.NewServeMux()
+	mux.HandleFunc("/function/", fn)
+	return newEnvGateway(t, mux)
+}
+
+// newEnvGateway is newEnv with the whole gateway's handler.
+func newEnvGateway(t *testing.T, gateway http.Handler) *env {
+	t.Helper()
 	s := jstest.Server(t)
 	_, js := jstest.Connect(t, s.ClientURL())
 	e := &env{t: t, js: js, callbacks: map[string][]callback{}, reg: prometheus.NewRegistry()}
 	if err := frontdoor.EnsureStreams(context.Background(), js); err != nil {
 		t.Fatal(err)
 	}
-	mux := http.NewServeMux()
-	mux.HandleFunc("/function/", fn)
-	e.gateway = httptest.NewServer(mux)
+	e.gateway = httptest.NewServer(gateway)
 	t.Cleanup(e.gateway.Close)
 	e.front = httptest.NewServer(frontdoor.New(frontdoor.Config{JetStream: js, Logger: slog.New(slog.NewTextHandler(t.Output(), nil))}))
 	t.Cleanup(e.front.Close)
@@ -353,7 +359,9 @@ func TestCallbackDownIsRetriedThenReported(t *testing.T) {
 	jstest.Eventually(t, 10*time.Second, func() bool { return e.streamMsgs(queue.DefaultQueue) == 0 }, "message acked")
 }
 
-// Cancelling Run lets the running invocation finish and its callback go out before Run returns.
+// Cancelling Run lets the running invocation finish and its callback go out before Run returns; the message still
+// waiting in the window is given back. No timing decides the outcome: the function is released only once the
+// worker has been seen draining (the waiting message given back while the running one is held).
 func TestGracefulDrain(t *testing.T) {
 	started := make(chan struct{}, 1)
 	releaseFn := make(chan struct{})
@@ -372,11 +380,15 @@ func TestGracefulDrain(t *testing.T) {
 	done := make(chan error, 1)
 	go func() { done <- w.Run(ctx) }()
 	<-started
+	jstest.Eventually(t, 20*time.Second, func() bool { s := w.Stats(); return s.Held == 2 && s.Window == 1 },
+		"the second message waiting in the window (stats %+v)", w.Stats())
 	cancel()
+	jstest.Eventually(t, 20*time.Second, func() bool { s := w.Stats(); return s.Held == 1 && s.Window == 0 },
+		"the waiting message given back while the running one is held (stats %+v)", w.Stats())
 	select {
-	case <-done:
-		t.Fatal("Run returned while an invocation was running")
-	case <-time.After(100 * time.Millisecond):
+	case err := <-done:
+		t.Fatalf("Run returned (%v) while an invocation was running", err)
+	default:
 	}
 	close(releaseFn)
 	if err := <-done; err != nil {
@@ -453,15 +465,21 @@ func metricValue(t *testing.T, reg *prometheus.Registry, name string, want map[s
 	return sum
 }
 
-// A call that runs longer than the ack wait keeps its lease through in-progress acks: it is invoked once.
+// A call that runs longer than the ack wait keeps its lease through in-progress acks: it is invoked once. The ack
+// wait is 3s (in-progress acks every second) and the call lasts 2.5 ack waits, so a lapse would take a worker
+// stalled for seconds; the outcome is decided by the worker's acks, not by how long the call takes.
 func TestLongCallKeepsItsLease(t *testing.T) {
+	const ackWait = 3 * time.Second
 	var calls atomic.Int32
 	e := newEnv(t, func(w http.ResponseWriter, r *http.Request) {
 		calls.Add(1)
-		time.Sleep(2 * time.Second) // several ack waits of 600ms
+		select { // several ack waits
+		case <-time.After(ackWait * 5 / 2):
+		case <-r.Context().Done():
+		}
 		_, _ = io.WriteString(w, "slow")
 	})
-	e.run(worker.Config{AckWait: 600 * time.Millisecond})
+	e.run(worker.Config{AckWait: ackWait})
 	id := e.send("/async-function/slow", "x", nil)
 	if cb := e.waitCallback(id); cb.body != "slow" || cb.header.Get("X-Retry") != "0" {
 		t.Fatalf("callback %v %q", cb.header, cb.body)
@@ -499,7 +517,8 @@ func TestRunLeavesNoGoroutines(t *testing.T) {
 	u, _ := url.Parse(cb.URL)
 
 	runOnce := func(id string) {
-		w, err := worker.New(worker.Config{NATSURL: s.ClientURL(), GatewayURL: gw.URL, Logger: slog.New(slog.NewTextHandler(t.Output(), nil))})
+		w, err := worker.New(worker.Config{NATSURL: s.ClientURL(), NATSUser: jstest.User, NATSPassword: jstest.Password,
+			GatewayURL: gw.URL, Logger: slog.New(slog.NewTextHandler(t.Output(), nil))})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -522,23 +541,37 @@ func TestRunLeavesNoGoroutines(t *testing.T) {
 	runOnce("first")
 	ignore := goleak.IgnoreCurrent()
 	runOnce("second")
-	goleak.VerifyNone(t, ignore)
+	// Goroutines of closed connections (the NATS server's for the worker's client, HTTP keep-alives) end a moment
+	// after Run returns: poll with a generous deadline instead of goleak's short built-in retry.
+	var leaked error
+	jstest.Eventually(t, 30*time.Second, func() bool { leaked = goleak.Find(ignore); return leaked == nil }, "no goroutine left: %v", leaked)
 }
 
 // A message for a function the worker does not know yet is looked at again until the grace period passes: a
-// function deployed a moment after its first call is invoked, not dead-lettered.
+// function deployed a moment after its first call is invoked, not dead-lettered. The worker's clock is the test's:
+// it stands still until "late" is served, so no load on the machine can make the grace period pass early, then it
+// jumps past the grace period so that "ghost" is dead-lettered.
 func TestUnknownFunctionGetsAGracePeriod(t *testing.T) {
 	e := newEnv(t, echo)
 	fns := &lateFunctions{}
-	e.run(worker.Config{Functions: fns, UnknownGrace: 2 * time.Second})
-	ghost := e.send("/async-function/ghost", "x", nil)
-	id := e.send("/async-function/late", "x", nil)
+	base := time.Now()
+	var offset atomic.Int64
+	now := func() time.Time { return base.Add(time.Duration(offset.Load())) }
+	const grace = 2 * time.Second                                                                 // the nak delay is grace/4
+	e.run(worker.Config{Functions: fns, UnknownGrace: grace, Now: now, MaxDeliveries: 1_000_000}) // ghost comes back every grace/4
+	start := map[string]string{"X-Start-Time": strconv.FormatInt(base.UnixNano(), 10)}
+	ghost := e.send("/async-function/ghost", "x", start)
+	id := e.send("/async-function/late", "x", start)
 	jstest.Eventually(t, 10*time.Second, func() bool { return fns.asked.Load() > 0 }, "the worker looked the function up")
 	fns.deployed.Store(true)
 	if cb := e.waitCallback(id); cb.header.Get("X-Function-Status") != "200" {
 		t.Fatalf("callback status %q, want 200", cb.header.Get("X-Function-Status"))
 	}
+	if n := len(e.callbacksFor(ghost)); n != 0 {
+		t.Fatalf("ghost called back %d times within the grace period", n)
+	}
 	// A function that never appears is dead-lettered once the grace period has passed.
+	offset.Store(int64(grace + time.Second))
 	if cb := e.waitCallback(ghost); cb.header.Get("X-Function-Status") != "404" {
 		t.Fatalf("ghost callback status %q, want 404", cb.header.Get("X-Function-Status"))
 	}

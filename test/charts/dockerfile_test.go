@@ -190,7 +190,7 @@ func TestFaasGPUDockerfile(t *testing.T) {
 }
 
 func TestGPUPythonDockerfile(t *testing.T) {
-	requireClean(t, "../../templates/gpu-python/Dockerfile", "../../templates/gpu-python")
+	requireClean(t, "../../template/gpu-python/Dockerfile", "../../template/gpu-python")
 }
 
 func TestDockerfileCheckerFindsMistakes(t *testing.T) {

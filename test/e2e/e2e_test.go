@@ -7,6 +7,7 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"encoding/base64"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -19,6 +20,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -26,6 +28,7 @@ import (
 	"github.com/openfaas/faas-provider/types"
 
 	"github.com/faas-gpu/faas-gpu/gpuserver/client"
+	"github.com/faas-gpu/faas-gpu/provider/basicauth"
 )
 
 // repoRoot is the repository's root, two folders up from this package.
@@ -70,6 +73,39 @@ type instance struct {
 	stateDir string
 	out      *lockedBuffer
 	done     chan struct{}
+	// user and password are the basic-auth credentials up created in <state-dir>/secrets (faas-cli login).
+	user, password string
+}
+
+// system sends a /system request exactly as faas-cli 0.18.12 does after `faas-cli login` (proxy/client.go
+// newRequest): the body as JSON with Content-Type application/json, and basic auth.
+func (in *instance) system(t *testing.T, method, path string, body any) reply {
+	t.Helper()
+	h := map[string]string{"Authorization": basicAuth(in.user, in.password)}
+	if body != nil {
+		h["Content-Type"] = "application/json"
+	}
+	return call(t, method, in.url+path, body, h)
+}
+
+func basicAuth(user, password string) string {
+	return "Basic " + base64.StdEncoding.EncodeToString([]byte(user+":"+password))
+}
+
+// templateFprocess is the fprocess of ./template/gpu-python/template.yml, which faas-cli deploy sends as envProcess.
+func templateFprocess(t *testing.T) string {
+	t.Helper()
+	raw, err := os.ReadFile(filepath.Join(repoRoot(t), "template", "gpu-python", "template.yml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, line := range strings.Split(string(raw), "\n") {
+		if v, ok := strings.CutPrefix(line, "fprocess:"); ok {
+			return strings.TrimSpace(v)
+		}
+	}
+	t.Fatal("template.yml has no fprocess")
+	return ""
 }
 
 type lockedBuffer struct {
@@ -111,7 +147,7 @@ func startUp(t *testing.T, stateDir string) *instance {
 	out := &lockedBuffer{}
 	cmd := exec.Command(bin, "up", "--state-dir", stateDir, "--port", strconv.Itoa(port),
 		"--build-dir", filepath.Join(stateDir, "..", "build"),
-		"--templates-dir", filepath.Join(root, "templates"), "--functions-dir", filepath.Join(root, "functions"),
+		"--templates-dir", filepath.Join(root, "template"), "--functions-dir", filepath.Join(root, "functions"),
 		"--gpu-memory", "4Gi", "--shim-dir", shimDir(t), "--log-level", "debug")
 	cmd.Stdout, cmd.Stderr = out, out
 	cmd.Dir = t.TempDir()
@@ -143,6 +179,11 @@ func startUp(t *testing.T, stateDir string) *instance {
 		}
 		return nil
 	})
+	creds, err := basicauth.Read(filepath.Join(stateDir, "secrets"))
+	if err != nil {
+		t.Fatalf("the credentials up created: %v", err)
+	}
+	in.user, in.password = creds.User, creds.Password
 	return in
 }
 
@@ -216,12 +257,22 @@ func call(t *testing.T, method, url string, body any, header map[string]string) 
 	return reply{code: resp.StatusCode, header: resp.Header, body: string(raw)}
 }
 
-// deploy does what faas-cli deploy does: PUT, then POST when the function is unknown.
-func deploy(t *testing.T, base string, fn types.FunctionDeployment) {
+// deploy does what faas-cli deploy -f stack.yml does: PUT, then POST when the function is unknown, with the
+// template's fprocess as envProcess (faas-cli reads it from ./template/<lang>/template.yml).
+func deploy(t *testing.T, in *instance, fn types.FunctionDeployment) {
 	t.Helper()
-	r := call(t, http.MethodPut, base+"/system/functions", fn, nil)
+	if fn.EnvProcess == "" {
+		fn.EnvProcess = templateFprocess(t)
+	}
+	if fn.Labels == nil {
+		fn.Labels = &map[string]string{}
+	}
+	if fn.Annotations == nil {
+		fn.Annotations = &map[string]string{}
+	}
+	r := in.system(t, http.MethodPut, "/system/functions", fn)
 	if r.code == http.StatusNotFound {
-		r = call(t, http.MethodPost, base+"/system/functions", fn, nil)
+		r = in.system(t, http.MethodPost, "/system/functions", fn)
 	}
 	if r.code >= 300 {
 		t.Fatalf("deploy %s: %d %s", fn.Service, r.code, r.body)
@@ -258,18 +309,18 @@ func TestEndToEnd(t *testing.T) {
 	base := in.url
 
 	// A secret the echo function reads as a file.
-	if r := call(t, http.MethodPost, base+"/system/secrets", types.Secret{Name: "api-key", Value: "s3cr3t"}, nil); r.code >= 300 {
+	if r := in.system(t, http.MethodPost, "/system/secrets", types.Secret{Name: "api-key", Value: "s3cr3t"}); r.code >= 300 {
 		t.Fatalf("create secret: %d %s", r.code, r.body)
 	}
-	if r := call(t, http.MethodGet, base+"/system/secrets", nil, nil); !strings.Contains(r.body, "api-key") || strings.Contains(r.body, "s3cr3t") {
+	if r := in.system(t, http.MethodGet, "/system/secrets", nil); !strings.Contains(r.body, "api-key") || strings.Contains(r.body, "s3cr3t") {
 		t.Fatalf("list secrets: %d %s (want the name, never the value)", r.code, r.body)
 	}
 
-	deploy(t, base, types.FunctionDeployment{Service: "echo", Image: "echo:latest", Secrets: []string{"api-key"}})
-	deploy(t, base, gpuFunction())
+	deploy(t, in, types.FunctionDeployment{Service: "echo", Image: "echo:latest", Secrets: []string{"api-key"}})
+	deploy(t, in, gpuFunction())
 
 	t.Run("duplicate deploy is refused", func(t *testing.T) {
-		r := call(t, http.MethodPost, base+"/system/functions", types.FunctionDeployment{Service: "echo", Image: "echo:latest"}, nil)
+		r := in.system(t, http.MethodPost, "/system/functions", types.FunctionDeployment{Service: "echo", Image: "echo:latest"})
 		if r.code < 400 || r.code >= 500 {
 			t.Fatalf("duplicate POST: %d %s, want a 4xx", r.code, r.body)
 		}
@@ -309,12 +360,102 @@ func TestEndToEnd(t *testing.T) {
 		}
 	})
 
+	t.Run("the provider surface is guarded", func(t *testing.T) {
+		// /system/* needs the credentials; /function/*, /healthz need none (faas-cli invoke sends none).
+		if r := call(t, http.MethodGet, base+"/system/functions", nil, nil); r.code != http.StatusUnauthorized {
+			t.Errorf("list without credentials: %d, want 401", r.code)
+		}
+		evil := types.FunctionDeployment{Service: "evil", Image: "echo:latest", EnvProcess: "touch /tmp/faas-gpu-pwned"}
+		if r := call(t, http.MethodPost, base+"/system/functions", evil, nil); r.code != http.StatusUnauthorized {
+			t.Errorf("deploy without credentials: %d, want 401", r.code)
+		}
+		// A cross-site form post carrying the credentials (a browser that cached them) is still refused.
+		form := call(t, http.MethodPost, base+"/system/functions", `{"service":"evil","image":"echo:latest"}`,
+			map[string]string{"Authorization": basicAuth(in.user, in.password),
+				"Content-Type": "application/x-www-form-urlencoded"})
+		if form.code != http.StatusUnsupportedMediaType {
+			t.Errorf("form-encoded deploy: %d %s, want 415", form.code, form.body)
+		}
+		// DNS rebinding: a page at rebind.example resolving to 127.0.0.1 reaches up with its own name in Host.
+		req, _ := http.NewRequest(http.MethodPost, base+"/function/echo", strings.NewReader("x"))
+		req.Host = "rebind.example"
+		if resp, err := http.DefaultClient.Do(req); err != nil {
+			t.Fatal(err)
+		} else if resp.Body.Close(); resp.StatusCode != http.StatusForbidden {
+			t.Errorf("Host rebind.example: %d, want 403", resp.StatusCode)
+		}
+		if r := in.system(t, http.MethodGet, "/system/function/evil", nil); r.code != http.StatusNotFound {
+			t.Fatalf("a refused deploy created a function: %d %s", r.code, r.body)
+		}
+		if _, err := os.Stat(filepath.Join(stateDir, "secrets", "basic-auth-password")); err != nil {
+			t.Error(err)
+		} else if st, _ := os.Stat(filepath.Join(stateDir, "secrets", "basic-auth-password")); st.Mode().Perm() != 0o600 {
+			t.Errorf("basic-auth-password mode %v, want 0600", st.Mode().Perm())
+		}
+		if !strings.Contains(in.out.String(), "faas-cli login") {
+			t.Errorf("up did not print the faas-cli login line:\n%s", in.out.String())
+		}
+	})
+
+	t.Run("update under a steady request stream", func(t *testing.T) {
+		var sent, bad atomic.Int64
+		var example atomic.Value
+		stop := make(chan struct{})
+		var wg sync.WaitGroup
+		for c := 0; c < 4; c++ {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for {
+					select {
+					case <-stop:
+						return
+					default:
+					}
+					resp, err := http.Post(base+"/function/echo", "text/plain", strings.NewReader("steady"))
+					sent.Add(1)
+					if err != nil {
+						bad.Add(1)
+						example.Store(err.Error())
+						continue
+					}
+					out, _ := io.ReadAll(resp.Body)
+					resp.Body.Close()
+					if resp.StatusCode != http.StatusOK || string(out) != "steady" {
+						bad.Add(1)
+						example.Store(fmt.Sprintf("%d %s", resp.StatusCode, out))
+					}
+				}
+			}()
+		}
+		deploy(t, in, types.FunctionDeployment{Service: "echo", Image: "echo:latest", Secrets: []string{"api-key"},
+			EnvVars: map[string]string{"UPDATED": "1"}})
+		eventually(t, 60*time.Second, "the updated echo to serve alone", func() error {
+			r := in.system(t, http.MethodGet, "/system/function/echo", nil)
+			var st types.FunctionStatus
+			if err := json.Unmarshal([]byte(r.body), &st); err != nil || st.EnvVars["UPDATED"] != "1" || st.AvailableReplicas != 1 {
+				return fmt.Errorf("%d %s", r.code, r.body)
+			}
+			return nil
+		})
+		close(stop)
+		wg.Wait()
+		if bad.Load() > 0 || sent.Load() == 0 {
+			t.Fatalf("%d of %d requests during the update failed, e.g. %v", bad.Load(), sent.Load(), example.Load())
+		}
+	})
+
 	t.Run("CUDA through the shim", func(t *testing.T) {
-		deploy(t, base, types.FunctionDeployment{Service: "vector-add", Image: "vector-add:latest",
+		deploy(t, in, types.FunctionDeployment{Service: "vector-add", Image: "vector-add:latest",
 			Annotations: &map[string]string{"com.openfaas.gpu.memory": "64Mi", "com.openfaas.gpu.slo": "200ms"}})
-		deploy(t, base, types.FunctionDeployment{Service: "mlp", Image: "mlp:latest",
+		deploy(t, in, types.FunctionDeployment{Service: "mlp", Image: "mlp:latest",
 			Annotations: &map[string]string{"com.openfaas.gpu.memory": "512Mi", "com.openfaas.gpu.slo": "500ms"}})
-		raw := invokeReady(t, base+"/function/vector-add", `{"a": [1, 2.5, -3], "b": [10, 20, 30.25]}`)
+		// Deploy, then invoke at once: the first call waits until the function is ready (no retry here).
+		va0 := call(t, http.MethodPost, base+"/function/vector-add", `{"a": [1, 2.5, -3], "b": [10, 20, 30.25]}`, nil)
+		if va0.code != http.StatusOK {
+			t.Fatalf("the first call right after the deploy: %d %s, want 200", va0.code, va0.body)
+		}
+		raw := va0.body
 		var va struct{ C []float64 }
 		if err := json.Unmarshal([]byte(raw), &va); err != nil || len(va.C) != 3 || va.C[0] != 11 || va.C[1] != 22.5 || va.C[2] != 27.25 {
 			t.Fatalf("vector-add answered %q, want c = [11 22.5 27.25]", raw)
@@ -340,7 +481,7 @@ func TestEndToEnd(t *testing.T) {
 			}
 		}
 		for _, fn := range []string{"vector-add", "mlp"} {
-			if r := call(t, http.MethodDelete, base+"/system/functions", types.DeleteFunctionRequest{FunctionName: fn}, nil); r.code >= 300 {
+			if r := in.system(t, http.MethodDelete, "/system/functions", types.DeleteFunctionRequest{FunctionName: fn}); r.code >= 300 {
 				t.Fatalf("delete %s: %d %s", fn, r.code, r.body)
 			}
 		}
@@ -386,9 +527,14 @@ func TestEndToEnd(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		out, err := exec.Command(bin, "pool", "--socket", filepath.Join(stateDir, "gpuserver.sock")).CombinedOutput()
+		out, err := exec.Command(bin, "pool", "--state-dir", stateDir).CombinedOutput()
 		if err != nil {
 			t.Fatalf("faas-gpu pool: %v\n%s", err, out)
+		}
+		// --nats-url none: the GPU pool only, no NATS.
+		if only, err := exec.Command(bin, "pool", "--state-dir", stateDir, "--nats-url", "none").CombinedOutput(); err != nil ||
+			!strings.Contains(string(only), "policy:") || strings.Contains(string(only), "dead letters:") {
+			t.Errorf("faas-gpu pool --nats-url none: %v\n%s", err, only)
 		}
 		for _, want := range []string{"policy: faas-gpu", "hello-gpu", "QUEUE", "OF_faas-request", "dead letters:"} {
 			if !strings.Contains(string(out), want) {
@@ -404,7 +550,7 @@ func TestEndToEnd(t *testing.T) {
 	})
 
 	t.Run("list and status", func(t *testing.T) {
-		r := call(t, http.MethodGet, base+"/system/functions", nil, nil)
+		r := in.system(t, http.MethodGet, "/system/functions", nil)
 		var fns []types.FunctionStatus
 		if err := json.Unmarshal([]byte(r.body), &fns); err != nil {
 			t.Fatalf("list: %d %s", r.code, r.body)
@@ -417,15 +563,20 @@ func TestEndToEnd(t *testing.T) {
 			(*names["hello-gpu"].Annotations)["com.openfaas.gpu.memory"] != "1536Mi" {
 			t.Fatalf("list: %s", r.body)
 		}
-		if r := call(t, http.MethodGet, base+"/system/function/echo", nil, nil); r.code != http.StatusOK || !strings.Contains(r.body, `"availableReplicas":1`) {
+		// faas-cli list shows the invocations: up counts what its proxy forwarded.
+		if names["echo"].InvocationCount < 2 || names["hello-gpu"].InvocationCount < 1 {
+			t.Errorf("invocation counts: echo %v, hello-gpu %v; want what the earlier subtests sent",
+				names["echo"].InvocationCount, names["hello-gpu"].InvocationCount)
+		}
+		if r := in.system(t, http.MethodGet, "/system/function/echo", nil); r.code != http.StatusOK || !strings.Contains(r.body, `"availableReplicas":1`) {
 			t.Fatalf("status echo: %d %s", r.code, r.body)
 		}
 	})
 
 	t.Run("scale to zero and back", func(t *testing.T) {
 		scale := func(n uint64) {
-			r := call(t, http.MethodPost, base+"/system/scale-function/echo",
-				types.ScaleServiceRequest{ServiceName: "echo", Replicas: n}, nil)
+			r := in.system(t, http.MethodPost, "/system/scale-function/echo",
+				types.ScaleServiceRequest{ServiceName: "echo", Replicas: n})
 			if r.code >= 300 {
 				t.Fatalf("scale %d: %d %s", n, r.code, r.body)
 			}
@@ -446,7 +597,7 @@ func TestEndToEnd(t *testing.T) {
 
 	t.Run("logs", func(t *testing.T) {
 		eventually(t, 30*time.Second, "echo logs", func() error {
-			r := call(t, http.MethodGet, base+"/system/logs?name=echo&tail=50&follow=false", nil, nil)
+			r := in.system(t, http.MethodGet, "/system/logs?name=echo&tail=50&follow=false", nil)
 			if r.code != http.StatusOK {
 				return fmt.Errorf("%d %s", r.code, r.body)
 			}
@@ -492,7 +643,12 @@ func TestEndToEnd(t *testing.T) {
 					"com.openfaas.gpu.slo": "-5ms"}}, 400, "com.openfaas.gpu.slo"},
 			{"async to unknown function", http.MethodPost, "/async-function/nope", "x", 404, ""},
 		} {
-			r := call(t, tc.method, base+tc.path, tc.body, nil)
+			var r reply
+			if strings.HasPrefix(tc.path, "/system/") {
+				r = in.system(t, tc.method, tc.path, tc.body)
+			} else {
+				r = call(t, tc.method, base+tc.path, tc.body, nil)
+			}
 			if r.code != tc.code || !strings.Contains(r.body, tc.mention) {
 				t.Errorf("%s: %d %q, want %d mentioning %q", tc.name, r.code, r.body, tc.code, tc.mention)
 			}
@@ -500,11 +656,11 @@ func TestEndToEnd(t *testing.T) {
 	})
 
 	t.Run("delete", func(t *testing.T) {
-		r := call(t, http.MethodDelete, base+"/system/functions", types.DeleteFunctionRequest{FunctionName: "hello-gpu"}, nil)
+		r := in.system(t, http.MethodDelete, "/system/functions", types.DeleteFunctionRequest{FunctionName: "hello-gpu"})
 		if r.code >= 300 {
 			t.Fatalf("delete: %d %s", r.code, r.body)
 		}
-		if r := call(t, http.MethodGet, base+"/system/function/hello-gpu", nil, nil); r.code != http.StatusNotFound {
+		if r := in.system(t, http.MethodGet, "/system/function/hello-gpu", nil); r.code != http.StatusNotFound {
 			t.Fatalf("status after delete: %d", r.code)
 		}
 		st, err := client.New(filepath.Join(stateDir, "gpuserver.sock")).Status(context.Background())
@@ -516,18 +672,35 @@ func TestEndToEnd(t *testing.T) {
 				t.Fatalf("hello-gpu is still registered with the gpuserver after delete")
 			}
 		}
-		if r := call(t, http.MethodDelete, base+"/system/secrets", types.Secret{Name: "nope"}, nil); r.code != http.StatusNotFound {
+		if r := in.system(t, http.MethodDelete, "/system/secrets", types.Secret{Name: "nope"}); r.code != http.StatusNotFound {
 			t.Fatalf("delete unknown secret: %d %s", r.code, r.body)
 		}
 	})
 
-	// A restarted `up` on the same state dir brings the functions back, GPU registrations included.
+	// A restarted `up` on the same state dir brings the functions back, GPU registrations included; a corrupt
+	// function record is moved aside with a loud log line and every other function starts.
 	in.stop(t)
+	records := filepath.Join(stateDir, "functions", "functions")
+	if err := os.WriteFile(filepath.Join(records, "ghost.json"), []byte(`{"deployment":{"service":"gho`), 0o600); err != nil {
+		t.Fatal(err)
+	}
 	deploy2 := startUp(t, stateDir)
+	if matches, _ := filepath.Glob(filepath.Join(records, "ghost.json.corrupt-*")); len(matches) != 1 {
+		t.Errorf("the truncated record was not moved aside: %v", matches)
+	}
+	eventually(t, 30*time.Second, "a loud log line about the corrupt record", func() error {
+		if !strings.Contains(deploy2.out.String(), "CORRUPT") || !strings.Contains(deploy2.out.String(), "ghost.json") {
+			return fmt.Errorf("not logged")
+		}
+		return nil
+	})
+	if deploy2.password != in.password {
+		t.Error("the basic-auth password changed across a restart")
+	}
 	if got := invokeReady(t, deploy2.url+"/function/echo", "again"); got != "again" {
 		t.Fatalf("after restart echo answered %q", got)
 	}
-	deploy(t, deploy2.url, gpuFunction())
+	deploy(t, deploy2, gpuFunction())
 	if raw := invokeReady(t, deploy2.url+"/function/hello-gpu", "{}"); !strings.Contains(raw, `"gpu"`) {
 		t.Fatalf("after restart hello-gpu answered %q", raw)
 	}

@@ -72,7 +72,7 @@ func TestGPUPyTorchThroughTheShim(t *testing.T) {
 	dir := t.TempDir()
 	srv, err := server.Start(context.Background(), server.Config{Socket: filepath.Join(dir, "gpuserver.sock"),
 		Node: node, RemotingSocket: filepath.Join(dir, "remoting.sock"), KeyFile: filepath.Join(dir, "key"),
-		RepositoryDir: filepath.Join(dir, "repository"), Device: dev})
+		RepositoryDir: shmDir(t), Device: dev})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -157,4 +157,16 @@ func tail(s string, n int) string {
 		return s
 	}
 	return s[len(s)-n:]
+}
+
+// shmDir is a repository dir on /dev/shm: the real driver page-locks the model images, which Linux refuses for
+// files on disk.
+func shmDir(t *testing.T) string {
+	t.Helper()
+	dir, err := os.MkdirTemp("/dev/shm", "faas-gpu-test-")
+	if err != nil {
+		t.Fatalf("a repository on /dev/shm: %v", err)
+	}
+	t.Cleanup(func() { _ = os.RemoveAll(dir) })
+	return dir
 }

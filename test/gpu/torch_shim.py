@@ -14,26 +14,26 @@ import time
 import torch
 
 
-def build(name):
+def build(name, batch=1):
     torch.manual_seed(0)
     if name == "resnet152":
         import torchvision
 
         model = torchvision.models.resnet152(weights=None)
-        x = torch.randn(1, 3, 224, 224, generator=torch.Generator().manual_seed(1))
+        x = torch.randn(batch, 3, 224, 224, generator=torch.Generator().manual_seed(1))
         return model, (x,)
     if name == "bert-base":
         try:
             from transformers import BertConfig, BertModel
 
             model = BertModel(BertConfig())  # bert-base-uncased's shape, random weights
-            ids = torch.randint(0, 30522, (1, 128), generator=torch.Generator().manual_seed(1))
+            ids = torch.randint(0, 30522, (batch, 128), generator=torch.Generator().manual_seed(1))
             return model, (ids,)
         except ImportError:
             # BERT-base's encoder shape from torch alone: 12 layers, 768 wide, 12 heads, 3072 feed-forward.
             layer = torch.nn.TransformerEncoderLayer(768, 12, 3072, batch_first=True, activation="gelu")
             model = torch.nn.TransformerEncoder(layer, 12)
-            x = torch.randn(1, 128, 768, generator=torch.Generator().manual_seed(1))
+            x = torch.randn(batch, 128, 768, generator=torch.Generator().manual_seed(1))
             return model, (x,)
     raise SystemExit("unknown model %r" % name)
 

@@ -28,6 +28,26 @@ nats://{{ .Release.Name }}-nats.{{ .Release.Namespace }}.svc:4222
 {{- end -}}
 {{- end }}
 
+{{/* Name of the Secret holding the NATS password (key nats-password); empty when NATS takes no credentials. */}}
+{{- define "faas-gpu.natsSecret" -}}
+{{- if .Values.nats.auth.secretName -}}
+{{ .Values.nats.auth.secretName }}
+{{- else if .Values.nats.enabled -}}
+{{ .Release.Name }}-nats-auth
+{{- end -}}
+{{- end }}
+
+{{/* The Secret holding the provider API's basic-auth credentials, or "" when there is none. */}}
+{{- define "faas-gpu.basicAuthSecret" -}}
+{{- if .Values.basicAuth.enabled -}}
+{{- if .Values.basicAuth.secretName -}}
+{{ .Values.basicAuth.secretName }}
+{{- else if .Values.provider.enabled -}}
+{{ .Release.Name }}-basic-auth
+{{- end -}}
+{{- end -}}
+{{- end }}
+
 {{/* The gpuserver's settings as FAAS_GPU_* variables (a ConfigMap; its checksum rolls the DaemonSet). */}}
 {{- define "faas-gpu.gpuserverEnv" -}}
 FAAS_GPU_SOCKET: {{ printf "%s/%s" .Values.socketDir .Values.gpuserver.controlSocket | quote }}

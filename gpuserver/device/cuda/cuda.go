@@ -46,6 +46,9 @@ func Open(library string) (*Backend, error) {
 	if err := cu.Load(library); err != nil {
 		return nil, fmt.Errorf("cuda: %w: %w", device.ErrUnavailable, err)
 	}
+	if err := cu.LoadContexts(library); err != nil {
+		return nil, fmt.Errorf("cuda: %w: %w", device.ErrUnavailable, err)
+	}
 	n, err := cu.DeviceCount()
 	if err != nil || n == 0 {
 		return nil, fmt.Errorf("cuda: %w: no GPU (%v)", device.ErrUnavailable, err)
@@ -84,6 +87,9 @@ func wrap(err error) error {
 		return fmt.Errorf("%w: %w", device.ErrNotFound, err)
 	case cu.ErrorIllegalAddress:
 		return fmt.Errorf("%w: %w", device.ErrIllegalAddress, err)
+	case cu.ErrorLaunchTimeout, cu.ErrorAssert, cu.ErrorHardwareStackError, cu.ErrorIllegalInstruction,
+		cu.ErrorMisalignedAddress, cu.ErrorInvalidAddressSpace, cu.ErrorInvalidPC, cu.ErrorLaunchFailed:
+		return fmt.Errorf("%w: %w", device.ErrKernelFault, err)
 	case cu.ErrorInvalidImage:
 		return fmt.Errorf("%w: %w", device.ErrInvalidImage, err)
 	case cu.ErrorNotSupported, cu.ErrorPeerAccessUnsupp:
@@ -403,8 +409,8 @@ func (s *stream) Memset32(dst device.Ptr, v uint32, n uint64) error {
 
 func (s *stream) Launch(f device.Function, grid, block device.Dim3, sharedMem uint32, args []byte) error {
 	fn, ok := f.(*function)
-	if !ok || fn.mod.b != s.b || fn.mod.gpu != s.gpu {
-		return fmt.Errorf("%w: kernel not loaded on gpu %d", device.ErrInvalidValue, s.gpu)
+	if !ok || fn.mod.b != s.b || fn.mod.gpu != s.gpu || fn.mod.ctx != s.ctx {
+		return fmt.Errorf("%w: kernel not loaded on gpu %d in the stream's context", device.ErrInvalidValue, s.gpu)
 	}
 	if uint32(len(args)) < device.ArgsSize(fn.params) {
 		return fmt.Errorf("%w: kernel %s needs %d argument bytes, got %d", device.ErrInvalidValue, fn.name,

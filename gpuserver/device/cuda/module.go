@@ -26,16 +26,25 @@ type function struct {
 func (f *function) Name() string           { return f.name }
 func (f *function) Params() []device.Param { return append([]device.Param(nil), f.params...) }
 
-// LoadModule loads PTX text or a cubin on a GPU.
+// LoadModule loads PTX text or a cubin on a GPU (in its primary context).
 func (b *Backend) LoadModule(i int, image []byte) (device.Module, error) {
 	g, err := b.gpu(i)
 	if err != nil {
 		return nil, err
 	}
+	m, err := b.loadModule(i, g.ctx, image)
+	if err != nil {
+		return nil, err
+	}
+	return m, nil
+}
+
+// loadModule loads an image in ctx, a context of GPU i.
+func (b *Backend) loadModule(i int, ctx cu.Context, image []byte) (*module, error) {
 	if len(image) == 0 {
 		return nil, fmt.Errorf("%w: empty image", device.ErrInvalidImage)
 	}
-	mod := &module{b: b, gpu: i, ctx: g.ctx, entries: map[string][]device.Param{}}
+	mod := &module{b: b, gpu: i, ctx: ctx, entries: map[string][]device.Param{}}
 	img := image
 	if ptx.IsPTX(image) {
 		entries, err := ptx.Entries(image)
@@ -49,7 +58,7 @@ func (b *Backend) LoadModule(i int, image []byte) (device.Module, error) {
 			img = append(append([]byte(nil), image...), 0) // the driver reads PTX as a C string
 		}
 	}
-	m, err := cu.ModuleLoad(g.ctx, img)
+	m, err := cu.ModuleLoad(ctx, img)
 	if err != nil {
 		return nil, fmt.Errorf("gpu %d: %w", i, wrap(err))
 	}

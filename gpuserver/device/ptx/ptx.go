@@ -93,7 +93,7 @@ func typeSize(t string) (uint32, error) {
 	switch t {
 	case ".b8", ".u8", ".s8":
 		return 1, nil
-	case ".b16", ".u16", ".s16", ".f16":
+	case ".b16", ".u16", ".s16", ".f16", ".bf16":
 		return 2, nil
 	case ".b32", ".u32", ".s32", ".f32":
 		return 4, nil

@@ -5,9 +5,9 @@ import (
 	"fmt"
 	"math"
 	"slices"
+	"strings"
 
 	"github.com/faas-gpu/faas-gpu/gpuserver/device"
-	"github.com/faas-gpu/faas-gpu/gpuserver/device/ptx"
 )
 
 // launch is one kernel launch's configuration and arguments.
@@ -37,17 +37,20 @@ type refKernel struct {
 	run   kernelFunc
 }
 
-func (k refKernel) check(e ptx.Entry) error {
-	got := make([]uint32, len(e.Params))
-	for i, p := range e.Params {
-		got[i] = p.Size
+// layout is the reference kernel's parameter layout: each parameter at the next multiple of its size.
+func (k refKernel) layout() []device.Param {
+	var out []device.Param
+	var off uint32
+	for _, s := range k.sizes {
+		off = (off + s - 1) / s * s
+		out = append(out, device.Param{Offset: off, Size: s})
+		off += s
 	}
-	if !slices.Equal(got, k.sizes) {
-		return fmt.Errorf("reference kernel %s must have parameter sizes %v, the module declares %v", e.Name, k.sizes,
-			got)
-	}
-	return nil
+	return out
 }
+
+// referenceList names the reference kernels, for messages.
+const referenceList = "vector_add, matmul, linear, relu, fill, scale and set_<global>"
 
 // referenceKernel returns the reference kernel called name.
 func referenceKernel(name string) (refKernel, bool) {
@@ -66,6 +69,34 @@ func referenceKernel(name string) (refKernel, bool) {
 		return refKernel{[]uint32{8, 4, 4}, scale}, true
 	}
 	return refKernel{}, false
+}
+
+// reference applies the matching rule of the package documentation to a kernel of the module: it returns the Go
+// implementation the sim computes the kernel with, or nil and, for a kernel named like a reference kernel, why it
+// is not one.
+func (m *module) reference(k kernelDecl) (kernelFunc, string) {
+	if ref, ok := referenceKernel(k.name); ok {
+		if want := ref.layout(); !slices.Equal(k.params, want) {
+			return nil, fmt.Sprintf("its parameters %v are not the reference kernel's %v", k.params, want)
+		}
+		return ref.run, ""
+	}
+	name, ok := strings.CutPrefix(k.name, "set_")
+	if !ok {
+		return nil, ""
+	}
+	g, ok := m.globals[name]
+	switch {
+	case !ok:
+		return nil, fmt.Sprintf("the module has no global %q for it to set", name)
+	case len(k.params) != 1 || uint64(k.params[0].Size) != g.size || g.size == 0:
+		return nil, fmt.Sprintf("it must have one parameter as large as the global %s (%d bytes), not %v", name,
+			g.size, k.params)
+	}
+	p := k.params[0]
+	return func(b *Backend, gpu int, l launch) (uint64, float64, error) {
+		return uint64(p.Size), 0, b.writeDevice(gpu, g.ptr, l.args[p.Offset:p.Offset+p.Size])
+	}, ""
 }
 
 func (b *Backend) readF32(gpu int, p device.Ptr, n uint64) ([]float32, error) {

@@ -54,14 +54,31 @@ type segment struct {
 	gpu int // GPU owning the memory
 }
 
-// resolve returns the host memory behind [ptr, ptr+n) as seen from GPU gpu, checking mappings and access.
-func (b *Backend) resolve(gpu int, ptr device.Ptr, n uint64) ([]segment, error) {
+// Who touches memory: work of a GPU in one of its contexts. The memory functions below take it as an int (the
+// reference kernels pass it through unchanged as their "gpu"): the GPU in the low 8 bits (the sim models at most
+// 64 GPUs), the context id above them, 0 for the backend's own context of the GPU. Access to mapped memory is
+// granted per GPU (SetAccess), as the driver's virtual memory management does; a context's own memory (module
+// globals) is reachable from that context only.
+func who(gpu int, ctx uint64) int { return gpu | int(ctx)<<8 }
+
+func whoGPU(w int) int    { return w & 0xff }
+func whoCtx(w int) uint64 { return uint64(w) >> 8 }
+func whoString(w int) string {
+	if c := whoCtx(w); c != 0 {
+		return fmt.Sprintf("gpu %d (context %d)", whoGPU(w), c)
+	}
+	return fmt.Sprintf("gpu %d", whoGPU(w))
+}
+
+// resolve returns the host memory behind [ptr, ptr+n) as seen by w (see who), checking mappings and access.
+func (b *Backend) resolve(w int, ptr device.Ptr, n uint64) ([]segment, error) {
 	if n == 0 {
 		return nil, nil
 	}
 	if uint64(ptr)+n < uint64(ptr) {
 		return nil, fmt.Errorf("%w: range overflows", device.ErrIllegalAddress)
 	}
+	gpu := whoGPU(w)
 	var out []segment
 	b.mu.RLock()
 	defer b.mu.RUnlock()
@@ -69,11 +86,16 @@ func (b *Backend) resolve(gpu int, ptr device.Ptr, n uint64) ([]segment, error) 
 		pg := addr / b.gran
 		m, ok := b.pages[pg]
 		if !ok {
-			return nil, fmt.Errorf("%w: gpu %d touched %#x, which is not mapped", device.ErrIllegalAddress, gpu, addr)
+			return nil, fmt.Errorf("%w: %s touched %#x, which is not mapped", device.ErrIllegalAddress, whoString(w),
+				addr)
 		}
 		if m.access&(1<<gpu) == 0 {
-			return nil, fmt.Errorf("%w: gpu %d touched %#x without access (access: %v)", device.ErrIllegalAddress, gpu,
-				addr, sortedGPUs(m.access))
+			return nil, fmt.Errorf("%w: %s touched %#x without access (access: %v)", device.ErrIllegalAddress,
+				whoString(w), addr, sortedGPUs(m.access))
+		}
+		if m.ctx != 0 && m.ctx != whoCtx(w) {
+			return nil, fmt.Errorf("%w: %s touched %#x, memory of context %d", device.ErrIllegalAddress,
+				whoString(w), addr, m.ctx)
 		}
 		off := addr - uint64(m.start)
 		page := m.phys.page(off / b.gran)
@@ -83,6 +105,61 @@ func (b *Backend) resolve(gpu int, ptr device.Ptr, n uint64) ([]segment, error) 
 		addr += take
 	}
 	return out, nil
+}
+
+// zeroDevice sets [ptr, ptr+n) to zero as seen by w. Whole pages are dropped instead of written (a page not
+// yet touched reads as zero), so zeroing memory costs neither time nor host memory.
+func (b *Backend) zeroDevice(w int, ptr device.Ptr, n uint64) error {
+	if err := b.resolveChecked(w, ptr, n); err != nil {
+		return err
+	}
+	b.mu.RLock()
+	defer b.mu.RUnlock()
+	for addr, end := uint64(ptr), uint64(ptr)+n; addr < end; {
+		m := b.pages[addr/b.gran]
+		off := addr - uint64(m.start)
+		idx, in := off/b.gran, off%b.gran
+		take := min(end-addr, b.gran-in)
+		m.phys.mu.Lock()
+		switch {
+		case m.phys.pages == nil:
+		case in == 0 && take == b.gran:
+			m.phys.pages[idx] = nil
+		case m.phys.pages[idx] != nil:
+			clear(m.phys.pages[idx][in : in+take])
+		}
+		m.phys.mu.Unlock()
+		addr += take
+	}
+	return nil
+}
+
+// resolveChecked checks that w may touch [ptr, ptr+n) without touching (allocating) any page.
+func (b *Backend) resolveChecked(w int, ptr device.Ptr, n uint64) error {
+	if n == 0 {
+		return nil
+	}
+	if uint64(ptr)+n < uint64(ptr) {
+		return fmt.Errorf("%w: range overflows", device.ErrIllegalAddress)
+	}
+	gpu := whoGPU(w)
+	b.mu.RLock()
+	defer b.mu.RUnlock()
+	for pg := uint64(ptr) / b.gran; pg <= (uint64(ptr)+n-1)/b.gran; pg++ {
+		m, ok := b.pages[pg]
+		switch {
+		case !ok:
+			return fmt.Errorf("%w: %s touched %#x, which is not mapped", device.ErrIllegalAddress,
+				whoString(w), pg*b.gran)
+		case m.access&(1<<gpu) == 0:
+			return fmt.Errorf("%w: %s touched %#x without access (access: %v)", device.ErrIllegalAddress,
+				whoString(w), pg*b.gran, sortedGPUs(m.access))
+		case m.ctx != 0 && m.ctx != whoCtx(w):
+			return fmt.Errorf("%w: %s touched %#x, memory of context %d", device.ErrIllegalAddress,
+				whoString(w), pg*b.gran, m.ctx)
+		}
+	}
+	return nil
 }
 
 // readDevice copies [ptr, ptr+len(dst)) into dst.

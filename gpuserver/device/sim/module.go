@@ -1,19 +1,20 @@
 package sim
 
 import (
+	"encoding/binary"
 	"fmt"
-	"regexp"
-	"strconv"
 	"sync"
 
 	"github.com/faas-gpu/faas-gpu/gpuserver/device"
-	"github.com/faas-gpu/faas-gpu/gpuserver/device/ptx"
 )
 
-// module is a PTX module loaded on one simulated GPU.
+// module is a module image loaded on one simulated GPU.
 type module struct {
 	b        *Backend
 	gpu      int
+	ctx      *simContext // nil: the backend's own context of the GPU
+	who      int         // its context's view of memory (see who)
+	source   string
 	funcs    map[string]*function
 	globals  map[string]global
 	reserve  device.Ptr
@@ -32,97 +33,136 @@ type function struct {
 	mod    *module
 	name   string
 	params []device.Param
-	kernel kernelFunc
+	attrs  device.FunctionAttributes
+	kernel kernelFunc // nil: the sim cannot compute it
+	// unlike says why a kernel named like a reference kernel is not one (its layout differs).
+	unlike string
 }
 
-func (f *function) Name() string           { return f.name }
-func (f *function) Params() []device.Param { return append([]device.Param(nil), f.params...) }
+func (f *function) Name() string                          { return f.name }
+func (f *function) Params() []device.Param                { return append([]device.Param(nil), f.params...) }
+func (f *function) Attributes() device.FunctionAttributes { return f.attrs }
 
-var globalRe = regexp.MustCompile(`(?m)^\s*(?:\.visible\s+|\.extern\s+)?\.global\s+(?:\.align\s+(\d+)\s+)?` +
-	`(\.[a-z]+[0-9]*)\s+([A-Za-z_$%][A-Za-z0-9_$%]*)\s*(?:\[(\d+)\])?`)
+var _ device.AttributedFunction = (*function)(nil)
 
-// LoadModule loads PTX text on a GPU; its globals get memory on that GPU.
-func (b *Backend) LoadModule(gpu int, image []byte) (device.Module, error) {
+// LoadModule loads PTX text, a cubin or a fat binary on a GPU (see the package documentation for how an image is
+// chosen and what runs); its globals get memory on that GPU, with their initial bytes.
+func (b *Backend) LoadModule(gpu int, img []byte) (device.Module, error) {
 	if err := b.validGPU(gpu); err != nil {
 		return nil, err
 	}
-	if !ptx.IsPTX(image) {
-		return nil, fmt.Errorf("sim: %w: only PTX text can be loaded on the simulated device", device.ErrInvalidImage)
-	}
-	entries, err := ptx.Entries(image)
+	m, err := b.loadModule(gpu, nil, img)
 	if err != nil {
-		return nil, fmt.Errorf("sim: %w: %w", device.ErrInvalidImage, err)
-	}
-	m := &module{b: b, gpu: gpu, funcs: map[string]*function{}, globals: map[string]global{}}
-	for _, e := range entries {
-		f := &function{mod: m, name: e.Name, params: e.Params}
-		if k, ok := referenceKernel(e.Name); ok {
-			if err := k.check(e); err != nil {
-				return nil, fmt.Errorf("sim: %w: %w", device.ErrInvalidImage, err)
-			}
-			f.kernel = k.run
-		}
-		m.funcs[e.Name] = f
-	}
-	if err := m.loadGlobals(image); err != nil {
 		return nil, err
 	}
 	return m, nil
 }
 
-func (m *module) loadGlobals(image []byte) error {
-	type decl struct {
-		name        string
-		size, align uint64
+// loadModule loads a module in a context (nil: the backend's own); its memory belongs to that context.
+func (b *Backend) loadModule(gpu int, ctx *simContext, img []byte) (*module, error) {
+	im, err := decodeImage(img, b.gpus[gpu].ComputeCapability)
+	if err != nil {
+		return nil, fmt.Errorf("sim: gpu %d: %w", gpu, err)
 	}
-	var decls []decl
+	m := &module{b: b, gpu: gpu, ctx: ctx, who: who(gpu, 0), source: im.source, funcs: map[string]*function{},
+		globals: map[string]global{}}
+	if ctx != nil {
+		m.who = who(gpu, ctx.id)
+	}
+	if err := m.place(im); err != nil {
+		return nil, err
+	}
+	for _, k := range im.kernels {
+		if _, dup := m.funcs[k.name]; dup {
+			continue // the first of two kernels of the same name, as cuModuleGetFunction finds it
+		}
+		f := &function{mod: m, name: k.name, params: k.params, attrs: k.attrs}
+		f.kernel, f.unlike = m.reference(k)
+		m.funcs[k.name] = f
+	}
+	return m, nil
+}
+
+// place gives the module's data segments memory on its GPU (one reservation, each segment aligned), writes their
+// initial bytes and the addresses their relocations ask for, and records each global's address.
+func (m *module) place(im *image) error {
+	bases := make([]uint64, len(im.segments))
 	var total uint64
-	for _, g := range globalRe.FindAllStringSubmatch(string(image), -1) {
-		elem := map[byte]uint64{'8': 1, '6': 2, '2': 4, '4': 8}[g[2][len(g[2])-1]]
-		if elem == 0 {
-			elem = 1
+	for i, s := range im.segments {
+		a := max(s.align, 1)
+		if s.size > maxSegmentBytes || total > maxSegmentBytes {
+			return fmt.Errorf("sim: %w: module data of more than %d bytes", device.ErrOutOfMemory,
+				uint64(maxSegmentBytes))
 		}
-		size, align := elem, elem
-		if g[4] != "" {
-			n, _ := strconv.ParseUint(g[4], 10, 32)
-			size = elem * n
-		}
-		if g[1] != "" {
-			align, _ = strconv.ParseUint(g[1], 10, 32)
-		}
-		total = alignUp(total, max(align, 1))
-		decls = append(decls, decl{name: g[3], size: size, align: align})
-		total += size
+		total = alignUp(total, a)
+		bases[i] = total
+		total += s.size
 	}
-	if len(decls) == 0 {
-		return nil
+	if total == 0 {
+		if len(im.globals) == 0 {
+			return nil
+		}
+		total = 1 // zero-sized globals have an address too
 	}
-	size := alignUp(total, m.b.gran)
-	ptr, err := m.b.ReserveAddress(size, 0)
+	b := m.b
+	size := alignUp(total, b.gran)
+	ptr, err := b.ReserveAddress(size, 0)
 	if err != nil {
 		return err
 	}
-	phys, err := m.b.CreatePhysical(m.gpu, size)
+	phys, err := b.CreatePhysical(m.gpu, size)
 	if err != nil {
-		_ = m.b.FreeAddress(ptr, size)
+		_ = b.FreeAddress(ptr, size)
 		return err
 	}
-	if err := m.b.Map(ptr, phys); err != nil {
+	if err := b.Map(ptr, phys); err != nil {
 		_ = phys.Release()
-		_ = m.b.FreeAddress(ptr, size)
-		return err
-	}
-	if err := m.b.SetAccess(ptr, size, []int{m.gpu}); err != nil {
+		_ = b.FreeAddress(ptr, size)
 		return err
 	}
 	m.reserve, m.resSize, m.phys = ptr, size, phys
-	var off uint64
-	for _, d := range decls {
-		off = alignUp(off, max(d.align, 1))
-		m.globals[d.name] = global{ptr: ptr + device.Ptr(off), size: d.size}
-		off += d.size
+	if err := b.SetAccess(ptr, size, []int{m.gpu}); err != nil {
+		return m.releaseMemory(err)
+	}
+	if m.ctx != nil {
+		b.ownMemory(ptr, m.ctx.id)
+	}
+	for i, s := range im.segments { // fresh simulated memory reads as zero: write what the image sets
+		base := ptr + device.Ptr(bases[i])
+		if len(s.init) > 0 {
+			if err := b.writeDevice(m.who, base, s.init[:min(uint64(len(s.init)), s.size)]); err != nil {
+				return m.releaseMemory(err)
+			}
+		}
+		for _, r := range s.relocs {
+			if r.seg < 0 || r.seg >= len(bases) || r.off > s.size || uint64(r.size) > s.size-r.off {
+				continue
+			}
+			addr := binary.LittleEndian.AppendUint64(nil, uint64(ptr)+bases[r.seg]+r.target)
+			if err := b.writeDevice(m.who, base+device.Ptr(r.off), addr[:r.size]); err != nil {
+				return m.releaseMemory(err)
+			}
+		}
+	}
+	for _, g := range im.globals {
+		if _, dup := m.globals[g.name]; dup || g.seg < 0 || g.seg >= len(bases) {
+			continue
+		}
+		m.globals[g.name] = global{ptr: ptr + device.Ptr(bases[g.seg]+g.off), size: g.size}
 	}
 	return nil
+}
+
+// maxSegmentBytes bounds a module's data (a GPU's memory is the real limit; this keeps the arithmetic far from
+// overflowing).
+const maxSegmentBytes = 1 << 44
+
+func (m *module) releaseMemory(cause error) error {
+	_ = m.b.Unmap(m.reserve, m.resSize)
+	_ = m.phys.Release()
+	_ = m.b.FreeAddress(m.reserve, m.resSize)
+	m.phys = nil
+	return cause
 }
 
 func (m *module) GPU() int { return m.gpu }

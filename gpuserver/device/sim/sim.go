@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"sort"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/faas-gpu/faas-gpu/gpuserver/device"
@@ -34,7 +35,47 @@ type Options struct {
 	FLOPS float64
 	// LaunchLatency is the fixed time of a kernel launch (5us when 0).
 	LaunchLatency time.Duration
+	// Kernels says what happens to a launch of a kernel the sim cannot compute: refused (KernelsReference, the
+	// default) or accepted and not executed (KernelsDry, for protocol tests only).
+	Kernels KernelMode
 }
+
+// KernelMode is what the sim does with kernels it cannot compute (see the package documentation).
+type KernelMode int
+
+const (
+	// KernelsReference: the sim computes its reference kernels and refuses to launch any other kernel.
+	KernelsReference KernelMode = iota
+	// KernelsDry: kernels the sim cannot compute are accepted and not executed (their outputs are left as they
+	// were). Only for protocol tests: results are wrong.
+	KernelsDry
+)
+
+func (k KernelMode) String() string {
+	if k == KernelsDry {
+		return "dry"
+	}
+	return "reference"
+}
+
+// ParseKernelMode reads "reference" or "dry" (the gpuserver's --sim-kernels flag).
+func ParseKernelMode(s string) (KernelMode, error) {
+	switch s {
+	case "reference":
+		return KernelsReference, nil
+	case "dry":
+		return KernelsDry, nil
+	}
+	return 0, fmt.Errorf("%w: sim kernels %q: want reference or dry", device.ErrInvalidValue, s)
+}
+
+// ErrKernelNotSimulated is wrapped by the error of launching a kernel the sim cannot compute outside dry mode; it
+// wraps device.ErrNotSupported (CUDA_ERROR_NOT_SUPPORTED through the shim).
+var ErrKernelNotSimulated = fmt.Errorf("%w: kernel not simulated", device.ErrNotSupported)
+
+// defaultComputeCapability is a simulated GPU's when its topology does not say (a V100's, as before topologies
+// carried one).
+const defaultComputeCapability = 70
 
 // Backend is a simulated node; it implements device.Backend.
 type Backend struct {
@@ -56,8 +97,11 @@ type Backend struct {
 	hostRegs  map[*byte]int         // registered host buffers (start -> len)
 	transfers map[*transfer]topology.Path
 	failed    map[int]error // GPUs failed by FailGPU: the error their streams' work returns
+	nextCtx   uint64        // ids of contexts (NewContext), from 1
 	closed    bool
-	workers   sync.WaitGroup
+
+	dryLaunches atomic.Uint64 // launches accepted and not executed (KernelsDry)
+	workers     sync.WaitGroup
 }
 
 // mapping is one physical allocation mapped at start.
@@ -65,6 +109,7 @@ type mapping struct {
 	start  device.Ptr
 	phys   *physical
 	access uint64 // bit i: GPU i may access
+	ctx    uint64 // the context owning it (module memory), 0: the process's (Map)
 }
 
 type transfer struct{}
@@ -78,6 +123,9 @@ func New(opts Options) (*Backend, error) {
 	}
 	if len(opts.Node.GPUs) > 64 {
 		return nil, fmt.Errorf("sim: %w: at most 64 GPUs", device.ErrInvalidValue)
+	}
+	if opts.Kernels != KernelsReference && opts.Kernels != KernelsDry {
+		return nil, fmt.Errorf("sim: %w: kernel mode %d", device.ErrInvalidValue, opts.Kernels)
 	}
 	if opts.TimeScale < 0 {
 		return nil, fmt.Errorf("sim: %w: time scale must be >= 0", device.ErrInvalidValue)
@@ -109,9 +157,13 @@ func New(opts Options) (*Backend, error) {
 		hostRegs: map[*byte]int{}, transfers: map[*transfer]topology.Path{}, failed: map[int]error{},
 	}
 	for i, g := range b.node.GPUs {
+		cc := g.ComputeCapability
+		if cc == 0 {
+			cc = defaultComputeCapability
+		}
 		b.gpus = append(b.gpus, device.GPUInfo{
 			Index: i, Name: g.Name + " (simulated)", PCIBusID: fmt.Sprintf("0000:%02x:00.0", 0x10+i),
-			MemoryBytes: g.MemoryBytes, Granularity: b.gran, ComputeCapability: 70,
+			MemoryBytes: g.MemoryBytes, Granularity: b.gran, ComputeCapability: cc,
 		})
 	}
 	return b, nil
@@ -119,6 +171,12 @@ func New(opts Options) (*Backend, error) {
 
 // Node returns the modelled node.
 func (b *Backend) Node() topology.Node { return b.node.Clone() }
+
+// KernelMode is what the sim does with kernels it cannot compute.
+func (b *Backend) KernelMode() KernelMode { return b.opts.Kernels }
+
+// DryLaunches counts the launches accepted and not executed in KernelsDry mode.
+func (b *Backend) DryLaunches() uint64 { return b.dryLaunches.Load() }
 
 // Kind is "sim".
 func (b *Backend) Kind() string { return "sim" }
@@ -305,6 +363,15 @@ func (b *Backend) SetAccess(ptr device.Ptr, size uint64, gpus []int) error {
 		m.access = mask
 	}
 	return nil
+}
+
+// ownMemory makes the mapping at ptr memory of context ctx: reachable from that context's work only.
+func (b *Backend) ownMemory(ptr device.Ptr, ctx uint64) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if m, ok := b.pages[uint64(ptr)/b.gran]; ok {
+		m.ctx = ctx
+	}
 }
 
 // Unmap removes whole mappings in a range.

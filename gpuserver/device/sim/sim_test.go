@@ -6,6 +6,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"math"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -399,10 +400,15 @@ func TestLaunchErrors(t *testing.T) {
 		t.Fatalf("missing kernel: %v", err)
 	}
 	if _, err := b.LoadModule(0, []byte{0x7f, 'E', 'L', 'F'}); !errors.Is(err, device.ErrInvalidImage) {
-		t.Fatalf("cubin on the sim: %v", err)
+		t.Fatalf("truncated cubin: %v", err)
 	}
-	bad := []byte(".version 7.0\n.visible .entry vector_add(.param .u64 a)\n{ ret; }")
-	if _, err := b.LoadModule(0, bad); !errors.Is(err, device.ErrInvalidImage) {
+	// a kernel named like a reference kernel with another layout loads, and is not computed
+	alike, err := b.LoadModule(0, []byte(".version 7.0\n.visible .entry vector_add(.param .u64 a)\n{ ret; }"))
+	must(t, err)
+	f, err := alike.Function("vector_add")
+	must(t, err)
+	if err := s.Launch(f, device.Dim3{X: 1}, device.Dim3{X: 1}, 0, make([]byte, 8)); !errors.Is(err,
+		sim.ErrKernelNotSimulated) || !strings.Contains(err.Error(), "named like a reference kernel") {
 		t.Fatalf("reference kernel with a wrong layout: %v", err)
 	}
 	// a kernel touching unmapped memory reports at synchronisation

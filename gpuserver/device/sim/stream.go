@@ -25,6 +25,8 @@ type op struct {
 type stream struct {
 	b    *Backend
 	gpu  int
+	ctx  *simContext // nil: the backend's own context of the GPU
+	who  int         // who its work is, for memory access (see who)
 	q    chan op
 	done chan struct{}
 
@@ -38,12 +40,23 @@ type stream struct {
 	opStart  time.Time // modelled start of the running op
 }
 
-// NewStream creates a stream on a GPU.
+// NewStream creates a stream on a GPU (in the backend's own context of the GPU).
 func (b *Backend) NewStream(gpu int) (device.Stream, error) {
 	if err := b.validGPU(gpu); err != nil {
 		return nil, err
 	}
-	s := &stream{b: b, gpu: gpu, q: make(chan op, 4096), done: make(chan struct{})}
+	s, err := b.newStream(gpu, nil)
+	if err != nil {
+		return nil, err
+	}
+	return s, nil
+}
+
+func (b *Backend) newStream(gpu int, ctx *simContext) (*stream, error) {
+	s := &stream{b: b, gpu: gpu, ctx: ctx, who: who(gpu, 0), q: make(chan op, 4096), done: make(chan struct{})}
+	if ctx != nil {
+		s.who = who(gpu, ctx.id)
+	}
 	b.mu.Lock()
 	if b.closed {
 		b.mu.Unlock()
@@ -62,10 +75,15 @@ func (s *stream) work() {
 	defer s.b.workers.Done()
 	defer close(s.done)
 	for o := range s.q {
+		if s.ctx != nil && s.err == nil {
+			s.err = s.ctx.Err() // a fault of another stream of the context poisons this one too
+		}
 		switch {
 		case o.sync != nil:
 			o.sync <- s.err
-			s.err = nil
+			if s.ctx == nil || s.ctx.Err() == nil { // a context fault stays
+				s.err = nil
+			}
 		case o.record != nil:
 			o.record.finish(s.err)
 		case o.wait != nil:
@@ -85,9 +103,12 @@ func (s *stream) work() {
 				s.err = fmt.Errorf("sim: gpu %d: %s: %w", s.gpu, o.kind, err)
 				continue
 			}
-			d, err := o.run()
+			d, err := runOp(o)
 			if err != nil {
 				s.err = fmt.Errorf("sim: gpu %d: %s: %w", s.gpu, o.kind, err)
+				if s.ctx != nil && device.IsContextFault(err) {
+					s.ctx.poison(s.err)
+				}
 				continue
 			}
 			if s.b.opts.TimeScale > 0 && d > 0 {
@@ -100,11 +121,33 @@ func (s *stream) work() {
 	}
 }
 
+// runOp runs one op; a panic of a reference kernel (a bug reached by some input) is a kernel fault of the
+// stream's context, as a crashing kernel is on a GPU, never a crash of the process.
+func runOp(o op) (d time.Duration, err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			d, err = 0, fmt.Errorf("%w: %s panicked: %v", device.ErrKernelFault, o.kind, r)
+		}
+	}()
+	return o.run()
+}
+
+func (s *stream) isDestroyed() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.destroyed
+}
+
 func (s *stream) enqueue(o op) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.destroyed {
 		return fmt.Errorf("%w: stream destroyed", device.ErrInvalidValue)
+	}
+	if s.ctx != nil && o.sync == nil {
+		if err := s.ctx.Err(); err != nil { // after a context fault every call of the context fails with it
+			return err
+		}
 	}
 	o.enq = s.b.clock.Now()
 	select {
@@ -147,20 +190,20 @@ func (s *stream) transfer(p topology.Path, bytes uint64, fn func() error) (time.
 func (s *stream) CopyHtoD(dst device.Ptr, src []byte) error {
 	n := uint64(len(src))
 	return s.enqueue(op{kind: "copy host to device", run: func() (time.Duration, error) {
-		return s.transfer(topology.HostPath(s.gpu), n, func() error { return s.b.writeDevice(s.gpu, dst, src) })
+		return s.transfer(topology.HostPath(s.gpu), n, func() error { return s.b.writeDevice(s.who, dst, src) })
 	}})
 }
 
 func (s *stream) CopyDtoH(dst []byte, src device.Ptr) error {
 	n := uint64(len(dst))
 	return s.enqueue(op{kind: "copy device to host", run: func() (time.Duration, error) {
-		return s.transfer(topology.HostPath(s.gpu), n, func() error { return s.b.readDevice(s.gpu, dst, src) })
+		return s.transfer(topology.HostPath(s.gpu), n, func() error { return s.b.readDevice(s.who, dst, src) })
 	}})
 }
 
 func (s *stream) CopyDtoD(dst, src device.Ptr, size uint64) error {
 	return s.enqueue(op{kind: "copy device to device", run: func() (time.Duration, error) {
-		move := func() error { return s.b.copyDevice(s.gpu, dst, src, size) }
+		move := func() error { return s.b.copyDevice(s.who, dst, src, size) }
 		from, to := s.b.ownerGPU(src), s.b.ownerGPU(dst)
 		if from >= 0 && to >= 0 && from != to {
 			return s.transfer(topology.PeerPath(from, to), size, move)
@@ -174,7 +217,10 @@ func (s *stream) CopyDtoD(dst, src device.Ptr, size uint64) error {
 
 func (s *stream) Memset8(dst device.Ptr, v uint8, n uint64) error {
 	return s.enqueue(op{kind: "memset", run: func() (time.Duration, error) {
-		segs, err := s.b.resolve(s.gpu, dst, n)
+		if v == 0 {
+			return s.b.memTime(n), s.b.zeroDevice(s.who, dst, n)
+		}
+		segs, err := s.b.resolve(s.who, dst, n)
 		if err != nil {
 			return 0, err
 		}
@@ -196,7 +242,7 @@ func (s *stream) Memset32(dst device.Ptr, v uint32, n uint64) error {
 		for i := uint64(0); i < n; i++ {
 			binary.LittleEndian.PutUint32(buf[4*i:], v)
 		}
-		if err := s.b.writeDevice(s.gpu, dst, buf); err != nil {
+		if err := s.b.writeDevice(s.who, dst, buf); err != nil {
 			return 0, err
 		}
 		return s.b.memTime(4 * n), nil
@@ -215,21 +261,41 @@ func (s *stream) Launch(f device.Function, grid, block device.Dim3, sharedMem ui
 	if fn.mod.isUnloaded() {
 		return fmt.Errorf("%w: module unloaded", device.ErrInvalidValue)
 	}
-	if fn.kernel == nil {
-		return fmt.Errorf("%w: sim runs only the reference kernels, not %s", device.ErrNotSupported, fn.name)
+	if fn.mod.ctx != s.ctx {
+		return fmt.Errorf("%w: kernel %s belongs to another context than the stream", device.ErrInvalidValue, fn.name)
 	}
 	if uint32(len(args)) < device.ArgsSize(fn.params) {
 		return fmt.Errorf("%w: kernel %s needs %d argument bytes, got %d", device.ErrInvalidValue, fn.name,
 			device.ArgsSize(fn.params), len(args))
 	}
+	if fn.kernel == nil {
+		if s.b.opts.Kernels != KernelsDry {
+			return s.b.notComputed(fn)
+		}
+		s.b.dryLaunches.Add(1)
+		return s.enqueue(op{kind: "kernel " + fn.name + " (dry)", run: func() (time.Duration, error) {
+			return s.b.opts.LaunchLatency, nil
+		}})
+	}
 	l := launch{grid: norm(grid), block: norm(block), args: append([]byte(nil), args...), params: fn.params}
 	return s.enqueue(op{kind: "kernel " + fn.name, run: func() (time.Duration, error) {
-		bytes, flops, err := fn.kernel(s.b, s.gpu, l)
+		bytes, flops, err := fn.kernel(s.b, s.who, l)
 		if err != nil {
 			return 0, err
 		}
 		return s.b.opts.LaunchLatency + max(s.b.memTime(bytes), time.Duration(flops/s.b.opts.FLOPS*1e9)), nil
 	}})
+}
+
+// notComputed is the error of launching a kernel the sim cannot compute (outside dry mode).
+func (b *Backend) notComputed(fn *function) error {
+	why := ""
+	if fn.unlike != "" {
+		why = "; it is named like a reference kernel but " + fn.unlike
+	}
+	return fmt.Errorf("%w: sim: kernel %s of %s cannot be computed by the simulated GPU, which computes only its "+
+		"reference kernels (%s)%s; a gpuserver run with --sim-kernels=dry accepts it without executing it",
+		ErrKernelNotSimulated, fn.name, fn.mod.source, referenceList, why)
 }
 
 func norm(d device.Dim3) device.Dim3 {
@@ -289,6 +355,12 @@ func (s *stream) Synchronize(ctx context.Context) error {
 	case <-ctx.Done():
 		return ctx.Err()
 	case <-s.done:
+		if s.ctx != nil { // its context was destroyed under it
+			if err := s.ctx.Err(); err != nil {
+				return err
+			}
+			return fmt.Errorf("%w: the stream's context was destroyed", device.ErrInvalidValue)
+		}
 		return fmt.Errorf("sim: %w: stream stopped", device.ErrUnavailable)
 	}
 }
@@ -305,6 +377,9 @@ func (s *stream) Destroy() error {
 	s.b.mu.Lock()
 	delete(s.b.streams, s)
 	s.b.mu.Unlock()
+	if s.ctx != nil {
+		s.ctx.forget(s)
+	}
 	return nil
 }
 

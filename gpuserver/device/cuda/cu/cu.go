@@ -27,16 +27,25 @@ func (e *Error) Error() string {
 
 // Well-known driver error codes.
 const (
-	ErrorInvalidValue     = 1
-	ErrorOutOfMemory      = 2
-	ErrorNotInitialized   = 3
-	ErrorNoDevice         = 100
-	ErrorInvalidImage     = 200
-	ErrorNotFound         = 500
-	ErrorNotReady         = 600
-	ErrorIllegalAddress   = 700
-	ErrorPeerAccessUnsupp = 217
-	ErrorNotSupported     = 801
+	ErrorInvalidValue   = 1
+	ErrorOutOfMemory    = 2
+	ErrorNotInitialized = 3
+	ErrorNoDevice       = 100
+	ErrorInvalidImage   = 200
+	ErrorNotFound       = 500
+	ErrorNotReady       = 600
+	ErrorIllegalAddress = 700
+	// Faults of a kernel: sticky for the context it ran in.
+	ErrorLaunchTimeout       = 702
+	ErrorAssert              = 710
+	ErrorHardwareStackError  = 714
+	ErrorIllegalInstruction  = 715
+	ErrorMisalignedAddress   = 716
+	ErrorInvalidAddressSpace = 717
+	ErrorInvalidPC           = 718
+	ErrorLaunchFailed        = 719
+	ErrorPeerAccessUnsupp    = 217
+	ErrorNotSupported        = 801
 )
 
 func check(op string, r C.CUresult) error {

@@ -1,7 +1,7 @@
 // Command shrinkwrap lays out ./build/<name>/ for every function of stack.yml the way
 // `faas-cli build --shrinkwrap` does (template files at the top, the handler in function/).
 //
-//	go run ./provider/shrinkwrap/cmd/shrinkwrap [-f stack.yml] [-templates templates] [-out build]
+//	go run ./provider/shrinkwrap/cmd/shrinkwrap [-f stack.yml] [-templates template] [-out build]
 package main
 
 import (
@@ -14,7 +14,7 @@ import (
 
 func main() {
 	stack := flag.String("f", "stack.yml", "stack file")
-	templates := flag.String("templates", "templates", "folder of templates (<folder>/<lang>/)")
+	templates := flag.String("templates", "template", "folder of templates (<folder>/<lang>/), faas-cli's ./template")
 	out := flag.String("out", "build", "folder to write <out>/<function>/ into")
 	flag.Parse()
 	if flag.NArg() > 0 {

@@ -11,12 +11,18 @@ Environment:
                         gpuserver, and context.gpu holds the binding (id, gpu, gpu_name, swap)
   FAAS_GPU_FUNCTION     the function's name as registered with the gpuserver (required when FAAS_GPU=1)
   FAAS_GPU_SOCKET       the gpuserver's Unix socket (default /var/run/faas-gpu/gpuserver.sock)
+  FAAS_GPU_TOKEN        the function's credential: acquire and release are authenticated with it (and the shim's
+                        remoting hello); each binding is held on its own connection from acquire to release
+  FAAS_GPU_REGISTRATION_TICKET  with FAAS_GPU_SELF_REGISTER=1: the provider's ticket for this function's spec
   FAAS_GPU_ACQUIRE_TIMEOUT_MS  how long a request waits for a GPU (default 30000)
   FAAS_GPU_SELF_REGISTER=1     register with the node's gpuserver at start, before the handler is imported (in a
                         cluster the provider cannot reach the node's gpuserver): the requirements come from
                         FAAS_GPU_MEMORY_BYTES, FAAS_GPU_SLO (e.g. 80ms), FAAS_GPU_SLO_PERCENTILE and
                         FAAS_GPU_ISOLATION, and the token the gpuserver answers becomes FAAS_GPU_TOKEN for the shim
   OPENFAAS_SECRETS_DIR  where the function's secrets are files (default /var/openfaas/secrets)
+  FAAS_GPU_MAX_BODY_BYTES  the largest request body accepted (default 67108864, 64 MiB); larger gets 413
+  FAAS_GPU_LISTEN_BACKLOG  connections the kernel queues before index.py accepts them (default 1024; the
+                        standard library's default of 5 drops connections under a burst of concurrent requests)
 
 GET /_/health answers 200 once the handler is imported, as of-watchdog's health endpoint does.
 """
@@ -36,6 +42,12 @@ from urllib.parse import parse_qs, urlsplit
 handler = None  # function.handler, imported by main() once the GPU function is registered
 
 DEFAULT_SOCKET = "/var/run/faas-gpu/gpuserver.sock"
+DEFAULT_BACKLOG = 1024
+DEFAULT_MAX_BODY = 64 << 20
+
+
+class BodyTooLarge(Exception):
+    """The request body is larger than the server accepts."""
 DEFAULT_SECRETS_DIR = "/var/openfaas/secrets"
 HEALTH_PATH = "/_/health"
 
@@ -74,10 +86,22 @@ class Context:
 class GPUError(Exception):
     """The gpuserver refused or failed a call; status is the HTTP status the function answers with."""
 
-    def __init__(self, status, message):
+    def __init__(self, status, message, restart=False):
         super().__init__(message)
         self.status = status
         self.message = message
+        # restart: this process cannot serve again (its CUDA session died with the gpuserver); it exits after
+        # answering so that its supervisor (the kubelet, or faas-gpu's local backend) starts it afresh.
+        self.restart = restart
+
+
+def cuda_loaded():
+    """Whether this process has loaded the CUDA driver, i.e. the shim: its CUDA session lives in the gpuserver."""
+    try:
+        with open("/proc/self/maps") as f:
+            return any(line.rstrip().endswith("/libcuda.so.1") for line in f)
+    except OSError:
+        return False
 
 
 class UnixHTTPConnection(http.client.HTTPConnection):
@@ -107,16 +131,24 @@ class GPUClient:
         self.socket_path = socket_path
         self.acquire_timeout_ms = acquire_timeout_ms
 
-    def _call(self, method, path, body, timeout):
-        conn = UnixHTTPConnection(self.socket_path, timeout)
+    def _call(self, method, path, body, timeout, conn=None, credential=None):
+        """One API call: on conn when given (it stays open), else on a connection of its own. The credential is
+        the function's token (FAAS_GPU_TOKEN) unless another is given."""
+        own = conn is None
+        if own:
+            conn = UnixHTTPConnection(self.socket_path, timeout)
         try:
             data = None if body is None else json.dumps(body).encode()
             headers = {"Content-Type": "application/json"} if data is not None else {}
+            credential = credential or os.getenv("FAAS_GPU_TOKEN", "")
+            if credential:
+                headers["Authorization"] = "Bearer " + credential
             conn.request(method, path, body=data, headers=headers)
             resp = conn.getresponse()
             return resp.status, resp.read()
         finally:
-            conn.close()
+            if own:
+                conn.close()
 
     @staticmethod
     def _error_text(raw):
@@ -126,6 +158,7 @@ class GPUClient:
             return raw.decode(errors="replace")
 
     def acquire(self):
+        """Returns (binding, lease): the binding and the connection that holds it until release."""
         try:
             return self._acquire()
         except GPUError as e:
@@ -133,32 +166,46 @@ class GPUClient:
             if e.status != 404 or self.spec is None:
                 raise
             log("gpu-python: the gpuserver does not know %s (restarted?): registering again" % self.function)
+            if cuda_loaded():
+                # The contexts, modules and allocations of this process lived in the gpuserver that restarted, and
+                # the shim cannot resume them. The model image is still in the repository: a new process gets it
+                # back at the same addresses.
+                raise GPUError(503, "the gpuserver restarted under this function's CUDA session; the function "
+                               "restarts", restart=True)
             token = self.register(self.spec)
             if token:
                 os.environ["FAAS_GPU_TOKEN"] = token
             return self._acquire()
 
     def _acquire(self):
-        # Leave the socket a little longer than the gpuserver's own timeout so that its 504 arrives first.
+        # The binding is a lease of this connection: it stays open until release, so that the gpuserver releases
+        # the binding should this process die. Leave the socket a little longer than the gpuserver's own timeout
+        # so that its 504 arrives first.
         timeout = self.acquire_timeout_ms / 1000.0 + 5
         path = "/v1/functions/%s/acquire" % self.function
+        conn = UnixHTTPConnection(self.socket_path, timeout)
         try:
-            status, raw = self._call("POST", path, {"timeout_ms": self.acquire_timeout_ms}, timeout)
+            status, raw = self._call("POST", path, {"timeout_ms": self.acquire_timeout_ms}, timeout, conn=conn)
         except OSError as e:
+            conn.close()
             raise GPUError(503, "gpuserver at %s unreachable: %s" % (self.socket_path, e))
         if status != 200:
+            conn.close()
             raise GPUError(status, "gpuserver refused to acquire a GPU for function %s (HTTP %d): %s"
                            % (self.function, status, self._error_text(raw)))
         try:
             binding = json.loads(raw)
         except ValueError:
+            conn.close()
             raise GPUError(502, "gpuserver answered acquire with invalid JSON")
-        return binding
+        return binding, conn
 
     def register(self, spec):
         """Registers (or updates) the function with the gpuserver; returns the token for the remoting socket."""
+        # Registering takes a ticket the provider issued for exactly this spec (FAAS_GPU_REGISTRATION_TICKET).
         try:
-            status, raw = self._call("POST", "/v1/functions", spec, 30)
+            status, raw = self._call("POST", "/v1/functions", spec, 30,
+                                     credential=os.getenv("FAAS_GPU_REGISTRATION_TICKET", ""))
         except OSError as e:
             raise GPUError(503, "gpuserver at %s unreachable: %s" % (self.socket_path, e))
         if status != 200:
@@ -169,14 +216,18 @@ class GPUClient:
         except (ValueError, AttributeError):
             raise GPUError(502, "gpuserver answered register with invalid JSON")
 
-    def release(self, binding_id):
-        """Ends a binding. Returns a GPUError when the binding broke (HTTP 503: its GPU failed while it was held,
-        so the handler's GPU work may be wrong), else None."""
+    def release(self, binding_id, lease):
+        """Ends a binding on the connection that acquired it. Returns a GPUError when the binding broke (HTTP
+        503: its GPU failed while it was held, so the handler's GPU work may be wrong), else None."""
         try:
-            status, raw = self._call("POST", "/v1/bindings/%s/release" % binding_id, None, 30)
+            if lease.sock is not None:
+                lease.sock.settimeout(30)
+            status, raw = self._call("POST", "/v1/bindings/%s/release" % binding_id, None, 30, conn=lease)
         except OSError as e:
             log("faas-gpu: releasing binding %s failed: %s" % (binding_id, e))
             return None
+        finally:
+            lease.close()
         if status not in (200, 204):
             log("faas-gpu: releasing binding %s failed (HTTP %d): %s" % (binding_id, status, self._error_text(raw)))
             if status == 503:
@@ -221,8 +272,14 @@ def format_response(res):
 class Server(ThreadingHTTPServer):
     daemon_threads = True
     allow_reuse_address = True
+    # listen(2) backlog: socketserver's default of 5 makes the kernel drop the SYNs of a burst of concurrent
+    # connections (the provider's proxy opens one per request in flight), which then wait for a SYN retransmit or
+    # fail. The kernel caps it at net.core.somaxconn.
+    request_queue_size = DEFAULT_BACKLOG
 
-    def __init__(self, addr, gpu_client):
+    def __init__(self, addr, gpu_client, backlog=DEFAULT_BACKLOG, max_body=DEFAULT_MAX_BODY):
+        self.request_queue_size = backlog
+        self.max_body = max_body
         super().__init__(addr, RequestHandler)
         self.gpu_client = gpu_client
         self.lock = threading.Lock()
@@ -246,20 +303,32 @@ class RequestHandler(BaseHTTPRequestHandler):
         pass  # the provider logs requests; stdout/stderr carry the handler's own output
 
     def read_body(self):
+        """Reads the request body; raises BodyTooLarge beyond server.max_body (checked before reading) and
+        ValueError for a malformed length or chunk."""
+        limit = self.server.max_body
         if "chunked" in self.headers.get("Transfer-Encoding", "").lower():
-            chunks = []
+            chunks, total = [], 0
             while True:
                 line = self.rfile.readline(65537)
                 size = int(line.split(b";", 1)[0].strip() or b"0", 16)
+                if size < 0:
+                    raise ValueError("negative chunk size")
                 if size == 0:
                     # Trailers end with an empty line.
                     while self.rfile.readline(65537) not in (b"\r\n", b"\n", b""):
                         pass
                     break
+                total += size
+                if total > limit:
+                    raise BodyTooLarge()
                 chunks.append(self.rfile.read(size))
                 self.rfile.readline(65537)
             return b"".join(chunks)
         length = int(self.headers.get("Content-Length") or 0)
+        if length < 0:
+            raise ValueError("negative Content-Length")
+        if length > limit:
+            raise BodyTooLarge()
         return self.rfile.read(length) if length > 0 else b""
 
     def send(self, status, headers, body):
@@ -273,7 +342,7 @@ class RequestHandler(BaseHTTPRequestHandler):
         if not has_type:
             self.send_header("Content-Type", "text/plain; charset=utf-8")
         self.send_header("Content-Length", str(len(body)))
-        if self.server.stopping:
+        if self.server.stopping or self.close_connection:
             self.send_header("Connection", "close")
             self.close_connection = True
         self.end_headers()
@@ -287,7 +356,13 @@ class RequestHandler(BaseHTTPRequestHandler):
         url = urlsplit(self.path)
         try:
             body = self.read_body()
+        except BodyTooLarge:
+            self.close_connection = True  # the rest of the body is never read
+            self.send_json_error(413, "request body is larger than %d bytes (FAAS_GPU_MAX_BODY_BYTES)"
+                                 % self.server.max_body)
+            return
         except (ValueError, OSError) as e:
+            self.close_connection = True
             self.send_json_error(400, "cannot read request body: %s" % e)
             return
         if url.path == HEALTH_PATH and self.command in ("GET", "HEAD"):
@@ -302,13 +377,17 @@ class RequestHandler(BaseHTTPRequestHandler):
     def invoke(self, url, body):
         event = Event(body, self.headers, self.command, Query(url.query), url.path or "/")
         gpu = self.server.gpu_client
-        binding = None
+        binding = lease = None
         if gpu is not None:
             try:
-                binding = gpu.acquire()
+                binding, lease = gpu.acquire()
             except GPUError as e:
                 log("faas-gpu: %s" % e.message)
                 self.send_json_error(e.status, e.message)
+                if e.restart:
+                    self.wfile.flush()
+                    log("gpu-python: exiting so that the function starts again with a new CUDA session")
+                    os._exit(75)
                 return
         try:
             context = Context(gpu=binding)
@@ -320,7 +399,7 @@ class RequestHandler(BaseHTTPRequestHandler):
                 self.send_json_error(500, "the function's handler raised an exception; see its logs")
                 return
         finally:
-            broke = gpu.release(binding.get("id", "")) if binding is not None else None
+            broke = gpu.release(binding.get("id", ""), lease) if binding is not None else None
         if broke is not None:  # the handler's result may be wrong: its GPU died under it
             self.send_json_error(broke.status, broke.message)
             return
@@ -401,12 +480,24 @@ def main():
         port = int(os.getenv("PORT", "5000"))
     except ValueError:
         sys.exit("gpu-python: PORT must be a port number")
+    try:
+        backlog = int(os.getenv("FAAS_GPU_LISTEN_BACKLOG", str(DEFAULT_BACKLOG)))
+        if backlog < 1:
+            raise ValueError
+    except ValueError:
+        sys.exit("gpu-python: FAAS_GPU_LISTEN_BACKLOG must be a positive number of connections")
+    try:
+        max_body = int(os.getenv("FAAS_GPU_MAX_BODY_BYTES", str(DEFAULT_MAX_BODY)))
+        if max_body < 0:
+            raise ValueError
+    except ValueError:
+        sys.exit("gpu-python: FAAS_GPU_MAX_BODY_BYTES must be a number of bytes")
     gpu = gpu_client_from_env()
     if gpu is not None and os.getenv("FAAS_GPU_SELF_REGISTER", "") in ("1", "true"):
         self_register(gpu)
     from function import handler as imported  # after registration: handlers may call CUDA at import
     handler = imported
-    server = Server((os.getenv("HOST", "127.0.0.1"), port), gpu)
+    server = Server((os.getenv("HOST", "127.0.0.1"), port), gpu, backlog, max_body)
 
     def on_term(signum, frame):
         # Stop accepting, let requests in flight finish (the provider kills the process after its grace period).

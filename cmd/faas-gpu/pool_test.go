@@ -1,0 +1,78 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/faas-gpu/faas-gpu/gpuserver/api"
+	"github.com/faas-gpu/faas-gpu/gpuserver/pool"
+)
+
+// poolStateDir serves a real gpuserver API (first-come-first-served pool of one GPU) on <dir>/gpuserver.sock, as
+// `faas-gpu up` lays out its state dir.
+func poolStateDir(t *testing.T) string {
+	t.Helper()
+	dir, err := os.MkdirTemp("", "pool") // short: Unix socket paths are limited to 108 bytes
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = os.RemoveAll(dir) })
+	p, err := pool.NewFCFS([]pool.GPU{{Name: "Tesla V100-SXM2-32GB (simulated)", MemoryBytes: 32 << 30}}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	reg := prometheus.NewRegistry()
+	h, err := api.New(p, reg, reg, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	l, err := net.Listen("unix", filepath.Join(dir, "gpuserver.sock"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := &http.Server{Handler: h}
+	go func() { _ = srv.Serve(l) }()
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		_ = srv.Shutdown(ctx)
+	})
+	return dir
+}
+
+// TestPoolStateDirAndNoQueues: `faas-gpu pool --state-dir DIR` finds the gpuserver socket and the NATS URL there;
+// --nats-url none shows the GPU pool only, without trying NATS.
+func TestPoolStateDirAndNoQueues(t *testing.T) {
+	dir := poolStateDir(t)
+	var out bytes.Buffer
+	if err := runPool(context.Background(), []string{"--state-dir", dir}, &out, &out); err != nil {
+		t.Fatalf("pool --state-dir without a nats-url file: %v", err)
+	}
+	if !strings.Contains(out.String(), "GPU") || strings.Contains(out.String(), "QUEUE  ") || strings.Contains(out.String(), "dead letters") {
+		t.Errorf("output:\n%s", out.String())
+	}
+	// A nats-url file in the state dir is used (here it names nothing that listens) unless --nats-url none.
+	if err := os.WriteFile(filepath.Join(dir, natsURLFile), []byte("nats://127.0.0.1:1\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := runPool(context.Background(), []string{"--state-dir", dir}, &out, &out); err == nil ||
+		!strings.Contains(err.Error(), "nats://127.0.0.1:1") {
+		t.Errorf("pool with the state dir's nats-url: %v, want an error naming that URL", err)
+	}
+	out.Reset()
+	if err := runPool(context.Background(), []string{"--state-dir", dir, "--nats-url", "none"}, &out, &out); err != nil {
+		t.Fatalf("pool --nats-url none: %v", err)
+	}
+	if !strings.Contains(out.String(), "policy:") {
+		t.Errorf("output:\n%s", out.String())
+	}
+}

@@ -1,0 +1,194 @@
+package executor
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/faas-gpu/faas-gpu/gpuserver/device"
+	"github.com/faas-gpu/faas-gpu/gpuserver/pool"
+)
+
+// Tenants and contexts (issue 11 items 3 and 5).
+//
+// Every function belongs to a tenant (pool.FunctionSpec.Tenant: its namespace, or itself when isolated). On each
+// GPU a tenant's work runs in a device context of its own (device.Context: a CUDA context), created when the
+// tenant first runs there: its functions' compute streams, modules and events live in it.
+//
+// Memory. Device memory mapped at the functions' fixed addresses is the process's: a kernel of any context on a
+// GPU reaches every mapping accessible on that GPU, so contexts alone do not keep tenants apart. The node keeps
+// one tenant's memory accessible on a GPU at a time: before a function becomes active on a GPU, the functions of
+// other tenants active there are deactivated (their mappings removed; their copies stay parked, so coming back
+// costs a re-map, not a copy), and a GPU with a binding of another tenant refuses (ErrBusy). Staging mappings of
+// GPU-to-GPU swaps are accessible from the target GPU only, and chunks that are mapped without being filled by a
+// copy (scratch, a model during initialisation) are zeroed first, so no tenant reads what another left in them.
+//
+// Faults. A fault of a tenant's work (an illegal address, a kernel fault) poisons its context on that GPU only.
+// The node tears that context down, drops the copies of the tenant's functions that were active on the GPU (their
+// memory was exposed to the faulting kernel; parked copies were not mapped and stay), and restores them from their
+// host images (or a healthy peer copy) at their next swap-in. The error returned wraps ErrContextFault; bindings
+// held across the fault break (Binding.Err). Other tenants, the node's own swap streams and the GPU stay in
+// service: only device-level failures mark a GPU unhealthy. A function whose initialisation had not ended has no
+// image to come back from: it stays broken (ErrBroken) until it is reset.
+
+// ErrContextFault: a fault of a tenant's work poisoned its context on a GPU; the context was torn down and the
+// tenant's functions there will be restored from their images.
+var ErrContextFault = errors.New("kernel fault: the tenant's context was reset")
+
+// DefaultTenant is the tenant of a function registered without one: its namespace.
+func DefaultTenant(function string) string {
+	return pool.FunctionSpec{Name: function, Isolation: pool.IsolationShared}.Tenant()
+}
+
+type domainKey struct {
+	tenant string
+	gpu    int
+}
+
+// SetTenant puts a registered function into tenant. A function that changes tenant loses its copies (they may
+// be mapped on GPUs serving its old tenant); it fails with ErrBusy while it has bindings.
+func (n *Node) SetTenant(ctx context.Context, name, tenant string) error {
+	if tenant == "" {
+		return fmt.Errorf("%w: empty tenant", ErrInvalid)
+	}
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	f, err := n.fn(name)
+	if err != nil {
+		return err
+	}
+	if f.tenant == tenant {
+		return nil
+	}
+	if f.users > 0 {
+		return fmt.Errorf("%w: %s has %d bindings", ErrBusy, name, f.users)
+	}
+	for gpu := range f.res {
+		if err := n.evictLocked(ctx, f, gpu); err != nil {
+			return err
+		}
+	}
+	for gpu, s := range f.streams {
+		_ = s.Destroy()
+		delete(f.streams, gpu)
+	}
+	f.tenant = tenant
+	return nil
+}
+
+// Tenant returns a function's tenant.
+func (n *Node) Tenant(name string) (string, error) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	f, err := n.fn(name)
+	if err != nil {
+		return "", err
+	}
+	return f.tenant, nil
+}
+
+// Context returns the device context the function's work runs in on gpu (created on first use). Modules and
+// events of the function belong there. After a fault tore it down, a new one is returned: what was created in
+// the old one is gone.
+func (n *Node) Context(name string, gpu int) (device.Context, error) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	f, err := n.fn(name)
+	if err != nil {
+		return nil, err
+	}
+	if err := n.validGPU(gpu); err != nil {
+		return nil, err
+	}
+	return n.contextLocked(f.tenant, gpu)
+}
+
+func (n *Node) contextLocked(tenant string, gpu int) (device.Context, error) {
+	k := domainKey{tenant, gpu}
+	if c, ok := n.domains[k]; ok {
+		return c, nil
+	}
+	c, err := n.dev.NewContext(gpu)
+	if err != nil {
+		return nil, fmt.Errorf("context of %s on gpu %d: %w", tenant, gpu, err)
+	}
+	n.domains[k] = c
+	return c, nil
+}
+
+// claimLocked makes gpu serve f's tenant: functions of other tenants active there are deactivated (their
+// mappings removed, their copies parked). It fails with ErrBusy when one of them holds a binding there.
+func (n *Node) claimLocked(ctx context.Context, f *function, gpu int) error {
+	for _, o := range n.fns {
+		if o.active != gpu || o.tenant == f.tenant {
+			continue
+		}
+		if o.users > 0 {
+			return fmt.Errorf("%w: gpu %d serves %s, whose function %s holds %d bindings there; %s (%s) cannot "+
+				"share it", ErrBusy, gpu, o.tenant, o.name, o.users, f.name, f.tenant)
+		}
+		// A fault of o's own work surfacing here tore o's context down and unmapped o: the GPU is free all the same.
+		if err := n.deactivateLocked(ctx, o); err != nil && !errors.Is(err, ErrContextFault) {
+			return err
+		}
+	}
+	return nil
+}
+
+// faultLocked handles a fault of f's work on gpu: if err is a context fault, the tenant's context there is torn
+// down and the tenant's functions active there lose their copy on it (see the comment at the top); the returned
+// error wraps ErrContextFault. Any other error is a device failure of gpu (failLocked).
+func (n *Node) faultLocked(f *function, gpu int, err error) error {
+	if !device.IsContextFault(err) {
+		return n.failLocked(gpu, err)
+	}
+	k := domainKey{f.tenant, gpu}
+	if c, ok := n.domains[k]; ok {
+		delete(n.domains, k)
+		if derr := c.Destroy(); derr != nil {
+			n.log.Warn("destroying a poisoned context", "gpu", gpu, "tenant", f.tenant, "err", derr)
+		}
+	}
+	var restored []string
+	for _, o := range n.fns {
+		if o.tenant != f.tenant {
+			continue
+		}
+		delete(o.streams, gpu) // destroyed with the context
+		r := o.res[gpu]
+		if o.active != gpu || r == nil {
+			continue
+		}
+		for _, seg := range o.space.Segments() {
+			if r.mapped[seg.ID] {
+				_ = n.mem.Unmap(seg.Ptr, seg.Size)
+			}
+		}
+		o.active = -1
+		_ = n.waitReadyLocked(context.Background(), r) // the node's own copies into the chunks (not the tenant's)
+		for _, chunks := range r.chunks {
+			_ = n.mem.Pool(gpu).Put(chunks)
+		}
+		delete(o.res, gpu)
+		o.epoch++
+		o.fault = err
+		if !o.captured && o.plan == nil {
+			o.lost = fmt.Errorf("a kernel fault on gpu %d destroyed its memory before its initialisation ended "+
+				"(no image to restore): its process must start again: %w", gpu, err)
+		}
+		restored = append(restored, o.name)
+	}
+	n.execs[gpu].contextFaults++
+	n.log.Warn("kernel fault: the tenant's context on the gpu was torn down, its functions there are restored from "+
+		"their images; the gpu stays in service", "gpu", gpu, "tenant", f.tenant, "function", f.name,
+		"functions", restored, "err", err)
+	return fmt.Errorf("%w: gpu %d, %s (%s): %w", ErrContextFault, gpu, f.name, f.tenant, err)
+}
+
+// usableLocked refuses work of a function whose memory a fault destroyed before it had an image.
+func (f *function) usableLocked() error {
+	if f.lost != nil {
+		return fmt.Errorf("%w: %s: %w", ErrBroken, f.name, f.lost)
+	}
+	return nil
+}

@@ -1,0 +1,72 @@
+package remoting
+
+import (
+	"github.com/prometheus/client_golang/prometheus"
+	dto "github.com/prometheus/client_model/go"
+)
+
+// metrics are the remoting server's counters; registered with Config.Metrics when set.
+type metrics struct {
+	acceptErrors prometheus.Counter
+	panics       prometheus.Counter
+	refused      *prometheus.CounterVec
+	sessions     prometheus.Gauge
+}
+
+// Reasons a connection is refused (the label of faas_gpu_remoting_refused_total).
+var refuseReasons = []string{"protocol", "version", "identity", "shared_memory", "sessions_per_function",
+	"pending_hellos", "internal"}
+
+func newMetrics(reg prometheus.Registerer) (*metrics, error) {
+	m := &metrics{
+		acceptErrors: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "faas_gpu_remoting_accept_errors_total",
+			Help: "Failed accepts on the remoting socket (EMFILE and the like), each retried after a back-off.",
+		}),
+		panics: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "faas_gpu_remoting_session_panics_total",
+			Help: "Remoting sessions ended by a panic (the session is closed, the server goes on).",
+		}),
+		refused: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "faas_gpu_remoting_refused_total",
+			Help: "Remoting connections refused, by reason.",
+		}, []string{"reason"}),
+		sessions: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "faas_gpu_remoting_sessions",
+			Help: "Open remoting sessions.",
+		}),
+	}
+	for _, r := range refuseReasons {
+		m.refused.WithLabelValues(r)
+	}
+	if reg != nil {
+		for _, c := range []prometheus.Collector{m.acceptErrors, m.panics, m.refused, m.sessions} {
+			if err := reg.Register(c); err != nil {
+				return nil, err
+			}
+		}
+	}
+	return m, nil
+}
+
+func value(c prometheus.Collector) float64 {
+	ch := make(chan prometheus.Metric, 1)
+	c.Collect(ch)
+	var d dto.Metric
+	if err := (<-ch).Write(&d); err != nil {
+		return 0
+	}
+	if d.Counter != nil {
+		return d.Counter.GetValue()
+	}
+	return d.Gauge.GetValue()
+}
+
+func (m *metrics) stats() Stats {
+	st := Stats{AcceptErrors: int64(value(m.acceptErrors)), SessionPanics: int64(value(m.panics)),
+		Refused: map[string]int64{}}
+	for _, r := range refuseReasons {
+		st.Refused[r] = int64(value(m.refused.WithLabelValues(r)))
+	}
+	return st
+}

@@ -1,0 +1,56 @@
+// Package docs checks that docs/security.md cannot drift from the code: every test it cites exists.
+package docs
+
+import (
+	"io/fs"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+)
+
+// TestSecurityDocCitesExistingTests: every `TestX`, `FuzzX` named in docs/security.md is a test function of the
+// repository, so that the document's claims stay pinned by the tests it names.
+func TestSecurityDocCitesExistingTests(t *testing.T) {
+	doc, err := os.ReadFile("../../docs/security.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cited := map[string]bool{}
+	for _, m := range regexp.MustCompile(`\b((?:Test|Fuzz)[A-Z][A-Za-z0-9_]*)`).FindAllStringSubmatch(string(doc), -1) {
+		cited[m[1]] = true
+	}
+	if len(cited) == 0 {
+		t.Fatal("docs/security.md cites no test")
+	}
+	defined := map[string]bool{}
+	def := regexp.MustCompile(`(?m)^func ((?:Test|Fuzz)[A-Za-z0-9_]*)\(`)
+	err = filepath.WalkDir("../..", func(path string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if d.IsDir() && (strings.HasPrefix(d.Name(), ".") && path != "../.." || d.Name() == "node_modules") {
+			return filepath.SkipDir
+		}
+		if d.IsDir() || !strings.HasSuffix(path, "_test.go") {
+			return nil
+		}
+		src, err := os.ReadFile(path)
+		if err != nil {
+			return err
+		}
+		for _, m := range def.FindAllStringSubmatch(string(src), -1) {
+			defined[m[1]] = true
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name := range cited {
+		if !defined[name] {
+			t.Errorf("docs/security.md cites %s, which no test defines", name)
+		}
+	}
+}
