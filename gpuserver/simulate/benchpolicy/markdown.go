@@ -183,7 +183,7 @@ func markdown(rep report, speed speedRun, prev *report) string {
 		"requests meet their deadline or the GPUs are over 70%% busy, and drain the least loaded when the load would "+
 		"fit under 45%% of one node fewer. Native binding pins each function with its own context on the first node "+
 		"with room, for the whole run. Keep-alive holds a GPU per warm instance (Torpor's cold start, %v keep-alive; "+
-		"prewarmed: one instance per function from the start, never released).\n\n",
+		"prewarmed: from the start as many instances per function as it ever runs requests at once, never released).\n\n",
 		cl.Node, simulate.DefaultImageLoadLatency, simulate.DefaultImageLoadRate/1e9, simulate.DefaultProvisionDelay,
 		simulate.DefaultKeepAlive)
 	w("| policy | nodes | SLO met | requests on time | refused | GPUs mean | GPUs peak | image loads | routed to a resident model | events/s |\n|---|---|---:|---:|---:|---:|---:|---:|---:|---:|\n")
