@@ -225,8 +225,9 @@ func answer(resp *http.Response, method, path string, out any) error {
 		if json.Unmarshal(raw, &e) != nil || e.Error == "" {
 			e.Error = strings.TrimSpace(string(raw))
 		}
-		if resp.StatusCode == http.StatusTooManyRequests { // shed by the overload control
-			after, _ := strconv.Atoi(resp.Header.Get("Retry-After"))
+		// 429 with Retry-After: the overload control sheds the function (without: a limit, pool.ErrLimit).
+		if ra := resp.Header.Get("Retry-After"); resp.StatusCode == http.StatusTooManyRequests && ra != "" {
+			after, _ := strconv.Atoi(ra)
 			return fmt.Errorf("%s %s: %w", method, path, &pool.OverloadedError{Function: functionOf(path),
 				RetryAfter: time.Duration(max(0, after)) * time.Second, Reason: e.Error})
 		}
