@@ -105,9 +105,11 @@ gpu-trace:
 	test/gpu/trace.sh build/gpu-trace
 	@echo "compare build/gpu-trace with shim/testdata/trace and copy what changed"
 
-## bench-policy: policy sweep on the simulator, writes docs/bench/policy.{md,png,json}
+## bench-policy: policy sweeps (node, overload with the offline bound, partial residency, cluster, speed, three
+## seeds) on the simulator, writes docs/bench/policy.{md,png,json} and policy-cluster.png
 bench-policy: build
-	$(GO) run ./gpuserver/simulate/benchpolicy -workloads ../shared/workloads -out docs/bench -seed 1
+	$(GO) run ./gpuserver/simulate/benchpolicy -workloads ../shared/workloads -out docs/bench -seed 1 \
+	  $$(test -f docs/bench/policy.json && echo -previous docs/bench/policy.json)
 
 ## bench-swap: data-plane benchmarks, writes docs/bench/swap.md
 bench-swap: build

@@ -7,6 +7,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"math"
 	"strings"
 	"text/tabwriter"
 
@@ -24,35 +25,55 @@ type simReport struct {
 	Minutes   int               `json:"minutes"`
 	Seed      uint64            `json:"seed"`
 	Policies  []simulate.Result `json:"policies"`
+	// Bound is the offline upper bound on SLO-compliant functions (of the first policy's execution times).
+	Bound simulate.Bound `json:"offline_bound"`
+	// Cluster holds the results of --nodes or --autoscale runs instead of Policies.
+	Cluster []simulate.ClusterResult `json:"cluster,omitempty"`
 }
 
 func runSim(ctx context.Context, args []string, stdout, _ io.Writer) error {
 	fs := flag.NewFlagSet("sim", flag.ContinueOnError)
 	trace := fs.String("trace", "", "invocation trace CSV (one row per function, one column per minute)")
+	arrivalsArg := fs.String("arrivals", "", "explicit arrivals CSV (at_ms,function index) instead of --trace")
 	models := fs.String("models", "", "model profile CSV (Torpor or Clockwork layout)")
 	functions := fs.Int("functions", 0, "number of functions (models assigned round-robin)")
 	nodeArg := fs.String("node", "v100x4", "node preset ("+strings.Join(topology.PresetNames(), ", ")+") or node file")
-	minutes := fs.Int("minutes", 10, "simulated minutes of the trace")
+	minutes := fs.Int("minutes", 10, "simulated minutes of the trace (beyond its length it repeats)")
 	policies := fs.String("policies", string(controller.PolicyFaaSGPU), "comma-separated policies")
 	seed := fs.Uint64("seed", 1, "random seed (arrivals, sampling, random placement)")
 	asJSON := fs.Bool("json", false, "print JSON instead of a table")
 	maxInFlight := fs.Int("max-in-flight", 0, "bound on each function's concurrent requests (0: unlimited)")
 	gpuMemory := fs.String("gpu-memory", "", "override every GPU's memory, e.g. 16Gi")
+	nodes := fs.Int("nodes", 0, "simulate a cluster of this many nodes behind the router (0: one node)")
+	autoscale := fs.Bool("autoscale", false, "cluster: add nodes when SLO attainment drops, drain idle ones")
+	keepAlive := fs.Duration("keep-alive", simulate.DefaultKeepAlive,
+		"cluster: how long the keepalive baseline keeps an idle instance (a GPU each)")
+	partial := fs.Bool("partial-residency", false, "keep evicted models' blocks on the GPU while memory allows")
+	memFactor := fs.Float64("memory-factor", simulate.DefaultMemoryFactor,
+		"a function's GPU memory quota as a multiple of its model's weights (>= 1)")
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
 	flagErr := func(name string, err error) error { return usageError{fmt.Errorf("-%s: %w", name, err)} }
 	switch {
-	case *trace == "":
-		return flagErr("trace", errors.New("required"))
+	case *trace == "" && *arrivalsArg == "":
+		return flagErr("trace", errors.New("required (or --arrivals)"))
+	case *trace != "" && *arrivalsArg != "":
+		return flagErr("arrivals", errors.New("give --trace or --arrivals, not both"))
 	case *models == "":
 		return flagErr("models", errors.New("required"))
-	case *functions <= 0:
+	case *functions < 0 || *functions == 0 && *arrivalsArg == "":
 		return flagErr("functions", errors.New("must be > 0"))
 	case *minutes <= 0:
 		return flagErr("minutes", errors.New("must be > 0"))
 	case *maxInFlight < 0:
 		return flagErr("max-in-flight", errors.New("must be >= 0"))
+	case !(*memFactor >= 1) || math.IsInf(*memFactor, 0):
+		return flagErr("memory-factor", errors.New("must be >= 1"))
+	case *nodes < 0:
+		return flagErr("nodes", errors.New("must be >= 0"))
+	case *keepAlive <= 0:
+		return flagErr("keep-alive", errors.New("must be > 0"))
 	}
 	var pols []controller.Policy
 	for _, p := range strings.Split(*policies, ",") {
@@ -75,12 +96,27 @@ func runSim(ctx context.Context, args []string, stdout, _ io.Writer) error {
 			return flagErr("gpu-memory", err)
 		}
 	}
-	tr, err := simulate.LoadTrace(*trace)
-	if err != nil {
-		return flagErr("trace", err)
-	}
-	if *minutes > tr.Minutes() {
-		return flagErr("minutes", fmt.Errorf("%d exceeds the trace's %d minutes", *minutes, tr.Minutes()))
+	var tr *simulate.Trace
+	var arrivals []simulate.Arrival
+	if *arrivalsArg != "" {
+		if arrivals, err = simulate.LoadArrivals(*arrivalsArg); err != nil {
+			return flagErr("arrivals", err)
+		}
+		most := 0
+		for _, a := range arrivals {
+			most = max(most, a.Function+1)
+		}
+		switch {
+		case *functions == 0:
+			*functions = most
+		case *functions < most:
+			return flagErr("functions", fmt.Errorf("%d, but the arrivals name function %d", *functions, most-1))
+		}
+		*trace, *minutes = *arrivalsArg, 0
+	} else {
+		if tr, err = simulate.LoadTrace(*trace); err != nil {
+			return flagErr("trace", err)
+		}
 	}
 	ms, err := simulate.LoadModels(*models)
 	if err != nil {
@@ -88,12 +124,33 @@ func runSim(ctx context.Context, args []string, stdout, _ io.Writer) error {
 	}
 	rep := simReport{Trace: *trace, Models: *models, Node: node.Name, Functions: *functions, Minutes: *minutes,
 		Seed: *seed}
-	for _, p := range pols {
+	for i, p := range pols {
 		if err := ctx.Err(); err != nil {
 			return err
 		}
-		r, err := simulate.Run(simulate.Config{Trace: tr, Models: ms, Functions: *functions, Node: node,
-			Minutes: *minutes, Policy: p, Seed: *seed, MaxInFlight: *maxInFlight}, false)
+		cfg := simulate.Config{Trace: tr, Models: ms, Functions: *functions, Node: node,
+			Minutes: *minutes, Policy: p, Seed: *seed, MaxInFlight: *maxInFlight, Arrivals: arrivals,
+			MemoryFactor: *memFactor, PartialResidency: *partial}
+		if *nodes > 0 || *autoscale {
+			var r simulate.ClusterResult
+			if p == controller.PolicyKeepAlive {
+				r, err = simulate.RunKeepAlive(simulate.KeepAliveConfig{Config: cfg, KeepAlive: *keepAlive})
+			} else {
+				r, err = simulate.RunCluster(simulate.ClusterConfig{Config: cfg, Nodes: max(1, *nodes),
+					Autoscale: *autoscale})
+			}
+			if err != nil {
+				return fmt.Errorf("simulate %s: %w", p, err)
+			}
+			rep.Cluster = append(rep.Cluster, r)
+			continue
+		}
+		if i == 0 {
+			if rep.Bound, err = simulate.OfflineBound(cfg); err != nil {
+				return fmt.Errorf("offline bound: %w", err)
+			}
+		}
+		r, err := simulate.Run(cfg, false)
 		if err != nil {
 			return fmt.Errorf("simulate %s: %w", p, err)
 		}
@@ -104,7 +161,23 @@ func runSim(ctx context.Context, args []string, stdout, _ io.Writer) error {
 		enc.SetIndent("", "  ")
 		return enc.Encode(rep)
 	}
+	if rep.Cluster != nil {
+		return writeClusterTable(stdout, rep)
+	}
 	return writeSimTable(stdout, rep)
+}
+
+func writeClusterTable(w io.Writer, rep simReport) error {
+	fmt.Fprintf(w, "cluster of %s nodes, %d functions, %d minutes, seed %d\n", rep.Node, rep.Functions, rep.Minutes,
+		rep.Seed)
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(tw, "policy\tSLO met\trequests\ton time\trejected\tGPUs mean\tGPUs peak\tnodes start/peak\timage loads\tevents/s\t")
+	for _, r := range rep.Cluster {
+		fmt.Fprintf(tw, "%s\t%d/%d\t%d\t%d\t%d\t%.1f\t%d\t%d/%d\t%d\t%.0f\t\n", r.Name, r.FunctionsSLOMet,
+			r.FunctionsWithTraffic, r.Requests, r.RequestsOnTime, r.Rejected, r.GPUsMean, r.GPUsPeak, r.NodesStart,
+			r.NodesPeak, r.ImageLoads, r.EventsPerSecond)
+	}
+	return tw.Flush()
 }
 
 func writeSimTable(w io.Writer, rep simReport) error {
@@ -120,5 +193,11 @@ func writeSimTable(w io.Writer, rep simReport) error {
 			r.FunctionsWithTraffic, r.Requests, r.RequestsOnTime, r.P50, r.P98, r.P99, r.Swaps.None, r.Swaps.NVLink,
 			r.Swaps.PCIe, r.Evictions, r.ColdStarts, r.Rejected, strings.Join(busy, " "))
 	}
-	return tw.Flush()
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	b := rep.Bound
+	_, err := fmt.Fprintf(w, "offline bound: %d/%d functions (least GPU time %.0f s of %.0f s)\n", b.Functions,
+		b.FunctionsWithTraffic, b.DemandGPUSeconds, b.CapacityGPUSeconds)
+	return err
 }

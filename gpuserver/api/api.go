@@ -36,8 +36,10 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"math"
 	"net"
 	"net/http"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -442,7 +444,7 @@ func StatusCode(err error) int {
 		return http.StatusNotFound
 	case errors.Is(err, pool.ErrTooLarge):
 		return http.StatusUnprocessableEntity
-	case errors.Is(err, pool.ErrLimit), errors.Is(err, errTooManyAcquires):
+	case errors.Is(err, pool.ErrLimit), errors.Is(err, errTooManyAcquires), errors.Is(err, pool.ErrOverloaded):
 		return http.StatusTooManyRequests
 	case errors.Is(err, context.DeadlineExceeded):
 		return http.StatusGatewayTimeout
@@ -462,6 +464,9 @@ func (s *Server) fail(w http.ResponseWriter, r *http.Request, err error) {
 		if code == http.StatusUnauthorized {
 			w.Header().Set("WWW-Authenticate", `Bearer realm="gpuserver"`)
 		}
+	}
+	if oe := (*pool.OverloadedError)(nil); errors.As(err, &oe) { // shed by the overload control: when to retry
+		w.Header().Set("Retry-After", strconv.FormatInt(max(1, int64(math.Ceil(oe.RetryAfter.Seconds()))), 10))
 	}
 	if code >= http.StatusInternalServerError && code != http.StatusGatewayTimeout {
 		s.log.Error("gpuserver request failed", "method", r.Method, "path", r.URL.Path, "err", err)

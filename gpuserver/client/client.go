@@ -17,6 +17,7 @@ import (
 	"net"
 	"net/http"
 	"net/url"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -224,6 +225,12 @@ func answer(resp *http.Response, method, path string, out any) error {
 		if json.Unmarshal(raw, &e) != nil || e.Error == "" {
 			e.Error = strings.TrimSpace(string(raw))
 		}
+		// 429 with Retry-After: the overload control sheds the function (without: a limit, pool.ErrLimit).
+		if ra := resp.Header.Get("Retry-After"); resp.StatusCode == http.StatusTooManyRequests && ra != "" {
+			after, _ := strconv.Atoi(ra)
+			return fmt.Errorf("%s %s: %w", method, path, &pool.OverloadedError{Function: functionOf(path),
+				RetryAfter: time.Duration(max(0, after)) * time.Second, Reason: e.Error})
+		}
 		return fmt.Errorf("%w: %s %s: %s", sentinel(resp.StatusCode, path), method, path, e.Error)
 	}
 	if out == nil {
@@ -237,6 +244,19 @@ func answer(resp *http.Response, method, path string, out any) error {
 }
 
 // sentinel maps an API status back to the error it came from (the inverse of api.StatusCode).
+// functionOf is the function named in a /v1/functions/{name}/... path, or "".
+func functionOf(path string) string {
+	rest, ok := strings.CutPrefix(path, "/v1/functions/")
+	if !ok {
+		return ""
+	}
+	name, _, _ := strings.Cut(rest, "/")
+	if n, err := url.PathUnescape(name); err == nil {
+		return n
+	}
+	return name
+}
+
 func sentinel(code int, path string) error {
 	switch code {
 	case http.StatusBadRequest:

@@ -58,6 +58,17 @@ type Config struct {
 	// Prewarm places every function on every GPU where it fits when it registers (tests and simulations that
 	// start from a warm node).
 	Prewarm bool
+	// ShedEvery is how often the overload control (faas-gpu policy) re-decides which functions it sheds; 0
+	// means 2 s.
+	ShedEvery time.Duration
+	// PartialResidency keeps an evicted model's blocks on its GPU while the memory is not needed, so that a
+	// later swap-in copies only the missing blocks (Tangram); eviction then frees only the bytes a placement
+	// needs, from the blocks cheapest to bring back first (Eviction.Keep, Decision.Bytes). The simulator models
+	// it; the executors' data plane drops whole copies, so the gpuserver leaves it off.
+	PartialResidency bool
+	// ShedTarget is the starting share of the healthy GPUs' time that admitted demand may take, in (0, 1]; 0
+	// means 0.85. Feedback adjusts it (see overload.go).
+	ShedTarget float64
 }
 
 // Function is what the controller knows of a registered function.
@@ -73,6 +84,9 @@ type Function struct {
 type Eviction struct {
 	Function string `json:"function"`
 	GPU      int    `json:"gpu"`
+	// Keep is, with partial residency, how many bytes of the model stay on the GPU (its first blocks, which a
+	// pipelined swap-in needs first); 0 drops the whole copy.
+	Keep uint64 `json:"keep,omitempty"`
 }
 
 // Decision binds one request to a GPU, says how its model gets there, and which models leave first.
@@ -108,13 +122,20 @@ type gpuState struct {
 	capacity  uint64
 	used      uint64
 	resident  map[string]*residency
-	busy      uint64    // request id bound, 0 when idle
-	busyUntil time.Time // predicted end of the binding (swap and execution)
-	transfers []transfer
+	busy      uint64          // request id bound, 0 when idle
+	busyUntil time.Time       // predicted end of the binding (swap and execution)
 	loading   map[string]bool // functions currently swapping in from host here (value: heavy)
 	busyTime  time.Duration
 	busySince time.Time
 	unhealthy bool // out of service (SetHealthy): never placed on, nothing resident
+	// partial holds the blocks left of evicted models (partial residency): not runnable, counted in used, and a
+	// swap-in of the model copies only what is missing.
+	partial map[string]*partialCopy
+}
+
+type partialCopy struct {
+	bytes    uint64
+	lastUsed time.Time
 }
 
 type fnState struct {
@@ -125,25 +146,27 @@ type fnState struct {
 	replicas  []int
 	inFlight  int
 	pinnedGPU int // native: -1 when it cannot run
+	// overload control
+	hold     Predictor // how long a request holds a GPU (swap and execution)
+	arrivals int       // requests submitted in the current interval
+	rate     float64   // arrivals per second, weighted over intervals
+	shed     bool
+	ovActive bool // listed in the overload control's active functions
+	lateIn   int  // the overload control's interval (decisions + 1) in which it last had a late request
 }
 
 type reqState struct {
-	id       uint64
-	function string
-	arrival  time.Time
-	deadline time.Time
-	bound    bool
-	decision Decision
-	swapping bool
-	slowdown float64 // the link model's slowdown of the swap's path when it started (1: alone)
-	broken   bool    // a GPU of its binding (target, or the source of its swap) failed while it was bound
-	released bool    // its NVLink source copy is no longer pinned by it (the source GPU failed)
-}
-
-// transfer is a swap in progress into a GPU and when the link model predicts it to end.
-type transfer struct {
-	path topology.Path
-	end  time.Time
+	id        uint64
+	function  string
+	arrival   time.Time
+	deadline  time.Time
+	bound     bool
+	boundAt   time.Time
+	decision  Decision
+	swapping  bool
+	swapStart time.Time // when its transfer started
+	broken    bool      // a GPU of its binding (target, or the source of its swap) failed while it was bound
+	released  bool      // its NVLink source copy is no longer pinned by it (the source GPU failed)
 }
 
 // Controller decides, for a node's GPUs, which request runs next, where, how its model gets there and what is
@@ -158,6 +181,9 @@ type Controller struct {
 	reqs   map[uint64]*reqState
 	rng    *rand.Rand
 	counts Counters
+	// links models the transfers in progress (keyed by request id) to predict their ends and new transfers.
+	links *topology.Transfers
+	ov    overload
 }
 
 // Counters are totals since the controller started.
@@ -169,6 +195,10 @@ type Counters struct {
 	ColdStarts int64
 	Evictions  int64
 	Rejected   int64
+	// Shed counts requests refused by the overload control.
+	Shed int64
+	// SwappedBytes is the total of the bytes swaps moved onto GPUs.
+	SwappedBytes uint64
 }
 
 // New returns a controller with no functions.
@@ -197,6 +227,15 @@ func New(cfg Config) (*Controller, error) {
 	if cfg.ColdStart == 0 {
 		cfg.ColdStart = DefaultColdStart
 	}
+	if cfg.ShedEvery == 0 {
+		cfg.ShedEvery = DefaultShedEvery
+	}
+	if cfg.ShedTarget == 0 {
+		cfg.ShedTarget = DefaultShedTarget
+	}
+	if cfg.ShedEvery < 0 || !(cfg.ShedTarget > 0 && cfg.ShedTarget <= 1) {
+		return nil, fmt.Errorf("%w: shed interval must be > 0 and shed target in (0, 1]", ErrInvalidConfig)
+	}
 	tr := cfg.Policy.traits()
 	q, err := queueing.New(queueing.Config{Order: tr.order, Margin: cfg.Margin, RescueShare: tr.rescueShare})
 	if err != nil {
@@ -204,9 +243,11 @@ func New(cfg Config) (*Controller, error) {
 	}
 	c := &Controller{cfg: cfg, tr: tr, node: cfg.Node.Clone(), q: q, fns: map[string]*fnState{},
 		reqs: map[uint64]*reqState{}, rng: rand.New(rand.NewPCG(cfg.Seed, cfg.Seed^0x9e3779b97f4a7c15))}
+	c.links = topology.NewTransfers(&c.node)
+	c.ov.target = cfg.ShedTarget
 	for i, g := range c.node.GPUs {
 		c.gpus = append(c.gpus, &gpuState{index: i, capacity: g.MemoryBytes, resident: map[string]*residency{},
-			loading: map[string]bool{}})
+			loading: map[string]bool{}, partial: map[string]*partialCopy{}})
 	}
 	return c, nil
 }
@@ -257,6 +298,7 @@ func (c *Controller) Register(now time.Time, f Function) error {
 	}
 	cold := NewPredictor(c.coldStart(fs))
 	fs.swap[SwapCold] = &cold
+	fs.hold = NewPredictor(c.predictCost(fs))
 	c.fns[f.Name] = fs
 	switch {
 	case c.tr.place == placePinned:
@@ -334,6 +376,11 @@ func (c *Controller) dropResidency(fs *fnState) {
 			c.removeResident(fs, c.gpus[gi])
 		}
 	}
+	for _, g := range c.gpus {
+		if g.partial[fs.Name] != nil {
+			c.evict(fs, g, 0)
+		}
+	}
 }
 
 // Submit queues a request. It fails with pool.ErrUnknownFunction, ErrDuplicate, or pool.ErrTooLarge when the
@@ -350,6 +397,11 @@ func (c *Controller) Submit(now time.Time, id uint64, function string) error {
 		c.counts.Rejected++
 		return fmt.Errorf("%w: %q has no GPU under native binding (memory is taken by earlier functions)",
 			pool.ErrTooLarge, function)
+	}
+	c.arrived(fs)
+	c.maybeDecideShed(now)
+	if err := c.admitShed(fs); err != nil {
+		return err
 	}
 	r := &reqState{id: id, function: function, arrival: now}
 	if fs.SLO > 0 {
@@ -388,16 +440,8 @@ func (c *Controller) Cancel(id uint64) bool {
 // Waiting is the number of queued requests.
 func (c *Controller) Waiting() int { return c.q.Len() }
 
-// ActiveTransfers lists the paths of the swaps in progress.
-func (c *Controller) ActiveTransfers() []topology.Path {
-	var out []topology.Path
-	for _, g := range c.gpus {
-		for _, t := range g.transfers {
-			out = append(out, t.path)
-		}
-	}
-	return out
-}
+// ActiveTransfers lists the paths of the swaps in progress, in the order they started.
+func (c *Controller) ActiveTransfers() []topology.Path { return c.links.Paths() }
 
 // maxBlockedPerDispatch bounds how many functions one Dispatch passes over because their requests cannot be
 // placed now (keep-alive instances on busy GPUs), so a round stays cheap under a deep backlog.
@@ -406,6 +450,7 @@ const maxBlockedPerDispatch = 64
 // Dispatch binds waiting requests to idle GPUs, in queue order, and returns the decisions; the caller carries
 // each out (evictions, then the swap, then execution) and reports SwapDone and Complete.
 func (c *Controller) Dispatch(now time.Time) []Decision {
+	c.maybeDecideShed(now)
 	var out []Decision
 	var blocked map[string]bool
 	eligible := func(f string) bool {
@@ -453,11 +498,11 @@ func (c *Controller) anyIdle() bool {
 func (c *Controller) apply(now time.Time, fs *fnState, d *Decision) {
 	g := c.gpus[d.GPU]
 	for _, e := range d.Evict {
-		c.removeResident(c.fns[e.Function], c.gpus[e.GPU])
+		c.evict(c.fns[e.Function], c.gpus[e.GPU], e.Keep)
 		c.counts.Evictions++
 	}
 	req := c.reqs[d.Request]
-	req.bound = true
+	req.bound, req.boundAt = true, now
 	g.busy = d.Request
 	g.busySince = now
 	fs.inFlight++
@@ -479,17 +524,15 @@ func (c *Controller) apply(now time.Time, fs *fnState, d *Decision) {
 	case SwapCold:
 		c.counts.ColdStarts++
 	}
-	d.Bytes = fs.ModelBytes
-	d.PredictedSwap = fs.swap[d.Swap].Mean()
-	req.slowdown = 1
+	d.Bytes = c.missing(fs, g)
+	c.counts.SwappedBytes += d.Bytes
+	d.PredictedSwap = c.scaleSwap(fs, fs.swap[d.Swap].Mean(), d.Bytes)
 	if d.Swap != SwapCold {
-		active := c.ActiveTransfers()
 		if c.tr.deadlineAware {
-			req.slowdown = c.node.SlowdownOf(d.Path(), active)
-			d.PredictedSwap = time.Duration(float64(d.PredictedSwap) * req.slowdown)
+			d.PredictedSwap = c.swapTime(fs, d.Swap, d.Path(), d.Bytes, now, now)
 		}
-		g.transfers = append(g.transfers, transfer{path: d.Path(),
-			end: now.Add(c.node.TransferTime(d.Bytes, d.Path(), active))})
+		c.links.Start(now, d.Request, d.Path(), d.Bytes)
+		req.swapStart = now
 	}
 	g.busyUntil = now.Add(d.PredictedSwap + d.PredictedExec)
 	c.addResident(fs, g, now)
@@ -516,10 +559,9 @@ func (c *Controller) SwapDone(now time.Time, id uint64, took time.Duration) erro
 		}
 	}
 	delete(g.loading, d.Function)
-	if d.Swap != SwapCold {
-		if i := slices.IndexFunc(g.transfers, func(t transfer) bool { return t.path == d.Path() }); i >= 0 {
-			g.transfers = slices.Delete(g.transfers, i, i+1)
-		}
+	ran := now.Sub(r.swapStart) // how long its transfer ran, contended or not
+	if d.Swap == SwapCold || !c.links.End(now, id) {
+		ran = 0
 	}
 	if d.Swap == SwapNVLink && !r.released {
 		r.released = true
@@ -528,12 +570,16 @@ func (c *Controller) SwapDone(now time.Time, id uint64, took time.Duration) erro
 		}
 	}
 	if fs != nil && !r.broken { // a swap cut short by a GPU failure teaches nothing
-		// Deadline-aware policies learn the swap time a transfer takes alone, and scale it by the link model's
-		// slowdown when they predict one.
-		if r.slowdown > 0 {
-			took = time.Duration(float64(took) / r.slowdown)
+		// Deadline-aware policies learn the swap time a transfer adds alone: what contention stretched the transfer
+		// by beyond its time alone is on the request's critical path, so it is taken off here and predicted again
+		// from the transfers in progress (swapTime).
+		if c.tr.deadlineAware && ran > 0 {
+			took -= max(0, ran-c.node.TransferTime(d.Bytes, d.Path(), nil))
 		}
-		fs.swap[d.Swap].Observe(took)
+		if d.Bytes > 0 && d.Bytes < fs.ModelBytes { // a partial swap: learn the whole model's time
+			took = time.Duration(float64(took) * float64(fs.ModelBytes) / float64(d.Bytes))
+		}
+		fs.swap[d.Swap].Observe(max(0, took))
 	}
 	return nil
 }
@@ -564,6 +610,8 @@ func (c *Controller) Complete(now time.Time, id uint64, exec time.Duration) (boo
 		fs.inFlight--
 		if !r.broken {
 			fs.exec.Observe(exec)
+			fs.hold.Observe(now.Sub(r.boundAt))
+			c.observeShed(fs, onTime)
 		}
 		if res := g.resident[d.Function]; res != nil {
 			res.lastUsed = now
@@ -593,6 +641,10 @@ func (c *Controller) addResident(fs *fnState, g *gpuState, now time.Time) {
 	if _, ok := g.resident[fs.Name]; ok {
 		return
 	}
+	if pc := g.partial[fs.Name]; pc != nil { // the blocks kept become part of the full copy
+		g.used -= pc.bytes
+		delete(g.partial, fs.Name)
+	}
 	g.resident[fs.Name] = &residency{lastUsed: now}
 	g.used += fs.footprint
 	fs.replicas = append(fs.replicas, g.index)
@@ -607,6 +659,52 @@ func (c *Controller) removeResident(fs *fnState, g *gpuState) {
 	if i := slices.Index(fs.replicas, g.index); i >= 0 {
 		fs.replicas = slices.Delete(fs.replicas, i, i+1)
 	}
+}
+
+// evict drops fs's copy on g (full or partial) down to keep bytes of its model.
+func (c *Controller) evict(fs *fnState, g *gpuState, keep uint64) {
+	if r := g.resident[fs.Name]; r != nil {
+		last := r.lastUsed
+		c.removeResident(fs, g)
+		if keep > 0 {
+			keep = min(keep, fs.ModelBytes)
+			g.partial[fs.Name] = &partialCopy{bytes: keep, lastUsed: last}
+			g.used += keep
+		}
+		return
+	}
+	if pc := g.partial[fs.Name]; pc != nil {
+		keep = min(keep, pc.bytes)
+		g.used -= pc.bytes - keep
+		pc.bytes = keep
+		if keep == 0 {
+			delete(g.partial, fs.Name)
+		}
+	}
+}
+
+// dropPartials forgets every partial copy on g.
+func (c *Controller) dropPartials(g *gpuState) {
+	for name, pc := range g.partial {
+		g.used -= pc.bytes
+		delete(g.partial, name)
+	}
+}
+
+// missing is how many bytes of fs's model a swap into g moves: all of it, less the blocks a partial copy kept.
+func (c *Controller) missing(fs *fnState, g *gpuState) uint64 {
+	if pc := g.partial[fs.Name]; pc != nil {
+		return fs.ModelBytes - min(pc.bytes, fs.ModelBytes)
+	}
+	return fs.ModelBytes
+}
+
+// scaleSwap scales a swap time learned for the whole model to a swap of bytes of it.
+func (c *Controller) scaleSwap(fs *fnState, d time.Duration, bytes uint64) time.Duration {
+	if bytes >= fs.ModelBytes || fs.ModelBytes == 0 {
+		return d
+	}
+	return time.Duration(float64(d) * float64(bytes) / float64(fs.ModelBytes))
 }
 
 // heavy: swapping over PCIe slows the model's request noticeably (predicted swap time against execution time).

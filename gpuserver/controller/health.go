@@ -49,10 +49,7 @@ func (c *Controller) SetHealthy(now time.Time, gpu int, healthy bool) ([]uint64,
 		if !r.swapping || d.Swap == SwapCold {
 			continue
 		}
-		t := c.gpus[d.GPU]
-		if i := slices.IndexFunc(t.transfers, func(tr transfer) bool { return tr.path == d.Path() }); i >= 0 {
-			t.transfers = slices.Delete(t.transfers, i, i+1)
-		}
+		c.links.End(now, r.id)
 		if d.Swap == SwapNVLink && !r.released {
 			r.released = true
 			if src := c.gpus[d.Source].resident[d.Function]; src != nil {
@@ -60,11 +57,11 @@ func (c *Controller) SetHealthy(now time.Time, gpu int, healthy bool) ([]uint64,
 			}
 		}
 	}
-	g.transfers = nil
 	clear(g.loading)
 	for _, name := range slices.Sorted(maps.Keys(g.resident)) {
 		c.removeResident(c.fns[name], g)
 	}
+	c.dropPartials(g)
 	if c.tr.place != placePinned {
 		return nil, nil
 	}

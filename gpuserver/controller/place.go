@@ -1,6 +1,7 @@
 package controller
 
 import (
+	"cmp"
 	"slices"
 	"time"
 
@@ -28,15 +29,20 @@ func (c *Controller) place(now time.Time, fs *fnState, r *reqState) (Decision, b
 		if g := c.residentIdle(fs); g >= 0 {
 			return Decision{GPU: g, Swap: SwapNone, Source: g}, true
 		}
+		var best *gpuState
+		var bestEv []Eviction
 		for _, g := range c.gpus {
-			if g.busy != 0 || g.unhealthy {
+			if g.busy != 0 || g.unhealthy || best != nil && !c.lessUsed(g, best) {
 				continue
 			}
 			if ev, ok := c.evictionPlan(g, fs); ok {
-				return Decision{GPU: g.index, Swap: SwapPCIe, Source: topology.Host, Evict: ev}, true
+				best, bestEv = g, ev
 			}
 		}
-		return Decision{}, false
+		if best == nil {
+			return Decision{}, false
+		}
+		return Decision{GPU: best.index, Swap: SwapPCIe, Source: topology.Host, Evict: bestEv}, true
 	}
 	d, ok := c.placeInterference(fs)
 	if ok && c.tr.deadlineAware && d.Swap == SwapPCIe && c.betterToWait(now, fs, r, d) {
@@ -45,15 +51,25 @@ func (c *Controller) place(now time.Time, fs *fnState, r *reqState) (Decision, b
 	return d, ok
 }
 
-// residentIdle is an idle GPU holding a usable copy of fs, or -1.
+// residentIdle is the least used idle GPU holding a usable copy of fs, or -1.
 func (c *Controller) residentIdle(fs *fnState) int {
+	best := -1
 	for _, gi := range fs.replicas {
 		g := c.gpus[gi]
-		if g.busy == 0 && !g.resident[fs.Name].loading {
-			return gi
+		if g.busy == 0 && !g.resident[fs.Name].loading && (best < 0 || c.lessUsed(g, c.gpus[best])) {
+			best = gi
 		}
 	}
-	return -1
+	return best
+}
+
+// lessUsed orders GPUs that a placement finds equally good: the one bound for less time so far first (as Torpor's
+// node simulator does), then the lower index, so that uniform load spreads evenly instead of piling onto GPU 0.
+func (c *Controller) lessUsed(a, b *gpuState) bool {
+	if a.busyTime != b.busyTime {
+		return a.busyTime < b.busyTime
+	}
+	return a.index < b.index
 }
 
 // sources are the GPUs holding a complete copy of fs.
@@ -97,8 +113,9 @@ func (c *Controller) idleCandidates(fs *fnState) []candidate {
 
 // placeInterference is Torpor's Algorithm 1: resident on an idle GPU: run there; resident only on busy GPUs:
 // copy over the fastest NVLink into an idle GPU; otherwise from host into an idle GPU whose PCIe-switch
-// neighbours are not loading, else whose neighbours load only light models, else any. With avoidEviction, ties
-// go to the GPU that evicts fewer heavy models, then fewer models.
+// neighbours are not loading, else whose neighbours load only light models, else any; among those, the GPU
+// holding most of the model already (partial residency). With avoidEviction, ties go to the GPU that evicts
+// fewer heavy models, then fewer models; remaining ties to the least used GPU.
 func (c *Controller) placeInterference(fs *fnState) (Decision, bool) {
 	if g := c.residentIdle(fs); g >= 0 {
 		return Decision{GPU: g, Swap: SwapNone, Source: g}, true
@@ -107,14 +124,16 @@ func (c *Controller) placeInterference(fs *fnState) (Decision, bool) {
 	if len(cands) == 0 {
 		return Decision{}, false
 	}
-	better := func(a, b candidate) bool { // a strictly better than b on eviction cost
-		if !c.tr.avoidEviction {
-			return false
+	better := func(a, b candidate) bool { // a better than b on eviction cost, then on use so far
+		if c.tr.avoidEviction {
+			if a.heavyEv != b.heavyEv {
+				return a.heavyEv < b.heavyEv
+			}
+			if a.evictCnt != b.evictCnt {
+				return a.evictCnt < b.evictCnt
+			}
 		}
-		if a.heavyEv != b.heavyEv {
-			return a.heavyEv < b.heavyEv
-		}
-		return a.evictCnt < b.evictCnt
+		return c.lessUsed(a.g, b.g)
 	}
 	if srcs := c.sources(fs); len(srcs) > 0 {
 		var best *candidate
@@ -133,11 +152,12 @@ func (c *Controller) placeInterference(fs *fnState) (Decision, bool) {
 		}
 	}
 	var best *candidate
-	bestClass := 0
+	bestClass, bestMissing := 0, uint64(0)
 	for i := range cands {
-		class := c.neighbourClass(cands[i].g.index)
-		if best == nil || class < bestClass || (class == bestClass && better(cands[i], *best)) {
-			best, bestClass = &cands[i], class
+		class, missing := c.neighbourClass(cands[i].g.index), c.missing(fs, cands[i].g)
+		if best == nil || class < bestClass || class == bestClass && (missing < bestMissing ||
+			missing == bestMissing && better(cands[i], *best)) {
+			best, bestClass, bestMissing = &cands[i], class, missing
 		}
 	}
 	return Decision{GPU: best.g.index, Swap: SwapPCIe, Source: topology.Host, Evict: best.evict}, true
@@ -192,7 +212,7 @@ func (c *Controller) placeInstance(fs *fnState) (Decision, bool) {
 	}
 	best := cands[0]
 	for _, cand := range cands[1:] {
-		if cand.evictCnt < best.evictCnt {
+		if cand.evictCnt < best.evictCnt || cand.evictCnt == best.evictCnt && c.lessUsed(cand.g, best.g) {
 			best = cand
 		}
 	}
@@ -200,22 +220,44 @@ func (c *Controller) placeInstance(fs *fnState) (Decision, bool) {
 }
 
 // evictionPlan lists the models to drop from g so that fs fits, in the policy's eviction order; ok is false
-// when even evicting every unpinned model would not make room.
+// when even evicting every unpinned model would not make room. With partial residency, the blocks left of models
+// evicted earlier go first, and the last victim is only trimmed to what fs needs (its first blocks stay: a later
+// swap-in copies only the rest); the order puts the blocks cheapest to bring back first (a copy on another GPU,
+// then light models, then heavy ones; the least recently used first within each).
 func (c *Controller) evictionPlan(g *gpuState, fs *fnState) ([]Eviction, bool) {
 	if _, ok := g.resident[fs.Name]; ok {
 		return nil, true
 	}
+	need := fs.footprint
+	if pc := g.partial[fs.Name]; pc != nil {
+		need -= min(need, pc.bytes)
+	}
 	free := g.capacity - g.used
-	if fs.footprint <= free {
+	if need <= free {
 		return nil, true
 	}
 	if fs.footprint > g.capacity {
 		return nil, false
 	}
 	type victim struct {
-		f     *fnState
-		class int
-		last  time.Time
+		f       *fnState
+		partial bool
+		charge  uint64
+		class   int
+		last    time.Time
+	}
+	class := func(v *fnState) int {
+		if !c.tr.heavyEviction {
+			return 0
+		}
+		switch {
+		case len(v.replicas) > 1:
+			return 0
+		case !c.heavy(v):
+			return 1
+		default:
+			return 2
+		}
 	}
 	var vs []victim
 	for name, r := range g.resident {
@@ -223,38 +265,46 @@ func (c *Controller) evictionPlan(g *gpuState, fs *fnState) ([]Eviction, bool) {
 			continue
 		}
 		v := c.fns[name]
-		class := 0
-		if c.tr.heavyEviction {
-			switch {
-			case len(v.replicas) > 1:
-				class = 0
-			case !c.heavy(v):
-				class = 1
-			default:
-				class = 2
-			}
+		vs = append(vs, victim{f: v, charge: v.footprint, class: class(v), last: r.lastUsed})
+	}
+	for name, pc := range g.partial {
+		if name != fs.Name {
+			v := c.fns[name]
+			vs = append(vs, victim{f: v, partial: true, charge: pc.bytes, class: class(v), last: pc.lastUsed})
 		}
-		vs = append(vs, victim{v, class, r.lastUsed})
 	}
 	slices.SortFunc(vs, func(a, b victim) int {
+		if a.partial != b.partial {
+			if a.partial {
+				return -1
+			}
+			return 1
+		}
 		if a.class != b.class {
 			return a.class - b.class
 		}
 		if !a.last.Equal(b.last) {
 			return a.last.Compare(b.last)
 		}
-		if a.f.Name < b.f.Name {
-			return -1
-		}
-		return 1
+		return cmp.Compare(a.f.Name, b.f.Name)
 	})
 	var out []Eviction
 	for _, v := range vs {
-		out = append(out, Eviction{Function: v.f.Name, GPU: g.index})
-		free += v.f.footprint
-		if fs.footprint <= free {
+		e := Eviction{Function: v.f.Name, GPU: g.index}
+		if c.cfg.PartialResidency && free+v.charge > need {
+			// Trim: the workspace first, then the model's last blocks; keep the rest unless it is a sliver.
+			if keep := min(v.f.ModelBytes, v.charge-(need-free)); keep >= v.f.ModelBytes/minKeptFraction {
+				e.Keep = keep
+			}
+		}
+		out = append(out, e)
+		free += v.charge - e.Keep
+		if need <= free {
 			return out, true
 		}
 	}
 	return nil, false
 }
+
+// minKeptFraction: a partial copy keeps at least 1/minKeptFraction of its model, or nothing.
+const minKeptFraction = 20

@@ -79,13 +79,14 @@ type traits struct {
 	rescueShare   float64 // queueing.Config.RescueShare
 	ownContext    bool    // each function carries its own CUDA context (native, keep-alive)
 	native        bool    // exec time is the native (not remoted) time
+	shed          bool    // overload control: shed the costliest functions when the node cannot serve all
 }
 
 func (p Policy) traits() traits {
 	switch p {
 	case PolicyFaaSGPU:
 		return traits{order: queueing.OrderSLOAware, place: placeInterference, heavyEviction: true, avoidEviction: true,
-			deadlineAware: true, rescueShare: DefaultRescueShare}
+			deadlineAware: true, rescueShare: DefaultRescueShare, shed: true}
 	case PolicyTorpor:
 		return traits{order: queueing.OrderTorpor, place: placeInterference, heavyEviction: true}
 	case PolicyFIFO:

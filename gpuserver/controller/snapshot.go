@@ -28,3 +28,17 @@ func (c *Controller) Status() pool.Status {
 	sort.Slice(st.Functions, func(i, j int) bool { return st.Functions[i].Name < st.Functions[j].Name })
 	return st
 }
+
+// Resident reports whether function has a complete copy on a GPU (for a router choosing among nodes).
+func (c *Controller) Resident(function string) bool {
+	fs := c.fns[function]
+	if fs == nil {
+		return false
+	}
+	for _, gi := range fs.replicas {
+		if !c.gpus[gi].resident[function].loading {
+			return true
+		}
+	}
+	return false
+}

@@ -7,19 +7,31 @@ import (
 )
 
 // betterToWait reports whether request r of fs, which Algorithm 1 would swap in from host now with decision d,
-// should rather stay queued: the swap now is predicted to miss r's deadline (its path shares a link with
-// transfers in progress, which the link model says stretches it), while starting later is predicted to meet it
-// - after the contending transfers end, on a busy GPU when its binding ends, or over NVLink from a copy of the
-// model once that copy has loaded. Every option it waits for ends in an event that dispatches again (a swap or
-// a binding finishing), so a waiting request is always reconsidered; once no later option can make its deadline
-// it takes the swap now.
+// should rather stay queued. Contention is two-sided: a transfer that starts slows the transfers in progress as
+// much as they slow it. So r waits when the swap now is predicted to make a request whose transfer is in progress
+// miss a deadline it would otherwise meet (unless r would meet its own deadline only by going now), or when the
+// swap now is predicted to miss r's own deadline while starting later is predicted to meet it - after the
+// contending transfers end, on a busy GPU when its binding ends, or over NVLink from a copy of the model once that
+// copy has loaded. Every option it waits for ends in an event that dispatches again (a swap or a binding
+// finishing), so a waiting request is always reconsidered; once no later option can make its deadline and it
+// harms no one, it takes the swap now.
 func (c *Controller) betterToWait(now time.Time, fs *fnState, r *reqState, d Decision) bool {
-	if r == nil || r.deadline.IsZero() {
+	if r == nil {
 		return false
 	}
+	ends := c.links.Ends(now)
+	harm := c.harms(now, fs, topology.HostPath(d.GPU), ends)
+	if r.deadline.IsZero() {
+		return harm
+	}
 	exec := fs.exec.Mean()
-	if !now.Add(c.hostSwapTime(fs, d.GPU, c.transfersAt(now, now)) + exec).After(r.deadline) {
+	nowOK := !now.Add(c.swapTime(fs, SwapPCIe, topology.HostPath(d.GPU), c.missing(fs, c.gpus[d.GPU]), now,
+		now) + exec).After(r.deadline)
+	switch {
+	case nowOK && !harm:
 		return false
+	case !nowOK && harm: // late either way: spoil no one else
+		return true
 	}
 	latest := r.deadline.Add(-exec) // a start-plus-swap later than this misses
 	for _, g := range c.gpus {
@@ -42,31 +54,29 @@ func (c *Controller) betterToWait(now time.Time, fs *fnState, r *reqState, d Dec
 		}
 		// Over NVLink from a copy, complete now or once its load ends.
 		for _, s := range fs.replicas {
-			at, ok := c.copyReady(now, fs, s)
+			at, ok := c.copyReady(now, fs, s, ends)
 			if !ok || c.node.NVLink(s, g.index) == 0 {
 				continue
 			}
 			at = later(at, ready)
-			p := topology.PeerPath(s, g.index)
-			nv := scale(fs.swap[SwapNVLink].Mean(), c.node.SlowdownOf(p, c.transfersAt(now, at)))
-			if !at.Add(nv).After(latest) {
+			if !at.Add(c.swapTime(fs, SwapNVLink, topology.PeerPath(s, g.index), c.missing(fs, g), now,
+				at)).After(latest) {
 				return true
 			}
 		}
 		// From host, when g is ready or once a transfer in progress ends.
 		starts := []time.Time{ready}
-		for _, h := range c.gpus {
-			for _, t := range h.transfers {
-				if t.end.After(ready) {
-					starts = append(starts, t.end)
-				}
+		for _, e := range ends {
+			if e.At.After(ready) {
+				starts = append(starts, e.At)
 			}
 		}
 		for _, at := range starts {
 			if g.busy == 0 && at.Equal(now) && g.index == d.GPU {
 				continue // the swap now, already predicted to miss
 			}
-			if !at.Add(c.hostSwapTime(fs, g.index, c.transfersAt(now, at))).After(latest) {
+			if !at.Add(c.swapTime(fs, SwapPCIe, topology.HostPath(g.index), c.missing(fs, g), now,
+				at)).After(latest) {
 				return true
 			}
 		}
@@ -74,28 +84,51 @@ func (c *Controller) betterToWait(now time.Time, fs *fnState, r *reqState, d Dec
 	return false
 }
 
-// hostSwapTime predicts the swap of fs from host into GPU gi while the transfers on active run.
-func (c *Controller) hostSwapTime(fs *fnState, gi int, active []topology.Path) time.Duration {
-	return scale(fs.swap[SwapPCIe].Mean(), c.node.SlowdownOf(topology.HostPath(gi), active))
-}
-
-// transfersAt lists the paths of the transfers predicted to be still running at at (every transfer in progress
-// when at is now: one predicted to have ended but not yet reported still runs).
-func (c *Controller) transfersAt(now, at time.Time) []topology.Path {
-	var out []topology.Path
-	for _, g := range c.gpus {
-		for _, t := range g.transfers {
-			if !at.After(now) || t.end.After(at) {
-				out = append(out, t.path)
+// harms reports whether a transfer of fs over p starting now is predicted to make a request whose transfer is in
+// progress (projected to end at ends without it) miss a deadline it would otherwise meet.
+func (c *Controller) harms(now time.Time, fs *fnState, p topology.Path, ends []topology.TransferEnd) bool {
+	if len(ends) == 0 {
+		return false
+	}
+	for _, e := range c.links.EndsWith(now, p, c.missing(fs, c.gpus[p.To])) {
+		r := c.reqs[e.ID]
+		if r == nil || r.deadline.IsZero() || r.broken {
+			continue
+		}
+		for _, b := range ends {
+			if b.ID == e.ID && !c.finish(r, b.At).After(r.deadline) && c.finish(r, e.At).After(r.deadline) {
+				return true
 			}
 		}
 	}
-	return out
+	return false
+}
+
+// finish predicts when bound request r, whose transfer ends at end, finishes: it swaps for its swap time learned
+// alone plus what contention stretched its transfer by, and executes for its predicted time, never ending before
+// its transfer does.
+func (c *Controller) finish(r *reqState, end time.Time) time.Time {
+	fs, d := c.fns[r.function], r.decision
+	if fs == nil {
+		return end
+	}
+	ran := end.Sub(r.swapStart)
+	swap := fs.swap[d.Swap].Mean() + max(0, ran-c.node.TransferTime(d.Bytes, d.Path(), nil))
+	return r.swapStart.Add(max(ran, swap+fs.exec.Mean()))
+}
+
+// swapTime predicts what a swap of fs of the given kind over p, starting at at (not before now), adds to its
+// request: the swap time learned alone, plus what the transfers in progress (each running to its predicted end,
+// the rates recomputed as they end) stretch its transfer beyond its time alone.
+func (c *Controller) swapTime(fs *fnState, kind string, p topology.Path, bytes uint64, now, at time.Time) time.Duration {
+	d := c.links.Predict(now, at, p, bytes)
+	return c.scaleSwap(fs, fs.swap[kind].Mean(), bytes) + max(0, d-c.node.TransferTime(bytes, p, nil))
 }
 
 // copyReady is when the copy of fs on GPU gi can serve as a swap source: now when complete, the predicted end of
-// its load when loading; ok is false when no such time is known.
-func (c *Controller) copyReady(now time.Time, fs *fnState, gi int) (time.Time, bool) {
+// its load (among ends, the projected ends of the transfers in progress) when loading; ok is false when no such
+// time is known.
+func (c *Controller) copyReady(now time.Time, fs *fnState, gi int, ends []topology.TransferEnd) (time.Time, bool) {
 	res := c.gpus[gi].resident[fs.Name]
 	if res == nil {
 		return time.Time{}, false
@@ -103,9 +136,9 @@ func (c *Controller) copyReady(now time.Time, fs *fnState, gi int) (time.Time, b
 	if !res.loading {
 		return now, true
 	}
-	for _, t := range c.gpus[gi].transfers {
-		if t.path.To == gi {
-			return later(now, t.end), true
+	for _, e := range ends {
+		if e.Path.To == gi {
+			return later(now, e.At), true
 		}
 	}
 	return time.Time{}, false
@@ -117,5 +150,3 @@ func later(a, b time.Time) time.Time {
 	}
 	return a
 }
-
-func scale(d time.Duration, f float64) time.Duration { return time.Duration(float64(d) * f) }

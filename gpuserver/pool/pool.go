@@ -120,7 +120,26 @@ var (
 	ErrNoHealthyGPU = errors.New("no healthy GPU on this node")
 	// ErrLimit: the pool holds as many functions as it may (a bound against unbounded registrations).
 	ErrLimit = errors.New("function limit reached")
+	// ErrOverloaded: the node is overloaded and sheds the function's requests for now (the API answers 429 with
+	// Retry-After); the caller may retry later or on another node. An *OverloadedError carries the details.
+	ErrOverloaded = errors.New("node overloaded")
 )
+
+// OverloadedError is a request refused because the node sheds its function; it wraps ErrOverloaded.
+type OverloadedError struct {
+	Function string
+	// RetryAfter is when the node decides again which functions it sheds.
+	RetryAfter time.Duration
+	// Reason says why, for the caller.
+	Reason string
+}
+
+func (e *OverloadedError) Error() string {
+	return fmt.Sprintf("%v: %q refused, retry after %v: %s", ErrOverloaded, e.Function, e.RetryAfter, e.Reason)
+}
+
+// Unwrap makes errors.Is(err, ErrOverloaded) hold.
+func (e *OverloadedError) Unwrap() error { return ErrOverloaded }
 
 // MaxNameLength is the longest function name a pool accepts: the remoting hello carries it in 128 bytes with its
 // terminating NUL. An OpenFaaS name "service.namespace" of two DNS labels fits.

@@ -27,8 +27,9 @@
 //     ranked by expected cost = mean latency x RRC, and the cheapest ones whose positive costs add up to a
 //     fraction alpha of the total form the high-priority group (functions at or under their target are always
 //     in it); the rest are low priority. alpha starts at 1 and is re-tuned every AlphaWindow regroupings from the
-//     trend of the share of functions meeting their SLO: up 4% or more doubles it (at most 1), down more than 4%
-//     halves it, otherwise it grows by 1%. High-priority functions go first, the most needy (highest
+//     trend of the share of functions meeting their SLO against the share at the last change (the first
+//     measurement sets it): up 4% or more doubles it (at most 1), down more than 4% halves it, otherwise it grows
+//     by 1%. From a share of 0, any rise counts as up and staying at 0 as flat. High-priority functions go first, the most needy (highest
 //     mean latency x (p*n - m)) first; low-priority ones cheapest first; FIFO within a function.
 //   - OrderSLOAware (faas-gpu's default): Torpor's two groups, and within a group least slack first as in DQLS,
 //     except that requests that can no longer meet their deadline (negative slack) go after every request that

@@ -181,8 +181,15 @@ type Queue struct {
 	lastGroup time.Time
 	groupRuns int
 	alpha     float64
-	oldRatio  float64
+	oldRatio  float64 // the share of functions meeting their SLO that alpha was last re-tuned against
+	hasOld    bool    // oldRatio has been measured
 	metShare  float64 // share of functions meeting their SLO at the last regrouping
+	// observed lists the functions with served requests (the others are always high priority); changed says
+	// whether an observation, an SLO or alpha changed since the last regrouping, and met and seen are that
+	// regrouping's counts, reused while nothing changed.
+	observed  []*function
+	changed   bool
+	met, seen int
 }
 
 // New returns an empty queue.
@@ -240,6 +247,7 @@ func (q *Queue) SetFunction(name string, slo time.Duration, percentile float64) 
 		q.fns[name] = f
 	}
 	f.slo, f.p = slo, percentile/100
+	q.changed = true
 	return nil
 }
 
@@ -260,6 +268,10 @@ func (q *Queue) RemoveFunction(name string) []Request {
 	f.waiting, f.late = nil, nil
 	q.deactivate(f)
 	delete(q.fns, name)
+	if i := slices.Index(q.observed, f); i >= 0 {
+		q.observed = slices.Delete(q.observed, i, i+1)
+	}
+	q.changed = true
 	return out
 }
 
@@ -347,11 +359,15 @@ func (q *Queue) Observe(function string, onTime bool, latency time.Duration) {
 	if f == nil {
 		return
 	}
+	if f.served == 0 {
+		q.observed = append(q.observed, f)
+	}
 	f.served++
 	if onTime {
 		f.onTime++
 	}
 	f.latSum += latency
+	q.changed = true
 }
 
 // Stats returns a function's SLO bookkeeping; ok is false for an unknown function.
@@ -441,18 +457,58 @@ func (q *Queue) pick(now time.Time, eligible func(string) bool) *function {
 // call it directly only to force a regrouping.
 func (q *Queue) Regroup(now time.Time) {
 	q.lastGroup = now
+	if q.changed {
+		q.changed = false
+		q.met, q.seen = q.group()
+	}
+	met, seen := q.met, q.seen
+	if seen == 0 {
+		return
+	}
+	q.metShare = float64(met) / float64(seen)
+	q.groupRuns++
+	if q.groupRuns < q.cfg.AlphaWindow {
+		return
+	}
+	q.groupRuns = 0
+	ratio := float64(met) / float64(seen)
+	const diff, scale, small = 0.04, 2.0, 1.01
+	before := q.alpha
+	// The trend is the relative change of the share since the last re-tuning. The first measurement sets the
+	// reference (no trend); from a share of 0 any share above it is a rise and another 0 is flat, so alpha does
+	// not keep doubling back while no function meets its SLO.
+	var trend float64
+	switch {
+	case !q.hasOld:
+		q.oldRatio, q.hasOld = ratio, true
+	case q.oldRatio > 0:
+		trend = (ratio - q.oldRatio) / q.oldRatio
+	case ratio > 0:
+		trend = math.Inf(1)
+	}
+	switch {
+	case trend >= diff:
+		q.alpha = min(1, q.alpha*scale)
+		q.oldRatio = ratio
+	case trend < -diff:
+		q.alpha /= scale
+		q.oldRatio = ratio
+	default:
+		q.alpha = min(1, q.alpha*small)
+	}
+	q.changed = q.changed || q.alpha != before
+}
+
+// group recomputes the high/low groups from the observed functions at the current alpha and returns how many of
+// them meet their SLO.
+func (q *Queue) group() (met, seen int) {
 	type fc struct {
 		f    *function
 		cost float64
 	}
-	costs := make([]fc, 0, len(q.fns))
+	costs := make([]fc, 0, len(q.observed))
 	var total float64
-	met, seen := 0, 0
-	for _, f := range q.fns {
-		if f.served == 0 {
-			f.high = true
-			continue
-		}
+	for _, f := range q.observed {
 		seen++
 		if float64(f.onTime) >= f.p*float64(f.served) {
 			met++
@@ -484,29 +540,5 @@ func (q *Queue) Regroup(now time.Time) {
 		}
 		c.f.high = !over
 	}
-	if seen == 0 {
-		return
-	}
-	q.metShare = float64(met) / float64(seen)
-	q.groupRuns++
-	if q.groupRuns < q.cfg.AlphaWindow {
-		return
-	}
-	q.groupRuns = 0
-	ratio := float64(met) / float64(seen)
-	const diff, scale, small = 0.04, 2.0, 1.01
-	trend := diff
-	if q.oldRatio > 0 {
-		trend = (ratio - q.oldRatio) / q.oldRatio
-	}
-	switch {
-	case trend >= diff:
-		q.alpha = min(1, q.alpha*scale)
-		q.oldRatio = ratio
-	case trend < -diff:
-		q.alpha /= scale
-		q.oldRatio = ratio
-	default:
-		q.alpha = min(1, q.alpha*small)
-	}
+	return met, seen
 }

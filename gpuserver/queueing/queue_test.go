@@ -105,12 +105,44 @@ func TestRegroupAndAlpha(t *testing.T) {
 		t.Fatalf("order = %s", got)
 	}
 	// alpha re-tuning: after AlphaWindow regroupings with a falling SLO ratio, alpha halves.
-	q.alpha, q.oldRatio, q.groupRuns = 1, 0.9, 0
+	q.alpha, q.oldRatio, q.hasOld, q.groupRuns = 1, 0.9, true, 0
 	for range DefaultAlphaWindow {
 		q.Regroup(t0) // ratio = 1/3 < 0.9
 	}
 	if q.Alpha() != 0.5 {
 		t.Fatalf("alpha = %v, want 0.5", q.Alpha())
+	}
+}
+
+// TestAlphaUnderTotalOverload pins the trend from a previous share of 0: while no function meets its SLO, alpha
+// grows by 1% per window (flat) instead of doubling back to 1 (which would lock the order into neediest-first
+// exactly under overload); a rise from 0 doubles it; the first measurement only sets the reference.
+func TestAlphaUnderTotalOverload(t *testing.T) {
+	q := newQ(t, OrderTorpor, "a", "b")
+	for range 10 {
+		q.Observe("a", false, ms(200))
+		q.Observe("b", false, ms(300))
+	}
+	window := func() {
+		for range DefaultAlphaWindow {
+			q.Regroup(t0)
+		}
+	}
+	window() // first measurement: share 0 becomes the reference, alpha grows 1% (capped at 1)
+	if q.Alpha() != 1 || !q.hasOld || q.oldRatio != 0 {
+		t.Fatalf("first window: alpha %v, reference %v (%v)", q.Alpha(), q.oldRatio, q.hasOld)
+	}
+	q.alpha = 0.25
+	window() // share still 0: flat
+	if math.Abs(q.Alpha()-0.25*1.01) > 1e-12 {
+		t.Fatalf("share 0 after 0: alpha = %v, want %v", q.Alpha(), 0.25*1.01)
+	}
+	for range 1000 {
+		q.Observe("a", true, ms(10)) // a now meets its SLO (1000 of 1010): share 1/2
+	}
+	window()
+	if math.Abs(q.Alpha()-0.25*1.01*2) > 1e-12 || q.oldRatio != 0.5 {
+		t.Fatalf("share 1/2 after 0: alpha = %v, want %v; reference %v", q.Alpha(), 0.25*1.01*2, q.oldRatio)
 	}
 }
 

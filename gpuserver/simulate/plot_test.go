@@ -3,6 +3,7 @@ package simulate
 import (
 	"bytes"
 	"image/png"
+	"math"
 	"os"
 	"path/filepath"
 	"testing"
@@ -53,5 +54,36 @@ func TestPlotPanelsLabelsAndLegend(t *testing.T) {
 	}
 	if black < 50 {
 		t.Errorf("titles: %d black pixels in the top band", black)
+	}
+}
+
+// TestPlotBars draws bars on a log axis: each bar's colour fills a height that grows with the log of its value
+// (10 is twice as tall as about 3.16 and half as tall as 100 on a 1..100 axis).
+func TestPlotBars(t *testing.T) {
+	var buf bytes.Buffer
+	bars := []Bar{{"a", 100, Palette[0]}, {"b\nsecond", 10, Palette[1]}, {"c", math.Sqrt(10), Palette[2]}}
+	if err := PlotBars(&buf, "GPUs needed", "GPUs", bars); err != nil {
+		t.Fatal(err)
+	}
+	img, err := png.Decode(&buf)
+	if err != nil {
+		t.Fatal(err)
+	}
+	height := map[int]int{}
+	b := img.Bounds()
+	for x := b.Min.X; x < b.Max.X; x++ {
+		for y := b.Min.Y; y < b.Max.Y; y++ {
+			r, g, bl, _ := img.At(x, y).RGBA()
+			for i, bar := range bars {
+				if c := bar.Color; r>>8 == uint32(c.R) && g>>8 == uint32(c.G) && bl>>8 == uint32(c.B) {
+					height[i]++
+				}
+			}
+		}
+	}
+	// Per-column heights: total pixels / bar width (170).
+	h := func(i int) float64 { return float64(height[i]) / 170 }
+	if math.Abs(h(0)-2*h(1)) > 2 || math.Abs(h(1)-2*h(2)) > 2 || h(2) < 50 {
+		t.Errorf("bar heights %.1f %.1f %.1f, want 2:1 ratios on the log axis", h(0), h(1), h(2))
 	}
 }

@@ -185,3 +185,30 @@ func BenchmarkSimulate(b *testing.B) {
 	b.ReportMetric(float64(events)/wall, "events/s")
 	b.ReportMetric(wall/float64(b.N), "s/run")
 }
+
+// BenchmarkClusterHour reports simulated events per second for 1000 functions of the Azure trace with Torpor's
+// models on a 16-node cluster for one hour under the faas-gpu policy (the speed target, `make bench-policy`: a
+// whole day of it in under 2 minutes on one core).
+func BenchmarkClusterHour(b *testing.B) {
+	tr, err := LoadTrace("../../../shared/workloads/azure2019-500fn-8h.csv")
+	if err != nil {
+		b.Skipf("shared workloads not available: %v", err)
+	}
+	ms, err := LoadModels("../../../shared/workloads/models-torpor-v100.csv")
+	if err != nil {
+		b.Fatal(err)
+	}
+	node, _ := topology.Preset("v100x4")
+	var events int64
+	var wall float64
+	for b.Loop() {
+		r, err := RunCluster(ClusterConfig{Config: Config{Trace: tr, Models: ms, Functions: 1000, Node: node,
+			Minutes: 60, Policy: controller.PolicyFaaSGPU, Seed: 1}, Nodes: 16})
+		if err != nil {
+			b.Fatal(err)
+		}
+		events += r.Events
+		wall += r.WallSeconds
+	}
+	b.ReportMetric(float64(events)/wall, "events/s")
+}

@@ -47,7 +47,9 @@ func describe(rs []Outcome) string {
 }
 
 // TestHandComputedScenario replays 2 GPUs and 3 functions under the torpor policy and checks every decision and
-// latency against values worked out by hand (see the comments).
+// latency against values worked out by hand (see the comments). The models have no measured swap profile, so a
+// swap adds its whole transfer time; transfers share the 1 GB/s uplink two-sided (rates recomputed whenever one
+// starts or ends) and run until their last byte has moved.
 func TestHandComputedScenario(t *testing.T) {
 	arr := []Arrival{{0, 0}, {msd(10), 1}, {msd(20), 0}, {msd(250), 2}, {msd(300), 0}, {msd(320), 1}}
 	res, err := Run(Config{Models: threeModels(), Functions: 3, Node: twoGPUNode(t), Policy: controller.PolicyTorpor,
@@ -62,18 +64,24 @@ func TestHandComputedScenario(t *testing.T) {
 		evicted string
 	}
 	wants := []want{
-		// t=0 a: both GPUs idle, no neighbour loading: GPU 0, host copy 100 MB at 1 GB/s = 100 ms; done at 150.
-		{0, "pcie", msd(150), "[]"},
-		// t=10 b: GPU 1, its neighbour loads: the uplink is shared, 200 ms; done at 10+200+30 = 240.
-		{1, "pcie", msd(230), "[]"},
-		// t=20 a: resident on GPU 0 (still loading), no idle GPU: waits; at 150 runs on GPU 0 without a swap: 200.
-		{0, "none", msd(180), "[]"},
-		// t=250 c: both idle; GPU 0 first, evicting a; 100 ms alone; done at 370.
-		{0, "pcie", msd(120), "[{fn-0000-a 0}]"},
-		// t=300 a: GPU 1 evicting b; GPU 0 still loading c until 350: shared uplink, 200 ms; done at 550.
-		{1, "pcie", msd(250), "[{fn-0001-b 1}]"},
-		// t=320 b: waits; at 370 GPU 0, evicting c, while GPU 1 loads a until 500: 200 ms; done at 600.
-		{0, "pcie", msd(280), "[{fn-0002-c 0}]"},
+		// t=0 a: both GPUs idle, no neighbour loading: GPU 0, host copy 100 MB at 1 GB/s. At 10 b's copy starts
+		// behind the same switch: both move at 0.5 GB/s, so a's last 90 MB take 180 ms: transfer ends at 190,
+		// request at 190+50 = 240.
+		{0, "pcie", msd(240), "[]"},
+		// t=10 b: GPU 1; 90 MB at half speed until 190, its last 10 MB alone: transfer ends at 200, done at 230.
+		{1, "pcie", msd(220), "[]"},
+		// t=20 a: resident on GPU 0 (loading until 190, then running until 240), no idle GPU: waits. At 230 GPU 1
+		// frees: a is resident only on busy GPU 0, so it is copied over NVLink (100 MB at 4 GB/s, 25 ms), evicting
+		// b: done at 230+25+50 = 305.
+		{1, "nvlink", msd(285), "[{fn-0001-b 1 0}]"},
+		// t=250 c: GPU 0 is idle since 240 but a's copy there is pinned as the source of the NVLink copy until 255:
+		// c waits; at 255 GPU 0 evicts a and loads c alone: done at 255+100+20 = 375.
+		{0, "pcie", msd(125), "[{fn-0000-a 0 0}]"},
+		// t=300 a: resident on GPU 1, bound until 305: runs there at 305 without a swap, done at 355.
+		{1, "none", msd(55), "[]"},
+		// t=320 b: both GPUs bound; at 355 GPU 1 evicts a and loads b alone (c's copy ended at 355): 100 ms, done at
+		// 355+100+30 = 485.
+		{1, "pcie", msd(165), "[{fn-0000-a 1 0}]"},
 	}
 	if len(res.PerRequest) != len(wants) {
 		t.Fatalf("outcomes = %d", len(res.PerRequest))
@@ -85,7 +93,8 @@ func TestHandComputedScenario(t *testing.T) {
 				i, o.GPU, o.Swap, o.Latency, o.Evicted, w.gpu, w.swap, w.latency, w.evicted)
 		}
 	}
-	if res.RequestsOnTime != 6 || res.FunctionsSLOMet != 3 || res.Evictions != 3 || res.Swaps.PCIe != 5 {
+	if res.RequestsOnTime != 6 || res.FunctionsSLOMet != 3 || res.Evictions != 3 || res.Swaps.PCIe != 4 ||
+		res.Swaps.NVLink != 1 || res.Swaps.None != 1 {
 		t.Errorf("totals: %+v", res)
 	}
 	if t.Failed() {
@@ -100,5 +109,23 @@ func TestHandComputedScenario(t *testing.T) {
 	}
 	if o := res.PerRequest[1]; o.GPU != 1 || o.Swap != "nvlink" || o.Latency != msd(75) {
 		t.Errorf("nvlink request: %+v, want GPU 1 nvlink latency 75ms", o)
+	}
+}
+
+// TestSwapPenalty: a model whose swap alone adds 0.24 of its 25 ms transfer (6 ms) adds 6 ms alone, and every
+// millisecond contention stretches the transfer beyond 25 ms in full (41 ms: 6 + 16 = 22 ms); a faster path than
+// the profiled one scales (12.5 ms: 3 ms).
+func TestSwapPenalty(t *testing.T) {
+	for _, tc := range []struct{ took, alone, want time.Duration }{
+		{msd(25), msd(25), msd(6)},
+		{msd(41), msd(25), msd(22)},
+		{time.Duration(12.5 * float64(time.Millisecond)), msd(25), msd(3)},
+	} {
+		if got := swapPenalty(0.24, tc.took, tc.alone); got != tc.want {
+			t.Errorf("swapPenalty(0.24, %v, %v) = %v, want %v", tc.took, tc.alone, got, tc.want)
+		}
+	}
+	if got := swapPenalty(1.5, msd(30), msd(20)); got != msd(45) { // beta > 1 scales beyond the extension
+		t.Errorf("swapPenalty(1.5, 30ms, 20ms) = %v, want 45ms", got)
 	}
 }

@@ -9,11 +9,14 @@
 package simulate
 
 import (
+	"cmp"
 	"encoding/csv"
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -193,4 +196,54 @@ func ParseModels(r io.Reader) ([]Model, error) {
 		out = append(out, m)
 	}
 	return out, nil
+}
+
+// LoadArrivals reads an arrivals CSV file (see ParseArrivals).
+func LoadArrivals(path string) ([]Arrival, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, fmt.Errorf("open arrivals: %w", err)
+	}
+	defer f.Close()
+	return ParseArrivals(f)
+}
+
+// ParseArrivals reads explicit arrivals: a header "at_ms,function", then one row per request with its arrival in
+// milliseconds from the start (fractions allowed) and the index of its function (0, 1, ...). Rows may come in any
+// order; the result is sorted by time (ties by function, then by row).
+func ParseArrivals(r io.Reader) ([]Arrival, error) {
+	rows, err := csv.NewReader(r).ReadAll()
+	if err != nil {
+		return nil, fmt.Errorf("%w: arrivals: %w", ErrInvalidInput, err)
+	}
+	if len(rows) < 1 || len(rows[0]) != 2 || strings.TrimSpace(rows[0][0]) != "at_ms" ||
+		strings.TrimSpace(rows[0][1]) != "function" {
+		return nil, fmt.Errorf("%w: arrivals: the header must be \"at_ms,function\"", ErrInvalidInput)
+	}
+	out := make([]Arrival, 0, len(rows)-1)
+	for n, row := range rows[1:] {
+		at, err := strconv.ParseFloat(strings.TrimSpace(row[0]), 64)
+		if err != nil || at < 0 || math.IsInf(at, 0) || math.IsNaN(at) || at > float64(math.MaxInt64/int64(time.Millisecond)) {
+			return nil, fmt.Errorf("%w: arrivals line %d column \"at_ms\": %q is not a time in milliseconds >= 0",
+				ErrInvalidInput, n+2, row[0])
+		}
+		fn, err := strconv.Atoi(strings.TrimSpace(row[1]))
+		if err != nil || fn < 0 {
+			return nil, fmt.Errorf("%w: arrivals line %d column \"function\": %q is not a function index >= 0",
+				ErrInvalidInput, n+2, row[1])
+		}
+		out = append(out, Arrival{At: time.Duration(math.Round(at * float64(time.Millisecond))), Function: fn})
+	}
+	sortArrivals(out)
+	return out, nil
+}
+
+// sortArrivals orders arrivals by time, then function, keeping the order of equal ones.
+func sortArrivals(as []Arrival) {
+	slices.SortStableFunc(as, func(a, b Arrival) int {
+		if a.At != b.At {
+			return cmp.Compare(a.At, b.At)
+		}
+		return a.Function - b.Function
+	})
 }

@@ -40,8 +40,9 @@ func (n *Node) Kind(p Path) string {
 // same time (active may or may not contain p itself; p is always counted once). The model:
 //
 //   - from host: the GPU's own link, or its switch uplink divided among the host transfers behind that switch,
-//     whichever is lower; each concurrent host transfer behind another switch multiplies the time by
-//     Slowdown.HostOtherSwitch;
+//     whichever is lower (with Slowdown.HostSameSwitch set: the lower of the two, its time multiplied by that
+//     factor once per concurrent host transfer behind the same switch); each concurrent host transfer behind
+//     another switch multiplies the time by Slowdown.HostOtherSwitch;
 //   - GPU to GPU over NVLink: the pair's bandwidth divided among the transfers on that directed pair; each
 //     concurrent NVLink transfer on another pair that touches one of its GPUs multiplies the time by
 //     Slowdown.NVLinkOtherPair;
@@ -86,7 +87,14 @@ func (n *Node) Rate(p Path, active []Path) float64 {
 		if !p.IsHost() {
 			link = min(link, n.GPUs[p.From].H2DBytesPerSec)
 		}
-		rate = min(link, n.SwitchUplinkBytesPerSec[dst.PCIeSwitch]/float64(sameSwitchHost))
+		if hs := n.Slowdown.HostSameSwitch; hs > 0 {
+			rate = min(link, n.SwitchUplinkBytesPerSec[dst.PCIeSwitch])
+			for range sameSwitchHost - 1 {
+				rate /= hs
+			}
+		} else {
+			rate = min(link, n.SwitchUplinkBytesPerSec[dst.PCIeSwitch]/float64(sameSwitchHost))
+		}
 		for range otherSwitchHost {
 			rate /= n.Slowdown.HostOtherSwitch
 		}
@@ -97,8 +105,9 @@ func (n *Node) Rate(p Path, active []Path) float64 {
 	return rate
 }
 
-// TransferTime is how long moving bytes over p takes while the transfers in active run concurrently (the rate is
-// taken as constant for the whole transfer), including the node's fixed per-transfer latency.
+// TransferTime is how long moving bytes over p takes while the transfers in active run concurrently for its whole
+// length (the rate taken as constant), including the node's fixed per-transfer latency. Transfers advances
+// transfers whose set of concurrent transfers changes as they run.
 func (n *Node) TransferTime(bytes uint64, p Path, active []Path) time.Duration {
 	sec := n.TransferLatencySec + float64(bytes)/n.Rate(p, active)
 	return time.Duration(sec * float64(time.Second))

@@ -41,6 +41,12 @@ type GPU struct {
 // common link (a switch uplink, one NVLink pair, a GPU's copy engines) is modelled by dividing the link's bandwidth
 // among the transfers on it; these factors add the interference that sharing alone does not explain.
 type Slowdown struct {
+	// HostSameSwitch, when set (>= 1), states the contended slowdown of host-to-device transfers behind one switch
+	// as measured, the way Torpor's Table 3 does (ResNet-152 swapped in over PCIe: 25 ms alone, 41 ms beside a
+	// second swap behind the same switch): it multiplies a host transfer's time once per concurrent host transfer
+	// behind the same switch, in place of dividing the switch uplink among them. 0 (the default) derives the
+	// slowdown from the uplink's bandwidth.
+	HostSameSwitch float64 `json:"host_same_switch,omitempty"`
 	// HostOtherSwitch multiplies a host-to-device transfer's time once per concurrent host transfer behind another
 	// switch (host memory and root-complex contention); 1 means none.
 	HostOtherSwitch float64 `json:"host_other_switch"`
@@ -121,6 +127,9 @@ func (n *Node) Validate() error {
 	}
 	if n.Slowdown.HostOtherSwitch < 1 || math.IsInf(n.Slowdown.HostOtherSwitch, 0) {
 		return bad("slowdown.host_other_switch", "must be >= 1")
+	}
+	if hs := n.Slowdown.HostSameSwitch; hs != 0 && (hs < 1 || math.IsInf(hs, 0) || math.IsNaN(hs)) {
+		return bad("slowdown.host_same_switch", "must be 0 (derived from the uplink) or >= 1")
 	}
 	if n.Slowdown.NVLinkOtherPair < 1 || math.IsInf(n.Slowdown.NVLinkOtherPair, 0) {
 		return bad("slowdown.nvlink_other_pair", "must be >= 1")

@@ -1,0 +1,369 @@
+package simulate
+
+import (
+	"errors"
+	"fmt"
+	"math"
+	"sort"
+	"time"
+
+	"github.com/faas-gpu/faas-gpu/gpuserver/controller"
+	"github.com/faas-gpu/faas-gpu/gpuserver/pool"
+	"github.com/faas-gpu/faas-gpu/gpuserver/router"
+)
+
+// Defaults of ClusterConfig.
+const (
+	DefaultProvisionDelay   = time.Minute
+	DefaultImageLoadLatency = time.Second
+	DefaultImageLoadRate    = 1e9 // bytes per second from storage into a node's host memory
+	DefaultHostMemoryBytes  = 384e9
+)
+
+// ClusterConfig is one run of a cluster of identical nodes (Config.Node each) behind the router.
+type ClusterConfig struct {
+	Config
+	// Nodes is the number of nodes at the start (without autoscaling, throughout).
+	Nodes int
+	// Autoscale adds and drains nodes (router.Autoscaler with AutoscaleConfig).
+	Autoscale       bool
+	AutoscaleConfig router.AutoscaleConfig
+	// ProvisionDelay: a node added serves after it (and counts as provisioned from the decision).
+	ProvisionDelay time.Duration
+	// ImageLoadLatency and ImageLoadRate: a request routed to a node without its function's host image waits
+	// for the image to load from storage (placement or replication).
+	ImageLoadLatency time.Duration
+	ImageLoadRate    float64
+	// HostMemoryBytes per node for host images (least recently used dropped beyond it).
+	HostMemoryBytes uint64
+}
+
+// ClusterResult is the outcome of a cluster run.
+type ClusterResult struct {
+	Name                 string  `json:"name"`
+	Node                 string  `json:"node"`
+	Functions            int     `json:"functions"`
+	FunctionsWithTraffic int     `json:"functions_with_requests"`
+	FunctionsSLOMet      int     `json:"functions_slo_met"`
+	FunctionsSLOMetShare float64 `json:"functions_slo_met_share"`
+	Requests             int64   `json:"requests"`
+	RequestsOnTime       int64   `json:"requests_on_time"`
+	Rejected             int64   `json:"requests_rejected"`
+	Shed                 int64   `json:"requests_shed_by_a_node"`
+	P99                  float64 `json:"latency_p99_over_deadline"`
+	Autoscale            bool    `json:"autoscale"`
+	NodesStart           int     `json:"nodes_start"`
+	NodesPeak            int     `json:"nodes_peak"`
+	GPUsPeak             int     `json:"gpus_peak"`
+	// GPUsMean is the GPUs provisioned on average over the run (GPU time / simulated time).
+	GPUsMean   float64 `json:"gpus_mean"`
+	NodesAdded int     `json:"nodes_added"`
+	NodesGone  int     `json:"nodes_drained"`
+	// ImageLoads counts host images loaded on a node at a request (placements and replications).
+	ImageLoads       int64   `json:"image_loads"`
+	RoutedResident   int64   `json:"routed_to_resident"`
+	Events           int64   `json:"events"`
+	SimulatedSeconds float64 `json:"simulated_seconds"`
+	WallSeconds      float64 `json:"wall_seconds"`
+	EventsPerSecond  float64 `json:"events_per_second"`
+	// Timeline samples the nodes provisioned (serving, starting and draining) at every autoscaling tick.
+	Timeline []NodesAt `json:"timeline,omitempty"`
+}
+
+// NodesAt is the number of nodes provisioned at a time.
+type NodesAt struct {
+	Seconds float64 `json:"s"`
+	Nodes   int     `json:"nodes"`
+}
+
+type clusterNode struct {
+	sim       *simNode
+	rt        int // router index; -1 while provisioning
+	added     time.Duration
+	removed   time.Duration // never while provisioned
+	readyAt   time.Duration
+	gpus      int
+	nativeFns []bool
+}
+
+// RunCluster simulates cfg's policy on a cluster. Native binding places each function's process on one node for
+// the whole run (first fit by memory); every other policy late-binds on every node and routes through the router.
+func RunCluster(cfg ClusterConfig) (ClusterResult, error) {
+	if err := cfg.check(); err != nil {
+		return ClusterResult{}, err
+	}
+	if cfg.Nodes <= 0 {
+		return ClusterResult{}, fmt.Errorf("%w: nodes: must be > 0", ErrInvalidInput)
+	}
+	if cfg.ProvisionDelay == 0 {
+		cfg.ProvisionDelay = DefaultProvisionDelay
+	}
+	if cfg.ImageLoadLatency == 0 {
+		cfg.ImageLoadLatency = DefaultImageLoadLatency
+	}
+	if cfg.ImageLoadRate == 0 {
+		cfg.ImageLoadRate = DefaultImageLoadRate
+	}
+	if cfg.HostMemoryBytes == 0 {
+		cfg.HostMemoryBytes = DefaultHostMemoryBytes
+	}
+	if cfg.ProvisionDelay < 0 || cfg.ImageLoadLatency < 0 || !(cfg.ImageLoadRate > 0) {
+		return ClusterResult{}, fmt.Errorf("%w: provision delay, image load latency and rate must be > 0",
+			ErrInvalidInput)
+	}
+	native := cfg.Policy == controller.PolicyNative
+	if native && cfg.Autoscale {
+		return ClusterResult{}, fmt.Errorf("%w: native binding pins functions to nodes and does not autoscale",
+			ErrInvalidInput)
+	}
+	start := time.Now()
+	e, err := newEngine(&cfg.Config, false)
+	if err != nil {
+		return ClusterResult{}, err
+	}
+	rt, err := router.New(router.Config{})
+	if err != nil {
+		return ClusterResult{}, err
+	}
+	var auto *router.Autoscaler
+	if cfg.Autoscale {
+		if auto, err = router.NewAutoscaler(cfg.AutoscaleConfig); err != nil {
+			return ClusterResult{}, err
+		}
+	}
+	arrivals := cfg.Arrivals
+	if arrivals == nil {
+		arrivals = cfg.arrivals()
+	}
+	gpus := len(cfg.Node.GPUs)
+	res := ClusterResult{Name: string(cfg.Policy), Node: cfg.Node.Name, Functions: cfg.Functions,
+		Autoscale: cfg.Autoscale, NodesStart: cfg.Nodes, Requests: int64(len(arrivals))}
+	perFn := make([][2]int64, cfg.Functions)
+	norm := make([]float64, 0, len(arrivals))
+	var nodes []*clusterNode
+	byRouter := map[int]*clusterNode{}
+	provisioned := func() int {
+		k := 0
+		for _, cn := range nodes {
+			if cn.removed == never {
+				k++
+			}
+		}
+		return k
+	}
+	addNode := func(register func(int) bool) error {
+		sn, err := e.addNode(register)
+		if err != nil {
+			return err
+		}
+		nodes = append(nodes, &clusterNode{sim: sn, rt: -1, added: e.now, removed: never,
+			readyAt: e.now, gpus: gpus})
+		res.NodesPeak = max(res.NodesPeak, provisioned())
+		return nil
+	}
+	serve := func(cn *clusterNode) {
+		cn.rt = rt.AddNode(epoch.Add(e.now), fmt.Sprintf("node-%d", cn.sim.index), gpus, cfg.HostMemoryBytes)
+		byRouter[cn.rt] = cn
+	}
+	var home []int // native: each function's node
+	if native {
+		home = placeNative(&cfg, e.fns, cfg.Nodes)
+	}
+	for i := range cfg.Nodes {
+		var reg func(int) bool
+		if native {
+			reg = func(fn int) bool { return home[fn] == i }
+		}
+		if err := addNode(reg); err != nil {
+			return ClusterResult{}, err
+		}
+		serve(nodes[i])
+	}
+	for _, fm := range e.fns {
+		rt.Register(epoch, fm.name, fm.model.WeightsBytes)
+	}
+	view := residency{nodes: byRouter}
+	e.rejected = func(ri *reqInfo) {
+		delete(e.reqs, ri.id)
+		res.Rejected++
+		perFn[ri.fn][0]++
+		if auto != nil {
+			auto.Refused()
+		}
+	}
+	var route func(ri *reqInfo)
+	shed := func(cn *clusterNode, ri *reqInfo, err error) {
+		var oe *pool.OverloadedError
+		retry := controller.DefaultShedEvery
+		if errors.As(err, &oe) {
+			retry = oe.RetryAfter
+		}
+		res.Shed++
+		_ = rt.Shed(cn.rt, e.fns[ri.fn].name, epoch.Add(e.now+retry))
+		noteRemoved(rt, cn, e.now)
+	}
+	route = func(ri *reqInfo) {
+		name := e.fns[ri.fn].name
+		if native {
+			if home[ri.fn] < 0 || e.submit(nodes[home[ri.fn]].sim, ri) != nil {
+				e.reject(ri)
+			}
+			return
+		}
+		for range len(nodes) + 1 {
+			pick, err := rt.Route(epoch.Add(e.now), name, view)
+			if err != nil {
+				e.reject(ri)
+				return
+			}
+			cn := byRouter[pick.Node]
+			if pick.LoadImage {
+				res.ImageLoads++
+				load := cfg.ImageLoadLatency + time.Duration(float64(e.fns[ri.fn].model.WeightsBytes)/
+					cfg.ImageLoadRate*float64(time.Second))
+				e.deliverLater(cn.sim, ri, load)
+				return
+			}
+			err = e.submit(cn.sim, ri)
+			if err == nil {
+				return
+			}
+			if !errors.Is(err, pool.ErrOverloaded) {
+				_ = rt.Finished(cn.rt)
+				noteRemoved(rt, cn, e.now)
+				e.reject(ri)
+				return
+			}
+			shed(cn, ri, err)
+		}
+		e.reject(ri)
+	}
+	e.arrive = route
+	e.deliver = func(n *simNode, ri *reqInfo) {
+		delete(e.reqs, ri.id)
+		cn := nodes[n.index]
+		err := e.submit(n, ri)
+		switch {
+		case err == nil:
+		case errors.Is(err, pool.ErrOverloaded):
+			shed(cn, ri, err)
+			route(ri)
+		default:
+			_ = rt.Finished(cn.rt)
+			noteRemoved(rt, cn, e.now)
+			e.reject(ri)
+		}
+	}
+	e.finished = func(ri *reqInfo, onTime bool, lat, held time.Duration) {
+		perFn[ri.fn][0]++
+		if onTime {
+			perFn[ri.fn][1]++
+			res.RequestsOnTime++
+		}
+		norm = append(norm, float64(lat)/float64(e.fns[ri.fn].slo))
+		if !native {
+			cn := nodes[ri.node]
+			_ = rt.Finished(cn.rt)
+			noteRemoved(rt, cn, e.now)
+		}
+		if auto != nil {
+			auto.Observe(onTime, held)
+		}
+	}
+	if auto != nil {
+		e.tickEvery, e.nextTick = auto.Every(), auto.Every()
+		var pending []*clusterNode
+		e.tick = func() {
+			for len(pending) > 0 && pending[0].readyAt <= e.now {
+				serve(pending[0])
+				pending = pending[1:]
+			}
+			serving := rt.Serving()
+			switch auto.Decide(epoch.Add(e.now), serving, len(pending), gpus) {
+			case router.AddNode:
+				if addNode(nil) == nil {
+					cn := nodes[len(nodes)-1]
+					cn.readyAt = e.now + cfg.ProvisionDelay
+					pending = append(pending, cn)
+					res.NodesAdded++
+				}
+			case router.DrainNode:
+				if i := rt.Least(); i >= 0 {
+					_ = rt.Drain(i)
+					noteRemoved(rt, byRouter[i], e.now)
+					res.NodesGone++
+				}
+			}
+			res.Timeline = append(res.Timeline, NodesAt{Seconds: e.now.Seconds(), Nodes: provisioned()})
+		}
+	}
+	if err := e.run(arrivals); err != nil {
+		return ClusterResult{}, err
+	}
+	end := e.now
+	var gpuTime time.Duration
+	for _, cn := range nodes {
+		gpuTime += time.Duration(cn.gpus) * (min(cn.removed, end) - cn.added)
+	}
+	if end > 0 {
+		res.GPUsMean = gpuTime.Seconds() / end.Seconds()
+	}
+	res.GPUsPeak = res.NodesPeak * gpus
+	res.FunctionsWithTraffic, res.FunctionsSLOMet = e.compliance(perFn)
+	if res.FunctionsWithTraffic > 0 {
+		res.FunctionsSLOMetShare = float64(res.FunctionsSLOMet) / float64(res.FunctionsWithTraffic)
+	}
+	sort.Float64s(norm)
+	res.P99 = quantile(norm, 0.99)
+	res.RoutedResident = rt.Counters().Resident
+	res.Events, res.SimulatedSeconds = e.events, end.Seconds()
+	res.WallSeconds = time.Since(start).Seconds()
+	if res.WallSeconds > 0 {
+		res.EventsPerSecond = float64(res.Events) / res.WallSeconds
+	}
+	return res, nil
+}
+
+// noteRemoved records when a drained node's last request finished.
+func noteRemoved(rt *router.Router, cn *clusterNode, now time.Duration) {
+	if cn.rt >= 0 && cn.removed == never && rt.Nodes()[cn.rt].State == router.Removed {
+		cn.removed = now
+	}
+}
+
+// residency answers the router from the nodes' controllers.
+type residency struct{ nodes map[int]*clusterNode }
+
+func (r residency) Resident(node int, function string) bool {
+	cn := r.nodes[node]
+	return cn != nil && cn.sim.ctl.Resident(function)
+}
+
+// placeNative assigns each function to the first of the nodes with a GPU that has room for it with its own
+// context (the least used such GPU, as the controller pins), or -1 when none has; functions are placed in order.
+func placeNative(cfg *ClusterConfig, fns []fnModel, nodes int) []int {
+	used := make([][]uint64, nodes)
+	for i := range used {
+		used[i] = make([]uint64, len(cfg.Node.GPUs))
+	}
+	home := make([]int, len(fns))
+	for f, fm := range fns {
+		home[f] = -1
+		need := uint64(math.Ceil(float64(fm.model.WeightsBytes)*cfg.MemoryFactor/(1<<20)))<<20 +
+			controller.DefaultContextBytes
+		for n := range used {
+			best := -1
+			for g, gpu := range cfg.Node.GPUs {
+				if gpu.MemoryBytes-used[n][g] >= need && (best < 0 || used[n][g] < used[n][best]) {
+					best = g
+				}
+			}
+			if best >= 0 {
+				used[n][best] += need
+				home[f] = n
+				break
+			}
+		}
+	}
+	return home
+}

@@ -1,0 +1,358 @@
+package simulate
+
+import (
+	"container/heap"
+	"errors"
+	"fmt"
+	"math"
+	"time"
+
+	"github.com/faas-gpu/faas-gpu/gpuserver/controller"
+	"github.com/faas-gpu/faas-gpu/gpuserver/pool"
+	"github.com/faas-gpu/faas-gpu/gpuserver/topology"
+)
+
+// The engine runs one or more simulated nodes - each a controller (the code the gpuserver ships) with the node's
+// links - on one virtual clock. At each instant it handles, node by node, the transfers that end (the request's
+// completion is then scheduled), then completions and cold starts ending, then the arrivals (which the caller
+// routes to a node), then periodic ticks (autoscaling), and finally dispatches every node that changed.
+
+// Event kinds on a node.
+const (
+	evSwapDone = iota // a cold start ends (transfers end through the node's links)
+	evComplete        // a request finishes
+	evDeliver         // a request reaches the node after its host image loaded
+)
+
+const never = time.Duration(math.MaxInt64)
+
+type event struct {
+	at   time.Duration
+	seq  uint64
+	kind int
+	id   uint64
+	took time.Duration
+	exec time.Duration
+}
+
+type eventHeap []event
+
+func (h eventHeap) Len() int { return len(h) }
+func (h eventHeap) Less(i, j int) bool {
+	if h[i].at != h[j].at {
+		return h[i].at < h[j].at
+	}
+	return h[i].seq < h[j].seq
+}
+func (h eventHeap) Swap(i, j int) { h[i], h[j] = h[j], h[i] }
+func (h *eventHeap) Push(x any)   { *h = append(*h, x.(event)) }
+func (h *eventHeap) Pop() any {
+	old := *h
+	e := old[len(old)-1]
+	*h = old[:len(old)-1]
+	return e
+}
+
+// reqInfo is the engine's record of one request.
+type reqInfo struct {
+	id      uint64
+	fn      int
+	arrival time.Duration
+	out     int // index in outcomes, -1 when not kept
+	node    int
+	bound   time.Duration
+	// A swap over a link in progress: its start, its time alone, the model's penalty per transfer second alone,
+	// and the execution that follows.
+	swapStart time.Duration
+	alone     time.Duration
+	beta      float64
+	exec      time.Duration
+}
+
+type simNode struct {
+	index  int
+	ctl    *controller.Controller
+	links  *topology.Transfers
+	events eventHeap
+	next   time.Duration // earliest event, never when none
+	dirty  bool          // dispatch at the end of the instant
+	has    []bool        // function registered and placeable here
+}
+
+type engine struct {
+	cfg      *Config
+	fns      []fnModel
+	nodes    []*simNode
+	reqs     map[uint64]*reqInfo
+	seq      uint64
+	now      time.Duration
+	events   int64
+	keep     bool
+	outcomes []Outcome
+
+	// Hooks: arrive routes and submits a new request; deliver submits one whose image has loaded; finished and
+	// rejected account for the outcome; tick runs every tickEvery while work remains.
+	arrive    func(ri *reqInfo)
+	deliver   func(n *simNode, ri *reqInfo)
+	finished  func(ri *reqInfo, onTime bool, latency, held time.Duration)
+	rejected  func(ri *reqInfo)
+	tick      func()
+	tickEvery time.Duration
+	nextTick  time.Duration
+}
+
+func newEngine(cfg *Config, keep bool) (*engine, error) {
+	ref, err := topology.Preset("v100x4")
+	if err != nil {
+		return nil, err
+	}
+	e := &engine{cfg: cfg, keep: keep, reqs: make(map[uint64]*reqInfo, 1024), fns: make([]fnModel, cfg.Functions)}
+	for i := range e.fns {
+		e.fns[i] = cfg.fnModel(i, &ref)
+	}
+	return e, nil
+}
+
+// addNode starts a node whose controller knows the functions for which register is true (nil: all).
+func (e *engine) addNode(register func(fn int) bool) (*simNode, error) {
+	cfg := e.cfg
+	ctl, err := controller.New(controller.Config{Policy: cfg.Policy, Node: cfg.Node, Seed: cfg.Seed,
+		MaxInFlight: cfg.MaxInFlight, Prewarm: cfg.Prewarm, PartialResidency: cfg.PartialResidency})
+	if err != nil {
+		return nil, err
+	}
+	n := &simNode{index: len(e.nodes), ctl: ctl, links: topology.NewTransfers(&cfg.Node), next: never,
+		has: make([]bool, cfg.Functions)}
+	at := epoch.Add(e.now)
+	for i, fm := range e.fns {
+		if register != nil && !register(i) {
+			continue
+		}
+		m := fm.model
+		quota := uint64(math.Ceil(float64(m.WeightsBytes)*cfg.MemoryFactor/(1<<20))) << 20
+		spec := controller.Function{
+			FunctionSpec: pool.FunctionSpec{Name: fm.name, MemoryBytes: quota, SLO: fm.slo, Percentile: m.Percentile},
+			ModelBytes:   m.WeightsBytes, ExecSeed: e.exec(fm),
+		}
+		if err := ctl.Register(at, spec); err != nil {
+			if !errors.Is(err, pool.ErrTooLarge) {
+				return nil, fmt.Errorf("register %s: %w", fm.name, err)
+			}
+			continue
+		}
+		n.has[i] = true
+	}
+	e.nodes = append(e.nodes, n)
+	return n, nil
+}
+
+func (e *engine) exec(fm fnModel) time.Duration {
+	if e.cfg.Policy.NativeExec() {
+		return fm.model.Native
+	}
+	return fm.model.Remote
+}
+
+func (e *engine) push(n *simNode, ev event) {
+	e.seq++
+	ev.seq = e.seq
+	heap.Push(&n.events, ev)
+	n.next = min(n.next, ev.at)
+}
+
+func (e *engine) refresh(n *simNode) {
+	n.next = never
+	if le, ok := n.links.Next(); ok {
+		n.next = le.At.Sub(epoch)
+	}
+	if n.events.Len() > 0 {
+		n.next = min(n.next, n.events[0].at)
+	}
+}
+
+// submit hands request ri to node n now; the error is the controller's refusal (pool.ErrTooLarge when the
+// function cannot run there, pool.ErrOverloaded when the node sheds it).
+func (e *engine) submit(n *simNode, ri *reqInfo) error {
+	if !n.has[ri.fn] {
+		return fmt.Errorf("%w: %s has no GPU on node %d", pool.ErrTooLarge, e.fns[ri.fn].name, n.index)
+	}
+	if err := n.ctl.Submit(epoch.Add(e.now), ri.id, e.fns[ri.fn].name); err != nil {
+		if errors.Is(err, pool.ErrTooLarge) || errors.Is(err, pool.ErrOverloaded) {
+			return err
+		}
+		return fmt.Errorf("submit %d: %w", ri.id, err) // a bug: abort
+	}
+	ri.node = n.index
+	e.reqs[ri.id] = ri
+	n.dirty = true
+	return nil
+}
+
+// reject ends request ri unserved.
+func (e *engine) reject(ri *reqInfo) {
+	if ri.out >= 0 {
+		e.outcomes[ri.out].Rejected = true
+	}
+	e.rejected(ri)
+}
+
+// run replays arrivals; every hook must be set (tick may be nil).
+func (e *engine) run(arrivals []Arrival) error {
+	ai := 0
+	var failed error
+	for failed == nil {
+		t := never
+		for _, n := range e.nodes {
+			t = min(t, n.next)
+		}
+		if ai < len(arrivals) {
+			t = min(t, arrivals[ai].At)
+		}
+		if t == never {
+			break
+		}
+		if e.tick != nil && e.nextTick < t {
+			t = e.nextTick
+		}
+		e.now = t
+		for _, n := range e.nodes {
+			if n.next == t {
+				if err := e.nodeEvents(n); err != nil {
+					return err
+				}
+			}
+		}
+		for ai < len(arrivals) && arrivals[ai].At == t {
+			a := arrivals[ai]
+			ai++
+			e.events++
+			ri := &reqInfo{id: uint64(ai), fn: a.Function, arrival: a.At, out: -1, node: -1}
+			if e.keep {
+				ri.out = len(e.outcomes)
+				e.outcomes = append(e.outcomes, Outcome{ID: ri.id, Function: a.Function, Arrival: a.At, GPU: -1})
+			}
+			e.arrive(ri)
+		}
+		if e.tick != nil && e.nextTick == t {
+			e.tick()
+			e.nextTick += e.tickEvery
+		}
+		for _, n := range e.nodes {
+			if n.dirty {
+				n.dirty = false
+				failed = e.dispatch(n)
+				e.refresh(n)
+			}
+		}
+	}
+	if failed != nil {
+		return failed
+	}
+	if len(e.reqs) != 0 {
+		return fmt.Errorf("simulation ended with %d requests unserved", len(e.reqs))
+	}
+	return nil
+}
+
+// nodeEvents handles node n's events at the current instant: transfers ending, then completions and cold starts
+// ending, then deliveries.
+func (e *engine) nodeEvents(n *simNode) error {
+	now := e.now
+	for {
+		if le, ok := n.links.Next(); ok && le.At.Sub(epoch) == now {
+			e.events++
+			n.links.End(le.At, le.ID)
+			ri := e.reqs[le.ID]
+			took := now - ri.swapStart
+			penalty := swapPenalty(ri.beta, took, ri.alone)
+			if err := n.ctl.SwapDone(epoch.Add(now), le.ID, penalty); err != nil {
+				return err
+			}
+			// The request ends once its execution, pipelined behind the transfer, is done: never before the last
+			// byte has arrived.
+			e.push(n, event{at: ri.swapStart + max(took, penalty+ri.exec), kind: evComplete, id: le.ID,
+				exec: ri.exec})
+			if ri.out >= 0 {
+				e.outcomes[ri.out].SwapTime = penalty
+			}
+			n.dirty = true
+			continue
+		}
+		if n.events.Len() == 0 || n.events[0].at != now {
+			break
+		}
+		ev := heap.Pop(&n.events).(event)
+		e.events++
+		n.dirty = true
+		switch ev.kind {
+		case evSwapDone:
+			if err := n.ctl.SwapDone(epoch.Add(now), ev.id, ev.took); err != nil {
+				return err
+			}
+		case evComplete:
+			onTime, err := n.ctl.Complete(epoch.Add(now), ev.id, ev.exec)
+			if err != nil {
+				return err
+			}
+			ri := e.reqs[ev.id]
+			delete(e.reqs, ev.id)
+			lat := now - ri.arrival
+			if ri.out >= 0 {
+				e.outcomes[ri.out].Latency, e.outcomes[ri.out].OnTime = lat, onTime
+			}
+			e.finished(ri, onTime, lat, now-ri.bound)
+		case evDeliver:
+			e.deliver(n, e.reqs[ev.id])
+		}
+	}
+	e.refresh(n)
+	return nil
+}
+
+// deliverLater hands ri to node n after d (its host image loads meanwhile).
+func (e *engine) deliverLater(n *simNode, ri *reqInfo, d time.Duration) {
+	e.reqs[ri.id] = ri // parked: not yet in the controller
+	e.push(n, event{at: e.now + d, kind: evDeliver, id: ri.id})
+}
+
+// dispatch binds node n's waiting requests and schedules what follows.
+func (e *engine) dispatch(n *simNode) error {
+	now := e.now
+	for _, d := range n.ctl.Dispatch(epoch.Add(now)) {
+		ri := e.reqs[d.Request]
+		if ri == nil {
+			return fmt.Errorf("dispatched unknown request %d", d.Request)
+		}
+		fm := &e.fns[ri.fn]
+		exec := e.exec(*fm)
+		ri.bound = now
+		if ri.out >= 0 {
+			o := &e.outcomes[ri.out]
+			o.GPU, o.Swap, o.Evicted = d.GPU, d.Swap, d.Evict
+			o.Wait = now - ri.arrival
+		}
+		switch d.Swap {
+		case controller.SwapPCIe, controller.SwapNVLink:
+			// The transfer runs among the others on the node's links until its last byte has moved; its
+			// request's completion is scheduled when it ends.
+			ri.beta = fm.betaPCIe
+			if e.cfg.Node.Kind(d.Path()) == "nvlink" {
+				ri.beta = fm.betaNV
+			}
+			// A partial swap moves only the missing blocks: its penalty scales with the bytes it moves.
+			ri.swapStart, ri.exec = now, exec
+			ri.alone = e.cfg.Node.TransferTime(d.Bytes, d.Path(), nil)
+			n.links.Start(epoch.Add(now), d.Request, d.Path(), d.Bytes)
+		case controller.SwapCold:
+			penalty := controller.DefaultColdStart + time.Duration(float64(d.Bytes)/1e9*float64(time.Second))
+			e.push(n, event{at: now + penalty, kind: evSwapDone, id: d.Request, took: penalty})
+			e.push(n, event{at: now + penalty + exec, kind: evComplete, id: d.Request, exec: exec})
+			if ri.out >= 0 {
+				e.outcomes[ri.out].SwapTime = penalty
+			}
+		default:
+			e.push(n, event{at: now + exec, kind: evComplete, id: d.Request, exec: exec})
+		}
+	}
+	return nil
+}
