@@ -1,11 +1,11 @@
 package cuda
 
 import (
-	"time"
 	"context"
 	"errors"
 	"fmt"
 	"sync"
+	"time"
 
 	"github.com/faas-gpu/faas-gpu/gpuserver/device"
 	"github.com/faas-gpu/faas-gpu/gpuserver/device/cuda/cu"
@@ -268,7 +268,7 @@ func (g *guardedModule) Global(name string) (p device.Ptr, size uint64, err erro
 	})
 	return p, size, err
 }
-func (g *guardedModule) Unload() error { return g.c.call(g.m.Unload) }
+func (g *guardedModule) Unload() error           { return g.c.call(g.m.Unload) }
 func (g *guardedModule) FunctionNames() []string { return g.m.FunctionNames() }
 
 // The wrappers keep the optional interfaces of what they wrap: a launch with attributes (cuLaunchKernelEx) or a
