@@ -331,11 +331,11 @@ func testKubernetesAsyncCallback(t *testing.T) {
 	front.user, front.pass = e.basicAuth(t, namespace)
 	cb := "http://" + ln.Addr().String() + "/done"
 	for _, c := range []struct{ fn, body, want string }{
-		{"echo", "async hello", "async hello"},
+		// name.namespace, as `faas-cli invoke --async --namespace openfaas-fn` sends it, and the bare name, as
+		// it sends it without --namespace: both are the same function in the default namespace.
+		{"echo." + functionsNS, "async hello", "async hello"},
 		{"vector-add", `{"a": [1, 2], "b": [3, 4]}`, `{"c": [4.0, 6.0]}`},
 	} {
-		// The bare name, as `faas-cli invoke --async` sends it for the default namespace. (name.namespace is
-		// refused with 404 by the queue worker's function lookup, which keys functions by bare name.)
 		code, b, hdr, err := front.do(http.MethodPost, "/async-function/"+c.fn, []byte(c.body),
 			map[string]string{"X-Callback-Url": cb})
 		if err != nil || code != http.StatusAccepted || hdr.Get("X-Call-Id") == "" {
