@@ -81,6 +81,7 @@ func shimDir(t *testing.T) string {
 }
 
 type testServer struct {
+	srv    *Server
 	socket string
 	binder *binder
 	funcs  registry
@@ -110,7 +111,7 @@ func startServer(t *testing.T, funcs registry) *testServer {
 			t.Errorf("Serve: %v", err)
 		}
 	})
-	return &testServer{socket: sock, binder: b, funcs: funcs}
+	return &testServer{srv: srv, socket: sock, binder: b, funcs: funcs}
 }
 
 // pyDriver runs a function's handler.py in a Python process with the shim as libcuda.so.1, one JSON request per
@@ -252,6 +253,12 @@ func TestVectorAddEndToEnd(t *testing.T) {
 	if r.StatusCode != 400 || !strings.Contains(fmt.Sprint(r.Body["error"]), "b:") {
 		t.Fatalf("unequal lengths: status %d %v", r.StatusCode, r.Body)
 	}
+	// Three sums, each with two copies in, a launch and a copy out: the records are counted. Between requests
+	// the function decodes JSON for far longer than the spin time, so its session sleeps on the socket.
+	if st := s.srv.Stats(); st.Records < 3*4 {
+		t.Errorf("%d records counted, want at least 12", st.Records)
+	}
+	eventually(t, "the session sleeps between requests", func() bool { return s.srv.Stats().Sleeps > 0 })
 }
 
 // TestMLPSameOutputOnEveryGPU runs the mlp on GPUs 0..3 in turn (its 155 MB of weights move with it) and checks

@@ -11,6 +11,8 @@ type metrics struct {
 	panics       prometheus.Counter
 	refused      *prometheus.CounterVec
 	sessions     prometheus.Gauge
+	records      prometheus.Counter
+	sleeps       prometheus.Counter
 }
 
 // Reasons a connection is refused (the label of faas_gpu_remoting_refused_total).
@@ -35,12 +37,22 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Name: "faas_gpu_remoting_sessions",
 			Help: "Open remoting sessions.",
 		}),
+		records: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "faas_gpu_remoting_records_total",
+			Help: "Call records executed by remoting sessions (synchronous and asynchronous).",
+		}),
+		sleeps: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "faas_gpu_remoting_sleeps_total",
+			Help: "Times a session found its ring empty for its whole spin time and slept on its socket: each costs " +
+				"the client a doorbell and the session a wake-up. Many sleeps per request mean the client's calls " +
+				"arrive further apart than the spin time.",
+		}),
 	}
 	for _, r := range refuseReasons {
 		m.refused.WithLabelValues(r)
 	}
 	if reg != nil {
-		for _, c := range []prometheus.Collector{m.acceptErrors, m.panics, m.refused, m.sessions} {
+		for _, c := range []prometheus.Collector{m.acceptErrors, m.panics, m.refused, m.sessions, m.records, m.sleeps} {
 			if err := reg.Register(c); err != nil {
 				return nil, err
 			}
@@ -64,7 +76,7 @@ func value(c prometheus.Collector) float64 {
 
 func (m *metrics) stats() Stats {
 	st := Stats{AcceptErrors: int64(value(m.acceptErrors)), SessionPanics: int64(value(m.panics)),
-		Refused: map[string]int64{}}
+		Refused: map[string]int64{}, Records: int64(value(m.records)), Sleeps: int64(value(m.sleeps))}
 	for _, r := range refuseReasons {
 		st.Refused[r] = int64(value(m.refused.WithLabelValues(r)))
 	}

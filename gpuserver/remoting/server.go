@@ -272,12 +272,15 @@ func (s *Server) admit(function string) (func(), error) {
 	}, nil
 }
 
-// Stats counts what the server saw: accept errors, session panics and refused connections by reason. The same
-// figures are exported as metrics when Config.Metrics is set.
+// Stats counts what the server saw: accept errors, session panics, refused connections by reason, the records
+// executed and the sessions' sleeps. The same figures are exported as metrics when Config.Metrics is set.
 type Stats struct {
 	AcceptErrors  int64
 	SessionPanics int64
 	Refused       map[string]int64
+	// Records is the number of call records executed; Sleeps the number of times a session slept on its socket
+	// after spinning (see Config.Spin).
+	Records, Sleeps int64
 }
 
 // Stats returns the server's counters.

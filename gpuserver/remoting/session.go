@@ -202,6 +202,7 @@ func (s *session) record(ctx context.Context, tail uint64) (uint64, error) {
 	if err != nil {
 		return 0, err
 	}
+	s.srv.metrics.records.Inc()
 	respond := info.sync || hdr.flags&wireRecordFlagSync != 0
 	if !info.sync && r != ResultSuccess {
 		if s.pending == ResultSuccess {
@@ -241,6 +242,7 @@ func (s *session) wait(ctx context.Context) error {
 			runtime.Gosched()
 		}
 	}
+	s.srv.metrics.sleeps.Inc()
 	s.shm.setServerWaiting(true)
 	defer s.shm.setServerWaiting(false)
 	idle := false
