@@ -20,7 +20,7 @@ import (
 
 	"github.com/openfaas/faas-provider/types"
 	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/faas-gpu/faas-gpu/gpuserver/client"
 	"github.com/faas-gpu/faas-gpu/gpuserver/server"
@@ -267,8 +267,9 @@ func (u *up) start(ctx context.Context, cfg upConfig, stateDir, nodeName string,
 	gatewayAddr := net.JoinHostPort(cfg.host, strconv.Itoa(cfg.port))
 	gatewayURL := "http://" + gatewayAddr
 	const proxyTimeout = 5 * time.Minute
+	// The gateway's own metrics (provider, invocations, queue worker); /metrics serves them with the gpuserver's,
+	// which include the Go runtime and process metrics of this one process.
 	metrics := prometheus.NewRegistry()
-	metrics.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	providerHandler := handlers.New(handlers.Config{
 		Metrics: metrics,
 		Backend: backend, Secrets: backend, Logs: backend, GPU: gpuClient,
@@ -284,6 +285,7 @@ func (u *up) start(ctx context.Context, cfg upConfig, stateDir, nodeName string,
 	mux := http.NewServeMux()
 	mux.Handle("/async-function/", handlers.LimitBodyTime(handlers.BodyTimeouts{Idle: 30 * time.Second, Total: proxyTimeout},
 		queueFrontDoor(js, fnSource, u.log)))
+	mux.Handle("/metrics", promhttp.HandlerFor(prometheus.Gatherers{metrics, gs.Metrics()}, promhttp.HandlerOpts{}))
 	mux.Handle("/", providerHandler)
 	allowed := hostAllowList(cfg.allowedHosts, cfg.host)
 	l, err := net.Listen("tcp", gatewayAddr)

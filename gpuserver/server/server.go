@@ -428,6 +428,10 @@ func newPool(cfg Config, oneGPU bool) (healthPool, error) {
 // Pool returns the server's pool.
 func (s *Server) Pool() pool.Pool { return s.pool }
 
+// Metrics is the registry the gpuserver's /metrics serves: the pool, remoting, API, Go runtime and process
+// metrics. `up` serves it beside the gateway's on the gateway's /metrics.
+func (s *Server) Metrics() prometheus.Gatherer { return s.metrics }
+
 // Socket returns the API's Unix socket path.
 func (s *Server) Socket() string { return s.cfg.Socket }
 

@@ -1,4 +1,5 @@
-// Package docs checks that docs/security.md cannot drift from the code: every test it cites exists.
+// Package docs checks that the documents cannot drift from the code: every test docs/security.md cites exists,
+// and docs/metrics.md lists exactly the metrics the code registers.
 package docs
 
 import (

@@ -544,7 +544,12 @@ func TestEndToEnd(t *testing.T) {
 			}
 		}
 		r := call(t, http.MethodGet, base+"/metrics", nil, nil)
-		for _, want := range []string{"faas_gpu_queue_", "go_goroutines"} {
+		// The gateway's metrics (provider, queue worker) and the gpuserver's (pool, remoting), one scrape.
+		if r.code != http.StatusOK {
+			t.Fatalf("gateway /metrics: %d %s", r.code, r.body)
+		}
+		for _, want := range []string{"faas_gpu_queue_", "go_goroutines", "provider_http_requests_total",
+			"faas_gpu_gpu_healthy{gpu=", "faas_gpu_remoting_records_total", "faas_gpu_served_requests_total{function=\"hello-gpu\"}"} {
 			if !strings.Contains(r.body, want) {
 				t.Errorf("gateway /metrics lacks %s", want)
 			}
