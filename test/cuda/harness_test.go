@@ -56,6 +56,7 @@ func (binder) BindImplicit(context.Context, string) (int, func(), error) {
 type node struct {
 	socket string
 	dev    *sim.Backend
+	srv    *remoting.Server
 }
 
 func startNode(t *testing.T, kernels sim.KernelMode) *node {
@@ -104,7 +105,7 @@ func startNode(t *testing.T, kernels sim.KernelMode) *node {
 			}
 		}
 	})
-	return &node{socket: sock, dev: dev}
+	return &node{socket: sock, dev: dev, srv: srv}
 }
 
 // shimDir builds the shim and returns the folder holding libcuda.so.1.
