@@ -23,6 +23,7 @@ import (
 	"time"
 
 	gonvml "github.com/NVIDIA/go-nvml/pkg/nvml"
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/faas-gpu/faas-gpu/gpuserver/device/cuda"
 	"github.com/faas-gpu/faas-gpu/gpuserver/device/nvml"
@@ -162,7 +163,8 @@ type side struct {
 	p50, p99        map[int]float64 // seconds, by batch
 	cpuPerPass      map[int]float64 // client CPU seconds per pass
 	perPass         map[int]map[string]float64
-	cold            float64 // native: load + first pass; shim: median of acquire + pass after an eviction
+	sleepsPerPass   map[int]float64 // shim: the remoting session's sleeps on its socket per pass
+	cold            float64         // native: load + first pass; shim: median of acquire + pass after an eviction
 	coldParts       string
 	out1            []float64
 	requestOverhead float64 // shim: median acquire + release around a pass (seconds)
@@ -170,12 +172,13 @@ type side struct {
 
 func newSide() *side {
 	return &side{p50: map[int]float64{}, p99: map[int]float64{}, cpuPerPass: map[int]float64{},
-		perPass: map[int]map[string]float64{}}
+		perPass: map[int]map[string]float64{}, sleepsPerPass: map[int]float64{}}
 }
 
 // steady measures iterations passes at each batch size after three warm-up passes. around, when set, wraps each
-// pass in a request (the shim's acquire and release) and returns its own overhead.
-func steady(t *testing.T, p *torch, s *side, around func(func()) time.Duration) {
+// pass in a request (the shim's acquire and release) and returns its own overhead; sleeps, when set, reads the
+// remoting server's faas_gpu_remoting_sleeps_total.
+func steady(t *testing.T, p *torch, s *side, around func(func()) time.Duration, sleeps func() float64) {
 	t.Helper()
 	var overhead []float64
 	for _, batch := range []int{1, 8} {
@@ -183,7 +186,10 @@ func steady(t *testing.T, p *torch, s *side, around func(func()) time.Duration) 
 			p.pass(t, batch)
 		}
 		var times []float64
-		var cpu float64
+		var cpu, slept float64
+		if sleeps != nil {
+			slept = sleeps()
+		}
 		sum := map[string]float64{}
 		for range iterations {
 			var r passReply
@@ -203,6 +209,9 @@ func steady(t *testing.T, p *torch, s *side, around func(func()) time.Duration) 
 		s.p50[batch] = times[len(times)/2]
 		s.p99[batch] = times[int(math.Ceil(0.99*float64(len(times))))-1]
 		s.cpuPerPass[batch] = cpu / iterations
+		if sleeps != nil {
+			s.sleepsPerPass[batch] = (sleeps() - slept) / iterations
+		}
 		if len(sum) > 0 {
 			for k := range sum {
 				sum[k] /= iterations
@@ -293,7 +302,7 @@ func TestGPUPyTorchThroughTheShim(t *testing.T) {
 			first := np.pass(t, 1).S
 			native.cold, native.coldParts = load+first, fmt.Sprintf("model.cuda() %.1f ms + first pass %.1f ms",
 				1e3*load, 1e3*first)
-			steady(t, np, native, nil)
+			steady(t, np, native, nil, nil)
 			native.out1 = np.output(t, 1)
 			_ = np.in.Close()
 
@@ -316,7 +325,9 @@ func TestGPUPyTorchThroughTheShim(t *testing.T) {
 				return time.Since(start)
 			}
 			request(func() { rp.pass(t, 1) }) // the first request captures the model image
-			steady(t, rp, remote, request)
+			steady(t, rp, remote, request, func() float64 {
+				return counterValue(t, srv.Metrics(), "faas_gpu_remoting_sleeps_total")
+			})
 			request(func() { remote.out1 = rp.output(t, 1) })
 
 			// Cold starts from the host image: the model is evicted from every GPU, then one request runs.
@@ -367,7 +378,7 @@ func TestGPUPyTorchThroughTheShim(t *testing.T) {
 	}
 	fmt.Fprintf(&report, "\n## Calls per forward pass through the shim, and client CPU\n\n| model | batch | "+
 		"synchronous round trips | asynchronous (batched) | answered in the shim | unsupported | unknown slots | "+
-		"client CPU per pass, native ms | through the shim ms | shim CPU per remoted call us |\n|---|---|---|---|---|---|---|---|---|---|\n")
+		"client CPU per pass, native ms | through the shim ms | shim CPU per remoted call us | server sleeps per pass |\n|---|---|---|---|---|---|---|---|---|---|---|\n")
 	for _, r := range results {
 		for _, b := range []int{1, 8} {
 			pp := r.remote.perPass[b]
@@ -375,19 +386,40 @@ func TestGPUPyTorchThroughTheShim(t *testing.T) {
 			if n := pp["sync"] + pp["async"]; n > 0 {
 				perCall = 1e6 * (r.remote.cpuPerPass[b] - r.native.cpuPerPass[b]) / n
 			}
-			fmt.Fprintf(&report, "| %s | %d | %.1f | %.1f | %.1f | %.0f | %.0f | %.2f | %.2f | %.2f |\n", r.model, b,
+			fmt.Fprintf(&report, "| %s | %d | %.1f | %.1f | %.1f | %.0f | %.0f | %.2f | %.2f | %.2f | %.1f |\n", r.model, b,
 				pp["sync"], pp["async"], pp["local"], pp["unsupported"], pp["unknown_slots"],
-				1e3*r.native.cpuPerPass[b], 1e3*r.remote.cpuPerPass[b], perCall)
+				1e3*r.native.cpuPerPass[b], 1e3*r.remote.cpuPerPass[b], perCall, r.remote.sleepsPerPass[b])
 		}
 	}
 	fmt.Fprintf(&report, "\nThe last column is the extra client CPU the shim spends per remoted call (launches, "+
-		"memsets and the final synchronize): (CPU per pass through the shim - native) / remoted calls per pass.\n")
+		"memsets and the final synchronize): (CPU per pass through the shim - native) / remoted calls per pass. "+
+		"Server sleeps per pass: how often the gpuserver's session found the ring empty for its whole spin time "+
+		"(50 us) and slept on its socket during a pass, each sleep costing a doorbell and a wake-up "+
+		"(faas_gpu_remoting_sleeps_total).\n")
 	if path := os.Getenv("FAAS_GPU_GPU_REPORT"); path != "" {
 		if err := os.WriteFile(path, []byte(report.String()), 0o644); err != nil {
 			t.Error(err)
 		}
 	}
 	t.Log("\n" + report.String())
+}
+
+// counterValue sums the samples of the counter name in g.
+func counterValue(t *testing.T, g prometheus.Gatherer, name string) float64 {
+	t.Helper()
+	families, err := g.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var v float64
+	for _, f := range families {
+		if f.GetName() == name {
+			for _, m := range f.GetMetric() {
+				v += m.GetCounter().GetValue()
+			}
+		}
+	}
+	return v
 }
 
 // evictEverywhere drops the function's copies from every GPU, retrying while a binding is still being released.
