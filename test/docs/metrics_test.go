@@ -1,9 +1,7 @@
 package docs
 
 import (
-	"io/fs"
 	"os"
-	"path/filepath"
 	"regexp"
 	"strings"
 	"testing"
@@ -24,25 +22,11 @@ func TestMetricsDocListsEveryMetric(t *testing.T) {
 	// prometheus.NewDesc("x", ...).
 	named := regexp.MustCompile(`(?:Subsystem: "([a-z_]+)", )?Name: +"([a-z_]+)"|NewDesc\("([a-z_]+)"`)
 	registered := map[string]string{}
-	err = filepath.WalkDir("../..", func(path string, d fs.DirEntry, err error) error {
-		if err != nil {
-			return err
+	goSources(t, func(path string) bool { return !strings.HasSuffix(path, "_test.go") }, func(path, src string) {
+		if !strings.Contains(src, "prometheus.") {
+			return
 		}
-		if d.IsDir() && (strings.HasPrefix(d.Name(), ".") && path != "../.." || d.Name() == "node_modules" ||
-			d.Name() == "build" || d.Name() == "testdata") {
-			return filepath.SkipDir
-		}
-		if d.IsDir() || !strings.HasSuffix(path, ".go") || strings.HasSuffix(path, "_test.go") {
-			return nil
-		}
-		src, err := os.ReadFile(path)
-		if err != nil {
-			return err
-		}
-		if !strings.Contains(string(src), "prometheus.") {
-			return nil
-		}
-		for _, m := range named.FindAllStringSubmatch(string(src), -1) {
+		for _, m := range named.FindAllStringSubmatch(src, -1) {
 			name := m[2] + m[3]
 			if m[1] != "" {
 				name = m[1] + "_" + name
@@ -52,11 +36,7 @@ func TestMetricsDocListsEveryMetric(t *testing.T) {
 				registered[name] = path
 			}
 		}
-		return nil
 	})
-	if err != nil {
-		t.Fatal(err)
-	}
 	if len(registered) < 30 {
 		t.Fatalf("found only %d metrics in the code: %v", len(registered), registered)
 	}

@@ -3,9 +3,7 @@
 package docs
 
 import (
-	"io/fs"
 	"os"
-	"path/filepath"
 	"regexp"
 	"strings"
 	"testing"
@@ -27,28 +25,11 @@ func TestSecurityDocCitesExistingTests(t *testing.T) {
 	}
 	defined := map[string]bool{}
 	def := regexp.MustCompile(`(?m)^func ((?:Test|Fuzz)[A-Za-z0-9_]*)\(`)
-	err = filepath.WalkDir("../..", func(path string, d fs.DirEntry, err error) error {
-		if err != nil {
-			return err
-		}
-		if d.IsDir() && (strings.HasPrefix(d.Name(), ".") && path != "../.." || d.Name() == "node_modules") {
-			return filepath.SkipDir
-		}
-		if d.IsDir() || !strings.HasSuffix(path, "_test.go") {
-			return nil
-		}
-		src, err := os.ReadFile(path)
-		if err != nil {
-			return err
-		}
-		for _, m := range def.FindAllStringSubmatch(string(src), -1) {
+	goSources(t, func(path string) bool { return strings.HasSuffix(path, "_test.go") }, func(_, src string) {
+		for _, m := range def.FindAllStringSubmatch(src, -1) {
 			defined[m[1]] = true
 		}
-		return nil
 	})
-	if err != nil {
-		t.Fatal(err)
-	}
 	for name := range cited {
 		if !defined[name] {
 			t.Errorf("docs/security.md cites %s, which no test defines", name)
