@@ -14,6 +14,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"net/http/httptrace"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -146,6 +147,14 @@ func (e *env) serviceURL(t *testing.T, ns, name string) string {
 	return fmt.Sprintf("http://%s:%d", svc.Spec.ClusterIP, svc.Spec.Ports[0].Port)
 }
 
+// freshClient opens a new connection for every request. A kept-alive connection would pin whatever answered
+// first: a request to a Service's ClusterIP made before kube-proxy has written its rule leaves the host by the
+// default route (where this machine's network answered 404 for five minutes, Server: keryx), and polling on the same
+// connection never reaches the Service once the rule exists.
+func freshClient() *http.Client {
+	return &http.Client{Timeout: 2 * time.Minute, Transport: &http.Transport{DisableKeepAlives: true}}
+}
+
 // gateway is an HTTP client of a faas-provider API, as faas-cli uses it.
 type gateway struct {
 	url        string
@@ -167,8 +176,7 @@ func (g gateway) do(method, path string, body []byte, header map[string]string) 
 	for k, v := range header {
 		req.Header.Set(k, v)
 	}
-	client := &http.Client{Timeout: 2 * time.Minute}
-	resp, err := client.Do(req)
+	resp, err := freshClient().Do(req)
 	if err != nil {
 		return 0, nil, nil, err
 	}
@@ -238,12 +246,26 @@ func TestLiveCluster(t *testing.T) {
 func (g gateway) serving(t *testing.T) gateway {
 	t.Helper()
 	eventually(t, "the Service at "+g.url+" serving", func() error {
-		code, b, _, err := g.do(http.MethodGet, "/healthz", nil, nil)
+		var conn httptrace.GotConnInfo
+		req, err := http.NewRequestWithContext(httptrace.WithClientTrace(context.Background(), &httptrace.ClientTrace{
+			GotConn: func(c httptrace.GotConnInfo) { conn = c },
+		}), http.MethodGet, g.url+"/healthz", nil)
 		if err != nil {
 			return err
 		}
-		if code != http.StatusOK {
-			return fmt.Errorf("GET /healthz: %d %s", code, b)
+		resp, err := freshClient().Do(req)
+		if err != nil {
+			return err
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(io.LimitReader(resp.Body, 512))
+		if resp.StatusCode != http.StatusOK {
+			local, remote := "", ""
+			if conn.Conn != nil {
+				local, remote = conn.Conn.LocalAddr().String(), conn.Conn.RemoteAddr().String()
+			}
+			return fmt.Errorf("GET /healthz: %d %q, headers %v (connection %s -> %s, reused %v)", resp.StatusCode, b,
+				resp.Header, local, remote, conn.Reused)
 		}
 		return nil
 	})
