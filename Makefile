@@ -8,7 +8,6 @@ COMMIT    ?= $(shell git rev-parse --short HEAD 2>/dev/null || echo unknown)
 LDFLAGS   := -X main.version=$(VERSION) -X main.commit=$(COMMIT)
 RUN_ARGS  ?=
 
-## (see also test-cuda below)
 .PHONY: all build run test test-go test-shim test-fuzz lint shim bench-policy bench-swap bench-remoting bench-queue bench-template clean
 
 all: build

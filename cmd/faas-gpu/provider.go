@@ -174,10 +174,7 @@ func (c *providerConfig) credentials(log *slog.Logger) (*auth.BasicAuthCredentia
 	if dir == "" {
 		dir = filepath.Join(c.stateDir, "secrets")
 	}
-	creds, res, err := basicauth.Ensure(dir, time.Now())
-	for _, p := range res.MovedAside {
-		log.Error("BASIC-AUTH FILE WAS EMPTY: moved aside; new credentials were generated (log in again)", "file", p)
-	}
+	creds, err := ensureBasicAuth(dir, log)
 	return creds, dir, err
 }
 
@@ -208,14 +205,18 @@ func runProvider(ctx context.Context, args []string, stdout, stderr io.Writer) e
 	if err != nil {
 		return err
 	}
+	// The gpuservers' key, read once: the admin token of -gpuserver-socket, the local functions' remoting tokens,
+	// the cluster backends' registration tickets. The local backend needs it only with -gpuserver-socket.
+	var key gpuauth.Key
+	if cfg.gpuserverSocket != "" || cfg.backend != "local" && cfg.gpuserverKey != "" {
+		if key, err = gpuauth.ReadKey(cfg.gpuserverKey); err != nil {
+			return usageError{fmt.Errorf("-gpuserver-key-file: %w", err)}
+		}
+	}
 	var gpu provider.GPURegistry
 	env := map[string]string{}
 	var gpuEnv func(string) map[string]string
 	if cfg.gpuserverSocket != "" {
-		key, err := gpuauth.ReadKey(cfg.gpuserverKey)
-		if err != nil {
-			return usageError{fmt.Errorf("-gpuserver-key-file: %w", err)}
-		}
 		gpu = client.New(cfg.gpuserverSocket, client.WithToken(key.AdminToken())) // the administrator's credential
 		env["FAAS_GPU_SOCKET"] = cfg.gpuserverSocket
 	}
@@ -223,9 +224,7 @@ func runProvider(ctx context.Context, args []string, stdout, stderr io.Writer) e
 	switch cfg.backend {
 	case "local":
 		if cfg.gpuserverSocket != "" {
-			if gpuEnv, err = localGPUEnv(cfg, log); err != nil {
-				return err
-			}
+			gpuEnv = localGPUEnv(cfg, key, log)
 		}
 		envDir, err := cfg.envs.resolvedDir(cfg.stateDir)
 		if err != nil {
@@ -239,10 +238,8 @@ func runProvider(ctx context.Context, args []string, stdout, stderr io.Writer) e
 		}
 		be = providerBackends{functions: b, secrets: b, logs: b, close: b.Close}
 	default:
-		if cfg.gpuserverKey != "" {
-			if cluster.registrationKey, err = gpuauth.ReadKey(cfg.gpuserverKey); err != nil {
-				return usageError{fmt.Errorf("-gpuserver-key-file: %w", err)}
-			}
+		if key != nil {
+			cluster.registrationKey = key
 		} else {
 			log.Warn("no -gpuserver-key-file: GPU function pods get no registration ticket and cannot register " +
 				"with their node's gpuserver (mount the gpuservers' key Secret and name it)")

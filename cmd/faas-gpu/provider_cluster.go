@@ -5,7 +5,6 @@ import (
 	"errors"
 	"flag"
 	"fmt"
-	gpuauth "github.com/faas-gpu/faas-gpu/gpuserver/auth"
 	"os"
 	"strconv"
 	"strings"
@@ -16,6 +15,7 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 	servingclient "knative.dev/serving/pkg/client/clientset/versioned"
 
+	gpuauth "github.com/faas-gpu/faas-gpu/gpuserver/auth"
 	"github.com/faas-gpu/faas-gpu/provider"
 	"github.com/faas-gpu/faas-gpu/provider/knative"
 	"github.com/faas-gpu/faas-gpu/provider/kubernetes"

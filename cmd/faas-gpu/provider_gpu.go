@@ -1,7 +1,6 @@
 package main
 
 import (
-	"fmt"
 	"log/slog"
 	"os"
 	"path/filepath"
@@ -11,15 +10,8 @@ import (
 
 // localGPUEnv is what the standalone provider's local backend gives the replicas of GPU functions, as `faas-gpu up`
 // does: the gpuserver's remoting socket, the shim's folder first on LD_LIBRARY_PATH (so the function's CUDA calls
-// reach the shim) and the function's remoting token.
-func localGPUEnv(cfg providerConfig, log *slog.Logger) (func(function string) map[string]string, error) {
-	key, err := os.ReadFile(cfg.gpuserverKey)
-	if err != nil {
-		return nil, usageError{fmt.Errorf("-gpuserver-key-file: %w", err)}
-	}
-	if len(key) < 32 {
-		return nil, usageError{fmt.Errorf("-gpuserver-key-file %s: %d bytes, not a gpuserver key", cfg.gpuserverKey, len(key))}
-	}
+// reach the shim) and the function's remoting token, derived from key (the gpuserver's key file, read by the caller).
+func localGPUEnv(cfg providerConfig, key gpuauth.Key, log *slog.Logger) func(function string) map[string]string {
 	remoting := cfg.remotingSocket
 	if remoting == "" {
 		remoting = filepath.Join(filepath.Dir(cfg.gpuserverSocket), "remoting.sock")
@@ -35,7 +27,7 @@ func localGPUEnv(cfg providerConfig, log *slog.Logger) (func(function string) ma
 			"FAAS_GPU_TOKEN":           functionToken(key, function),
 			"LD_LIBRARY_PATH":          joinPathList(shimDir, os.Getenv("LD_LIBRARY_PATH")),
 		}
-	}, nil
+	}
 }
 
 // functionToken is a function's remoting token as the gpuserver derives it from its key file (HMAC-SHA256 of the

@@ -1,10 +1,14 @@
 package main
 
 import (
+	"log/slog"
 	"net/http"
 	"strings"
 	"time"
 
+	"github.com/openfaas/faas-provider/auth"
+
+	"github.com/faas-gpu/faas-gpu/provider/basicauth"
 	"github.com/faas-gpu/faas-gpu/provider/handlers"
 )
 
@@ -33,4 +37,14 @@ func hostAllowList(flagValue, listenHost string) []string {
 func newHTTPServer(h http.Handler) *http.Server {
 	return &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 2 * time.Minute,
 		MaxHeaderBytes: 1 << 20}
+}
+
+// ensureBasicAuth returns the /system/* credentials in dir, creating them at first start (basicauth.Ensure), and
+// says loudly which empty credential files it moved aside.
+func ensureBasicAuth(dir string, log *slog.Logger) (*auth.BasicAuthCredentials, error) {
+	creds, res, err := basicauth.Ensure(dir, time.Now())
+	for _, p := range res.MovedAside {
+		log.Error("BASIC-AUTH FILE WAS EMPTY: moved aside; new credentials were generated (log in again)", "file", p)
+	}
+	return creds, err
 }

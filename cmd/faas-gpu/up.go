@@ -255,13 +255,9 @@ func (u *up) start(ctx context.Context, cfg upConfig, stateDir, nodeName string,
 	// Basic auth on /system/*, the OpenFaaS way: the credentials are files in <state-dir>/secrets, created at first
 	// start (user admin, a random password, mode 0600).
 	secretsDir := filepath.Join(stateDir, "secrets")
-	creds, res, err := basicauth.Ensure(secretsDir, time.Now())
+	creds, err := ensureBasicAuth(secretsDir, u.log)
 	if err != nil {
 		return err
-	}
-	for _, p := range res.MovedAside {
-		u.log.Error("BASIC-AUTH FILE WAS EMPTY: moved aside; new credentials were generated (log in again)",
-			"file", p)
 	}
 
 	gatewayAddr := net.JoinHostPort(cfg.host, strconv.Itoa(cfg.port))

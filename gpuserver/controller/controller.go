@@ -1,6 +1,7 @@
 package controller
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"math/rand/v2"
@@ -212,27 +213,17 @@ func New(cfg Config) (*Controller, error) {
 	if err := cfg.Node.Validate(); err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrInvalidConfig, err)
 	}
-	if cfg.HeavyRatio == 0 {
-		cfg.HeavyRatio = DefaultHeavyRatio
-	}
+	cfg.HeavyRatio = cmp.Or(cfg.HeavyRatio, DefaultHeavyRatio)
 	if cfg.HeavyRatio < 0 {
 		return nil, fmt.Errorf("%w: heavy ratio must be > 0", ErrInvalidConfig)
 	}
 	if cfg.MaxInFlight < 0 {
 		return nil, fmt.Errorf("%w: max in flight must be >= 0", ErrInvalidConfig)
 	}
-	if cfg.ContextBytes == 0 {
-		cfg.ContextBytes = DefaultContextBytes
-	}
-	if cfg.ColdStart == 0 {
-		cfg.ColdStart = DefaultColdStart
-	}
-	if cfg.ShedEvery == 0 {
-		cfg.ShedEvery = DefaultShedEvery
-	}
-	if cfg.ShedTarget == 0 {
-		cfg.ShedTarget = DefaultShedTarget
-	}
+	cfg.ContextBytes = cmp.Or(cfg.ContextBytes, DefaultContextBytes)
+	cfg.ColdStart = cmp.Or(cfg.ColdStart, DefaultColdStart)
+	cfg.ShedEvery = cmp.Or(cfg.ShedEvery, DefaultShedEvery)
+	cfg.ShedTarget = cmp.Or(cfg.ShedTarget, DefaultShedTarget)
 	if cfg.ShedEvery < 0 || !(cfg.ShedTarget > 0 && cfg.ShedTarget <= 1) {
 		return nil, fmt.Errorf("%w: shed interval must be > 0 and shed target in (0, 1]", ErrInvalidConfig)
 	}

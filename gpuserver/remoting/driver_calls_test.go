@@ -1,8 +1,6 @@
 package remoting
 
 import (
-	"context"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -11,11 +9,7 @@ import (
 
 	"github.com/faas-gpu/faas-gpu/gpuserver/device/sim"
 	"github.com/faas-gpu/faas-gpu/gpuserver/device/sim/kernels"
-	"github.com/faas-gpu/faas-gpu/gpuserver/executor"
-	"github.com/faas-gpu/faas-gpu/gpuserver/memory"
 	"github.com/faas-gpu/faas-gpu/gpuserver/pool"
-	"github.com/faas-gpu/faas-gpu/gpuserver/repository"
-	"github.com/faas-gpu/faas-gpu/gpuserver/topology"
 )
 
 // TestDriverCallsOfProtocol11 runs shim/test/driver_calls.c through the shim against a server on a simulated
@@ -25,51 +19,13 @@ import (
 // (and a cluster that does not divide the grid), tensor maps (memoised, alignment and extent checked, address
 // replaced) and pointer attributes.
 func TestDriverCallsOfProtocol11(t *testing.T) {
-	topo, err := topology.Preset("h100x8")
-	if err != nil {
-		t.Fatal(err)
-	}
-	dev, err := sim.New(sim.Options{Node: topo})
-	if err != nil {
-		t.Fatal(err)
-	}
-	mem, err := memory.New(dev, memory.Config{MaxBytesPerGPU: 1 << 30})
-	if err != nil {
-		t.Fatal(err)
-	}
-	repo, err := repository.Open(repository.Config{Dir: t.TempDir(), Registrar: dev})
-	if err != nil {
-		t.Fatal(err)
-	}
-	xn, err := executor.New(executor.Config{Device: dev, Memory: mem, Repository: repo})
-	if err != nil {
-		t.Fatal(err)
-	}
+	dev, xn := simNodeOf(t, "h100x8", sim.KernelsReference, 1<<30)
 	funcs := registry{"calls": {pool.FunctionSpec{Name: "calls", MemoryBytes: 256 << 20}, "tok-calls"}}
 	srv, err := NewServer(Config{Device: dev, Node: xn, Functions: funcs, Binder: &binder{current: map[string]int{}}})
 	if err != nil {
 		t.Fatal(err)
 	}
-	sock := filepath.Join(t.TempDir(), "remoting.sock")
-	l, err := net.Listen("unix", sock)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- srv.Serve(ctx, l) }()
-	defer func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("Serve: %v", err)
-		}
-		bg := context.Background()
-		for _, err := range []error{xn.Close(bg), repo.Close(), mem.Close(bg), dev.Close(bg)} {
-			if err != nil {
-				t.Error(err)
-			}
-		}
-	}()
+	sock := serve(t, srv)
 	lib := shimDir(t)
 	ptx := filepath.Join(t.TempDir(), "kernels.ptx")
 	if err := os.WriteFile(ptx, kernels.PTX(), 0o644); err != nil {

@@ -97,6 +97,12 @@ func startServer(t *testing.T, funcs registry) *testServer {
 	if err != nil {
 		t.Fatal(err)
 	}
+	return &testServer{srv: srv, socket: serve(t, srv), binder: b, funcs: funcs}
+}
+
+// serve runs srv on a new Unix socket, whose path it returns, until the test ends.
+func serve(t *testing.T, srv *Server) string {
+	t.Helper()
 	sock := filepath.Join(t.TempDir(), "remoting.sock")
 	l, err := net.Listen("unix", sock)
 	if err != nil {
@@ -111,7 +117,7 @@ func startServer(t *testing.T, funcs registry) *testServer {
 			t.Errorf("Serve: %v", err)
 		}
 	})
-	return &testServer{srv: srv, socket: sock, binder: b, funcs: funcs}
+	return sock
 }
 
 // pyDriver runs a function's handler.py in a Python process with the shim as libcuda.so.1, one JSON request per

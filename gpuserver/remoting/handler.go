@@ -143,8 +143,6 @@ func result(err error) Result {
 		return ResultOutOfMemory
 	case errors.Is(err, device.ErrNotFound):
 		return ResultNotFound
-	case errors.Is(err, device.ErrIllegalAddress):
-		return ResultIllegalAddress
 	case errors.Is(err, device.ErrNotSupported):
 		return ResultNotSupported
 	case errors.Is(err, device.ErrInvalidImage):

@@ -14,11 +14,7 @@ import (
 	"github.com/faas-gpu/faas-gpu/gpuserver/device/cubin"
 	"github.com/faas-gpu/faas-gpu/gpuserver/device/fatbin"
 	"github.com/faas-gpu/faas-gpu/gpuserver/device/sim"
-	"github.com/faas-gpu/faas-gpu/gpuserver/executor"
-	"github.com/faas-gpu/faas-gpu/gpuserver/memory"
 	"github.com/faas-gpu/faas-gpu/gpuserver/pool"
-	"github.com/faas-gpu/faas-gpu/gpuserver/repository"
-	"github.com/faas-gpu/faas-gpu/gpuserver/topology"
 	"github.com/faas-gpu/faas-gpu/test/pyenv"
 )
 
@@ -27,39 +23,13 @@ import (
 func h100Handler(t *testing.T, mode sim.KernelMode) *deviceHandler {
 	t.Helper()
 	ctx := context.Background()
-	node, err := topology.Preset("h100x8")
-	if err != nil {
-		t.Fatal(err)
-	}
-	dev, err := sim.New(sim.Options{Node: node, Kernels: mode})
-	if err != nil {
-		t.Fatal(err)
-	}
-	mem, err := memory.New(dev, memory.Config{MaxBytesPerGPU: 64 << 20})
-	if err != nil {
-		t.Fatal(err)
-	}
-	repo, err := repository.Open(repository.Config{Dir: t.TempDir(), Registrar: dev})
-	if err != nil {
-		t.Fatal(err)
-	}
-	xn, err := executor.New(executor.Config{Device: dev, Memory: mem, Repository: repo})
-	if err != nil {
-		t.Fatal(err)
-	}
+	dev, xn := simNodeOf(t, "h100x8", mode, 64<<20)
 	h, err := newDeviceHandler(ctx, Config{Device: dev, Node: xn, Binder: &binder{current: map[string]int{}}},
 		SessionInfo{Function: "f", Spec: pool.FunctionSpec{Name: "f", MemoryBytes: 16 << 20}}, slog.Default())
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() {
-		h.Close()
-		for _, err := range []error{xn.Close(ctx), repo.Close(), mem.Close(ctx), dev.Close(ctx)} {
-			if err != nil {
-				t.Error(err)
-			}
-		}
-	})
+	t.Cleanup(func() { h.Close() }) // before the node's cleanups
 	return h
 }
 

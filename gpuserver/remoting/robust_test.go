@@ -9,7 +9,6 @@ import (
 	"net"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"strings"
 	"sync"
 	"syscall"
@@ -64,21 +63,7 @@ func startServerWith(t *testing.T, funcs registry, adjust func(*Config)) *wireRi
 	if err != nil {
 		t.Fatal(err)
 	}
-	r.srv = srv
-	r.sock = filepath.Join(t.TempDir(), "remoting.sock")
-	l, err := net.Listen("unix", r.sock)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- srv.Serve(ctx, l) }()
-	t.Cleanup(func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("Serve: %v", err)
-		}
-	})
+	r.srv, r.sock = srv, serve(t, srv)
 	return r
 }
 

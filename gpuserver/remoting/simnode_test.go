@@ -2,9 +2,9 @@ package remoting
 
 import (
 	"context"
-	"github.com/faas-gpu/faas-gpu/gpuserver/device"
 	"testing"
 
+	"github.com/faas-gpu/faas-gpu/gpuserver/device"
 	"github.com/faas-gpu/faas-gpu/gpuserver/device/sim"
 	"github.com/faas-gpu/faas-gpu/gpuserver/executor"
 	"github.com/faas-gpu/faas-gpu/gpuserver/memory"
@@ -16,11 +16,17 @@ import (
 // and executors, all closed when the test ends (after any cleanup registered later, such as a server's).
 func simNode(t *testing.T, bytesPerGPU uint64) (*sim.Backend, *executor.Node) {
 	t.Helper()
-	node, err := topology.Preset("v100x4")
+	return simNodeOf(t, "v100x4", sim.KernelsReference, bytesPerGPU)
+}
+
+// simNodeOf is simNode on the topology preset with kernels in the given mode.
+func simNodeOf(t *testing.T, preset string, kernels sim.KernelMode, bytesPerGPU uint64) (*sim.Backend, *executor.Node) {
+	t.Helper()
+	node, err := topology.Preset(preset)
 	if err != nil {
 		t.Fatal(err)
 	}
-	dev, err := sim.New(sim.Options{Node: node})
+	dev, err := sim.New(sim.Options{Node: node, Kernels: kernels})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,6 +1,7 @@
 package router
 
 import (
+	"cmp"
 	"fmt"
 	"time"
 )
@@ -59,21 +60,11 @@ type Autoscaler struct {
 
 // NewAutoscaler returns an autoscaler.
 func NewAutoscaler(cfg AutoscaleConfig) (*Autoscaler, error) {
-	if cfg.Every == 0 {
-		cfg.Every = DefaultAutoscaleEvery
-	}
-	if cfg.Attainment == 0 {
-		cfg.Attainment = DefaultAttainment
-	}
-	if cfg.UpUtil == 0 {
-		cfg.UpUtil = DefaultUpUtil
-	}
-	if cfg.DownUtil == 0 {
-		cfg.DownUtil = DefaultDownUtil
-	}
-	if cfg.Cooldown == 0 {
-		cfg.Cooldown = DefaultCooldown
-	}
+	cfg.Every = cmp.Or(cfg.Every, DefaultAutoscaleEvery)
+	cfg.Attainment = cmp.Or(cfg.Attainment, DefaultAttainment)
+	cfg.UpUtil = cmp.Or(cfg.UpUtil, DefaultUpUtil)
+	cfg.DownUtil = cmp.Or(cfg.DownUtil, DefaultDownUtil)
+	cfg.Cooldown = cmp.Or(cfg.Cooldown, DefaultCooldown)
 	cfg.MinNodes = max(1, cfg.MinNodes)
 	switch {
 	case cfg.Every < 0 || cfg.Cooldown < 0:

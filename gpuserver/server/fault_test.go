@@ -13,7 +13,6 @@ import (
 	"time"
 
 	"github.com/faas-gpu/faas-gpu/gpuserver/pool"
-	"github.com/faas-gpu/faas-gpu/gpuserver/topology"
 )
 
 // faultyPy is a function process through the shim: its model is n floats 1..n; "good" computes a + a and prints the
@@ -63,19 +62,9 @@ func TestKernelFaultInARequest(t *testing.T) {
 	if _, err := exec.LookPath("python3"); err != nil {
 		t.Skip("python3 not installed")
 	}
-	dir := t.TempDir()
-	node, err := topology.Preset("v100x4")
-	if err != nil {
-		t.Fatal(err)
-	}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
-	s, err := Start(ctx, Config{Socket: filepath.Join(dir, "gpuserver.sock"), Node: node,
-		RemotingSocket: filepath.Join(dir, "remoting.sock"), KeyFile: filepath.Join(dir, "key"),
-		RepositoryDir: filepath.Join(dir, "repository"), DeviceReserveBytes: 256 << 20})
-	if err != nil {
-		t.Fatal(err)
-	}
+	s := startV100(ctx, t, Config{DeviceReserveBytes: 256 << 20})
 	defer stop(t, s)
 	p := s.Pool()
 	if err := p.Register(ctx, pool.FunctionSpec{Name: "va.ns1", MemoryBytes: 64 << 20}); err != nil {

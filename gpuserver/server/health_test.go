@@ -9,7 +9,6 @@ import (
 	"math"
 	"net"
 	"net/http"
-	"path/filepath"
 	"slices"
 	"strings"
 	"sync/atomic"
@@ -20,7 +19,6 @@ import (
 	"github.com/faas-gpu/faas-gpu/gpuserver/device/sim"
 	"github.com/faas-gpu/faas-gpu/gpuserver/executor"
 	"github.com/faas-gpu/faas-gpu/gpuserver/pool"
-	"github.com/faas-gpu/faas-gpu/gpuserver/topology"
 )
 
 // mlpAnswer is one answer of the mlp driver.
@@ -49,19 +47,9 @@ func TestGPUFailureMovesTheMLPToHealthyGPUs(t *testing.T) {
 	if testing.Short() {
 		t.Skip("runs the mlp in a Python process through the shim")
 	}
-	dir := t.TempDir()
-	node, err := topology.Preset("v100x4")
-	if err != nil {
-		t.Fatal(err)
-	}
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	s, err := Start(ctx, Config{Socket: filepath.Join(dir, "gpuserver.sock"), Node: node,
-		RemotingSocket: filepath.Join(dir, "remoting.sock"), KeyFile: filepath.Join(dir, "key"),
-		RepositoryDir: filepath.Join(dir, "repository"), DeviceReserveBytes: 512 << 20})
-	if err != nil {
-		t.Fatal(err)
-	}
+	s := startV100(ctx, t, Config{DeviceReserveBytes: 512 << 20})
 	defer stop(t, s)
 	p, x := s.Pool(), s.Executors()
 	if err := p.Register(ctx, pool.FunctionSpec{Name: "mlp", MemoryBytes: 512 << 20}); err != nil {
@@ -229,22 +217,11 @@ func (a failingActuator) Evict(ctx context.Context, function string, gpu int) er
 // before the request holds its binding. The request is bound again by the controller, now told, on a healthy GPU
 // (counted by Replaced), and the failed GPU is out of the controller's placement.
 func TestGPUFailingUnderTheSwapIsBoundAgain(t *testing.T) {
-	dir := t.TempDir()
-	node, err := topology.Preset("v100x4")
-	if err != nil {
-		t.Fatal(err)
-	}
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	var x *executor.Node
 	var fired atomic.Bool
-	s, err := Start(ctx, Config{Socket: filepath.Join(dir, "gpuserver.sock"), Node: node,
-		RemotingSocket: filepath.Join(dir, "remoting.sock"), KeyFile: filepath.Join(dir, "key"),
-		RepositoryDir: filepath.Join(dir, "repository"), DeviceReserveBytes: 512 << 20,
-		Actuator: failingActuator{x: &x, gpu: 0, fired: &fired}})
-	if err != nil {
-		t.Fatal(err)
-	}
+	s := startV100(ctx, t, Config{DeviceReserveBytes: 512 << 20, Actuator: failingActuator{x: &x, gpu: 0, fired: &fired}})
 	defer stop(t, s)
 	x = s.Executors()
 	p := s.Pool()

@@ -6,14 +6,12 @@ import (
 	"errors"
 	"fmt"
 	"math"
-	"path/filepath"
 	"syscall"
 	"testing"
 	"time"
 
 	"github.com/faas-gpu/faas-gpu/gpuserver/executor"
 	"github.com/faas-gpu/faas-gpu/gpuserver/pool"
-	"github.com/faas-gpu/faas-gpu/gpuserver/topology"
 )
 
 // TestBindingLeftByADeadProcessNeverServesItsState is issue 11 item 6: the mlp's process was SIGKILLed while a
@@ -26,19 +24,9 @@ func TestBindingLeftByADeadProcessNeverServesItsState(t *testing.T) {
 	if testing.Short() {
 		t.Skip("runs the mlp in Python processes through the shim")
 	}
-	dir := t.TempDir()
-	node, err := topology.Preset("v100x4")
-	if err != nil {
-		t.Fatal(err)
-	}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
-	s, err := Start(ctx, Config{Socket: filepath.Join(dir, "gpuserver.sock"), Node: node,
-		RemotingSocket: filepath.Join(dir, "remoting.sock"), KeyFile: filepath.Join(dir, "key"),
-		RepositoryDir: filepath.Join(dir, "repository"), DeviceReserveBytes: 1 << 30})
-	if err != nil {
-		t.Fatal(err)
-	}
+	s := startV100(ctx, t, Config{DeviceReserveBytes: 1 << 30})
 	defer stop(t, s)
 	p, x := s.Pool(), s.Executors()
 	if err := p.Register(ctx, pool.FunctionSpec{Name: "mlp", MemoryBytes: 512 << 20}); err != nil {

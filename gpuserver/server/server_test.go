@@ -36,6 +36,25 @@ func startTestServer(t *testing.T, dir string) *Server {
 	return s
 }
 
+// startV100 starts a server on a simulated v100x4 node, with its sockets, key and repository in a new temporary
+// directory and the rest of its configuration from cfg.
+func startV100(ctx context.Context, t *testing.T, cfg Config) *Server {
+	t.Helper()
+	node, err := topology.Preset("v100x4")
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	cfg.Node = node
+	cfg.Socket, cfg.RemotingSocket = filepath.Join(dir, "gpuserver.sock"), filepath.Join(dir, "remoting.sock")
+	cfg.KeyFile, cfg.RepositoryDir = filepath.Join(dir, "key"), filepath.Join(dir, "repository")
+	s, err := Start(ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
 func stop(t *testing.T, s *Server) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)

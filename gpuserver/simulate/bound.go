@@ -59,12 +59,8 @@ func OfflineBound(cfg Config) (Bound, error) {
 		}
 		b.FunctionsWithTraffic++
 		fm := cfg.fnModel(i, &ref)
-		exec := fm.model.Remote
-		if cfg.Policy.NativeExec() {
-			exec = fm.model.Native
-		}
-		quota := uint64(math.Ceil(float64(fm.model.WeightsBytes)*cfg.MemoryFactor/(1<<20))) << 20
-		if exec > fm.slo || quota > cfg.Node.MaxGPUMemory() {
+		exec := cfg.exec(fm)
+		if exec > fm.slo || cfg.quota(fm.model.WeightsBytes) > cfg.Node.MaxGPUMemory() {
 			continue // never on time, or never on a GPU
 		}
 		maxSLO = max(maxSLO, fm.slo)

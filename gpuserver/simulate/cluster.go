@@ -1,9 +1,9 @@
 package simulate
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
-	"math"
 	"sort"
 	"time"
 
@@ -95,18 +95,10 @@ func RunCluster(cfg ClusterConfig) (ClusterResult, error) {
 	if cfg.Nodes <= 0 {
 		return ClusterResult{}, fmt.Errorf("%w: nodes: must be > 0", ErrInvalidInput)
 	}
-	if cfg.ProvisionDelay == 0 {
-		cfg.ProvisionDelay = DefaultProvisionDelay
-	}
-	if cfg.ImageLoadLatency == 0 {
-		cfg.ImageLoadLatency = DefaultImageLoadLatency
-	}
-	if cfg.ImageLoadRate == 0 {
-		cfg.ImageLoadRate = DefaultImageLoadRate
-	}
-	if cfg.HostMemoryBytes == 0 {
-		cfg.HostMemoryBytes = DefaultHostMemoryBytes
-	}
+	cfg.ProvisionDelay = cmp.Or(cfg.ProvisionDelay, DefaultProvisionDelay)
+	cfg.ImageLoadLatency = cmp.Or(cfg.ImageLoadLatency, DefaultImageLoadLatency)
+	cfg.ImageLoadRate = cmp.Or(cfg.ImageLoadRate, DefaultImageLoadRate)
+	cfg.HostMemoryBytes = cmp.Or(cfg.HostMemoryBytes, DefaultHostMemoryBytes)
 	if cfg.ProvisionDelay < 0 || cfg.ImageLoadLatency < 0 || !(cfg.ImageLoadRate > 0) {
 		return ClusterResult{}, fmt.Errorf("%w: provision delay, image load latency and rate must be > 0",
 			ErrInvalidInput)
@@ -349,8 +341,7 @@ func placeNative(cfg *ClusterConfig, fns []fnModel, nodes int) []int {
 	home := make([]int, len(fns))
 	for f, fm := range fns {
 		home[f] = -1
-		need := uint64(math.Ceil(float64(fm.model.WeightsBytes)*cfg.MemoryFactor/(1<<20)))<<20 +
-			controller.DefaultContextBytes
+		need := cfg.quota(fm.model.WeightsBytes) + controller.DefaultContextBytes
 		for n := range used {
 			best := -1
 			for g, gpu := range cfg.Node.GPUs {

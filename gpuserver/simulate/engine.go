@@ -129,10 +129,10 @@ func (e *engine) addNode(register func(fn int) bool) (*simNode, error) {
 			continue
 		}
 		m := fm.model
-		quota := uint64(math.Ceil(float64(m.WeightsBytes)*cfg.MemoryFactor/(1<<20))) << 20
 		spec := controller.Function{
-			FunctionSpec: pool.FunctionSpec{Name: fm.name, MemoryBytes: quota, SLO: fm.slo, Percentile: m.Percentile},
-			ModelBytes:   m.WeightsBytes, ExecSeed: e.exec(fm),
+			FunctionSpec: pool.FunctionSpec{Name: fm.name, MemoryBytes: cfg.quota(m.WeightsBytes), SLO: fm.slo,
+				Percentile: m.Percentile},
+			ModelBytes: m.WeightsBytes, ExecSeed: cfg.exec(fm),
 		}
 		if err := ctl.Register(at, spec); err != nil {
 			if !errors.Is(err, pool.ErrTooLarge) {
@@ -144,13 +144,6 @@ func (e *engine) addNode(register func(fn int) bool) (*simNode, error) {
 	}
 	e.nodes = append(e.nodes, n)
 	return n, nil
-}
-
-func (e *engine) exec(fm fnModel) time.Duration {
-	if e.cfg.Policy.NativeExec() {
-		return fm.model.Native
-	}
-	return fm.model.Remote
 }
 
 func (e *engine) push(n *simNode, ev event) {
@@ -324,7 +317,7 @@ func (e *engine) dispatch(n *simNode) error {
 			return fmt.Errorf("dispatched unknown request %d", d.Request)
 		}
 		fm := &e.fns[ri.fn]
-		exec := e.exec(*fm)
+		exec := e.cfg.exec(*fm)
 		ri.bound = now
 		if ri.out >= 0 {
 			o := &e.outcomes[ri.out]

@@ -162,27 +162,10 @@ func TestCapacityAndQuotaInvariant(t *testing.T) {
 // BenchmarkSimulate reports simulated events per second for 1000 functions of the Azure trace over 60 simulated
 // minutes under the faas-gpu policy (the speed target: at most 60 s on one core).
 func BenchmarkSimulate(b *testing.B) {
-	tr, err := LoadTrace("../../../shared/workloads/azure2019-500fn-8h.csv")
-	if err != nil {
-		b.Skipf("shared workloads not available: %v", err)
-	}
-	ms, err := LoadModels("../../../shared/workloads/models-clockwork-v100.csv")
-	if err != nil {
-		b.Fatal(err)
-	}
-	node, _ := topology.Preset("v100x4")
-	var events int64
-	var wall float64
-	for b.Loop() {
-		r, err := Run(Config{Trace: tr, Models: ms, Functions: 1000, Node: node, Minutes: 60,
-			Policy: controller.PolicyFaaSGPU, Seed: 1}, false)
-		if err != nil {
-			b.Fatal(err)
-		}
-		events += r.Events
-		wall += r.WallSeconds
-	}
-	b.ReportMetric(float64(events)/wall, "events/s")
+	wall := benchAzureHour(b, "models-clockwork-v100.csv", func(cfg Config) (int64, float64, error) {
+		r, err := Run(cfg, false)
+		return r.Events, r.WallSeconds, err
+	})
 	b.ReportMetric(wall/float64(b.N), "s/run")
 }
 
@@ -190,11 +173,22 @@ func BenchmarkSimulate(b *testing.B) {
 // models on a 16-node cluster for one hour under the faas-gpu policy (the speed target, `make bench-policy`: a
 // whole day of it in under 2 minutes on one core).
 func BenchmarkClusterHour(b *testing.B) {
+	benchAzureHour(b, "models-torpor-v100.csv", func(cfg Config) (int64, float64, error) {
+		r, err := RunCluster(ClusterConfig{Config: cfg, Nodes: 16})
+		return r.Events, r.WallSeconds, err
+	})
+}
+
+// benchAzureHour runs run on 1000 functions of the Azure trace with the shared workloads' models file over 60
+// simulated minutes under the faas-gpu policy, reports the simulated events per second and returns the wall
+// seconds of all runs.
+func benchAzureHour(b *testing.B, models string, run func(Config) (events int64, wall float64, err error)) float64 {
+	b.Helper()
 	tr, err := LoadTrace("../../../shared/workloads/azure2019-500fn-8h.csv")
 	if err != nil {
 		b.Skipf("shared workloads not available: %v", err)
 	}
-	ms, err := LoadModels("../../../shared/workloads/models-torpor-v100.csv")
+	ms, err := LoadModels("../../../shared/workloads/" + models)
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -202,13 +196,14 @@ func BenchmarkClusterHour(b *testing.B) {
 	var events int64
 	var wall float64
 	for b.Loop() {
-		r, err := RunCluster(ClusterConfig{Config: Config{Trace: tr, Models: ms, Functions: 1000, Node: node,
-			Minutes: 60, Policy: controller.PolicyFaaSGPU, Seed: 1}, Nodes: 16})
+		ev, w, err := run(Config{Trace: tr, Models: ms, Functions: 1000, Node: node, Minutes: 60,
+			Policy: controller.PolicyFaaSGPU, Seed: 1})
 		if err != nil {
 			b.Fatal(err)
 		}
-		events += r.Events
-		wall += r.WallSeconds
+		events += ev
+		wall += w
 	}
 	b.ReportMetric(float64(events)/wall, "events/s")
+	return wall
 }

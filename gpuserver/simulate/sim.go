@@ -138,6 +138,19 @@ func (cfg *Config) fnModel(i int, ref *topology.Node) fnModel {
 	return fm
 }
 
+// exec is fm's execution time under cfg's policy: native or remoted.
+func (cfg *Config) exec(fm fnModel) time.Duration {
+	if cfg.Policy.NativeExec() {
+		return fm.model.Native
+	}
+	return fm.model.Remote
+}
+
+// quota is the GPU memory a function whose weights take bytes is given: MemoryFactor times them, in whole MiB.
+func (cfg *Config) quota(bytes uint64) uint64 {
+	return uint64(math.Ceil(float64(bytes)*cfg.MemoryFactor/(1<<20))) << 20
+}
+
 // epoch is the virtual clock's origin.
 var epoch = time.Date(2024, 1, 1, 0, 0, 0, 0, time.UTC)
 

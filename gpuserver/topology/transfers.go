@@ -93,33 +93,17 @@ func (t *Transfers) End(now time.Time, id uint64) bool {
 
 // Next is the transfer that ends first if nothing starts or ends before, and when it ends.
 func (t *Transfers) Next() (TransferEnd, bool) {
-	best, bestAt := -1, time.Duration(0)
-	for i, f := range t.fs {
-		d := f.remaining()
-		if best < 0 || d < bestAt {
-			best, bestAt = i, d
-		}
-	}
-	if best < 0 {
+	if len(t.fs) == 0 {
 		return TransferEnd{}, false
 	}
-	return TransferEnd{ID: t.fs[best].id, Path: t.fs[best].path, At: t.at.Add(bestAt)}, true
+	d, i := next(t.fs)
+	return TransferEnd{ID: t.fs[i].id, Path: t.fs[i].path, At: t.at.Add(d)}, true
 }
 
 // Ends projects when each transfer in progress ends if none other starts, in order of their ends; now must not
 // be before the last change.
 func (t *Transfers) Ends(now time.Time) []TransferEnd {
-	fs := t.project(now)
-	out := make([]TransferEnd, 0, len(fs))
-	at := now
-	for len(fs) > 0 {
-		var i int
-		at, i = t.step(at, fs)
-		out = append(out, TransferEnd{ID: fs[i].id, Path: fs[i].path, At: at})
-		fs = slices.Delete(fs, i, i+1)
-		t.rerate(fs)
-	}
-	return out
+	return t.drain(now, t.project(now))
 }
 
 // EndsWith projects, like Ends, when each transfer in progress ends if a transfer of bytes over p started now and
@@ -128,14 +112,16 @@ func (t *Transfers) EndsWith(now time.Time, p Path, bytes uint64) []TransferEnd 
 	const added = math.MaxUint64
 	fs := append(t.project(now), flow{id: added, path: p, wait: t.node.TransferLatencySec, left: float64(bytes)})
 	t.rerate(fs)
-	out := make([]TransferEnd, 0, len(fs)-1)
-	at := now
+	return slices.DeleteFunc(t.drain(now, fs), func(e TransferEnd) bool { return e.ID == added })
+}
+
+// drain runs fs from at until all have ended, none other starting, and lists their ends in order.
+func (t *Transfers) drain(at time.Time, fs []flow) []TransferEnd {
+	out := make([]TransferEnd, 0, len(fs))
 	for len(fs) > 0 {
 		var i int
 		at, i = t.step(at, fs)
-		if fs[i].id != added {
-			out = append(out, TransferEnd{ID: fs[i].id, Path: fs[i].path, At: at})
-		}
+		out = append(out, TransferEnd{ID: fs[i].id, Path: fs[i].path, At: at})
 		fs = slices.Delete(fs, i, i+1)
 		t.rerate(fs)
 	}

@@ -4,8 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/faas-gpu/faas-gpu/gpuserver/auth"
-	"github.com/faas-gpu/faas-gpu/gpuserver/pool"
 	"strings"
 	"testing"
 	"time"
@@ -21,6 +19,8 @@ import (
 	"k8s.io/client-go/kubernetes/fake"
 	k8stesting "k8s.io/client-go/testing"
 
+	"github.com/faas-gpu/faas-gpu/gpuserver/auth"
+	"github.com/faas-gpu/faas-gpu/gpuserver/pool"
 	"github.com/faas-gpu/faas-gpu/provider"
 )
 

@@ -2,13 +2,13 @@ package kubernetes
 
 import (
 	"fmt"
-	"github.com/faas-gpu/faas-gpu/gpuserver/auth"
 	"path"
 	"strings"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/util/validation"
 
+	"github.com/faas-gpu/faas-gpu/gpuserver/auth"
 	"github.com/faas-gpu/faas-gpu/provider"
 )
 

@@ -102,10 +102,10 @@ func (b *Backend) functionEnv(ctx context.Context, fn *function, r *replica, rec
 		case <-ctx.Done():
 			return nil, ctx.Err()
 		}
-		if p.err != nil || p.env != nil {
-			if p.err != nil {
-				return nil, &envFailed{p.err}
-			}
+		if p.err != nil {
+			return nil, &envFailed{p.err}
+		}
+		if p.env != nil {
 			return p.env, nil
 		}
 		// The installing replica was stopped before it finished: try again, perhaps as the installer.

@@ -42,6 +42,12 @@ type function struct {
 	lastFailure   error
 }
 
+// allReplicas returns the replicas of the current definition and the retiring ones; appending to the result never
+// writes into fn.replicas.
+func (fn *function) allReplicas() []*replica {
+	return append(fn.replicas[:len(fn.replicas):len(fn.replicas)], fn.retiring...)
+}
+
 // newFunction prepares a function's run folder and log; the caller holds b.mu.
 func (b *Backend) newFunction(rec record) (*function, error) {
 	name := rec.Deployment.Service
@@ -258,7 +264,7 @@ func (b *Backend) take(namespace, name string) (*function, error) {
 		return nil, err
 	}
 	delete(b.fns, name)
-	reps := append(fn.replicas, fn.retiring...)
+	reps := fn.allReplicas()
 	for _, r := range reps {
 		r.stop(false)
 	}
@@ -325,7 +331,7 @@ func (b *Backend) Status(ctx context.Context, namespace, name string) (types.Fun
 func (fn *function) status() types.FunctionStatus {
 	d := fn.rec.Deployment
 	ready := uint64(0)
-	for _, r := range append(fn.replicas[:len(fn.replicas):len(fn.replicas)], fn.retiring...) {
+	for _, r := range fn.allReplicas() {
 		if r.readyURL() != nil {
 			ready++
 		}
@@ -407,7 +413,7 @@ func (b *Backend) pids(name string) []int {
 	defer b.mu.Unlock()
 	var out []int
 	if fn, ok := b.fns[name]; ok {
-		for _, r := range append(fn.replicas[:len(fn.replicas):len(fn.replicas)], fn.retiring...) {
+		for _, r := range fn.allReplicas() {
 			if p := r.pid(); p > 0 {
 				out = append(out, p)
 			}

@@ -7,8 +7,9 @@ package validate
 
 import (
 	"fmt"
+	"maps"
 	"regexp"
-	"sort"
+	"slices"
 	"strings"
 	"unicode"
 
@@ -104,7 +105,7 @@ func envVars(env map[string]string) error {
 		return invalid("envVars: %d variables, at most %d", len(env), MaxEnvVars)
 	}
 	total := 0
-	for _, k := range sortedKeys(env) {
+	for _, k := range slices.Sorted(maps.Keys(env)) {
 		v := env[k]
 		switch {
 		case k == "":
@@ -141,7 +142,7 @@ func meta(field string, m *map[string]string) error {
 		return invalid("%s: %d entries, at most %d", field, len(*m), MaxMetaEntries)
 	}
 	total := 0
-	for _, k := range sortedKeys(*m) {
+	for _, k := range slices.Sorted(maps.Keys(*m)) {
 		v := (*m)[k]
 		if k == "" {
 			return invalid("%s: an entry has an empty key", field)
@@ -189,13 +190,4 @@ func clip(s string) string {
 		return s[:64] + "..."
 	}
 	return s
-}
-
-func sortedKeys(m map[string]string) []string {
-	keys := make([]string, 0, len(m))
-	for k := range m {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
-	return keys
 }

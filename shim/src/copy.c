@@ -11,7 +11,7 @@
 
 int cuStreamSynchronize(void *);
 
-static uint64_t chunk_size(void) {
+uint64_t shim_chunk_size(void) {
 	uint64_t m = shim_max_payload();
 	return m > 64 ? m - 64 : m;
 }
@@ -21,7 +21,7 @@ static int htod(unsigned long long dst, const void *src, size_t n, void *stream,
 	if (r != 0) return r;
 	if (src == NULL && n != 0) return CUDA_ERROR_INVALID_VALUE;
 	const uint8_t *p = src;
-	uint64_t chunk = chunk_size();
+	uint64_t chunk = shim_chunk_size();
 	while (n > chunk) {
 		if ((r = rpc_memcpyHtoDChunk(dst, p, chunk, stream)) != 0) return r;
 		dst += chunk;
@@ -70,7 +70,8 @@ SHIM_EXPORT int cuMemcpyDtoHAsync_v2(void *dstHost, unsigned long long srcDevice
  * up (the shim's own table), or one in the gpuserver's device address window when it reports one. */
 static int is_device(unsigned long long p) {
 	const struct shim_device *d = shim_device();
-	return shim_device_address(p) || (d != NULL && d->va_size > 0 && p >= d->va_base && p - d->va_base < d->va_size);
+	/* The window first: it takes no lock. */
+	return (d != NULL && d->va_size > 0 && p >= d->va_base && p - d->va_base < d->va_size) || shim_device_address(p);
 }
 
 static int unified(unsigned long long dst, unsigned long long src, size_t n, void *stream, int async) {
@@ -182,7 +183,7 @@ static int copy2d(struct side dst, struct side src, size_t width, size_t height,
 	if (dst.device && src.device) {
 		r = rpc_memcpy2DDtoD(dst.p, dst.pitch, src.p, src.pitch, width, height, stream);
 	} else if (dst.device) { /* host rows, packed */
-		uint64_t chunk = chunk_size();
+		uint64_t chunk = shim_chunk_size();
 		if (width > chunk) { /* rows larger than a record go one by one */
 			for (size_t i = 0; i < height && r == 0; i++)
 				r = htod(dst.p + i * dst.pitch, (const void *)(uintptr_t)(src.p + i * src.pitch), width,

@@ -234,16 +234,9 @@ SHIM_EXPORT int cuModuleEnumerateFunctions(void **functions, unsigned int numFun
 
 /* ---- attributes */
 
-/* cached_attr reads attribute a of h from the cache, or asks with get and caches the answer. */
-static int cached(void *h, int a) {
-	pthread_mutex_lock(&mu);
-	struct func *f = lookup(h, 0);
-	int hit = f != NULL && a >= 0 && a < ATTRS && (f->attr_valid & (1u << a));
-	pthread_mutex_unlock(&mu);
-	return hit;
-}
-
-static int cached_attr(void *h, int a, int *pi, int (*get)(int *, int, void *)) {
+/* cached_attr reads attribute a of h from the cache (counted as a local call when count_hit is set), or asks the
+ * gpuserver and caches the answer. */
+static int cached_attr(void *h, int a, int *pi, int count_hit) {
 	if (pi == NULL) return CUDA_ERROR_INVALID_VALUE;
 	if (a < 0 || a >= ATTRS) return CUDA_ERROR_INVALID_VALUE;
 	pthread_mutex_lock(&mu);
@@ -251,8 +244,11 @@ static int cached_attr(void *h, int a, int *pi, int (*get)(int *, int, void *)) 
 	int hit = f != NULL && (f->attr_valid & (1u << a));
 	if (hit) *pi = f->attr[a];
 	pthread_mutex_unlock(&mu);
-	if (hit) return CUDA_SUCCESS;
-	int r = get(pi, a, h);
+	if (hit) {
+		if (count_hit) SHIM_LOCAL();
+		return CUDA_SUCCESS;
+	}
+	int r = rpc_cuFuncGetAttribute(pi, a, h);
 	if (r != 0) return r;
 	pthread_mutex_lock(&mu);
 	f = lookup(h, 1);
@@ -274,11 +270,8 @@ static void cache_set(void *h, int a, int v) {
 	pthread_mutex_unlock(&mu);
 }
 
-static int get_func_attr(int *pi, int a, void *h) { return rpc_cuFuncGetAttribute(pi, a, h); }
-
 SHIM_EXPORT int cuFuncGetAttribute(int *pi, int attrib, void *hfunc) {
-	if (cached(hfunc, attrib)) SHIM_LOCAL(); /* otherwise a remoted call */
-	return cached_attr(hfunc, attrib, pi, get_func_attr);
+	return cached_attr(hfunc, attrib, pi, 1); /* a local call when cached, otherwise a remoted one */
 }
 
 SHIM_EXPORT int cuKernelGetAttribute(int *pi, int attrib, void *kernel, int dev) {
@@ -299,7 +292,7 @@ SHIM_EXPORT int cuFuncSetAttribute(void *hfunc, int attrib, int value) {
 	if (!settable(attrib)) return CUDA_ERROR_INVALID_VALUE;
 	if (attrib == FA_MAX_DYNAMIC_SHARED) {
 		int r = shim_connect(), static_shared = 0;
-		if (r != 0 || (r = cached_attr(hfunc, FA_SHARED_SIZE_BYTES, &static_shared, get_func_attr)) != 0) return r;
+		if (r != 0 || (r = cached_attr(hfunc, FA_SHARED_SIZE_BYTES, &static_shared, 0)) != 0) return r;
 		const struct shim_device *d = shim_device();
 		if (value < 0 || (d != NULL && value > d->attrs[DA_MAX_SHARED_PER_BLOCK_OPTIN] - static_shared))
 			return CUDA_ERROR_INVALID_VALUE;
@@ -322,4 +315,4 @@ SHIM_EXPORT int cuKernelSetCacheConfig(void *kernel, int config, int dev) {
 }
 
 /* shim_func_attr reads a function attribute for the occupancy calculator (cached). */
-int shim_func_attr(void *h, int a, int *v) { return cached_attr(h, a, v, get_func_attr); }
+int shim_func_attr(void *h, int a, int *v) { return cached_attr(h, a, v, 0); }

@@ -156,7 +156,6 @@ SHIM_EXPORT int cuDeviceTotalMem_v2(size_t *bytes, int dev) {
 SHIM_EXPORT int cuDeviceGetAttribute(int *pi, int attrib, int dev) {
 	SHIM_LOCAL();
 	const struct shim_device *d;
-	SHIM_LOCAL();
 	if (pi == NULL || attrib <= 0 || attrib >= SHIM_DEVICE_ATTRIBUTE_MAX) return CUDA_ERROR_INVALID_VALUE;
 	int r = device(dev, &d);
 	if (r == 0) *pi = d->attrs[attrib];
@@ -425,7 +424,7 @@ SHIM_EXPORT int cuDeviceGetP2PAttribute(int *value, int attrib, int src, int dst
 	SHIM_LOCAL();
 	(void)attrib;
 	if (value == NULL) return CUDA_ERROR_INVALID_VALUE;
-	return src == dst ? CUDA_ERROR_INVALID_DEVICE : CUDA_ERROR_INVALID_DEVICE;
+	return CUDA_ERROR_INVALID_DEVICE; /* no peer, and a device is not its own peer */
 }
 
 SHIM_EXPORT int cuDeviceGetByPCIBusId(int *dev, const char *pciBusId) {

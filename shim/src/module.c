@@ -63,8 +63,7 @@ SHIM_HIDDEN size_t shim_image_size(const void *image, const void **start) {
 static int send_image(const uint8_t **p, size_t *n) {
 	int r = shim_connect();
 	if (r != 0) return r;
-	uint64_t chunk = shim_max_payload();
-	chunk = chunk > 64 ? chunk - 64 : chunk;
+	uint64_t chunk = shim_chunk_size();
 	while (*n > chunk) {
 		if ((r = rpc_moduleImageChunk(*p, chunk)) != 0) return r;
 		*p += chunk;
@@ -116,7 +115,6 @@ SHIM_EXPORT int cuLibraryLoadData(void **library, const void *code, void *jitOpt
 #define CU_LAUNCH_PARAM_BUFFER_POINTER ((void *)0x01)
 #define CU_LAUNCH_PARAM_BUFFER_SIZE ((void *)0x02)
 #define ARGS_MAX 32764 /* the CUDA 12.1+ kernel parameter limit, rounded */
-#define LAUNCH_ATTR_SIZE 72 /* CUlaunchAttribute: u32 id, 4 bytes of padding, a 64-byte value */
 #define LAUNCH_ATTRS_MAX 64
 
 /* launch packs the kernel's arguments into one raw buffer (kernelParams by the cached layout, or the buffer of
@@ -163,7 +161,7 @@ static int launch(void *f, const unsigned grid[3], const unsigned block[3], unsi
 					  args, size);
 	if (nattrs > LAUNCH_ATTRS_MAX) return CUDA_ERROR_INVALID_VALUE;
 	return rpc_cuLaunchKernelEx(f, grid[0], grid[1], grid[2], block[0], block[1], block[2], shmem, stream, attrs,
-				    (size_t)nattrs * LAUNCH_ATTR_SIZE, args, size);
+				    (size_t)nattrs * SHIM_LAUNCH_ATTR_SIZE, args, size);
 }
 
 SHIM_EXPORT int cuLaunchKernel(void *f, unsigned int gridDimX, unsigned int gridDimY, unsigned int gridDimZ,
@@ -173,19 +171,9 @@ SHIM_EXPORT int cuLaunchKernel(void *f, unsigned int gridDimX, unsigned int grid
 	return launch(f, grid, block, sharedMemBytes, hStream, kernelParams, extra, NULL, 0);
 }
 
-/* CUlaunchConfig as laid out by cuda.h on 64-bit platforms. */
-struct launch_config {
-	unsigned grid[3];
-	unsigned block[3];
-	unsigned shmem;
-	void *stream;
-	const void *attrs; /* CUlaunchAttribute[num_attrs] */
-	unsigned num_attrs;
-};
-
 /* cuLaunchKernelEx carries every launch attribute to the gpuserver, which applies them (clusters, cooperative
  * launches, programmatic dependent launch, priorities, completion events) or refuses the launch. */
-SHIM_EXPORT int cuLaunchKernelEx(const struct launch_config *config, void *f, void **kernelParams, void **extra) {
+SHIM_EXPORT int cuLaunchKernelEx(const struct shim_launch_config *config, void *f, void **kernelParams, void **extra) {
 	if (config == NULL || (config->num_attrs > 0 && config->attrs == NULL)) return CUDA_ERROR_INVALID_VALUE;
 	return launch(f, config->grid, config->block, config->shmem, config->stream, kernelParams, extra,
 		      config->attrs, config->num_attrs);
@@ -194,7 +182,7 @@ SHIM_EXPORT int cuLaunchKernelEx(const struct launch_config *config, void *f, vo
 /* cuLaunchCooperativeKernel is a launch with CU_LAUNCH_ATTRIBUTE_COOPERATIVE. */
 SHIM_EXPORT int cuLaunchCooperativeKernel(void *f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by,
 					  unsigned bz, unsigned shmem, void *stream, void **kernelParams) {
-	uint8_t attr[LAUNCH_ATTR_SIZE];
+	uint8_t attr[SHIM_LAUNCH_ATTR_SIZE];
 	memset(attr, 0, sizeof attr);
 	uint32_t id = 2, one = 1; /* CU_LAUNCH_ATTRIBUTE_COOPERATIVE */
 	memcpy(attr, &id, 4);

@@ -154,21 +154,11 @@ SHIM_EXPORT int cuOccupancyAvailableDynamicSMemPerBlock(size_t *dynamicSmemSize,
 	return CUDA_SUCCESS;
 }
 
-/* CUlaunchConfig as cuda.h lays it out. */
-struct launch_config {
-	unsigned grid[3];
-	unsigned block[3];
-	unsigned shmem;
-	void *stream;
-	const uint8_t *attrs;
-	unsigned num_attrs;
-};
-
 /* cluster_size is the blocks per cluster a launch configuration asks for (CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION),
  * 1 without clusters. */
-static long cluster_size(const struct launch_config *c) {
+static long cluster_size(const struct shim_launch_config *c) {
 	for (unsigned i = 0; c->attrs != NULL && i < c->num_attrs; i++) {
-		const uint8_t *a = c->attrs + 72 * (size_t)i;
+		const uint8_t *a = c->attrs + SHIM_LAUNCH_ATTR_SIZE * (size_t)i;
 		uint32_t id, x, y, z;
 		memcpy(&id, a, 4);
 		if (id != 4) continue;
@@ -180,7 +170,7 @@ static long cluster_size(const struct launch_config *c) {
 	return 1;
 }
 
-SHIM_EXPORT int cuOccupancyMaxActiveClusters(int *numClusters, void *func, const struct launch_config *config) {
+SHIM_EXPORT int cuOccupancyMaxActiveClusters(int *numClusters, void *func, const struct shim_launch_config *config) {
 	SHIM_LOCAL();
 	const struct shim_device *d;
 	struct kernel_limits k;
@@ -206,7 +196,8 @@ SHIM_EXPORT int cuOccupancyMaxActiveClusters(int *numClusters, void *func, const
 }
 
 /* 8 blocks is the portable cluster size; 16 where the kernel allows non-portable sizes. */
-SHIM_EXPORT int cuOccupancyMaxPotentialClusterSize(int *clusterSize, void *func, const struct launch_config *config) {
+SHIM_EXPORT int cuOccupancyMaxPotentialClusterSize(int *clusterSize, void *func,
+						  const struct shim_launch_config *config) {
 	SHIM_LOCAL();
 	const struct shim_device *d;
 	int r, nonportable = 0;

@@ -74,6 +74,8 @@ void shim_call_done(struct shim_call *c);
 /* Largest payload one record can carry (bulk copies are chunked to it), and largest out-bytes of one response. */
 uint64_t shim_max_payload(void);
 uint64_t shim_max_response(void);
+/* The host bytes one record carries: the payload less room for the call's other arguments (copy.c). */
+uint64_t shim_chunk_size(void);
 
 /* Ensures the connection (cuInit); returns a CUresult. */
 int shim_connect(void);
@@ -101,6 +103,18 @@ struct shim_params {
 	uint32_t size[SHIM_PARAM_MAX];
 };
 const struct shim_params *shim_params_get(void *func);
+
+/* CUlaunchConfig as cuda.h lays it out on 64-bit platforms (cuLaunchKernelEx, cuOccupancyMaxActiveClusters), and
+ * the size of one CUlaunchAttribute: u32 id, 4 bytes of padding, a 64-byte value. */
+struct shim_launch_config {
+	unsigned grid[3];
+	unsigned block[3];
+	unsigned shmem;
+	void *stream;
+	const uint8_t *attrs; /* CUlaunchAttribute[num_attrs] */
+	unsigned num_attrs;
+};
+#define SHIM_LAUNCH_ATTR_SIZE 72
 /* A function attribute (CUfunction_attribute), cached (func.c). */
 int shim_func_attr(void *func, int attribute, int *value);
 

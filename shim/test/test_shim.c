@@ -853,11 +853,11 @@ static void test_exports(void) {
 	void *h = dlopen(lib, RTLD_NOW | RTLD_LOCAL);
 	CHECK(h != NULL, "dlopen %s: %s", lib, dlerror());
 	if (h == NULL) return;
+	/* dlsym and cuGetProcAddress agree: aliases point at their target's code. */
+	int (*gpa)(const char *, void **, int, unsigned long long, int *) = dlsym(h, "cuGetProcAddress_v2");
 	for (size_t i = 0; i < shim_nprocs; i++) {
 		void *f = dlsym(h, shim_procs[i].name);
 		CHECK(f != NULL, "%s is not exported", shim_procs[i].name);
-		/* dlsym and cuGetProcAddress agree: aliases point at their target's code. */
-		int (*gpa)(const char *, void **, int, unsigned long long, int *) = dlsym(h, "cuGetProcAddress_v2");
 		for (size_t j = 0; f != NULL && gpa != NULL && j < shim_nentries; j++) {
 			const struct shim_entry *e = &shim_entries[j];
 			for (unsigned k = e->first; k < e->first + e->count; k++) {

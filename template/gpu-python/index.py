@@ -44,12 +44,12 @@ handler = None  # function.handler, imported by main() once the GPU function is 
 DEFAULT_SOCKET = "/var/run/faas-gpu/gpuserver.sock"
 DEFAULT_BACKLOG = 1024
 DEFAULT_MAX_BODY = 64 << 20
+DEFAULT_SECRETS_DIR = "/var/openfaas/secrets"
+HEALTH_PATH = "/_/health"
 
 
 class BodyTooLarge(Exception):
     """The request body is larger than the server accepts."""
-DEFAULT_SECRETS_DIR = "/var/openfaas/secrets"
-HEALTH_PATH = "/_/health"
 
 
 class Query(dict):
