@@ -184,9 +184,9 @@ func (n *Node) faultLocked(f *function, gpu int, err error) error {
 
 // loseLocked records that f's copy was destroyed (by cause): a function still initialising has nothing to come
 // back from (no image; bytes written back before, if any, are older than what it wrote since), unless its image
-// from before a restart still matches everything it wrote.
+// from before a restart still matches everything it wrote, or it has no model block to lose.
 func (f *function) loseLocked(cause error) {
-	if f.captured || f.lost != nil || f.plan != nil && f.plan.stale == "" {
+	if f.captured || f.lost != nil || f.plan != nil && f.plan.stale == "" || len(modelSegments(f)) == 0 {
 		return
 	}
 	f.lost = cause
