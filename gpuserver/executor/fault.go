@@ -192,6 +192,23 @@ func (f *function) loseLocked(cause error) {
 	f.lost = cause
 }
 
+// Lose records that device state of function that no image holds was destroyed (cause), as the remoting server
+// finds when a module whose globals the function wrote is gone with its context: the function's work fails with
+// ErrBroken and ErrLost until it is reset (its processes end and start again).
+func (n *Node) Lose(name string, cause error) error {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	f, err := n.fn(name)
+	if err != nil {
+		return err
+	}
+	if f.lost == nil {
+		f.lost = cause
+		n.log.Warn("function state lost: its process must start again", "function", name, "err", cause)
+	}
+	return f.usableLocked()
+}
+
 // usableLocked refuses work of a function whose memory was destroyed before it had an image (ErrLost).
 func (f *function) usableLocked() error {
 	if f.lost != nil {
