@@ -73,8 +73,8 @@ type global struct {
 }
 
 type module struct {
-	image  []byte   // shared with every module of the node with the same bytes: never written
-	ref    imageRef // its hold in the node's module images
+	image  []byte               // shared with every module of the node with the same bytes: never written
+	ref    imageRef             // its hold in the node's module images
 	loaded map[int]loadedModule // by GPU
 	funcs  map[string]uint64    // kernel name -> handle, so that a kernel has one handle
 }
