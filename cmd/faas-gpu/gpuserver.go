@@ -24,6 +24,23 @@ type gpuserverConfig struct {
 	policy    string
 	logLevel  string
 	kernels   string // --sim-kernels
+	hold      holdFlag
+}
+
+// holdFlag is the gpuserver's maximum binding hold (server.Config.MaxBindingHold), a flag of `gpuserver` and `up`.
+type holdFlag struct{ max time.Duration }
+
+func (h *holdFlag) register(fs *flag.FlagSet) {
+	fs.DurationVar(&h.max, "max-binding-hold", server.DefaultMaxBindingHold,
+		"the longest a request may hold its GPU (the functions' timeout on the GPU): a binding held longer is "+
+			"ended, its request answers 503 and the GPU serves the next request")
+}
+
+func (h *holdFlag) validate() error {
+	if h.max <= 0 {
+		return usageError{fmt.Errorf("-max-binding-hold %s: must be positive", h.max)}
+	}
+	return nil
 }
 
 func (c *gpuserverConfig) register(fs *flag.FlagSet) {
@@ -42,6 +59,7 @@ func (c *gpuserverConfig) register(fs *flag.FlagSet) {
 	fs.StringVar(&c.policy, "policy", "faas-gpu", policyUsage)
 	fs.StringVar(&c.logLevel, "log-level", "info", "debug, info, warn or error")
 	fs.StringVar(&c.kernels, "sim-kernels", "reference", simKernelsUsage)
+	c.hold.register(fs)
 }
 
 func runGPUServer(ctx context.Context, args []string, stdout, stderr io.Writer) error {
@@ -56,6 +74,9 @@ func runGPUServer(ctx context.Context, args []string, stdout, stderr io.Writer) 
 		return err
 	}
 	if err := checkPolicy(cfg.policy); err != nil {
+		return err
+	}
+	if err := cfg.hold.validate(); err != nil {
 		return err
 	}
 	if cfg.repoDir == "" {
@@ -76,7 +97,7 @@ func runGPUServer(ctx context.Context, args []string, stdout, stderr io.Writer) 
 	srv, err := server.Start(ctx, server.Config{Socket: cfg.socket, Listen: cfg.listen, Node: node,
 		Policy: cfg.policy, RemotingSocket: cfg.remoting, KeyFile: cfg.keyFile, RepositoryDir: cfg.repoDir,
 		Device: gpus.Device, DeviceReserveBytes: gpus.Reserve, SocketGroup: cfg.group, Logger: log,
-		SimKernels: simKernels})
+		SimKernels: simKernels, MaxBindingHold: cfg.hold.max})
 	if err != nil {
 		return err
 	}

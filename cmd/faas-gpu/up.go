@@ -51,6 +51,7 @@ type upConfig struct {
 	envs         envFlags
 	queue        upQueueConfig
 	simKernels   string
+	hold         holdFlag
 }
 
 func (c *upConfig) register(fs *flag.FlagSet) {
@@ -76,6 +77,7 @@ func (c *upConfig) register(fs *flag.FlagSet) {
 	c.envs.register(fs)
 	c.queue.register(fs)
 	fs.StringVar(&c.simKernels, "sim-kernels", "reference", simKernelsUsage)
+	c.hold.register(fs)
 }
 
 func (c *upConfig) validate() error {
@@ -86,6 +88,9 @@ func (c *upConfig) validate() error {
 		return err
 	}
 	if err := c.queue.validate(); err != nil {
+		return err
+	}
+	if err := c.hold.validate(); err != nil {
 		return err
 	}
 	switch {
@@ -177,7 +182,7 @@ func runUp(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 			KeyFile:       filepath.Join(stateDir, "gpuserver.key"),
 			RepositoryDir: repositoryDir(stateDir, gpus.Device != nil), // kept across restarts of up
 			Device:        gpus.Device, DeviceReserveBytes: gpus.Reserve, SimKernels: simKernels,
-			Logger: log.With("component", "gpuserver")})
+			MaxBindingHold: cfg.hold.max, Logger: log.With("component", "gpuserver")})
 	})
 	if err == nil {
 		select {

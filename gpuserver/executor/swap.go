@@ -29,6 +29,7 @@ type function struct {
 	lost     error                 // a fault destroyed its memory before it had an image (fault.go)
 	epoch    uint64                // counts the kernel faults that restored its memory (fault.go)
 	fault    error                 // the last such fault
+	fenced   int                   // bindings expired and not yet released: its work is refused (Expire)
 }
 
 // residency is a function's physical copy on one GPU.

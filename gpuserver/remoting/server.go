@@ -57,6 +57,10 @@ type Config struct {
 	Spin time.Duration
 	// IdleRelease is how long a session waits idle before it releases an implicit binding (20ms when 0).
 	IdleRelease time.Duration
+	// MaxImplicitHold is the longest a session keeps an implicit binding while its calls keep coming: then it
+	// gives the GPU up and binds again, behind the requests waiting for one (the gpuserver's maximum binding
+	// hold); 0 means no bound.
+	MaxImplicitHold time.Duration
 	// NewHandler replaces the device-backed handler (benchmarks of the transport, tests). A handler that
 	// implements io.Closer is closed when its session ends.
 	NewHandler func(ctx context.Context, info SessionInfo) (Handler, error)

@@ -73,7 +73,17 @@ type Config struct {
 	// launch (sim.KernelsReference, the default) or accept them without executing them (sim.KernelsDry, a
 	// protocol-test mode the log, the pool status and /metrics announce). It must be the default with a Device.
 	SimKernels sim.KernelMode
+	// MaxBindingHold is the longest a request may hold its GPU (a function's timeout on this node): a binding
+	// held longer is ended, the request's device work refused and stopped, its release answers 503, and the GPU
+	// serves the next request. Calls outside a request (initialisation) give their GPU up as often and queue
+	// again. DefaultMaxBindingHold when 0; negative means no bound.
+	MaxBindingHold time.Duration
 }
+
+// DefaultMaxBindingHold is Config.MaxBindingHold when none is set: longer than an inference request takes
+// (a few seconds; an LLM's answer of a thousand tokens at 30 tokens/s takes half a minute), shorter than the
+// time other functions' requests would wait for the GPU before they give up many times over.
+const DefaultMaxBindingHold = 2 * time.Minute
 
 // Server is a running gpuserver.
 type Server struct {
@@ -116,6 +126,13 @@ func Start(ctx context.Context, cfg Config) (*Server, error) {
 	if cfg.MaxFunctions <= 0 {
 		cfg.MaxFunctions = DefaultMaxFunctions
 	}
+	switch {
+	case cfg.MaxBindingHold == 0:
+		cfg.MaxBindingHold = DefaultMaxBindingHold
+	case cfg.MaxBindingHold < 0:
+		cfg.MaxBindingHold = 0
+	}
+	s.cfg = cfg
 	if cfg.Device != nil && cfg.SimKernels != sim.KernelsReference {
 		return nil, fmt.Errorf("gpuserver: sim kernels %s: only a simulated device runs kernels dry, this one is %s",
 			cfg.SimKernels, cfg.Device.Kind())
@@ -141,8 +158,9 @@ func Start(ctx context.Context, cfg Config) (*Server, error) {
 	if err != nil {
 		return nil, fmt.Errorf("gpuserver: %w", err)
 	}
-	p := newTrackedPool(inner, s.key, s.node, cfg.MaxFunctions, cfg.Logger)
+	p := newTrackedPool(inner, s.key, s.node, cfg.MaxFunctions, cfg.MaxBindingHold, cfg.Logger)
 	s.pool = p
+	s.closers = append(s.closers, func(context.Context) error { p.stop(); return nil })
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	s.metrics = reg
@@ -150,6 +168,9 @@ func Start(ctx context.Context, cfg Config) (*Server, error) {
 		p.sim = sd
 		registerSimMetrics(reg, sd)
 	}
+	reg.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "faas_gpu_binding_holds_expired_total",
+		Help: "Bindings ended because their request held the GPU longer than the maximum binding hold."},
+		func() float64 { return float64(p.HoldsExpired()) }))
 	handler, err := api.New(p, reg, reg, cfg.Logger, api.WithAuth(s.key))
 	if err != nil {
 		return nil, fmt.Errorf("gpuserver: %w", err)
@@ -303,7 +324,7 @@ func (s *Server) undo(ctx context.Context) error {
 func (s *Server) startRemoting(ctx context.Context) error {
 	dev := s.dev
 	rs, err := remoting.NewServer(remoting.Config{Device: dev, Node: s.node, Functions: s.pool, Binder: s.pool,
-		Logger: s.cfg.Logger.With("component", "remoting"), Metrics: s.metrics})
+		Logger: s.cfg.Logger.With("component", "remoting"), Metrics: s.metrics, MaxImplicitHold: s.cfg.MaxBindingHold})
 	if err != nil {
 		return fmt.Errorf("gpuserver: %w", err)
 	}

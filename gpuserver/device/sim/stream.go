@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/faas-gpu/faas-gpu/gpuserver/device"
@@ -33,6 +34,7 @@ type stream struct {
 	mu        sync.Mutex
 	destroyed bool
 	stopOnce  sync.Once
+	aborted   atomic.Bool // its context was destroyed: work still queued is dropped, not run
 
 	// owned by the worker goroutine
 	err      error
@@ -99,6 +101,8 @@ func (s *stream) work() {
 			}
 		case s.err != nil:
 			// an earlier error poisons the stream until it is reported
+		case s.aborted.Load():
+			s.err = fmt.Errorf("sim: gpu %d: %s: %w: its context was destroyed", s.gpu, o.kind, device.ErrUnavailable)
 		default:
 			start := o.enq
 			if s.timeline.After(start) {
