@@ -199,9 +199,11 @@ func Start(ctx context.Context, cfg Config) (*Server, error) {
 	}
 	for _, l := range listeners {
 		hs := handler.NewHTTPServer()
+		hs.ErrorLog = slog.NewLogLogger(cfg.Logger.Handler(), slog.LevelWarn) // accept errors (EMFILE), retried
 		s.servers = append(s.servers, hs)
 		go func() {
-			if err := hs.Serve(l); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			// Connections are bounded per peer (the Unix socket's peer user, a TCP client's address) and in all.
+			if err := hs.Serve(handler.Listener(l)); err != nil && !errors.Is(err, http.ErrServerClosed) {
 				s.errs <- fmt.Errorf("gpuserver: serve %s: %w", l.Addr(), err)
 			}
 		}()
