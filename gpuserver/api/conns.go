@@ -8,6 +8,8 @@ import (
 	"net/http"
 	"sync"
 	"time"
+
+	"github.com/faas-gpu/faas-gpu/gpuserver/peer"
 )
 
 // Limits bound what the API's clients may hold. Every connection counts against its peer (a Unix socket's peer
@@ -89,24 +91,24 @@ func (l *limitListener) Accept() (net.Conn, error) {
 		if err != nil {
 			return nil, err // net/http retries temporary errors (EMFILE) with a back-off
 		}
-		peer := peerOf(c)
+		who := peer.Of(c)
 		l.mu.Lock()
 		reason := ""
 		switch {
 		case l.total >= l.s.limits.Total:
 			reason = "total"
-		case l.peers[peer] >= l.s.limits.PerPeer:
+		case l.peers[who] >= l.s.limits.PerPeer:
 			reason = "per_peer"
 		default:
 			l.total++
-			l.peers[peer]++
+			l.peers[who]++
 		}
 		l.mu.Unlock()
 		if reason == "" {
-			return &limitedConn{Conn: c, release: func() { l.release(peer) }}, nil
+			return &limitedConn{Conn: c, release: func() { l.release(who) }}, nil
 		}
 		l.s.metrics.connsRefused.WithLabelValues(reason).Inc()
-		l.s.logRefusal(peer, reason)
+		l.s.logRefusal(who, reason)
 		body := fmt.Sprintf(`{"error":"too many connections (%s): at most %d per peer, %d in all"}`, reason,
 			l.s.limits.PerPeer, l.s.limits.Total)
 		_ = c.SetWriteDeadline(time.Now().Add(10 * time.Millisecond)) // a fresh socket's buffer takes it at once

@@ -17,7 +17,7 @@ type metrics struct {
 
 // Reasons a connection is refused (the label of faas_gpu_remoting_refused_total).
 var refuseReasons = []string{"protocol", "version", "identity", "shared_memory", "sessions_per_function",
-	"pending_hellos", "internal"}
+	"pending_hellos", "pending_hellos_per_peer", "internal"}
 
 func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	m := &metrics{

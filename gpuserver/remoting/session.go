@@ -25,8 +25,8 @@ func (s *Server) refuse(c *net.UnixConn, status int32, reason string, err error)
 }
 
 // serveConn runs one session: hello, then the ring until the client hangs up or ctx ends.
-func (s *Server) serveConn(ctx context.Context, c *net.UnixConn) {
-	shm, h, spec, done, err := s.handshake(c)
+func (s *Server) serveConn(ctx context.Context, c *net.UnixConn, who string) {
+	shm, h, spec, done, err := s.handshake(c, who)
 	if err != nil {
 		return
 	}
@@ -73,12 +73,12 @@ func (s *Server) serveConn(ctx context.Context, c *net.UnixConn) {
 // per-function session limit and the shared memory. On success the session counts against the function's limit
 // until done is called; on failure the client got a refusal (when it sent a hello at all) and the error is
 // returned. The hello must arrive within Config.HelloTimeout.
-func (s *Server) handshake(c *net.UnixConn) (shm *sharedMemory, h hello, spec pool.FunctionSpec, done func(),
-	err error) {
+func (s *Server) handshake(c *net.UnixConn, who string) (shm *sharedMemory, h hello, spec pool.FunctionSpec,
+	done func(), err error) {
 	checked := false
 	defer func() {
 		if !checked {
-			s.helloDone()
+			s.helloDone(who)
 		}
 	}()
 	_ = c.SetDeadline(time.Now().Add(s.cfg.HelloTimeout))
@@ -108,7 +108,7 @@ func (s *Server) handshake(c *net.UnixConn) (shm *sharedMemory, h hello, spec po
 		return nil, h, spec, nil, err
 	}
 	checked = true
-	s.helloDone() // the client proved who it is: from here it counts against its function's limit
+	s.helloDone(who) // the client proved who it is: from here it counts against its function's limit
 	done, err = s.admit(h.function)
 	if err != nil {
 		err = fmt.Errorf("%w: %w", ErrLimit, err)

@@ -1,4 +1,4 @@
-package api
+package peer
 
 import (
 	"net"
@@ -7,9 +7,9 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// peerOf names the peer a connection counts against: the user of a Unix socket's peer process (SO_PEERCRED),
+// Of names the peer a connection counts against: the user of a Unix socket's peer process (SO_PEERCRED),
 // the IP address of a TCP client.
-func peerOf(c net.Conn) string {
+func Of(c net.Conn) string {
 	switch c := c.(type) {
 	case *net.UnixConn:
 		raw, err := c.SyscallConn()

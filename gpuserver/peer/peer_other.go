@@ -1,12 +1,12 @@
 //go:build !linux
 
-package api
+package peer
 
 import "net"
 
-// peerOf names the peer a connection counts against: the IP address of a TCP client; Unix socket peers are one
+// Of names the peer a connection counts against: the IP address of a TCP client; Unix socket peers are one
 // peer where SO_PEERCRED is not available.
-func peerOf(c net.Conn) string {
+func Of(c net.Conn) string {
 	if a, ok := c.RemoteAddr().(*net.TCPAddr); ok {
 		return "ip:" + a.IP.String()
 	}
