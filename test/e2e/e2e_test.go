@@ -139,6 +139,13 @@ func freePort(t *testing.T) int {
 // answers.
 func startUp(t *testing.T, stateDir string, extra ...string) *instance {
 	t.Helper()
+	return startUpUnder(t, stateDir, nil, extra...)
+}
+
+// startUpUnder is startUp with up started by a wrapper command (wrap, then up's argv), e.g. a shell that lowers
+// its open-file limit first.
+func startUpUnder(t *testing.T, stateDir string, wrap []string, extra ...string) *instance {
+	t.Helper()
 	bin, err := buildOnce()
 	if err != nil {
 		t.Fatal(err)
@@ -151,6 +158,9 @@ func startUp(t *testing.T, stateDir string, extra ...string) *instance {
 		"--templates-dir", filepath.Join(root, "template"), "--functions-dir", filepath.Join(root, "functions"),
 		"--gpu-memory", "4Gi", "--shim-dir", shimDir(t), "--log-level", "debug")
 	cmd.Args = append(cmd.Args, extra...)
+	if len(wrap) > 0 {
+		cmd = exec.Command(wrap[0], append(wrap[1:], cmd.Args...)...)
+	}
 	cmd.Stdout, cmd.Stderr = out, out
 	cmd.Dir = t.TempDir()
 	if err := cmd.Start(); err != nil {
