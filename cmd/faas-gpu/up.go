@@ -266,11 +266,12 @@ func (u *up) start(ctx context.Context, cfg upConfig, stateDir, nodeName string,
 	// The gateway's own metrics (provider, invocations, queue worker); /metrics serves them with the gpuserver's,
 	// which include the Go runtime and process metrics of this one process.
 	metrics := prometheus.NewRegistry()
+	info := types.ProviderInfo{Name: "faas-gpu", Orchestration: "local",
+		Version: &types.VersionInfo{Release: version, SHA: commit}}
 	providerHandler := handlers.New(handlers.Config{
 		Metrics: metrics,
 		Backend: backend, Secrets: backend, Logs: backend, GPU: gpuClient,
-		Info: types.ProviderInfo{Name: "faas-gpu", Orchestration: "local",
-			Version: &types.VersionInfo{Release: version, SHA: commit}},
+		Info:           info,
 		Auth:           creds,
 		ProxyTimeout:   proxyTimeout,
 		ReadyTimeout:   cfg.readyTimeout,
@@ -282,6 +283,7 @@ func (u *up) start(ctx context.Context, cfg upConfig, stateDir, nodeName string,
 	mux.Handle("/async-function/", handlers.LimitBodyTime(handlers.BodyTimeouts{Idle: 30 * time.Second, Total: proxyTimeout},
 		queueFrontDoor(js, fnSource, u.log)))
 	mux.Handle("/metrics", promhttp.HandlerFor(prometheus.Gatherers{metrics, gs.Metrics()}, promhttp.HandlerOpts{}))
+	mux.Handle("GET /system/info", gatewayInfoHandler(info, creds)) // up is the gateway: the gateway's shape
 	mux.Handle("/", providerHandler)
 	allowed := hostAllowList(cfg.allowedHosts, cfg.host)
 	l, err := net.Listen("tcp", gatewayAddr)

@@ -201,3 +201,61 @@ func TestReadmePyTorchFlowOnTheDefaultNode(t *testing.T) {
 		t.Fatalf("vector-add: %s", out)
 	}
 }
+
+// TestFaasCLIAgainstUp drives `faas-gpu up` with the real faas-cli where one is found (else the requests it sends):
+// `faas-cli version` shows the gateway and the provider parts, and `faas-cli version --json` decodes (up answers
+// /system/info in the gateway's shape).
+func TestFaasCLIAgainstUp(t *testing.T) {
+	if testing.Short() {
+		t.Skip("end-to-end: runs faas-gpu up")
+	}
+	stateDir := filepath.Join(t.TempDir(), "state")
+	in := startUp(t, stateDir)
+	cli := newReadmeCLI(t, t.TempDir(), in)
+	if cli.real() {
+		cli.run("cat " + filepath.Join(stateDir, "secrets", "basic-auth-password") +
+			" | faas-cli login --gateway http://127.0.0.1:8080 --username admin --password-stdin")
+	}
+
+	t.Run("version", func(t *testing.T) {
+		var v struct {
+			Gateway struct {
+				URI, Version, SHA string
+			} `json:"gateway"`
+			Provider struct {
+				Name, Orchestration, Version, SHA string
+			} `json:"provider"`
+		}
+		if !cli.real() {
+			r := in.system(t, http.MethodGet, "/system/info", nil)
+			var g struct {
+				Provider *struct {
+					Name          string             `json:"provider"`
+					Orchestration string             `json:"orchestration"`
+					Version       *types.VersionInfo `json:"version"`
+				} `json:"provider"`
+				Version *types.VersionInfo `json:"version"`
+			}
+			if err := json.Unmarshal([]byte(r.body), &g); err != nil || g.Provider == nil || g.Version == nil ||
+				g.Provider.Version == nil {
+				t.Fatalf("/system/info is not in the gateway's shape: %d %s", r.code, r.body)
+			}
+			v.Gateway.Version, v.Provider.Name, v.Provider.Orchestration = g.Version.Release, g.Provider.Name, g.Provider.Orchestration
+		} else {
+			// --warn-update=false: the default asks GitHub for faas-cli's latest release, which this machine cannot.
+			text := cli.run("faas-cli version --warn-update=false")
+			for _, want := range []string{"Gateway", "uri:     " + in.url, "Provider", "name:          faas-gpu",
+				"orchestration: local"} {
+				if !strings.Contains(text, want) {
+					t.Errorf("faas-cli version lacks %q:\n%s", want, text)
+				}
+			}
+			if err := json.Unmarshal([]byte(cli.run("faas-cli version --json")), &v); err != nil {
+				t.Fatalf("faas-cli version --json: %v", err)
+			}
+		}
+		if v.Gateway.Version == "" || v.Provider.Name != "faas-gpu" || v.Provider.Orchestration != "local" {
+			t.Fatalf("version: %+v", v)
+		}
+	})
+}
