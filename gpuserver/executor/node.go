@@ -26,6 +26,9 @@ var (
 	ErrInvalid         = errors.New("invalid request")
 	// ErrBroken: a binding's device state was replaced under it (see Binding.Err).
 	ErrBroken = errors.New("binding broke")
+	// ErrLost: a fault or a GPU failure destroyed a function's memory before its initialisation ended; there is
+	// no image to restore it from, so its process must start again (and initialise afresh after Reset).
+	ErrLost = errors.New("the function's memory was lost before its initialisation ended: its process must start again")
 )
 
 // Host is the Source of a swap from the host repository (topology.Host).
@@ -235,6 +238,7 @@ func (n *Node) markUnhealthyLocked(gpu int, cause error) {
 		}
 		// chunks of a failed GPU are not returned to its pool: the GPU is out of service
 		delete(f.res, gpu)
+		f.loseLocked(fmt.Errorf("gpu %d failed: %w", gpu, cause))
 	}
 }
 

@@ -19,6 +19,7 @@ import (
 	"github.com/faas-gpu/faas-gpu/provider/local"
 	"github.com/faas-gpu/faas-gpu/provider/local/venv"
 	"github.com/faas-gpu/faas-gpu/provider/shrinkwrap"
+	"github.com/faas-gpu/faas-gpu/test/pyenv"
 )
 
 // pytorchFunctions are the example functions that run PyTorch through the shim.
@@ -189,6 +190,7 @@ func TestFunctionsWithPipRequirementsThroughUp(t *testing.T) {
 	if testing.Short() {
 		t.Skip("end-to-end: runs faas-gpu up and installs a package from PyPI")
 	}
+	pyenv.RequireTier(t, "installs a package from PyPI with pip")
 	if out, err := exec.Command("python3", "-c", "import venv, ensurepip").CombinedOutput(); err != nil {
 		t.Skipf("python3 with the venv and ensurepip modules is needed (Debian: python3-venv): %v %s", err, out)
 	}

@@ -78,6 +78,16 @@ func NVCC(dir string) string { return filepath.Join(CUDA(dir), "bin", "nvcc") }
 // `make test` stays fast on a machine where the environment happens to exist.
 const TierEnv = "FAAS_GPU_TEST_PYENV"
 
+// RequireTier skips a test outside `make test-cuda` (TierEnv unset): tests that download from PyPI (what says what
+// they download) run only in that tier beside those that read NVIDIA's binaries, so that `make test` passes
+// offline once the pinned caches exist.
+func RequireTier(t testing.TB, what string) {
+	t.Helper()
+	if os.Getenv(TierEnv) != "1" {
+		t.Skipf("%s: runs in `make test-cuda` (%s=1)", what, TierEnv)
+	}
+}
+
 // Require returns the environment's directory, or skips the test: outside `make test-cuda` (TierEnv unset), or
 // naming what is missing.
 func Require(t testing.TB) string {
