@@ -176,6 +176,9 @@ func (n *Node) faultLocked(f *function, gpu int, err error) error {
 		restored = append(restored, o.name)
 	}
 	n.execs[gpu].contextFaults++
+	if n.cfg.OnContextFault != nil {
+		n.cfg.OnContextFault(gpu, f.name, err)
+	}
 	n.log.Warn("kernel fault: the tenant's context on the gpu was torn down, its functions there are restored from "+
 		"their images; the gpu stays in service", "gpu", gpu, "tenant", f.tenant, "function", f.name,
 		"functions", restored, "err", err)

@@ -58,6 +58,12 @@ type Config struct {
 	Addresses *Addresses
 	// Logger receives the restore decisions; nil discards them.
 	Logger *slog.Logger
+	// OnContextFault, when set, is told of every fault of a tenant's work (after the node tore the tenant's
+	// context down), and OnUnhealthy of every GPU the node takes out of service. Both are called with the node's
+	// lock held: they must not call the node. A tenant executor process reports them to the gpuserver (and exits
+	// after a fault: on a real GPU a fault poisons every context of the process).
+	OnContextFault func(gpu int, function string, err error)
+	OnUnhealthy    func(gpu int, cause error)
 }
 
 // Node holds the executors of every GPU and the functions' state. It is safe for concurrent use.
@@ -223,6 +229,9 @@ func (n *Node) MarkUnhealthy(gpu int, cause error) {
 
 func (n *Node) markUnhealthyLocked(gpu int, cause error) {
 	e := n.execs[gpu]
+	if e.healthy && n.cfg.OnUnhealthy != nil {
+		n.cfg.OnUnhealthy(gpu, cause)
+	}
 	e.healthy, e.lastErr = false, cause
 	for _, f := range n.fns {
 		r, ok := f.res[gpu]
