@@ -27,6 +27,7 @@ import (
 	"github.com/faas-gpu/faas-gpu/provider/basicauth"
 	"github.com/faas-gpu/faas-gpu/provider/handlers"
 	"github.com/faas-gpu/faas-gpu/provider/local"
+	"github.com/faas-gpu/faas-gpu/provider/local/sandbox"
 	"github.com/faas-gpu/faas-gpu/queueworker/worker"
 )
 
@@ -51,6 +52,7 @@ type upConfig struct {
 	envs         envFlags
 	queue        upQueueConfig
 	simKernels   string
+	sandbox      sandboxFlags
 }
 
 func (c *upConfig) register(fs *flag.FlagSet) {
@@ -76,6 +78,7 @@ func (c *upConfig) register(fs *flag.FlagSet) {
 	c.envs.register(fs)
 	c.queue.register(fs)
 	fs.StringVar(&c.simKernels, "sim-kernels", "reference", simKernelsUsage)
+	c.sandbox.register(fs)
 }
 
 func (c *upConfig) validate() error {
@@ -86,6 +89,9 @@ func (c *upConfig) validate() error {
 		return err
 	}
 	if err := c.queue.validate(); err != nil {
+		return err
+	}
+	if err := c.sandbox.validate(); err != nil {
 		return err
 	}
 	switch {
@@ -109,6 +115,7 @@ func (c *upConfig) validate() error {
 // up is one running `faas-gpu up`: the parts in the order they start; stop undoes them in reverse.
 type up struct {
 	log     *slog.Logger
+	sandbox *sandbox.Sandbox // how functions are isolated
 	stops   []func(ctx context.Context) error
 	runErrs chan error
 }
@@ -169,11 +176,25 @@ func runUp(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return err
 	}
 	defer unlock()
+	sb, err := cfg.sandbox.open(ctx, log)
+	if err != nil {
+		closeDevice()
+		return err
+	}
+	if err := writeSandboxReport(stateDir, sb.Report()); err != nil {
+		closeDevice()
+		return err
+	}
+	// Sandboxed functions with ids of their own reach the sockets through the group they share (mode 0660).
+	socketGroup := ""
+	if gid, ok := sb.SocketGroup(); ok {
+		socketGroup = strconv.FormatUint(uint64(gid), 10)
+	}
 
-	u := &up{log: log, runErrs: make(chan error, 4)}
+	u := &up{log: log, runErrs: make(chan error, 4), sandbox: sb}
 	err = u.start(ctx, cfg, stateDir, node.Name, stdout, func(ctx context.Context) (*server.Server, error) {
 		return server.Start(ctx, server.Config{Socket: filepath.Join(stateDir, "gpuserver.sock"), Node: node,
-			Policy: cfg.policy, RemotingSocket: filepath.Join(stateDir, "remoting.sock"),
+			Policy: cfg.policy, RemotingSocket: filepath.Join(stateDir, "remoting.sock"), SocketGroup: socketGroup,
 			KeyFile:       filepath.Join(stateDir, "gpuserver.key"),
 			RepositoryDir: repositoryDir(stateDir, gpus.Device != nil), // kept across restarts of up
 			Device:        gpus.Device, DeviceReserveBytes: gpus.Reserve, SimKernels: simKernels,
@@ -242,7 +263,8 @@ func (u *up) start(ctx context.Context, cfg upConfig, stateDir, nodeName string,
 				"LD_LIBRARY_PATH":          joinPathList(shimDir, os.Getenv("LD_LIBRARY_PATH")),
 			}
 		},
-		Logger: u.log.With("component", "local"),
+		Logger:  u.log.With("component", "local"),
+		Sandbox: u.sandbox,
 	})
 	if err != nil {
 		return fmt.Errorf("local backend: %w", err)
@@ -333,12 +355,13 @@ func (u *up) start(ctx context.Context, cfg upConfig, stateDir, nodeName string,
   state        %s
   functions    from %s (fallback: templates %s, handlers %s)
   python envs  %s  (functions with pip requirements)
+  functions    %s
 Ready. Ctrl-C stops everything.
 `, gatewayURL, hostsText, creds.User, filepath.Join(secretsDir, basicauth.PasswordFile),
 		basicauth.LoginCommand(secretsDir, creds.User, gatewayURL), gs.Socket(), len(gpuStatus.GPUs), nodeName, gpuStatus.Policy, gs.RemotingSocket(),
 		filepath.Join(shimDir, "libcuda.so.1"), ns.ClientURL(),
 		filepath.Join(stateDir, "jetstream"), filepath.Join(stateDir, natsSecretsDir), maxInflight, stateDir, buildDir, templatesDir, functionsDir,
-		envDir)
+		envDir, u.sandbox.Report().Summary())
 	return nil
 }
 
