@@ -40,6 +40,38 @@ type Options struct {
 	// Kernels says what happens to a launch of a kernel the sim cannot compute: refused (KernelsReference, the
 	// default) or accepted and not executed (KernelsDry, for protocol tests only).
 	Kernels KernelMode
+	// Profile gives kernels the GPU time recorded for them on a real GPU (timed mode: TimeScale > 0).
+	Profile Profile
+}
+
+// Profile gives kernels their GPU time in the timed mode, as recorded on a real GPU (see the package
+// documentation).
+type Profile struct {
+	// Kernels is the GPU time of one launch of a kernel, by its name in the module (mangled for C++ kernels).
+	// It replaces what the sim would model for a reference kernel.
+	Kernels map[string]time.Duration
+	// Launch is the GPU time of a launch of a kernel that is neither in Kernels nor computed by the sim (a dry
+	// kernel): a pass's GPU time spread over its launches, say. LaunchLatency when 0.
+	Launch time.Duration
+}
+
+// engine is a GPU's compute engine in the timed mode: kernels, memsets and local copies of all its streams run
+// on it one at a time.
+type engine struct {
+	mu   sync.Mutex
+	free time.Time // when its last reserved work ends
+}
+
+// reserve queues work of duration d that may start at ready and returns when it starts.
+func (e *engine) reserve(ready time.Time, d time.Duration) time.Time {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	start := ready
+	if e.free.After(start) {
+		start = e.free
+	}
+	e.free = start.Add(d)
+	return start
 }
 
 // KernelMode is what the sim does with kernels it cannot compute (see the package documentation).
@@ -81,11 +113,12 @@ const defaultComputeCapability = 70
 
 // Backend is a simulated node; it implements device.Backend.
 type Backend struct {
-	opts  Options
-	node  topology.Node
-	clock Clock
-	gran  uint64
-	gpus  []device.GPUInfo
+	opts    Options
+	node    topology.Node
+	clock   Clock
+	gran    uint64
+	gpus    []device.GPUInfo
+	engines []engine // per GPU: the timed mode's compute timeline
 
 	ctx    context.Context // ends at Close: stops every stream's delays
 	cancel context.CancelFunc
@@ -150,6 +183,14 @@ func New(opts Options) (*Backend, error) {
 	if opts.LaunchLatency == 0 {
 		opts.LaunchLatency = 5 * time.Microsecond
 	}
+	if opts.Profile.Launch < 0 {
+		return nil, fmt.Errorf("sim: %w: profile launch time %v", device.ErrInvalidValue, opts.Profile.Launch)
+	}
+	for name, d := range opts.Profile.Kernels {
+		if d < 0 {
+			return nil, fmt.Errorf("sim: %w: profile time %v of kernel %s", device.ErrInvalidValue, d, name)
+		}
+	}
 	ctx, cancel := context.WithCancel(context.Background())
 	b := &Backend{
 		opts: opts, node: opts.Node.Clone(), clock: opts.Clock, gran: opts.Granularity,
@@ -157,11 +198,29 @@ func New(opts Options) (*Backend, error) {
 		nextAddr: addressBase, reserved: map[device.Ptr]uint64{}, pages: map[uint64]*mapping{},
 		used: make([]uint64, len(opts.Node.GPUs)), streams: map[*stream]struct{}{},
 		hostRegs: map[*byte]int{}, transfers: map[*transfer]topology.Path{}, failed: map[int]error{},
+		engines: make([]engine, len(opts.Node.GPUs)),
 	}
 	for i, g := range b.node.GPUs {
 		b.gpus = append(b.gpus, simulatedGPU(b.node.Name, i, g, b.gran))
 	}
 	return b, nil
+}
+
+// timed reports whether modelled time is kept (TimeScale > 0).
+func (b *Backend) timed() bool { return b.opts.TimeScale > 0 }
+
+// waitUntil returns once the modelled time at has passed, or ctx ended. On the wall clock it waits as the
+// real backend waits for the driver (device.Wait: it polls, or blocks when ctx cannot end), the GPU's
+// completion itself being exact; another clock is slept on.
+func (b *Backend) waitUntil(ctx context.Context, at time.Time) error {
+	if !b.timed() || !b.clock.Now().Before(at) {
+		return nil
+	}
+	if _, ok := b.clock.(WallClock); !ok {
+		return b.clock.SleepUntil(ctx, at)
+	}
+	return device.Wait(ctx, func() (bool, error) { return !time.Now().Before(at), nil },
+		func() error { return sleepPrecisely(ctx, at) })
 }
 
 // Node returns the modelled node.
