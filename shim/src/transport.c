@@ -69,6 +69,23 @@ static struct {
 
 #define CTL(off, type) ((type *)(g.shm + (off)))
 
+/* The call log (faasGpuShimCallLog): one entry per remoted call, guarded by g.mu. */
+struct calllog_entry {
+	uint64_t begin, end; /* CLOCK_MONOTONIC ns: entering shim_call_begin, leaving shim_call_done */
+	uint64_t local;      /* shim_stats.local_calls when the call began */
+	uint32_t size;       /* record bytes */
+	uint16_t id;
+	uint16_t wait;       /* 1: the caller waited for the result */
+};
+static struct {
+	int on;
+	char path[4096];
+	struct calllog_entry *e;
+	size_t n, cap;
+	struct calllog_entry cur;
+} calllog;
+#define CALLLOG_MAX (1u << 22)
+
 static uint64_t now_ns(void) {
 	struct timespec ts;
 	clock_gettime(CLOCK_MONOTONIC, &ts);
@@ -379,7 +396,16 @@ static int wait_room(uint64_t n) {
 int shim_call_begin(struct shim_call *c, unsigned id, int mode, uint64_t payload) {
 	int r = shim_connect();
 	if (r != 0) return r;
+	/* read without the lock: a stale value costs one entry of the log */
+	uint64_t t0 = __atomic_load_n(&calllog.on, __ATOMIC_RELAXED) ? now_ns() : 0;
 	pthread_mutex_lock(&g.mu);
+	if (calllog.on) {
+		calllog.cur.begin = t0 ? t0 : now_ns();
+		calllog.cur.local = __atomic_load_n(&shim_stats.local_calls, __ATOMIC_RELAXED);
+		calllog.cur.id = (uint16_t)id;
+		calllog.cur.size = (uint32_t)(SHIM_RECORD_HEADER_SIZE + shim_pad8(payload));
+		calllog.cur.wait = mode == SHIM_CALL_SYNC || g.sync_all;
+	}
 	if (g.state != 1) {
 		r = g.err;
 		pthread_mutex_unlock(&g.mu);
@@ -513,5 +539,51 @@ void shim_get_bytes(struct shim_call *c, void *dst, uint64_t cap) {
 
 void shim_call_done(struct shim_call *c) {
 	(void)c;
+	if (calllog.on && calllog.cur.begin != 0) {
+		calllog.cur.end = now_ns();
+		if (calllog.n == calllog.cap && calllog.cap < CALLLOG_MAX) {
+			size_t cap = calllog.cap ? 2 * calllog.cap : 4096;
+			struct calllog_entry *e = realloc(calllog.e, cap * sizeof *e);
+			if (e != NULL) {
+				calllog.e = e;
+				calllog.cap = cap;
+			}
+		}
+		if (calllog.n < calllog.cap) calllog.e[calllog.n++] = calllog.cur;
+		calllog.cur.begin = 0;
+	}
 	pthread_mutex_unlock(&g.mu);
+}
+
+/* faasGpuShimCallLog starts logging every remoted call (path set: the log is written there when it stops) or
+ * stops and writes the log (path NULL) as tab-separated lines: begin_ns end_ns call record_bytes wait local_calls
+ * (CLOCK_MONOTONIC; local_calls is the shim's count of calls answered in the shim when the call began). It returns
+ * 0, or -1 if the log could not be written. For replay traces (test/bench/replay); not a CUDA entry point. */
+SHIM_EXPORT int faasGpuShimCallLog(const char *path) {
+	pthread_mutex_lock(&g.mu);
+	int r = 0;
+	if (path != NULL) {
+		snprintf(calllog.path, sizeof calllog.path, "%s", path);
+		calllog.n = 0;
+		calllog.cur.begin = 0;
+		__atomic_store_n(&calllog.on, 1, __ATOMIC_RELAXED);
+	} else if (calllog.on) {
+		__atomic_store_n(&calllog.on, 0, __ATOMIC_RELAXED);
+		FILE *f = fopen(calllog.path, "w");
+		if (f == NULL) {
+			r = -1;
+		} else {
+			fprintf(f, "# begin_ns\tend_ns\tcall\trecord_bytes\twait\tlocal_calls\n");
+			for (size_t i = 0; i < calllog.n; i++) {
+				const struct calllog_entry *e = &calllog.e[i];
+				fprintf(f, "%llu\t%llu\t%s\t%u\t%u\t%llu\n", (unsigned long long)e->begin,
+					(unsigned long long)e->end, shim_call_name(e->id), e->size, e->wait,
+					(unsigned long long)e->local);
+			}
+			if (fclose(f) != 0) r = -1;
+		}
+		calllog.n = 0;
+	}
+	pthread_mutex_unlock(&g.mu);
+	return r;
 }

@@ -75,7 +75,8 @@ func torchBasics(t *testing.T, n *node, env string, extra []string) {
 // TestTorchDryForward runs complete ResNet-152 and BERT-base forward passes at batch 1 and 8 (random weights,
 // fixed seed) through the shim, the simulated node accepting PyTorch's, cuBLAS's and cuDNN's kernels without
 // running them (--sim-kernels=dry). It fails on any unsupported call or unknown slot and reports the remoted
-// calls of one forward pass by kind.
+// calls of one forward pass by kind. With FAAS_GPU_CALLLOG_DIR set, the shim's call log of each measured pass
+// is written there (the call streams of test/bench/replay's traces: `make replay-calllog`).
 func TestTorchDryForward(t *testing.T) {
 	env := requireTier(t)
 	n := startNode(t, sim.KernelsDry)
@@ -91,7 +92,11 @@ func TestTorchDryForward(t *testing.T) {
 				stats
 				Shape []int
 			}
-			n.python(t, env, nil, "forward.py", &r, model.name)
+			args := []string{model.name}
+			if dir := os.Getenv("FAAS_GPU_CALLLOG_DIR"); dir != "" {
+				args = append(args, dir)
+			}
+			n.python(t, env, nil, "forward.py", &r, args...)
 			for _, b := range []string{"b1", "b8"} {
 				p := r[b]
 				t.Logf("%s %s: one forward pass: %v", model.name, b, p.stats)

@@ -223,6 +223,18 @@ func (b *Backend) waitUntil(ctx context.Context, at time.Time) error {
 		func() error { return sleepPrecisely(ctx, at) })
 }
 
+// ComputeEnd is when the work queued so far on GPU gpu's compute engine ends in modelled time (the timed mode; the
+// zero time before any): benchmarks read how late a synchronize returned after the GPU finished.
+func (b *Backend) ComputeEnd(gpu int) time.Time {
+	if gpu < 0 || gpu >= len(b.engines) {
+		return time.Time{}
+	}
+	e := &b.engines[gpu]
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.free
+}
+
 // Node returns the modelled node.
 func (b *Backend) Node() topology.Node { return b.node.Clone() }
 
