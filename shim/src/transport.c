@@ -2,10 +2,12 @@
  * transport.c: the client side of the remoting transport (DESIGN.md decision 5).
  *
  * A Unix stream socket carries the hello (with the shared memory's memfd as SCM_RIGHTS) and one-byte doorbells.
- * The shared memory holds a control block, a request ring of call records, and a response area. Async records are
- * batched: they are published (the tail pointer moved) when a sync call is made, when the batch is full, or when the
- * ring needs room. Both sides spin briefly before sleeping on the socket; a side that sleeps sets its waiting flag
- * and the other side rings the doorbell (Dekker-style: store, full fence, load).
+ * The shared memory holds a control block, a request ring of call records, and a response area. Every record is
+ * published (the tail pointer moved) as soon as it is written, so that the server works while the client goes on
+ * issuing: a GPU idle while the client issues is latency lost (DESIGN.md decision 5). What is batched is the
+ * doorbells: the client rings only when the server sleeps. Both sides spin briefly before sleeping on the socket; a
+ * side that sleeps sets its waiting flag and the other side rings the doorbell (Dekker-style: store, full fence,
+ * load).
  */
 #define _GNU_SOURCE
 #include <errno.h>
@@ -35,10 +37,6 @@
 #define F_SEAL_GROW 0x0004
 #endif
 
-/* Records per batch and bytes per batch before an async record is published anyway. */
-#define BATCH_RECORDS 1024
-#define BATCH_BYTES (256u << 10)
-
 static struct {
 	pthread_mutex_t init_mu; /* guards connecting */
 	pthread_mutex_t mu;      /* guards the ring: held from shim_call_begin to shim_call_done */
@@ -53,9 +51,7 @@ static struct {
 	uint64_t resp_size;
 	uint64_t tail;      /* bytes written */
 	uint64_t published; /* bytes published */
-	unsigned batched;   /* records written since the last publish */
 	uint64_t seq;
-	int batch;          /* FAAS_GPU_REMOTING_BATCH (default 1) */
 	int sync_all;       /* FAAS_GPU_REMOTING_SYNC (default 0) */
 	long spin_ns;       /* FAAS_GPU_REMOTING_SPIN_US (default 50) */
 	int debug;          /* FAAS_GPU_SHIM_DEBUG */
@@ -174,7 +170,6 @@ static void reset_after_fork(void) {
 	g.fd = -1;
 	g.state = 0;
 	g.tail = g.published = 0;
-	g.batched = 0;
 	pthread_mutex_init(&g.mu, NULL);
 	pthread_mutex_init(&g.init_mu, NULL);
 }
@@ -185,7 +180,6 @@ static int connect_locked(void) {
 		pthread_atfork(NULL, NULL, reset_after_fork);
 		atfork = 1;
 	}
-	g.batch = env_long("FAAS_GPU_REMOTING_BATCH", 1) != 0;
 	g.sync_all = env_long("FAAS_GPU_REMOTING_SYNC", 0) != 0;
 	g.spin_ns = env_long("FAAS_GPU_REMOTING_SPIN_US", 50) * 1000;
 	long ring_mb = env_long("FAAS_GPU_REMOTING_RING_MB", 8);
@@ -331,8 +325,8 @@ static int connect_locked(void) {
 	g.fd = fd;
 	g.state = 1;
 	if (shim_debug())
-		shim_log("connected to %s as function %s (%s, %llu bytes, batch %d, sync %d)", path, function,
-			 g.dev.name, (unsigned long long)g.dev.total_mem, g.batch, g.sync_all);
+		shim_log("connected to %s as function %s (%s, %llu bytes, sync %d)", path, function, g.dev.name,
+			 (unsigned long long)g.dev.total_mem, g.sync_all);
 	return CUDA_SUCCESS;
 }
 
@@ -361,10 +355,10 @@ static void doorbell(void) {
 	(void)n; /* a full socket buffer already holds a doorbell */
 }
 
+/* publish moves the tail over what was written and wakes the server if it sleeps. */
 static void publish(void) {
 	__atomic_store_n(CTL(SHIM_CTL_REQ_TAIL, uint64_t), g.tail, __ATOMIC_RELEASE);
 	g.published = g.tail;
-	g.batched = 0;
 	__atomic_thread_fence(__ATOMIC_SEQ_CST);
 	if (__atomic_load_n(CTL(SHIM_CTL_SERVER_WAITING, uint32_t), __ATOMIC_ACQUIRE)) doorbell();
 }
@@ -468,12 +462,8 @@ void shim_put_bytes(struct shim_call *c, const void *p, uint64_t n) {
 
 int shim_call_end(struct shim_call *c) {
 	g.tail += c->size;
-	g.batched++;
-	if (!c->wait) {
-		if (!g.batch || g.batched >= BATCH_RECORDS || g.tail - g.published >= BATCH_BYTES) publish();
-		return 0;
-	}
 	publish();
+	if (!c->wait) return 0;
 	uint64_t *resp_seq = CTL(SHIM_CTL_RESP_SEQ, uint64_t);
 	uint32_t *waiting = CTL(SHIM_CTL_CLIENT_WAITING, uint32_t);
 	uint64_t start = 0;

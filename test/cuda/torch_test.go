@@ -92,6 +92,7 @@ func TestTorchDryForward(t *testing.T) {
 				stats
 				Shape []int
 			}
+			before := n.srv.Stats()
 			args := []string{model.name}
 			if dir := os.Getenv("FAAS_GPU_CALLLOG_DIR"); dir != "" {
 				args = append(args, dir)
@@ -121,16 +122,25 @@ func TestTorchDryForward(t *testing.T) {
 			if tot := r["total"]; tot.Unsupported != 0 || tot.UnknownSlots != 0 {
 				t.Errorf("%s: %+v over the whole run", model.name, tot.stats)
 			}
+			// Most of the work reaches the server while Python goes on issuing: async records published only
+			// with the synchronize after them (held back until the client waited) must be the exception.
+			late := n.srv.Stats().LateRecords - before.LateRecords
+			t.Logf("%s: %d of the run's %d async records reached the server only with the synchronize after them",
+				model.name, late, r["total"].Async)
+			if uint64(late)*2 > r["total"].Async {
+				t.Errorf("%s: %d of %d async records waited for the client's synchronize", model.name, late,
+					r["total"].Async)
+			}
 		})
 	}
 	if n.dev.DryLaunches() == 0 {
 		t.Error("no launch reached the simulated device")
 	}
-	// How often the server's session went to sleep between the client's records (each sleep costs a doorbell and
-	// a wake-up): a figure for the remoting latency, not a pass/fail criterion.
+	// How often the server's session went to sleep between the client's records (each sleep costs a doorbell and a
+	// wake-up): a figure for the remoting latency, not a pass/fail criterion.
 	st := n.srv.Stats()
-	t.Logf("remoting server: %d records executed, %d sleeps on the socket (%.2f per record)", st.Records, st.Sleeps,
-		float64(st.Sleeps)/float64(max(st.Records, 1)))
+	t.Logf("remoting server: %d records executed, %d late, %d sleeps on the socket (%.2f per record)", st.Records,
+		st.LateRecords, st.Sleeps, float64(st.Sleeps)/float64(max(st.Records, 1)))
 }
 
 // asyncEntryPoints are the entry points the shim sends as fire-and-forget records.
