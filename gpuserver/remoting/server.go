@@ -303,8 +303,11 @@ type Stats struct {
 	SessionPanics int64
 	Refused       map[string]int64
 	// Records is the number of call records executed; Sleeps the number of times a session slept on its socket
-	// after spinning (see Config.Spin).
-	Records, Sleeps int64
+	// after spinning (see Config.Spin); LateRecords the asynchronous records that reached their session together
+	// with the synchronous call after them (held back until the client waited).
+	Records, Sleeps, LateRecords int64
+	// RecordTime is the time sessions spent executing asynchronous records.
+	RecordTime time.Duration
 	// HandedOff counts the sessions handed to another process (Config.HandOff).
 	HandedOff int64
 }
