@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/openfaas/faas-provider/types"
 
@@ -122,6 +123,55 @@ func (c *readmeCLI) run(line string) string {
 	return out
 }
 
+// deploy is `faas-cli deploy --name NAME --image IMAGE [--env K=V]`.
+func (c *readmeCLI) deploy(name, image, env string) {
+	c.t.Helper()
+	if c.real() {
+		line := "faas-cli deploy --name " + name + " --image " + image
+		if env != "" {
+			line += " --env " + env
+		}
+		c.run(line)
+		return
+	}
+	fd := types.FunctionDeployment{Service: name, Image: image, EnvVars: map[string]string{}}
+	if k, v, ok := strings.Cut(env, "="); ok {
+		fd.EnvVars[k] = v
+	}
+	deploy(c.t, c.in, fd)
+}
+
+// invoke is `echo -n BODY | faas-cli invoke NAME`; it fails unless the function answers 200.
+func (c *readmeCLI) invoke(name, body string) string {
+	c.t.Helper()
+	if c.real() {
+		return c.run("printf %s '" + body + "' | faas-cli invoke " + name)
+	}
+	r := call(c.t, http.MethodPost, c.in.url+"/function/"+name, body, nil)
+	if r.code != http.StatusOK {
+		c.t.Fatalf("invoke %s: %d %s", name, r.code, r.body)
+	}
+	return r.body
+}
+
+// describe is `faas-cli describe NAME` (without faas-cli: the status as JSON).
+func (c *readmeCLI) describe(name string) string {
+	c.t.Helper()
+	if c.real() {
+		return c.run("faas-cli describe " + name)
+	}
+	return c.in.system(c.t, http.MethodGet, "/system/function/"+name, nil).body
+}
+
+// list is `faas-cli list --json` (the annotations are in the JSON only).
+func (c *readmeCLI) list() string {
+	c.t.Helper()
+	if c.real() {
+		return c.run("faas-cli list --json")
+	}
+	return c.in.system(c.t, http.MethodGet, "/system/functions", nil).body
+}
+
 // TestReadmePyTorchFlowOnTheDefaultNode runs the README's PyTorch flow as a newcomer types it, on the defaults:
 // `faas-gpu up --sim-kernels=dry` (no -gpus: on a machine without a GPU the simulated default node, which must be
 // one the pinned CUDA 13 stack supports), `faas-cli login`, `faas-cli deploy -f stack.yml` (every function of
@@ -203,21 +253,78 @@ func TestReadmePyTorchFlowOnTheDefaultNode(t *testing.T) {
 }
 
 // TestFaasCLIAgainstUp drives `faas-gpu up` with the real faas-cli where one is found (else the requests it sends):
-// `faas-cli version` shows the gateway and the provider parts, and `faas-cli version --json` decodes (up answers
-// /system/info in the gateway's shape).
+// a failed update shows in `faas-cli describe` and the list while the previous definition answers, and a fix rolls
+// forward; `faas-cli version` shows the gateway and the provider parts, and `faas-cli version --json` decodes (up
+// answers /system/info in the gateway's shape).
 func TestFaasCLIAgainstUp(t *testing.T) {
 	if testing.Short() {
 		t.Skip("end-to-end: runs faas-gpu up")
 	}
 	stateDir := filepath.Join(t.TempDir(), "state")
 	in := startUp(t, stateDir)
-	cli := newReadmeCLI(t, t.TempDir(), in)
-	if cli.real() {
-		cli.run("cat " + filepath.Join(stateDir, "secrets", "basic-auth-password") +
-			" | faas-cli login --gateway http://127.0.0.1:8080 --username admin --password-stdin")
+	login := func(t *testing.T) *readmeCLI {
+		cli := newReadmeCLI(t, t.TempDir(), in)
+		if cli.real() {
+			cli.run("cat " + filepath.Join(stateDir, "secrets", "basic-auth-password") +
+				" | faas-cli login --gateway http://127.0.0.1:8080 --username admin --password-stdin")
+		}
+		return cli
+	}
+	// Build contexts of echo and of a handler that fails at import, as a newcomer's typo would.
+	broken := filepath.Join(t.TempDir(), "broken")
+	if err := os.MkdirAll(broken, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(broken, "handler.py"), []byte("import no_such_module\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for name, handler := range map[string]string{"broken": broken, "echo": filepath.Join(repoRoot(t), "functions", "echo")} {
+		if err := shrinkwrap.Assemble(filepath.Join(repoRoot(t), "template", "gpu-python"), handler,
+			filepath.Join(stateDir, "..", "build", name)); err != nil {
+			t.Fatal(err)
+		}
 	}
 
+	t.Run("failed update", func(t *testing.T) {
+		cli := login(t)
+		cli.deploy("greeter", "echo:latest", "")
+		if got := cli.invoke("greeter", "hello"); got != "hello" {
+			t.Fatalf("greeter: %q", got)
+		}
+		cli.deploy("greeter", "broken:latest", "")
+		var text string
+		eventually(t, 60*time.Second, "describe to show the failed update", func() error {
+			if text = cli.describe("greeter"); !strings.Contains(text, "update not ready") {
+				return fmt.Errorf("%s", text)
+			}
+			return nil
+		})
+		for _, want := range []string{"image broken:latest", "No module named 'no_such_module'",
+			"previous definition (image echo:latest) keeps serving"} {
+			if !strings.Contains(text, want) {
+				t.Errorf("describe during a failed update lacks %q:\n%s", want, text)
+			}
+		}
+		if !strings.Contains(cli.list(), "update not ready") {
+			t.Errorf("the list (JSON) does not show the failed update")
+		}
+		if got := cli.invoke("greeter", "still here"); got != "still here" {
+			t.Fatalf("during the failed update: %q, want the previous definition answering", got)
+		}
+		cli.deploy("greeter", "echo:latest", "FIXED=1") // a fix rolls forward
+		eventually(t, 60*time.Second, "the fix to roll forward", func() error {
+			if text = cli.describe("greeter"); strings.Contains(text, "faas-gpu/status") || !strings.Contains(text, "FIXED") {
+				return fmt.Errorf("%s", text)
+			}
+			return nil
+		})
+		if got := cli.invoke("greeter", "fixed"); got != "fixed" {
+			t.Fatalf("after the fix: %q", got)
+		}
+	})
+
 	t.Run("version", func(t *testing.T) {
+		cli := login(t)
 		var v struct {
 			Gateway struct {
 				URI, Version, SHA string
