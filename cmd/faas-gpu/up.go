@@ -281,7 +281,7 @@ func (u *up) start(ctx context.Context, cfg upConfig, stateDir, nodeName string,
 	fnSource := queueFunctions(backend)
 	mux := http.NewServeMux()
 	mux.Handle("/async-function/", handlers.LimitBodyTime(handlers.BodyTimeouts{Idle: 30 * time.Second, Total: proxyTimeout},
-		queueFrontDoor(js, fnSource, u.log)))
+		checkCallbackHeader(queueFrontDoor(js, fnSource, u.log))))
 	mux.Handle("/metrics", promhttp.HandlerFor(prometheus.Gatherers{metrics, gs.Metrics()}, promhttp.HandlerOpts{}))
 	mux.Handle("GET /system/info", gatewayInfoHandler(info, creds)) // up is the gateway: the gateway's shape
 	mux.Handle("/", providerHandler)

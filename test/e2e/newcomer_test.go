@@ -3,7 +3,9 @@ package e2e
 import (
 	"encoding/json"
 	"fmt"
+	"io"
 	"net/http"
+	"net/http/httptest"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -320,6 +322,79 @@ func TestFaasCLIAgainstUp(t *testing.T) {
 		})
 		if got := cli.invoke("greeter", "fixed"); got != "fixed" {
 			t.Fatalf("after the fix: %q", got)
+		}
+	})
+
+	t.Run("limits", func(t *testing.T) {
+		cli := login(t)
+		stack := "version: 1.0\nprovider:\n  name: openfaas\nfunctions:\n  greedy:\n    image: echo:latest\n" +
+			"    limits:\n      memory: lots\n"
+		if err := os.WriteFile(filepath.Join(cli.dir, "stack.yml"), []byte(stack), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		var out string
+		if cli.real() {
+			var err error
+			if out, err = shell(t, cli.dir, cli.env, "faas-cli deploy -f stack.yml"); err == nil {
+				t.Fatalf("faas-cli deploy with limits.memory: lots succeeded:\n%s", out)
+			}
+		} else {
+			r := in.system(t, http.MethodPost, "/system/functions", types.FunctionDeployment{Service: "greedy",
+				Image: "echo:latest", Limits: &types.FunctionResources{Memory: "lots"}})
+			out = fmt.Sprintf("%d %s", r.code, r.body)
+		}
+		if !strings.Contains(out, "400") || !strings.Contains(out, `limits.memory: "lots" is not a quantity`) {
+			t.Fatalf("deploy with limits.memory: lots: want 400 naming the field:\n%s", out)
+		}
+	})
+
+	t.Run("async with a callback", func(t *testing.T) {
+		cli := login(t)
+		cli.deploy("echo", "echo:latest", "")
+		type callback struct {
+			status, body string
+		}
+		got := make(chan callback, 4)
+		cb := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			body, _ := io.ReadAll(r.Body)
+			got <- callback{r.Header.Get("X-Function-Status"), string(body)}
+		}))
+		defer cb.Close()
+		// As the README shows it.
+		line := "echo later | faas-cli invoke --async echo -H 'X-Callback-Url: " + cb.URL + "/'"
+		if cli.real() {
+			cli.run(line)
+		} else {
+			r := call(t, http.MethodPost, in.url+"/async-function/echo.openfaas-fn", "later\n",
+				map[string]string{"X-Callback-Url": cb.URL + "/"})
+			if r.code != http.StatusAccepted {
+				t.Fatalf("%s: %d %s", line, r.code, r.body)
+			}
+		}
+		select {
+		case c := <-got:
+			if c.status != "200" || c.body != "later\n" {
+				t.Fatalf("callback: %+v", c)
+			}
+		case <-time.After(60 * time.Second):
+			t.Fatal("no callback within 60s")
+		}
+		// The natural mistake: faas-cli refuses it with a clear error (it never reaches the server); a misspelt
+		// header name that does reach the front door is refused naming it.
+		if cli.real() {
+			out, err := shell(t, cli.dir, cli.env, "echo later | faas-cli invoke --async echo -H X-Callback-Url="+cb.URL+"/")
+			if err == nil || !strings.Contains(out, "invalid header field name") {
+				t.Errorf("faas-cli -H X-Callback-Url=URL: %v\n%s", err, out)
+			}
+		}
+		r := call(t, http.MethodPost, in.url+"/async-function/echo", "later", map[string]string{"X-Callback": cb.URL})
+		if r.code != http.StatusBadRequest || !strings.Contains(r.body, "header X-Callback: the callback URL goes in X-Callback-Url") {
+			t.Errorf("a misspelt callback header: %d %s, want 400 naming it", r.code, r.body)
+		}
+		select {
+		case c := <-got:
+			t.Errorf("a refused call called back: %+v", c)
+		default:
 		}
 	})
 
