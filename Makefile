@@ -87,6 +87,7 @@ functions:
 .PHONY: test-cuda
 test-cuda: build
 	@dir=$$(test/pyenv/pyenv.sh) && echo "test-cuda: pinned Python environment $$dir"
+	@dir=$$(test/pyenv/pyenv.sh openai) && echo "test-cuda: pinned OpenAI client environment $$dir"
 	FAAS_GPU_TEST_PYENV=1 $(GO) test -count=1 -timeout 60m -v \
 	  $$(grep -rl --include='*_test.go' 'faas-gpu/test/pyenv"' . | xargs -n1 dirname | sort -u)
 
