@@ -177,7 +177,8 @@ func runUp(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 			KeyFile:       filepath.Join(stateDir, "gpuserver.key"),
 			RepositoryDir: repositoryDir(stateDir, gpus.Device != nil), // kept across restarts of up
 			Device:        gpus.Device, DeviceReserveBytes: gpus.Reserve, SimKernels: simKernels,
-			Logger: log.With("component", "gpuserver")})
+			MeteringFile: filepath.Join(stateDir, "metering.json"), // the bill, kept across restarts of up
+			Logger:       log.With("component", "gpuserver")})
 	})
 	if err == nil {
 		select {
