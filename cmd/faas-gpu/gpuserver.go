@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"path/filepath"
 	"time"
 
 	"github.com/faas-gpu/faas-gpu/gpuserver/server"
@@ -24,6 +25,7 @@ type gpuserverConfig struct {
 	policy    string
 	logLevel  string
 	kernels   string // --sim-kernels
+	metering  string
 }
 
 func (c *gpuserverConfig) register(fs *flag.FlagSet) {
@@ -42,6 +44,9 @@ func (c *gpuserverConfig) register(fs *flag.FlagSet) {
 	fs.StringVar(&c.policy, "policy", "faas-gpu", policyUsage)
 	fs.StringVar(&c.logLevel, "log-level", "info", "debug, info, warn or error")
 	fs.StringVar(&c.kernels, "sim-kernels", "reference", simKernelsUsage)
+	fs.StringVar(&c.metering, "metering-file", "",
+		"the functions' bill, kept across restarts (default: metering.json in -repository-dir: on a tmpfs it "+
+			"survives restarts of the gpuserver, not of the machine; name a file on disk for that)")
 }
 
 func runGPUServer(ctx context.Context, args []string, stdout, stderr io.Writer) error {
@@ -73,10 +78,13 @@ func runGPUServer(ctx context.Context, args []string, stdout, stderr io.Writer) 
 		return err
 	}
 	node := gpus.Node
+	if cfg.metering == "" {
+		cfg.metering = filepath.Join(cfg.repoDir, "metering.json")
+	}
 	srv, err := server.Start(ctx, server.Config{Socket: cfg.socket, Listen: cfg.listen, Node: node,
 		Policy: cfg.policy, RemotingSocket: cfg.remoting, KeyFile: cfg.keyFile, RepositoryDir: cfg.repoDir,
 		Device: gpus.Device, DeviceReserveBytes: gpus.Reserve, SocketGroup: cfg.group, Logger: log,
-		SimKernels: simKernels})
+		SimKernels: simKernels, MeteringFile: cfg.metering})
 	if err != nil {
 		return err
 	}

@@ -198,7 +198,8 @@ func runUp(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 			KeyFile:       filepath.Join(stateDir, "gpuserver.key"),
 			RepositoryDir: repositoryDir(stateDir, gpus.Device != nil), // kept across restarts of up
 			Device:        gpus.Device, DeviceReserveBytes: gpus.Reserve, SimKernels: simKernels,
-			Logger: log.With("component", "gpuserver")})
+			MeteringFile: filepath.Join(stateDir, "metering.json"), // the bill, kept across restarts of up
+			Logger:       log.With("component", "gpuserver")})
 	})
 	if err == nil {
 		select {
@@ -303,7 +304,7 @@ func (u *up) start(ctx context.Context, cfg upConfig, stateDir, nodeName string,
 	fnSource := queueFunctions(backend)
 	mux := http.NewServeMux()
 	mux.Handle("/async-function/", handlers.LimitBodyTime(handlers.BodyTimeouts{Idle: 30 * time.Second, Total: proxyTimeout},
-		queueFrontDoor(js, fnSource, u.log)))
+		checkCallbackHeader(queueFrontDoor(js, fnSource, u.log))))
 	mux.Handle("/metrics", promhttp.HandlerFor(prometheus.Gatherers{metrics, gs.Metrics()}, promhttp.HandlerOpts{}))
 	mux.Handle("GET /system/info", gatewayInfoHandler(info, creds)) // up is the gateway: the gateway's shape
 	mux.Handle("/", providerHandler)

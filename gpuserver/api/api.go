@@ -14,7 +14,7 @@
 //   - POST /v1/bindings/{id}/release: the token of the function the binding belongs to (or the administrator's).
 //     A binding of another function answers 404, as an unknown one does.
 //
-// GET /v1/pool, /metrics and /healthz are read-only and open to whoever can reach the socket (whose file mode
+// GET /v1/pool, /v1/usage (the functions' bill), /metrics and /healthz are read-only and open to whoever can reach the socket (whose file mode
 // keeps other users out). A missing credential answers 401, a credential that does not allow the call 403.
 //
 // # Leases (issue 11 item 6)
@@ -126,6 +126,7 @@ type Server struct {
 	router      chi.Router
 	auth        Authenticator
 	maxAcquires int
+	usage       UsageSource // nil: no /v1/usage
 
 	mu       sync.Mutex
 	leases   map[string]*lease    // by public binding id
@@ -172,6 +173,9 @@ func New(p pool.Pool, reg prometheus.Registerer, gather prometheus.Gatherer, log
 	r.Post("/v1/functions/{name}/acquire", s.acquire)
 	r.Post("/v1/bindings/{id}/release", s.release)
 	r.Get("/v1/pool", s.status)
+	if s.usage != nil {
+		r.Get("/v1/usage", s.serveUsage)
+	}
 	r.Get("/healthz", func(w http.ResponseWriter, _ *http.Request) { w.WriteHeader(http.StatusOK) })
 	r.Handle("/metrics", promhttp.HandlerFor(gather, promhttp.HandlerOpts{}))
 	s.router = r
