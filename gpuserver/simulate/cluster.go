@@ -177,6 +177,11 @@ func RunCluster(cfg ClusterConfig) (ClusterResult, error) {
 	view := residency{nodes: byRouter}
 	e.rejected = func(ri *reqInfo) {
 		delete(e.reqs, ri.id)
+		if ri.node >= 0 && !native { // dropped by a node's overload control while it waited there
+			cn := nodes[ri.node]
+			_ = rt.Finished(cn.rt)
+			noteRemoved(rt, cn, e.now)
+		}
 		res.Rejected++
 		perFn[ri.fn][0]++
 		if auto != nil {
