@@ -34,8 +34,8 @@ type Config struct {
 	Minutes int
 	// StartMinute is the trace's minute the replay starts at (0: its first), e.g. 60 for its second hour.
 	StartMinute int
-	Policy  controller.Policy
-	Seed    uint64
+	Policy      controller.Policy
+	Seed        uint64
 	// DefaultSLO applies to models whose profile gives none; DefaultSLO 0 means 100 ms.
 	DefaultSLO time.Duration
 	// MemoryFactor: a function's GPU memory quota is its weights times this (activations and workspace); 0 means
