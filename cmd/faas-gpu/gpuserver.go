@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"time"
 
+	"github.com/faas-gpu/faas-gpu/gpuserver/controller"
 	"github.com/faas-gpu/faas-gpu/gpuserver/server"
 )
 
@@ -22,6 +23,7 @@ type gpuserverConfig struct {
 	gpuMemory string
 	repoDir   string
 	policy    string
+	overload  string
 	logLevel  string
 	kernels   string // --sim-kernels
 }
@@ -40,6 +42,7 @@ func (c *gpuserverConfig) register(fs *flag.FlagSet) {
 	fs.StringVar(&c.repoDir, "repository-dir", "/dev/shm/faas-gpu",
 		"model images of the functions (shared-memory files kept across gpuserver restarts)")
 	fs.StringVar(&c.policy, "policy", "faas-gpu", policyUsage)
+	fs.StringVar(&c.overload, "overload", controller.OverloadAuto, overloadUsage)
 	fs.StringVar(&c.logLevel, "log-level", "info", "debug, info, warn or error")
 	fs.StringVar(&c.kernels, "sim-kernels", "reference", simKernelsUsage)
 }
@@ -58,6 +61,10 @@ func runGPUServer(ctx context.Context, args []string, stdout, stderr io.Writer) 
 	if err := checkPolicy(cfg.policy); err != nil {
 		return err
 	}
+	overload, err := parseOverload(cfg.overload)
+	if err != nil {
+		return err
+	}
 	if cfg.repoDir == "" {
 		return usageError{fmt.Errorf("-repository-dir: must not be empty")}
 	}
@@ -74,7 +81,7 @@ func runGPUServer(ctx context.Context, args []string, stdout, stderr io.Writer) 
 	}
 	node := gpus.Node
 	srv, err := server.Start(ctx, server.Config{Socket: cfg.socket, Listen: cfg.listen, Node: node,
-		Policy: cfg.policy, RemotingSocket: cfg.remoting, KeyFile: cfg.keyFile, RepositoryDir: cfg.repoDir,
+		Policy: cfg.policy, Overload: overload, RemotingSocket: cfg.remoting, KeyFile: cfg.keyFile, RepositoryDir: cfg.repoDir,
 		Device: gpus.Device, DeviceReserveBytes: gpus.Reserve, SocketGroup: cfg.group, Logger: log,
 		SimKernels: simKernels})
 	if err != nil {

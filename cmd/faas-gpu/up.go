@@ -23,6 +23,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/faas-gpu/faas-gpu/gpuserver/client"
+	"github.com/faas-gpu/faas-gpu/gpuserver/controller"
 	"github.com/faas-gpu/faas-gpu/gpuserver/server"
 	"github.com/faas-gpu/faas-gpu/provider/basicauth"
 	"github.com/faas-gpu/faas-gpu/provider/handlers"
@@ -47,6 +48,7 @@ type upConfig struct {
 	readyTimeout time.Duration
 	allowedHosts string
 	policy       string
+	overload     string
 	logLevel     string
 	envs         envFlags
 	queue        upQueueConfig
@@ -72,6 +74,7 @@ func (c *upConfig) register(fs *flag.FlagSet) {
 	fs.DurationVar(&c.readyTimeout, "ready-timeout", handlers.DefaultReadyTimeout,
 		"how long an invocation waits for a function that is starting (the first call after a deploy)")
 	fs.StringVar(&c.policy, "policy", "faas-gpu", policyUsage)
+	fs.StringVar(&c.overload, "overload", controller.OverloadAuto, overloadUsage)
 	fs.StringVar(&c.logLevel, "log-level", "info", "debug, info, warn or error")
 	c.envs.register(fs)
 	c.queue.register(fs)
@@ -80,6 +83,9 @@ func (c *upConfig) register(fs *flag.FlagSet) {
 
 func (c *upConfig) validate() error {
 	if err := checkPolicy(c.policy); err != nil {
+		return err
+	}
+	if _, err := parseOverload(c.overload); err != nil {
 		return err
 	}
 	if err := c.envs.validate(); err != nil {
@@ -170,10 +176,11 @@ func runUp(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	}
 	defer unlock()
 
+	overload, _ := controller.ParseOverload(cfg.overload) // validated above
 	u := &up{log: log, runErrs: make(chan error, 4)}
 	err = u.start(ctx, cfg, stateDir, node.Name, stdout, func(ctx context.Context) (*server.Server, error) {
 		return server.Start(ctx, server.Config{Socket: filepath.Join(stateDir, "gpuserver.sock"), Node: node,
-			Policy: cfg.policy, RemotingSocket: filepath.Join(stateDir, "remoting.sock"),
+			Policy: cfg.policy, Overload: overload, RemotingSocket: filepath.Join(stateDir, "remoting.sock"),
 			KeyFile:       filepath.Join(stateDir, "gpuserver.key"),
 			RepositoryDir: repositoryDir(stateDir, gpus.Device != nil), // kept across restarts of up
 			Device:        gpus.Device, DeviceReserveBytes: gpus.Reserve, SimKernels: simKernels,
