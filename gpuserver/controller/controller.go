@@ -79,6 +79,9 @@ type Function struct {
 	ModelBytes uint64
 	// ExecSeed seeds the execution-time predictor; 0 means 10 ms.
 	ExecSeed time.Duration
+	// Pin (static policy) lists the GPUs the function's model stays resident on (those with room); empty: the
+	// least used GPU with room.
+	Pin []int
 }
 
 // Eviction is one model dropped from one GPU.
@@ -306,6 +309,15 @@ func (c *Controller) Register(now time.Time, f Function) error {
 	switch {
 	case c.tr.place == placePinned:
 		c.pin(now, fs)
+	case c.tr.place == placeStatic:
+		for _, i := range fs.Pin {
+			if i >= 0 && i < len(c.gpus) && !c.gpus[i].unhealthy && c.gpus[i].capacity-c.gpus[i].used >= footprint {
+				c.addResident(fs, c.gpus[i], now)
+			}
+		}
+		if len(fs.replicas) == 0 {
+			c.pin(now, fs)
+		}
 	case c.cfg.Prewarm:
 		for _, g := range c.gpus {
 			if !g.unhealthy && g.capacity-g.used >= footprint {
@@ -316,7 +328,7 @@ func (c *Controller) Register(now time.Time, f Function) error {
 	return nil
 }
 
-// pin is native binding: first fit of fs onto the least-used healthy GPU that still has room.
+// pin is native binding: fs onto the GPU fs.Pin names, else the least-used healthy GPU that still has room.
 func (c *Controller) pin(now time.Time, fs *fnState) {
 	best := -1
 	for _, g := range c.gpus {
@@ -396,7 +408,7 @@ func (c *Controller) Submit(now time.Time, id uint64, function string) error {
 	if _, dup := c.reqs[id]; dup {
 		return fmt.Errorf("%w: %d", ErrDuplicate, id)
 	}
-	if c.tr.place == placePinned && fs.pinnedGPU < 0 {
+	if c.tr.place == placePinned && fs.pinnedGPU < 0 || c.tr.place == placeStatic && len(fs.replicas) == 0 {
 		c.counts.Rejected++
 		return fmt.Errorf("%w: %q has no GPU under native binding (memory is taken by earlier functions)",
 			pool.ErrTooLarge, function)

@@ -99,6 +99,8 @@ type engine struct {
 	tick      func()
 	tickEvery time.Duration
 	nextTick  time.Duration
+	// pin, when set, gives each function's controller.Function.Pin (static packing).
+	pin func(fn int) []int
 }
 
 func newEngine(cfg *Config, keep bool) (*engine, error) {
@@ -134,6 +136,9 @@ func (e *engine) addNode(register func(fn int) bool) (*simNode, error) {
 			FunctionSpec: pool.FunctionSpec{Name: fm.name, MemoryBytes: cfg.quota(m.WeightsBytes), SLO: fm.slo,
 				Percentile: m.Percentile},
 			ModelBytes: m.WeightsBytes, ExecSeed: cfg.exec(fm),
+		}
+		if e.pin != nil {
+			spec.Pin = e.pin(i)
 		}
 		if err := ctl.Register(at, spec); err != nil {
 			if !errors.Is(err, pool.ErrTooLarge) {
