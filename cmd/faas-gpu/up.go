@@ -23,6 +23,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/faas-gpu/faas-gpu/gpuserver/client"
+	"github.com/faas-gpu/faas-gpu/gpuserver/controller"
 	"github.com/faas-gpu/faas-gpu/gpuserver/server"
 	"github.com/faas-gpu/faas-gpu/provider/basicauth"
 	"github.com/faas-gpu/faas-gpu/provider/handlers"
@@ -48,6 +49,7 @@ type upConfig struct {
 	readyTimeout time.Duration
 	allowedHosts string
 	policy       string
+	overload     string
 	logLevel     string
 	envs         envFlags
 	queue        upQueueConfig
@@ -74,6 +76,7 @@ func (c *upConfig) register(fs *flag.FlagSet) {
 	fs.DurationVar(&c.readyTimeout, "ready-timeout", handlers.DefaultReadyTimeout,
 		"how long an invocation waits for a function that is starting (the first call after a deploy)")
 	fs.StringVar(&c.policy, "policy", "faas-gpu", policyUsage)
+	fs.StringVar(&c.overload, "overload", controller.OverloadAuto, overloadUsage)
 	fs.StringVar(&c.logLevel, "log-level", "info", "debug, info, warn or error")
 	c.envs.register(fs)
 	c.queue.register(fs)
@@ -83,6 +86,9 @@ func (c *upConfig) register(fs *flag.FlagSet) {
 
 func (c *upConfig) validate() error {
 	if err := checkPolicy(c.policy); err != nil {
+		return err
+	}
+	if _, err := parseOverload(c.overload); err != nil {
 		return err
 	}
 	if err := c.envs.validate(); err != nil {
@@ -191,10 +197,12 @@ func runUp(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		socketGroup = strconv.FormatUint(uint64(gid), 10)
 	}
 
+	overload, _ := controller.ParseOverload(cfg.overload) // validated above
 	u := &up{log: log, runErrs: make(chan error, 4), sandbox: sb}
 	err = u.start(ctx, cfg, stateDir, node.Name, stdout, func(ctx context.Context) (*server.Server, error) {
 		return server.Start(ctx, server.Config{Socket: filepath.Join(stateDir, "gpuserver.sock"), Node: node,
-			Policy: cfg.policy, RemotingSocket: filepath.Join(stateDir, "remoting.sock"), SocketGroup: socketGroup,
+			Policy: cfg.policy, Overload: overload, RemotingSocket: filepath.Join(stateDir, "remoting.sock"),
+			SocketGroup: socketGroup,
 			KeyFile:       filepath.Join(stateDir, "gpuserver.key"),
 			RepositoryDir: repositoryDir(stateDir, gpus.Device != nil), // kept across restarts of up
 			Device:        gpus.Device, DeviceReserveBytes: gpus.Reserve, SimKernels: simKernels,
