@@ -202,7 +202,7 @@ func runUp(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	err = u.start(ctx, cfg, stateDir, node.Name, stdout, func(ctx context.Context) (*server.Server, error) {
 		return server.Start(ctx, server.Config{Socket: filepath.Join(stateDir, "gpuserver.sock"), Node: node,
 			Policy: cfg.policy, Overload: overload, RemotingSocket: filepath.Join(stateDir, "remoting.sock"),
-			SocketGroup: socketGroup,
+			SocketGroup:   socketGroup,
 			KeyFile:       filepath.Join(stateDir, "gpuserver.key"),
 			RepositoryDir: repositoryDir(stateDir, gpus.Device != nil), // kept across restarts of up
 			Device:        gpus.Device, DeviceReserveBytes: gpus.Reserve, SimKernels: simKernels,
