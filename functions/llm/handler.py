@@ -16,8 +16,10 @@ stops on the host: after max_tokens, at <|endoftext|> or <|im_end|> (unless igno
 LLM_CUDA_GRAPHS=1 the decode step (embedding to argmax, the KV cache and positions at fixed addresses) is captured
 once with torch.cuda.graph and replayed; if capture fails, the function logs why and decodes eagerly.
 
-The KV cache is allocated by the first request, not at start, so it is scratch of the request, not part of the
-model image (see README.md beside this file: quota sizing).
+The KV cache is allocated by the first request, not at start, so it is scratch, not part of the model image; with
+com.openfaas.gpu.scratch: request (stack.yml) its memory is the request's: given back when the request ends and
+mapped again, zeroed, for the next, so every request writes what it reads (README.md beside this file: sizing the
+quota).
 
 Request (POST /v1/completions), OpenAI's fields:
   prompt            a string (or a list of one string, or a list of token ids); at most LLM_MAX_PROMPT_TOKENS tokens
@@ -208,6 +210,9 @@ class Decoder:
         """Runs the prompt, leaving its last token's logits in self.logits, the greedy choice in self.next and
         self.tok, and the next position in self.pos."""
         self._ensure_cache()
+        # Everything the request allocated may come back zeroed at the next (com.openfaas.gpu.scratch: request
+        # gives the scratch back between requests): the positions, the cache and its lengths are written afresh.
+        torch.arange(CONTEXT, out=self.positions)
         self.cache.reset()
         n = len(ids)
         x = torch.tensor([ids], dtype=torch.long, device=self.device)

@@ -64,6 +64,12 @@ func (b *Binding) Release() {
 		if b.f.users > 0 {
 			b.f.users--
 		}
+		if b.f.users == 0 && b.f.scratchPerRequest && b.f.active == b.gpu {
+			if err := b.n.dropScratchLocked(b.n.ctx, b.f); err != nil {
+				b.n.log.Warn("executor: dropping the scratch of a request", "function", b.function, "gpu", b.gpu,
+					"err", err)
+			}
+		}
 	})
 }
 

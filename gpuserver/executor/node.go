@@ -79,6 +79,8 @@ type Node struct {
 	fns     map[string]*function
 	plans   map[string]*restorePlan // images from before a restart whose function has not registered yet
 	images  ImageStats
+
+	scratchDropped uint64 // bytes of request scratch given back (scratch.go)
 }
 
 // Executor is one GPU's swap machinery.

@@ -29,6 +29,8 @@ type function struct {
 	lost     error                 // a fault destroyed its memory before it had an image (fault.go)
 	epoch    uint64                // counts the kernel faults that restored its memory (fault.go)
 	fault    error                 // the last such fault
+
+	scratchPerRequest bool // its scratch is dropped when its last binding ends (scratch.go)
 }
 
 // residency is a function's physical copy on one GPU.
