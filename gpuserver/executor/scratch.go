@@ -68,7 +68,7 @@ func (n *Node) dropScratchLocked(ctx context.Context, f *function) error {
 			}
 			delete(r.mapped, seg.ID)
 		}
-		if err := n.mem.Pool(gpu).Put(chunks); err != nil {
+		if err := n.putChunksLocked(gpu, chunks); err != nil {
 			return fmt.Errorf("function %s segment %d: %w", f.name, seg.ID, err)
 		}
 		delete(r.chunks, seg.ID)
