@@ -293,6 +293,11 @@ func (n *Node) writeImageLocked(ctx context.Context, f *function, what string) (
 		}
 	}
 	if err := s.Synchronize(ctx); err != nil {
+		// The image's host pages are the copies' destination: they stay mapped until the stream has passed the
+		// copies, even when ctx ended first (releasing them under a queued copy faults the whole process).
+		if ctx.Err() != nil {
+			_ = s.Synchronize(context.WithoutCancel(ctx))
+		}
 		return false, fmt.Errorf("%s %s: %w", what, f.name, err)
 	}
 	if err := im.Commit(); err != nil {

@@ -184,6 +184,9 @@ func (n *Node) faultLocked(f *function, gpu int, err error) error {
 		restored = append(restored, o.name)
 	}
 	n.execs[gpu].contextFaults++
+	if n.cfg.OnContextFault != nil {
+		n.cfg.OnContextFault(gpu, f.name, err)
+	}
 	n.log.Warn("kernel fault: the tenant's context on the gpu was torn down, its functions there are restored from "+
 		"their images; the gpu stays in service", "gpu", gpu, "tenant", f.tenant, "function", f.name,
 		"functions", restored, "err", err)
@@ -192,12 +195,29 @@ func (n *Node) faultLocked(f *function, gpu int, err error) error {
 
 // loseLocked records that f's copy was destroyed (by cause): a function still initialising has nothing to come
 // back from (no image; bytes written back before, if any, are older than what it wrote since), unless its image
-// from before a restart still matches everything it wrote.
+// from before a restart still matches everything it wrote, or it has no model block to lose.
 func (f *function) loseLocked(cause error) {
-	if f.captured || f.lost != nil || f.plan != nil && f.plan.stale == "" {
+	if f.captured || f.lost != nil || f.plan != nil && f.plan.stale == "" || len(modelSegments(f)) == 0 {
 		return
 	}
 	f.lost = cause
+}
+
+// Lose records that device state of function that no image holds was destroyed (cause), as the remoting server
+// finds when a module whose globals the function wrote is gone with its context: the function's work fails with
+// ErrBroken and ErrLost until it is reset (its processes end and start again).
+func (n *Node) Lose(name string, cause error) error {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	f, err := n.fn(name)
+	if err != nil {
+		return err
+	}
+	if f.lost == nil {
+		f.lost = cause
+		n.log.Warn("function state lost: its process must start again", "function", name, "err", cause)
+	}
+	return f.usableLocked()
 }
 
 // usableLocked refuses work of a function whose memory was destroyed before it had an image (ErrLost).

@@ -347,7 +347,12 @@ func (n *Node) completeLocked(ctx context.Context, f *function, gpu int, source 
 	if !f.captured {
 		// Restoring from the image during initialisation: wait here, so that the image is not held when the
 		// initialisation ends (a new capture replaces it).
-		n.finishLocked(job, done.Synchronize(ctx))
+		err := done.Synchronize(ctx)
+		if err != nil && ctx.Err() != nil {
+			// The copies read the image's host pages: they stay mapped until the copies have passed.
+			err = errors.Join(err, done.Synchronize(context.WithoutCancel(ctx)))
+		}
+		n.finishLocked(job, err)
 		return nil
 	}
 	n.bg.Add(1)

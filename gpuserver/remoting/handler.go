@@ -243,9 +243,10 @@ func (h *deviceHandler) moveTo(ctx context.Context, gpu int) Result {
 		return result(err)
 	}
 	if left && len(h.globals) > 0 {
-		// Module globals live on one GPU only: those written on the failed GPU are lost (DESIGN.md's trap).
-		h.log.Warn("remoting: module globals stay at their initial values: the gpu they were on failed",
-			"gpu", gpu, "failed_gpu", h.gpu, "globals", len(h.globals))
+		// Module globals live on one GPU only: those written on the failed GPU are lost (DESIGN.md's trap), and
+		// no image holds them; going on with their initial values would compute wrong answers.
+		return result(h.node.Lose(h.info.Function, fmt.Errorf("gpu %d failed holding the module globals the "+
+			"function uses (%d)", h.gpu, len(h.globals))))
 	}
 	if h.gpu >= 0 && h.gpu != gpu && !left {
 		if err := h.moveGlobals(ctx, h.gpu, gpu); err != nil {
@@ -633,8 +634,15 @@ func (h *deviceHandler) loadOn(m *module, gpu int) (device.Module, error) {
 	if err != nil {
 		return nil, err
 	}
-	if l, ok := m.loaded[gpu]; ok && l.ctx == dc {
+	l, ok := m.loaded[gpu]
+	if ok && l.ctx == dc {
 		return l.mod, nil
+	}
+	if ok && h.usesGlobals(m) {
+		// Its context was torn down by a fault, and with it the module's globals, which the function uses: a new
+		// load has their initial values, not what the function wrote, and no image holds those.
+		return nil, h.node.Lose(h.info.Function, fmt.Errorf("a fault on gpu %d tore down the module globals the "+
+			"function uses", gpu))
 	}
 	mod, err := dc.LoadModule(m.image) // first use on gpu, or its context was torn down by a fault
 	if err != nil {
@@ -642,6 +650,17 @@ func (h *deviceHandler) loadOn(m *module, gpu int) (device.Module, error) {
 	}
 	m.loaded[gpu] = loadedModule{ctx: dc, mod: mod}
 	return mod, nil
+}
+
+// usesGlobals reports whether the function asked for a global of m (cuModuleGetGlobal: the way host code reads
+// and writes one).
+func (h *deviceHandler) usesGlobals(m *module) bool {
+	for _, g := range h.globals {
+		if g.mod == m {
+			return true
+		}
+	}
+	return false
 }
 
 // unload unloads a module everywhere it is loaded in a live context (a context torn down took its modules along).

@@ -13,11 +13,12 @@ type metrics struct {
 	sessions     prometheus.Gauge
 	records      prometheus.Counter
 	sleeps       prometheus.Counter
+	handedOff    prometheus.Counter
 }
 
 // Reasons a connection is refused (the label of faas_gpu_remoting_refused_total).
 var refuseReasons = []string{"protocol", "version", "identity", "shared_memory", "sessions_per_function",
-	"pending_hellos", "internal"}
+	"pending_hellos", "internal", "handoff"}
 
 func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	m := &metrics{
@@ -47,12 +48,18 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 				"the client a doorbell and the session a wake-up. Many sleeps per request mean the client's calls " +
 				"arrive further apart than the spin time.",
 		}),
+		handedOff: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "faas_gpu_remoting_handed_off_total",
+			Help: "Remoting sessions whose hello the gpuserver checked and handed to their tenant's executor process " +
+				"(docs/tenants.md); their records are counted by the executors.",
+		}),
 	}
 	for _, r := range refuseReasons {
 		m.refused.WithLabelValues(r)
 	}
 	if reg != nil {
-		for _, c := range []prometheus.Collector{m.acceptErrors, m.panics, m.refused, m.sessions, m.records, m.sleeps} {
+		for _, c := range []prometheus.Collector{m.acceptErrors, m.panics, m.refused, m.sessions, m.records, m.sleeps,
+			m.handedOff} {
 			if err := reg.Register(c); err != nil {
 				return nil, err
 			}
@@ -76,7 +83,8 @@ func value(c prometheus.Collector) float64 {
 
 func (m *metrics) stats() Stats {
 	st := Stats{AcceptErrors: int64(value(m.acceptErrors)), SessionPanics: int64(value(m.panics)),
-		Refused: map[string]int64{}, Records: int64(value(m.records)), Sleeps: int64(value(m.sleeps))}
+		Refused: map[string]int64{}, Records: int64(value(m.records)), Sleeps: int64(value(m.sleeps)),
+		HandedOff: int64(value(m.handedOff))}
 	for _, r := range refuseReasons {
 		st.Refused[r] = int64(value(m.refused.WithLabelValues(r)))
 	}

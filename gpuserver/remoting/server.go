@@ -70,6 +70,9 @@ type Config struct {
 	HelloTimeout time.Duration
 	// Metrics, when set, receives the server's counters (faas_gpu_remoting_*).
 	Metrics prometheus.Registerer
+	// HandOff, when set, runs every session elsewhere once its hello passed (a tenant executor process); Device,
+	// Node and Binder are then not needed. See HandOff.
+	HandOff HandOff
 }
 
 // Limits of a server when its Config names none.
@@ -105,7 +108,7 @@ func NewServer(cfg Config) (*Server, error) {
 	if cfg.Functions == nil {
 		return nil, errors.New("remoting: Config.Functions is required")
 	}
-	if cfg.NewHandler == nil {
+	if cfg.NewHandler == nil && cfg.HandOff == nil {
 		switch {
 		case cfg.Device == nil:
 			return nil, errors.New("remoting: Config.Device is required")
@@ -234,6 +237,11 @@ func (s *Server) Serve(ctx context.Context, l net.Listener) error {
 // is logged with its stack and counted (faas_gpu_remoting_session_panics_total), the session's resources are
 // released by the deferred cleanups on the way out, and every other session goes on.
 func (s *Server) serveConnContained(ctx context.Context, c *net.UnixConn) {
+	s.contain(func() { s.serveConn(ctx, c) })
+}
+
+// contain runs a session; a panic in it ends that session only (see serveConnContained).
+func (s *Server) contain(run func()) {
 	defer func() {
 		if r := recover(); r != nil {
 			s.metrics.panics.Inc()
@@ -241,7 +249,7 @@ func (s *Server) serveConnContained(ctx context.Context, c *net.UnixConn) {
 				"stack", string(debug.Stack()))
 		}
 	}()
-	s.serveConn(ctx, c)
+	run()
 }
 
 // helloDone marks a connection's hello as checked (it no longer counts against MaxPendingHellos).
@@ -281,6 +289,8 @@ type Stats struct {
 	// Records is the number of call records executed; Sleeps the number of times a session slept on its socket
 	// after spinning (see Config.Spin).
 	Records, Sleeps int64
+	// HandedOff counts the sessions handed to another process (Config.HandOff).
+	HandedOff int64
 }
 
 // Stats returns the server's counters.

@@ -166,6 +166,14 @@ class GPUClient:
         except (ValueError, AttributeError):
             return raw.decode(errors="replace")
 
+    @staticmethod
+    def _restart(raw):
+        """Whether an error answer says that this process must start again (its GPU memory is gone)."""
+        try:
+            return json.loads(raw).get("restart") is True
+        except (ValueError, AttributeError):
+            return False
+
     def acquire(self):
         """Returns (binding, lease): the binding and the connection that holds it until release."""
         try:
@@ -200,8 +208,10 @@ class GPUClient:
             raise GPUError(503, "gpuserver at %s unreachable: %s" % (self.socket_path, e))
         if status != 200:
             conn.close()
+            # restart: the function's GPU memory was lost before its initialisation ended (a fault or a GPU
+            # failure); a new process initialises afresh.
             raise GPUError(status, "gpuserver refused to acquire a GPU for function %s (HTTP %d): %s"
-                           % (self.function, status, self._error_text(raw)))
+                           % (self.function, status, self._error_text(raw)), restart=self._restart(raw))
         try:
             binding = json.loads(raw)
         except ValueError:

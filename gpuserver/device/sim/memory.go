@@ -7,7 +7,8 @@ import (
 	"github.com/faas-gpu/faas-gpu/gpuserver/device"
 )
 
-// physical is simulated physical memory: host pages of the granularity, allocated on first touch.
+// physical is simulated physical memory: host pages of the granularity, allocated on first touch; or, once
+// shared with another process (share.go), one memfd mapping of the whole allocation.
 type physical struct {
 	b        *Backend
 	gpu      int
@@ -16,6 +17,7 @@ type physical struct {
 	pages    [][]byte
 	maps     int // live mappings; guarded by b.mu
 	released bool
+	shared   sharedPages // set once exported or imported (share.go)
 }
 
 func (p *physical) GPU() int     { return p.gpu }
@@ -32,16 +34,22 @@ func (p *physical) Release() error {
 		return fmt.Errorf("%w: physical memory still mapped", device.ErrInvalidValue)
 	}
 	p.released = true
-	p.b.used[p.gpu] -= p.size
+	if !p.shared.imported {
+		p.b.used[p.gpu] -= p.size
+	}
 	p.mu.Lock()
 	p.pages = nil
+	err := p.shared.release()
 	p.mu.Unlock()
-	return nil
+	return err
 }
 
 func (p *physical) page(i uint64) []byte {
 	p.mu.Lock()
 	defer p.mu.Unlock()
+	if p.shared.mem != nil {
+		return p.shared.mem[i*p.b.gran : (i+1)*p.b.gran]
+	}
 	if p.pages[i] == nil {
 		p.pages[i] = make([]byte, p.b.gran)
 	}
@@ -141,6 +149,8 @@ func (b *Backend) zeroDevice(w int, ptr device.Ptr, n uint64) error {
 		take := min(end-addr, b.gran-in)
 		m.phys.mu.Lock()
 		switch {
+		case m.phys.shared.mem != nil:
+			m.phys.shared.zero(idx*b.gran+in, take, b.gran)
 		case m.phys.pages == nil:
 		case in == 0 && take == b.gran:
 			m.phys.pages[idx] = nil
