@@ -149,6 +149,14 @@ bench-remoting: build
 	@mkdir -p docs/bench
 	$(GO) run ./gpuserver/remoting/cmd/remoting-bench -out docs/bench/remoting.md
 
+## bench-llm: the llm function through the shim on the simulated node (dry kernels; needs test/pyenv): TTFT warm
+## and cold from the host image, decode steps/s eagerly and with CUDA graphs, sharing one base between variants;
+## writes docs/bench/llm.md
+.PHONY: bench-llm
+bench-llm: build
+	@test/pyenv/pyenv.sh >/dev/null
+	$(GO) run ./test/llmbench -out docs/bench/llm.md
+
 ## bench-queue: queue worker benchmarks, writes docs/bench/queue.md
 bench-queue: build
 	@mkdir -p docs/bench

@@ -49,6 +49,7 @@ LLM_CUDA_GRAPHS (0), LLM_MODEL_NAME (faas-gpu-llm-0.5b), TORCH_DEVICE (cuda for 
 import json
 import math
 import os
+import sys
 import threading
 import time
 import uuid
@@ -201,10 +202,10 @@ class Decoder:
             for t, v in zip(state, saved):
                 t.copy_(v)
             self.graph = g
-            print("llm: decode step captured as a CUDA graph", flush=True)
+            print("llm: decode step captured as a CUDA graph", file=sys.stderr, flush=True)
         except Exception as e:  # noqa: BLE001 - any failure means: decode eagerly
             self.graph_error = "%s: %s" % (type(e).__name__, e)
-            print("llm: CUDA graph capture failed, decoding eagerly: %s" % self.graph_error, flush=True)
+            print("llm: CUDA graph capture failed, decoding eagerly: %s" % self.graph_error, file=sys.stderr, flush=True)
 
     def prefill(self, ids):
         """Runs the prompt, leaving its last token's logits in self.logits, the greedy choice in self.next and
@@ -228,7 +229,7 @@ class Decoder:
             self.tok.fill_(token)
         if self.device.type == "cuda" and GRAPHS and not self.graph_tried:
             self._capture()
-        if self.graph is not None:
+        if GRAPHS and self.graph is not None:
             self.graph.replay()
         else:
             self._step()
