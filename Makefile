@@ -162,6 +162,14 @@ replay-traces: build
 	FAAS_GPU_TEST_PYENV=1 FAAS_GPU_CALLLOG_DIR=$(CURDIR)/build/calllog $(GO) test -count=1 -run TestTorchDryForward ./test/cuda/
 	$(GO) run ./test/bench/replay/gentrace -calllogs build/calllog -out shim/testdata/trace
 
+## bench-llm: the llm function through the shim on the simulated node (dry kernels; needs test/pyenv): TTFT warm
+## and cold from the host image, decode steps/s eagerly and with CUDA graphs, sharing one base between variants;
+## writes docs/bench/llm.md
+.PHONY: bench-llm
+bench-llm: build
+	@test/pyenv/pyenv.sh >/dev/null
+	$(GO) run ./test/llmbench -out docs/bench/llm.md
+
 ## bench-queue: queue worker benchmarks, writes docs/bench/queue.md
 bench-queue: build
 	@mkdir -p docs/bench

@@ -17,6 +17,12 @@ const (
 	IsolationIsolated = "isolated"
 )
 
+// Scratch modes of a function (annotation com.openfaas.gpu.scratch, FunctionSpec.Scratch).
+const (
+	ScratchResident = "resident"
+	ScratchRequest  = "request"
+)
+
 // DefaultPercentile is the SLO percentile used when a function names none.
 const DefaultPercentile = 98.0
 
@@ -32,6 +38,10 @@ type FunctionSpec struct {
 	Percentile float64 `json:"percentile,omitempty"`
 	// Isolation is IsolationShared or IsolationIsolated (a GPU of its own while bound).
 	Isolation string `json:"isolation,omitempty"`
+	// Scratch is ScratchResident (the default, also ""): memory the function allocates after its
+	// initialisation stays with its copy until evicted; or ScratchRequest: it is its requests' (a KV cache),
+	// given back when the function's last request in flight ends and mapped again, zeroed, for the next.
+	Scratch string `json:"scratch,omitempty"`
 }
 
 // Binding is one request's hold on a GPU, from Acquire to Release.
@@ -291,6 +301,11 @@ func (s *FunctionSpec) Validate() error {
 	case IsolationShared, IsolationIsolated:
 	default:
 		return fmt.Errorf("%w: isolation must be shared or isolated", ErrInvalidSpec)
+	}
+	switch s.Scratch {
+	case "", ScratchResident, ScratchRequest:
+	default:
+		return fmt.Errorf("%w: scratch must be resident or request", ErrInvalidSpec)
 	}
 	return nil
 }

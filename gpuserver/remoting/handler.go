@@ -11,6 +11,7 @@ import (
 	"github.com/faas-gpu/faas-gpu/gpuserver/device"
 	"github.com/faas-gpu/faas-gpu/gpuserver/executor"
 	"github.com/faas-gpu/faas-gpu/gpuserver/memory"
+	"github.com/faas-gpu/faas-gpu/gpuserver/pool"
 )
 
 // deviceHandler executes one session's calls on the node's executors (package executor). It is used by the
@@ -110,6 +111,9 @@ func newDeviceHandler(ctx context.Context, cfg Config, info SessionInfo, log *sl
 		return nil, err
 	}
 	if err := cfg.Node.SetTenant(ctx, info.Function, info.Spec.Tenant()); err != nil { // its namespace, or itself
+		return nil, err
+	}
+	if err := cfg.Node.SetScratchPerRequest(info.Function, info.Spec.Scratch == pool.ScratchRequest); err != nil {
 		return nil, err
 	}
 	images := cfg.images

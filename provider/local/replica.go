@@ -356,6 +356,9 @@ func (b *Backend) gpuEnv(rec record) map[string]string {
 		"FAAS_GPU_SLO_PERCENTILE": strconv.FormatFloat(spec.Percentile, 'g', -1, 64),
 		"FAAS_GPU_ISOLATION":      spec.Isolation,
 	}
+	if spec.Scratch != "" {
+		m["FAAS_GPU_SCRATCH"] = spec.Scratch
+	}
 	if b.cfg.GPUEnv != nil {
 		for k, v := range b.cfg.GPUEnv(gpuName) {
 			m[k] = v

@@ -252,6 +252,9 @@ func (s *stream) Memset8(dst device.Ptr, v uint8, n uint64) error {
 			return s.b.memTime(n), s.b.zeroDevice(s.who, dst, n)
 		}
 		segs, err := s.b.resolve(s.who, dst, n)
+		if err == nil {
+			err = s.b.writable(s.who, dst, n)
+		}
 		if err != nil {
 			return 0, err
 		}
