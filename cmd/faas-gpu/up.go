@@ -23,6 +23,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/faas-gpu/faas-gpu/gpuserver/client"
+	"github.com/faas-gpu/faas-gpu/gpuserver/controller"
 	"github.com/faas-gpu/faas-gpu/gpuserver/server"
 	"github.com/faas-gpu/faas-gpu/provider/basicauth"
 	"github.com/faas-gpu/faas-gpu/provider/connlimit"
@@ -49,6 +50,7 @@ type upConfig struct {
 	readyTimeout time.Duration
 	allowedHosts string
 	policy       string
+	overload     string
 	logLevel     string
 	envs         envFlags
 	queue        upQueueConfig
@@ -68,7 +70,7 @@ func (c *upConfig) register(fs *flag.FlagSet) {
 			"when -host is a loopback address, any otherwise; * for any): a guard against DNS rebinding")
 	fs.IntVar(&c.port, "port", 8080, "port of the gateway surface (faas-provider routes and /async-function)")
 	fs.IntVar(&c.natsPort, "nats-port", -1, "port of the embedded NATS server; -1 picks a free one")
-	fs.StringVar(&c.gpus, "gpus", autoNode, "auto (discover; simulated v100x4 when none), a node preset (v100x4, a100x8, h100x8, h200x1) or a node file")
+	fs.StringVar(&c.gpus, "gpus", autoNode, "auto (discover; simulated "+fallbackNode+" when none), a node preset (v100x4, a100x8, h100x8, h200x1) or a node file")
 	fs.StringVar(&c.gpuMemory, "gpu-memory", "", "override every GPU's memory, e.g. 4Gi")
 	fs.IntVar(&c.maxInflight, "max-inflight", 0, "asynchronous calls run at once; 0 sizes it to the GPU pool")
 	fs.StringVar(&c.shimDir, "shim-dir", "", "folder holding the shim's libcuda.so.1 (default: shim/build beside bin/, else ./shim/build)")
@@ -76,6 +78,7 @@ func (c *upConfig) register(fs *flag.FlagSet) {
 	fs.DurationVar(&c.readyTimeout, "ready-timeout", handlers.DefaultReadyTimeout,
 		"how long an invocation waits for a function that is starting (the first call after a deploy)")
 	fs.StringVar(&c.policy, "policy", "faas-gpu", policyUsage)
+	fs.StringVar(&c.overload, "overload", controller.OverloadAuto, overloadUsage)
 	fs.StringVar(&c.logLevel, "log-level", "info", "debug, info, warn or error")
 	c.envs.register(fs)
 	c.queue.register(fs)
@@ -86,6 +89,9 @@ func (c *upConfig) register(fs *flag.FlagSet) {
 
 func (c *upConfig) validate() error {
 	if err := checkPolicy(c.policy); err != nil {
+		return err
+	}
+	if _, err := parseOverload(c.overload); err != nil {
 		return err
 	}
 	if err := c.envs.validate(); err != nil {
@@ -197,14 +203,17 @@ func runUp(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		socketGroup = strconv.FormatUint(uint64(gid), 10)
 	}
 
+	overload, _ := controller.ParseOverload(cfg.overload) // validated above
 	u := &up{log: log, runErrs: make(chan error, 4), sandbox: sb}
 	err = u.start(ctx, cfg, stateDir, node.Name, stdout, func(ctx context.Context) (*server.Server, error) {
 		return server.Start(ctx, server.Config{Socket: filepath.Join(stateDir, "gpuserver.sock"), Node: node,
-			Policy: cfg.policy, RemotingSocket: filepath.Join(stateDir, "remoting.sock"), SocketGroup: socketGroup,
+			Policy: cfg.policy, Overload: overload, RemotingSocket: filepath.Join(stateDir, "remoting.sock"),
+			SocketGroup:   socketGroup,
 			KeyFile:       filepath.Join(stateDir, "gpuserver.key"),
 			RepositoryDir: repositoryDir(stateDir, gpus.Device != nil), // kept across restarts of up
 			Device:        gpus.Device, DeviceReserveBytes: gpus.Reserve, SimKernels: simKernels,
-			Logger: log.With("component", "gpuserver")})
+			MeteringFile: filepath.Join(stateDir, "metering.json"), // the bill, kept across restarts of up
+			Logger:       log.With("component", "gpuserver")})
 	})
 	if err == nil {
 		select {
@@ -294,11 +303,12 @@ func (u *up) start(ctx context.Context, cfg upConfig, stateDir, nodeName string,
 	// The gateway's own metrics (provider, invocations, queue worker); /metrics serves them with the gpuserver's,
 	// which include the Go runtime and process metrics of this one process.
 	metrics := prometheus.NewRegistry()
+	info := types.ProviderInfo{Name: "faas-gpu", Orchestration: "local",
+		Version: &types.VersionInfo{Release: version, SHA: commit}}
 	providerHandler := handlers.New(handlers.Config{
 		Metrics: metrics,
 		Backend: backend, Secrets: backend, Logs: backend, GPU: gpuClient,
-		Info: types.ProviderInfo{Name: "faas-gpu", Orchestration: "local",
-			Version: &types.VersionInfo{Release: version, SHA: commit}},
+		Info:           info,
 		Auth:           creds,
 		ProxyTimeout:   proxyTimeout,
 		ReadyTimeout:   cfg.readyTimeout,
@@ -308,8 +318,9 @@ func (u *up) start(ctx context.Context, cfg upConfig, stateDir, nodeName string,
 	fnSource := queueFunctions(backend)
 	mux := http.NewServeMux()
 	mux.Handle("/async-function/", handlers.LimitBodyTime(handlers.BodyTimeouts{Idle: 30 * time.Second, Total: proxyTimeout},
-		queueFrontDoor(js, fnSource, u.log)))
+		checkCallbackHeader(queueFrontDoor(js, fnSource, u.log))))
 	mux.Handle("/metrics", promhttp.HandlerFor(prometheus.Gatherers{metrics, gs.Metrics()}, promhttp.HandlerOpts{}))
+	mux.Handle("GET /system/info", gatewayInfoHandler(info, creds)) // up is the gateway: the gateway's shape
 	mux.Handle("/", providerHandler)
 	allowed := hostAllowList(cfg.allowedHosts, cfg.host)
 	gatewayLimits := cfg.conns.limits(0.5)

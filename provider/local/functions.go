@@ -40,6 +40,8 @@ type function struct {
 	// startFailures counts replicas that exited before they were ready; lastFailure is how the last one ended.
 	startFailures uint64
 	lastFailure   error
+	// rollout is the rolling update in progress (rollout.go).
+	rollout rollout
 }
 
 // allReplicas returns the replicas of the current definition and the retiring ones; appending to the result never
@@ -200,6 +202,7 @@ func (b *Backend) Update(ctx context.Context, fd types.FunctionDeployment) error
 	if err != nil {
 		return err
 	}
+	prev := fn.rec
 	rec := fn.rec
 	rec.Deployment = fd
 	if err := b.saveRecord(rec); err != nil {
@@ -217,6 +220,7 @@ func (b *Backend) Update(ctx context.Context, fd types.FunctionDeployment) error
 		}
 	}
 	fn.replicas = nil
+	fn.startRolloutLocked(prev)
 	fn.startFailures, fn.lastFailure = 0, nil
 	fn.prep = nil // the new definition prepares its environment afresh (a failed install is tried again)
 	b.scaleLocked(fn, rec.Replicas, false)
@@ -340,6 +344,12 @@ func (fn *function) status() types.FunctionStatus {
 		}
 	}
 	state, _ := fn.envState()
+	switch {
+	case state == "":
+		state = fn.replicaStateLocked() // rollout.go
+	case fn.rollout.previousImage != "":
+		state += fmt.Sprintf("; the previous definition (image %s) keeps serving", fn.rollout.previousImage)
+	}
 	return types.FunctionStatus{
 		Name: d.Service, Image: d.Image, Namespace: provider.DefaultNamespace, EnvProcess: d.EnvProcess,
 		EnvVars: d.EnvVars, Constraints: d.Constraints, Secrets: d.Secrets, Labels: d.Labels,

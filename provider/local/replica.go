@@ -185,7 +185,9 @@ func (b *Backend) runOnce(ctx context.Context, fn *function, r *replica, rec rec
 		cmd.Env = vars
 		cmd.SysProcAttr = childAttrs()
 	}
+	var last lastLine // why a process that exits before it is ready ended, in its own words (rollout.go)
 	emit := func(text string) {
+		last.set(text)
 		fn.logs.append(logs.Message{Name: fn.name, Namespace: provider.DefaultNamespace, Instance: r.id,
 			Timestamp: time.Now().UTC(), Text: text})
 	}
@@ -219,7 +221,7 @@ func (b *Backend) runOnce(ctx context.Context, fn *function, r *replica, rec rec
 	for ready := false; !ready; {
 		select {
 		case <-exited:
-			err := fmt.Errorf("exited before it was ready: %s", exitText(exitErr))
+			err := fmt.Errorf("exited before it was ready: %s%s", exitText(exitErr), last.suffix())
 			b.startFailed(fn, err)
 			return err
 		case <-ctx.Done():
@@ -353,6 +355,9 @@ func (b *Backend) gpuEnv(rec record) map[string]string {
 		"FAAS_GPU_SLO":            spec.SLO.String(),
 		"FAAS_GPU_SLO_PERCENTILE": strconv.FormatFloat(spec.Percentile, 'g', -1, 64),
 		"FAAS_GPU_ISOLATION":      spec.Isolation,
+	}
+	if spec.Scratch != "" {
+		m["FAAS_GPU_SCRATCH"] = spec.Scratch
 	}
 	if b.cfg.GPUEnv != nil {
 		for k, v := range b.cfg.GPUEnv(gpuName) {
