@@ -424,7 +424,7 @@ func newPool(cfg Config, oneGPU bool) (healthPool, error) {
 	return controller.NewPool(controller.PoolConfig{
 		Controller: controller.Config{Policy: policy, Node: cfg.Node, MaxInFlight: maxInFlight,
 			Overload: cfg.Overload},
-		Actuator:   cfg.Actuator,
+		Actuator: cfg.Actuator,
 	})
 }
 
