@@ -8,13 +8,27 @@ COMMIT    ?= $(shell git rev-parse --short HEAD 2>/dev/null || echo unknown)
 LDFLAGS   := -X main.version=$(VERSION) -X main.commit=$(COMMIT)
 RUN_ARGS  ?=
 
+# go-nvml's header declares NVML's deprecated functions and its cgo wrappers call them: without this, a cold build
+# prints about 150 lines of -Wdeprecated-declarations warnings that say nothing about faas-gpu.
+export CGO_CFLAGS ?= -O2 -g -Wno-deprecated-declarations
+
+# Tools the tests need beyond the README's prerequisites (Go, gcc, make, python3) are built once, pinned, into a
+# cache outside the repository and reused: ${FAAS_GPU_CACHE:-~/.cache/faas-gpu}/bin.
+FAAS_GPU_CACHE ?= $(HOME)/.cache/faas-gpu
+TOOLS_BIN      := $(FAAS_GPU_CACHE)/bin
+HELM_VERSION   := v3.22.0
+HELM_DIR       := $(TOOLS_BIN)/helm-$(HELM_VERSION)
+HELM           := $(HELM_DIR)/helm
+
 .PHONY: all build run test test-go test-shim test-fuzz lint shim bench-policy bench-policy-quick bench-swap bench-remoting bench-queue bench-template clean
 
 all: build
 
 ## build: compile bin/faas-gpu (and the shim library)
 build: shim
-	$(GO) build -ldflags "$(LDFLAGS)" -o $(BIN) ./cmd/faas-gpu
+	@echo "build: compiling $(BIN) (a cold Go build cache takes a few minutes)"
+	@$(GO) build -ldflags "$(LDFLAGS)" -o $(BIN) ./cmd/faas-gpu
+	@echo "build: $(BIN) $(VERSION)"
 
 ## run: build bin/faas-gpu and the example functions (./build/<fn>/, as `make functions`), then faas-gpu up on
 ## 127.0.0.1:8080 with state in ./.faas-gpu
@@ -24,8 +38,22 @@ run: build functions
 ## test: everything CI runs: lint, the shim's C tests, Go tests with -race, short fuzzes of the wire and the API
 test: lint test-shim test-go test-fuzz
 
-test-go: build
-	$(GO) test -race -count=1 -timeout 25m ./...
+## test-go: every Go test with -race; the chart tests run the pinned helm (FAAS_GPU_HELM)
+test-go: build $(HELM)
+	FAAS_GPU_HELM=$(HELM) $(GO) test -race -count=1 -timeout 25m ./...
+
+## helm: helm $(HELM_VERSION), built once from the Go module proxy into $(TOOLS_BIN) (the chart tests render and
+## lint the charts with it); prints its path
+.PHONY: helm
+helm: $(HELM)
+	@echo $(HELM)
+
+$(HELM):
+	@echo "helm: building helm $(HELM_VERSION) into $(TOOLS_BIN), once (from the Go module proxy; a few minutes)"
+	@mkdir -p $(TOOLS_BIN) && rm -rf $(HELM_DIR).tmp
+	@GOBIN=$(HELM_DIR).tmp GOFLAGS=-mod=mod $(GO) install \
+	  -ldflags "-X helm.sh/helm/v3/internal/version.version=$(HELM_VERSION)" helm.sh/helm/v3/cmd/helm@$(HELM_VERSION)
+	@rm -rf $(HELM_DIR) && mv $(HELM_DIR).tmp $(HELM_DIR)
 
 ## test-fuzz: the remoting record decoder and hello, the gpuserver HTTP API and the module image parsers (fat
 ## binaries, cubins, PTX globals, the sim's LoadModule), each fuzzed for a fixed count (their checked-in corpora
@@ -44,8 +72,8 @@ test-fuzz:
 ## everything torn down and the host restored. TEST_CLUSTER_ARGS passes go test flags (e.g. -test.run).
 TEST_CLUSTER_ARGS ?=
 .PHONY: test-cluster
-test-cluster: build
-	test/cluster/run.sh $(TEST_CLUSTER_ARGS)
+test-cluster: build $(HELM)
+	PATH="$(HELM_DIR):$$PATH" test/cluster/run.sh $(TEST_CLUSTER_ARGS)
 
 ## functions: lay out ./build/<fn>/ for every function in stack.yml as `faas-cli build --shrinkwrap` does
 ## (templates from ./template/<lang>/, where faas-cli reads them)
@@ -59,6 +87,7 @@ functions:
 .PHONY: test-cuda
 test-cuda: build
 	@dir=$$(test/pyenv/pyenv.sh) && echo "test-cuda: pinned Python environment $$dir"
+	@dir=$$(test/pyenv/pyenv.sh openai) && echo "test-cuda: pinned OpenAI client environment $$dir"
 	FAAS_GPU_TEST_PYENV=1 $(GO) test -count=1 -timeout 60m -v \
 	  $$(grep -rl --include='*_test.go' 'faas-gpu/test/pyenv"' . | xargs -n1 dirname | sort -u)
 
@@ -118,11 +147,32 @@ bench-policy-quick:
 bench-swap: build
 	$(GO) run ./gpuserver/executor/swapbench -device sim -out docs/bench/swap.md
 
-## bench-remoting: shim transport benchmarks, writes docs/bench/remoting.md
+## bench-remoting: shim transport benchmarks (docs/bench/remoting.md) and the replay bench: the recorded PyTorch
+## passes of shim/testdata/trace/replay-*.tsv through the shim and a gpuserver on the timed virtual GPU, beside the
+## native pass computed from the same traces (docs/bench/remoting-replay.md). REPLAY_ARGS passes flags to it.
+REPLAY_ARGS ?=
 bench-remoting: build
 	$(MAKE) -C shim
 	@mkdir -p docs/bench
 	$(GO) run ./gpuserver/remoting/cmd/remoting-bench -out docs/bench/remoting.md
+	$(GO) run ./test/bench/replay -out docs/bench/remoting-replay.md $(REPLAY_ARGS)
+
+## replay-traces: the replay traces from the dry PyTorch passes' call logs (the CUDA tier, FAAS_GPU_CALLLOG_DIR) and
+## the GPU's per-pass figures (shim/testdata/trace/h100-passes.tsv); see shim/testdata/trace/README.md
+.PHONY: replay-traces
+replay-traces: build
+	@dir=$$(test/pyenv/pyenv.sh) && echo "replay-traces: pinned Python environment $$dir"
+	@rm -rf build/calllog && mkdir -p build/calllog
+	FAAS_GPU_TEST_PYENV=1 FAAS_GPU_CALLLOG_DIR=$(CURDIR)/build/calllog $(GO) test -count=1 -run TestTorchDryForward ./test/cuda/
+	$(GO) run ./test/bench/replay/gentrace -calllogs build/calllog -out shim/testdata/trace
+
+## bench-llm: the llm function through the shim on the simulated node (dry kernels; needs test/pyenv): TTFT warm
+## and cold from the host image, decode steps/s eagerly and with CUDA graphs, sharing one base between variants;
+## writes docs/bench/llm.md
+.PHONY: bench-llm
+bench-llm: build
+	@test/pyenv/pyenv.sh >/dev/null
+	$(GO) run ./test/llmbench -out docs/bench/llm.md
 
 ## bench-queue: queue worker benchmarks, writes docs/bench/queue.md
 bench-queue: build

@@ -70,6 +70,9 @@ func runPool(ctx context.Context, args []string, stdout, _ io.Writer) error {
 		}{st, queues})
 	}
 	printPool(stdout, st)
+	if r, ok := readSandboxReport(filepath.Dir(*socket)); ok {
+		fmt.Fprintf(stdout, "\nfunctions: %s\n", r.Summary())
+	}
 	if queues != nil {
 		printQueues(stdout, *queues)
 	}

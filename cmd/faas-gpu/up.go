@@ -28,6 +28,7 @@ import (
 	"github.com/faas-gpu/faas-gpu/provider/basicauth"
 	"github.com/faas-gpu/faas-gpu/provider/handlers"
 	"github.com/faas-gpu/faas-gpu/provider/local"
+	"github.com/faas-gpu/faas-gpu/provider/local/sandbox"
 	"github.com/faas-gpu/faas-gpu/queueworker/worker"
 )
 
@@ -53,6 +54,7 @@ type upConfig struct {
 	envs         envFlags
 	queue        upQueueConfig
 	simKernels   string
+	sandbox      sandboxFlags
 }
 
 func (c *upConfig) register(fs *flag.FlagSet) {
@@ -66,7 +68,7 @@ func (c *upConfig) register(fs *flag.FlagSet) {
 			"when -host is a loopback address, any otherwise; * for any): a guard against DNS rebinding")
 	fs.IntVar(&c.port, "port", 8080, "port of the gateway surface (faas-provider routes and /async-function)")
 	fs.IntVar(&c.natsPort, "nats-port", -1, "port of the embedded NATS server; -1 picks a free one")
-	fs.StringVar(&c.gpus, "gpus", autoNode, "auto (discover; simulated v100x4 when none), a node preset (v100x4, a100x8, h100x8, h200x1) or a node file")
+	fs.StringVar(&c.gpus, "gpus", autoNode, "auto (discover; simulated "+fallbackNode+" when none), a node preset (v100x4, a100x8, h100x8, h200x1) or a node file")
 	fs.StringVar(&c.gpuMemory, "gpu-memory", "", "override every GPU's memory, e.g. 4Gi")
 	fs.IntVar(&c.maxInflight, "max-inflight", 0, "asynchronous calls run at once; 0 sizes it to the GPU pool")
 	fs.StringVar(&c.shimDir, "shim-dir", "", "folder holding the shim's libcuda.so.1 (default: shim/build beside bin/, else ./shim/build)")
@@ -79,6 +81,7 @@ func (c *upConfig) register(fs *flag.FlagSet) {
 	c.envs.register(fs)
 	c.queue.register(fs)
 	fs.StringVar(&c.simKernels, "sim-kernels", "reference", simKernelsUsage)
+	c.sandbox.register(fs)
 }
 
 func (c *upConfig) validate() error {
@@ -92,6 +95,9 @@ func (c *upConfig) validate() error {
 		return err
 	}
 	if err := c.queue.validate(); err != nil {
+		return err
+	}
+	if err := c.sandbox.validate(); err != nil {
 		return err
 	}
 	switch {
@@ -115,6 +121,7 @@ func (c *upConfig) validate() error {
 // up is one running `faas-gpu up`: the parts in the order they start; stop undoes them in reverse.
 type up struct {
 	log     *slog.Logger
+	sandbox *sandbox.Sandbox // how functions are isolated
 	stops   []func(ctx context.Context) error
 	runErrs chan error
 }
@@ -175,16 +182,32 @@ func runUp(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return err
 	}
 	defer unlock()
+	sb, err := cfg.sandbox.open(ctx, log)
+	if err != nil {
+		closeDevice()
+		return err
+	}
+	if err := writeSandboxReport(stateDir, sb.Report()); err != nil {
+		closeDevice()
+		return err
+	}
+	// Sandboxed functions with ids of their own reach the sockets through the group they share (mode 0660).
+	socketGroup := ""
+	if gid, ok := sb.SocketGroup(); ok {
+		socketGroup = strconv.FormatUint(uint64(gid), 10)
+	}
 
 	overload, _ := controller.ParseOverload(cfg.overload) // validated above
-	u := &up{log: log, runErrs: make(chan error, 4)}
+	u := &up{log: log, runErrs: make(chan error, 4), sandbox: sb}
 	err = u.start(ctx, cfg, stateDir, node.Name, stdout, func(ctx context.Context) (*server.Server, error) {
 		return server.Start(ctx, server.Config{Socket: filepath.Join(stateDir, "gpuserver.sock"), Node: node,
 			Policy: cfg.policy, Overload: overload, RemotingSocket: filepath.Join(stateDir, "remoting.sock"),
+			SocketGroup:   socketGroup,
 			KeyFile:       filepath.Join(stateDir, "gpuserver.key"),
 			RepositoryDir: repositoryDir(stateDir, gpus.Device != nil), // kept across restarts of up
 			Device:        gpus.Device, DeviceReserveBytes: gpus.Reserve, SimKernels: simKernels,
-			Logger: log.With("component", "gpuserver")})
+			MeteringFile: filepath.Join(stateDir, "metering.json"), // the bill, kept across restarts of up
+			Logger:       log.With("component", "gpuserver")})
 	})
 	if err == nil {
 		select {
@@ -249,7 +272,8 @@ func (u *up) start(ctx context.Context, cfg upConfig, stateDir, nodeName string,
 				"LD_LIBRARY_PATH":          joinPathList(shimDir, os.Getenv("LD_LIBRARY_PATH")),
 			}
 		},
-		Logger: u.log.With("component", "local"),
+		Logger:  u.log.With("component", "local"),
+		Sandbox: u.sandbox,
 	})
 	if err != nil {
 		return fmt.Errorf("local backend: %w", err)
@@ -273,11 +297,12 @@ func (u *up) start(ctx context.Context, cfg upConfig, stateDir, nodeName string,
 	// The gateway's own metrics (provider, invocations, queue worker); /metrics serves them with the gpuserver's,
 	// which include the Go runtime and process metrics of this one process.
 	metrics := prometheus.NewRegistry()
+	info := types.ProviderInfo{Name: "faas-gpu", Orchestration: "local",
+		Version: &types.VersionInfo{Release: version, SHA: commit}}
 	providerHandler := handlers.New(handlers.Config{
 		Metrics: metrics,
 		Backend: backend, Secrets: backend, Logs: backend, GPU: gpuClient,
-		Info: types.ProviderInfo{Name: "faas-gpu", Orchestration: "local",
-			Version: &types.VersionInfo{Release: version, SHA: commit}},
+		Info:           info,
 		Auth:           creds,
 		ProxyTimeout:   proxyTimeout,
 		ReadyTimeout:   cfg.readyTimeout,
@@ -287,8 +312,9 @@ func (u *up) start(ctx context.Context, cfg upConfig, stateDir, nodeName string,
 	fnSource := queueFunctions(backend)
 	mux := http.NewServeMux()
 	mux.Handle("/async-function/", handlers.LimitBodyTime(handlers.BodyTimeouts{Idle: 30 * time.Second, Total: proxyTimeout},
-		queueFrontDoor(js, fnSource, u.log)))
+		checkCallbackHeader(queueFrontDoor(js, fnSource, u.log))))
 	mux.Handle("/metrics", promhttp.HandlerFor(prometheus.Gatherers{metrics, gs.Metrics()}, promhttp.HandlerOpts{}))
+	mux.Handle("GET /system/info", gatewayInfoHandler(info, creds)) // up is the gateway: the gateway's shape
 	mux.Handle("/", providerHandler)
 	allowed := hostAllowList(cfg.allowedHosts, cfg.host)
 	l, err := net.Listen("tcp", gatewayAddr)
@@ -338,12 +364,13 @@ func (u *up) start(ctx context.Context, cfg upConfig, stateDir, nodeName string,
   state        %s
   functions    from %s (fallback: templates %s, handlers %s)
   python envs  %s  (functions with pip requirements)
+  functions    %s
 Ready. Ctrl-C stops everything.
 `, gatewayURL, hostsText, creds.User, filepath.Join(secretsDir, basicauth.PasswordFile),
 		basicauth.LoginCommand(secretsDir, creds.User, gatewayURL), gs.Socket(), len(gpuStatus.GPUs), nodeName, gpuStatus.Policy, gs.RemotingSocket(),
 		filepath.Join(shimDir, "libcuda.so.1"), ns.ClientURL(),
 		filepath.Join(stateDir, "jetstream"), filepath.Join(stateDir, natsSecretsDir), maxInflight, stateDir, buildDir, templatesDir, functionsDir,
-		envDir)
+		envDir, u.sandbox.Report().Summary())
 	return nil
 }
 

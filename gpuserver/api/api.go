@@ -14,7 +14,7 @@
 //   - POST /v1/bindings/{id}/release: the token of the function the binding belongs to (or the administrator's).
 //     A binding of another function answers 404, as an unknown one does.
 //
-// GET /v1/pool, /metrics and /healthz are read-only and open to whoever can reach the socket (whose file mode
+// GET /v1/pool, /v1/usage (the functions' bill), /metrics and /healthz are read-only and open to whoever can reach the socket (whose file mode
 // keeps other users out). A missing credential answers 401, a credential that does not allow the call 403.
 //
 // # Leases (issue 11 item 6)
@@ -90,6 +90,9 @@ type Authenticator interface {
 // ErrorResponse is the body of every error answer.
 type ErrorResponse struct {
 	Error string `json:"error"`
+	// Restart says that the function's process must start again (pool.ErrFunctionLost): its GPU memory is gone
+	// and only a new initialisation brings it back.
+	Restart bool `json:"restart,omitempty"`
 }
 
 // errInvalidBody marks a request body that is not what the route expects.
@@ -123,6 +126,7 @@ type Server struct {
 	router      chi.Router
 	auth        Authenticator
 	maxAcquires int
+	usage       UsageSource // nil: no /v1/usage
 
 	mu       sync.Mutex
 	leases   map[string]*lease    // by public binding id
@@ -171,6 +175,9 @@ func New(p pool.Pool, reg prometheus.Registerer, gather prometheus.Gatherer, log
 	r.Post("/v1/functions/{name}/acquire", s.acquire)
 	r.Post("/v1/bindings/{id}/release", s.release)
 	r.Get("/v1/pool", s.status)
+	if s.usage != nil {
+		r.Get("/v1/usage", s.serveUsage)
+	}
 	r.Get("/healthz", func(w http.ResponseWriter, _ *http.Request) { w.WriteHeader(http.StatusOK) })
 	r.Handle("/metrics", promhttp.HandlerFor(gather, promhttp.HandlerOpts{}))
 	s.router = r
@@ -451,7 +458,7 @@ func StatusCode(err error) int {
 	case errors.Is(err, context.DeadlineExceeded):
 		return http.StatusGatewayTimeout
 	case errors.Is(err, context.Canceled), errors.Is(err, pool.ErrGPUUnhealthy), errors.Is(err, pool.ErrNoHealthyGPU),
-		errors.Is(err, pool.ErrBindingBroken):
+		errors.Is(err, pool.ErrBindingBroken), errors.Is(err, pool.ErrFunctionLost):
 		return http.StatusServiceUnavailable
 	default:
 		return http.StatusInternalServerError
@@ -474,7 +481,7 @@ func (s *Server) fail(w http.ResponseWriter, r *http.Request, err error) {
 	if code >= http.StatusInternalServerError && code != http.StatusGatewayTimeout {
 		s.log.Error("gpuserver request failed", "method", r.Method, "path", r.URL.Path, "err", err)
 	}
-	writeJSON(w, code, ErrorResponse{Error: err.Error()})
+	writeJSON(w, code, ErrorResponse{Error: err.Error(), Restart: errors.Is(err, pool.ErrFunctionLost)})
 }
 
 // maxShedLogged bounds the functions whose last logged overload episode is remembered.

@@ -64,6 +64,12 @@ func (b *Binding) Release() {
 		if b.f.users > 0 {
 			b.f.users--
 		}
+		if b.f.users == 0 && b.f.scratchPerRequest && b.f.active == b.gpu {
+			if err := b.n.dropScratchLocked(b.n.ctx, b.f); err != nil {
+				b.n.log.Warn("executor: dropping the scratch of a request", "function", b.function, "gpu", b.gpu,
+					"err", err)
+			}
+		}
 	})
 }
 
@@ -198,7 +204,7 @@ func (n *Node) freeLocked(ctx context.Context, f *function, ptr device.Ptr) erro
 			delete(r.mapped, seg.ID)
 		}
 		if chunks, ok := r.chunks[seg.ID]; ok {
-			errs = append(errs, n.mem.Pool(gpu).Put(chunks))
+			errs = append(errs, n.putChunksLocked(gpu, chunks))
 			delete(r.chunks, seg.ID)
 		}
 	}
@@ -239,43 +245,65 @@ func (n *Node) captureLocked(ctx context.Context, f *function) error {
 	if f.active < 0 {
 		return fmt.Errorf("%w: %s is not active on any gpu", ErrInvalid, f.name)
 	}
-	gpu := f.active
+	written, err := n.writeImageLocked(ctx, f, "capture")
+	if err != nil {
+		return err
+	}
+	if written {
+		n.images.Captures++
+	}
+	f.captured, f.saved = true, nil
+	return nil
+}
+
+// modelSegments lists f's live model segments as an image lists them.
+func modelSegments(f *function) []repository.Segment {
 	var segs []repository.Segment
 	for _, s := range f.space.Segments() {
 		if s.Kind == memory.KindModel && !f.dead[s.ID] {
 			segs = append(segs, repository.Segment{ID: s.ID, Ptr: s.Ptr, Size: s.Size})
 		}
 	}
+	return segs
+}
+
+// writeImageLocked copies f's live model segments from its active GPU into a new image in the repository, which
+// replaces the function's image; it reports false when f has no model segment (nothing written).
+func (n *Node) writeImageLocked(ctx context.Context, f *function, what string) (bool, error) {
+	gpu := f.active
+	segs := modelSegments(f)
 	if len(segs) == 0 {
-		f.captured = true
-		return nil
+		return false, nil
 	}
 	s, err := n.streamLocked(f, gpu)
 	if err != nil {
-		return err
+		return false, err
 	}
 	if err := n.waitReadyLocked(ctx, f.res[gpu]); err != nil {
-		return err
+		return false, err
 	}
-	im, err := n.repo.Create(ctx, f.name, segs)
+	im, err := n.repo.CreateIn(ctx, f.name, "tenant "+f.tenant, segs) // chunks shared within the tenant
 	if err != nil {
-		return fmt.Errorf("capture %s: %w", f.name, err)
+		return false, fmt.Errorf("%s %s: %w", what, f.name, err)
 	}
 	defer im.Release()
 	for i, seg := range im.Segments() {
 		if err := s.CopyDtoH(im.Bytes(i), seg.Ptr); err != nil {
-			return fmt.Errorf("capture %s: %w", f.name, err)
+			return false, fmt.Errorf("%s %s: %w", what, f.name, err)
 		}
 	}
 	if err := s.Synchronize(ctx); err != nil {
-		return fmt.Errorf("capture %s: %w", f.name, err)
+		// The image's host pages are the copies' destination: they stay mapped until the stream has passed the
+		// copies, even when ctx ended first (releasing them under a queued copy faults the whole process).
+		if ctx.Err() != nil {
+			_ = s.Synchronize(context.WithoutCancel(ctx))
+		}
+		return false, fmt.Errorf("%s %s: %w", what, f.name, err)
 	}
 	if err := im.Commit(); err != nil {
-		return fmt.Errorf("capture %s: %w", f.name, err)
+		return false, fmt.Errorf("%s %s: %w", what, f.name, err)
 	}
-	n.images.Captures++
-	f.captured = true
-	return nil
+	return true, nil
 }
 
 func (n *Node) streamLocked(f *function, gpu int) (device.Stream, error) {

@@ -26,6 +26,10 @@ var (
 	ErrInvalid         = errors.New("invalid request")
 	// ErrBroken: a binding's device state was replaced under it (see Binding.Err).
 	ErrBroken = errors.New("binding broke")
+	// ErrLost: a fault or a GPU failure destroyed device state of a function that no image holds (its memory
+	// before its initialisation ended, module globals it wrote), so its process must start again (and initialise
+	// afresh after Reset).
+	ErrLost = errors.New("the function's device state was lost and no image holds it: its process must start again")
 )
 
 // Host is the Source of a swap from the host repository (topology.Host).
@@ -54,6 +58,12 @@ type Config struct {
 	Addresses *Addresses
 	// Logger receives the restore decisions; nil discards them.
 	Logger *slog.Logger
+	// OnContextFault, when set, is told of every fault of a tenant's work (after the node tore the tenant's
+	// context down), and OnUnhealthy of every GPU the node takes out of service. Both are called with the node's
+	// lock held: they must not call the node. A tenant executor process reports them to the gpuserver (and exits
+	// after a fault: on a real GPU a fault poisons every context of the process).
+	OnContextFault func(gpu int, function string, err error)
+	OnUnhealthy    func(gpu int, cause error)
 }
 
 // Node holds the executors of every GPU and the functions' state. It is safe for concurrent use.
@@ -76,6 +86,11 @@ type Node struct {
 	fns     map[string]*function
 	plans   map[string]*restorePlan // images from before a restart whose function has not registered yet
 	images  ImageStats
+
+	scratchDropped uint64 // bytes of request scratch given back (scratch.go)
+
+	shared      map[int]*gpuChunks // chunks shared between copies, per GPU (share.go)
+	sharedBytes uint64             // bytes swap-ins mapped from a chunk already on the GPU
 }
 
 // Executor is one GPU's swap machinery.
@@ -219,6 +234,9 @@ func (n *Node) MarkUnhealthy(gpu int, cause error) {
 
 func (n *Node) markUnhealthyLocked(gpu int, cause error) {
 	e := n.execs[gpu]
+	if e.healthy && n.cfg.OnUnhealthy != nil {
+		n.cfg.OnUnhealthy(gpu, cause)
+	}
 	e.healthy, e.lastErr = false, cause
 	for _, f := range n.fns {
 		r, ok := f.res[gpu]
@@ -235,7 +253,9 @@ func (n *Node) markUnhealthyLocked(gpu int, cause error) {
 		}
 		// chunks of a failed GPU are not returned to its pool: the GPU is out of service
 		delete(f.res, gpu)
+		f.loseLocked(fmt.Errorf("gpu %d failed: %w", gpu, cause))
 	}
+	n.forgetChunksLocked(gpu)
 }
 
 // Status is a snapshot of one GPU's executor.
@@ -316,7 +336,7 @@ func (n *Node) Close(ctx context.Context) error {
 			}
 			if n.execs[gpu].healthy {
 				for _, chunks := range r.chunks {
-					errs = append(errs, n.mem.Pool(gpu).Put(chunks))
+					errs = append(errs, n.putChunksLocked(gpu, chunks))
 				}
 			}
 		}

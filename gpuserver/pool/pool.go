@@ -17,6 +17,12 @@ const (
 	IsolationIsolated = "isolated"
 )
 
+// Scratch modes of a function (annotation com.openfaas.gpu.scratch, FunctionSpec.Scratch).
+const (
+	ScratchResident = "resident"
+	ScratchRequest  = "request"
+)
+
 // DefaultPercentile is the SLO percentile used when a function names none.
 const DefaultPercentile = 98.0
 
@@ -32,6 +38,10 @@ type FunctionSpec struct {
 	Percentile float64 `json:"percentile,omitempty"`
 	// Isolation is IsolationShared or IsolationIsolated (a GPU of its own while bound).
 	Isolation string `json:"isolation,omitempty"`
+	// Scratch is ScratchResident (the default, also ""): memory the function allocates after its
+	// initialisation stays with its copy until evicted; or ScratchRequest: it is its requests' (a KV cache),
+	// given back when the function's last request in flight ends and mapped again, zeroed, for the next.
+	Scratch string `json:"scratch,omitempty"`
 }
 
 // Binding is one request's hold on a GPU, from Acquire to Release.
@@ -115,10 +125,30 @@ type Status struct {
 	SimKernels string `json:"sim_kernels,omitempty"`
 	// SimDryLaunches counts the kernel launches accepted and not executed in dry mode.
 	SimDryLaunches uint64 `json:"sim_dry_launches,omitempty"`
+	// Tenants describes the tenants' executor processes (docs/tenants.md); empty when every tenant runs in the
+	// gpuserver's process.
+	Tenants []TenantStatus `json:"tenants,omitempty"`
 	// SLO is the node's two figures since it started; nil for a pool that keeps none.
 	SLO *SLOSummary `json:"slo,omitempty"`
 	// Overload is the overload control's state; nil for a pool without one.
 	Overload *OverloadView `json:"overload,omitempty"`
+}
+
+// TenantStatus describes one tenant's executor process.
+type TenantStatus struct {
+	// Tenant is "namespace/<ns>" or "function/<name>" (FunctionSpec.Tenant).
+	Tenant string `json:"tenant"`
+	// State is "starting", "up", "backoff" (it ended and waits to be restarted) or "stopped".
+	State string `json:"state"`
+	// Generation counts the executors started for the tenant; PID is the running one's.
+	Generation int `json:"generation"`
+	PID        int `json:"pid,omitempty"`
+	// Restarts counts the executors that ended and were restarted, Faults those ended by a kernel fault of the
+	// tenant; LastExit says how the last one ended.
+	Restarts  int    `json:"restarts"`
+	Faults    int    `json:"faults"`
+	LastExit  string `json:"last_exit,omitempty"`
+	Functions int    `json:"functions"`
 }
 
 // Summarize computes the two figures from the functions' counts.
@@ -173,6 +203,11 @@ var (
 	// processes all ended and its memory was reset, or a kernel fault restored its memory from the host image);
 	// the request's work must not be trusted.
 	ErrBindingBroken = errors.New("binding broke")
+	// ErrFunctionLost: device state of the function that no image holds (its memory before its initialisation
+	// ended, module globals it wrote) was destroyed by a kernel fault in its context or a GPU failure: its process
+	// must start again and initialise afresh. The API answers 503 with "restart": true, and the gpu-python
+	// template exits so that its supervisor starts it again.
+	ErrFunctionLost = errors.New("function's device state was lost: its process must start again")
 	// ErrNoHealthyGPU: no GPU of the node is in service; a request fails at once instead of waiting for one.
 	ErrNoHealthyGPU = errors.New("no healthy GPU on this node")
 	// ErrLimit: the pool holds as many functions as it may (a bound against unbounded registrations).
@@ -266,6 +301,11 @@ func (s *FunctionSpec) Validate() error {
 	case IsolationShared, IsolationIsolated:
 	default:
 		return fmt.Errorf("%w: isolation must be shared or isolated", ErrInvalidSpec)
+	}
+	switch s.Scratch {
+	case "", ScratchResident, ScratchRequest:
+	default:
+		return fmt.Errorf("%w: scratch must be resident or request", ErrInvalidSpec)
 	}
 	return nil
 }

@@ -11,6 +11,7 @@ import (
 	"github.com/faas-gpu/faas-gpu/gpuserver/device"
 	"github.com/faas-gpu/faas-gpu/gpuserver/executor"
 	"github.com/faas-gpu/faas-gpu/gpuserver/memory"
+	"github.com/faas-gpu/faas-gpu/gpuserver/pool"
 )
 
 // deviceHandler executes one session's calls on the node's executors (package executor). It is used by the
@@ -45,7 +46,10 @@ type deviceHandler struct {
 	events  map[uint64]*event
 	globals []*global
 
-	pendingImage []byte // chunks of a module image whose load call has not come yet
+	images       *moduleImages // the node's module images (Config.images)
+	pendingImage []byte        // chunks of a module image whose load call has not come yet (reserved in images)
+
+	g graphs // stream captures and graphs (graph.go)
 
 	vmmRanges   map[uint64]uint64 // reservations: start -> size
 	vmmHandles  map[uint64]*vmmHandle
@@ -72,7 +76,8 @@ type global struct {
 }
 
 type module struct {
-	image  []byte
+	image  []byte               // shared with every module of the node with the same bytes: never written
+	ref    imageRef             // its hold in the node's module images
 	loaded map[int]loadedModule // by GPU
 	funcs  map[string]uint64    // kernel name -> handle, so that a kernel has one handle
 }
@@ -108,15 +113,24 @@ func newDeviceHandler(ctx context.Context, cfg Config, info SessionInfo, log *sl
 	if err := cfg.Node.SetTenant(ctx, info.Function, info.Spec.Tenant()); err != nil { // its namespace, or itself
 		return nil, err
 	}
-	return &deviceHandler{
-		cfg: cfg, info: info, log: log, node: cfg.Node,
+	if err := cfg.Node.SetScratchPerRequest(info.Function, info.Spec.Scratch == pool.ScratchRequest); err != nil {
+		return nil, err
+	}
+	images := cfg.images
+	if images == nil { // a handler built without a server (tests)
+		images = newModuleImages(DefaultMaxModuleBytesPerFunction, DefaultMaxModuleBytes)
+	}
+	h := &deviceHandler{
+		cfg: cfg, info: info, log: log, node: cfg.Node, images: images,
 		gpu:     -1,
 		handles: 0x1000,
 		modules: map[uint64]*module{},
 		funcs:   map[uint64]*function{},
 		streams: map[uint64]bool{},
 		events:  map[uint64]*event{},
-	}, nil
+	}
+	h.g.init()
+	return h, nil
 }
 
 func (h *deviceHandler) handle() uint64 {
@@ -235,9 +249,10 @@ func (h *deviceHandler) moveTo(ctx context.Context, gpu int) Result {
 		return result(err)
 	}
 	if left && len(h.globals) > 0 {
-		// Module globals live on one GPU only: those written on the failed GPU are lost (DESIGN.md's trap).
-		h.log.Warn("remoting: module globals stay at their initial values: the gpu they were on failed",
-			"gpu", gpu, "failed_gpu", h.gpu, "globals", len(h.globals))
+		// Module globals live on one GPU only: those written on the failed GPU are lost (DESIGN.md's trap), and
+		// no image holds them; going on with their initial values would compute wrong answers.
+		return result(h.node.Lose(h.info.Function, fmt.Errorf("gpu %d failed holding the module globals the "+
+			"function uses (%d)", h.gpu, len(h.globals))))
 	}
 	if h.gpu >= 0 && h.gpu != gpu && !left {
 		if err := h.moveGlobals(ctx, h.gpu, gpu); err != nil {
@@ -324,7 +339,10 @@ func (h *deviceHandler) Close() error {
 	}
 	for _, m := range h.modules {
 		errs = append(errs, h.unload(m))
+		h.images.release(h.info.Function, m.ref)
 	}
+	h.images.unreserve(h.info.Function, uint64(len(h.pendingImage)))
+	h.pendingImage = nil
 	for _, a := range h.allocs {
 		if a.global == nil {
 			errs = append(errs, h.node.Free(h.info.Function, device.Ptr(a.ptr)))
@@ -461,14 +479,23 @@ func (h *deviceHandler) htod(ctx context.Context, call string, dst uint64, src [
 }
 
 func (h *deviceHandler) CuMemcpyHtoD_v2(ctx context.Context, dst uint64, src []byte, _ uint64) Result {
+	if r, ok := h.refuseInCapture("cuMemcpyHtoD", 0, true); ok {
+		return r
+	}
 	return h.htod(ctx, "cuMemcpyHtoD", dst, src, true)
 }
 
-func (h *deviceHandler) CuMemcpyHtoDAsync_v2(ctx context.Context, dst uint64, src []byte, _, _ uint64) Result {
+func (h *deviceHandler) CuMemcpyHtoDAsync_v2(ctx context.Context, dst uint64, src []byte, _, st uint64) Result {
+	if h.asyncRefused("cuMemcpyHtoDAsync", st, false) {
+		return ResultSuccess
+	}
 	return h.htod(ctx, "cuMemcpyHtoDAsync", dst, src, false)
 }
 
-func (h *deviceHandler) MemcpyHtoDChunk(ctx context.Context, dst uint64, src []byte, _, _ uint64) Result {
+func (h *deviceHandler) MemcpyHtoDChunk(ctx context.Context, dst uint64, src []byte, _, st uint64) Result {
+	if h.asyncRefused("cuMemcpyHtoDAsync", st, false) {
+		return ResultSuccess
+	}
 	return h.htod(ctx, "cuMemcpyHtoD", dst, src, false)
 }
 
@@ -491,10 +518,16 @@ func (h *deviceHandler) dtoh(ctx context.Context, call string, dst []byte, src u
 }
 
 func (h *deviceHandler) CuMemcpyDtoH_v2(ctx context.Context, dst []byte, src, _ uint64) Result {
+	if r, ok := h.refuseInCapture("cuMemcpyDtoH", 0, true); ok {
+		return r
+	}
 	return h.dtoh(ctx, "cuMemcpyDtoH", dst, src)
 }
 
-func (h *deviceHandler) CuMemcpyDtoHAsync_v2(ctx context.Context, dst []byte, src, _, _ uint64) Result {
+func (h *deviceHandler) CuMemcpyDtoHAsync_v2(ctx context.Context, dst []byte, src, _, st uint64) Result {
+	if r, ok := h.refuseInCapture("cuMemcpyDtoHAsync", st, false); ok {
+		return r
+	}
 	return h.dtoh(ctx, "cuMemcpyDtoHAsync", dst, src)
 }
 
@@ -527,10 +560,18 @@ func (h *deviceHandler) dtod(ctx context.Context, dst, src, n uint64, wait bool)
 }
 
 func (h *deviceHandler) CuMemcpyDtoD_v2(ctx context.Context, dst, src, n uint64) Result {
+	if r, ok := h.refuseInCapture("cuMemcpyDtoD", 0, true); ok {
+		return r
+	}
 	return h.dtod(ctx, dst, src, n, true)
 }
 
-func (h *deviceHandler) CuMemcpyDtoDAsync_v2(ctx context.Context, dst, src, n, _ uint64) Result {
+func (h *deviceHandler) CuMemcpyDtoDAsync_v2(ctx context.Context, dst, src, n, st uint64) Result {
+	if r, ok := h.captured(st, graphNode{kind: "copy", run: func(ctx context.Context, s uint64) Result {
+		return h.CuMemcpyDtoDAsync_v2(ctx, dst, src, n, s)
+	}}); ok {
+		return r
+	}
 	return h.dtod(ctx, dst, src, n, false)
 }
 
@@ -558,19 +599,35 @@ func (h *deviceHandler) memset(ctx context.Context, dst uint64, v uint32, n uint
 }
 
 func (h *deviceHandler) CuMemsetD8_v2(ctx context.Context, dst uint64, v uint32, n uint64) Result {
+	if h.asyncRefused("cuMemsetD8", 0, true) {
+		return ResultSuccess
+	}
 	return h.memset(ctx, dst, v, n, 1)
 }
 
 func (h *deviceHandler) CuMemsetD32_v2(ctx context.Context, dst uint64, v uint32, n uint64) Result {
+	if h.asyncRefused("cuMemsetD32", 0, true) {
+		return ResultSuccess
+	}
 	return h.memset(ctx, dst, v, n, 4)
 }
 
-func (h *deviceHandler) CuMemsetD8Async(ctx context.Context, dst uint64, v uint32, n, _ uint64) Result {
-	return h.memset(ctx, dst, v, n, 1)
+// memsetAsync runs a memset on stream st, or records it when st captures.
+func (h *deviceHandler) memsetAsync(ctx context.Context, dst uint64, v uint32, n, elem, st uint64) Result {
+	if r, ok := h.captured(st, graphNode{kind: "memset", run: func(ctx context.Context, s uint64) Result {
+		return h.memsetAsync(ctx, dst, v, n, elem, s)
+	}}); ok {
+		return r
+	}
+	return h.memset(ctx, dst, v, n, elem)
 }
 
-func (h *deviceHandler) CuMemsetD32Async(ctx context.Context, dst uint64, v uint32, n, _ uint64) Result {
-	return h.memset(ctx, dst, v, n, 4)
+func (h *deviceHandler) CuMemsetD8Async(ctx context.Context, dst uint64, v uint32, n, st uint64) Result {
+	return h.memsetAsync(ctx, dst, v, n, 1, st)
+}
+
+func (h *deviceHandler) CuMemsetD32Async(ctx context.Context, dst uint64, v uint32, n, st uint64) Result {
+	return h.memsetAsync(ctx, dst, v, n, 4, st)
 }
 
 // --- modules and launches
@@ -586,8 +643,15 @@ func (h *deviceHandler) loadOn(m *module, gpu int) (device.Module, error) {
 	if err != nil {
 		return nil, err
 	}
-	if l, ok := m.loaded[gpu]; ok && l.ctx == dc {
+	l, ok := m.loaded[gpu]
+	if ok && l.ctx == dc {
 		return l.mod, nil
+	}
+	if ok && h.usesGlobals(m) {
+		// Its context was torn down by a fault, and with it the module's globals, which the function uses: a new
+		// load has their initial values, not what the function wrote, and no image holds those.
+		return nil, h.node.Lose(h.info.Function, fmt.Errorf("a fault on gpu %d tore down the module globals the "+
+			"function uses", gpu))
 	}
 	mod, err := dc.LoadModule(m.image) // first use on gpu, or its context was torn down by a fault
 	if err != nil {
@@ -595,6 +659,17 @@ func (h *deviceHandler) loadOn(m *module, gpu int) (device.Module, error) {
 	}
 	m.loaded[gpu] = loadedModule{ctx: dc, mod: mod}
 	return mod, nil
+}
+
+// usesGlobals reports whether the function asked for a global of m (cuModuleGetGlobal: the way host code reads
+// and writes one).
+func (h *deviceHandler) usesGlobals(m *module) bool {
+	for _, g := range h.globals {
+		if g.mod == m {
+			return true
+		}
+	}
+	return false
 }
 
 // unload unloads a module everywhere it is loaded in a live context (a context torn down took its modules along).
@@ -608,31 +683,43 @@ func (h *deviceHandler) unload(m *module) error {
 	return errors.Join(errs...)
 }
 
-// maxModuleImage bounds a module image sent in chunks (the largest fat binaries of cuDNN are a few hundred MB).
-const maxModuleImage = 1 << 30
-
 // ModuleImageChunk appends a chunk of a module image too large for one record; the next load call completes it.
+// The chunk's bytes count against the function's and the node's bounds on module images (Config.MaxModuleBytes*)
+// before they are kept: beyond them the image being received is dropped and the call fails with
+// CUDA_ERROR_OUT_OF_MEMORY (as does the load that would complete it).
 func (h *deviceHandler) ModuleImageChunk(_ context.Context, data []byte, _ uint64) Result {
-	if uint64(len(h.pendingImage))+uint64(len(data)) > maxModuleImage {
-		h.pendingImage = nil
-		h.log.Warn("remoting: module image larger than the limit", "limit", maxModuleImage)
-		return ResultInvalidImage
+	if err := h.images.reserve(h.info.Function, uint64(len(data))); err != nil {
+		h.dropPendingImage()
+		h.log.Warn("remoting: module image refused", "err", err)
+		return ResultOutOfMemory
 	}
 	h.pendingImage = append(h.pendingImage, data...)
 	return ResultSuccess
 }
 
-func (h *deviceHandler) CuModuleLoadData(ctx context.Context, last []byte, _ uint64) (uint64, Result) {
-	image := append(h.pendingImage, last...)
+func (h *deviceHandler) dropPendingImage() {
+	h.images.unreserve(h.info.Function, uint64(len(h.pendingImage)))
 	h.pendingImage = nil
-	if uint64(len(image)) > maxModuleImage {
-		return 0, ResultInvalidImage
+}
+
+func (h *deviceHandler) CuModuleLoadData(ctx context.Context, last []byte, _ uint64) (uint64, Result) {
+	image, reserved, inRing := last, uint64(len(h.pendingImage)), h.pendingImage == nil
+	if !inRing {
+		image = append(h.pendingImage, last...)
+	}
+	h.pendingImage = nil
+	ref, err := h.images.hold(h.info.Function, image, reserved, inRing)
+	if err != nil {
+		h.log.Warn("remoting: module image refused", "err", err)
+		return 0, ResultOutOfMemory
 	}
 	if _, r := h.bind(ctx); r != ResultSuccess {
+		h.images.release(h.info.Function, ref)
 		return 0, r
 	}
-	m := &module{image: append([]byte(nil), image...), loaded: map[int]loadedModule{}, funcs: map[string]uint64{}}
+	m := &module{image: ref.bytes, ref: ref, loaded: map[int]loadedModule{}, funcs: map[string]uint64{}}
 	if _, err := h.loadOn(m, h.gpu); err != nil {
+		h.images.release(h.info.Function, ref)
 		return 0, result(err)
 	}
 	id := h.handle()
@@ -657,7 +744,9 @@ func (h *deviceHandler) CuModuleUnload(_ context.Context, hmod uint64) Result {
 		return ResultInvalidHandle
 	}
 	delete(h.modules, hmod)
-	return result(h.unload(m))
+	err := h.unload(m)
+	h.images.release(h.info.Function, m.ref)
+	return result(err)
 }
 
 func (h *deviceHandler) CuLibraryUnload(ctx context.Context, lib uint64) Result {
@@ -756,8 +845,18 @@ func (h *deviceHandler) CuKernelGetFunction(_ context.Context, params []byte, ke
 	return kernel, putLayout(params, fn.params)
 }
 
-func (h *deviceHandler) CuLaunchKernel(ctx context.Context, f uint64, gx, gy, gz, bx, by, bz, shmem uint32, _ uint64,
+func (h *deviceHandler) CuLaunchKernel(ctx context.Context, f uint64, gx, gy, gz, bx, by, bz, shmem uint32, st uint64,
 	args []byte, _ uint64) Result {
+	if h.g.capturing(st) != nil {
+		if _, ok := h.funcs[f]; !ok {
+			return ResultInvalidHandle
+		}
+		a := append([]byte(nil), args...) // the record's bytes are the ring's until the call returns
+		r, _ := h.captured(st, graphNode{kind: "kernel", fn: f, bytes: len(a), run: func(ctx context.Context, s uint64) Result {
+			return h.CuLaunchKernel(ctx, f, gx, gy, gz, bx, by, bz, shmem, s, a, uint64(len(a)))
+		}})
+		return r
+	}
 	return h.launch(ctx, f, device.Dim3{X: gx, Y: gy, Z: gz}, device.Dim3{X: bx, Y: by, Z: bz}, shmem, nil, args)
 }
 
@@ -805,7 +904,12 @@ func (h *deviceHandler) launch(ctx context.Context, f uint64, grid, block device
 
 // --- synchronisation, streams, events
 
-func (h *deviceHandler) CuCtxSynchronize(ctx context.Context) Result { return h.syncStream(ctx) }
+func (h *deviceHandler) CuCtxSynchronize(ctx context.Context) Result {
+	if r, ok := h.refuseInCapture("cuCtxSynchronize", 0, true); ok {
+		return r
+	}
+	return h.syncStream(ctx)
+}
 
 func (h *deviceHandler) CuStreamCreate(context.Context, uint32) (uint64, Result) {
 	id := h.handle()
@@ -831,6 +935,9 @@ func (h *deviceHandler) CuStreamSynchronize(ctx context.Context, s uint64) Resul
 	if !h.validStream(s) {
 		return ResultInvalidHandle
 	}
+	if r, ok := h.refuseInCapture("cuStreamSynchronize", s, false); ok {
+		return r
+	}
 	return h.syncStream(ctx)
 }
 
@@ -845,6 +952,7 @@ func (h *deviceHandler) CuStreamWaitEvent(_ context.Context, s, e uint64, _ uint
 	if _, ok := h.events[e]; !ok {
 		return ResultInvalidHandle
 	}
+	h.waitJoinsCapture(s, e)
 	return ResultSuccess // every stream of the session runs in order on one device stream
 }
 
@@ -919,6 +1027,9 @@ func (h *deviceHandler) CuEventRecord(ctx context.Context, e, s uint64) Result {
 	if !ok || !h.validStream(s) {
 		return ResultInvalidHandle
 	}
+	if h.eventRecordedInCapture(e, s) {
+		return ResultSuccess
+	}
 	st, r := h.bind(ctx)
 	if r != ResultSuccess {
 		return r
@@ -938,6 +1049,9 @@ func (h *deviceHandler) CuEventSynchronize(ctx context.Context, e uint64) Result
 	if !ok {
 		return ResultInvalidHandle
 	}
+	if c, ok := h.g.events[e]; ok {
+		return c.invalidate(ResultStreamCaptureUnsupported, "cuEventSynchronize of an event recorded in the capture")
+	}
 	return result(ev.ev.Synchronize(ctx))
 }
 
@@ -945,6 +1059,9 @@ func (h *deviceHandler) CuEventQuery(_ context.Context, e uint64) Result {
 	ev, ok := h.events[e]
 	if !ok {
 		return ResultInvalidHandle
+	}
+	if c, ok := h.g.events[e]; ok {
+		return c.invalidate(ResultStreamCaptureUnsupported, "cuEventQuery of an event recorded in the capture")
 	}
 	done, err := ev.ev.Query()
 	if err != nil {

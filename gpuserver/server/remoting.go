@@ -10,7 +10,9 @@ import (
 	"github.com/faas-gpu/faas-gpu/gpuserver/auth"
 	"github.com/faas-gpu/faas-gpu/gpuserver/device/sim"
 	"github.com/faas-gpu/faas-gpu/gpuserver/executor"
+	"github.com/faas-gpu/faas-gpu/gpuserver/metering"
 	"github.com/faas-gpu/faas-gpu/gpuserver/pool"
+	"github.com/faas-gpu/faas-gpu/gpuserver/tenant"
 )
 
 // trackedPool wraps a pool to know which GPU each function's requests are bound to, which the remoting server
@@ -25,7 +27,7 @@ import (
 type trackedPool struct {
 	healthPool
 	key          auth.Key
-	node         *executor.Node // nil without remoting
+	node         dataPlane // nil without remoting
 	log          *slog.Logger
 	maxFunctions int
 
@@ -33,18 +35,20 @@ type trackedPool struct {
 	specs    map[string]pool.FunctionSpec
 	bound    map[string]map[string]int // function -> binding ID -> GPU
 	bindings map[string]string         // binding ID -> function
-	held     map[string]*executor.Binding
+	held     map[string]heldBinding
 	swaps    map[string]int64     // bindings by how the model reached the GPU (pool.Binding.Swap)
 	failed   map[int]bool         // unhealthy GPUs already logged and told to the pool (see health.go)
 	waiting  map[*waiter]struct{} // acquires waiting in the inner pool, failed at once when no GPU is left
 	sim      *sim.Backend         // the simulated device, for its kernel mode in the status; nil for real GPUs
+	tenants  *tenant.Plane        // the tenants' executor processes, for the status; nil when in-process
 	replaced int64                // acquires bound again because a GPU failed under them (see Server.Replaced)
+	meter    *metering.Meter      // the functions' bill: each request's binding, Acquire to Release
 }
 
-func newTrackedPool(p healthPool, key auth.Key, node *executor.Node, maxFunctions int, log *slog.Logger) *trackedPool {
+func newTrackedPool(p healthPool, key auth.Key, node dataPlane, maxFunctions int, log *slog.Logger) *trackedPool {
 	return &trackedPool{healthPool: p, key: key, node: node, log: log, maxFunctions: maxFunctions,
 		specs: map[string]pool.FunctionSpec{}, bound: map[string]map[string]int{}, bindings: map[string]string{},
-		held: map[string]*executor.Binding{}, swaps: map[string]int64{}, failed: map[int]bool{},
+		held: map[string]heldBinding{}, swaps: map[string]int64{}, failed: map[int]bool{},
 		waiting: map[*waiter]struct{}{}}
 }
 
@@ -93,10 +97,16 @@ func (t *trackedPool) Deregister(ctx context.Context, name string) error {
 	return err
 }
 
-// Acquire binds one request of function: its initialisation ends first (see trackedPool).
+// Acquire binds one request of function: its initialisation ends first (see trackedPool). A function whose
+// memory was lost before its initialisation ended (executor.ErrLost) is refused with pool.ErrFunctionLost: its
+// process must start again.
 func (t *trackedPool) Acquire(ctx context.Context, function string) (pool.Binding, error) {
 	if t.node != nil {
-		if err := t.node.EndInit(ctx, function); err != nil && !errors.Is(err, executor.ErrUnknownFunction) {
+		err := t.node.EndInit(ctx, function)
+		switch {
+		case errors.Is(err, executor.ErrLost):
+			return pool.Binding{}, fmt.Errorf("acquire %q: %w: %w", function, pool.ErrFunctionLost, err)
+		case err != nil && !errors.Is(err, executor.ErrUnknownFunction):
 			return pool.Binding{}, fmt.Errorf("acquire %q: end of initialisation: %w", function, err)
 		}
 	}
@@ -112,7 +122,7 @@ func (t *trackedPool) Acquire(ctx context.Context, function string) (pool.Bindin
 func (t *trackedPool) acquire(ctx context.Context, function string, request bool) (pool.Binding, error) {
 	var (
 		b    pool.Binding
-		held *executor.Binding
+		held heldBinding
 		err  error
 	)
 	for attempt := 0; ; attempt++ {
@@ -121,7 +131,7 @@ func (t *trackedPool) acquire(ctx context.Context, function string, request bool
 			return pool.Binding{}, fmt.Errorf("acquire %q: %w: every GPU failed (faas_gpu_gpu_healthy)", function,
 				pool.ErrNoHealthyGPU)
 		}
-		if b, held, err = t.bind(ctx, function); err == nil {
+		if b, held, err = t.bind(ctx, function, request); err == nil {
 			break
 		}
 		if errors.Is(err, pool.ErrNoHealthyGPU) {
@@ -147,6 +157,9 @@ func (t *trackedPool) acquire(ctx context.Context, function string, request bool
 	if held != nil {
 		t.held[b.ID] = held
 	}
+	if request && t.meter != nil {
+		t.meter.Begin(b.ID, function, t.specs[function].MemoryBytes)
+	}
 	swap := b.Swap
 	if swap == "" {
 		swap = "none"
@@ -157,7 +170,7 @@ func (t *trackedPool) acquire(ctx context.Context, function string, request bool
 }
 
 // bind is one attempt of acquire: the pool's binding and, with executors, the hold on its GPU.
-func (t *trackedPool) bind(ctx context.Context, function string) (pool.Binding, *executor.Binding, error) {
+func (t *trackedPool) bind(ctx context.Context, function string, request bool) (pool.Binding, heldBinding, error) {
 	ctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
 	w := &waiter{cancel: cancel}
@@ -174,7 +187,7 @@ func (t *trackedPool) bind(ctx context.Context, function string) (pool.Binding, 
 	if err != nil || t.node == nil {
 		return b, nil, err
 	}
-	held, err := t.node.Acquire(ctx, function, b.GPU, executor.Any)
+	held, err := t.node.hold(ctx, function, b.GPU, b.ID, request)
 	if err != nil {
 		rerr := t.healthPool.Release(context.WithoutCancel(ctx), b.ID)
 		if failedUnder(err) && errors.Is(rerr, pool.ErrGPUUnhealthy) {
@@ -200,16 +213,18 @@ func (t *trackedPool) Release(ctx context.Context, id string) error {
 	held := t.held[id]
 	delete(t.held, id)
 	t.mu.Unlock()
+	if t.meter != nil {
+		t.meter.End(id) // implicit bindings were never begun
+	}
 	var broke error
 	if held != nil {
-		switch err := held.Err(); {
+		switch err := held.Finish(); {
 		case errors.Is(err, executor.ErrUnhealthy):
 			broke = fmt.Errorf("binding %s broke: %w: %w", id, pool.ErrGPUUnhealthy, err)
 			t.noteHealth(ctx)
 		case err != nil:
 			broke = fmt.Errorf("binding %s broke: %w: %w", id, pool.ErrBindingBroken, err)
 		}
-		held.Release()
 	}
 	err := t.healthPool.Release(ctx, id)
 	if broke != nil && errors.Is(err, pool.ErrGPUUnhealthy) {
@@ -237,6 +252,9 @@ func (t *trackedPool) Status(ctx context.Context) pool.Status {
 	if t.sim != nil {
 		st.SimKernels, st.SimDryLaunches = t.sim.KernelMode().String(), t.sim.DryLaunches()
 	}
+	if t.tenants != nil {
+		st.Tenants = t.tenants.Tenants()
+	}
 	return st
 }
 
@@ -248,7 +266,7 @@ func (t *trackedPool) CurrentGPU(function string) (int, bool) {
 	t.mu.Lock()
 	type cand struct {
 		gpu  int
-		held *executor.Binding
+		held heldBinding
 	}
 	var cands []cand
 	for id, gpu := range t.bound[function] {

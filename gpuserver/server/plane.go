@@ -1,0 +1,80 @@
+package server
+
+import (
+	"context"
+
+	"github.com/faas-gpu/faas-gpu/gpuserver/controller"
+	"github.com/faas-gpu/faas-gpu/gpuserver/executor"
+	"github.com/faas-gpu/faas-gpu/gpuserver/tenant"
+)
+
+// dataPlane is where the node's executors run, as the tracked pool sees them: in the gpuserver's own process
+// (package executor's Node: every tenant in one process, --tenant-isolation=none) or in one executor process per
+// tenant (package tenant, docs/tenants.md).
+type dataPlane interface {
+	GPUs() int
+	Healthy(gpu int) bool
+	MarkUnhealthy(gpu int, cause error)
+	Status() []executor.Status
+	Register(name string) error
+	SetTenant(ctx context.Context, name, tenant string) error
+	Deregister(ctx context.Context, name string) error
+	EndInit(ctx context.Context, name string) error
+	// hold holds binding id of function on gpu (a request's, or an implicit one).
+	hold(ctx context.Context, name string, gpu int, id string, request bool) (heldBinding, error)
+}
+
+// heldBinding is a binding held on the data plane.
+type heldBinding interface {
+	// Finish releases it and says whether it broke while it was held (executor.Binding.Err).
+	Finish() error
+	// Orphaned reports whether the function was reset under it (executor.Binding.Orphaned).
+	Orphaned() bool
+}
+
+// nodePlane is the in-process data plane.
+type nodePlane struct{ *executor.Node }
+
+func (p nodePlane) hold(ctx context.Context, name string, gpu int, _ string, _ bool) (heldBinding, error) {
+	b, err := p.Acquire(ctx, name, gpu, executor.Any)
+	if err != nil {
+		return nil, err
+	}
+	return nodeBinding{b}, nil
+}
+
+type nodeBinding struct{ *executor.Binding }
+
+func (b nodeBinding) Finish() error {
+	err := b.Err()
+	b.Release()
+	return err
+}
+
+// tenantPlane is the data plane of executor processes per tenant.
+type tenantPlane struct{ *tenant.Plane }
+
+func (p tenantPlane) hold(ctx context.Context, name string, gpu int, id string, request bool) (heldBinding, error) {
+	h, err := p.Acquire(ctx, name, gpu, executor.Any, id, request)
+	if err != nil {
+		return nil, err
+	}
+	return h, nil
+}
+
+// tenantActuator carries the controller's swaps and evictions out in the functions' executors.
+type tenantActuator struct{ p *tenant.Plane }
+
+var _ controller.Actuator = tenantActuator{}
+
+func (a tenantActuator) SwapIn(ctx context.Context, function string, gpu int, from controller.Source) error {
+	src := from.GPU
+	if from.Kind == controller.SwapCold {
+		src = executor.Host
+	}
+	return a.p.SwapIn(ctx, function, gpu, src)
+}
+
+func (a tenantActuator) Evict(ctx context.Context, function string, gpu int) error {
+	return a.p.Evict(ctx, function, gpu)
+}
