@@ -20,7 +20,7 @@ HELM_VERSION   := v3.22.0
 HELM_DIR       := $(TOOLS_BIN)/helm-$(HELM_VERSION)
 HELM           := $(HELM_DIR)/helm
 
-.PHONY: all build run test test-go test-shim test-fuzz lint shim bench-policy bench-swap bench-remoting bench-queue bench-template clean
+.PHONY: all build run test test-go test-shim test-fuzz lint shim bench-policy bench-policy-quick bench-swap bench-remoting bench-queue bench-template clean
 
 all: build
 
@@ -133,11 +133,15 @@ gpu-trace:
 	test/gpu/trace.sh build/gpu-trace
 	@echo "compare build/gpu-trace with shim/testdata/trace and copy what changed"
 
-## bench-policy: policy sweeps (node, overload with the offline bound, partial residency, cluster, speed, three
-## seeds) on the simulator, writes docs/bench/policy.{md,png,json} and policy-cluster.png
+## bench-policy: every policy on both figures (functions and requests within SLO, refusals) over five seeds: Torpor's
+## node, the Azure trace's hours, Torpor's arrivals with the overload control on and off, cluster sizing against
+## static packing, keep-alive and late binding, the router against round robin; writes docs/bench/policy.{md,json}
 bench-policy: build
-	$(GO) run ./gpuserver/simulate/benchpolicy -workloads ../shared/workloads -out docs/bench -seed 1 \
-	  $$(test -f docs/bench/policy.json && echo -previous docs/bench/policy.json)
+	$(GO) run ./gpuserver/simulate/benchpolicy -workloads ../shared/workloads -out docs/bench
+
+## bench-policy-quick: the same on two seeds and fewer points (CI), writes docs/bench/policy-quick.{md,json}
+bench-policy-quick:
+	$(GO) run ./gpuserver/simulate/benchpolicy -workloads ../shared/workloads -out docs/bench -quick
 
 ## bench-swap: data-plane benchmarks, writes docs/bench/swap.md
 bench-swap: build
