@@ -114,6 +114,9 @@ func newDeviceHandler(ctx context.Context, cfg Config, info SessionInfo, log *sl
 	if err := cfg.Node.SetScratchPerRequest(info.Function, info.Spec.Scratch == pool.ScratchRequest); err != nil {
 		return nil, err
 	}
+	if err := cfg.Node.SetModelShared(info.Function, info.Spec.Model == pool.ModelShared); err != nil {
+		return nil, err
+	}
 	h := &deviceHandler{
 		cfg: cfg, info: info, log: log, node: cfg.Node,
 		gpu:     -1,

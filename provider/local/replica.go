@@ -302,7 +302,8 @@ func (b *Backend) env(rec record, instance string, port int) []string {
 		}
 	}
 	for _, k := range []string{"FAAS_GPU", "FAAS_GPU_FUNCTION", "FAAS_GPU_MEMORY_BYTES", "FAAS_GPU_SLO",
-		"FAAS_GPU_SLO_PERCENTILE", "FAAS_GPU_ISOLATION", "FAAS_GPU_SCRATCH", "FAAS_GPU_TOKEN", "fprocess"} {
+		"FAAS_GPU_SLO_PERCENTILE", "FAAS_GPU_ISOLATION", "FAAS_GPU_SCRATCH", "FAAS_GPU_MODEL", "FAAS_GPU_TOKEN",
+		"fprocess"} {
 		delete(m, k)
 	}
 	for k, v := range b.cfg.Env {
@@ -331,6 +332,9 @@ func (b *Backend) env(rec record, instance string, port int) []string {
 		m["FAAS_GPU_ISOLATION"] = spec.Isolation
 		if spec.Scratch != "" {
 			m["FAAS_GPU_SCRATCH"] = spec.Scratch
+		}
+		if spec.Model != "" {
+			m["FAAS_GPU_MODEL"] = spec.Model
 		}
 		if b.cfg.GPUEnv != nil {
 			for k, v := range b.cfg.GPUEnv(gpuName) {

@@ -198,7 +198,9 @@ func Unmap(ctx Context, p, size uint64) error {
 }
 
 // SetAccess grants read/write access to devs.
-func SetAccess(ctx Context, p, size uint64, devs []int) error { return setAccess(ctx, p, size, devs, 3) }
+func SetAccess(ctx Context, p, size uint64, devs []int) error {
+	return setAccess(ctx, p, size, devs, 3)
+}
 
 // SetAccessReadOnly grants devs read access to a mapped range (CU_MEM_ACCESS_FLAGS_PROT_READ).
 func SetAccessReadOnly(ctx Context, p, size uint64, devs []int) error {
