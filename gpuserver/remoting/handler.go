@@ -190,6 +190,9 @@ func (h *deviceHandler) syncStream(ctx context.Context) Result {
 
 // bind returns the function's executor stream on the GPU its calls run on now, swapping it there if needed.
 func (h *deviceHandler) bind(ctx context.Context) (device.Stream, Result) {
+	if h.g.devCapture != nil { // a graph's nodes being captured on the device (graph.go)
+		return h.g.devCapture, ResultSuccess
+	}
 	var gpu int
 	if g, ok := h.cfg.Binder.CurrentGPU(h.info.Function); ok {
 		if !h.explicit {
