@@ -667,3 +667,26 @@ func (r *Repository) Close() error {
 	}
 	return errors.Join(errs...)
 }
+
+// HostImages returns the bytes each committed image in dir holds in host memory (a spilled one holds none), read
+// from the sidecar files, so that another process (the gpuserver's metering, beside executor processes that own
+// the repository) can see them. An unreadable sidecar is skipped.
+func HostImages(dir string) (map[string]uint64, error) {
+	metas, err := filepath.Glob(filepath.Join(dir, "*.meta.json"))
+	if err != nil {
+		return nil, fmt.Errorf("repository: %w", err)
+	}
+	out := make(map[string]uint64, len(metas))
+	for _, mp := range metas {
+		raw, err := os.ReadFile(mp)
+		if err != nil {
+			continue // removed meanwhile
+		}
+		var m meta
+		if json.Unmarshal(raw, &m) != nil || m.Function == "" || m.Spilled {
+			continue
+		}
+		out[m.Function] = m.Size
+	}
+	return out, nil
+}

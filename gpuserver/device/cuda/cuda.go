@@ -11,7 +11,6 @@ import (
 	"errors"
 	"fmt"
 	"sync"
-	"time"
 	"unsafe"
 
 	"github.com/faas-gpu/faas-gpu/gpuserver/device"
@@ -363,27 +362,9 @@ func (b *Backend) Close(context.Context) error {
 	return errors.Join(errs...)
 }
 
-// wait polls done until it reports completion or ctx ends; without a deadline or cancel it blocks in block.
+// wait waits with the device package's algorithm (device.Wait), mapping the driver's errors.
 func wait(ctx context.Context, done func() (bool, error), block func() error) error {
-	if ctx.Done() == nil {
-		return wrap(block())
-	}
-	for d := time.Microsecond; ; d = min(2*d, time.Millisecond) {
-		ok, err := done()
-		if err != nil {
-			return wrap(err)
-		}
-		if ok {
-			return nil
-		}
-		t := time.NewTimer(d)
-		select {
-		case <-ctx.Done():
-			t.Stop()
-			return ctx.Err()
-		case <-t.C:
-		}
-	}
+	return wrap(device.Wait(ctx, done, block))
 }
 
 type stream struct {
