@@ -31,6 +31,7 @@ type function struct {
 	fault    error                 // the last such fault
 
 	scratchPerRequest bool // its scratch is dropped when its last binding ends (scratch.go)
+	modelShared       bool // it never writes its model after initialisation: its chunks may be shared (share.go)
 }
 
 // residency is a function's physical copy on one GPU.
@@ -218,7 +219,7 @@ func (n *Node) completeLocked(ctx context.Context, f *function, gpu int, source 
 		fill := seg.Kind != memory.KindScratch && (f.captured || n.restoringLocked(f, seg.ID) || f.saved[seg.ID])
 		plan := chunkPlan{reused: make([]*sharedChunk, seg.Chunks(cs))}
 		if !parked {
-			if fill && f.captured { // the image is authoritative: some of its chunks may be on the gpu already
+			if fill && f.captured && f.modelShared { // some of its image's chunks may be on the gpu already
 				if job.image == nil {
 					im, err := n.repo.Get(ctx, f.name)
 					if err != nil {

@@ -116,6 +116,9 @@ func newDeviceHandler(ctx context.Context, cfg Config, info SessionInfo, log *sl
 	if err := cfg.Node.SetScratchPerRequest(info.Function, info.Spec.Scratch == pool.ScratchRequest); err != nil {
 		return nil, err
 	}
+	if err := cfg.Node.SetModelShared(info.Function, info.Spec.Model == pool.ModelShared); err != nil {
+		return nil, err
+	}
 	images := cfg.images
 	if images == nil { // a handler built without a server (tests)
 		images = newModuleImages(DefaultMaxModuleBytesPerFunction, DefaultMaxModuleBytes)
@@ -193,6 +196,9 @@ func (h *deviceHandler) syncStream(ctx context.Context) Result {
 
 // bind returns the function's executor stream on the GPU its calls run on now, swapping it there if needed.
 func (h *deviceHandler) bind(ctx context.Context) (device.Stream, Result) {
+	if h.g.devCapture != nil { // a graph's nodes being captured on the device (graph.go)
+		return h.g.devCapture, ResultSuccess
+	}
 	var gpu int
 	if g, ok := h.cfg.Binder.CurrentGPU(h.info.Function); ok {
 		if !h.explicit {
