@@ -168,3 +168,34 @@ func TestFakeDriverSynchronizeBlocksInTheDriver(t *testing.T) {
 		t.Error("the synchronize blocked without polling first")
 	}
 }
+
+// A segment of many chunks (1 GiB of 2 MiB chunks) is mapped chunk by chunk but made accessible in one call.
+func TestFakeDriverGrantsAccessOncePerRange(t *testing.T) {
+	b := openFake(t)
+	const chunk, n = 2 << 20, 512
+	ptr, err := b.ReserveAddress(chunk*n, 0)
+	must(t, err)
+	var phys []device.Physical
+	for range n {
+		p, err := b.CreatePhysical(0, chunk)
+		must(t, err)
+		phys = append(phys, p)
+	}
+	before := counts(t)
+	for i, p := range phys {
+		must(t, b.Map(ptr+device.Ptr(i*chunk), p))
+	}
+	must(t, b.SetAccess(ptr, chunk*n, []int{0}))
+	after := counts(t)
+	if m := after[cMemMap] - before[cMemMap]; m != n {
+		t.Errorf("%d cuMemMap calls for %d chunks", m, n)
+	}
+	if a := after[cMemSetAccess] - before[cMemSetAccess]; a != 1 {
+		t.Errorf("%d cuMemSetAccess calls for one range of %d mappings, want 1", a, n)
+	}
+	must(t, b.Unmap(ptr, chunk*n))
+	for _, p := range phys {
+		must(t, p.Release())
+	}
+	must(t, b.FreeAddress(ptr, chunk*n))
+}
