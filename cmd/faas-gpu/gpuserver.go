@@ -6,8 +6,10 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"path/filepath"
 	"time"
 
+	"github.com/faas-gpu/faas-gpu/gpuserver/controller"
 	"github.com/faas-gpu/faas-gpu/gpuserver/server"
 )
 
@@ -22,8 +24,10 @@ type gpuserverConfig struct {
 	gpuMemory string
 	repoDir   string
 	policy    string
+	overload  string
 	logLevel  string
 	kernels   string // --sim-kernels
+	metering  string
 	hold      holdFlag
 }
 
@@ -52,14 +56,18 @@ func (c *gpuserverConfig) register(fs *flag.FlagSet) {
 	fs.StringVar(&c.group, "socket-group", "",
 		"group (name or id) given the sockets, mode 0660, for function processes of other users; empty: owner only")
 	fs.StringVar(&c.listen, "listen", "", "optional TCP address of the gpuserver API, e.g. 127.0.0.1:8090")
-	fs.StringVar(&c.gpus, "gpus", autoNode, "auto (discover; simulated v100x4 when none), a node preset (v100x4, a100x8, h100x8, h200x1) or a node file")
+	fs.StringVar(&c.gpus, "gpus", autoNode, "auto (discover; simulated "+fallbackNode+" when none), a node preset (v100x4, a100x8, h100x8, h200x1) or a node file")
 	fs.StringVar(&c.gpuMemory, "gpu-memory", "", "override every GPU's memory, e.g. 4Gi (forces eviction in tests)")
 	fs.StringVar(&c.repoDir, "repository-dir", "/dev/shm/faas-gpu",
 		"model images of the functions (shared-memory files kept across gpuserver restarts)")
 	fs.StringVar(&c.policy, "policy", "faas-gpu", policyUsage)
+	fs.StringVar(&c.overload, "overload", controller.OverloadAuto, overloadUsage)
 	fs.StringVar(&c.logLevel, "log-level", "info", "debug, info, warn or error")
 	fs.StringVar(&c.kernels, "sim-kernels", "reference", simKernelsUsage)
 	c.hold.register(fs)
+	fs.StringVar(&c.metering, "metering-file", "",
+		"the functions' bill, kept across restarts (default: metering.json in -repository-dir: on a tmpfs it "+
+			"survives restarts of the gpuserver, not of the machine; name a file on disk for that)")
 }
 
 func runGPUServer(ctx context.Context, args []string, stdout, stderr io.Writer) error {
@@ -79,6 +87,10 @@ func runGPUServer(ctx context.Context, args []string, stdout, stderr io.Writer) 
 	if err := cfg.hold.validate(); err != nil {
 		return err
 	}
+	overload, err := parseOverload(cfg.overload)
+	if err != nil {
+		return err
+	}
 	if cfg.repoDir == "" {
 		return usageError{fmt.Errorf("-repository-dir: must not be empty")}
 	}
@@ -94,10 +106,13 @@ func runGPUServer(ctx context.Context, args []string, stdout, stderr io.Writer) 
 		return err
 	}
 	node := gpus.Node
+	if cfg.metering == "" {
+		cfg.metering = filepath.Join(cfg.repoDir, "metering.json")
+	}
 	srv, err := server.Start(ctx, server.Config{Socket: cfg.socket, Listen: cfg.listen, Node: node,
-		Policy: cfg.policy, RemotingSocket: cfg.remoting, KeyFile: cfg.keyFile, RepositoryDir: cfg.repoDir,
+		Policy: cfg.policy, Overload: overload, RemotingSocket: cfg.remoting, KeyFile: cfg.keyFile, RepositoryDir: cfg.repoDir,
 		Device: gpus.Device, DeviceReserveBytes: gpus.Reserve, SocketGroup: cfg.group, Logger: log,
-		SimKernels: simKernels, MaxBindingHold: cfg.hold.max})
+		SimKernels: simKernels, MeteringFile: cfg.metering, MaxBindingHold: cfg.hold.max})
 	if err != nil {
 		return err
 	}

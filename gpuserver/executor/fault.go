@@ -177,31 +177,42 @@ func (n *Node) detachLocked(tenant string, gpu int) device.Context {
 // top).
 func (n *Node) dropTenantLocked(f *function, gpu int, err error) {
 	var restored []string
+	// The active copies were exposed to the faulting work, and so were the parked ones holding a chunk shared with
+	// them (share.go): find them all before any chunk is given back.
+	var exposed []*function
 	for _, o := range n.fns {
 		if o.tenant != f.tenant {
 			continue
 		}
-		r := o.res[gpu]
-		if o.active != gpu || r == nil {
-			continue
+		if r := o.res[gpu]; r != nil && (o.active == gpu || n.sharedWithLocked(r)) {
+			exposed = append(exposed, o)
 		}
+	}
+	for _, o := range exposed {
+		r := o.res[gpu]
 		for _, seg := range o.space.Segments() {
 			if r.mapped[seg.ID] {
 				_ = n.mem.Unmap(seg.Ptr, seg.Size)
 			}
 		}
-		o.active = -1
 		_ = n.waitReadyLocked(context.Background(), r) // the node's own copies into the chunks (not the tenant's)
 		for _, chunks := range r.chunks {
-			_ = n.mem.Pool(gpu).Put(chunks)
+			_ = n.putChunksLocked(gpu, chunks)
 		}
 		delete(o.res, gpu)
+		if o.active != gpu {
+			continue // a parked copy: dropped, restored from the image at its next swap-in
+		}
+		o.active = -1
 		o.epoch++
 		o.fault = err
 		o.loseLocked(fmt.Errorf("gpu %d: %w", gpu, err))
 		restored = append(restored, o.name)
 	}
 	n.execs[gpu].contextFaults++
+	if n.cfg.OnContextFault != nil {
+		n.cfg.OnContextFault(gpu, f.name, err)
+	}
 	n.log.Warn("the tenant's context on the gpu was torn down, its functions there are restored from their "+
 		"images; the gpu stays in service", "gpu", gpu, "tenant", f.tenant, "function", f.name,
 		"functions", restored, "err", err)

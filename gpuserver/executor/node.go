@@ -58,6 +58,12 @@ type Config struct {
 	Addresses *Addresses
 	// Logger receives the restore decisions; nil discards them.
 	Logger *slog.Logger
+	// OnContextFault, when set, is told of every fault of a tenant's work (after the node tore the tenant's
+	// context down), and OnUnhealthy of every GPU the node takes out of service. Both are called with the node's
+	// lock held: they must not call the node. A tenant executor process reports them to the gpuserver (and exits
+	// after a fault: on a real GPU a fault poisons every context of the process).
+	OnContextFault func(gpu int, function string, err error)
+	OnUnhealthy    func(gpu int, cause error)
 }
 
 // Node holds the executors of every GPU and the functions' state. It is safe for concurrent use.
@@ -80,6 +86,11 @@ type Node struct {
 	fns     map[string]*function
 	plans   map[string]*restorePlan // images from before a restart whose function has not registered yet
 	images  ImageStats
+
+	scratchDropped uint64 // bytes of request scratch given back (scratch.go)
+
+	shared      map[int]*gpuChunks // chunks shared between copies, per GPU (share.go)
+	sharedBytes uint64             // bytes swap-ins mapped from a chunk already on the GPU
 }
 
 // Executor is one GPU's swap machinery.
@@ -88,6 +99,7 @@ type Executor struct {
 	groupBytes    uint64
 	copyIn        device.Stream // host-to-device swaps
 	copyPeer      device.Stream // GPU-to-GPU swaps into this GPU
+	zero          device.Stream // zeroing fresh segments, apart from the swaps' copies
 	healthy       bool
 	lastErr       error
 	swaps         int64
@@ -121,6 +133,9 @@ func New(cfg Config) (*Node, error) {
 		var err error
 		if e.copyIn, err = cfg.Device.NewStream(g.Index); err == nil {
 			e.copyPeer, err = cfg.Device.NewStream(g.Index)
+		}
+		if err == nil {
+			e.zero, err = cfg.Device.NewStream(g.Index)
 		}
 		if err != nil {
 			_ = n.Close(context.Background())
@@ -223,6 +238,9 @@ func (n *Node) MarkUnhealthy(gpu int, cause error) {
 
 func (n *Node) markUnhealthyLocked(gpu int, cause error) {
 	e := n.execs[gpu]
+	if e.healthy && n.cfg.OnUnhealthy != nil {
+		n.cfg.OnUnhealthy(gpu, cause)
+	}
 	e.healthy, e.lastErr = false, cause
 	for _, f := range n.fns {
 		r, ok := f.res[gpu]
@@ -241,6 +259,7 @@ func (n *Node) markUnhealthyLocked(gpu int, cause error) {
 		delete(f.res, gpu)
 		f.loseLocked(fmt.Errorf("gpu %d failed: %w", gpu, cause))
 	}
+	n.forgetChunksLocked(gpu)
 }
 
 // Status is a snapshot of one GPU's executor.
@@ -321,7 +340,7 @@ func (n *Node) Close(ctx context.Context) error {
 			}
 			if n.execs[gpu].healthy {
 				for _, chunks := range r.chunks {
-					errs = append(errs, n.mem.Pool(gpu).Put(chunks))
+					errs = append(errs, n.putChunksLocked(gpu, chunks))
 				}
 			}
 		}
@@ -337,7 +356,7 @@ func (n *Node) Close(ctx context.Context) error {
 		delete(n.domains, k)
 	}
 	for _, e := range n.execs {
-		for _, s := range []device.Stream{e.copyIn, e.copyPeer} {
+		for _, s := range []device.Stream{e.copyIn, e.copyPeer, e.zero} {
 			if s != nil {
 				errs = append(errs, s.Destroy())
 			}

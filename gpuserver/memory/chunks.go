@@ -2,6 +2,7 @@ package memory
 
 import (
 	"container/heap"
+	"context"
 	"fmt"
 	"sync"
 
@@ -25,6 +26,12 @@ type ChunkPool struct {
 	mu   sync.Mutex
 	free intHeap
 	out  map[int]bool
+
+	// A lending pool (lending.go) owns no chunks: it borrows them from lender.
+	lender  Lender
+	lendCtx context.Context
+	lent    map[int]device.Physical // chunks borrowed and not given back, free or handed out
+	total   int                     // the node's chunks of the GPU
 }
 
 // NewChunkPool creates count chunks of chunkSize bytes on GPU gpu. On error the chunks created so far are
@@ -53,8 +60,13 @@ func (p *ChunkPool) GPU() int { return p.gpu }
 // ChunkSize is the size of every chunk.
 func (p *ChunkPool) ChunkSize() uint64 { return p.chunkSize }
 
-// Total is the number of chunks.
-func (p *ChunkPool) Total() int { return len(p.chunks) }
+// Total is the number of chunks (of the whole node's GPU, for a lending pool).
+func (p *ChunkPool) Total() int {
+	if p.lender != nil {
+		return p.total
+	}
+	return len(p.chunks)
+}
 
 // Free is the number of chunks not handed out.
 func (p *ChunkPool) Free() int {
@@ -69,6 +81,9 @@ func (p *ChunkPool) Get(n int) ([]Chunk, error) {
 	defer p.mu.Unlock()
 	if n <= 0 {
 		return nil, fmt.Errorf("%w: get %d chunks", ErrInvalid, n)
+	}
+	if p.lender != nil {
+		return p.borrowLocked(n)
 	}
 	if n > len(p.free) {
 		return nil, fmt.Errorf("%w: gpu %d: %d chunks wanted, %d of %d free", ErrNoSpace, p.gpu, n, len(p.free),
@@ -88,7 +103,7 @@ func (p *ChunkPool) Put(chunks []Chunk) error {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	for _, c := range chunks {
-		if c.Index < 0 || c.Index >= len(p.chunks) || !p.out[c.Index] {
+		if c.Index < 0 || (p.lender == nil && c.Index >= len(p.chunks)) || !p.out[c.Index] {
 			return fmt.Errorf("%w: gpu %d: chunk %d is not handed out", ErrInvalid, p.gpu, c.Index)
 		}
 	}
@@ -99,9 +114,16 @@ func (p *ChunkPool) Put(chunks []Chunk) error {
 	return nil
 }
 
-// release frees every chunk's physical memory (chunks must be unmapped).
+// release frees every chunk's physical memory (chunks must be unmapped); a lending pool releases its handles on
+// the chunks it borrowed (the lender keeps the memory).
 func (p *ChunkPool) release() error {
 	var first error
+	for idx, ph := range p.lent {
+		if err := ph.Release(); err != nil && first == nil {
+			first = err
+		}
+		delete(p.lent, idx)
+	}
 	for _, ph := range p.chunks {
 		if err := ph.Release(); err != nil && first == nil {
 			first = err

@@ -12,6 +12,7 @@ import (
 	"github.com/faas-gpu/faas-gpu/gpuserver/device"
 	"github.com/faas-gpu/faas-gpu/gpuserver/executor"
 	"github.com/faas-gpu/faas-gpu/gpuserver/memory"
+	"github.com/faas-gpu/faas-gpu/gpuserver/pool"
 )
 
 // deviceHandler executes one session's calls on the node's executors (package executor). It is used by the
@@ -49,6 +50,8 @@ type deviceHandler struct {
 
 	images       *moduleImages // the node's module images (Config.images)
 	pendingImage []byte        // chunks of a module image whose load call has not come yet (reserved in images)
+
+	g graphs // stream captures and graphs (graph.go)
 
 	vmmRanges   map[uint64]uint64 // reservations: start -> size
 	vmmHandles  map[uint64]*vmmHandle
@@ -112,11 +115,17 @@ func newDeviceHandler(ctx context.Context, cfg Config, info SessionInfo, log *sl
 	if err := cfg.Node.SetTenant(ctx, info.Function, info.Spec.Tenant()); err != nil { // its namespace, or itself
 		return nil, err
 	}
+	if err := cfg.Node.SetScratchPerRequest(info.Function, info.Spec.Scratch == pool.ScratchRequest); err != nil {
+		return nil, err
+	}
+	if err := cfg.Node.SetModelShared(info.Function, info.Spec.Model == pool.ModelShared); err != nil {
+		return nil, err
+	}
 	images := cfg.images
 	if images == nil { // a handler built without a server (tests)
 		images = newModuleImages(DefaultMaxModuleBytesPerFunction, DefaultMaxModuleBytes)
 	}
-	return &deviceHandler{
+	h := &deviceHandler{
 		cfg: cfg, info: info, log: log, node: cfg.Node, images: images,
 		gpu:     -1,
 		handles: 0x1000,
@@ -124,7 +133,9 @@ func newDeviceHandler(ctx context.Context, cfg Config, info SessionInfo, log *sl
 		funcs:   map[uint64]*function{},
 		streams: map[uint64]bool{},
 		events:  map[uint64]*event{},
-	}, nil
+	}
+	h.g.init()
+	return h, nil
 }
 
 func (h *deviceHandler) handle() uint64 {
@@ -165,6 +176,15 @@ func result(err error) Result {
 	return ResultUnknown
 }
 
+// Bound reports whether the function holds a binding: the session's implicit one, or a request's.
+func (h *deviceHandler) Bound() bool {
+	if h.release != nil {
+		return true
+	}
+	_, ok := h.cfg.Binder.CurrentGPU(h.info.Function)
+	return ok
+}
+
 // Idle releases the implicit binding (called by the session when no call arrived for Config.IdleRelease).
 func (h *deviceHandler) Idle() {
 	if h.release != nil {
@@ -187,6 +207,9 @@ func (h *deviceHandler) syncStream(ctx context.Context) Result {
 
 // bind returns the function's executor stream on the GPU its calls run on now, swapping it there if needed.
 func (h *deviceHandler) bind(ctx context.Context) (device.Stream, Result) {
+	if h.g.devCapture != nil { // a graph's nodes being captured on the device (graph.go)
+		return h.g.devCapture, ResultSuccess
+	}
 	var gpu int
 	if g, ok := h.cfg.Binder.CurrentGPU(h.info.Function); ok {
 		if !h.explicit {
@@ -483,14 +506,23 @@ func (h *deviceHandler) htod(ctx context.Context, call string, dst uint64, src [
 }
 
 func (h *deviceHandler) CuMemcpyHtoD_v2(ctx context.Context, dst uint64, src []byte, _ uint64) Result {
+	if r, ok := h.refuseInCapture("cuMemcpyHtoD", 0, true); ok {
+		return r
+	}
 	return h.htod(ctx, "cuMemcpyHtoD", dst, src, true)
 }
 
-func (h *deviceHandler) CuMemcpyHtoDAsync_v2(ctx context.Context, dst uint64, src []byte, _, _ uint64) Result {
+func (h *deviceHandler) CuMemcpyHtoDAsync_v2(ctx context.Context, dst uint64, src []byte, _, st uint64) Result {
+	if h.asyncRefused("cuMemcpyHtoDAsync", st, false) {
+		return ResultSuccess
+	}
 	return h.htod(ctx, "cuMemcpyHtoDAsync", dst, src, false)
 }
 
-func (h *deviceHandler) MemcpyHtoDChunk(ctx context.Context, dst uint64, src []byte, _, _ uint64) Result {
+func (h *deviceHandler) MemcpyHtoDChunk(ctx context.Context, dst uint64, src []byte, _, st uint64) Result {
+	if h.asyncRefused("cuMemcpyHtoDAsync", st, false) {
+		return ResultSuccess
+	}
 	return h.htod(ctx, "cuMemcpyHtoD", dst, src, false)
 }
 
@@ -513,10 +545,16 @@ func (h *deviceHandler) dtoh(ctx context.Context, call string, dst []byte, src u
 }
 
 func (h *deviceHandler) CuMemcpyDtoH_v2(ctx context.Context, dst []byte, src, _ uint64) Result {
+	if r, ok := h.refuseInCapture("cuMemcpyDtoH", 0, true); ok {
+		return r
+	}
 	return h.dtoh(ctx, "cuMemcpyDtoH", dst, src)
 }
 
-func (h *deviceHandler) CuMemcpyDtoHAsync_v2(ctx context.Context, dst []byte, src, _, _ uint64) Result {
+func (h *deviceHandler) CuMemcpyDtoHAsync_v2(ctx context.Context, dst []byte, src, _, st uint64) Result {
+	if r, ok := h.refuseInCapture("cuMemcpyDtoHAsync", st, false); ok {
+		return r
+	}
 	return h.dtoh(ctx, "cuMemcpyDtoHAsync", dst, src)
 }
 
@@ -549,10 +587,18 @@ func (h *deviceHandler) dtod(ctx context.Context, dst, src, n uint64, wait bool)
 }
 
 func (h *deviceHandler) CuMemcpyDtoD_v2(ctx context.Context, dst, src, n uint64) Result {
+	if r, ok := h.refuseInCapture("cuMemcpyDtoD", 0, true); ok {
+		return r
+	}
 	return h.dtod(ctx, dst, src, n, true)
 }
 
-func (h *deviceHandler) CuMemcpyDtoDAsync_v2(ctx context.Context, dst, src, n, _ uint64) Result {
+func (h *deviceHandler) CuMemcpyDtoDAsync_v2(ctx context.Context, dst, src, n, st uint64) Result {
+	if r, ok := h.captured(st, graphNode{kind: "copy", run: func(ctx context.Context, s uint64) Result {
+		return h.CuMemcpyDtoDAsync_v2(ctx, dst, src, n, s)
+	}}); ok {
+		return r
+	}
 	return h.dtod(ctx, dst, src, n, false)
 }
 
@@ -580,19 +626,35 @@ func (h *deviceHandler) memset(ctx context.Context, dst uint64, v uint32, n uint
 }
 
 func (h *deviceHandler) CuMemsetD8_v2(ctx context.Context, dst uint64, v uint32, n uint64) Result {
+	if h.asyncRefused("cuMemsetD8", 0, true) {
+		return ResultSuccess
+	}
 	return h.memset(ctx, dst, v, n, 1)
 }
 
 func (h *deviceHandler) CuMemsetD32_v2(ctx context.Context, dst uint64, v uint32, n uint64) Result {
+	if h.asyncRefused("cuMemsetD32", 0, true) {
+		return ResultSuccess
+	}
 	return h.memset(ctx, dst, v, n, 4)
 }
 
-func (h *deviceHandler) CuMemsetD8Async(ctx context.Context, dst uint64, v uint32, n, _ uint64) Result {
-	return h.memset(ctx, dst, v, n, 1)
+// memsetAsync runs a memset on stream st, or records it when st captures.
+func (h *deviceHandler) memsetAsync(ctx context.Context, dst uint64, v uint32, n, elem, st uint64) Result {
+	if r, ok := h.captured(st, graphNode{kind: "memset", run: func(ctx context.Context, s uint64) Result {
+		return h.memsetAsync(ctx, dst, v, n, elem, s)
+	}}); ok {
+		return r
+	}
+	return h.memset(ctx, dst, v, n, elem)
 }
 
-func (h *deviceHandler) CuMemsetD32Async(ctx context.Context, dst uint64, v uint32, n, _ uint64) Result {
-	return h.memset(ctx, dst, v, n, 4)
+func (h *deviceHandler) CuMemsetD8Async(ctx context.Context, dst uint64, v uint32, n, st uint64) Result {
+	return h.memsetAsync(ctx, dst, v, n, 1, st)
+}
+
+func (h *deviceHandler) CuMemsetD32Async(ctx context.Context, dst uint64, v uint32, n, st uint64) Result {
+	return h.memsetAsync(ctx, dst, v, n, 4, st)
 }
 
 // --- modules and launches
@@ -810,8 +872,18 @@ func (h *deviceHandler) CuKernelGetFunction(_ context.Context, params []byte, ke
 	return kernel, putLayout(params, fn.params)
 }
 
-func (h *deviceHandler) CuLaunchKernel(ctx context.Context, f uint64, gx, gy, gz, bx, by, bz, shmem uint32, _ uint64,
+func (h *deviceHandler) CuLaunchKernel(ctx context.Context, f uint64, gx, gy, gz, bx, by, bz, shmem uint32, st uint64,
 	args []byte, _ uint64) Result {
+	if h.g.capturing(st) != nil {
+		if _, ok := h.funcs[f]; !ok {
+			return ResultInvalidHandle
+		}
+		a := append([]byte(nil), args...) // the record's bytes are the ring's until the call returns
+		r, _ := h.captured(st, graphNode{kind: "kernel", fn: f, bytes: len(a), run: func(ctx context.Context, s uint64) Result {
+			return h.CuLaunchKernel(ctx, f, gx, gy, gz, bx, by, bz, shmem, s, a, uint64(len(a)))
+		}})
+		return r
+	}
 	return h.launch(ctx, f, device.Dim3{X: gx, Y: gy, Z: gz}, device.Dim3{X: bx, Y: by, Z: bz}, shmem, nil, args)
 }
 
@@ -859,7 +931,12 @@ func (h *deviceHandler) launch(ctx context.Context, f uint64, grid, block device
 
 // --- synchronisation, streams, events
 
-func (h *deviceHandler) CuCtxSynchronize(ctx context.Context) Result { return h.syncStream(ctx) }
+func (h *deviceHandler) CuCtxSynchronize(ctx context.Context) Result {
+	if r, ok := h.refuseInCapture("cuCtxSynchronize", 0, true); ok {
+		return r
+	}
+	return h.syncStream(ctx)
+}
 
 func (h *deviceHandler) CuStreamCreate(context.Context, uint32) (uint64, Result) {
 	id := h.handle()
@@ -885,6 +962,9 @@ func (h *deviceHandler) CuStreamSynchronize(ctx context.Context, s uint64) Resul
 	if !h.validStream(s) {
 		return ResultInvalidHandle
 	}
+	if r, ok := h.refuseInCapture("cuStreamSynchronize", s, false); ok {
+		return r
+	}
 	return h.syncStream(ctx)
 }
 
@@ -899,6 +979,7 @@ func (h *deviceHandler) CuStreamWaitEvent(_ context.Context, s, e uint64, _ uint
 	if _, ok := h.events[e]; !ok {
 		return ResultInvalidHandle
 	}
+	h.waitJoinsCapture(s, e)
 	return ResultSuccess // every stream of the session runs in order on one device stream
 }
 
@@ -973,6 +1054,9 @@ func (h *deviceHandler) CuEventRecord(ctx context.Context, e, s uint64) Result {
 	if !ok || !h.validStream(s) {
 		return ResultInvalidHandle
 	}
+	if h.eventRecordedInCapture(e, s) {
+		return ResultSuccess
+	}
 	st, r := h.bind(ctx)
 	if r != ResultSuccess {
 		return r
@@ -992,6 +1076,9 @@ func (h *deviceHandler) CuEventSynchronize(ctx context.Context, e uint64) Result
 	if !ok {
 		return ResultInvalidHandle
 	}
+	if c, ok := h.g.events[e]; ok {
+		return c.invalidate(ResultStreamCaptureUnsupported, "cuEventSynchronize of an event recorded in the capture")
+	}
 	return result(ev.ev.Synchronize(ctx))
 }
 
@@ -999,6 +1086,9 @@ func (h *deviceHandler) CuEventQuery(_ context.Context, e uint64) Result {
 	ev, ok := h.events[e]
 	if !ok {
 		return ResultInvalidHandle
+	}
+	if c, ok := h.g.events[e]; ok {
+		return c.invalidate(ResultStreamCaptureUnsupported, "cuEventQuery of an event recorded in the capture")
 	}
 	done, err := ev.ev.Query()
 	if err != nil {

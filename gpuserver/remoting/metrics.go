@@ -1,6 +1,8 @@
 package remoting
 
 import (
+	"time"
+
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
 )
@@ -12,12 +14,16 @@ type metrics struct {
 	refused      *prometheus.CounterVec
 	sessions     prometheus.Gauge
 	records      prometheus.Counter
+	late         prometheus.Counter
+	busy         prometheus.Counter
+	boundPoll    prometheus.Counter
 	sleeps       prometheus.Counter
+	handedOff    prometheus.Counter
 }
 
 // Reasons a connection is refused (the label of faas_gpu_remoting_refused_total).
 var refuseReasons = []string{"protocol", "version", "identity", "shared_memory", "sessions_per_function",
-	"pending_hellos", "pending_hellos_per_peer", "internal"}
+	"pending_hellos", "pending_hellos_per_peer", "internal", "handoff"}
 
 func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	m := &metrics{
@@ -41,18 +47,40 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Name: "faas_gpu_remoting_records_total",
 			Help: "Call records executed by remoting sessions (synchronous and asynchronous).",
 		}),
+		late: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "faas_gpu_remoting_late_records_total",
+			Help: "Asynchronous call records that reached their session together with the synchronous call after " +
+				"them (the same publication of the ring): work that waited for the client's next synchronisation " +
+				"instead of running while the client went on issuing.",
+		}),
+		busy: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "faas_gpu_remoting_record_seconds_total",
+			Help: "Time sessions spent executing asynchronous call records (decoding them and handing their work " +
+				"to the device): the server's cost per launch, memset or copy the client does not wait for.",
+		}),
+		boundPoll: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "faas_gpu_remoting_bound_poll_seconds_total",
+			Help: "Time sessions spent polling an empty ring while their function held a binding instead of " +
+				"sleeping on the socket: the CPU the server spends so that a request's calls need no wake-up.",
+		}),
 		sleeps: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "faas_gpu_remoting_sleeps_total",
 			Help: "Times a session found its ring empty for its whole spin time and slept on its socket: each costs " +
 				"the client a doorbell and the session a wake-up. Many sleeps per request mean the client's calls " +
 				"arrive further apart than the spin time.",
 		}),
+		handedOff: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "faas_gpu_remoting_handed_off_total",
+			Help: "Remoting sessions whose hello the gpuserver checked and handed to their tenant's executor process " +
+				"(docs/tenants.md); their records are counted by the executors.",
+		}),
 	}
 	for _, r := range refuseReasons {
 		m.refused.WithLabelValues(r)
 	}
 	if reg != nil {
-		for _, c := range []prometheus.Collector{m.acceptErrors, m.panics, m.refused, m.sessions, m.records, m.sleeps} {
+		for _, c := range []prometheus.Collector{m.acceptErrors, m.panics, m.refused, m.sessions, m.records,
+			m.late, m.busy, m.boundPoll, m.sleeps, m.handedOff} {
 			if err := reg.Register(c); err != nil {
 				return nil, err
 			}
@@ -76,7 +104,10 @@ func value(c prometheus.Collector) float64 {
 
 func (m *metrics) stats() Stats {
 	st := Stats{AcceptErrors: int64(value(m.acceptErrors)), SessionPanics: int64(value(m.panics)),
-		Refused: map[string]int64{}, Records: int64(value(m.records)), Sleeps: int64(value(m.sleeps))}
+		Refused: map[string]int64{}, Records: int64(value(m.records)), Sleeps: int64(value(m.sleeps)),
+		LateRecords: int64(value(m.late)), RecordTime: time.Duration(value(m.busy) * 1e9),
+		BoundPoll: time.Duration(value(m.boundPoll) * 1e9),
+		HandedOff: int64(value(m.handedOff))}
 	for _, r := range refuseReasons {
 		st.Refused[r] = int64(value(m.refused.WithLabelValues(r)))
 	}

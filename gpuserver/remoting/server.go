@@ -56,6 +56,11 @@ type Config struct {
 	Logger *slog.Logger
 	// Spin is how long a session polls its ring before it sleeps on the socket (50us when 0).
 	Spin time.Duration
+	// BoundSpin is how long a session whose function holds a binding (a request's, or the session's implicit
+	// one) polls its empty ring before it sleeps (20ms when 0): while the function runs a request its records
+	// reach the device without a doorbell or a wake-up, at the cost of a core polling between them (counted in
+	// faas_gpu_remoting_bound_poll_seconds_total). A negative value turns it off (Spin applies throughout).
+	BoundSpin time.Duration
 	// IdleRelease is how long a session waits idle before it releases an implicit binding (20ms when 0).
 	IdleRelease time.Duration
 	// MaxImplicitHold is the longest a session keeps an implicit binding while its calls keep coming: then it
@@ -88,6 +93,9 @@ type Config struct {
 	images *moduleImages // the node's module images, shared by every session (set by NewServer)
 	// Metrics, when set, receives the server's counters (faas_gpu_remoting_*).
 	Metrics prometheus.Registerer
+	// HandOff, when set, runs every session elsewhere once its hello passed (a tenant executor process); Device,
+	// Node and Binder are then not needed. See HandOff.
+	HandOff HandOff
 }
 
 // Limits of a server when its Config names none.
@@ -125,7 +133,7 @@ func NewServer(cfg Config) (*Server, error) {
 	if cfg.Functions == nil {
 		return nil, errors.New("remoting: Config.Functions is required")
 	}
-	if cfg.NewHandler == nil {
+	if cfg.NewHandler == nil && cfg.HandOff == nil {
 		switch {
 		case cfg.Device == nil:
 			return nil, errors.New("remoting: Config.Device is required")
@@ -140,6 +148,9 @@ func NewServer(cfg Config) (*Server, error) {
 	}
 	if cfg.IdleRelease <= 0 {
 		cfg.IdleRelease = 20 * time.Millisecond
+	}
+	if cfg.BoundSpin == 0 {
+		cfg.BoundSpin = 20 * time.Millisecond
 	}
 	if cfg.MaxSessionsPerFunction <= 0 {
 		cfg.MaxSessionsPerFunction = DefaultMaxSessionsPerFunction
@@ -274,6 +285,11 @@ func (s *Server) Serve(ctx context.Context, l net.Listener) error {
 // is logged with its stack and counted (faas_gpu_remoting_session_panics_total), the session's resources are
 // released by the deferred cleanups on the way out, and every other session goes on.
 func (s *Server) serveConnContained(ctx context.Context, c *net.UnixConn, who string) {
+	s.contain(func() { s.serveConn(ctx, c, who) })
+}
+
+// contain runs a session; a panic in it ends that session only (see serveConnContained).
+func (s *Server) contain(run func()) {
 	defer func() {
 		if r := recover(); r != nil {
 			s.metrics.panics.Inc()
@@ -281,7 +297,7 @@ func (s *Server) serveConnContained(ctx context.Context, c *net.UnixConn, who st
 				"stack", string(debug.Stack()))
 		}
 	}()
-	s.serveConn(ctx, c, who)
+	run()
 }
 
 // helloDone marks a connection's hello as checked (it no longer counts against MaxPendingHellos and its peer's
@@ -323,8 +339,14 @@ type Stats struct {
 	SessionPanics int64
 	Refused       map[string]int64
 	// Records is the number of call records executed; Sleeps the number of times a session slept on its socket
-	// after spinning (see Config.Spin).
-	Records, Sleeps int64
+	// after spinning (see Config.Spin); LateRecords the asynchronous records that reached their session together
+	// with the synchronous call after them (held back until the client waited).
+	Records, Sleeps, LateRecords int64
+	// RecordTime is the time sessions spent executing asynchronous records; BoundPoll the time they spent polling
+	// an empty ring while their function held a binding (Config.BoundSpin).
+	RecordTime, BoundPoll time.Duration
+	// HandedOff counts the sessions handed to another process (Config.HandOff).
+	HandedOff int64
 }
 
 // Stats returns the server's counters.

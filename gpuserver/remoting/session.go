@@ -24,17 +24,31 @@ func (s *Server) refuse(c *net.UnixConn, status int32, reason string, err error)
 	_, _ = c.Write(reply{status: status, message: err.Error()}.encode())
 }
 
-// serveConn runs one session: hello, then the ring until the client hangs up or ctx ends.
+// serveConn runs one session: hello, then the ring until the client hangs up or ctx ends. With Config.HandOff
+// the session runs elsewhere once its hello passed.
 func (s *Server) serveConn(ctx context.Context, c *net.UnixConn, who string) {
-	shm, h, spec, done, err := s.handshake(c, who)
+	shm, h, spec, done, kept, err := s.handshake(c, who, s.cfg.HandOff != nil)
 	if err != nil {
 		return
 	}
-	defer done()
-	defer shm.unmap()
-	log := s.log.With("function", h.function)
 	info := SessionInfo{Function: h.function, Spec: spec, PID: int(h.pid)}
-	var handler Handler
+	if s.cfg.HandOff != nil {
+		_ = shm.unmap()
+		s.handOff(ctx, c, kept, info, h.shmSize, done)
+		return
+	}
+	defer done()
+	s.runSession(ctx, c, shm, info)
+}
+
+// runSession answers the hello of a checked connection and serves its ring until the client hangs up or ctx ends.
+func (s *Server) runSession(ctx context.Context, c *net.UnixConn, shm *sharedMemory, info SessionInfo) {
+	defer shm.unmap()
+	log := s.log.With("function", info.Function)
+	var (
+		handler Handler
+		err     error
+	)
 	if s.cfg.NewHandler != nil {
 		handler, err = s.cfg.NewHandler(ctx, info)
 	} else {
@@ -56,16 +70,16 @@ func (s *Server) serveConn(ctx context.Context, c *net.UnixConn, who string) {
 			}
 		}()
 	}
-	rep := s.deviceReply(spec)
+	rep := s.deviceReply(info.Spec)
 	if _, err := c.Write(rep.encode()); err != nil {
 		log.Warn("remoting: hello reply", "err", err)
 		return
 	}
 	_ = c.SetDeadline(time.Time{})
-	log.Debug("remoting: session started", "pid", h.pid)
+	log.Debug("remoting: session started", "pid", info.PID)
 	sess := &session{srv: s, conn: c, shm: shm, h: handler, log: log}
 	if err := sess.run(ctx); err != nil && ctx.Err() == nil {
-		log.Warn("remoting: session ended", "pid", h.pid, "err", err)
+		log.Warn("remoting: session ended", "pid", info.PID, "err", err)
 	}
 }
 
@@ -73,8 +87,11 @@ func (s *Server) serveConn(ctx context.Context, c *net.UnixConn, who string) {
 // per-function session limit and the shared memory. On success the session counts against the function's limit
 // until done is called; on failure the client got a refusal (when it sent a hello at all) and the error is
 // returned. The hello must arrive within Config.HelloTimeout.
-func (s *Server) handshake(c *net.UnixConn, who string) (shm *sharedMemory, h hello, spec pool.FunctionSpec,
-	done func(), err error) {
+//
+// With keep, the ring memfd is also returned as a descriptor of its own (kept, -1 otherwise), to hand it over.
+func (s *Server) handshake(c *net.UnixConn, who string, keep bool) (shm *sharedMemory, h hello,
+	spec pool.FunctionSpec, done func(), kept int, err error) {
+	kept = -1
 	checked := false
 	defer func() {
 		if !checked {
@@ -86,7 +103,7 @@ func (s *Server) handshake(c *net.UnixConn, who string) (shm *sharedMemory, h he
 	if err != nil {
 		s.metrics.refused.WithLabelValues("protocol").Inc()
 		s.log.Warn("remoting: refused connection", "err", err)
-		return nil, h, spec, nil, err
+		return nil, h, spec, nil, -1, err
 	}
 	if fd >= 0 {
 		defer syscall.Close(fd)
@@ -95,7 +112,7 @@ func (s *Server) handshake(c *net.UnixConn, who string) (shm *sharedMemory, h he
 	if err := h.checkVersion(); err != nil {
 		log.Warn("remoting: refused connection", "pid", h.pid, "err", err)
 		s.refuse(c, wireStatusVersion, "version", err)
-		return nil, h, spec, nil, err
+		return nil, h, spec, nil, -1, err
 	}
 	spec, token, err := s.cfg.Functions.Function(h.function)
 	if err == nil && (token == "" || subtle.ConstantTimeCompare([]byte(token), []byte(h.token)) != 1) {
@@ -105,7 +122,7 @@ func (s *Server) handshake(c *net.UnixConn, who string) (shm *sharedMemory, h he
 		err = fmt.Errorf("%w: function %q: %w", ErrIdentity, h.function, err)
 		log.Warn("remoting: refused connection", "pid", h.pid, "err", err)
 		s.refuse(c, wireStatusIdentity, "identity", err)
-		return nil, h, spec, nil, err
+		return nil, h, spec, nil, -1, err
 	}
 	checked = true
 	s.helloDone(who) // the client proved who it is: from here it counts against its function's limit
@@ -114,13 +131,13 @@ func (s *Server) handshake(c *net.UnixConn, who string) (shm *sharedMemory, h he
 		err = fmt.Errorf("%w: %w", ErrLimit, err)
 		log.Warn("remoting: refused connection", "pid", h.pid, "err", err)
 		s.refuse(c, wireStatusInternal, "sessions_per_function", err)
-		return nil, h, spec, nil, err
+		return nil, h, spec, nil, -1, err
 	}
 	if fd < 0 {
 		err = fmt.Errorf("%w: no shared memory passed with the hello", ErrProtocol)
 		s.refuse(c, wireStatusSharedMemory, "shared_memory", err)
 		done()
-		return nil, h, spec, nil, err
+		return nil, h, spec, nil, -1, err
 	}
 	shm, err = mapSharedMemory(fd, h.shmSize)
 	if err != nil {
@@ -128,9 +145,18 @@ func (s *Server) handshake(c *net.UnixConn, who string) (shm *sharedMemory, h he
 		log.Warn("remoting: refused connection", "pid", h.pid, "err", err)
 		s.refuse(c, wireStatusSharedMemory, "shared_memory", err)
 		done()
-		return nil, h, spec, nil, err
+		return nil, h, spec, nil, -1, err
 	}
-	return shm, h, spec, done, nil
+	if keep {
+		if kept, err = dupCloexec(fd); err != nil {
+			_ = shm.unmap()
+			err = fmt.Errorf("%w: keep the shared memory: %w", ErrProtocol, err)
+			s.refuse(c, wireStatusInternal, "internal", err)
+			done()
+			return nil, h, spec, nil, -1, err
+		}
+	}
+	return shm, h, spec, done, kept, nil
 }
 
 // session is one connection's loop over its ring.
@@ -142,6 +168,7 @@ type session struct {
 	log     *slog.Logger
 	head    uint64
 	pending Result // first error of an async call since the last syncpoint
+	early   int    // async records of the publication being executed, not yet followed by a synchronous call
 	wake    [64]byte
 }
 
@@ -163,36 +190,43 @@ func (s *session) run(ctx context.Context) error {
 		if tail-s.head > uint64(len(s.shm.ring)) || tail < s.head {
 			return fmt.Errorf("%w: tail %d, head %d, ring %d", ErrProtocol, tail, s.head, len(s.shm.ring))
 		}
+		s.early = 0 // async records of this publication so far
+		var busy time.Duration
 		for s.head < tail {
-			n, err := s.record(ctx, tail)
+			start := time.Now()
+			n, sync, err := s.record(ctx, tail)
 			if err != nil {
 				return err
+			}
+			if !sync {
+				busy += time.Since(start)
 			}
 			s.head += n
 			s.shm.setHead(s.head)
 		}
+		s.srv.metrics.busy.Add(busy.Seconds())
 	}
 }
 
-// record executes the record at head and returns its size.
-func (s *session) record(ctx context.Context, tail uint64) (uint64, error) {
+// record executes the record at head and returns its size and whether the client waits for its result.
+func (s *session) record(ctx context.Context, tail uint64) (size uint64, sync bool, err error) {
 	ringSize := uint64(len(s.shm.ring))
 	pos := s.head % ringSize
 	avail := min(tail-s.head, ringSize-pos)
 	slot := s.shm.ring[pos : pos+avail]
 	if avail < 8 {
-		return 0, fmt.Errorf("%w: %d bytes at ring offset %d", ErrProtocol, avail, pos)
+		return 0, false, fmt.Errorf("%w: %d bytes at ring offset %d", ErrProtocol, avail, pos)
 	}
 	hdr := recordHeader{size: leU32(slot), id: CallID(leU16(slot[4:]))}
 	if hdr.size < 8 || hdr.size%8 != 0 || uint64(hdr.size) > avail {
-		return 0, fmt.Errorf("%w: record size %d at ring offset %d (%d bytes available)", ErrProtocol, hdr.size,
+		return 0, false, fmt.Errorf("%w: record size %d at ring offset %d (%d bytes available)", ErrProtocol, hdr.size,
 			pos, avail)
 	}
 	if hdr.id == wireRecordPadID {
-		return uint64(hdr.size), nil
+		return uint64(hdr.size), false, nil
 	}
 	if hdr.size < wireRecordHeaderSize {
-		return 0, fmt.Errorf("%w: record size %d", ErrProtocol, hdr.size)
+		return 0, false, fmt.Errorf("%w: record size %d", ErrProtocol, hdr.size)
 	}
 	rec := slot[:hdr.size]
 	hdr = parseRecordHeader(rec)
@@ -200,7 +234,7 @@ func (s *session) record(ctx context.Context, tail uint64) (uint64, error) {
 	resp := s.shm.resp[wireResponseHeaderSize:]
 	id, r, n, err := DecodeRecord(ctx, s.h, rec, resp)
 	if err != nil {
-		return 0, err
+		return 0, false, err
 	}
 	s.srv.metrics.records.Inc()
 	respond := info.sync || hdr.flags&wireRecordFlagSync != 0
@@ -213,54 +247,92 @@ func (s *session) record(ctx context.Context, tail uint64) (uint64, error) {
 	if info.syncpoint && r == ResultSuccess && s.pending != ResultSuccess {
 		r, s.pending = s.pending, ResultSuccess
 	}
-	if respond {
+	if !respond {
+		s.early++
+	} else {
+		if s.early > 0 { // published together with this synchronous call: they waited for the client to wait
+			s.srv.metrics.late.Add(float64(s.early))
+			s.early = 0
+		}
 		if r != ResultSuccess {
 			n = 0
 		}
 		s.shm.respond(hdr.seq, r, n)
 		if s.shm.clientWaiting() {
 			if _, err := s.conn.Write([]byte{1}); err != nil {
-				return 0, fmt.Errorf("doorbell: %w", err)
+				return 0, false, fmt.Errorf("doorbell: %w", err)
 			}
 		}
 	}
-	return uint64(hdr.size), nil
+	return uint64(hdr.size), respond, nil
 }
 
-// wait spins for new records, then sleeps on the socket until the client rings, releasing an implicit binding
-// after IdleRelease.
+// bounder is implemented by handlers that can say whether their function holds a binding now.
+type bounder interface{ Bound() bool }
+
+// wait polls for new records, then sleeps on the socket until the client rings, releasing an implicit binding
+// after IdleRelease. It polls for Config.Spin, or for Config.BoundSpin while the function holds a binding (checked
+// every boundCheck): a request's records then reach the device without a doorbell or a wake-up.
 func (s *session) wait(ctx context.Context) error {
 	start := time.Now()
+	spin := s.srv.cfg.Spin
+	b, _ := s.h.(bounder)
+	bound := b != nil && s.srv.cfg.BoundSpin > 0 && b.Bound()
+	if bound {
+		spin = max(spin, s.srv.cfg.BoundSpin)
+	}
+	checked := start
 	for i := 0; ; i++ {
 		if s.shm.tail() != s.head {
+			if bound {
+				s.srv.metrics.boundPoll.Add(time.Since(start).Seconds())
+			}
 			return nil
 		}
 		if i%64 == 63 {
-			if time.Since(start) > s.srv.cfg.Spin {
+			now := time.Now()
+			if now.Sub(start) > spin {
 				break
+			}
+			if bound && now.Sub(checked) > boundCheck {
+				checked = now
+				if !b.Bound() { // released: poll no longer than an unbound session
+					s.srv.metrics.boundPoll.Add(now.Sub(start).Seconds())
+					bound, spin = false, s.srv.cfg.Spin
+					start = now.Add(-s.srv.cfg.Spin) // sleep at once
+					continue
+				}
 			}
 			runtime.Gosched()
 		}
+	}
+	if bound {
+		s.srv.metrics.boundPoll.Add(time.Since(start).Seconds())
 	}
 	s.srv.metrics.sleeps.Inc()
 	s.shm.setServerWaiting(true)
 	defer s.shm.setServerWaiting(false)
 	idle := false
+	release := start.Add(s.srv.cfg.IdleRelease) // the implicit binding goes after IdleRelease idle, polling included
 	for s.shm.tail() == s.head {
 		if ctx.Err() != nil {
 			return ctx.Err()
 		}
-		_ = s.conn.SetReadDeadline(time.Now().Add(s.srv.cfg.IdleRelease))
+		if !idle && !time.Now().Before(release) {
+			idle = true
+			if i, ok := s.h.(idler); ok {
+				i.Idle()
+			}
+		}
+		deadline := release
+		if idle {
+			deadline = time.Now().Add(s.srv.cfg.IdleRelease)
+		}
+		_ = s.conn.SetReadDeadline(deadline)
 		_, err := s.conn.Read(s.wake[:])
 		switch {
 		case err == nil:
 		case errors.Is(err, os.ErrDeadlineExceeded):
-			if !idle {
-				idle = true
-				if i, ok := s.h.(idler); ok {
-					i.Idle()
-				}
-			}
 		case errors.Is(err, io.EOF), errors.Is(err, net.ErrClosed), errors.Is(err, syscall.ECONNRESET):
 			return errClosed
 		default:
@@ -269,6 +341,9 @@ func (s *session) wait(ctx context.Context) error {
 	}
 	return nil
 }
+
+// boundCheck is how often a polling session asks whether its function still holds a binding.
+const boundCheck = time.Millisecond
 
 func leU32(b []byte) uint32 {
 	return uint32(b[0]) | uint32(b[1])<<8 | uint32(b[2])<<16 | uint32(b[3])<<24

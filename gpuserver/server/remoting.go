@@ -11,7 +11,9 @@ import (
 	"github.com/faas-gpu/faas-gpu/gpuserver/auth"
 	"github.com/faas-gpu/faas-gpu/gpuserver/device/sim"
 	"github.com/faas-gpu/faas-gpu/gpuserver/executor"
+	"github.com/faas-gpu/faas-gpu/gpuserver/metering"
 	"github.com/faas-gpu/faas-gpu/gpuserver/pool"
+	"github.com/faas-gpu/faas-gpu/gpuserver/tenant"
 )
 
 // trackedPool wraps a pool to know which GPU each function's requests are bound to, which the remoting server
@@ -26,7 +28,7 @@ import (
 type trackedPool struct {
 	healthPool
 	key          auth.Key
-	node         *executor.Node // nil without remoting
+	node         dataPlane // nil without remoting
 	log          *slog.Logger
 	maxFunctions int
 
@@ -34,30 +36,32 @@ type trackedPool struct {
 	specs    map[string]pool.FunctionSpec
 	bound    map[string]map[string]int // function -> binding ID -> GPU
 	bindings map[string]string         // binding ID -> function
-	held     map[string]*executor.Binding
+	held     map[string]heldBinding
 	swaps    map[string]int64     // bindings by how the model reached the GPU (pool.Binding.Swap)
 	failed   map[int]bool         // unhealthy GPUs already logged and told to the pool (see health.go)
 	waiting  map[*waiter]struct{} // acquires waiting in the inner pool, failed at once when no GPU is left
 	sim      *sim.Backend         // the simulated device, for its kernel mode in the status; nil for real GPUs
+	tenants  *tenant.Plane        // the tenants' executor processes, for the status; nil when in-process
 	replaced int64                // acquires bound again because a GPU failed under them (see Server.Replaced)
+	meter    *metering.Meter      // the functions' bill: each request's binding, Acquire to Release
 
 	// The maximum hold (see expire): a request's binding held longer than maxHold is ended.
 	maxHold   time.Duration
-	holdGrace time.Duration                // how long the work an expired binding queued may take to finish
-	timers    map[string]*time.Timer       // binding ID -> its hold's end
-	expired   map[string]*executor.Binding // binding ID -> expired binding not released yet
-	expiries  int64                        // bindings ended because they were held too long
-	stopped   bool                         // the server shuts down: no more expiries
-	expiring  sync.WaitGroup               // expiries running
+	holdGrace time.Duration          // how long the work an expired binding queued may take to finish
+	timers    map[string]*time.Timer // binding ID -> its hold's end
+	expired   map[string]heldBinding // binding ID -> expired binding not released yet
+	expiries  int64                  // bindings ended because they were held too long
+	stopped   bool                   // the server shuts down: no more expiries
+	expiring  sync.WaitGroup         // expiries running
 }
 
-func newTrackedPool(p healthPool, key auth.Key, node *executor.Node, maxFunctions int, maxHold time.Duration,
+func newTrackedPool(p healthPool, key auth.Key, node dataPlane, maxFunctions int, maxHold time.Duration,
 	log *slog.Logger) *trackedPool {
 	return &trackedPool{healthPool: p, key: key, node: node, log: log, maxFunctions: maxFunctions,
 		specs: map[string]pool.FunctionSpec{}, bound: map[string]map[string]int{}, bindings: map[string]string{},
-		held: map[string]*executor.Binding{}, swaps: map[string]int64{}, failed: map[int]bool{},
+		held: map[string]heldBinding{}, swaps: map[string]int64{}, failed: map[int]bool{},
 		waiting: map[*waiter]struct{}{}, maxHold: maxHold, holdGrace: defaultHoldGrace,
-		timers: map[string]*time.Timer{}, expired: map[string]*executor.Binding{}}
+		timers: map[string]*time.Timer{}, expired: map[string]heldBinding{}}
 }
 
 // defaultHoldGrace is how long the work an expired binding had queued on its GPU may take to finish before its
@@ -134,7 +138,7 @@ func (t *trackedPool) Acquire(ctx context.Context, function string) (pool.Bindin
 func (t *trackedPool) acquire(ctx context.Context, function string, request bool) (pool.Binding, error) {
 	var (
 		b    pool.Binding
-		held *executor.Binding
+		held heldBinding
 		err  error
 	)
 	for attempt := 0; ; attempt++ {
@@ -143,7 +147,7 @@ func (t *trackedPool) acquire(ctx context.Context, function string, request bool
 			return pool.Binding{}, fmt.Errorf("acquire %q: %w: every GPU failed (faas_gpu_gpu_healthy)", function,
 				pool.ErrNoHealthyGPU)
 		}
-		if b, held, err = t.bind(ctx, function); err == nil {
+		if b, held, err = t.bind(ctx, function, request); err == nil {
 			break
 		}
 		if errors.Is(err, pool.ErrNoHealthyGPU) {
@@ -173,6 +177,9 @@ func (t *trackedPool) acquire(ctx context.Context, function string, request bool
 			t.timers[id] = time.AfterFunc(t.maxHold, func() { t.expire(id) })
 		}
 	}
+	if request && t.meter != nil {
+		t.meter.Begin(b.ID, function, t.specs[function].MemoryBytes)
+	}
 	swap := b.Swap
 	if swap == "" {
 		swap = "none"
@@ -183,7 +190,7 @@ func (t *trackedPool) acquire(ctx context.Context, function string, request bool
 }
 
 // bind is one attempt of acquire: the pool's binding and, with executors, the hold on its GPU.
-func (t *trackedPool) bind(ctx context.Context, function string) (pool.Binding, *executor.Binding, error) {
+func (t *trackedPool) bind(ctx context.Context, function string, request bool) (pool.Binding, heldBinding, error) {
 	ctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
 	w := &waiter{cancel: cancel}
@@ -200,7 +207,7 @@ func (t *trackedPool) bind(ctx context.Context, function string) (pool.Binding, 
 	if err != nil || t.node == nil {
 		return b, nil, err
 	}
-	held, err := t.node.Acquire(ctx, function, b.GPU, executor.Any)
+	held, err := t.node.hold(ctx, function, b.GPU, b.ID, request)
 	if err != nil {
 		rerr := t.healthPool.Release(context.WithoutCancel(ctx), b.ID)
 		if failedUnder(err) && errors.Is(rerr, pool.ErrGPUUnhealthy) {
@@ -220,6 +227,7 @@ func (t *trackedPool) expire(id string) {
 	t.mu.Lock()
 	fn, ok := t.bindings[id]
 	held := t.held[id]
+	gpu := t.bound[fn][id]
 	delete(t.timers, id)
 	if !ok || held == nil || t.stopped {
 		t.mu.Unlock()
@@ -236,17 +244,17 @@ func (t *trackedPool) expire(id string) {
 	t.expiring.Add(1)
 	t.mu.Unlock()
 	defer t.expiring.Done()
-	cause := fmt.Errorf("%s held gpu %d longer than %s (the maximum binding hold)", fn, held.GPU(), t.maxHold)
+	cause := fmt.Errorf("%s held gpu %d longer than %s (the maximum binding hold)", fn, gpu, t.maxHold)
 	ctx, cancel := context.WithTimeout(context.Background(), t.holdGrace+time.Minute) // a timer: no request ctx
 	defer cancel()
-	if err := t.node.Expire(ctx, held, t.holdGrace, cause); err != nil {
+	if err := held.Expire(ctx, t.holdGrace, cause); err != nil {
 		t.log.Error("ending a binding held too long", "function", fn, "binding", id, "err", err)
 	}
 	if err := t.healthPool.Release(ctx, id); err != nil && !errors.Is(err, pool.ErrGPUUnhealthy) {
 		t.log.Error("releasing a binding held too long", "function", fn, "binding", id, "err", err)
 	}
-	t.log.Warn("binding held too long: ended, its gpu serves the next request", "function", fn, "gpu",
-		held.GPU(), "binding", id, "max_hold", t.maxHold)
+	t.log.Warn("binding held too long: ended, its gpu serves the next request", "function", fn, "gpu", gpu,
+		"binding", id, "max_hold", t.maxHold)
 }
 
 // stop ends the maximum-hold timers and waits for expiries running (the server shuts down).
@@ -280,8 +288,10 @@ func (t *trackedPool) Release(ctx context.Context, id string) error {
 	if held, ok := t.expired[id]; ok {
 		delete(t.expired, id)
 		t.mu.Unlock()
-		err := held.Err()
-		held.Release() // the function's work is accepted again
+		err := held.Finish() // the function's work is accepted again
+		if err == nil {
+			err = fmt.Errorf("held longer than %s", t.maxHold)
+		}
 		return fmt.Errorf("binding %s broke: %w: %w", id, pool.ErrBindingBroken, err)
 	}
 	if fn, ok := t.bindings[id]; ok {
@@ -294,16 +304,18 @@ func (t *trackedPool) Release(ctx context.Context, id string) error {
 	held := t.held[id]
 	delete(t.held, id)
 	t.mu.Unlock()
+	if t.meter != nil {
+		t.meter.End(id) // implicit bindings were never begun
+	}
 	var broke error
 	if held != nil {
-		switch err := held.Err(); {
+		switch err := held.Finish(); {
 		case errors.Is(err, executor.ErrUnhealthy):
 			broke = fmt.Errorf("binding %s broke: %w: %w", id, pool.ErrGPUUnhealthy, err)
 			t.noteHealth(ctx)
 		case err != nil:
 			broke = fmt.Errorf("binding %s broke: %w: %w", id, pool.ErrBindingBroken, err)
 		}
-		held.Release()
 	}
 	err := t.healthPool.Release(ctx, id)
 	if broke != nil && errors.Is(err, pool.ErrGPUUnhealthy) {
@@ -331,6 +343,9 @@ func (t *trackedPool) Status(ctx context.Context) pool.Status {
 	if t.sim != nil {
 		st.SimKernels, st.SimDryLaunches = t.sim.KernelMode().String(), t.sim.DryLaunches()
 	}
+	if t.tenants != nil {
+		st.Tenants = t.tenants.Tenants()
+	}
 	return st
 }
 
@@ -342,7 +357,7 @@ func (t *trackedPool) CurrentGPU(function string) (int, bool) {
 	t.mu.Lock()
 	type cand struct {
 		gpu  int
-		held *executor.Binding
+		held heldBinding
 	}
 	var cands []cand
 	for id, gpu := range t.bound[function] {

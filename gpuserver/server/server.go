@@ -6,6 +6,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"net"
 	"net/http"
@@ -25,9 +26,11 @@ import (
 	"github.com/faas-gpu/faas-gpu/gpuserver/device/sim"
 	"github.com/faas-gpu/faas-gpu/gpuserver/executor"
 	"github.com/faas-gpu/faas-gpu/gpuserver/memory"
+	"github.com/faas-gpu/faas-gpu/gpuserver/metering"
 	"github.com/faas-gpu/faas-gpu/gpuserver/pool"
 	"github.com/faas-gpu/faas-gpu/gpuserver/remoting"
 	"github.com/faas-gpu/faas-gpu/gpuserver/repository"
+	"github.com/faas-gpu/faas-gpu/gpuserver/tenant"
 	"github.com/faas-gpu/faas-gpu/gpuserver/topology"
 )
 
@@ -42,6 +45,8 @@ type Config struct {
 	// Policy names the pool's policy: a controller policy (default "faas-gpu"; see controller.Policies) or
 	// "fcfs" for the first-come-first-served pool.
 	Policy string
+	// Overload sets the faas-gpu policy's overload control: auto (the zero value), off or an explicit target.
+	Overload controller.Overload
 	// Actuator carries out the controller's swaps and evictions; nil models them as link time on Node.
 	Actuator controller.Actuator
 	// RemotingSocket is the Unix socket the shim connects to (FAAS_GPU_REMOTING_SOCKET of function processes);
@@ -78,6 +83,12 @@ type Config struct {
 	// serves the next request. Calls outside a request (initialisation) give their GPU up as often and queue
 	// again. DefaultMaxBindingHold when 0; negative means no bound.
 	MaxBindingHold time.Duration
+	// MeteringFile keeps the functions' bill (package metering) across restarts; empty keeps it in memory only.
+	MeteringFile string
+	// Tenants, when set, runs every tenant's device work in an executor process of its own (docs/tenants.md):
+	// the gpuserver keeps the policy, the chunks and the remoting hello. Nil runs every tenant in the gpuserver's
+	// process, where tenants are not isolated from each other on a real GPU (docs/security.md).
+	Tenants *TenantConfig
 }
 
 // DefaultMaxBindingHold is Config.MaxBindingHold when none is set: longer than an inference request takes
@@ -85,12 +96,39 @@ type Config struct {
 // time other functions' requests would wait for the GPU before they give up many times over.
 const DefaultMaxBindingHold = 2 * time.Minute
 
+// TenantConfig configures the tenants' executor processes.
+type TenantConfig struct {
+	// Command is the argv of an executor process: bin/faas-gpu's hidden "tenant-executor" command, or a test
+	// binary whose TestMain calls tenantexec.RunIfChild (with Env holding tenantexec.EnvChild=1). Required.
+	Command []string
+	Env     []string
+	// Stderr receives the executors' logs; os.Stderr when nil.
+	Stderr io.Writer
+	// MaxTenants bounds the executors running at once (tenant.DefaultMaxTenants when 0).
+	MaxTenants int
+	// ContextBytes is what one executor's contexts take of a real GPU's memory; the gpuserver leaves MaxTenants of
+	// them free when it reserves its chunks (DefaultTenantContextBytes when 0; the GPU suite measures it).
+	ContextBytes uint64
+	// LogLevel of the executors ("debug", "info", "warn", "error").
+	LogLevel string
+	// SimProcessWide makes the simulated GPUs model what one process shares on a real GPU (sim.Options.ProcessWide).
+	SimProcessWide bool
+	// BackoffMin and BackoffMax bound the wait before an executor that ended is restarted (tenant.Config).
+	BackoffMin, BackoffMax time.Duration
+}
+
+// DefaultTenantContextBytes is what one executor's contexts are assumed to take of a real GPU's memory until the
+// GPU suite measured it (TestCUDAContextMemory).
+const DefaultTenantContextBytes = 512 << 20
+
 // Server is a running gpuserver.
 type Server struct {
 	cfg     Config
 	dev     device.Backend
-	node    *executor.Node // nil without remoting
+	node    *executor.Node // nil without remoting, and with executor processes per tenant
+	tenants *tenant.Plane  // nil without executor processes per tenant
 	pool    *trackedPool
+	meter   *metering.Meter
 	key     auth.Key
 	servers []*http.Server
 	metrics *prometheus.Registry
@@ -104,7 +142,7 @@ func Start(ctx context.Context, cfg Config) (*Server, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
-	s := &Server{cfg: cfg, errs: make(chan error, 3)}
+	s := &Server{cfg: cfg, errs: make(chan error, 3), metrics: prometheus.NewRegistry()}
 	if cfg.Device != nil { // the server owns it from here, also when the start fails
 		s.closers = append(s.closers, cfg.Device.Close)
 	}
@@ -151,27 +189,47 @@ func Start(ctx context.Context, cfg Config) (*Server, error) {
 			return nil, err
 		}
 		if cfg.Actuator == nil && cfg.Policy != PolicyFCFS {
-			cfg.Actuator = executor.Actuator{Node: s.node}
+			if s.tenants != nil {
+				cfg.Actuator = tenantActuator{s.tenants}
+			} else {
+				cfg.Actuator = executor.Actuator{Node: s.node}
+			}
 		}
 	}
-	inner, err := newPool(cfg, s.node != nil)
+	var plane dataPlane
+	switch {
+	case s.tenants != nil:
+		plane = tenantPlane{s.tenants}
+	case s.node != nil:
+		plane = nodePlane{s.node}
+	}
+	inner, err := newPool(cfg, plane != nil)
 	if err != nil {
 		return nil, fmt.Errorf("gpuserver: %w", err)
 	}
-	p := newTrackedPool(inner, s.key, s.node, cfg.MaxFunctions, cfg.MaxBindingHold, cfg.Logger)
-	s.pool = p
+	meter, err := s.openMeter(plane != nil)
+	if err != nil {
+		return nil, err
+	}
+	p := newTrackedPool(inner, s.key, plane, cfg.MaxFunctions, cfg.MaxBindingHold, cfg.Logger)
+	p.meter = meter
 	s.closers = append(s.closers, func(context.Context) error { p.stop(); return nil })
-	reg := prometheus.NewRegistry()
+	if s.tenants != nil {
+		s.tenants.SetBinder(p)
+		p.tenants = s.tenants
+	}
+	s.pool = p
+	reg := s.metrics
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	s.metrics = reg
 	if sd, ok := s.dev.(*sim.Backend); ok {
 		p.sim = sd
 		registerSimMetrics(reg, sd)
 	}
+	reg.MustRegister(meter.Collector())
 	reg.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "faas_gpu_binding_holds_expired_total",
 		Help: "Bindings ended because their request held the GPU longer than the maximum binding hold."},
 		func() float64 { return float64(p.HoldsExpired()) }))
-	handler, err := api.New(p, reg, reg, cfg.Logger, api.WithAuth(s.key))
+	handler, err := api.New(p, reg, reg, cfg.Logger, api.WithAuth(s.key), api.WithUsage(meter))
 	if err != nil {
 		return nil, fmt.Errorf("gpuserver: %w", err)
 	}
@@ -243,6 +301,9 @@ func (s *Server) startDataPlane(ctx context.Context) error {
 		s.closers = append(s.closers, dev.Close)
 	}
 	s.dev = dev
+	if s.cfg.Tenants != nil {
+		return s.startTenants(dev, reserve)
+	}
 	if h, ok := dev.(interface{ PageableMemoryAccess(gpu int) bool }); ok {
 		for _, g := range dev.GPUs() {
 			if h.PageableMemoryAccess(g.Index) {
@@ -260,10 +321,7 @@ func (s *Server) startDataPlane(ctx context.Context) error {
 		return fmt.Errorf("gpuserver: device memory: %w", err)
 	}
 	s.closers = append(s.closers, mem.Close)
-	dir := s.cfg.RepositoryDir
-	if dir == "" {
-		dir = filepath.Join(filepath.Dir(s.cfg.KeyFile), "repository")
-	}
+	dir := s.repositoryDir()
 	repo, err := repository.Open(repository.Config{Dir: dir, Registrar: dev})
 	if err != nil {
 		return fmt.Errorf("gpuserver: model repository: %w", err)
@@ -281,6 +339,35 @@ func (s *Server) startDataPlane(ctx context.Context) error {
 	s.cfg.Logger.Info("gpuserver data plane", "device", dev.Kind(), "gpus", node.GPUs(), "repository", dir,
 		"reserve_bytes_per_gpu", reserve, "images", len(repo.Functions()))
 	return nil
+}
+
+// openMeter opens the functions' bill (metering.go), with the host images of the repository when there is a data
+// plane; Shutdown closes it (writing its state file).
+func (s *Server) openMeter(dataPlane bool) (*metering.Meter, error) {
+	var images func() (map[string]uint64, error)
+	if dataPlane {
+		dir := s.repositoryDir()
+		images = func() (map[string]uint64, error) { return repository.HostImages(dir) }
+	}
+	m, err := metering.Open(metering.Config{File: s.cfg.MeteringFile, HostImages: images,
+		Logger: s.cfg.Logger.With("component", "metering")})
+	if err != nil {
+		return nil, fmt.Errorf("gpuserver: %w", err)
+	}
+	s.meter = m
+	s.closers = append(s.closers, func(context.Context) error { return m.Close() })
+	return m, nil
+}
+
+// Usage is the functions' bill since a time (package metering; the zero time: since it began).
+func (s *Server) Usage(since time.Time) metering.Report { return s.meter.Report(since) }
+
+// repositoryDir is where the model images are: Config.RepositoryDir, else "repository" beside the key file.
+func (s *Server) repositoryDir() string {
+	if s.cfg.RepositoryDir != "" {
+		return s.cfg.RepositoryDir
+	}
+	return filepath.Join(filepath.Dir(s.cfg.KeyFile), "repository")
 }
 
 // registerSimMetrics exports the simulated device's kernel mode and its dry launches.
@@ -325,8 +412,12 @@ func (s *Server) undo(ctx context.Context) error {
 // startRemoting serves the shim's connections on the executors.
 func (s *Server) startRemoting(ctx context.Context) error {
 	dev := s.dev
-	rs, err := remoting.NewServer(remoting.Config{Device: dev, Node: s.node, Functions: s.pool, Binder: s.pool,
-		Logger: s.cfg.Logger.With("component", "remoting"), Metrics: s.metrics, MaxImplicitHold: s.cfg.MaxBindingHold})
+	rcfg := remoting.Config{Device: dev, Node: s.node, Functions: s.pool, Binder: s.pool,
+		Logger: s.cfg.Logger.With("component", "remoting"), Metrics: s.metrics, MaxImplicitHold: s.cfg.MaxBindingHold}
+	if s.tenants != nil { // sessions run in their tenants' executors once their hello passed
+		rcfg.Node, rcfg.Binder, rcfg.HandOff = nil, nil, s.tenants.HandOff
+	}
+	rs, err := remoting.NewServer(rcfg)
 	if err != nil {
 		return fmt.Errorf("gpuserver: %w", err)
 	}
@@ -443,8 +534,9 @@ func newPool(cfg Config, oneGPU bool) (healthPool, error) {
 		maxInFlight = 1
 	}
 	return controller.NewPool(controller.PoolConfig{
-		Controller: controller.Config{Policy: policy, Node: cfg.Node, MaxInFlight: maxInFlight},
-		Actuator:   cfg.Actuator,
+		Controller: controller.Config{Policy: policy, Node: cfg.Node, MaxInFlight: maxInFlight,
+			Overload: cfg.Overload},
+		Actuator: cfg.Actuator,
 	})
 }
 
@@ -500,8 +592,12 @@ func removeStaleSocket(path string) error {
 	return nil
 }
 
-// Executors returns the node's executors (nil without remoting).
+// Executors returns the node's executors when they run in the gpuserver's process (nil without remoting, and with
+// executor processes per tenant: see Tenants).
 func (s *Server) Executors() *executor.Node { return s.node }
+
+// Tenants returns the tenants' executor processes (nil when every tenant runs in the gpuserver's process).
+func (s *Server) Tenants() *tenant.Plane { return s.tenants }
 
 // Swaps counts the bindings so far by how the model reached the GPU: none (resident), nvlink, pcie, cold.
 func (s *Server) Swaps() map[string]int64 { return s.pool.Swaps() }

@@ -17,6 +17,7 @@ import (
 
 	"github.com/faas-gpu/faas-gpu/gpuserver/client"
 	"github.com/faas-gpu/faas-gpu/provider/basicauth"
+	"github.com/faas-gpu/faas-gpu/provider/local/sandbox"
 )
 
 // startProcess runs the faas-gpu binary with args until the test ends (SIGINT, then SIGKILL).
@@ -65,9 +66,15 @@ func TestStandaloneProviderRunsCUDAFunctions(t *testing.T) {
 	}
 	t.Cleanup(func() { _ = os.RemoveAll(dir) })
 	sock, key := filepath.Join(dir, "gpuserver.sock"), filepath.Join(dir, "gpuserver.key")
-	startProcess(t, "gpuserver", "--socket", sock, "--remoting-socket", filepath.Join(dir, "remoting.sock"),
+	gsArgs := []string{"gpuserver", "--socket", sock, "--remoting-socket", filepath.Join(dir, "remoting.sock"),
 		"--key-file", key, "--repository-dir", filepath.Join(dir, "repository"), "--gpus", "v100x4",
-		"--gpu-memory", "4Gi", "--log-level", "debug")
+		"--gpu-memory", "4Gi", "--log-level", "debug"}
+	if os.Geteuid() == 0 {
+		// The provider sandboxes functions under ids of their own, members of the sandbox's group (the first of
+		// its -sandbox-ids): the gpuserver's sockets are theirs to connect to through that group, as up does.
+		gsArgs = append(gsArgs, "--socket-group", strconv.Itoa(sandbox.DefaultFirstID))
+	}
+	startProcess(t, gsArgs...)
 	gs := client.New(sock)
 	eventually(t, 60*time.Second, "the gpuserver", func() error {
 		_, err := gs.Status(context.Background())
@@ -111,5 +118,22 @@ func TestStandaloneProviderRunsCUDAFunctions(t *testing.T) {
 	}
 	if !found {
 		t.Fatalf("the gpuserver does not show vector-add with its SLO and a served request: %+v", st.Functions)
+	}
+
+	// Scale from zero: scaled to 0, the function is woken by the next call, which is answered.
+	if r := in.system(t, http.MethodPost, "/system/scale-function/vector-add",
+		types.ScaleServiceRequest{ServiceName: "vector-add", Replicas: 0}); r.code >= 300 {
+		t.Fatalf("scale to 0: %d %s", r.code, r.body)
+	}
+	eventually(t, 30*time.Second, "vector-add at 0 replicas", func() error {
+		if st := functionStatus(t, in, "vector-add"); st.Replicas != 0 || st.AvailableReplicas != 0 {
+			return fmt.Errorf("%+v", st)
+		}
+		return nil
+	})
+	r = call(t, http.MethodPost, in.url+"/function/vector-add", `{"a": [1, 2], "b": [10, 20]}`, nil)
+	if r.code != http.StatusOK || json.Unmarshal([]byte(r.body), &va) != nil || len(va.C) != 2 || va.C[0] != 11 || va.C[1] != 22 {
+		t.Fatalf("vector-add at 0 replicas through the standalone provider: %d %s, want it woken and c = [11 22]",
+			r.code, r.body)
 	}
 }

@@ -7,7 +7,8 @@ import (
 	"github.com/faas-gpu/faas-gpu/gpuserver/device"
 )
 
-// physical is simulated physical memory: host pages of the granularity, allocated on first touch.
+// physical is simulated physical memory: host pages of the granularity, allocated on first touch; or, once
+// shared with another process (share.go), one memfd mapping of the whole allocation.
 type physical struct {
 	b        *Backend
 	gpu      int
@@ -16,6 +17,7 @@ type physical struct {
 	pages    [][]byte
 	maps     int // live mappings; guarded by b.mu
 	released bool
+	shared   sharedPages // set once exported or imported (share.go)
 }
 
 func (p *physical) GPU() int     { return p.gpu }
@@ -32,16 +34,22 @@ func (p *physical) Release() error {
 		return fmt.Errorf("%w: physical memory still mapped", device.ErrInvalidValue)
 	}
 	p.released = true
-	p.b.used[p.gpu] -= p.size
+	if !p.shared.imported {
+		p.b.used[p.gpu] -= p.size
+	}
 	p.mu.Lock()
 	p.pages = nil
+	err := p.shared.release()
 	p.mu.Unlock()
-	return nil
+	return err
 }
 
 func (p *physical) page(i uint64) []byte {
 	p.mu.Lock()
 	defer p.mu.Unlock()
+	if p.shared.mem != nil {
+		return p.shared.mem[i*p.b.gran : (i+1)*p.b.gran]
+	}
 	if p.pages[i] == nil {
 		p.pages[i] = make([]byte, p.b.gran)
 	}
@@ -107,10 +115,29 @@ func (b *Backend) resolve(w int, ptr device.Ptr, n uint64) ([]segment, error) {
 	return out, nil
 }
 
+// writable checks that no page of [ptr, ptr+n) is mapped read-only (the caller resolved the range).
+func (b *Backend) writable(w int, ptr device.Ptr, n uint64) error {
+	if n == 0 {
+		return nil
+	}
+	b.mu.RLock()
+	defer b.mu.RUnlock()
+	for pg := uint64(ptr) / b.gran; pg <= (uint64(ptr)+n-1)/b.gran; pg++ {
+		if m, ok := b.pages[pg]; ok && m.readOnly {
+			return fmt.Errorf("%w: %s wrote %#x, which is mapped read-only", device.ErrIllegalAddress, whoString(w),
+				pg*b.gran)
+		}
+	}
+	return nil
+}
+
 // zeroDevice sets [ptr, ptr+n) to zero as seen by w. Whole pages are dropped instead of written (a page not
 // yet touched reads as zero), so zeroing memory costs neither time nor host memory.
 func (b *Backend) zeroDevice(w int, ptr device.Ptr, n uint64) error {
 	if err := b.resolveChecked(w, ptr, n); err != nil {
+		return err
+	}
+	if err := b.writable(w, ptr, n); err != nil {
 		return err
 	}
 	b.mu.RLock()
@@ -122,6 +149,8 @@ func (b *Backend) zeroDevice(w int, ptr device.Ptr, n uint64) error {
 		take := min(end-addr, b.gran-in)
 		m.phys.mu.Lock()
 		switch {
+		case m.phys.shared.mem != nil:
+			m.phys.shared.zero(idx*b.gran+in, take, b.gran)
 		case m.phys.pages == nil:
 		case in == 0 && take == b.gran:
 			m.phys.pages[idx] = nil
@@ -180,6 +209,9 @@ func (b *Backend) writeDevice(gpu int, ptr device.Ptr, src []byte) error {
 	if err != nil {
 		return err
 	}
+	if err := b.writable(gpu, ptr, uint64(len(src))); err != nil {
+		return err
+	}
 	for _, s := range segs {
 		src = src[copy(s.buf, src):]
 	}
@@ -204,6 +236,9 @@ func (b *Backend) copyDevice(gpu int, dst, src device.Ptr, size uint64) error {
 	}
 	to, err := b.resolve(gpu, dst, size)
 	if err != nil {
+		return err
+	}
+	if err := b.writable(gpu, dst, size); err != nil {
 		return err
 	}
 	for len(from) > 0 && len(to) > 0 {

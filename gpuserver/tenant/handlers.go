@@ -1,0 +1,287 @@
+package tenant
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"sort"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/faas-gpu/faas-gpu/gpuserver/executor"
+	"github.com/faas-gpu/faas-gpu/gpuserver/pool"
+	"github.com/faas-gpu/faas-gpu/gpuserver/tenant/handoff"
+)
+
+// handlers answer what one executor generation asks of the gpuserver.
+func (pl *Plane) handlers(g *generation) map[handoff.Kind]handoff.Handler {
+	return map[handoff.Kind]handoff.Handler{
+		handoff.KindBorrow: func(ctx context.Context, f handoff.Frame) (any, []*os.File, error) {
+			b, err := handoff.Body[handoff.Borrow](f)
+			if err != nil {
+				return nil, nil, err
+			}
+			lent, files, err := pl.lend.borrow(ctx, g, b.GPU, b.N, pl.generations)
+			if err != nil {
+				return nil, nil, err
+			}
+			if g.live() == nil { // it ended meanwhile: the chunks stay home
+				for _, f := range files {
+					_ = f.Close()
+				}
+				_ = pl.lend.giveBack(g, b.GPU, lent.Indexes)
+				return nil, nil, fmt.Errorf("%w: the executor ended", handoff.ErrClosed)
+			}
+			return lent, files, nil
+		},
+		handoff.KindReturn: func(_ context.Context, f handoff.Frame) (any, []*os.File, error) {
+			r, err := handoff.Body[handoff.Return](f)
+			if err != nil {
+				return nil, nil, err
+			}
+			return nil, nil, pl.lend.giveBack(g, r.GPU, r.Indexes)
+		},
+		handoff.KindBindImplicit: func(ctx context.Context, f handoff.Frame) (any, []*os.File, error) {
+			n, err := handoff.Body[handoff.Name](f)
+			if err != nil {
+				return nil, nil, err
+			}
+			if t, err := pl.tenantOf(n.Function); err != nil || t != g.p.tenant {
+				return nil, nil, fmt.Errorf("%w: %s is not a function of %s", executor.ErrUnknownFunction, n.Function,
+					g.p.tenant)
+			}
+			box := pl.binder.Load()
+			if box == nil {
+				return nil, nil, fmt.Errorf("%w: no pool to bind %s", ErrExecutorDown, n.Function)
+			}
+			gpu, release, err := box.b.BindImplicit(ctx, n.Function)
+			if err != nil {
+				return nil, nil, err
+			}
+			pl.mu.Lock()
+			pl.nextID++
+			id := fmt.Sprintf("implicit-%d", pl.nextID)
+			pl.mu.Unlock()
+			g.mu.Lock()
+			if g.ended {
+				g.mu.Unlock()
+				release()
+				return nil, nil, fmt.Errorf("%w: the executor ended", handoff.ErrClosed)
+			}
+			g.implicit[id] = release
+			g.mu.Unlock()
+			return handoff.Bound{GPU: gpu, Binding: id}, nil, nil
+		},
+		handoff.KindReleaseImplicit: func(_ context.Context, f handoff.Frame) (any, []*os.File, error) {
+			r, err := handoff.Body[handoff.Release](f)
+			if err != nil {
+				return nil, nil, err
+			}
+			g.mu.Lock()
+			release := g.implicit[r.Binding]
+			delete(g.implicit, r.Binding)
+			g.mu.Unlock()
+			if release == nil {
+				return nil, nil, fmt.Errorf("%w: implicit binding %s", handoff.ErrProtocol, r.Binding)
+			}
+			release()
+			return nil, nil, nil
+		},
+		handoff.KindSessionEnded: func(_ context.Context, f handoff.Frame) (any, []*os.File, error) {
+			s, err := handoff.Body[handoff.SessionEnded](f)
+			if err != nil {
+				return nil, nil, err
+			}
+			g.sessionEnded(s.ID)
+			return nil, nil, nil
+		},
+		handoff.KindGPUFailed: func(_ context.Context, f handoff.Frame) (any, []*os.File, error) {
+			e, err := handoff.Body[handoff.GPUFailed](f)
+			if err != nil {
+				return nil, nil, err
+			}
+			if e.GPU < 0 || e.GPU >= pl.GPUs() {
+				return nil, nil, fmt.Errorf("%w: gpu %d", handoff.ErrProtocol, e.GPU)
+			}
+			pl.log.Error("an executor took a gpu out of service", "tenant", g.p.tenant, "gpu", e.GPU, "err", e.Error)
+			pl.MarkUnhealthy(e.GPU, fmt.Errorf("the executor of %s saw it fail: %s", g.p.tenant, e.Error))
+			return nil, nil, nil
+		},
+		handoff.KindFault: func(_ context.Context, f handoff.Frame) (any, []*os.File, error) {
+			e, err := handoff.Body[handoff.Fault](f)
+			if err != nil {
+				return nil, nil, err
+			}
+			pl.mu.Lock()
+			if e.GPU >= 0 && e.GPU < len(pl.faults) {
+				pl.faults[e.GPU]++
+			}
+			pl.mu.Unlock()
+			g.p.mu.Lock()
+			g.p.faults++
+			g.p.mu.Unlock()
+			pl.metrics.faults.WithLabelValues(g.p.tenant).Inc()
+			pl.log.Warn("a kernel of a tenant faulted: its executor ends and is restarted; other tenants are not "+
+				"affected", "tenant", g.p.tenant, "gpu", e.GPU, "function", e.Function, "err", e.Error)
+			return nil, nil, nil
+		},
+	}
+}
+
+func (pl *Plane) tenantOf(function string) (string, error) {
+	pl.mu.Lock()
+	defer pl.mu.Unlock()
+	t, ok := pl.fns[function]
+	if !ok {
+		return "", fmt.Errorf("%w: %s", executor.ErrUnknownFunction, function)
+	}
+	return t, nil
+}
+
+// generations lists the running executors.
+func (pl *Plane) generations() []*generation {
+	pl.mu.Lock()
+	procs := pl.procList()
+	pl.mu.Unlock()
+	var out []*generation
+	for _, p := range procs {
+		if g := p.current(); g != nil && g.live() != nil {
+			out = append(out, g)
+		}
+	}
+	return out
+}
+
+// Status merges the executors' views of every GPU: resident and active functions, swaps, faults; free memory is
+// the gpuserver's free chunks plus the chunks executors hold free.
+func (pl *Plane) Status() []executor.Status {
+	cs := pl.mem.ChunkSize()
+	out := make([]executor.Status, pl.GPUs())
+	pl.mu.Lock()
+	for g := range out {
+		out[g] = executor.Status{GPU: g, Healthy: pl.unhealthy[g] == nil, GroupBytes: pl.cfg.GroupBytes,
+			FreeBytes: uint64(pl.mem.Pool(g).Free()) * cs, TotalBytes: uint64(pl.mem.Pool(g).Total()) * cs,
+			ContextFaults: pl.faults[g]}
+		if err := pl.unhealthy[g]; err != nil {
+			out[g].Error = err.Error()
+		}
+	}
+	pl.mu.Unlock()
+	for _, st := range pl.executorStatuses() {
+		for _, e := range st.GPUs {
+			if e.GPU < 0 || e.GPU >= len(out) {
+				continue
+			}
+			o := &out[e.GPU]
+			o.FreeBytes += e.FreeBytes
+			o.Resident = append(o.Resident, e.Resident...)
+			o.Active = append(o.Active, e.Active...)
+			o.Swaps += e.Swaps
+			o.SwapBytes += e.SwapBytes
+			o.ContextFaults += e.ContextFaults
+			if o.GroupBytes == 0 {
+				o.GroupBytes = e.GroupBytes
+			}
+			if !e.Healthy && o.Healthy {
+				o.Healthy, o.Error = false, e.Error
+			}
+		}
+	}
+	for i := range out {
+		sort.Strings(out[i].Resident)
+		sort.Strings(out[i].Active)
+	}
+	return out
+}
+
+// executorStatuses asks every running executor for its status (briefly: a busy one is left out).
+func (pl *Plane) executorStatuses() []handoff.Status {
+	var out []handoff.Status
+	for _, g := range pl.generations() {
+		peer := g.live()
+		if peer == nil {
+			continue
+		}
+		ctx, cancel := context.WithTimeout(pl.ctx, 5*time.Second)
+		var st handoff.Status
+		_, err := peer.Call(ctx, handoff.KindStatus, nil, nil, &st)
+		cancel()
+		if err == nil {
+			out = append(out, st)
+		}
+	}
+	return out
+}
+
+// Tenants describes every tenant's executor.
+func (pl *Plane) Tenants() []pool.TenantStatus {
+	pl.mu.Lock()
+	procs := pl.procList()
+	pl.mu.Unlock()
+	out := make([]pool.TenantStatus, 0, len(procs))
+	for _, p := range procs {
+		p.mu.Lock()
+		ts := pool.TenantStatus{Tenant: p.tenant, State: p.state, Generation: p.gens, Restarts: p.restarts,
+			Faults: p.faults, LastExit: p.lastExit, Functions: len(p.functions)}
+		if p.cur != nil {
+			ts.PID = p.cur.pid
+		}
+		p.mu.Unlock()
+		out = append(out, ts)
+	}
+	return out
+}
+
+// Records sums the executors' remoting counters (records executed, sleeps), which their sessions count.
+func (pl *Plane) Records() (records, sleeps int64) {
+	for _, st := range pl.executorStatuses() {
+		records += st.Records
+		sleeps += st.Sleeps
+	}
+	return records, sleeps
+}
+
+// PID of a tenant's running executor (0 when none): tests kill it.
+func (pl *Plane) PID(tenant string) int {
+	pl.mu.Lock()
+	p := pl.procs[tenant]
+	pl.mu.Unlock()
+	if p == nil {
+		return 0
+	}
+	if g := p.current(); g != nil && g.live() != nil {
+		return g.pid
+	}
+	return 0
+}
+
+// metrics of the tenants' executors.
+type metrics struct {
+	up       *prometheus.GaugeVec
+	restarts *prometheus.CounterVec
+	faults   *prometheus.CounterVec
+}
+
+func newMetrics(reg prometheus.Registerer) (*metrics, error) {
+	m := &metrics{
+		up: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "faas_gpu_tenant_up",
+			Help: "1 while the tenant's executor process serves, 0 while it is (re)starting or backed off."},
+			[]string{"tenant"}),
+		restarts: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "faas_gpu_tenant_restarts_total",
+			Help: "Tenant executor processes that ended and were restarted (a crash, a kill, a kernel fault)."},
+			[]string{"tenant"}),
+		faults: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "faas_gpu_tenant_faults_total",
+			Help: "Kernel faults of a tenant's functions: each ended that tenant's executor only."},
+			[]string{"tenant"}),
+	}
+	if reg != nil {
+		for _, c := range []prometheus.Collector{m.up, m.restarts, m.faults} {
+			if err := reg.Register(c); err != nil && !errors.As(err, new(prometheus.AlreadyRegisteredError)) {
+				return nil, err
+			}
+		}
+	}
+	return m, nil
+}

@@ -1,0 +1,152 @@
+package handoff
+
+import (
+	"context"
+
+	"github.com/faas-gpu/faas-gpu/gpuserver/device"
+	"github.com/faas-gpu/faas-gpu/gpuserver/executor"
+	"github.com/faas-gpu/faas-gpu/gpuserver/memory"
+	"github.com/faas-gpu/faas-gpu/gpuserver/pool"
+	"github.com/faas-gpu/faas-gpu/gpuserver/repository"
+)
+
+// The control hand-off: what the gpuserver's pool and controller asked of the in-process executors before (package
+// executor's Node), asked of a tenant's executor process instead, with the same errors (Codes); and what the
+// executor asks of the gpuserver (an implicit binding for calls outside a request) or tells it (a GPU failed, a
+// kernel fault ends the executor).
+const (
+	// gpuserver -> executor, each answered.
+	KindRegister      Kind = 30 // Function
+	KindDeregister    Kind = 31 // Name
+	KindEndInit       Kind = 32 // Name
+	KindAcquire       Kind = 33 // Acquire
+	KindRelease       Kind = 34 // Release -> Released
+	KindSwapIn        Kind = 35 // SwapIn
+	KindEvict         Kind = 36 // Evict
+	KindMarkUnhealthy Kind = 37 // MarkUnhealthy
+	KindStatus        Kind = 38 // -> Status
+	KindWaitReady     Kind = 39 // Name: waits until the function's copies on its active GPU completed
+
+	// executor -> gpuserver.
+	KindBindImplicit    Kind = 40 // Name -> Bound (answered)
+	KindReleaseImplicit Kind = 41 // Release (answered)
+	KindGPUFailed       Kind = 42 // GPUFailed (one-way)
+	KindFault           Kind = 43 // Fault (one-way; the executor exits after it)
+)
+
+// Function is a registered function and its tenant.
+type Function struct {
+	Name   string `json:"name"`
+	Tenant string `json:"tenant"`
+}
+
+// Name names a function.
+type Name struct {
+	Function string `json:"function"`
+}
+
+// Acquire holds a binding of Function on GPU (executor.Node.Acquire); Request says whether it is a request's (its
+// sessions' calls then run on that GPU) or an implicit one (initialisation).
+type Acquire struct {
+	Function string `json:"function"`
+	GPU      int    `json:"gpu"`
+	Source   int    `json:"source"`
+	Binding  string `json:"binding"`
+	Request  bool   `json:"request"`
+}
+
+// Release ends a binding.
+type Release struct {
+	Binding string `json:"binding"`
+}
+
+// Released answers Release: Broken is set when the binding broke while it was held (executor.Binding.Err).
+type Released struct {
+	Broken *Error `json:"broken,omitempty"`
+}
+
+// SwapIn swaps a function in (executor.Node.SwapIn).
+type SwapIn struct {
+	Function string `json:"function"`
+	GPU      int    `json:"gpu"`
+	Source   int    `json:"source"`
+}
+
+// Evict drops a function's copy on a GPU (executor.Node.Evict).
+type Evict struct {
+	Function string `json:"function"`
+	GPU      int    `json:"gpu"`
+}
+
+// MarkUnhealthy takes a GPU out of service in the executor.
+type MarkUnhealthy struct {
+	GPU   int    `json:"gpu"`
+	Cause string `json:"cause"`
+}
+
+// Status answers KindStatus: the executor's view of every GPU (its functions only), its image counters, its
+// open sessions and the chunks it holds per GPU.
+type Status struct {
+	GPUs     []executor.Status   `json:"gpus"`
+	Images   executor.ImageStats `json:"images"`
+	Sessions int                 `json:"sessions"`
+	Borrowed []int               `json:"borrowed"`
+	// Records and Sleeps are the executor's remoting counters (remoting.Stats).
+	Records int64 `json:"records"`
+	Sleeps  int64 `json:"sleeps"`
+	// Truncated is set when the functions lists were cut to fit a frame.
+	Truncated bool `json:"truncated,omitempty"`
+}
+
+// Bound answers BindImplicit.
+type Bound struct {
+	GPU     int    `json:"gpu"`
+	Binding string `json:"binding"`
+}
+
+// GPUFailed tells the gpuserver that a GPU failed under the executor (a device-level error).
+type GPUFailed struct {
+	GPU   int    `json:"gpu"`
+	Error string `json:"error"`
+}
+
+// Fault tells the gpuserver that a kernel of the tenant faulted: on a real GPU that poisons every context of the
+// process, so the executor exits after this frame and the gpuserver restarts it.
+type Fault struct {
+	GPU      int    `json:"gpu"`
+	Function string `json:"function"`
+	Error    string `json:"error"`
+}
+
+// Codes are the sentinel errors that travel between the gpuserver and its executors, so that errors.Is gives the
+// same answer on both sides (the API maps them to HTTP statuses, the remoting handler to CUDA results).
+var Codes = []Code{
+	{"executor.unknown_function", executor.ErrUnknownFunction},
+	{"executor.not_captured", executor.ErrNotCaptured},
+	{"executor.busy", executor.ErrBusy},
+	{"executor.pinned", executor.ErrPinned},
+	{"executor.unhealthy", executor.ErrUnhealthy},
+	{"executor.no_memory", executor.ErrNoMemory},
+	{"executor.invalid", executor.ErrInvalid},
+	{"executor.broken", executor.ErrBroken},
+	{"executor.context_fault", executor.ErrContextFault},
+	{"memory.no_space", memory.ErrNoSpace},
+	{"memory.invalid", memory.ErrInvalid},
+	{"repository.not_found", repository.ErrNotFound},
+	{"device.invalid_value", device.ErrInvalidValue},
+	{"device.out_of_memory", device.ErrOutOfMemory},
+	{"device.illegal_address", device.ErrIllegalAddress},
+	{"device.kernel_fault", device.ErrKernelFault},
+	{"device.unavailable", device.ErrUnavailable},
+	{"pool.unknown_function", pool.ErrUnknownFunction},
+	{"pool.unknown_binding", pool.ErrUnknownBinding},
+	{"pool.gpu_unhealthy", pool.ErrGPUUnhealthy},
+	{"pool.binding_broken", pool.ErrBindingBroken},
+	{"pool.no_healthy_gpu", pool.ErrNoHealthyGPU},
+	{"pool.limit", pool.ErrLimit},
+	{"pool.overloaded", pool.ErrOverloaded},
+	{"context.canceled", context.Canceled},
+	{"context.deadline_exceeded", context.DeadlineExceeded},
+	{"handoff.protocol", ErrProtocol},
+	{"handoff.closed", ErrClosed},
+}

@@ -1,0 +1,474 @@
+// Package tenant is the gpuserver's side of tenants isolated by process (docs/tenants.md): a Plane runs every
+// tenant's device work in an executor process of its own (package tenantexec), started and supervised here, while
+// the gpuserver keeps the pool's policy, every GPU's physical chunks (lent to the executors by descriptor, zeroed
+// between tenants), the address plan and the remoting hello. What crosses to an executor crosses in package
+// tenant/handoff.
+package tenant
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"sort"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/faas-gpu/faas-gpu/gpuserver/device"
+	"github.com/faas-gpu/faas-gpu/gpuserver/executor"
+	"github.com/faas-gpu/faas-gpu/gpuserver/memory"
+	"github.com/faas-gpu/faas-gpu/gpuserver/pool"
+	"github.com/faas-gpu/faas-gpu/gpuserver/remoting"
+	"github.com/faas-gpu/faas-gpu/gpuserver/tenant/handoff"
+)
+
+// ErrExecutorDown: a tenant's executor is not running (starting, backed off after dying, or stopped).
+var ErrExecutorDown = errors.New("tenant executor down")
+
+// Defaults of Config.
+const (
+	DefaultMaxTenants   = 32
+	DefaultWindowSize   = 1 << 38 // 256 GiB of device address space per tenant
+	DefaultStartTimeout = 30 * time.Second
+	DefaultBackoffMin   = 100 * time.Millisecond
+	DefaultBackoffMax   = 30 * time.Second
+	DefaultStableAfter  = time.Minute
+)
+
+// Binder binds calls outside a request (an executor's implicit bindings): the gpuserver's pool.
+type Binder interface {
+	BindImplicit(ctx context.Context, function string) (gpu int, release func(), err error)
+}
+
+// Config of a Plane.
+type Config struct {
+	// Device is the gpuserver's backend: it created Memory's chunks, which it exports (device.Sharer) and zeroes.
+	Device device.Backend
+	// Memory holds every GPU's chunks.
+	Memory *memory.Manager
+	// Executor is the device each executor opens (the same node).
+	Executor handoff.Device
+	// RepositoryDir holds each tenant's image directory and the address plan (tenants.json).
+	RepositoryDir string
+	// Command is the argv of an executor process: bin/faas-gpu's hidden "tenant-executor" command, or a test binary
+	// with Env setting tenantexec.EnvChild. Required.
+	Command []string
+	// Env is added to the executors' environment.
+	Env []string
+	// Stderr receives the executors' output (their logs); os.Stderr when nil.
+	Stderr io.Writer
+	// MaxTenants bounds the executors running at once (DefaultMaxTenants when 0); a function of one more tenant is
+	// refused at registration (pool.ErrLimit).
+	MaxTenants int
+	// WindowBase is where the tenants' address windows start (each WindowSize bytes, DefaultWindowSize when 0).
+	WindowBase, WindowSize uint64
+	// GroupBytes is the executors' swap group size (0: their default).
+	GroupBytes uint64
+	// LogLevel of the executors.
+	LogLevel string
+	// Logger receives the supervisor's logs; nil discards them.
+	Logger *slog.Logger
+	// Metrics, when set, receives faas_gpu_tenant_*.
+	Metrics prometheus.Registerer
+	// StartTimeout bounds an executor's start; BackoffMin and BackoffMax bound the wait before restarting one that
+	// ended (doubling while it keeps dying); an executor that ran StableAfter is restarted after BackoffMin again.
+	StartTimeout, BackoffMin, BackoffMax, StableAfter time.Duration
+}
+
+// Plane runs the node's executors in one process per tenant. It offers what the gpuserver's pool asked of the
+// in-process executors (package server's data plane), the controller's actuator (SwapIn, Evict) and the remoting
+// server's hand-off (HandOff). It is safe for concurrent use.
+type Plane struct {
+	cfg     Config
+	log     *slog.Logger
+	mem     *memory.Manager
+	lend    *lending
+	plan    *addressPlan
+	chunks  []int
+	metrics *metrics
+	binder  atomic.Pointer[binderBox]
+
+	ctx    context.Context
+	cancel context.CancelFunc
+
+	mu        sync.Mutex
+	procs     map[string]*proc
+	fns       map[string]string // function -> tenant
+	unhealthy map[int]error
+	faults    []int64 // per GPU: executors ended by a fault of their tenant
+	nextID    uint64
+	closed    bool
+}
+
+type binderBox struct{ b Binder }
+
+// New validates cfg and returns a Plane; executors start as their tenants' functions register.
+func New(cfg Config) (*Plane, error) {
+	if cfg.Device == nil || cfg.Memory == nil || cfg.RepositoryDir == "" || len(cfg.Command) == 0 {
+		return nil, errors.New("tenant: Device, Memory, RepositoryDir and Command are required")
+	}
+	if cfg.Stderr == nil {
+		cfg.Stderr = os.Stderr
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	if cfg.MaxTenants <= 0 {
+		cfg.MaxTenants = DefaultMaxTenants
+	}
+	if cfg.WindowSize == 0 {
+		cfg.WindowSize = DefaultWindowSize
+	}
+	if cfg.StartTimeout <= 0 {
+		cfg.StartTimeout = DefaultStartTimeout
+	}
+	if cfg.BackoffMin <= 0 {
+		cfg.BackoffMin = DefaultBackoffMin
+	}
+	if cfg.BackoffMax <= 0 {
+		cfg.BackoffMax = DefaultBackoffMax
+	}
+	if cfg.StableAfter <= 0 {
+		cfg.StableAfter = DefaultStableAfter
+	}
+	if cfg.WindowBase == 0 {
+		// Above where the gpuserver's own device reserves (its zeroing staging ranges).
+		p, err := cfg.Device.ReserveAddress(cfg.Memory.ChunkSize(), 0)
+		if err != nil {
+			return nil, fmt.Errorf("tenant: address plan: %w", err)
+		}
+		_ = cfg.Device.FreeAddress(p, cfg.Memory.ChunkSize())
+		cfg.WindowBase = (uint64(p) + cfg.WindowSize - 1) &^ (cfg.WindowSize - 1)
+	}
+	if err := os.MkdirAll(cfg.RepositoryDir, 0o700); err != nil {
+		return nil, fmt.Errorf("tenant: %w", err)
+	}
+	plan, err := openPlan(cfg.RepositoryDir, cfg.WindowBase, cfg.WindowSize, max(4*cfg.MaxTenants, 64))
+	if err != nil {
+		return nil, err
+	}
+	lend, err := newLending(cfg.Device, cfg.Memory)
+	if err != nil {
+		return nil, fmt.Errorf("tenant: %w", err)
+	}
+	m, err := newMetrics(cfg.Metrics)
+	if err != nil {
+		return nil, fmt.Errorf("tenant: metrics: %w", err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	pl := &Plane{cfg: cfg, log: cfg.Logger, mem: cfg.Memory, lend: lend, plan: plan, metrics: m, ctx: ctx,
+		cancel: cancel, procs: map[string]*proc{}, fns: map[string]string{}, unhealthy: map[int]error{},
+		faults: make([]int64, cfg.Memory.GPUs())}
+	for g := range cfg.Memory.GPUs() {
+		pl.chunks = append(pl.chunks, cfg.Memory.Pool(g).Total())
+	}
+	return pl, nil
+}
+
+// SetBinder sets what answers the executors' implicit bindings (the gpuserver's pool, built after the Plane).
+func (pl *Plane) SetBinder(b Binder) { pl.binder.Store(&binderBox{b}) }
+
+// procFor returns tenant's supervisor, starting it (and its executor) when it is new.
+func (pl *Plane) procFor(tenant string) (*proc, error) {
+	pl.mu.Lock()
+	defer pl.mu.Unlock()
+	if pl.closed {
+		return nil, fmt.Errorf("%w: the gpuserver is shutting down", ErrExecutorDown)
+	}
+	if p, ok := pl.procs[tenant]; ok {
+		return p, nil
+	}
+	if len(pl.procs) >= pl.cfg.MaxTenants {
+		return nil, fmt.Errorf("%w: %d tenants have executors on this node, the most it runs (--max-tenants): "+
+			"tenant %s is refused", pool.ErrLimit, len(pl.procs), tenant)
+	}
+	slot, err := pl.plan.slot(tenant)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", pool.ErrLimit, err)
+	}
+	p := newProc(pl, tenant, slot)
+	pl.procs[tenant] = p
+	go p.run()
+	return p, nil
+}
+
+// procOf returns the supervisor of function's tenant.
+func (pl *Plane) procOf(function string) (*proc, error) {
+	pl.mu.Lock()
+	t, ok := pl.fns[function]
+	var p *proc
+	if ok {
+		p = pl.procs[t]
+	}
+	pl.mu.Unlock()
+	if p == nil {
+		return nil, fmt.Errorf("%w: %s", executor.ErrUnknownFunction, function)
+	}
+	return p, nil
+}
+
+// GPUs is the number of GPUs.
+func (pl *Plane) GPUs() int { return pl.mem.GPUs() }
+
+// Healthy reports whether a GPU is in service (no executor reported it failed, and nobody marked it).
+func (pl *Plane) Healthy(gpu int) bool {
+	pl.mu.Lock()
+	defer pl.mu.Unlock()
+	return pl.unhealthy[gpu] == nil
+}
+
+// MarkUnhealthy takes a GPU out of service in every executor.
+func (pl *Plane) MarkUnhealthy(gpu int, cause error) {
+	pl.mu.Lock()
+	if pl.unhealthy[gpu] == nil {
+		pl.unhealthy[gpu] = cause
+	}
+	procs := pl.procList()
+	pl.mu.Unlock()
+	for _, p := range procs {
+		if g := p.current(); g != nil {
+			if peer := g.live(); peer != nil {
+				ctx, cancel := context.WithTimeout(pl.ctx, 10*time.Second)
+				_, _ = peer.Call(ctx, handoff.KindMarkUnhealthy, handoff.MarkUnhealthy{GPU: gpu, Cause: cause.Error()},
+					nil, nil)
+				cancel()
+			}
+		}
+	}
+}
+
+func (pl *Plane) procList() []*proc {
+	out := make([]*proc, 0, len(pl.procs))
+	for _, p := range pl.procs {
+		out = append(out, p)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].tenant < out[j].tenant })
+	return out
+}
+
+func (p *proc) current() *generation {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.cur
+}
+
+// Register is a no-op: a function's executor is known once SetTenant names its tenant.
+func (pl *Plane) Register(name string) error {
+	if name == "" {
+		return fmt.Errorf("%w: function name is empty", executor.ErrInvalid)
+	}
+	return nil
+}
+
+// SetTenant puts a function into tenant: its tenant's executor (started if new) registers it. A function that
+// changes tenant is deregistered from its old tenant's executor (its copies and image there are dropped).
+func (pl *Plane) SetTenant(ctx context.Context, name, tenant string) error {
+	if tenant == "" {
+		return fmt.Errorf("%w: empty tenant", executor.ErrInvalid)
+	}
+	pl.mu.Lock()
+	old, had := pl.fns[name]
+	pl.mu.Unlock()
+	if had && old != tenant {
+		if err := pl.Deregister(ctx, name); err != nil && !errors.Is(err, executor.ErrUnknownFunction) {
+			return err
+		}
+	}
+	p, err := pl.procFor(tenant)
+	if err != nil {
+		return err
+	}
+	pl.mu.Lock()
+	pl.fns[name] = tenant
+	pl.mu.Unlock()
+	p.mu.Lock()
+	p.functions[name] = true
+	p.mu.Unlock()
+	return p.call(ctx, handoff.KindRegister, handoff.Function{Name: name, Tenant: tenant}, nil)
+}
+
+// Deregister drops a function from its tenant's executor (copies evicted, image deleted).
+func (pl *Plane) Deregister(ctx context.Context, name string) error {
+	p, err := pl.procOf(name)
+	if err != nil {
+		return err
+	}
+	pl.mu.Lock()
+	delete(pl.fns, name)
+	pl.mu.Unlock()
+	p.mu.Lock()
+	delete(p.functions, name)
+	p.mu.Unlock()
+	return p.call(ctx, handoff.KindDeregister, handoff.Name{Function: name}, nil)
+}
+
+// EndInit ends a function's initialisation in its executor (the capture of its image there).
+func (pl *Plane) EndInit(ctx context.Context, name string) error {
+	p, err := pl.procOf(name)
+	if err != nil {
+		return err
+	}
+	return p.call(ctx, handoff.KindEndInit, handoff.Name{Function: name}, nil)
+}
+
+// SwapIn is the controller's swap, carried out by the function's executor.
+func (pl *Plane) SwapIn(ctx context.Context, name string, gpu int, source executor.Source) error {
+	p, err := pl.procOf(name)
+	if err != nil {
+		return err
+	}
+	return p.call(ctx, handoff.KindSwapIn, handoff.SwapIn{Function: name, GPU: gpu, Source: source}, nil)
+}
+
+// Evict is the controller's eviction, carried out by the function's executor.
+func (pl *Plane) Evict(ctx context.Context, name string, gpu int) error {
+	p, err := pl.procOf(name)
+	if err != nil {
+		return err
+	}
+	return p.call(ctx, handoff.KindEvict, handoff.Evict{Function: name, GPU: gpu}, nil)
+}
+
+// WaitReady waits until a function's copies on its active GPU completed (benchmarks).
+func (pl *Plane) WaitReady(ctx context.Context, name string) error {
+	p, err := pl.procOf(name)
+	if err != nil {
+		return err
+	}
+	return p.call(ctx, handoff.KindWaitReady, handoff.Name{Function: name}, nil)
+}
+
+// Hold is a binding held on a function's executor.
+type Hold struct {
+	pl *Plane
+	g  *generation
+	id string
+}
+
+// Acquire holds binding id of function on gpu in its executor (executor.Node.Acquire there); request says whether
+// its function's sessions run their calls on that GPU now (a request's binding) or not (an implicit one).
+func (pl *Plane) Acquire(ctx context.Context, name string, gpu int, source executor.Source, id string,
+	request bool) (*Hold, error) {
+	p, err := pl.procOf(name)
+	if err != nil {
+		return nil, err
+	}
+	g, peer, err := p.waitUp(ctx)
+	if err != nil {
+		return nil, err
+	}
+	if _, err := peer.Call(ctx, handoff.KindAcquire, handoff.Acquire{Function: name, GPU: gpu, Source: source,
+		Binding: id, Request: request}, nil, nil); err != nil {
+		return nil, err
+	}
+	return &Hold{pl: pl, g: g, id: id}, nil
+}
+
+// Finish releases the binding and says whether it broke while it was held: its GPU failed (executor.ErrUnhealthy),
+// its function's state was replaced (executor.ErrBroken), or its executor ended (executor.ErrBroken: the work of
+// the request is lost with the process).
+func (h *Hold) Finish() error {
+	peer := h.g.live()
+	if peer == nil {
+		return fmt.Errorf("%w: the executor of %s ended while the binding was held (%s): the request's work is lost",
+			executor.ErrBroken, h.g.p.tenant, h.g.p.lastEnd())
+	}
+	ctx, cancel := context.WithTimeout(h.pl.ctx, 30*time.Second)
+	defer cancel()
+	var rel handoff.Released
+	if _, err := peer.Call(ctx, handoff.KindRelease, handoff.Release{Binding: h.id}, nil, &rel); err != nil {
+		if errors.Is(err, handoff.ErrClosed) {
+			return fmt.Errorf("%w: the executor of %s ended while the binding was held: the request's work is lost: %w",
+				executor.ErrBroken, h.g.p.tenant, err)
+		}
+		return err
+	}
+	if rel.Broken != nil {
+		return peer.DecodeError(*rel.Broken)
+	}
+	return nil
+}
+
+// Orphaned is false: an executor's bindings are its sessions' business (it answers CurrentGPU itself).
+func (h *Hold) Orphaned() bool { return false }
+
+func (p *proc) lastEnd() string {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.lastExit == "" {
+		return "it is being replaced"
+	}
+	return p.lastExit
+}
+
+// HandOff sends a remoting session whose hello the gpuserver checked to its function's tenant executor
+// (remoting.HandOff).
+func (pl *Plane) HandOff(ctx context.Context, conn, shm *os.File, info remoting.SessionInfo, shmSize uint64,
+	done func()) error {
+	defer conn.Close()
+	defer shm.Close()
+	p, err := pl.procOf(info.Function)
+	if err != nil {
+		done()
+		return err
+	}
+	wctx, cancel := context.WithTimeout(ctx, pl.cfg.StartTimeout)
+	defer cancel()
+	g, peer, err := p.waitUp(wctx)
+	if err != nil {
+		done()
+		return err
+	}
+	pl.mu.Lock()
+	pl.nextID++
+	id := pl.nextID
+	pl.mu.Unlock()
+	var once sync.Once
+	doneOnce := func() { once.Do(done) }
+	g.mu.Lock()
+	if g.ended {
+		g.mu.Unlock()
+		doneOnce()
+		return fmt.Errorf("%w: the executor of %s ended", ErrExecutorDown, p.tenant)
+	}
+	g.sessions[id] = doneOnce
+	g.mu.Unlock()
+	if _, err := peer.Call(wctx, handoff.KindSession, handoff.Session{ID: id, Function: info.Function,
+		Spec: info.Spec, PID: info.PID, ShmSize: shmSize}, []*os.File{conn, shm}, nil); err != nil {
+		g.sessionEnded(id)
+		return err
+	}
+	return nil
+}
+
+// sessionEnded uncounts a session handed to g.
+func (g *generation) sessionEnded(id uint64) {
+	g.mu.Lock()
+	done := g.sessions[id]
+	delete(g.sessions, id)
+	g.mu.Unlock()
+	if done != nil {
+		done()
+	}
+}
+
+// Close stops every executor (their images stay) and releases the lending's resources; the chunks are the
+// caller's (the memory manager).
+func (pl *Plane) Close(ctx context.Context) error {
+	pl.mu.Lock()
+	pl.closed = true
+	procs := pl.procList()
+	pl.mu.Unlock()
+	var errs []error
+	for _, p := range procs {
+		errs = append(errs, p.shutdown(ctx))
+	}
+	pl.cancel()
+	errs = append(errs, pl.lend.close())
+	return errors.Join(errs...)
+}

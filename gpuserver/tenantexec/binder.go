@@ -1,0 +1,94 @@
+package tenantexec
+
+import (
+	"context"
+	"sync"
+
+	"github.com/faas-gpu/faas-gpu/gpuserver/executor"
+	"github.com/faas-gpu/faas-gpu/gpuserver/remoting"
+	"github.com/faas-gpu/faas-gpu/gpuserver/tenant/handoff"
+)
+
+// binder tells the executor's remoting sessions on which GPU their calls run (remoting.Binder): the GPU of a
+// request's binding, which the gpuserver told this executor when it held it (KindAcquire), so that no record waits
+// on the gpuserver; calls outside a request ask the gpuserver for an implicit binding (they queue like a request).
+type binder struct {
+	p *process
+
+	mu       sync.Mutex
+	holds    map[string]*executor.Binding            // every binding held, by ID
+	requests map[string]map[string]*executor.Binding // requests' bindings by function, then ID
+}
+
+var _ remoting.Binder = (*binder)(nil)
+
+func newBinder(p *process) *binder {
+	return &binder{p: p, holds: map[string]*executor.Binding{}, requests: map[string]map[string]*executor.Binding{}}
+}
+
+func (b *binder) hold(id string, request bool, h *executor.Binding) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.holds[id] = h
+	if request {
+		if b.requests[h.Function()] == nil {
+			b.requests[h.Function()] = map[string]*executor.Binding{}
+		}
+		b.requests[h.Function()][id] = h
+	}
+}
+
+// take removes a binding (nil when unknown).
+func (b *binder) take(id string) *executor.Binding {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	h := b.holds[id]
+	if h == nil {
+		return nil
+	}
+	delete(b.holds, id)
+	if m := b.requests[h.Function()]; m != nil {
+		delete(m, id)
+		if len(m) == 0 {
+			delete(b.requests, h.Function())
+		}
+	}
+	return h
+}
+
+// CurrentGPU is the GPU of one of function's requests in flight; a binding the function was reset under is never
+// reported (calls of a new process must not run under the binding a dead one left behind).
+func (b *binder) CurrentGPU(function string) (int, bool) {
+	b.mu.Lock()
+	var hs []*executor.Binding
+	for _, h := range b.requests[function] {
+		hs = append(hs, h)
+	}
+	b.mu.Unlock()
+	for _, h := range hs { // Orphaned takes the node's lock: asked outside b.mu
+		if !h.Orphaned() {
+			return h.GPU(), true
+		}
+	}
+	return 0, false
+}
+
+// BindImplicit asks the gpuserver to bind the function for calls outside a request.
+func (b *binder) BindImplicit(ctx context.Context, function string) (int, func(), error) {
+	var bound handoff.Bound
+	if _, err := b.p.peer.Call(ctx, handoff.KindBindImplicit, handoff.Name{Function: function}, nil, &bound); err != nil {
+		return 0, nil, err
+	}
+	var once sync.Once
+	release := func() {
+		once.Do(func() {
+			rctx, cancel := context.WithTimeout(b.p.ctx, returnTimeout)
+			defer cancel()
+			if _, err := b.p.peer.Call(rctx, handoff.KindReleaseImplicit, handoff.Release{Binding: bound.Binding}, nil,
+				nil); err != nil {
+				b.p.log.Warn("release an implicit binding", "function", function, "err", err)
+			}
+		})
+	}
+	return bound.GPU, release, nil
+}

@@ -1,0 +1,186 @@
+package tenantexec
+
+import (
+	"context"
+	"fmt"
+	"os"
+
+	"github.com/faas-gpu/faas-gpu/gpuserver/pool"
+	"github.com/faas-gpu/faas-gpu/gpuserver/remoting"
+	"github.com/faas-gpu/faas-gpu/gpuserver/tenant/handoff"
+)
+
+// The control and session hand-offs, executor side: each request of the gpuserver runs on the executor's Node
+// as the gpuserver's in-process code ran it (package server's trackedPool, the controller's actuator).
+
+func (p *process) registerFunction(ctx context.Context, fn handoff.Function) error {
+	if fn.Tenant != p.cfg.Tenant {
+		return fmt.Errorf("%w: %s belongs to %s, this executor serves %s", handoff.ErrProtocol, fn.Name, fn.Tenant,
+			p.cfg.Tenant)
+	}
+	if err := p.node.Register(fn.Name); err != nil {
+		return err
+	}
+	return p.node.SetTenant(ctx, fn.Name, fn.Tenant)
+}
+
+func (p *process) register(ctx context.Context, f handoff.Frame) (any, []*os.File, error) {
+	fn, err := handoff.Body[handoff.Function](f)
+	if err != nil {
+		return nil, nil, err
+	}
+	return nil, nil, p.registerFunction(ctx, fn)
+}
+
+func (p *process) deregister(ctx context.Context, f handoff.Frame) (any, []*os.File, error) {
+	n, err := handoff.Body[handoff.Name](f)
+	if err != nil {
+		return nil, nil, err
+	}
+	return nil, nil, p.node.Deregister(ctx, n.Function)
+}
+
+func (p *process) endInit(ctx context.Context, f handoff.Frame) (any, []*os.File, error) {
+	n, err := handoff.Body[handoff.Name](f)
+	if err != nil {
+		return nil, nil, err
+	}
+	return nil, nil, p.node.EndInit(ctx, n.Function)
+}
+
+func (p *process) acquire(ctx context.Context, f handoff.Frame) (any, []*os.File, error) {
+	a, err := handoff.Body[handoff.Acquire](f)
+	if err != nil {
+		return nil, nil, err
+	}
+	if a.Binding == "" {
+		return nil, nil, fmt.Errorf("%w: acquire without a binding id", handoff.ErrProtocol)
+	}
+	b, err := p.node.Acquire(ctx, a.Function, a.GPU, a.Source)
+	if err != nil {
+		return nil, nil, err
+	}
+	p.binder.hold(a.Binding, a.Request, b)
+	return nil, nil, nil
+}
+
+func (p *process) release(_ context.Context, f handoff.Frame) (any, []*os.File, error) {
+	r, err := handoff.Body[handoff.Release](f)
+	if err != nil {
+		return nil, nil, err
+	}
+	b := p.binder.take(r.Binding)
+	if b == nil {
+		return nil, nil, fmt.Errorf("%w: %s", pool.ErrUnknownBinding, r.Binding)
+	}
+	out := handoff.Released{}
+	if err := b.Err(); err != nil {
+		e := p.peer.EncodeError(err)
+		out.Broken = &e
+	}
+	b.Release()
+	return out, nil, nil
+}
+
+func (p *process) swapIn(ctx context.Context, f handoff.Frame) (any, []*os.File, error) {
+	s, err := handoff.Body[handoff.SwapIn](f)
+	if err != nil {
+		return nil, nil, err
+	}
+	if err := p.node.Register(s.Function); err != nil {
+		return nil, nil, err
+	}
+	return nil, nil, p.node.SwapIn(ctx, s.Function, s.GPU, s.Source)
+}
+
+func (p *process) evict(ctx context.Context, f handoff.Frame) (any, []*os.File, error) {
+	e, err := handoff.Body[handoff.Evict](f)
+	if err != nil {
+		return nil, nil, err
+	}
+	return nil, nil, p.node.Evict(ctx, e.Function, e.GPU)
+}
+
+func (p *process) markUnhealthy(_ context.Context, f handoff.Frame) (any, []*os.File, error) {
+	m, err := handoff.Body[handoff.MarkUnhealthy](f)
+	if err != nil {
+		return nil, nil, err
+	}
+	if m.GPU < 0 || m.GPU >= p.node.GPUs() {
+		return nil, nil, fmt.Errorf("%w: gpu %d", handoff.ErrProtocol, m.GPU)
+	}
+	p.node.MarkUnhealthy(m.GPU, fmt.Errorf("the gpuserver took it out of service: %s", m.Cause))
+	return nil, nil, nil
+}
+
+func (p *process) waitReady(ctx context.Context, f handoff.Frame) (any, []*os.File, error) {
+	n, err := handoff.Body[handoff.Name](f)
+	if err != nil {
+		return nil, nil, err
+	}
+	return nil, nil, p.node.WaitReady(ctx, n.Function)
+}
+
+func (p *process) status(context.Context, handoff.Frame) (any, []*os.File, error) {
+	st := handoff.Status{GPUs: p.node.Status(), Images: p.node.Images(), Sessions: int(p.sessions.Load())}
+	for g := range p.node.GPUs() {
+		st.Borrowed = append(st.Borrowed, p.mem.Pool(g).Borrowed())
+	}
+	rs := p.srv.Stats()
+	st.Records, st.Sleeps = rs.Records, rs.Sleeps
+	if b, err := handoff.Encode(handoff.KindStatus, 0, 0, st); err != nil || len(b) > handoff.MaxBody-1024 {
+		for i := range st.GPUs {
+			st.GPUs[i].Resident, st.GPUs[i].Active = nil, nil
+		}
+		st.Truncated = true
+	}
+	return st, nil, nil
+}
+
+func (p *process) reclaim(ctx context.Context, f handoff.Frame) (any, []*os.File, error) {
+	r, err := handoff.Body[handoff.Reclaim](f)
+	if err != nil {
+		return nil, nil, err
+	}
+	if r.GPU < 0 || r.GPU >= p.node.GPUs() || r.N <= 0 {
+		return nil, nil, fmt.Errorf("%w: reclaim %d chunks of gpu %d", handoff.ErrProtocol, r.N, r.GPU)
+	}
+	if r.Evict {
+		if _, err := p.node.EvictIdle(ctx, r.GPU, r.N); err != nil {
+			p.log.Warn("evict idle copies for another tenant", "gpu", r.GPU, "err", err)
+		}
+	}
+	idx, err := p.mem.Pool(r.GPU).Reclaim(r.N)
+	if err != nil {
+		p.log.Warn("give chunks back", "gpu", r.GPU, "err", err)
+	}
+	return handoff.Reclaimed{GPU: r.GPU, Indexes: idx}, nil, nil
+}
+
+// session adopts a connection the gpuserver checked; it answers once the session runs, and reports its end.
+func (p *process) session(_ context.Context, f handoff.Frame) (any, []*os.File, error) {
+	s, err := handoff.Body[handoff.Session](f)
+	if err != nil || len(f.Files) != 2 {
+		closeAll(f.Files)
+		if err == nil {
+			err = fmt.Errorf("%w: a session with %d descriptors, want 2", handoff.ErrProtocol, len(f.Files))
+		}
+		return nil, nil, err
+	}
+	if s.Spec.Tenant() != p.cfg.Tenant {
+		closeAll(f.Files)
+		return nil, nil, fmt.Errorf("%w: a session of %s (%s) handed to the executor of %s", handoff.ErrProtocol,
+			s.Function, s.Spec.Tenant(), p.cfg.Tenant)
+	}
+	conn, shm := f.Files[0], f.Files[1]
+	p.sessions.Add(1)
+	go func() {
+		defer p.sessions.Add(-1)
+		info := remoting.SessionInfo{Function: s.Function, Spec: s.Spec, PID: s.PID}
+		if err := p.srv.Adopt(p.ctx, conn, shm, info, s.ShmSize); err != nil {
+			p.log.Warn("adopt a session", "function", s.Function, "pid", s.PID, "err", err)
+		}
+		_ = p.peer.Notify(handoff.KindSessionEnded, handoff.SessionEnded{ID: s.ID, Function: s.Function}, nil)
+	}()
+	return nil, nil, nil
+}
