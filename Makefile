@@ -20,7 +20,7 @@ HELM_VERSION   := v3.22.0
 HELM_DIR       := $(TOOLS_BIN)/helm-$(HELM_VERSION)
 HELM           := $(HELM_DIR)/helm
 
-.PHONY: all build run test test-go test-shim test-fuzz lint shim bench-policy bench-swap bench-remoting bench-queue bench-template clean
+.PHONY: all build run test test-go test-shim test-fuzz lint shim bench-policy bench-policy-quick bench-swap bench-remoting bench-queue bench-template clean
 
 all: build
 
@@ -138,11 +138,15 @@ gpu-trace:
 	@echo "compare build/gpu-trace with shim/testdata/trace and copy what changed; then on a machine with the pinned"
 	@echo "Python environment: make replay-traces REPLAY_PROFILES=build/gpu-trace (or shim/testdata/trace once copied)"
 
-## bench-policy: policy sweeps (node, overload with the offline bound, partial residency, cluster, speed, three
-## seeds) on the simulator, writes docs/bench/policy.{md,png,json} and policy-cluster.png
+## bench-policy: every policy on both figures (functions and requests within SLO, refusals) over five seeds: Torpor's
+## node, the Azure trace's hours, Torpor's arrivals with the overload control on and off, cluster sizing against
+## static packing, keep-alive and late binding, the router against round robin; writes docs/bench/policy.{md,json}
 bench-policy: build
-	$(GO) run ./gpuserver/simulate/benchpolicy -workloads ../shared/workloads -out docs/bench -seed 1 \
-	  $$(test -f docs/bench/policy.json && echo -previous docs/bench/policy.json)
+	$(GO) run ./gpuserver/simulate/benchpolicy -workloads ../shared/workloads -out docs/bench
+
+## bench-policy-quick: the same on two seeds and fewer points (CI), writes docs/bench/policy-quick.{md,json}
+bench-policy-quick:
+	$(GO) run ./gpuserver/simulate/benchpolicy -workloads ../shared/workloads -out docs/bench -quick
 
 ## bench-swap: data-plane benchmarks, writes docs/bench/swap.md
 bench-swap: build
@@ -168,6 +172,14 @@ replay-traces: build
 	FAAS_GPU_TEST_PYENV=1 FAAS_GPU_CALLLOG_DIR=$(CURDIR)/build/calllog $(GO) test -count=1 -run TestTorchDryForward ./test/cuda/
 	$(GO) run ./test/bench/replay/gentrace -calllogs build/calllog -out shim/testdata/trace \
 	  $$(test -n "$(REPLAY_PROFILES)" && echo -profiles $(REPLAY_PROFILES))
+
+## bench-llm: the llm function through the shim on the simulated node (dry kernels; needs test/pyenv): TTFT warm
+## and cold from the host image, decode steps/s eagerly and with CUDA graphs, sharing one base between variants;
+## writes docs/bench/llm.md
+.PHONY: bench-llm
+bench-llm: build
+	@test/pyenv/pyenv.sh >/dev/null
+	$(GO) run ./test/llmbench -out docs/bench/llm.md
 
 ## bench-queue: queue worker benchmarks, writes docs/bench/queue.md
 bench-queue: build

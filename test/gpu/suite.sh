@@ -3,7 +3,8 @@
 # machine needs no Go), in one run of under 8 minutes, each step under a time limit:
 #   1. every CUDA and GPU test of the packages below with FAAS_GPU_TEST_CUDA=1, one process per test; among them
 #      PyTorch natively and through the shim side by side (docs/bench/pytorch-shim.md: the four shim/native ratios and
-#      the per-cause columns: issue time, GPU time, synchronize overshoot, server time per record)
+#      the per-cause columns: issue time, GPU time, synchronize overshoot, server time per record), and the llm
+#      function's TTFT and tokens/s natively and through the shim (docs/bench/llm-gpu.md)
 #   2. the replay bench on the GPU: the four recorded passes through the shim on the cuda backend and natively on the
 #      same GPU (docs/bench/remoting-replay-gpu.md), to check the timed virtual GPU's calibration
 #   3. the data-plane benchmark on the real driver (docs/bench/swap-cuda.md): pool allocation against the driver's
@@ -13,7 +14,7 @@ set -uo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
 cd "$root"
 make -s -C shim >/dev/null || exit 1
-export FAAS_GPU_TEST_CUDA=1 FAAS_GPU_GPU_REPORT="$root/docs/bench/pytorch-shim.md"
+export FAAS_GPU_TEST_CUDA=1 FAAS_GPU_GPU_REPORT="$root/docs/bench/pytorch-shim.md" FAAS_GPU_LLM_REPORT="$root/docs/bench/llm-gpu.md"
 rc=0
 start=$(date +%s)
 step() { # step LIMIT_SECONDS NAME COMMAND...

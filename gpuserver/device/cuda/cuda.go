@@ -268,6 +268,10 @@ func (b *Backend) mappings(ptr device.Ptr, size uint64) ([][2]uint64, error) {
 // SetAccess grants GPUs access to a mapped range: one cuMemSetAccess over the whole range (the driver accepts a
 // range spanning several mappings, as PyTorch's expandable segments use it), else one per mapping.
 func (b *Backend) SetAccess(ptr device.Ptr, size uint64, gpus []int) error {
+	return b.setAccess(ptr, size, gpus, false)
+}
+
+func (b *Backend) setAccess(ptr device.Ptr, size uint64, gpus []int, readOnly bool) error {
 	devs := make([]int, len(gpus))
 	for i, g := range gpus {
 		gg, err := b.gpu(g)
@@ -284,11 +288,20 @@ func (b *Backend) SetAccess(ptr device.Ptr, size uint64, gpus []int) error {
 		return nil
 	}
 	for _, m := range ms {
-		if err := cu.SetAccess(b.gpus[0].ctx, m[0], m[1], devs); err != nil {
+		set := cu.SetAccess
+		if readOnly {
+			set = cu.SetAccessReadOnly
+		}
+		if err := set(b.gpus[0].ctx, m[0], m[1], devs); err != nil {
 			return wrap(err)
 		}
 	}
 	return nil
+}
+
+// SetAccessReadOnly grants GPUs read access to a mapped range; writes fault (device.ReadOnlyAccess).
+func (b *Backend) SetAccessReadOnly(ptr device.Ptr, size uint64, gpus []int) error {
+	return b.setAccess(ptr, size, gpus, true)
 }
 
 // Unmap unmaps a range.

@@ -153,12 +153,13 @@ type Backend struct {
 
 // mapping is one physical allocation mapped at start.
 type mapping struct {
-	start  device.Ptr
-	phys   *physical
-	offset uint64 // of the mapped part in phys (MapRange)
-	size   uint64 // of the mapped part
-	access uint64 // bit i: GPU i may access
-	ctx    uint64 // the context owning it (module memory), 0: the process's (Map)
+	start    device.Ptr
+	phys     *physical
+	offset   uint64 // of the mapped part in phys (MapRange)
+	size     uint64 // of the mapped part
+	access   uint64 // bit i: GPU i may access
+	ctx      uint64 // the context owning it (module memory), 0: the process's (Map)
+	readOnly bool   // SetAccessReadOnly: copies and memsets into it fault (kernels' writes are not checked)
 }
 
 type transfer struct{}
@@ -459,6 +460,25 @@ func (b *Backend) SetAccess(ptr device.Ptr, size uint64, gpus []int) error {
 	}
 	for _, m := range ms {
 		m.access = mask
+		m.readOnly = false
+	}
+	return nil
+}
+
+// SetAccessReadOnly grants GPUs read access to a mapped range: the simulated device refuses copies and memsets
+// into it (ErrIllegalAddress, a fault of the work as on a GPU); writes of kernels are not checked.
+func (b *Backend) SetAccessReadOnly(ptr device.Ptr, size uint64, gpus []int) error {
+	if err := b.SetAccess(ptr, size, gpus); err != nil {
+		return err
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	ms, err := b.mappingsLocked(ptr, size)
+	if err != nil {
+		return err
+	}
+	for _, m := range ms {
+		m.readOnly = true
 	}
 	return nil
 }
