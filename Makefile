@@ -20,7 +20,7 @@ HELM_VERSION   := v3.22.0
 HELM_DIR       := $(TOOLS_BIN)/helm-$(HELM_VERSION)
 HELM           := $(HELM_DIR)/helm
 
-.PHONY: all build run test test-go test-shim test-fuzz lint shim bench-policy bench-swap bench-remoting bench-queue bench-template clean
+.PHONY: all build run test test-go test-shim test-fuzz lint shim bench-policy bench-policy-quick bench-swap bench-remoting bench-queue bench-template clean
 
 all: build
 
@@ -144,21 +144,46 @@ gpu-trace:
 	test/gpu/trace.sh build/gpu-trace
 	@echo "compare build/gpu-trace with shim/testdata/trace and copy what changed"
 
-## bench-policy: policy sweeps (node, overload with the offline bound, partial residency, cluster, speed, three
-## seeds) on the simulator, writes docs/bench/policy.{md,png,json} and policy-cluster.png
+## bench-policy: every policy on both figures (functions and requests within SLO, refusals) over five seeds: Torpor's
+## node, the Azure trace's hours, Torpor's arrivals with the overload control on and off, cluster sizing against
+## static packing, keep-alive and late binding, the router against round robin; writes docs/bench/policy.{md,json}
 bench-policy: build
-	$(GO) run ./gpuserver/simulate/benchpolicy -workloads ../shared/workloads -out docs/bench -seed 1 \
-	  $$(test -f docs/bench/policy.json && echo -previous docs/bench/policy.json)
+	$(GO) run ./gpuserver/simulate/benchpolicy -workloads ../shared/workloads -out docs/bench
+
+## bench-policy-quick: the same on two seeds and fewer points (CI), writes docs/bench/policy-quick.{md,json}
+bench-policy-quick:
+	$(GO) run ./gpuserver/simulate/benchpolicy -workloads ../shared/workloads -out docs/bench -quick
 
 ## bench-swap: data-plane benchmarks, writes docs/bench/swap.md
 bench-swap: build
 	$(GO) run ./gpuserver/executor/swapbench -device sim -out docs/bench/swap.md
 
-## bench-remoting: shim transport benchmarks, writes docs/bench/remoting.md
+## bench-remoting: shim transport benchmarks (docs/bench/remoting.md) and the replay bench: the recorded PyTorch
+## passes of shim/testdata/trace/replay-*.tsv through the shim and a gpuserver on the timed virtual GPU, beside the
+## native pass computed from the same traces (docs/bench/remoting-replay.md). REPLAY_ARGS passes flags to it.
+REPLAY_ARGS ?=
 bench-remoting: build
 	$(MAKE) -C shim
 	@mkdir -p docs/bench
 	$(GO) run ./gpuserver/remoting/cmd/remoting-bench -out docs/bench/remoting.md
+	$(GO) run ./test/bench/replay -out docs/bench/remoting-replay.md $(REPLAY_ARGS)
+
+## replay-traces: the replay traces from the dry PyTorch passes' call logs (the CUDA tier, FAAS_GPU_CALLLOG_DIR) and
+## the GPU's per-pass figures (shim/testdata/trace/h100-passes.tsv); see shim/testdata/trace/README.md
+.PHONY: replay-traces
+replay-traces: build
+	@dir=$$(test/pyenv/pyenv.sh) && echo "replay-traces: pinned Python environment $$dir"
+	@rm -rf build/calllog && mkdir -p build/calllog
+	FAAS_GPU_TEST_PYENV=1 FAAS_GPU_CALLLOG_DIR=$(CURDIR)/build/calllog $(GO) test -count=1 -run TestTorchDryForward ./test/cuda/
+	$(GO) run ./test/bench/replay/gentrace -calllogs build/calllog -out shim/testdata/trace
+
+## bench-llm: the llm function through the shim on the simulated node (dry kernels; needs test/pyenv): TTFT warm
+## and cold from the host image, decode steps/s eagerly and with CUDA graphs, sharing one base between variants;
+## writes docs/bench/llm.md
+.PHONY: bench-llm
+bench-llm: build
+	@test/pyenv/pyenv.sh >/dev/null
+	$(GO) run ./test/llmbench -out docs/bench/llm.md
 
 ## bench-queue: queue worker benchmarks, writes docs/bench/queue.md
 bench-queue: build

@@ -12,6 +12,7 @@ import (
 
 	"github.com/openfaas/faas-provider/auth"
 
+	"github.com/faas-gpu/faas-gpu/gpuserver/controller"
 	"github.com/faas-gpu/faas-gpu/gpuserver/server"
 	"github.com/faas-gpu/faas-gpu/provider/basicauth"
 )
@@ -27,6 +28,7 @@ type gpuserverConfig struct {
 	gpuMemory string
 	repoDir   string
 	policy    string
+	overload  string
 	logLevel  string
 	kernels   string // --sim-kernels
 	metering  string
@@ -48,6 +50,7 @@ func (c *gpuserverConfig) register(fs *flag.FlagSet) {
 	fs.StringVar(&c.repoDir, "repository-dir", "/dev/shm/faas-gpu",
 		"model images of the functions (shared-memory files kept across gpuserver restarts)")
 	fs.StringVar(&c.policy, "policy", "faas-gpu", policyUsage)
+	fs.StringVar(&c.overload, "overload", controller.OverloadAuto, overloadUsage)
 	fs.StringVar(&c.logLevel, "log-level", "info", "debug, info, warn or error")
 	fs.StringVar(&c.kernels, "sim-kernels", "reference", simKernelsUsage)
 	fs.StringVar(&c.uiAddr, "ui-addr", "",
@@ -72,6 +75,10 @@ func runGPUServer(ctx context.Context, args []string, stdout, stderr io.Writer) 
 		return err
 	}
 	if err := checkPolicy(cfg.policy); err != nil {
+		return err
+	}
+	overload, err := parseOverload(cfg.overload)
+	if err != nil {
 		return err
 	}
 	if cfg.repoDir == "" {
@@ -102,7 +109,7 @@ func runGPUServer(ctx context.Context, args []string, stdout, stderr io.Writer) 
 		cfg.metering = filepath.Join(cfg.repoDir, "metering.json")
 	}
 	srv, err := server.Start(ctx, server.Config{Socket: cfg.socket, Listen: cfg.listen, Node: node,
-		Policy: cfg.policy, RemotingSocket: cfg.remoting, KeyFile: cfg.keyFile, RepositoryDir: cfg.repoDir,
+		Policy: cfg.policy, Overload: overload, RemotingSocket: cfg.remoting, KeyFile: cfg.keyFile, RepositoryDir: cfg.repoDir,
 		Device: gpus.Device, DeviceReserveBytes: gpus.Reserve, SocketGroup: cfg.group, Logger: log,
 		SimKernels: simKernels, MeteringFile: cfg.metering})
 	if err != nil {

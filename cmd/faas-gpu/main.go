@@ -14,6 +14,8 @@ import (
 	"sort"
 	"strings"
 	"syscall"
+
+	"github.com/faas-gpu/faas-gpu/provider/local/sandbox"
 )
 
 // command is one subcommand: it parses its own flags from args and runs until ctx ends.
@@ -36,6 +38,9 @@ func commands() map[string]command {
 }
 
 func main() {
+	if sandbox.IsInit() { // this binary started again as a function sandbox's init (package sandbox)
+		os.Exit(sandbox.RunInit())
+	}
 	os.Exit(run(os.Args, os.Stdout, os.Stderr))
 }
 

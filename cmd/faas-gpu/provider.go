@@ -22,6 +22,7 @@ import (
 	"github.com/faas-gpu/faas-gpu/gpuserver/client"
 	"github.com/faas-gpu/faas-gpu/provider"
 	"github.com/faas-gpu/faas-gpu/provider/basicauth"
+	"github.com/faas-gpu/faas-gpu/provider/connlimit"
 	"github.com/faas-gpu/faas-gpu/provider/handlers"
 	"github.com/faas-gpu/faas-gpu/provider/local"
 )
@@ -50,6 +51,8 @@ type providerConfig struct {
 	readyTimeout    time.Duration
 	logLevel        string
 	envs            envFlags
+	sandbox         sandboxFlags
+	conns           connFlags
 	// envErr is a bad value in one of faas-netes' variables (basic_auth).
 	envErr error
 }
@@ -110,10 +113,18 @@ func (c *providerConfig) register(fs *flag.FlagSet) {
 		"how long an invocation waits for a function that is starting (the first call after a deploy)")
 	fs.StringVar(&c.logLevel, "log-level", "info", "debug, info, warn or error")
 	c.envs.register(fs)
+	c.sandbox.register(fs)
+	c.conns.register(fs)
 }
 
 func (c *providerConfig) validate() error {
 	if err := c.envs.validate(); err != nil {
+		return err
+	}
+	if err := c.sandbox.validate(); err != nil {
+		return err
+	}
+	if err := c.conns.validate(); err != nil {
 		return err
 	}
 	switch {
@@ -138,6 +149,14 @@ func (c *providerConfig) validate() error {
 		return usageError{fmt.Errorf("-host %q: want an IP address or localhost", c.host)}
 	}
 	return nil
+}
+
+// remotingSocketPath is -remoting-socket, else remoting.sock beside -gpuserver-socket.
+func (c *providerConfig) remotingSocketPath() string {
+	if c.remotingSocket != "" {
+		return c.remotingSocket
+	}
+	return filepath.Join(filepath.Dir(c.gpuserverSocket), "remoting.sock")
 }
 
 // listenHost is the address to listen on: -host, else 127.0.0.1 for the local backend (it runs processes on this
@@ -230,9 +249,17 @@ func runProvider(ctx context.Context, args []string, stdout, stderr io.Writer) e
 		if err != nil {
 			return err
 		}
+		sb, err := cfg.sandbox.open(ctx, log)
+		if err != nil {
+			return err
+		}
+		if cfg.gpuserverSocket != "" {
+			warnUnreachableSockets(sb, log, cfg.gpuserverSocket, cfg.remotingSocketPath())
+		}
 		b, err := local.New(ctx, local.Config{StateDir: filepath.Join(cfg.stateDir, "functions"), BuildDir: cfg.buildDir,
 			TemplatesDir: cfg.templatesDir, FunctionsDir: cfg.functionsDir, Env: env, GPUEnv: gpuEnv,
-			Python: cfg.python, EnvDir: envDir, EnvMaxAge: cfg.envs.maxAge, Logger: log.With("component", "local")})
+			Python: cfg.python, EnvDir: envDir, EnvMaxAge: cfg.envs.maxAge, Logger: log.With("component", "local"),
+			Sandbox: sb})
 		if err != nil {
 			return fmt.Errorf("local backend: %w", err)
 		}
@@ -265,7 +292,7 @@ func runProvider(ctx context.Context, args []string, stdout, stderr io.Writer) e
 	allowed := hostAllowList(cfg.allowedHosts, cfg.listenHost())
 	h = handlers.AllowHosts(allowed, h)
 	addr := net.JoinHostPort(cfg.listenHost(), strconv.Itoa(cfg.port))
-	return serveProvider(ctx, addr, h, be.close, func(url string) {
+	return serveProvider(ctx, addr, cfg.conns.limits(0.5), h, be.close, func(url string) {
 		fmt.Fprintf(stdout, "provider: faas-provider API on %s\n", url)
 		if creds != nil {
 			fmt.Fprintf(stdout, "provider: /system/* needs basic auth (user %s, password in %s):\n  %s\n", creds.User,
@@ -276,9 +303,9 @@ func runProvider(ctx context.Context, args []string, stdout, stderr io.Writer) e
 
 // serveProvider serves h on addr until ctx ends, then shuts down under providerShutdown: the HTTP server drains
 // and closeBackend stops the functions. ready is called with the server's URL once it listens.
-func serveProvider(ctx context.Context, addr string, h http.Handler, closeBackend func(context.Context) error,
-	ready func(url string), log *slog.Logger) error {
-	l, err := net.Listen("tcp", addr)
+func serveProvider(ctx context.Context, addr string, limits connlimit.Limits, h http.Handler,
+	closeBackend func(context.Context) error, ready func(url string), log *slog.Logger) error {
+	l, err := boundedListen("tcp", addr, "provider", limits, log)
 	if err != nil {
 		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), providerShutdown)
 		defer cancel()

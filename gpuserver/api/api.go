@@ -132,6 +132,8 @@ type Server struct {
 	leases   map[string]*lease    // by public binding id
 	holders  map[net.Conn]*holder // connections served through NewHTTPServer
 	acquires map[string]int       // open acquires per function
+	// shedLogged is, per function, the overload episode whose first refusal was logged (one line per episode).
+	shedLogged map[string]uint64
 }
 
 // lease is a binding handed out by the API.
@@ -474,11 +476,31 @@ func (s *Server) fail(w http.ResponseWriter, r *http.Request, err error) {
 	}
 	if oe := (*pool.OverloadedError)(nil); errors.As(err, &oe) { // shed by the overload control: when to retry
 		w.Header().Set("Retry-After", strconv.FormatInt(max(1, int64(math.Ceil(oe.RetryAfter.Seconds()))), 10))
+		s.logShed(oe)
 	}
 	if code >= http.StatusInternalServerError && code != http.StatusGatewayTimeout {
 		s.log.Error("gpuserver request failed", "method", r.Method, "path", r.URL.Path, "err", err)
 	}
 	writeJSON(w, code, ErrorResponse{Error: err.Error(), Restart: errors.Is(err, pool.ErrFunctionLost)})
+}
+
+// maxShedLogged bounds the functions whose last logged overload episode is remembered.
+const maxShedLogged = 4096
+
+// logShed logs a refusal of the overload control once per function and episode.
+func (s *Server) logShed(oe *pool.OverloadedError) {
+	s.mu.Lock()
+	if s.shedLogged == nil || len(s.shedLogged) >= maxShedLogged {
+		s.shedLogged = map[string]uint64{}
+	}
+	seen := oe.Episode != 0 && s.shedLogged[oe.Function] == oe.Episode
+	s.shedLogged[oe.Function] = oe.Episode
+	s.mu.Unlock()
+	if !seen {
+		s.log.Warn("overload control sheds a function: its requests that cannot meet their deadline are refused "+
+			"with 429 (logged once per episode; faas_gpu_refused_requests_total counts them)", "function",
+			oe.Function, "episode", oe.Episode, "retry_after", oe.RetryAfter, "reason", oe.Reason)
+	}
 }
 
 func decode(r *http.Request, v any) error {

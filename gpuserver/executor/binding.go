@@ -64,6 +64,12 @@ func (b *Binding) Release() {
 		if b.f.users > 0 {
 			b.f.users--
 		}
+		if b.f.users == 0 && b.f.scratchPerRequest && b.f.active == b.gpu {
+			if err := b.n.dropScratchLocked(b.n.ctx, b.f); err != nil {
+				b.n.log.Warn("executor: dropping the scratch of a request", "function", b.function, "gpu", b.gpu,
+					"err", err)
+			}
+		}
 	})
 }
 
@@ -198,7 +204,7 @@ func (n *Node) freeLocked(ctx context.Context, f *function, ptr device.Ptr) erro
 			delete(r.mapped, seg.ID)
 		}
 		if chunks, ok := r.chunks[seg.ID]; ok {
-			errs = append(errs, n.mem.Pool(gpu).Put(chunks))
+			errs = append(errs, n.putChunksLocked(gpu, chunks))
 			delete(r.chunks, seg.ID)
 		}
 	}
@@ -276,7 +282,7 @@ func (n *Node) writeImageLocked(ctx context.Context, f *function, what string) (
 	if err := n.waitReadyLocked(ctx, f.res[gpu]); err != nil {
 		return false, err
 	}
-	im, err := n.repo.Create(ctx, f.name, segs)
+	im, err := n.repo.CreateIn(ctx, f.name, "tenant "+f.tenant, segs) // chunks shared within the tenant
 	if err != nil {
 		return false, fmt.Errorf("%s %s: %w", what, f.name, err)
 	}
@@ -287,6 +293,11 @@ func (n *Node) writeImageLocked(ctx context.Context, f *function, what string) (
 		}
 	}
 	if err := s.Synchronize(ctx); err != nil {
+		// The image's host pages are the copies' destination: they stay mapped until the stream has passed the
+		// copies, even when ctx ended first (releasing them under a queued copy faults the whole process).
+		if ctx.Err() != nil {
+			_ = s.Synchronize(context.WithoutCancel(ctx))
+		}
 		return false, fmt.Errorf("%s %s: %w", what, f.name, err)
 	}
 	if err := im.Commit(); err != nil {
@@ -464,3 +475,22 @@ func (s *Stream) Synchronize(ctx context.Context) error {
 
 // Destroy is a no-op: the stream belongs to the function and lives until it is deregistered.
 func (s *Stream) Destroy() error { return nil }
+
+// LaunchGraph waits for every segment of the function (a graph's kernels may touch any of them) and launches an
+// instantiated graph of the stream's GPU and context as one operation (device.GraphCapture).
+func (s *Stream) LaunchGraph(g device.GraphExec) error {
+	gc, ok := s.s.(device.GraphCapture)
+	if !ok {
+		return fmt.Errorf("%w: the device's streams launch no graphs", device.ErrNotSupported)
+	}
+	s.n.mu.Lock()
+	var ptrs []device.Ptr
+	for _, seg := range s.f.space.Segments() {
+		ptrs = append(ptrs, seg.Ptr)
+	}
+	s.n.mu.Unlock()
+	return s.gate(func() error {
+		s.n.writesLocked(s.f, "graph", ptrs...)
+		return gc.LaunchGraph(g)
+	}, ptrs...)
+}

@@ -45,6 +45,8 @@ type Config struct {
 	// Policy names the pool's policy: a controller policy (default "faas-gpu"; see controller.Policies) or
 	// "fcfs" for the first-come-first-served pool.
 	Policy string
+	// Overload sets the faas-gpu policy's overload control: auto (the zero value), off or an explicit target.
+	Overload controller.Overload
 	// Actuator carries out the controller's swaps and evictions; nil models them as link time on Node.
 	Actuator controller.Actuator
 	// RemotingSocket is the Unix socket the shim connects to (FAAS_GPU_REMOTING_SOCKET of function processes);
@@ -509,8 +511,9 @@ func newPool(cfg Config, oneGPU bool) (healthPool, error) {
 		maxInFlight = 1
 	}
 	return controller.NewPool(controller.PoolConfig{
-		Controller: controller.Config{Policy: policy, Node: cfg.Node, MaxInFlight: maxInFlight},
-		Actuator:   cfg.Actuator,
+		Controller: controller.Config{Policy: policy, Node: cfg.Node, MaxInFlight: maxInFlight,
+			Overload: cfg.Overload},
+		Actuator: cfg.Actuator,
 	})
 }
 

@@ -53,7 +53,7 @@ func (fn *function) allReplicas() []*replica {
 // newFunction prepares a function's run folder and log; the caller holds b.mu.
 func (b *Backend) newFunction(rec record) (*function, error) {
 	name := rec.Deployment.Service
-	if err := b.linkSecrets(name, rec.Deployment.Secrets); err != nil {
+	if err := b.syncSecrets(name, rec.Deployment.Secrets); err != nil {
 		return nil, err
 	}
 	return &function{name: name, rec: rec, changed: make(chan struct{}),
@@ -209,7 +209,7 @@ func (b *Backend) Update(ctx context.Context, fd types.FunctionDeployment) error
 		return err
 	}
 	fn.rec = rec
-	if err := b.linkSecrets(fn.name, fd.Secrets); err != nil {
+	if err := b.syncSecrets(fn.name, fd.Secrets); err != nil {
 		return err
 	}
 	for _, r := range fn.replicas {
@@ -246,6 +246,9 @@ func (b *Backend) Delete(ctx context.Context, namespace, name string) error {
 	}
 	if err := os.RemoveAll(filepath.Join(b.cfg.StateDir, "run", name)); err != nil {
 		werr = errors.Join(werr, fmt.Errorf("local backend: removing run folder of %q: %w", name, err))
+	}
+	if werr == nil && b.cfg.Sandbox != nil {
+		b.cfg.Sandbox.Release(name) // its replicas have stopped: its ids may go to another function
 	}
 	b.log.Info("function deleted", "function", name)
 	return werr
