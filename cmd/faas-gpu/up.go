@@ -229,7 +229,7 @@ func runUp(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 			log.Error("a component failed; stopping", "err", err)
 		}
 	}
-	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), upStopTimeout)
 	defer cancel()
 	if serr := u.stop(sctx); serr != nil {
 		log.Error("stop", "err", serr)
@@ -239,6 +239,11 @@ func runUp(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	}
 	return err
 }
+
+// upStopTimeout bounds Ctrl-C: functions get SIGTERM, then SIGKILL (local.Config.StopTimeout), and the parts after
+// them stop once their processes are gone. Ten functions of which six import PyTorch took more than 5 s on a busy
+// 2-core machine, which ended up with errors and exit status 1 although every process had stopped.
+const upStopTimeout = 20 * time.Second
 
 // start brings the parts up in dependency order: gpuserver, NATS JetStream, local backend, gateway surface,
 // queue worker.
