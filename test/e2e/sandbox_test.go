@@ -246,9 +246,12 @@ func TestUpSandboxesFunctions(t *testing.T) {
 	dir := t.TempDir()
 	escapeContext(t, filepath.Join(dir, "build"), "escape")
 	in := startUp(t, filepath.Join(dir, "state"), "--sandbox", "required")
-	if !strings.Contains(in.out.String(), "functions    isolated") {
-		t.Errorf("up's start-up lines do not say functions are isolated:\n%s", in.out.String())
-	}
+	eventually(t, 30*time.Second, "up's start-up lines to say functions are isolated", func() error {
+		if !strings.Contains(in.out.String(), "functions    isolated") {
+			return fmt.Errorf("not in:\n%s", in.out.String())
+		}
+		return nil
+	})
 	r := attackUp(t, in, in.cmd.Process.Pid, marker)
 	a, b := startedPIDs(in.out.String(), "escape-a"), startedPIDs(in.out.String(), "escape-b")
 	if len(a) == 0 || len(b) == 0 {
@@ -369,9 +372,12 @@ func TestUpSandboxesFunctionsAsUnprivilegedUser(t *testing.T) {
 		t.Fatal(err)
 	}
 	in.user, in.password = creds.User, creds.Password
-	if !strings.Contains(out.String(), "functions    isolated: user, mount, pid, ipc, uts") {
-		t.Errorf("up as nobody does not say functions are isolated in user namespaces:\n%s", out.String())
-	}
+	eventually(t, 30*time.Second, "up as nobody to say functions are isolated in user namespaces", func() error {
+		if !strings.Contains(out.String(), "functions    isolated: user, mount, pid, ipc, uts") {
+			return fmt.Errorf("not in:\n%s", out.String())
+		}
+		return nil
+	})
 	r := attackUp(t, in, cmd.Process.Pid, marker)
 	if r.UID != 0 {
 		t.Errorf("the function's uid inside = %d, want 0 (root of its own user namespace, no capabilities)", r.UID)
