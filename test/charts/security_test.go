@@ -35,13 +35,13 @@ func ingressPorts(np *networkingv1.NetworkPolicy) map[int32][]string {
 	return out
 }
 
-// TestNetworkPolicies: by default the gpuserver's TCP port admits the queue worker only, NATS's client port the
+// TestNetworkPolicies: by default the gpuserver's TCP port admits the queue worker and the provider only, NATS's client port the
 // queue worker only and nothing reaches port 8222, the front door and the provider's API admit every peer on their
 // port and nothing else; metricsFrom opens the metrics ports (and NATS monitoring, when served) to its peers.
 func TestNetworkPolicies(t *testing.T) {
 	objs := decodeAll(t, render(t, "provider.enabled=true"))
 	for name, want := range map[string]map[int32][]string{
-		"faas-gpu-gpuserver":    {8090: {"pods:queue-worker"}},
+		"faas-gpu-gpuserver":    {8090: {"pods:queue-worker", "pods:provider"}},
 		"faas-gpu-nats":         {4222: {"pods:queue-worker"}},
 		"faas-gpu-queue-worker": {8081: {"any"}},
 		"faas-gpu-provider":     {8080: {"any"}},
