@@ -311,8 +311,31 @@ func TestUpSandboxesFunctionsAsUnprivilegedUser(t *testing.T) {
 	if err := os.WriteFile(userBin, self, 0o755); err != nil {
 		t.Fatal(err)
 	}
+	// Everything up reads is copied in, so that nobody reads it wherever the repository is (a home folder that only
+	// root may enter): the build contexts, the shim.
 	work := filepath.Join(dir, "work")
 	escapeContext(t, filepath.Join(work, "build"), "escape")
+	for _, fn := range []string{"echo", "vector-add"} {
+		if err := shrinkwrap.Assemble(filepath.Join(repoRoot(t), "template", "gpu-python"),
+			filepath.Join(repoRoot(t), "functions", fn), filepath.Join(work, "build", fn)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	shim, err := os.ReadFile(filepath.Join(shimDir(t), "libcuda.so.1"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.MkdirAll(filepath.Join(work, "shim"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(work, "shim", "libcuda.so.1"), shim, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	for _, d := range []string{"templates", "functions"} {
+		if err := os.MkdirAll(filepath.Join(work, d), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
 	if err := filepath.Walk(work, func(p string, _ os.FileInfo, err error) error {
 		if err != nil {
 			return err
@@ -322,14 +345,13 @@ func TestUpSandboxesFunctionsAsUnprivilegedUser(t *testing.T) {
 		t.Fatal(err)
 	}
 	marker := "up-only-" + strconv.Itoa(os.Getpid())
-	root := repoRoot(t)
 	port := freePort(t)
 	state := filepath.Join(work, "state")
 	out := &lockedBuffer{}
 	cmd := exec.Command(setpriv, "--reuid=65534", "--regid=65534", "--clear-groups", "--", userBin, "up",
 		"--state-dir", state, "--port", strconv.Itoa(port), "--build-dir", filepath.Join(work, "build"),
-		"--templates-dir", filepath.Join(root, "template"), "--functions-dir", filepath.Join(root, "functions"),
-		"--env-dir", filepath.Join(work, "envs"), "--gpu-memory", "4Gi", "--shim-dir", shimDir(t),
+		"--templates-dir", filepath.Join(work, "templates"), "--functions-dir", filepath.Join(work, "functions"),
+		"--env-dir", filepath.Join(work, "envs"), "--gpu-memory", "4Gi", "--shim-dir", filepath.Join(work, "shim"),
 		"--log-level", "debug", "--sandbox", "required")
 	cmd.Env = []string{"PATH=/usr/local/bin:/usr/bin:/bin", "HOME=" + work, "FAAS_GPU_TEST_UP_ONLY=" + marker}
 	cmd.Stdout, cmd.Stderr = out, out
