@@ -18,6 +18,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/openfaas/faas-provider/auth"
 	"github.com/openfaas/faas-provider/types"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
@@ -321,6 +322,13 @@ func (u *up) start(ctx context.Context, cfg upConfig, stateDir, nodeName string,
 		checkCallbackHeader(queueFrontDoor(js, fnSource, u.log))))
 	mux.Handle("/metrics", promhttp.HandlerFor(prometheus.Gatherers{metrics, gs.Metrics()}, promhttp.HandlerOpts{}))
 	mux.Handle("GET /system/info", gatewayInfoHandler(info, creds)) // up is the gateway: the gateway's shape
+	page, err := poolPage(gs, nodeName, js, u.log)
+	if err != nil {
+		return err
+	}
+	u.onStop(func(context.Context) error { page.Close(); return nil })
+	mux.Handle("/ui", auth.DecorateWithBasicAuth(page.ServeHTTP, creds)) // behind the /system credentials
+	mux.Handle("/ui/", auth.DecorateWithBasicAuth(page.ServeHTTP, creds))
 	mux.Handle("/", providerHandler)
 	allowed := hostAllowList(cfg.allowedHosts, cfg.host)
 	gatewayLimits := cfg.conns.limits(0.5)
@@ -371,7 +379,7 @@ func (u *up) start(ctx context.Context, cfg upConfig, stateDir, nodeName string,
 	fmt.Fprintf(stdout, `faas-gpu up
   gateway      %s  (faas-provider API, /function/{name}, /async-function/{name}; Host: %s;
                at most %d connections, %d per peer)
-  auth         /system/* needs basic auth: user %s, password in %s
+  auth         /system/* and the pool page %s/ui need basic auth: user %s, password in %s
                %s
   gpuserver    unix:%s  (%d GPUs, node %s, policy %s)
   remoting     unix:%s  (shim %s)
@@ -382,7 +390,8 @@ func (u *up) start(ctx context.Context, cfg upConfig, stateDir, nodeName string,
   python envs  %s  (functions with pip requirements)
   functions    %s
 Ready. Ctrl-C stops everything.
-`, gatewayURL, hostsText, gatewayLimits.MaxConns, gatewayLimits.MaxPerPeer, creds.User, filepath.Join(secretsDir, basicauth.PasswordFile),
+`, gatewayURL, hostsText, gatewayLimits.MaxConns, gatewayLimits.MaxPerPeer, gatewayURL, creds.User,
+		filepath.Join(secretsDir, basicauth.PasswordFile),
 		basicauth.LoginCommand(secretsDir, creds.User, gatewayURL), gs.Socket(), len(gpuStatus.GPUs), nodeName, gpuStatus.Policy, gs.RemotingSocket(),
 		filepath.Join(shimDir, "libcuda.so.1"), ns.ClientURL(),
 		filepath.Join(stateDir, "jetstream"), filepath.Join(stateDir, natsSecretsDir), maxInflight, stateDir, buildDir, templatesDir, functionsDir,
