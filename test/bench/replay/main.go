@@ -691,7 +691,9 @@ func report(c config, node topology.Node, rs []result, args []string) string {
 	fmt.Fprintf(&b, "\n*Client issue*: from the pass's start to the synchronize's call. *Overshoot*: from the "+
 		"later of that call and the modelled GPU's end to the synchronize's return. *Late records*: async records "+
 		"that reached the server together with the synchronize (held back until the client waited). *Server "+
-		"sleeps*: times the session slept on its socket during the bound pass. *Record mismatches*: calls of one "+
+		"sleeps*: times the session slept on its socket between acquire and release; *bound*: of which while its "+
+		"function held the binding (it found no record for its whole bound spin time). *Record mismatches*: "+
+		"calls of one "+
 		"logged pass whose record kind or size differ from the trace's.\n")
 	fmt.Fprintf(&b, "\nThe server's CPU for its polling while bound: %s per pass on average over all traces "+
 		"(faas_gpu_remoting_bound_poll_seconds_total), one core at most while a request runs.\n", boundPollNote(rs))
