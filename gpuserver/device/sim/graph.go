@@ -55,7 +55,8 @@ func (s *stream) LaunchGraph(g device.GraphExec) error {
 	if !ok || sg.b != s.b || sg.gpu != s.gpu || sg.who != s.who {
 		return fmt.Errorf("%w: a graph of another GPU or context", device.ErrInvalidValue)
 	}
-	return s.enqueue(op{kind: fmt.Sprintf("graph of %d operations", len(sg.ops)), run: func() (time.Duration, error) {
+	// One operation of the compute engine (timed mode) taking the operations' summed time.
+	return s.enqueue(op{kind: fmt.Sprintf("graph of %d operations", len(sg.ops)), compute: true, run: func() (time.Duration, error) {
 		var total time.Duration
 		for _, o := range sg.ops {
 			d, err := runOp(o)
