@@ -420,15 +420,17 @@ func (n *Node) finishLocked(job *swapJob, err error) {
 	}
 }
 
-// zeroLocked zeroes a freshly mapped segment on the executor's copy stream and makes the function's work on it
-// wait for that (a readiness event, as for a swap's copy).
+// zeroLocked zeroes a freshly mapped segment on the executor's zero stream and makes the function's work on it
+// wait for that (a readiness event, as for a swap's copy). The zero stream is not the copy streams: a kernel that
+// touches scratch (every kernel of a model does) waits for its zeroing, never for the model's copies queued
+// before it.
 func (n *Node) zeroLocked(e *Executor, r *residency, seg memory.Segment) error {
-	if err := e.copyIn.Memset8(seg.Ptr, 0, seg.Size); err != nil {
+	if err := e.zero.Memset8(seg.Ptr, 0, seg.Size); err != nil {
 		return fmt.Errorf("zero segment %d: %w", seg.ID, err)
 	}
 	ev, err := n.dev.NewEvent(e.gpu)
 	if err == nil {
-		err = e.copyIn.Record(ev)
+		err = e.zero.Record(ev)
 	}
 	if err != nil {
 		return fmt.Errorf("zero segment %d: %w", seg.ID, err)

@@ -174,6 +174,15 @@ func result(err error) Result {
 	return ResultUnknown
 }
 
+// Bound reports whether the function holds a binding: the session's implicit one, or a request's.
+func (h *deviceHandler) Bound() bool {
+	if h.release != nil {
+		return true
+	}
+	_, ok := h.cfg.Binder.CurrentGPU(h.info.Function)
+	return ok
+}
+
 // Idle releases the implicit binding (called by the session when no call arrived for Config.IdleRelease).
 func (h *deviceHandler) Idle() {
 	if h.release != nil {

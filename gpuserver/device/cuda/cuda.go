@@ -250,7 +250,8 @@ func (b *Backend) mappings(ptr device.Ptr, size uint64) ([][2]uint64, error) {
 	return out, nil
 }
 
-// SetAccess grants GPUs access to a mapped range.
+// SetAccess grants GPUs access to a mapped range: one cuMemSetAccess over the whole range (the driver accepts a
+// range spanning several mappings, as PyTorch's expandable segments use it), else one per mapping.
 func (b *Backend) SetAccess(ptr device.Ptr, size uint64, gpus []int) error {
 	return b.setAccess(ptr, size, gpus, false)
 }
@@ -267,6 +268,9 @@ func (b *Backend) setAccess(ptr device.Ptr, size uint64, gpus []int, readOnly bo
 	ms, err := b.mappings(ptr, size)
 	if err != nil {
 		return err
+	}
+	if len(ms) > 1 && cu.SetAccess(b.gpus[0].ctx, uint64(ptr), size, devs) == nil {
+		return nil
 	}
 	for _, m := range ms {
 		set := cu.SetAccess
