@@ -471,9 +471,13 @@ func run(ctx context.Context, c config) error {
 	w("| warm (resident), eager | %s | 0 |\n", stats(modes[0].ttft).ms())
 	w("| native load (build on the CPU, move to the GPU) in the function process, for scale | %.1f | - |\n\n",
 		1e3*a.load.S)
-	w("The sim copies the image in host memory with no modelled link time; on a GPU the swap-in of %.0f MB at the "+
-		"41 GB/s measured on an H100 (docs/bench/swap-cuda.md) takes about %.0f ms, pipelined with the prefill.\n\n",
-		stats(coldSwap).mean/1e6, stats(coldSwap).mean/41e9*1e3)
+	link := "The sim copies the image in host memory with no modelled link time"
+	if c.timed {
+		link = "The timed sim holds the host-to-GPU link for the copy's modelled time, and copies the image in host " +
+			"memory besides"
+	}
+	w("%s; on a GPU the swap-in of %.0f MB at the 41 GB/s measured on an H100 (docs/bench/swap-cuda.md) takes about "+
+		"%.0f ms, pipelined with the prefill.\n\n", link, stats(coldSwap).mean/1e6, stats(coldSwap).mean/41e9*1e3)
 	w("## Sharing one base between variants\n\nTwo variants ran (llm-a, and llm-b with another output head: "+
 		"LLM_HEAD_SEED); each image is %.1f MB. Measured: the second image added %.1f MB of host memory (its own "+
 		"chunks); with llm-a resident on the GPU, llm-b's swap-in copied %.1f MB and mapped %.1f MB of chunks "+
