@@ -91,6 +91,17 @@ test-cuda: build
 	FAAS_GPU_TEST_PYENV=1 $(GO) test -count=1 -timeout 60m -v \
 	  $$(grep -rl --include='*_test.go' 'faas-gpu/test/pyenv"' . | xargs -n1 dirname | sort -u)
 
+## test-ui: the browser tier: the live pool page (/ui) loaded in headless Chromium (Debian's chromium package,
+## which .ci/run installs), checked against the pool, with a screenshot; `make test` skips it
+.PHONY: test-ui ui-screenshot
+test-ui: build
+	FAAS_GPU_TEST_UI=1 $(GO) test -count=1 -timeout 10m -v -run 'TestPoolPageInChromium' ./test/e2e
+
+## ui-screenshot: docs/pool-page.png, the pool page of a node short of memory under load (the test's busy scene)
+ui-screenshot: build
+	FAAS_GPU_TEST_UI=1 FAAS_GPU_UI_SCENE=busy FAAS_GPU_UI_SCREENSHOT=$(CURDIR)/docs/pool-page.png \
+	  $(GO) test -count=1 -timeout 10m -v -run 'TestPoolPageInChromium' ./test/e2e
+
 ## pyenv: the pinned CUDA 13 / PyTorch Python environment (cached outside the repository); prints its path
 .PHONY: pyenv
 pyenv:

@@ -18,6 +18,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/openfaas/faas-provider/auth"
 	"github.com/openfaas/faas-provider/types"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
@@ -55,6 +56,7 @@ type upConfig struct {
 	envs         envFlags
 	queue        upQueueConfig
 	simKernels   string
+	hold         holdFlag
 	sandbox      sandboxFlags
 	conns        connFlags
 }
@@ -83,6 +85,7 @@ func (c *upConfig) register(fs *flag.FlagSet) {
 	c.envs.register(fs)
 	c.queue.register(fs)
 	fs.StringVar(&c.simKernels, "sim-kernels", "reference", simKernelsUsage)
+	c.hold.register(fs)
 	c.sandbox.register(fs)
 	c.conns.register(fs)
 }
@@ -98,6 +101,9 @@ func (c *upConfig) validate() error {
 		return err
 	}
 	if err := c.queue.validate(); err != nil {
+		return err
+	}
+	if err := c.hold.validate(); err != nil {
 		return err
 	}
 	if err := c.sandbox.validate(); err != nil {
@@ -212,8 +218,8 @@ func runUp(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 			KeyFile:       filepath.Join(stateDir, "gpuserver.key"),
 			RepositoryDir: repositoryDir(stateDir, gpus.Device != nil), // kept across restarts of up
 			Device:        gpus.Device, DeviceReserveBytes: gpus.Reserve, SimKernels: simKernels,
-			MeteringFile: filepath.Join(stateDir, "metering.json"), // the bill, kept across restarts of up
-			Logger:       log.With("component", "gpuserver")})
+			MeteringFile:   filepath.Join(stateDir, "metering.json"), // the bill, kept across restarts of up
+			MaxBindingHold: cfg.hold.max, Logger: log.With("component", "gpuserver")})
 	})
 	if err == nil {
 		select {
@@ -223,7 +229,7 @@ func runUp(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 			log.Error("a component failed; stopping", "err", err)
 		}
 	}
-	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), upStopTimeout)
 	defer cancel()
 	if serr := u.stop(sctx); serr != nil {
 		log.Error("stop", "err", serr)
@@ -233,6 +239,11 @@ func runUp(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	}
 	return err
 }
+
+// upStopTimeout bounds Ctrl-C: functions get SIGTERM, then SIGKILL (local.Config.StopTimeout), and the parts after
+// them stop once their processes are gone. Ten functions of which six import PyTorch took more than 5 s on a busy
+// 2-core machine, which ended up with errors and exit status 1 although every process had stopped.
+const upStopTimeout = 20 * time.Second
 
 // start brings the parts up in dependency order: gpuserver, NATS JetStream, local backend, gateway surface,
 // queue worker.
@@ -321,6 +332,13 @@ func (u *up) start(ctx context.Context, cfg upConfig, stateDir, nodeName string,
 		checkCallbackHeader(queueFrontDoor(js, fnSource, u.log))))
 	mux.Handle("/metrics", promhttp.HandlerFor(prometheus.Gatherers{metrics, gs.Metrics()}, promhttp.HandlerOpts{}))
 	mux.Handle("GET /system/info", gatewayInfoHandler(info, creds)) // up is the gateway: the gateway's shape
+	page, err := poolPage(gs, nodeName, js, u.log)
+	if err != nil {
+		return err
+	}
+	u.onStop(func(context.Context) error { page.Close(); return nil })
+	mux.Handle("/ui", auth.DecorateWithBasicAuth(page.ServeHTTP, creds)) // behind the /system credentials
+	mux.Handle("/ui/", auth.DecorateWithBasicAuth(page.ServeHTTP, creds))
 	mux.Handle("/", providerHandler)
 	allowed := hostAllowList(cfg.allowedHosts, cfg.host)
 	gatewayLimits := cfg.conns.limits(0.5)
@@ -371,7 +389,7 @@ func (u *up) start(ctx context.Context, cfg upConfig, stateDir, nodeName string,
 	fmt.Fprintf(stdout, `faas-gpu up
   gateway      %s  (faas-provider API, /function/{name}, /async-function/{name}; Host: %s;
                at most %d connections, %d per peer)
-  auth         /system/* needs basic auth: user %s, password in %s
+  auth         /system/* and the pool page %s/ui need basic auth: user %s, password in %s
                %s
   gpuserver    unix:%s  (%d GPUs, node %s, policy %s)
   remoting     unix:%s  (shim %s)
@@ -382,7 +400,8 @@ func (u *up) start(ctx context.Context, cfg upConfig, stateDir, nodeName string,
   python envs  %s  (functions with pip requirements)
   functions    %s
 Ready. Ctrl-C stops everything.
-`, gatewayURL, hostsText, gatewayLimits.MaxConns, gatewayLimits.MaxPerPeer, creds.User, filepath.Join(secretsDir, basicauth.PasswordFile),
+`, gatewayURL, hostsText, gatewayLimits.MaxConns, gatewayLimits.MaxPerPeer, gatewayURL, creds.User,
+		filepath.Join(secretsDir, basicauth.PasswordFile),
 		basicauth.LoginCommand(secretsDir, creds.User, gatewayURL), gs.Socket(), len(gpuStatus.GPUs), nodeName, gpuStatus.Policy, gs.RemotingSocket(),
 		filepath.Join(shimDir, "libcuda.so.1"), ns.ClientURL(),
 		filepath.Join(stateDir, "jetstream"), filepath.Join(stateDir, natsSecretsDir), maxInflight, stateDir, buildDir, templatesDir, functionsDir,

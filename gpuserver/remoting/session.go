@@ -26,8 +26,8 @@ func (s *Server) refuse(c *net.UnixConn, status int32, reason string, err error)
 
 // serveConn runs one session: hello, then the ring until the client hangs up or ctx ends. With Config.HandOff
 // the session runs elsewhere once its hello passed.
-func (s *Server) serveConn(ctx context.Context, c *net.UnixConn) {
-	shm, h, spec, done, kept, err := s.handshake(c, s.cfg.HandOff != nil)
+func (s *Server) serveConn(ctx context.Context, c *net.UnixConn, who string) {
+	shm, h, spec, done, kept, err := s.handshake(c, who, s.cfg.HandOff != nil)
 	if err != nil {
 		return
 	}
@@ -89,13 +89,13 @@ func (s *Server) runSession(ctx context.Context, c *net.UnixConn, shm *sharedMem
 // returned. The hello must arrive within Config.HelloTimeout.
 //
 // With keep, the ring memfd is also returned as a descriptor of its own (kept, -1 otherwise), to hand it over.
-func (s *Server) handshake(c *net.UnixConn, keep bool) (shm *sharedMemory, h hello, spec pool.FunctionSpec,
-	done func(), kept int, err error) {
+func (s *Server) handshake(c *net.UnixConn, who string, keep bool) (shm *sharedMemory, h hello,
+	spec pool.FunctionSpec, done func(), kept int, err error) {
 	kept = -1
 	checked := false
 	defer func() {
 		if !checked {
-			s.helloDone()
+			s.helloDone(who)
 		}
 	}()
 	_ = c.SetDeadline(time.Now().Add(s.cfg.HelloTimeout))
@@ -125,7 +125,7 @@ func (s *Server) handshake(c *net.UnixConn, keep bool) (shm *sharedMemory, h hel
 		return nil, h, spec, nil, -1, err
 	}
 	checked = true
-	s.helloDone() // the client proved who it is: from here it counts against its function's limit
+	s.helloDone(who) // the client proved who it is: from here it counts against its function's limit
 	done, err = s.admit(h.function)
 	if err != nil {
 		err = fmt.Errorf("%w: %w", ErrLimit, err)

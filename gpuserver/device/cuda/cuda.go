@@ -225,11 +225,26 @@ func (b *Backend) Map(ptr device.Ptr, phys device.Physical) error {
 	if !ok || p.b != b {
 		return fmt.Errorf("%w: physical memory of another backend", device.ErrInvalidValue)
 	}
-	if err := cu.Map(b.gpus[p.gpu].ctx, uint64(ptr), p.size, p.handle); err != nil {
+	return b.MapRange(ptr, phys, 0, p.size)
+}
+
+var _ device.RangeMapper = (*Backend)(nil)
+
+// MapRange maps [offset, offset+size) of phys at ptr (one cuMemMap).
+func (b *Backend) MapRange(ptr device.Ptr, phys device.Physical, offset, size uint64) error {
+	p, ok := phys.(*physical)
+	if !ok || p.b != b {
+		return fmt.Errorf("%w: physical memory of another backend", device.ErrInvalidValue)
+	}
+	if size == 0 || offset > p.size || size > p.size-offset {
+		return fmt.Errorf("%w: map [%d,+%d) of a physical allocation of %d bytes", device.ErrInvalidValue, offset,
+			size, p.size)
+	}
+	if err := cu.Map(b.gpus[p.gpu].ctx, uint64(ptr), size, offset, p.handle); err != nil {
 		return wrap(err)
 	}
 	b.mu.Lock()
-	b.maps[ptr] = p.size
+	b.maps[ptr] = size
 	b.mu.Unlock()
 	return nil
 }

@@ -12,6 +12,7 @@ import (
 
 	"github.com/faas-gpu/faas-gpu/gpuserver/device"
 	"github.com/faas-gpu/faas-gpu/gpuserver/device/cuda"
+	"github.com/faas-gpu/faas-gpu/gpuserver/memory"
 )
 
 // Counters of testdata/fakedriver.c, in its order (enum counter).
@@ -197,5 +198,35 @@ func TestFakeDriverGrantsAccessOncePerRange(t *testing.T) {
 	for _, p := range phys {
 		must(t, p.Release())
 	}
+	must(t, b.FreeAddress(ptr, chunk*n))
+}
+
+// The pool's chunks carved out of 64 MiB allocations: mapping 1 GiB of them takes 16 cuMemMap calls and one
+// cuMemSetAccess (it took 512 of each with an allocation per chunk).
+func TestFakeDriverMapsAGiBOfSlabChunksInFewCalls(t *testing.T) {
+	b := openFake(t)
+	ctx := context.Background()
+	m, err := memory.New(b, memory.Config{Share: 1, MaxBytesPerGPU: 2 << 30, SlabChunks: memory.DefaultSlabChunks})
+	must(t, err)
+	defer m.Close(ctx)
+	const chunk, n = 2 << 20, 512
+	chunks, err := m.Pool(0).Get(n)
+	must(t, err)
+	ptr, err := b.ReserveAddress(chunk*n, 0)
+	must(t, err)
+	before := counts(t)
+	must(t, m.MapAt(ptr, chunks, []int{0}))
+	after := counts(t)
+	if got := after[cMemMap] - before[cMemMap]; got != n/memory.DefaultSlabChunks {
+		t.Errorf("%d cuMemMap calls for 1 GiB, want %d", got, n/memory.DefaultSlabChunks)
+	}
+	if got := after[cMemSetAccess] - before[cMemSetAccess]; got != 1 {
+		t.Errorf("%d cuMemSetAccess calls for 1 GiB, want 1", got)
+	}
+	must(t, m.Unmap(ptr, chunk*n))
+	if got := counts(t)[cMemUnmap] - after[cMemUnmap]; got != n/memory.DefaultSlabChunks {
+		t.Errorf("%d cuMemUnmap calls for 1 GiB, want %d", got, n/memory.DefaultSlabChunks)
+	}
+	must(t, m.Pool(0).Put(chunks))
 	must(t, b.FreeAddress(ptr, chunk*n))
 }

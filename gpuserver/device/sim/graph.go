@@ -9,7 +9,7 @@ import (
 
 // Stream capture on the simulated device (device.GraphCapture): while a stream captures, enqueue records the
 // operations it would have queued; a graph launch queues them as one operation that runs them in order and takes
-// their summed modelled time.
+// their summed modelled time (on the GPU's compute engine in the timed mode).
 
 type simGraph struct {
 	b   *Backend
@@ -55,18 +55,18 @@ func (s *stream) LaunchGraph(g device.GraphExec) error {
 	if !ok || sg.b != s.b || sg.gpu != s.gpu || sg.who != s.who {
 		return fmt.Errorf("%w: a graph of another GPU or context", device.ErrInvalidValue)
 	}
-	// One operation of the compute engine (timed mode) taking the operations' summed time.
-	return s.enqueue(op{kind: fmt.Sprintf("graph of %d operations", len(sg.ops)), compute: true, run: func() (time.Duration, error) {
-		var total time.Duration
-		for _, o := range sg.ops {
-			d, err := runOp(o)
-			if err != nil {
-				return 0, fmt.Errorf("%s: %w", o.kind, err)
+	return s.enqueue(op{kind: fmt.Sprintf("graph of %d operations", len(sg.ops)), compute: true,
+		run: func() (time.Duration, error) {
+			var total time.Duration
+			for _, o := range sg.ops {
+				d, err := runOp(o)
+				if err != nil {
+					return 0, fmt.Errorf("%s: %w", o.kind, err)
+				}
+				total += d
 			}
-			total += d
-		}
-		return total, nil
-	}})
+			return total, nil
+		}})
 }
 
 var _ device.GraphCapture = (*stream)(nil)

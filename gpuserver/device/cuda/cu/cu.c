@@ -254,9 +254,9 @@ CUresult fg_release(CUcontext ctx, CUmemGenericAllocationHandle h) {
 	return r ? r : d.cuMemRelease(h);
 }
 
-CUresult fg_map(CUcontext ctx, CUdeviceptr p, size_t size, CUmemGenericAllocationHandle h) {
+CUresult fg_map(CUcontext ctx, CUdeviceptr p, size_t size, size_t offset, CUmemGenericAllocationHandle h) {
 	CUresult r = d.cuCtxSetCurrent(ctx);
-	return r ? r : d.cuMemMap(p, size, 0, h, 0);
+	return r ? r : d.cuMemMap(p, size, offset, h, 0);
 }
 
 CUresult fg_unmap(CUcontext ctx, CUdeviceptr p, size_t size) {
