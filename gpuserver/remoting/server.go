@@ -119,13 +119,14 @@ type Server struct {
 
 	metrics *metrics
 
-	mu        sync.Mutex
-	conns     map[*net.UnixConn]struct{}
-	sessions  map[string]int // open device sessions per function
-	open      map[string]int // open sessions per function, any handler (Config.MaxSessionsPerFunction)
-	pending   int            // connections whose hello is being read (Config.MaxPendingHellos)
-	pendingBy map[string]int // those per peer (Config.MaxPendingHellosPerPeer)
-	logged    time.Time      // last log line about shed connections (one per second at most)
+	mu         sync.Mutex
+	conns      map[*net.UnixConn]struct{}
+	sessions   map[string]int                   // open device sessions per function
+	byFunction map[string]map[*session]struct{} // running sessions per function (Wake)
+	open       map[string]int                   // open sessions per function, any handler (Config.MaxSessionsPerFunction)
+	pending    int                              // connections whose hello is being read (Config.MaxPendingHellos)
+	pendingBy  map[string]int                   // those per peer (Config.MaxPendingHellosPerPeer)
+	logged     time.Time                        // last log line about shed connections (one per second at most)
 }
 
 // NewServer validates cfg.
@@ -180,7 +181,8 @@ func NewServer(cfg Config) (*Server, error) {
 		return nil, fmt.Errorf("remoting: metrics: %w", err)
 	}
 	return &Server{cfg: cfg, log: log, metrics: m, conns: map[*net.UnixConn]struct{}{},
-		sessions: map[string]int{}, open: map[string]int{}, pendingBy: map[string]int{}}, nil
+		sessions: map[string]int{}, open: map[string]int{}, pendingBy: map[string]int{},
+		byFunction: map[string]map[*session]struct{}{}}, nil
 }
 
 // Serve accepts connections on l (a Unix listener) until ctx ends, then closes every session and returns nil.
@@ -342,6 +344,8 @@ type Stats struct {
 	// after spinning (see Config.Spin); LateRecords the asynchronous records that reached their session together
 	// with the synchronous call after them (held back until the client waited).
 	Records, Sleeps, LateRecords int64
+	// BoundSleeps counts the sleeps of sessions whose function held a binding (Config.BoundSpin ran out).
+	BoundSleeps int64
 	// RecordTime is the time sessions spent executing asynchronous records; BoundPoll the time they spent polling
 	// an empty ring while their function held a binding (Config.BoundSpin).
 	RecordTime, BoundPoll time.Duration

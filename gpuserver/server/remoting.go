@@ -44,6 +44,9 @@ type trackedPool struct {
 	tenants  *tenant.Plane        // the tenants' executor processes, for the status; nil when in-process
 	replaced int64                // acquires bound again because a GPU failed under them (see Server.Replaced)
 	meter    *metering.Meter      // the functions' bill: each request's binding, Acquire to Release
+	// wake, when set (before serving), is told of every request bound, so that the function's remoting sessions
+	// poll for its records at once (remoting.Server.Wake)
+	wake func(function string)
 
 	// The maximum hold (see expire): a request's binding held longer than maxHold is ended.
 	maxHold   time.Duration
@@ -185,7 +188,11 @@ func (t *trackedPool) acquire(ctx context.Context, function string, request bool
 		swap = "none"
 	}
 	t.swaps[swap]++
+	wake := t.wake
 	t.mu.Unlock()
+	if request && wake != nil {
+		wake(function)
+	}
 	return b, nil
 }
 

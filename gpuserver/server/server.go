@@ -128,6 +128,7 @@ type Server struct {
 	node    *executor.Node // nil without remoting, and with executor processes per tenant
 	tenants *tenant.Plane  // nil without executor processes per tenant
 	pool    *trackedPool
+	rs      *remoting.Server // nil without remoting
 	meter   *metering.Meter
 	key     auth.Key
 	servers []*http.Server
@@ -421,6 +422,12 @@ func (s *Server) startRemoting(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("gpuserver: %w", err)
 	}
+	s.rs = rs
+	if s.tenants == nil { // in-process sessions poll from the moment their function is bound
+		s.pool.mu.Lock()
+		s.pool.wake = rs.Wake
+		s.pool.mu.Unlock()
+	}
 	if err := removeStaleSocket(s.cfg.RemotingSocket); err != nil {
 		return err
 	}
@@ -502,6 +509,15 @@ func lookupGroup(group string) (int, error) {
 
 // RemotingSocket returns the shim's socket path, or "" without remoting.
 func (s *Server) RemotingSocket() string { return s.cfg.RemotingSocket }
+
+// RemotingStats are the remoting server's counters (remoting.Stats; zero without remoting): the sessions this
+// process serves, not those of tenant executors.
+func (s *Server) RemotingStats() remoting.Stats {
+	if s.rs == nil {
+		return remoting.Stats{}
+	}
+	return s.rs.Stats()
+}
 
 // DefaultSimReserveBytes is the device memory reserved per simulated GPU for remoted allocations.
 const DefaultSimReserveBytes = 2 << 30
