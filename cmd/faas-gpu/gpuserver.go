@@ -24,6 +24,7 @@ type gpuserverConfig struct {
 	policy    string
 	logLevel  string
 	kernels   string // --sim-kernels
+	tenants   tenantFlags
 }
 
 func (c *gpuserverConfig) register(fs *flag.FlagSet) {
@@ -42,6 +43,7 @@ func (c *gpuserverConfig) register(fs *flag.FlagSet) {
 	fs.StringVar(&c.policy, "policy", "faas-gpu", policyUsage)
 	fs.StringVar(&c.logLevel, "log-level", "info", "debug, info, warn or error")
 	fs.StringVar(&c.kernels, "sim-kernels", "reference", simKernelsUsage)
+	c.tenants.register(fs)
 }
 
 func runGPUServer(ctx context.Context, args []string, stdout, stderr io.Writer) error {
@@ -61,6 +63,13 @@ func runGPUServer(ctx context.Context, args []string, stdout, stderr io.Writer) 
 	if cfg.repoDir == "" {
 		return usageError{fmt.Errorf("-repository-dir: must not be empty")}
 	}
+	if err := cfg.tenants.validate(); err != nil {
+		return err
+	}
+	tenants, err := cfg.tenants.config(cfg.logLevel)
+	if err != nil {
+		return err
+	}
 	simKernels, err := parseSimKernels(cfg.kernels)
 	if err != nil {
 		return err
@@ -76,7 +85,7 @@ func runGPUServer(ctx context.Context, args []string, stdout, stderr io.Writer) 
 	srv, err := server.Start(ctx, server.Config{Socket: cfg.socket, Listen: cfg.listen, Node: node,
 		Policy: cfg.policy, RemotingSocket: cfg.remoting, KeyFile: cfg.keyFile, RepositoryDir: cfg.repoDir,
 		Device: gpus.Device, DeviceReserveBytes: gpus.Reserve, SocketGroup: cfg.group, Logger: log,
-		SimKernels: simKernels})
+		SimKernels: simKernels, Tenants: tenants})
 	if err != nil {
 		return err
 	}

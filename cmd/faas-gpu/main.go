@@ -14,6 +14,8 @@ import (
 	"sort"
 	"strings"
 	"syscall"
+
+	"github.com/faas-gpu/faas-gpu/gpuserver/tenantexec"
 )
 
 // command is one subcommand: it parses its own flags from args and runs until ctx ends.
@@ -47,6 +49,9 @@ func run(argv []string, stdout, stderr io.Writer) int {
 		name, args = "provider", argv[1:]
 	} else if len(argv) > 1 {
 		name, args = argv[1], argv[2:]
+	}
+	if name == tenantExecutorCommand { // hidden: started by the gpuserver, one per tenant, on its control socket (fd 3)
+		return tenantexec.Main(stderr)
 	}
 	cmd, ok := cmds[name]
 	if !ok {

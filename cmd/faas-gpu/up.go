@@ -51,6 +51,7 @@ type upConfig struct {
 	envs         envFlags
 	queue        upQueueConfig
 	simKernels   string
+	tenants      tenantFlags
 }
 
 func (c *upConfig) register(fs *flag.FlagSet) {
@@ -76,6 +77,7 @@ func (c *upConfig) register(fs *flag.FlagSet) {
 	c.envs.register(fs)
 	c.queue.register(fs)
 	fs.StringVar(&c.simKernels, "sim-kernels", "reference", simKernelsUsage)
+	c.tenants.register(fs)
 }
 
 func (c *upConfig) validate() error {
@@ -86,6 +88,9 @@ func (c *upConfig) validate() error {
 		return err
 	}
 	if err := c.queue.validate(); err != nil {
+		return err
+	}
+	if err := c.tenants.validate(); err != nil {
 		return err
 	}
 	switch {
@@ -170,6 +175,11 @@ func runUp(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	}
 	defer unlock()
 
+	tenants, err := cfg.tenants.config(cfg.logLevel)
+	if err != nil {
+		closeDevice()
+		return err
+	}
 	u := &up{log: log, runErrs: make(chan error, 4)}
 	err = u.start(ctx, cfg, stateDir, node.Name, stdout, func(ctx context.Context) (*server.Server, error) {
 		return server.Start(ctx, server.Config{Socket: filepath.Join(stateDir, "gpuserver.sock"), Node: node,
@@ -177,7 +187,7 @@ func runUp(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 			KeyFile:       filepath.Join(stateDir, "gpuserver.key"),
 			RepositoryDir: repositoryDir(stateDir, gpus.Device != nil), // kept across restarts of up
 			Device:        gpus.Device, DeviceReserveBytes: gpus.Reserve, SimKernels: simKernels,
-			Logger: log.With("component", "gpuserver")})
+			Logger: log.With("component", "gpuserver"), Tenants: tenants})
 	})
 	if err == nil {
 		select {

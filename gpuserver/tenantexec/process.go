@@ -21,6 +21,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"golang.org/x/sys/unix"
 
 	"github.com/faas-gpu/faas-gpu/gpuserver/device"
 	"github.com/faas-gpu/faas-gpu/gpuserver/device/cuda"
@@ -66,6 +67,14 @@ func RunIfChild() {
 // Main runs an executor on the control socket at fd 3 until the gpuserver closes it, a fault ends the tenant,
 // or SIGTERM; it returns the exit status.
 func Main(stderr io.Writer) int {
+	// fd 3 must be the control socket the gpuserver passed; checked before anything opens a descriptor that
+	// could take its number.
+	if typ, err := unix.GetsockoptInt(handoff.FileFD, unix.SOL_SOCKET, unix.SO_TYPE); err != nil ||
+		typ != unix.SOCK_SEQPACKET {
+		fmt.Fprintf(stderr, "faas-gpu tenant-executor: started without a control socket on fd %d: the gpuserver "+
+			"starts this command, one per tenant (docs/tenants.md)\n", handoff.FileFD)
+		return ExitError
+	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	ctl := os.NewFile(uintptr(handoff.FileFD), "tenant-control")
