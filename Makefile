@@ -8,13 +8,27 @@ COMMIT    ?= $(shell git rev-parse --short HEAD 2>/dev/null || echo unknown)
 LDFLAGS   := -X main.version=$(VERSION) -X main.commit=$(COMMIT)
 RUN_ARGS  ?=
 
+# go-nvml's header declares NVML's deprecated functions and its cgo wrappers call them: without this, a cold build
+# prints about 150 lines of -Wdeprecated-declarations warnings that say nothing about faas-gpu.
+export CGO_CFLAGS ?= -O2 -g -Wno-deprecated-declarations
+
+# Tools the tests need beyond the README's prerequisites (Go, gcc, make, python3) are built once, pinned, into a
+# cache outside the repository and reused: ${FAAS_GPU_CACHE:-~/.cache/faas-gpu}/bin.
+FAAS_GPU_CACHE ?= $(HOME)/.cache/faas-gpu
+TOOLS_BIN      := $(FAAS_GPU_CACHE)/bin
+HELM_VERSION   := v3.22.0
+HELM_DIR       := $(TOOLS_BIN)/helm-$(HELM_VERSION)
+HELM           := $(HELM_DIR)/helm
+
 .PHONY: all build run test test-go test-shim test-fuzz lint shim bench-policy bench-swap bench-remoting bench-queue bench-template clean
 
 all: build
 
 ## build: compile bin/faas-gpu (and the shim library)
 build: shim
-	$(GO) build -ldflags "$(LDFLAGS)" -o $(BIN) ./cmd/faas-gpu
+	@echo "build: compiling $(BIN) (a cold Go build cache takes a few minutes)"
+	@$(GO) build -ldflags "$(LDFLAGS)" -o $(BIN) ./cmd/faas-gpu
+	@echo "build: $(BIN) $(VERSION)"
 
 ## run: build bin/faas-gpu and the example functions (./build/<fn>/, as `make functions`), then faas-gpu up on
 ## 127.0.0.1:8080 with state in ./.faas-gpu
@@ -24,8 +38,22 @@ run: build functions
 ## test: everything CI runs: lint, the shim's C tests, Go tests with -race, short fuzzes of the wire and the API
 test: lint test-shim test-go test-fuzz
 
-test-go: build
-	$(GO) test -race -count=1 -timeout 25m ./...
+## test-go: every Go test with -race; the chart tests run the pinned helm (FAAS_GPU_HELM)
+test-go: build $(HELM)
+	FAAS_GPU_HELM=$(HELM) $(GO) test -race -count=1 -timeout 25m ./...
+
+## helm: helm $(HELM_VERSION), built once from the Go module proxy into $(TOOLS_BIN) (the chart tests render and
+## lint the charts with it); prints its path
+.PHONY: helm
+helm: $(HELM)
+	@echo $(HELM)
+
+$(HELM):
+	@echo "helm: building helm $(HELM_VERSION) into $(TOOLS_BIN), once (from the Go module proxy; a few minutes)"
+	@mkdir -p $(TOOLS_BIN) && rm -rf $(HELM_DIR).tmp
+	@GOBIN=$(HELM_DIR).tmp GOFLAGS=-mod=mod $(GO) install \
+	  -ldflags "-X helm.sh/helm/v3/internal/version.version=$(HELM_VERSION)" helm.sh/helm/v3/cmd/helm@$(HELM_VERSION)
+	@rm -rf $(HELM_DIR) && mv $(HELM_DIR).tmp $(HELM_DIR)
 
 ## test-fuzz: the remoting record decoder and hello, the gpuserver HTTP API and the module image parsers (fat
 ## binaries, cubins, PTX globals, the sim's LoadModule), each fuzzed for a fixed count (their checked-in corpora
@@ -44,8 +72,8 @@ test-fuzz:
 ## everything torn down and the host restored. TEST_CLUSTER_ARGS passes go test flags (e.g. -test.run).
 TEST_CLUSTER_ARGS ?=
 .PHONY: test-cluster
-test-cluster: build
-	test/cluster/run.sh $(TEST_CLUSTER_ARGS)
+test-cluster: build $(HELM)
+	PATH="$(HELM_DIR):$$PATH" test/cluster/run.sh $(TEST_CLUSTER_ARGS)
 
 ## functions: lay out ./build/<fn>/ for every function in stack.yml as `faas-cli build --shrinkwrap` does
 ## (templates from ./template/<lang>/, where faas-cli reads them)
@@ -59,6 +87,7 @@ functions:
 .PHONY: test-cuda
 test-cuda: build
 	@dir=$$(test/pyenv/pyenv.sh) && echo "test-cuda: pinned Python environment $$dir"
+	@dir=$$(test/pyenv/pyenv.sh openai) && echo "test-cuda: pinned OpenAI client environment $$dir"
 	FAAS_GPU_TEST_PYENV=1 $(GO) test -count=1 -timeout 60m -v \
 	  $$(grep -rl --include='*_test.go' 'faas-gpu/test/pyenv"' . | xargs -n1 dirname | sort -u)
 

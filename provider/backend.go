@@ -70,7 +70,8 @@ type GPURegistry interface {
 type Router interface {
 	// Route returns the base URL of a ready replica and a func the caller must call once the request has ended.
 	// While the function's replicas are starting it waits, until one is ready or ctx ends (ErrNotReady wrapping
-	// ctx's error). It fails at once with ErrNotReady when the function is scaled to zero, and soon when its
-	// replicas keep exiting before they are ready (the error says how the last one ended).
+	// ctx's error). A function at zero replicas is scaled up first (scale from zero: concurrent calls start its
+	// replicas once). It fails soon with ErrNotReady when the replicas keep exiting before they are ready (the error
+	// says how the last one ended).
 	Route(ctx context.Context, namespace, name string) (u *url.URL, done func(), err error)
 }

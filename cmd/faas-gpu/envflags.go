@@ -18,7 +18,8 @@ type envFlags struct {
 func (e *envFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&e.dir, "env-dir", "",
 		"Python environments of functions with pip requirements, one per distinct requirements, shared and kept "+
-			"across restarts (default: <user cache dir>/faas-gpu/envs, e.g. ~/.cache/faas-gpu/envs)")
+			"across restarts (default: $FAAS_GPU_CACHE/envs, else <user cache dir>/faas-gpu/envs, e.g. "+
+			"~/.cache/faas-gpu/envs)")
 	fs.DurationVar(&e.maxAge, "env-max-age", 30*24*time.Hour,
 		"at start, remove environments no function has started on for this long; 0 keeps them")
 }
@@ -30,8 +31,9 @@ func (e *envFlags) validate() error {
 	return nil
 }
 
-// resolvedDir is the environment folder: the flag's value made absolute, else the user cache dir's
-// faas-gpu/envs, else <stateDir>/envs when the user has no cache dir.
+// resolvedDir is the environment folder: the flag's value made absolute, else $FAAS_GPU_CACHE/envs (the cache the
+// Makefile and the test tiers share), else the user cache dir's faas-gpu/envs, else <stateDir>/envs when the user
+// has no cache dir.
 func (e *envFlags) resolvedDir(stateDir string) (string, error) {
 	if e.dir != "" {
 		abs, err := filepath.Abs(e.dir)
@@ -39,6 +41,11 @@ func (e *envFlags) resolvedDir(stateDir string) (string, error) {
 			return "", usageError{fmt.Errorf("-env-dir: %w", err)}
 		}
 		return abs, nil
+	}
+	if cache := os.Getenv("FAAS_GPU_CACHE"); cache != "" {
+		if abs, err := filepath.Abs(cache); err == nil {
+			return filepath.Join(abs, "envs"), nil
+		}
 	}
 	if cache, err := os.UserCacheDir(); err == nil {
 		return filepath.Join(cache, "faas-gpu", "envs"), nil

@@ -36,7 +36,7 @@ func (c *gpuserverConfig) register(fs *flag.FlagSet) {
 	fs.StringVar(&c.group, "socket-group", "",
 		"group (name or id) given the sockets, mode 0660, for function processes of other users; empty: owner only")
 	fs.StringVar(&c.listen, "listen", "", "optional TCP address of the gpuserver API, e.g. 127.0.0.1:8090")
-	fs.StringVar(&c.gpus, "gpus", autoNode, "auto (discover; simulated v100x4 when none), a node preset (v100x4, a100x8, h100x8, h200x1) or a node file")
+	fs.StringVar(&c.gpus, "gpus", autoNode, "auto (discover; simulated "+fallbackNode+" when none), a node preset (v100x4, a100x8, h100x8, h200x1) or a node file")
 	fs.StringVar(&c.gpuMemory, "gpu-memory", "", "override every GPU's memory, e.g. 4Gi (forces eviction in tests)")
 	fs.StringVar(&c.repoDir, "repository-dir", "/dev/shm/faas-gpu",
 		"model images of the functions (shared-memory files kept across gpuserver restarts)")

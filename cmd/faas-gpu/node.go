@@ -52,10 +52,12 @@ func checkSimKernels(mode sim.KernelMode, setup gpuSetup) error {
 		"GPUs only (choose one with -gpus, e.g. -gpus h100x8)", mode, setup.Device.Kind())}
 }
 
-// autoNode is the --gpus value that discovers the machine's GPUs and falls back to a simulated node.
+// autoNode is the --gpus value that discovers the machine's GPUs and falls back to a simulated node: one whose
+// GPUs the pinned CUDA 13 stack supports (PyTorch's cu130 wheels and CUDA 13's libraries have no code for the
+// V100's compute capability 7.0, so every PyTorch function failed on a simulated v100x4 node).
 const (
 	autoNode     = "auto"
-	fallbackNode = "v100x4"
+	fallbackNode = "h100x8"
 )
 
 // gpuSetup is what the --gpus and --gpu-memory flags resolve to: the node the controller places onto and, when
@@ -84,7 +86,7 @@ func discoverGPUs() (topology.Node, device.Backend, error) {
 }
 
 // resolveGPUs turns the --gpus and --gpu-memory flags into a gpuSetup: "auto" discovers NVIDIA GPUs (and opens
-// the cuda backend), else serves the simulated v100x4 node with a warning; a preset name or a node file is a
+// the cuda backend), else serves the simulated fallbackNode with a warning; a preset name or a node file is a
 // simulated node. --gpu-memory overrides every GPU's memory (and caps what a real GPU reserves).
 func resolveGPUs(log *slog.Logger, gpus, gpuMemory string, discover discoverFunc) (gpuSetup, error) {
 	var setup gpuSetup

@@ -21,8 +21,15 @@ func TestResolveGPUs(t *testing.T) {
 	}
 
 	got, err := resolveGPUs(log, autoNode, "", none)
-	if err != nil || got.Device != nil || len(got.Node.GPUs) != 4 || !strings.Contains(got.Node.Name, "v100") {
-		t.Fatalf("auto without GPUs: %+v %v, want the simulated v100x4 node", got, err)
+	// The fallback is a node the pinned CUDA 13 stack supports: compute capability 7.5 or later (a V100 is 7.0).
+	if err != nil || got.Device != nil || len(got.Node.GPUs) != 8 || !strings.Contains(got.Node.Name, "h100") {
+		t.Fatalf("auto without GPUs: %+v %v, want the simulated h100x8 node", got, err)
+	}
+	for _, g := range got.Node.GPUs {
+		if g.ComputeCapability < 75 {
+			t.Fatalf("the fallback node's GPU %s has compute capability %d: CUDA 13 needs 7.5 or later", g.Name,
+				g.ComputeCapability)
+		}
 	}
 	if !strings.Contains(logs.String(), "no NVIDIA GPU discovered") || !strings.Contains(logs.String(), "library not found") {
 		t.Fatalf("auto without GPUs logged %q, want a warning with the cause", logs.String())

@@ -65,7 +65,7 @@ func (c *upConfig) register(fs *flag.FlagSet) {
 			"when -host is a loopback address, any otherwise; * for any): a guard against DNS rebinding")
 	fs.IntVar(&c.port, "port", 8080, "port of the gateway surface (faas-provider routes and /async-function)")
 	fs.IntVar(&c.natsPort, "nats-port", -1, "port of the embedded NATS server; -1 picks a free one")
-	fs.StringVar(&c.gpus, "gpus", autoNode, "auto (discover; simulated v100x4 when none), a node preset (v100x4, a100x8, h100x8, h200x1) or a node file")
+	fs.StringVar(&c.gpus, "gpus", autoNode, "auto (discover; simulated "+fallbackNode+" when none), a node preset (v100x4, a100x8, h100x8, h200x1) or a node file")
 	fs.StringVar(&c.gpuMemory, "gpu-memory", "", "override every GPU's memory, e.g. 4Gi")
 	fs.IntVar(&c.maxInflight, "max-inflight", 0, "asynchronous calls run at once; 0 sizes it to the GPU pool")
 	fs.StringVar(&c.shimDir, "shim-dir", "", "folder holding the shim's libcuda.so.1 (default: shim/build beside bin/, else ./shim/build)")
@@ -276,11 +276,12 @@ func (u *up) start(ctx context.Context, cfg upConfig, stateDir, nodeName string,
 	// The gateway's own metrics (provider, invocations, queue worker); /metrics serves them with the gpuserver's,
 	// which include the Go runtime and process metrics of this one process.
 	metrics := prometheus.NewRegistry()
+	info := types.ProviderInfo{Name: "faas-gpu", Orchestration: "local",
+		Version: &types.VersionInfo{Release: version, SHA: commit}}
 	providerHandler := handlers.New(handlers.Config{
 		Metrics: metrics,
 		Backend: backend, Secrets: backend, Logs: backend, GPU: gpuClient,
-		Info: types.ProviderInfo{Name: "faas-gpu", Orchestration: "local",
-			Version: &types.VersionInfo{Release: version, SHA: commit}},
+		Info:           info,
 		Auth:           creds,
 		ProxyTimeout:   proxyTimeout,
 		ReadyTimeout:   cfg.readyTimeout,
@@ -292,6 +293,7 @@ func (u *up) start(ctx context.Context, cfg upConfig, stateDir, nodeName string,
 	mux.Handle("/async-function/", handlers.LimitBodyTime(handlers.BodyTimeouts{Idle: 30 * time.Second, Total: proxyTimeout},
 		queueFrontDoor(js, fnSource, u.log)))
 	mux.Handle("/metrics", promhttp.HandlerFor(prometheus.Gatherers{metrics, gs.Metrics()}, promhttp.HandlerOpts{}))
+	mux.Handle("GET /system/info", gatewayInfoHandler(info, creds)) // up is the gateway: the gateway's shape
 	mux.Handle("/", providerHandler)
 	allowed := hostAllowList(cfg.allowedHosts, cfg.host)
 	l, err := net.Listen("tcp", gatewayAddr)

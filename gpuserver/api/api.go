@@ -90,6 +90,9 @@ type Authenticator interface {
 // ErrorResponse is the body of every error answer.
 type ErrorResponse struct {
 	Error string `json:"error"`
+	// Restart says that the function's process must start again (pool.ErrFunctionLost): its GPU memory is gone
+	// and only a new initialisation brings it back.
+	Restart bool `json:"restart,omitempty"`
 }
 
 // errInvalidBody marks a request body that is not what the route expects.
@@ -449,7 +452,7 @@ func StatusCode(err error) int {
 	case errors.Is(err, context.DeadlineExceeded):
 		return http.StatusGatewayTimeout
 	case errors.Is(err, context.Canceled), errors.Is(err, pool.ErrGPUUnhealthy), errors.Is(err, pool.ErrNoHealthyGPU),
-		errors.Is(err, pool.ErrBindingBroken):
+		errors.Is(err, pool.ErrBindingBroken), errors.Is(err, pool.ErrFunctionLost):
 		return http.StatusServiceUnavailable
 	default:
 		return http.StatusInternalServerError
@@ -471,7 +474,7 @@ func (s *Server) fail(w http.ResponseWriter, r *http.Request, err error) {
 	if code >= http.StatusInternalServerError && code != http.StatusGatewayTimeout {
 		s.log.Error("gpuserver request failed", "method", r.Method, "path", r.URL.Path, "err", err)
 	}
-	writeJSON(w, code, ErrorResponse{Error: err.Error()})
+	writeJSON(w, code, ErrorResponse{Error: err.Error(), Restart: errors.Is(err, pool.ErrFunctionLost)})
 }
 
 func decode(r *http.Request, v any) error {

@@ -219,7 +219,8 @@ func (c *Client) do(ctx context.Context, method, path string, in, out any) error
 func answer(resp *http.Response, method, path string, out any) error {
 	if resp.StatusCode >= 300 {
 		var e struct {
-			Error string `json:"error"`
+			Error   string `json:"error"`
+			Restart bool   `json:"restart"`
 		}
 		raw, _ := io.ReadAll(io.LimitReader(resp.Body, 64<<10))
 		if json.Unmarshal(raw, &e) != nil || e.Error == "" {
@@ -230,6 +231,9 @@ func answer(resp *http.Response, method, path string, out any) error {
 			after, _ := strconv.Atoi(ra)
 			return fmt.Errorf("%s %s: %w", method, path, &pool.OverloadedError{Function: functionOf(path),
 				RetryAfter: time.Duration(max(0, after)) * time.Second, Reason: e.Error})
+		}
+		if e.Restart && resp.StatusCode == http.StatusServiceUnavailable {
+			return fmt.Errorf("%w: %s %s: %s", pool.ErrFunctionLost, method, path, e.Error)
 		}
 		return fmt.Errorf("%w: %s %s: %s", sentinel(resp.StatusCode, path), method, path, e.Error)
 	}

@@ -239,43 +239,65 @@ func (n *Node) captureLocked(ctx context.Context, f *function) error {
 	if f.active < 0 {
 		return fmt.Errorf("%w: %s is not active on any gpu", ErrInvalid, f.name)
 	}
-	gpu := f.active
+	written, err := n.writeImageLocked(ctx, f, "capture")
+	if err != nil {
+		return err
+	}
+	if written {
+		n.images.Captures++
+	}
+	f.captured, f.saved = true, nil
+	return nil
+}
+
+// modelSegments lists f's live model segments as an image lists them.
+func modelSegments(f *function) []repository.Segment {
 	var segs []repository.Segment
 	for _, s := range f.space.Segments() {
 		if s.Kind == memory.KindModel && !f.dead[s.ID] {
 			segs = append(segs, repository.Segment{ID: s.ID, Ptr: s.Ptr, Size: s.Size})
 		}
 	}
+	return segs
+}
+
+// writeImageLocked copies f's live model segments from its active GPU into a new image in the repository, which
+// replaces the function's image; it reports false when f has no model segment (nothing written).
+func (n *Node) writeImageLocked(ctx context.Context, f *function, what string) (bool, error) {
+	gpu := f.active
+	segs := modelSegments(f)
 	if len(segs) == 0 {
-		f.captured = true
-		return nil
+		return false, nil
 	}
 	s, err := n.streamLocked(f, gpu)
 	if err != nil {
-		return err
+		return false, err
 	}
 	if err := n.waitReadyLocked(ctx, f.res[gpu]); err != nil {
-		return err
+		return false, err
 	}
 	im, err := n.repo.Create(ctx, f.name, segs)
 	if err != nil {
-		return fmt.Errorf("capture %s: %w", f.name, err)
+		return false, fmt.Errorf("%s %s: %w", what, f.name, err)
 	}
 	defer im.Release()
 	for i, seg := range im.Segments() {
 		if err := s.CopyDtoH(im.Bytes(i), seg.Ptr); err != nil {
-			return fmt.Errorf("capture %s: %w", f.name, err)
+			return false, fmt.Errorf("%s %s: %w", what, f.name, err)
 		}
 	}
 	if err := s.Synchronize(ctx); err != nil {
-		return fmt.Errorf("capture %s: %w", f.name, err)
+		// The image's host pages are the copies' destination: they stay mapped until the stream has passed the
+		// copies, even when ctx ended first (releasing them under a queued copy faults the whole process).
+		if ctx.Err() != nil {
+			_ = s.Synchronize(context.WithoutCancel(ctx))
+		}
+		return false, fmt.Errorf("%s %s: %w", what, f.name, err)
 	}
 	if err := im.Commit(); err != nil {
-		return fmt.Errorf("capture %s: %w", f.name, err)
+		return false, fmt.Errorf("%s %s: %w", what, f.name, err)
 	}
-	n.images.Captures++
-	f.captured = true
-	return nil
+	return true, nil
 }
 
 func (n *Node) streamLocked(f *function, gpu int) (device.Stream, error) {

@@ -13,6 +13,8 @@
 // segment; it returns once everything is enqueued. Work submitted through a function's Stream waits only for the
 // segments its arguments point into, so kernels start before the last group lands (per-block readiness). Scratch
 // segments (allocated after Capture) are mapped without a copy. Evict invalidates: chunks go back to the pool and
-// nothing is copied back (DESIGN.md decision 3). A GPU whose work fails is marked unhealthy; its residencies are
+// nothing is copied back (DESIGN.md decision 3), except for a function whose initialisation has not ended (no
+// image yet): its bytes are written back to the host and restored at its next swap-in, and its initialisation
+// goes on (only its first request ends it), so blocks it allocates afterwards are still part of its model. A GPU whose work fails is marked unhealthy; its residencies are
 // dropped and later acquires without a GPU go elsewhere.
 package executor

@@ -29,7 +29,7 @@ import (
 // host images (or a healthy peer copy) at their next swap-in. The error returned wraps ErrContextFault; bindings
 // held across the fault break (Binding.Err). Other tenants, the node's own swap streams and the GPU stay in
 // service: only device-level failures mark a GPU unhealthy. A function whose initialisation had not ended has no
-// image to come back from: it stays broken (ErrBroken) until it is reset.
+// image to come back from: it stays broken (ErrBroken, ErrLost) until it is reset (its process starts again).
 
 // ErrContextFault: a fault of a tenant's work poisoned its context on a GPU; the context was torn down and the
 // tenant's functions there will be restored from their images.
@@ -172,10 +172,7 @@ func (n *Node) faultLocked(f *function, gpu int, err error) error {
 		delete(o.res, gpu)
 		o.epoch++
 		o.fault = err
-		if !o.captured && o.plan == nil {
-			o.lost = fmt.Errorf("a kernel fault on gpu %d destroyed its memory before its initialisation ended "+
-				"(no image to restore): its process must start again: %w", gpu, err)
-		}
+		o.loseLocked(fmt.Errorf("a kernel fault on gpu %d: %w", gpu, err))
 		restored = append(restored, o.name)
 	}
 	n.execs[gpu].contextFaults++
@@ -188,10 +185,37 @@ func (n *Node) faultLocked(f *function, gpu int, err error) error {
 	return fmt.Errorf("%w: gpu %d, %s (%s): %w", ErrContextFault, gpu, f.name, f.tenant, err)
 }
 
-// usableLocked refuses work of a function whose memory a fault destroyed before it had an image.
+// loseLocked records that f's copy was destroyed (by cause): a function still initialising has nothing to come
+// back from (no image; bytes written back before, if any, are older than what it wrote since), unless its image
+// from before a restart still matches everything it wrote, or it has no model block to lose.
+func (f *function) loseLocked(cause error) {
+	if f.captured || f.lost != nil || f.plan != nil && f.plan.stale == "" || len(modelSegments(f)) == 0 {
+		return
+	}
+	f.lost = cause
+}
+
+// Lose records that device state of function that no image holds was destroyed (cause), as the remoting server
+// finds when a module whose globals the function wrote is gone with its context: the function's work fails with
+// ErrBroken and ErrLost until it is reset (its processes end and start again).
+func (n *Node) Lose(name string, cause error) error {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	f, err := n.fn(name)
+	if err != nil {
+		return err
+	}
+	if f.lost == nil {
+		f.lost = cause
+		n.log.Warn("function state lost: its process must start again", "function", name, "err", cause)
+	}
+	return f.usableLocked()
+}
+
+// usableLocked refuses work of a function whose memory was destroyed before it had an image (ErrLost).
 func (f *function) usableLocked() error {
 	if f.lost != nil {
-		return fmt.Errorf("%w: %s: %w", ErrBroken, f.name, f.lost)
+		return fmt.Errorf("%w: %w: %s: %w", ErrBroken, ErrLost, f.name, f.lost)
 	}
 	return nil
 }

@@ -5,7 +5,7 @@ import (
 	"errors"
 	"fmt"
 
-	"github.com/faas-gpu/faas-gpu/gpuserver/memory"
+	"github.com/faas-gpu/faas-gpu/gpuserver/repository"
 )
 
 // Any is the Source of a swap that lets the node choose: a healthy GPU holding a copy the target can read as a
@@ -33,10 +33,13 @@ func (n *Node) Captured(name string) bool {
 	return ok && f.captured
 }
 
-// EndInit ends function's initialisation once: the model segments are captured from its active GPU (Capture);
-// a function without model segments only starts allocating scratch. It is a no-op for a captured function. The
-// node also ends a function's initialisation itself before a swap moves it or an eviction drops its active copy,
-// so an image is never lost.
+// EndInit ends function's initialisation once: the model segments are captured from its active GPU (Capture),
+// or, when it is active on no GPU, taken from the bytes written back when it left its last one (saveLocked); a
+// function without model segments only starts allocating scratch. It is a no-op for a captured function. Before
+// its initialisation ends, a function that is moved or evicted has its bytes written back to the host and
+// restored at its next swap-in, so a placement decision never ends an initialisation early (which would turn the
+// blocks it allocates afterwards into scratch). A function whose memory a fault or a GPU failure destroyed before
+// its initialisation ended fails with ErrBroken and ErrLost: its process must start again.
 func (n *Node) EndInit(ctx context.Context, name string) error {
 	n.mu.Lock()
 	defer n.mu.Unlock()
@@ -48,6 +51,9 @@ func (n *Node) EndInit(ctx context.Context, name string) error {
 }
 
 func (n *Node) endInitLocked(ctx context.Context, f *function) error {
+	if err := f.usableLocked(); err != nil {
+		return err
+	}
 	if f.captured {
 		return nil
 	}
@@ -55,15 +61,87 @@ func (n *Node) endInitLocked(ctx context.Context, f *function) error {
 		return nil // its image from before a restart is its capture
 	}
 	if f.active < 0 {
-		for _, s := range f.space.Segments() {
-			if s.Kind == memory.KindModel && !f.dead[s.ID] {
-				return fmt.Errorf("%w: %s has model blocks but is active on no gpu", ErrInvalid, f.name)
-			}
-		}
-		f.captured = true
-		return nil
+		return n.captureSavedLocked(ctx, f)
 	}
 	return n.captureLocked(ctx, f)
+}
+
+// saveLocked writes the model bytes of a function that is still initialising back from its active GPU, before its
+// copy there is dropped (it is evicted, moved, or its GPU goes to another tenant): until the initialisation ends
+// that copy is the only one, and the function's next swap-in restores the saved bytes (completeLocked). An image
+// from before a restart is given up first: the bytes written back replace it.
+func (n *Node) saveLocked(ctx context.Context, f *function) error {
+	if f.plan != nil {
+		reason := "the function was evicted or moved before its initialisation ended"
+		if f.plan.stale != "" {
+			reason = f.plan.stale
+		}
+		if err := n.dropPlanLocked(f); err != nil {
+			return err
+		}
+		n.images.Fallbacks++
+		n.log.Warn("restart: the image from before the restart is not reused; writing the function's bytes back",
+			"function", f.name, "reason", reason)
+	}
+	written, err := n.writeImageLocked(ctx, f, "write back initialising")
+	if err != nil {
+		return err
+	}
+	f.saved = map[int]bool{}
+	if written {
+		for _, s := range modelSegments(f) {
+			f.saved[s.ID] = true
+		}
+		n.images.Saves++
+	}
+	return nil
+}
+
+// captureSavedLocked ends the initialisation of a function active on no GPU: its image is the one written back
+// when it left its last GPU (saveLocked). Model segments allocated since hold zeros (their chunks are zeroed when
+// first mapped, and nothing writes a segment of a function that is active nowhere), so they are added as zeros.
+func (n *Node) captureSavedLocked(ctx context.Context, f *function) error {
+	segs := modelSegments(f)
+	if len(segs) == 0 {
+		f.captured, f.saved = true, nil
+		return nil
+	}
+	complete := true
+	for _, s := range segs {
+		complete = complete && f.saved[s.ID]
+	}
+	if !complete {
+		var old *repository.Image
+		if len(f.saved) > 0 {
+			var err error
+			if old, err = n.repo.Get(ctx, f.name); err != nil {
+				return fmt.Errorf("capture %s from its written-back image: %w", f.name, err)
+			}
+		}
+		im, err := n.repo.Create(ctx, f.name, segs)
+		if err != nil {
+			if old != nil {
+				_ = old.Release()
+			}
+			return fmt.Errorf("capture %s: %w", f.name, err)
+		}
+		if old != nil {
+			for i, s := range im.Segments() {
+				if j := imageSegment(old, s.ID); j >= 0 && f.saved[s.ID] {
+					copy(im.Bytes(i), old.Bytes(j))
+				}
+			}
+			_ = old.Release()
+		}
+		err = im.Commit()
+		_ = im.Release()
+		if err != nil {
+			return fmt.Errorf("capture %s: %w", f.name, err)
+		}
+	}
+	n.images.Captures++
+	f.captured, f.saved = true, nil
+	return nil
 }
 
 // Reset forgets function's memory (its processes ended): its copies are dropped everywhere, its addresses freed,

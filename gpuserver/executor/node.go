@@ -26,6 +26,10 @@ var (
 	ErrInvalid         = errors.New("invalid request")
 	// ErrBroken: a binding's device state was replaced under it (see Binding.Err).
 	ErrBroken = errors.New("binding broke")
+	// ErrLost: a fault or a GPU failure destroyed device state of a function that no image holds (its memory
+	// before its initialisation ended, module globals it wrote), so its process must start again (and initialise
+	// afresh after Reset).
+	ErrLost = errors.New("the function's device state was lost and no image holds it: its process must start again")
 )
 
 // Host is the Source of a swap from the host repository (topology.Host).
@@ -244,6 +248,7 @@ func (n *Node) markUnhealthyLocked(gpu int, cause error) {
 		}
 		// chunks of a failed GPU are not returned to its pool: the GPU is out of service
 		delete(f.res, gpu)
+		f.loseLocked(fmt.Errorf("gpu %d failed: %w", gpu, cause))
 	}
 }
 

@@ -100,6 +100,9 @@ type ImageStats struct {
 	Fallbacks int64 `json:"fallbacks"`
 	// SkippedBytes: initialisation copies not sent to the GPU because the image held the same bytes.
 	SkippedBytes uint64 `json:"skipped_bytes"`
+	// Saves: bytes of functions still initialising written back to the host because they were evicted or moved
+	// before their first request (restored at their next swap-in).
+	Saves int64 `json:"saves"`
 }
 
 // Images returns the counters of captures and restores.

@@ -23,6 +23,7 @@ type function struct {
 	own      map[int]bool          // segments holding one block each (their chunks go back when it is freed)
 	dead     map[int]bool          // own segments whose block was freed: never mapped, copied or captured again
 	plan     *restorePlan          // its image from before a restart, while its initialisation matches it
+	saved    map[int]bool          // segments of the image written back while it initialised (saveLocked)
 	broken   error                 // why its bindings broke when it was reset under them (Reset)
 	tenant   string                // its isolation domain on a GPU (fault.go)
 	lost     error                 // a fault destroyed its memory before it had an image (fault.go)
@@ -77,13 +78,13 @@ func (n *Node) swapInLocked(ctx context.Context, f *function, gpu int, source So
 		if f.users > 0 {
 			return fmt.Errorf("%w: %s has %d bindings on gpu %d", ErrBusy, f.name, f.users, f.active)
 		}
-		if err := n.endInitLocked(ctx, f); err != nil { // its bytes must survive the move
-			return err
-		}
 		old := f.active
 		if err := n.deactivateLocked(ctx, f); err != nil && n.execs[old].healthy && !errors.Is(err, ErrContextFault) {
 			return err
 		} // a GPU that failed (or a context that faulted) on the way out lost its copy: the host image is authoritative
+		if err := f.usableLocked(); err != nil { // unless the function had none yet
+			return err
+		}
 	}
 	if err := n.claimLocked(ctx, f, gpu); err != nil { // one tenant's memory accessible on a GPU at a time
 		return err
@@ -102,7 +103,9 @@ func (n *Node) swapInLocked(ctx context.Context, f *function, gpu int, source So
 }
 
 // deactivateLocked unmaps the function's fixed addresses from its active GPU, after its work there completed;
-// the copy stays parked.
+// the copy stays parked. A function still initialising keeps no parked copy: its bytes are written back to the
+// host first (saveLocked) and its chunks go back to the pool, so that its one authoritative copy is the saved
+// image until it is active again.
 func (n *Node) deactivateLocked(ctx context.Context, f *function) error {
 	gpu := f.active
 	if s, ok := f.streams[gpu]; ok {
@@ -120,6 +123,11 @@ func (n *Node) deactivateLocked(ctx context.Context, f *function) error {
 		}
 		return err
 	}
+	if !f.captured {
+		if err := n.saveLocked(ctx, f); err != nil {
+			return err
+		}
+	}
 	for _, seg := range f.space.Segments() {
 		if r.mapped[seg.ID] {
 			if err := n.mem.Unmap(seg.Ptr, seg.Size); err != nil {
@@ -129,6 +137,21 @@ func (n *Node) deactivateLocked(ctx context.Context, f *function) error {
 		}
 	}
 	f.active = -1
+	if !f.captured {
+		return n.dropCopyLocked(f, gpu)
+	}
+	return nil
+}
+
+// dropCopyLocked gives the chunks of f's copy on gpu back to the pool (its work there has completed).
+func (n *Node) dropCopyLocked(f *function, gpu int) error {
+	r := f.res[gpu]
+	for id, chunks := range r.chunks {
+		if err := n.mem.Pool(gpu).Put(chunks); err != nil {
+			return fmt.Errorf("function %s segment %d: %w", f.name, id, err)
+		}
+	}
+	delete(f.res, gpu)
 	return nil
 }
 
@@ -201,10 +224,10 @@ func (n *Node) completeLocked(ctx context.Context, f *function, gpu int, source 
 		if parked {
 			continue // a parked copy already holds the bytes
 		}
-		if seg.Kind == memory.KindScratch || !f.captured && !n.restoringLocked(f, seg.ID) {
-			// Scratch, or a model block the function's own calls fill during initialisation: no copy, but the
-			// fresh chunks may hold what another function left there. Zero them first (ordered before the
-			// function's work on the segment like a copy).
+		if seg.Kind == memory.KindScratch || !f.captured && !n.restoringLocked(f, seg.ID) && !f.saved[seg.ID] {
+			// Scratch, or a model block the function's own calls fill during initialisation (and that has no
+			// bytes written back yet): no copy, but the fresh chunks may hold what another function left there.
+			// Zero them first (ordered before the function's work on the segment like a copy).
 			if err := n.zeroLocked(e, r, seg); err != nil {
 				return n.failLocked(gpu, err)
 			}
@@ -273,7 +296,12 @@ func (n *Node) completeLocked(ctx context.Context, f *function, gpu int, source 
 	if !f.captured {
 		// Restoring from the image during initialisation: wait here, so that the image is not held when the
 		// initialisation ends (a new capture replaces it).
-		n.finishLocked(job, done.Synchronize(ctx))
+		err := done.Synchronize(ctx)
+		if err != nil && ctx.Err() != nil {
+			// The copies read the image's host pages: they stay mapped until the copies have passed.
+			err = errors.Join(err, done.Synchronize(context.WithoutCancel(ctx)))
+		}
+		n.finishLocked(job, err)
 		return nil
 	}
 	n.bg.Add(1)
@@ -440,11 +468,11 @@ func (n *Node) evictLocked(ctx context.Context, f *function, gpu int) error {
 		if f.users > 0 {
 			return fmt.Errorf("%w: %s has %d bindings on gpu %d", ErrBusy, f.name, f.users, gpu)
 		}
-		if err := n.endInitLocked(ctx, f); err != nil { // an uncaptured model would be lost
-			return err
-		}
 		if err := n.deactivateLocked(ctx, f); err != nil {
 			return err
+		}
+		if f.res[gpu] == nil {
+			return nil // a function still initialising: its bytes were written back, its copy dropped
 		}
 	}
 	if err := n.waitReadyLocked(ctx, r); err != nil {

@@ -136,6 +136,11 @@ var (
 	// processes all ended and its memory was reset, or a kernel fault restored its memory from the host image);
 	// the request's work must not be trusted.
 	ErrBindingBroken = errors.New("binding broke")
+	// ErrFunctionLost: device state of the function that no image holds (its memory before its initialisation
+	// ended, module globals it wrote) was destroyed by a kernel fault in its context or a GPU failure: its process
+	// must start again and initialise afresh. The API answers 503 with "restart": true, and the gpu-python
+	// template exits so that its supervisor starts it again.
+	ErrFunctionLost = errors.New("function's device state was lost: its process must start again")
 	// ErrNoHealthyGPU: no GPU of the node is in service; a request fails at once instead of waiting for one.
 	ErrNoHealthyGPU = errors.New("no healthy GPU on this node")
 	// ErrLimit: the pool holds as many functions as it may (a bound against unbounded registrations).

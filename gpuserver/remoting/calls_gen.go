@@ -14,7 +14,7 @@ const (
 	// wireVersionMajor: incompatible changes; a mismatch is refused.
 	wireVersionMajor = 1
 	// wireVersionMinor: compatible additions (new calls); a server accepts clients with minor <= its own.
-	wireVersionMinor = 1
+	wireVersionMinor = 2
 	// wireRecordHeaderSize: u32 size, u16 call id, u16 flags, u64 seq.
 	wireRecordHeaderSize = 16
 	// wireRecordFlagSync: the caller waits for a response (set for sync calls, and for every call in all-sync mode).
@@ -174,6 +174,14 @@ const (
 	CallTensorMapEncode               CallID = 110
 	CallTensorMapReplaceAddress       CallID = 111
 	CallModuleImageChunk              CallID = 47
+	CallStreamBeginCapture            CallID = 120
+	CallStreamEndCapture              CallID = 121
+	CallCuGraphInstantiateWithFlags   CallID = 122
+	CallCuGraphLaunch                 CallID = 123
+	CallCuGraphUpload                 CallID = 124
+	CallGraphExecUpdate               CallID = 125
+	CallCuGraphDestroy                CallID = 126
+	CallCuGraphExecDestroy            CallID = 127
 )
 
 // calls describes every remoted call by id.
@@ -251,6 +259,14 @@ var calls = map[CallID]callInfo{
 	CallTensorMapEncode:               {name: "tensorMapEncode", sync: true, syncpoint: false},
 	CallTensorMapReplaceAddress:       {name: "tensorMapReplaceAddress", sync: true, syncpoint: false},
 	CallModuleImageChunk:              {name: "moduleImageChunk", sync: false, syncpoint: false},
+	CallStreamBeginCapture:            {name: "streamBeginCapture", sync: true, syncpoint: false},
+	CallStreamEndCapture:              {name: "streamEndCapture", sync: true, syncpoint: true},
+	CallCuGraphInstantiateWithFlags:   {name: "cuGraphInstantiateWithFlags", sync: true, syncpoint: false},
+	CallCuGraphLaunch:                 {name: "cuGraphLaunch", sync: false, syncpoint: false},
+	CallCuGraphUpload:                 {name: "cuGraphUpload", sync: false, syncpoint: false},
+	CallGraphExecUpdate:               {name: "graphExecUpdate", sync: true, syncpoint: false},
+	CallCuGraphDestroy:                {name: "cuGraphDestroy", sync: true, syncpoint: false},
+	CallCuGraphExecDestroy:            {name: "cuGraphExecDestroy", sync: true, syncpoint: false},
 }
 
 // Handler executes decoded calls; one method per remoted call of the API table. A method returns the
@@ -402,6 +418,22 @@ type Handler interface {
 	TensorMapReplaceAddress(ctx context.Context, tensorMap []byte, old []byte, globalAddress uint64) (res Result)
 	// ModuleImageChunk is async call 47 (shim/api/cuda.api:135).
 	ModuleImageChunk(ctx context.Context, data []byte, size uint64) (res Result)
+	// StreamBeginCapture is sync call 120 (shim/api/cuda.api:142).
+	StreamBeginCapture(ctx context.Context, hStream uint64, mode uint32) (res Result)
+	// StreamEndCapture is sync call 121 (shim/api/cuda.api:143).
+	StreamEndCapture(ctx context.Context, hStream uint64) (phGraph uint64, nodes uint64, res Result)
+	// CuGraphInstantiateWithFlags is sync call 122 (shim/api/cuda.api:144).
+	CuGraphInstantiateWithFlags(ctx context.Context, hGraph uint64, flags uint64) (phGraphExec uint64, res Result)
+	// CuGraphLaunch is async call 123 (shim/api/cuda.api:145).
+	CuGraphLaunch(ctx context.Context, hGraphExec uint64, hStream uint64) (res Result)
+	// CuGraphUpload is async call 124 (shim/api/cuda.api:146).
+	CuGraphUpload(ctx context.Context, hGraphExec uint64, hStream uint64) (res Result)
+	// GraphExecUpdate is sync call 125 (shim/api/cuda.api:148).
+	GraphExecUpdate(ctx context.Context, hGraphExec uint64, hGraph uint64) (result uint32, res Result)
+	// CuGraphDestroy is sync call 126 (shim/api/cuda.api:149).
+	CuGraphDestroy(ctx context.Context, hGraph uint64) (res Result)
+	// CuGraphExecDestroy is sync call 127 (shim/api/cuda.api:150).
+	CuGraphExecDestroy(ctx context.Context, hGraphExec uint64) (res Result)
 }
 
 // UnimplementedHandler answers every call with ResultNotSupported; embed it to implement a subset.
@@ -841,6 +873,54 @@ func (UnimplementedHandler) TensorMapReplaceAddress(ctx context.Context, tensorM
 
 // ModuleImageChunk answers ResultNotSupported.
 func (UnimplementedHandler) ModuleImageChunk(ctx context.Context, data []byte, size uint64) (res Result) {
+	res = ResultNotSupported
+	return
+}
+
+// StreamBeginCapture answers ResultNotSupported.
+func (UnimplementedHandler) StreamBeginCapture(ctx context.Context, hStream uint64, mode uint32) (res Result) {
+	res = ResultNotSupported
+	return
+}
+
+// StreamEndCapture answers ResultNotSupported.
+func (UnimplementedHandler) StreamEndCapture(ctx context.Context, hStream uint64) (phGraph uint64, nodes uint64, res Result) {
+	res = ResultNotSupported
+	return
+}
+
+// CuGraphInstantiateWithFlags answers ResultNotSupported.
+func (UnimplementedHandler) CuGraphInstantiateWithFlags(ctx context.Context, hGraph uint64, flags uint64) (phGraphExec uint64, res Result) {
+	res = ResultNotSupported
+	return
+}
+
+// CuGraphLaunch answers ResultNotSupported.
+func (UnimplementedHandler) CuGraphLaunch(ctx context.Context, hGraphExec uint64, hStream uint64) (res Result) {
+	res = ResultNotSupported
+	return
+}
+
+// CuGraphUpload answers ResultNotSupported.
+func (UnimplementedHandler) CuGraphUpload(ctx context.Context, hGraphExec uint64, hStream uint64) (res Result) {
+	res = ResultNotSupported
+	return
+}
+
+// GraphExecUpdate answers ResultNotSupported.
+func (UnimplementedHandler) GraphExecUpdate(ctx context.Context, hGraphExec uint64, hGraph uint64) (result uint32, res Result) {
+	res = ResultNotSupported
+	return
+}
+
+// CuGraphDestroy answers ResultNotSupported.
+func (UnimplementedHandler) CuGraphDestroy(ctx context.Context, hGraph uint64) (res Result) {
+	res = ResultNotSupported
+	return
+}
+
+// CuGraphExecDestroy answers ResultNotSupported.
+func (UnimplementedHandler) CuGraphExecDestroy(ctx context.Context, hGraphExec uint64) (res Result) {
 	res = ResultNotSupported
 	return
 }
@@ -1624,6 +1704,70 @@ func dispatch(ctx context.Context, h Handler, id CallID, payload []byte, resp *r
 			return ResultInvalidValue, nil
 		}
 		return h.ModuleImageChunk(ctx, data, size), nil
+	case CallStreamBeginCapture:
+		hStream := d.u64()
+		mode := uint32(d.u64())
+		if err := d.finish(id); err != nil {
+			return 0, err
+		}
+		return h.StreamBeginCapture(ctx, hStream, mode), nil
+	case CallStreamEndCapture:
+		hStream := d.u64()
+		if err := d.finish(id); err != nil {
+			return 0, err
+		}
+		phGraph_slot := resp.slot()
+		nodes_slot := resp.slot()
+		phGraph, nodes, res := h.StreamEndCapture(ctx, hStream)
+		resp.put(phGraph_slot, uint64(phGraph))
+		resp.put(nodes_slot, uint64(nodes))
+		return res, nil
+	case CallCuGraphInstantiateWithFlags:
+		hGraph := d.u64()
+		flags := d.u64()
+		if err := d.finish(id); err != nil {
+			return 0, err
+		}
+		phGraphExec_slot := resp.slot()
+		phGraphExec, res := h.CuGraphInstantiateWithFlags(ctx, hGraph, flags)
+		resp.put(phGraphExec_slot, uint64(phGraphExec))
+		return res, nil
+	case CallCuGraphLaunch:
+		hGraphExec := d.u64()
+		hStream := d.u64()
+		if err := d.finish(id); err != nil {
+			return 0, err
+		}
+		return h.CuGraphLaunch(ctx, hGraphExec, hStream), nil
+	case CallCuGraphUpload:
+		hGraphExec := d.u64()
+		hStream := d.u64()
+		if err := d.finish(id); err != nil {
+			return 0, err
+		}
+		return h.CuGraphUpload(ctx, hGraphExec, hStream), nil
+	case CallGraphExecUpdate:
+		hGraphExec := d.u64()
+		hGraph := d.u64()
+		if err := d.finish(id); err != nil {
+			return 0, err
+		}
+		result_slot := resp.slot()
+		result, res := h.GraphExecUpdate(ctx, hGraphExec, hGraph)
+		resp.put(result_slot, uint64(result))
+		return res, nil
+	case CallCuGraphDestroy:
+		hGraph := d.u64()
+		if err := d.finish(id); err != nil {
+			return 0, err
+		}
+		return h.CuGraphDestroy(ctx, hGraph), nil
+	case CallCuGraphExecDestroy:
+		hGraphExec := d.u64()
+		if err := d.finish(id); err != nil {
+			return 0, err
+		}
+		return h.CuGraphExecDestroy(ctx, hGraphExec), nil
 	}
 	return 0, errUnknownCall(id)
 }

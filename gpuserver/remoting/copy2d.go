@@ -35,7 +35,10 @@ func (h *deviceHandler) ownsPitched(call string, p, pitch, width, height uint64)
 	return ResultSuccess
 }
 
-func (h *deviceHandler) Memcpy2DHtoD(ctx context.Context, dst, dstPitch, width, height uint64, src []byte, _, _ uint64) Result {
+func (h *deviceHandler) Memcpy2DHtoD(ctx context.Context, dst, dstPitch, width, height uint64, src []byte, _, st uint64) Result {
+	if h.asyncRefused("cuMemcpy2DAsync from host", st, false) {
+		return ResultSuccess
+	}
 	if hi, lo := bits.Mul64(width, height); hi != 0 || lo != uint64(len(src)) {
 		return ResultInvalidValue
 	}
@@ -59,7 +62,10 @@ func (h *deviceHandler) Memcpy2DHtoD(ctx context.Context, dst, dstPitch, width, 
 	return ResultSuccess
 }
 
-func (h *deviceHandler) Memcpy2DDtoH(ctx context.Context, dst []byte, src, srcPitch, width, height, _, _ uint64) Result {
+func (h *deviceHandler) Memcpy2DDtoH(ctx context.Context, dst []byte, src, srcPitch, width, height, _, st uint64) Result {
+	if r, ok := h.refuseInCapture("cuMemcpy2DAsync to host", st, st == 0 || st == 1); ok {
+		return r
+	}
 	if hi, lo := bits.Mul64(width, height); hi != 0 || lo != uint64(len(dst)) {
 		return ResultInvalidValue
 	}
@@ -82,7 +88,12 @@ func (h *deviceHandler) Memcpy2DDtoH(ctx context.Context, dst []byte, src, srcPi
 	return result(s.Synchronize(ctx))
 }
 
-func (h *deviceHandler) Memcpy2DDtoD(ctx context.Context, dst, dstPitch, src, srcPitch, width, height, _ uint64) Result {
+func (h *deviceHandler) Memcpy2DDtoD(ctx context.Context, dst, dstPitch, src, srcPitch, width, height, st uint64) Result {
+	if r, ok := h.captured(st, graphNode{kind: "copy2d", run: func(ctx context.Context, s uint64) Result {
+		return h.Memcpy2DDtoD(ctx, dst, dstPitch, src, srcPitch, width, height, s)
+	}}); ok {
+		return r
+	}
 	if r := h.ownsPitched("cuMemcpy2D", dst, dstPitch, width, height); r != ResultSuccess {
 		return r
 	}
@@ -109,7 +120,12 @@ func (h *deviceHandler) Memcpy2DDtoD(ctx context.Context, dst, dstPitch, src, sr
 	return ResultSuccess
 }
 
-func (h *deviceHandler) Memset2D(ctx context.Context, dst, pitch uint64, value, elem uint32, width, height, _ uint64) Result {
+func (h *deviceHandler) Memset2D(ctx context.Context, dst, pitch uint64, value, elem uint32, width, height, st uint64) Result {
+	if r, ok := h.captured(st, graphNode{kind: "memset2d", run: func(ctx context.Context, s uint64) Result {
+		return h.Memset2D(ctx, dst, pitch, value, elem, width, height, s)
+	}}); ok {
+		return r
+	}
 	if elem != 1 && elem != 2 && elem != 4 || width > (1<<62)/uint64(elem) {
 		return ResultInvalidValue
 	}
@@ -125,11 +141,14 @@ func (h *deviceHandler) Memset2D(ctx context.Context, dst, pitch uint64, value, 
 }
 
 func (h *deviceHandler) CuMemsetD16_v2(ctx context.Context, dst uint64, v uint32, n uint64) Result {
+	if h.asyncRefused("cuMemsetD16", 0, true) {
+		return ResultSuccess
+	}
 	return h.memset(ctx, dst, v, n, 2)
 }
 
-func (h *deviceHandler) CuMemsetD16Async(ctx context.Context, dst uint64, v uint32, n, _ uint64) Result {
-	return h.memset(ctx, dst, v, n, 2)
+func (h *deviceHandler) CuMemsetD16Async(ctx context.Context, dst uint64, v uint32, n, st uint64) Result {
+	return h.memsetAsync(ctx, dst, v, n, 2, st)
 }
 
 // memset16 sets n 16-bit values: as 32-bit words when aligned, else by copying the pattern.
@@ -167,6 +186,9 @@ func (h *deviceHandler) StreamWriteValue(ctx context.Context, st, addr, value ui
 	if !h.validStream(st) {
 		return ResultInvalidHandle
 	}
+	if h.asyncRefused("cuStreamWriteValue", st, false) {
+		return ResultSuccess
+	}
 	if size != 4 && size != 8 || addr%uint64(size) != 0 {
 		return ResultInvalidValue
 	}
@@ -181,6 +203,9 @@ func (h *deviceHandler) StreamWriteValue(ctx context.Context, st, addr, value ui
 func (h *deviceHandler) StreamWaitValue(ctx context.Context, st, addr, value uint64, size, flags uint32) Result {
 	if !h.validStream(st) {
 		return ResultInvalidHandle
+	}
+	if r, ok := h.refuseInCapture("cuStreamWaitValue", st, false); ok {
+		return r
 	}
 	if size != 4 && size != 8 || addr%uint64(size) != 0 {
 		return ResultInvalidValue

@@ -2,10 +2,14 @@ package remoting
 
 import (
 	"context"
+	"encoding/binary"
+	"errors"
 	"log/slog"
 	"testing"
 
 	"github.com/faas-gpu/faas-gpu/gpuserver/device"
+	"github.com/faas-gpu/faas-gpu/gpuserver/device/sim/kernels"
+	"github.com/faas-gpu/faas-gpu/gpuserver/executor"
 	"github.com/faas-gpu/faas-gpu/gpuserver/pool"
 )
 
@@ -68,5 +72,64 @@ func TestGlobalsFollowTheFunction(t *testing.T) {
 	}
 	if r := h.CuMemcpyHtoD_v2(ctx, g+64, []byte("x"), 1); r != ResultInvalidValue {
 		t.Fatalf("copy past the global: %v, want refused", r)
+	}
+}
+
+// TestGlobalsLostWithAFaultAreAnError: a fault tears down the function's context, and with it the module whose
+// global the function wrote. A new load would give the global its initial value and the function would compute
+// wrong answers with them; instead its calls fail (CUDA_ERROR_CONTEXT_IS_DESTROYED) and its next request is
+// refused with ErrLost (its process must start again), while its model blocks alone would have come back from its
+// image.
+func TestGlobalsLostWithAFaultAreAnError(t *testing.T) {
+	ctx := context.Background()
+	dev, xn := simNode(t, 64<<20)
+	b := &binder{current: map[string]int{}, implicit: 1}
+	h, err := newDeviceHandler(ctx, Config{Device: dev, Node: xn, Binder: b},
+		SessionInfo{Function: "f", Spec: pool.FunctionSpec{Name: "f", MemoryBytes: 16 << 20}}, slog.Default())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer h.Close()
+	ptx := []byte(".version 7.0\n.target sm_50\n.address_size 64\n.visible .global .align 4 .b8 table[64];\n")
+	mod, r := h.CuModuleLoadData(ctx, ptx, uint64(len(ptx)))
+	if r != ResultSuccess {
+		t.Fatalf("load: %v", r)
+	}
+	g, _, r := h.CuModuleGetGlobal_v2(ctx, mod, "table")
+	if r != ResultSuccess {
+		t.Fatalf("global: %v", r)
+	}
+	if r := h.CuMemcpyHtoD_v2(ctx, g, []byte("written at init"), 15); r != ResultSuccess {
+		t.Fatalf("htod to the global: %v", r)
+	}
+	kmod, r := h.CuModuleLoadData(ctx, kernels.PTX(), uint64(len(kernels.PTX())))
+	if r != ResultSuccess {
+		t.Fatalf("load kernels: %v", r)
+	}
+	va, r := h.CuModuleGetFunction(ctx, make([]byte, 4+8*wireParamMax), kmod, "vector_add")
+	if r != ResultSuccess {
+		t.Fatalf("vector_add: %v", r)
+	}
+	blk, r := h.CuMemAlloc_v2(ctx, 4096)
+	if r != ResultSuccess {
+		t.Fatalf("alloc: %v", r)
+	}
+	b.bind("f", 1) // its first request: the initialisation ends, its block is its image
+	args := binary.LittleEndian.AppendUint64(nil, 0x1000)
+	args = binary.LittleEndian.AppendUint64(args, blk)
+	args = binary.LittleEndian.AppendUint64(args, blk)
+	args = binary.LittleEndian.AppendUint32(args, 4)
+	if r := h.CuLaunchKernel(ctx, va, 1, 1, 1, 32, 1, 1, 0, 0, args, 0); r != ResultSuccess {
+		t.Fatalf("launch: %v", r)
+	}
+	if r := h.CuCtxSynchronize(ctx); r != ResultIllegalAddress {
+		t.Fatalf("the fault: %v, want CUDA_ERROR_ILLEGAL_ADDRESS", r)
+	}
+	out := make([]byte, 15)
+	if r := h.CuMemcpyDtoH_v2(ctx, out, g, 15); r != ResultContextIsDestroyed {
+		t.Fatalf("reading the global after the fault: %v %q, want CUDA_ERROR_CONTEXT_IS_DESTROYED", r, out)
+	}
+	if err := xn.EndInit(ctx, "f"); !errors.Is(err, executor.ErrLost) {
+		t.Fatalf("the function's next request: %v, want ErrLost", err)
 	}
 }

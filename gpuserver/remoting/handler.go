@@ -47,6 +47,8 @@ type deviceHandler struct {
 
 	pendingImage []byte // chunks of a module image whose load call has not come yet
 
+	g graphs // stream captures and graphs (graph.go)
+
 	vmmRanges   map[uint64]uint64 // reservations: start -> size
 	vmmHandles  map[uint64]*vmmHandle
 	vmmMappings map[uint64]*vmmMapping // by address
@@ -108,7 +110,7 @@ func newDeviceHandler(ctx context.Context, cfg Config, info SessionInfo, log *sl
 	if err := cfg.Node.SetTenant(ctx, info.Function, info.Spec.Tenant()); err != nil { // its namespace, or itself
 		return nil, err
 	}
-	return &deviceHandler{
+	h := &deviceHandler{
 		cfg: cfg, info: info, log: log, node: cfg.Node,
 		gpu:     -1,
 		handles: 0x1000,
@@ -116,7 +118,9 @@ func newDeviceHandler(ctx context.Context, cfg Config, info SessionInfo, log *sl
 		funcs:   map[uint64]*function{},
 		streams: map[uint64]bool{},
 		events:  map[uint64]*event{},
-	}, nil
+	}
+	h.g.init()
+	return h, nil
 }
 
 func (h *deviceHandler) handle() uint64 {
@@ -235,9 +239,10 @@ func (h *deviceHandler) moveTo(ctx context.Context, gpu int) Result {
 		return result(err)
 	}
 	if left && len(h.globals) > 0 {
-		// Module globals live on one GPU only: those written on the failed GPU are lost (DESIGN.md's trap).
-		h.log.Warn("remoting: module globals stay at their initial values: the gpu they were on failed",
-			"gpu", gpu, "failed_gpu", h.gpu, "globals", len(h.globals))
+		// Module globals live on one GPU only: those written on the failed GPU are lost (DESIGN.md's trap), and
+		// no image holds them; going on with their initial values would compute wrong answers.
+		return result(h.node.Lose(h.info.Function, fmt.Errorf("gpu %d failed holding the module globals the "+
+			"function uses (%d)", h.gpu, len(h.globals))))
 	}
 	if h.gpu >= 0 && h.gpu != gpu && !left {
 		if err := h.moveGlobals(ctx, h.gpu, gpu); err != nil {
@@ -461,14 +466,23 @@ func (h *deviceHandler) htod(ctx context.Context, call string, dst uint64, src [
 }
 
 func (h *deviceHandler) CuMemcpyHtoD_v2(ctx context.Context, dst uint64, src []byte, _ uint64) Result {
+	if r, ok := h.refuseInCapture("cuMemcpyHtoD", 0, true); ok {
+		return r
+	}
 	return h.htod(ctx, "cuMemcpyHtoD", dst, src, true)
 }
 
-func (h *deviceHandler) CuMemcpyHtoDAsync_v2(ctx context.Context, dst uint64, src []byte, _, _ uint64) Result {
+func (h *deviceHandler) CuMemcpyHtoDAsync_v2(ctx context.Context, dst uint64, src []byte, _, st uint64) Result {
+	if h.asyncRefused("cuMemcpyHtoDAsync", st, false) {
+		return ResultSuccess
+	}
 	return h.htod(ctx, "cuMemcpyHtoDAsync", dst, src, false)
 }
 
-func (h *deviceHandler) MemcpyHtoDChunk(ctx context.Context, dst uint64, src []byte, _, _ uint64) Result {
+func (h *deviceHandler) MemcpyHtoDChunk(ctx context.Context, dst uint64, src []byte, _, st uint64) Result {
+	if h.asyncRefused("cuMemcpyHtoDAsync", st, false) {
+		return ResultSuccess
+	}
 	return h.htod(ctx, "cuMemcpyHtoD", dst, src, false)
 }
 
@@ -491,10 +505,16 @@ func (h *deviceHandler) dtoh(ctx context.Context, call string, dst []byte, src u
 }
 
 func (h *deviceHandler) CuMemcpyDtoH_v2(ctx context.Context, dst []byte, src, _ uint64) Result {
+	if r, ok := h.refuseInCapture("cuMemcpyDtoH", 0, true); ok {
+		return r
+	}
 	return h.dtoh(ctx, "cuMemcpyDtoH", dst, src)
 }
 
-func (h *deviceHandler) CuMemcpyDtoHAsync_v2(ctx context.Context, dst []byte, src, _, _ uint64) Result {
+func (h *deviceHandler) CuMemcpyDtoHAsync_v2(ctx context.Context, dst []byte, src, _, st uint64) Result {
+	if r, ok := h.refuseInCapture("cuMemcpyDtoHAsync", st, false); ok {
+		return r
+	}
 	return h.dtoh(ctx, "cuMemcpyDtoHAsync", dst, src)
 }
 
@@ -527,10 +547,18 @@ func (h *deviceHandler) dtod(ctx context.Context, dst, src, n uint64, wait bool)
 }
 
 func (h *deviceHandler) CuMemcpyDtoD_v2(ctx context.Context, dst, src, n uint64) Result {
+	if r, ok := h.refuseInCapture("cuMemcpyDtoD", 0, true); ok {
+		return r
+	}
 	return h.dtod(ctx, dst, src, n, true)
 }
 
-func (h *deviceHandler) CuMemcpyDtoDAsync_v2(ctx context.Context, dst, src, n, _ uint64) Result {
+func (h *deviceHandler) CuMemcpyDtoDAsync_v2(ctx context.Context, dst, src, n, st uint64) Result {
+	if r, ok := h.captured(st, graphNode{kind: "copy", run: func(ctx context.Context, s uint64) Result {
+		return h.CuMemcpyDtoDAsync_v2(ctx, dst, src, n, s)
+	}}); ok {
+		return r
+	}
 	return h.dtod(ctx, dst, src, n, false)
 }
 
@@ -558,19 +586,35 @@ func (h *deviceHandler) memset(ctx context.Context, dst uint64, v uint32, n uint
 }
 
 func (h *deviceHandler) CuMemsetD8_v2(ctx context.Context, dst uint64, v uint32, n uint64) Result {
+	if h.asyncRefused("cuMemsetD8", 0, true) {
+		return ResultSuccess
+	}
 	return h.memset(ctx, dst, v, n, 1)
 }
 
 func (h *deviceHandler) CuMemsetD32_v2(ctx context.Context, dst uint64, v uint32, n uint64) Result {
+	if h.asyncRefused("cuMemsetD32", 0, true) {
+		return ResultSuccess
+	}
 	return h.memset(ctx, dst, v, n, 4)
 }
 
-func (h *deviceHandler) CuMemsetD8Async(ctx context.Context, dst uint64, v uint32, n, _ uint64) Result {
-	return h.memset(ctx, dst, v, n, 1)
+// memsetAsync runs a memset on stream st, or records it when st captures.
+func (h *deviceHandler) memsetAsync(ctx context.Context, dst uint64, v uint32, n, elem, st uint64) Result {
+	if r, ok := h.captured(st, graphNode{kind: "memset", run: func(ctx context.Context, s uint64) Result {
+		return h.memsetAsync(ctx, dst, v, n, elem, s)
+	}}); ok {
+		return r
+	}
+	return h.memset(ctx, dst, v, n, elem)
 }
 
-func (h *deviceHandler) CuMemsetD32Async(ctx context.Context, dst uint64, v uint32, n, _ uint64) Result {
-	return h.memset(ctx, dst, v, n, 4)
+func (h *deviceHandler) CuMemsetD8Async(ctx context.Context, dst uint64, v uint32, n, st uint64) Result {
+	return h.memsetAsync(ctx, dst, v, n, 1, st)
+}
+
+func (h *deviceHandler) CuMemsetD32Async(ctx context.Context, dst uint64, v uint32, n, st uint64) Result {
+	return h.memsetAsync(ctx, dst, v, n, 4, st)
 }
 
 // --- modules and launches
@@ -586,8 +630,15 @@ func (h *deviceHandler) loadOn(m *module, gpu int) (device.Module, error) {
 	if err != nil {
 		return nil, err
 	}
-	if l, ok := m.loaded[gpu]; ok && l.ctx == dc {
+	l, ok := m.loaded[gpu]
+	if ok && l.ctx == dc {
 		return l.mod, nil
+	}
+	if ok && h.usesGlobals(m) {
+		// Its context was torn down by a fault, and with it the module's globals, which the function uses: a new
+		// load has their initial values, not what the function wrote, and no image holds those.
+		return nil, h.node.Lose(h.info.Function, fmt.Errorf("a fault on gpu %d tore down the module globals the "+
+			"function uses", gpu))
 	}
 	mod, err := dc.LoadModule(m.image) // first use on gpu, or its context was torn down by a fault
 	if err != nil {
@@ -595,6 +646,17 @@ func (h *deviceHandler) loadOn(m *module, gpu int) (device.Module, error) {
 	}
 	m.loaded[gpu] = loadedModule{ctx: dc, mod: mod}
 	return mod, nil
+}
+
+// usesGlobals reports whether the function asked for a global of m (cuModuleGetGlobal: the way host code reads
+// and writes one).
+func (h *deviceHandler) usesGlobals(m *module) bool {
+	for _, g := range h.globals {
+		if g.mod == m {
+			return true
+		}
+	}
+	return false
 }
 
 // unload unloads a module everywhere it is loaded in a live context (a context torn down took its modules along).
@@ -756,8 +818,18 @@ func (h *deviceHandler) CuKernelGetFunction(_ context.Context, params []byte, ke
 	return kernel, putLayout(params, fn.params)
 }
 
-func (h *deviceHandler) CuLaunchKernel(ctx context.Context, f uint64, gx, gy, gz, bx, by, bz, shmem uint32, _ uint64,
+func (h *deviceHandler) CuLaunchKernel(ctx context.Context, f uint64, gx, gy, gz, bx, by, bz, shmem uint32, st uint64,
 	args []byte, _ uint64) Result {
+	if h.g.capturing(st) != nil {
+		if _, ok := h.funcs[f]; !ok {
+			return ResultInvalidHandle
+		}
+		a := append([]byte(nil), args...) // the record's bytes are the ring's until the call returns
+		r, _ := h.captured(st, graphNode{kind: "kernel", fn: f, bytes: len(a), run: func(ctx context.Context, s uint64) Result {
+			return h.CuLaunchKernel(ctx, f, gx, gy, gz, bx, by, bz, shmem, s, a, uint64(len(a)))
+		}})
+		return r
+	}
 	return h.launch(ctx, f, device.Dim3{X: gx, Y: gy, Z: gz}, device.Dim3{X: bx, Y: by, Z: bz}, shmem, nil, args)
 }
 
@@ -805,7 +877,12 @@ func (h *deviceHandler) launch(ctx context.Context, f uint64, grid, block device
 
 // --- synchronisation, streams, events
 
-func (h *deviceHandler) CuCtxSynchronize(ctx context.Context) Result { return h.syncStream(ctx) }
+func (h *deviceHandler) CuCtxSynchronize(ctx context.Context) Result {
+	if r, ok := h.refuseInCapture("cuCtxSynchronize", 0, true); ok {
+		return r
+	}
+	return h.syncStream(ctx)
+}
 
 func (h *deviceHandler) CuStreamCreate(context.Context, uint32) (uint64, Result) {
 	id := h.handle()
@@ -831,6 +908,9 @@ func (h *deviceHandler) CuStreamSynchronize(ctx context.Context, s uint64) Resul
 	if !h.validStream(s) {
 		return ResultInvalidHandle
 	}
+	if r, ok := h.refuseInCapture("cuStreamSynchronize", s, false); ok {
+		return r
+	}
 	return h.syncStream(ctx)
 }
 
@@ -845,6 +925,7 @@ func (h *deviceHandler) CuStreamWaitEvent(_ context.Context, s, e uint64, _ uint
 	if _, ok := h.events[e]; !ok {
 		return ResultInvalidHandle
 	}
+	h.waitJoinsCapture(s, e)
 	return ResultSuccess // every stream of the session runs in order on one device stream
 }
 
@@ -919,6 +1000,9 @@ func (h *deviceHandler) CuEventRecord(ctx context.Context, e, s uint64) Result {
 	if !ok || !h.validStream(s) {
 		return ResultInvalidHandle
 	}
+	if h.eventRecordedInCapture(e, s) {
+		return ResultSuccess
+	}
 	st, r := h.bind(ctx)
 	if r != ResultSuccess {
 		return r
@@ -938,6 +1022,9 @@ func (h *deviceHandler) CuEventSynchronize(ctx context.Context, e uint64) Result
 	if !ok {
 		return ResultInvalidHandle
 	}
+	if c, ok := h.g.events[e]; ok {
+		return c.invalidate(ResultStreamCaptureUnsupported, "cuEventSynchronize of an event recorded in the capture")
+	}
 	return result(ev.ev.Synchronize(ctx))
 }
 
@@ -945,6 +1032,9 @@ func (h *deviceHandler) CuEventQuery(_ context.Context, e uint64) Result {
 	ev, ok := h.events[e]
 	if !ok {
 		return ResultInvalidHandle
+	}
+	if c, ok := h.g.events[e]; ok {
+		return c.invalidate(ResultStreamCaptureUnsupported, "cuEventQuery of an event recorded in the capture")
 	}
 	done, err := ev.ev.Query()
 	if err != nil {

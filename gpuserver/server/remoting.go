@@ -95,10 +95,16 @@ func (t *trackedPool) Deregister(ctx context.Context, name string) error {
 	return err
 }
 
-// Acquire binds one request of function: its initialisation ends first (see trackedPool).
+// Acquire binds one request of function: its initialisation ends first (see trackedPool). A function whose
+// memory was lost before its initialisation ended (executor.ErrLost) is refused with pool.ErrFunctionLost: its
+// process must start again.
 func (t *trackedPool) Acquire(ctx context.Context, function string) (pool.Binding, error) {
 	if t.node != nil {
-		if err := t.node.EndInit(ctx, function); err != nil && !errors.Is(err, executor.ErrUnknownFunction) {
+		err := t.node.EndInit(ctx, function)
+		switch {
+		case errors.Is(err, executor.ErrLost):
+			return pool.Binding{}, fmt.Errorf("acquire %q: %w: %w", function, pool.ErrFunctionLost, err)
+		case err != nil && !errors.Is(err, executor.ErrUnknownFunction):
 			return pool.Binding{}, fmt.Errorf("acquire %q: end of initialisation: %w", function, err)
 		}
 	}

@@ -30,6 +30,8 @@ type envPrep struct {
 	files   string    // the requirements files, for messages
 	env     *venv.Env // set when done without error
 	err     error     // set when done: the install failed (wraps provider.ErrFailed)
+	// progress is the latest line of pip's that says how the install advances (progress.go).
+	progress installProgress
 }
 
 // envFailed marks a replica start that must not be retried: the function's environment failed to install.
@@ -116,6 +118,11 @@ func (b *Backend) functionEnv(ctx context.Context, fn *function, r *replica, rec
 func (b *Backend) install(ctx context.Context, fn *function, r *replica, p *envPrep, req venv.Requirements) (*venv.Env, error) {
 	emit := func(text string) {
 		if !strings.HasPrefix(text, "faas-gpu: ") {
+			if progressLine(text) { // progress.go: also in up's output and the function's status
+				p.progress.set(strings.TrimSpace(text))
+				b.log.Info("installing the function's requirements", "function", fn.name,
+					"progress", strings.TrimSpace(text))
+			}
 			text = "pip: " + text
 		}
 		fn.logs.append(logs.Message{Name: fn.name, Namespace: provider.DefaultNamespace, Instance: r.id,
@@ -161,8 +168,11 @@ func (fn *function) envState() (text string, failed error) {
 		}
 		return "", nil
 	default:
-		return fmt.Sprintf("installing %s since %s (see the function's logs)", p.files,
-			p.started.UTC().Format(time.RFC3339)), nil
+		text := fmt.Sprintf("installing %s since %s", p.files, p.started.UTC().Format(time.RFC3339))
+		if last := p.progress.get(); last != "" {
+			text += ": " + last
+		}
+		return text + " (see the function's logs)", nil
 	}
 }
 

@@ -18,6 +18,7 @@ import (
 
 	"github.com/faas-gpu/faas-gpu/provider"
 	"github.com/faas-gpu/faas-gpu/provider/local/venv"
+	"github.com/faas-gpu/faas-gpu/test/pyenv"
 )
 
 // needPip skips when environments cannot be made here; the tests install a small real package from PyPI.
@@ -26,6 +27,7 @@ func needPip(t *testing.T) {
 	if testing.Short() {
 		t.Skip("installs a package from PyPI with pip")
 	}
+	pyenv.RequireTier(t, "installs a package from PyPI with pip")
 	needPython(t)
 	if out, err := exec.Command("python3", "-c", "import venv, ensurepip").CombinedOutput(); err != nil {
 		t.Skipf("python3 with the venv and ensurepip modules is needed (Debian: python3-venv): %v %s", err, out)

@@ -15,9 +15,9 @@ const routeFailures = 2
 
 // Route returns the base URL of a ready replica, round-robin over the ready replicas of the current definition
 // (those of the previous one while an update rolls), and a func to call when the request has ended. While none is
-// ready it waits for one, until ctx ends; a function scaled to zero fails at once, one whose replicas keep exiting
-// before they are ready fails with how the last one ended, and one whose pip requirements failed to install fails
-// at once with pip's reason. Every error wraps provider.ErrNotFound, provider.ErrNotReady, provider.ErrFailed or
+// ready it waits for one, until ctx ends; a function at zero replicas is scaled up and waited for (scale from zero,
+// scalezero.go); one whose replicas keep exiting before they are ready fails with how the last one ended, and one
+// whose pip requirements failed to install fails at once with pip's reason. Every error wraps provider.ErrNotFound, provider.ErrNotReady, provider.ErrFailed or
 // ErrClosed.
 func (b *Backend) Route(ctx context.Context, namespace, name string) (*url.URL, func(), error) {
 	ns, err := b.lookupArgs(namespace, name)
@@ -41,14 +41,18 @@ func (b *Backend) Route(ctx context.Context, namespace, name string) (*url.URL, 
 		if first {
 			failuresBefore = fn.startFailures
 		}
-		desired, failures, last, changed := fn.rec.Replicas, fn.startFailures, fn.lastFailure, fn.changed
 		envState, envFailed := fn.envState()
+		if envFailed == nil && fn.rec.Replicas == 0 { // scale from zero (scalezero.go)
+			if err := b.scaleFromZeroLocked(fn); err != nil {
+				b.mu.Unlock()
+				return nil, nil, err
+			}
+		}
+		desired, failures, last, changed := fn.rec.Replicas, fn.startFailures, fn.lastFailure, fn.changed
 		b.mu.Unlock()
 		switch {
 		case envFailed != nil: // its environment failed to install: waiting cannot help
 			return nil, nil, envFailed
-		case desired == 0:
-			return nil, nil, fmt.Errorf("%w: function %q is scaled to zero replicas", provider.ErrNotReady, name)
 		case failures >= failuresBefore+routeFailures:
 			return nil, nil, fmt.Errorf("%w: function %q: its replicas exit before they are ready (last: %v); "+
 				"see its logs", provider.ErrNotReady, name, last)

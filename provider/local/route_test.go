@@ -59,25 +59,6 @@ func TestRouteWaitsForTheFirstReplica(t *testing.T) {
 	}
 }
 
-func TestRouteFailsAtOnceWhenScaledToZero(t *testing.T) {
-	e := newEnv(t)
-	b := e.open(t)
-	fd := probe("probe")
-	fd.Labels = &map[string]string{LabelScaleMin: "0"}
-	if err := b.Deploy(context.Background(), fd); err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), time.Hour) // would hang the test if Route waited
-	defer cancel()
-	_, _, err := b.Route(ctx, "", "probe")
-	if !errors.Is(err, provider.ErrNotReady) || !strings.Contains(err.Error(), "scaled to zero") {
-		t.Fatalf("Route at 0 replicas = %v, want ErrNotReady saying it is scaled to zero", err)
-	}
-	if _, _, err := b.Route(ctx, "", "nope"); !errors.Is(err, provider.ErrNotFound) {
-		t.Fatalf("Route of an unknown function = %v, want ErrNotFound", err)
-	}
-}
-
 // TestRouteReportsReplicasThatNeverStart: a function that fails at import is answered with the reason soon,
 // not after the caller's whole deadline.
 func TestRouteReportsReplicasThatNeverStart(t *testing.T) {

@@ -1111,6 +1111,113 @@ SHIM_HIDDEN int rpc_moduleImageChunk(const void *data, size_t size) {
 	return r;
 }
 
+/* sync 120 streamBeginCapture (shim/api/cuda.api:142) */
+SHIM_HIDDEN int rpc_streamBeginCapture(void *hStream, unsigned int mode) {
+	struct shim_call call;
+	int r = shim_call_begin(&call, CALL_streamBeginCapture, SHIM_CALL_SYNC, 8 + 8);
+	if (r != 0) return r;
+	shim_put_u64(&call, (uint64_t)(uintptr_t)hStream);
+	shim_put_u64(&call, (uint64_t)mode);
+	r = shim_call_end(&call);
+	shim_call_done(&call);
+	return r;
+}
+
+/* sync 121 streamEndCapture (shim/api/cuda.api:143) */
+SHIM_HIDDEN int rpc_streamEndCapture(void **phGraph, unsigned long long *nodes, void *hStream) {
+	if (phGraph == NULL) return shim_null_arg("streamEndCapture", "phGraph");
+	if (nodes == NULL) return shim_null_arg("streamEndCapture", "nodes");
+	struct shim_call call;
+	int r = shim_call_begin(&call, CALL_streamEndCapture, SHIM_CALL_SYNC, 8);
+	if (r != 0) return r;
+	shim_put_u64(&call, (uint64_t)(uintptr_t)hStream);
+	r = shim_call_end(&call);
+	if (r == 0) {
+		*phGraph = (void *)(uintptr_t)shim_get_u64(&call);
+		*nodes = shim_get_u64(&call);
+	}
+	shim_call_done(&call);
+	return r;
+}
+
+/* sync 122 cuGraphInstantiateWithFlags (shim/api/cuda.api:144) */
+SHIM_HIDDEN int rpc_cuGraphInstantiateWithFlags(void **phGraphExec, void *hGraph, unsigned long long flags) {
+	if (phGraphExec == NULL) return shim_null_arg("cuGraphInstantiateWithFlags", "phGraphExec");
+	struct shim_call call;
+	int r = shim_call_begin(&call, CALL_cuGraphInstantiateWithFlags, SHIM_CALL_SYNC, 8 + 8);
+	if (r != 0) return r;
+	shim_put_u64(&call, (uint64_t)(uintptr_t)hGraph);
+	shim_put_u64(&call, (uint64_t)flags);
+	r = shim_call_end(&call);
+	if (r == 0) {
+		*phGraphExec = (void *)(uintptr_t)shim_get_u64(&call);
+	}
+	shim_call_done(&call);
+	return r;
+}
+
+/* async 123 cuGraphLaunch (shim/api/cuda.api:145) */
+SHIM_EXPORT int cuGraphLaunch(void *hGraphExec, void *hStream) {
+	struct shim_call call;
+	int r = shim_call_begin(&call, CALL_cuGraphLaunch, SHIM_CALL_ASYNC, 8 + 8);
+	if (r != 0) return r;
+	shim_put_u64(&call, (uint64_t)(uintptr_t)hGraphExec);
+	shim_put_u64(&call, (uint64_t)(uintptr_t)hStream);
+	r = shim_call_end(&call);
+	shim_call_done(&call);
+	return r;
+}
+
+/* async 124 cuGraphUpload (shim/api/cuda.api:146) */
+SHIM_EXPORT int cuGraphUpload(void *hGraphExec, void *hStream) {
+	struct shim_call call;
+	int r = shim_call_begin(&call, CALL_cuGraphUpload, SHIM_CALL_ASYNC, 8 + 8);
+	if (r != 0) return r;
+	shim_put_u64(&call, (uint64_t)(uintptr_t)hGraphExec);
+	shim_put_u64(&call, (uint64_t)(uintptr_t)hStream);
+	r = shim_call_end(&call);
+	shim_call_done(&call);
+	return r;
+}
+
+/* sync 125 graphExecUpdate (shim/api/cuda.api:148) */
+SHIM_HIDDEN int rpc_graphExecUpdate(unsigned int *result, void *hGraphExec, void *hGraph) {
+	if (result == NULL) return shim_null_arg("graphExecUpdate", "result");
+	struct shim_call call;
+	int r = shim_call_begin(&call, CALL_graphExecUpdate, SHIM_CALL_SYNC, 8 + 8);
+	if (r != 0) return r;
+	shim_put_u64(&call, (uint64_t)(uintptr_t)hGraphExec);
+	shim_put_u64(&call, (uint64_t)(uintptr_t)hGraph);
+	r = shim_call_end(&call);
+	if (r == 0) {
+		*result = (unsigned int)shim_get_u64(&call);
+	}
+	shim_call_done(&call);
+	return r;
+}
+
+/* sync 126 cuGraphDestroy (shim/api/cuda.api:149) */
+SHIM_HIDDEN int rpc_cuGraphDestroy(void *hGraph) {
+	struct shim_call call;
+	int r = shim_call_begin(&call, CALL_cuGraphDestroy, SHIM_CALL_SYNC, 8);
+	if (r != 0) return r;
+	shim_put_u64(&call, (uint64_t)(uintptr_t)hGraph);
+	r = shim_call_end(&call);
+	shim_call_done(&call);
+	return r;
+}
+
+/* sync 127 cuGraphExecDestroy (shim/api/cuda.api:150) */
+SHIM_HIDDEN int rpc_cuGraphExecDestroy(void *hGraphExec) {
+	struct shim_call call;
+	int r = shim_call_begin(&call, CALL_cuGraphExecDestroy, SHIM_CALL_SYNC, 8);
+	if (r != 0) return r;
+	shim_put_u64(&call, (uint64_t)(uintptr_t)hGraphExec);
+	r = shim_call_end(&call);
+	shim_call_done(&call);
+	return r;
+}
+
 /* Entry points exported but not implemented: CUDA_ERROR_NOT_SUPPORTED, logged once by name. */
 SHIM_EXPORT int cuArray3DCreate(void) { return shim_unsupported("cuArray3DCreate"); }
 SHIM_EXPORT int cuArray3DCreate_v2(void) { return shim_unsupported("cuArray3DCreate_v2"); }
@@ -1220,7 +1327,6 @@ SHIM_EXPORT int cuGraphClone(void) { return shim_unsupported("cuGraphClone"); }
 SHIM_EXPORT int cuGraphConditionalHandleCreate(void) { return shim_unsupported("cuGraphConditionalHandleCreate"); }
 SHIM_EXPORT int cuGraphCreate(void) { return shim_unsupported("cuGraphCreate"); }
 SHIM_EXPORT int cuGraphDebugDotPrint(void) { return shim_unsupported("cuGraphDebugDotPrint"); }
-SHIM_EXPORT int cuGraphDestroy(void) { return shim_unsupported("cuGraphDestroy"); }
 SHIM_EXPORT int cuGraphDestroyNode(void) { return shim_unsupported("cuGraphDestroyNode"); }
 SHIM_EXPORT int cuGraphEventRecordNodeGetEvent(void) { return shim_unsupported("cuGraphEventRecordNodeGetEvent"); }
 SHIM_EXPORT int cuGraphEventRecordNodeSetEvent(void) { return shim_unsupported("cuGraphEventRecordNodeSetEvent"); }
@@ -1228,35 +1334,25 @@ SHIM_EXPORT int cuGraphEventWaitNodeGetEvent(void) { return shim_unsupported("cu
 SHIM_EXPORT int cuGraphEventWaitNodeSetEvent(void) { return shim_unsupported("cuGraphEventWaitNodeSetEvent"); }
 SHIM_EXPORT int cuGraphExecBatchMemOpNodeSetParams(void) { return shim_unsupported("cuGraphExecBatchMemOpNodeSetParams"); }
 SHIM_EXPORT int cuGraphExecChildGraphNodeSetParams(void) { return shim_unsupported("cuGraphExecChildGraphNodeSetParams"); }
-SHIM_EXPORT int cuGraphExecDestroy(void) { return shim_unsupported("cuGraphExecDestroy"); }
 SHIM_EXPORT int cuGraphExecEventRecordNodeSetEvent(void) { return shim_unsupported("cuGraphExecEventRecordNodeSetEvent"); }
 SHIM_EXPORT int cuGraphExecEventWaitNodeSetEvent(void) { return shim_unsupported("cuGraphExecEventWaitNodeSetEvent"); }
 SHIM_EXPORT int cuGraphExecExternalSemaphoresSignalNodeSetParams(void) { return shim_unsupported("cuGraphExecExternalSemaphoresSignalNodeSetParams"); }
 SHIM_EXPORT int cuGraphExecExternalSemaphoresWaitNodeSetParams(void) { return shim_unsupported("cuGraphExecExternalSemaphoresWaitNodeSetParams"); }
-SHIM_EXPORT int cuGraphExecGetFlags(void) { return shim_unsupported("cuGraphExecGetFlags"); }
 SHIM_EXPORT int cuGraphExecHostNodeSetParams(void) { return shim_unsupported("cuGraphExecHostNodeSetParams"); }
 SHIM_EXPORT int cuGraphExecKernelNodeSetParams(void) { return shim_unsupported("cuGraphExecKernelNodeSetParams"); }
 SHIM_EXPORT int cuGraphExecKernelNodeSetParams_v2(void) { return shim_unsupported("cuGraphExecKernelNodeSetParams_v2"); }
 SHIM_EXPORT int cuGraphExecMemcpyNodeSetParams(void) { return shim_unsupported("cuGraphExecMemcpyNodeSetParams"); }
 SHIM_EXPORT int cuGraphExecMemsetNodeSetParams(void) { return shim_unsupported("cuGraphExecMemsetNodeSetParams"); }
 SHIM_EXPORT int cuGraphExecNodeSetParams(void) { return shim_unsupported("cuGraphExecNodeSetParams"); }
-SHIM_EXPORT int cuGraphExecUpdate(void) { return shim_unsupported("cuGraphExecUpdate"); }
-SHIM_EXPORT int cuGraphExecUpdate_v2(void) { return shim_unsupported("cuGraphExecUpdate_v2"); }
 SHIM_EXPORT int cuGraphExternalSemaphoresSignalNodeGetParams(void) { return shim_unsupported("cuGraphExternalSemaphoresSignalNodeGetParams"); }
 SHIM_EXPORT int cuGraphExternalSemaphoresSignalNodeSetParams(void) { return shim_unsupported("cuGraphExternalSemaphoresSignalNodeSetParams"); }
 SHIM_EXPORT int cuGraphExternalSemaphoresWaitNodeGetParams(void) { return shim_unsupported("cuGraphExternalSemaphoresWaitNodeGetParams"); }
 SHIM_EXPORT int cuGraphExternalSemaphoresWaitNodeSetParams(void) { return shim_unsupported("cuGraphExternalSemaphoresWaitNodeSetParams"); }
 SHIM_EXPORT int cuGraphGetEdges(void) { return shim_unsupported("cuGraphGetEdges"); }
 SHIM_EXPORT int cuGraphGetEdges_v2(void) { return shim_unsupported("cuGraphGetEdges_v2"); }
-SHIM_EXPORT int cuGraphGetNodes(void) { return shim_unsupported("cuGraphGetNodes"); }
 SHIM_EXPORT int cuGraphGetRootNodes(void) { return shim_unsupported("cuGraphGetRootNodes"); }
 SHIM_EXPORT int cuGraphHostNodeGetParams(void) { return shim_unsupported("cuGraphHostNodeGetParams"); }
 SHIM_EXPORT int cuGraphHostNodeSetParams(void) { return shim_unsupported("cuGraphHostNodeSetParams"); }
-SHIM_EXPORT int cuGraphInstantiate(void) { return shim_unsupported("cuGraphInstantiate"); }
-SHIM_EXPORT int cuGraphInstantiateWithFlags(void) { return shim_unsupported("cuGraphInstantiateWithFlags"); }
-SHIM_EXPORT int cuGraphInstantiateWithParams(void) { return shim_unsupported("cuGraphInstantiateWithParams"); }
-SHIM_EXPORT int cuGraphInstantiateWithParams_ptsz(void) { return shim_unsupported("cuGraphInstantiateWithParams_ptsz"); }
-SHIM_EXPORT int cuGraphInstantiate_v2(void) { return shim_unsupported("cuGraphInstantiate_v2"); }
 SHIM_EXPORT int cuGraphKernelNodeCopyAttributes(void) { return shim_unsupported("cuGraphKernelNodeCopyAttributes"); }
 SHIM_EXPORT int cuGraphKernelNodeGetAttribute(void) { return shim_unsupported("cuGraphKernelNodeGetAttribute"); }
 SHIM_EXPORT int cuGraphKernelNodeGetParams(void) { return shim_unsupported("cuGraphKernelNodeGetParams"); }
@@ -1264,8 +1360,6 @@ SHIM_EXPORT int cuGraphKernelNodeGetParams_v2(void) { return shim_unsupported("c
 SHIM_EXPORT int cuGraphKernelNodeSetAttribute(void) { return shim_unsupported("cuGraphKernelNodeSetAttribute"); }
 SHIM_EXPORT int cuGraphKernelNodeSetParams(void) { return shim_unsupported("cuGraphKernelNodeSetParams"); }
 SHIM_EXPORT int cuGraphKernelNodeSetParams_v2(void) { return shim_unsupported("cuGraphKernelNodeSetParams_v2"); }
-SHIM_EXPORT int cuGraphLaunch(void) { return shim_unsupported("cuGraphLaunch"); }
-SHIM_EXPORT int cuGraphLaunch_ptsz(void) { return shim_unsupported("cuGraphLaunch_ptsz"); }
 SHIM_EXPORT int cuGraphMemAllocNodeGetParams(void) { return shim_unsupported("cuGraphMemAllocNodeGetParams"); }
 SHIM_EXPORT int cuGraphMemFreeNodeGetParams(void) { return shim_unsupported("cuGraphMemFreeNodeGetParams"); }
 SHIM_EXPORT int cuGraphMemcpyNodeGetParams(void) { return shim_unsupported("cuGraphMemcpyNodeGetParams"); }
@@ -1285,8 +1379,6 @@ SHIM_EXPORT int cuGraphReleaseUserObject(void) { return shim_unsupported("cuGrap
 SHIM_EXPORT int cuGraphRemoveDependencies(void) { return shim_unsupported("cuGraphRemoveDependencies"); }
 SHIM_EXPORT int cuGraphRemoveDependencies_v2(void) { return shim_unsupported("cuGraphRemoveDependencies_v2"); }
 SHIM_EXPORT int cuGraphRetainUserObject(void) { return shim_unsupported("cuGraphRetainUserObject"); }
-SHIM_EXPORT int cuGraphUpload(void) { return shim_unsupported("cuGraphUpload"); }
-SHIM_EXPORT int cuGraphUpload_ptsz(void) { return shim_unsupported("cuGraphUpload_ptsz"); }
 SHIM_EXPORT int cuGraphicsEGLRegisterImage(void) { return shim_unsupported("cuGraphicsEGLRegisterImage"); }
 SHIM_EXPORT int cuGraphicsGLRegisterBuffer(void) { return shim_unsupported("cuGraphicsGLRegisterBuffer"); }
 SHIM_EXPORT int cuGraphicsGLRegisterImage(void) { return shim_unsupported("cuGraphicsGLRegisterImage"); }
@@ -1465,21 +1557,11 @@ SHIM_EXPORT int cuSignalExternalSemaphoresAsync(void) { return shim_unsupported(
 SHIM_EXPORT int cuSignalExternalSemaphoresAsync_ptsz(void) { return shim_unsupported("cuSignalExternalSemaphoresAsync_ptsz"); }
 SHIM_EXPORT int cuStreamAttachMemAsync(void) { return shim_unsupported("cuStreamAttachMemAsync"); }
 SHIM_EXPORT int cuStreamAttachMemAsync_ptsz(void) { return shim_unsupported("cuStreamAttachMemAsync_ptsz"); }
-SHIM_EXPORT int cuStreamBeginCapture(void) { return shim_unsupported("cuStreamBeginCapture"); }
 SHIM_EXPORT int cuStreamBeginCaptureToGraph(void) { return shim_unsupported("cuStreamBeginCaptureToGraph"); }
 SHIM_EXPORT int cuStreamBeginCaptureToGraph_ptsz(void) { return shim_unsupported("cuStreamBeginCaptureToGraph_ptsz"); }
-SHIM_EXPORT int cuStreamBeginCapture_ptsz(void) { return shim_unsupported("cuStreamBeginCapture_ptsz"); }
-SHIM_EXPORT int cuStreamBeginCapture_v2(void) { return shim_unsupported("cuStreamBeginCapture_v2"); }
-SHIM_EXPORT int cuStreamBeginCapture_v2_ptsz(void) { return shim_unsupported("cuStreamBeginCapture_v2_ptsz"); }
-SHIM_EXPORT int cuStreamEndCapture(void) { return shim_unsupported("cuStreamEndCapture"); }
-SHIM_EXPORT int cuStreamEndCapture_ptsz(void) { return shim_unsupported("cuStreamEndCapture_ptsz"); }
 SHIM_EXPORT int cuStreamGetCaptureInfo(void) { return shim_unsupported("cuStreamGetCaptureInfo"); }
 SHIM_EXPORT int cuStreamGetCaptureInfo_ptsz(void) { return shim_unsupported("cuStreamGetCaptureInfo_ptsz"); }
 SHIM_EXPORT int cuStreamGetGreenCtx(void) { return shim_unsupported("cuStreamGetGreenCtx"); }
-SHIM_EXPORT int cuStreamUpdateCaptureDependencies(void) { return shim_unsupported("cuStreamUpdateCaptureDependencies"); }
-SHIM_EXPORT int cuStreamUpdateCaptureDependencies_ptsz(void) { return shim_unsupported("cuStreamUpdateCaptureDependencies_ptsz"); }
-SHIM_EXPORT int cuStreamUpdateCaptureDependencies_v2(void) { return shim_unsupported("cuStreamUpdateCaptureDependencies_v2"); }
-SHIM_EXPORT int cuStreamUpdateCaptureDependencies_v2_ptsz(void) { return shim_unsupported("cuStreamUpdateCaptureDependencies_v2_ptsz"); }
 SHIM_EXPORT int cuSurfObjectCreate(void) { return shim_unsupported("cuSurfObjectCreate"); }
 SHIM_EXPORT int cuSurfObjectDestroy(void) { return shim_unsupported("cuSurfObjectDestroy"); }
 SHIM_EXPORT int cuSurfObjectGetResourceDesc(void) { return shim_unsupported("cuSurfObjectGetResourceDesc"); }
@@ -1606,6 +1688,14 @@ const char *shim_call_name(unsigned id) {
 	case CALL_tensorMapEncode: return "tensorMapEncode";
 	case CALL_tensorMapReplaceAddress: return "tensorMapReplaceAddress";
 	case CALL_moduleImageChunk: return "moduleImageChunk";
+	case CALL_streamBeginCapture: return "streamBeginCapture";
+	case CALL_streamEndCapture: return "streamEndCapture";
+	case CALL_cuGraphInstantiateWithFlags: return "cuGraphInstantiateWithFlags";
+	case CALL_cuGraphLaunch: return "cuGraphLaunch";
+	case CALL_cuGraphUpload: return "cuGraphUpload";
+	case CALL_graphExecUpdate: return "graphExecUpdate";
+	case CALL_cuGraphDestroy: return "cuGraphDestroy";
+	case CALL_cuGraphExecDestroy: return "cuGraphExecDestroy";
 	}
 	return NULL;
 }
@@ -1758,6 +1848,21 @@ int cuModuleGetGlobal_v2();
 int cuLibraryGetGlobal();
 int cuMemMap();
 int cuMemUnmap();
+int cuStreamBeginCapture();
+int cuStreamBeginCapture_v2();
+int cuStreamEndCapture();
+int cuGraphGetNodes();
+int cuGraphInstantiate();
+int cuGraphInstantiate_v2();
+int cuGraphInstantiateWithParams();
+int cuGraphExecUpdate();
+int cuGraphExecUpdate_v2();
+int cuGraphDestroy();
+int cuGraphExecDestroy();
+int cuGraphInstantiateWithFlags();
+int cuStreamUpdateCaptureDependencies();
+int cuStreamUpdateCaptureDependencies_v2();
+int cuGraphExecGetFlags();
 
 const struct shim_proc shim_procs[] = {
 	{"cuArray3DCreate", (void *)cuArray3DCreate, 1},
@@ -1942,7 +2047,7 @@ const struct shim_proc shim_procs[] = {
 	{"cuGraphConditionalHandleCreate", (void *)cuGraphConditionalHandleCreate, 1},
 	{"cuGraphCreate", (void *)cuGraphCreate, 1},
 	{"cuGraphDebugDotPrint", (void *)cuGraphDebugDotPrint, 1},
-	{"cuGraphDestroy", (void *)cuGraphDestroy, 1},
+	{"cuGraphDestroy", (void *)cuGraphDestroy, 0},
 	{"cuGraphDestroyNode", (void *)cuGraphDestroyNode, 1},
 	{"cuGraphEventRecordNodeGetEvent", (void *)cuGraphEventRecordNodeGetEvent, 1},
 	{"cuGraphEventRecordNodeSetEvent", (void *)cuGraphEventRecordNodeSetEvent, 1},
@@ -1950,35 +2055,35 @@ const struct shim_proc shim_procs[] = {
 	{"cuGraphEventWaitNodeSetEvent", (void *)cuGraphEventWaitNodeSetEvent, 1},
 	{"cuGraphExecBatchMemOpNodeSetParams", (void *)cuGraphExecBatchMemOpNodeSetParams, 1},
 	{"cuGraphExecChildGraphNodeSetParams", (void *)cuGraphExecChildGraphNodeSetParams, 1},
-	{"cuGraphExecDestroy", (void *)cuGraphExecDestroy, 1},
+	{"cuGraphExecDestroy", (void *)cuGraphExecDestroy, 0},
 	{"cuGraphExecEventRecordNodeSetEvent", (void *)cuGraphExecEventRecordNodeSetEvent, 1},
 	{"cuGraphExecEventWaitNodeSetEvent", (void *)cuGraphExecEventWaitNodeSetEvent, 1},
 	{"cuGraphExecExternalSemaphoresSignalNodeSetParams", (void *)cuGraphExecExternalSemaphoresSignalNodeSetParams, 1},
 	{"cuGraphExecExternalSemaphoresWaitNodeSetParams", (void *)cuGraphExecExternalSemaphoresWaitNodeSetParams, 1},
-	{"cuGraphExecGetFlags", (void *)cuGraphExecGetFlags, 1},
+	{"cuGraphExecGetFlags", (void *)cuGraphExecGetFlags, 0},
 	{"cuGraphExecHostNodeSetParams", (void *)cuGraphExecHostNodeSetParams, 1},
 	{"cuGraphExecKernelNodeSetParams", (void *)cuGraphExecKernelNodeSetParams, 1},
 	{"cuGraphExecKernelNodeSetParams_v2", (void *)cuGraphExecKernelNodeSetParams_v2, 1},
 	{"cuGraphExecMemcpyNodeSetParams", (void *)cuGraphExecMemcpyNodeSetParams, 1},
 	{"cuGraphExecMemsetNodeSetParams", (void *)cuGraphExecMemsetNodeSetParams, 1},
 	{"cuGraphExecNodeSetParams", (void *)cuGraphExecNodeSetParams, 1},
-	{"cuGraphExecUpdate", (void *)cuGraphExecUpdate, 1},
-	{"cuGraphExecUpdate_v2", (void *)cuGraphExecUpdate_v2, 1},
+	{"cuGraphExecUpdate", (void *)cuGraphExecUpdate, 0},
+	{"cuGraphExecUpdate_v2", (void *)cuGraphExecUpdate_v2, 0},
 	{"cuGraphExternalSemaphoresSignalNodeGetParams", (void *)cuGraphExternalSemaphoresSignalNodeGetParams, 1},
 	{"cuGraphExternalSemaphoresSignalNodeSetParams", (void *)cuGraphExternalSemaphoresSignalNodeSetParams, 1},
 	{"cuGraphExternalSemaphoresWaitNodeGetParams", (void *)cuGraphExternalSemaphoresWaitNodeGetParams, 1},
 	{"cuGraphExternalSemaphoresWaitNodeSetParams", (void *)cuGraphExternalSemaphoresWaitNodeSetParams, 1},
 	{"cuGraphGetEdges", (void *)cuGraphGetEdges, 1},
 	{"cuGraphGetEdges_v2", (void *)cuGraphGetEdges_v2, 1},
-	{"cuGraphGetNodes", (void *)cuGraphGetNodes, 1},
+	{"cuGraphGetNodes", (void *)cuGraphGetNodes, 0},
 	{"cuGraphGetRootNodes", (void *)cuGraphGetRootNodes, 1},
 	{"cuGraphHostNodeGetParams", (void *)cuGraphHostNodeGetParams, 1},
 	{"cuGraphHostNodeSetParams", (void *)cuGraphHostNodeSetParams, 1},
-	{"cuGraphInstantiate", (void *)cuGraphInstantiate, 1},
-	{"cuGraphInstantiateWithFlags", (void *)cuGraphInstantiateWithFlags, 1},
-	{"cuGraphInstantiateWithParams", (void *)cuGraphInstantiateWithParams, 1},
-	{"cuGraphInstantiateWithParams_ptsz", (void *)cuGraphInstantiateWithParams_ptsz, 1},
-	{"cuGraphInstantiate_v2", (void *)cuGraphInstantiate_v2, 1},
+	{"cuGraphInstantiate", (void *)cuGraphInstantiate, 0},
+	{"cuGraphInstantiateWithFlags", (void *)cuGraphInstantiateWithFlags, 0},
+	{"cuGraphInstantiateWithParams", (void *)cuGraphInstantiateWithParams, 0},
+	{"cuGraphInstantiateWithParams_ptsz", (void *)cuGraphInstantiateWithParams, 0},
+	{"cuGraphInstantiate_v2", (void *)cuGraphInstantiate_v2, 0},
 	{"cuGraphKernelNodeCopyAttributes", (void *)cuGraphKernelNodeCopyAttributes, 1},
 	{"cuGraphKernelNodeGetAttribute", (void *)cuGraphKernelNodeGetAttribute, 1},
 	{"cuGraphKernelNodeGetParams", (void *)cuGraphKernelNodeGetParams, 1},
@@ -1986,8 +2091,8 @@ const struct shim_proc shim_procs[] = {
 	{"cuGraphKernelNodeSetAttribute", (void *)cuGraphKernelNodeSetAttribute, 1},
 	{"cuGraphKernelNodeSetParams", (void *)cuGraphKernelNodeSetParams, 1},
 	{"cuGraphKernelNodeSetParams_v2", (void *)cuGraphKernelNodeSetParams_v2, 1},
-	{"cuGraphLaunch", (void *)cuGraphLaunch, 1},
-	{"cuGraphLaunch_ptsz", (void *)cuGraphLaunch_ptsz, 1},
+	{"cuGraphLaunch", (void *)cuGraphLaunch, 0},
+	{"cuGraphLaunch_ptsz", (void *)cuGraphLaunch, 0},
 	{"cuGraphMemAllocNodeGetParams", (void *)cuGraphMemAllocNodeGetParams, 1},
 	{"cuGraphMemFreeNodeGetParams", (void *)cuGraphMemFreeNodeGetParams, 1},
 	{"cuGraphMemcpyNodeGetParams", (void *)cuGraphMemcpyNodeGetParams, 1},
@@ -2007,8 +2112,8 @@ const struct shim_proc shim_procs[] = {
 	{"cuGraphRemoveDependencies", (void *)cuGraphRemoveDependencies, 1},
 	{"cuGraphRemoveDependencies_v2", (void *)cuGraphRemoveDependencies_v2, 1},
 	{"cuGraphRetainUserObject", (void *)cuGraphRetainUserObject, 1},
-	{"cuGraphUpload", (void *)cuGraphUpload, 1},
-	{"cuGraphUpload_ptsz", (void *)cuGraphUpload_ptsz, 1},
+	{"cuGraphUpload", (void *)cuGraphUpload, 0},
+	{"cuGraphUpload_ptsz", (void *)cuGraphUpload, 0},
 	{"cuGraphicsEGLRegisterImage", (void *)cuGraphicsEGLRegisterImage, 1},
 	{"cuGraphicsGLRegisterBuffer", (void *)cuGraphicsGLRegisterBuffer, 1},
 	{"cuGraphicsGLRegisterImage", (void *)cuGraphicsGLRegisterImage, 1},
@@ -2313,20 +2418,20 @@ const struct shim_proc shim_procs[] = {
 	{"cuStreamBatchMemOp_ptsz", (void *)cuStreamBatchMemOp_v2, 0},
 	{"cuStreamBatchMemOp_v2", (void *)cuStreamBatchMemOp_v2, 0},
 	{"cuStreamBatchMemOp_v2_ptsz", (void *)cuStreamBatchMemOp_v2, 0},
-	{"cuStreamBeginCapture", (void *)cuStreamBeginCapture, 1},
+	{"cuStreamBeginCapture", (void *)cuStreamBeginCapture, 0},
 	{"cuStreamBeginCaptureToGraph", (void *)cuStreamBeginCaptureToGraph, 1},
 	{"cuStreamBeginCaptureToGraph_ptsz", (void *)cuStreamBeginCaptureToGraph_ptsz, 1},
-	{"cuStreamBeginCapture_ptsz", (void *)cuStreamBeginCapture_ptsz, 1},
-	{"cuStreamBeginCapture_v2", (void *)cuStreamBeginCapture_v2, 1},
-	{"cuStreamBeginCapture_v2_ptsz", (void *)cuStreamBeginCapture_v2_ptsz, 1},
+	{"cuStreamBeginCapture_ptsz", (void *)cuStreamBeginCapture, 0},
+	{"cuStreamBeginCapture_v2", (void *)cuStreamBeginCapture_v2, 0},
+	{"cuStreamBeginCapture_v2_ptsz", (void *)cuStreamBeginCapture_v2, 0},
 	{"cuStreamCopyAttributes", (void *)cuStreamCopyAttributes, 0},
 	{"cuStreamCopyAttributes_ptsz", (void *)cuStreamCopyAttributes, 0},
 	{"cuStreamCreate", (void *)cuStreamCreate, 0},
 	{"cuStreamCreateWithPriority", (void *)cuStreamCreateWithPriority, 0},
 	{"cuStreamDestroy", (void *)cuStreamDestroy_v2, 0},
 	{"cuStreamDestroy_v2", (void *)cuStreamDestroy_v2, 0},
-	{"cuStreamEndCapture", (void *)cuStreamEndCapture, 1},
-	{"cuStreamEndCapture_ptsz", (void *)cuStreamEndCapture_ptsz, 1},
+	{"cuStreamEndCapture", (void *)cuStreamEndCapture, 0},
+	{"cuStreamEndCapture_ptsz", (void *)cuStreamEndCapture, 0},
 	{"cuStreamGetAttribute", (void *)cuStreamGetAttribute, 0},
 	{"cuStreamGetAttribute_ptsz", (void *)cuStreamGetAttribute, 0},
 	{"cuStreamGetCaptureInfo", (void *)cuStreamGetCaptureInfo, 1},
@@ -2356,10 +2461,10 @@ const struct shim_proc shim_procs[] = {
 	{"cuStreamSetAttribute_ptsz", (void *)cuStreamSetAttribute, 0},
 	{"cuStreamSynchronize", (void *)cuStreamSynchronize, 0},
 	{"cuStreamSynchronize_ptsz", (void *)cuStreamSynchronize, 0},
-	{"cuStreamUpdateCaptureDependencies", (void *)cuStreamUpdateCaptureDependencies, 1},
-	{"cuStreamUpdateCaptureDependencies_ptsz", (void *)cuStreamUpdateCaptureDependencies_ptsz, 1},
-	{"cuStreamUpdateCaptureDependencies_v2", (void *)cuStreamUpdateCaptureDependencies_v2, 1},
-	{"cuStreamUpdateCaptureDependencies_v2_ptsz", (void *)cuStreamUpdateCaptureDependencies_v2_ptsz, 1},
+	{"cuStreamUpdateCaptureDependencies", (void *)cuStreamUpdateCaptureDependencies, 0},
+	{"cuStreamUpdateCaptureDependencies_ptsz", (void *)cuStreamUpdateCaptureDependencies, 0},
+	{"cuStreamUpdateCaptureDependencies_v2", (void *)cuStreamUpdateCaptureDependencies_v2, 0},
+	{"cuStreamUpdateCaptureDependencies_v2_ptsz", (void *)cuStreamUpdateCaptureDependencies_v2, 0},
 	{"cuStreamWaitEvent", (void *)cuStreamWaitEvent, 0},
 	{"cuStreamWaitEvent_ptsz", (void *)cuStreamWaitEvent, 0},
 	{"cuStreamWaitValue32", (void *)cuStreamWaitValue32_v2, 0},
@@ -2657,7 +2762,7 @@ const struct shim_variant shim_variants[] = {
 	{11000, 0, "cuGraphInstantiate_v2", (void *)cuGraphInstantiate_v2},
 	{11040, 0, "cuGraphInstantiateWithFlags", (void *)cuGraphInstantiateWithFlags},
 	{12000, 0, "cuGraphInstantiateWithParams", (void *)cuGraphInstantiateWithParams},
-	{12000, 1, "cuGraphInstantiateWithParams_ptsz", (void *)cuGraphInstantiateWithParams_ptsz},
+	{12000, 1, "cuGraphInstantiateWithParams_ptsz", (void *)cuGraphInstantiateWithParams},
 	{11000, 0, "cuGraphKernelNodeCopyAttributes", (void *)cuGraphKernelNodeCopyAttributes},
 	{11000, 0, "cuGraphKernelNodeGetAttribute", (void *)cuGraphKernelNodeGetAttribute},
 	{10000, 0, "cuGraphKernelNodeGetParams", (void *)cuGraphKernelNodeGetParams},
@@ -2666,7 +2771,7 @@ const struct shim_variant shim_variants[] = {
 	{10000, 0, "cuGraphKernelNodeSetParams", (void *)cuGraphKernelNodeSetParams},
 	{12000, 0, "cuGraphKernelNodeSetParams_v2", (void *)cuGraphKernelNodeSetParams_v2},
 	{10000, 0, "cuGraphLaunch", (void *)cuGraphLaunch},
-	{10000, 1, "cuGraphLaunch_ptsz", (void *)cuGraphLaunch_ptsz},
+	{10000, 1, "cuGraphLaunch_ptsz", (void *)cuGraphLaunch},
 	{11040, 0, "cuGraphMemAllocNodeGetParams", (void *)cuGraphMemAllocNodeGetParams},
 	{11040, 0, "cuGraphMemFreeNodeGetParams", (void *)cuGraphMemFreeNodeGetParams},
 	{10000, 0, "cuGraphMemcpyNodeGetParams", (void *)cuGraphMemcpyNodeGetParams},
@@ -2687,7 +2792,7 @@ const struct shim_variant shim_variants[] = {
 	{12030, 0, "cuGraphRemoveDependencies_v2", (void *)cuGraphRemoveDependencies_v2},
 	{11030, 0, "cuGraphRetainUserObject", (void *)cuGraphRetainUserObject},
 	{11010, 0, "cuGraphUpload", (void *)cuGraphUpload},
-	{11010, 1, "cuGraphUpload_ptsz", (void *)cuGraphUpload_ptsz},
+	{11010, 1, "cuGraphUpload_ptsz", (void *)cuGraphUpload},
 	{7000, 0, "cuGraphicsEGLRegisterImage", (void *)cuGraphicsEGLRegisterImage},
 	{3000, 0, "cuGraphicsGLRegisterBuffer", (void *)cuGraphicsGLRegisterBuffer},
 	{3000, 0, "cuGraphicsGLRegisterImage", (void *)cuGraphicsGLRegisterImage},
@@ -2993,9 +3098,9 @@ const struct shim_variant shim_variants[] = {
 	{11070, 0, "cuStreamBatchMemOp_v2", (void *)cuStreamBatchMemOp_v2},
 	{11070, 1, "cuStreamBatchMemOp_v2_ptsz", (void *)cuStreamBatchMemOp_v2},
 	{10000, 0, "cuStreamBeginCapture", (void *)cuStreamBeginCapture},
-	{10000, 1, "cuStreamBeginCapture_ptsz", (void *)cuStreamBeginCapture_ptsz},
+	{10000, 1, "cuStreamBeginCapture_ptsz", (void *)cuStreamBeginCapture},
 	{10010, 0, "cuStreamBeginCapture_v2", (void *)cuStreamBeginCapture_v2},
-	{10010, 1, "cuStreamBeginCapture_v2_ptsz", (void *)cuStreamBeginCapture_v2_ptsz},
+	{10010, 1, "cuStreamBeginCapture_v2_ptsz", (void *)cuStreamBeginCapture_v2},
 	{12030, 0, "cuStreamBeginCaptureToGraph", (void *)cuStreamBeginCaptureToGraph},
 	{12030, 1, "cuStreamBeginCaptureToGraph_ptsz", (void *)cuStreamBeginCaptureToGraph_ptsz},
 	{11000, 0, "cuStreamCopyAttributes", (void *)cuStreamCopyAttributes},
@@ -3005,7 +3110,7 @@ const struct shim_variant shim_variants[] = {
 	{2000, 0, "cuStreamDestroy", (void *)cuStreamDestroy_v2},
 	{4000, 0, "cuStreamDestroy_v2", (void *)cuStreamDestroy_v2},
 	{10000, 0, "cuStreamEndCapture", (void *)cuStreamEndCapture},
-	{10000, 1, "cuStreamEndCapture_ptsz", (void *)cuStreamEndCapture_ptsz},
+	{10000, 1, "cuStreamEndCapture_ptsz", (void *)cuStreamEndCapture},
 	{11000, 0, "cuStreamGetAttribute", (void *)cuStreamGetAttribute},
 	{11000, 1, "cuStreamGetAttribute_ptsz", (void *)cuStreamGetAttribute},
 	{10010, 0, "cuStreamGetCaptureInfo", (void *)cuStreamGetCaptureInfo},
@@ -3036,9 +3141,9 @@ const struct shim_variant shim_variants[] = {
 	{2000, 0, "cuStreamSynchronize", (void *)cuStreamSynchronize},
 	{7000, 1, "cuStreamSynchronize_ptsz", (void *)cuStreamSynchronize},
 	{11030, 0, "cuStreamUpdateCaptureDependencies", (void *)cuStreamUpdateCaptureDependencies},
-	{11030, 1, "cuStreamUpdateCaptureDependencies_ptsz", (void *)cuStreamUpdateCaptureDependencies_ptsz},
+	{11030, 1, "cuStreamUpdateCaptureDependencies_ptsz", (void *)cuStreamUpdateCaptureDependencies},
 	{12030, 0, "cuStreamUpdateCaptureDependencies_v2", (void *)cuStreamUpdateCaptureDependencies_v2},
-	{12030, 1, "cuStreamUpdateCaptureDependencies_v2_ptsz", (void *)cuStreamUpdateCaptureDependencies_v2_ptsz},
+	{12030, 1, "cuStreamUpdateCaptureDependencies_v2_ptsz", (void *)cuStreamUpdateCaptureDependencies_v2},
 	{3020, 0, "cuStreamWaitEvent", (void *)cuStreamWaitEvent},
 	{7000, 1, "cuStreamWaitEvent_ptsz", (void *)cuStreamWaitEvent},
 	{8000, 0, "cuStreamWaitValue32", (void *)cuStreamWaitValue32_v2},

@@ -8,7 +8,7 @@
 
 #define SHIM_MAGIC 1297237830ULL /* first word of the hello, its reply and the control block ("FGRM" little-endian) */
 #define SHIM_VERSION_MAJOR 1ULL /* incompatible changes; a mismatch is refused */
-#define SHIM_VERSION_MINOR 1ULL /* compatible additions (new calls); a server accepts clients with minor <= its own */
+#define SHIM_VERSION_MINOR 2ULL /* compatible additions (new calls); a server accepts clients with minor <= its own */
 #define SHIM_RECORD_HEADER_SIZE 16ULL /* u32 size, u16 call id, u16 flags, u64 seq */
 #define SHIM_RECORD_FLAG_SYNC 1ULL /* the caller waits for a response (set for sync calls, and for every call in all-sync mode) */
 #define SHIM_RECORD_PAD_ID 0ULL /* call id of padding up to the end of the ring */
@@ -126,6 +126,14 @@ enum shim_call_id {
 	CALL_tensorMapEncode = 110,
 	CALL_tensorMapReplaceAddress = 111,
 	CALL_moduleImageChunk = 47,
+	CALL_streamBeginCapture = 120,
+	CALL_streamEndCapture = 121,
+	CALL_cuGraphInstantiateWithFlags = 122,
+	CALL_cuGraphLaunch = 123,
+	CALL_cuGraphUpload = 124,
+	CALL_graphExecUpdate = 125,
+	CALL_cuGraphDestroy = 126,
+	CALL_cuGraphExecDestroy = 127,
 };
 
 /* Generated entry points, and the encoders behind the handwritten ones (rpc_*). */
@@ -202,6 +210,14 @@ int rpc_streamWaitValue(void *hStream, unsigned long long addr, unsigned long lo
 int rpc_tensorMapEncode(void *tensorMap, const void *request, size_t size);
 int rpc_tensorMapReplaceAddress(void *tensorMap, const void *old, unsigned long long globalAddress);
 int rpc_moduleImageChunk(const void *data, size_t size);
+int rpc_streamBeginCapture(void *hStream, unsigned int mode);
+int rpc_streamEndCapture(void **phGraph, unsigned long long *nodes, void *hStream);
+int rpc_cuGraphInstantiateWithFlags(void **phGraphExec, void *hGraph, unsigned long long flags);
+int cuGraphLaunch(void *hGraphExec, void *hStream);
+int cuGraphUpload(void *hGraphExec, void *hStream);
+int rpc_graphExecUpdate(unsigned int *result, void *hGraphExec, void *hGraph);
+int rpc_cuGraphDestroy(void *hGraph);
+int rpc_cuGraphExecDestroy(void *hGraphExec);
 
 /* Name of a call id, or NULL. */
 const char *shim_call_name(unsigned id);

@@ -38,6 +38,11 @@
  *   69a28e9f             69a28e9f-2449-8b47-b030-c5da330ea4e9  34 slots: asked for once in the driver 580 trace of
  *                        PyTorch (slots 19, 21, 24 and 25 called) by a library the pinned wheels do not contain;
  *                        its slots are stubs until a workload here needs them.
+ *   1734dc26             1734dc26-800d-4745-8726-c0f1e7dd8bca  asked for once per process by cuBLASLt 13.1 when it
+ *                        runs bfloat16 GEMMs (the llm function), which calls slot 4 with two result pointers and a
+ *                        function pointer; the slot answers CUDA_ERROR_NOT_SUPPORTED, as it did when the table was
+ *                        unknown, and cuBLASLt carries on. What the slot does on the real driver is not known: the
+ *                        GPU suite compares the llm function's tokens through the shim with a native run.
  */
 #include <pthread.h>
 #include <stdio.h>
@@ -131,6 +136,8 @@ static const struct {
 	 {0xf8, 0xcf, 0xf9, 0x51, 0x21, 0x46, 0x8b, 0x4e, 0xb9, 0xe2, 0xfb, 0x46, 0x9e, 0x7c, 0x0d, 0xd9}, 3},
 	{SHIM_TABLE_69A28E9F, "69a28e9f",
 	 {0x69, 0xa2, 0x8e, 0x9f, 0x24, 0x49, 0x8b, 0x47, 0xb0, 0x30, 0xc5, 0xda, 0x33, 0x0e, 0xa4, 0xe9}, 34},
+	{SHIM_TABLE_1734DC26, "1734dc26",
+	 {0x17, 0x34, 0xdc, 0x26, 0x80, 0x0d, 0x47, 0x45, 0x87, 0x26, 0xc0, 0xf1, 0xe7, 0xdd, 0x8b, 0xca}, 0},
 	{SHIM_TABLE_TOOLS_CONTEXT_ID, "TOOLS_CONTEXT_ID",
 	 {0x21, 0x31, 0x8c, 0x60, 0x97, 0x14, 0x32, 0x48, 0x8c, 0xa6, 0x41, 0xff, 0x73, 0x24, 0xc8, 0xf2}, 93},
 };
@@ -427,6 +434,7 @@ static void setup(void) {
 	SET(SHIM_TABLE_CTX_CREATE_BYPASS, 1, refuse);
 	SET(SHIM_TABLE_HEAP_ACCESS, 1, refuse);
 	SET(SHIM_TABLE_HEAP_ACCESS, 2, refuse);
+	SET(SHIM_TABLE_1734DC26, 4, refuse);
 }
 
 const void *shim_export_table(enum shim_table t) {

@@ -33,6 +33,10 @@ enum {
 	CUDA_ERROR_NOT_PERMITTED = 800,
 	CUDA_ERROR_NOT_SUPPORTED = 801,
 	CUDA_ERROR_SYSTEM_NOT_READY = 802,
+	CUDA_ERROR_ILLEGAL_STATE = 401,
+	CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED = 900,
+	CUDA_ERROR_STREAM_CAPTURE_INVALIDATED = 901,
+	CUDA_ERROR_GRAPH_EXEC_UPDATE_FAILURE = 910,
 	CUDA_ERROR_UNKNOWN = 999,
 };
 
@@ -137,6 +141,7 @@ enum shim_table {
 	SHIM_TABLE_TOOLS_CONTEXT_ID,
 	SHIM_TABLE_PRE_INIT,
 	SHIM_TABLE_69A28E9F,
+	SHIM_TABLE_1734DC26,
 	SHIM_TABLE_KNOWN, /* tables from here on are stub tables handed out for UUIDs the shim does not know */
 };
 /* The table handed out for a known table (NULL for an index without one). */
@@ -159,6 +164,15 @@ void shim_integrity_begin(struct shim_md2 *m);
 void shim_integrity_end(struct shim_md2 *m, uint64_t out[2]);
 /* fn is the address of the table slot the caller called (it is part of the message). */
 int shim_integrity_check(unsigned version, uint64_t unix_seconds, uint64_t out[2], const void *fn);
+
+/* Stream capture state (stream.c; CUstreamCaptureStatus values), set by graph.c. begin fails with
+ * CUDA_ERROR_ILLEGAL_STATE on a stream already capturing, end on one that is not. invalidate marks every active
+ * capture invalidated (a call the capture cannot hold failed). */
+enum { SHIM_CAPTURE_NONE = 0, SHIM_CAPTURE_ACTIVE = 1, SHIM_CAPTURE_INVALIDATED = 2 };
+int shim_stream_capture_begin(void *h, int mode);
+int shim_stream_capture_end(void *h);
+void shim_stream_capture_invalidate(void);
+int shim_stream_capture_status(void *h, int *status, uint64_t *id);
 
 /* Whether an address is device memory of the function (alloc.c). */
 int shim_device_address(uint64_t p);

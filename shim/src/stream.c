@@ -2,8 +2,8 @@
  * stream.c: what the shim knows about the function's streams without asking the gpuserver. Streams are created
  * remotely (their handles are the gpuserver's); their flags, priority, id and attributes are kept here, so the
  * queries PyTorch and cuBLAS make around every operation (capture state, flags, priority, context, device) cost no
- * round trip. Stream capture (CUDA graphs) is not supported: every stream reports that it is not capturing, and
- * beginning a capture answers CUDA_ERROR_NOT_SUPPORTED. Host functions run on the calling thread once the
+ * round trip. Capture state (CUDA graphs, graph.c) is kept here too, so that the capture queries PyTorch's allocator
+ * makes before every allocation report the real state without a round trip. Host functions run on the calling thread once the
  * stream's earlier work has completed (all of a session's streams run in order on the gpuserver).
  */
 #include <pthread.h>
@@ -22,6 +22,9 @@ struct stream {
 	int priority;
 	uint64_t id;
 	uint8_t attr[ATTRS][64];
+	int capture_status; /* CUstreamCaptureStatus: none, active, invalidated */
+	int capture_mode;
+	uint64_t capture_id;
 	struct stream *next;
 };
 
@@ -139,25 +142,78 @@ SHIM_EXPORT int cuStreamGetDevice(void *h, int *device) {
 	return CUDA_SUCCESS;
 }
 
-/* ---- capture: never capturing */
+/* ---- capture: the state graph.c sets at cuStreamBeginCapture and cuStreamEndCapture */
 
-enum { CAPTURE_STATUS_NONE = 0 };
+static uint64_t next_capture_id = 1;
+
+int shim_stream_capture_begin(void *h, int mode) {
+	int r = CUDA_SUCCESS;
+	pthread_mutex_lock(&mu);
+	struct stream *s = get(h);
+	if (s == NULL)
+		r = CUDA_ERROR_INVALID_HANDLE;
+	else if (s->capture_status != SHIM_CAPTURE_NONE)
+		r = CUDA_ERROR_ILLEGAL_STATE;
+	else {
+		s->capture_status = SHIM_CAPTURE_ACTIVE;
+		s->capture_mode = mode;
+		s->capture_id = next_capture_id++;
+	}
+	pthread_mutex_unlock(&mu);
+	return r;
+}
+
+int shim_stream_capture_end(void *h) {
+	int r = CUDA_SUCCESS;
+	pthread_mutex_lock(&mu);
+	struct stream *s = get(h);
+	if (s == NULL)
+		r = CUDA_ERROR_INVALID_HANDLE;
+	else if (s->capture_status == SHIM_CAPTURE_NONE)
+		r = CUDA_ERROR_ILLEGAL_STATE;
+	else
+		s->capture_status = SHIM_CAPTURE_NONE;
+	pthread_mutex_unlock(&mu);
+	return r;
+}
+
+void shim_stream_capture_invalidate(void) {
+	pthread_mutex_lock(&mu);
+	for (struct stream *s = streams; s != NULL; s = s->next)
+		if (s->capture_status == SHIM_CAPTURE_ACTIVE) s->capture_status = SHIM_CAPTURE_INVALIDATED;
+	for (int i = 0; i < 3; i++)
+		if (defaults[i].capture_status == SHIM_CAPTURE_ACTIVE) defaults[i].capture_status = SHIM_CAPTURE_INVALIDATED;
+	pthread_mutex_unlock(&mu);
+}
+
+int shim_stream_capture_status(void *h, int *status, uint64_t *id) {
+	pthread_mutex_lock(&mu);
+	struct stream *s = get(h);
+	if (s != NULL) {
+		*status = s->capture_status;
+		*id = s->capture_id;
+	}
+	pthread_mutex_unlock(&mu);
+	return s == NULL ? CUDA_ERROR_INVALID_HANDLE : CUDA_SUCCESS;
+}
 
 SHIM_EXPORT int cuStreamIsCapturing(void *h, int *status) {
 	SHIM_LOCAL();
 	if (status == NULL) return CUDA_ERROR_INVALID_VALUE;
-	WITH_STREAM(h, s, (void)s);
-	*status = CAPTURE_STATUS_NONE;
-	return CUDA_SUCCESS;
+	uint64_t id;
+	return shim_stream_capture_status(h, status, &id);
 }
 
 SHIM_EXPORT int cuStreamGetCaptureInfo_v3(void *h, int *status, unsigned long long *id, void **graph,
 					  const void **deps, const void **edges, size_t *ndeps) {
 	SHIM_LOCAL();
 	if (status == NULL) return CUDA_ERROR_INVALID_VALUE;
-	WITH_STREAM(h, s, (void)s);
-	*status = CAPTURE_STATUS_NONE;
-	if (id != NULL) *id = 0;
+	uint64_t cid = 0;
+	int r = shim_stream_capture_status(h, status, &cid);
+	if (r != 0) return r;
+	/* The graph is the gpuserver's until the capture ends: no handle, and the recorded work runs in order, so
+	 * the dependencies of the next node are the whole capture so far (none to name). */
+	if (id != NULL) *id = *status == SHIM_CAPTURE_NONE ? 0 : cid;
 	if (graph != NULL) *graph = NULL;
 	if (deps != NULL) *deps = NULL;
 	if (edges != NULL) *edges = NULL;

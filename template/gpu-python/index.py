@@ -25,11 +25,20 @@ Environment:
                         standard library's default of 5 drops connections under a burst of concurrent requests)
 
 GET /_/health answers 200 once the handler is imported, as of-watchdog's health endpoint does.
+
+Streaming: a handler may return a generator (or any iterator), alone or as the body of its dict or tuple result.
+Its items (bytes, str, or a dict/list sent as a JSON line) are written as they come, each flushed in a chunk of
+its own (HTTP/1.1 chunked transfer encoding; server-sent events when the handler sets Content-Type
+text/event-stream). A GPU function's binding is held until the generator is exhausted, and released as soon as
+the client goes away (the generator is closed, so its finally blocks run). A stream that cannot be vouched for (the
+generator raised, or the GPU failed while the binding was held) ends without the final chunk, so the client sees
+an incomplete response, never a complete wrong one.
 """
 
 import http.client
 import json
 import os
+import select
 import signal
 import socket
 import sys
@@ -157,6 +166,14 @@ class GPUClient:
         except (ValueError, AttributeError):
             return raw.decode(errors="replace")
 
+    @staticmethod
+    def _restart(raw):
+        """Whether an error answer says that this process must start again (its GPU memory is gone)."""
+        try:
+            return json.loads(raw).get("restart") is True
+        except (ValueError, AttributeError):
+            return False
+
     def acquire(self):
         """Returns (binding, lease): the binding and the connection that holds it until release."""
         try:
@@ -191,8 +208,10 @@ class GPUClient:
             raise GPUError(503, "gpuserver at %s unreachable: %s" % (self.socket_path, e))
         if status != 200:
             conn.close()
+            # restart: the function's GPU memory was lost before its initialisation ended (a fault or a GPU
+            # failure); a new process initialises afresh.
             raise GPUError(status, "gpuserver refused to acquire a GPU for function %s (HTTP %d): %s"
-                           % (self.function, status, self._error_text(raw)))
+                           % (self.function, status, self._error_text(raw)), restart=self._restart(raw))
         try:
             binding = json.loads(raw)
         except ValueError:
@@ -250,23 +269,40 @@ def format_body(body):
     return str(body).encode()
 
 
+def is_stream(body):
+    """Whether a handler's body is a stream: an iterator that is not one of the values format_body turns into
+    bytes (a generator, above all)."""
+    return (body is not None and not isinstance(body, (bytes, bytearray, str, dict, list, tuple))
+            and hasattr(body, "__next__"))
+
+
 def format_response(res):
-    """Turns a handler's result into (status, headers, body bytes) the way python3-http does."""
+    """Turns a handler's result into (status, headers, body) the way python3-http does; body is bytes, or the
+    handler's iterator when it streams (is_stream)."""
     if res is None:
         return 200, {}, b""
+    if is_stream(res):
+        return 200, {}, res
     if isinstance(res, dict):
         status = int(res.get("statusCode", 200))
         headers = {str(k): str(v) for k, v in (res.get("headers") or {}).items()}
         body = res.get("body")
         if isinstance(body, (dict, list)) and not any(k.lower() == "content-type" for k in headers):
             headers["Content-Type"] = "application/json"
-        return status, headers, format_body(body)
+        return status, headers, body if is_stream(body) else format_body(body)
     if isinstance(res, tuple):
         body = res[0]
         status = int(res[1]) if len(res) > 1 else 200
         headers = dict(res[2]) if len(res) > 2 else {}
-        return status, headers, format_body(body)
+        return status, headers, body if is_stream(body) else format_body(body)
     return 200, {}, format_body(res)
+
+
+def format_item(item):
+    """One item of a streamed body as bytes: a dict or list is a JSON line."""
+    if isinstance(item, (dict, list)):
+        return json.dumps(item).encode() + b"\n"
+    return format_body(item)
 
 
 class Server(ThreadingHTTPServer):
@@ -349,6 +385,92 @@ class RequestHandler(BaseHTTPRequestHandler):
         if self.command != "HEAD":
             self.wfile.write(body)
 
+    def client_gone(self):
+        """Whether the client closed its connection (a readable socket with nothing to read). A client that sent
+        more (pipelined requests) counts as present."""
+        try:
+            readable, _, _ = select.select([self.connection], [], [], 0)
+            if not readable:
+                return False
+            return self.connection.recv(1, socket.MSG_PEEK) == b""
+        except (OSError, ValueError):
+            return True
+
+    def start_stream(self, status, headers):
+        """Sends the status line and headers of a streamed response (chunked on HTTP/1.1, else ended by closing
+        the connection)."""
+        self.send_response(status)
+        has_type = False
+        for k, v in headers.items():
+            if k.lower() in ("content-length", "transfer-encoding", "connection"):
+                continue
+            has_type = has_type or k.lower() == "content-type"
+            self.send_header(k, v)
+        if not has_type:
+            self.send_header("Content-Type", "text/plain; charset=utf-8")
+        self.chunked = self.request_version == "HTTP/1.1"
+        if self.chunked:
+            self.send_header("Transfer-Encoding", "chunked")
+        else:
+            self.close_connection = True
+        if self.server.stopping or self.close_connection:
+            self.send_header("Connection", "close")
+            self.close_connection = True
+        self.end_headers()
+        self.wfile.flush()
+
+    def write_chunk(self, data):
+        if not data:
+            return  # an empty chunk would end the body
+        if self.chunked:
+            self.wfile.write(b"%x\r\n%s\r\n" % (len(data), data))
+        else:
+            self.wfile.write(data)
+        self.wfile.flush()
+
+    def stream(self, status, headers, body, finish):
+        """Writes the handler's iterator as it yields, then finish() (which releases the GPU binding and returns
+        a GPUError when it broke). The stream ends with its final chunk only when the iterator ended normally and
+        the binding held; otherwise the connection is closed without it. Returns nothing; the iterator is closed
+        and finish() called exactly once, also when the client goes away."""
+        complete = False
+        try:
+            self.start_stream(status, headers)
+            if self.command == "HEAD":
+                complete = True
+                return
+            for item in body:
+                if self.client_gone():
+                    log("gpu-python: the client went away during a streamed response; stopping it")
+                    break
+                self.write_chunk(format_item(item))
+            else:
+                complete = True
+        except (BrokenPipeError, ConnectionResetError, ConnectionAbortedError, TimeoutError):
+            log("gpu-python: the client went away during a streamed response; stopping it")
+        except Exception:
+            traceback.print_exc()
+            log("gpu-python: the handler's stream raised; the response ends incomplete")
+        finally:
+            close = getattr(body, "close", None)
+            if close is not None:
+                try:
+                    close()  # GeneratorExit in the handler: its finally blocks run
+                except Exception:
+                    traceback.print_exc()
+            broke = finish()
+        if broke is not None:
+            log("faas-gpu: %s; the streamed response ends incomplete" % broke.message)
+            complete = False
+        if complete and self.chunked:
+            try:
+                self.wfile.write(b"0\r\n\r\n")
+                self.wfile.flush()
+            except OSError:
+                pass
+        if not complete:
+            self.close_connection = True
+
     def send_json_error(self, status, message):
         self.send(status, {"Content-Type": "application/json"}, json.dumps({"error": message}).encode())
 
@@ -389,6 +511,15 @@ class RequestHandler(BaseHTTPRequestHandler):
                     log("gpu-python: exiting so that the function starts again with a new CUDA session")
                     os._exit(75)
                 return
+        released = False
+
+        def release():
+            nonlocal released
+            if released or binding is None:
+                return None
+            released = True
+            return gpu.release(binding.get("id", ""), lease)
+
         try:
             context = Context(gpu=binding)
             try:
@@ -398,8 +529,12 @@ class RequestHandler(BaseHTTPRequestHandler):
                 traceback.print_exc()
                 self.send_json_error(500, "the function's handler raised an exception; see its logs")
                 return
+            if is_stream(out):
+                # The binding is held while the generator runs: it does the GPU work as it yields.
+                self.stream(status, headers, out, release)
+                return
         finally:
-            broke = gpu.release(binding.get("id", ""), lease) if binding is not None else None
+            broke = release()
         if broke is not None:  # the handler's result may be wrong: its GPU died under it
             self.send_json_error(broke.status, broke.message)
             return

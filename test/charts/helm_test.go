@@ -31,9 +31,17 @@ const (
 	goldenFile = "testdata/faas-gpu-default.golden.yaml"
 )
 
-// helmBinary finds helm on PATH or in $GOPATH/bin. Without it the test is skipped, unless CI=true.
+// helmBinary finds helm: $FAAS_GPU_HELM (make test sets it to the pinned helm it builds into the cache, and then
+// a missing or broken helm fails the test), else helm on PATH or in $GOPATH/bin, else the test is skipped (a bare
+// `go test`), unless CI=true.
 func helmBinary(t *testing.T) string {
 	t.Helper()
+	if p := os.Getenv("FAAS_GPU_HELM"); p != "" {
+		if _, err := os.Stat(p); err != nil {
+			t.Fatalf("FAAS_GPU_HELM: %v (make helm builds it)", err)
+		}
+		return p
+	}
 	if p, err := exec.LookPath("helm"); err == nil {
 		return p
 	}
@@ -43,7 +51,7 @@ func helmBinary(t *testing.T) string {
 			return p
 		}
 	}
-	msg := "helm not found on PATH or in $GOPATH/bin (go install helm.sh/helm/v3/cmd/helm@v3.22.0)"
+	msg := "helm not found (FAAS_GPU_HELM, PATH, $GOPATH/bin): `make test` builds the pinned one (make helm)"
 	if os.Getenv("CI") == "true" {
 		t.Fatal(msg)
 	}

@@ -29,7 +29,7 @@ if [ ${#need[@]} -gt 0 ]; then
 	# No service is started on install (there is no init system to start one; policy-rc.d may also deny it).
 	DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${need[@]}" >/dev/null
 fi
-command -v helm >/dev/null || { echo "test-cluster: helm is missing (.ci/run installs helm v3.22.0)" >&2; exit 1; }
+command -v helm >/dev/null || { echo "test-cluster: helm is missing (make test-cluster puts the pinned helm on PATH)" >&2; exit 1; }
 
 log "binaries (built once into the cache)"
 k8s=$(test/cluster/build-bins.sh k8s)

@@ -139,20 +139,29 @@ func freePort(t *testing.T) int {
 // answers.
 func startUp(t *testing.T, stateDir string, extra ...string) *instance {
 	t.Helper()
+	root := repoRoot(t)
+	args := []string{"--state-dir", stateDir,
+		"--build-dir", filepath.Join(stateDir, "..", "build"),
+		"--templates-dir", filepath.Join(root, "template"), "--functions-dir", filepath.Join(root, "functions"),
+		"--gpu-memory", "4Gi", "--shim-dir", shimDir(t), "--log-level", "debug"}
+	return startUpIn(t, t.TempDir(), stateDir, 0, append(args, extra...)...)
+}
+
+// startUpIn runs `faas-gpu up --port <port> args...` in the folder cwd, on a free port when port is 0, and waits
+// until the gateway answers; stateDir is where up keeps its state (its -state-dir, ./.faas-gpu by default).
+func startUpIn(t *testing.T, cwd, stateDir string, port int, args ...string) *instance {
+	t.Helper()
 	bin, err := buildOnce()
 	if err != nil {
 		t.Fatal(err)
 	}
-	root := repoRoot(t)
-	port := freePort(t)
+	if port == 0 {
+		port = freePort(t)
+	}
 	out := &lockedBuffer{}
-	cmd := exec.Command(bin, "up", "--state-dir", stateDir, "--port", strconv.Itoa(port),
-		"--build-dir", filepath.Join(stateDir, "..", "build"),
-		"--templates-dir", filepath.Join(root, "template"), "--functions-dir", filepath.Join(root, "functions"),
-		"--gpu-memory", "4Gi", "--shim-dir", shimDir(t), "--log-level", "debug")
-	cmd.Args = append(cmd.Args, extra...)
+	cmd := exec.Command(bin, append([]string{"up", "--port", strconv.Itoa(port)}, args...)...)
 	cmd.Stdout, cmd.Stderr = out, out
-	cmd.Dir = t.TempDir()
+	cmd.Dir = cwd
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
@@ -187,6 +196,17 @@ func startUp(t *testing.T, stateDir string, extra ...string) *instance {
 	}
 	in.user, in.password = creds.User, creds.Password
 	return in
+}
+
+// functionStatus is GET /system/function/<name>.
+func functionStatus(t *testing.T, in *instance, name string) types.FunctionStatus {
+	t.Helper()
+	r := in.system(t, http.MethodGet, "/system/function/"+name, nil)
+	var st types.FunctionStatus
+	if err := json.Unmarshal([]byte(r.body), &st); err != nil || r.code != http.StatusOK {
+		t.Fatalf("status of %s: %d %s", name, r.code, r.body)
+	}
+	return st
 }
 
 // stop sends SIGINT (Ctrl-C) and waits for the process to exit.
@@ -590,12 +610,18 @@ func TestEndToEnd(t *testing.T) {
 		}
 		scale(0)
 		eventually(t, 30*time.Second, "echo scaled to 0", func() error {
-			r := call(t, http.MethodPost, base+"/function/echo", "x", nil)
-			if r.code != http.StatusServiceUnavailable || r.header.Get("X-OpenFaaS-Internal") == "" {
-				return fmt.Errorf("invoke at 0 replicas: %d %s", r.code, r.body)
+			if st := functionStatus(t, in, "echo"); st.Replicas != 0 || st.AvailableReplicas != 0 {
+				return fmt.Errorf("status at 0 replicas: %+v", st)
 			}
 			return nil
 		})
+		// Scale from zero: the call wakes it and is answered (it waits up to the ready timeout).
+		if r := call(t, http.MethodPost, base+"/function/echo", "woken", nil); r.code != http.StatusOK || r.body != "woken" {
+			t.Fatalf("invoke at 0 replicas: %d %s, want the function woken and answering", r.code, r.body)
+		}
+		if st := functionStatus(t, in, "echo"); st.Replicas != 1 || st.AvailableReplicas != 1 {
+			t.Fatalf("status after scale from zero: %+v", st)
+		}
 		scale(1)
 		if got := invokeReady(t, base+"/function/echo", "back"); got != "back" {
 			t.Fatalf("after scale 1: %q", got)

@@ -19,6 +19,7 @@ import (
 	"github.com/faas-gpu/faas-gpu/provider/local"
 	"github.com/faas-gpu/faas-gpu/provider/local/venv"
 	"github.com/faas-gpu/faas-gpu/provider/shrinkwrap"
+	"github.com/faas-gpu/faas-gpu/test/pyenv"
 )
 
 // pytorchFunctions are the example functions that run PyTorch through the shim.
@@ -189,14 +190,17 @@ func TestFunctionsWithPipRequirementsThroughUp(t *testing.T) {
 	if testing.Short() {
 		t.Skip("end-to-end: runs faas-gpu up and installs a package from PyPI")
 	}
+	pyenv.RequireTier(t, "installs a package from PyPI with pip")
 	if out, err := exec.Command("python3", "-c", "import venv, ensurepip").CombinedOutput(); err != nil {
 		t.Skipf("python3 with the venv and ensurepip modules is needed (Debian: python3-venv): %v %s", err, out)
 	}
+	// pip shows a download's progress for files over 40 kB that are not in its cache: idna's wheel is 70 kB.
+	t.Setenv("PIP_NO_CACHE_DIR", "1")
 	root := repoRoot(t)
 	work := t.TempDir()
 	stateDir := filepath.Join(work, "state")
 	for name, requirements := range map[string]string{
-		"pip-ok":     "six==1.17.0\n",
+		"pip-ok":     "six==1.17.0\nidna==3.10\n",
 		"pip-broken": "six==1.17.0\nfaas-gpu-no-such-package==1.0\n",
 	} {
 		handler := filepath.Join(work, "handlers", name)
@@ -219,7 +223,12 @@ func TestFunctionsWithPipRequirementsThroughUp(t *testing.T) {
 	deploy(t, in, types.FunctionDeployment{Service: "pip-ok", Image: "pip-ok:latest"})
 	deploy(t, in, types.FunctionDeployment{Service: "pip-broken", Image: "pip-broken:latest"})
 
+	installing := false // the function's status said it was installing
 	eventually(t, 5*time.Minute, "pip-ok installed and answering", func() error {
+		if a := functionStatus(t, in, "pip-ok").Annotations; a != nil &&
+			strings.HasPrefix((*a)[local.StatusAnnotation], "installing ") {
+			installing = true
+		}
 		r := call(t, http.MethodPost, in.url+"/function/pip-ok", "", nil)
 		if r.code != http.StatusOK || r.body != "1.17.0" {
 			return fmt.Errorf("%d %s", r.code, r.body)
@@ -245,7 +254,19 @@ func TestFunctionsWithPipRequirementsThroughUp(t *testing.T) {
 		strings.Contains(logs, "restarting in") {
 		t.Fatalf("pip-broken's log: want pip's error and no restart:\n%s", logs)
 	}
-	if logs := functionLogs(t, in, "pip-ok"); !strings.Contains(logs, "pip: Successfully installed six-1.17.0") {
+	if logs := functionLogs(t, in, "pip-ok"); !strings.Contains(logs, "pip: Successfully installed idna-3.10 six-1.17.0") {
 		t.Fatalf("pip-ok's log does not show the install:\n%s", logs)
+	}
+	// Progress: pip's download progress (bytes, percent) is in the function's log and in up's output, and the
+	// status said it was installing.
+	progress := regexp.MustCompile(`Downloading idna-3\.10-py3-none-any\.whl: [0-9.]+/[0-9.]+ kB \(100%\)`)
+	if logs := functionLogs(t, in, "pip-ok"); !progress.MatchString(logs) {
+		t.Errorf("pip-ok's log does not show the download's progress:\n%s", logs)
+	}
+	if !progress.MatchString(in.out.String()) {
+		t.Errorf("up's output does not show the download's progress:\n%s", in.out.String())
+	}
+	if !installing {
+		t.Errorf("pip-ok's status never said it was installing (%s)", local.StatusAnnotation)
 	}
 }

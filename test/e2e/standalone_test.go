@@ -112,4 +112,21 @@ func TestStandaloneProviderRunsCUDAFunctions(t *testing.T) {
 	if !found {
 		t.Fatalf("the gpuserver does not show vector-add with its SLO and a served request: %+v", st.Functions)
 	}
+
+	// Scale from zero: scaled to 0, the function is woken by the next call, which is answered.
+	if r := in.system(t, http.MethodPost, "/system/scale-function/vector-add",
+		types.ScaleServiceRequest{ServiceName: "vector-add", Replicas: 0}); r.code >= 300 {
+		t.Fatalf("scale to 0: %d %s", r.code, r.body)
+	}
+	eventually(t, 30*time.Second, "vector-add at 0 replicas", func() error {
+		if st := functionStatus(t, in, "vector-add"); st.Replicas != 0 || st.AvailableReplicas != 0 {
+			return fmt.Errorf("%+v", st)
+		}
+		return nil
+	})
+	r = call(t, http.MethodPost, in.url+"/function/vector-add", `{"a": [1, 2], "b": [10, 20]}`, nil)
+	if r.code != http.StatusOK || json.Unmarshal([]byte(r.body), &va) != nil || len(va.C) != 2 || va.C[0] != 11 || va.C[1] != 22 {
+		t.Fatalf("vector-add at 0 replicas through the standalone provider: %d %s, want it woken and c = [11 22]",
+			r.code, r.body)
+	}
 }

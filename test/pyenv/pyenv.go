@@ -41,6 +41,28 @@ func Dir() (string, error) {
 	return strings.TrimSpace(string(out)), nil
 }
 
+// Extra returns the directory of the small extra environment NAME-requirements.txt (pyenv.sh NAME; "openai":
+// the OpenAI client), or skips the test: outside `make test-cuda`, or when it has not been created.
+func Extra(t testing.TB, name string) string {
+	t.Helper()
+	if os.Getenv(TierEnv) != "1" {
+		t.Skipf("uses the pinned %s environment: runs in `make test-cuda` (%s=1)", name, TierEnv)
+	}
+	_, file, _, ok := runtime.Caller(0)
+	if !ok {
+		t.Skip("pyenv: cannot locate pyenv.sh")
+	}
+	script := filepath.Join(filepath.Dir(file), "pyenv.sh")
+	if err := exec.Command(script, "--check", name).Run(); err != nil {
+		t.Skipf("needs the pinned %s environment (create it with `test/pyenv/pyenv.sh %s`)", name, name)
+	}
+	out, err := exec.Command(script, name).Output()
+	if err != nil {
+		t.Fatalf("pyenv.sh %s: %v", name, err)
+	}
+	return strings.TrimSpace(string(out))
+}
+
 // SitePackages is the environment's site-packages directory.
 func SitePackages(dir string) string {
 	return filepath.Join(dir, "lib", "python3.11", "site-packages")
@@ -55,6 +77,16 @@ func NVCC(dir string) string { return filepath.Join(CUDA(dir), "bin", "nvcc") }
 // TierEnv is the variable `make test-cuda` sets: tests that read NVIDIA's binaries run only in that tier, so that
 // `make test` stays fast on a machine where the environment happens to exist.
 const TierEnv = "FAAS_GPU_TEST_PYENV"
+
+// RequireTier skips a test outside `make test-cuda` (TierEnv unset): tests that download from PyPI (what says what
+// they download) run only in that tier beside those that read NVIDIA's binaries, so that `make test` passes
+// offline once the pinned caches exist.
+func RequireTier(t testing.TB, what string) {
+	t.Helper()
+	if os.Getenv(TierEnv) != "1" {
+		t.Skipf("%s: runs in `make test-cuda` (%s=1)", what, TierEnv)
+	}
+}
 
 // Require returns the environment's directory, or skips the test: outside `make test-cuda` (TierEnv unset), or
 // naming what is missing.

@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"fmt"
 	"math"
+	"math/bits"
 	"slices"
 	"strings"
 
@@ -19,6 +20,19 @@ type launch struct {
 
 func (l launch) threadsX() uint64 { return uint64(l.grid.X) * uint64(l.block.X) }
 func (l launch) threadsY() uint64 { return uint64(l.grid.Y) * uint64(l.block.Y) }
+func (l launch) threadsZ() uint64 { return uint64(l.grid.Z) * uint64(l.block.Z) }
+
+// threads is the launch's thread count, saturated at the largest uint64.
+func (l launch) threads() uint64 { return mulSat(mulSat(l.threadsX(), l.threadsY()), l.threadsZ()) }
+
+// mulSat multiplies, saturating at the largest uint64 instead of wrapping.
+func mulSat(a, b uint64) uint64 {
+	hi, lo := bits.Mul64(a, b)
+	if hi != 0 {
+		return math.MaxUint64
+	}
+	return lo
+}
 
 func (l launch) ptr(i int) device.Ptr {
 	return device.Ptr(binary.LittleEndian.Uint64(l.args[l.params[i].Offset:]))
@@ -28,13 +42,19 @@ func (l launch) f32(i int) float32 {
 	return math.Float32frombits(binary.LittleEndian.Uint32(l.args[l.params[i].Offset:]))
 }
 
-// kernelFunc runs a reference kernel and returns the device memory bytes it moved and its float operations.
+// kernelFunc runs a reference kernel and returns the device memory bytes it moved and its float operations. It
+// checks every device range it reads or writes (mapped, with access) before it allocates host memory for any.
 type kernelFunc func(b *Backend, gpu int, l launch) (bytes uint64, flops float64, err error)
 
-// refKernel is a reference kernel: its parameter sizes (in order) and its Go implementation.
+// workFunc is the number of element operations a launch of a reference kernel does (saturated), known from its
+// configuration and arguments before it runs: the sim refuses a launch above Options.MaxKernelOps.
+type workFunc func(l launch) uint64
+
+// refKernel is a reference kernel: its parameter sizes (in order), its Go implementation and its work.
 type refKernel struct {
 	sizes []uint32
 	run   kernelFunc
+	work  workFunc
 }
 
 // layout is the reference kernel's parameter layout: each parameter at the next multiple of its size.
@@ -56,47 +76,72 @@ const referenceList = "vector_add, matmul, linear, relu, fill, scale and set_<gl
 func referenceKernel(name string) (refKernel, bool) {
 	switch name {
 	case "vector_add":
-		return refKernel{[]uint32{8, 8, 8, 4}, vectorAdd}, true
+		return refKernel{[]uint32{8, 8, 8, 4}, vectorAdd, elementsAt(3)}, true
 	case "matmul":
-		return refKernel{[]uint32{8, 8, 8, 4, 4, 4}, matmul}, true
+		return refKernel{[]uint32{8, 8, 8, 4, 4, 4}, matmul, gemmWork(3)}, true
 	case "linear":
-		return refKernel{[]uint32{8, 8, 8, 8, 4, 4, 4}, linear}, true
+		return refKernel{[]uint32{8, 8, 8, 8, 4, 4, 4}, linear, gemmWork(4)}, true
 	case "relu":
-		return refKernel{[]uint32{8, 8, 4}, relu}, true
+		return refKernel{[]uint32{8, 8, 4}, relu, elementsAt(2)}, true
 	case "fill":
-		return refKernel{[]uint32{8, 4, 4}, fill}, true
+		return refKernel{[]uint32{8, 4, 4}, fill, elementsAt(2)}, true
 	case "scale":
-		return refKernel{[]uint32{8, 4, 4}, scale}, true
+		return refKernel{[]uint32{8, 4, 4}, scale, elementsAt(2)}, true
 	}
 	return refKernel{}, false
 }
 
+// elementsAt is the work of an elementwise kernel whose element count is parameter i: that count, at most one
+// element per thread.
+func elementsAt(i int) workFunc {
+	return func(l launch) uint64 { return min(uint64(l.u32(i)), l.threads()) }
+}
+
+// gemmWork is the work of a matrix product whose m, n, k are parameters i, i+1, i+2: m x n x k multiply-adds
+// over the rows and columns the grid covers.
+func gemmWork(i int) workFunc {
+	return func(l launch) uint64 {
+		rows, cols := min(uint64(l.u32(i)), l.threadsY()), min(uint64(l.u32(i+1)), l.threadsX())
+		return mulSat(mulSat(rows, cols), uint64(l.u32(i+2)))
+	}
+}
+
 // reference applies the matching rule of the package documentation to a kernel of the module: it returns the Go
-// implementation the sim computes the kernel with, or nil and, for a kernel named like a reference kernel, why it
-// is not one.
-func (m *module) reference(k kernelDecl) (kernelFunc, string) {
+// implementation the sim computes the kernel with and its work, or nil and, for a kernel named like a reference
+// kernel, why it is not one.
+func (m *module) reference(k kernelDecl) (kernelFunc, workFunc, string) {
 	if ref, ok := referenceKernel(k.name); ok {
 		if want := ref.layout(); !slices.Equal(k.params, want) {
-			return nil, fmt.Sprintf("its parameters %v are not the reference kernel's %v", k.params, want)
+			return nil, nil, fmt.Sprintf("its parameters %v are not the reference kernel's %v", k.params, want)
 		}
-		return ref.run, ""
+		return ref.run, ref.work, ""
 	}
 	name, ok := strings.CutPrefix(k.name, "set_")
 	if !ok {
-		return nil, ""
+		return nil, nil, ""
 	}
 	g, ok := m.globals[name]
 	switch {
 	case !ok:
-		return nil, fmt.Sprintf("the module has no global %q for it to set", name)
+		return nil, nil, fmt.Sprintf("the module has no global %q for it to set", name)
 	case len(k.params) != 1 || uint64(k.params[0].Size) != g.size || g.size == 0:
-		return nil, fmt.Sprintf("it must have one parameter as large as the global %s (%d bytes), not %v", name,
-			g.size, k.params)
+		return nil, nil, fmt.Sprintf("it must have one parameter as large as the global %s (%d bytes), not %v",
+			name, g.size, k.params)
 	}
 	p := k.params[0]
 	return func(b *Backend, gpu int, l launch) (uint64, float64, error) {
 		return uint64(p.Size), 0, b.writeDevice(gpu, g.ptr, l.args[p.Offset:p.Offset+p.Size])
-	}, ""
+	}, func(launch) uint64 { return uint64(p.Size) }, ""
+}
+
+// checkF32 checks that gpu may touch count float32 values at p (mapped, with access) without touching them, so
+// that a kernel allocates host memory only for ranges that exist; a count whose byte size overflows is an illegal
+// address too.
+func (b *Backend) checkF32(gpu int, p device.Ptr, count uint64) error {
+	if count > math.MaxUint64/4 {
+		return fmt.Errorf("%w: %d float32 values at %#x", device.ErrIllegalAddress, count, uint64(p))
+	}
+	return b.resolveChecked(gpu, p, 4*count)
 }
 
 func (b *Backend) readF32(gpu int, p device.Ptr, n uint64) ([]float32, error) {
@@ -123,9 +168,14 @@ func (b *Backend) writeF32(gpu int, p device.Ptr, v []float32) error {
 // min(n, threads) elements.
 func elementwise(b *Backend, gpu int, l launch, n uint64, ins []device.Ptr, out device.Ptr,
 	f func(i int, in [][]float32) float32) (uint64, float64, error) {
-	n = min(n, l.threadsX()*l.threadsY()*uint64(l.grid.Z)*uint64(l.block.Z))
+	n = min(n, l.threads())
 	if n == 0 {
 		return 0, 0, nil
+	}
+	for _, p := range append(ins, out) {
+		if err := b.checkF32(gpu, p, n); err != nil {
+			return 0, 0, err
+		}
 	}
 	in := make([][]float32, len(ins))
 	for i, p := range ins {
@@ -183,6 +233,23 @@ func gemm(b *Backend, gpu int, l launch, pa, pb, pbias, pc device.Ptr, m32, n32,
 	rows, cols := min(m, l.threadsY()), min(n, l.threadsX())
 	if rows == 0 || cols == 0 {
 		return 0, 0, nil
+	}
+	// Every range before any memory for it: sizes come from the launch's arguments (products of two 32-bit
+	// values, checked for overflow), and what they cover must be mapped for this GPU.
+	ranges := []struct {
+		p     device.Ptr
+		count uint64
+	}{{pa, mulSat(rows, k)}, {pb, mulSat(k, n)}, {pc, mulSat(rows, n)}}
+	if pbias != 0 {
+		ranges = append(ranges, struct {
+			p     device.Ptr
+			count uint64
+		}{pbias, n})
+	}
+	for _, r := range ranges {
+		if err := b.checkF32(gpu, r.p, r.count); err != nil {
+			return 0, 0, err
+		}
 	}
 	a, err := b.readF32(gpu, pa, rows*k)
 	if err != nil {

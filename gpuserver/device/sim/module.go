@@ -35,6 +35,7 @@ type function struct {
 	params []device.Param
 	attrs  device.FunctionAttributes
 	kernel kernelFunc // nil: the sim cannot compute it
+	work   workFunc   // the kernel's element operations per launch (with kernel)
 	// unlike says why a kernel named like a reference kernel is not one (its layout differs).
 	unlike string
 }
@@ -77,7 +78,7 @@ func (b *Backend) loadModule(gpu int, ctx *simContext, img []byte) (*module, err
 			continue // the first of two kernels of the same name, as cuModuleGetFunction finds it
 		}
 		f := &function{mod: m, name: k.name, params: k.params, attrs: k.attrs}
-		f.kernel, f.unlike = m.reference(k)
+		f.kernel, f.work, f.unlike = m.reference(k)
 		m.funcs[k.name] = f
 	}
 	return m, nil

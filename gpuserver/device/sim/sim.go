@@ -40,7 +40,19 @@ type Options struct {
 	// Kernels says what happens to a launch of a kernel the sim cannot compute: refused (KernelsReference, the
 	// default) or accepted and not executed (KernelsDry, for protocol tests only).
 	Kernels KernelMode
+	// MaxKernelOps bounds the element operations (multiply-adds of a matrix product, elements of an elementwise
+	// kernel) of one launch of a reference kernel, which the sim computes on the host's CPU: a launch above it is
+	// refused with ErrKernelTooLarge. DefaultMaxKernelOps when 0.
+	MaxKernelOps uint64
 }
+
+// DefaultMaxKernelOps is Options.MaxKernelOps when none is set: about ten seconds of one core computing a matrix
+// product (2^33 multiply-adds; the mlp example's forward pass of 64 rows takes 2^31).
+const DefaultMaxKernelOps = 1 << 33
+
+// ErrKernelTooLarge is wrapped by the error of launching a reference kernel whose work exceeds
+// Options.MaxKernelOps.
+var ErrKernelTooLarge = fmt.Errorf("%w: kernel too large for the simulated GPU", device.ErrNotSupported)
 
 // KernelMode is what the sim does with kernels it cannot compute (see the package documentation).
 type KernelMode int
@@ -143,6 +155,9 @@ func New(opts Options) (*Backend, error) {
 	}
 	if opts.MemoryBytesPerSec == 0 {
 		opts.MemoryBytesPerSec = 900e9
+	}
+	if opts.MaxKernelOps == 0 {
+		opts.MaxKernelOps = DefaultMaxKernelOps
 	}
 	if opts.FLOPS == 0 {
 		opts.FLOPS = 15e12

@@ -284,6 +284,11 @@ func (s *stream) Launch(f device.Function, grid, block device.Dim3, sharedMem ui
 		}})
 	}
 	l := launch{grid: norm(grid), block: norm(block), args: append([]byte(nil), args...), params: fn.params}
+	if w := fn.work(l); w > s.b.opts.MaxKernelOps {
+		return fmt.Errorf("%w: sim: kernel %s would do %d element operations, more than the %d the simulated GPU "+
+			"computes in one launch (grid %v, block %v)", ErrKernelTooLarge, fn.name, w, s.b.opts.MaxKernelOps,
+			l.grid, l.block)
+	}
 	return s.enqueue(op{kind: "kernel " + fn.name, run: func() (time.Duration, error) {
 		bytes, flops, err := fn.kernel(s.b, s.who, l)
 		if err != nil {

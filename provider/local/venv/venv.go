@@ -294,7 +294,7 @@ func (m *Manager) install(ctx context.Context, env *Env, req Requirements, progr
 		return fmt.Errorf("%w: %s: %w", ErrInstall, env.Name, err)
 	}
 	if err := m.run(ctx, progress, lockf, env.Python, "-m", "pip", "install", "--disable-pip-version-check",
-		"--no-input", "--progress-bar", "off", "-r", reqPath); err != nil {
+		"--no-input", "--progress-bar", "on", "-r", reqPath); err != nil {
 		return fmt.Errorf("%w: %s: pip install: %w", ErrInstall, env.Name, err)
 	}
 	if err := os.WriteFile(filepath.Join(env.Dir, usedFile), nil, 0o600); err != nil {
@@ -315,13 +315,14 @@ func (m *Manager) install(ctx context.Context, env *Env, req Requirements, progr
 	return nil
 }
 
-// run runs one command, copying its output to progress; a failure's error carries pip's ERROR lines (or the last
-// lines of output).
+// run runs one command, copying its output to progress as plain lines (progressFilter: pip's download bar becomes a
+// line now and then with bytes, percent, speed and time left); a failure's error carries pip's ERROR lines (or the
+// last lines of output).
 func (m *Manager) run(ctx context.Context, progress io.Writer, lockf *os.File, argv ...string) error {
 	cmd := exec.Command(argv[0], argv[1:]...)
-	cmd.Env = childEnv()
+	cmd.Env = append(childEnv(), pipProgressEnv...)
 	tail := &tailWriter{}
-	out := io.MultiWriter(progress, tail)
+	out := newProgressFilter(io.MultiWriter(progress, tail), progressInterval, time.Now)
 	cmd.Stdout, cmd.Stderr = out, out
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	cmd.ExtraFiles = []*os.File{lockf}
@@ -339,6 +340,7 @@ func (m *Manager) run(ctx context.Context, progress io.Writer, lockf *os.File, a
 	}()
 	err := cmd.Wait()
 	close(done)
+	out.Flush()
 	if ctx.Err() != nil {
 		return fmt.Errorf("stopped: %w", ctx.Err())
 	}

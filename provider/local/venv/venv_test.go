@@ -12,6 +12,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/faas-gpu/faas-gpu/test/pyenv"
 )
 
 // A small real package from PyPI (11 kB, pure Python): the tests install it with pip for real.
@@ -22,6 +24,7 @@ func needVenv(t *testing.T) {
 	if testing.Short() {
 		t.Skip("installs a package from PyPI with pip")
 	}
+	pyenv.RequireTier(t, "installs a package from PyPI with pip")
 	if out, err := exec.Command("python3", "-c", "import venv, ensurepip").CombinedOutput(); err != nil {
 		t.Skipf("python3 with the venv and ensurepip modules is needed (Debian: python3-venv): %v %s", err, out)
 	}

@@ -1,0 +1,563 @@
+"""llm: a decoder-only transformer behind an OpenAI-compatible API (completions and chat completions, streamed as
+server-sent events with "stream": true).
+
+The model is transformers' Qwen2ForCausalLM with Qwen2.5-0.5B's shape (24 layers, hidden size 896, 14 query and 2
+key/value heads, MLP 4864, RoPE theta 1e6, bfloat16) and this function's own byte-level BPE vocabulary of 8,192
+tokens (tokenizer.json, trained with the pinned tokenizers; train_tokenizer.py): 0.36 B parameters in the blocks,
+7.3 M in the embedding and 7.3 M in the output head (Qwen2.5-0.5B's 151,936-token vocabulary accounts for 0.13 B of
+its 0.49 B). The weights are random from a fixed seed (LLM_SEED), built on the CPU and moved to the GPU when the
+function starts: nothing is downloaded, and the same seed gives the same bytes on every machine. The output head
+comes from LLM_HEAD_SEED (default: LLM_SEED), so variants of one base differ in their head only.
+
+Decoding is a loop of this file, one token per step, with a static KV cache: greedy (temperature 0) takes the
+argmax on the GPU, sampling copies the step's logits to the host and draws there from a generator seeded by the
+request's seed (so no GPU random state is used, and the same seed gives the same tokens everywhere). The loop
+stops on the host: after max_tokens, at <|endoftext|> or <|im_end|> (unless ignore_eos), or at a stop string. With
+LLM_CUDA_GRAPHS=1 the decode step (embedding to argmax, the KV cache and positions at fixed addresses) is captured
+once with torch.cuda.graph and replayed; if capture fails, the function logs why and decodes eagerly.
+
+The KV cache is allocated by the first request, not at start, so it is scratch of the request, not part of the
+model image (see README.md beside this file: quota sizing).
+
+Request (POST /v1/completions), OpenAI's fields:
+  prompt            a string (or a list of one string, or a list of token ids); at most LLM_MAX_PROMPT_TOKENS tokens
+  max_tokens        1..LLM_MAX_TOKENS (default 16)
+  temperature       0..2 (default 1; 0 is greedy)
+  top_p             (0, 1] (default 1)
+  seed              an integer: the sampler's seed (default 0)
+  stream            true: server-sent events, one per token, then data: [DONE]
+  stream_options    {"include_usage": true}: a last event with the usage
+  stop              a string or a list of up to 4: the text ends before the first one generated
+  n                 1 only
+  model             optional; if given, the name this function serves (GET /v1/models)
+  ignore_eos        true: do not stop at <|endoftext|> / <|im_end|> (vLLM's extension)
+  return_token_ids  true: each choice also carries token_ids, and the answer prompt_token_ids (vLLM's extension)
+POST /v1/chat/completions takes messages (a list of 1..64 {"role": "system"|"developer"|"user"|"assistant",
+"content": text}), formatted as <|im_start|>role\\ncontent<|im_end|>\\n and ending with <|im_start|>assistant\\n,
+instead of prompt, and max_completion_tokens as another name of max_tokens. Bad input is 400 with OpenAI's error
+object naming the field ("param").
+Answer: OpenAI's text_completion / chat.completion objects (chunks when streaming), with usage, and "faas_gpu":
+{"ttft_ms", "decode_tokens_per_s", "cuda_graphs"} measured in the function.
+
+Environment: LLM_SEED (500), LLM_HEAD_SEED, LLM_LAYERS (24), LLM_HIDDEN (896), LLM_HEADS (14), LLM_KV_HEADS (2),
+LLM_INTERMEDIATE (4864), LLM_DTYPE (bfloat16 or float32), LLM_MAX_PROMPT_TOKENS (1024), LLM_MAX_TOKENS (512),
+LLM_CUDA_GRAPHS (0), LLM_MODEL_NAME (faas-gpu-llm-0.5b), TORCH_DEVICE (cuda for a GPU function).
+"""
+
+import json
+import math
+import os
+import threading
+import time
+import uuid
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")  # never reach a model hub: the model comes from a config
+os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+
+import torch  # noqa: E402
+import transformers  # noqa: E402
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+
+
+def _env_int(name, default, lo=1, hi=1 << 20):
+    try:
+        v = int(os.getenv(name, str(default)))
+    except ValueError:
+        raise SystemExit("llm: %s must be an integer" % name)
+    if not lo <= v <= hi:
+        raise SystemExit("llm: %s must be from %d to %d" % (name, lo, hi))
+    return v
+
+
+SEED = _env_int("LLM_SEED", 500, 0, 2**31 - 1)
+HEAD_SEED = _env_int("LLM_HEAD_SEED", SEED, 0, 2**31 - 1)
+LAYERS = _env_int("LLM_LAYERS", 24, 1, 128)
+HIDDEN = _env_int("LLM_HIDDEN", 896, 64, 16384)
+HEADS = _env_int("LLM_HEADS", 14, 1, 256)
+KV_HEADS = _env_int("LLM_KV_HEADS", 2, 1, 256)
+INTERMEDIATE = _env_int("LLM_INTERMEDIATE", 4864, 64, 65536)
+MAX_PROMPT = _env_int("LLM_MAX_PROMPT_TOKENS", 1024, 1, 32768)
+MAX_TOKENS = _env_int("LLM_MAX_TOKENS", 512, 1, 32768)
+CONTEXT = MAX_PROMPT + MAX_TOKENS  # the static KV cache's length
+DTYPE = {"bfloat16": torch.bfloat16, "float32": torch.float32}.get(os.getenv("LLM_DTYPE", "bfloat16"))
+if DTYPE is None:
+    raise SystemExit("llm: LLM_DTYPE must be bfloat16 or float32")
+GRAPHS = os.getenv("LLM_CUDA_GRAPHS", "0") in ("1", "true")
+MODEL_NAME = os.getenv("LLM_MODEL_NAME", "faas-gpu-llm-0.5b")
+MAX_TEXT = 256 << 10  # characters of prompt text, before tokenizing
+MAX_MESSAGES = 64
+EOT, IM_START, IM_END = "<|endoftext|>", "<|im_start|>", "<|im_end|>"
+
+
+def _device():
+    wanted = os.getenv("TORCH_DEVICE", "")
+    gpu_function = os.getenv("FAAS_GPU", "") in ("1", "true")
+    if not wanted:
+        wanted = "cuda" if gpu_function or torch.cuda.is_available() else "cpu"
+    if wanted.startswith("cuda") and not torch.cuda.is_available():
+        raise RuntimeError("llm: CUDA is not available (a GPU function reaches the GPU pool through faas-gpu's "
+                           "libcuda.so.1 shim on LD_LIBRARY_PATH); set TORCH_DEVICE=cpu to run on the CPU")
+    return torch.device(wanted)
+
+
+def load_tokenizer():
+    tok = transformers.PreTrainedTokenizerFast(tokenizer_file=os.path.join(HERE, "tokenizer.json"),
+                                               eos_token=EOT, additional_special_tokens=[IM_START, IM_END])
+    return tok
+
+
+def build_model(vocab, seed=SEED, head_seed=HEAD_SEED):
+    """The model on the CPU, weights random from seed (the head from head_seed), in evaluation mode."""
+    config = transformers.Qwen2Config(
+        vocab_size=vocab, hidden_size=HIDDEN, num_hidden_layers=LAYERS, num_attention_heads=HEADS,
+        num_key_value_heads=KV_HEADS, intermediate_size=INTERMEDIATE, max_position_embeddings=max(CONTEXT, 32768),
+        rope_theta=1000000.0, rms_norm_eps=1e-6, tie_word_embeddings=False, use_sliding_window=False,
+        bos_token_id=0, eos_token_id=0, pad_token_id=0)
+    config._attn_implementation = "sdpa"
+    torch.manual_seed(seed)
+    model = transformers.Qwen2ForCausalLM(config)
+    # The weights from a generator of our own, in a fixed order (normal, std 0.02; norms 1), so that the bytes do
+    # not depend on how transformers initialises; the head from its own seed.
+    g = torch.Generator().manual_seed(seed)
+    gh = torch.Generator().manual_seed(head_seed)
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if name.endswith("norm.weight"):
+                p.fill_(1.0)
+            elif name.endswith(".bias"):
+                p.zero_()
+            else:
+                p.copy_(torch.randn(p.shape, generator=gh if name.startswith("lm_head") else g) * 0.02)
+    return model.to(DTYPE).eval()
+
+
+class BadRequest(Exception):
+    def __init__(self, param, message, status=400):
+        super().__init__(message)
+        self.param = param
+        self.message = message
+        self.status = status
+
+
+class Decoder:
+    """The model on its device with a static KV cache and, with graphs, the captured decode step. Used under
+    _lock by one generation at a time."""
+
+    def __init__(self, model, device):
+        self.model = model
+        self.device = device
+        self.cache = None  # allocated by the first request: scratch, not part of the model image
+        self.graph = None
+        self.graph_error = None
+        self.graph_tried = False
+
+    def _ensure_cache(self):
+        if self.cache is not None:
+            return
+        d = self.device
+        self.cache = transformers.StaticCache(config=self.model.config, max_cache_len=CONTEXT)
+        self.positions = torch.arange(CONTEXT, device=d)
+        self.tok = torch.zeros((1, 1), dtype=torch.long, device=d)   # the step's input token
+        self.pos = torch.zeros((1,), dtype=torch.long, device=d)     # the step's position
+        self.next = torch.zeros((1, 1), dtype=torch.long, device=d)  # the step's greedy choice
+        self.logits = torch.zeros((1, self.model.config.vocab_size), dtype=torch.float32, device=d)
+
+    def _forward(self, ids, position_ids, mask):
+        out = self.model(input_ids=ids, position_ids=position_ids, attention_mask=mask,
+                         past_key_values=self.cache, use_cache=True)
+        return out.logits[:, -1, :].float()
+
+    def _step(self):
+        """One decode step on the static buffers: the token at self.pos, its logits, the greedy next token, and
+        the position advanced; no host synchronisation (it is what a graph captures)."""
+        mask = (self.positions <= self.pos).view(1, 1, 1, CONTEXT)
+        self.logits.copy_(self._forward(self.tok, self.pos.view(1, 1), mask))
+        self.next.copy_(torch.argmax(self.logits, dim=-1, keepdim=True))
+        self.tok.copy_(self.next)
+        self.pos.add_(1)
+
+    def _capture(self):
+        """Captures _step once (warm-up on a side stream first, as torch.cuda.graph needs). A failure leaves the
+        function decoding eagerly; its reason is logged and answered in faas_gpu.cuda_graph_error."""
+        self.graph_tried = True
+        try:
+            s = torch.cuda.Stream()
+            s.wait_stream(torch.cuda.current_stream())
+            # The warm-up steps advance the positions and the cache layers' lengths: put them back after.
+            state = [self.pos, self.tok] + [layer.cumulative_length for layer in self.cache.layers]
+            saved = [t.clone() for t in state]
+            with torch.cuda.stream(s):
+                for _ in range(2):
+                    self._step()
+            torch.cuda.current_stream().wait_stream(s)
+            for t, v in zip(state, saved):
+                t.copy_(v)
+            g = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(g):
+                self._step()
+            for t, v in zip(state, saved):
+                t.copy_(v)
+            self.graph = g
+            print("llm: decode step captured as a CUDA graph", flush=True)
+        except Exception as e:  # noqa: BLE001 - any failure means: decode eagerly
+            self.graph_error = "%s: %s" % (type(e).__name__, e)
+            print("llm: CUDA graph capture failed, decoding eagerly: %s" % self.graph_error, flush=True)
+
+    def prefill(self, ids):
+        """Runs the prompt, leaving its last token's logits in self.logits, the greedy choice in self.next and
+        self.tok, and the next position in self.pos."""
+        self._ensure_cache()
+        self.cache.reset()
+        n = len(ids)
+        x = torch.tensor([ids], dtype=torch.long, device=self.device)
+        mask = (self.positions.view(1, CONTEXT) <= self.positions[:n].view(n, 1)).view(1, 1, n, CONTEXT)
+        self.logits.copy_(self._forward(x, self.positions[:n].view(1, n), mask))
+        self.next.copy_(torch.argmax(self.logits, dim=-1, keepdim=True))
+        self.tok.copy_(self.next)
+        self.pos.fill_(n)
+
+    def step(self, token=None):
+        """Decodes one step from the token in self.tok (or token, set first)."""
+        if token is not None:
+            self.tok.fill_(token)
+        if self.device.type == "cuda" and GRAPHS and not self.graph_tried:
+            self._capture()
+        if self.graph is not None:
+            self.graph.replay()
+        else:
+            self._step()
+
+
+def sample(logits, temperature, top_p, gen):
+    """A token drawn on the host from logits (float32, on the host) at temperature with nucleus top_p."""
+    probs = torch.softmax(logits / temperature, dim=-1)
+    if top_p < 1.0:
+        sorted_p, order = torch.sort(probs, descending=True)
+        keep = torch.cumsum(sorted_p, dim=-1) - sorted_p < top_p
+        sorted_p = sorted_p * keep
+        return int(order[torch.multinomial(sorted_p / sorted_p.sum(), 1, generator=gen)])
+    return int(torch.multinomial(probs, 1, generator=gen))
+
+
+DEVICE = _device()
+if DEVICE.type == "cuda":
+    torch.backends.cuda.enable_cudnn_sdp(False)  # cuDNN attention compiles a kernel per new shape
+_lock = threading.Lock()
+TOKENIZER = load_tokenizer()
+VOCAB = len(TOKENIZER)
+STOP_IDS = {TOKENIZER.convert_tokens_to_ids(EOT), TOKENIZER.convert_tokens_to_ids(IM_END)}
+_model = build_model(VOCAB).to(DEVICE)
+DECODER = Decoder(_model, DEVICE)
+
+
+# ---- requests
+
+
+def _int(body, name, default, lo, hi):
+    v = body.get(name, default)
+    if v is None:
+        v = default
+    if isinstance(v, bool) or not isinstance(v, int) or not lo <= v <= hi:
+        raise BadRequest(name, "%s: must be an integer from %d to %d" % (name, lo, hi))
+    return v
+
+
+def _num(body, name, default, lo, hi, lo_open=False):
+    v = body.get(name, default)
+    if v is None:
+        v = default
+    if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or not lo <= v <= hi or \
+            (lo_open and v == lo):
+        raise BadRequest(name, "%s: must be a number in %s%s, %s]" % (name, "(" if lo_open else "[", lo, hi))
+    return float(v)
+
+
+def _bool(body, name):
+    v = body.get(name, False)
+    if v is None:
+        return False
+    if not isinstance(v, bool):
+        raise BadRequest(name, "%s: must be true or false" % name)
+    return v
+
+
+def _unsupported(body, name, allowed):
+    v = body.get(name)
+    if v is not None and v not in allowed:
+        raise BadRequest(name, "%s: %r is not supported by this function (only %s)" %
+                         (name, v, " or ".join(repr(a) for a in allowed if a is not None) or "null"))
+
+
+def _text(name, v):
+    if not isinstance(v, str):
+        raise BadRequest(name, "%s: must be a string" % name)
+    if len(v) > MAX_TEXT:
+        raise BadRequest(name, "%s: %d characters, at most %d" % (name, len(v), MAX_TEXT))
+    return v
+
+
+def _content(i, m):
+    c = m.get("content")
+    if isinstance(c, list):  # [{"type": "text", "text": ...}]
+        parts = []
+        for j, p in enumerate(c):
+            if not isinstance(p, dict) or p.get("type") != "text":
+                raise BadRequest("messages", "messages[%d].content[%d]: only text parts are supported" % (i, j))
+            parts.append(_text("messages", p.get("text")))
+        return "".join(parts)
+    if c is None:
+        return ""
+    return _text("messages", c)
+
+
+def parse(body, chat):
+    """The request as (prompt token ids, options); raises BadRequest naming the field."""
+    if not isinstance(body, dict):
+        raise BadRequest(None, "body: must be a JSON object")
+    model = body.get("model")
+    if model is not None and model != MODEL_NAME:
+        raise BadRequest("model", "model: %r is not served here (this function serves %r)" % (model, MODEL_NAME),
+                         404)
+    _unsupported(body, "n", (None, 1))
+    _unsupported(body, "best_of", (None, 1))
+    _unsupported(body, "echo", (None, False))
+    _unsupported(body, "presence_penalty", (None, 0, 0.0))
+    _unsupported(body, "frequency_penalty", (None, 0, 0.0))
+    _unsupported(body, "logprobs", (None, False) if chat else (None,))
+    if body.get("logit_bias"):
+        raise BadRequest("logit_bias", "logit_bias: is not supported by this function")
+    if chat and body.get("tools"):
+        raise BadRequest("tools", "tools: are not supported by this function")
+    if chat:
+        msgs = body.get("messages")
+        if not isinstance(msgs, list) or not 1 <= len(msgs) <= MAX_MESSAGES:
+            raise BadRequest("messages", "messages: must be a list of 1 to %d messages" % MAX_MESSAGES)
+        text = []
+        for i, m in enumerate(msgs):
+            if not isinstance(m, dict) or m.get("role") not in ("system", "developer", "user", "assistant"):
+                raise BadRequest("messages", "messages[%d]: must be an object with role system, developer, user or "
+                                 "assistant" % i)
+            text.append("%s%s\n%s%s\n" % (IM_START, m["role"], _content(i, m), IM_END))
+        text.append(IM_START + "assistant\n")
+        joined = "".join(text)
+        if len(joined) > MAX_TEXT:
+            raise BadRequest("messages", "messages: %d characters, at most %d" % (len(joined), MAX_TEXT))
+        ids = TOKENIZER.encode(joined, add_special_tokens=False)
+        where = "messages"
+    else:
+        prompt = body.get("prompt")
+        if isinstance(prompt, list) and len(prompt) == 1 and isinstance(prompt[0], (str, list)):
+            prompt = prompt[0]
+        if isinstance(prompt, str):
+            ids = TOKENIZER.encode(_text("prompt", prompt), add_special_tokens=False)
+        elif isinstance(prompt, list) and prompt and all(isinstance(t, int) and not isinstance(t, bool)
+                                                         for t in prompt):
+            if len(prompt) > MAX_PROMPT:
+                raise BadRequest("prompt", "prompt: %d tokens, at most %d" % (len(prompt), MAX_PROMPT))
+            if any(not 0 <= t < VOCAB for t in prompt):
+                raise BadRequest("prompt", "prompt: token ids must be in [0, %d)" % VOCAB)
+            ids = list(prompt)
+        else:
+            raise BadRequest("prompt", "prompt: must be a string, a list of one string, or a list of token ids")
+        where = "prompt"
+    if not ids:
+        raise BadRequest(where, "%s: is empty after tokenizing" % where)
+    if len(ids) > MAX_PROMPT:
+        raise BadRequest(where, "%s: %d tokens, at most %d (LLM_MAX_PROMPT_TOKENS)" % (where, len(ids), MAX_PROMPT))
+    name = "max_completion_tokens" if chat and body.get("max_completion_tokens") is not None else "max_tokens"
+    max_tokens = _int(body, name, 16, 1, MAX_TOKENS)
+    stop = body.get("stop")
+    if isinstance(stop, str):
+        stop = [stop]
+    if stop is None:
+        stop = []
+    if not isinstance(stop, list) or len(stop) > 4 or not all(isinstance(s, str) and 0 < len(s) <= 256
+                                                              for s in stop):
+        raise BadRequest("stop", "stop: must be a string or a list of up to 4 non-empty strings of at most 256 "
+                         "characters")
+    so = body.get("stream_options")
+    if so is not None and not isinstance(so, dict):
+        raise BadRequest("stream_options", "stream_options: must be an object")
+    opts = {
+        "chat": chat,
+        "max_tokens": max_tokens,
+        "temperature": _num(body, "temperature", 1.0, 0.0, 2.0),
+        "top_p": _num(body, "top_p", 1.0, 0.0, 1.0, lo_open=True),
+        "seed": _int(body, "seed", 0, -(2**63), 2**63 - 1),
+        "stream": _bool(body, "stream"),
+        "include_usage": bool(so and so.get("include_usage")),
+        "stop": stop,
+        "ignore_eos": _bool(body, "ignore_eos"),
+        "return_token_ids": _bool(body, "return_token_ids"),
+    }
+    return ids, opts
+
+
+class Generation:
+    """One request's tokens as they are decoded, with their text: run() yields (text delta, token id) per token
+    (and the held-back rest of the text with token None at the end) and ends with self.finish set to "length" or
+    "stop"."""
+
+    def __init__(self, ids, opts):
+        self.ids = ids
+        self.opts = opts
+        self.tokens = []
+        self.text = ""
+        self.finish = None
+        self.ttft = None
+        self.decode_s = 0.0
+
+    def run(self):
+        o = self.opts
+        greedy = o["temperature"] == 0.0
+        gen = torch.Generator().manual_seed(o["seed"] % (2**63))
+        held = max((len(s) for s in o["stop"]), default=1) - 1  # characters that may start a stop string
+        emitted = 0
+        t0 = time.perf_counter()
+        with _lock, torch.inference_mode():
+            d = DECODER
+            d.prefill(self.ids)
+            for i in range(o["max_tokens"]):  # the length stop: decided on the host, whatever the device computes
+                if i > 0:
+                    d.step(None if greedy else tok)
+                if greedy:
+                    tok = int(d.next.item())
+                else:
+                    tok = sample(d.logits[0].cpu(), o["temperature"], o["top_p"], gen)
+                now = time.perf_counter()
+                if i == 0:
+                    self.ttft = now - t0
+                    t1 = now
+                else:
+                    self.decode_s = now - t1
+                if tok in STOP_IDS and not o["ignore_eos"]:
+                    self.finish = "stop"
+                    break
+                self.tokens.append(tok)
+                text = TOKENIZER.decode(self.tokens, skip_special_tokens=True)
+                cut = min((text.find(s) for s in o["stop"] if s in text), default=-1)
+                if cut >= 0:
+                    self.text = text[:cut]
+                    self.finish = "stop"
+                    break
+                self.text = text
+                # One event per token; its text may be empty: an incomplete UTF-8 sequence waits for its next
+                # bytes, and the last characters wait while they may begin a stop string.
+                ready = len(text) - held if not text.endswith("\ufffd") else emitted
+                if ready > emitted:
+                    yield text[emitted:ready], tok
+                    emitted = ready
+                else:
+                    yield "", tok
+            if self.finish is None:
+                self.finish = "length"
+        if len(self.text) > emitted:
+            yield self.text[emitted:], None
+
+    def timing(self):
+        n = len(self.tokens)
+        return {"ttft_ms": round((self.ttft or 0) * 1000, 3),
+                "decode_tokens_per_s": round((n - 1) / self.decode_s, 2) if n > 1 and self.decode_s > 0 else None,
+                "cuda_graphs": DECODER.graph is not None,
+                **({"cuda_graph_error": DECODER.graph_error} if DECODER.graph_error else {})}
+
+    def usage(self):
+        return {"prompt_tokens": len(self.ids), "completion_tokens": len(self.tokens),
+                "total_tokens": len(self.ids) + len(self.tokens)}
+
+
+def _ids(chat):
+    return ("chatcmpl-" if chat else "cmpl-") + uuid.uuid4().hex[:24]
+
+
+def complete(ids, opts):
+    g = Generation(ids, opts)
+    for _ in g.run():
+        pass
+    chat = opts["chat"]
+    choice = {"index": 0, "finish_reason": g.finish, "logprobs": None}
+    if chat:
+        choice["message"] = {"role": "assistant", "content": g.text}
+    else:
+        choice["text"] = g.text
+    if opts["return_token_ids"]:
+        choice["token_ids"] = g.tokens
+    out = {"id": _ids(chat), "object": "chat.completion" if chat else "text_completion", "created": int(time.time()),
+           "model": MODEL_NAME, "choices": [choice], "usage": g.usage(), "faas_gpu": g.timing()}
+    if opts["return_token_ids"]:
+        out["prompt_token_ids"] = ids
+    return out
+
+
+def events(ids, opts):
+    """The server-sent events of a streamed completion."""
+    g = Generation(ids, opts)
+    chat = opts["chat"]
+    cid, created = _ids(chat), int(time.time())
+    obj = "chat.completion.chunk" if chat else "text_completion"
+
+    def chunk(text, finish, token=None, usage=None, choices=True):
+        c = {"index": 0, "finish_reason": finish, "logprobs": None}
+        if chat:
+            c["delta"] = {} if text is None else {"content": text}
+        else:
+            c["text"] = text or ""
+        if opts["return_token_ids"] and token is not None:
+            c["token_ids"] = [token]
+        ev = {"id": cid, "object": obj, "created": created, "model": MODEL_NAME, "choices": [c] if choices else []}
+        if usage is not None:
+            ev["usage"] = usage
+        return "data: %s\n\n" % json.dumps(ev)
+
+    if chat:
+        first = json.loads(chunk("", None)[6:])
+        first["choices"][0]["delta"] = {"role": "assistant", "content": ""}
+        yield "data: %s\n\n" % json.dumps(first)
+    for text, tok in g.run():
+        yield chunk(text, None, tok)
+    last = json.loads(chunk(None if chat else "", g.finish)[6:])
+    last["faas_gpu"] = g.timing()
+    yield "data: %s\n\n" % json.dumps(last)
+    if opts["include_usage"]:
+        yield chunk(None, None, usage=g.usage(), choices=False)
+    yield "data: [DONE]\n\n"
+
+
+JSON = {"Content-Type": "application/json"}
+SSE = {"Content-Type": "text/event-stream", "Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
+
+
+def _error(status, message, param=None, kind="invalid_request_error"):
+    return {"statusCode": status, "headers": JSON,
+            "body": {"error": {"message": message, "type": kind, "param": param, "code": None}}}
+
+
+def models():
+    return {"object": "list", "data": [{"id": MODEL_NAME, "object": "model", "created": 0, "owned_by": "faas-gpu",
+                                         "parameters": sum(p.numel() for p in _model.parameters()),
+                                         "vocab_size": VOCAB, "max_prompt_tokens": MAX_PROMPT,
+                                         "max_tokens": MAX_TOKENS}]}
+
+
+def handle(event, context):
+    path = event.path.rstrip("/") or "/"
+    if path in ("/v1/models", "/models") and event.method in ("GET", "HEAD"):
+        return {"statusCode": 200, "headers": JSON, "body": models()}
+    if path in ("/v1/completions", "/completions", "/v1/chat/completions", "/chat/completions"):
+        if event.method != "POST":
+            return _error(405, "%s takes POST" % path)
+        chat = path.endswith("chat/completions")
+        try:
+            body = json.loads(event.body or b"{}")
+        except ValueError as e:
+            return _error(400, "body: invalid JSON: %s" % e)
+        try:
+            ids, opts = parse(body, chat)
+        except BadRequest as e:
+            return _error(e.status, e.message, e.param, "invalid_request_error" if e.status == 400 else "not_found")
+        if opts["stream"]:
+            return {"statusCode": 200, "headers": SSE, "body": events(ids, opts)}
+        return {"statusCode": 200, "headers": JSON, "body": complete(ids, opts)}
+    return _error(404, "no route %s %s: POST /v1/completions or /v1/chat/completions, GET /v1/models"
+                  % (event.method, event.path), kind="not_found")

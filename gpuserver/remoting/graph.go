@@ -1,0 +1,312 @@
+package remoting
+
+import (
+	"context"
+	"fmt"
+)
+
+// CUDA graphs (shim/src/graph.c is the client's half).
+//
+// While a client stream captures (streamBeginCapture), the session records the asynchronous work the function
+// issues on it (kernel launches, memsets, device-to-device copies; the streams that join the capture by waiting on
+// an event recorded in it) instead of running it: each recorded node is the same call with its arguments copied,
+// to be made again later. streamEndCapture turns the recording into a graph; instantiating copies it into an
+// executable graph, and cuGraphLaunch (one record) makes every recorded call again, in order, on the function's
+// stream: through the same paths as the calls themselves, so the bound GPU, the segment gates of a swap still
+// landing, the translation of module globals and the ownership checks of every pointer apply at each launch, on
+// whichever GPU the function runs then. The session's streams run in order on one device stream, so a recorded
+// order is a valid order of the graph's dependencies.
+//
+// What a capture cannot hold invalidates it, as the driver does: host-to-device or device-to-host copies on the
+// capturing stream, a synchronisation of it (or of the context, or a synchronous call on the legacy stream, while a
+// capture in global mode is under way). The offending call answers CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED (or
+// _IMPLICIT), and streamEndCapture answers CUDA_ERROR_STREAM_CAPTURE_INVALIDATED with no graph. Every graph is
+// bounded in nodes and bytes.
+
+// Results of the graph calls (CUresult values).
+const (
+	ResultStreamCaptureUnsupported Result = 900
+	ResultStreamCaptureInvalidated Result = 901
+	ResultStreamCaptureImplicit    Result = 906
+)
+
+// Limits of one session's graphs: a function is not trusted with the gpuserver's memory.
+const (
+	maxGraphNodes  = 1 << 16  // nodes of one graph
+	maxGraphBytes  = 64 << 20 // argument bytes recorded in one graph
+	maxGraphs      = 4096     // graphs and executable graphs alive in one session
+	captureGlobal  = 0        // CU_STREAM_CAPTURE_MODE_GLOBAL
+	captureRelaxed = 2        // CU_STREAM_CAPTURE_MODE_RELAXED
+)
+
+// CUgraphExecUpdateResult values answered by graphExecUpdate.
+const (
+	updateSuccess         = 0
+	updateTopologyChanged = 2
+	updateNodeTypeChanged = 3
+	updateFunctionChanged = 4
+)
+
+// graphNode is one recorded call: kind names it (for updates and errors), fn is the kernel of a launch, and run
+// makes the call again on a stream that does not capture.
+type graphNode struct {
+	kind  string
+	fn    uint64
+	bytes int
+	run   func(ctx context.Context, stream uint64) Result
+}
+
+// capture is a recording under way on an origin stream (and the streams that joined it).
+type capture struct {
+	origin  uint64
+	mode    uint32
+	nodes   []graphNode
+	bytes   int
+	invalid error // why the capture cannot become a graph (nil while it can)
+}
+
+// graphs is a session's capture and graph state (a field of deviceHandler).
+type graphs struct {
+	captures map[uint64]*capture // by client stream: the origin and the streams that joined
+	events   map[uint64]*capture // events recorded on a capturing stream: a wait on one joins its capture
+	graphs   map[uint64][]graphNode
+	execs    map[uint64][]graphNode
+}
+
+func (g *graphs) init() {
+	if g.captures == nil {
+		g.captures, g.events = map[uint64]*capture{}, map[uint64]*capture{}
+		g.graphs, g.execs = map[uint64][]graphNode{}, map[uint64][]graphNode{}
+	}
+}
+
+// capturing returns the capture stream s records into, nil when it does not capture.
+func (g *graphs) capturing(s uint64) *capture { return g.captures[s] }
+
+// globalCapture returns a capture in global mode under way, nil if none: it forbids synchronisations of the
+// context and synchronous calls on the legacy stream.
+func (g *graphs) globalCapture() *capture {
+	for _, c := range g.captures {
+		if c.mode == captureGlobal && c.invalid == nil {
+			return c
+		}
+	}
+	return nil
+}
+
+// invalidate records why c cannot become a graph and returns code for the offending call.
+func (c *capture) invalidate(code Result, format string, args ...any) Result {
+	if c.invalid == nil {
+		c.invalid = fmt.Errorf(format, args...)
+	}
+	return code
+}
+
+// record adds a node to c, or invalidates c when it is full. The calls recorded are asynchronous: what went wrong is
+// reported when the capture ends.
+func (c *capture) record(n graphNode) {
+	if c.invalid != nil {
+		return
+	}
+	if len(c.nodes) >= maxGraphNodes || c.bytes+n.bytes > maxGraphBytes {
+		c.invalidate(ResultOutOfMemory, "the graph exceeds %d nodes or %d bytes of arguments", maxGraphNodes,
+			maxGraphBytes)
+		return
+	}
+	c.nodes = append(c.nodes, n)
+	c.bytes += n.bytes
+}
+
+// captured records a call on stream s when s captures: it returns ResultSuccess and true; false when s does not
+// capture (the call runs as usual).
+func (h *deviceHandler) captured(s uint64, n graphNode) (Result, bool) {
+	c := h.g.capturing(s)
+	if c == nil {
+		return ResultSuccess, false
+	}
+	c.record(n)
+	return ResultSuccess, true
+}
+
+// refuseInCapture invalidates the capture of stream s (and answers code) when s captures, or, for a call that
+// synchronises the context or the legacy stream (legacy true), when a capture in global mode is under way. An
+// asynchronous call answers ResultSuccess instead (asyncRefused): its refusal is reported when the capture ends,
+// as CUDA_ERROR_STREAM_CAPTURE_INVALIDATED, not at an unrelated synchronisation after it.
+func (h *deviceHandler) refuseInCapture(call string, s uint64, legacy bool) (Result, bool) {
+	if c := h.g.capturing(s); c != nil {
+		return c.invalidate(ResultStreamCaptureUnsupported, "%s on the capturing stream", call), true
+	}
+	if legacy || s == 0 || s == 1 {
+		if c := h.g.globalCapture(); c != nil {
+			return c.invalidate(ResultStreamCaptureImplicit, "%s while a capture in global mode is under way", call),
+				true
+		}
+	}
+	return ResultSuccess, false
+}
+
+// asyncRefused is refuseInCapture for an asynchronous call.
+func (h *deviceHandler) asyncRefused(call string, s uint64, legacy bool) bool {
+	_, ok := h.refuseInCapture(call, s, legacy)
+	return ok
+}
+
+func (h *deviceHandler) StreamBeginCapture(_ context.Context, s uint64, mode uint32) Result {
+	h.g.init()
+	switch {
+	case !h.validStream(s):
+		return ResultInvalidHandle
+	case s == 0 || s == 1:
+		return ResultStreamCaptureUnsupported // the legacy stream synchronises with every other: it cannot capture
+	case mode > captureRelaxed:
+		return ResultInvalidValue
+	case h.g.captures[s] != nil:
+		return ResultIllegalState
+	case len(h.g.graphs)+len(h.g.execs) >= maxGraphs:
+		return ResultOutOfMemory
+	}
+	h.g.captures[s] = &capture{origin: s, mode: mode}
+	return ResultSuccess
+}
+
+func (h *deviceHandler) StreamEndCapture(_ context.Context, s uint64) (uint64, uint64, Result) {
+	h.g.init()
+	c := h.g.captures[s]
+	if c == nil {
+		return 0, 0, ResultIllegalState
+	}
+	if c.origin != s {
+		return 0, 0, c.invalidate(ResultStreamCaptureInvalidated, "the capture ended on a joined stream, not its origin")
+	}
+	for st, cc := range h.g.captures { // the origin and every stream that joined it leave the capture
+		if cc == c {
+			delete(h.g.captures, st)
+		}
+	}
+	for e, cc := range h.g.events {
+		if cc == c {
+			delete(h.g.events, e)
+		}
+	}
+	if c.invalid != nil {
+		h.log.Info("remoting: stream capture invalidated", "err", c.invalid)
+		return 0, 0, ResultStreamCaptureInvalidated
+	}
+	id := h.handle()
+	h.g.graphs[id] = c.nodes
+	return id, uint64(len(c.nodes)), ResultSuccess
+}
+
+func (h *deviceHandler) CuGraphInstantiateWithFlags(_ context.Context, graph, _ uint64) (uint64, Result) {
+	h.g.init()
+	nodes, ok := h.g.graphs[graph]
+	if !ok {
+		return 0, ResultInvalidValue
+	}
+	if len(h.g.graphs)+len(h.g.execs) >= maxGraphs {
+		return 0, ResultOutOfMemory
+	}
+	id := h.handle()
+	h.g.execs[id] = append([]graphNode(nil), nodes...)
+	return id, ResultSuccess
+}
+
+// CuGraphLaunch makes the recorded calls again, in order, on stream s. Launched into a capturing stream, the
+// executable graph's nodes are recorded into that capture (a child graph).
+func (h *deviceHandler) CuGraphLaunch(ctx context.Context, exec, s uint64) Result {
+	h.g.init()
+	nodes, ok := h.g.execs[exec]
+	if !ok {
+		return ResultInvalidValue
+	}
+	if !h.validStream(s) {
+		return ResultInvalidHandle
+	}
+	if c := h.g.capturing(s); c != nil {
+		for _, n := range nodes {
+			c.record(n)
+		}
+		return ResultSuccess
+	}
+	for i, n := range nodes {
+		if r := n.run(ctx, s); r != ResultSuccess {
+			h.log.Debug("remoting: graph node failed", "node", i, "kind", n.kind,
+				"result", r)
+			return r
+		}
+	}
+	return ResultSuccess
+}
+
+// CuGraphUpload has nothing to do: an executable graph is ready once instantiated.
+func (h *deviceHandler) CuGraphUpload(_ context.Context, exec, s uint64) Result {
+	h.g.init()
+	if _, ok := h.g.execs[exec]; !ok {
+		return ResultInvalidValue
+	}
+	if !h.validStream(s) {
+		return ResultInvalidHandle
+	}
+	return ResultSuccess
+}
+
+// GraphExecUpdate gives an executable graph the parameters of graph when both have the same nodes (kinds, and
+// kernels for launches), as cuGraphExecUpdate does; otherwise it answers why not and changes nothing.
+func (h *deviceHandler) GraphExecUpdate(_ context.Context, exec, graph uint64) (uint32, Result) {
+	h.g.init()
+	old, ok := h.g.execs[exec]
+	nodes, ok2 := h.g.graphs[graph]
+	if !ok || !ok2 {
+		return 0, ResultInvalidValue
+	}
+	if len(old) != len(nodes) {
+		return updateTopologyChanged, ResultSuccess
+	}
+	for i := range old {
+		switch {
+		case old[i].kind != nodes[i].kind:
+			return updateNodeTypeChanged, ResultSuccess
+		case old[i].fn != nodes[i].fn:
+			return updateFunctionChanged, ResultSuccess
+		}
+	}
+	h.g.execs[exec] = append([]graphNode(nil), nodes...)
+	return updateSuccess, ResultSuccess
+}
+
+func (h *deviceHandler) CuGraphDestroy(_ context.Context, graph uint64) Result {
+	h.g.init()
+	if _, ok := h.g.graphs[graph]; !ok {
+		return ResultInvalidValue
+	}
+	delete(h.g.graphs, graph)
+	return ResultSuccess
+}
+
+func (h *deviceHandler) CuGraphExecDestroy(_ context.Context, exec uint64) Result {
+	h.g.init()
+	if _, ok := h.g.execs[exec]; !ok {
+		return ResultInvalidValue
+	}
+	delete(h.g.execs, exec)
+	return ResultSuccess
+}
+
+// eventRecordedInCapture notes an event recorded on a capturing stream (no node: within the graph, order is the
+// recording's), so that a stream waiting on it joins the capture.
+func (h *deviceHandler) eventRecordedInCapture(e, s uint64) bool {
+	c := h.g.capturing(s)
+	if c == nil {
+		delete(h.g.events, e)
+		return false
+	}
+	h.g.events[e] = c
+	return true
+}
+
+// waitJoinsCapture makes stream s join the capture whose stream recorded e (a fork inside the graph).
+func (h *deviceHandler) waitJoinsCapture(s, e uint64) {
+	if c, ok := h.g.events[e]; ok && h.g.captures[s] == nil {
+		h.g.captures[s] = c
+	}
+}

@@ -1,0 +1,246 @@
+package server
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"math"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/faas-gpu/faas-gpu/gpuserver/pool"
+	"github.com/faas-gpu/faas-gpu/gpuserver/topology"
+)
+
+// stagedMLPPy is the mlp example (functions/mlp: its kernels, its way of deriving weights) with an initialisation
+// the test drives step by step: "init L" loads layer L (allocates and copies its weights and bias, outside any
+// request), "run" answers the forward pass of a fixed input, "ref" the same pass computed on the host in float64.
+const stagedMLPPy = `
+import array, ctypes, hashlib, json, os, sys
+sys.path.insert(0, os.environ["FN_DIR"])
+import cudadrv
+DIMS = [int(d) for d in os.environ["DIMS"].split(",")]
+SEED = os.environ["SEED"].encode()
+EXP = bytes((b & 0x80) | 0x3C for b in range(256))
+def weights(layer, count):
+    raw = bytearray(hashlib.shake_256(SEED + b"/%d" % layer).digest(4 * count))
+    raw[3::4] = raw[3::4].translate(EXP)
+    w = array.array("f")
+    w.frombytes(bytes(raw))
+    return w
+X = array.array("f", [((i * 7) % 13 - 6) / 6.0 for i in range(DIMS[0])])
+cuda = cudadrv.Driver()
+with open(os.path.join(os.environ["FN_DIR"], "kernels.ptx"), "rb") as f:
+    mod = cuda.load_module(f.read())
+linear, relu = cuda.function(mod, "linear"), cuda.function(mod, "relu")
+layers = []
+def forward():
+    bufs = [cuda.alloc(4 * d) for d in DIMS]
+    try:
+        cuda.htod(bufs[0], X)
+        for i, (k, n, pw, pb) in enumerate(layers):
+            cuda.launch(linear, ((n + 15) // 16, 1), (16, 16), ctypes.c_uint64(bufs[i]), ctypes.c_uint64(pw),
+                        ctypes.c_uint64(pb), ctypes.c_uint64(bufs[i + 1]), ctypes.c_uint(1), ctypes.c_uint(n),
+                        ctypes.c_uint(k))
+            if i < len(layers) - 1:
+                cuda.launch(relu, ((n + 255) // 256,), (256,), ctypes.c_uint64(bufs[i + 1]),
+                            ctypes.c_uint64(bufs[i + 1]), ctypes.c_uint(n))
+        y = array.array("f")
+        y.frombytes(cuda.dtoh(bufs[-1], 4 * DIMS[-1]))
+        return list(y)
+    finally:
+        for p in bufs:
+            cuda.free(p)
+def reference():
+    row = [float(v) for v in X]
+    for i in range(len(DIMS) - 1):
+        k, n = DIMS[i], DIMS[i + 1]
+        w, b = weights(2 * i, k * n), weights(2 * i + 1, n)
+        out = [float(v) for v in b]
+        for kk in range(k):
+            a = row[kk]
+            if a:
+                out = [o + a * v for o, v in zip(out, w[kk * n:(kk + 1) * n])]
+        row = [max(v, 0.0) for v in out] if i < len(DIMS) - 2 else out
+    return row
+print("ready", flush=True)
+for line in sys.stdin:
+    cmd = line.split()
+    try:
+        if cmd[0] == "init":
+            l = int(cmd[1])
+            k, n = DIMS[l], DIMS[l + 1]
+            pw, pb = cuda.alloc(4 * k * n), cuda.alloc(4 * n)
+            cuda.htod(pw, weights(2 * l, k * n))
+            cuda.htod(pb, weights(2 * l + 1, n))
+            cuda.synchronize()
+            layers.append((k, n, pw, pb))
+            print(json.dumps({"ok": True}), flush=True)
+        elif cmd[0] == "run":
+            print(json.dumps({"y": forward()}), flush=True)
+        else:
+            print(json.dumps({"y": reference()}), flush=True)
+    except cudadrv.CudaError as e:
+        print(json.dumps({"error": str(e)}), flush=True)
+`
+
+// stagedMLP is one function process running stagedMLPPy through the shim.
+type stagedMLP struct {
+	name   string
+	in     io.WriteCloser
+	out    *bufio.Scanner
+	stderr *strings.Builder
+}
+
+func startStagedMLP(t *testing.T, s *Server, name, dims, seed string) *stagedMLP {
+	t.Helper()
+	shim, _ := filepath.Abs("../../shim")
+	fn, _ := filepath.Abs("../../functions/mlp")
+	cmd := exec.Command("python3", "-c", stagedMLPPy)
+	cmd.Env = append(os.Environ(), "LD_LIBRARY_PATH="+filepath.Join(shim, "build"), "FN_DIR="+fn, "DIMS="+dims,
+		"SEED="+seed, "FAAS_GPU_REMOTING_SOCKET="+s.RemotingSocket(), "FAAS_GPU_FUNCTION="+name,
+		"FAAS_GPU_TOKEN="+s.Token(name), "PYTHONDONTWRITEBYTECODE=1")
+	m := &stagedMLP{name: name, stderr: &strings.Builder{}}
+	cmd.Stderr = m.stderr
+	var err error
+	if m.in, err = cmd.StdinPipe(); err != nil {
+		t.Fatal(err)
+	}
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	m.out = bufio.NewScanner(stdout)
+	m.out.Buffer(nil, 1<<20)
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = m.in.Close(); _ = cmd.Wait() })
+	if !m.out.Scan() || m.out.Text() != "ready" {
+		t.Fatalf("%s did not start: %q %v\n%s", name, m.out.Text(), m.out.Err(), m.stderr)
+	}
+	return m
+}
+
+// do sends one command and decodes the answer line.
+func (m *stagedMLP) do(t *testing.T, cmd string) (y []float64) {
+	t.Helper()
+	fmt.Fprintln(m.in, cmd)
+	if !m.out.Scan() {
+		t.Fatalf("%s ended: %v\n%s", m.name, m.out.Err(), m.stderr)
+	}
+	var a struct {
+		OK    bool      `json:"ok"`
+		Y     []float64 `json:"y"`
+		Error string    `json:"error"`
+	}
+	if err := json.Unmarshal(m.out.Bytes(), &a); err != nil || a.Error != "" {
+		t.Fatalf("%s %s: %q %v\n%s", m.name, cmd, m.out.Text(), err, m.stderr)
+	}
+	return a.Y
+}
+
+// TestRotationThroughTheControllerKeepsEveryAnswer is the six-mlp scenario through the pool, the executors and
+// the real shim: six functions initialise layer by layer on a node whose four GPUs hold one model each, so the
+// controller evicts functions between the calls of their initialisations, and then answer three rounds of
+// requests, coming back from the host image. Every answer must equal the function's first, which must match the
+// host's reference. Before, an eviction ended the initialisation of the evicted function early, the layers it
+// loaded afterwards were scratch, and answers came back all zeros.
+func TestRotationThroughTheControllerKeepsEveryAnswer(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs Python processes through the shim")
+	}
+	if _, err := exec.LookPath("python3"); err != nil {
+		t.Skip("python3 not installed")
+	}
+	if out, err := exec.Command("make", "-s", "-C", "../../shim").CombinedOutput(); err != nil {
+		t.Fatalf("make -C shim: %v\n%s", err, out)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	node, err := topology.Preset("v100x4")
+	if err != nil {
+		t.Fatal(err)
+	}
+	// A model of these dimensions takes 6 chunks of 2 MiB (weights of 1, 4 and 1 MiB, the small blocks
+	// together): with a quota of 16 MiB, one function fits on a GPU of 24 MiB.
+	const dims, quota = "256,1024,1024,256,64", 16 << 20
+	if node, err = node.WithGPUMemory(24 << 20); err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	s, err := Start(ctx, Config{Socket: filepath.Join(dir, "gpuserver.sock"), Node: node,
+		RemotingSocket: filepath.Join(dir, "remoting.sock"), KeyFile: filepath.Join(dir, "key"),
+		RepositoryDir: filepath.Join(dir, "repository"), DeviceReserveBytes: 24 << 20})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer stop(t, s)
+	p := s.Pool()
+	const functions = 6
+	fns := make([]*stagedMLP, functions)
+	for i := range fns {
+		name := fmt.Sprintf("mlp%d", i)
+		if err := p.Register(ctx, pool.FunctionSpec{Name: name, MemoryBytes: quota}); err != nil {
+			t.Fatal(err)
+		}
+		fns[i] = startStagedMLP(t, s, name, dims, fmt.Sprintf("seed-%d", i%2))
+	}
+	for l := range strings.Count(dims, ",") {
+		for _, f := range fns {
+			f.do(t, fmt.Sprintf("init %d", l))
+		}
+	}
+	first := make([][]float64, functions)
+	for round := range 3 {
+		for i, f := range fns {
+			b, err := p.Acquire(ctx, f.name)
+			if err != nil {
+				t.Fatalf("round %d: acquire %s: %v", round, f.name, err)
+			}
+			y := f.do(t, "run")
+			if err := p.Release(ctx, b.ID); err != nil {
+				t.Fatalf("round %d: release %s: %v", round, f.name, err)
+			}
+			if round == 0 {
+				first[i] = y
+				ref := f.do(t, "ref")
+				for j := range ref {
+					if math.Abs(y[j]-ref[j]) > 1e-4*(1+math.Abs(ref[j])) {
+						t.Fatalf("%s: first answer on gpu %d (swap %s): y[%d] = %v, the host computes %v (%d of %d "+
+							"values zero)", f.name, b.GPU, b.Swap, j, y[j], ref[j], zeroCount(y), len(y))
+					}
+				}
+				continue
+			}
+			for j := range y {
+				if y[j] != first[i][j] {
+					t.Fatalf("%s: round %d on gpu %d (swap %s): y[%d] = %v, its first answer was %v", f.name, round,
+						b.GPU, b.Swap, j, y[j], first[i][j])
+				}
+			}
+		}
+	}
+	if sw := s.Swaps(); sw["pcie"] == 0 {
+		t.Fatalf("no swap-in from the host: %v", sw)
+	}
+	if st := s.Executors().Images(); st.Saves == 0 {
+		t.Fatalf("no initialising function was evicted (image stats %+v): the test no longer covers that", st)
+	}
+}
+
+func zeroCount(v []float64) int {
+	n := 0
+	for _, x := range v {
+		if x == 0 {
+			n++
+		}
+	}
+	return n
+}

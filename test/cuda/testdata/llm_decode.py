@@ -1,0 +1,39 @@
+# llm_decode.py: the llm function's handler (functions/llm) through the shim, greedy and sampled, 8 and 24 tokens;
+# prints, as one JSON object, the token ids, the function's timing, and the shim's counters per generated token
+# (from the difference of the two lengths, so that the prompt's cost cancels). LLM_CUDA_GRAPHS decides whether
+# the decode step is a CUDA graph.
+import ctypes, json, os, sys
+
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "..", "functions", "llm"))
+lib = ctypes.CDLL("libcuda.so.1")
+def stats():
+    st = (ctypes.c_uint64 * 5)()
+    lib.faasGpuShimStats(st, ctypes.sizeof(st))
+    return list(st)
+
+import handler  # noqa: E402
+
+class Event:
+    def __init__(self, body):
+        self.body, self.headers, self.method, self.query, self.path = json.dumps(body).encode(), {}, "POST", {}, "/v1/completions"
+
+def run(n, **kw):
+    body = {"prompt": "The GPU pool of a node", "max_tokens": n, "ignore_eos": True, "return_token_ids": True}
+    body.update(kw)
+    before = stats()
+    r = handler.handle(Event(body), None)
+    after = stats()
+    assert r["statusCode"] == 200, r
+    c = r["body"]["choices"][0]
+    return c["token_ids"], r["body"]["faas_gpu"], [b - a for a, b in zip(before, after)]
+
+out = {}
+run(4, temperature=0)  # the first request allocates the KV cache (and captures the graph)
+for kind, kw in (("greedy", {"temperature": 0}), ("sampled", {"temperature": 0.9, "top_p": 0.95, "seed": 11})):
+    short, _, s8 = run(8, **kw)
+    long, timing, s24 = run(24, **kw)
+    per = [(b - a) / 16 for a, b in zip(s8, s24)]
+    out[kind] = {"tokens": long, "prefix_equal": long[:8] == short, "timing": timing,
+                 "per_token": dict(zip(["Sync", "Async", "Local", "Unsupported", "UnknownSlots"], per))}
+out["total"] = dict(zip(["Sync", "Async", "Local", "Unsupported", "UnknownSlots"], stats()))
+print(json.dumps(out))

@@ -1,0 +1,211 @@
+package e2e
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/openfaas/faas-provider/types"
+
+	"github.com/faas-gpu/faas-gpu/gpuserver/client"
+	"github.com/faas-gpu/faas-gpu/provider/shrinkwrap"
+	"github.com/faas-gpu/faas-gpu/test/pyenv"
+)
+
+// llmFunctionDir lays out functions/llm for up's --functions-dir without its pip requirements, so that it runs on
+// the pinned test environment's Python (--python) instead of installing the same packages again.
+func llmFunctionDir(t *testing.T) string {
+	t.Helper()
+	dir := filepath.Join(t.TempDir(), "functions")
+	dst := filepath.Join(dir, "llm")
+	if err := os.MkdirAll(dst, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range []string{"handler.py", "tokenizer.json"} {
+		b, err := os.ReadFile(filepath.Join(repoRoot(t), "functions", "llm", f))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(dst, f), b, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := os.WriteFile(filepath.Join(dst, "requirements.txt"), []byte("# from the pinned test environment\n"),
+		0o644); err != nil {
+		t.Fatal(err)
+	}
+	return dir
+}
+
+// TestPyEnvLLMThroughUpWithOpenAIClient deploys the llm function (Qwen2.5-0.5B's shape, bfloat16) through `faas-gpu
+// up` on the simulated node in dry mode and drives it with the real OpenAI Python client: models, completions
+// greedy and streamed, chat streamed and not, and bad input answered 400 naming the field. Dry mode runs the
+// kernels without computing them, so this checks the protocol, the host-side stop, streaming and that a stream and
+// a whole answer carry the same tokens; it cannot check the tokens' values against a native run (the GPU suite
+// does). A raw stream shows its first event while the gpuserver still holds the request's binding.
+func TestPyEnvLLMThroughUpWithOpenAIClient(t *testing.T) {
+	py := pyEnv(t)
+	oai := pyenv.Extra(t, "openai")
+	root := repoRoot(t)
+	stack, err := shrinkwrap.ReadStack(filepath.Join(root, "stack.yml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	f, ok := stack.Functions["llm"]
+	if !ok {
+		t.Fatal("stack.yml has no llm function")
+	}
+	stateDir := filepath.Join(t.TempDir(), "state")
+	in := startUp(t, stateDir, "--sim-kernels=dry", "--gpus", simNode, "--gpu-memory", "16Gi",
+		"--functions-dir", llmFunctionDir(t), "--python", filepath.Join(py, "bin", "python3"))
+	annotations := f.Annotations
+	deploy(t, in, types.FunctionDeployment{Service: "llm", Image: f.Image, Annotations: &annotations,
+		EnvVars: map[string]string{"LLM_MAX_PROMPT_TOKENS": "256", "LLM_MAX_TOKENS": "64"}})
+	waitStarted(t, in, "llm")
+	base := in.url + "/function/llm/v1"
+
+	// A raw stream: its first event arrives while the binding is held (the rest is still being decoded).
+	req, err := http.NewRequest(http.MethodPost, base+"/completions", strings.NewReader(
+		`{"prompt": "The GPU pool", "max_tokens": 48, "temperature": 0, "stream": true, "ignore_eos": true}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if resp.StatusCode != 200 || resp.Header.Get("Content-Type") != "text/event-stream" {
+		t.Fatalf("stream: %d %v\n%s", resp.StatusCode, resp.Header, tail(functionLogs(t, in, "llm"), 40))
+	}
+	r := bufio.NewReader(resp.Body)
+	first, err := r.ReadString('\n')
+	if err != nil || !strings.HasPrefix(first, "data: {") {
+		t.Fatalf("first event %q, %v", first, err)
+	}
+	gs := client.New(filepath.Join(stateDir, "gpuserver.sock"))
+	st, err := gs.Status(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	held := false
+	for _, fs := range st.Functions {
+		held = held || (fs.Name == "llm" && fs.Running == 1)
+	}
+	rest, err := readAll(r)
+	resp.Body.Close()
+	if err != nil || !strings.HasSuffix(rest, "data: [DONE]\n\n") || strings.Count(rest, "data: ") < 2 {
+		t.Fatalf("rest of the stream: %v\n%.2000s", err, rest)
+	}
+	if !held {
+		t.Errorf("the first event arrived after the binding was released (status %+v): the stream was buffered",
+			st.Functions)
+	}
+
+	// The OpenAI client.
+	cmd := exec.Command(filepath.Join(oai, "bin", "python3"), filepath.Join("testdata", "openai_client.py"), base,
+		"faas-gpu-llm-0.5b", "12")
+	cmd.Env = append(os.Environ(), "NO_PROXY=127.0.0.1", "PYTHONDONTWRITEBYTECODE=1")
+	out, err := cmd.Output()
+	if err != nil {
+		stderr := ""
+		if ee, ok := err.(*exec.ExitError); ok {
+			stderr = string(ee.Stderr)
+		}
+		t.Fatalf("openai client: %v\n%s\nfunction log:\n%s", err, stderr, tail(functionLogs(t, in, "llm"), 40))
+	}
+	var res struct {
+		Version string
+		Models  []string
+		Greedy  struct {
+			Text     string
+			TokenIDs []int `json:"token_ids"`
+			Finish   string
+			Usage    map[string]int
+			FaasGPU  map[string]any `json:"faas_gpu"`
+		}
+		Stream struct {
+			Text     string
+			TokenIDs []int `json:"token_ids"`
+			Events   int
+			Finish   string
+		}
+		ChatStream struct {
+			Text  string
+			Roles []string
+			Usage map[string]int
+		} `json:"chat_stream"`
+		Chat struct {
+			Text, Role string
+			Usage      map[string]int
+		}
+		Errors map[string]json.RawMessage
+	}
+	if err := json.Unmarshal(out, &res); err != nil {
+		t.Fatalf("openai client printed %q: %v", out, err)
+	}
+	t.Logf("openai %s: greedy %q %v, function timing %v", res.Version, res.Greedy.Text, res.Greedy.TokenIDs,
+		res.Greedy.FaasGPU)
+	if len(res.Models) != 1 || res.Models[0] != "faas-gpu-llm-0.5b" {
+		t.Errorf("models %v", res.Models)
+	}
+	if len(res.Greedy.TokenIDs) != 12 || res.Greedy.Finish != "length" || res.Greedy.Usage["completion_tokens"] != 12 {
+		t.Errorf("greedy: %+v: want 12 tokens stopped by length on the host", res.Greedy)
+	}
+	if res.Stream.Text != res.Greedy.Text || !equalInts(res.Stream.TokenIDs, res.Greedy.TokenIDs) ||
+		res.Stream.Finish != "length" || res.Stream.Events < 2 {
+		t.Errorf("stream %+v differs from the whole answer %+v", res.Stream, res.Greedy)
+	}
+	if len(res.ChatStream.Roles) != 1 || res.ChatStream.Roles[0] != "assistant" ||
+		res.ChatStream.Usage["completion_tokens"] != 12 || res.ChatStream.Text != res.Chat.Text ||
+		res.Chat.Role != "assistant" || res.Chat.Usage["completion_tokens"] != 12 {
+		t.Errorf("chat: stream %+v, whole %+v: want the same 12 sampled tokens (seed 7)", res.ChatStream, res.Chat)
+	}
+	for field, raw := range res.Errors {
+		var e struct {
+			Status int
+			Param  string
+		}
+		if err := json.Unmarshal(raw, &e); err != nil || e.Status != 400 || e.Param != field {
+			t.Errorf("bad %s: %s, want 400 naming the field", field, raw)
+		}
+	}
+	if len(res.Errors) != 3 {
+		t.Errorf("errors %v", res.Errors)
+	}
+}
+
+func readAll(r *bufio.Reader) (string, error) {
+	var sb strings.Builder
+	deadline := time.Now().Add(10 * time.Minute)
+	for time.Now().Before(deadline) {
+		line, err := r.ReadString('\n')
+		sb.WriteString(line)
+		if err != nil {
+			if err.Error() == "EOF" {
+				return sb.String(), nil
+			}
+			return sb.String(), err
+		}
+	}
+	return sb.String(), nil
+}
+
+func equalInts(a, b []int) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := range a {
+		if a[i] != b[i] {
+			return false
+		}
+	}
+	return true
+}
