@@ -369,3 +369,70 @@ func TestKernelFaultEndsOnlyItsTenant(t *testing.T) {
 		t.Errorf("the executor did not log the fault")
 	}
 }
+
+// TestTemplateRestartsWhenItsExecutorDies: the gpu-python template serving vector-add, its tenant's executor
+// killed twice: once while nothing is bound, once while a binding of the function is held (its release says the
+// binding broke and that the function's process must start again: restart in the API's answer). Each time the
+// template's next request answers 503, never a result, and the template exits (75) so that its supervisor starts it
+// with a new CUDA session; started again, it answers exactly. Before, a template whose session died answered 500
+// from its handler's CUDA errors for good.
+func TestTemplateRestartsWhenItsExecutorDies(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs the gpu-python template through the shim and executor processes")
+	}
+	buildShim(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	tc, _ := tenantConfig(t)
+	s := startV100(ctx, t, Config{DeviceReserveBytes: 256 << 20, Tenants: tc})
+	defer stop(t, s)
+	if err := s.Pool().Register(ctx, pool.FunctionSpec{Name: "vector-add.ns1", MemoryBytes: 64 << 20}); err != nil {
+		t.Fatal(err)
+	}
+	body := []byte(`{"a":[1,2,3],"b":[10,20,30]}`)
+	const want = `{"c": [11.0, 22.0, 33.0]}`
+	for round := 0; round < 2; round++ {
+		f := startTemplateFunction(t, s, "vector-add.ns1", "../../functions/vector-add")
+		if code, out := f.post(t, body); code != 200 || strings.TrimSpace(string(out)) != want {
+			t.Fatalf("round %d before the kill: %d %s\n%s", round, code, out, f.stderr)
+		}
+		pid := s.Tenants().PID("namespace/ns1")
+		if round == 0 { // idle
+			if err := syscallKill(pid); err != nil {
+				t.Fatal(err)
+			}
+			waitFor(t, "the executor restarted", func() bool {
+				p := s.Tenants().PID("namespace/ns1")
+				return p != 0 && p != pid
+			})
+		} else { // in the middle of a request: the executor is killed while the request holds its binding
+			b, err := s.Pool().Acquire(ctx, "vector-add.ns1")
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := syscallKill(pid); err != nil {
+				t.Fatal(err)
+			}
+			err = s.Pool().Release(ctx, b.ID)
+			if !errors.Is(err, pool.ErrBindingBroken) || !errors.Is(err, pool.ErrFunctionLost) {
+				t.Fatalf("the release of a binding held on a killed executor: %v", err)
+			}
+		}
+		code, out := f.post(t, body)
+		if code != 503 || strings.Contains(string(out), `"c"`) {
+			t.Fatalf("round %d after the kill: %d %s, want 503\n%s", round, code, out, f.stderr)
+		}
+		select {
+		case <-f.exited:
+		case <-time.After(30 * time.Second):
+			t.Fatalf("round %d: the template did not exit after its session was lost\n%s", round, f.stderr)
+		}
+		if st := f.cmd.ProcessState.ExitCode(); st != 75 {
+			t.Fatalf("round %d: the template exited %d, want 75\n%s", round, st, f.stderr)
+		}
+	}
+	f := startTemplateFunction(t, s, "vector-add.ns1", "../../functions/vector-add")
+	if code, out := f.post(t, body); code != 200 || strings.TrimSpace(string(out)) != want {
+		t.Fatalf("after the restarts: %d %s\n%s", code, out, f.stderr)
+	}
+}

@@ -375,16 +375,16 @@ func (pl *Plane) Acquire(ctx context.Context, name string, gpu int, source execu
 func (h *Hold) Finish() error {
 	peer := h.g.live()
 	if peer == nil {
-		return fmt.Errorf("%w: the executor of %s ended while the binding was held (%s): the request's work is lost",
-			executor.ErrBroken, h.g.p.tenant, h.g.p.lastEnd())
+		return fmt.Errorf("%w: %w: the executor of %s ended while the binding was held (%s): the request's work "+
+			"and the sessions it ran are lost", executor.ErrBroken, pool.ErrFunctionLost, h.g.p.tenant, h.g.p.lastEnd())
 	}
 	ctx, cancel := context.WithTimeout(h.pl.ctx, 30*time.Second)
 	defer cancel()
 	var rel handoff.Released
 	if _, err := peer.Call(ctx, handoff.KindRelease, handoff.Release{Binding: h.id}, nil, &rel); err != nil {
 		if errors.Is(err, handoff.ErrClosed) {
-			return fmt.Errorf("%w: the executor of %s ended while the binding was held: the request's work is lost: %w",
-				executor.ErrBroken, h.g.p.tenant, err)
+			return fmt.Errorf("%w: %w: the executor of %s ended while the binding was held: the request's work and "+
+				"the sessions it ran are lost: %w", executor.ErrBroken, pool.ErrFunctionLost, h.g.p.tenant, err)
 		}
 		return err
 	}
