@@ -85,7 +85,8 @@ func runGPUServer(ctx context.Context, args []string, stdout, stderr io.Writer) 
 	srv, err := server.Start(ctx, server.Config{Socket: cfg.socket, Listen: cfg.listen, Node: node,
 		Policy: cfg.policy, RemotingSocket: cfg.remoting, KeyFile: cfg.keyFile, RepositoryDir: cfg.repoDir,
 		Device: gpus.Device, DeviceReserveBytes: gpus.Reserve, SocketGroup: cfg.group, Logger: log,
-		SimKernels: simKernels, Tenants: tenants})
+		SimKernels: simKernels, Tenants: tenants,
+		SimProcessWide: true}) // a simulated GPU shares within one process what an H100 does
 	if err != nil {
 		return err
 	}

@@ -187,7 +187,8 @@ func runUp(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 			KeyFile:       filepath.Join(stateDir, "gpuserver.key"),
 			RepositoryDir: repositoryDir(stateDir, gpus.Device != nil), // kept across restarts of up
 			Device:        gpus.Device, DeviceReserveBytes: gpus.Reserve, SimKernels: simKernels,
-			Logger: log.With("component", "gpuserver"), Tenants: tenants})
+			Logger: log.With("component", "gpuserver"), Tenants: tenants,
+			SimProcessWide: true}) // a simulated GPU shares within one process what an H100 does
 	})
 	if err == nil {
 		select {

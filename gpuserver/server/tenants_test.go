@@ -63,7 +63,7 @@ func startFn(t *testing.T, s *Server, fn, script string) *fnProcess {
 	t.Helper()
 	shim := buildShim(t)
 	dir, _ := filepath.Abs("../../functions/vector-add")
-	cmd := exec.Command("python3", "-c", script)
+	cmd := execPython(script)
 	cmd.Env = append(os.Environ(), "LD_LIBRARY_PATH="+filepath.Join(shim, "build"), "FN_DIR="+dir,
 		"FAAS_GPU_REMOTING_SOCKET="+s.RemotingSocket(), "FAAS_GPU_FUNCTION="+fn, "FAAS_GPU_TOKEN="+s.Token(fn),
 		"PYTHONDONTWRITEBYTECODE=1")
@@ -303,6 +303,8 @@ func TestKillOneTenantUnderLoad(t *testing.T) {
 }
 
 func syscallKill(pid int) error { return syscall.Kill(pid, syscall.SIGKILL) }
+
+func execPython(script string) *exec.Cmd { return exec.Command("python3", "-c", script) }
 
 // TestKernelFaultEndsOnlyItsTenant: a kernel of namespace ns1 follows a bad pointer. The faulting call answers an
 // error, the request's release says its binding broke (503, never a result computed on lost memory), ns1's

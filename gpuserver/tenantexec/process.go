@@ -305,7 +305,7 @@ func openDevice(d handoff.Device) (device.Backend, error) {
 			return nil, err
 		}
 		return sim.New(sim.Options{Node: d.Sim.Node, Kernels: mode, TimeScale: d.Sim.TimeScale,
-			Granularity: d.Sim.Granularity})
+			Granularity: d.Sim.Granularity, ProcessWide: d.Sim.ProcessWide})
 	case "cuda":
 		return cuda.Open(d.CUDALibrary)
 	}

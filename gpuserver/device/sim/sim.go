@@ -44,6 +44,11 @@ type Options struct {
 	// kernel) of one launch of a reference kernel, which the sim computes on the host's CPU: a launch above it is
 	// refused with ErrKernelTooLarge. DefaultMaxKernelOps when 0.
 	MaxKernelOps uint64
+	// ProcessWide models what the GPU suite measured on an H100 about one process (processwide.go): module globals
+	// are reachable from every context of the backend, registered host memory is readable and writable by kernels
+	// at its host address, and a context fault poisons every context of the backend and its own streams. Without
+	// it each context is the isolation domain docs/security.md once assumed.
+	ProcessWide bool
 }
 
 // DefaultMaxKernelOps is Options.MaxKernelOps when none is set: about ten seconds of one core computing a matrix
@@ -114,7 +119,8 @@ type Backend struct {
 	nextCtx   uint64        // ids of contexts (NewContext), from 1
 	closed    bool
 
-	dryLaunches atomic.Uint64 // launches accepted and not executed (KernelsDry)
+	dryLaunches atomic.Uint64         // launches accepted and not executed (KernelsDry)
+	poisoned    atomic.Pointer[error] // the process-wide fault (ProcessWide)
 	workers     sync.WaitGroup
 }
 
