@@ -149,6 +149,12 @@ bench-remoting: build
 	@mkdir -p docs/bench
 	$(GO) run ./gpuserver/remoting/cmd/remoting-bench -out docs/bench/remoting.md
 
+## bench-tenants: an executor process per tenant against every tenant in the gpuserver's process, side by side
+## (remoting round trip and async records through the shim, swaps, acquire/release), writes docs/bench/tenants.md
+.PHONY: bench-tenants
+bench-tenants: build
+	$(GO) run ./gpuserver/tenant/cmd/tenant-bench -out docs/bench/tenants.md -rounds 5
+
 ## bench-queue: queue worker benchmarks, writes docs/bench/queue.md
 bench-queue: build
 	@mkdir -p docs/bench

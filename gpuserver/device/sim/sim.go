@@ -188,6 +188,12 @@ func New(opts Options) (*Backend, error) {
 // Node returns the modelled node.
 func (b *Backend) Node() topology.Node { return b.node.Clone() }
 
+// TimeScale is the factor applied to every modelled duration (Options.TimeScale).
+func (b *Backend) TimeScale() float64 { return b.opts.TimeScale }
+
+// ProcessWide reports whether the backend models what one process shares on a real GPU (Options.ProcessWide).
+func (b *Backend) ProcessWide() bool { return b.opts.ProcessWide }
+
 // KernelMode is what the sim does with kernels it cannot compute.
 func (b *Backend) KernelMode() KernelMode { return b.opts.Kernels }
 

@@ -217,3 +217,55 @@ func TestPeer(t *testing.T) {
 func fmtBusy() error {
 	return errors.Join(executor.ErrBusy, pool.ErrBindingBroken)
 }
+
+// TestEverySentinelTravels: every sentinel error of the packages whose errors cross the control socket has a code,
+// so that errors.Is answers on the gpuserver as it did in the executor (a sentinel added later without a code
+// would silently become a 500).
+func TestEverySentinelTravels(t *testing.T) {
+	known := map[error]bool{}
+	for _, c := range Codes {
+		known[c.Err] = true
+	}
+	byName := map[string]error{
+		"executor.ErrUnknownFunction": executor.ErrUnknownFunction, "executor.ErrNotCaptured": executor.ErrNotCaptured,
+		"executor.ErrBusy": executor.ErrBusy, "executor.ErrPinned": executor.ErrPinned,
+		"executor.ErrUnhealthy": executor.ErrUnhealthy, "executor.ErrNoMemory": executor.ErrNoMemory,
+		"executor.ErrInvalid": executor.ErrInvalid, "executor.ErrBroken": executor.ErrBroken,
+		"executor.ErrLost": executor.ErrLost, "executor.ErrContextFault": executor.ErrContextFault,
+		"pool.ErrUnknownFunction": pool.ErrUnknownFunction, "pool.ErrUnknownBinding": pool.ErrUnknownBinding,
+		"pool.ErrInvalidSpec": pool.ErrInvalidSpec, "pool.ErrTooLarge": pool.ErrTooLarge,
+		"pool.ErrGPUUnhealthy": pool.ErrGPUUnhealthy, "pool.ErrBindingBroken": pool.ErrBindingBroken,
+		"pool.ErrFunctionLost": pool.ErrFunctionLost, "pool.ErrNoHealthyGPU": pool.ErrNoHealthyGPU,
+		"pool.ErrLimit": pool.ErrLimit, "pool.ErrOverloaded": pool.ErrOverloaded,
+	}
+	for name, err := range byName {
+		if !known[err] {
+			t.Errorf("%s has no code in Codes", name)
+		}
+	}
+	// Sentinels declared in the packages' sources must all be listed above (so a new one fails here first).
+	for pkg, dir := range map[string]string{"executor": "../../executor", "pool": "../../pool"} {
+		entries, err := os.ReadDir(dir)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, e := range entries {
+			if !strings.HasSuffix(e.Name(), ".go") || strings.HasSuffix(e.Name(), "_test.go") {
+				continue
+			}
+			src, err := os.ReadFile(dir + "/" + e.Name())
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, line := range strings.Split(string(src), "\n") {
+				f := strings.Fields(strings.TrimPrefix(strings.TrimSpace(line), "var "))
+				if len(f) >= 3 && strings.HasPrefix(f[0], "Err") && f[1] == "=" && strings.HasPrefix(f[2], "errors.New") {
+					if _, ok := byName[pkg+"."+f[0]]; !ok {
+						t.Errorf("%s.%s (%s) is not known to this test: give it a code in Codes and list it", pkg, f[0],
+							e.Name())
+					}
+				}
+			}
+		}
+	}
+}
