@@ -1,12 +1,23 @@
 #!/usr/bin/env bash
 # suite.sh: runs the GPU suite (make gpu-test) from the test binaries in bin/gpu (make gpu-test-bin builds them, so a
 # GPU machine needs no Go): every CUDA and GPU test of the packages below with FAAS_GPU_TEST_CUDA=1, then the
-# data-plane benchmark on the real driver. Writes docs/bench/pytorch-shim.md and docs/bench/swap-cuda.md.
+# data-plane benchmark on the real driver. Writes docs/bench/pytorch-shim.md, docs/bench/swap-cuda.md and
+# docs/bench/tenants-cuda.md.
 set -uo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
 cd "$root"
 make -s -C shim >/dev/null || exit 1
 export FAAS_GPU_TEST_CUDA=1 FAAS_GPU_GPU_REPORT="$root/docs/bench/pytorch-shim.md"
+# Tenants isolated by process (docs/tenants.md): chunk import and context memory, measured by the cuda package's tests.
+export FAAS_GPU_TENANT_REPORT="$root/docs/bench/tenants-cuda.md"
+{
+	echo "# Tenant executors on a real GPU (make gpu-test)"
+	echo
+	echo "Written by test/gpu/suite.sh on $(date -u +%Y-%m-%dT%H:%M:%SZ), $(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader 2>/dev/null | head -1)."
+	echo "The isolation checks (TestCUDAContextsIsolate, TestCUDAKernelsCannotReachAnotherTenant,"
+	echo "TestCUDAKernelFaultPoisonsOnlyItsContext, TestCUDAShareableChunksCrossProcesses) pass or fail in the suite's log."
+	echo
+} >"$FAAS_GPU_TENANT_REPORT"
 rc=0
 for pkg in gpuserver/device/nvml gpuserver/device/cuda gpuserver/executor test/gpu; do
 	bin="$root/bin/gpu/$(echo "$pkg" | tr / -).test"
