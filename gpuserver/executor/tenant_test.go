@@ -19,7 +19,6 @@ import (
 // simRig is a rig on a simulated v100x4 with 64 MiB per GPU.
 func simRig(t *testing.T) *rig { return newRig(t, 64<<20, sim.Options{}, false) }
 
-
 // In one process (the executors of --tenant-isolation=none), on the sim's per-context model. On a real GPU a context
 // does not isolate (docs/security.md): the GPU suite's versions of these checks run each tenant in an executor
 // process of its own (tenants_test.go).
