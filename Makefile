@@ -143,11 +143,32 @@ bench-policy: build
 bench-swap: build
 	$(GO) run ./gpuserver/executor/swapbench -device sim -out docs/bench/swap.md
 
-## bench-remoting: shim transport benchmarks, writes docs/bench/remoting.md
+## bench-remoting: shim transport benchmarks (docs/bench/remoting.md) and the replay bench: the recorded PyTorch
+## passes of shim/testdata/trace/replay-*.tsv through the shim and a gpuserver on the timed virtual GPU, beside the
+## native pass computed from the same traces (docs/bench/remoting-replay.md). REPLAY_ARGS passes flags to it.
+REPLAY_ARGS ?=
 bench-remoting: build
 	$(MAKE) -C shim
 	@mkdir -p docs/bench
 	$(GO) run ./gpuserver/remoting/cmd/remoting-bench -out docs/bench/remoting.md
+	$(GO) run ./test/bench/replay -out docs/bench/remoting-replay.md $(REPLAY_ARGS)
+
+## replay-traces: the replay traces from the dry PyTorch passes' call logs (the CUDA tier, FAAS_GPU_CALLLOG_DIR) and
+## the GPU's per-pass figures (shim/testdata/trace/h100-passes.tsv); see shim/testdata/trace/README.md
+.PHONY: replay-traces
+replay-traces: build
+	@dir=$$(test/pyenv/pyenv.sh) && echo "replay-traces: pinned Python environment $$dir"
+	@rm -rf build/calllog && mkdir -p build/calllog
+	FAAS_GPU_TEST_PYENV=1 FAAS_GPU_CALLLOG_DIR=$(CURDIR)/build/calllog $(GO) test -count=1 -run TestTorchDryForward ./test/cuda/
+	$(GO) run ./test/bench/replay/gentrace -calllogs build/calllog -out shim/testdata/trace
+
+## bench-llm: the llm function through the shim on the simulated node (dry kernels; needs test/pyenv): TTFT warm
+## and cold from the host image, decode steps/s eagerly and with CUDA graphs, sharing one base between variants;
+## writes docs/bench/llm.md
+.PHONY: bench-llm
+bench-llm: build
+	@test/pyenv/pyenv.sh >/dev/null
+	$(GO) run ./test/llmbench -out docs/bench/llm.md
 
 ## bench-tenants: an executor process per tenant against every tenant in the gpuserver's process, side by side
 ## (remoting round trip and async records through the shim, swaps, acquire/release), writes docs/bench/tenants.md

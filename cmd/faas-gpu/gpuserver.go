@@ -6,8 +6,10 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"path/filepath"
 	"time"
 
+	"github.com/faas-gpu/faas-gpu/gpuserver/controller"
 	"github.com/faas-gpu/faas-gpu/gpuserver/server"
 )
 
@@ -22,9 +24,11 @@ type gpuserverConfig struct {
 	gpuMemory string
 	repoDir   string
 	policy    string
+	overload  string
 	logLevel  string
 	kernels   string // --sim-kernels
 	tenants   tenantFlags
+	metering  string
 }
 
 func (c *gpuserverConfig) register(fs *flag.FlagSet) {
@@ -41,9 +45,13 @@ func (c *gpuserverConfig) register(fs *flag.FlagSet) {
 	fs.StringVar(&c.repoDir, "repository-dir", "/dev/shm/faas-gpu",
 		"model images of the functions (shared-memory files kept across gpuserver restarts)")
 	fs.StringVar(&c.policy, "policy", "faas-gpu", policyUsage)
+	fs.StringVar(&c.overload, "overload", controller.OverloadAuto, overloadUsage)
 	fs.StringVar(&c.logLevel, "log-level", "info", "debug, info, warn or error")
 	fs.StringVar(&c.kernels, "sim-kernels", "reference", simKernelsUsage)
 	c.tenants.register(fs)
+	fs.StringVar(&c.metering, "metering-file", "",
+		"the functions' bill, kept across restarts (default: metering.json in -repository-dir: on a tmpfs it "+
+			"survives restarts of the gpuserver, not of the machine; name a file on disk for that)")
 }
 
 func runGPUServer(ctx context.Context, args []string, stdout, stderr io.Writer) error {
@@ -58,6 +66,10 @@ func runGPUServer(ctx context.Context, args []string, stdout, stderr io.Writer) 
 		return err
 	}
 	if err := checkPolicy(cfg.policy); err != nil {
+		return err
+	}
+	overload, err := parseOverload(cfg.overload)
+	if err != nil {
 		return err
 	}
 	if cfg.repoDir == "" {
@@ -82,10 +94,13 @@ func runGPUServer(ctx context.Context, args []string, stdout, stderr io.Writer) 
 		return err
 	}
 	node := gpus.Node
+	if cfg.metering == "" {
+		cfg.metering = filepath.Join(cfg.repoDir, "metering.json")
+	}
 	srv, err := server.Start(ctx, server.Config{Socket: cfg.socket, Listen: cfg.listen, Node: node,
-		Policy: cfg.policy, RemotingSocket: cfg.remoting, KeyFile: cfg.keyFile, RepositoryDir: cfg.repoDir,
+		Policy: cfg.policy, Overload: overload, RemotingSocket: cfg.remoting, KeyFile: cfg.keyFile, RepositoryDir: cfg.repoDir,
 		Device: gpus.Device, DeviceReserveBytes: gpus.Reserve, SocketGroup: cfg.group, Logger: log,
-		SimKernels: simKernels, Tenants: tenants,
+		SimKernels: simKernels, MeteringFile: cfg.metering, Tenants: tenants,
 		SimProcessWide: true}) // a simulated GPU shares within one process what an H100 does
 	if err != nil {
 		return err

@@ -16,6 +16,7 @@ import (
 	"syscall"
 
 	"github.com/faas-gpu/faas-gpu/gpuserver/tenantexec"
+	"github.com/faas-gpu/faas-gpu/provider/local/sandbox"
 )
 
 // command is one subcommand: it parses its own flags from args and runs until ctx ends.
@@ -32,11 +33,15 @@ func commands() map[string]command {
 		"gpuserver":    {"run the node's gpuserver (GPU pool, swapping, remoting)", runGPUServer},
 		"sim":          {"replay a trace through the gpuserver's policies on a simulated node", runSim},
 		"pool":         {"show the GPU pool and queues of a running gpuserver", runPool},
+		"usage":        {"print the bill per function: GPU seconds, GPU and host memory GiB-seconds", runUsage},
 		"version":      {"print the version", runVersion},
 	}
 }
 
 func main() {
+	if sandbox.IsInit() { // this binary started again as a function sandbox's init (package sandbox)
+		os.Exit(sandbox.RunInit())
+	}
 	os.Exit(run(os.Args, os.Stdout, os.Stderr))
 }
 

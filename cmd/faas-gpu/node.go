@@ -18,6 +18,20 @@ import (
 
 const policyUsage = "pool policy: faas-gpu (SLO-aware, default), torpor, fifo, gshare-dqls, ... or fcfs"
 
+// parseOverload checks -overload.
+func parseOverload(s string) (controller.Overload, error) {
+	o, err := controller.ParseOverload(s)
+	if err != nil {
+		return o, usageError{fmt.Errorf("-overload: %w", err)}
+	}
+	return o, nil
+}
+
+// overloadUsage documents the -overload flag of up, gpuserver and sim.
+const overloadUsage = "overload control of the faas-gpu policy: auto (shed the costliest functions only while the " +
+	"node model says it raises the requests served on time), off, or a target share of GPU time such as 0.85 " +
+	"(shed whenever the demand exceeds it)"
+
 // checkPolicy validates the --policy flag.
 func checkPolicy(name string) error {
 	if name == server.PolicyFCFS {

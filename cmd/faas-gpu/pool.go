@@ -70,6 +70,9 @@ func runPool(ctx context.Context, args []string, stdout, _ io.Writer) error {
 		}{st, queues})
 	}
 	printPool(stdout, st)
+	if r, ok := readSandboxReport(filepath.Dir(*socket)); ok {
+		fmt.Fprintf(stdout, "\nfunctions: %s\n", r.Summary())
+	}
 	if queues != nil {
 		printQueues(stdout, *queues)
 	}
@@ -127,16 +130,30 @@ func printPool(w io.Writer, st pool.Status) {
 		fmt.Fprintf(tw, "%d\t%s\t%v\t%v\t%s / %s\t%s\n", g.Index, g.Name, g.Busy, g.Healthy, mib(g.UsedBytes),
 			mib(g.MemoryBytes), strings.Join(g.Resident, ","))
 	}
-	fmt.Fprintln(tw, "\nFUNCTION\tQUOTA\tSLO\tQUEUED\tRUNNING\tSERVED\tON TIME")
+	fmt.Fprintln(tw, "\nFUNCTION\tQUOTA\tSLO\tQUEUED\tRUNNING\tSERVED\tON TIME\tREFUSED\tSHED")
 	for _, f := range st.Functions {
 		slo := "-"
 		if f.SLO > 0 {
 			slo = fmt.Sprintf("%s@p%g", f.SLO, f.Percentile)
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%d\t%d\t%d\n", f.Name, mib(f.MemoryBytes), slo, f.Queued, f.Running,
-			f.Served, f.OnTime)
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%d\t%d\t%d\t%d\t%v\n", f.Name, mib(f.MemoryBytes), slo, f.Queued,
+			f.Running, f.Served, f.OnTime, f.Refused, f.Shed)
 	}
 	tw.Flush()
+	sum := pool.Summarize(st.Functions)
+	if st.SLO != nil {
+		sum = *st.SLO
+	}
+	fmt.Fprintf(w, "\nfunctions within SLO: %d/%d   requests within SLO: %d/%d   refused: %d\n", sum.FunctionsMet,
+		sum.Functions, sum.OnTime, sum.Requests, sum.Refused)
+	if ov := st.Overload; ov != nil {
+		shedding := "none"
+		if len(ov.Shedding) > 0 {
+			shedding = strings.Join(ov.Shedding, ",")
+		}
+		fmt.Fprintf(w, "overload control: %s, demand %.2f of %.0f GPUs, shedding: %s\n", ov.Setting, ov.Demand,
+			ov.Capacity, shedding)
+	}
 }
 
 func mib(b uint64) string { return fmt.Sprintf("%dMi", b>>20) }

@@ -76,3 +76,22 @@ func TestPoolStateDirAndNoQueues(t *testing.T) {
 		t.Errorf("output:\n%s", out.String())
 	}
 }
+
+// TestPrintPoolTwoFiguresAndShedding: the pool's printout carries both figures (functions and requests within
+// SLO), the refusals, and the overload control's setting and shedding set, per function and for the node.
+func TestPrintPoolTwoFiguresAndShedding(t *testing.T) {
+	st := pool.Status{Policy: "faas-gpu", Functions: []pool.FunctionStatus{
+		{FunctionSpec: pool.FunctionSpec{Name: "light", MemoryBytes: 1 << 30, SLO: 80 * time.Millisecond}, Served: 100,
+			OnTime: 100},
+		{FunctionSpec: pool.FunctionSpec{Name: "heavy", MemoryBytes: 1 << 30, SLO: 80 * time.Millisecond}, Served: 50,
+			OnTime: 40, Refused: 10, Shed: true},
+	}, Overload: &pool.OverloadView{Setting: "auto", Demand: 4.3, Capacity: 4, Shedding: []string{"heavy"}, Refused: 10}}
+	var out bytes.Buffer
+	printPool(&out, st)
+	for _, want := range []string{"functions within SLO: 1/2", "requests within SLO: 140/160", "refused: 10",
+		"overload control: auto, demand 4.30 of 4 GPUs, shedding: heavy", "REFUSED", "SHED"} {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("printout lacks %q:\n%s", want, out.String())
+		}
+	}
+}

@@ -50,6 +50,7 @@ type providerConfig struct {
 	readyTimeout    time.Duration
 	logLevel        string
 	envs            envFlags
+	sandbox         sandboxFlags
 	// envErr is a bad value in one of faas-netes' variables (basic_auth).
 	envErr error
 }
@@ -110,10 +111,14 @@ func (c *providerConfig) register(fs *flag.FlagSet) {
 		"how long an invocation waits for a function that is starting (the first call after a deploy)")
 	fs.StringVar(&c.logLevel, "log-level", "info", "debug, info, warn or error")
 	c.envs.register(fs)
+	c.sandbox.register(fs)
 }
 
 func (c *providerConfig) validate() error {
 	if err := c.envs.validate(); err != nil {
+		return err
+	}
+	if err := c.sandbox.validate(); err != nil {
 		return err
 	}
 	switch {
@@ -138,6 +143,14 @@ func (c *providerConfig) validate() error {
 		return usageError{fmt.Errorf("-host %q: want an IP address or localhost", c.host)}
 	}
 	return nil
+}
+
+// remotingSocketPath is -remoting-socket, else remoting.sock beside -gpuserver-socket.
+func (c *providerConfig) remotingSocketPath() string {
+	if c.remotingSocket != "" {
+		return c.remotingSocket
+	}
+	return filepath.Join(filepath.Dir(c.gpuserverSocket), "remoting.sock")
 }
 
 // listenHost is the address to listen on: -host, else 127.0.0.1 for the local backend (it runs processes on this
@@ -230,9 +243,17 @@ func runProvider(ctx context.Context, args []string, stdout, stderr io.Writer) e
 		if err != nil {
 			return err
 		}
+		sb, err := cfg.sandbox.open(ctx, log)
+		if err != nil {
+			return err
+		}
+		if cfg.gpuserverSocket != "" {
+			warnUnreachableSockets(sb, log, cfg.gpuserverSocket, cfg.remotingSocketPath())
+		}
 		b, err := local.New(ctx, local.Config{StateDir: filepath.Join(cfg.stateDir, "functions"), BuildDir: cfg.buildDir,
 			TemplatesDir: cfg.templatesDir, FunctionsDir: cfg.functionsDir, Env: env, GPUEnv: gpuEnv,
-			Python: cfg.python, EnvDir: envDir, EnvMaxAge: cfg.envs.maxAge, Logger: log.With("component", "local")})
+			Python: cfg.python, EnvDir: envDir, EnvMaxAge: cfg.envs.maxAge, Logger: log.With("component", "local"),
+			Sandbox: sb})
 		if err != nil {
 			return fmt.Errorf("local backend: %w", err)
 		}

@@ -12,10 +12,7 @@ import (
 // does: the gpuserver's remoting socket, the shim's folder first on LD_LIBRARY_PATH (so the function's CUDA calls
 // reach the shim) and the function's remoting token, derived from key (the gpuserver's key file, read by the caller).
 func localGPUEnv(cfg providerConfig, key gpuauth.Key, log *slog.Logger) func(function string) map[string]string {
-	remoting := cfg.remotingSocket
-	if remoting == "" {
-		remoting = filepath.Join(filepath.Dir(cfg.gpuserverSocket), "remoting.sock")
-	}
+	remoting := cfg.remotingSocketPath()
 	shimDir := findShimDir(cfg.shimDir)
 	if _, err := os.Stat(filepath.Join(shimDir, "libcuda.so.1")); err != nil {
 		log.Warn("the shim is not built: GPU functions that call CUDA will fail (run make shim or pass -shim-dir)",

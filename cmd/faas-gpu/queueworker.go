@@ -350,8 +350,8 @@ func serveFrontDoor(ctx context.Context, addr, natsURL string, auth natsAuth, fn
 		nc.Close()
 		return nil, fmt.Errorf("-frontdoor-addr %s: %w", addr, err)
 	}
-	srv := &http.Server{Handler: frontdoor.New(frontdoor.Config{JetStream: js, Functions: fns,
-		Logger: log.With("component", "frontdoor")}), ReadHeaderTimeout: 10 * time.Second,
+	srv := &http.Server{Handler: checkCallbackHeader(frontdoor.New(frontdoor.Config{JetStream: js, Functions: fns,
+		Logger: log.With("component", "frontdoor")})), ReadHeaderTimeout: 10 * time.Second,
 		ReadTimeout:    time.Minute, // a body trickled in slower than 4 MiB a minute is cut off
 		MaxHeaderBytes: 1 << 20}     // with a 4 MiB body, the largest queue request that fits queue.MaxMessageBytes
 	go func() {

@@ -51,6 +51,8 @@ func runSim(ctx context.Context, args []string, stdout, _ io.Writer) error {
 	partial := fs.Bool("partial-residency", false, "keep evicted models' blocks on the GPU while memory allows")
 	memFactor := fs.Float64("memory-factor", simulate.DefaultMemoryFactor,
 		"a function's GPU memory quota as a multiple of its model's weights (>= 1)")
+	overloadArg := fs.String("overload", controller.OverloadAuto, overloadUsage)
+	startMinute := fs.Int("start-minute", 0, "the trace's minute the replay starts at, e.g. 60 for its second hour")
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
@@ -74,6 +76,13 @@ func runSim(ctx context.Context, args []string, stdout, _ io.Writer) error {
 		return flagErr("nodes", errors.New("must be >= 0"))
 	case *keepAlive <= 0:
 		return flagErr("keep-alive", errors.New("must be > 0"))
+	}
+	overload, err := controller.ParseOverload(*overloadArg)
+	if err != nil {
+		return flagErr("overload", err)
+	}
+	if *startMinute < 0 {
+		return flagErr("start-minute", errors.New("must be >= 0"))
 	}
 	var pols []controller.Policy
 	for _, p := range strings.Split(*policies, ",") {
@@ -130,7 +139,7 @@ func runSim(ctx context.Context, args []string, stdout, _ io.Writer) error {
 		}
 		cfg := simulate.Config{Trace: tr, Models: ms, Functions: *functions, Node: node,
 			Minutes: *minutes, Policy: p, Seed: *seed, MaxInFlight: *maxInFlight, Arrivals: arrivals,
-			MemoryFactor: *memFactor, PartialResidency: *partial}
+			MemoryFactor: *memFactor, PartialResidency: *partial, Overload: overload, StartMinute: *startMinute}
 		if *nodes > 0 || *autoscale {
 			var r simulate.ClusterResult
 			if p == controller.PolicyKeepAlive {
@@ -171,7 +180,7 @@ func writeClusterTable(w io.Writer, rep simReport) error {
 	fmt.Fprintf(w, "cluster of %s nodes, %d functions, %d minutes, seed %d\n", rep.Node, rep.Functions, rep.Minutes,
 		rep.Seed)
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "policy\tSLO met\trequests\ton time\trejected\tGPUs mean\tGPUs peak\tnodes start/peak\timage loads\tevents/s\t")
+	fmt.Fprintln(tw, "policy\tfunctions within SLO\trequests\twithin SLO\trefused\tGPUs mean\tGPUs peak\tnodes start/peak\timage loads\tevents/s\t")
 	for _, r := range rep.Cluster {
 		fmt.Fprintf(tw, "%s\t%d/%d\t%d\t%d\t%d\t%.1f\t%d\t%d/%d\t%d\t%.0f\t\n", r.Name, r.FunctionsSLOMet,
 			r.FunctionsWithTraffic, r.Requests, r.RequestsOnTime, r.Rejected, r.GPUsMean, r.GPUsPeak, r.NodesStart,
@@ -183,7 +192,7 @@ func writeClusterTable(w io.Writer, rep simReport) error {
 func writeSimTable(w io.Writer, rep simReport) error {
 	fmt.Fprintf(w, "node %s, %d functions, %d minutes, seed %d\n", rep.Node, rep.Functions, rep.Minutes, rep.Seed)
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "policy\tSLO met\trequests\ton time\tp50/ddl\tp98/ddl\tp99/ddl\tswaps none/nvlink/pcie\tevictions\tcold\trejected\tGPU busy\t")
+	fmt.Fprintln(tw, "policy\tfunctions within SLO\trequests\twithin SLO\tp50/ddl\tp98/ddl\tp99/ddl\tswaps none/nvlink/pcie\tevictions\tcold\trefused\tGPU busy\t")
 	for _, r := range rep.Policies {
 		busy := make([]string, len(r.GPUBusy))
 		for i, b := range r.GPUBusy {

@@ -37,6 +37,16 @@ func TestSimCommand(t *testing.T) {
 		!strings.Contains(out, "torpor") {
 		t.Fatalf("one node: exit %d\n%s", code, out)
 	}
+	if code, out := sim("--overload", "off"); code != 0 || !strings.Contains(out, "functions within SLO") {
+		t.Fatalf("overload off: exit %d\n%s", code, out)
+	}
+	for _, cmd := range []string{"up", "gpuserver"} {
+		var out bytes.Buffer
+		if code := run([]string{"faas-gpu", cmd, "--overload", "sometimes"}, &out, &out); code != 2 ||
+			!strings.Contains(out.String(), "-overload") {
+			t.Errorf("%s --overload sometimes: exit %d, want 2 naming -overload:\n%s", cmd, code, out.String())
+		}
+	}
 	if code, out := sim("--nodes", "2", "--policies", "faas-gpu,keepalive"); code != 0 ||
 		!strings.Contains(out, "GPUs mean") || !strings.Contains(out, "keepalive") {
 		t.Fatalf("cluster: exit %d\n%s", code, out)
@@ -46,6 +56,7 @@ func TestSimCommand(t *testing.T) {
 		"keep-alive":    {"--nodes", "1", "--keep-alive", "0s"},
 		"memory-factor": {"--memory-factor", "0.5"},
 		"functions":     {"--functions", "2"}, // the arrivals name function 2
+		"overload":      {"--overload", "1.5"},
 	} {
 		if code, out := sim(args...); code != 2 || !strings.Contains(out, "-"+flag) {
 			t.Errorf("%v: exit %d, want 2 naming -%s:\n%s", args, code, flag, out)

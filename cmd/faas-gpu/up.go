@@ -23,10 +23,12 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/faas-gpu/faas-gpu/gpuserver/client"
+	"github.com/faas-gpu/faas-gpu/gpuserver/controller"
 	"github.com/faas-gpu/faas-gpu/gpuserver/server"
 	"github.com/faas-gpu/faas-gpu/provider/basicauth"
 	"github.com/faas-gpu/faas-gpu/provider/handlers"
 	"github.com/faas-gpu/faas-gpu/provider/local"
+	"github.com/faas-gpu/faas-gpu/provider/local/sandbox"
 	"github.com/faas-gpu/faas-gpu/queueworker/worker"
 )
 
@@ -47,11 +49,13 @@ type upConfig struct {
 	readyTimeout time.Duration
 	allowedHosts string
 	policy       string
+	overload     string
 	logLevel     string
 	envs         envFlags
 	queue        upQueueConfig
 	simKernels   string
 	tenants      tenantFlags
+	sandbox      sandboxFlags
 }
 
 func (c *upConfig) register(fs *flag.FlagSet) {
@@ -73,15 +77,20 @@ func (c *upConfig) register(fs *flag.FlagSet) {
 	fs.DurationVar(&c.readyTimeout, "ready-timeout", handlers.DefaultReadyTimeout,
 		"how long an invocation waits for a function that is starting (the first call after a deploy)")
 	fs.StringVar(&c.policy, "policy", "faas-gpu", policyUsage)
+	fs.StringVar(&c.overload, "overload", controller.OverloadAuto, overloadUsage)
 	fs.StringVar(&c.logLevel, "log-level", "info", "debug, info, warn or error")
 	c.envs.register(fs)
 	c.queue.register(fs)
 	fs.StringVar(&c.simKernels, "sim-kernels", "reference", simKernelsUsage)
 	c.tenants.register(fs)
+	c.sandbox.register(fs)
 }
 
 func (c *upConfig) validate() error {
 	if err := checkPolicy(c.policy); err != nil {
+		return err
+	}
+	if _, err := parseOverload(c.overload); err != nil {
 		return err
 	}
 	if err := c.envs.validate(); err != nil {
@@ -91,6 +100,9 @@ func (c *upConfig) validate() error {
 		return err
 	}
 	if err := c.tenants.validate(); err != nil {
+		return err
+	}
+	if err := c.sandbox.validate(); err != nil {
 		return err
 	}
 	switch {
@@ -114,6 +126,7 @@ func (c *upConfig) validate() error {
 // up is one running `faas-gpu up`: the parts in the order they start; stop undoes them in reverse.
 type up struct {
 	log     *slog.Logger
+	sandbox *sandbox.Sandbox // how functions are isolated
 	stops   []func(ctx context.Context) error
 	runErrs chan error
 }
@@ -174,20 +187,37 @@ func runUp(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return err
 	}
 	defer unlock()
+	sb, err := cfg.sandbox.open(ctx, log)
+	if err != nil {
+		closeDevice()
+		return err
+	}
+	if err := writeSandboxReport(stateDir, sb.Report()); err != nil {
+		closeDevice()
+		return err
+	}
+	// Sandboxed functions with ids of their own reach the sockets through the group they share (mode 0660).
+	socketGroup := ""
+	if gid, ok := sb.SocketGroup(); ok {
+		socketGroup = strconv.FormatUint(uint64(gid), 10)
+	}
 
 	tenants, err := cfg.tenants.config(cfg.logLevel)
 	if err != nil {
 		closeDevice()
 		return err
 	}
-	u := &up{log: log, runErrs: make(chan error, 4)}
+	overload, _ := controller.ParseOverload(cfg.overload) // validated above
+	u := &up{log: log, runErrs: make(chan error, 4), sandbox: sb}
 	err = u.start(ctx, cfg, stateDir, node.Name, stdout, func(ctx context.Context) (*server.Server, error) {
 		return server.Start(ctx, server.Config{Socket: filepath.Join(stateDir, "gpuserver.sock"), Node: node,
-			Policy: cfg.policy, RemotingSocket: filepath.Join(stateDir, "remoting.sock"),
+			Policy: cfg.policy, Overload: overload, RemotingSocket: filepath.Join(stateDir, "remoting.sock"),
+			SocketGroup:   socketGroup,
 			KeyFile:       filepath.Join(stateDir, "gpuserver.key"),
 			RepositoryDir: repositoryDir(stateDir, gpus.Device != nil), // kept across restarts of up
 			Device:        gpus.Device, DeviceReserveBytes: gpus.Reserve, SimKernels: simKernels,
-			Logger: log.With("component", "gpuserver"), Tenants: tenants,
+			MeteringFile: filepath.Join(stateDir, "metering.json"), // the bill, kept across restarts of up
+			Logger:       log.With("component", "gpuserver"), Tenants: tenants,
 			SimProcessWide: true}) // a simulated GPU shares within one process what an H100 does
 	})
 	if err == nil {
@@ -253,7 +283,8 @@ func (u *up) start(ctx context.Context, cfg upConfig, stateDir, nodeName string,
 				"LD_LIBRARY_PATH":          joinPathList(shimDir, os.Getenv("LD_LIBRARY_PATH")),
 			}
 		},
-		Logger: u.log.With("component", "local"),
+		Logger:  u.log.With("component", "local"),
+		Sandbox: u.sandbox,
 	})
 	if err != nil {
 		return fmt.Errorf("local backend: %w", err)
@@ -292,7 +323,7 @@ func (u *up) start(ctx context.Context, cfg upConfig, stateDir, nodeName string,
 	fnSource := queueFunctions(backend)
 	mux := http.NewServeMux()
 	mux.Handle("/async-function/", handlers.LimitBodyTime(handlers.BodyTimeouts{Idle: 30 * time.Second, Total: proxyTimeout},
-		queueFrontDoor(js, fnSource, u.log)))
+		checkCallbackHeader(queueFrontDoor(js, fnSource, u.log))))
 	mux.Handle("/metrics", promhttp.HandlerFor(prometheus.Gatherers{metrics, gs.Metrics()}, promhttp.HandlerOpts{}))
 	mux.Handle("GET /system/info", gatewayInfoHandler(info, creds)) // up is the gateway: the gateway's shape
 	mux.Handle("/", providerHandler)
@@ -344,12 +375,13 @@ func (u *up) start(ctx context.Context, cfg upConfig, stateDir, nodeName string,
   state        %s
   functions    from %s (fallback: templates %s, handlers %s)
   python envs  %s  (functions with pip requirements)
+  functions    %s
 Ready. Ctrl-C stops everything.
 `, gatewayURL, hostsText, creds.User, filepath.Join(secretsDir, basicauth.PasswordFile),
 		basicauth.LoginCommand(secretsDir, creds.User, gatewayURL), gs.Socket(), len(gpuStatus.GPUs), nodeName, gpuStatus.Policy, gs.RemotingSocket(),
 		filepath.Join(shimDir, "libcuda.so.1"), ns.ClientURL(),
 		filepath.Join(stateDir, "jetstream"), filepath.Join(stateDir, natsSecretsDir), maxInflight, stateDir, buildDir, templatesDir, functionsDir,
-		envDir)
+		envDir, u.sandbox.Report().Summary())
 	return nil
 }
 

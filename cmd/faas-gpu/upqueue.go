@@ -141,7 +141,12 @@ func (u *up) startNATS(ctx context.Context, host string, port int, stateDir stri
 		return nil, nil, fmt.Errorf("nats: %w", err)
 	}
 	u.onStop(func(context.Context) error { ns.Shutdown(); return nil })
-	nc, err := nats.Connect(ns.ClientURL(), nats.UserInfo(user, password), nats.Name("faas-gpu up"), nats.MaxReconnects(-1))
+	nlog := u.log.With("component", "nats-client")
+	nc, err := nats.Connect(ns.ClientURL(), nats.UserInfo(user, password), nats.Name("faas-gpu up"), nats.MaxReconnects(-1),
+		nats.DisconnectErrHandler(func(_ *nats.Conn, err error) { nlog.Warn("disconnected", "err", err) }),
+		nats.ReconnectHandler(func(*nats.Conn) { nlog.Info("reconnected") }),
+		nats.ClosedHandler(func(c *nats.Conn) { nlog.Error("connection closed", "err", c.LastError()) }),
+		nats.ErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) { nlog.Warn("async error", "err", err) }))
 	if err != nil {
 		return nil, nil, fmt.Errorf("nats connect: %w", err)
 	}

@@ -16,8 +16,10 @@ stops on the host: after max_tokens, at <|endoftext|> or <|im_end|> (unless igno
 LLM_CUDA_GRAPHS=1 the decode step (embedding to argmax, the KV cache and positions at fixed addresses) is captured
 once with torch.cuda.graph and replayed; if capture fails, the function logs why and decodes eagerly.
 
-The KV cache is allocated by the first request, not at start, so it is scratch of the request, not part of the
-model image (see README.md beside this file: quota sizing).
+The KV cache is allocated by the first request, not at start, so it is scratch, not part of the model image; with
+com.openfaas.gpu.scratch: request (stack.yml) its memory is the request's: given back when the request ends and
+mapped again, zeroed, for the next, so every request writes what it reads (README.md beside this file: sizing the
+quota).
 
 Request (POST /v1/completions), OpenAI's fields:
   prompt            a string (or a list of one string, or a list of token ids); at most LLM_MAX_PROMPT_TOKENS tokens
@@ -47,6 +49,7 @@ LLM_CUDA_GRAPHS (0), LLM_MODEL_NAME (faas-gpu-llm-0.5b), TORCH_DEVICE (cuda for 
 import json
 import math
 import os
+import sys
 import threading
 import time
 import uuid
@@ -199,15 +202,18 @@ class Decoder:
             for t, v in zip(state, saved):
                 t.copy_(v)
             self.graph = g
-            print("llm: decode step captured as a CUDA graph", flush=True)
+            print("llm: decode step captured as a CUDA graph", file=sys.stderr, flush=True)
         except Exception as e:  # noqa: BLE001 - any failure means: decode eagerly
             self.graph_error = "%s: %s" % (type(e).__name__, e)
-            print("llm: CUDA graph capture failed, decoding eagerly: %s" % self.graph_error, flush=True)
+            print("llm: CUDA graph capture failed, decoding eagerly: %s" % self.graph_error, file=sys.stderr, flush=True)
 
     def prefill(self, ids):
         """Runs the prompt, leaving its last token's logits in self.logits, the greedy choice in self.next and
         self.tok, and the next position in self.pos."""
         self._ensure_cache()
+        # Everything the request allocated may come back zeroed at the next (com.openfaas.gpu.scratch: request
+        # gives the scratch back between requests): the positions, the cache and its lengths are written afresh.
+        torch.arange(CONTEXT, out=self.positions)
         self.cache.reset()
         n = len(ids)
         x = torch.tensor([ids], dtype=torch.long, device=self.device)
@@ -223,7 +229,7 @@ class Decoder:
             self.tok.fill_(token)
         if self.device.type == "cuda" and GRAPHS and not self.graph_tried:
             self._capture()
-        if self.graph is not None:
+        if GRAPHS and self.graph is not None:
             self.graph.replay()
         else:
             self._step()

@@ -14,7 +14,7 @@
 //   - POST /v1/bindings/{id}/release: the token of the function the binding belongs to (or the administrator's).
 //     A binding of another function answers 404, as an unknown one does.
 //
-// GET /v1/pool, /metrics and /healthz are read-only and open to whoever can reach the socket (whose file mode
+// GET /v1/pool, /v1/usage (the functions' bill), /metrics and /healthz are read-only and open to whoever can reach the socket (whose file mode
 // keeps other users out). A missing credential answers 401, a credential that does not allow the call 403.
 //
 // # Leases (issue 11 item 6)
@@ -126,11 +126,14 @@ type Server struct {
 	router      chi.Router
 	auth        Authenticator
 	maxAcquires int
+	usage       UsageSource // nil: no /v1/usage
 
 	mu       sync.Mutex
 	leases   map[string]*lease    // by public binding id
 	holders  map[net.Conn]*holder // connections served through NewHTTPServer
 	acquires map[string]int       // open acquires per function
+	// shedLogged is, per function, the overload episode whose first refusal was logged (one line per episode).
+	shedLogged map[string]uint64
 }
 
 // lease is a binding handed out by the API.
@@ -172,6 +175,9 @@ func New(p pool.Pool, reg prometheus.Registerer, gather prometheus.Gatherer, log
 	r.Post("/v1/functions/{name}/acquire", s.acquire)
 	r.Post("/v1/bindings/{id}/release", s.release)
 	r.Get("/v1/pool", s.status)
+	if s.usage != nil {
+		r.Get("/v1/usage", s.serveUsage)
+	}
 	r.Get("/healthz", func(w http.ResponseWriter, _ *http.Request) { w.WriteHeader(http.StatusOK) })
 	r.Handle("/metrics", promhttp.HandlerFor(gather, promhttp.HandlerOpts{}))
 	s.router = r
@@ -470,11 +476,31 @@ func (s *Server) fail(w http.ResponseWriter, r *http.Request, err error) {
 	}
 	if oe := (*pool.OverloadedError)(nil); errors.As(err, &oe) { // shed by the overload control: when to retry
 		w.Header().Set("Retry-After", strconv.FormatInt(max(1, int64(math.Ceil(oe.RetryAfter.Seconds()))), 10))
+		s.logShed(oe)
 	}
 	if code >= http.StatusInternalServerError && code != http.StatusGatewayTimeout {
 		s.log.Error("gpuserver request failed", "method", r.Method, "path", r.URL.Path, "err", err)
 	}
 	writeJSON(w, code, ErrorResponse{Error: err.Error(), Restart: errors.Is(err, pool.ErrFunctionLost)})
+}
+
+// maxShedLogged bounds the functions whose last logged overload episode is remembered.
+const maxShedLogged = 4096
+
+// logShed logs a refusal of the overload control once per function and episode.
+func (s *Server) logShed(oe *pool.OverloadedError) {
+	s.mu.Lock()
+	if s.shedLogged == nil || len(s.shedLogged) >= maxShedLogged {
+		s.shedLogged = map[string]uint64{}
+	}
+	seen := oe.Episode != 0 && s.shedLogged[oe.Function] == oe.Episode
+	s.shedLogged[oe.Function] = oe.Episode
+	s.mu.Unlock()
+	if !seen {
+		s.log.Warn("overload control sheds a function: its requests that cannot meet their deadline are refused "+
+			"with 429 (logged once per episode; faas_gpu_refused_requests_total counts them)", "function",
+			oe.Function, "episode", oe.Episode, "retry_after", oe.RetryAfter, "reason", oe.Reason)
+	}
 }
 
 func decode(r *http.Request, v any) error {

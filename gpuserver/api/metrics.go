@@ -70,6 +70,8 @@ type poolCollector struct {
 	pool                                pool.Pool
 	gpuBusy, gpuUsed, gpuTotal, healthy *prometheus.Desc
 	queued, running, served, onTime     *prometheus.Desc
+	refused, shed, fnsActive, fnsMet    *prometheus.Desc
+	demand                              *prometheus.Desc
 }
 
 func newPoolCollector(p pool.Pool) *poolCollector {
@@ -88,12 +90,22 @@ func newPoolCollector(p pool.Pool) *poolCollector {
 		served:   prometheus.NewDesc("faas_gpu_served_requests_total", "Requests released, by function.", fn, nil),
 		onTime: prometheus.NewDesc("faas_gpu_on_time_requests_total",
 			"Requests released within the function's SLO, by function.", fn, nil),
+		refused: prometheus.NewDesc("faas_gpu_refused_requests_total",
+			"Requests the overload control refused (429 with Retry-After), by function.", fn, nil),
+		shed: prometheus.NewDesc("faas_gpu_function_shed",
+			"1 while the overload control sheds the function (its requests wait behind the others').", fn, nil),
+		fnsActive: prometheus.NewDesc("faas_gpu_functions_with_requests",
+			"Functions with at least one request served or refused since the gpuserver started.", nil, nil),
+		fnsMet: prometheus.NewDesc("faas_gpu_functions_within_slo",
+			"Functions with at least their SLO percentile of requests on time (refused ones count as missed).", nil, nil),
+		demand: prometheus.NewDesc("faas_gpu_overload_demand_gpus",
+			"The functions' estimated demand in GPUs at the overload control's last decision.", nil, nil),
 	}
 }
 
 func (c *poolCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{c.gpuBusy, c.gpuUsed, c.gpuTotal, c.healthy, c.queued, c.running,
-		c.served, c.onTime} {
+		c.served, c.onTime, c.refused, c.shed, c.fnsActive, c.fnsMet, c.demand} {
 		ch <- d
 	}
 }
@@ -112,6 +124,14 @@ func (c *poolCollector) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(c.running, prometheus.GaugeValue, float64(f.Running), f.Name)
 		ch <- prometheus.MustNewConstMetric(c.served, prometheus.CounterValue, float64(f.Served), f.Name)
 		ch <- prometheus.MustNewConstMetric(c.onTime, prometheus.CounterValue, float64(f.OnTime), f.Name)
+		ch <- prometheus.MustNewConstMetric(c.refused, prometheus.CounterValue, float64(f.Refused), f.Name)
+		ch <- prometheus.MustNewConstMetric(c.shed, prometheus.GaugeValue, b2f(f.Shed), f.Name)
+	}
+	sum := pool.Summarize(st.Functions)
+	ch <- prometheus.MustNewConstMetric(c.fnsActive, prometheus.GaugeValue, float64(sum.Functions))
+	ch <- prometheus.MustNewConstMetric(c.fnsMet, prometheus.GaugeValue, float64(sum.FunctionsMet))
+	if st.Overload != nil {
+		ch <- prometheus.MustNewConstMetric(c.demand, prometheus.GaugeValue, st.Overload.Demand)
 	}
 }
 

@@ -1,11 +1,16 @@
 package api_test
 
 import (
+	"bytes"
 	"context"
 	"errors"
+	"log/slog"
 	"net"
 	"net/http"
 	"path/filepath"
+	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -16,13 +21,16 @@ import (
 	"github.com/faas-gpu/faas-gpu/gpuserver/pool"
 )
 
-// shedding is a pool whose overload control sheds every acquire (the controller's Pool answers so for a shed
-// function while its node is busy).
-type shedding struct{ pool.Pool }
+// shedding is a pool whose overload control refuses every acquire (the controller's Pool answers so for a
+// request of a shed function that cannot meet its deadline); the episode changes when episode is set.
+type shedding struct {
+	pool.Pool
+	episode *atomic.Uint64
+}
 
-func (shedding) Acquire(_ context.Context, function string) (pool.Binding, error) {
+func (s shedding) Acquire(_ context.Context, function string) (pool.Binding, error) {
 	return pool.Binding{}, &pool.OverloadedError{Function: function, RetryAfter: 1500 * time.Millisecond,
-		Reason: "the node sheds it"}
+		Reason: "the node sheds it", Episode: s.episode.Load()}
 }
 
 // TestOverloadedIs429WithRetryAfter: a shed acquire answers 429 with Retry-After in whole seconds (rounded up),
@@ -33,7 +41,11 @@ func TestOverloadedIs429WithRetryAfter(t *testing.T) {
 		t.Fatal(err)
 	}
 	reg := prometheus.NewRegistry()
-	srv, err := api.New(shedding{fcfs}, reg, reg, nil)
+	var logged bytes.Buffer
+	var mu sync.Mutex
+	episode := &atomic.Uint64{}
+	episode.Store(1)
+	srv, err := api.New(shedding{fcfs, episode}, reg, reg, slog.New(slog.NewTextHandler(lockedWriter{&mu, &logged}, nil)))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -66,4 +78,23 @@ func TestOverloadedIs429WithRetryAfter(t *testing.T) {
 	if api.StatusCode(err) != http.StatusTooManyRequests {
 		t.Errorf("StatusCode = %d", api.StatusCode(err))
 	}
+	// Logged once per function and episode: two refusals of episode 1 above, one of episode 2 below.
+	episode.Store(2)
+	_, _ = client.New(sock).Acquire(context.Background(), "heavy", time.Second)
+	mu.Lock()
+	defer mu.Unlock()
+	if n := strings.Count(logged.String(), "overload control sheds a function"); n != 2 {
+		t.Fatalf("%d log lines for two episodes:\n%s", n, logged.String())
+	}
+}
+
+type lockedWriter struct {
+	mu *sync.Mutex
+	w  *bytes.Buffer
+}
+
+func (l lockedWriter) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.w.Write(p)
 }

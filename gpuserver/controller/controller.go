@@ -60,16 +60,16 @@ type Config struct {
 	// start from a warm node).
 	Prewarm bool
 	// ShedEvery is how often the overload control (faas-gpu policy) re-decides which functions it sheds; 0
-	// means 2 s.
+	// means 2 s. It is also the Retry-After of the requests it refuses.
 	ShedEvery time.Duration
 	// PartialResidency keeps an evicted model's blocks on its GPU while the memory is not needed, so that a
 	// later swap-in copies only the missing blocks (Tangram); eviction then frees only the bytes a placement
 	// needs, from the blocks cheapest to bring back first (Eviction.Keep, Decision.Bytes). The simulator models
 	// it; the executors' data plane drops whole copies, so the gpuserver leaves it off.
 	PartialResidency bool
-	// ShedTarget is the starting share of the healthy GPUs' time that admitted demand may take, in (0, 1]; 0
-	// means 0.85. Feedback adjusts it (see overload.go).
-	ShedTarget float64
+	// Overload sets the overload control of the policies that have one (faas-gpu): auto (the zero value), off,
+	// or an explicit target.
+	Overload Overload
 }
 
 // Function is what the controller knows of a registered function.
@@ -79,6 +79,9 @@ type Function struct {
 	ModelBytes uint64
 	// ExecSeed seeds the execution-time predictor; 0 means 10 ms.
 	ExecSeed time.Duration
+	// Pin (static policy) lists the GPUs the function's model stays resident on (those with room); empty: the
+	// least used GPU with room.
+	Pin []int
 }
 
 // Eviction is one model dropped from one GPU.
@@ -152,8 +155,9 @@ type fnState struct {
 	arrivals int       // requests submitted in the current interval
 	rate     float64   // arrivals per second, weighted over intervals
 	shed     bool
-	ovActive bool // listed in the overload control's active functions
-	lateIn   int  // the overload control's interval (decisions + 1) in which it last had a late request
+	ovActive bool   // listed in the overload control's active functions
+	episode  uint64 // how many times it was shed anew
+	refused  int64  // requests the overload control refused
 }
 
 type reqState struct {
@@ -223,11 +227,19 @@ func New(cfg Config) (*Controller, error) {
 	cfg.ContextBytes = cmp.Or(cfg.ContextBytes, DefaultContextBytes)
 	cfg.ColdStart = cmp.Or(cfg.ColdStart, DefaultColdStart)
 	cfg.ShedEvery = cmp.Or(cfg.ShedEvery, DefaultShedEvery)
-	cfg.ShedTarget = cmp.Or(cfg.ShedTarget, DefaultShedTarget)
-	if cfg.ShedEvery < 0 || !(cfg.ShedTarget > 0 && cfg.ShedTarget <= 1) {
-		return nil, fmt.Errorf("%w: shed interval must be > 0 and shed target in (0, 1]", ErrInvalidConfig)
+	if cfg.ShedEvery < 0 {
+		return nil, fmt.Errorf("%w: shed interval must be > 0", ErrInvalidConfig)
+	}
+	if err := cfg.Overload.validate(); err != nil {
+		return nil, err
+	}
+	if cfg.Overload.Mode == "" {
+		cfg.Overload.Mode = OverloadAuto
 	}
 	tr := cfg.Policy.traits()
+	if cfg.Overload.Mode == OverloadOff {
+		tr.shed = false
+	}
 	q, err := queueing.New(queueing.Config{Order: tr.order, Margin: cfg.Margin, RescueShare: tr.rescueShare})
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrInvalidConfig, err)
@@ -235,7 +247,10 @@ func New(cfg Config) (*Controller, error) {
 	c := &Controller{cfg: cfg, tr: tr, node: cfg.Node.Clone(), q: q, fns: map[string]*fnState{},
 		reqs: map[uint64]*reqState{}, rng: rand.New(rand.NewPCG(cfg.Seed, cfg.Seed^0x9e3779b97f4a7c15))}
 	c.links = topology.NewTransfers(&c.node)
-	c.ov.target = cfg.ShedTarget
+	c.ov.target, c.ov.auto = DefaultShedTarget, cfg.Overload.Mode == OverloadAuto
+	if cfg.Overload.Mode == OverloadTarget {
+		c.ov.target = cfg.Overload.Target
+	}
 	for i, g := range c.node.GPUs {
 		c.gpus = append(c.gpus, &gpuState{index: i, capacity: g.MemoryBytes, resident: map[string]*residency{},
 			loading: map[string]bool{}, partial: map[string]*partialCopy{}})
@@ -294,6 +309,15 @@ func (c *Controller) Register(now time.Time, f Function) error {
 	switch {
 	case c.tr.place == placePinned:
 		c.pin(now, fs)
+	case c.tr.place == placeStatic:
+		for _, i := range fs.Pin {
+			if i >= 0 && i < len(c.gpus) && !c.gpus[i].unhealthy && c.gpus[i].capacity-c.gpus[i].used >= footprint {
+				c.addResident(fs, c.gpus[i], now)
+			}
+		}
+		if len(fs.replicas) == 0 {
+			c.pin(now, fs)
+		}
 	case c.cfg.Prewarm:
 		for _, g := range c.gpus {
 			if !g.unhealthy && g.capacity-g.used >= footprint {
@@ -304,7 +328,7 @@ func (c *Controller) Register(now time.Time, f Function) error {
 	return nil
 }
 
-// pin is native binding: first fit of fs onto the least-used healthy GPU that still has room.
+// pin is native binding: fs onto the GPU fs.Pin names, else the least-used healthy GPU that still has room.
 func (c *Controller) pin(now time.Time, fs *fnState) {
 	best := -1
 	for _, g := range c.gpus {
@@ -384,14 +408,14 @@ func (c *Controller) Submit(now time.Time, id uint64, function string) error {
 	if _, dup := c.reqs[id]; dup {
 		return fmt.Errorf("%w: %d", ErrDuplicate, id)
 	}
-	if c.tr.place == placePinned && fs.pinnedGPU < 0 {
+	if c.tr.place == placePinned && fs.pinnedGPU < 0 || c.tr.place == placeStatic && len(fs.replicas) == 0 {
 		c.counts.Rejected++
 		return fmt.Errorf("%w: %q has no GPU under native binding (memory is taken by earlier functions)",
 			pool.ErrTooLarge, function)
 	}
 	c.arrived(fs)
 	c.maybeDecideShed(now)
-	if err := c.admitShed(fs); err != nil {
+	if err := c.admitShed(now, fs); err != nil {
 		return err
 	}
 	r := &reqState{id: id, function: function, arrival: now}
@@ -442,6 +466,7 @@ const maxBlockedPerDispatch = 64
 // each out (evictions, then the swap, then execution) and reports SwapDone and Complete.
 func (c *Controller) Dispatch(now time.Time) []Decision {
 	c.maybeDecideShed(now)
+	c.expireShed(now)
 	var out []Decision
 	var blocked map[string]bool
 	eligible := func(f string) bool {
@@ -602,7 +627,7 @@ func (c *Controller) Complete(now time.Time, id uint64, exec time.Duration) (boo
 		if !r.broken {
 			fs.exec.Observe(exec)
 			fs.hold.Observe(now.Sub(r.boundAt))
-			c.observeShed(fs, onTime)
+			c.observeShed(fs, onTime, r.arrival)
 		}
 		if res := g.resident[d.Function]; res != nil {
 			res.lastUsed = now

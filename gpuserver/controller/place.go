@@ -23,6 +23,11 @@ func (c *Controller) place(now time.Time, fs *fnState, r *reqState) (Decision, b
 		return Decision{GPU: g.index, Swap: SwapNone, Source: g.index}, true
 	case placeInstance:
 		return c.placeInstance(fs)
+	case placeStatic:
+		if g := c.residentIdle(fs); g >= 0 {
+			return Decision{GPU: g, Swap: SwapNone, Source: g}, true
+		}
+		return Decision{}, false
 	case placeRandom:
 		return c.placeRandom(fs)
 	case placeAnyHostOnly:

@@ -32,6 +32,11 @@ const (
 	// PolicyKeepAlive is INFless-style keep-alive: a function instance with its own context is started (cold
 	// start) on a GPU at its first request and kept until memory is needed.
 	PolicyKeepAlive Policy = "keepalive"
+	// PolicyStatic is static packing on shared GPUs (MPS, or one serving process per GPU holding several models):
+	// each function's model resident for good on the GPUs Function.Pin lists (else on the least used GPU with
+	// room), no swapping, no per-function context, native execution; a request runs on an idle GPU holding its
+	// model, in arrival order.
+	PolicyStatic Policy = "static"
 )
 
 // DefaultRescueShare is the faas-gpu policy's queueing.Config.RescueShare: while at least 80% of the functions
@@ -42,7 +47,7 @@ const DefaultRescueShare = 0.8
 // Policies lists every policy name, faas-gpu first.
 func Policies() []Policy {
 	return []Policy{PolicyFaaSGPU, PolicyTorpor, PolicyFIFO, PolicyRandomPlacement, PolicyLRUEviction,
-		PolicyGShareDQLS, PolicyNative, PolicyKeepAlive}
+		PolicyGShareDQLS, PolicyNative, PolicyKeepAlive, PolicyStatic}
 }
 
 // ParsePolicy checks a policy name.
@@ -68,6 +73,7 @@ const (
 	placeAnyHostOnly                   // resident idle GPU, else the first idle GPU, from host only
 	placePinned                        // native: fixed GPU per function
 	placeInstance                      // keep-alive: an instance per function, cold started
+	placeStatic                        // static: resident copies only, never swapped or evicted
 )
 
 type traits struct {
@@ -101,9 +107,14 @@ func (p Policy) traits() traits {
 		return traits{order: queueing.OrderFIFO, place: placePinned, ownContext: true, native: true}
 	case PolicyKeepAlive:
 		return traits{order: queueing.OrderFIFO, place: placeInstance, ownContext: true, native: true}
+	case PolicyStatic:
+		return traits{order: queueing.OrderFIFO, place: placeStatic, native: true}
 	}
 	return traits{order: queueing.OrderFIFO, place: placeInterference}
 }
+
+// Pinned reports whether the policy pins each function to one GPU for good (native, static).
+func (p Policy) Pinned() bool { pl := p.traits().place; return pl == placePinned || pl == placeStatic }
 
 // NativeExec reports whether the policy runs functions natively (own process and context, no remoting), so a
 // simulator uses native execution times for it.

@@ -230,7 +230,15 @@ func (p *Pool) Status(context.Context) pool.Status {
 }
 
 func (p *Pool) dispatchLocked() {
-	for _, d := range p.ctl.Dispatch(p.now()) {
+	ds := p.ctl.Dispatch(p.now())
+	for _, r := range p.ctl.TakeRefused() {
+		if ch := p.waiters[r.ID]; ch != nil {
+			p.failed[r.ID] = r.Err
+			close(ch)
+			delete(p.waiters, r.ID)
+		}
+	}
+	for _, d := range ds {
 		ch := p.waiters[d.Request]
 		delete(p.waiters, d.Request)
 		ch <- d // buffered: never blocks

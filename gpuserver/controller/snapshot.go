@@ -23,9 +23,15 @@ func (c *Controller) Status() pool.Status {
 		res := append([]int{}, fs.replicas...)
 		sort.Ints(res)
 		st.Functions = append(st.Functions, pool.FunctionStatus{FunctionSpec: fs.FunctionSpec, Queued: s.Waiting,
-			Running: fs.inFlight, Resident: res, Served: s.Served, OnTime: s.OnTime})
+			Running: fs.inFlight, Resident: res, Served: s.Served, OnTime: s.OnTime, Refused: fs.refused,
+			Shed: fs.shed})
 	}
 	sort.Slice(st.Functions, func(i, j int) bool { return st.Functions[i].Name < st.Functions[j].Name })
+	sum := pool.Summarize(st.Functions)
+	st.SLO = &sum
+	ov := c.Overload()
+	st.Overload = &pool.OverloadView{Setting: ov.Setting, Demand: ov.Demand, Capacity: ov.Capacity,
+		Shedding: ov.Shedding, Refused: c.counts.Shed}
 	return st
 }
 

@@ -107,6 +107,13 @@ func ParseUUID(s string) ([16]byte, error) {
 	return u, nil
 }
 
+// ReadOnlyAccess is a Backend that can map memory read-only: SetAccessReadOnly grants gpus read access to the
+// mapped range [ptr, ptr+size) and takes write access away, so that work writing there faults (a chunk shared by
+// several functions' mappings).
+type ReadOnlyAccess interface {
+	SetAccessReadOnly(ptr Ptr, size uint64, gpus []int) error
+}
+
 // Physical is physical memory on one GPU (a CUDA allocation handle).
 type Physical interface {
 	// GPU owning the memory.

@@ -64,6 +64,12 @@ func (b *Binding) Release() {
 		if b.f.users > 0 {
 			b.f.users--
 		}
+		if b.f.users == 0 && b.f.scratchPerRequest && b.f.active == b.gpu {
+			if err := b.n.dropScratchLocked(b.n.ctx, b.f); err != nil {
+				b.n.log.Warn("executor: dropping the scratch of a request", "function", b.function, "gpu", b.gpu,
+					"err", err)
+			}
+		}
 	})
 }
 
@@ -198,7 +204,7 @@ func (n *Node) freeLocked(ctx context.Context, f *function, ptr device.Ptr) erro
 			delete(r.mapped, seg.ID)
 		}
 		if chunks, ok := r.chunks[seg.ID]; ok {
-			errs = append(errs, n.mem.Pool(gpu).Put(chunks))
+			errs = append(errs, n.putChunksLocked(gpu, chunks))
 			delete(r.chunks, seg.ID)
 		}
 	}
@@ -276,7 +282,7 @@ func (n *Node) writeImageLocked(ctx context.Context, f *function, what string) (
 	if err := n.waitReadyLocked(ctx, f.res[gpu]); err != nil {
 		return false, err
 	}
-	im, err := n.repo.Create(ctx, f.name, segs)
+	im, err := n.repo.CreateIn(ctx, f.name, "tenant "+f.tenant, segs) // chunks shared within the tenant
 	if err != nil {
 		return false, fmt.Errorf("%s %s: %w", what, f.name, err)
 	}

@@ -234,23 +234,29 @@ func TestSwapBetweenGPUsKeepsAddressesAndBytes(t *testing.T) {
 	}
 }
 
-// gateClock blocks every delay until the test opens it.
+// gateClock blocks every delay until the test opens it; its time advances to what was slept until.
 type gateClock struct {
 	mu     sync.Mutex
 	open   chan struct{}
 	asleep int
+	now    time.Time
 }
 
-func newGateClock() *gateClock { return &gateClock{open: make(chan struct{})} }
+func newGateClock() *gateClock { return &gateClock{open: make(chan struct{}), now: time.Unix(0, 0)} }
 
-func (c *gateClock) Now() time.Time { return time.Unix(0, 0) }
-func (c *gateClock) SleepUntil(ctx context.Context, _ time.Time) error {
+func (c *gateClock) Now() time.Time { c.mu.Lock(); defer c.mu.Unlock(); return c.now }
+func (c *gateClock) SleepUntil(ctx context.Context, t time.Time) error {
 	c.mu.Lock()
 	c.asleep++
 	open := c.open
 	c.mu.Unlock()
 	select {
 	case <-open:
+		c.mu.Lock()
+		if t.After(c.now) {
+			c.now = t
+		}
+		c.mu.Unlock()
 		return nil
 	case <-ctx.Done():
 		return ctx.Err()

@@ -150,26 +150,34 @@ func (n *Node) faultLocked(f *function, gpu int, err error) error {
 		}
 	}
 	var restored []string
+	// The active copies were exposed to the faulting work, and so were the parked ones holding a chunk shared with
+	// them (share.go): find them all before any chunk is given back.
+	var exposed []*function
 	for _, o := range n.fns {
 		if o.tenant != f.tenant {
 			continue
 		}
 		delete(o.streams, gpu) // destroyed with the context
-		r := o.res[gpu]
-		if o.active != gpu || r == nil {
-			continue
+		if r := o.res[gpu]; r != nil && (o.active == gpu || n.sharedWithLocked(r)) {
+			exposed = append(exposed, o)
 		}
+	}
+	for _, o := range exposed {
+		r := o.res[gpu]
 		for _, seg := range o.space.Segments() {
 			if r.mapped[seg.ID] {
 				_ = n.mem.Unmap(seg.Ptr, seg.Size)
 			}
 		}
-		o.active = -1
 		_ = n.waitReadyLocked(context.Background(), r) // the node's own copies into the chunks (not the tenant's)
 		for _, chunks := range r.chunks {
-			_ = n.mem.Pool(gpu).Put(chunks)
+			_ = n.putChunksLocked(gpu, chunks)
 		}
 		delete(o.res, gpu)
+		if o.active != gpu {
+			continue // a parked copy: dropped, restored from the image at its next swap-in
+		}
+		o.active = -1
 		o.epoch++
 		o.fault = err
 		o.loseLocked(fmt.Errorf("a kernel fault on gpu %d: %w", gpu, err))

@@ -118,7 +118,7 @@ func (n *Node) captureSavedLocked(ctx context.Context, f *function) error {
 				return fmt.Errorf("capture %s from its written-back image: %w", f.name, err)
 			}
 		}
-		im, err := n.repo.Create(ctx, f.name, segs)
+		im, err := n.repo.CreateIn(ctx, f.name, "tenant "+f.tenant, segs) // chunks shared within the tenant
 		if err != nil {
 			if old != nil {
 				_ = old.Release()

@@ -86,6 +86,11 @@ type Node struct {
 	fns     map[string]*function
 	plans   map[string]*restorePlan // images from before a restart whose function has not registered yet
 	images  ImageStats
+
+	scratchDropped uint64 // bytes of request scratch given back (scratch.go)
+
+	shared      map[int]*gpuChunks // chunks shared between copies, per GPU (share.go)
+	sharedBytes uint64             // bytes swap-ins mapped from a chunk already on the GPU
 }
 
 // Executor is one GPU's swap machinery.
@@ -250,6 +255,7 @@ func (n *Node) markUnhealthyLocked(gpu int, cause error) {
 		delete(f.res, gpu)
 		f.loseLocked(fmt.Errorf("gpu %d failed: %w", gpu, cause))
 	}
+	n.forgetChunksLocked(gpu)
 }
 
 // Status is a snapshot of one GPU's executor.
@@ -330,7 +336,7 @@ func (n *Node) Close(ctx context.Context) error {
 			}
 			if n.execs[gpu].healthy {
 				for _, chunks := range r.chunks {
-					errs = append(errs, n.mem.Pool(gpu).Put(chunks))
+					errs = append(errs, n.putChunksLocked(gpu, chunks))
 				}
 			}
 		}

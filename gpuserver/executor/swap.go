@@ -29,6 +29,8 @@ type function struct {
 	lost     error                 // a fault destroyed its memory before it had an image (fault.go)
 	epoch    uint64                // counts the kernel faults that restored its memory (fault.go)
 	fault    error                 // the last such fault
+
+	scratchPerRequest bool // its scratch is dropped when its last binding ends (scratch.go)
 }
 
 // residency is a function's physical copy on one GPU.
@@ -147,7 +149,7 @@ func (n *Node) deactivateLocked(ctx context.Context, f *function) error {
 func (n *Node) dropCopyLocked(f *function, gpu int) error {
 	r := f.res[gpu]
 	for id, chunks := range r.chunks {
-		if err := n.mem.Pool(gpu).Put(chunks); err != nil {
+		if err := n.putChunksLocked(gpu, chunks); err != nil {
 			return fmt.Errorf("function %s segment %d: %w", f.name, id, err)
 		}
 	}
@@ -205,14 +207,31 @@ func (n *Node) completeLocked(ctx context.Context, f *function, gpu int, source 
 		stream = e.copyPeer
 	}
 	enqueued := false
+	cs := n.mem.ChunkSize()
 	for _, seg := range segs {
 		if r.mapped[seg.ID] || f.dead[seg.ID] {
 			continue
 		}
 		chunks, parked := r.chunks[seg.ID]
+		// Scratch, or a model block the function's own calls fill during initialisation (and that has no bytes
+		// written back yet), gets no copy.
+		fill := seg.Kind != memory.KindScratch && (f.captured || n.restoringLocked(f, seg.ID) || f.saved[seg.ID])
+		plan := chunkPlan{reused: make([]*sharedChunk, seg.Chunks(cs))}
 		if !parked {
+			if fill && f.captured { // the image is authoritative: some of its chunks may be on the gpu already
+				if job.image == nil {
+					im, err := n.repo.Get(ctx, f.name)
+					if err != nil {
+						return fmt.Errorf("function %s: %w: %w", f.name, ErrNotCaptured, err)
+					}
+					job.image = im
+				}
+				if idx := imageSegment(job.image, seg.ID); idx >= 0 {
+					plan = n.planChunksLocked(gpu, job.image, idx, len(plan.reused))
+				}
+			}
 			var err error
-			if chunks, err = n.takeChunksLocked(ctx, f, gpu, seg.Chunks(n.mem.ChunkSize())); err != nil {
+			if chunks, err = n.takePlannedLocked(ctx, f, r, seg.ID, plan); err != nil {
 				return err
 			}
 			r.chunks[seg.ID] = chunks
@@ -221,17 +240,49 @@ func (n *Node) completeLocked(ctx context.Context, f *function, gpu int, source 
 			return n.failLocked(gpu, fmt.Errorf("function %s segment %d: %w", f.name, seg.ID, err))
 		}
 		r.mapped[seg.ID] = true
+		if err := n.protectLocked(f, gpu, seg, chunks); err != nil {
+			return n.failLocked(gpu, err)
+		}
 		if parked {
 			continue // a parked copy already holds the bytes
 		}
-		if seg.Kind == memory.KindScratch || !f.captured && !n.restoringLocked(f, seg.ID) && !f.saved[seg.ID] {
-			// Scratch, or a model block the function's own calls fill during initialisation (and that has no
-			// bytes written back yet): no copy, but the fresh chunks may hold what another function left there.
-			// Zero them first (ordered before the function's work on the segment like a copy).
+		if !fill {
+			// No copy, but the fresh chunks may hold what another function left there. Zero them first (ordered
+			// before the function's work on the segment like a copy).
 			if err := n.zeroLocked(e, r, seg); err != nil {
 				return n.failLocked(gpu, err)
 			}
 			continue
+		}
+		// Copy the chunks that are not on the gpu already, in runs of consecutive ones.
+		var runs [][2]uint64
+		for j, c := range plan.reused {
+			off := uint64(j) * cs
+			if c != nil {
+				n.sharedBytes += min(cs, seg.Size-off)
+				continue
+			}
+			if k := len(runs) - 1; k >= 0 && runs[k][0]+runs[k][1] == off {
+				runs[k][1] += min(cs, seg.Size-off)
+			} else {
+				runs = append(runs, [2]uint64{off, min(cs, seg.Size-off)})
+			}
+		}
+		if len(runs) == 0 {
+			continue // every chunk was on the gpu already
+		}
+		copied := uint64(0)
+		eachRun := func(fn func(off, size uint64) error) error {
+			for _, run := range runs {
+				for off := run[0]; off < run[0]+run[1]; off += e.groupBytes {
+					size := min(e.groupBytes, run[0]+run[1]-off)
+					if err := fn(off, size); err != nil {
+						return err
+					}
+					copied += size
+				}
+			}
+			return nil
 		}
 		if src != nil && src.chunks[seg.ID] != nil {
 			st, err := n.stageLocked(seg, src, gpu)
@@ -239,7 +290,7 @@ func (n *Node) completeLocked(ctx context.Context, f *function, gpu int, source 
 				return err
 			}
 			job.staging = append(job.staging, st)
-			if err := n.copyGroups(stream, seg, e.groupBytes, func(off, size uint64) error {
+			if err := eachRun(func(off, size uint64) error {
 				return stream.CopyDtoD(seg.Ptr+device.Ptr(off), st.ptr+device.Ptr(off), size)
 			}); err != nil {
 				return n.failLocked(gpu, err)
@@ -257,7 +308,7 @@ func (n *Node) completeLocked(ctx context.Context, f *function, gpu int, source 
 				return fmt.Errorf("%w: function %s: segment %d is not in its image", ErrNotCaptured, f.name, seg.ID)
 			}
 			host := job.image.Bytes(idx)
-			if err := n.copyGroups(stream, seg, e.groupBytes, func(off, size uint64) error {
+			if err := eachRun(func(off, size uint64) error {
 				return stream.CopyHtoD(seg.Ptr+device.Ptr(off), host[off:off+size])
 			}); err != nil {
 				return n.failLocked(gpu, err)
@@ -271,7 +322,7 @@ func (n *Node) completeLocked(ctx context.Context, f *function, gpu int, source 
 			return n.failLocked(gpu, err)
 		}
 		r.ready[seg.ID] = ev
-		e.swapBytes += seg.Size
+		e.swapBytes += copied
 		enqueued = true
 	}
 	if !enqueued {
@@ -479,7 +530,7 @@ func (n *Node) evictLocked(ctx context.Context, f *function, gpu int) error {
 		return err
 	}
 	for id, chunks := range r.chunks {
-		if err := n.mem.Pool(gpu).Put(chunks); err != nil {
+		if err := n.putChunksLocked(gpu, chunks); err != nil {
 			return fmt.Errorf("function %s segment %d: %w", f.name, id, err)
 		}
 	}

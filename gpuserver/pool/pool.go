@@ -17,6 +17,12 @@ const (
 	IsolationIsolated = "isolated"
 )
 
+// Scratch modes of a function (annotation com.openfaas.gpu.scratch, FunctionSpec.Scratch).
+const (
+	ScratchResident = "resident"
+	ScratchRequest  = "request"
+)
+
 // DefaultPercentile is the SLO percentile used when a function names none.
 const DefaultPercentile = 98.0
 
@@ -32,6 +38,10 @@ type FunctionSpec struct {
 	Percentile float64 `json:"percentile,omitempty"`
 	// Isolation is IsolationShared or IsolationIsolated (a GPU of its own while bound).
 	Isolation string `json:"isolation,omitempty"`
+	// Scratch is ScratchResident (the default, also ""): memory the function allocates after its
+	// initialisation stays with its copy until evicted; or ScratchRequest: it is its requests' (a KV cache),
+	// given back when the function's last request in flight ends and mapped again, zeroed, for the next.
+	Scratch string `json:"scratch,omitempty"`
 }
 
 // Binding is one request's hold on a GPU, from Acquire to Release.
@@ -69,6 +79,36 @@ type FunctionStatus struct {
 	Resident []int `json:"resident_gpus"`
 	Served   int64 `json:"served"`
 	OnTime   int64 `json:"on_time"`
+	// Refused counts the requests the overload control refused (429 with Retry-After).
+	Refused int64 `json:"refused,omitempty"`
+	// Shed: the overload control sheds the function now (its requests wait behind the others').
+	Shed bool `json:"shed,omitempty"`
+}
+
+// SLOSummary is a node's two figures: functions within their SLO and requests served within it, with the
+// requests refused beside them.
+type SLOSummary struct {
+	// Functions counts the functions with requests (served or refused), FunctionsMet those of them with at least
+	// their percentile of requests on time.
+	Functions    int `json:"functions"`
+	FunctionsMet int `json:"functions_met"`
+	// Requests counts the requests served or refused, OnTime those served within the SLO, Refused those refused.
+	Requests int64 `json:"requests"`
+	OnTime   int64 `json:"on_time"`
+	Refused  int64 `json:"refused"`
+}
+
+// OverloadView is the overload control's state in a pool's status.
+type OverloadView struct {
+	// Setting is "auto", "off" or the target share of GPU time.
+	Setting string `json:"setting"`
+	// Demand is the functions' estimated demand in GPUs at the last decision, Capacity the healthy GPUs.
+	Demand   float64 `json:"demand_gpus"`
+	Capacity float64 `json:"capacity_gpus"`
+	// Shedding lists the functions shed now.
+	Shedding []string `json:"shedding"`
+	// Refused counts the requests the control refused.
+	Refused int64 `json:"refused"`
 }
 
 // Status is a snapshot of the pool.
@@ -88,6 +128,10 @@ type Status struct {
 	// Tenants describes the tenants' executor processes (docs/tenants.md); empty when every tenant runs in the
 	// gpuserver's process.
 	Tenants []TenantStatus `json:"tenants,omitempty"`
+	// SLO is the node's two figures since it started; nil for a pool that keeps none.
+	SLO *SLOSummary `json:"slo,omitempty"`
+	// Overload is the overload control's state; nil for a pool without one.
+	Overload *OverloadView `json:"overload,omitempty"`
 }
 
 // TenantStatus describes one tenant's executor process.
@@ -105,6 +149,29 @@ type TenantStatus struct {
 	Faults    int    `json:"faults"`
 	LastExit  string `json:"last_exit,omitempty"`
 	Functions int    `json:"functions"`
+}
+
+// Summarize computes the two figures from the functions' counts.
+func Summarize(fns []FunctionStatus) SLOSummary {
+	var s SLOSummary
+	for _, f := range fns {
+		n := f.Served + f.Refused
+		if n == 0 {
+			continue
+		}
+		s.Functions++
+		p := f.Percentile
+		if p == 0 {
+			p = DefaultPercentile
+		}
+		if float64(f.OnTime) >= p/100*float64(n)-1e-9 {
+			s.FunctionsMet++
+		}
+		s.Requests += n
+		s.OnTime += f.OnTime
+		s.Refused += f.Refused
+	}
+	return s
 }
 
 // Pool is a node's set of GPUs shared by late-bound functions.
@@ -155,6 +222,9 @@ type OverloadedError struct {
 	Function string
 	// RetryAfter is when the node decides again which functions it sheds.
 	RetryAfter time.Duration
+	// Episode numbers the function's shedding episodes on the node (from 1), so that a refusal can be logged once
+	// per episode; 0 when unknown.
+	Episode uint64
 	// Reason says why, for the caller.
 	Reason string
 }
@@ -231,6 +301,11 @@ func (s *FunctionSpec) Validate() error {
 	case IsolationShared, IsolationIsolated:
 	default:
 		return fmt.Errorf("%w: isolation must be shared or isolated", ErrInvalidSpec)
+	}
+	switch s.Scratch {
+	case "", ScratchResident, ScratchRequest:
+	default:
+		return fmt.Errorf("%w: scratch must be resident or request", ErrInvalidSpec)
 	}
 	return nil
 }

@@ -124,6 +124,7 @@ type function struct {
 	waiting    fnHeap // SLO-aware order: requests that can still meet their deadline
 	late       fnHeap // SLO-aware order: requests that can no longer, oldest first
 	activeSlot int    // index in Queue.active, -1 when no request waits
+	demoted    bool   // SetDemoted: after every request of a function not demoted
 }
 
 func (f *function) count() int { return len(f.waiting) + len(f.late) }
@@ -178,6 +179,7 @@ type Queue struct {
 	byID      map[uint64]*entry
 	seq       uint64
 	n         int
+	cost      time.Duration // the waiting requests' Cost together
 	lastGroup time.Time
 	groupRuns int
 	alpha     float64
@@ -263,6 +265,7 @@ func (q *Queue) RemoveFunction(name string) []Request {
 	for _, e := range es {
 		out = append(out, e.Request)
 		delete(q.byID, e.ID)
+		q.cost -= e.Cost
 	}
 	q.n -= f.count()
 	f.waiting, f.late = nil, nil
@@ -277,6 +280,9 @@ func (q *Queue) RemoveFunction(name string) []Request {
 
 // Len is the number of waiting requests.
 func (q *Queue) Len() int { return q.n }
+
+// Cost is the predicted cost (Request.Cost) of the waiting requests together.
+func (q *Queue) Cost() time.Duration { return q.cost }
 
 // Waiting is the number of waiting requests of one function.
 func (q *Queue) Waiting(function string) int {
@@ -313,6 +319,7 @@ func (q *Queue) Push(r Request) error {
 	heap.Push(&f.waiting, e)
 	q.byID[r.ID] = e
 	q.n++
+	q.cost += r.Cost
 	if f.activeSlot < 0 {
 		f.activeSlot = len(q.active)
 		q.active = append(q.active, f)
@@ -334,6 +341,7 @@ func (q *Queue) Remove(id uint64) bool {
 	}
 	delete(q.byID, id)
 	q.n--
+	q.cost -= e.Cost
 	if f.count() == 0 {
 		q.deactivate(f)
 	}
@@ -393,6 +401,7 @@ func (q *Queue) Pop(now time.Time, eligible func(function string) bool) (Request
 	e := f.popHead()
 	delete(q.byID, e.ID)
 	q.n--
+	q.cost -= e.Cost
 	if f.count() == 0 {
 		q.deactivate(f)
 	}
@@ -446,11 +455,59 @@ func (q *Queue) pick(now time.Time, eligible func(string) bool) *function {
 				tier++ // late or without a deadline: after every request that can still make it
 			}
 		}
+		if f.demoted {
+			tier += 4 // after every other function's requests
+		}
 		if best == nil || tier < bTier || (tier == bTier && (key < bKey || (key == bKey && h.seq < bSeq))) {
 			best, bTier, bKey, bSeq = f, tier, key, h.seq
 		}
 	}
 	return best
+}
+
+// SetDemoted demotes function's requests behind every request of the functions not demoted (demoted true), or
+// restores them (false), in every order. The controller's overload control demotes the functions it sheds.
+func (q *Queue) SetDemoted(function string, demoted bool) {
+	if f := q.fns[function]; f != nil {
+		f.demoted = demoted
+	}
+}
+
+// Expire removes function's waiting requests that can no longer meet their deadline (deadline - Cost < now) and
+// returns them, oldest first.
+func (q *Queue) Expire(now time.Time, function string) []Request {
+	f := q.fns[function]
+	if f == nil || f.count() == 0 {
+		return nil
+	}
+	nowNS := now.UnixNano()
+	var out []*entry
+	for _, h := range []*fnHeap{&f.waiting, &f.late} {
+		first := len(out)
+		for _, e := range *h {
+			if e.due < nowNS {
+				out = append(out, e)
+			}
+		}
+		for _, e := range out[first:] {
+			heap.Remove(h, e.index)
+		}
+	}
+	if len(out) == 0 {
+		return nil
+	}
+	slices.SortFunc(out, func(a, b *entry) int { return int(a.seq - b.seq) })
+	rs := make([]Request, len(out))
+	for i, e := range out {
+		rs[i] = e.Request
+		delete(q.byID, e.ID)
+		q.cost -= e.Cost
+	}
+	q.n -= len(out)
+	if f.count() == 0 {
+		q.deactivate(f)
+	}
+	return rs
 }
 
 // Regroup recomputes the high/low groups and, every AlphaWindow calls, re-tunes alpha. Pop calls it on schedule;

@@ -324,3 +324,47 @@ func TestSLOAwareRescueShare(t *testing.T) {
 		t.Errorf("rescue share 1.5: %v", err)
 	}
 }
+
+// TestDemotedGoLastAndExpire: a demoted function's requests go after every other function's, even those that are
+// late; Expire takes out its requests that can no longer meet their deadline, oldest first; Cost follows pushes,
+// pops and expiries.
+func TestDemotedGoLastAndExpire(t *testing.T) {
+	t0 := time.Unix(1_700_000_000, 0)
+	q, err := New(Config{Order: OrderSLOAware})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range []string{"a", "h"} {
+		if err := q.SetFunction(f, 100*time.Millisecond, 98); err != nil {
+			t.Fatal(err)
+		}
+	}
+	push := func(id uint64, f string, at time.Time) {
+		t.Helper()
+		if err := q.Push(Request{ID: id, Function: f, Arrival: at, Cost: 20 * time.Millisecond}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	push(1, "h", t0)
+	push(2, "h", t0.Add(50*time.Millisecond))
+	push(3, "a", t0)
+	if q.Cost() != 60*time.Millisecond {
+		t.Fatalf("cost %v", q.Cost())
+	}
+	q.SetDemoted("h", true)
+	now := t0.Add(90 * time.Millisecond) // 3 is late (due at 80 ms), 1 too, 2 is not
+	if r, _ := q.Peek(now, nil); r.ID != 3 {
+		t.Fatalf("first %d, want the admitted late request 3", r.ID)
+	}
+	got := q.Expire(now, "h")
+	if len(got) != 1 || got[0].ID != 1 || q.Len() != 2 || q.Cost() != 40*time.Millisecond {
+		t.Fatalf("expired %+v, len %d, cost %v", got, q.Len(), q.Cost())
+	}
+	if r, _ := q.Pop(now, nil); r.ID != 3 {
+		t.Fatalf("popped %d, want 3", r.ID)
+	}
+	q.SetDemoted("h", false)
+	if got := q.Expire(now.Add(time.Second), "h"); len(got) != 1 || got[0].ID != 2 || q.Len() != 0 || q.Cost() != 0 {
+		t.Fatalf("expired %+v, len %d, cost %v", got, q.Len(), q.Cost())
+	}
+}

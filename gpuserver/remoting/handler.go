@@ -11,6 +11,7 @@ import (
 	"github.com/faas-gpu/faas-gpu/gpuserver/device"
 	"github.com/faas-gpu/faas-gpu/gpuserver/executor"
 	"github.com/faas-gpu/faas-gpu/gpuserver/memory"
+	"github.com/faas-gpu/faas-gpu/gpuserver/pool"
 )
 
 // deviceHandler executes one session's calls on the node's executors (package executor). It is used by the
@@ -45,7 +46,8 @@ type deviceHandler struct {
 	events  map[uint64]*event
 	globals []*global
 
-	pendingImage []byte // chunks of a module image whose load call has not come yet
+	images       *moduleImages // the node's module images (Config.images)
+	pendingImage []byte        // chunks of a module image whose load call has not come yet (reserved in images)
 
 	g graphs // stream captures and graphs (graph.go)
 
@@ -74,7 +76,8 @@ type global struct {
 }
 
 type module struct {
-	image  []byte
+	image  []byte               // shared with every module of the node with the same bytes: never written
+	ref    imageRef             // its hold in the node's module images
 	loaded map[int]loadedModule // by GPU
 	funcs  map[string]uint64    // kernel name -> handle, so that a kernel has one handle
 }
@@ -110,8 +113,15 @@ func newDeviceHandler(ctx context.Context, cfg Config, info SessionInfo, log *sl
 	if err := cfg.Node.SetTenant(ctx, info.Function, info.Spec.Tenant()); err != nil { // its namespace, or itself
 		return nil, err
 	}
+	if err := cfg.Node.SetScratchPerRequest(info.Function, info.Spec.Scratch == pool.ScratchRequest); err != nil {
+		return nil, err
+	}
+	images := cfg.images
+	if images == nil { // a handler built without a server (tests)
+		images = newModuleImages(DefaultMaxModuleBytesPerFunction, DefaultMaxModuleBytes)
+	}
 	h := &deviceHandler{
-		cfg: cfg, info: info, log: log, node: cfg.Node,
+		cfg: cfg, info: info, log: log, node: cfg.Node, images: images,
 		gpu:     -1,
 		handles: 0x1000,
 		modules: map[uint64]*module{},
@@ -329,7 +339,10 @@ func (h *deviceHandler) Close() error {
 	}
 	for _, m := range h.modules {
 		errs = append(errs, h.unload(m))
+		h.images.release(h.info.Function, m.ref)
 	}
+	h.images.unreserve(h.info.Function, uint64(len(h.pendingImage)))
+	h.pendingImage = nil
 	for _, a := range h.allocs {
 		if a.global == nil {
 			errs = append(errs, h.node.Free(h.info.Function, device.Ptr(a.ptr)))
@@ -670,31 +683,43 @@ func (h *deviceHandler) unload(m *module) error {
 	return errors.Join(errs...)
 }
 
-// maxModuleImage bounds a module image sent in chunks (the largest fat binaries of cuDNN are a few hundred MB).
-const maxModuleImage = 1 << 30
-
 // ModuleImageChunk appends a chunk of a module image too large for one record; the next load call completes it.
+// The chunk's bytes count against the function's and the node's bounds on module images (Config.MaxModuleBytes*)
+// before they are kept: beyond them the image being received is dropped and the call fails with
+// CUDA_ERROR_OUT_OF_MEMORY (as does the load that would complete it).
 func (h *deviceHandler) ModuleImageChunk(_ context.Context, data []byte, _ uint64) Result {
-	if uint64(len(h.pendingImage))+uint64(len(data)) > maxModuleImage {
-		h.pendingImage = nil
-		h.log.Warn("remoting: module image larger than the limit", "limit", maxModuleImage)
-		return ResultInvalidImage
+	if err := h.images.reserve(h.info.Function, uint64(len(data))); err != nil {
+		h.dropPendingImage()
+		h.log.Warn("remoting: module image refused", "err", err)
+		return ResultOutOfMemory
 	}
 	h.pendingImage = append(h.pendingImage, data...)
 	return ResultSuccess
 }
 
-func (h *deviceHandler) CuModuleLoadData(ctx context.Context, last []byte, _ uint64) (uint64, Result) {
-	image := append(h.pendingImage, last...)
+func (h *deviceHandler) dropPendingImage() {
+	h.images.unreserve(h.info.Function, uint64(len(h.pendingImage)))
 	h.pendingImage = nil
-	if uint64(len(image)) > maxModuleImage {
-		return 0, ResultInvalidImage
+}
+
+func (h *deviceHandler) CuModuleLoadData(ctx context.Context, last []byte, _ uint64) (uint64, Result) {
+	image, reserved, inRing := last, uint64(len(h.pendingImage)), h.pendingImage == nil
+	if !inRing {
+		image = append(h.pendingImage, last...)
+	}
+	h.pendingImage = nil
+	ref, err := h.images.hold(h.info.Function, image, reserved, inRing)
+	if err != nil {
+		h.log.Warn("remoting: module image refused", "err", err)
+		return 0, ResultOutOfMemory
 	}
 	if _, r := h.bind(ctx); r != ResultSuccess {
+		h.images.release(h.info.Function, ref)
 		return 0, r
 	}
-	m := &module{image: append([]byte(nil), image...), loaded: map[int]loadedModule{}, funcs: map[string]uint64{}}
+	m := &module{image: ref.bytes, ref: ref, loaded: map[int]loadedModule{}, funcs: map[string]uint64{}}
 	if _, err := h.loadOn(m, h.gpu); err != nil {
+		h.images.release(h.info.Function, ref)
 		return 0, result(err)
 	}
 	id := h.handle()
@@ -719,7 +744,9 @@ func (h *deviceHandler) CuModuleUnload(_ context.Context, hmod uint64) Result {
 		return ResultInvalidHandle
 	}
 	delete(h.modules, hmod)
-	return result(h.unload(m))
+	err := h.unload(m)
+	h.images.release(h.info.Function, m.ref)
+	return result(err)
 }
 
 func (h *deviceHandler) CuLibraryUnload(ctx context.Context, lib uint64) Result {

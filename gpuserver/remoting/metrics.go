@@ -1,6 +1,8 @@
 package remoting
 
 import (
+	"time"
+
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
 )
@@ -12,6 +14,8 @@ type metrics struct {
 	refused      *prometheus.CounterVec
 	sessions     prometheus.Gauge
 	records      prometheus.Counter
+	late         prometheus.Counter
+	busy         prometheus.Counter
 	sleeps       prometheus.Counter
 	handedOff    prometheus.Counter
 }
@@ -42,6 +46,17 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Name: "faas_gpu_remoting_records_total",
 			Help: "Call records executed by remoting sessions (synchronous and asynchronous).",
 		}),
+		late: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "faas_gpu_remoting_late_records_total",
+			Help: "Asynchronous call records that reached their session together with the synchronous call after " +
+				"them (the same publication of the ring): work that waited for the client's next synchronisation " +
+				"instead of running while the client went on issuing.",
+		}),
+		busy: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "faas_gpu_remoting_record_seconds_total",
+			Help: "Time sessions spent executing asynchronous call records (decoding them and handing their work " +
+				"to the device): the server's cost per launch, memset or copy the client does not wait for.",
+		}),
 		sleeps: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "faas_gpu_remoting_sleeps_total",
 			Help: "Times a session found its ring empty for its whole spin time and slept on its socket: each costs " +
@@ -58,8 +73,8 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		m.refused.WithLabelValues(r)
 	}
 	if reg != nil {
-		for _, c := range []prometheus.Collector{m.acceptErrors, m.panics, m.refused, m.sessions, m.records, m.sleeps,
-			m.handedOff} {
+		for _, c := range []prometheus.Collector{m.acceptErrors, m.panics, m.refused, m.sessions, m.records,
+			m.late, m.busy, m.sleeps, m.handedOff} {
 			if err := reg.Register(c); err != nil {
 				return nil, err
 			}
@@ -84,6 +99,7 @@ func value(c prometheus.Collector) float64 {
 func (m *metrics) stats() Stats {
 	st := Stats{AcceptErrors: int64(value(m.acceptErrors)), SessionPanics: int64(value(m.panics)),
 		Refused: map[string]int64{}, Records: int64(value(m.records)), Sleeps: int64(value(m.sleeps)),
+		LateRecords: int64(value(m.late)), RecordTime: time.Duration(value(m.busy) * 1e9),
 		HandedOff: int64(value(m.handedOff))}
 	for _, r := range refuseReasons {
 		st.Refused[r] = int64(value(m.refused.WithLabelValues(r)))

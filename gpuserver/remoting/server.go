@@ -68,6 +68,15 @@ type Config struct {
 	MaxPendingHellos int
 	// HelloTimeout bounds the wait for a connection's hello (10s when 0).
 	HelloTimeout time.Duration
+	// MaxModuleBytesPerFunction bounds the module images one function's sessions hold together (distinct images,
+	// plus the chunks of images being received); DefaultMaxModuleBytesPerFunction when 0. A load or chunk beyond
+	// it fails with CUDA_ERROR_OUT_OF_MEMORY.
+	MaxModuleBytesPerFunction uint64
+	// MaxModuleBytes bounds the module images the node holds (each distinct image once, plus chunks being
+	// received); DefaultMaxModuleBytes when 0.
+	MaxModuleBytes uint64
+
+	images *moduleImages // the node's module images, shared by every session (set by NewServer)
 	// Metrics, when set, receives the server's counters (faas_gpu_remoting_*).
 	Metrics prometheus.Registerer
 	// HandOff, when set, runs every session elsewhere once its hello passed (a tenant executor process); Device,
@@ -133,6 +142,13 @@ func NewServer(cfg Config) (*Server, error) {
 	if cfg.HelloTimeout <= 0 {
 		cfg.HelloTimeout = 10 * time.Second
 	}
+	if cfg.MaxModuleBytesPerFunction == 0 {
+		cfg.MaxModuleBytesPerFunction = DefaultMaxModuleBytesPerFunction
+	}
+	if cfg.MaxModuleBytes == 0 {
+		cfg.MaxModuleBytes = DefaultMaxModuleBytes
+	}
+	cfg.images = newModuleImages(cfg.MaxModuleBytesPerFunction, cfg.MaxModuleBytes)
 	log := cfg.Logger
 	if log == nil {
 		log = slog.Default()
@@ -287,8 +303,11 @@ type Stats struct {
 	SessionPanics int64
 	Refused       map[string]int64
 	// Records is the number of call records executed; Sleeps the number of times a session slept on its socket
-	// after spinning (see Config.Spin).
-	Records, Sleeps int64
+	// after spinning (see Config.Spin); LateRecords the asynchronous records that reached their session together
+	// with the synchronous call after them (held back until the client waited).
+	Records, Sleeps, LateRecords int64
+	// RecordTime is the time sessions spent executing asynchronous records.
+	RecordTime time.Duration
 	// HandedOff counts the sessions handed to another process (Config.HandOff).
 	HandedOff int64
 }

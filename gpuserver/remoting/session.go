@@ -168,6 +168,7 @@ type session struct {
 	log     *slog.Logger
 	head    uint64
 	pending Result // first error of an async call since the last syncpoint
+	early   int    // async records of the publication being executed, not yet followed by a synchronous call
 	wake    [64]byte
 }
 
@@ -189,36 +190,43 @@ func (s *session) run(ctx context.Context) error {
 		if tail-s.head > uint64(len(s.shm.ring)) || tail < s.head {
 			return fmt.Errorf("%w: tail %d, head %d, ring %d", ErrProtocol, tail, s.head, len(s.shm.ring))
 		}
+		s.early = 0 // async records of this publication so far
+		var busy time.Duration
 		for s.head < tail {
-			n, err := s.record(ctx, tail)
+			start := time.Now()
+			n, sync, err := s.record(ctx, tail)
 			if err != nil {
 				return err
+			}
+			if !sync {
+				busy += time.Since(start)
 			}
 			s.head += n
 			s.shm.setHead(s.head)
 		}
+		s.srv.metrics.busy.Add(busy.Seconds())
 	}
 }
 
-// record executes the record at head and returns its size.
-func (s *session) record(ctx context.Context, tail uint64) (uint64, error) {
+// record executes the record at head and returns its size and whether the client waits for its result.
+func (s *session) record(ctx context.Context, tail uint64) (size uint64, sync bool, err error) {
 	ringSize := uint64(len(s.shm.ring))
 	pos := s.head % ringSize
 	avail := min(tail-s.head, ringSize-pos)
 	slot := s.shm.ring[pos : pos+avail]
 	if avail < 8 {
-		return 0, fmt.Errorf("%w: %d bytes at ring offset %d", ErrProtocol, avail, pos)
+		return 0, false, fmt.Errorf("%w: %d bytes at ring offset %d", ErrProtocol, avail, pos)
 	}
 	hdr := recordHeader{size: leU32(slot), id: CallID(leU16(slot[4:]))}
 	if hdr.size < 8 || hdr.size%8 != 0 || uint64(hdr.size) > avail {
-		return 0, fmt.Errorf("%w: record size %d at ring offset %d (%d bytes available)", ErrProtocol, hdr.size,
+		return 0, false, fmt.Errorf("%w: record size %d at ring offset %d (%d bytes available)", ErrProtocol, hdr.size,
 			pos, avail)
 	}
 	if hdr.id == wireRecordPadID {
-		return uint64(hdr.size), nil
+		return uint64(hdr.size), false, nil
 	}
 	if hdr.size < wireRecordHeaderSize {
-		return 0, fmt.Errorf("%w: record size %d", ErrProtocol, hdr.size)
+		return 0, false, fmt.Errorf("%w: record size %d", ErrProtocol, hdr.size)
 	}
 	rec := slot[:hdr.size]
 	hdr = parseRecordHeader(rec)
@@ -226,7 +234,7 @@ func (s *session) record(ctx context.Context, tail uint64) (uint64, error) {
 	resp := s.shm.resp[wireResponseHeaderSize:]
 	id, r, n, err := DecodeRecord(ctx, s.h, rec, resp)
 	if err != nil {
-		return 0, err
+		return 0, false, err
 	}
 	s.srv.metrics.records.Inc()
 	respond := info.sync || hdr.flags&wireRecordFlagSync != 0
@@ -239,18 +247,24 @@ func (s *session) record(ctx context.Context, tail uint64) (uint64, error) {
 	if info.syncpoint && r == ResultSuccess && s.pending != ResultSuccess {
 		r, s.pending = s.pending, ResultSuccess
 	}
-	if respond {
+	if !respond {
+		s.early++
+	} else {
+		if s.early > 0 { // published together with this synchronous call: they waited for the client to wait
+			s.srv.metrics.late.Add(float64(s.early))
+			s.early = 0
+		}
 		if r != ResultSuccess {
 			n = 0
 		}
 		s.shm.respond(hdr.seq, r, n)
 		if s.shm.clientWaiting() {
 			if _, err := s.conn.Write([]byte{1}); err != nil {
-				return 0, fmt.Errorf("doorbell: %w", err)
+				return 0, false, fmt.Errorf("doorbell: %w", err)
 			}
 		}
 	}
-	return uint64(hdr.size), nil
+	return uint64(hdr.size), respond, nil
 }
 
 // wait spins for new records, then sleeps on the socket until the client rings, releasing an implicit binding

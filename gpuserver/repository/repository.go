@@ -55,6 +55,9 @@ type Config struct {
 	Registerer prometheus.Registerer
 	// Now is the clock for least-recently-used order; time.Now when nil.
 	Now func() time.Time
+	// ChunkBytes is the size of the content-addressed chunks images are stored in (chunks.go); 0 means
+	// DefaultChunkBytes. It must be a multiple of the host page size.
+	ChunkBytes uint64
 }
 
 // Segment is one model segment of an image.
@@ -65,13 +68,16 @@ type Segment struct {
 	Ptr device.Ptr `json:"ptr"`
 	// Size in bytes.
 	Size uint64 `json:"size"`
-	// Offset of the segment's bytes in the image.
+	// Offset of the segment's bytes in the image (a multiple of the chunk size).
 	Offset uint64 `json:"offset"`
+	// Chunks are the content keys of the segment's chunks once the image is committed (chunks.go).
+	Chunks []string `json:"chunks,omitempty"`
 }
 
 // meta is the sidecar file of an image.
 type meta struct {
 	Function string    `json:"function"`
+	Domain   string    `json:"domain,omitempty"` // chunks are shared within a domain only (chunks.go)
 	Size     uint64    `json:"size"`
 	Segments []Segment `json:"segments"`
 	Spilled  bool      `json:"spilled"`
@@ -80,8 +86,14 @@ type meta struct {
 
 // Stats are the repository's counters.
 type Stats struct {
-	Images       int    `json:"images"`
-	HostBytes    uint64 `json:"host_bytes"`
+	Images int `json:"images"`
+	// HostBytes is the shared memory the images take: each chunk held by several images counted once.
+	HostBytes uint64 `json:"host_bytes"`
+	// LogicalBytes is the bytes of the images held in shared memory, each counted whole: LogicalBytes -
+	// HostBytes is what sharing chunks saves.
+	LogicalBytes uint64 `json:"logical_bytes"`
+	// Chunks is the count of distinct chunks held.
+	Chunks       int    `json:"chunks"`
 	SpilledBytes uint64 `json:"spilled_bytes"`
 	Spills       int64  `json:"spills"`
 	Loads        int64  `json:"loads"`
@@ -96,6 +108,9 @@ type Repository struct {
 	images  map[string]*Image
 	pending map[*Image]struct{} // created, not yet committed
 	stats   Stats
+
+	chunkRefs map[string]int    // chunk key -> images holding it (chunks.go)
+	chunkSize map[string]uint64 // chunk key -> its bytes
 }
 
 // Image is one function's model image.
@@ -135,6 +150,12 @@ func Open(cfg Config) (*Repository, error) {
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
+	if cfg.ChunkBytes == 0 {
+		cfg.ChunkBytes = DefaultChunkBytes
+	}
+	if cfg.ChunkBytes%uint64(os.Getpagesize()) != 0 {
+		return nil, fmt.Errorf("%w: chunk size %d is not a multiple of the page size", ErrInvalid, cfg.ChunkBytes)
+	}
 	for _, d := range []string{cfg.Dir, cfg.SpillDir} {
 		if d == "" {
 			continue
@@ -144,6 +165,7 @@ func Open(cfg Config) (*Repository, error) {
 		}
 	}
 	r := &Repository{cfg: cfg, images: map[string]*Image{}, pending: map[*Image]struct{}{},
+		chunkRefs: map[string]int{}, chunkSize: map[string]uint64{},
 		spills: prometheus.NewCounter(prometheus.CounterOpts{Name: "faas_gpu_repository_spills_total",
 			Help: "Model images spilled from host memory to disk under the host memory budget."}),
 		hostGa: prometheus.NewGauge(prometheus.GaugeOpts{Name: "faas_gpu_repository_host_bytes",
@@ -170,14 +192,34 @@ func Open(cfg Config) (*Repository, error) {
 			return nil, fmt.Errorf("%w: %s: %v", ErrInvalid, mp, err)
 		}
 		im := &Image{r: r, meta: m, commited: true, lastUsed: cfg.Now()}
-		if !m.Spilled {
+		switch {
+		case !m.Spilled && m.chunked():
+			for _, sg := range m.Segments {
+				for j, cr := range r.chunkRanges(sg) {
+					if j < len(sg.Chunks) {
+						r.refLocked(sg.Chunks[j], cr[1])
+					}
+				}
+			}
+			if err := r.mapChunks(im); err != nil {
+				return nil, err
+			}
+			r.stats.LogicalBytes += m.Size
+		case !m.Spilled:
 			if err := r.mapImage(im, r.shmPath(m.Function)); err != nil {
 				return nil, err
 			}
-		} else {
+		default:
 			r.stats.SpilledBytes += m.Size
 		}
 		r.images[m.Function] = im
+	}
+	// chunk files no committed image holds are leftovers of an interrupted commit
+	chunks, _ := filepath.Glob(filepath.Join(r.chunkDir(), "*"))
+	for _, p := range chunks {
+		if r.chunkRefs[filepath.Base(p)] == 0 {
+			_ = os.Remove(p)
+		}
 	}
 	// image files without a committed sidecar are leftovers of an interrupted capture
 	imgs, _ := filepath.Glob(filepath.Join(cfg.Dir, "*.img"))
@@ -238,6 +280,7 @@ func (r *Repository) mapImage(im *Image, path string) error {
 	}
 	im.data = data
 	r.stats.HostBytes += im.meta.Size
+	r.stats.LogicalBytes += im.meta.Size
 	return nil
 }
 
@@ -249,25 +292,49 @@ func (r *Repository) unmapImage(im *Image) error {
 	if r.cfg.Registrar != nil {
 		errs = append(errs, r.cfg.Registrar.UnregisterHost(im.data))
 	}
-	errs = append(errs, syscall.Munmap(im.data))
+	if im.meta.chunked() {
+		errs = append(errs, unmapRegion(im.data))
+	} else {
+		errs = append(errs, syscall.Munmap(im.data))
+	}
 	im.data = nil
-	r.stats.HostBytes -= im.meta.Size
+	r.stats.LogicalBytes -= im.meta.Size
+	if !im.meta.chunked() { // a chunked image's chunks are counted by their references (chunks.go)
+		r.stats.HostBytes -= im.meta.Size
+	}
 	return errors.Join(errs...)
 }
 
+// unrefChunksLocked gives back the chunks of a chunked image that is no longer held in shared memory.
+func (r *Repository) unrefChunksLocked(im *Image) {
+	for i, sg := range im.meta.Segments {
+		for _, k := range sg.Chunks {
+			r.unrefLocked(k)
+		}
+		im.meta.Segments[i].Chunks = nil
+	}
+}
+
 // Create makes a new, held image of the given model segments for function (replacing an existing image when
-// committed). Fill its bytes (Bytes), then Commit; Release it when done.
+// committed). Fill its bytes (Bytes), then Commit; Release it when done. Its chunks are shared with no other
+// image: CreateIn names a sharing domain.
 func (r *Repository) Create(ctx context.Context, function string, segments []Segment) (*Image, error) {
+	return r.CreateIn(ctx, function, "\x00"+function, segments)
+}
+
+// CreateIn is Create for an image whose chunks are shared with the other images of domain (chunks.go).
+func (r *Repository) CreateIn(ctx context.Context, function, domain string, segments []Segment) (*Image, error) {
 	if function == "" {
 		return nil, fmt.Errorf("%w: function name is empty", ErrInvalid)
 	}
-	m := meta{Function: function, Captured: r.cfg.Now()}
+	m := meta{Function: function, Domain: domain, Captured: r.cfg.Now()}
 	for _, s := range segments {
 		if s.Size == 0 {
 			return nil, fmt.Errorf("%w: function %s: segment %d is empty", ErrInvalid, function, s.ID)
 		}
-		s.Offset = m.Size
-		m.Size += s.Size
+		s.Offset = alignUp(m.Size, r.cfg.ChunkBytes)
+		s.Chunks = nil
+		m.Size = s.Offset + s.Size
 		m.Segments = append(m.Segments, s)
 	}
 	if m.Size == 0 {
@@ -315,8 +382,8 @@ func (im *Image) Commit() error {
 			return err
 		}
 	}
-	if err := os.Rename(r.shmPath(im.meta.Function)+".new", r.shmPath(im.meta.Function)); err != nil {
-		return fmt.Errorf("repository: %w", err)
+	if err := r.chunkLocked(im, r.shmPath(im.meta.Function)+".new"); err != nil {
+		return err
 	}
 	if err := r.writeMeta(im.meta); err != nil {
 		return err
@@ -324,6 +391,37 @@ func (im *Image) Commit() error {
 	im.commited = true
 	delete(r.pending, im)
 	r.images[im.meta.Function] = im
+	return nil
+}
+
+// chunkLocked stores the flat image file at flat as chunks and maps im from them (the file is removed). When the
+// chunks cannot be stored (a hash collision), the image stays one flat file, renamed to the function's.
+func (r *Repository) chunkLocked(im *Image, flat string) error {
+	if err := r.storeChunksLocked(im); err != nil {
+		if !errors.Is(err, ErrInvalid) {
+			return err
+		}
+		return os.Rename(flat, r.shmPath(im.meta.Function))
+	}
+	var errs []error
+	if r.cfg.Registrar != nil {
+		errs = append(errs, r.cfg.Registrar.UnregisterHost(im.data))
+	}
+	errs = append(errs, syscall.Munmap(im.data))
+	im.data = nil
+	r.stats.HostBytes -= im.meta.Size // the flat file's; its chunks are counted now
+	r.stats.LogicalBytes -= im.meta.Size
+	errs = append(errs, os.Remove(flat))
+	if err := errors.Join(errs...); err != nil {
+		r.unrefChunksLocked(im)
+		return fmt.Errorf("repository: function %s: %w", im.meta.Function, err)
+	}
+	if err := r.mapChunks(im); err != nil {
+		r.unrefChunksLocked(im)
+		return err
+	}
+	r.stats.LogicalBytes += im.meta.Size
+	r.hostGa.Set(float64(r.stats.HostBytes))
 	return nil
 }
 
@@ -414,6 +512,7 @@ func (r *Repository) Delete(function string) error {
 
 func (r *Repository) dropLocked(im *Image) error {
 	err := r.unmapImage(im)
+	r.unrefChunksLocked(im)
 	if im.meta.Spilled {
 		r.stats.SpilledBytes -= im.meta.Size
 	}
@@ -477,14 +576,21 @@ func (r *Repository) spillLocked(im *Image) error {
 	}
 	m := im.meta
 	m.Spilled = true
+	m.Segments = append([]Segment(nil), m.Segments...)
+	for i := range m.Segments {
+		m.Segments[i].Chunks = nil // spilled flat; chunked again when loaded
+	}
 	if err := r.writeMeta(m); err != nil {
 		return err
 	}
+	chunked := im.meta.chunked()
 	im.meta.Spilled = true
 	if err := r.unmapImage(im); err != nil {
 		return err
 	}
-	if err := os.Remove(r.shmPath(im.meta.Function)); err != nil {
+	if chunked {
+		r.unrefChunksLocked(im)
+	} else if err := os.Remove(r.shmPath(im.meta.Function)); err != nil {
 		return fmt.Errorf("repository: %w", err)
 	}
 	r.stats.Spills++
@@ -510,14 +616,16 @@ func (r *Repository) loadLocked(ctx context.Context, im *Image) error {
 	}
 	_, err = io.Copy(dst, src)
 	err = errors.Join(err, dst.Close())
-	if err == nil {
-		err = os.Rename(tmp, r.shmPath(im.meta.Function))
-	}
 	if err != nil {
 		_ = os.Remove(tmp)
 		return fmt.Errorf("repository: load %s: %w", im.meta.Function, err)
 	}
-	if err := r.mapImage(im, r.shmPath(im.meta.Function)); err != nil {
+	if err := r.mapImage(im, tmp); err != nil {
+		_ = os.Remove(tmp)
+		return err
+	}
+	if err := r.chunkLocked(im, tmp); err != nil {
+		_ = os.Remove(tmp)
 		return err
 	}
 	m := im.meta
@@ -558,4 +666,27 @@ func (r *Repository) Close() error {
 		r.cfg.Registerer.Unregister(r.hostGa)
 	}
 	return errors.Join(errs...)
+}
+
+// HostImages returns the bytes each committed image in dir holds in host memory (a spilled one holds none), read
+// from the sidecar files, so that another process (the gpuserver's metering, beside executor processes that own
+// the repository) can see them. An unreadable sidecar is skipped.
+func HostImages(dir string) (map[string]uint64, error) {
+	metas, err := filepath.Glob(filepath.Join(dir, "*.meta.json"))
+	if err != nil {
+		return nil, fmt.Errorf("repository: %w", err)
+	}
+	out := make(map[string]uint64, len(metas))
+	for _, mp := range metas {
+		raw, err := os.ReadFile(mp)
+		if err != nil {
+			continue // removed meanwhile
+		}
+		var m meta
+		if json.Unmarshal(raw, &m) != nil || m.Function == "" || m.Spilled {
+			continue
+		}
+		out[m.Function] = m.Size
+	}
+	return out, nil
 }

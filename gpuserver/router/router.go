@@ -35,6 +35,9 @@ const DefaultSlack = 1.0
 type Config struct {
 	// Slack: see DefaultSlack; 0 means the default, a negative value is refused.
 	Slack float64
+	// RoundRobin ignores residency, images and load: each request goes to the next node that takes it (the
+	// baseline the routing is measured against, and the fallback when nothing is known of the nodes).
+	RoundRobin bool
 }
 
 // Residency tells the router whether a node holds a function's model on a GPU (from the node's pool status, or
@@ -91,6 +94,7 @@ type Router struct {
 	fnSize map[string]uint64
 	counts Counters
 	cand   []int
+	next   int // round robin: the node to try first
 }
 
 // Counters are the router's totals.
@@ -182,7 +186,27 @@ func (r *Router) Route(now time.Time, function string, res Residency) (Pick, err
 		return Pick{}, fmt.Errorf("%w: %q (every serving node sheds it or none serves)", ErrNoNode, function)
 	}
 	best, bestTier := -1, 0
+	if r.cfg.RoundRobin {
+		best = r.cand[0]
+		for _, i := range r.cand {
+			if i >= r.next {
+				best = i
+				break
+			}
+		}
+		r.next = best + 1
+		bestTier = 2
+		switch {
+		case res != nil && res.Resident(best, function):
+			bestTier = 0
+		case r.nodes[best].HasImage(function):
+			bestTier = 1
+		}
+	}
 	for _, i := range r.cand {
+		if r.cfg.RoundRobin {
+			break
+		}
 		n := r.nodes[i]
 		if n.Load() > minLoad+r.cfg.Slack {
 			continue

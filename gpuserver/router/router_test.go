@@ -2,6 +2,7 @@ package router
 
 import (
 	"errors"
+	"fmt"
 	"testing"
 	"time"
 )
@@ -160,3 +161,35 @@ func TestAutoscaler(t *testing.T) {
 		t.Errorf("down above up accepted: %v", err)
 	}
 }
+
+// TestRoundRobin: the round-robin router takes nodes in turn whatever they hold, skipping one that sheds.
+func TestRoundRobin(t *testing.T) {
+	r, err := New(Config{RoundRobin: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range 3 {
+		r.AddNode(t0, fmt.Sprintf("n%d", i), 4, 0)
+	}
+	r.Register(t0, "f", 1e9)
+	res := residentOn{0: true}
+	var got []int
+	for range 4 {
+		p, err := r.Route(t0, "f", res)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got = append(got, p.Node)
+	}
+	if fmt.Sprint(got) != "[0 1 2 0]" {
+		t.Fatalf("round robin visited %v", got)
+	}
+	_ = r.Shed(1, "f", t0.Add(time.Second))
+	if p, _ := r.Route(t0, "f", res); p.Node != 2 {
+		t.Fatalf("after 0 came %d, want 2 (1 sheds f)", p.Node)
+	}
+}
+
+type residentOn map[int]bool
+
+func (m residentOn) Resident(node int, _ string) bool { return m[node] }

@@ -10,6 +10,7 @@ import (
 	"github.com/faas-gpu/faas-gpu/gpuserver/auth"
 	"github.com/faas-gpu/faas-gpu/gpuserver/device/sim"
 	"github.com/faas-gpu/faas-gpu/gpuserver/executor"
+	"github.com/faas-gpu/faas-gpu/gpuserver/metering"
 	"github.com/faas-gpu/faas-gpu/gpuserver/pool"
 	"github.com/faas-gpu/faas-gpu/gpuserver/tenant"
 )
@@ -41,6 +42,7 @@ type trackedPool struct {
 	sim      *sim.Backend         // the simulated device, for its kernel mode in the status; nil for real GPUs
 	tenants  *tenant.Plane        // the tenants' executor processes, for the status; nil when in-process
 	replaced int64                // acquires bound again because a GPU failed under them (see Server.Replaced)
+	meter    *metering.Meter      // the functions' bill: each request's binding, Acquire to Release
 }
 
 func newTrackedPool(p healthPool, key auth.Key, node dataPlane, maxFunctions int, log *slog.Logger) *trackedPool {
@@ -155,6 +157,9 @@ func (t *trackedPool) acquire(ctx context.Context, function string, request bool
 	if held != nil {
 		t.held[b.ID] = held
 	}
+	if request && t.meter != nil {
+		t.meter.Begin(b.ID, function, t.specs[function].MemoryBytes)
+	}
 	swap := b.Swap
 	if swap == "" {
 		swap = "none"
@@ -208,6 +213,9 @@ func (t *trackedPool) Release(ctx context.Context, id string) error {
 	held := t.held[id]
 	delete(t.held, id)
 	t.mu.Unlock()
+	if t.meter != nil {
+		t.meter.End(id) // implicit bindings were never begun
+	}
 	var broke error
 	if held != nil {
 		switch err := held.Finish(); {

@@ -26,6 +26,7 @@ import (
 	"github.com/faas-gpu/faas-gpu/gpuserver/device/sim"
 	"github.com/faas-gpu/faas-gpu/gpuserver/executor"
 	"github.com/faas-gpu/faas-gpu/gpuserver/memory"
+	"github.com/faas-gpu/faas-gpu/gpuserver/metering"
 	"github.com/faas-gpu/faas-gpu/gpuserver/pool"
 	"github.com/faas-gpu/faas-gpu/gpuserver/remoting"
 	"github.com/faas-gpu/faas-gpu/gpuserver/repository"
@@ -44,6 +45,8 @@ type Config struct {
 	// Policy names the pool's policy: a controller policy (default "faas-gpu"; see controller.Policies) or
 	// "fcfs" for the first-come-first-served pool.
 	Policy string
+	// Overload sets the faas-gpu policy's overload control: auto (the zero value), off or an explicit target.
+	Overload controller.Overload
 	// Actuator carries out the controller's swaps and evictions; nil models them as link time on Node.
 	Actuator controller.Actuator
 	// RemotingSocket is the Unix socket the shim connects to (FAAS_GPU_REMOTING_SOCKET of function processes);
@@ -75,6 +78,8 @@ type Config struct {
 	// launch (sim.KernelsReference, the default) or accept them without executing them (sim.KernelsDry, a
 	// protocol-test mode the log, the pool status and /metrics announce). It must be the default with a Device.
 	SimKernels sim.KernelMode
+	// MeteringFile keeps the functions' bill (package metering) across restarts; empty keeps it in memory only.
+	MeteringFile string
 	// Tenants, when set, runs every tenant's device work in an executor process of its own (docs/tenants.md):
 	// the gpuserver keeps the policy, the chunks and the remoting hello. Nil runs every tenant in the gpuserver's
 	// process, where tenants are not isolated from each other on a real GPU (docs/security.md).
@@ -114,6 +119,7 @@ type Server struct {
 	node    *executor.Node // nil without remoting, and with executor processes per tenant
 	tenants *tenant.Plane  // nil without executor processes per tenant
 	pool    *trackedPool
+	meter   *metering.Meter
 	key     auth.Key
 	servers []*http.Server
 	metrics *prometheus.Registry
@@ -185,7 +191,12 @@ func Start(ctx context.Context, cfg Config) (*Server, error) {
 	if err != nil {
 		return nil, fmt.Errorf("gpuserver: %w", err)
 	}
+	meter, err := s.openMeter(plane != nil)
+	if err != nil {
+		return nil, err
+	}
 	p := newTrackedPool(inner, s.key, plane, cfg.MaxFunctions, cfg.Logger)
+	p.meter = meter
 	if s.tenants != nil {
 		s.tenants.SetBinder(p)
 		p.tenants = s.tenants
@@ -197,7 +208,8 @@ func Start(ctx context.Context, cfg Config) (*Server, error) {
 		p.sim = sd
 		registerSimMetrics(reg, sd)
 	}
-	handler, err := api.New(p, reg, reg, cfg.Logger, api.WithAuth(s.key))
+	reg.MustRegister(meter.Collector())
+	handler, err := api.New(p, reg, reg, cfg.Logger, api.WithAuth(s.key), api.WithUsage(meter))
 	if err != nil {
 		return nil, fmt.Errorf("gpuserver: %w", err)
 	}
@@ -288,10 +300,7 @@ func (s *Server) startDataPlane(ctx context.Context) error {
 		return fmt.Errorf("gpuserver: device memory: %w", err)
 	}
 	s.closers = append(s.closers, mem.Close)
-	dir := s.cfg.RepositoryDir
-	if dir == "" {
-		dir = filepath.Join(filepath.Dir(s.cfg.KeyFile), "repository")
-	}
+	dir := s.repositoryDir()
 	repo, err := repository.Open(repository.Config{Dir: dir, Registrar: dev})
 	if err != nil {
 		return fmt.Errorf("gpuserver: model repository: %w", err)
@@ -309,6 +318,35 @@ func (s *Server) startDataPlane(ctx context.Context) error {
 	s.cfg.Logger.Info("gpuserver data plane", "device", dev.Kind(), "gpus", node.GPUs(), "repository", dir,
 		"reserve_bytes_per_gpu", reserve, "images", len(repo.Functions()))
 	return nil
+}
+
+// openMeter opens the functions' bill (metering.go), with the host images of the repository when there is a data
+// plane; Shutdown closes it (writing its state file).
+func (s *Server) openMeter(dataPlane bool) (*metering.Meter, error) {
+	var images func() (map[string]uint64, error)
+	if dataPlane {
+		dir := s.repositoryDir()
+		images = func() (map[string]uint64, error) { return repository.HostImages(dir) }
+	}
+	m, err := metering.Open(metering.Config{File: s.cfg.MeteringFile, HostImages: images,
+		Logger: s.cfg.Logger.With("component", "metering")})
+	if err != nil {
+		return nil, fmt.Errorf("gpuserver: %w", err)
+	}
+	s.meter = m
+	s.closers = append(s.closers, func(context.Context) error { return m.Close() })
+	return m, nil
+}
+
+// Usage is the functions' bill since a time (package metering; the zero time: since it began).
+func (s *Server) Usage(since time.Time) metering.Report { return s.meter.Report(since) }
+
+// repositoryDir is where the model images are: Config.RepositoryDir, else "repository" beside the key file.
+func (s *Server) repositoryDir() string {
+	if s.cfg.RepositoryDir != "" {
+		return s.cfg.RepositoryDir
+	}
+	return filepath.Join(filepath.Dir(s.cfg.KeyFile), "repository")
 }
 
 // registerSimMetrics exports the simulated device's kernel mode and its dry launches.
@@ -475,8 +513,9 @@ func newPool(cfg Config, oneGPU bool) (healthPool, error) {
 		maxInFlight = 1
 	}
 	return controller.NewPool(controller.PoolConfig{
-		Controller: controller.Config{Policy: policy, Node: cfg.Node, MaxInFlight: maxInFlight},
-		Actuator:   cfg.Actuator,
+		Controller: controller.Config{Policy: policy, Node: cfg.Node, MaxInFlight: maxInFlight,
+			Overload: cfg.Overload},
+		Actuator: cfg.Actuator,
 	})
 }
 

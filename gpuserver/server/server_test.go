@@ -19,6 +19,17 @@ import (
 
 func startTestServer(t *testing.T, dir string) *Server {
 	t.Helper()
+	s, err := Start(context.Background(), testServerConfig(t, dir))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+// testServerConfig is startTestServer's configuration: a simulated v100x4 node of 4 GiB GPUs, its sockets and key
+// in dir.
+func testServerConfig(t *testing.T, dir string) Config {
+	t.Helper()
 	node, err := topology.Preset("v100x4")
 	if err != nil {
 		t.Fatal(err)
@@ -27,13 +38,9 @@ func startTestServer(t *testing.T, dir string) *Server {
 	if err != nil {
 		t.Fatal(err)
 	}
-	s, err := Start(context.Background(), Config{Socket: filepath.Join(dir, "gpuserver.sock"), Node: node,
+	return Config{Socket: filepath.Join(dir, "gpuserver.sock"), Node: node,
 		RemotingSocket: filepath.Join(dir, "remoting.sock"), KeyFile: filepath.Join(dir, "key"),
-		DeviceReserveBytes: 64 << 20})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return s
+		DeviceReserveBytes: 64 << 20}
 }
 
 // startV100 starts a server on a simulated v100x4 node, with its sockets, key and repository in a new temporary

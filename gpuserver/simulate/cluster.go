@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"errors"
 	"fmt"
+	"slices"
 	"sort"
 	"time"
 
@@ -36,6 +37,8 @@ type ClusterConfig struct {
 	ImageLoadRate    float64
 	// HostMemoryBytes per node for host images (least recently used dropped beyond it).
 	HostMemoryBytes uint64
+	// RoundRobin routes requests round robin instead of to the best node (router.Config.RoundRobin).
+	RoundRobin bool
 }
 
 // ClusterResult is the outcome of a cluster run.
@@ -103,17 +106,17 @@ func RunCluster(cfg ClusterConfig) (ClusterResult, error) {
 		return ClusterResult{}, fmt.Errorf("%w: provision delay, image load latency and rate must be > 0",
 			ErrInvalidInput)
 	}
-	native := cfg.Policy == controller.PolicyNative
+	native := cfg.Policy.Pinned() // native or static: each function pinned to a node and a GPU for the run
 	if native && cfg.Autoscale {
-		return ClusterResult{}, fmt.Errorf("%w: native binding pins functions to nodes and does not autoscale",
-			ErrInvalidInput)
+		return ClusterResult{}, fmt.Errorf("%w: %s pins functions to nodes and does not autoscale",
+			ErrInvalidInput, cfg.Policy)
 	}
 	start := time.Now()
 	e, err := newEngine(&cfg.Config, false)
 	if err != nil {
 		return ClusterResult{}, err
 	}
-	rt, err := router.New(router.Config{})
+	rt, err := router.New(router.Config{RoundRobin: cfg.RoundRobin})
 	if err != nil {
 		return ClusterResult{}, err
 	}
@@ -157,8 +160,13 @@ func RunCluster(cfg ClusterConfig) (ClusterResult, error) {
 		cn.rt = rt.AddNode(epoch.Add(e.now), fmt.Sprintf("node-%d", cn.sim.index), gpus, cfg.HostMemoryBytes)
 		byRouter[cn.rt] = cn
 	}
-	var home []int // native: each function's node
-	if native {
+	var home []int // native and static: each function's node
+	switch {
+	case cfg.Policy == controller.PolicyStatic:
+		var gpus [][]int
+		home, gpus = placeStatic(&cfg, e.fns, arrivals, cfg.Nodes)
+		e.pin = func(fn int) []int { return gpus[fn] }
+	case native:
 		home = placeNative(&cfg, e.fns, cfg.Nodes)
 	}
 	for i := range cfg.Nodes {
@@ -177,6 +185,11 @@ func RunCluster(cfg ClusterConfig) (ClusterResult, error) {
 	view := residency{nodes: byRouter}
 	e.rejected = func(ri *reqInfo) {
 		delete(e.reqs, ri.id)
+		if ri.node >= 0 && !native { // dropped by a node's overload control while it waited there
+			cn := nodes[ri.node]
+			_ = rt.Finished(cn.rt)
+			noteRemoved(rt, cn, e.now)
+		}
 		res.Rejected++
 		perFn[ri.fn][0]++
 		if auto != nil {
@@ -329,6 +342,78 @@ type residency struct{ nodes map[int]*clusterNode }
 func (r residency) Resident(node int, function string) bool {
 	cn := r.nodes[node]
 	return cn != nil && cn.sim.ctl.Resident(function)
+}
+
+// placeStatic packs the functions onto the nodes' GPUs for good, as an operator sizing a static deployment would
+// with the whole run's arrivals known. Each function goes to one node (its host image lives there): functions in
+// decreasing order of GPU demand (requests x native execution time) onto the node with the least demand so far
+// that has room for a copy. Within a node, each function first gets one copy on the GPU with the least demand
+// that has room; the memory left then holds extra copies, each time of the function with the most demand per copy
+// that fits on one more GPU, so that hot models run on several GPUs. It returns each function's node (-1 when none
+// has room) and GPUs.
+func placeStatic(cfg *ClusterConfig, fns []fnModel, arrivals []Arrival, nodes int) (home []int, gpus [][]int) {
+	demand := make([]float64, len(fns))
+	for _, a := range arrivals {
+		demand[a.Function] += fns[a.Function].model.Native.Seconds()
+	}
+	order := make([]int, len(fns))
+	for i := range order {
+		order[i] = i
+	}
+	sort.SliceStable(order, func(a, b int) bool { return demand[order[a]] > demand[order[b]] })
+	g := len(cfg.Node.GPUs)
+	used := make([]uint64, nodes*g)
+	load := make([]float64, nodes*g)
+	nodeLoad := make([]float64, nodes)
+	home, gpus = make([]int, len(fns)), make([][]int, len(fns))
+	need := func(f int) uint64 { return cfg.quota(fns[f].model.WeightsBytes) }
+	fits := func(k, f int) bool { return cfg.Node.GPUs[k%g].MemoryBytes-used[k] >= need(f) }
+	for _, f := range order {
+		home[f] = -1
+		best := -1
+		for k := range used {
+			if fits(k, f) && (best < 0 || nodeLoad[k/g] < nodeLoad[best/g] ||
+				nodeLoad[k/g] == nodeLoad[best/g] && load[k] < load[best]) {
+				best = k
+			}
+		}
+		if best < 0 {
+			continue
+		}
+		// The least loaded GPU with room on the chosen node.
+		for k := best / g * g; k < best/g*g+g; k++ {
+			if fits(k, f) && load[k] < load[best] {
+				best = k
+			}
+		}
+		used[best] += need(f)
+		load[best] += demand[f]
+		nodeLoad[best/g] += demand[f]
+		home[f], gpus[f] = best/g, []int{best % g}
+	}
+	for {
+		bestF, bestK := -1, -1
+		for _, f := range order {
+			if home[f] < 0 || demand[f] == 0 || bestF >= 0 && demand[f]/float64(len(gpus[f])) <=
+				demand[bestF]/float64(len(gpus[bestF])) {
+				continue
+			}
+			k := -1
+			for c := home[f] * g; c < home[f]*g+g; c++ {
+				if fits(c, f) && !slices.Contains(gpus[f], c%g) && (k < 0 || load[c] < load[k]) {
+					k = c
+				}
+			}
+			if k >= 0 {
+				bestF, bestK = f, k
+			}
+		}
+		if bestF < 0 {
+			return home, gpus
+		}
+		used[bestK] += need(bestF)
+		gpus[bestF] = append(gpus[bestF], bestK%g)
+	}
 }
 
 // placeNative assigns each function to the first of the nodes with a GPU that has room for it with its own

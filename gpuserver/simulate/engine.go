@@ -99,6 +99,8 @@ type engine struct {
 	tick      func()
 	tickEvery time.Duration
 	nextTick  time.Duration
+	// pin, when set, gives each function's controller.Function.Pin (static packing).
+	pin func(fn int) []int
 }
 
 func newEngine(cfg *Config, keep bool) (*engine, error) {
@@ -117,7 +119,8 @@ func newEngine(cfg *Config, keep bool) (*engine, error) {
 func (e *engine) addNode(register func(fn int) bool) (*simNode, error) {
 	cfg := e.cfg
 	ctl, err := controller.New(controller.Config{Policy: cfg.Policy, Node: cfg.Node, Seed: cfg.Seed,
-		MaxInFlight: cfg.MaxInFlight, Prewarm: cfg.Prewarm, PartialResidency: cfg.PartialResidency})
+		MaxInFlight: cfg.MaxInFlight, Prewarm: cfg.Prewarm, PartialResidency: cfg.PartialResidency,
+		Overload: cfg.Overload})
 	if err != nil {
 		return nil, err
 	}
@@ -133,6 +136,9 @@ func (e *engine) addNode(register func(fn int) bool) (*simNode, error) {
 			FunctionSpec: pool.FunctionSpec{Name: fm.name, MemoryBytes: cfg.quota(m.WeightsBytes), SLO: fm.slo,
 				Percentile: m.Percentile},
 			ModelBytes: m.WeightsBytes, ExecSeed: cfg.exec(fm),
+		}
+		if e.pin != nil {
+			spec.Pin = e.pin(i)
 		}
 		if err := ctl.Register(at, spec); err != nil {
 			if !errors.Is(err, pool.ErrTooLarge) {
@@ -311,7 +317,16 @@ func (e *engine) deliverLater(n *simNode, ri *reqInfo, d time.Duration) {
 // dispatch binds node n's waiting requests and schedules what follows.
 func (e *engine) dispatch(n *simNode) error {
 	now := e.now
-	for _, d := range n.ctl.Dispatch(epoch.Add(now)) {
+	ds := n.ctl.Dispatch(epoch.Add(now))
+	for _, r := range n.ctl.TakeRefused() { // the overload control dropped them: they could not make it
+		ri := e.reqs[r.ID]
+		if ri == nil {
+			return fmt.Errorf("refused unknown request %d", r.ID)
+		}
+		delete(e.reqs, r.ID)
+		e.reject(ri)
+	}
+	for _, d := range ds {
 		ri := e.reqs[d.Request]
 		if ri == nil {
 			return fmt.Errorf("dispatched unknown request %d", d.Request)

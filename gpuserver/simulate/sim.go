@@ -32,8 +32,10 @@ type Config struct {
 	Node      topology.Node
 	// Minutes of the trace to replay; beyond the trace's length it repeats (at most a week).
 	Minutes int
-	Policy  controller.Policy
-	Seed    uint64
+	// StartMinute is the trace's minute the replay starts at (0: its first), e.g. 60 for its second hour.
+	StartMinute int
+	Policy      controller.Policy
+	Seed        uint64
 	// DefaultSLO applies to models whose profile gives none; DefaultSLO 0 means 100 ms.
 	DefaultSLO time.Duration
 	// MemoryFactor: a function's GPU memory quota is its weights times this (activations and workspace); 0 means
@@ -48,6 +50,9 @@ type Config struct {
 	// PartialResidency keeps an evicted model's blocks on its GPU while the memory is not needed (see
 	// controller.Config.PartialResidency).
 	PartialResidency bool
+	// Overload sets the overload control of the policies that have one (faas-gpu): auto (the zero value), off or
+	// an explicit target.
+	Overload controller.Overload
 }
 
 // Arrival is one request of function Function (index) at offset At from the start.
@@ -279,6 +284,8 @@ func (cfg *Config) check() error {
 		return bad("memory factor: must be >= 1")
 	case cfg.Arrivals == nil && (cfg.Trace == nil || len(cfg.Trace.Counts) == 0):
 		return bad("trace: no functions")
+	case cfg.StartMinute < 0 || cfg.Arrivals == nil && cfg.StartMinute >= cfg.Trace.Minutes():
+		return bad("start minute: must be in 0..%d", max(0, cfg.Trace.Minutes()-1))
 	case cfg.Arrivals == nil && (cfg.Minutes <= 0 || cfg.Minutes > maxMinutes):
 		return bad("minutes: must be in 1..%d (beyond the trace's %d minutes it repeats)", maxMinutes,
 			cfg.Trace.Minutes())
@@ -307,7 +314,7 @@ func (cfg *Config) arrivals() []Arrival {
 		}
 		counts := cfg.Trace.Counts[row]
 		for m := range cfg.Minutes {
-			for range counts[(m+shift)%length] {
+			for range counts[(m+cfg.StartMinute+shift)%length] {
 				at := time.Duration(m)*time.Minute + time.Duration(rng.Int64N(int64(time.Minute)))
 				out = append(out, Arrival{At: at, Function: i})
 			}

@@ -15,6 +15,7 @@ import (
 	"fmt"
 	"io"
 	"math"
+	"math/rand/v2"
 	"os"
 	"slices"
 	"strconv"
@@ -246,4 +247,63 @@ func sortArrivals(as []Arrival) {
 		}
 		return a.Function - b.Function
 	})
+}
+
+// TorporArrivals builds arrivals the way Torpor's node simulator (misc/tools/node_simu.py) draws them from a
+// trace: functions rows of the trace drawn uniformly with replacement; for each minute, as many requests as the
+// drawn rows' counts for that minute add up to, each request's function drawn in proportion to those counts, and
+// the requests spaced by whole-millisecond intervals drawn from a Poisson distribution whose mean spreads them
+// over the minute (so arrivals are far more regular than a Poisson process: a coefficient of variation of about
+// 0.4 at 700 functions against 1). Time runs on from one minute's last request to the next minute's first.
+func TorporArrivals(tr *Trace, functions, minutes int, seed uint64) ([]Arrival, error) {
+	if tr == nil || len(tr.Counts) == 0 || functions <= 0 || minutes <= 0 || minutes > maxMinutes {
+		return nil, fmt.Errorf("%w: torpor arrivals: need a trace, functions > 0 and minutes in 1..%d",
+			ErrInvalidInput, maxMinutes)
+	}
+	rng := rand.New(rand.NewPCG(seed, 0x70a907))
+	rows := make([]int, functions)
+	for i := range rows {
+		rows[i] = rng.IntN(len(tr.Counts))
+	}
+	var out []Arrival
+	var at time.Duration
+	cum := make([]int, functions)
+	for m := range minutes {
+		total := 0
+		for i, r := range rows {
+			total += tr.Counts[r][m%tr.Minutes()]
+			cum[i] = total
+		}
+		if total == 0 {
+			continue
+		}
+		mean := 60000 / float64(total)
+		for range total {
+			at += time.Duration(poisson(rng, mean)) * time.Millisecond
+			k := rng.IntN(total)
+			f, _ := slices.BinarySearch(cum, k+1)
+			out = append(out, Arrival{At: at, Function: f})
+		}
+	}
+	sortArrivals(out)
+	return out, nil
+}
+
+// poisson draws from a Poisson distribution of mean lambda: Knuth's product of uniforms, in pieces of mean at
+// most 500 so that exp(-lambda) does not underflow.
+func poisson(rng *rand.Rand, lambda float64) int {
+	n := 0
+	for lambda > 0 {
+		l := min(lambda, 500)
+		lambda -= l
+		limit, p := math.Exp(-l), 1.0
+		for {
+			p *= rng.Float64()
+			if p <= limit {
+				break
+			}
+			n++
+		}
+	}
+	return n
 }

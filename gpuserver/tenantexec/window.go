@@ -72,3 +72,12 @@ func (w *window) ReserveAddress(size, alignment uint64) (device.Ptr, error) {
 	}
 	return w.Backend.ReserveAddress(size, alignment)
 }
+
+// SetAccessReadOnly maps a range read-only where the device can (device.ReadOnlyAccess: chunks shared between the
+// tenant's functions, executor/share.go), else read-write as SetAccess does.
+func (w *window) SetAccessReadOnly(ptr device.Ptr, size uint64, gpus []int) error {
+	if ro, ok := w.Backend.(device.ReadOnlyAccess); ok {
+		return ro.SetAccessReadOnly(ptr, size, gpus)
+	}
+	return w.Backend.SetAccess(ptr, size, gpus)
+}

@@ -24,8 +24,8 @@ func PresetNames() []string {
 // Preset returns a built-in node description:
 //
 //   - v100x4: Torpor's node. 4x V100-SXM2 32 GB on PCIe Gen3 x16 (about 12 GB/s each); GPUs 0-1 and 2-3 share a
-//     switch uplink of the same width, so two concurrent host transfers behind one switch each take about twice
-//     as long; NVLink 2.0 between every pair, fast (2 links, 48 GB/s) for 0-3, 1-2, 2-3 and slow (1 link,
+//     switch uplink of the same width; two concurrent host transfers behind one switch each take 1.64x as long
+//     (Torpor Table 3, measured), not the 2x an evenly shared uplink would give; NVLink 2.0 between every pair, fast (2 links, 48 GB/s) for 0-3, 1-2, 2-3 and slow (1 link,
 //     24 GB/s) for 0-1, 0-2, 1-3.
 //   - a100x8: 8x A100-SXM4 80 GB, PCIe Gen4 (about 24 GB/s), two GPUs per switch, NVSwitch (about 240 GB/s
 //     between any pair).
@@ -45,7 +45,9 @@ func Preset(name string) (Node, error) {
 			n.NVLinkBytesPerSec[p[0]][p[1]] = bw
 			n.NVLinkBytesPerSec[p[1]][p[0]] = bw
 		}
-		n.Slowdown = Slowdown{HostOtherSwitch: 1.05, NVLinkOtherPair: 1.05}
+		// Torpor measured 1.64x for two swaps behind one switch (Table 3: 25 ms alone, 41 ms contended), not
+		// the 2x an evenly shared uplink gives.
+		n.Slowdown = Slowdown{HostSameSwitch: 1.64, HostOtherSwitch: 1.05, NVLinkOtherPair: 1.05}
 		n.TransferLatencySec = 20e-6
 	case "a100x8":
 		n = uniform(name, 8, GPU{Name: "NVIDIA A100-SXM4-80GB", MemoryBytes: 81920 * mib, CopyEngines: 4,

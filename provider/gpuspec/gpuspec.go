@@ -47,10 +47,15 @@ const (
 	AnnotationPercentile = "com.openfaas.gpu.slo.percentile"
 	// AnnotationIsolation is "shared" (default) or "isolated" (a GPU of its own while bound).
 	AnnotationIsolation = "com.openfaas.gpu.isolation"
+	// AnnotationScratch is "resident" (default: GPU memory allocated after initialisation stays with the function
+	// while it is resident) or "request" (it is the request's, a KV cache: given back when the function's last
+	// request ends, mapped again zeroed for the next).
+	AnnotationScratch = "com.openfaas.gpu.scratch"
 )
 
 var known = map[string]bool{
 	AnnotationMemory: true, AnnotationSLO: true, AnnotationPercentile: true, AnnotationIsolation: true,
+	AnnotationScratch: true,
 }
 
 // Parse reads the GPU annotations of function. isGPU is false (and spec empty) when the function has no GPU
@@ -71,7 +76,8 @@ func Parse(annotations map[string]string, function string) (spec pool.FunctionSp
 	if len(unknown) > 0 {
 		sort.Strings(unknown)
 		return pool.FunctionSpec{}, false, fmt.Errorf("%w: annotation %s is not a GPU annotation (known: %s, %s, %s, %s)",
-			provider.ErrInvalid, unknown[0], AnnotationMemory, AnnotationSLO, AnnotationPercentile, AnnotationIsolation)
+			provider.ErrInvalid, unknown[0], AnnotationMemory, AnnotationSLO, AnnotationPercentile, AnnotationIsolation+
+				", "+AnnotationScratch)
 	}
 	if !sawGPU {
 		return pool.FunctionSpec{}, false, nil
@@ -118,6 +124,15 @@ func Parse(annotations map[string]string, function string) (spec pool.FunctionSp
 		default:
 			return pool.FunctionSpec{}, false, fmt.Errorf("%w: annotation %s: %q must be %q or %q",
 				provider.ErrInvalid, AnnotationIsolation, v, pool.IsolationShared, pool.IsolationIsolated)
+		}
+	}
+	if v, ok := annotations[AnnotationScratch]; ok {
+		switch sc := strings.TrimSpace(v); sc {
+		case pool.ScratchResident, pool.ScratchRequest:
+			spec.Scratch = sc
+		default:
+			return pool.FunctionSpec{}, false, fmt.Errorf("%w: annotation %s: %q must be %q or %q",
+				provider.ErrInvalid, AnnotationScratch, v, pool.ScratchResident, pool.ScratchRequest)
 		}
 	}
 	if err := spec.Validate(); err != nil {

@@ -79,6 +79,9 @@ func (g GPUConfig) inject(spec *corev1.PodSpec, gpu pool.FunctionSpec) error {
 		{Name: EnvGPUIsolation, Value: gpu.Isolation},
 		{Name: EnvGPUSelfRegister, Value: "1"},
 	}
+	if gpu.Scratch != "" {
+		gpuEnv = append(gpuEnv, corev1.EnvVar{Name: EnvGPUScratch, Value: gpu.Scratch})
+	}
 	if len(g.RegistrationKey) != 0 {
 		ticket, err := g.RegistrationKey.Ticket(gpu)
 		if err != nil {

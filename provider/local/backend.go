@@ -12,7 +12,9 @@
 //	functions/<name>.json   one record per function (deployment, desired replicas, creation time), written atomically
 //	secrets/<name>          secret values, mode 0600
 //	logs/<name>.log         each function's output as NDJSON log messages (rotated at 8 MiB; reloaded by New)
-//	run/<name>/secrets/     the function's secrets as files (links into secrets/); OPENFAAS_SECRETS_DIR points here
+//	run/<name>/secrets/     copies of the function's secrets (mode 0400, the function's own when it has its own user);
+//	                        OPENFAAS_SECRETS_DIR points here, and a sandbox shows this folder and no other
+//	run/<name>/root/        empty; a sandboxed replica's root file system is mounted on it in its own mount namespace
 //	run/<name>/app/         the function's code when it is assembled from a template folder plus a handler folder
 //	envs/                   Python environments of functions with pip requirements, unless Config.EnvDir names
 //	                        another folder (see package venv: one per distinct requirements, shared, kept)
@@ -34,6 +36,7 @@ import (
 	"time"
 
 	"github.com/faas-gpu/faas-gpu/provider"
+	"github.com/faas-gpu/faas-gpu/provider/local/sandbox"
 	"github.com/faas-gpu/faas-gpu/provider/local/venv"
 )
 
@@ -77,6 +80,11 @@ type Config struct {
 	MaxReplicas uint64
 	// LogLines is how many lines of output are kept in memory per function; default 1000.
 	LogLines int
+	// Sandbox, when it isolates (sandbox.New found the kernel willing), runs every replica in namespaces of its own
+	// under its function's identity (see package sandbox and isolation.go); nil or not isolating: replicas are plain
+	// child processes of this one. Either way a replica's environment holds only the machine's PATH, LANG, LC_* and
+	// TZ of this process, never the rest of it.
+	Sandbox *sandbox.Sandbox
 }
 
 // ErrClosed is returned by every method after Close.
@@ -91,6 +99,7 @@ type Backend struct {
 	envs     *venv.Manager // Python environments of functions with pip requirements
 	health   *http.Client  // readiness checks
 	absState string        // StateDir made absolute, for paths handed to functions
+	pythons  pythons       // Config.Python resolved for sandboxes
 
 	// base is the lifetime of every replica; Close cancels it.
 	base   context.Context

@@ -40,6 +40,8 @@ type function struct {
 	// startFailures counts replicas that exited before they were ready; lastFailure is how the last one ended.
 	startFailures uint64
 	lastFailure   error
+	// rollout is the rolling update in progress (rollout.go).
+	rollout rollout
 }
 
 // allReplicas returns the replicas of the current definition and the retiring ones; appending to the result never
@@ -51,7 +53,7 @@ func (fn *function) allReplicas() []*replica {
 // newFunction prepares a function's run folder and log; the caller holds b.mu.
 func (b *Backend) newFunction(rec record) (*function, error) {
 	name := rec.Deployment.Service
-	if err := b.linkSecrets(name, rec.Deployment.Secrets); err != nil {
+	if err := b.syncSecrets(name, rec.Deployment.Secrets); err != nil {
 		return nil, err
 	}
 	return &function{name: name, rec: rec, changed: make(chan struct{}),
@@ -200,13 +202,14 @@ func (b *Backend) Update(ctx context.Context, fd types.FunctionDeployment) error
 	if err != nil {
 		return err
 	}
+	prev := fn.rec
 	rec := fn.rec
 	rec.Deployment = fd
 	if err := b.saveRecord(rec); err != nil {
 		return err
 	}
 	fn.rec = rec
-	if err := b.linkSecrets(fn.name, fd.Secrets); err != nil {
+	if err := b.syncSecrets(fn.name, fd.Secrets); err != nil {
 		return err
 	}
 	for _, r := range fn.replicas {
@@ -217,6 +220,7 @@ func (b *Backend) Update(ctx context.Context, fd types.FunctionDeployment) error
 		}
 	}
 	fn.replicas = nil
+	fn.startRolloutLocked(prev)
 	fn.startFailures, fn.lastFailure = 0, nil
 	fn.prep = nil // the new definition prepares its environment afresh (a failed install is tried again)
 	b.scaleLocked(fn, rec.Replicas, false)
@@ -242,6 +246,9 @@ func (b *Backend) Delete(ctx context.Context, namespace, name string) error {
 	}
 	if err := os.RemoveAll(filepath.Join(b.cfg.StateDir, "run", name)); err != nil {
 		werr = errors.Join(werr, fmt.Errorf("local backend: removing run folder of %q: %w", name, err))
+	}
+	if werr == nil && b.cfg.Sandbox != nil {
+		b.cfg.Sandbox.Release(name) // its replicas have stopped: its ids may go to another function
 	}
 	b.log.Info("function deleted", "function", name)
 	return werr
@@ -337,6 +344,12 @@ func (fn *function) status() types.FunctionStatus {
 		}
 	}
 	state, _ := fn.envState()
+	switch {
+	case state == "":
+		state = fn.replicaStateLocked() // rollout.go
+	case fn.rollout.previousImage != "":
+		state += fmt.Sprintf("; the previous definition (image %s) keeps serving", fn.rollout.previousImage)
+	}
 	return types.FunctionStatus{
 		Name: d.Service, Image: d.Image, Namespace: provider.DefaultNamespace, EnvProcess: d.EnvProcess,
 		EnvVars: d.EnvVars, Constraints: d.Constraints, Secrets: d.Secrets, Labels: d.Labels,

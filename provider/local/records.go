@@ -41,6 +41,13 @@ func loadRecords(dir string, maxReplicas uint64, log *slog.Logger, now time.Time
 		}
 		path := filepath.Join(dir, e.Name())
 		rec, err := readRecord(path, strings.TrimSuffix(e.Name(), ".json"), maxReplicas)
+		if err == nil && validate.Resources(rec.Deployment) != nil {
+			// Kept from before limits and requests were validated at deploy: dropped, so that the function (which
+			// the local backend runs without them) still starts.
+			log.Warn("function record has limits or requests no engine can use: dropped (deploy it again to set "+
+				"them)", "file", path, "err", validate.Resources(rec.Deployment))
+			rec.Deployment.Limits, rec.Deployment.Requests = nil, nil
+		}
 		if err != nil {
 			aside := path + ".corrupt-" + now.UTC().Format("20060102T150405Z")
 			if merr := os.Rename(path, aside); merr != nil {
@@ -75,7 +82,9 @@ func readRecord(path, name string, maxReplicas uint64) (record, error) {
 	if rec.Deployment.Service != name {
 		return rec, fmt.Errorf("the record names function %q, not %q", rec.Deployment.Service, name)
 	}
-	if err := validate.Deployment(rec.Deployment); err != nil {
+	checked := rec.Deployment
+	checked.Limits, checked.Requests = nil, nil // loadRecords drops those it cannot use
+	if err := validate.Deployment(checked); err != nil {
 		return rec, err
 	}
 	if rec.Replicas > maxReplicas {

@@ -8,7 +8,6 @@ import (
 	"net"
 	"net/http"
 	"net/url"
-	"os"
 	"os/exec"
 	"path/filepath"
 	"sort"
@@ -173,18 +172,31 @@ func (b *Backend) runOnce(ctx context.Context, fn *function, r *replica, rec rec
 		return err
 	}
 	argv := b.interpreter(b.command(rec), env)
-	cmd := exec.Command(argv[0], argv[1:]...)
-	cmd.Dir = dir
-	cmd.Env = envVars(b.env(rec, r.id, port), env)
+	vars := envVars(b.env(rec, r.id, port), env)
+	var cmd *exec.Cmd
+	release := func() {}
+	if b.isolated() {
+		if cmd, release, err = b.sandboxCommand(ctx, rec, r.id, argv, vars, dir, env); err != nil {
+			return err
+		}
+	} else {
+		cmd = exec.Command(argv[0], argv[1:]...)
+		cmd.Dir = dir
+		cmd.Env = vars
+		cmd.SysProcAttr = childAttrs()
+	}
+	var last lastLine // why a process that exits before it is ready ended, in its own words (rollout.go)
 	emit := func(text string) {
+		last.set(text)
 		fn.logs.append(logs.Message{Name: fn.name, Namespace: provider.DefaultNamespace, Instance: r.id,
 			Timestamp: time.Now().UTC(), Text: text})
 	}
 	stdout, stderr := &lineWriter{emit: emit}, &lineWriter{emit: emit}
 	cmd.Stdout, cmd.Stderr = stdout, stderr
-	cmd.SysProcAttr = childAttrs()
 	cmd.WaitDelay = time.Second
-	if err := b.spawner.start(ctx, cmd); err != nil {
+	err = b.spawner.start(ctx, cmd)
+	release()
+	if err != nil {
 		return fmt.Errorf("starting %s: %w", strings.Join(argv, " "), err)
 	}
 	pid := cmd.Process.Pid
@@ -209,7 +221,7 @@ func (b *Backend) runOnce(ctx context.Context, fn *function, r *replica, rec rec
 	for ready := false; !ready; {
 		select {
 		case <-exited:
-			err := fmt.Errorf("exited before it was ready: %s", exitText(exitErr))
+			err := fmt.Errorf("exited before it was ready: %s%s", exitText(exitErr), last.suffix())
 			b.startFailed(fn, err)
 			return err
 		case <-ctx.Done():
@@ -292,19 +304,11 @@ func (b *Backend) healthy(ctx context.Context, u *url.URL) bool {
 	return resp.StatusCode < 500
 }
 
-// env is a replica's environment: this process's environment, then Config.Env, then the function's envVars, then
-// what the backend decides (PORT, OPENFAAS_SECRETS_DIR, HOSTNAME, the GPU settings, fprocess).
+// env is a replica's environment: the machine's few variables of this process (baseEnv: never the platform's
+// settings or credentials), then Config.Env, then the function's envVars, then what the backend decides (PORT,
+// OPENFAAS_SECRETS_DIR, HOSTNAME, the GPU settings, fprocess).
 func (b *Backend) env(rec record, instance string, port int) []string {
-	m := map[string]string{}
-	for _, kv := range os.Environ() {
-		if k, v, ok := strings.Cut(kv, "="); ok {
-			m[k] = v
-		}
-	}
-	for _, k := range []string{"FAAS_GPU", "FAAS_GPU_FUNCTION", "FAAS_GPU_MEMORY_BYTES", "FAAS_GPU_SLO",
-		"FAAS_GPU_SLO_PERCENTILE", "FAAS_GPU_ISOLATION", "FAAS_GPU_TOKEN", "fprocess"} {
-		delete(m, k)
-	}
+	m := b.baseEnv()
 	for k, v := range b.cfg.Env {
 		m[k] = v
 	}
@@ -315,25 +319,8 @@ func (b *Backend) env(rec record, instance string, port int) []string {
 	if rec.Deployment.EnvProcess != "" {
 		m["fprocess"] = rec.Deployment.EnvProcess
 	}
-	var annotations map[string]string
-	if rec.Deployment.Annotations != nil {
-		annotations = *rec.Deployment.Annotations
-	}
-	gpuName := gpuspec.FunctionName(name, rec.Deployment.Namespace)
-	if spec, isGPU, err := gpuspec.Parse(annotations, gpuName); err == nil && isGPU {
-		m["FAAS_GPU"] = "1"
-		m["FAAS_GPU_FUNCTION"] = gpuName
-		m["FAAS_GPU_MEMORY_BYTES"] = strconv.FormatUint(spec.MemoryBytes, 10)
-		// The whole spec, as the cluster backends pass it: a function that registers itself
-		// (FAAS_GPU_SELF_REGISTER=1) keeps its SLO.
-		m["FAAS_GPU_SLO"] = spec.SLO.String()
-		m["FAAS_GPU_SLO_PERCENTILE"] = strconv.FormatFloat(spec.Percentile, 'g', -1, 64)
-		m["FAAS_GPU_ISOLATION"] = spec.Isolation
-		if b.cfg.GPUEnv != nil {
-			for k, v := range b.cfg.GPUEnv(gpuName) {
-				m[k] = v
-			}
-		}
+	for k, v := range b.gpuEnv(rec) {
+		m[k] = v
 	}
 	m["PORT"] = strconv.Itoa(port)
 	m["OPENFAAS_SECRETS_DIR"] = b.secretsDir(name)
@@ -346,6 +333,38 @@ func (b *Backend) env(rec record, instance string, port int) []string {
 	}
 	sort.Strings(out)
 	return out
+}
+
+// gpuEnv is the GPU settings of a GPU function's replicas: its whole spec (as the cluster backends pass it: a
+// function that registers itself, FAAS_GPU_SELF_REGISTER=1, keeps its SLO) and Config.GPUEnv; nil for a function
+// without a GPU.
+func (b *Backend) gpuEnv(rec record) map[string]string {
+	var annotations map[string]string
+	if rec.Deployment.Annotations != nil {
+		annotations = *rec.Deployment.Annotations
+	}
+	gpuName := gpuspec.FunctionName(rec.Deployment.Service, rec.Deployment.Namespace)
+	spec, isGPU, err := gpuspec.Parse(annotations, gpuName)
+	if err != nil || !isGPU {
+		return nil
+	}
+	m := map[string]string{
+		"FAAS_GPU":                "1",
+		"FAAS_GPU_FUNCTION":       gpuName,
+		"FAAS_GPU_MEMORY_BYTES":   strconv.FormatUint(spec.MemoryBytes, 10),
+		"FAAS_GPU_SLO":            spec.SLO.String(),
+		"FAAS_GPU_SLO_PERCENTILE": strconv.FormatFloat(spec.Percentile, 'g', -1, 64),
+		"FAAS_GPU_ISOLATION":      spec.Isolation,
+	}
+	if spec.Scratch != "" {
+		m["FAAS_GPU_SCRATCH"] = spec.Scratch
+	}
+	if b.cfg.GPUEnv != nil {
+		for k, v := range b.cfg.GPUEnv(gpuName) {
+			m[k] = v
+		}
+	}
+	return m
 }
 
 // freePort returns a TCP port of 127.0.0.1 that was free a moment ago. If another process takes it first, the

@@ -112,6 +112,7 @@ func (b *Backend) startFailed(fn *function, err error) {
 	defer b.mu.Unlock()
 	fn.startFailures++
 	fn.lastFailure = err
+	b.rolloutFailedLocked(fn, err)
 	fn.notifyLocked()
 }
 
@@ -131,4 +132,5 @@ func (b *Backend) retireLocked(fn *function) {
 		fn.event(r.id, "replaced by the updated definition; stopping once its requests have ended")
 	}
 	fn.retiring = nil
+	fn.endRolloutLocked()
 }

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
 
@@ -19,25 +20,95 @@ func (b *Backend) secretPath(name string) string {
 	return filepath.Join(b.absState, "secrets", name)
 }
 
-// linkSecrets makes <StateDir>/run/<function>/secrets/ hold one link per secret the function names, pointing at the
-// secret's file, so that an updated secret is seen at once and a deleted one disappears.
-func (b *Backend) linkSecrets(function string, secrets []string) error {
+// syncSecrets makes <StateDir>/run/<function>/secrets/ hold a copy of each secret the function names and nothing
+// else: mode 0400, owned by the function's own user when it has one (the platform runs as root and sandboxes
+// functions). The folder itself is kept and each copy replaced by a rename, so that a running replica (whose
+// sandbox shows this one folder, never the secrets of other functions) sees an updated secret at once and a deleted
+// one disappear.
+func (b *Backend) syncSecrets(function string, secrets []string) error {
 	dir := b.secretsDir(function)
-	if err := os.RemoveAll(dir); err != nil {
-		return fmt.Errorf("local backend: secrets of %q: %w", function, err)
-	}
+	uid, gid := b.secretsOwner(function)
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return fmt.Errorf("local backend: secrets of %q: %w", function, err)
 	}
+	if uid >= 0 {
+		if err := os.Chown(dir, uid, gid); err != nil {
+			return fmt.Errorf("local backend: secrets of %q: %w", function, err)
+		}
+		if err := os.Chmod(dir, 0o500); err != nil {
+			return fmt.Errorf("local backend: secrets of %q: %w", function, err)
+		}
+	}
+	want := map[string]bool{}
 	for _, s := range secrets {
 		if err := names.Secret("secrets", s); err != nil {
 			return err
 		}
-		if err := os.Symlink(b.secretPath(s), filepath.Join(dir, s)); err != nil {
+		want[s] = true
+		value, err := os.ReadFile(b.secretPath(s))
+		if errors.Is(err, os.ErrNotExist) { // deleted since the deployment named it
+			if err := os.Remove(filepath.Join(dir, s)); err != nil && !errors.Is(err, os.ErrNotExist) {
+				return fmt.Errorf("local backend: secrets of %q: %w", function, err)
+			}
+			continue
+		}
+		if err != nil {
+			return fmt.Errorf("local backend: secrets of %q: %w", function, err)
+		}
+		if err := writeOwnedFile(filepath.Join(dir, s), value, 0o400, uid, gid); err != nil {
 			return fmt.Errorf("local backend: secrets of %q: %w", function, err)
 		}
 	}
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		return fmt.Errorf("local backend: secrets of %q: %w", function, err)
+	}
+	for _, e := range entries {
+		if !want[e.Name()] {
+			if err := os.RemoveAll(filepath.Join(dir, e.Name())); err != nil {
+				return fmt.Errorf("local backend: secrets of %q: %w", function, err)
+			}
+		}
+	}
 	return nil
+}
+
+// writeOwnedFile writes path whole (a temporary file renamed over it) with mode perm, owned by uid:gid (-1: this
+// process) before it appears.
+func writeOwnedFile(path string, data []byte, perm os.FileMode, uid, gid int) error {
+	f, err := os.CreateTemp(filepath.Dir(path), ".tmp-*")
+	if err != nil {
+		return err
+	}
+	defer os.Remove(f.Name()) // nothing left to remove after the rename
+	err = f.Chmod(perm)
+	if err == nil && uid >= 0 {
+		err = f.Chown(uid, gid)
+	}
+	if err == nil {
+		_, err = f.Write(data)
+	}
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return err
+	}
+	return os.Rename(f.Name(), path)
+}
+
+// refreshSecret copies secret name again into the folder of every function that names it (it was updated or
+// deleted).
+func (b *Backend) refreshSecret(name string) error {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	var errs []error
+	for _, fn := range b.fns {
+		if slices.Contains(fn.rec.Deployment.Secrets, name) {
+			errs = append(errs, b.syncSecrets(fn.name, fn.rec.Deployment.Secrets))
+		}
+	}
+	return errors.Join(errs...)
 }
 
 func secretValue(s types.Secret) []byte {
@@ -100,7 +171,10 @@ func (b *Backend) UpdateSecret(ctx context.Context, s types.Secret) error {
 	if _, err := os.Lstat(b.secretPath(s.Name)); err != nil {
 		return fmt.Errorf("%w: secret %q in namespace %s", provider.ErrNotFound, s.Name, ns)
 	}
-	return b.writeSecret(s)
+	if err := b.writeSecret(s); err != nil {
+		return err
+	}
+	return b.refreshSecret(s.Name)
 }
 
 func (b *Backend) writeSecret(s types.Secret) error {
@@ -124,5 +198,5 @@ func (b *Backend) DeleteSecret(ctx context.Context, namespace, name string) erro
 		}
 		return fmt.Errorf("local backend: deleting secret %q: %w", name, err)
 	}
-	return nil
+	return b.refreshSecret(name)
 }

@@ -370,3 +370,32 @@ func TestEntrypointRefusesOversizedBodies(t *testing.T) {
 		t.Errorf("a negative Content-Length: %q %v, want 400", line, err)
 	}
 }
+
+// refusingPool refuses every acquire as the overload control refuses a shed function's request that cannot meet
+// its deadline.
+type refusingPool struct{ pool.Pool }
+
+func (refusingPool) Acquire(_ context.Context, function string) (pool.Binding, error) {
+	return pool.Binding{}, &pool.OverloadedError{Function: function, RetryAfter: 2 * time.Second, Episode: 1,
+		Reason: "the node sheds it"}
+}
+
+// TestEntrypointPassesRetryAfterOn429: a request the gpuserver's overload control refuses is answered 429 with the
+// gpuserver's Retry-After, so that the provider's proxy, a router or the queue worker can retry it later or
+// elsewhere; the handler does not run.
+func TestEntrypointPassesRetryAfterOn429(t *testing.T) {
+	fcfs, err := pool.NewFCFS([]pool.GPU{{Name: "Tesla V100-SXM2-32GB (simulated)", MemoryBytes: 32 << 30}}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sock := serveAPI(t, refusingPool{fcfs})
+	base := startEntrypoint(t, "FAAS_GPU=1", "FAAS_GPU_FUNCTION=edge", "FAAS_GPU_SOCKET="+sock,
+		"FAAS_GPU_ACQUIRE_TIMEOUT_MS=2000")
+	for range 2 {
+		code, hdr, out := call(t, http.MethodPost, base+"/", strings.NewReader("x"), nil)
+		if code != 429 || hdr.Get("Retry-After") != "2" || !strings.Contains(string(out), "node overloaded") ||
+			strings.Contains(string(out), "method") {
+			t.Fatalf("refused request: %d Retry-After %q %s", code, hdr.Get("Retry-After"), out)
+		}
+	}
+}

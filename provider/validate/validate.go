@@ -82,19 +82,8 @@ func Deployment(fd types.FunctionDeployment) error {
 			return err
 		}
 	}
-	for _, r := range []struct {
-		field string
-		res   *types.FunctionResources
-	}{{"limits", fd.Limits}, {"requests", fd.Requests}} {
-		if r.res == nil {
-			continue
-		}
-		for k, v := range map[string]string{"memory": r.res.Memory, "cpu": r.res.CPU,
-			"nvidia.com/gpu": r.res.NvidiaGPU, "amd.com/gpu": r.res.AmdGPU, "intel.com/gpu": r.res.IntelGPU} {
-			if err := text(r.field+"."+k, v, MaxResource); err != nil {
-				return err
-			}
-		}
+	if err := Resources(fd); err != nil { // resources.go
+		return err
 	}
 	return nil
 }

@@ -21,6 +21,16 @@ func TestDeploymentAcceptsWhatFaasCLISends(t *testing.T) {
 	if err := Deployment(fd); err != nil {
 		t.Fatal(err)
 	}
+	// Every form Kubernetes reads for memory, cpu and device counts.
+	for _, r := range []types.FunctionResources{
+		{Memory: "128Mi", CPU: "0.5"}, {Memory: "1.5Gi", CPU: "2"}, {Memory: "500M", CPU: "100m"},
+		{Memory: "1e9", CPU: "1.25", NvidiaGPU: "1"}, {Memory: "2048", AmdGPU: "0", IntelGPU: "2"},
+	} {
+		fd.Limits, fd.Requests = &r, &r
+		if err := Deployment(fd); err != nil {
+			t.Errorf("%+v: %v", r, err)
+		}
+	}
 }
 
 // TestDeploymentRefusesWhatCanNeverStart pins the refusals: each names the field, wraps provider.ErrInvalid (400).
@@ -71,6 +81,23 @@ func TestDeploymentRefusesWhatCanNeverStart(t *testing.T) {
 		{"huge limit", func(fd *types.FunctionDeployment) {
 			fd.Limits = &types.FunctionResources{Memory: strings.Repeat("9", MaxResource+1)}
 		}, "limits.memory"},
+		{"memory limit that is no quantity", func(fd *types.FunctionDeployment) {
+			fd.Limits = &types.FunctionResources{Memory: "lots"}
+		}, `limits.memory: "lots" is not a quantity`},
+		{"memory request of milli-bytes", func(fd *types.FunctionDeployment) {
+			fd.Requests = &types.FunctionResources{Memory: "100m"}
+		}, "requests.memory"},
+		{"negative memory request", func(fd *types.FunctionDeployment) {
+			fd.Requests = &types.FunctionResources{Memory: "-1Gi"}
+		}, "requests.memory"},
+		{"cpu limit that is no quantity", func(fd *types.FunctionDeployment) {
+			fd.Limits = &types.FunctionResources{CPU: "fast"}
+		}, `limits.cpu: "fast" is not a CPU quantity`},
+		{"zero cpu request", func(fd *types.FunctionDeployment) { fd.Requests = &types.FunctionResources{CPU: "0"} }, "requests.cpu"},
+		{"cpu with a unit", func(fd *types.FunctionDeployment) { fd.Limits = &types.FunctionResources{CPU: "1Gi"} }, "limits.cpu"},
+		{"gpu count that is no number", func(fd *types.FunctionDeployment) {
+			fd.Limits = &types.FunctionResources{NvidiaGPU: "one"}
+		}, "limits.nvidia.com/gpu"},
 	} {
 		fd := base()
 		tc.mutate(&fd)

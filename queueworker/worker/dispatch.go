@@ -111,7 +111,11 @@ func (w *Worker) run(ctx context.Context, js jetstream.JetStream, m *message) {
 	retryable := out.err != nil || slices.Contains(w.cfg.RetryStatuses, out.status)
 	if retryable && m.delivery < w.cfg.Retry.MaxAttempts {
 		w.m.retries.WithLabelValues(m.fn.Name).Inc()
-		if err := m.msg.NakWithDelay(w.cfg.Retry.Backoff(m.delivery - 1)); err != nil {
+		delay := w.cfg.Retry.Backoff(m.delivery - 1)
+		if ra, ok := retryAfter(out.status, out.header); ok {
+			delay = max(delay, ra) // the function's node sheds it: not before it said
+		}
+		if err := m.msg.NakWithDelay(delay); err != nil {
 			w.cfg.Logger.Warn("queue worker: nak failed; redelivered after ack wait", "function", m.fn.Name, "request_id", m.callID, "err", err)
 		}
 		w.release(m)
@@ -137,6 +141,27 @@ func (w *Worker) run(ctx context.Context, js jetstream.JetStream, m *message) {
 		}
 	}
 	w.complete(ctx, js, m, out)
+}
+
+// maxRetryAfter caps the Retry-After the worker honours.
+const maxRetryAfter = 5 * time.Minute
+
+// retryAfter reads the Retry-After (seconds, or an HTTP date) of a 429 or 503 answer, capped at maxRetryAfter.
+func retryAfter(status int, h http.Header) (time.Duration, bool) {
+	if status != http.StatusTooManyRequests && status != http.StatusServiceUnavailable {
+		return 0, false
+	}
+	v := strings.TrimSpace(h.Get("Retry-After"))
+	if v == "" {
+		return 0, false
+	}
+	if n, err := strconv.Atoi(v); err == nil && n >= 0 {
+		return min(time.Duration(n)*time.Second, maxRetryAfter), true
+	}
+	if t, err := http.ParseTime(v); err == nil {
+		return min(max(0, time.Until(t)), maxRetryAfter), true
+	}
+	return 0, false
 }
 
 // hopHeaders are not forwarded to the function or the callback.

@@ -594,3 +594,4 @@ func (l *lateFunctions) Function(_ context.Context, name string) (functions.Func
 	}
 	return functions.Function{}, functions.ErrUnknownFunction
 }
+

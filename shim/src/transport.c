@@ -2,10 +2,12 @@
  * transport.c: the client side of the remoting transport (DESIGN.md decision 5).
  *
  * A Unix stream socket carries the hello (with the shared memory's memfd as SCM_RIGHTS) and one-byte doorbells.
- * The shared memory holds a control block, a request ring of call records, and a response area. Async records are
- * batched: they are published (the tail pointer moved) when a sync call is made, when the batch is full, or when the
- * ring needs room. Both sides spin briefly before sleeping on the socket; a side that sleeps sets its waiting flag
- * and the other side rings the doorbell (Dekker-style: store, full fence, load).
+ * The shared memory holds a control block, a request ring of call records, and a response area. Every record is
+ * published (the tail pointer moved) as soon as it is written, so that the server works while the client goes on
+ * issuing: a GPU idle while the client issues is latency lost (DESIGN.md decision 5). What is batched is the
+ * doorbells: the client rings only when the server sleeps. Both sides spin briefly before sleeping on the socket; a
+ * side that sleeps sets its waiting flag and the other side rings the doorbell (Dekker-style: store, full fence,
+ * load).
  */
 #define _GNU_SOURCE
 #include <errno.h>
@@ -35,10 +37,6 @@
 #define F_SEAL_GROW 0x0004
 #endif
 
-/* Records per batch and bytes per batch before an async record is published anyway. */
-#define BATCH_RECORDS 1024
-#define BATCH_BYTES (256u << 10)
-
 static struct {
 	pthread_mutex_t init_mu; /* guards connecting */
 	pthread_mutex_t mu;      /* guards the ring: held from shim_call_begin to shim_call_done */
@@ -53,9 +51,7 @@ static struct {
 	uint64_t resp_size;
 	uint64_t tail;      /* bytes written */
 	uint64_t published; /* bytes published */
-	unsigned batched;   /* records written since the last publish */
 	uint64_t seq;
-	int batch;          /* FAAS_GPU_REMOTING_BATCH (default 1) */
 	int sync_all;       /* FAAS_GPU_REMOTING_SYNC (default 0) */
 	long spin_ns;       /* FAAS_GPU_REMOTING_SPIN_US (default 50) */
 	int debug;          /* FAAS_GPU_SHIM_DEBUG */
@@ -68,6 +64,23 @@ static struct {
 };
 
 #define CTL(off, type) ((type *)(g.shm + (off)))
+
+/* The call log (faasGpuShimCallLog): one entry per remoted call, guarded by g.mu. */
+struct calllog_entry {
+	uint64_t begin, end; /* CLOCK_MONOTONIC ns: entering shim_call_begin, leaving shim_call_done */
+	uint64_t local;      /* shim_stats.local_calls when the call began */
+	uint32_t size;       /* record bytes */
+	uint16_t id;
+	uint16_t wait;       /* 1: the caller waited for the result */
+};
+static struct {
+	int on;
+	char path[4096];
+	struct calllog_entry *e;
+	size_t n, cap;
+	struct calllog_entry cur;
+} calllog;
+#define CALLLOG_MAX (1u << 22)
 
 static uint64_t now_ns(void) {
 	struct timespec ts;
@@ -157,7 +170,6 @@ static void reset_after_fork(void) {
 	g.fd = -1;
 	g.state = 0;
 	g.tail = g.published = 0;
-	g.batched = 0;
 	pthread_mutex_init(&g.mu, NULL);
 	pthread_mutex_init(&g.init_mu, NULL);
 }
@@ -168,7 +180,6 @@ static int connect_locked(void) {
 		pthread_atfork(NULL, NULL, reset_after_fork);
 		atfork = 1;
 	}
-	g.batch = env_long("FAAS_GPU_REMOTING_BATCH", 1) != 0;
 	g.sync_all = env_long("FAAS_GPU_REMOTING_SYNC", 0) != 0;
 	g.spin_ns = env_long("FAAS_GPU_REMOTING_SPIN_US", 50) * 1000;
 	long ring_mb = env_long("FAAS_GPU_REMOTING_RING_MB", 8);
@@ -314,8 +325,8 @@ static int connect_locked(void) {
 	g.fd = fd;
 	g.state = 1;
 	if (shim_debug())
-		shim_log("connected to %s as function %s (%s, %llu bytes, batch %d, sync %d)", path, function,
-			 g.dev.name, (unsigned long long)g.dev.total_mem, g.batch, g.sync_all);
+		shim_log("connected to %s as function %s (%s, %llu bytes, sync %d)", path, function, g.dev.name,
+			 (unsigned long long)g.dev.total_mem, g.sync_all);
 	return CUDA_SUCCESS;
 }
 
@@ -344,10 +355,10 @@ static void doorbell(void) {
 	(void)n; /* a full socket buffer already holds a doorbell */
 }
 
+/* publish moves the tail over what was written and wakes the server if it sleeps. */
 static void publish(void) {
 	__atomic_store_n(CTL(SHIM_CTL_REQ_TAIL, uint64_t), g.tail, __ATOMIC_RELEASE);
 	g.published = g.tail;
-	g.batched = 0;
 	__atomic_thread_fence(__ATOMIC_SEQ_CST);
 	if (__atomic_load_n(CTL(SHIM_CTL_SERVER_WAITING, uint32_t), __ATOMIC_ACQUIRE)) doorbell();
 }
@@ -379,7 +390,16 @@ static int wait_room(uint64_t n) {
 int shim_call_begin(struct shim_call *c, unsigned id, int mode, uint64_t payload) {
 	int r = shim_connect();
 	if (r != 0) return r;
+	/* read without the lock: a stale value costs one entry of the log */
+	uint64_t t0 = __atomic_load_n(&calllog.on, __ATOMIC_RELAXED) ? now_ns() : 0;
 	pthread_mutex_lock(&g.mu);
+	if (calllog.on) {
+		calllog.cur.begin = t0 ? t0 : now_ns();
+		calllog.cur.local = __atomic_load_n(&shim_stats.local_calls, __ATOMIC_RELAXED);
+		calllog.cur.id = (uint16_t)id;
+		calllog.cur.size = (uint32_t)(SHIM_RECORD_HEADER_SIZE + shim_pad8(payload));
+		calllog.cur.wait = mode == SHIM_CALL_SYNC || g.sync_all;
+	}
 	if (g.state != 1) {
 		r = g.err;
 		pthread_mutex_unlock(&g.mu);
@@ -442,12 +462,8 @@ void shim_put_bytes(struct shim_call *c, const void *p, uint64_t n) {
 
 int shim_call_end(struct shim_call *c) {
 	g.tail += c->size;
-	g.batched++;
-	if (!c->wait) {
-		if (!g.batch || g.batched >= BATCH_RECORDS || g.tail - g.published >= BATCH_BYTES) publish();
-		return 0;
-	}
 	publish();
+	if (!c->wait) return 0;
 	uint64_t *resp_seq = CTL(SHIM_CTL_RESP_SEQ, uint64_t);
 	uint32_t *waiting = CTL(SHIM_CTL_CLIENT_WAITING, uint32_t);
 	uint64_t start = 0;
@@ -513,6 +529,19 @@ void shim_get_bytes(struct shim_call *c, void *dst, uint64_t cap) {
 
 void shim_call_done(struct shim_call *c) {
 	(void)c;
+	if (calllog.on && calllog.cur.begin != 0) {
+		calllog.cur.end = now_ns();
+		if (calllog.n == calllog.cap && calllog.cap < CALLLOG_MAX) {
+			size_t cap = calllog.cap ? 2 * calllog.cap : 4096;
+			struct calllog_entry *e = realloc(calllog.e, cap * sizeof *e);
+			if (e != NULL) {
+				calllog.e = e;
+				calllog.cap = cap;
+			}
+		}
+		if (calllog.n < calllog.cap) calllog.e[calllog.n++] = calllog.cur;
+		calllog.cur.begin = 0;
+	}
 	pthread_mutex_unlock(&g.mu);
 }
 
@@ -522,4 +551,37 @@ void shim_call_done(struct shim_call *c) {
  * Not a CUDA entry point. */
 SHIM_EXPORT int faas_gpu_session_lost(void) {
 	return __atomic_load_n(&g.state, __ATOMIC_ACQUIRE) == -1 && g.err == CUDA_ERROR_SYSTEM_NOT_READY;
+}
+
+/* faasGpuShimCallLog starts logging every remoted call (path set: the log is written there when it stops) or
+ * stops and writes the log (path NULL) as tab-separated lines: begin_ns end_ns call record_bytes wait local_calls
+ * (CLOCK_MONOTONIC; local_calls is the shim's count of calls answered in the shim when the call began). It returns
+ * 0, or -1 if the log could not be written. For replay traces (test/bench/replay); not a CUDA entry point. */
+SHIM_EXPORT int faasGpuShimCallLog(const char *path) {
+	pthread_mutex_lock(&g.mu);
+	int r = 0;
+	if (path != NULL) {
+		snprintf(calllog.path, sizeof calllog.path, "%s", path);
+		calllog.n = 0;
+		calllog.cur.begin = 0;
+		__atomic_store_n(&calllog.on, 1, __ATOMIC_RELAXED);
+	} else if (calllog.on) {
+		__atomic_store_n(&calllog.on, 0, __ATOMIC_RELAXED);
+		FILE *f = fopen(calllog.path, "w");
+		if (f == NULL) {
+			r = -1;
+		} else {
+			fprintf(f, "# begin_ns\tend_ns\tcall\trecord_bytes\twait\tlocal_calls\n");
+			for (size_t i = 0; i < calllog.n; i++) {
+				const struct calllog_entry *e = &calllog.e[i];
+				fprintf(f, "%llu\t%llu\t%s\t%u\t%u\t%llu\n", (unsigned long long)e->begin,
+					(unsigned long long)e->end, shim_call_name(e->id), e->size, e->wait,
+					(unsigned long long)e->local);
+			}
+			if (fclose(f) != 0) r = -1;
+		}
+		calllog.n = 0;
+	}
+	pthread_mutex_unlock(&g.mu);
+	return r;
 }

@@ -221,11 +221,11 @@ int main(int argc, char **argv) {
 	CHECK(cuFuncGetName(&name, fn) == 0 && name != NULL && strcmp(name, "vector_add") == 0, "name %s", name);
 	CHECK(cuFuncGetModule(&m2, fn) == 0 && m2 == mod, "module of the function");
 	unsigned count = 0;
-	CHECK(cuModuleGetFunctionCount(&count, mod) == 0 && count == 6, "%u functions", count);
-	void *all[6];
-	CHECK(cuModuleEnumerateFunctions(all, 6, mod) == 0, "enumerate");
+	CHECK(cuModuleGetFunctionCount(&count, mod) == 0 && count == 7, "%u functions", count);
+	void *all[7];
+	CHECK(cuModuleEnumerateFunctions(all, 7, mod) == 0, "enumerate");
 	int found = 0;
-	for (int i = 0; i < 6; i++) {
+	for (int i = 0; i < 7; i++) {
 		const char *n = NULL;
 		CHECK(cuFuncGetName(&n, all[i]) == 0 && n != NULL, "name of function %d", i);
 		if (n != NULL && strcmp(n, "scale") == 0) found++;

@@ -17,8 +17,8 @@ Environment:
   FAAS_GPU_ACQUIRE_TIMEOUT_MS  how long a request waits for a GPU (default 30000)
   FAAS_GPU_SELF_REGISTER=1     register with the node's gpuserver at start, before the handler is imported (in a
                         cluster the provider cannot reach the node's gpuserver): the requirements come from
-                        FAAS_GPU_MEMORY_BYTES, FAAS_GPU_SLO (e.g. 80ms), FAAS_GPU_SLO_PERCENTILE and
-                        FAAS_GPU_ISOLATION, and the token the gpuserver answers becomes FAAS_GPU_TOKEN for the shim
+                        FAAS_GPU_MEMORY_BYTES, FAAS_GPU_SLO (e.g. 80ms), FAAS_GPU_SLO_PERCENTILE,
+                        FAAS_GPU_ISOLATION and FAAS_GPU_SCRATCH, and the token the gpuserver answers becomes FAAS_GPU_TOKEN for the shim
   OPENFAAS_SECRETS_DIR  where the function's secrets are files (default /var/openfaas/secrets)
   FAAS_GPU_MAX_BODY_BYTES  the largest request body accepted (default 67108864, 64 MiB); larger gets 413
   FAAS_GPU_LISTEN_BACKLOG  connections the kernel queues before index.py accepts them (default 1024; the
@@ -96,13 +96,16 @@ class Context:
 class GPUError(Exception):
     """The gpuserver refused or failed a call; status is the HTTP status the function answers with."""
 
-    def __init__(self, status, message, restart=False):
+    def __init__(self, status, message, restart=False, retry_after=None):
         super().__init__(message)
         self.status = status
         self.message = message
         # restart: this process cannot serve again (its CUDA session died with the gpuserver); it exits after
         # answering so that its supervisor (the kubelet, or faas-gpu's local backend) starts it afresh.
         self.restart = restart
+        # retry_after: the gpuserver's Retry-After (its overload control refused the request), passed on to the
+        # caller with the 429 so that a router or the queue worker can retry later or elsewhere.
+        self.retry_after = retry_after
 
 
 def cuda_loaded():
@@ -161,7 +164,7 @@ class GPUClient:
         self.socket_path = socket_path
         self.acquire_timeout_ms = acquire_timeout_ms
 
-    def _call(self, method, path, body, timeout, conn=None, credential=None):
+    def _call(self, method, path, body, timeout, conn=None, credential=None, headers_out=None):
         """One API call: on conn when given (it stays open), else on a connection of its own. The credential is
         the function's token (FAAS_GPU_TOKEN) unless another is given."""
         own = conn is None
@@ -175,6 +178,8 @@ class GPUClient:
                 headers["Authorization"] = "Bearer " + credential
             conn.request(method, path, body=data, headers=headers)
             resp = conn.getresponse()
+            if headers_out is not None:
+                headers_out["Retry-After"] = resp.getheader("Retry-After")
             return resp.status, resp.read()
         finally:
             if own:
@@ -223,7 +228,9 @@ class GPUClient:
         path = "/v1/functions/%s/acquire" % self.function
         conn = UnixHTTPConnection(self.socket_path, timeout)
         try:
-            status, raw = self._call("POST", path, {"timeout_ms": self.acquire_timeout_ms}, timeout, conn=conn)
+            got = {}
+            status, raw = self._call("POST", path, {"timeout_ms": self.acquire_timeout_ms}, timeout, conn=conn,
+                                     headers_out=got)
         except OSError as e:
             conn.close()
             raise GPUError(503, "gpuserver at %s unreachable: %s" % (self.socket_path, e))
@@ -231,8 +238,10 @@ class GPUClient:
             conn.close()
             # restart: the function's GPU memory was lost before its initialisation ended (a fault or a GPU
             # failure); a new process initialises afresh.
+            retry = got.get("Retry-After") if status == 429 else None
             raise GPUError(status, "gpuserver refused to acquire a GPU for function %s (HTTP %d): %s"
-                           % (self.function, status, self._error_text(raw)), restart=self._restart(raw))
+                           % (self.function, status, self._error_text(raw)), restart=self._restart(raw),
+                           retry_after=retry)
         try:
             binding = json.loads(raw)
         except ValueError:
@@ -340,6 +349,7 @@ class Server(ThreadingHTTPServer):
         self.max_body = max_body
         super().__init__(addr, RequestHandler)
         self.gpu_client = gpu_client
+        self.shed_logged = False  # a refusal of the overload control was logged; reset when a request is served
         self.lock = threading.Lock()
         self.inflight = 0
         self.stopping = False
@@ -529,9 +539,18 @@ class RequestHandler(BaseHTTPRequestHandler):
         if gpu is not None:
             try:
                 binding, lease = gpu.acquire()
+                self.server.shed_logged = False
             except GPUError as e:
-                log("faas-gpu: %s" % e.message)
-                self.send_json_error(e.status, e.message)
+                if e.retry_after is None:
+                    log("faas-gpu: %s" % e.message)
+                elif not self.server.shed_logged:
+                    # Refusals of the overload control come in episodes: logged once until a request is served.
+                    self.server.shed_logged = True
+                    log("faas-gpu: %s (logged once until a request is served again)" % e.message)
+                headers = {"Content-Type": "application/json"}
+                if e.retry_after is not None:
+                    headers["Retry-After"] = e.retry_after
+                self.send(e.status, headers, json.dumps({"error": e.message}).encode())
                 if e.restart:
                     self.wfile.flush()
                     log("gpu-python: exiting so that the function starts again with a new CUDA session")
@@ -632,6 +651,8 @@ def self_register(gpu):
             spec["percentile"] = float(os.environ["FAAS_GPU_SLO_PERCENTILE"])
         if os.getenv("FAAS_GPU_ISOLATION"):
             spec["isolation"] = os.environ["FAAS_GPU_ISOLATION"]
+        if os.getenv("FAAS_GPU_SCRATCH"):
+            spec["scratch"] = os.environ["FAAS_GPU_SCRATCH"]
     except KeyError:
         sys.exit("gpu-python: FAAS_GPU_SELF_REGISTER=1 needs FAAS_GPU_MEMORY_BYTES")
     except ValueError as e:

@@ -75,7 +75,8 @@ func torchBasics(t *testing.T, n *node, env string, extra []string) {
 // TestTorchDryForward runs complete ResNet-152 and BERT-base forward passes at batch 1 and 8 (random weights,
 // fixed seed) through the shim, the simulated node accepting PyTorch's, cuBLAS's and cuDNN's kernels without
 // running them (--sim-kernels=dry). It fails on any unsupported call or unknown slot and reports the remoted
-// calls of one forward pass by kind.
+// calls of one forward pass by kind. With FAAS_GPU_CALLLOG_DIR set, the shim's call log of each measured pass
+// is written there (the call streams of test/bench/replay's traces: `make replay-calllog`).
 func TestTorchDryForward(t *testing.T) {
 	env := requireTier(t)
 	n := startNode(t, sim.KernelsDry)
@@ -91,7 +92,12 @@ func TestTorchDryForward(t *testing.T) {
 				stats
 				Shape []int
 			}
-			n.python(t, env, nil, "forward.py", &r, model.name)
+			before := n.srv.Stats()
+			args := []string{model.name}
+			if dir := os.Getenv("FAAS_GPU_CALLLOG_DIR"); dir != "" {
+				args = append(args, dir)
+			}
+			n.python(t, env, nil, "forward.py", &r, args...)
 			for _, b := range []string{"b1", "b8"} {
 				p := r[b]
 				t.Logf("%s %s: one forward pass: %v", model.name, b, p.stats)
@@ -116,16 +122,25 @@ func TestTorchDryForward(t *testing.T) {
 			if tot := r["total"]; tot.Unsupported != 0 || tot.UnknownSlots != 0 {
 				t.Errorf("%s: %+v over the whole run", model.name, tot.stats)
 			}
+			// Most of the work reaches the server while Python goes on issuing: async records published only
+			// with the synchronize after them (held back until the client waited) must be the exception.
+			late := n.srv.Stats().LateRecords - before.LateRecords
+			t.Logf("%s: %d of the run's %d async records reached the server only with the synchronize after them",
+				model.name, late, r["total"].Async)
+			if uint64(late)*2 > r["total"].Async {
+				t.Errorf("%s: %d of %d async records waited for the client's synchronize", model.name, late,
+					r["total"].Async)
+			}
 		})
 	}
 	if n.dev.DryLaunches() == 0 {
 		t.Error("no launch reached the simulated device")
 	}
-	// How often the server's session went to sleep between the client's records (each sleep costs a doorbell and
-	// a wake-up): a figure for the remoting latency, not a pass/fail criterion.
+	// How often the server's session went to sleep between the client's records (each sleep costs a doorbell and a
+	// wake-up): a figure for the remoting latency, not a pass/fail criterion.
 	st := n.srv.Stats()
-	t.Logf("remoting server: %d records executed, %d sleeps on the socket (%.2f per record)", st.Records, st.Sleeps,
-		float64(st.Sleeps)/float64(max(st.Records, 1)))
+	t.Logf("remoting server: %d records executed, %d late, %d sleeps on the socket (%.2f per record)", st.Records,
+		st.LateRecords, st.Sleeps, float64(st.Sleeps)/float64(max(st.Records, 1)))
 }
 
 // asyncEntryPoints are the entry points the shim sends as fire-and-forget records.

@@ -9,6 +9,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -25,13 +26,13 @@ import (
 // pytorchFunctions are the example functions that run PyTorch through the shim.
 var pytorchFunctions = []string{"resnet", "bert"}
 
-// TestExampleFunctionRequirements: resnet and bert pin the versions of test/pyenv exactly, and the same packages,
-// so that the local backend installs one environment for both.
+// TestExampleFunctionRequirements: resnet, bert and llm pin the versions of test/pyenv exactly, and the same
+// packages, so that the local backend installs one environment for all three.
 func TestExampleFunctionRequirements(t *testing.T) {
 	root := repoRoot(t)
 	pinned := pins(t, filepath.Join(root, "test", "pyenv", "requirements.txt"))
 	var first venv.Requirements
-	for i, fn := range pytorchFunctions {
+	for i, fn := range append(slices.Clone(pytorchFunctions), "llm") {
 		dir := filepath.Join(root, "functions", fn)
 		req, err := venv.ReadFiles(dir, filepath.Join(dir, "requirements.txt"))
 		if err != nil {

@@ -3,12 +3,15 @@ package e2e
 import (
 	"encoding/json"
 	"fmt"
+	"io"
 	"net/http"
+	"net/http/httptest"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/openfaas/faas-provider/types"
 
@@ -122,6 +125,55 @@ func (c *readmeCLI) run(line string) string {
 	return out
 }
 
+// deploy is `faas-cli deploy --name NAME --image IMAGE [--env K=V]`.
+func (c *readmeCLI) deploy(name, image, env string) {
+	c.t.Helper()
+	if c.real() {
+		line := "faas-cli deploy --name " + name + " --image " + image
+		if env != "" {
+			line += " --env " + env
+		}
+		c.run(line)
+		return
+	}
+	fd := types.FunctionDeployment{Service: name, Image: image, EnvVars: map[string]string{}}
+	if k, v, ok := strings.Cut(env, "="); ok {
+		fd.EnvVars[k] = v
+	}
+	deploy(c.t, c.in, fd)
+}
+
+// invoke is `echo -n BODY | faas-cli invoke NAME`; it fails unless the function answers 200.
+func (c *readmeCLI) invoke(name, body string) string {
+	c.t.Helper()
+	if c.real() {
+		return c.run("printf %s '" + body + "' | faas-cli invoke " + name)
+	}
+	r := call(c.t, http.MethodPost, c.in.url+"/function/"+name, body, nil)
+	if r.code != http.StatusOK {
+		c.t.Fatalf("invoke %s: %d %s", name, r.code, r.body)
+	}
+	return r.body
+}
+
+// describe is `faas-cli describe NAME` (without faas-cli: the status as JSON).
+func (c *readmeCLI) describe(name string) string {
+	c.t.Helper()
+	if c.real() {
+		return c.run("faas-cli describe " + name)
+	}
+	return c.in.system(c.t, http.MethodGet, "/system/function/"+name, nil).body
+}
+
+// list is `faas-cli list --json` (the annotations are in the JSON only).
+func (c *readmeCLI) list() string {
+	c.t.Helper()
+	if c.real() {
+		return c.run("faas-cli list --json")
+	}
+	return c.in.system(c.t, http.MethodGet, "/system/functions", nil).body
+}
+
 // TestReadmePyTorchFlowOnTheDefaultNode runs the README's PyTorch flow as a newcomer types it, on the defaults:
 // `faas-gpu up --sim-kernels=dry` (no -gpus: on a machine without a GPU the simulated default node, which must be
 // one the pinned CUDA 13 stack supports), `faas-cli login`, `faas-cli deploy -f stack.yml` (every function of
@@ -203,21 +255,151 @@ func TestReadmePyTorchFlowOnTheDefaultNode(t *testing.T) {
 }
 
 // TestFaasCLIAgainstUp drives `faas-gpu up` with the real faas-cli where one is found (else the requests it sends):
-// `faas-cli version` shows the gateway and the provider parts, and `faas-cli version --json` decodes (up answers
-// /system/info in the gateway's shape).
+// a failed update shows in `faas-cli describe` and the list while the previous definition answers, and a fix rolls
+// forward; `faas-cli version` shows the gateway and the provider parts, and `faas-cli version --json` decodes (up
+// answers /system/info in the gateway's shape).
 func TestFaasCLIAgainstUp(t *testing.T) {
 	if testing.Short() {
 		t.Skip("end-to-end: runs faas-gpu up")
 	}
 	stateDir := filepath.Join(t.TempDir(), "state")
 	in := startUp(t, stateDir)
-	cli := newReadmeCLI(t, t.TempDir(), in)
-	if cli.real() {
-		cli.run("cat " + filepath.Join(stateDir, "secrets", "basic-auth-password") +
-			" | faas-cli login --gateway http://127.0.0.1:8080 --username admin --password-stdin")
+	login := func(t *testing.T) *readmeCLI {
+		cli := newReadmeCLI(t, t.TempDir(), in)
+		if cli.real() {
+			cli.run("cat " + filepath.Join(stateDir, "secrets", "basic-auth-password") +
+				" | faas-cli login --gateway http://127.0.0.1:8080 --username admin --password-stdin")
+		}
+		return cli
+	}
+	// Build contexts of echo and of a handler that fails at import, as a newcomer's typo would.
+	broken := filepath.Join(t.TempDir(), "broken")
+	if err := os.MkdirAll(broken, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(broken, "handler.py"), []byte("import no_such_module\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for name, handler := range map[string]string{"broken": broken, "echo": filepath.Join(repoRoot(t), "functions", "echo")} {
+		if err := shrinkwrap.Assemble(filepath.Join(repoRoot(t), "template", "gpu-python"), handler,
+			filepath.Join(stateDir, "..", "build", name)); err != nil {
+			t.Fatal(err)
+		}
 	}
 
+	t.Run("failed update", func(t *testing.T) {
+		cli := login(t)
+		cli.deploy("greeter", "echo:latest", "")
+		if got := cli.invoke("greeter", "hello"); got != "hello" {
+			t.Fatalf("greeter: %q", got)
+		}
+		cli.deploy("greeter", "broken:latest", "")
+		var text string
+		eventually(t, 60*time.Second, "describe to show the failed update", func() error {
+			if text = cli.describe("greeter"); !strings.Contains(text, "update not ready") {
+				return fmt.Errorf("%s", text)
+			}
+			return nil
+		})
+		for _, want := range []string{"image broken:latest", "No module named 'no_such_module'",
+			"previous definition (image echo:latest) keeps serving"} {
+			if !strings.Contains(text, want) {
+				t.Errorf("describe during a failed update lacks %q:\n%s", want, text)
+			}
+		}
+		if !strings.Contains(cli.list(), "update not ready") {
+			t.Errorf("the list (JSON) does not show the failed update")
+		}
+		if got := cli.invoke("greeter", "still here"); got != "still here" {
+			t.Fatalf("during the failed update: %q, want the previous definition answering", got)
+		}
+		cli.deploy("greeter", "echo:latest", "FIXED=1") // a fix rolls forward
+		eventually(t, 60*time.Second, "the fix to roll forward", func() error {
+			if text = cli.describe("greeter"); strings.Contains(text, "faas-gpu/status") || !strings.Contains(text, "FIXED") {
+				return fmt.Errorf("%s", text)
+			}
+			return nil
+		})
+		if got := cli.invoke("greeter", "fixed"); got != "fixed" {
+			t.Fatalf("after the fix: %q", got)
+		}
+	})
+
+	t.Run("limits", func(t *testing.T) {
+		cli := login(t)
+		stack := "version: 1.0\nprovider:\n  name: openfaas\nfunctions:\n  greedy:\n    image: echo:latest\n" +
+			"    limits:\n      memory: lots\n"
+		if err := os.WriteFile(filepath.Join(cli.dir, "stack.yml"), []byte(stack), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		var out string
+		if cli.real() {
+			var err error
+			if out, err = shell(t, cli.dir, cli.env, "faas-cli deploy -f stack.yml"); err == nil {
+				t.Fatalf("faas-cli deploy with limits.memory: lots succeeded:\n%s", out)
+			}
+		} else {
+			r := in.system(t, http.MethodPost, "/system/functions", types.FunctionDeployment{Service: "greedy",
+				Image: "echo:latest", Limits: &types.FunctionResources{Memory: "lots"}})
+			out = fmt.Sprintf("%d %s", r.code, r.body)
+		}
+		if !strings.Contains(out, "400") || !strings.Contains(out, `limits.memory: "lots" is not a quantity`) {
+			t.Fatalf("deploy with limits.memory: lots: want 400 naming the field:\n%s", out)
+		}
+	})
+
+	t.Run("async with a callback", func(t *testing.T) {
+		cli := login(t)
+		cli.deploy("echo", "echo:latest", "")
+		type callback struct {
+			status, body string
+		}
+		got := make(chan callback, 4)
+		cb := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			body, _ := io.ReadAll(r.Body)
+			got <- callback{r.Header.Get("X-Function-Status"), string(body)}
+		}))
+		defer cb.Close()
+		// As the README shows it.
+		line := "echo later | faas-cli invoke --async echo -H 'X-Callback-Url: " + cb.URL + "/'"
+		if cli.real() {
+			cli.run(line)
+		} else {
+			r := call(t, http.MethodPost, in.url+"/async-function/echo.openfaas-fn", "later\n",
+				map[string]string{"X-Callback-Url": cb.URL + "/"})
+			if r.code != http.StatusAccepted {
+				t.Fatalf("%s: %d %s", line, r.code, r.body)
+			}
+		}
+		select {
+		case c := <-got:
+			if c.status != "200" || c.body != "later\n" {
+				t.Fatalf("callback: %+v", c)
+			}
+		case <-time.After(60 * time.Second):
+			t.Fatal("no callback within 60s")
+		}
+		// The natural mistake: faas-cli refuses it with a clear error (it never reaches the server); a misspelt
+		// header name that does reach the front door is refused naming it.
+		if cli.real() {
+			out, err := shell(t, cli.dir, cli.env, "echo later | faas-cli invoke --async echo -H X-Callback-Url="+cb.URL+"/")
+			if err == nil || !strings.Contains(out, "invalid header field name") {
+				t.Errorf("faas-cli -H X-Callback-Url=URL: %v\n%s", err, out)
+			}
+		}
+		r := call(t, http.MethodPost, in.url+"/async-function/echo", "later", map[string]string{"X-Callback": cb.URL})
+		if r.code != http.StatusBadRequest || !strings.Contains(r.body, "header X-Callback: the callback URL goes in X-Callback-Url") {
+			t.Errorf("a misspelt callback header: %d %s, want 400 naming it", r.code, r.body)
+		}
+		select {
+		case c := <-got:
+			t.Errorf("a refused call called back: %+v", c)
+		default:
+		}
+	})
+
 	t.Run("version", func(t *testing.T) {
+		cli := login(t)
 		var v struct {
 			Gateway struct {
 				URI, Version, SHA string

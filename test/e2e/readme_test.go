@@ -74,6 +74,7 @@ func TestReadmeQuickstart(t *testing.T) {
 		`"invocationCount":`,        // the list
 		"HTTP/1.1 202",              // the asynchronous call
 		"policy:",                   // bin/faas-gpu pool
+		"GPU MEMORY GiB-s",          // bin/faas-gpu usage
 		`{"c": [11.0, 22.0, 33.0]}`, // vector-add through the shim
 	} {
 		if !strings.Contains(text, want) {

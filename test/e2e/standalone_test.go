@@ -17,6 +17,7 @@ import (
 
 	"github.com/faas-gpu/faas-gpu/gpuserver/client"
 	"github.com/faas-gpu/faas-gpu/provider/basicauth"
+	"github.com/faas-gpu/faas-gpu/provider/local/sandbox"
 )
 
 // startProcess runs the faas-gpu binary with args until the test ends (SIGINT, then SIGKILL).
@@ -65,9 +66,15 @@ func TestStandaloneProviderRunsCUDAFunctions(t *testing.T) {
 	}
 	t.Cleanup(func() { _ = os.RemoveAll(dir) })
 	sock, key := filepath.Join(dir, "gpuserver.sock"), filepath.Join(dir, "gpuserver.key")
-	startProcess(t, "gpuserver", "--socket", sock, "--remoting-socket", filepath.Join(dir, "remoting.sock"),
+	gsArgs := []string{"gpuserver", "--socket", sock, "--remoting-socket", filepath.Join(dir, "remoting.sock"),
 		"--key-file", key, "--repository-dir", filepath.Join(dir, "repository"), "--gpus", "v100x4",
-		"--gpu-memory", "4Gi", "--log-level", "debug")
+		"--gpu-memory", "4Gi", "--log-level", "debug"}
+	if os.Geteuid() == 0 {
+		// The provider sandboxes functions under ids of their own, members of the sandbox's group (the first of
+		// its -sandbox-ids): the gpuserver's sockets are theirs to connect to through that group, as up does.
+		gsArgs = append(gsArgs, "--socket-group", strconv.Itoa(sandbox.DefaultFirstID))
+	}
+	startProcess(t, gsArgs...)
 	gs := client.New(sock)
 	eventually(t, 60*time.Second, "the gpuserver", func() error {
 		_, err := gs.Status(context.Background())

@@ -1,13 +1,13 @@
 #!/usr/bin/env bash
 # suite.sh: runs the GPU suite (make gpu-test) from the test binaries in bin/gpu (make gpu-test-bin builds them, so a
 # GPU machine needs no Go): every CUDA and GPU test of the packages below with FAAS_GPU_TEST_CUDA=1, then the
-# data-plane benchmark on the real driver. Writes docs/bench/pytorch-shim.md, docs/bench/swap-cuda.md and
-# docs/bench/tenants-cuda.md.
+# data-plane benchmark on the real driver. Writes docs/bench/pytorch-shim.md, docs/bench/llm-gpu.md,
+# docs/bench/swap-cuda.md and docs/bench/tenants-cuda.md.
 set -uo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
 cd "$root"
 make -s -C shim >/dev/null || exit 1
-export FAAS_GPU_TEST_CUDA=1 FAAS_GPU_GPU_REPORT="$root/docs/bench/pytorch-shim.md"
+export FAAS_GPU_TEST_CUDA=1 FAAS_GPU_GPU_REPORT="$root/docs/bench/pytorch-shim.md" FAAS_GPU_LLM_REPORT="$root/docs/bench/llm-gpu.md"
 # Tenants isolated by process (docs/tenants.md): chunk import and context memory, measured by the cuda package's tests.
 export FAAS_GPU_TENANT_REPORT="$root/docs/bench/tenants-cuda.md"
 {

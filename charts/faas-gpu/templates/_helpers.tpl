@@ -66,6 +66,7 @@ FAAS_GPU_KEY_FILE: "/var/run/secrets/faas-gpu-key/gpuserver.key"
 FAAS_GPU_SOCKET_GROUP: {{ .Values.gpuserver.socketGroup | quote }}
 FAAS_GPU_LOG_LEVEL: {{ .Values.gpuserver.logLevel | quote }}
 FAAS_GPU_GPUS: {{ required "gpuserver.gpus is required" .Values.gpuserver.gpus | quote }}
+FAAS_GPU_OVERLOAD: {{ .Values.gpuserver.overload | default "auto" | toString | quote }}
 {{- if .Values.gpuserver.metricsPort }}
 FAAS_GPU_LISTEN: {{ printf ":%d" (int .Values.gpuserver.metricsPort) | quote }}
 {{- end }}

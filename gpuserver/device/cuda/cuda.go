@@ -11,7 +11,6 @@ import (
 	"errors"
 	"fmt"
 	"sync"
-	"time"
 	"unsafe"
 
 	"github.com/faas-gpu/faas-gpu/gpuserver/device"
@@ -262,6 +261,10 @@ func (b *Backend) mappings(ptr device.Ptr, size uint64) ([][2]uint64, error) {
 
 // SetAccess grants GPUs access to a mapped range.
 func (b *Backend) SetAccess(ptr device.Ptr, size uint64, gpus []int) error {
+	return b.setAccess(ptr, size, gpus, false)
+}
+
+func (b *Backend) setAccess(ptr device.Ptr, size uint64, gpus []int, readOnly bool) error {
 	devs := make([]int, len(gpus))
 	for i, g := range gpus {
 		gg, err := b.gpu(g)
@@ -275,11 +278,20 @@ func (b *Backend) SetAccess(ptr device.Ptr, size uint64, gpus []int) error {
 		return err
 	}
 	for _, m := range ms {
-		if err := cu.SetAccess(b.gpus[0].ctx, m[0], m[1], devs); err != nil {
+		set := cu.SetAccess
+		if readOnly {
+			set = cu.SetAccessReadOnly
+		}
+		if err := set(b.gpus[0].ctx, m[0], m[1], devs); err != nil {
 			return wrap(err)
 		}
 	}
 	return nil
+}
+
+// SetAccessReadOnly grants GPUs read access to a mapped range; writes fault (device.ReadOnlyAccess).
+func (b *Backend) SetAccessReadOnly(ptr device.Ptr, size uint64, gpus []int) error {
+	return b.setAccess(ptr, size, gpus, true)
 }
 
 // Unmap unmaps a range.
@@ -359,27 +371,9 @@ func (b *Backend) Close(context.Context) error {
 	return errors.Join(errs...)
 }
 
-// wait polls done until it reports completion or ctx ends; without a deadline or cancel it blocks in block.
+// wait waits with the device package's algorithm (device.Wait), mapping the driver's errors.
 func wait(ctx context.Context, done func() (bool, error), block func() error) error {
-	if ctx.Done() == nil {
-		return wrap(block())
-	}
-	for d := time.Microsecond; ; d = min(2*d, time.Millisecond) {
-		ok, err := done()
-		if err != nil {
-			return wrap(err)
-		}
-		if ok {
-			return nil
-		}
-		t := time.NewTimer(d)
-		select {
-		case <-ctx.Done():
-			t.Stop()
-			return ctx.Err()
-		case <-t.C:
-		}
-	}
+	return wrap(device.Wait(ctx, done, block))
 }
 
 type stream struct {

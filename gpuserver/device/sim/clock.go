@@ -2,6 +2,7 @@ package sim
 
 import (
 	"context"
+	"runtime"
 	"time"
 )
 
@@ -33,4 +34,24 @@ func (WallClock) SleepUntil(ctx context.Context, t time.Time) error {
 	case <-ctx.Done():
 		return ctx.Err()
 	}
+}
+
+// timerSlack is how late a Go timer may fire (timers below a millisecond fire after about one): sleepPrecisely
+// sleeps on a timer until this long before its deadline and polls the clock for the rest.
+const timerSlack = 1500 * time.Microsecond
+
+// sleepPrecisely returns at t (within the scheduler's latency) or when ctx ends, spinning for at most timerSlack.
+func sleepPrecisely(ctx context.Context, t time.Time) error {
+	if d := time.Until(t) - timerSlack; d > 0 {
+		if err := (WallClock{}).SleepUntil(ctx, time.Now().Add(d)); err != nil {
+			return err
+		}
+	}
+	for time.Now().Before(t) {
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		runtime.Gosched()
+	}
+	return nil
 }

@@ -50,6 +50,7 @@
 //	fill(float* x, float v, unsigned n)                                          x[i] = v
 //	scale(float* x, float alpha, unsigned n)                                     x[i] = alpha x[i]
 //	set_<g>(T v)                                                                 g = v
+//	busy(unsigned long long ns)                                                  takes ns of GPU time
 //
 // The matching rule, the same for PTX, cubins and fat binaries (the sim/kernels module, or a module nvcc built):
 //
@@ -67,4 +68,18 @@
 //     module and, for a name-alike, how its layout differs - unless the backend runs with Options.Kernels =
 //     KernelsDry (the gpuserver's --sim-kernels=dry, a protocol-test option that is never a default): then such
 //     a launch is accepted, takes the launch latency and changes no memory, and DryLaunches counts it.
+//
+// # Timed mode
+//
+// With TimeScale > 0 the sim keeps modelled time on the wall clock (or Options.Clock), scaled by TimeScale: it is
+// the timed virtual GPU the remoting path is measured on (DESIGN.md decision 8, test/bench/replay). Each GPU has
+// one compute engine: kernels, memsets and local copies of all its streams run on it one after another, each
+// starting at the latest of its enqueueing, the end of the previous work of its stream (or of an event it waits
+// for) and the end of the engine's previous work. They take no wall-clock time when the stream reaches them;
+// what observes their completion waits until their modelled end: a stream's or an event's Synchronize (with
+// device.Wait, as the cuda backend waits for the driver, so that a benchmark pays the backend's waiting), an
+// event's Query and Elapsed. Copies over links (host to device, device to host, peer) hold their link for their
+// modelled time, so that concurrent transfers share it. A kernel's time is, in this order: its argument for busy;
+// the Profile's time for its name (recorded on a real GPU); for a reference kernel the launch latency plus the
+// larger of its memory and float time; for a dry kernel the Profile's Launch time, else the launch latency.
 package sim

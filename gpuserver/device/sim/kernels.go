@@ -7,6 +7,7 @@ import (
 	"math/bits"
 	"slices"
 	"strings"
+	"time"
 
 	"github.com/faas-gpu/faas-gpu/gpuserver/device"
 )
@@ -50,11 +51,15 @@ type kernelFunc func(b *Backend, gpu int, l launch) (bytes uint64, flops float64
 // configuration and arguments before it runs: the sim refuses a launch above Options.MaxKernelOps.
 type workFunc func(l launch) uint64
 
+// kernelTime is the GPU time of a reference kernel whose time is its argument rather than its work.
+type kernelTime func(l launch) time.Duration
+
 // refKernel is a reference kernel: its parameter sizes (in order), its Go implementation and its work.
 type refKernel struct {
 	sizes []uint32
 	run   kernelFunc
 	work  workFunc
+	time  kernelTime // set for busy: the launch takes this long
 }
 
 // layout is the reference kernel's parameter layout: each parameter at the next multiple of its size.
@@ -70,23 +75,25 @@ func (k refKernel) layout() []device.Param {
 }
 
 // referenceList names the reference kernels, for messages.
-const referenceList = "vector_add, matmul, linear, relu, fill, scale and set_<global>"
+const referenceList = "vector_add, matmul, linear, relu, fill, scale, busy and set_<global>"
 
 // referenceKernel returns the reference kernel called name.
 func referenceKernel(name string) (refKernel, bool) {
 	switch name {
 	case "vector_add":
-		return refKernel{[]uint32{8, 8, 8, 4}, vectorAdd, elementsAt(3)}, true
+		return refKernel{[]uint32{8, 8, 8, 4}, vectorAdd, elementsAt(3), nil}, true
 	case "matmul":
-		return refKernel{[]uint32{8, 8, 8, 4, 4, 4}, matmul, gemmWork(3)}, true
+		return refKernel{[]uint32{8, 8, 8, 4, 4, 4}, matmul, gemmWork(3), nil}, true
 	case "linear":
-		return refKernel{[]uint32{8, 8, 8, 8, 4, 4, 4}, linear, gemmWork(4)}, true
+		return refKernel{[]uint32{8, 8, 8, 8, 4, 4, 4}, linear, gemmWork(4), nil}, true
 	case "relu":
-		return refKernel{[]uint32{8, 8, 4}, relu, elementsAt(2)}, true
+		return refKernel{[]uint32{8, 8, 4}, relu, elementsAt(2), nil}, true
 	case "fill":
-		return refKernel{[]uint32{8, 4, 4}, fill, elementsAt(2)}, true
+		return refKernel{[]uint32{8, 4, 4}, fill, elementsAt(2), nil}, true
 	case "scale":
-		return refKernel{[]uint32{8, 4, 4}, scale, elementsAt(2)}, true
+		return refKernel{[]uint32{8, 4, 4}, scale, elementsAt(2), nil}, true
+	case "busy":
+		return refKernel{[]uint32{8}, busy, func(launch) uint64 { return 0 }, busyTime}, true
 	}
 	return refKernel{}, false
 }
@@ -107,31 +114,31 @@ func gemmWork(i int) workFunc {
 }
 
 // reference applies the matching rule of the package documentation to a kernel of the module: it returns the Go
-// implementation the sim computes the kernel with and its work, or nil and, for a kernel named like a reference
-// kernel, why it is not one.
-func (m *module) reference(k kernelDecl) (kernelFunc, workFunc, string) {
+// implementation the sim computes the kernel with, its work and (for busy) its time, or nil and, for a kernel
+// named like a reference kernel, why it is not one.
+func (m *module) reference(k kernelDecl) (kernelFunc, workFunc, kernelTime, string) {
 	if ref, ok := referenceKernel(k.name); ok {
 		if want := ref.layout(); !slices.Equal(k.params, want) {
-			return nil, nil, fmt.Sprintf("its parameters %v are not the reference kernel's %v", k.params, want)
+			return nil, nil, nil, fmt.Sprintf("its parameters %v are not the reference kernel's %v", k.params, want)
 		}
-		return ref.run, ref.work, ""
+		return ref.run, ref.work, ref.time, ""
 	}
 	name, ok := strings.CutPrefix(k.name, "set_")
 	if !ok {
-		return nil, nil, ""
+		return nil, nil, nil, ""
 	}
 	g, ok := m.globals[name]
 	switch {
 	case !ok:
-		return nil, nil, fmt.Sprintf("the module has no global %q for it to set", name)
+		return nil, nil, nil, fmt.Sprintf("the module has no global %q for it to set", name)
 	case len(k.params) != 1 || uint64(k.params[0].Size) != g.size || g.size == 0:
-		return nil, nil, fmt.Sprintf("it must have one parameter as large as the global %s (%d bytes), not %v",
+		return nil, nil, nil, fmt.Sprintf("it must have one parameter as large as the global %s (%d bytes), not %v",
 			name, g.size, k.params)
 	}
 	p := k.params[0]
 	return func(b *Backend, gpu int, l launch) (uint64, float64, error) {
 		return uint64(p.Size), 0, b.writeDevice(gpu, g.ptr, l.args[p.Offset:p.Offset+p.Size])
-	}, func(launch) uint64 { return uint64(p.Size) }, ""
+	}, func(launch) uint64 { return uint64(p.Size) }, nil, ""
 }
 
 // checkF32 checks that gpu may touch count float32 values at p (mapped, with access) without touching them, so
@@ -215,6 +222,14 @@ func scale(b *Backend, gpu int, l launch) (uint64, float64, error) {
 	alpha := l.f32(1)
 	return elementwise(b, gpu, l, uint64(l.u32(2)), []device.Ptr{l.ptr(0)}, l.ptr(0),
 		func(i int, in [][]float32) float32 { return alpha * in[0][i] })
+}
+
+// busy changes no memory; its GPU time is its argument (busyTime).
+func busy(*Backend, int, launch) (uint64, float64, error) { return 0, 0, nil }
+
+// busyTime is busy's argument, in nanoseconds (at most an hour).
+func busyTime(l launch) time.Duration {
+	return time.Duration(min(binary.LittleEndian.Uint64(l.args[l.params[0].Offset:]), uint64(time.Hour)))
 }
 
 func matmul(b *Backend, gpu int, l launch) (uint64, float64, error) {

@@ -120,6 +120,22 @@ func (b *Backend) resolve(w int, ptr device.Ptr, n uint64) ([]segment, error) {
 	return out, nil
 }
 
+// writable checks that no page of [ptr, ptr+n) is mapped read-only (the caller resolved the range).
+func (b *Backend) writable(w int, ptr device.Ptr, n uint64) error {
+	if n == 0 {
+		return nil
+	}
+	b.mu.RLock()
+	defer b.mu.RUnlock()
+	for pg := uint64(ptr) / b.gran; pg <= (uint64(ptr)+n-1)/b.gran; pg++ {
+		if m, ok := b.pages[pg]; ok && m.readOnly {
+			return fmt.Errorf("%w: %s wrote %#x, which is mapped read-only", device.ErrIllegalAddress, whoString(w),
+				pg*b.gran)
+		}
+	}
+	return nil
+}
+
 // zeroDevice sets [ptr, ptr+n) to zero as seen by w. Whole pages are dropped instead of written (a page not
 // yet touched reads as zero), so zeroing memory costs neither time nor host memory.
 func (b *Backend) zeroDevice(w int, ptr device.Ptr, n uint64) error {
@@ -131,6 +147,9 @@ func (b *Backend) zeroDevice(w int, ptr device.Ptr, n uint64) error {
 		return nil
 	}
 	if err := b.resolveChecked(w, ptr, n); err != nil {
+		return err
+	}
+	if err := b.writable(w, ptr, n); err != nil {
 		return err
 	}
 	b.mu.RLock()
@@ -205,6 +224,9 @@ func (b *Backend) writeDevice(gpu int, ptr device.Ptr, src []byte) error {
 	if err != nil {
 		return err
 	}
+	if err := b.writable(gpu, ptr, uint64(len(src))); err != nil {
+		return err
+	}
 	for _, s := range segs {
 		src = src[copy(s.buf, src):]
 	}
@@ -229,6 +251,9 @@ func (b *Backend) copyDevice(gpu int, dst, src device.Ptr, size uint64) error {
 	}
 	to, err := b.resolve(gpu, dst, size)
 	if err != nil {
+		return err
+	}
+	if err := b.writable(gpu, dst, size); err != nil {
 		return err
 	}
 	for len(from) > 0 && len(to) > 0 {

@@ -36,6 +36,7 @@ type function struct {
 	attrs  device.FunctionAttributes
 	kernel kernelFunc // nil: the sim cannot compute it
 	work   workFunc   // the kernel's element operations per launch (with kernel)
+	time   kernelTime // set for busy: its GPU time comes from its argument
 	// unlike says why a kernel named like a reference kernel is not one (its layout differs).
 	unlike string
 }
@@ -78,7 +79,7 @@ func (b *Backend) loadModule(gpu int, ctx *simContext, img []byte) (*module, err
 			continue // the first of two kernels of the same name, as cuModuleGetFunction finds it
 		}
 		f := &function{mod: m, name: k.name, params: k.params, attrs: k.attrs}
-		f.kernel, f.work, f.unlike = m.reference(k)
+		f.kernel, f.work, f.time, f.unlike = m.reference(k)
 		m.funcs[k.name] = f
 	}
 	return m, nil

@@ -49,6 +49,38 @@ type Options struct {
 	// at its host address, and a context fault poisons every context of the backend and its own streams. Without
 	// it each context is the isolation domain docs/security.md once assumed.
 	ProcessWide bool
+	// Profile gives kernels the GPU time recorded for them on a real GPU (timed mode: TimeScale > 0).
+	Profile Profile
+}
+
+// Profile gives kernels their GPU time in the timed mode, as recorded on a real GPU (see the package
+// documentation).
+type Profile struct {
+	// Kernels is the GPU time of one launch of a kernel, by its name in the module (mangled for C++ kernels).
+	// It replaces what the sim would model for a reference kernel.
+	Kernels map[string]time.Duration
+	// Launch is the GPU time of a launch of a kernel that is neither in Kernels nor computed by the sim (a dry
+	// kernel): a pass's GPU time spread over its launches, say. LaunchLatency when 0.
+	Launch time.Duration
+}
+
+// engine is a GPU's compute engine in the timed mode: kernels, memsets and local copies of all its streams run
+// on it one at a time.
+type engine struct {
+	mu   sync.Mutex
+	free time.Time // when its last reserved work ends
+}
+
+// reserve queues work of duration d that may start at ready and returns when it starts.
+func (e *engine) reserve(ready time.Time, d time.Duration) time.Time {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	start := ready
+	if e.free.After(start) {
+		start = e.free
+	}
+	e.free = start.Add(d)
+	return start
 }
 
 // DefaultMaxKernelOps is Options.MaxKernelOps when none is set: about ten seconds of one core computing a matrix
@@ -98,11 +130,12 @@ const defaultComputeCapability = 70
 
 // Backend is a simulated node; it implements device.Backend.
 type Backend struct {
-	opts  Options
-	node  topology.Node
-	clock Clock
-	gran  uint64
-	gpus  []device.GPUInfo
+	opts    Options
+	node    topology.Node
+	clock   Clock
+	gran    uint64
+	gpus    []device.GPUInfo
+	engines []engine // per GPU: the timed mode's compute timeline
 
 	ctx    context.Context // ends at Close: stops every stream's delays
 	cancel context.CancelFunc
@@ -126,10 +159,11 @@ type Backend struct {
 
 // mapping is one physical allocation mapped at start.
 type mapping struct {
-	start  device.Ptr
-	phys   *physical
-	access uint64 // bit i: GPU i may access
-	ctx    uint64 // the context owning it (module memory), 0: the process's (Map)
+	start    device.Ptr
+	phys     *physical
+	access   uint64 // bit i: GPU i may access
+	ctx      uint64 // the context owning it (module memory), 0: the process's (Map)
+	readOnly bool   // SetAccessReadOnly: copies and memsets into it fault (kernels' writes are not checked)
 }
 
 type transfer struct{}
@@ -171,6 +205,14 @@ func New(opts Options) (*Backend, error) {
 	if opts.LaunchLatency == 0 {
 		opts.LaunchLatency = 5 * time.Microsecond
 	}
+	if opts.Profile.Launch < 0 {
+		return nil, fmt.Errorf("sim: %w: profile launch time %v", device.ErrInvalidValue, opts.Profile.Launch)
+	}
+	for name, d := range opts.Profile.Kernels {
+		if d < 0 {
+			return nil, fmt.Errorf("sim: %w: profile time %v of kernel %s", device.ErrInvalidValue, d, name)
+		}
+	}
 	ctx, cancel := context.WithCancel(context.Background())
 	b := &Backend{
 		opts: opts, node: opts.Node.Clone(), clock: opts.Clock, gran: opts.Granularity,
@@ -178,11 +220,41 @@ func New(opts Options) (*Backend, error) {
 		nextAddr: addressBase, reserved: map[device.Ptr]uint64{}, pages: map[uint64]*mapping{},
 		used: make([]uint64, len(opts.Node.GPUs)), streams: map[*stream]struct{}{},
 		hostRegs: map[*byte]int{}, transfers: map[*transfer]topology.Path{}, failed: map[int]error{},
+		engines: make([]engine, len(opts.Node.GPUs)),
 	}
 	for i, g := range b.node.GPUs {
 		b.gpus = append(b.gpus, simulatedGPU(b.node.Name, i, g, b.gran))
 	}
 	return b, nil
+}
+
+// timed reports whether modelled time is kept (TimeScale > 0).
+func (b *Backend) timed() bool { return b.opts.TimeScale > 0 }
+
+// waitUntil returns once the modelled time at has passed, or ctx ended. On the wall clock it waits as the
+// real backend waits for the driver (device.Wait: it polls, or blocks when ctx cannot end), the GPU's
+// completion itself being exact; another clock is slept on.
+func (b *Backend) waitUntil(ctx context.Context, at time.Time) error {
+	if !b.timed() || !b.clock.Now().Before(at) {
+		return nil
+	}
+	if _, ok := b.clock.(WallClock); !ok {
+		return b.clock.SleepUntil(ctx, at)
+	}
+	return device.Wait(ctx, func() (bool, error) { return !time.Now().Before(at), nil },
+		func() error { return sleepPrecisely(ctx, at) })
+}
+
+// ComputeEnd is when the work queued so far on GPU gpu's compute engine ends in modelled time (the timed mode; the
+// zero time before any): benchmarks read how late a synchronize returned after the GPU finished.
+func (b *Backend) ComputeEnd(gpu int) time.Time {
+	if gpu < 0 || gpu >= len(b.engines) {
+		return time.Time{}
+	}
+	e := &b.engines[gpu]
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.free
 }
 
 // Node returns the modelled node.
@@ -383,6 +455,25 @@ func (b *Backend) SetAccess(ptr device.Ptr, size uint64, gpus []int) error {
 	}
 	for _, m := range ms {
 		m.access = mask
+		m.readOnly = false
+	}
+	return nil
+}
+
+// SetAccessReadOnly grants GPUs read access to a mapped range: the simulated device refuses copies and memsets
+// into it (ErrIllegalAddress, a fault of the work as on a GPU); writes of kernels are not checked.
+func (b *Backend) SetAccessReadOnly(ptr device.Ptr, size uint64, gpus []int) error {
+	if err := b.SetAccess(ptr, size, gpus); err != nil {
+		return err
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	ms, err := b.mappingsLocked(ptr, size)
+	if err != nil {
+		return err
+	}
+	for _, m := range ms {
+		m.readOnly = true
 	}
 	return nil
 }

@@ -87,6 +87,7 @@ func TestReferencePTXEntries(t *testing.T) {
 		"relu":       {{Offset: 0, Size: 8}, {Offset: 8, Size: 8}, {Offset: 16, Size: 4}},
 		"fill":       {{Offset: 0, Size: 8}, {Offset: 8, Size: 4}, {Offset: 12, Size: 4}},
 		"scale":      {{Offset: 0, Size: 8}, {Offset: 8, Size: 4}, {Offset: 12, Size: 4}},
+		"busy":       {{Offset: 0, Size: 8}},
 	}
 	var names []string
 	for _, e := range entries {

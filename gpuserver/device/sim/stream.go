@@ -13,12 +13,20 @@ import (
 
 // op is one piece of queued work; run does it and returns its modelled duration.
 type op struct {
-	run    func() (time.Duration, error)
-	record *eventGen  // mark this event generation done
-	wait   *eventGen  // wait for this event generation
-	sync   chan error // Synchronize marker
-	kind   string     // for error messages
-	enq    time.Time  // when it was enqueued: it starts at the later of this and the previous op's end
+	run     func() (time.Duration, error)
+	compute bool            // a kernel, memset or local copy: it occupies its GPU's compute engine
+	record  *eventGen       // mark this event generation done
+	wait    *eventGen       // wait for this event generation
+	sync    chan syncResult // Synchronize marker
+	kind    string          // for error messages
+	enq     time.Time       // when it was enqueued: it starts at the later of this and the previous op's end
+}
+
+// syncResult is what a Synchronize marker reports: the stream's first error and when its work completes
+// (modelled).
+type syncResult struct {
+	err error
+	at  time.Time
 }
 
 // stream runs its ops in order on a goroutine of its own (owned by the stream; stopped by Destroy or Close).
@@ -80,21 +88,19 @@ func (s *stream) work() {
 		}
 		switch {
 		case o.sync != nil:
-			o.sync <- s.err
+			o.sync <- syncResult{err: s.err, at: s.completion()}
 			if s.ctxErr() == nil { // a context fault stays
 				s.err = nil
 			}
 		case o.record != nil:
-			// the work before it ended at the stream's modelled timeline (now, without delays)
-			at := s.b.clock.Now()
-			if s.timeline.After(at) {
-				at = s.timeline
-			}
-			o.record.at = at
+			o.record.at = s.completion()
 			o.record.finish(s.err)
 		case o.wait != nil:
 			select {
 			case <-o.wait.done:
+				if o.wait.at.After(s.timeline) { // the work after the wait starts when the event completes
+					s.timeline = o.wait.at
+				}
 			case <-s.b.ctx.Done():
 			}
 		case s.err != nil:
@@ -120,14 +126,33 @@ func (s *stream) work() {
 				}
 				continue
 			}
-			if s.b.opts.TimeScale > 0 && d > 0 {
-				s.timeline = start.Add(time.Duration(float64(d) * s.b.opts.TimeScale))
-				if err := s.b.clock.SleepUntil(s.b.ctx, s.timeline); err != nil {
-					s.err = fmt.Errorf("sim: gpu %d: %w: backend closed", s.gpu, device.ErrUnavailable)
-				}
+			if !s.b.timed() || d <= 0 {
+				continue
+			}
+			d = time.Duration(float64(d) * s.b.opts.TimeScale)
+			if o.compute {
+				// Kernels, memsets and local copies queue on the GPU's compute engine behind those of its other
+				// streams, and take no wall-clock time here: what waits for them (Synchronize, an event) waits
+				// until the modelled time.
+				start = s.b.engines[s.gpu].reserve(start, d)
+				s.timeline = start.Add(d)
+				continue
+			}
+			s.timeline = start.Add(d)
+			if err := s.b.clock.SleepUntil(s.b.ctx, s.timeline); err != nil {
+				s.err = fmt.Errorf("sim: gpu %d: %w: backend closed", s.gpu, device.ErrUnavailable)
 			}
 		}
 	}
+}
+
+// completion is when the work enqueued so far completes: the stream's modelled timeline, or now if that passed.
+func (s *stream) completion() time.Time {
+	at := s.b.clock.Now()
+	if s.timeline.After(at) {
+		at = s.timeline
+	}
+	return at
 }
 
 // runOp runs one op; a panic of a reference kernel (a bug reached by some input) is a kernel fault of the
@@ -211,7 +236,7 @@ func (s *stream) CopyDtoH(dst []byte, src device.Ptr) error {
 }
 
 func (s *stream) CopyDtoD(dst, src device.Ptr, size uint64) error {
-	return s.enqueue(op{kind: "copy device to device", run: func() (time.Duration, error) {
+	return s.enqueue(op{kind: "copy device to device", compute: true, run: func() (time.Duration, error) {
 		move := func() error { return s.b.copyDevice(s.who, dst, src, size) }
 		from, to := s.b.ownerGPU(src), s.b.ownerGPU(dst)
 		if from >= 0 && to >= 0 && from != to {
@@ -225,11 +250,14 @@ func (s *stream) CopyDtoD(dst, src device.Ptr, size uint64) error {
 }
 
 func (s *stream) Memset8(dst device.Ptr, v uint8, n uint64) error {
-	return s.enqueue(op{kind: "memset", run: func() (time.Duration, error) {
+	return s.enqueue(op{kind: "memset", compute: true, run: func() (time.Duration, error) {
 		if v == 0 {
 			return s.b.memTime(n), s.b.zeroDevice(s.who, dst, n)
 		}
 		segs, err := s.b.resolve(s.who, dst, n)
+		if err == nil {
+			err = s.b.writable(s.who, dst, n)
+		}
 		if err != nil {
 			return 0, err
 		}
@@ -246,7 +274,7 @@ func (s *stream) Memset32(dst device.Ptr, v uint32, n uint64) error {
 	if uint64(dst)%4 != 0 {
 		return fmt.Errorf("%w: memset32 at %#x is not 4-byte aligned", device.ErrInvalidValue, uint64(dst))
 	}
-	return s.enqueue(op{kind: "memset", run: func() (time.Duration, error) {
+	return s.enqueue(op{kind: "memset", compute: true, run: func() (time.Duration, error) {
 		buf := make([]byte, 4*n)
 		for i := uint64(0); i < n; i++ {
 			binary.LittleEndian.PutUint32(buf[4*i:], v)
@@ -282,8 +310,9 @@ func (s *stream) Launch(f device.Function, grid, block device.Dim3, sharedMem ui
 			return s.b.notComputed(fn)
 		}
 		s.b.dryLaunches.Add(1)
-		return s.enqueue(op{kind: "kernel " + fn.name + " (dry)", run: func() (time.Duration, error) {
-			return s.b.opts.LaunchLatency, nil
+		d := s.b.kernelTime(fn.name, s.b.opts.Profile.Launch)
+		return s.enqueue(op{kind: "kernel " + fn.name + " (dry)", compute: true, run: func() (time.Duration, error) {
+			return d, nil
 		}})
 	}
 	l := launch{grid: norm(grid), block: norm(block), args: append([]byte(nil), args...), params: fn.params}
@@ -292,13 +321,28 @@ func (s *stream) Launch(f device.Function, grid, block device.Dim3, sharedMem ui
 			"computes in one launch (grid %v, block %v)", ErrKernelTooLarge, fn.name, w, s.b.opts.MaxKernelOps,
 			l.grid, l.block)
 	}
-	return s.enqueue(op{kind: "kernel " + fn.name, run: func() (time.Duration, error) {
+	return s.enqueue(op{kind: "kernel " + fn.name, compute: true, run: func() (time.Duration, error) {
 		bytes, flops, err := fn.kernel(s.b, s.who, l)
 		if err != nil {
 			return 0, err
 		}
-		return s.b.opts.LaunchLatency + max(s.b.memTime(bytes), time.Duration(flops/s.b.opts.FLOPS*1e9)), nil
+		if fn.time != nil {
+			return fn.time(l), nil
+		}
+		work := s.b.opts.LaunchLatency + max(s.b.memTime(bytes), time.Duration(flops/s.b.opts.FLOPS*1e9))
+		return s.b.kernelTime(fn.name, work), nil
 	}})
+}
+
+// kernelTime is the GPU time of one launch of kernel name: the profile's, else def (LaunchLatency when 0).
+func (b *Backend) kernelTime(name string, def time.Duration) time.Duration {
+	if d, ok := b.opts.Profile.Kernels[name]; ok {
+		return d
+	}
+	if def > 0 {
+		return def
+	}
+	return b.opts.LaunchLatency
 }
 
 // notComputed is the error of launching a kernel the sim cannot compute (outside dry mode).
@@ -359,13 +403,16 @@ func (s *stream) Wait(e device.Event) error {
 }
 
 func (s *stream) Synchronize(ctx context.Context) error {
-	ch := make(chan error, 1)
+	ch := make(chan syncResult, 1)
 	if err := s.enqueue(op{sync: ch}); err != nil {
 		return err
 	}
 	select {
-	case err := <-ch:
-		return err
+	case r := <-ch:
+		if err := s.b.waitUntil(ctx, r.at); err != nil {
+			return err
+		}
+		return r.err
 	case <-ctx.Done():
 		return ctx.Err()
 	case <-s.done:
@@ -406,7 +453,8 @@ type event struct {
 	cur    *eventGen
 }
 
-// eventGen is one Record of an event.
+// eventGen is one Record of an event. done closes when the stream reached the record (at is set then); the
+// work before it completes at at (modelled), which in the timed mode may lie ahead.
 type eventGen struct {
 	done chan struct{}
 	err  error
@@ -445,9 +493,7 @@ func (e *event) Elapsed(start device.Event) (time.Duration, error) {
 		return 0, fmt.Errorf("%w: event never recorded", device.ErrInvalidValue)
 	}
 	for _, g := range []*eventGen{gs, ge} {
-		select {
-		case <-g.done:
-		default:
+		if !e.b.completed(g) {
 			return 0, device.ErrNotReady
 		}
 	}
@@ -460,17 +506,26 @@ func (e *event) gen() *eventGen {
 	return e.cur
 }
 
+// completed reports whether the work before g completed: its stream reached it and, in the timed mode, its
+// modelled time passed.
+func (b *Backend) completed(g *eventGen) bool {
+	select {
+	case <-g.done:
+		return !b.timed() || !b.clock.Now().Before(g.at)
+	default:
+		return false
+	}
+}
+
 func (e *event) Query() (bool, error) {
 	g := e.gen()
 	if g == nil {
 		return true, nil
 	}
-	select {
-	case <-g.done:
-		return true, g.err
-	default:
+	if !e.b.completed(g) {
 		return false, nil
 	}
+	return true, g.err
 }
 
 func (e *event) Synchronize(ctx context.Context) error {
@@ -480,12 +535,15 @@ func (e *event) Synchronize(ctx context.Context) error {
 	}
 	select {
 	case <-g.done:
-		return g.err
 	case <-ctx.Done():
 		return ctx.Err()
 	case <-e.b.ctx.Done():
 		return fmt.Errorf("sim: %w: closed", device.ErrUnavailable)
 	}
+	if err := e.b.waitUntil(ctx, g.at); err != nil {
+		return err
+	}
+	return g.err
 }
 
 func (e *event) Destroy() error { return nil }

@@ -1,6 +1,7 @@
-# forward.py MODEL: forward passes of a model with random weights (fixed seed) at batch 1 and 8 through the shim;
-# the simulated node accepts the kernels without running them (--sim-kernels=dry). Prints, per batch, the shim's
-# counters of one steady-state pass (after three warm-up passes), as one JSON object.
+# forward.py MODEL [CALLLOG_DIR]: forward passes of a model with random weights (fixed seed) at batch 1 and 8 through
+# the shim; the simulated node accepts the kernels without running them (--sim-kernels=dry). Prints, per batch, the
+# shim's counters of one steady-state pass (after three warm-up passes), as one JSON object. With CALLLOG_DIR, the
+# shim's call log of that pass is written to CALLLOG_DIR/calllog-MODEL-bN.tsv (faasGpuShimCallLog).
 import ctypes, json, sys, torch
 
 lib = ctypes.CDLL("libcuda.so.1")
@@ -11,6 +12,7 @@ def stats():
 
 torch.manual_seed(0)
 which = sys.argv[1]
+logdir = sys.argv[2] if len(sys.argv) > 2 else None
 if which == "resnet152":
     import torchvision
     model = torchvision.models.resnet152().eval().cuda()
@@ -31,10 +33,14 @@ with torch.no_grad():
         for _ in range(3):
             run(x)
             torch.cuda.synchronize()
+        if logdir:
+            lib.faasGpuShimCallLog(("%s/calllog-%s-b%d.tsv" % (logdir, which, bs)).encode())
         before = stats()
         y = run(x)
         torch.cuda.synchronize()
         after = stats()
+        if logdir and lib.faasGpuShimCallLog(None) != 0:
+            raise SystemExit("writing the call log failed")
         d = [b - a for a, b in zip(before, after)]
         out["b%d" % bs] = dict(zip(["Sync", "Async", "Local", "Unsupported", "UnknownSlots"], d),
                                shape=list(y.shape))

@@ -282,7 +282,7 @@ CUresult fg_unmap(CUcontext ctx, CUdeviceptr p, size_t size) {
 	return r ? r : d.cuMemUnmap(p, size);
 }
 
-CUresult fg_set_access(CUcontext ctx, CUdeviceptr p, size_t size, const int *devs, int n) {
+CUresult fg_set_access(CUcontext ctx, CUdeviceptr p, size_t size, const int *devs, int n, int flags) {
 	CUresult r = d.cuCtxSetCurrent(ctx);
 	if (r) return r;
 	CUmemAccessDesc desc[64];
@@ -290,7 +290,7 @@ CUresult fg_set_access(CUcontext ctx, CUdeviceptr p, size_t size, const int *dev
 	for (int i = 0; i < n; i++) {
 		desc[i].location.type = 1;
 		desc[i].location.id = devs[i];
-		desc[i].flags = 3; // CU_MEM_ACCESS_FLAGS_PROT_READWRITE
+		desc[i].flags = flags; // CU_MEM_ACCESS_FLAGS_PROT_READ (1) or _READWRITE (3)
 	}
 	return d.cuMemSetAccess(p, size, desc, (size_t)n);
 }

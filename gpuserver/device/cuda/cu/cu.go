@@ -222,6 +222,15 @@ func Unmap(ctx Context, p, size uint64) error {
 
 // SetAccess grants read/write access to devs.
 func SetAccess(ctx Context, p, size uint64, devs []int) error {
+	return setAccess(ctx, p, size, devs, 3)
+}
+
+// SetAccessReadOnly grants devs read access to a mapped range (CU_MEM_ACCESS_FLAGS_PROT_READ).
+func SetAccessReadOnly(ctx Context, p, size uint64, devs []int) error {
+	return setAccess(ctx, p, size, devs, 1)
+}
+
+func setAccess(ctx Context, p, size uint64, devs []int, flags int) error {
 	cdevs := make([]C.int, len(devs))
 	for i, d := range devs {
 		cdevs[i] = C.int(d)
@@ -230,7 +239,7 @@ func SetAccess(ctx Context, p, size uint64, devs []int) error {
 		return &Error{Code: ErrorInvalidValue, Op: "cuMemSetAccess"}
 	}
 	return check("cuMemSetAccess", C.fg_set_access(C.CUcontext(ctx), C.CUdeviceptr(p), C.size_t(size), &cdevs[0],
-		C.int(len(cdevs))))
+		C.int(len(cdevs)), C.int(flags)))
 }
 
 // HostRegister page-locks host memory (not Go heap memory).

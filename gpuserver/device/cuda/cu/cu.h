@@ -58,7 +58,7 @@ CUresult fg_export(CUcontext ctx, CUmemGenericAllocationHandle h, int *fd);
 CUresult fg_import(CUcontext ctx, int fd, CUmemGenericAllocationHandle *h);
 CUresult fg_map(CUcontext ctx, CUdeviceptr p, size_t size, CUmemGenericAllocationHandle h);
 CUresult fg_unmap(CUcontext ctx, CUdeviceptr p, size_t size);
-CUresult fg_set_access(CUcontext ctx, CUdeviceptr p, size_t size, const int *devs, int n);
+CUresult fg_set_access(CUcontext ctx, CUdeviceptr p, size_t size, const int *devs, int n, int flags);
 CUresult fg_host_register(CUcontext ctx, void *p, size_t size);
 CUresult fg_host_unregister(CUcontext ctx, void *p);
 CUresult fg_stream_create(CUcontext ctx, CUstream *s);

@@ -7,8 +7,10 @@ import _ "embed"
 //go:embed kernels.ptx
 var ptxText string
 
-// PTX returns the PTX module with the entries vector_add, matmul, linear, relu, fill and scale.
+// PTX returns the PTX module with the entries vector_add, matmul, linear, relu, fill, scale and busy.
 func PTX() []byte { return []byte(ptxText) }
 
 // Names lists the reference kernels in the order they appear in PTX.
-func Names() []string { return []string{"vector_add", "matmul", "linear", "relu", "fill", "scale"} }
+func Names() []string {
+	return []string{"vector_add", "matmul", "linear", "relu", "fill", "scale", "busy"}
+}

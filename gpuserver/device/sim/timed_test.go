@@ -1,0 +1,148 @@
+package sim_test
+
+import (
+	"context"
+	"encoding/binary"
+	"testing"
+	"time"
+
+	"github.com/faas-gpu/faas-gpu/gpuserver/device"
+	"github.com/faas-gpu/faas-gpu/gpuserver/device/sim"
+	"github.com/faas-gpu/faas-gpu/gpuserver/device/sim/kernels"
+	"github.com/faas-gpu/faas-gpu/gpuserver/topology"
+)
+
+// busyArgs is the argument buffer of busy(d).
+func busyArgs(d time.Duration) []byte {
+	a := make([]byte, 8)
+	binary.LittleEndian.PutUint64(a, uint64(d))
+	return a
+}
+
+func busyKernel(t *testing.T, b *sim.Backend, gpu int) device.Function {
+	t.Helper()
+	mod, err := b.LoadModule(gpu, kernels.PTX())
+	must(t, err)
+	f, err := mod.Function("busy")
+	must(t, err)
+	return f
+}
+
+// In the timed mode the kernels of all streams of a GPU take turns on its compute engine: two streams with two
+// 100 us kernels each finish after 400 us of modelled time, not 200.
+func TestTimedKernelsShareTheGPU(t *testing.T) {
+	ctx := context.Background()
+	clk := &fakeClock{now: time.Unix(1000, 0)}
+	b := newSim(t, sim.Options{Clock: clk, TimeScale: 1})
+	busy := busyKernel(t, b, 0)
+	s1, _ := b.NewStream(0)
+	s2, _ := b.NewStream(0)
+	other, _ := b.NewStream(1) // another GPU runs at the same time
+	start := clk.Now()
+	for _, s := range []device.Stream{s1, s2, s1, s2} {
+		must(t, s.Launch(busy, device.Dim3{X: 1}, device.Dim3{X: 1}, 0, busyArgs(100*time.Microsecond)))
+	}
+	busy1 := busyKernel(t, b, 1)
+	must(t, other.Launch(busy1, device.Dim3{X: 1}, device.Dim3{X: 1}, 0, busyArgs(300*time.Microsecond)))
+	for _, s := range []device.Stream{s1, s2, other} {
+		must(t, s.Synchronize(ctx))
+	}
+	if got := clk.Now().Sub(start); got != 400*time.Microsecond {
+		t.Fatalf("four 100 us kernels on one GPU and one of 300 us on another took %v of modelled time, want 400us",
+			got)
+	}
+}
+
+// An event recorded after a kernel completes at the kernel's modelled end, not when the stream reached it.
+func TestTimedEventCompletesAtModelledTime(t *testing.T) {
+	ctx := context.Background()
+	clk := &fakeClock{now: time.Unix(1000, 0)}
+	b := newSim(t, sim.Options{Clock: clk, TimeScale: 1})
+	busy := busyKernel(t, b, 0)
+	s, _ := b.NewStream(0)
+	e0, _ := b.NewTimedEvent(0)
+	e1, _ := b.NewTimedEvent(0)
+	must(t, s.Record(e0))
+	must(t, s.Launch(busy, device.Dim3{X: 1}, device.Dim3{X: 1}, 0, busyArgs(time.Millisecond)))
+	must(t, s.Record(e1))
+	// the stream reaches the record at once; the clock stands still until someone sleeps on it, so the event
+	// must stay incomplete however long we look
+	for end := time.Now().Add(20 * time.Millisecond); time.Now().Before(end); time.Sleep(time.Millisecond) {
+		if done, _ := e1.Query(); done {
+			t.Fatal("the event after a 1 ms kernel completed before the clock reached the kernel's end")
+		}
+	}
+	must(t, e1.Synchronize(ctx))
+	if done, err := e1.Query(); !done || err != nil {
+		t.Fatalf("after Synchronize: query %v %v", done, err)
+	}
+	d, err := e1.Elapsed(e0)
+	must(t, err)
+	if d != time.Millisecond {
+		t.Fatalf("elapsed %v around a 1 ms kernel", d)
+	}
+}
+
+// A stream that waits for an event of another stream starts its next work when that event completes in modelled
+// time: a kernel after a wait for a 12 MiB copy ends at the copy's end plus its own time.
+func TestTimedStreamWaitAdvancesModelledTime(t *testing.T) {
+	ctx := context.Background()
+	node, _ := topology.Preset("v100x4")
+	clk := &fakeClock{now: time.Unix(1000, 0)}
+	b := newSim(t, sim.Options{Node: node, Clock: clk, TimeScale: 1})
+	busy := busyKernel(t, b, 0)
+	p := mapOn(t, b, 0, 12<<20)
+	copyS, _ := b.NewStream(0)
+	compS, _ := b.NewStream(0)
+	ev, _ := b.NewEvent(0)
+	start := clk.Now()
+	must(t, compS.Launch(busy, device.Dim3{X: 1}, device.Dim3{X: 1}, 0, busyArgs(0))) // the stream is live
+	must(t, copyS.CopyHtoD(p, make([]byte, 12<<20)))
+	must(t, copyS.Record(ev))
+	must(t, compS.Wait(ev))
+	must(t, compS.Launch(busy, device.Dim3{X: 1}, device.Dim3{X: 1}, 0, busyArgs(10*time.Microsecond)))
+	done, _ := b.NewTimedEvent(0)
+	must(t, compS.Record(done))
+	must(t, compS.Synchronize(ctx))
+	want := node.TransferTime(12<<20, topology.HostPath(0), nil) + 10*time.Microsecond
+	if got := clk.Now().Sub(start); got != want {
+		t.Fatalf("a 10 us kernel after waiting for a 12 MiB copy ended after %v of modelled time, want %v", got, want)
+	}
+}
+
+// Dry kernels take the profile's time: by name, else the profile's launch time.
+func TestTimedProfileGivesDryKernelsTheirTime(t *testing.T) {
+	ctx := context.Background()
+	clk := &fakeClock{now: time.Unix(1000, 0)}
+	b := newSim(t, sim.Options{Clock: clk, TimeScale: 1, Kernels: sim.KernelsDry, Profile: sim.Profile{
+		Kernels: map[string]time.Duration{"gemm": 70 * time.Microsecond}, Launch: 20 * time.Microsecond}})
+	mod, err := b.LoadModule(0, []byte(".version 7.0\n.target sm_70\n.address_size 64\n"+
+		".visible .entry gemm(.param .u64 a)\n{ ret; }\n.visible .entry softmax(.param .u64 a)\n{ ret; }\n"))
+	must(t, err)
+	gemm, _ := mod.Function("gemm")
+	softmax, _ := mod.Function("softmax")
+	s, _ := b.NewStream(0)
+	start := clk.Now()
+	for _, f := range []device.Function{gemm, softmax, gemm} {
+		must(t, s.Launch(f, device.Dim3{X: 1}, device.Dim3{X: 1}, 0, make([]byte, 8)))
+	}
+	must(t, s.Synchronize(ctx))
+	if got := clk.Now().Sub(start); got != 160*time.Microsecond {
+		t.Fatalf("two 70 us kernels and one of the default 20 us took %v", got)
+	}
+}
+
+// On the wall clock a synchronize returns at the modelled end of the work, not before.
+func TestTimedSynchronizeOnTheWallClock(t *testing.T) {
+	b := newSim(t, sim.Options{TimeScale: 1})
+	busy := busyKernel(t, b, 0)
+	s, _ := b.NewStream(0)
+	start := time.Now()
+	for range 20 {
+		must(t, s.Launch(busy, device.Dim3{X: 1}, device.Dim3{X: 1}, 0, busyArgs(100*time.Microsecond)))
+	}
+	must(t, s.Synchronize(context.Background()))
+	if got := time.Since(start); got < 2*time.Millisecond {
+		t.Fatalf("twenty 100 us kernels synchronized after %v", got)
+	}
+}

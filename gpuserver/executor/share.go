@@ -1,0 +1,222 @@
+package executor
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/faas-gpu/faas-gpu/gpuserver/device"
+	"github.com/faas-gpu/faas-gpu/gpuserver/memory"
+	"github.com/faas-gpu/faas-gpu/gpuserver/repository"
+)
+
+// Chunks shared on a GPU (Tangram's reuse of resident tensors).
+//
+// The repository stores images as content-addressed chunks of the GPU's chunk size, shared within a tenant
+// (repository/chunks.go). When a swap-in from the host image needs a chunk whose key another function's copy on
+// the same GPU already holds (resident: active or parked, its copy complete), it maps that physical chunk at its own
+// fixed address instead of taking a new chunk and copying: the GPU holds the chunk once, and the swap moves only
+// the function's own chunks. A shared chunk is mapped read-only at every address it is mapped at, where the device
+// can (device.ReadOnlyAccess: the CUDA driver's read-only access flag; on the simulated device, copies and memsets
+// into it fault, kernels are not checked), and goes back to the pool when the last copy holding it is dropped.
+//
+// Tenants: chunks are keyed within a tenant, and one tenant's memory is accessible on a GPU at a time (fault.go),
+// so a shared chunk is only ever mapped into one tenant's functions. When tenants' work moves into executor
+// processes of their own, a shared chunk stays within one tenant's process. A fault of the tenant's work drops
+// every copy on that GPU holding a chunk shared with a copy the fault exposed.
+
+// sharedChunk is a physical chunk of a GPU holding the bytes of a content key, and the copies that map it.
+type sharedChunk struct {
+	key   string
+	chunk memory.Chunk
+	refs  int        // residencies whose chunk lists hold it
+	owner *residency // the copy that filled it, and its segment: ready once owner.ready has no pending event for it
+	seg   int
+}
+
+// gpuChunks are the shared chunks of one GPU, by key and by chunk index.
+type gpuChunks struct {
+	byKey   map[string]*sharedChunk
+	byIndex map[int]*sharedChunk
+}
+
+func (n *Node) chunksOf(gpu int) *gpuChunks {
+	if n.shared == nil {
+		n.shared = map[int]*gpuChunks{}
+	}
+	g, ok := n.shared[gpu]
+	if !ok {
+		g = &gpuChunks{byKey: map[string]*sharedChunk{}, byIndex: map[int]*sharedChunk{}}
+		n.shared[gpu] = g
+	}
+	return g
+}
+
+// SharingStats are the figures of chunks shared on the GPUs.
+type SharingStats struct {
+	// SharedBytes: bytes of model segments that swap-ins mapped from a chunk already on the GPU instead of copying.
+	SharedBytes uint64 `json:"shared_bytes"`
+	// ResidentShared: bytes of chunks mapped by more than one copy now, counted once.
+	ResidentShared uint64 `json:"resident_shared"`
+}
+
+// Sharing returns the sharing figures.
+func (n *Node) Sharing() SharingStats {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	st := SharingStats{SharedBytes: n.sharedBytes}
+	for _, g := range n.shared {
+		for _, c := range g.byKey {
+			if c.refs > 1 {
+				st.ResidentShared += n.mem.ChunkSize()
+			}
+		}
+	}
+	return st
+}
+
+// chunkPlan is how a segment's chunks come to a GPU: reused[j] is a chunk already there (nil: take a new one and
+// copy), keys[j] its content key ("" when the image has none).
+type chunkPlan struct {
+	keys   []string
+	reused []*sharedChunk
+}
+
+// planChunksLocked looks up which chunks of segment idx of im are on gpu already.
+func (n *Node) planChunksLocked(gpu int, im *repository.Image, idx int, count int) chunkPlan {
+	p := chunkPlan{reused: make([]*sharedChunk, count)}
+	keys := im.ChunkKeys(idx)
+	if im.ChunkBytes() != n.mem.ChunkSize() || len(keys) != count {
+		return p
+	}
+	p.keys = keys
+	g := n.chunksOf(gpu)
+	for j, k := range keys {
+		c, ok := g.byKey[k]
+		if !ok {
+			continue
+		}
+		if ev, pending := c.owner.ready[c.seg]; pending {
+			if done, err := ev.Query(); !done || err != nil {
+				continue // its copy has not landed yet: copy afresh
+			}
+		}
+		p.reused[j] = c
+	}
+	return p
+}
+
+// takePlannedLocked returns the segment's chunk list: the reused chunks (referenced once more) and count new ones
+// from the pool (registered under their keys, to be filled by the caller's copy).
+func (n *Node) takePlannedLocked(ctx context.Context, f *function, r *residency, segID int, p chunkPlan) ([]memory.Chunk, error) {
+	gpu := r.gpu
+	need := 0
+	for _, c := range p.reused {
+		if c == nil {
+			need++
+		}
+	}
+	var fresh []memory.Chunk
+	if need > 0 {
+		var err error
+		if fresh, err = n.takeChunksLocked(ctx, f, gpu, need); err != nil {
+			return nil, err
+		}
+	}
+	out := make([]memory.Chunk, len(p.reused))
+	g := n.chunksOf(gpu)
+	for j, c := range p.reused {
+		if c != nil {
+			c.refs++
+			out[j] = c.chunk
+			continue
+		}
+		out[j], fresh = fresh[0], fresh[1:]
+		if p.keys != nil {
+			if _, taken := g.byKey[p.keys[j]]; !taken {
+				sc := &sharedChunk{key: p.keys[j], chunk: out[j], refs: 1, owner: r, seg: segID}
+				g.byKey[sc.key] = sc
+				g.byIndex[out[j].Index] = sc
+			}
+		}
+	}
+	return out, nil
+}
+
+// putChunksLocked gives chunks of a dropped copy back: a shared chunk goes back to the pool when no other copy
+// holds it.
+func (n *Node) putChunksLocked(gpu int, chunks []memory.Chunk) error {
+	g := n.chunksOf(gpu)
+	back := make([]memory.Chunk, 0, len(chunks))
+	for _, c := range chunks {
+		if sc, ok := g.byIndex[c.Index]; ok {
+			sc.refs--
+			if sc.refs > 0 {
+				continue
+			}
+			delete(g.byIndex, c.Index)
+			if g.byKey[sc.key] == sc {
+				delete(g.byKey, sc.key)
+			}
+		}
+		back = append(back, c)
+	}
+	if len(back) == 0 {
+		return nil
+	}
+	return n.mem.Pool(gpu).Put(back)
+}
+
+// forgetChunksLocked forgets gpu's shared chunks (the GPU failed: its chunks are not returned to the pool).
+func (n *Node) forgetChunksLocked(gpu int) { delete(n.shared, gpu) }
+
+// sharedWithLocked reports whether any chunk of r is held by another copy too.
+func (n *Node) sharedWithLocked(r *residency) bool {
+	g := n.chunksOf(r.gpu)
+	for _, chunks := range r.chunks {
+		for _, c := range chunks {
+			if sc, ok := g.byIndex[c.Index]; ok && sc.refs > 1 {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// protectLocked maps the chunks of seg that are shared read-only at f's address on gpu, and those of the other
+// active copies mapping them, where the device can.
+func (n *Node) protectLocked(f *function, gpu int, seg memory.Segment, chunks []memory.Chunk) error {
+	ro, ok := n.dev.(device.ReadOnlyAccess)
+	if !ok {
+		return nil
+	}
+	g := n.chunksOf(gpu)
+	cs := n.mem.ChunkSize()
+	for j, c := range chunks {
+		sc, shared := g.byIndex[c.Index]
+		if !shared || sc.refs < 2 {
+			continue
+		}
+		if err := ro.SetAccessReadOnly(seg.Ptr+device.Ptr(uint64(j)*cs), cs, []int{gpu}); err != nil {
+			return fmt.Errorf("function %s segment %d: read-only chunk: %w", f.name, seg.ID, err)
+		}
+		for _, o := range n.fns { // the copies that mapped it first, writable until now
+			r := o.res[gpu]
+			if o == f || r == nil || o.active != gpu {
+				continue
+			}
+			for _, s := range o.space.Segments() {
+				if !r.mapped[s.ID] {
+					continue
+				}
+				for k, oc := range r.chunks[s.ID] {
+					if oc.Index == c.Index {
+						if err := ro.SetAccessReadOnly(s.Ptr+device.Ptr(uint64(k)*cs), cs, []int{gpu}); err != nil {
+							return fmt.Errorf("function %s segment %d: read-only chunk: %w", o.name, s.ID, err)
+						}
+					}
+				}
+			}
+		}
+	}
+	return nil
+}

@@ -1,0 +1,93 @@
+package executor_test
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"testing"
+
+	"github.com/faas-gpu/faas-gpu/gpuserver/device/sim"
+	"github.com/faas-gpu/faas-gpu/gpuserver/executor"
+)
+
+// TestVariantSwapInMovesOnlyItsOwnChunks: four variants of one base model (the same base bytes, a head each, one
+// tenant) captured on GPU 1 and evicted there. The first swap-in to GPU 0 copies its whole image; the next variants,
+// while the first is resident, copy only their heads and map the base's chunks already on the GPU (read-only: a copy
+// into a shared chunk faults); every variant reads back its own bytes; the shared chunks go back to the pool with
+// the last copy holding them.
+func TestVariantSwapInMovesOnlyItsOwnChunks(t *testing.T) {
+	ctx := context.Background()
+	r := newRig(t, 128<<20, sim.Options{}, false)
+	cs := r.node.ChunkSize()
+	base := make([]byte, 8*cs)
+	g := rand.NewChaCha8([32]byte{7})
+	_, _ = g.Read(base)
+	var models []model
+	for i := range 4 {
+		m := model{name: fmt.Sprintf("llm-%d", i)}
+		must(t, r.node.Register(m.name))
+		b, err := r.node.Acquire(ctx, m.name, 1, executor.Host)
+		must(t, err)
+		s, err := r.node.Stream(m.name)
+		must(t, err)
+		for _, d := range [][]byte{base, pattern(int(cs), byte(10+i))} {
+			p, err := r.node.Alloc(ctx, m.name, uint64(len(d)))
+			must(t, err)
+			must(t, s.CopyHtoD(p, d))
+			m.blocks, m.data = append(m.blocks, p), append(m.data, d)
+		}
+		must(t, s.Synchronize(ctx))
+		must(t, r.node.Capture(ctx, m.name))
+		b.Release()
+		must(t, r.node.Evict(ctx, m.name, 1))
+		models = append(models, m)
+	}
+	free0 := r.node.Status()[0].FreeBytes
+	for i, m := range models {
+		before, shared := r.node.Status()[0], r.node.Sharing().SharedBytes
+		must(t, r.node.SwapIn(ctx, m.name, 0, executor.Host))
+		verify(t, r, m, 0)
+		after := r.node.Status()[0]
+		moved, mapped := after.SwapBytes-before.SwapBytes, r.node.Sharing().SharedBytes-shared
+		took := before.FreeBytes - after.FreeBytes
+		t.Logf("%s: %d bytes copied, %d mapped from chunks on the gpu, %d bytes of gpu memory taken", m.name, moved,
+			mapped, took)
+		want := 9 * cs
+		if i > 0 {
+			want = cs // only its head
+		}
+		if moved != want || took != want || mapped != 9*cs-want {
+			t.Fatalf("%s: copied %d, took %d, shared %d; want %d, %d, %d", m.name, moved, took, mapped, want, want,
+				9*cs-want)
+		}
+	}
+	for _, m := range models {
+		verify(t, r, m, 0)
+	}
+	if st := r.node.Sharing(); st.ResidentShared != 8*cs {
+		t.Fatalf("resident shared %d, want the base's %d", st.ResidentShared, 8*cs)
+	}
+
+	// The base is mapped read-only: a copy into it faults, and the copies that shared it are restored from their
+	// images at their next swap-in.
+	s, err := r.node.Stream(models[1].name)
+	must(t, err)
+	must(t, s.CopyHtoD(models[1].blocks[0], make([]byte, 16)))
+	if err := s.Synchronize(ctx); err == nil {
+		t.Fatal("a copy into a shared chunk succeeded")
+	}
+	for _, m := range models {
+		must(t, r.node.SwapIn(ctx, m.name, 0, executor.Host))
+		verify(t, r, m, 0)
+	}
+
+	for i, m := range models {
+		must(t, r.node.Evict(ctx, m.name, 0))
+		for _, o := range models[i+1:] {
+			verify(t, r, o, 0)
+		}
+	}
+	if got := r.node.Status()[0].FreeBytes; got != free0 {
+		t.Fatalf("free bytes %d after evicting every variant, want %d", got, free0)
+	}
+}

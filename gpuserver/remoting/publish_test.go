@@ -1,0 +1,88 @@
+package remoting
+
+import (
+	"bufio"
+	"context"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/faas-gpu/faas-gpu/gpuserver/pool"
+)
+
+// launchCounter counts the launches and synchronizes its session executes.
+type launchCounter struct {
+	UnimplementedHandler
+	launches, syncs *atomic.Int64
+}
+
+func (c launchCounter) CuLaunchKernel(_ context.Context, _ uint64, _, _, _, _, _, _, _ uint32, _ uint64, _ []byte,
+	_ uint64) Result {
+	c.launches.Add(1)
+	return ResultSuccess
+}
+
+func (c launchCounter) CuCtxSynchronize(context.Context) Result {
+	c.syncs.Add(1)
+	return ResultSuccess
+}
+
+// TestAsyncRecordsReachTheServerBeforeTheSynchronize: fire-and-forget launches are executed by the server while
+// the client has not synchronized yet (it blocks on stdin until the server has seen them all), none of them late.
+// A shim that held records back until a synchronize, or until a batch filled, fails here.
+func TestAsyncRecordsReachTheServerBeforeTheSynchronize(t *testing.T) {
+	var launches, syncs atomic.Int64
+	srv, err := NewServer(Config{Functions: registry{"f": {pool.FunctionSpec{Name: "f", MemoryBytes: 1 << 20}, "tok"}},
+		NewHandler: func(context.Context, SessionInfo) (Handler, error) {
+			return launchCounter{launches: &launches, syncs: &syncs}, nil
+		}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sock := serve(t, srv)
+	lib := shimDir(t)
+	const n = 10
+	cmd := exec.Command(filepath.Join(lib, "early_publish"), "10")
+	cmd.Env = append(os.Environ(), "LD_LIBRARY_PATH="+lib, "FAAS_GPU_REMOTING_SOCKET="+sock, "FAAS_GPU_FUNCTION=f",
+		"FAAS_GPU_TOKEN=tok")
+	in, err := cmd.StdinPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	outp, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var stderr strings.Builder
+	cmd.Stderr = &stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = in.Close(); _ = cmd.Wait() }()
+	out := bufio.NewReader(outp)
+	if line, err := out.ReadString('\n'); err != nil || line != "issued\n" {
+		t.Fatalf("client: %q %v: %s", line, err, stderr.String())
+	}
+	for deadline := time.Now().Add(20 * time.Second); launches.Load() < n; time.Sleep(time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("the server executed %d of the %d launches the client issued before synchronizing", launches.Load(), n)
+		}
+	}
+	if syncs.Load() != 0 {
+		t.Fatal("the client synchronized before it was told to")
+	}
+	if _, err := io.WriteString(in, "go\n"); err != nil {
+		t.Fatal(err)
+	}
+	if line, err := out.ReadString('\n'); err != nil || line != "synced 0\n" {
+		t.Fatalf("client: %q %v: %s", line, err, stderr.String())
+	}
+	if st := srv.Stats(); st.LateRecords != 0 || st.Records != n+1 {
+		t.Fatalf("%d records executed, %d late; want %d, none late", st.Records, st.LateRecords, n+1)
+	}
+}
