@@ -210,7 +210,8 @@ func (s *tenantServer) request(t *testing.T, p *fnProc, fn, what string) (string
 }
 
 // imageHostAddress is where the victim's executor holds the bytes of device address ptr of its image: its mapping
-// of the image file (from /proc/<pid>/maps) plus the segment's offset in the image.
+// of the chunk file holding them (images are stored as content-addressed chunks) or of the flat image file, from
+// the image's sidecar and /proc/<pid>/maps.
 func (s *tenantServer) imageHostAddress(t *testing.T, fn string, ptr uint64) uint64 {
 	t.Helper()
 	matches, _ := filepath.Glob(filepath.Join(s.repo, "*", fn+".meta.json"))
@@ -222,28 +223,40 @@ func (s *tenantServer) imageHostAddress(t *testing.T, fn string, ptr uint64) uin
 		t.Fatal(err)
 	}
 	var meta struct {
-		Segments []struct{ Ptr, Size, Offset uint64 } `json:"segments"`
+		Segments []struct {
+			Ptr, Size, Offset uint64
+			Chunks            []string
+		} `json:"segments"`
 	}
 	if err := json.Unmarshal(raw, &meta); err != nil {
 		t.Fatal(err)
 	}
-	img := strings.TrimSuffix(matches[0], ".meta.json") + ".img"
 	maps, err := os.ReadFile(fmt.Sprintf("/proc/%d/maps", s.Tenants().PID("namespace/ns1")))
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, line := range strings.Split(string(maps), "\n") {
-		if !strings.HasSuffix(line, img) {
-			continue
-		}
-		start, _ := strconv.ParseUint(line[:strings.IndexByte(line, '-')], 16, 64)
-		for _, sg := range meta.Segments {
-			if ptr >= sg.Ptr && ptr < sg.Ptr+sg.Size {
-				return start + sg.Offset + (ptr - sg.Ptr)
+	mapped := func(file string) uint64 {
+		for _, line := range strings.Split(string(maps), "\n") {
+			if strings.HasSuffix(line, file) {
+				start, _ := strconv.ParseUint(line[:strings.IndexByte(line, '-')], 16, 64)
+				return start
 			}
 		}
+		t.Fatalf("the victim's executor does not map %s", file)
+		return 0
 	}
-	t.Fatalf("the victim's executor does not map %s at %#x", img, ptr)
+	const chunk = 2 << 20 // repository.DefaultChunkBytes
+	for _, sg := range meta.Segments {
+		if ptr < sg.Ptr || ptr >= sg.Ptr+sg.Size {
+			continue
+		}
+		off := ptr - sg.Ptr
+		if len(sg.Chunks) > 0 {
+			return mapped(filepath.Join(filepath.Dir(matches[0]), "chunks", sg.Chunks[off/chunk])) + off%chunk
+		}
+		return mapped(strings.TrimSuffix(matches[0], ".meta.json")+".img") + sg.Offset + off
+	}
+	t.Fatalf("%#x is in no segment of %s's image", ptr, fn)
 	return 0
 }
 

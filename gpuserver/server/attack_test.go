@@ -58,26 +58,36 @@ func startTenantFn(t *testing.T, s *Server, fn string) (*fnProcess, uint64, uint
 }
 
 // imageAddress finds where fn's image holds the bytes at device address ptr in the host memory of process pid (the
-// gpuserver's own in one process, the tenant's executor otherwise): its mapping of the image file plus the
-// segment's offset in the image.
+// gpuserver's own in one process, the tenant's executor otherwise), from the image's sidecar and /proc/<pid>/maps:
+// the mapping of the chunk file holding them (images are stored as content-addressed chunks), or of the flat image
+// file, plus the offset.
 func imageAddress(t *testing.T, pid int, repoDir, fn string, ptr uint64) uint64 {
 	t.Helper()
-	var metaPath, img string
-	err := filepath.Walk(repoDir, func(p string, fi os.FileInfo, err error) error {
+	var metaPath string
+	_ = filepath.Walk(repoDir, func(p string, fi os.FileInfo, err error) error {
 		if err == nil && filepath.Base(p) == fn+".meta.json" {
-			metaPath, img = p, strings.TrimSuffix(p, ".meta.json")+".img"
+			metaPath = p
 		}
 		return nil
 	})
-	if err != nil || metaPath == "" {
-		t.Fatalf("no image of %s under %s (%v)", fn, repoDir, err)
+	if metaPath == "" {
+		t.Fatalf("no image of %s under %s", fn, repoDir)
 	}
+	return hostAddressOf(t, pid, metaPath, ptr)
+}
+
+// hostAddressOf finds device address ptr of the image whose sidecar is metaPath in process pid's memory.
+func hostAddressOf(t *testing.T, pid int, metaPath string, ptr uint64) uint64 {
+	t.Helper()
 	raw, err := os.ReadFile(metaPath)
 	if err != nil {
 		t.Fatal(err)
 	}
 	var meta struct {
-		Segments []struct{ Ptr, Size, Offset uint64 } `json:"segments"`
+		Segments []struct {
+			Ptr, Size, Offset uint64
+			Chunks            []string
+		} `json:"segments"`
 	}
 	if err := json.Unmarshal(raw, &meta); err != nil {
 		t.Fatal(err)
@@ -86,22 +96,28 @@ func imageAddress(t *testing.T, pid int, repoDir, fn string, ptr uint64) uint64 
 	if err != nil {
 		t.Fatal(err)
 	}
-	var start uint64
-	for _, line := range strings.Split(string(maps), "\n") {
-		if strings.HasSuffix(line, img) {
-			start, _ = strconv.ParseUint(line[:strings.IndexByte(line, '-')], 16, 64)
-			break
+	mapped := func(file string) uint64 {
+		for _, line := range strings.Split(string(maps), "\n") {
+			if strings.HasSuffix(line, file) {
+				start, _ := strconv.ParseUint(line[:strings.IndexByte(line, '-')], 16, 64)
+				return start
+			}
 		}
+		t.Fatalf("process %d has no mapping of %s", pid, file)
+		return 0
 	}
-	if start == 0 {
-		t.Fatalf("process %d has no mapping of %s", pid, img)
-	}
+	const chunk = 2 << 20 // repository.DefaultChunkBytes
 	for _, s := range meta.Segments {
-		if ptr >= s.Ptr && ptr < s.Ptr+s.Size {
-			return start + s.Offset + (ptr - s.Ptr)
+		if ptr < s.Ptr || ptr >= s.Ptr+s.Size {
+			continue
 		}
+		off := ptr - s.Ptr
+		if len(s.Chunks) > 0 {
+			return mapped(filepath.Join(filepath.Dir(metaPath), "chunks", s.Chunks[off/chunk])) + off%chunk
+		}
+		return mapped(strings.TrimSuffix(metaPath, ".meta.json")+".img") + s.Offset + off
 	}
-	t.Fatalf("%#x is in no segment of %s's image", ptr, fn)
+	t.Fatalf("%#x is in no segment of the image %s", ptr, metaPath)
 	return 0
 }
 
