@@ -109,7 +109,7 @@ type Backend struct {
 	wg     sync.WaitGroup // supervisors
 
 	mu         sync.Mutex
-	fns        map[string]*function                // by key (namespaces.go)
+	fns        map[string]*function               // by key (namespaces.go)
 	namespaces map[string]types.FunctionNamespace // besides provider.DefaultNamespace (namespaces.go)
 	closed     bool
 
@@ -198,7 +198,7 @@ func New(ctx context.Context, cfg Config) (*Backend, error) {
 	base, cancel := context.WithCancel(context.Background())
 	b := &Backend{cfg: cfg, log: log, spawner: newSpawner(), base: base, cancel: cancel, fns: map[string]*function{},
 		absState: absState, namespaces: nss,
-		health:   &http.Client{Transport: &http.Transport{DisableKeepAlives: true, Proxy: nil}}}
+		health: &http.Client{Transport: &http.Transport{DisableKeepAlives: true, Proxy: nil}}}
 	b.envs, err = openEnvs(ctx, cfg, func(cmd *exec.Cmd) error {
 		cmd.SysProcAttr = childAttrs() // pip dies with this process
 		return b.spawner.start(b.base, cmd)
