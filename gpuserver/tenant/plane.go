@@ -167,6 +167,7 @@ func New(cfg Config) (*Plane, error) {
 	for g := range cfg.Memory.GPUs() {
 		pl.chunks = append(pl.chunks, cfg.Memory.Pool(g).Total())
 	}
+	m.sessions.pl = pl
 	return pl, nil
 }
 
