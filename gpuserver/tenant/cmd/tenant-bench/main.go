@@ -190,14 +190,16 @@ func runMode(ctx context.Context, c config, mode string) (figures, error) {
 	return f, nil
 }
 
-// loaderPy holds a model of MiB mebibytes in 16 MiB blocks until its stdin closes.
+// loaderPy holds a model of MiB mebibytes in 16 MiB blocks of random bytes until its stdin closes (random: the
+// repository stores identical chunks once and a swap copies each of them once, so a repeated pattern would measure
+// less than a model's copy).
 const loaderPy = `
 import os, sys
 sys.path.insert(0, os.environ["FN_DIR"])
 import cudadrv
 cuda = cudadrv.Driver()
-block = bytes(range(256)) * (16 << 12)
 for i in range(int(sys.argv[1]) // 16):
+    block = os.urandom(16 << 20)
     cuda.htod(cuda.alloc(len(block)), block)
 print("ready", flush=True)
 sys.stdin.read()
@@ -346,16 +348,19 @@ func report(c config, res map[string][]figures) string {
 	fmt.Fprintf(&b, "- sync: %d cuCtxSynchronize round trips on a session with a bound stream, after 1000 warm-up "+
 		"calls; async: %d cuLaunchKernel records then one cuCtxSynchronize (shim/test/bench_tenant.c)\n", c.nsync,
 		c.nasync)
-	fmt.Fprintf(&b, "- swap: a %d MiB model (16 MiB blocks, its captured image) swapped from host to GPU 3 after "+
+	fmt.Fprintf(&b, "- swap: a %d MiB model (16 MiB blocks of random bytes, its captured image) swapped from host to GPU 3 after "+
 		"evicting it everywhere, timed to the end of its copies (SwapIn then WaitReady): once onto a GPU it never ran "+
 		"on (per tenant: its executor borrows the chunks, the gpuserver zeroes and exports them, the executor maps "+
 		"them; in one process: the pool's chunks, first touched), then %d times again (per tenant: the chunks the "+
 		"executor kept)\n", c.modelMiB, c.swaps)
 	fmt.Fprintf(&b, "- acquire + release: %d pairs through the pool of a function with nothing to swap: the "+
 		"controller's queue and, per tenant, one hold and one release frame to the executor\n", c.acquires)
-	fmt.Fprintf(&b, "- no seed: the inputs are fixed\n\nWhat this does not show: a real GPU (the GPU suite measures "+
-		"contexts there; unverified), contention of many tenants' executors for the CPUs, or the first swap of a "+
-		"tenant (it borrows and imports its chunks, then keeps them).\n")
+	fmt.Fprintf(&b, "- host memory behind the simulated GPUs' chunks: in one process, pages of the gpuserver's Go heap; "+
+		"per tenant, memfd pages the gpuserver lends and the executor maps (a page touched for the first time costs "+
+		"a page fault; a model copied into them competes with no garbage collector)\n")
+	fmt.Fprintf(&b, "- the model's bytes are random (os.urandom); no other seed\n\nWhat this does not show: a real GPU (the GPU suite measures "+
+		"contexts and chunk imports there; unverified), contention of many tenants' executors for the CPUs, or "+
+		"chunks moving between tenants under memory pressure (reclaimed, zeroed, imported again).\n")
 	return b.String()
 }
 
