@@ -438,3 +438,45 @@ func TestTemplateRestartsWhenItsExecutorDies(t *testing.T) {
 		t.Fatalf("after the restarts: %d %s\n%s", code, out, f.stderr)
 	}
 }
+
+// TestTenantLimitAndIdleExecutors: with --max-tenants 1 a function of a second tenant is refused at registration
+// (429: pool.ErrLimit, naming the limit); once the first tenant's last function is deregistered its executor stops
+// (it holds no context any more) and the second tenant gets one.
+func TestTenantLimitAndIdleExecutors(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs executor processes")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	tc, _ := tenantConfig(t)
+	tc.MaxTenants = 1
+	s := startV100(ctx, t, Config{DeviceReserveBytes: 64 << 20, Tenants: tc})
+	defer stop(t, s)
+	if err := s.Pool().Register(ctx, pool.FunctionSpec{Name: "a.ns1", MemoryBytes: 16 << 20}); err != nil {
+		t.Fatal(err)
+	}
+	err := s.Pool().Register(ctx, pool.FunctionSpec{Name: "b.ns2", MemoryBytes: 16 << 20})
+	if !errors.Is(err, pool.ErrLimit) || !strings.Contains(err.Error(), "max-tenants") {
+		t.Fatalf("a second tenant beyond --max-tenants 1: %v, want ErrLimit naming the flag", err)
+	}
+	for _, f := range s.Pool().Status(ctx).Functions {
+		if f.Name == "b.ns2" {
+			t.Fatal("the refused function is registered in the pool")
+		}
+	}
+	if pid := s.Tenants().PID("namespace/ns1"); pid == 0 {
+		t.Fatal("ns1 has no executor")
+	}
+	if err := s.Pool().Deregister(ctx, "a.ns1"); err != nil {
+		t.Fatal(err)
+	}
+	if st := s.Pool().Status(ctx); len(st.Tenants) != 0 {
+		t.Fatalf("tenants after the last function left: %+v", st.Tenants)
+	}
+	if err := s.Pool().Register(ctx, pool.FunctionSpec{Name: "b.ns2", MemoryBytes: 16 << 20}); err != nil {
+		t.Fatalf("ns2 once ns1's executor stopped: %v", err)
+	}
+	if pid := s.Tenants().PID("namespace/ns2"); pid == 0 {
+		t.Fatal("ns2 has no executor")
+	}
+}
