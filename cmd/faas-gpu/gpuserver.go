@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -9,8 +10,11 @@ import (
 	"path/filepath"
 	"time"
 
+	"github.com/openfaas/faas-provider/auth"
+
 	"github.com/faas-gpu/faas-gpu/gpuserver/controller"
 	"github.com/faas-gpu/faas-gpu/gpuserver/server"
+	"github.com/faas-gpu/faas-gpu/provider/basicauth"
 )
 
 // gpuserverConfig holds the flags of `faas-gpu gpuserver`.
@@ -29,6 +33,8 @@ type gpuserverConfig struct {
 	kernels   string // --sim-kernels
 	tenants   tenantFlags
 	metering  string
+	uiAddr    string
+	uiAuthDir string
 }
 
 func (c *gpuserverConfig) register(fs *flag.FlagSet) {
@@ -49,6 +55,11 @@ func (c *gpuserverConfig) register(fs *flag.FlagSet) {
 	fs.StringVar(&c.logLevel, "log-level", "info", "debug, info, warn or error")
 	fs.StringVar(&c.kernels, "sim-kernels", "reference", simKernelsUsage)
 	c.tenants.register(fs)
+	fs.StringVar(&c.uiAddr, "ui-addr", "",
+		"TCP address of the live pool page /ui, e.g. :8091 (empty: none); it needs -ui-auth-dir")
+	fs.StringVar(&c.uiAuthDir, "ui-auth-dir", "",
+		"folder of basic-auth-user and basic-auth-password, the credentials of the pool page (in a cluster the "+
+			"basic-auth secret OpenFaaS mounts at /var/secrets)")
 	fs.StringVar(&c.metering, "metering-file", "",
 		"the functions' bill, kept across restarts (default: metering.json in -repository-dir: on a tmpfs it "+
 			"survives restarts of the gpuserver, not of the machine; name a file on disk for that)")
@@ -82,6 +93,15 @@ func runGPUServer(ctx context.Context, args []string, stdout, stderr io.Writer) 
 	if err != nil {
 		return err
 	}
+	var uiCreds *auth.BasicAuthCredentials
+	if cfg.uiAddr != "" {
+		if cfg.uiAuthDir == "" {
+			return usageError{errors.New("-ui-addr needs -ui-auth-dir: the pool page is served behind basic auth")}
+		}
+		if uiCreds, err = basicauth.Read(cfg.uiAuthDir); err != nil {
+			return usageError{fmt.Errorf("-ui-auth-dir: %w", err)}
+		}
+	}
 	simKernels, err := parseSimKernels(cfg.kernels)
 	if err != nil {
 		return err
@@ -113,9 +133,24 @@ func runGPUServer(ctx context.Context, args []string, stdout, stderr io.Writer) 
 		fmt.Fprintf(stdout, " and http://%s", srv.Addr())
 	}
 	fmt.Fprintln(stdout)
+	var stopPage func(context.Context) error
+	if cfg.uiAddr != "" {
+		if stopPage, err = servePoolPage(ctx, srv, node.Name, cfg.uiAddr, uiCreds, stdout, log); err != nil {
+			sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+			defer cancel()
+			return errors.Join(err, srv.Shutdown(sctx))
+		}
+	}
 	select {
 	case <-ctx.Done():
 	case err = <-srv.Err():
+	}
+	if stopPage != nil {
+		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+		defer cancel()
+		if perr := stopPage(sctx); perr != nil && err == nil {
+			err = perr
+		}
 	}
 	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 	defer cancel()

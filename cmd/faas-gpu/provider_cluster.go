@@ -39,6 +39,7 @@ type clusterConfig struct {
 	remotingSocket string
 	kubeQPS        float64
 	kubeBurst      int
+	gpuservers     string
 	socketGroup    int64
 	// registrationKey is the gpuservers' key (-gpuserver-key-file) from which GPU pods get registration tickets.
 	registrationKey gpuauth.Key
@@ -99,6 +100,10 @@ func registerClusterFlags(fs *flag.FlagSet) *clusterConfig {
 		"file name of the gpuserver's remoting socket in -socket-dir (FAAS_GPU_REMOTING_SOCKET of functions)")
 	fs.Int64Var(&c.socketGroup, "socket-group", 0,
 		"group id of the gpuserver's sockets (its -socket-group): GPU function pods get it as a supplementary group; 0 for none")
+	fs.StringVar(&c.gpuservers, "gpuserver-service", "",
+		"namespace/name of the gpuservers' headless Service: route each request to the replica whose node holds its "+
+			"model on a GPU and has the shortest queue, from the pool each node's gpuserver reports (round robin "+
+			"where reports are missing or stale); empty: round robin")
 	fs.Float64Var(&c.kubeQPS, "kube-qps", 50, "queries per second to the Kubernetes API")
 	fs.IntVar(&c.kubeBurst, "kube-burst", 100, "burst of queries to the Kubernetes API")
 	return c
@@ -113,6 +118,12 @@ func (c *clusterConfig) config() (kubernetes.Config, error) {
 	cfg.DefaultNamespace = c.namespace
 	cfg.ImagePullPolicy = corev1.PullPolicy(c.pullPolicy)
 	cfg.HTTPProbe = c.httpProbe
+	if c.gpuservers != "" {
+		if ns, name, ok := strings.Cut(c.gpuservers, "/"); !ok || ns == "" || name == "" {
+			return cfg, usageError{fmt.Errorf("-gpuserver-service %q: want namespace/name", c.gpuservers)}
+		}
+		cfg.GPUServers = c.gpuservers
+	}
 	key, value, ok := strings.Cut(c.nodeLabel, "=")
 	if !ok {
 		return cfg, usageError{fmt.Errorf("-node-label %q: want key=value", c.nodeLabel)}

@@ -27,9 +27,9 @@ func (c *Controller) SetHealthy(now time.Time, gpu int, healthy bool) ([]uint64,
 	}
 	g.unhealthy = !healthy
 	if healthy {
-		if c.tr.place == placePinned {
+		if c.tr.place == placePinned || c.tr.place == placeStatic {
 			for _, fs := range c.sortedFunctions() {
-				if fs.pinnedGPU < 0 {
+				if c.tr.place == placePinned && fs.pinnedGPU < 0 || c.tr.place == placeStatic && len(fs.replicas) == 0 {
 					c.pin(now, fs)
 				}
 			}
@@ -62,17 +62,26 @@ func (c *Controller) SetHealthy(now time.Time, gpu int, healthy bool) ([]uint64,
 		c.removeResident(c.fns[name], g)
 	}
 	c.dropPartials(g)
-	if c.tr.place != placePinned {
+	if c.tr.place != placePinned && c.tr.place != placeStatic {
 		return nil, nil
 	}
 	var dropped []uint64
 	for _, fs := range c.sortedFunctions() {
-		if fs.pinnedGPU != gpu {
+		switch {
+		case c.tr.place == placeStatic: // its copies elsewhere serve; with none left, one on a GPU with room
+			if len(fs.replicas) > 0 {
+				continue
+			}
+			if c.pin(now, fs); len(fs.replicas) > 0 {
+				continue
+			}
+		case fs.pinnedGPU != gpu:
 			continue
-		}
-		fs.pinnedGPU = -1
-		if c.pin(now, fs); fs.pinnedGPU >= 0 {
-			continue
+		default:
+			fs.pinnedGPU = -1
+			if c.pin(now, fs); fs.pinnedGPU >= 0 {
+				continue
+			}
 		}
 		for id, r := range c.reqs {
 			if r.function == fs.Name && !r.bound {

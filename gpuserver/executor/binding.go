@@ -475,3 +475,22 @@ func (s *Stream) Synchronize(ctx context.Context) error {
 
 // Destroy is a no-op: the stream belongs to the function and lives until it is deregistered.
 func (s *Stream) Destroy() error { return nil }
+
+// LaunchGraph waits for every segment of the function (a graph's kernels may touch any of them) and launches an
+// instantiated graph of the stream's GPU and context as one operation (device.GraphCapture).
+func (s *Stream) LaunchGraph(g device.GraphExec) error {
+	gc, ok := s.s.(device.GraphCapture)
+	if !ok {
+		return fmt.Errorf("%w: the device's streams launch no graphs", device.ErrNotSupported)
+	}
+	s.n.mu.Lock()
+	var ptrs []device.Ptr
+	for _, seg := range s.f.space.Segments() {
+		ptrs = append(ptrs, seg.Ptr)
+	}
+	s.n.mu.Unlock()
+	return s.gate(func() error {
+		s.n.writesLocked(s.f, "graph", ptrs...)
+		return gc.LaunchGraph(g)
+	}, ptrs...)
+}

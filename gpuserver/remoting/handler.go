@@ -116,6 +116,9 @@ func newDeviceHandler(ctx context.Context, cfg Config, info SessionInfo, log *sl
 	if err := cfg.Node.SetScratchPerRequest(info.Function, info.Spec.Scratch == pool.ScratchRequest); err != nil {
 		return nil, err
 	}
+	if err := cfg.Node.SetModelShared(info.Function, info.Spec.Model == pool.ModelShared); err != nil {
+		return nil, err
+	}
 	images := cfg.images
 	if images == nil { // a handler built without a server (tests)
 		images = newModuleImages(DefaultMaxModuleBytesPerFunction, DefaultMaxModuleBytes)
@@ -171,6 +174,15 @@ func result(err error) Result {
 	return ResultUnknown
 }
 
+// Bound reports whether the function holds a binding: the session's implicit one, or a request's.
+func (h *deviceHandler) Bound() bool {
+	if h.release != nil {
+		return true
+	}
+	_, ok := h.cfg.Binder.CurrentGPU(h.info.Function)
+	return ok
+}
+
 // Idle releases the implicit binding (called by the session when no call arrived for Config.IdleRelease).
 func (h *deviceHandler) Idle() {
 	if h.release != nil {
@@ -193,6 +205,9 @@ func (h *deviceHandler) syncStream(ctx context.Context) Result {
 
 // bind returns the function's executor stream on the GPU its calls run on now, swapping it there if needed.
 func (h *deviceHandler) bind(ctx context.Context) (device.Stream, Result) {
+	if h.g.devCapture != nil { // a graph's nodes being captured on the device (graph.go)
+		return h.g.devCapture, ResultSuccess
+	}
 	var gpu int
 	if g, ok := h.cfg.Binder.CurrentGPU(h.info.Function); ok {
 		if !h.explicit {

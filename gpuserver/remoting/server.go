@@ -55,6 +55,11 @@ type Config struct {
 	Logger *slog.Logger
 	// Spin is how long a session polls its ring before it sleeps on the socket (50us when 0).
 	Spin time.Duration
+	// BoundSpin is how long a session whose function holds a binding (a request's, or the session's implicit
+	// one) polls its empty ring before it sleeps (20ms when 0): while the function runs a request its records
+	// reach the device without a doorbell or a wake-up, at the cost of a core polling between them (counted in
+	// faas_gpu_remoting_bound_poll_seconds_total). A negative value turns it off (Spin applies throughout).
+	BoundSpin time.Duration
 	// IdleRelease is how long a session waits idle before it releases an implicit binding (20ms when 0).
 	IdleRelease time.Duration
 	// NewHandler replaces the device-backed handler (benchmarks of the transport, tests). A handler that
@@ -132,6 +137,9 @@ func NewServer(cfg Config) (*Server, error) {
 	}
 	if cfg.IdleRelease <= 0 {
 		cfg.IdleRelease = 20 * time.Millisecond
+	}
+	if cfg.BoundSpin == 0 {
+		cfg.BoundSpin = 20 * time.Millisecond
 	}
 	if cfg.MaxSessionsPerFunction <= 0 {
 		cfg.MaxSessionsPerFunction = DefaultMaxSessionsPerFunction
@@ -306,8 +314,9 @@ type Stats struct {
 	// after spinning (see Config.Spin); LateRecords the asynchronous records that reached their session together
 	// with the synchronous call after them (held back until the client waited).
 	Records, Sleeps, LateRecords int64
-	// RecordTime is the time sessions spent executing asynchronous records.
-	RecordTime time.Duration
+	// RecordTime is the time sessions spent executing asynchronous records; BoundPoll the time they spent polling
+	// an empty ring while their function held a binding (Config.BoundSpin).
+	RecordTime, BoundPoll time.Duration
 	// HandedOff counts the sessions handed to another process (Config.HandOff).
 	HandedOff int64
 }

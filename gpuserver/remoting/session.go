@@ -267,40 +267,72 @@ func (s *session) record(ctx context.Context, tail uint64) (size uint64, sync bo
 	return uint64(hdr.size), respond, nil
 }
 
-// wait spins for new records, then sleeps on the socket until the client rings, releasing an implicit binding
-// after IdleRelease.
+// bounder is implemented by handlers that can say whether their function holds a binding now.
+type bounder interface{ Bound() bool }
+
+// wait polls for new records, then sleeps on the socket until the client rings, releasing an implicit binding
+// after IdleRelease. It polls for Config.Spin, or for Config.BoundSpin while the function holds a binding (checked
+// every boundCheck): a request's records then reach the device without a doorbell or a wake-up.
 func (s *session) wait(ctx context.Context) error {
 	start := time.Now()
+	spin := s.srv.cfg.Spin
+	b, _ := s.h.(bounder)
+	bound := b != nil && s.srv.cfg.BoundSpin > 0 && b.Bound()
+	if bound {
+		spin = max(spin, s.srv.cfg.BoundSpin)
+	}
+	checked := start
 	for i := 0; ; i++ {
 		if s.shm.tail() != s.head {
+			if bound {
+				s.srv.metrics.boundPoll.Add(time.Since(start).Seconds())
+			}
 			return nil
 		}
 		if i%64 == 63 {
-			if time.Since(start) > s.srv.cfg.Spin {
+			now := time.Now()
+			if now.Sub(start) > spin {
 				break
+			}
+			if bound && now.Sub(checked) > boundCheck {
+				checked = now
+				if !b.Bound() { // released: poll no longer than an unbound session
+					s.srv.metrics.boundPoll.Add(now.Sub(start).Seconds())
+					bound, spin = false, s.srv.cfg.Spin
+					start = now.Add(-s.srv.cfg.Spin) // sleep at once
+					continue
+				}
 			}
 			runtime.Gosched()
 		}
+	}
+	if bound {
+		s.srv.metrics.boundPoll.Add(time.Since(start).Seconds())
 	}
 	s.srv.metrics.sleeps.Inc()
 	s.shm.setServerWaiting(true)
 	defer s.shm.setServerWaiting(false)
 	idle := false
+	release := start.Add(s.srv.cfg.IdleRelease) // the implicit binding goes after IdleRelease idle, polling included
 	for s.shm.tail() == s.head {
 		if ctx.Err() != nil {
 			return ctx.Err()
 		}
-		_ = s.conn.SetReadDeadline(time.Now().Add(s.srv.cfg.IdleRelease))
+		if !idle && !time.Now().Before(release) {
+			idle = true
+			if i, ok := s.h.(idler); ok {
+				i.Idle()
+			}
+		}
+		deadline := release
+		if idle {
+			deadline = time.Now().Add(s.srv.cfg.IdleRelease)
+		}
+		_ = s.conn.SetReadDeadline(deadline)
 		_, err := s.conn.Read(s.wake[:])
 		switch {
 		case err == nil:
 		case errors.Is(err, os.ErrDeadlineExceeded):
-			if !idle {
-				idle = true
-				if i, ok := s.h.(idler); ok {
-					i.Idle()
-				}
-			}
 		case errors.Is(err, io.EOF), errors.Is(err, net.ErrClosed), errors.Is(err, syscall.ECONNRESET):
 			return errClosed
 		default:
@@ -309,6 +341,9 @@ func (s *session) wait(ctx context.Context) error {
 	}
 	return nil
 }
+
+// boundCheck is how often a polling session asks whether its function still holds a binding.
+const boundCheck = time.Millisecond
 
 func leU32(b []byte) uint32 {
 	return uint32(b[0]) | uint32(b[1])<<8 | uint32(b[2])<<16 | uint32(b[3])<<24

@@ -295,7 +295,7 @@ func (s *Server) startDataPlane(ctx context.Context) error {
 	// The memory manager reserves through addrs, so that functions get the fixed addresses of their images from
 	// before a restart again (executor restore.go).
 	addrs := executor.NewAddresses(dev)
-	mem, err := memory.New(addrs, memory.Config{MaxBytesPerGPU: reserve})
+	mem, err := memory.New(addrs, memory.Config{MaxBytesPerGPU: reserve, SlabChunks: memory.DefaultSlabChunks})
 	if err != nil {
 		return fmt.Errorf("gpuserver: device memory: %w", err)
 	}

@@ -90,3 +90,48 @@ func TestClusterProperties(t *testing.T) {
 		}
 	}
 }
+
+// TestStaticPackingAndRoundRobin: static packing puts the hot function's model on both GPUs of its node and every
+// function somewhere (no swap, no refusal) on two nodes; placeStatic balances demand over the nodes. Round robin
+// alternates nodes whatever they hold, so requests wait for images and swaps the router avoids: fewer on time.
+func TestStaticPackingAndRoundRobin(t *testing.T) {
+	models := []Model{{Name: "a", WeightsBytes: 100e6, Native: msd(10), Remote: msd(10), SLO: time.Second,
+		Percentile: 98}}
+	var arr []Arrival
+	for i := range 400 {
+		fn := 0 // the hot function
+		if i%4 == 3 {
+			fn = 1 + i%3
+		}
+		arr = append(arr, Arrival{At: time.Duration(i) * 5 * time.Millisecond, Function: fn})
+	}
+	cfg := ClusterConfig{Config: Config{Models: models, Functions: 4, Node: twoGPUNode(t), Arrivals: arr,
+		Policy: controller.PolicyStatic}, Nodes: 2}
+	home, gpus := placeStatic(&cfg, []fnModel{{model: models[0]}, {model: models[0]}, {model: models[0]},
+		{model: models[0]}}, arr, 2)
+	if len(gpus[0]) != 2 || home[1] == home[0] && home[2] == home[0] && home[3] == home[0] {
+		t.Fatalf("static packing: homes %v, GPUs %v; want the hot function on both GPUs of its node, the others "+
+			"not all beside it", home, gpus)
+	}
+	r, err := RunCluster(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.FunctionsSLOMet != 4 || r.RequestsOnTime != 400 || r.Rejected != 0 || r.ImageLoads != 0 {
+		t.Fatalf("static: %+v", r)
+	}
+	cfg.Policy = controller.PolicyFaaSGPU
+	routed, err := RunCluster(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.RoundRobin = true
+	rr, err := RunCluster(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rr.RequestsOnTime >= routed.RequestsOnTime {
+		t.Fatalf("round robin %d image loads, %d on time; router %d, %d", rr.ImageLoads, rr.RequestsOnTime,
+			routed.ImageLoads, routed.RequestsOnTime)
+	}
+}

@@ -209,3 +209,27 @@ func TestProxyNotReadyAndUnreachable(t *testing.T) {
 		}
 	}
 }
+
+// TestProxyPassesRetryAfter: a function's 429 with Retry-After (its gpuserver's overload control refused the
+// request) reaches the caller with the header, not tagged as the proxy's own answer.
+func TestProxyPassesRetryAfter(t *testing.T) {
+	upstream := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Retry-After", "2")
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(http.StatusTooManyRequests)
+		_, _ = w.Write([]byte(`{"error":"node overloaded"}`))
+	}))
+	defer upstream.Close()
+	u, _ := url.Parse(upstream.URL)
+	srv := httptest.NewServer(New(Config{Backend: upstreamBackend{upstream: u, ready: true}, ProxyTimeout: time.Minute}))
+	defer srv.Close()
+	resp, err := http.Post(srv.URL+"/function/fn", "text/plain", strings.NewReader("x"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusTooManyRequests || resp.Header.Get("Retry-After") != "2" ||
+		resp.Header.Get(InternalHeader) != "" {
+		t.Fatalf("status %d, headers %v", resp.StatusCode, resp.Header)
+	}
+}

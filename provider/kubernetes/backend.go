@@ -2,6 +2,7 @@ package kubernetes
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strings"
 	"sync/atomic"
@@ -29,6 +30,7 @@ type Backend struct {
 	cfg       Config
 	next      atomic.Uint64 // round-robin position of Resolve
 	endpoints *endpointCache
+	nodes     *nodeReports // nil without Config.GPUServers
 }
 
 var (
@@ -45,7 +47,22 @@ func New(client kubernetes.Interface, cfg Config) (*Backend, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	return &Backend{client: client, cfg: cfg, endpoints: newEndpointCache(client)}, nil
+	b := &Backend{client: client, cfg: cfg, endpoints: newEndpointCache(client)}
+	if cfg.GPUServers != "" {
+		every, maxAge := cfg.NodeReportEvery, cfg.NodeReportMaxAge
+		if every <= 0 {
+			every = DefaultNodeReportEvery
+		}
+		if maxAge <= 0 {
+			maxAge = DefaultNodeReportMaxAge
+		}
+		nr, err := newNodeReports(client, cfg.GPUServers, every, maxAge)
+		if err != nil {
+			return nil, fmt.Errorf("%w: GPUServers: %v", provider.ErrInvalid, err)
+		}
+		b.nodes = nr
+	}
+	return b, nil
 }
 
 // Start runs the EndpointSlice cache until ctx ends or Stop: an informer for the default namespace starts now, one
@@ -53,13 +70,23 @@ func New(client kubernetes.Interface, cfg Config) (*Backend, error) {
 // until a namespace's informer has synced, reads of it go to the API server, so the first requests after start
 // are answered too. Starting twice is an error.
 func (b *Backend) Start(ctx context.Context) error {
-	return b.endpoints.start(ctx, b.cfg.DefaultNamespace)
+	if err := b.endpoints.start(ctx, b.cfg.DefaultNamespace); err != nil {
+		return err
+	}
+	if b.nodes != nil {
+		b.nodes.start(b.endpoints.context())
+	}
+	return nil
 }
 
 // Stop ends the EndpointSlice cache's informers and waits, until ctx ends, for their goroutines to return. The
 // backend keeps working afterwards, listing from the API server. Stop without Start returns at once.
 func (b *Backend) Stop(ctx context.Context) error {
-	return b.endpoints.stop(ctx)
+	err := b.endpoints.stop(ctx)
+	if b.nodes != nil {
+		err = errors.Join(err, b.nodes.wait(ctx))
+	}
+	return err
 }
 
 // Config returns the backend's settings.

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"path"
 	"strings"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/util/validation"
@@ -38,6 +39,14 @@ type Config struct {
 	HTTPProbe bool
 	// GPU says how GPU functions reach the node's gpuserver.
 	GPU GPUConfig
+	// GPUServers, when set ("namespace/name" of the gpuservers' headless Service, whose endpoints run one per GPU
+	// node), makes Resolve route each request to the replica whose node suits it best now - the function's model
+	// on a GPU there, the shortest queue, not shedding it - from the pool status each gpuserver reports (polled
+	// every NodeReportEvery over the Service's port); round robin where reports are missing or older than
+	// NodeReportMaxAge. Empty: round robin.
+	GPUServers       string
+	NodeReportEvery  time.Duration
+	NodeReportMaxAge time.Duration
 }
 
 // GPUConfig is the injection applied to GPU functions.

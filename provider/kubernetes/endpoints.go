@@ -52,6 +52,13 @@ func (c *endpointCache) start(ctx context.Context, namespaces ...string) error {
 	return nil
 }
 
+// context is the context the informers run under (it ends with stop); nil before start.
+func (c *endpointCache) context() context.Context {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.ctx
+}
+
 // running reports whether the cache was started and has not been stopped.
 func (c *endpointCache) running() bool {
 	c.mu.Lock()

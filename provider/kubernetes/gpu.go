@@ -82,6 +82,9 @@ func (g GPUConfig) inject(spec *corev1.PodSpec, gpu pool.FunctionSpec) error {
 	if gpu.Scratch != "" {
 		gpuEnv = append(gpuEnv, corev1.EnvVar{Name: EnvGPUScratch, Value: gpu.Scratch})
 	}
+	if gpu.Model != "" {
+		gpuEnv = append(gpuEnv, corev1.EnvVar{Name: EnvGPUModel, Value: gpu.Model})
+	}
 	if len(g.RegistrationKey) != 0 {
 		ticket, err := g.RegistrationKey.Ticket(gpu)
 		if err != nil {

@@ -11,8 +11,9 @@ import (
 	"github.com/faas-gpu/faas-gpu/provider"
 )
 
-// Resolve returns the URL of a ready replica, taken from the function Service's EndpointSlices in round-robin
-// order. It fails with ErrNotFound when the Service does not exist and ErrNotReady when no endpoint is ready.
+// Resolve returns the URL of a ready replica, taken from the function Service's EndpointSlices: with
+// Config.GPUServers, the replica whose node suits the request best now (router.PickReplica on the nodes'
+// gpuserver reports), else, and where reports are missing or stale, in round-robin order. It fails with ErrNotFound when the Service does not exist and ErrNotReady when no endpoint is ready.
 //
 // Once Start has run, the slices come from the endpoint cache and a resolve makes no API call while the function
 // has a ready endpoint; before the namespace's informer has synced (and without Start) they are listed from the API
@@ -30,15 +31,19 @@ func (b *Backend) Resolve(ctx context.Context, namespace, name string) (*url.URL
 	if err != nil {
 		return nil, err
 	}
-	hosts := readyHosts(slices, b.cfg.HTTPPort)
-	if len(hosts) == 0 {
+	replicas := readyReplicas(slices, b.cfg.HTTPPort)
+	if len(replicas) == 0 {
 		if _, err := b.client.CoreV1().Services(ns).Get(ctx, name, metav1.GetOptions{}); err != nil {
 			return nil, APIError("get service "+name, err)
 		}
 		return nil, fmt.Errorf("function %s.%s has no ready endpoint: %w", name, ns, provider.ErrNotReady)
 	}
-	i := b.next.Add(1) % uint64(len(hosts))
-	return &url.URL{Scheme: "http", Host: hosts[i]}, nil
+	rr := b.next.Add(1)
+	i := int(rr % uint64(len(replicas)))
+	if b.nodes != nil {
+		i, _ = b.nodes.pick(GPUFunctionName(name, ns), replicas, rr)
+	}
+	return &url.URL{Scheme: "http", Host: replicas[i].Addr}, nil
 }
 
 // watchNamespace starts the endpoint cache's informer for ns after checking that ns is a function namespace; it

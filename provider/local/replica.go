@@ -358,6 +358,9 @@ func (b *Backend) gpuEnv(rec record) map[string]string {
 	if spec.Scratch != "" {
 		m["FAAS_GPU_SCRATCH"] = spec.Scratch
 	}
+	if spec.Model != "" {
+		m["FAAS_GPU_MODEL"] = spec.Model
+	}
 	if b.cfg.GPUEnv != nil {
 		for k, v := range b.cfg.GPUEnv(gpuName) {
 			m[k] = v

@@ -18,7 +18,7 @@ Environment:
   FAAS_GPU_SELF_REGISTER=1     register with the node's gpuserver at start, before the handler is imported (in a
                         cluster the provider cannot reach the node's gpuserver): the requirements come from
                         FAAS_GPU_MEMORY_BYTES, FAAS_GPU_SLO (e.g. 80ms), FAAS_GPU_SLO_PERCENTILE,
-                        FAAS_GPU_ISOLATION and FAAS_GPU_SCRATCH, and the token the gpuserver answers becomes FAAS_GPU_TOKEN for the shim
+                        FAAS_GPU_ISOLATION, FAAS_GPU_SCRATCH and FAAS_GPU_MODEL, and the token the gpuserver answers becomes FAAS_GPU_TOKEN for the shim
   OPENFAAS_SECRETS_DIR  where the function's secrets are files (default /var/openfaas/secrets)
   FAAS_GPU_MAX_BODY_BYTES  the largest request body accepted (default 67108864, 64 MiB); larger gets 413
   FAAS_GPU_LISTEN_BACKLOG  connections the kernel queues before index.py accepts them (default 1024; the
@@ -653,6 +653,8 @@ def self_register(gpu):
             spec["isolation"] = os.environ["FAAS_GPU_ISOLATION"]
         if os.getenv("FAAS_GPU_SCRATCH"):
             spec["scratch"] = os.environ["FAAS_GPU_SCRATCH"]
+        if os.getenv("FAAS_GPU_MODEL"):
+            spec["model"] = os.environ["FAAS_GPU_MODEL"]
     except KeyError:
         sys.exit("gpu-python: FAAS_GPU_SELF_REGISTER=1 needs FAAS_GPU_MEMORY_BYTES")
     except ValueError as e:

@@ -124,8 +124,11 @@ func startNode(ctx context.Context, funcs registry) (*node, func(), error) {
 		return nil, nil, err
 	}
 	b := &binder{bound: map[string]bool{}}
-	srv, err := remoting.NewServer(remoting.Config{Device: dev, Node: xn, Functions: funcs, Binder: b,
-		Logger: slog.New(slog.DiscardHandler)})
+	log := slog.New(slog.DiscardHandler)
+	if os.Getenv("LLMBENCH_DEBUG") != "" {
+		log = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	}
+	srv, err := remoting.NewServer(remoting.Config{Device: dev, Node: xn, Functions: funcs, Binder: b, Logger: log})
 	if err != nil {
 		return nil, nil, err
 	}
@@ -309,7 +312,7 @@ func run(ctx context.Context, c config) error {
 	}
 	spec := func(name string) pool.FunctionSpec {
 		return pool.FunctionSpec{Name: name, MemoryBytes: 4 << 30, Isolation: pool.IsolationShared,
-			Scratch: pool.ScratchRequest}
+			Scratch: pool.ScratchRequest, Model: pool.ModelShared}
 	}
 	funcs := registry{"llm-a": spec("llm-a"), "llm-b": spec("llm-b")}
 	n, stop, err := startNode(ctx, funcs)
@@ -426,13 +429,13 @@ func run(ctx context.Context, c config) error {
 		"each inside a request (the executor binds GPU 0 and releases after; scratch is the request's). Figures are "+
 		"means with their range over the runs.\n\n", runtime.NumCPU(), runtime.Version(), c.layers,
 		float64(a.load.Params)/1e6, c.tokens, c.runs)
-	w("**What these figures are, and are not.** No GPU ran: every time below is host work (Python, PyTorch's "+
-		"dispatch, the shim's records, the gpuserver's handling) on a loaded 2-core VM, with zero GPU time, so they "+
-		"bound the remoting overhead from above for this machine and say nothing about GPU time. There is no native "+
-		"side here (no GPU to run natively on); the targets (TTFT <= 100 ms from the host image, decode >= 0.95x "+
-		"native with CUDA graphs) are measured by the GPU suite, which has not run yet. The timed virtual GPU of the "+
+	w("**What these figures are, and are not.** No GPU ran: every time below is host work (Python, PyTorch's " +
+		"dispatch, the shim's records, the gpuserver's handling) on a loaded 2-core VM, with zero GPU time, so they " +
+		"bound the remoting overhead from above for this machine and say nothing about GPU time. There is no native " +
+		"side here (no GPU to run natively on); the targets (TTFT <= 100 ms from the host image, decode >= 0.95x " +
+		"native with CUDA graphs) are measured by the GPU suite, which has not run yet. The timed virtual GPU of the " +
 		"native-speed work (issue 19) had not landed in main when this ran, so no modelled GPU time is included.\n\n")
-	w("## Decode through the shim\n\n| mode | TTFT, warm (ms) | decode steps/s | async records per token | "+
+	w("## Decode through the shim\n\n| mode | TTFT, warm (ms) | decode steps/s | async records per token | " +
 		"sync round trips per token | answered in the shim per token |\n|---|---|---|---|---|---|\n")
 	for _, m := range modes {
 		w("| %s | %s | %s | %.1f | %.1f | %.1f |\n", m.name, stats(m.ttft).ms(), stats(m.tps).plain(),

@@ -110,7 +110,7 @@ func (b *Backend) resolve(w int, ptr device.Ptr, n uint64) ([]segment, error) {
 			return nil, fmt.Errorf("%w: %s touched %#x, memory of context %d", device.ErrIllegalAddress,
 				whoString(w), addr, m.ctx)
 		}
-		off := addr - uint64(m.start)
+		off := addr - uint64(m.start) + m.offset
 		page := m.phys.page(off / b.gran)
 		in := off % b.gran
 		take := min(end-addr, b.gran-in)
@@ -156,7 +156,7 @@ func (b *Backend) zeroDevice(w int, ptr device.Ptr, n uint64) error {
 	defer b.mu.RUnlock()
 	for addr, end := uint64(ptr), uint64(ptr)+n; addr < end; {
 		m := b.pages[addr/b.gran]
-		off := addr - uint64(m.start)
+		off := addr - uint64(m.start) + m.offset
 		idx, in := off/b.gran, off%b.gran
 		take := min(end-addr, b.gran-in)
 		m.phys.mu.Lock()

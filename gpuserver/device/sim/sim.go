@@ -161,6 +161,8 @@ type Backend struct {
 type mapping struct {
 	start    device.Ptr
 	phys     *physical
+	offset   uint64 // of the mapped part in phys (MapRange)
+	size     uint64 // of the mapped part
 	access   uint64 // bit i: GPU i may access
 	ctx      uint64 // the context owning it (module memory), 0: the process's (Map)
 	readOnly bool   // SetAccessReadOnly: copies and memsets into it fault (kernels' writes are not checked)
@@ -408,22 +410,37 @@ func (b *Backend) Map(ptr device.Ptr, phys device.Physical) error {
 	if !ok || p.b != b {
 		return fmt.Errorf("%w: physical memory of another backend", device.ErrInvalidValue)
 	}
+	return b.MapRange(ptr, phys, 0, p.size)
+}
+
+var _ device.RangeMapper = (*Backend)(nil)
+
+// MapRange maps [offset, offset+size) of phys at ptr.
+func (b *Backend) MapRange(ptr device.Ptr, phys device.Physical, offset, size uint64) error {
+	p, ok := phys.(*physical)
+	if !ok || p.b != b {
+		return fmt.Errorf("%w: physical memory of another backend", device.ErrInvalidValue)
+	}
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if p.released {
 		return fmt.Errorf("%w: physical memory released", device.ErrInvalidValue)
 	}
-	if uint64(ptr)%b.gran != 0 || !b.inReservation(ptr, p.size) {
-		return fmt.Errorf("%w: map %d bytes at %#x: not aligned or not inside a reservation", device.ErrInvalidValue,
-			p.size, uint64(ptr))
+	if size == 0 || offset%b.gran != 0 || size%b.gran != 0 || offset > p.size || size > p.size-offset {
+		return fmt.Errorf("%w: map [%d,+%d) of a physical allocation of %d bytes (granularity %d)",
+			device.ErrInvalidValue, offset, size, p.size, b.gran)
 	}
-	first, n := uint64(ptr)/b.gran, p.size/b.gran
+	if uint64(ptr)%b.gran != 0 || !b.inReservation(ptr, size) {
+		return fmt.Errorf("%w: map %d bytes at %#x: not aligned or not inside a reservation", device.ErrInvalidValue,
+			size, uint64(ptr))
+	}
+	first, n := uint64(ptr)/b.gran, size/b.gran
 	for i := range n {
 		if _, ok := b.pages[first+i]; ok {
 			return fmt.Errorf("%w: %#x is already mapped", device.ErrInvalidValue, (first+i)*b.gran)
 		}
 	}
-	m := &mapping{start: ptr, phys: p}
+	m := &mapping{start: ptr, phys: p, offset: offset, size: size}
 	for i := range n {
 		b.pages[first+i] = m
 	}
@@ -496,14 +513,14 @@ func (b *Backend) Unmap(ptr device.Ptr, size uint64) error {
 		return err
 	}
 	for _, m := range ms {
-		if m.start < ptr || uint64(m.start)+m.phys.size > uint64(ptr)+size {
+		if m.start < ptr || uint64(m.start)+m.size > uint64(ptr)+size {
 			return fmt.Errorf("%w: unmap [%#x,+%d) cuts the mapping at %#x", device.ErrInvalidValue, uint64(ptr), size,
 				uint64(m.start))
 		}
 	}
 	for _, m := range ms {
 		first := uint64(m.start) / b.gran
-		for i := range m.phys.size / b.gran {
+		for i := range m.size / b.gran {
 			delete(b.pages, first+i)
 		}
 		m.phys.maps--

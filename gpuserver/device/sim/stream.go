@@ -38,9 +38,11 @@ type stream struct {
 	q    chan op
 	done chan struct{}
 
-	mu        sync.Mutex
-	destroyed bool
-	stopOnce  sync.Once
+	mu         sync.Mutex
+	destroyed  bool
+	stopOnce   sync.Once
+	capture    *[]op // while capturing (graph.go): the operations recorded instead of queued
+	captureErr error // what the capture could not hold
 
 	// owned by the worker goroutine
 	err      error
@@ -182,6 +184,17 @@ func (s *stream) enqueue(o op) error {
 		if err := s.ctxErr(); err != nil { // after a context fault every call of the context fails with it
 			return err
 		}
+	}
+	if s.capture != nil {
+		if o.run == nil || o.kind == "copy host to device" || o.kind == "copy device to host" {
+			err := fmt.Errorf("%w: a stream capture holds device work only", device.ErrNotSupported)
+			if s.captureErr == nil {
+				s.captureErr = err
+			}
+			return err
+		}
+		*s.capture = append(*s.capture, o)
+		return nil
 	}
 	o.enq = s.b.clock.Now()
 	select {

@@ -121,7 +121,8 @@ func run(ctx context.Context, args []string, stdout io.Writer) error {
 	}
 	scale := c.timeScale
 	maxModel := c.maxModel * mib
-	mem, err := memory.New(dev, memory.Config{Share: 0.9, MaxBytesPerGPU: 2*max(maxModel, 512*mib) + 256*mib})
+	mem, err := memory.New(dev, memory.Config{Share: 0.9, MaxBytesPerGPU: 2*max(maxModel, 512*mib) + 256*mib,
+		SlabChunks: memory.DefaultSlabChunks})
 	if err != nil {
 		return err
 	}

@@ -1,26 +1,23 @@
-// Command benchpolicy runs the policy benchmarks of `make bench-policy` and writes docs/bench/policy.{md,json,png}
-// and docs/bench/policy-cluster.png: every policy side by side on the Torpor node experiment, on the Azure 2019
-// trace with Clockwork's models and, overloaded, with Torpor's models (each result beside the offline upper
-// bound); partial residency on the Torpor node; the cluster over the whole 8-hour Azure trace (GPUs needed per
-// policy against keep-alive and native binding); the simulator's speed on a day of a 16-node cluster; and the
-// headline conclusions checked on three seeds. With -previous, the figures of an earlier policy.json are shown
-// beside the new ones.
+// Command benchpolicy runs the policy benchmarks of `make bench-policy` and writes docs/bench/policy.{md,json}.
+// Every policy is judged on two figures side by side - functions within their SLO and requests served within it
+// - with the requests refused beside them, each a mean with its range over the seeds: Torpor's node and trace;
+// the Azure 2019 8-hour trace split into hours with Torpor's models; Torpor's node simulator's arrivals at 700
+// functions with the overload control on its default and off; the cluster GPUs each policy needs for the 8-hour
+// trace at the same target, against static packing, keep-alive and late binding without our policy; and the
+// router against round robin. -quick runs a small version for CI.
 package main
 
 import (
-	"bytes"
 	"encoding/json"
-	"errors"
 	"flag"
 	"fmt"
-	"image/color"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"runtime"
-	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/faas-gpu/faas-gpu/gpuserver/controller"
@@ -28,87 +25,83 @@ import (
 	"github.com/faas-gpu/faas-gpu/gpuserver/topology"
 )
 
-type experiment struct {
-	Name    string                       `json:"name"`
-	Trace   string                       `json:"trace"`
-	Models  string                       `json:"models"`
-	Node    string                       `json:"node"`
-	Minutes int                          `json:"minutes"`
-	Counts  []int                        `json:"function_counts"`
-	Results map[string][]simulate.Result `json:"results"` // policy -> one per count
-	Bounds  []simulate.Bound             `json:"offline_bounds"`
+// outcome is one run's figures.
+type outcome struct {
+	Seed      uint64  `json:"seed"`
+	Functions int     `json:"functions_with_requests"`
+	Met       int     `json:"functions_slo_met"`
+	Requests  int64   `json:"requests"`
+	OnTime    int64   `json:"requests_on_time"`
+	Refused   int64   `json:"requests_refused"`
+	Busy      float64 `json:"gpu_busy"`
+	GPUs      float64 `json:"gpus,omitempty"`
 }
 
-type partialRow struct {
-	Functions int             `json:"functions"`
-	Without   simulate.Result `json:"without"`
-	With      simulate.Result `json:"with"`
+func (o outcome) fnShare() float64  { return ratio(float64(o.Met), float64(o.Functions)) }
+func (o outcome) reqShare() float64 { return ratio(float64(o.OnTime), float64(o.Requests)) }
+
+func ratio(a, b float64) float64 {
+	if b == 0 {
+		return 0
+	}
+	return a / b
 }
 
-type clusterReport struct {
-	Trace   string                   `json:"trace"`
-	Models  string                   `json:"models"`
-	Node    string                   `json:"node"`
-	Minutes int                      `json:"minutes"`
-	Funcs   int                      `json:"functions"`
-	Runs    []simulate.ClusterResult `json:"runs"`
-	Target  float64                  `json:"target_share"`
-	// Needed is, per policy, the fewest GPUs provisioned (fixed cluster: nodes x GPUs; autoscaled: the mean) with
-	// which at least Target of the functions met their SLO; absent when no run reached it.
-	Needed map[string]float64 `json:"gpus_needed"`
+// cell is one policy at one point of a sweep, over the seeds.
+type cell struct {
+	Policy string    `json:"policy"`
+	Runs   []outcome `json:"runs"`
 }
 
-type seedCheck struct {
-	Seed           uint64  `json:"seed"`
-	OverloadFaaS   int     `json:"overload_faas_gpu"`
-	OverloadBest   int     `json:"overload_best_other"`
-	OverloadBestBy string  `json:"overload_best_other_policy"`
-	OverloadActive int     `json:"overload_active"`
-	OverloadBound  int     `json:"overload_bound"`
-	ClusterFaaS    float64 `json:"cluster_faas_gpu_gpus"`
-	ClusterShare   float64 `json:"cluster_faas_gpu_share"`
-	ClusterKA      float64 `json:"cluster_keepalive_gpus"`
-	ClusterKAShare float64 `json:"cluster_keepalive_share"`
-	PartialBytes   [2]uint64
-	PartialP99     [2]float64
+// point is one x of a sweep (a function count, an hour).
+type point struct {
+	Label string `json:"label"`
+	Cells []cell `json:"cells"`
+}
+
+type sweep struct {
+	Name   string  `json:"name"`
+	What   string  `json:"what"`
+	Points []point `json:"points"`
+}
+
+// sizing is how many GPUs a policy needs on one seed to keep Target of the functions within their SLO.
+type sizing struct {
+	Policy string    `json:"policy"`
+	Runs   []outcome `json:"runs"` // per seed: the smallest cluster reaching the target, or the best one tried
+	// Reached per seed.
+	Reached []bool `json:"reached"`
 }
 
 type report struct {
-	Seed        uint64          `json:"seed"`
-	Seeds       []uint64        `json:"check_seeds"`
-	GoVersion   string          `json:"go_version"`
-	CPUs        int             `json:"nproc"`
-	CPUModel    string          `json:"cpu_model"`
-	Commit      string          `json:"commit"`
-	Started     string          `json:"started"`
-	WallSeconds float64         `json:"wall_seconds"`
-	Policies    []string        `json:"policy_order"`
-	Experiments []experiment    `json:"experiments"`
-	Partial     []partialRow    `json:"partial_residency"`
-	Cluster     clusterReport   `json:"cluster"`
-	Speed       json.RawMessage `json:"speed"`
-	Checks      []seedCheck     `json:"seed_checks"`
-}
-
-type speedRun struct {
-	Functions  int     `json:"functions"`
-	Nodes      int     `json:"nodes"`
-	Minutes    int     `json:"minutes"`
-	GOMAXPROCS int     `json:"gomaxprocs"`
-	Requests   int64   `json:"requests"`
-	Events     int64   `json:"events"`
-	Wall       float64 `json:"wall_seconds"`
-	PerSecond  float64 `json:"events_per_second"`
-	SLOMet     string  `json:"slo_met"`
+	Quick       bool     `json:"quick"`
+	Seeds       []uint64 `json:"seeds"`
+	GoVersion   string   `json:"go_version"`
+	CPUs        int      `json:"nproc"`
+	CPUModel    string   `json:"cpu_model"`
+	Commit      string   `json:"commit"`
+	Started     string   `json:"started"`
+	WallSeconds float64  `json:"wall_seconds"`
+	Sweeps      []sweep  `json:"sweeps"`
+	// Cluster sizing at ClusterTarget over ClusterMinutes of the Azure trace.
+	ClusterTarget  float64  `json:"cluster_target"`
+	ClusterMinutes int      `json:"cluster_minutes"`
+	Sizing         []sizing `json:"cluster_sizing"`
+	// Router against round robin: faas-gpu on RouterNodes nodes.
+	RouterNodes int    `json:"router_nodes"`
+	Router      []cell `json:"router"`
 }
 
 type inputs struct {
 	dir    string
+	mu     sync.Mutex
 	traces map[string]*simulate.Trace
 	models map[string][]simulate.Model
 }
 
 func (in *inputs) load(trace, models string) (*simulate.Trace, []simulate.Model, error) {
+	in.mu.Lock()
+	defer in.mu.Unlock()
 	tr := in.traces[trace]
 	if tr == nil {
 		var err error
@@ -135,103 +128,213 @@ func main() {
 	}
 }
 
-func counts(flagName, s string) ([]int, error) {
-	var out []int
-	for _, f := range strings.Split(s, ",") {
-		n, err := strconv.Atoi(strings.TrimSpace(f))
-		if err != nil || n <= 0 {
-			return nil, fmt.Errorf("-%s: %q is not a positive count", flagName, f)
-		}
-		out = append(out, n)
+// The node of Torpor's node simulator (misc/tools/node_simu.py): 4 GPUs of 100 models of 300 MB, pairs behind
+// one PCIe switch each, 1.64x for two swaps behind one switch (Table 3).
+const torporSimuNode = `name: torpor-simu
+gpus:
+- {name: V100, memory_bytes: 30094131200, pcie_switch: 0, copy_engines: 2, h2d_bytes_per_sec: 12e9}
+- {name: V100, memory_bytes: 30094131200, pcie_switch: 0, copy_engines: 2, h2d_bytes_per_sec: 12e9}
+- {name: V100, memory_bytes: 30094131200, pcie_switch: 1, copy_engines: 2, h2d_bytes_per_sec: 12e9}
+- {name: V100, memory_bytes: 30094131200, pcie_switch: 1, copy_engines: 2, h2d_bytes_per_sec: 12e9}
+switch_uplink_bytes_per_sec: [12e9, 12e9]
+nvlink_bytes_per_sec: [[0, 24e9, 24e9, 48e9], [24e9, 0, 48e9, 24e9], [24e9, 48e9, 0, 48e9], [48e9, 24e9, 48e9, 0]]
+slowdown: {host_same_switch: 1.64, host_other_switch: 1.0, nvlink_other_pair: 1.0}
+transfer_latency_sec: 0
+`
+
+// torporSimuModel is node_simu.py's one model: 19 ms resident or over NVLink, 25 ms swapped from host alone,
+// deadline 50 ms at the 98th percentile.
+const torporSimuModel = "model,weights_mb,native_ms,remoting_ms,swap_pcie_ms,swap_nvlink_ms,heavy,slo_ms,slo_percentile\n" +
+	"a,300,19,19,25,19,true,50,98\n"
+
+// job is one simulation; its outcome lands in *out.
+type job struct {
+	name string
+	run  func() (outcome, error)
+	out  *outcome
+}
+
+func runJobs(jobs []job, parallel int) error {
+	var wg sync.WaitGroup
+	sem := make(chan struct{}, parallel)
+	errs := make([]error, len(jobs))
+	for i, j := range jobs {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			sem <- struct{}{}
+			defer func() { <-sem }()
+			t0 := time.Now()
+			o, err := j.run()
+			if err != nil {
+				errs[i] = fmt.Errorf("%s: %w", j.name, err)
+				return
+			}
+			*j.out = o
+			logf("%-58s functions %4d/%4d  requests %7d/%7d  refused %6d  (%.1fs)", j.name, o.Met, o.Functions,
+				o.OnTime, o.Requests, o.Refused, time.Since(t0).Seconds())
+		}()
 	}
-	return out, nil
+	wg.Wait()
+	for _, err := range errs {
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func fromResult(seed uint64, r simulate.Result) outcome {
+	busy := 0.0
+	for _, b := range r.GPUBusy {
+		busy += b / float64(len(r.GPUBusy))
+	}
+	return outcome{Seed: seed, Functions: r.FunctionsWithTraffic, Met: r.FunctionsSLOMet, Requests: r.Requests,
+		OnTime: r.RequestsOnTime, Refused: r.Rejected, Busy: busy}
+}
+
+func fromCluster(seed uint64, r simulate.ClusterResult) outcome {
+	return outcome{Seed: seed, Functions: r.FunctionsWithTraffic, Met: r.FunctionsSLOMet, Requests: r.Requests,
+		OnTime: r.RequestsOnTime, Refused: r.Rejected, GPUs: r.GPUsMean}
 }
 
 func run() error {
 	workloads := flag.String("workloads", "../shared/workloads", "directory of the shared workload CSVs")
 	out := flag.String("out", "docs/bench", "output directory")
-	countsArg := flag.String("counts", "40,80,160,320,480,560,720", "function counts of the node sweeps")
-	overloadArg := flag.String("overload-counts", "250,500,750,1000,1250", "function counts of the overload sweep")
-	seed := flag.Uint64("seed", 1, "seed of the figures")
-	seedsArg := flag.String("check-seeds", "1,2,3", "seeds the headline conclusions are checked on")
-	torporMin := flag.Int("torpor-minutes", 10, "simulated minutes of the Torpor trace")
-	azureMin := flag.Int("azure-minutes", 60, "simulated minutes of the Azure trace (node sweeps)")
-	clusterMin := flag.Int("cluster-minutes", 480, "simulated minutes of the cluster runs (the whole 8-hour trace)")
-	speedMin := flag.Int("speed-minutes", 1440, "simulated minutes of the speed run (a day: the trace repeats)")
-	previous := flag.String("previous", "", "an earlier policy.json whose figures are shown beside the new ones")
+	seedsArg := flag.String("seeds", "1,2,3,4,5", "seeds every figure is averaged over")
+	quick := flag.Bool("quick", false, "a small run for CI: two seeds, fewer points, shorter cluster runs")
+	parallel := flag.Int("parallel", runtime.NumCPU(), "simulations run at once")
+	from := flag.String("report", "", "render the markdown of an earlier run's JSON report instead of running")
 	flag.Parse()
-	nodeCounts, err := counts("counts", *countsArg)
-	if err != nil {
-		return err
-	}
-	overloadCounts, err := counts("overload-counts", *overloadArg)
-	if err != nil {
-		return err
+	if *from != "" {
+		data, err := os.ReadFile(*from)
+		if err != nil {
+			return fmt.Errorf("-report: %w", err)
+		}
+		var rep report
+		if err := json.Unmarshal(data, &rep); err != nil {
+			return fmt.Errorf("-report: %w", err)
+		}
+		return os.WriteFile(strings.TrimSuffix(*from, ".json")+".md", []byte(markdown(rep)), 0o644)
 	}
 	var seeds []uint64
 	for _, f := range strings.Split(*seedsArg, ",") {
 		s, err := strconv.ParseUint(strings.TrimSpace(f), 10, 64)
 		if err != nil {
-			return fmt.Errorf("-check-seeds: %q is not a seed", f)
+			return fmt.Errorf("-seeds: %q is not a seed", f)
 		}
 		seeds = append(seeds, s)
 	}
-	var prev *report
-	if *previous != "" {
-		data, err := os.ReadFile(*previous)
-		if err != nil {
-			return fmt.Errorf("-previous: %w", err)
+	if *parallel < 1 {
+		return fmt.Errorf("-parallel: must be >= 1")
+	}
+	torporCounts, hours, arrivalsMin, clusterMin := []int{160, 320, 560, 720}, []int{0, 1, 2, 3, 4, 5, 6, 7}, 31, 480
+	if *quick {
+		if *seedsArg == "1,2,3,4,5" {
+			seeds = []uint64{1, 2}
 		}
-		prev = &report{}
-		if err := json.Unmarshal(data, prev); err != nil {
-			return fmt.Errorf("-previous: %w", err)
-		}
+		torporCounts, hours, arrivalsMin, clusterMin = []int{160, 560}, []int{0, 1}, 10, 120
 	}
 	in := &inputs{dir: *workloads, traces: map[string]*simulate.Trace{}, models: map[string][]simulate.Model{}}
 	node, err := topology.Preset("v100x4")
 	if err != nil {
 		return err
 	}
-	start := time.Now()
-	rep := report{Seed: *seed, Seeds: seeds, GoVersion: runtime.Version(), CPUs: runtime.NumCPU(),
-		CPUModel: cpuModel(), Commit: gitCommit(), Started: start.UTC().Format(time.RFC3339)}
-	for _, p := range controller.Policies() {
-		rep.Policies = append(rep.Policies, string(p))
-	}
-	exps := []experiment{
-		{Name: "torpor-node", Trace: "torpor-203fn-31min.csv", Models: "models-torpor-v100.csv", Node: "v100x4",
-			Minutes: *torporMin, Counts: nodeCounts},
-		{Name: "azure2019", Trace: "azure2019-500fn-8h.csv", Models: "models-clockwork-v100.csv", Node: "v100x4",
-			Minutes: *azureMin, Counts: nodeCounts},
-		{Name: "azure2019-overload", Trace: "azure2019-500fn-8h.csv", Models: "models-torpor-v100.csv",
-			Node: "v100x4", Minutes: *azureMin, Counts: overloadCounts},
-	}
-	for ei := range exps {
-		e := &exps[ei]
-		if err := sweep(in, node, e, *seed); err != nil {
-			return err
-		}
-	}
-	rep.Experiments = exps
-	if rep.Partial, err = partialSweep(in, node, []int{320, 480, 560, 720}, *torporMin, *seed); err != nil {
-		return err
-	}
-	if rep.Cluster, err = clusterSweep(in, node, *clusterMin, *seed); err != nil {
-		return err
-	}
-	speed, err := speedRun1(in, node, *speedMin, *seed)
+	simuNode, err := topology.Parse([]byte(torporSimuNode))
 	if err != nil {
 		return err
 	}
-	if rep.Speed, err = json.Marshal(speed); err != nil {
+	simuModels, err := simulate.ParseModels(strings.NewReader(torporSimuModel))
+	if err != nil {
 		return err
 	}
-	for _, s := range seeds {
-		c, err := check(in, node, s, *azureMin, *clusterMin, *torporMin)
-		if err != nil {
-			return err
+	start := time.Now()
+	rep := report{Quick: *quick, Seeds: seeds, GoVersion: runtime.Version(), CPUs: runtime.NumCPU(),
+		CPUModel: cpuModel(), Commit: gitCommit(), Started: start.UTC().Format(time.RFC3339),
+		ClusterTarget: 0.98, ClusterMinutes: clusterMin, RouterNodes: 2}
+	nodePolicies := []controller.Policy{controller.PolicyFaaSGPU, controller.PolicyTorpor, controller.PolicyFIFO,
+		controller.PolicyRandomPlacement, controller.PolicyLRUEviction, controller.PolicyGShareDQLS,
+		controller.PolicyNative}
+	var jobs []job
+	add := func(sw *sweep, label string, policies []string, cfg func(policy string, seed uint64) (simulate.Config, error)) {
+		pt := point{Label: label}
+		for _, p := range policies {
+			pt.Cells = append(pt.Cells, cell{Policy: p, Runs: make([]outcome, len(seeds))})
 		}
-		rep.Checks = append(rep.Checks, c)
+		sw.Points = append(sw.Points, pt)
+		cur := &sw.Points[len(sw.Points)-1]
+		for ci := range cur.Cells {
+			c := &cur.Cells[ci]
+			for si, seed := range seeds {
+				jobs = append(jobs, job{name: fmt.Sprintf("%s %s %s seed %d", sw.Name, label, c.Policy, seed),
+					out: &c.Runs[si], run: func() (outcome, error) {
+						sc, err := cfg(c.Policy, seed)
+						if err != nil {
+							return outcome{}, err
+						}
+						r, err := simulate.Run(sc, false)
+						return fromResult(seed, r), err
+					}})
+			}
+		}
+	}
+	names := func(ps []controller.Policy) []string {
+		var out []string
+		for _, p := range ps {
+			out = append(out, string(p))
+		}
+		return out
+	}
+	rep.Sweeps = make([]sweep, 3)
+	tn := &rep.Sweeps[0]
+	*tn = sweep{Name: "torpor-node", What: "Torpor's node (v100x4) and trace (torpor-203fn-31min.csv) with Torpor's " +
+		"models (models-torpor-v100.csv), 10 simulated minutes; x: functions"}
+	for _, n := range torporCounts {
+		add(tn, strconv.Itoa(n), names(nodePolicies), func(p string, seed uint64) (simulate.Config, error) {
+			tr, ms, err := in.load("torpor-203fn-31min.csv", "models-torpor-v100.csv")
+			return simulate.Config{Trace: tr, Models: ms, Functions: n, Node: node, Minutes: 10,
+				Policy: controller.Policy(p), Seed: seed}, err
+		})
+	}
+	hr := &rep.Sweeps[1]
+	*hr = sweep{Name: "azure-hours", What: "the Azure 2019 trace (azure2019-500fn-8h.csv, its 500 functions as they " +
+		"are) split into its 8 hours, Torpor's models, node v100x4, 60 simulated minutes each; x: hour"}
+	for _, h := range hours {
+		add(hr, strconv.Itoa(h+1), names(nodePolicies), func(p string, seed uint64) (simulate.Config, error) {
+			tr, ms, err := in.load("azure2019-500fn-8h.csv", "models-torpor-v100.csv")
+			return simulate.Config{Trace: tr, Models: ms, Functions: 500, Node: node, Minutes: 60,
+				StartMinute: 60 * h, Policy: controller.Policy(p), Seed: seed}, err
+		})
+	}
+	ta := &rep.Sweeps[2]
+	*ta = sweep{Name: "torpor-arrivals", What: fmt.Sprintf("arrivals drawn as Torpor's node simulator draws them "+
+		"(simulate.TorporArrivals) from its trace, its one model (19 ms, 25 ms swapped from host, 50 ms deadline) "+
+		"and its node (100 models per GPU, 1.64x for two swaps behind one switch), %d minutes; faas-gpu with the "+
+		"overload control on its default (auto) and off; x: functions", arrivalsMin)}
+	for _, n := range []int{700} {
+		add(ta, strconv.Itoa(n), []string{"faas-gpu", "faas-gpu (overload off)", "torpor"},
+			func(p string, seed uint64) (simulate.Config, error) {
+				tr, _, err := in.load("torpor-203fn-31min.csv", "models-torpor-v100.csv")
+				if err != nil {
+					return simulate.Config{}, err
+				}
+				arr, err := simulate.TorporArrivals(tr, n, arrivalsMin, seed)
+				cfg := simulate.Config{Models: simuModels, Functions: n, Node: simuNode, Arrivals: arr,
+					MemoryFactor: 1, Policy: controller.Policy(p), Seed: seed}
+				if p == "faas-gpu (overload off)" {
+					cfg.Policy, cfg.Overload = controller.PolicyFaaSGPU, controller.Overload{Mode: controller.OverloadOff}
+				}
+				return cfg, err
+			})
+	}
+	if err := runJobs(jobs, *parallel); err != nil {
+		return err
+	}
+	if rep.Sizing, err = clusterSizing(in, node, seeds, clusterMin, rep.ClusterTarget, *parallel); err != nil {
+		return err
+	}
+	if rep.Router, err = routerRuns(in, node, seeds, clusterMin, rep.RouterNodes, *parallel); err != nil {
+		return err
 	}
 	rep.WallSeconds = time.Since(start).Seconds()
 	if err := os.MkdirAll(*out, 0o755); err != nil {
@@ -241,311 +344,105 @@ func run() error {
 	if err != nil {
 		return err
 	}
-	if err := os.WriteFile(filepath.Join(*out, "policy.json"), append(js, '\n'), 0o644); err != nil {
+	name := "policy"
+	if *quick {
+		name = "policy-quick"
+	}
+	if err := os.WriteFile(filepath.Join(*out, name+".json"), append(js, '\n'), 0o644); err != nil {
 		return err
 	}
-	if err := plots(*out, rep); err != nil {
-		return err
-	}
-	return os.WriteFile(filepath.Join(*out, "policy.md"), []byte(markdown(rep, speed, prev)), 0o644)
+	return os.WriteFile(filepath.Join(*out, name+".md"), []byte(markdown(rep)), 0o644)
 }
 
-func logf(format string, a ...any) { fmt.Fprintf(os.Stderr, format+"\n", a...) }
-
-// sweep runs every policy at every count of e, with the offline bound.
-func sweep(in *inputs, node topology.Node, e *experiment, seed uint64) error {
-	tr, ms, err := in.load(e.Trace, e.Models)
-	if err != nil {
-		return err
-	}
-	e.Results = map[string][]simulate.Result{}
-	for _, n := range e.Counts {
-		cfg := simulate.Config{Trace: tr, Models: ms, Functions: n, Node: node, Minutes: e.Minutes,
-			Policy: controller.PolicyFaaSGPU, Seed: seed}
-		b, err := simulate.OfflineBound(cfg)
-		if err != nil {
-			return err
-		}
-		e.Bounds = append(e.Bounds, b)
-		for _, p := range controller.Policies() {
-			cfg.Policy = p
-			r, err := simulate.Run(cfg, false)
-			if err != nil {
-				return fmt.Errorf("%s %d %s: %w", e.Name, n, p, err)
-			}
-			logf("%s %4d %-17s %4d/%4d functions (bound %d), %d/%d requests on time (%.1fs)", e.Name, n, p,
-				r.FunctionsSLOMet, r.FunctionsWithTraffic, b.Functions, r.RequestsOnTime, r.Requests, r.WallSeconds)
-			e.Results[string(p)] = append(e.Results[string(p)], r)
-		}
-	}
-	return nil
-}
-
-func partialSweep(in *inputs, node topology.Node, ns []int, minutes int, seed uint64) ([]partialRow, error) {
-	tr, ms, err := in.load("torpor-203fn-31min.csv", "models-torpor-v100.csv")
+// clusterSizing finds, per seed, the fewest GPUs with which each policy keeps target of the 500 functions of the
+// Azure trace (Torpor's models) within their SLO: fixed clusters of v100x4 nodes, grown one node at a time until
+// the target is reached (at most maxNodes), and keep-alive on a GPU per instance (10 minutes, and prewarmed).
+func clusterSizing(in *inputs, node topology.Node, seeds []uint64, minutes int, target float64,
+	parallel int) ([]sizing, error) {
+	tr, ms, err := in.load("azure2019-500fn-8h.csv", "models-torpor-v100.csv")
 	if err != nil {
 		return nil, err
 	}
-	var rows []partialRow
-	for _, n := range ns {
-		row := partialRow{Functions: n}
-		for _, partial := range []bool{false, true} {
-			r, err := simulate.Run(simulate.Config{Trace: tr, Models: ms, Functions: n, Node: node, Minutes: minutes,
-				Policy: controller.PolicyFaaSGPU, Seed: seed, PartialResidency: partial}, false)
-			if err != nil {
-				return nil, err
-			}
-			logf("partial %v %d: %d/%d functions, %.1f GB swapped, p99 %.2f", partial, n, r.FunctionsSLOMet,
-				r.FunctionsWithTraffic, float64(r.SwappedBytes)/1e9, r.P99)
-			if partial {
-				row.With = r
-			} else {
-				row.Without = r
-			}
-		}
-		rows = append(rows, row)
+	const maxNodes = 8
+	policies := []controller.Policy{controller.PolicyFaaSGPU, controller.PolicyTorpor, controller.PolicyGShareDQLS,
+		controller.PolicyStatic}
+	out := make([]sizing, 0, len(policies)+2)
+	for _, p := range policies {
+		out = append(out, sizing{Policy: string(p), Runs: make([]outcome, len(seeds)), Reached: make([]bool, len(seeds))})
 	}
-	return rows, nil
+	out = append(out, sizing{Policy: "keepalive (10 min)", Runs: make([]outcome, len(seeds)),
+		Reached: make([]bool, len(seeds))}, sizing{Policy: "keepalive (prewarmed)", Runs: make([]outcome, len(seeds)),
+		Reached: make([]bool, len(seeds))})
+	var jobs []job
+	for pi, p := range policies {
+		for si, seed := range seeds {
+			s := &out[pi]
+			jobs = append(jobs, job{name: fmt.Sprintf("cluster %s seed %d", p, seed), out: &s.Runs[si],
+				run: func() (outcome, error) {
+					var best outcome
+					for n := 1; n <= maxNodes; n++ {
+						r, err := simulate.RunCluster(simulate.ClusterConfig{Config: simulate.Config{Trace: tr, Models: ms,
+							Functions: 500, Node: node, Minutes: minutes, Policy: p, Seed: seed}, Nodes: n})
+						if err != nil {
+							return outcome{}, err
+						}
+						o := fromCluster(seed, r)
+						if o.fnShare() >= target {
+							s.Reached[si] = true
+							return o, nil
+						}
+						if n == 1 || o.fnShare() > best.fnShare() {
+							best = o
+						}
+					}
+					return best, nil
+				}})
+		}
+	}
+	for k, prewarmed := range []bool{false, true} {
+		for si, seed := range seeds {
+			s := &out[len(policies)+k]
+			jobs = append(jobs, job{name: fmt.Sprintf("cluster %s seed %d", s.Policy, seed), out: &s.Runs[si],
+				run: func() (outcome, error) {
+					r, err := simulate.RunKeepAlive(simulate.KeepAliveConfig{Config: simulate.Config{Trace: tr,
+						Models: ms, Functions: 500, Node: node, Minutes: minutes, Policy: controller.PolicyKeepAlive,
+						Seed: seed}, Prewarmed: prewarmed})
+					o := fromCluster(seed, r)
+					s.Reached[si] = o.fnShare() >= target
+					return o, err
+				}})
+		}
+	}
+	return out, runJobs(jobs, parallel)
 }
 
-// clusterSweep runs the 500 functions of the Azure trace with Torpor's models over the whole trace: each late-
-// binding policy on fixed clusters of 1 to 4 nodes and autoscaled, native binding on growing clusters until every
-// function has a GPU, and keep-alive (lazy and prewarmed).
-func clusterSweep(in *inputs, node topology.Node, minutes int, seed uint64) (clusterReport, error) {
-	const functions, target = 500, 0.98
-	cr := clusterReport{Trace: "azure2019-500fn-8h.csv", Models: "models-torpor-v100.csv", Node: node.Name,
-		Minutes: minutes, Funcs: functions, Target: target, Needed: map[string]float64{}}
-	tr, ms, err := in.load(cr.Trace, cr.Models)
-	if err != nil {
-		return cr, err
-	}
-	base := simulate.Config{Trace: tr, Models: ms, Functions: functions, Node: node, Minutes: minutes, Seed: seed}
-	note := func(r simulate.ClusterResult, err error) error {
-		if err != nil {
-			return fmt.Errorf("cluster %s: %w", r.Name, err)
-		}
-		logf("cluster %-19s nodes %d autoscale %-5v %3d/%3d functions, GPUs mean %.1f peak %d (%.1fs)", r.Name,
-			r.NodesStart, r.Autoscale, r.FunctionsSLOMet, r.FunctionsWithTraffic, r.GPUsMean, r.GPUsPeak,
-			r.WallSeconds)
-		cr.Runs = append(cr.Runs, r)
-		if r.FunctionsSLOMetShare >= target {
-			g := r.GPUsMean
-			if have, ok := cr.Needed[r.Name]; !ok || g < have {
-				cr.Needed[r.Name] = g
-			}
-		}
-		return nil
-	}
-	for _, p := range []controller.Policy{controller.PolicyFaaSGPU, controller.PolicyTorpor, controller.PolicyFIFO,
-		controller.PolicyGShareDQLS} {
-		cfg := base
-		cfg.Policy = p
-		for n := 1; n <= 4; n++ {
-			r, err := simulate.RunCluster(simulate.ClusterConfig{Config: cfg, Nodes: n})
-			if err := note(r, err); err != nil {
-				return cr, err
-			}
-		}
-		r, err := simulate.RunCluster(simulate.ClusterConfig{Config: cfg, Nodes: 1, Autoscale: true})
-		r.Name += " (autoscaled)"
-		if err := note(r, err); err != nil {
-			return cr, err
-		}
-	}
-	cfg := base
-	cfg.Policy = controller.PolicyNative
-	best := -1.0
-	for n := 2; n <= 16; n += 2 { // until it reaches the target or more nodes stop helping
-		r, err := simulate.RunCluster(simulate.ClusterConfig{Config: cfg, Nodes: n})
-		if err := note(r, err); err != nil {
-			return cr, err
-		}
-		if r.FunctionsSLOMetShare >= target || r.FunctionsSLOMetShare <= best {
-			break
-		}
-		best = r.FunctionsSLOMetShare
-	}
-	cfg.Policy = controller.PolicyKeepAlive
-	for _, prewarmed := range []bool{false, true} {
-		r, err := simulate.RunKeepAlive(simulate.KeepAliveConfig{Config: cfg, Prewarmed: prewarmed})
-		if err := note(r, err); err != nil {
-			return cr, err
-		}
-	}
-	return cr, nil
-}
-
-func speedRun1(in *inputs, node topology.Node, minutes int, seed uint64) (speedRun, error) {
+// routerRuns runs faas-gpu on a fixed cluster with the router and with round robin.
+func routerRuns(in *inputs, node topology.Node, seeds []uint64, minutes, nodes, parallel int) ([]cell, error) {
 	tr, ms, err := in.load("azure2019-500fn-8h.csv", "models-torpor-v100.csv")
 	if err != nil {
-		return speedRun{}, err
+		return nil, err
 	}
-	old := runtime.GOMAXPROCS(1)
-	defer runtime.GOMAXPROCS(old)
-	runtime.GC()
-	r, err := simulate.RunCluster(simulate.ClusterConfig{Config: simulate.Config{Trace: tr, Models: ms,
-		Functions: 1000, Node: node, Minutes: minutes, Policy: controller.PolicyFaaSGPU, Seed: seed}, Nodes: 16})
-	if err != nil {
-		return speedRun{}, err
+	cells := []cell{{Policy: "router", Runs: make([]outcome, len(seeds))},
+		{Policy: "round robin", Runs: make([]outcome, len(seeds))}}
+	var jobs []job
+	for ci := range cells {
+		for si, seed := range seeds {
+			c := &cells[ci]
+			jobs = append(jobs, job{name: fmt.Sprintf("router %s seed %d", c.Policy, seed), out: &c.Runs[si],
+				run: func() (outcome, error) {
+					r, err := simulate.RunCluster(simulate.ClusterConfig{Config: simulate.Config{Trace: tr, Models: ms,
+						Functions: 500, Node: node, Minutes: minutes, Policy: controller.PolicyFaaSGPU, Seed: seed},
+						Nodes: nodes, RoundRobin: ci == 1})
+					o := fromCluster(seed, r)
+					o.Busy = float64(r.ImageLoads)
+					return o, err
+				}})
+		}
 	}
-	s := speedRun{Functions: 1000, Nodes: 16, Minutes: minutes, GOMAXPROCS: 1, Requests: r.Requests,
-		Events: r.Events, Wall: r.WallSeconds, PerSecond: r.EventsPerSecond,
-		SLOMet: fmt.Sprintf("%d/%d", r.FunctionsSLOMet, r.FunctionsWithTraffic)}
-	logf("speed: %d events in %.1f s (%.0f events/s)", s.Events, s.Wall, s.PerSecond)
-	return s, nil
+	return cells, runJobs(jobs, parallel)
 }
 
-// check reruns the headline comparisons on one seed.
-func check(in *inputs, node topology.Node, seed uint64, azureMin, clusterMin, torporMin int) (seedCheck, error) {
-	c := seedCheck{Seed: seed}
-	tr, ms, err := in.load("azure2019-500fn-8h.csv", "models-torpor-v100.csv")
-	if err != nil {
-		return c, err
-	}
-	cfg := simulate.Config{Trace: tr, Models: ms, Functions: 1000, Node: node, Minutes: azureMin, Seed: seed}
-	b, err := simulate.OfflineBound(cfg)
-	if err != nil {
-		return c, err
-	}
-	c.OverloadBound = b.Functions
-	for _, p := range controller.Policies() {
-		if p == controller.PolicyKeepAlive || p == controller.PolicyNative {
-			continue // far below (see the sweep); slow to simulate overloaded
-		}
-		cfg.Policy = p
-		r, err := simulate.Run(cfg, false)
-		if err != nil {
-			return c, err
-		}
-		c.OverloadActive = r.FunctionsWithTraffic
-		if p == controller.PolicyFaaSGPU {
-			c.OverloadFaaS = r.FunctionsSLOMet
-		} else if r.FunctionsSLOMet > c.OverloadBest || c.OverloadBestBy == "" {
-			c.OverloadBest, c.OverloadBestBy = r.FunctionsSLOMet, string(p)
-		}
-	}
-	cc := simulate.Config{Trace: tr, Models: ms, Functions: 500, Node: node, Minutes: clusterMin, Seed: seed,
-		Policy: controller.PolicyFaaSGPU}
-	r, err := simulate.RunCluster(simulate.ClusterConfig{Config: cc, Nodes: 1, Autoscale: true})
-	if err != nil {
-		return c, err
-	}
-	c.ClusterFaaS, c.ClusterShare = r.GPUsMean, r.FunctionsSLOMetShare
-	cc.Policy = controller.PolicyKeepAlive
-	ka, err := simulate.RunKeepAlive(simulate.KeepAliveConfig{Config: cc, Prewarmed: true})
-	if err != nil {
-		return c, err
-	}
-	c.ClusterKA, c.ClusterKAShare = ka.GPUsMean, ka.FunctionsSLOMetShare
-	ttr, tms, err := in.load("torpor-203fn-31min.csv", "models-torpor-v100.csv")
-	if err != nil {
-		return c, err
-	}
-	for i, partial := range []bool{false, true} {
-		r, err := simulate.Run(simulate.Config{Trace: ttr, Models: tms, Functions: 720, Node: node,
-			Minutes: torporMin, Policy: controller.PolicyFaaSGPU, Seed: seed, PartialResidency: partial}, false)
-		if err != nil {
-			return c, err
-		}
-		c.PartialBytes[i], c.PartialP99[i] = r.SwappedBytes, r.P99
-	}
-	logf("seed %d: overload faas-gpu %d (best other %s %d) of %d, bound %d; cluster %.1f GPUs vs keep-alive %.1f",
-		seed, c.OverloadFaaS, c.OverloadBestBy, c.OverloadBest, c.OverloadActive, c.OverloadBound, c.ClusterFaaS,
-		c.ClusterKA)
-	return c, nil
-}
-
-func plots(out string, rep report) error {
-	var panels []simulate.Panel
-	for _, e := range rep.Experiments {
-		var ss []simulate.Series
-		maxX := 0.0
-		for _, n := range e.Counts {
-			maxX = max(maxX, float64(n))
-		}
-		for pi, p := range rep.Policies {
-			s := simulate.Series{Name: p, Color: simulate.Palette[pi%len(simulate.Palette)]}
-			for i, r := range e.Results[p] {
-				s.X = append(s.X, float64(e.Counts[i]))
-				s.Y = append(s.Y, r.FunctionsSLOMetShare)
-			}
-			ss = append(ss, s)
-		}
-		bound := simulate.Series{Name: "offline bound", Color: simulate.Palette[len(simulate.Palette)-1],
-			Dashed: true}
-		for i, b := range e.Bounds {
-			bound.X = append(bound.X, float64(e.Counts[i]))
-			bound.Y = append(bound.Y, b.Share)
-		}
-		ss = append(ss, bound)
-		step := 80.0
-		if maxX > 800 {
-			step = 250
-		}
-		panels = append(panels, simulate.Panel{Title: fmt.Sprintf("%s: %s, %s, %d min", e.Name,
-			strings.TrimSuffix(e.Trace, ".csv"), strings.TrimSuffix(e.Models, ".csv"), e.Minutes), Series: ss,
-			XMax: maxX * 1.05, XStep: step})
-	}
-	var png bytes.Buffer
-	if err := simulate.PlotPanels(&png, panels, 760, 80, "functions", "share of functions meeting their SLO"); err != nil {
-		return err
-	}
-	if err := os.WriteFile(filepath.Join(out, "policy.png"), png.Bytes(), 0o644); err != nil {
-		return err
-	}
-	var bars []simulate.Bar
-	for i, name := range sortedNeeded(rep.Cluster) {
-		label := strings.Replace(name, " (", "\n(", 1)
-		bars = append(bars, simulate.Bar{Label: label, Value: rep.Cluster.Needed[name],
-			Color: simulate.Palette[i%len(simulate.Palette)]})
-	}
-	for _, m := range missed(rep.Cluster) { // never reached the target: its best run, greyed
-		bars = append(bars, simulate.Bar{Label: fmt.Sprintf("%s\n(best %.1f%%)", m.Name, 100*m.FunctionsSLOMetShare),
-			Value: m.GPUsMean, Color: color.RGBA{170, 170, 170, 255}})
-	}
-	png.Reset()
-	if err := simulate.PlotBars(&png, fmt.Sprintf("GPUs needed for %.0f%% of functions within SLO (grey: never reached), %s, %d functions, %.1f h",
-		100*rep.Cluster.Target, strings.TrimSuffix(rep.Cluster.Trace, ".csv"), rep.Cluster.Funcs,
-		float64(rep.Cluster.Minutes)/60), "GPUs (mean provisioned, log scale)", bars); err != nil {
-		return err
-	}
-	return os.WriteFile(filepath.Join(out, "policy-cluster.png"), png.Bytes(), 0o644)
-}
-
-var errNoResult = errors.New("no result")
-
-// missed lists, for each policy of the cluster runs that never reached the target, its best run (the highest
-// share, then the fewest GPUs).
-func missed(cl clusterReport) []simulate.ClusterResult {
-	best := map[string]simulate.ClusterResult{}
-	var order []string
-	for _, r := range cl.Runs {
-		if _, ok := cl.Needed[r.Name]; ok {
-			continue
-		}
-		b, seen := best[r.Name]
-		if !seen {
-			order = append(order, r.Name)
-		}
-		if !seen || r.FunctionsSLOMetShare > b.FunctionsSLOMetShare ||
-			r.FunctionsSLOMetShare == b.FunctionsSLOMetShare && r.GPUsMean < b.GPUsMean {
-			best[r.Name] = r
-		}
-	}
-	out := make([]simulate.ClusterResult, 0, len(order))
-	for _, name := range order {
-		out = append(out, best[name])
-	}
-	return out
-}
-
-func find(e experiment, policy string, n int) (simulate.Result, error) {
-	i := slices.Index(e.Counts, n)
-	if i < 0 || i >= len(e.Results[policy]) {
-		return simulate.Result{}, errNoResult
-	}
-	return e.Results[policy][i], nil
-}
+func logf(format string, a ...any) { fmt.Fprintf(os.Stderr, format+"\n", a...) }
 
 func cpuModel() string {
 	data, err := os.ReadFile("/proc/cpuinfo")

@@ -76,6 +76,13 @@ static struct {
 	                                        const unsigned long long *, int, int, unsigned, unsigned,
 	                                        const unsigned *, int, int, int, int, int);
 	CUresult (*cuTensorMapReplaceAddress)(void *, void *);
+	// optional: stream capture and graphs
+	CUresult (*cuStreamBeginCapture)(CUstream, int);
+	CUresult (*cuStreamEndCapture)(CUstream, void **);
+	CUresult (*cuGraphInstantiateWithFlags)(void **, void *, unsigned long long);
+	CUresult (*cuGraphLaunch)(void *, CUstream);
+	CUresult (*cuGraphDestroy)(void *);
+	CUresult (*cuGraphExecDestroy)(void *);
 } d;
 
 #define SYM(field, name)                                                                        \
@@ -154,6 +161,12 @@ int fg_load(const char *path, char *err, int errlen) {
 	*(void **)(&d.cuTensorMapReplaceAddress) = dlsym(d.h, "cuTensorMapReplaceAddress");
 	*(void **)(&d.cuMemExportToShareableHandle) = dlsym(d.h, "cuMemExportToShareableHandle");
 	*(void **)(&d.cuMemImportFromShareableHandle) = dlsym(d.h, "cuMemImportFromShareableHandle");
+	*(void **)(&d.cuStreamBeginCapture) = dlsym(d.h, "cuStreamBeginCapture_v2");
+	*(void **)(&d.cuStreamEndCapture) = dlsym(d.h, "cuStreamEndCapture");
+	*(void **)(&d.cuGraphInstantiateWithFlags) = dlsym(d.h, "cuGraphInstantiateWithFlags");
+	*(void **)(&d.cuGraphLaunch) = dlsym(d.h, "cuGraphLaunch");
+	*(void **)(&d.cuGraphDestroy) = dlsym(d.h, "cuGraphDestroy");
+	*(void **)(&d.cuGraphExecDestroy) = dlsym(d.h, "cuGraphExecDestroy");
 	return 0;
 }
 
@@ -272,9 +285,9 @@ CUresult fg_release(CUcontext ctx, CUmemGenericAllocationHandle h) {
 	return r ? r : d.cuMemRelease(h);
 }
 
-CUresult fg_map(CUcontext ctx, CUdeviceptr p, size_t size, CUmemGenericAllocationHandle h) {
+CUresult fg_map(CUcontext ctx, CUdeviceptr p, size_t size, size_t offset, CUmemGenericAllocationHandle h) {
 	CUresult r = d.cuCtxSetCurrent(ctx);
-	return r ? r : d.cuMemMap(p, size, 0, h, 0);
+	return r ? r : d.cuMemMap(p, size, offset, h, 0);
 }
 
 CUresult fg_unmap(CUcontext ctx, CUdeviceptr p, size_t size) {
@@ -518,4 +531,38 @@ CUresult fg_tensor_map_replace(CUcontext ctx, void *m, CUdeviceptr gaddr) {
 	NEED(cuTensorMapReplaceAddress);
 	CUresult r = d.cuCtxSetCurrent(ctx);
 	return r ? r : d.cuTensorMapReplaceAddress(m, (void *)(size_t)gaddr);
+}
+
+/* Stream capture in relaxed mode (2): the gpuserver's other goroutines keep calling the driver meanwhile. */
+CUresult fg_capture_begin(CUcontext ctx, CUstream s) {
+	NEED(cuStreamBeginCapture);
+	CUresult r = d.cuCtxSetCurrent(ctx);
+	return r ? r : d.cuStreamBeginCapture(s, 2);
+}
+
+/* Ends a capture and instantiates the graph (which is destroyed: the executable graph is what is kept). */
+CUresult fg_capture_end(CUcontext ctx, CUstream s, void **exec) {
+	NEED(cuStreamEndCapture);
+	NEED(cuGraphInstantiateWithFlags);
+	NEED(cuGraphDestroy);
+	CUresult r = d.cuCtxSetCurrent(ctx);
+	if (r) return r;
+	void *g = NULL;
+	r = d.cuStreamEndCapture(s, &g);
+	if (r) return r;
+	r = d.cuGraphInstantiateWithFlags(exec, g, 0);
+	CUresult r2 = d.cuGraphDestroy(g);
+	return r ? r : r2;
+}
+
+CUresult fg_graph_launch(CUcontext ctx, void *exec, CUstream s) {
+	NEED(cuGraphLaunch);
+	CUresult r = d.cuCtxSetCurrent(ctx);
+	return r ? r : d.cuGraphLaunch(exec, s);
+}
+
+CUresult fg_graph_exec_destroy(CUcontext ctx, void *exec) {
+	NEED(cuGraphExecDestroy);
+	CUresult r = d.cuCtxSetCurrent(ctx);
+	return r ? r : d.cuGraphExecDestroy(exec);
 }

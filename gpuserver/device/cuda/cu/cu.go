@@ -210,8 +210,8 @@ func Release(ctx Context, h uint64) error {
 }
 
 // Map maps a physical allocation at p.
-func Map(ctx Context, p, size, h uint64) error {
-	return check("cuMemMap", C.fg_map(C.CUcontext(ctx), C.CUdeviceptr(p), C.size_t(size),
+func Map(ctx Context, p, size, offset, h uint64) error {
+	return check("cuMemMap", C.fg_map(C.CUcontext(ctx), C.CUdeviceptr(p), C.size_t(size), C.size_t(offset),
 		C.CUmemGenericAllocationHandle(h)))
 }
 
