@@ -227,7 +227,7 @@ func (p *process) build(cfg handoff.Start) error {
 	}
 	p.log = slog.New(slog.NewTextHandler(p.stderr, &slog.HandlerOptions{Level: level})).With(
 		"component", "tenant-executor", "tenant", cfg.Tenant, "generation", cfg.Generation, "pid", os.Getpid())
-	dev, err := openDevice(cfg.Device)
+	dev, err := openDevice(cfg.Device, cfg.WindowBase)
 	if err != nil {
 		return err
 	}
@@ -291,7 +291,9 @@ func (p *process) build(cfg handoff.Start) error {
 	return nil
 }
 
-func openDevice(d handoff.Device) (device.Backend, error) {
+// openDevice opens the executor's backend; a simulated one places its own memory (module globals) in the tenant's
+// window from base on (a real driver places module globals where it likes).
+func openDevice(d handoff.Device, base uint64) (device.Backend, error) {
 	switch d.Kind {
 	case "sim":
 		if d.Sim == nil {
@@ -305,7 +307,7 @@ func openDevice(d handoff.Device) (device.Backend, error) {
 			return nil, err
 		}
 		return sim.New(sim.Options{Node: d.Sim.Node, Kernels: mode, TimeScale: d.Sim.TimeScale,
-			Granularity: d.Sim.Granularity, ProcessWide: d.Sim.ProcessWide})
+			Granularity: d.Sim.Granularity, ProcessWide: d.Sim.ProcessWide, AddressBase: device.Ptr(base)})
 	case "cuda":
 		return cuda.Open(d.CUDALibrary)
 	}

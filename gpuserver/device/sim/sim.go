@@ -1,6 +1,7 @@
 package sim
 
 import (
+	"cmp"
 	"context"
 	"crypto/sha256"
 	"fmt"
@@ -51,6 +52,10 @@ type Options struct {
 	ProcessWide bool
 	// Profile gives kernels the GPU time recorded for them on a real GPU (timed mode: TimeScale > 0).
 	Profile Profile
+	// AddressBase is where the simulated address space starts (granularity-aligned; 0: the default). A tenant
+	// executor starts it in its tenant's address window, so that even the memory the sim places itself (module
+	// globals) lies at addresses no other tenant's process uses.
+	AddressBase device.Ptr
 }
 
 // Profile gives kernels their GPU time in the timed mode, as recorded on a real GPU (see the package
@@ -219,7 +224,7 @@ func New(opts Options) (*Backend, error) {
 	b := &Backend{
 		opts: opts, node: opts.Node.Clone(), clock: opts.Clock, gran: opts.Granularity,
 		ctx: ctx, cancel: cancel,
-		nextAddr: addressBase, reserved: map[device.Ptr]uint64{}, pages: map[uint64]*mapping{},
+		nextAddr: cmp.Or(opts.AddressBase, addressBase), reserved: map[device.Ptr]uint64{}, pages: map[uint64]*mapping{},
 		used: make([]uint64, len(opts.Node.GPUs)), streams: map[*stream]struct{}{},
 		hostRegs: map[*byte]int{}, transfers: map[*transfer]topology.Path{}, failed: map[int]error{},
 		engines: make([]engine, len(opts.Node.GPUs)),
