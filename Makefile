@@ -186,11 +186,12 @@ replay-traces: build
 
 ## bench-llm: the llm function through the shim on the simulated node (dry kernels; needs test/pyenv): TTFT warm
 ## and cold from the host image, decode steps/s eagerly and with CUDA graphs, sharing one base between variants;
-## writes docs/bench/llm.md
+## writes docs/bench/llm.md (no modelled GPU time) and docs/bench/llm-timed.md (the timed virtual GPU)
 .PHONY: bench-llm
 bench-llm: build
 	@test/pyenv/pyenv.sh >/dev/null
 	$(GO) run ./test/llmbench -out docs/bench/llm.md
+	$(GO) run ./test/llmbench -timed -out docs/bench/llm-timed.md
 
 ## bench-tenants: an executor process per tenant against every tenant in the gpuserver's process, side by side
 ## (remoting round trip and async records through the shim, swaps, acquire/release), writes docs/bench/tenants.md

@@ -33,8 +33,25 @@ type gpuserverConfig struct {
 	kernels   string // --sim-kernels
 	tenants   tenantFlags
 	metering  string
+	hold      holdFlag
 	uiAddr    string
 	uiAuthDir string
+}
+
+// holdFlag is the gpuserver's maximum binding hold (server.Config.MaxBindingHold), a flag of `gpuserver` and `up`.
+type holdFlag struct{ max time.Duration }
+
+func (h *holdFlag) register(fs *flag.FlagSet) {
+	fs.DurationVar(&h.max, "max-binding-hold", server.DefaultMaxBindingHold,
+		"the longest a request may hold its GPU (the functions' timeout on the GPU): a binding held longer is "+
+			"ended, its request answers 503 and the GPU serves the next request")
+}
+
+func (h *holdFlag) validate() error {
+	if h.max <= 0 {
+		return usageError{fmt.Errorf("-max-binding-hold %s: must be positive", h.max)}
+	}
+	return nil
 }
 
 func (c *gpuserverConfig) register(fs *flag.FlagSet) {
@@ -55,6 +72,7 @@ func (c *gpuserverConfig) register(fs *flag.FlagSet) {
 	fs.StringVar(&c.logLevel, "log-level", "info", "debug, info, warn or error")
 	fs.StringVar(&c.kernels, "sim-kernels", "reference", simKernelsUsage)
 	c.tenants.register(fs)
+	c.hold.register(fs)
 	fs.StringVar(&c.uiAddr, "ui-addr", "",
 		"TCP address of the live pool page /ui, e.g. :8091 (empty: none); it needs -ui-auth-dir")
 	fs.StringVar(&c.uiAuthDir, "ui-auth-dir", "",
@@ -77,6 +95,9 @@ func runGPUServer(ctx context.Context, args []string, stdout, stderr io.Writer) 
 		return err
 	}
 	if err := checkPolicy(cfg.policy); err != nil {
+		return err
+	}
+	if err := cfg.hold.validate(); err != nil {
 		return err
 	}
 	overload, err := parseOverload(cfg.overload)
@@ -120,7 +141,7 @@ func runGPUServer(ctx context.Context, args []string, stdout, stderr io.Writer) 
 	srv, err := server.Start(ctx, server.Config{Socket: cfg.socket, Listen: cfg.listen, Node: node,
 		Policy: cfg.policy, Overload: overload, RemotingSocket: cfg.remoting, KeyFile: cfg.keyFile, RepositoryDir: cfg.repoDir,
 		Device: gpus.Device, DeviceReserveBytes: gpus.Reserve, SocketGroup: cfg.group, Logger: log,
-		SimKernels: simKernels, MeteringFile: cfg.metering, Tenants: tenants,
+		SimKernels: simKernels, MeteringFile: cfg.metering, MaxBindingHold: cfg.hold.max, Tenants: tenants,
 		SimProcessWide: true}) // a simulated GPU shares within one process what an H100 does
 	if err != nil {
 		return err

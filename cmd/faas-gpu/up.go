@@ -57,6 +57,7 @@ type upConfig struct {
 	queue        upQueueConfig
 	simKernels   string
 	tenants      tenantFlags
+	hold         holdFlag
 	sandbox      sandboxFlags
 	conns        connFlags
 }
@@ -86,6 +87,7 @@ func (c *upConfig) register(fs *flag.FlagSet) {
 	c.queue.register(fs)
 	fs.StringVar(&c.simKernels, "sim-kernels", "reference", simKernelsUsage)
 	c.tenants.register(fs)
+	c.hold.register(fs)
 	c.sandbox.register(fs)
 	c.conns.register(fs)
 }
@@ -104,6 +106,9 @@ func (c *upConfig) validate() error {
 		return err
 	}
 	if err := c.tenants.validate(); err != nil {
+		return err
+	}
+	if err := c.hold.validate(); err != nil {
 		return err
 	}
 	if err := c.sandbox.validate(); err != nil {
@@ -223,8 +228,8 @@ func runUp(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 			KeyFile:       filepath.Join(stateDir, "gpuserver.key"),
 			RepositoryDir: repositoryDir(stateDir, gpus.Device != nil), // kept across restarts of up
 			Device:        gpus.Device, DeviceReserveBytes: gpus.Reserve, SimKernels: simKernels,
-			MeteringFile: filepath.Join(stateDir, "metering.json"), // the bill, kept across restarts of up
-			Logger:       log.With("component", "gpuserver"), Tenants: tenants,
+			MeteringFile:   filepath.Join(stateDir, "metering.json"), // the bill, kept across restarts of up
+			MaxBindingHold: cfg.hold.max, Logger: log.With("component", "gpuserver"), Tenants: tenants,
 			SimProcessWide: true}) // a simulated GPU shares within one process what an H100 does
 	})
 	if err == nil {
@@ -235,7 +240,7 @@ func runUp(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 			log.Error("a component failed; stopping", "err", err)
 		}
 	}
-	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), upStopTimeout)
 	defer cancel()
 	if serr := u.stop(sctx); serr != nil {
 		log.Error("stop", "err", serr)
@@ -245,6 +250,11 @@ func runUp(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	}
 	return err
 }
+
+// upStopTimeout bounds Ctrl-C: functions get SIGTERM, then SIGKILL (local.Config.StopTimeout), and the parts after
+// them stop once their processes are gone. Ten functions of which six import PyTorch took more than 5 s on a busy
+// 2-core machine, which ended up with errors and exit status 1 although every process had stopped.
+const upStopTimeout = 20 * time.Second
 
 // start brings the parts up in dependency order: gpuserver, NATS JetStream, local backend, gateway surface,
 // queue worker.

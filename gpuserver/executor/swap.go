@@ -29,6 +29,7 @@ type function struct {
 	lost     error                 // a fault destroyed its memory before it had an image (fault.go)
 	epoch    uint64                // counts the kernel faults that restored its memory (fault.go)
 	fault    error                 // the last such fault
+	fenced   int                   // bindings expired and not yet released: its work is refused (Expire)
 
 	scratchPerRequest bool // its scratch is dropped when its last binding ends (scratch.go)
 	modelShared       bool // it never writes its model after initialisation: its chunks may be shared (share.go)

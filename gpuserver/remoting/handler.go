@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"log/slog"
 	"sort"
+	"time"
 
 	"github.com/faas-gpu/faas-gpu/gpuserver/device"
 	"github.com/faas-gpu/faas-gpu/gpuserver/executor"
@@ -33,10 +34,11 @@ type deviceHandler struct {
 
 	gpu      int // bound GPU whose stream is open; -1 before the first GPU call
 	stream   device.Stream
-	release  func() // releases the implicit binding, when held
-	implicit int    // GPU of the implicit binding
-	explicit bool   // a request has bound the function: its initialisation has ended
-	used     uint64 // bytes of the session's segments (the quota's measure)
+	release  func()    // releases the implicit binding, when held
+	implicit int       // GPU of the implicit binding
+	boundAt  time.Time // when the implicit binding was taken
+	explicit bool      // a request has bound the function: its initialisation has ended
+	used     uint64    // bytes of the session's segments (the quota's measure)
 
 	allocs  []allocation // sorted by ptr
 	handles uint64
@@ -225,13 +227,23 @@ func (h *deviceHandler) bind(ctx context.Context) (device.Stream, Result) {
 		}
 		gpu = g
 	} else {
+		if h.release != nil && h.cfg.MaxImplicitHold > 0 && time.Since(h.boundAt) > h.cfg.MaxImplicitHold {
+			// Calls outside a request kept the GPU this long: give it up and queue again behind the requests
+			// waiting for one.
+			h.syncStream(ctx)
+			h.release()
+			h.release = nil
+		}
 		if h.release == nil {
 			g, rel, err := h.cfg.Binder.BindImplicit(ctx, h.info.Function)
 			if err != nil {
 				h.log.Warn("remoting: implicit binding", "err", err)
+				if errors.Is(err, executor.ErrBroken) {
+					return nil, result(err)
+				}
 				return nil, ResultSystemNotReady
 			}
-			h.implicit, h.release = g, rel
+			h.implicit, h.release, h.boundAt = g, rel, time.Now()
 		}
 		gpu = h.implicit
 	}

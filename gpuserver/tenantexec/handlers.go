@@ -66,6 +66,9 @@ func (p *process) acquire(ctx context.Context, f handoff.Frame) (any, []*os.File
 		return nil, nil, err
 	}
 	p.binder.hold(a.Binding, a.Request, b)
+	if a.Request && p.srv != nil {
+		p.srv.Wake(a.Function) // its sessions poll for the request's records at once
+	}
 	return nil, nil, nil
 }
 

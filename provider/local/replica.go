@@ -162,6 +162,9 @@ func (b *Backend) runOnce(ctx context.Context, fn *function, r *replica, rec rec
 	if err != nil {
 		return err
 	}
+	if dir, err = b.readableContext(fn.name, r.id, dir); err != nil { // readable.go
+		return err
+	}
 	env, err := b.functionEnv(ctx, fn, r, rec, dir)
 	if err != nil {
 		return err

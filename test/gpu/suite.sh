@@ -50,7 +50,7 @@ for pkg in gpuserver/device/nvml gpuserver/device/cuda gpuserver/executor test/g
 		step "$limit" "$pkg $test" bash -c "cd '$pkg' && '$bin' -test.v -test.count=1 -test.run '^${test}\$'"
 	done
 done
-step 90 "replay bench on the GPU" "$root/bin/gpu/replay" -device cuda -repeat 1 -passes 100 -warmup 5 \
+step 90 "replay bench on the GPU" "$root/bin/gpu/replay" -device cuda -pin=false -repeat 1 -passes 100 -warmup 5 \
 	-out "$root/docs/bench/remoting-replay-gpu.md" -json "$root/docs/bench/remoting-replay-gpu.json"
 step 120 swapbench "$root/bin/gpu/swapbench" -device cuda -out "$root/docs/bench/swap-cuda.md"
 echo "=== suite: $(($(date +%s) - start))s, exit $rc"

@@ -118,7 +118,8 @@ func (c *simContext) poison(err error) {
 	}
 }
 
-// Destroy stops the context's streams and unloads its modules.
+// Destroy stops the context's streams, dropping the work still queued on them (a kernel running finishes), and
+// unloads its modules.
 func (c *simContext) Destroy() error {
 	c.mu.Lock()
 	if c.destroyed {
@@ -130,6 +131,9 @@ func (c *simContext) Destroy() error {
 	c.streams, c.modules = nil, nil
 	c.mu.Unlock()
 	var errs []error
+	for s := range streams {
+		s.aborted.Store(true)
+	}
 	for s := range streams {
 		if !s.isDestroyed() {
 			errs = append(errs, s.Destroy())

@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/faas-gpu/faas-gpu/gpuserver/device"
@@ -41,8 +42,9 @@ type stream struct {
 	mu         sync.Mutex
 	destroyed  bool
 	stopOnce   sync.Once
-	capture    *[]op // while capturing (graph.go): the operations recorded instead of queued
-	captureErr error // what the capture could not hold
+	aborted    atomic.Bool // its context was destroyed: work still queued is dropped, not run
+	capture    *[]op       // while capturing (graph.go): the operations recorded instead of queued
+	captureErr error       // what the capture could not hold
 
 	// owned by the worker goroutine
 	err      error
@@ -107,6 +109,8 @@ func (s *stream) work() {
 			}
 		case s.err != nil:
 			// an earlier error poisons the stream until it is reported
+		case s.aborted.Load():
+			s.err = fmt.Errorf("sim: gpu %d: %s: %w: its context was destroyed", s.gpu, o.kind, device.ErrUnavailable)
 		default:
 			start := o.enq
 			if s.timeline.After(start) {

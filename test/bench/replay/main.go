@@ -50,6 +50,7 @@ import (
 type config struct {
 	traces, only, out, jsonOut, bin, ptx, node, note, device, driverDir string
 	passes, warmup, repeat                                              int
+	pin                                                                 bool
 }
 
 func main() {
@@ -84,6 +85,8 @@ func run(ctx context.Context, args []string, log io.Writer) error {
 	fs.StringVar(&c.note, "note", "", "a line for the report saying what this run is")
 	fs.IntVar(&c.passes, "passes", 200, "timed passes per trace")
 	fs.IntVar(&c.warmup, "warmup", 10, "passes before the timed ones")
+	fs.BoolVar(&c.pin, "pin", runtime.NumCPU() >= 2, "pin the client to CPU 0 and this process (the gpuserver) to "+
+		"CPU 1, as on a GPU host they run on cores of their own (default where there are two CPUs)")
 	fs.IntVar(&c.repeat, "repeat", 3, "runs of every trace (figures are means over runs, with their range)")
 	if err := fs.Parse(args); err != nil {
 		return usageError{err}
@@ -124,6 +127,11 @@ func run(ctx context.Context, args []string, log io.Writer) error {
 	for _, p := range []*string{&c.bin, &c.ptx} {
 		if _, err := os.Stat(*p); err != nil {
 			return usageError{fmt.Errorf("%w (build the shim: make -C shim)", err)}
+		}
+	}
+	if c.pin {
+		if err := pinProcess(1); err != nil {
+			return fmt.Errorf("-pin: %w", err)
 		}
 	}
 	var (
@@ -186,8 +194,9 @@ func run(ctx context.Context, args []string, log io.Writer) error {
 				return fmt.Errorf("%s: %w", t.Name(), err)
 			}
 			runs[j] = append(runs[j], r)
-			fmt.Fprintf(log, "run %d %s: shim p50 %s ms, native %s ms, ratio %.3f, sleeps per pass %.2f\n", i+1,
-				t.Name(), trace.Ms(r.ShimP50), trace.Ms(r.NativeP50), r.Ratio, r.SleepsPerPass)
+			fmt.Fprintf(log, "run %d %s: shim p50 %s ms, native run %s ms (computed %s), ratio %.3f (computed %.3f), "+
+				"sleeps per pass %.2f\n", i+1, t.Name(), trace.Ms(r.ShimP50), trace.Ms(r.NativeRunP50),
+				trace.Ms(r.NativeP50), r.Ratio, r.RatioComputed, r.SleepsPerPass)
 		}
 	}
 	var results []result
@@ -221,20 +230,22 @@ type result struct {
 	RefNativeP50 time.Duration `json:"ref_native_p50_ns"`
 	RefShimP50   time.Duration `json:"ref_shim_p50_ns"`
 	// through the shim, measured
-	ShimP50, ShimP99 time.Duration
-	ShimP10          time.Duration // the best tenth of passes: what the mechanism gives when this machine's other work leaves it alone
-	Issue            time.Duration // p50 of the client's time to the synchronize's call
-	GPU              time.Duration // the trace's GPU time per pass
-	Overshoot        time.Duration // p50 of the synchronize's return after max(its call, the GPU's end)
-	ServerPerRecord  time.Duration // the sessions' time executing async records, per async record
-	SleepsPerPass    float64
-	LatePerPass      float64       // async records that waited for the synchronize, per pass
-	Records          float64       // per pass
-	ShimClient       time.Duration // p50 of the client's time inside the shim (remoted and local calls)
-	ShimRemoted      time.Duration // of which inside remoted calls
-	ShimLocal        time.Duration // of which inside local calls
-	ClientCPU        time.Duration // p50 of the client process's CPU per pass (its gaps are spun, so ~ the pass)
-	RecordMismatch   int           // calls whose record differs from the trace's (kind or size)
+	ShimP50, ShimP99   time.Duration
+	ShimP10            time.Duration // the best tenth of passes: what the mechanism gives when this machine's other work leaves it alone
+	Issue              time.Duration // p50 of the client's time to the synchronize's call
+	GPU                time.Duration // the trace's GPU time per pass
+	Overshoot          time.Duration // p50 of the synchronize's return after max(its call, the GPU's end)
+	ServerPerRecord    time.Duration // the sessions' time executing async records, per async record
+	SleepsPerPass      float64       // the session's sleeps between acquire and release
+	BoundSleepsPerPass float64       // of which while its function held the binding
+	BoundPollPerPass   time.Duration // the session's polling of an empty ring while bound, per pass
+	LatePerPass        float64       // async records that waited for the synchronize, per pass
+	Records            float64       // per pass
+	ShimClient         time.Duration // p50 of the client's time inside the shim (remoted and local calls)
+	ShimRemoted        time.Duration // of which inside remoted calls
+	ShimLocal          time.Duration // of which inside local calls
+	ClientCPU          time.Duration // p50 of the client process's CPU per pass (its gaps are spun, so ~ the pass)
+	RecordMismatch     int           // calls whose record differs from the trace's (kind or size)
 	// native, computed from the trace
 	NativeP50    time.Duration
 	NativeIssue  time.Duration
@@ -242,7 +253,11 @@ type result struct {
 	// MeasuredNativeP50 is the trace replayed natively on a real GPU (-device cuda; 0 on the sim): the ratio is
 	// then taken against it.
 	MeasuredNativeP50 time.Duration `json:",omitempty"`
-	Ratio             float64       // shim p50 / native
+	// NativeRunP50 is the native model of the trace run on this machine between the shim's passes (the client
+	// spinning the trace's native costs): the native side under the same load as the shim's.
+	NativeRunP50  time.Duration
+	Ratio         float64 // shim p50 / native run p50 (on a GPU: / measured native p50)
+	RatioComputed float64 // shim p50 / native computed
 	// over the runs: the range of the shim p50 and of the ratio, and the runs' figures
 	ShimP50Min, ShimP50Max time.Duration
 	RatioMin, RatioMax     float64
@@ -270,9 +285,13 @@ func mean(rs []result) result {
 	m.ShimClient, m.ShimRemoted = d(func(r result) time.Duration { return r.ShimClient }), d(func(r result) time.Duration { return r.ShimRemoted })
 	m.ShimLocal, m.ClientCPU = d(func(r result) time.Duration { return r.ShimLocal }), d(func(r result) time.Duration { return r.ClientCPU })
 	m.SleepsPerPass = avg(func(r result) float64 { return r.SleepsPerPass })
+	m.BoundSleepsPerPass = avg(func(r result) float64 { return r.BoundSleepsPerPass })
+	m.BoundPollPerPass = d(func(r result) time.Duration { return r.BoundPollPerPass })
 	m.LatePerPass = avg(func(r result) float64 { return r.LatePerPass })
 	m.Records = avg(func(r result) float64 { return r.Records })
 	m.Ratio = avg(func(r result) float64 { return r.Ratio })
+	m.RatioComputed = avg(func(r result) float64 { return r.RatioComputed })
+	m.NativeRunP50 = d(func(r result) time.Duration { return r.NativeRunP50 })
 	m.ShimP50Min, m.ShimP50Max, m.RatioMin, m.RatioMax = rs[0].ShimP50, rs[0].ShimP50, rs[0].Ratio, rs[0].Ratio
 	for _, r := range rs {
 		m.ShimP50Min, m.ShimP50Max = min(m.ShimP50Min, r.ShimP50), max(m.ShimP50Max, r.ShimP50)
@@ -290,7 +309,7 @@ type passLine struct {
 
 // startClient starts the replay client and waits for it to say it is ready on the driver it expects (shim or
 // native).
-func startClient(ctx context.Context, bin string, args, env []string, want string) (*client, error) {
+func startClient(ctx context.Context, bin string, args, env []string, want string, pin bool) (*client, error) {
 	cmd := exec.CommandContext(ctx, bin, args...)
 	cmd.Env = append(os.Environ(), env...)
 	var stderr strings.Builder
@@ -307,6 +326,14 @@ func startClient(ctx context.Context, bin string, args, env []string, want strin
 		return nil, err
 	}
 	cl := &client{cmd: cmd, in: in, out: bufio.NewReader(outp), stderr: &stderr}
+	if pin {
+		var set unix.CPUSet
+		set.Set(0)
+		if err := unix.SchedSetaffinity(cmd.Process.Pid, &set); err != nil {
+			cl.quit()
+			return nil, fmt.Errorf("pin the client to CPU 0: %w", err)
+		}
+	}
 	if s, err := cl.out.ReadString('\n'); err != nil || strings.TrimSpace(s) != "ready "+want {
 		cl.quit()
 		return nil, fmt.Errorf("client did not start on the %s driver (%q, %v): %s", want, s, err, stderr.String())
@@ -338,8 +365,13 @@ func (cl *client) do(line string) (string, error) {
 	return strings.TrimSpace(s), nil
 }
 
-func (cl *client) pass() (passLine, error) {
-	s, err := cl.do("pass")
+func (cl *client) pass() (passLine, error) { return cl.run("pass") }
+
+// model runs one pass of the native model in the client (no driver: the trace's native costs spun in real time).
+func (cl *client) model() (passLine, error) { return cl.run("model") }
+
+func (cl *client) run(cmd string) (passLine, error) {
+	s, err := cl.do(cmd)
 	if err != nil {
 		return passLine{}, err
 	}
@@ -385,7 +417,7 @@ func replay(ctx context.Context, c config, srv *server.Server, dev endOfWork, t 
 	tf.Close()
 	cl, err := startClient(ctx, c.bin, []string{tf.Name(), c.ptx}, []string{
 		"FAAS_GPU_REMOTING_SOCKET=" + srv.RemotingSocket(), "FAAS_GPU_FUNCTION=" + name,
-		"FAAS_GPU_TOKEN=" + srv.Token(name)}, "shim")
+		"FAAS_GPU_TOKEN=" + srv.Token(name)}, "shim", c.pin)
 	if err != nil {
 		return result{}, err
 	}
@@ -423,22 +455,26 @@ func replay(ctx context.Context, c config, srv *server.Server, dev endOfWork, t 
 	if err != nil {
 		return result{}, err
 	}
-	var walls, issues, overs, shimc, rem, loc, cpus []time.Duration
+	var walls, issues, overs, shimc, rem, loc, cpus, models []time.Duration
 	late0, records0, busy0 := gauge("faas_gpu_remoting_late_records_total"),
 		gauge("faas_gpu_remoting_records_total"),
 		gauge("faas_gpu_remoting_record_seconds_total")
-	var sleeps float64
+	var sleeps, boundSleeps float64
+	var boundPoll time.Duration
 	for i := range c.passes {
 		if ctx.Err() != nil {
 			return result{}, ctx.Err()
 		}
 		err := request(func(gpu int) error {
-			s0 := gauge("faas_gpu_remoting_sleeps_total")
+			s0 := srv.RemotingStats() // a few counters: the session must not wait for the bench's own work
 			p, err := cl.pass()
 			if err != nil {
 				return err
 			}
-			sleeps += gauge("faas_gpu_remoting_sleeps_total") - s0
+			s1 := srv.RemotingStats()
+			sleeps += float64(s1.Sleeps - s0.Sleeps)
+			boundPoll += s1.BoundPoll - s0.BoundPoll
+			boundSleeps += float64(s1.BoundSleeps - s0.BoundSleeps)
 			if dev != nil {
 				// the GPU's end in the client's clock: the sim's modelled end, placed relative to now
 				gpuEnd := monoNow() + int64(time.Until(dev.ComputeEnd(gpu)))
@@ -453,6 +489,13 @@ func replay(ctx context.Context, c config, srv *server.Server, dev endOfWork, t 
 		if err != nil {
 			return result{}, fmt.Errorf("pass %d: %w", i, err)
 		}
+		// the native pass of the same trace, run next on the same machine (between the shim's passes, so that
+		// both meet the same load)
+		m, err := cl.model()
+		if err != nil {
+			return result{}, fmt.Errorf("native model pass %d: %w", i, err)
+		}
+		models = append(models, m.wall)
 	}
 	n := float64(c.passes)
 	records := (gauge("faas_gpu_remoting_records_total") - records0) / n
@@ -469,14 +512,17 @@ func replay(ctx context.Context, c config, srv *server.Server, dev endOfWork, t 
 		ShimP50: p(walls, 50), ShimP99: p(walls, 99), ShimP10: p(walls, 10), Issue: p(issues, 50), GPU: tot.GPU,
 		Overshoot:       p(overs, 50),
 		ServerPerRecord: time.Duration(busy / math.Max(records-1, 1) * 1e9),
-		SleepsPerPass:   sleeps / n, LatePerPass: (gauge("faas_gpu_remoting_late_records_total") - late0) / n,
+		SleepsPerPass:   sleeps / n, BoundSleepsPerPass: boundSleeps / n,
+		BoundPollPerPass: boundPoll / time.Duration(c.passes), LatePerPass: (gauge("faas_gpu_remoting_late_records_total") - late0) / n,
 		Records: records, ShimClient: p(shimc, 50), ShimRemoted: p(rem, 50), ShimLocal: p(loc, 50),
 		ClientCPU: p(cpus, 50), RecordMismatch: mismatch, NativeP50: native, NativeIssue: nativeIssue,
 		NativeDriver: time.Duration(tot.Local)*t.NativeLocal + time.Duration(remoted)*t.NativeCall}
-	r.Ratio = float64(r.ShimP50) / float64(r.NativeP50)
+	r.NativeRunP50 = p(models, 50)
+	r.Ratio = float64(r.ShimP50) / float64(r.NativeRunP50)
+	r.RatioComputed = float64(r.ShimP50) / float64(r.NativeP50)
 	if c.device == "cuda" { // the same trace natively on the same GPU
 		nat, err := startClient(ctx, c.bin, []string{tf.Name(), c.ptx}, []string{"LD_LIBRARY_PATH=" + c.driverDir},
-			"native")
+			"native", c.pin)
 		if err != nil {
 			return result{}, fmt.Errorf("native replay: %w", err)
 		}
@@ -546,6 +592,29 @@ func counter(g prometheus.Gatherer, name string) float64 {
 	return v
 }
 
+// pinProcess pins every thread of this process (and so the threads it starts later) to CPU cpu, and runs its
+// goroutines on one thread at a time (GOMAXPROCS 1: the runtime sized it from the CPUs it had at start), so that
+// its threads do not take the CPU from each other.
+func pinProcess(cpu int) error {
+	runtime.GOMAXPROCS(1)
+	var set unix.CPUSet
+	set.Set(cpu)
+	tasks, err := os.ReadDir("/proc/self/task")
+	if err != nil {
+		return err
+	}
+	for _, t := range tasks {
+		tid, err := strconv.Atoi(t.Name())
+		if err != nil {
+			continue
+		}
+		if err := unix.SchedSetaffinity(tid, &set); err != nil {
+			return fmt.Errorf("thread %d: %w", tid, err)
+		}
+	}
+	return nil
+}
+
 // driverDir finds the directory of the real libcuda.so.1 (ldconfig's cache).
 func driverDir() (string, error) {
 	out, err := exec.Command("ldconfig", "-p").Output()
@@ -588,39 +657,46 @@ func report(c config, node topology.Node, rs []result, args []string) string {
 		"%s; the client `shim/build/replay` through the shim (`shim/build/libcuda.so.1`) to an in-process gpuserver; "+
 		"%d timed passes per trace after %d warm-up passes, each in a request (acquire, pass, release); traces "+
 		"`%s/replay-*.tsv`; no randomness (the traces fix every gap and GPU time).\n\n", runtime.NumCPU(),
-		cpuModel(), kernel(), runtime.Version(), runtime.GOOS, runtime.GOARCH, loadavg(), scheduling(), devDesc,
+		cpuModel(), kernel(), runtime.Version(), runtime.GOOS, runtime.GOARCH, loadavg(), scheduling(c.pin), devDesc,
 		c.passes, c.warmup, c.traces)
-	fmt.Fprintf(&b, "## Latency of one pass\n\nMeans over %d runs, ranges in brackets.\n\n| model | batch | "+
-		"native p50 ms (from the trace) | shim p50 ms | shim/native | shim p10 ms | shim p99 ms | reference GPU: "+
-		"native p50 ms | shim p50 ms | bench shim / reference shim |\n|---|---|---|---|---|---|---|---|---|---|\n",
-		c.repeat)
+	fmt.Fprintf(&b, "## Latency of one pass\n\nMeans over %d runs, ranges in brackets. *Native, run*: the native "+
+		"model of the trace run by the same client between the shim's passes (no driver: the trace's native costs "+
+		"spun, the GPU's end computed), so that both sides meet this machine's load; the ratio is taken against it "+
+		"(on a GPU: against the trace replayed natively). *Native, computed*: the same model without any "+
+		"machine.\n\n| model | batch | native run p50 ms | native computed ms | shim p50 ms | **shim/native** | "+
+		"shim/native computed | shim p10 ms | shim p99 ms | reference GPU: native p50 ms | shim p50 ms | bench shim "+
+		"/ reference shim |\n|---|---|---|---|---|---|---|---|---|---|---|---|\n", c.repeat)
 	for _, r := range rs {
 		ref := "-"
 		if r.RefShimP50 > 0 {
 			ref = fmt.Sprintf("%.3f", float64(r.ShimP50)/float64(r.RefShimP50))
 		}
-		native := trace.Ms(r.NativeP50)
+		native := trace.Ms(r.NativeRunP50)
 		if r.MeasuredNativeP50 > 0 {
-			native += " (measured: " + trace.Ms(r.MeasuredNativeP50) + ")"
+			native = trace.Ms(r.MeasuredNativeP50) + " (on the GPU)"
 		}
-		fmt.Fprintf(&b, "| %s | %d | %s | %s [%s-%s] | **%.3f** [%.3f-%.3f] | %s | %s | %s | %s | %s |\n",
-			r.Model, r.Batch, native, trace.Ms(r.ShimP50), trace.Ms(r.ShimP50Min),
-			trace.Ms(r.ShimP50Max), r.Ratio, r.RatioMin, r.RatioMax, trace.Ms(r.ShimP10), trace.Ms(r.ShimP99),
-			trace.Ms(r.RefNativeP50), trace.Ms(r.RefShimP50), ref)
+		fmt.Fprintf(&b, "| %s | %d | %s | %s | %s [%s-%s] | **%.3f** [%.3f-%.3f] | %.3f | %s | %s | %s | %s | %s |\n",
+			r.Model, r.Batch, native, trace.Ms(r.NativeP50), trace.Ms(r.ShimP50), trace.Ms(r.ShimP50Min),
+			trace.Ms(r.ShimP50Max), r.Ratio, r.RatioMin, r.RatioMax, r.RatioComputed, trace.Ms(r.ShimP10),
+			trace.Ms(r.ShimP99), trace.Ms(r.RefNativeP50), trace.Ms(r.RefShimP50), ref)
 	}
 	fmt.Fprintf(&b, "\n## Where the shim's pass goes\n\n| model | batch | client issue ms (p50) | GPU ms | "+
 		"synchronize overshoot ms (p50) | server us per async record | records per pass | late records per pass | "+
-		"server sleeps per pass | record mismatches |\n|---|---|---|---|---|---|---|---|---|---|\n")
+		"server sleeps per pass (of which bound) | record mismatches |\n|---|---|---|---|---|---|---|---|---|---|\n")
 	for _, r := range rs {
-		fmt.Fprintf(&b, "| %s | %d | %s | %s | %s | %s | %.1f | %.1f | %.2f | %d |\n", r.Model, r.Batch,
+		fmt.Fprintf(&b, "| %s | %d | %s | %s | %s | %s | %.1f | %.1f | %.2f (%.2f) | %d |\n", r.Model, r.Batch,
 			trace.Ms(r.Issue), trace.Ms(r.GPU), trace.Ms(r.Overshoot), us(r.ServerPerRecord), r.Records,
-			r.LatePerPass, r.SleepsPerPass, r.RecordMismatch)
+			r.LatePerPass, r.SleepsPerPass, r.BoundSleepsPerPass, r.RecordMismatch)
 	}
 	fmt.Fprintf(&b, "\n*Client issue*: from the pass's start to the synchronize's call. *Overshoot*: from the "+
 		"later of that call and the modelled GPU's end to the synchronize's return. *Late records*: async records "+
 		"that reached the server together with the synchronize (held back until the client waited). *Server "+
-		"sleeps*: times the session slept on its socket during the bound pass. *Record mismatches*: calls of one "+
+		"sleeps*: times the session slept on its socket between acquire and release; *bound*: of which while its "+
+		"function held the binding (it found no record for its whole bound spin time). *Record mismatches*: "+
+		"calls of one "+
 		"logged pass whose record kind or size differ from the trace's.\n")
+	fmt.Fprintf(&b, "\nThe server's CPU for its polling while bound: %s per pass on average over all traces "+
+		"(faas_gpu_remoting_bound_poll_seconds_total), one core at most while a request runs.\n", boundPollNote(rs))
 	fmt.Fprintf(&b, "\n## Client CPU in the driver per pass\n\n| model | batch | shim: remoted calls ms | "+
 		"local calls ms | total ms | native driver ms (trace constants) | shim - native ms | native issue ms | "+
 		"client process CPU ms |\n|---|---|---|---|---|---|---|---|---|\n")
@@ -633,6 +709,15 @@ func report(c config, node topology.Node, rs []result, args []string) string {
 		"driver columns are the time inside the shim's entry points, against the trace's native driver constants "+
 		"(native_call_ns per remoted call, native_local_ns per local call).\n")
 	return b.String()
+}
+
+// boundPollNote is the sessions' bound polling per pass over the traces, in ms.
+func boundPollNote(rs []result) string {
+	var s time.Duration
+	for _, r := range rs {
+		s += r.BoundPollPerPass
+	}
+	return trace.Ms(s/time.Duration(max(len(rs), 1))) + " ms"
 }
 
 func commit() string {
@@ -665,7 +750,7 @@ func kernel() string {
 }
 
 // scheduling says how the bench was scheduled against the machine's other work (autogroup and process nice).
-func scheduling() string {
+func scheduling(pin bool) string {
 	s := "scheduled at process nice "
 	if p, err := unix.Getpriority(unix.PRIO_PROCESS, 0); err == nil {
 		s += strconv.Itoa(20 - p) // the raw syscall answers 20 - nice
@@ -674,6 +759,9 @@ func scheduling() string {
 	}
 	if b, err := os.ReadFile("/proc/self/autogroup"); err == nil {
 		s += ", " + strings.TrimSpace(string(b))
+	}
+	if pin {
+		s += ", the client pinned to CPU 0 and the gpuserver to CPU 1"
 	}
 	return s
 }
