@@ -193,6 +193,12 @@ bench-llm: build
 	$(GO) run ./test/llmbench -out docs/bench/llm.md
 	$(GO) run ./test/llmbench -timed -out docs/bench/llm-timed.md
 
+## bench-tenants: an executor process per tenant against every tenant in the gpuserver's process, side by side
+## (remoting round trip and async records through the shim, swaps, acquire/release), writes docs/bench/tenants.md
+.PHONY: bench-tenants
+bench-tenants: build
+	$(GO) run ./gpuserver/tenant/cmd/tenant-bench -out docs/bench/tenants.md -rounds 5
+
 ## bench-queue: queue worker benchmarks, writes docs/bench/queue.md
 bench-queue: build
 	@mkdir -p docs/bench

@@ -31,6 +31,7 @@ type gpuserverConfig struct {
 	overload  string
 	logLevel  string
 	kernels   string // --sim-kernels
+	tenants   tenantFlags
 	metering  string
 	hold      holdFlag
 	uiAddr    string
@@ -70,6 +71,7 @@ func (c *gpuserverConfig) register(fs *flag.FlagSet) {
 	fs.StringVar(&c.overload, "overload", controller.OverloadAuto, overloadUsage)
 	fs.StringVar(&c.logLevel, "log-level", "info", "debug, info, warn or error")
 	fs.StringVar(&c.kernels, "sim-kernels", "reference", simKernelsUsage)
+	c.tenants.register(fs)
 	c.hold.register(fs)
 	fs.StringVar(&c.uiAddr, "ui-addr", "",
 		"TCP address of the live pool page /ui, e.g. :8091 (empty: none); it needs -ui-auth-dir")
@@ -105,6 +107,13 @@ func runGPUServer(ctx context.Context, args []string, stdout, stderr io.Writer) 
 	if cfg.repoDir == "" {
 		return usageError{fmt.Errorf("-repository-dir: must not be empty")}
 	}
+	if err := cfg.tenants.validate(); err != nil {
+		return err
+	}
+	tenants, err := cfg.tenants.config(cfg.logLevel)
+	if err != nil {
+		return err
+	}
 	var uiCreds *auth.BasicAuthCredentials
 	if cfg.uiAddr != "" {
 		if cfg.uiAuthDir == "" {
@@ -132,7 +141,8 @@ func runGPUServer(ctx context.Context, args []string, stdout, stderr io.Writer) 
 	srv, err := server.Start(ctx, server.Config{Socket: cfg.socket, Listen: cfg.listen, Node: node,
 		Policy: cfg.policy, Overload: overload, RemotingSocket: cfg.remoting, KeyFile: cfg.keyFile, RepositoryDir: cfg.repoDir,
 		Device: gpus.Device, DeviceReserveBytes: gpus.Reserve, SocketGroup: cfg.group, Logger: log,
-		SimKernels: simKernels, MeteringFile: cfg.metering, MaxBindingHold: cfg.hold.max})
+		SimKernels: simKernels, MeteringFile: cfg.metering, MaxBindingHold: cfg.hold.max, Tenants: tenants,
+		SimProcessWide: true}) // a simulated GPU shares within one process what an H100 does
 	if err != nil {
 		return err
 	}

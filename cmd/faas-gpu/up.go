@@ -56,6 +56,7 @@ type upConfig struct {
 	envs         envFlags
 	queue        upQueueConfig
 	simKernels   string
+	tenants      tenantFlags
 	hold         holdFlag
 	sandbox      sandboxFlags
 	conns        connFlags
@@ -85,6 +86,7 @@ func (c *upConfig) register(fs *flag.FlagSet) {
 	c.envs.register(fs)
 	c.queue.register(fs)
 	fs.StringVar(&c.simKernels, "sim-kernels", "reference", simKernelsUsage)
+	c.tenants.register(fs)
 	c.hold.register(fs)
 	c.sandbox.register(fs)
 	c.conns.register(fs)
@@ -101,6 +103,9 @@ func (c *upConfig) validate() error {
 		return err
 	}
 	if err := c.queue.validate(); err != nil {
+		return err
+	}
+	if err := c.tenants.validate(); err != nil {
 		return err
 	}
 	if err := c.hold.validate(); err != nil {
@@ -209,6 +214,11 @@ func runUp(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		socketGroup = strconv.FormatUint(uint64(gid), 10)
 	}
 
+	tenants, err := cfg.tenants.config(cfg.logLevel)
+	if err != nil {
+		closeDevice()
+		return err
+	}
 	overload, _ := controller.ParseOverload(cfg.overload) // validated above
 	u := &up{log: log, runErrs: make(chan error, 4), sandbox: sb}
 	err = u.start(ctx, cfg, stateDir, node.Name, stdout, func(ctx context.Context) (*server.Server, error) {
@@ -219,7 +229,8 @@ func runUp(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 			RepositoryDir: repositoryDir(stateDir, gpus.Device != nil), // kept across restarts of up
 			Device:        gpus.Device, DeviceReserveBytes: gpus.Reserve, SimKernels: simKernels,
 			MeteringFile:   filepath.Join(stateDir, "metering.json"), // the bill, kept across restarts of up
-			MaxBindingHold: cfg.hold.max, Logger: log.With("component", "gpuserver")})
+			MaxBindingHold: cfg.hold.max, Logger: log.With("component", "gpuserver"), Tenants: tenants,
+			SimProcessWide: true}) // a simulated GPU shares within one process what an H100 does
 	})
 	if err == nil {
 		select {

@@ -3,10 +3,12 @@ package server
 import (
 	"context"
 	"errors"
+	"fmt"
 	"time"
 
 	"github.com/faas-gpu/faas-gpu/gpuserver/controller"
 	"github.com/faas-gpu/faas-gpu/gpuserver/executor"
+	"github.com/faas-gpu/faas-gpu/gpuserver/pool"
 	"github.com/faas-gpu/faas-gpu/gpuserver/tenant"
 )
 
@@ -68,8 +70,16 @@ func (b nodeBinding) Finish() error {
 // tenantPlane is the data plane of executor processes per tenant.
 type tenantPlane struct{ *tenant.Plane }
 
+// EndInit is folded into a request's hold, which ends the initialisation in the executor first: one frame less per
+// request. (The executors end it themselves before a swap moves a function or an eviction drops its copy, so no
+// image is lost to the placement made in between.)
+func (p tenantPlane) EndInit(context.Context, string) error { return nil }
+
 func (p tenantPlane) hold(ctx context.Context, name string, gpu int, id string, request bool) (heldBinding, error) {
 	h, err := p.Acquire(ctx, name, gpu, executor.Any, id, request)
+	if errors.Is(err, executor.ErrLost) { // its memory is gone with no image: its process must start again
+		return nil, fmt.Errorf("%w: %w", pool.ErrFunctionLost, err)
+	}
 	if err != nil {
 		return nil, err
 	}

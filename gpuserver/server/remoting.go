@@ -94,6 +94,9 @@ func (t *trackedPool) Register(ctx context.Context, spec pool.FunctionSpec) erro
 			return err
 		}
 		if err := t.node.SetTenant(ctx, spec.Name, spec.Tenant()); err != nil { // its namespace, or itself if isolated
+			if !known { // a function the data plane cannot take (one tenant too many) stays unknown to the pool too
+				err = errors.Join(err, t.healthPool.Deregister(context.WithoutCancel(ctx), spec.Name))
+			}
 			return fmt.Errorf("register %q: %w", spec.Name, err)
 		}
 	}

@@ -89,6 +89,9 @@ type Config struct {
 	// the gpuserver keeps the policy, the chunks and the remoting hello. Nil runs every tenant in the gpuserver's
 	// process, where tenants are not isolated from each other on a real GPU (docs/security.md).
 	Tenants *TenantConfig
+	// SimProcessWide makes the simulated GPUs (Device nil) model what one process shares on a real GPU
+	// (sim.Options.ProcessWide): in the gpuserver's process without Tenants, in each executor with them.
+	SimProcessWide bool
 }
 
 // DefaultMaxBindingHold is Config.MaxBindingHold when none is set: longer than an inference request takes
@@ -111,8 +114,6 @@ type TenantConfig struct {
 	ContextBytes uint64
 	// LogLevel of the executors ("debug", "info", "warn", "error").
 	LogLevel string
-	// SimProcessWide makes the simulated GPUs model what one process shares on a real GPU (sim.Options.ProcessWide).
-	SimProcessWide bool
 	// BackoffMin and BackoffMax bound the wait before an executor that ended is restarted (tenant.Config).
 	BackoffMin, BackoffMax time.Duration
 }
@@ -286,7 +287,8 @@ func (s *Server) startDataPlane(ctx context.Context) error {
 	dev, reserve := s.cfg.Device, s.cfg.DeviceReserveBytes
 	if dev == nil {
 		var err error
-		if dev, err = sim.New(sim.Options{Node: s.cfg.Node, Kernels: s.cfg.SimKernels}); err != nil {
+		if dev, err = sim.New(sim.Options{Node: s.cfg.Node, Kernels: s.cfg.SimKernels,
+			ProcessWide: s.cfg.SimProcessWide && s.cfg.Tenants == nil}); err != nil {
 			return fmt.Errorf("gpuserver: simulated device: %w", err)
 		}
 		if s.cfg.SimKernels == sim.KernelsDry {

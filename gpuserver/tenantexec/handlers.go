@@ -56,6 +56,11 @@ func (p *process) acquire(ctx context.Context, f handoff.Frame) (any, []*os.File
 	if a.Binding == "" {
 		return nil, nil, fmt.Errorf("%w: acquire without a binding id", handoff.ErrProtocol)
 	}
+	if a.Request { // the function's first request ends its initialisation (its model becomes its image)
+		if err := p.node.EndInit(ctx, a.Function); err != nil {
+			return nil, nil, err
+		}
+	}
 	b, err := p.node.Acquire(ctx, a.Function, a.GPU, a.Source)
 	if err != nil {
 		return nil, nil, err

@@ -9,12 +9,24 @@
 #      same GPU (docs/bench/remoting-replay-gpu.md), to check the timed virtual GPU's calibration
 #   3. the data-plane benchmark on the real driver (docs/bench/swap-cuda.md): pool allocation against the driver's
 #      up to 1 GiB, swap throughput, pipelined against serial swap-and-execute
+# The tenant executors' checks (docs/tenants.md) are among the tests of step 1; their figures (chunk import, context
+# memory) go to docs/bench/tenants-cuda.md.
 # Steps print their wall time; the exit status is non-zero when any failed.
 set -uo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
 cd "$root"
 make -s -C shim >/dev/null || exit 1
 export FAAS_GPU_TEST_CUDA=1 FAAS_GPU_GPU_REPORT="$root/docs/bench/pytorch-shim.md" FAAS_GPU_LLM_REPORT="$root/docs/bench/llm-gpu.md"
+# Tenants isolated by process (docs/tenants.md): chunk import and context memory, measured by the cuda package's tests.
+export FAAS_GPU_TENANT_REPORT="$root/docs/bench/tenants-cuda.md"
+{
+	echo "# Tenant executors on a real GPU (make gpu-test)"
+	echo
+	echo "Written by test/gpu/suite.sh on $(date -u +%Y-%m-%dT%H:%M:%SZ), $(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader 2>/dev/null | head -1)."
+	echo "The isolation checks (TestCUDAContextsIsolate, TestCUDAKernelsCannotReachAnotherTenant,"
+	echo "TestCUDAKernelFaultPoisonsOnlyItsContext, TestCUDAShareableChunksCrossProcesses) pass or fail in the suite's log."
+	echo
+} >"$FAAS_GPU_TENANT_REPORT"
 rc=0
 start=$(date +%s)
 step() { # step LIMIT_SECONDS NAME COMMAND...

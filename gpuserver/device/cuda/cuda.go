@@ -25,9 +25,10 @@ const DefaultLibrary = "libcuda.so.1"
 type Backend struct {
 	gpus []gpu
 
-	mu   sync.Mutex
-	regs map[uintptr]uint64    // registered host ranges
-	maps map[device.Ptr]uint64 // mapping start -> size, so that Unmap and SetAccess work per mapping
+	mu        sync.Mutex
+	regs      map[uintptr]uint64    // registered host ranges
+	maps      map[device.Ptr]uint64 // mapping start -> size, so that Unmap and SetAccess work per mapping
+	shareable bool                  // physical memory is created shareable (share.go)
 }
 
 type gpu struct {
@@ -212,7 +213,15 @@ func (b *Backend) CreatePhysical(i int, size uint64) (device.Physical, error) {
 		return nil, fmt.Errorf("%w: physical size %d is not a multiple of %d", device.ErrInvalidValue, size,
 			g.info.Granularity)
 	}
-	h, err := cu.Create(g.ctx, g.dev, size)
+	b.mu.Lock()
+	shareable := b.shareable
+	b.mu.Unlock()
+	var h uint64
+	if shareable {
+		h, err = cu.CreateShareable(g.ctx, g.dev, size)
+	} else {
+		h, err = cu.Create(g.ctx, g.dev, size)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("gpu %d: %w", i, wrap(err))
 	}

@@ -1,6 +1,7 @@
 package sim
 
 import (
+	"cmp"
 	"context"
 	"crypto/sha256"
 	"fmt"
@@ -44,8 +45,17 @@ type Options struct {
 	// kernel) of one launch of a reference kernel, which the sim computes on the host's CPU: a launch above it is
 	// refused with ErrKernelTooLarge. DefaultMaxKernelOps when 0.
 	MaxKernelOps uint64
+	// ProcessWide models what the GPU suite measured on an H100 about one process (processwide.go): module globals
+	// are reachable from every context of the backend, registered host memory is readable and writable by kernels
+	// at its host address, and a context fault poisons every context of the backend and its own streams. Without
+	// it each context is the isolation domain docs/security.md once assumed.
+	ProcessWide bool
 	// Profile gives kernels the GPU time recorded for them on a real GPU (timed mode: TimeScale > 0).
 	Profile Profile
+	// AddressBase is where the simulated address space starts (granularity-aligned; 0: the default). A tenant
+	// executor starts it in its tenant's address window, so that even the memory the sim places itself (module
+	// globals) lies at addresses no other tenant's process uses.
+	AddressBase device.Ptr
 }
 
 // Profile gives kernels their GPU time in the timed mode, as recorded on a real GPU (see the package
@@ -147,7 +157,8 @@ type Backend struct {
 	nextCtx   uint64        // ids of contexts (NewContext), from 1
 	closed    bool
 
-	dryLaunches atomic.Uint64 // launches accepted and not executed (KernelsDry)
+	dryLaunches atomic.Uint64         // launches accepted and not executed (KernelsDry)
+	poisoned    atomic.Pointer[error] // the process-wide fault (ProcessWide)
 	workers     sync.WaitGroup
 }
 
@@ -213,7 +224,7 @@ func New(opts Options) (*Backend, error) {
 	b := &Backend{
 		opts: opts, node: opts.Node.Clone(), clock: opts.Clock, gran: opts.Granularity,
 		ctx: ctx, cancel: cancel,
-		nextAddr: addressBase, reserved: map[device.Ptr]uint64{}, pages: map[uint64]*mapping{},
+		nextAddr: cmp.Or(opts.AddressBase, addressBase), reserved: map[device.Ptr]uint64{}, pages: map[uint64]*mapping{},
 		used: make([]uint64, len(opts.Node.GPUs)), streams: map[*stream]struct{}{},
 		hostRegs: map[*byte]int{}, transfers: map[*transfer]topology.Path{}, failed: map[int]error{},
 		engines: make([]engine, len(opts.Node.GPUs)),
@@ -255,6 +266,12 @@ func (b *Backend) ComputeEnd(gpu int) time.Time {
 
 // Node returns the modelled node.
 func (b *Backend) Node() topology.Node { return b.node.Clone() }
+
+// TimeScale is the factor applied to every modelled duration (Options.TimeScale).
+func (b *Backend) TimeScale() float64 { return b.opts.TimeScale }
+
+// ProcessWide reports whether the backend models what one process shares on a real GPU (Options.ProcessWide).
+func (b *Backend) ProcessWide() bool { return b.opts.ProcessWide }
 
 // KernelMode is what the sim does with kernels it cannot compute.
 func (b *Backend) KernelMode() KernelMode { return b.opts.Kernels }

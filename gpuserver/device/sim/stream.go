@@ -87,13 +87,13 @@ func (s *stream) work() {
 	defer s.b.workers.Done()
 	defer close(s.done)
 	for o := range s.q {
-		if s.ctx != nil && s.err == nil {
-			s.err = s.ctx.Err() // a fault of another stream of the context poisons this one too
+		if s.err == nil {
+			s.err = s.ctxErr() // a fault of another stream of the context (or of the process) poisons this one too
 		}
 		switch {
 		case o.sync != nil:
 			o.sync <- syncResult{err: s.err, at: s.completion()}
-			if s.ctx == nil || s.ctx.Err() == nil { // a context fault stays
+			if s.ctxErr() == nil { // a context fault stays
 				s.err = nil
 			}
 		case o.record != nil:
@@ -124,8 +124,11 @@ func (s *stream) work() {
 			d, err := runOp(o)
 			if err != nil {
 				s.err = fmt.Errorf("sim: gpu %d: %s: %w", s.gpu, o.kind, err)
-				if s.ctx != nil && device.IsContextFault(err) {
-					s.ctx.poison(s.err)
+				if device.IsContextFault(err) {
+					if s.ctx != nil {
+						s.ctx.poison(s.err)
+					}
+					s.b.poisonProcess(s.err)
 				}
 				continue
 			}
@@ -181,8 +184,8 @@ func (s *stream) enqueue(o op) error {
 	if s.destroyed {
 		return fmt.Errorf("%w: stream destroyed", device.ErrInvalidValue)
 	}
-	if s.ctx != nil && o.sync == nil {
-		if err := s.ctx.Err(); err != nil { // after a context fault every call of the context fails with it
+	if o.sync == nil {
+		if err := s.ctxErr(); err != nil { // after a context fault every call of the context fails with it
 			return err
 		}
 	}

@@ -29,6 +29,8 @@ static struct {
 	CUresult (*cuMemAddressFree)(CUdeviceptr, size_t);
 	CUresult (*cuMemCreate)(CUmemGenericAllocationHandle *, size_t, const CUmemAllocationProp *, unsigned long long);
 	CUresult (*cuMemRelease)(CUmemGenericAllocationHandle);
+	CUresult (*cuMemExportToShareableHandle)(void *, CUmemGenericAllocationHandle, int, unsigned long long);
+	CUresult (*cuMemImportFromShareableHandle)(CUmemGenericAllocationHandle *, void *, int);
 	CUresult (*cuMemMap)(CUdeviceptr, size_t, size_t, CUmemGenericAllocationHandle, unsigned long long);
 	CUresult (*cuMemUnmap)(CUdeviceptr, size_t);
 	CUresult (*cuMemSetAccess)(CUdeviceptr, size_t, const CUmemAccessDesc *, size_t);
@@ -157,6 +159,8 @@ int fg_load(const char *path, char *err, int errlen) {
 	*(void **)(&d.cuTensorMapEncodeIm2col) = dlsym(d.h, "cuTensorMapEncodeIm2col");
 	*(void **)(&d.cuTensorMapEncodeIm2colWide) = dlsym(d.h, "cuTensorMapEncodeIm2colWide");
 	*(void **)(&d.cuTensorMapReplaceAddress) = dlsym(d.h, "cuTensorMapReplaceAddress");
+	*(void **)(&d.cuMemExportToShareableHandle) = dlsym(d.h, "cuMemExportToShareableHandle");
+	*(void **)(&d.cuMemImportFromShareableHandle) = dlsym(d.h, "cuMemImportFromShareableHandle");
 	*(void **)(&d.cuStreamBeginCapture) = dlsym(d.h, "cuStreamBeginCapture_v2");
 	*(void **)(&d.cuStreamEndCapture) = dlsym(d.h, "cuStreamEndCapture");
 	*(void **)(&d.cuGraphInstantiateWithFlags) = dlsym(d.h, "cuGraphInstantiateWithFlags");
@@ -247,6 +251,33 @@ CUresult fg_create(CUcontext ctx, int dev, size_t size, CUmemGenericAllocationHa
 	prop.location.type = 1;
 	prop.location.id = dev;
 	return d.cuMemCreate(h, size, &prop, 0);
+}
+
+// CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR: physical memory another process can import (tenant executors).
+#define FG_HANDLE_POSIX_FD 1
+
+CUresult fg_create_shareable(CUcontext ctx, int dev, size_t size, CUmemGenericAllocationHandle *h) {
+	CUresult r = d.cuCtxSetCurrent(ctx);
+	if (r) return r;
+	CUmemAllocationProp prop;
+	memset(&prop, 0, sizeof prop);
+	prop.type = 1;
+	prop.requestedHandleTypes = FG_HANDLE_POSIX_FD;
+	prop.location.type = 1;
+	prop.location.id = dev;
+	return d.cuMemCreate(h, size, &prop, 0);
+}
+
+CUresult fg_export(CUcontext ctx, CUmemGenericAllocationHandle h, int *fd) {
+	if (!d.cuMemExportToShareableHandle) return 801; /* CUDA_ERROR_NOT_SUPPORTED */
+	CUresult r = d.cuCtxSetCurrent(ctx);
+	return r ? r : d.cuMemExportToShareableHandle(fd, h, FG_HANDLE_POSIX_FD, 0);
+}
+
+CUresult fg_import(CUcontext ctx, int fd, CUmemGenericAllocationHandle *h) {
+	if (!d.cuMemImportFromShareableHandle) return 801;
+	CUresult r = d.cuCtxSetCurrent(ctx);
+	return r ? r : d.cuMemImportFromShareableHandle(h, (void *)(long)fd, FG_HANDLE_POSIX_FD);
 }
 
 CUresult fg_release(CUcontext ctx, CUmemGenericAllocationHandle h) {
