@@ -91,6 +91,17 @@ test-cuda: build
 	FAAS_GPU_TEST_PYENV=1 $(GO) test -count=1 -timeout 60m -v \
 	  $$(grep -rl --include='*_test.go' 'faas-gpu/test/pyenv"' . | xargs -n1 dirname | sort -u)
 
+## test-ui: the browser tier: the live pool page (/ui) loaded in headless Chromium (Debian's chromium package,
+## which .ci/run installs), checked against the pool, with a screenshot; `make test` skips it
+.PHONY: test-ui ui-screenshot
+test-ui: build
+	FAAS_GPU_TEST_UI=1 $(GO) test -count=1 -timeout 10m -v -run 'TestPoolPageInChromium' ./test/e2e
+
+## ui-screenshot: docs/pool-page.png, the pool page of a node short of memory under load (the test's busy scene)
+ui-screenshot: build
+	FAAS_GPU_TEST_UI=1 FAAS_GPU_UI_SCENE=busy FAAS_GPU_UI_SCREENSHOT=$(CURDIR)/docs/pool-page.png \
+	  $(GO) test -count=1 -timeout 10m -v -run 'TestPoolPageInChromium' ./test/e2e
+
 ## pyenv: the pinned CUDA 13 / PyTorch Python environment (cached outside the repository); prints its path
 .PHONY: pyenv
 pyenv:
@@ -112,9 +123,11 @@ shim:
 test-shim:
 	@if [ -f shim/Makefile ]; then $(MAKE) -C shim test; fi
 
-## gpu-test: the GPU suite on a machine with an NVIDIA GPU and driver (test/gpu/suite.sh): every CUDA and GPU test with
-## FAAS_GPU_TEST_CUDA=1, PyTorch natively and through the shim side by side (docs/bench/pytorch-shim.md) and the data
-## plane on the real driver (docs/bench/swap-cuda.md). Where Go is installed the test binaries are built first.
+## gpu-test: the GPU suite on a machine with an NVIDIA GPU and driver (test/gpu/suite.sh, under 8 minutes): every CUDA
+## and GPU test with FAAS_GPU_TEST_CUDA=1, PyTorch natively and through the shim side by side with the per-cause
+## columns (docs/bench/pytorch-shim.md), the replay bench on the GPU natively and through the shim
+## (docs/bench/remoting-replay-gpu.md) and the data plane on the real driver (docs/bench/swap-cuda.md). Where Go is
+## installed the test binaries are built first.
 GPU_TEST_PKGS := gpuserver/device/nvml gpuserver/device/cuda gpuserver/executor test/gpu
 .PHONY: gpu-test gpu-test-bin
 gpu-test:
@@ -126,12 +139,15 @@ gpu-test-bin:
 	@mkdir -p bin/gpu
 	@for p in $(GPU_TEST_PKGS); do $(GO) test -c -ldflags="-s -w" -o bin/gpu/$$(echo $$p | tr / -).test ./$$p || exit 1; done
 	$(GO) build -ldflags="-s -w" -o bin/gpu/swapbench ./gpuserver/executor/swapbench
+	$(GO) build -ldflags="-s -w" -o bin/gpu/replay ./test/bench/replay
 
-## gpu-trace: on a GPU machine, record what PyTorch uses of the real driver (shim/testdata/trace, see its README)
+## gpu-trace: on a GPU machine, record what PyTorch uses of the real driver and, natively with the profiler, each
+## launch's issue time and GPU time (shim/testdata/trace, see its README: gpu-profile-*.tsv feed make replay-traces)
 .PHONY: gpu-trace
 gpu-trace:
 	test/gpu/trace.sh build/gpu-trace
-	@echo "compare build/gpu-trace with shim/testdata/trace and copy what changed"
+	@echo "compare build/gpu-trace with shim/testdata/trace and copy what changed; then on a machine with the pinned"
+	@echo "Python environment: make replay-traces REPLAY_PROFILES=build/gpu-trace (or shim/testdata/trace once copied)"
 
 ## bench-policy: every policy on both figures (functions and requests within SLO, refusals) over five seeds: Torpor's
 ## node, the Azure trace's hours, Torpor's arrivals with the overload control on and off, cluster sizing against
@@ -159,20 +175,29 @@ bench-remoting: build
 
 ## replay-traces: the replay traces from the dry PyTorch passes' call logs (the CUDA tier, FAAS_GPU_CALLLOG_DIR) and
 ## the GPU's per-pass figures (shim/testdata/trace/h100-passes.tsv); see shim/testdata/trace/README.md
+REPLAY_PROFILES ?= $(if $(wildcard shim/testdata/trace/gpu-profile-*.tsv),shim/testdata/trace)
 .PHONY: replay-traces
 replay-traces: build
 	@dir=$$(test/pyenv/pyenv.sh) && echo "replay-traces: pinned Python environment $$dir"
 	@rm -rf build/calllog && mkdir -p build/calllog
 	FAAS_GPU_TEST_PYENV=1 FAAS_GPU_CALLLOG_DIR=$(CURDIR)/build/calllog $(GO) test -count=1 -run TestTorchDryForward ./test/cuda/
-	$(GO) run ./test/bench/replay/gentrace -calllogs build/calllog -out shim/testdata/trace
+	$(GO) run ./test/bench/replay/gentrace -calllogs build/calllog -out shim/testdata/trace \
+	  $$(test -n "$(REPLAY_PROFILES)" && echo -profiles $(REPLAY_PROFILES))
 
 ## bench-llm: the llm function through the shim on the simulated node (dry kernels; needs test/pyenv): TTFT warm
 ## and cold from the host image, decode steps/s eagerly and with CUDA graphs, sharing one base between variants;
-## writes docs/bench/llm.md
+## writes docs/bench/llm.md (no modelled GPU time) and docs/bench/llm-timed.md (the timed virtual GPU)
 .PHONY: bench-llm
 bench-llm: build
 	@test/pyenv/pyenv.sh >/dev/null
 	$(GO) run ./test/llmbench -out docs/bench/llm.md
+	$(GO) run ./test/llmbench -timed -out docs/bench/llm-timed.md
+
+## bench-tenants: an executor process per tenant against every tenant in the gpuserver's process, side by side
+## (remoting round trip and async records through the shim, swaps, acquire/release), writes docs/bench/tenants.md
+.PHONY: bench-tenants
+bench-tenants: build
+	$(GO) run ./gpuserver/tenant/cmd/tenant-bench -out docs/bench/tenants.md -rounds 5
 
 ## bench-queue: queue worker benchmarks, writes docs/bench/queue.md
 bench-queue: build

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -9,8 +10,11 @@ import (
 	"path/filepath"
 	"time"
 
+	"github.com/openfaas/faas-provider/auth"
+
 	"github.com/faas-gpu/faas-gpu/gpuserver/controller"
 	"github.com/faas-gpu/faas-gpu/gpuserver/server"
+	"github.com/faas-gpu/faas-gpu/provider/basicauth"
 )
 
 // gpuserverConfig holds the flags of `faas-gpu gpuserver`.
@@ -27,7 +31,27 @@ type gpuserverConfig struct {
 	overload  string
 	logLevel  string
 	kernels   string // --sim-kernels
+	tenants   tenantFlags
 	metering  string
+	hold      holdFlag
+	uiAddr    string
+	uiAuthDir string
+}
+
+// holdFlag is the gpuserver's maximum binding hold (server.Config.MaxBindingHold), a flag of `gpuserver` and `up`.
+type holdFlag struct{ max time.Duration }
+
+func (h *holdFlag) register(fs *flag.FlagSet) {
+	fs.DurationVar(&h.max, "max-binding-hold", server.DefaultMaxBindingHold,
+		"the longest a request may hold its GPU (the functions' timeout on the GPU): a binding held longer is "+
+			"ended, its request answers 503 and the GPU serves the next request")
+}
+
+func (h *holdFlag) validate() error {
+	if h.max <= 0 {
+		return usageError{fmt.Errorf("-max-binding-hold %s: must be positive", h.max)}
+	}
+	return nil
 }
 
 func (c *gpuserverConfig) register(fs *flag.FlagSet) {
@@ -47,6 +71,13 @@ func (c *gpuserverConfig) register(fs *flag.FlagSet) {
 	fs.StringVar(&c.overload, "overload", controller.OverloadAuto, overloadUsage)
 	fs.StringVar(&c.logLevel, "log-level", "info", "debug, info, warn or error")
 	fs.StringVar(&c.kernels, "sim-kernels", "reference", simKernelsUsage)
+	c.tenants.register(fs)
+	c.hold.register(fs)
+	fs.StringVar(&c.uiAddr, "ui-addr", "",
+		"TCP address of the live pool page /ui, e.g. :8091 (empty: none); it needs -ui-auth-dir")
+	fs.StringVar(&c.uiAuthDir, "ui-auth-dir", "",
+		"folder of basic-auth-user and basic-auth-password, the credentials of the pool page (in a cluster the "+
+			"basic-auth secret OpenFaaS mounts at /var/secrets)")
 	fs.StringVar(&c.metering, "metering-file", "",
 		"the functions' bill, kept across restarts (default: metering.json in -repository-dir: on a tmpfs it "+
 			"survives restarts of the gpuserver, not of the machine; name a file on disk for that)")
@@ -66,12 +97,31 @@ func runGPUServer(ctx context.Context, args []string, stdout, stderr io.Writer) 
 	if err := checkPolicy(cfg.policy); err != nil {
 		return err
 	}
+	if err := cfg.hold.validate(); err != nil {
+		return err
+	}
 	overload, err := parseOverload(cfg.overload)
 	if err != nil {
 		return err
 	}
 	if cfg.repoDir == "" {
 		return usageError{fmt.Errorf("-repository-dir: must not be empty")}
+	}
+	if err := cfg.tenants.validate(); err != nil {
+		return err
+	}
+	tenants, err := cfg.tenants.config(cfg.logLevel)
+	if err != nil {
+		return err
+	}
+	var uiCreds *auth.BasicAuthCredentials
+	if cfg.uiAddr != "" {
+		if cfg.uiAuthDir == "" {
+			return usageError{errors.New("-ui-addr needs -ui-auth-dir: the pool page is served behind basic auth")}
+		}
+		if uiCreds, err = basicauth.Read(cfg.uiAuthDir); err != nil {
+			return usageError{fmt.Errorf("-ui-auth-dir: %w", err)}
+		}
 	}
 	simKernels, err := parseSimKernels(cfg.kernels)
 	if err != nil {
@@ -91,7 +141,8 @@ func runGPUServer(ctx context.Context, args []string, stdout, stderr io.Writer) 
 	srv, err := server.Start(ctx, server.Config{Socket: cfg.socket, Listen: cfg.listen, Node: node,
 		Policy: cfg.policy, Overload: overload, RemotingSocket: cfg.remoting, KeyFile: cfg.keyFile, RepositoryDir: cfg.repoDir,
 		Device: gpus.Device, DeviceReserveBytes: gpus.Reserve, SocketGroup: cfg.group, Logger: log,
-		SimKernels: simKernels, MeteringFile: cfg.metering})
+		SimKernels: simKernels, MeteringFile: cfg.metering, MaxBindingHold: cfg.hold.max, Tenants: tenants,
+		SimProcessWide: true}) // a simulated GPU shares within one process what an H100 does
 	if err != nil {
 		return err
 	}
@@ -103,9 +154,24 @@ func runGPUServer(ctx context.Context, args []string, stdout, stderr io.Writer) 
 		fmt.Fprintf(stdout, " and http://%s", srv.Addr())
 	}
 	fmt.Fprintln(stdout)
+	var stopPage func(context.Context) error
+	if cfg.uiAddr != "" {
+		if stopPage, err = servePoolPage(ctx, srv, node.Name, cfg.uiAddr, uiCreds, stdout, log); err != nil {
+			sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+			defer cancel()
+			return errors.Join(err, srv.Shutdown(sctx))
+		}
+	}
 	select {
 	case <-ctx.Done():
 	case err = <-srv.Err():
+	}
+	if stopPage != nil {
+		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+		defer cancel()
+		if perr := stopPage(sctx); perr != nil && err == nil {
+			err = perr
+		}
 	}
 	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 	defer cancel()

@@ -15,6 +15,7 @@ import (
 	"strings"
 	"syscall"
 
+	"github.com/faas-gpu/faas-gpu/gpuserver/tenantexec"
 	"github.com/faas-gpu/faas-gpu/provider/local/sandbox"
 )
 
@@ -53,6 +54,9 @@ func run(argv []string, stdout, stderr io.Writer) int {
 		name, args = "provider", argv[1:]
 	} else if len(argv) > 1 {
 		name, args = argv[1], argv[2:]
+	}
+	if name == tenantExecutorCommand { // hidden: started by the gpuserver, one per tenant, on its control socket (fd 3)
+		return tenantexec.Main(stderr)
 	}
 	cmd, ok := cmds[name]
 	if !ok {

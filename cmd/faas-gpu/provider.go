@@ -22,6 +22,7 @@ import (
 	"github.com/faas-gpu/faas-gpu/gpuserver/client"
 	"github.com/faas-gpu/faas-gpu/provider"
 	"github.com/faas-gpu/faas-gpu/provider/basicauth"
+	"github.com/faas-gpu/faas-gpu/provider/connlimit"
 	"github.com/faas-gpu/faas-gpu/provider/handlers"
 	"github.com/faas-gpu/faas-gpu/provider/local"
 )
@@ -51,6 +52,7 @@ type providerConfig struct {
 	logLevel        string
 	envs            envFlags
 	sandbox         sandboxFlags
+	conns           connFlags
 	// envErr is a bad value in one of faas-netes' variables (basic_auth).
 	envErr error
 }
@@ -112,6 +114,7 @@ func (c *providerConfig) register(fs *flag.FlagSet) {
 	fs.StringVar(&c.logLevel, "log-level", "info", "debug, info, warn or error")
 	c.envs.register(fs)
 	c.sandbox.register(fs)
+	c.conns.register(fs)
 }
 
 func (c *providerConfig) validate() error {
@@ -119,6 +122,9 @@ func (c *providerConfig) validate() error {
 		return err
 	}
 	if err := c.sandbox.validate(); err != nil {
+		return err
+	}
+	if err := c.conns.validate(); err != nil {
 		return err
 	}
 	switch {
@@ -286,7 +292,7 @@ func runProvider(ctx context.Context, args []string, stdout, stderr io.Writer) e
 	allowed := hostAllowList(cfg.allowedHosts, cfg.listenHost())
 	h = handlers.AllowHosts(allowed, h)
 	addr := net.JoinHostPort(cfg.listenHost(), strconv.Itoa(cfg.port))
-	return serveProvider(ctx, addr, h, be.close, func(url string) {
+	return serveProvider(ctx, addr, cfg.conns.limits(0.5), h, be.close, func(url string) {
 		fmt.Fprintf(stdout, "provider: faas-provider API on %s\n", url)
 		if creds != nil {
 			fmt.Fprintf(stdout, "provider: /system/* needs basic auth (user %s, password in %s):\n  %s\n", creds.User,
@@ -297,9 +303,9 @@ func runProvider(ctx context.Context, args []string, stdout, stderr io.Writer) e
 
 // serveProvider serves h on addr until ctx ends, then shuts down under providerShutdown: the HTTP server drains
 // and closeBackend stops the functions. ready is called with the server's URL once it listens.
-func serveProvider(ctx context.Context, addr string, h http.Handler, closeBackend func(context.Context) error,
-	ready func(url string), log *slog.Logger) error {
-	l, err := net.Listen("tcp", addr)
+func serveProvider(ctx context.Context, addr string, limits connlimit.Limits, h http.Handler,
+	closeBackend func(context.Context) error, ready func(url string), log *slog.Logger) error {
+	l, err := boundedListen("tcp", addr, "provider", limits, log)
 	if err != nil {
 		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), providerShutdown)
 		defer cancel()

@@ -41,6 +41,7 @@ type clusterConfig struct {
 	kubeBurst      int
 	gpuservers     string
 	socketGroup    int64
+	runAsUser      int64
 	// registrationKey is the gpuservers' key (-gpuserver-key-file) from which GPU pods get registration tickets.
 	registrationKey gpuauth.Key
 	// envErr is a bad value in one of faas-netes' variables, reported by newClusterBackend.
@@ -77,6 +78,21 @@ func registerClusterFlags(fs *flag.FlagSet) *clusterConfig {
 		}
 		probe = b
 	}
+	// faas-netes' set_nonroot_user (the stock chart's functions.setNonRootUser): true runs functions as 12000, false
+	// as their images' users; unset, faas-gpu runs them as 12000.
+	runAs := int64(d.RunAsUser)
+	if v := os.Getenv("set_nonroot_user"); v != "" {
+		b, err := strconv.ParseBool(v)
+		if err != nil {
+			c.envErr = fmt.Errorf("invalid value %q for set_nonroot_user (flag -function-run-as-user): not a boolean", v)
+		}
+		if !b {
+			runAs = 0
+		}
+	}
+	fs.Int64Var(&c.runAsUser, "function-run-as-user", runAs,
+		"user id function containers run as (runAsNonRoot, no capabilities); 0 keeps each image's user (faas-netes "+
+			"env set_nonroot_user: true is 12000, false is 0)")
 	fs.StringVar(&c.kubeconfig, "kubeconfig", "",
 		"kubeconfig file of the cluster (cluster backends; default: in-cluster service account, then ~/.kube/config)")
 	fs.StringVar(&c.namespace, "function-namespace", ns,
@@ -118,6 +134,10 @@ func (c *clusterConfig) config() (kubernetes.Config, error) {
 	cfg.DefaultNamespace = c.namespace
 	cfg.ImagePullPolicy = corev1.PullPolicy(c.pullPolicy)
 	cfg.HTTPProbe = c.httpProbe
+	cfg.RunAsUser = c.runAsUser
+	if c.runAsUser < 0 {
+		return cfg, usageError{fmt.Errorf("-function-run-as-user %d: must be >= 0 (0: the image's user)", c.runAsUser)}
+	}
 	if c.gpuservers != "" {
 		if ns, name, ok := strings.Cut(c.gpuservers, "/"); !ok || ns == "" || name == "" {
 			return cfg, usageError{fmt.Errorf("-gpuserver-service %q: want namespace/name", c.gpuservers)}

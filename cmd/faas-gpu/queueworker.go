@@ -20,6 +20,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/faas-gpu/faas-gpu/gpuserver/client"
+	"github.com/faas-gpu/faas-gpu/provider/connlimit"
 	"github.com/faas-gpu/faas-gpu/queueworker/frontdoor"
 	"github.com/faas-gpu/faas-gpu/queueworker/functions"
 	"github.com/faas-gpu/faas-gpu/queueworker/queue"
@@ -56,6 +57,8 @@ type queueWorkerConfig struct {
 	deadLetterAge   time.Duration
 	deadLetterDrop  bool
 	forbidCallbacks string
+	limits          streamLimitFlags
+	conns           connFlags
 }
 
 func (c *queueWorkerConfig) register(fs *flag.FlagSet) {
@@ -88,6 +91,8 @@ func (c *queueWorkerConfig) register(fs *flag.FlagSet) {
 	fs.DurationVar(&c.deadLetterAge, "dead-letter-max-age", queue.DefaultDeadLetterMaxAge,
 		"how long dead-letter entries (the request without credentials, with its body) are kept")
 	fs.BoolVar(&c.deadLetterDrop, "dead-letter-drop-bodies", false, "keep request bodies out of dead-letter entries")
+	c.limits.register(fs)
+	c.conns.register(fs)
 	fs.StringVar(&c.forbidCallbacks, "forbidden-callback-hosts", "",
 		"comma-separated host:port that callbacks may never reach, beside the gateway's, -functions-url's and -gpuserver-url's (e.g. the provider's)")
 }
@@ -167,6 +172,12 @@ func (c *queueWorkerConfig) validate() error {
 		if _, _, err := net.SplitHostPort(c.frontdoorAddr); err != nil {
 			return bad("frontdoor-addr", "%q is not host:port", c.frontdoorAddr)
 		}
+	}
+	if err := c.limits.validate(); err != nil {
+		return err
+	}
+	if err := c.conns.validate(); err != nil {
+		return err
 	}
 	if c.metricsAddr != "" {
 		if _, _, err := net.SplitHostPort(c.metricsAddr); err != nil {
@@ -278,6 +289,7 @@ func runQueueWorker(ctx context.Context, args []string, stdout, stderr io.Writer
 		DeadLetterMaxAge:       cfg.deadLetterAge,
 		DeadLetterDropBodies:   cfg.deadLetterDrop,
 	}
+	cfg.limits.apply(&wcfg)
 	switch {
 	case cfg.gpuserverSocket != "":
 		wcfg.Capacity = client.New(cfg.gpuserverSocket)
@@ -291,7 +303,8 @@ func runQueueWorker(ctx context.Context, args []string, stdout, stderr io.Writer
 	var metricsSrv *http.Server
 	metricsErr := make(chan error, 1)
 	if cfg.metricsAddr != "" {
-		ln, err := net.Listen("tcp", cfg.metricsAddr)
+		// Scrapers are few: a small fixed bound.
+		ln, err := boundedListen("tcp", cfg.metricsAddr, "metrics", connlimit.Limits{MaxConns: 64, MaxPerPeer: 16}, log)
 		if err != nil {
 			return fmt.Errorf("-metrics-addr %s: %w", cfg.metricsAddr, err)
 		}
@@ -302,7 +315,7 @@ func runQueueWorker(ctx context.Context, args []string, stdout, stderr io.Writer
 		fmt.Fprintf(stdout, "queue-worker: metrics on http://%s/metrics\n", ln.Addr())
 	}
 	if cfg.frontdoorAddr != "" {
-		stop, err := serveFrontDoor(ctx, cfg.frontdoorAddr, cfg.natsURL, auth, wcfg.Functions, log, stdout)
+		stop, err := serveFrontDoor(ctx, cfg.frontdoorAddr, cfg.natsURL, auth, wcfg.Functions, cfg.conns.limits(0.5), log, stdout)
 		if err != nil {
 			return err
 		}
@@ -326,8 +339,8 @@ func runQueueWorker(ctx context.Context, args []string, stdout, stderr io.Writer
 
 // serveFrontDoor serves POST /async-function/{name} on addr, publishing to the queues on natsURL; stop shuts it
 // down under a deadline.
-func serveFrontDoor(ctx context.Context, addr, natsURL string, auth natsAuth, fns functions.Source, log *slog.Logger,
-	stdout io.Writer) (stop func(), err error) {
+func serveFrontDoor(ctx context.Context, addr, natsURL string, auth natsAuth, fns functions.Source,
+	limits connlimit.Limits, log *slog.Logger, stdout io.Writer) (stop func(), err error) {
 	nc, err := nats.Connect(natsURL, append(auth.options(), nats.Name("faas-gpu front door"), nats.MaxReconnects(-1))...)
 	if err != nil {
 		return nil, fmt.Errorf("front door: nats %s: %w", redactedURL(natsURL), err)
@@ -345,7 +358,7 @@ func serveFrontDoor(ctx context.Context, addr, natsURL string, auth natsAuth, fn
 		nc.Close()
 		return nil, fmt.Errorf("front door: %w", err)
 	}
-	ln, err := net.Listen("tcp", addr)
+	ln, err := boundedListen("tcp", addr, "front door", limits, log)
 	if err != nil {
 		nc.Close()
 		return nil, fmt.Errorf("-frontdoor-addr %s: %w", addr, err)

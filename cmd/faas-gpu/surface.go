@@ -32,12 +32,17 @@ func hostAllowList(flagValue, listenHost string) []string {
 	return out
 }
 
-// newHTTPServer returns the server of a faas-provider surface: headers within 10s, idle keep-alive connections
-// closed after 2 minutes, request bodies bounded by the handlers (handlers.LimitBodyTime).
+// newHTTPServer returns the server of a faas-provider surface: headers of at most 64 KiB within 10s, idle
+// keep-alive connections closed after 2 minutes, request bodies bounded in size and time by the handlers
+// (handlers.LimitBodyTime); its listener bounds the connections (boundedListen).
 func newHTTPServer(h http.Handler) *http.Server {
 	return &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 2 * time.Minute,
-		MaxHeaderBytes: 1 << 20}
+		MaxHeaderBytes: maxHeaderBytes}
 }
+
+// maxHeaderBytes bounds a request's headers on the gateway and provider surfaces (what faas-cli, the OpenFaaS
+// gateway and browsers send is a few KiB).
+const maxHeaderBytes = 64 << 10
 
 // ensureBasicAuth returns the /system/* credentials in dir, creating them at first start (basicauth.Ensure), and
 // says loudly which empty credential files it moved aside.

@@ -18,6 +18,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/openfaas/faas-provider/auth"
 	"github.com/openfaas/faas-provider/types"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
@@ -26,6 +27,7 @@ import (
 	"github.com/faas-gpu/faas-gpu/gpuserver/controller"
 	"github.com/faas-gpu/faas-gpu/gpuserver/server"
 	"github.com/faas-gpu/faas-gpu/provider/basicauth"
+	"github.com/faas-gpu/faas-gpu/provider/connlimit"
 	"github.com/faas-gpu/faas-gpu/provider/handlers"
 	"github.com/faas-gpu/faas-gpu/provider/local"
 	"github.com/faas-gpu/faas-gpu/provider/local/sandbox"
@@ -54,7 +56,10 @@ type upConfig struct {
 	envs         envFlags
 	queue        upQueueConfig
 	simKernels   string
+	tenants      tenantFlags
+	hold         holdFlag
 	sandbox      sandboxFlags
+	conns        connFlags
 }
 
 func (c *upConfig) register(fs *flag.FlagSet) {
@@ -81,7 +86,10 @@ func (c *upConfig) register(fs *flag.FlagSet) {
 	c.envs.register(fs)
 	c.queue.register(fs)
 	fs.StringVar(&c.simKernels, "sim-kernels", "reference", simKernelsUsage)
+	c.tenants.register(fs)
+	c.hold.register(fs)
 	c.sandbox.register(fs)
+	c.conns.register(fs)
 }
 
 func (c *upConfig) validate() error {
@@ -97,7 +105,16 @@ func (c *upConfig) validate() error {
 	if err := c.queue.validate(); err != nil {
 		return err
 	}
+	if err := c.tenants.validate(); err != nil {
+		return err
+	}
+	if err := c.hold.validate(); err != nil {
+		return err
+	}
 	if err := c.sandbox.validate(); err != nil {
+		return err
+	}
+	if err := c.conns.validate(); err != nil {
 		return err
 	}
 	switch {
@@ -197,6 +214,11 @@ func runUp(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		socketGroup = strconv.FormatUint(uint64(gid), 10)
 	}
 
+	tenants, err := cfg.tenants.config(cfg.logLevel)
+	if err != nil {
+		closeDevice()
+		return err
+	}
 	overload, _ := controller.ParseOverload(cfg.overload) // validated above
 	u := &up{log: log, runErrs: make(chan error, 4), sandbox: sb}
 	err = u.start(ctx, cfg, stateDir, node.Name, stdout, func(ctx context.Context) (*server.Server, error) {
@@ -206,8 +228,9 @@ func runUp(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 			KeyFile:       filepath.Join(stateDir, "gpuserver.key"),
 			RepositoryDir: repositoryDir(stateDir, gpus.Device != nil), // kept across restarts of up
 			Device:        gpus.Device, DeviceReserveBytes: gpus.Reserve, SimKernels: simKernels,
-			MeteringFile: filepath.Join(stateDir, "metering.json"), // the bill, kept across restarts of up
-			Logger:       log.With("component", "gpuserver")})
+			MeteringFile:   filepath.Join(stateDir, "metering.json"), // the bill, kept across restarts of up
+			MaxBindingHold: cfg.hold.max, Logger: log.With("component", "gpuserver"), Tenants: tenants,
+			SimProcessWide: true}) // a simulated GPU shares within one process what an H100 does
 	})
 	if err == nil {
 		select {
@@ -217,7 +240,7 @@ func runUp(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 			log.Error("a component failed; stopping", "err", err)
 		}
 	}
-	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), upStopTimeout)
 	defer cancel()
 	if serr := u.stop(sctx); serr != nil {
 		log.Error("stop", "err", serr)
@@ -227,6 +250,11 @@ func runUp(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	}
 	return err
 }
+
+// upStopTimeout bounds Ctrl-C: functions get SIGTERM, then SIGKILL (local.Config.StopTimeout), and the parts after
+// them stop once their processes are gone. Ten functions of which six import PyTorch took more than 5 s on a busy
+// 2-core machine, which ended up with errors and exit status 1 although every process had stopped.
+const upStopTimeout = 20 * time.Second
 
 // start brings the parts up in dependency order: gpuserver, NATS JetStream, local backend, gateway surface,
 // queue worker.
@@ -315,32 +343,48 @@ func (u *up) start(ctx context.Context, cfg upConfig, stateDir, nodeName string,
 		checkCallbackHeader(queueFrontDoor(js, fnSource, u.log))))
 	mux.Handle("/metrics", promhttp.HandlerFor(prometheus.Gatherers{metrics, gs.Metrics()}, promhttp.HandlerOpts{}))
 	mux.Handle("GET /system/info", gatewayInfoHandler(info, creds)) // up is the gateway: the gateway's shape
+	page, err := poolPage(gs, nodeName, js, u.log)
+	if err != nil {
+		return err
+	}
+	u.onStop(func(context.Context) error { page.Close(); return nil })
+	mux.Handle("/ui", auth.DecorateWithBasicAuth(page.ServeHTTP, creds)) // behind the /system credentials
+	mux.Handle("/ui/", auth.DecorateWithBasicAuth(page.ServeHTTP, creds))
 	mux.Handle("/", providerHandler)
 	allowed := hostAllowList(cfg.allowedHosts, cfg.host)
-	l, err := net.Listen("tcp", gatewayAddr)
+	gatewayLimits := cfg.conns.limits(0.5)
+	l, err := boundedListen("tcp", gatewayAddr, "gateway", gatewayLimits, u.log)
 	if err != nil {
 		return fmt.Errorf("gateway: listen on %s: %w (another faas-gpu up? use -port)", gatewayAddr, err)
 	}
-	hs := newHTTPServer(handlers.AllowHosts(allowed, mux))
-	go func() {
-		if err := hs.Serve(l); err != nil && !errors.Is(err, http.ErrServerClosed) {
-			u.runErrs <- fmt.Errorf("gateway: %w", err)
-		}
-	}()
-	u.onStop(func(ctx context.Context) error {
-		if err := hs.Shutdown(ctx); err != nil {
-			return hs.Close()
-		}
-		return nil
-	})
+	gateway := handlers.AllowHosts(allowed, mux)
+	u.serve(l, gateway, "gateway")
 
 	maxInflight := cfg.maxInflight
 	if maxInflight == 0 {
 		maxInflight = 4 * len(gpuStatus.GPUs) // enough to keep every GPU busy while others swap
 	}
+	// The queue worker invokes functions through a door of its own (a Unix socket only up's user may open), so
+	// that a storm on the gateway's port, which local clients and functions share as one peer, never stops the
+	// asynchronous calls already accepted.
+	workerDoor := filepath.Join(stateDir, workerDoorSocket)
+	if err := removeStaleSocket(workerDoor); err != nil {
+		return err
+	}
+	wl, err := boundedListen("unix", workerDoor, "queue worker's door",
+		connlimit.Limits{MaxConns: 4*maxInflight + 64, MaxPerPeer: 4*maxInflight + 64}, u.log)
+	if err != nil {
+		return fmt.Errorf("queue worker's door: %w", err)
+	}
+	if err := os.Chmod(workerDoor, 0o600); err != nil {
+		wl.Close()
+		return fmt.Errorf("queue worker's door: %w", err)
+	}
+	u.serve(wl, gateway, "queue worker's door")
 	if err := u.startQueueWorker(ctx, cfg.queue, worker.Config{
 		JetStream:              js,
 		GatewayURL:             gatewayURL,
+		Client:                 unixClient(workerDoor),
 		Functions:              fnSource,
 		Capacity:               gpuClient,
 		MaxInflight:            maxInflight,
@@ -354,8 +398,9 @@ func (u *up) start(ctx context.Context, cfg upConfig, stateDir, nodeName string,
 		hostsText = strings.Join(allowed, ", ")
 	}
 	fmt.Fprintf(stdout, `faas-gpu up
-  gateway      %s  (faas-provider API, /function/{name}, /async-function/{name}; Host: %s)
-  auth         /system/* needs basic auth: user %s, password in %s
+  gateway      %s  (faas-provider API, /function/{name}, /async-function/{name}; Host: %s;
+               at most %d connections, %d per peer)
+  auth         /system/* and the pool page %s/ui need basic auth: user %s, password in %s
                %s
   gpuserver    unix:%s  (%d GPUs, node %s, policy %s)
   remoting     unix:%s  (shim %s)
@@ -366,12 +411,61 @@ func (u *up) start(ctx context.Context, cfg upConfig, stateDir, nodeName string,
   python envs  %s  (functions with pip requirements)
   functions    %s
 Ready. Ctrl-C stops everything.
-`, gatewayURL, hostsText, creds.User, filepath.Join(secretsDir, basicauth.PasswordFile),
+`, gatewayURL, hostsText, gatewayLimits.MaxConns, gatewayLimits.MaxPerPeer, gatewayURL, creds.User,
+		filepath.Join(secretsDir, basicauth.PasswordFile),
 		basicauth.LoginCommand(secretsDir, creds.User, gatewayURL), gs.Socket(), len(gpuStatus.GPUs), nodeName, gpuStatus.Policy, gs.RemotingSocket(),
 		filepath.Join(shimDir, "libcuda.so.1"), ns.ClientURL(),
 		filepath.Join(stateDir, "jetstream"), filepath.Join(stateDir, natsSecretsDir), maxInflight, stateDir, buildDir, templatesDir, functionsDir,
 		envDir, u.sandbox.Report().Summary())
 	return nil
+}
+
+// workerDoorSocket, in the state dir, is the queue worker's own way into the gateway.
+const workerDoorSocket = "gateway.sock"
+
+// serve runs an HTTP server of the gateway's handler on l until up stops.
+func (u *up) serve(l net.Listener, h http.Handler, surface string) {
+	hs := newHTTPServer(h)
+	go func() {
+		if err := hs.Serve(l); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			u.runErrs <- fmt.Errorf("%s: %w", surface, err)
+		}
+	}()
+	u.onStop(func(ctx context.Context) error {
+		if err := hs.Shutdown(ctx); err != nil {
+			return hs.Close()
+		}
+		return nil
+	})
+}
+
+// unixClient is an HTTP client that reaches every URL's host through the Unix socket path, follows no redirect and
+// keeps enough idle connections for the worker's concurrency.
+func unixClient(path string) *http.Client {
+	t := &http.Transport{
+		DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
+			var d net.Dialer
+			return d.DialContext(ctx, "unix", path)
+		},
+		MaxIdleConns: 256, MaxIdleConnsPerHost: 256, IdleConnTimeout: time.Minute, Proxy: nil,
+	}
+	return &http.Client{Transport: t,
+		CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
+}
+
+// removeStaleSocket removes a socket file a previous run left behind; anything else at path is an error.
+func removeStaleSocket(path string) error {
+	fi, err := os.Lstat(path)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	if fi.Mode()&os.ModeSocket == 0 {
+		return fmt.Errorf("%s exists and is not a socket", path)
+	}
+	return os.Remove(path)
 }
 
 // findShimDir returns the folder of the shim's libcuda.so.1: the flag's value, else shim/build beside the

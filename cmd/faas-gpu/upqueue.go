@@ -19,6 +19,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/faas-gpu/faas-gpu/provider"
+	"github.com/faas-gpu/faas-gpu/provider/connlimit"
 	"github.com/faas-gpu/faas-gpu/queueworker/frontdoor"
 	"github.com/faas-gpu/faas-gpu/queueworker/functions"
 	"github.com/faas-gpu/faas-gpu/queueworker/natsserver"
@@ -46,15 +47,20 @@ const (
 type upQueueConfig struct {
 	deadLetterAge  time.Duration
 	deadLetterDrop bool
+	limits         streamLimitFlags
 }
 
 func (c *upQueueConfig) register(fs *flag.FlagSet) {
 	fs.DurationVar(&c.deadLetterAge, "dead-letter-max-age", queue.DefaultDeadLetterMaxAge,
 		"how long dead-letter entries (the request without credentials, with its body) are kept")
 	fs.BoolVar(&c.deadLetterDrop, "dead-letter-drop-bodies", false, "keep request bodies out of dead-letter entries")
+	c.limits.register(fs)
 }
 
 func (c *upQueueConfig) validate() error {
+	if err := c.limits.validate(); err != nil {
+		return err
+	}
 	if c.deadLetterAge != 0 && c.deadLetterAge < time.Second { // 0: the worker's default
 		return usageError{fmt.Errorf("-dead-letter-max-age %s: must be at least 1s", c.deadLetterAge)}
 	}
@@ -136,13 +142,17 @@ func (u *up) startNATS(ctx context.Context, host string, port int, stateDir stri
 		return nil, nil, err
 	}
 	ns, err := natsserver.Start(ctx, natsserver.Config{StoreDir: filepath.Join(stateDir, "jetstream"),
-		Host: host, Port: port, Username: user, Password: password})
+		Host: host, Port: port, Username: user, Password: password,
+		MaxConns: connlimit.Budget(connlimit.NoFile(), 0.1, natsserver.DefaultMaxConns).MaxConns})
 	if err != nil {
 		return nil, nil, fmt.Errorf("nats: %w", err)
 	}
 	u.onStop(func(context.Context) error { ns.Shutdown(); return nil })
 	nlog := u.log.With("component", "nats-client")
-	nc, err := nats.Connect(ns.ClientURL(), nats.UserInfo(user, password), nats.Name("faas-gpu up"), nats.MaxReconnects(-1),
+	// Through memory, not TCP: up's own connection takes no descriptor and never waits behind the listener, so a
+	// connection storm on the NATS port (or on any of up's surfaces) cannot cut the queues off.
+	nc, err := nats.Connect(ns.ClientURL(), nats.InProcessServer(ns), nats.UserInfo(user, password),
+		nats.Name("faas-gpu up"), nats.MaxReconnects(-1), nats.IgnoreAuthErrorAbort(),
 		nats.DisconnectErrHandler(func(_ *nats.Conn, err error) { nlog.Warn("disconnected", "err", err) }),
 		nats.ReconnectHandler(func(*nats.Conn) { nlog.Info("reconnected") }),
 		nats.ClosedHandler(func(c *nats.Conn) { nlog.Error("connection closed", "err", c.LastError()) }),
@@ -190,6 +200,7 @@ func (u *up) startQueueWorker(ctx context.Context, cfg upQueueConfig, wcfg worke
 	wcfg.Logger = u.log.With("component", "queue-worker")
 	wcfg.DeadLetterMaxAge = cfg.deadLetterAge
 	wcfg.DeadLetterDropBodies = cfg.deadLetterDrop
+	cfg.limits.apply(&wcfg)
 	w, err := worker.New(wcfg)
 	if err != nil {
 		return fmt.Errorf("queue worker: %w", err)

@@ -135,6 +135,38 @@ def build_model(vocab, seed=SEED, head_seed=HEAD_SEED):
     return model.to(DTYPE).eval()
 
 
+CHUNK = 2 << 20  # the GPUs' mapping granularity: the unit in which identical weights are shared
+
+
+def to_device_packed(model, device):
+    """Moves every parameter and buffer of model into one device buffer, in a fixed order, each at a 256-byte
+    aligned offset, the buffer a whole number of 2 MiB chunks. Nothing else is ever allocated in it (it is one
+    block of the caching allocator, used up to its end), so the function never writes its model memory after
+    initialisation (com.openfaas.gpu.model: shared), and variants of one base hold identical chunks up to their
+    head's."""
+    if device.type != "cuda":
+        return model.to(device)
+    slots, total = [], 0
+    for module in model.modules():
+        for kind in ("_parameters", "_buffers"):
+            for name, t in getattr(module, kind).items():
+                if t is None:
+                    continue
+                nbytes = t.numel() * t.element_size()
+                slots.append((module, kind, name, t, total, nbytes))
+                total += (nbytes + 255) // 256 * 256
+    flat = torch.empty((total + CHUNK - 1) // CHUNK * CHUNK, dtype=torch.uint8, device=device)
+    with torch.no_grad():
+        for module, kind, name, t, off, nbytes in slots:
+            view = flat[off:off + nbytes].view(t.dtype).view(t.shape)
+            view.copy_(t)
+            if kind == "_parameters":
+                module._parameters[name] = torch.nn.Parameter(view, requires_grad=False)
+            else:
+                module._buffers[name] = view
+    return model
+
+
 class BadRequest(Exception):
     def __init__(self, param, message, status=400):
         super().__init__(message)
@@ -253,7 +285,7 @@ _lock = threading.Lock()
 TOKENIZER = load_tokenizer()
 VOCAB = len(TOKENIZER)
 STOP_IDS = {TOKENIZER.convert_tokens_to_ids(EOT), TOKENIZER.convert_tokens_to_ids(IM_END)}
-_model = build_model(VOCAB).to(DEVICE)
+_model = to_device_packed(build_model(VOCAB), DEVICE)
 DECODER = Decoder(_model, DEVICE)
 
 

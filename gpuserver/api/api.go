@@ -39,6 +39,7 @@ import (
 	"math"
 	"net"
 	"net/http"
+	"os"
 	"strconv"
 	"strings"
 	"sync"
@@ -128,10 +129,13 @@ type Server struct {
 	maxAcquires int
 	usage       UsageSource // nil: no /v1/usage
 
-	mu       sync.Mutex
-	leases   map[string]*lease    // by public binding id
-	holders  map[net.Conn]*holder // connections served through NewHTTPServer
-	acquires map[string]int       // open acquires per function
+	limits Limits
+
+	mu            sync.Mutex
+	leases        map[string]*lease    // by public binding id
+	holders       map[net.Conn]*holder // connections served through NewHTTPServer
+	acquires      map[string]int       // open acquires per function
+	refusalLogged time.Time            // last log line about refused connections (conns.go)
 	// shedLogged is, per function, the overload episode whose first refusal was logged (one line per episode).
 	shedLogged map[string]uint64
 }
@@ -149,6 +153,7 @@ type lease struct {
 type holder struct {
 	closed bool
 	leases map[string]*lease
+	idle   *time.Timer // closes the connection when it stays idle without a lease (conns.go)
 }
 
 type holderKey struct{}
@@ -165,7 +170,8 @@ func New(p pool.Pool, reg prometheus.Registerer, gather prometheus.Gatherer, log
 		return nil, fmt.Errorf("register gpuserver metrics: %w", err)
 	}
 	s := &Server{pool: p, log: log, metrics: m, maxAcquires: DefaultMaxAcquiresPerFunction,
-		leases: map[string]*lease{}, holders: map[net.Conn]*holder{}, acquires: map[string]int{}}
+		limits: Limits{}.withDefaults(), leases: map[string]*lease{}, holders: map[net.Conn]*holder{},
+		acquires: map[string]int{}}
 	for _, o := range opts {
 		o(s)
 	}
@@ -184,13 +190,17 @@ func New(p pool.Pool, reg prometheus.Registerer, gather prometheus.Gatherer, log
 	return s, nil
 }
 
-// ServeHTTP implements http.Handler.
-func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) { s.router.ServeHTTP(w, r) }
+// ServeHTTP implements http.Handler. A request's body must arrive within Limits.BodyTimeout.
+func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	s.bodyDeadline(w, r)
+	s.router.ServeHTTP(w, r)
+}
 
 // NewHTTPServer returns an http.Server for the API with the connection hooks that tie bindings to the
-// connections that acquired them (leases), and bounded header reads.
+// connections that acquired them (leases) and close idle connections, and bounded header reads. Serve it on
+// Listener(l) for the bounds on connections per peer.
 func (s *Server) NewHTTPServer() *http.Server {
-	return &http.Server{Handler: s, ReadHeaderTimeout: 10 * time.Second, MaxHeaderBytes: 64 << 10,
+	return &http.Server{Handler: s, ReadHeaderTimeout: s.limits.ReadHeaderTimeout, MaxHeaderBytes: 64 << 10,
 		ConnContext: s.connContext, ConnState: s.connState}
 }
 
@@ -202,8 +212,16 @@ func (s *Server) connContext(ctx context.Context, c net.Conn) context.Context {
 	return context.WithValue(ctx, holderKey{}, h)
 }
 
-// connState releases the leases of a connection that closed.
+// connState releases the leases of a connection that closed, and closes one that stays idle without a lease.
 func (s *Server) connState(c net.Conn, st http.ConnState) {
+	if st == http.StateIdle || st == http.StateActive {
+		s.mu.Lock()
+		if h := s.holders[c]; h != nil {
+			s.idleLocked(c, h, st == http.StateIdle)
+		}
+		s.mu.Unlock()
+		return
+	}
 	if st != http.StateClosed && st != http.StateHijacked {
 		return
 	}
@@ -212,6 +230,7 @@ func (s *Server) connState(c net.Conn, st http.ConnState) {
 	delete(s.holders, c)
 	var gone []*lease
 	if h != nil {
+		s.idleLocked(c, h, false)
 		h.closed = true
 		for id, l := range h.leases {
 			gone = append(gone, l)
@@ -263,6 +282,14 @@ func (s *Server) authorize(r *http.Request, what string, allowed func(token stri
 }
 
 func (s *Server) register(w http.ResponseWriter, r *http.Request) {
+	// The credential first: without one, or with one that is neither the administrator's nor shaped like a
+	// ticket, the body is never read. A ticket is checked against the spec it registers, once the body is in.
+	if s.auth != nil {
+		if tok := bearer(r); tok == "" || !s.auth.IsAdmin(tok) && !ticketShaped(tok) {
+			s.fail(w, r, s.authorize(r, "registering a function", nil))
+			return
+		}
+	}
 	var spec pool.FunctionSpec
 	if err := decode(r, &spec); err != nil {
 		s.fail(w, r, err)
@@ -445,6 +472,8 @@ func StatusCode(err error) int {
 	switch {
 	case errors.Is(err, errInvalidBody), errors.Is(err, pool.ErrInvalidSpec):
 		return http.StatusBadRequest
+	case errors.Is(err, errBodyTimeout):
+		return http.StatusRequestTimeout
 	case errors.Is(err, auth.ErrUnauthenticated):
 		return http.StatusUnauthorized
 	case errors.Is(err, auth.ErrForbidden):
@@ -474,6 +503,9 @@ func (s *Server) fail(w http.ResponseWriter, r *http.Request, err error) {
 			w.Header().Set("WWW-Authenticate", `Bearer realm="gpuserver"`)
 		}
 	}
+	if code == http.StatusRequestTimeout {
+		w.Header().Set("Connection", "close") // the rest of the body is not read
+	}
 	if oe := (*pool.OverloadedError)(nil); errors.As(err, &oe) { // shed by the overload control: when to retry
 		w.Header().Set("Retry-After", strconv.FormatInt(max(1, int64(math.Ceil(oe.RetryAfter.Seconds()))), 10))
 		s.logShed(oe)
@@ -482,6 +514,19 @@ func (s *Server) fail(w http.ResponseWriter, r *http.Request, err error) {
 		s.log.Error("gpuserver request failed", "method", r.Method, "path", r.URL.Path, "err", err)
 	}
 	writeJSON(w, code, ErrorResponse{Error: err.Error(), Restart: errors.Is(err, pool.ErrFunctionLost)})
+}
+
+// ticketShaped reports whether tok has the shape of a credential the gpuserver issues (hex of an HMAC-SHA256).
+func ticketShaped(tok string) bool {
+	if len(tok) != 64 {
+		return false
+	}
+	for _, c := range tok {
+		if (c < '0' || c > '9') && (c < 'a' || c > 'f') {
+			return false
+		}
+	}
+	return true
 }
 
 // maxShedLogged bounds the functions whose last logged overload episode is remembered.
@@ -507,6 +552,16 @@ func decode(r *http.Request, v any) error {
 	dec := json.NewDecoder(io.LimitReader(r.Body, maxBodyBytes))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(v); err != nil {
+		if errors.Is(err, os.ErrDeadlineExceeded) {
+			return fmt.Errorf("%w: %w", errBodyTimeout, err)
+		}
+		return fmt.Errorf("%w: %w", errInvalidBody, err)
+	}
+	// Read to the body's end (within its deadline), which lifts the deadline for a handler that waits long.
+	if _, err := io.Copy(io.Discard, io.LimitReader(r.Body, maxBodyBytes)); err != nil {
+		if errors.Is(err, os.ErrDeadlineExceeded) {
+			return fmt.Errorf("%w: %w", errBodyTimeout, err)
+		}
 		return fmt.Errorf("%w: %w", errInvalidBody, err)
 	}
 	return nil

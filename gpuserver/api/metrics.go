@@ -16,6 +16,9 @@ type metrics struct {
 	wait          *prometheus.HistogramVec
 	leasesExpired *prometheus.CounterVec
 	denied        *prometheus.CounterVec
+	// connections (conns.go)
+	connsRefused    *prometheus.CounterVec
+	connsIdleClosed prometheus.Counter
 }
 
 func newMetrics(reg prometheus.Registerer, p pool.Pool) (*metrics, error) {
@@ -38,7 +41,16 @@ func newMetrics(reg prometheus.Registerer, p pool.Pool) (*metrics, error) {
 		Name: "faas_gpu_api_denied_total",
 		Help: "API calls refused for their credential, by status (unauthorized, forbidden).",
 	}, []string{"status"})
-	for _, c := range []prometheus.Collector{m.acquires, m.wait, m.leasesExpired, m.denied, newPoolCollector(p)} {
+	m.connsRefused = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "faas_gpu_api_connections_refused_total",
+		Help: "API connections refused at accept, by reason (per_peer: the peer's bound, total: the listener's).",
+	}, []string{"reason"})
+	m.connsIdleClosed = prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "faas_gpu_api_connections_idle_closed_total",
+		Help: "API connections closed after their idle timeout without holding a binding.",
+	})
+	for _, c := range []prometheus.Collector{m.acquires, m.wait, m.leasesExpired, m.denied, m.connsRefused,
+		m.connsIdleClosed, newPoolCollector(p)} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}

@@ -123,3 +123,10 @@ type Physical interface {
 	// Release frees the memory; it must not be mapped any more.
 	Release() error
 }
+
+// RangeMapper is a Backend that maps part of a physical allocation (cuMemMap with an offset): MapRange maps
+// [offset, offset+size) of phys at ptr, both multiples of the granularity, under the same rules as Map. A pool that
+// carves chunks out of larger allocations maps a run of them with one call.
+type RangeMapper interface {
+	MapRange(ptr Ptr, phys Physical, offset, size uint64) error
+}

@@ -4,7 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"sync"
+	"time"
 
 	"github.com/faas-gpu/faas-gpu/gpuserver/device"
 	"github.com/faas-gpu/faas-gpu/gpuserver/memory"
@@ -18,7 +18,9 @@ type Binding struct {
 	function string
 	gpu      int
 	epoch    uint64 // the function's fault epoch when bound (see fault.go)
-	once     sync.Once
+	// guarded by Node.mu:
+	released bool
+	expired  error // set by Expire: the binding was held too long and ended
 }
 
 // GPU the binding runs on.
@@ -44,6 +46,9 @@ func (b *Binding) Err() error {
 	if b.f.epoch != b.epoch {
 		return fmt.Errorf("%w: %s: %w", ErrBroken, b.function, b.f.fault)
 	}
+	if b.expired != nil {
+		return fmt.Errorf("%w: %s: %w", ErrBroken, b.function, b.expired)
+	}
 	return nil
 }
 
@@ -58,19 +63,99 @@ func (b *Binding) Orphaned() bool {
 
 // Release ends the binding; the function's copy stays resident (parked or active) until evicted.
 func (b *Binding) Release() {
-	b.once.Do(func() {
-		b.n.mu.Lock()
-		defer b.n.mu.Unlock()
-		if b.f.users > 0 {
-			b.f.users--
+	b.n.mu.Lock()
+	defer b.n.mu.Unlock()
+	if b.released {
+		return
+	}
+	b.released = true
+	switch {
+	case b.expired != nil:
+		b.f.fenced-- // it stopped counting as a user when it expired
+		return
+	case b.f.users > 0:
+		b.f.users--
+	}
+	if b.f.users == 0 && b.f.scratchPerRequest && b.f.active == b.gpu {
+		if err := b.n.dropScratchLocked(b.n.ctx, b.f); err != nil {
+			b.n.log.Warn("executor: dropping the scratch of a request", "function", b.function, "gpu", b.gpu,
+				"err", err)
 		}
-		if b.f.users == 0 && b.f.scratchPerRequest && b.f.active == b.gpu {
-			if err := b.n.dropScratchLocked(b.n.ctx, b.f); err != nil {
-				b.n.log.Warn("executor: dropping the scratch of a request", "function", b.function, "gpu", b.gpu,
-					"err", err)
+	}
+}
+
+// ErrHoldExpired: a binding was held longer than its function may hold a GPU (Expire).
+var ErrHoldExpired = errors.New("binding held longer than the most a request may hold a GPU")
+
+// Expire ends a binding held longer than its function may hold a GPU (cause says how long): the binding breaks
+// (Err wraps ErrBroken and ErrHoldExpired), it stops counting as a user of the GPU (other functions may be placed
+// there), and the function's device work is refused (ErrBroken, ErrHoldExpired) until the binding is released, so
+// that its request cannot go on using the GPU. Work the function had queued there gets grace to finish; what has
+// not finished by then is stopped: the function's tenant context on the GPU is torn down as after a fault (the
+// tenant's functions active there come back from their images). Expire returns once that is done; it is a no-op
+// for a binding released or expired already.
+func (n *Node) Expire(ctx context.Context, b *Binding, grace time.Duration, cause error) error {
+	n.mu.Lock()
+	if b.released || b.expired != nil {
+		n.mu.Unlock()
+		return nil
+	}
+	f := b.f
+	b.expired = fmt.Errorf("%w: %w", ErrHoldExpired, cause)
+	if f.users > 0 {
+		f.users--
+	}
+	f.fenced++
+	var ev device.Event
+	if s, ok := f.streams[b.gpu]; ok && f.active == b.gpu {
+		if c, err := n.contextLocked(f.tenant, b.gpu); err == nil {
+			if ev, err = c.NewEvent(); err == nil && s.Record(ev) != nil {
+				_ = ev.Destroy()
+				ev = nil
 			}
 		}
-	})
+	}
+	n.log.Warn("binding held too long: it is broken and the function's work refused until its request releases it",
+		"function", b.function, "gpu", b.gpu, "err", cause)
+	n.mu.Unlock()
+	if ev != nil {
+		defer ev.Destroy()
+	}
+	wctx, cancel := context.WithTimeout(ctx, grace)
+	err := error(nil)
+	if ev != nil {
+		err = ev.Synchronize(wctx)
+	}
+	cancel()
+	if err == nil || ctx.Err() != nil {
+		// Its work finished (or failed, which its next synchronisation reports): its memory leaves the GPU's
+		// mappings, so that the GPU may serve another tenant while the request has not released the binding.
+		n.mu.Lock()
+		defer n.mu.Unlock()
+		if f.active == b.gpu && f.users == 0 {
+			if err := n.deactivateLocked(ctx, f); err != nil && !errors.Is(err, ErrContextFault) {
+				return err
+			}
+		}
+		return nil
+	}
+	// Stop it: the context goes out of service first (new work gets a new one), its queued work is dropped when
+	// it is destroyed (outside the node's lock: a kernel running on it finishes first), and only then does the
+	// memory it could write go back to the pools.
+	why := fmt.Errorf("%w: its queued work was stopped: %w", ErrHoldExpired, cause)
+	n.mu.Lock()
+	dead := n.detachLocked(f.tenant, b.gpu)
+	n.mu.Unlock()
+	if dead == nil {
+		return nil // torn down meanwhile (a fault), with its memory
+	}
+	if derr := dead.Destroy(); derr != nil {
+		n.log.Warn("destroying the context of an expired binding", "gpu", b.gpu, "err", derr)
+	}
+	n.mu.Lock()
+	n.dropTenantLocked(f, b.gpu, why)
+	n.mu.Unlock()
+	return nil
 }
 
 // Acquire binds a request of function to GPU gpu, swapping the model in from source (see SwapIn). With gpu < 0
@@ -362,6 +447,9 @@ func (s *Stream) gate(op func() error, ptrs ...device.Ptr) error {
 	if e := s.n.execs[s.gpu]; !e.healthy {
 		return fmt.Errorf("%w: gpu %d: %w", ErrUnhealthy, s.gpu, e.lastErr)
 	}
+	if err := s.f.usableLocked(); err != nil {
+		return err
+	}
 	if c, ok := s.n.domains[domainKey{s.f.tenant, s.gpu}]; ok && c.Err() != nil && s.f.active == s.gpu {
 		return s.n.faultLocked(s.f, s.gpu, c.Err()) // another stream of the tenant faulted: tear down first
 	}
@@ -475,3 +563,22 @@ func (s *Stream) Synchronize(ctx context.Context) error {
 
 // Destroy is a no-op: the stream belongs to the function and lives until it is deregistered.
 func (s *Stream) Destroy() error { return nil }
+
+// LaunchGraph waits for every segment of the function (a graph's kernels may touch any of them) and launches an
+// instantiated graph of the stream's GPU and context as one operation (device.GraphCapture).
+func (s *Stream) LaunchGraph(g device.GraphExec) error {
+	gc, ok := s.s.(device.GraphCapture)
+	if !ok {
+		return fmt.Errorf("%w: the device's streams launch no graphs", device.ErrNotSupported)
+	}
+	s.n.mu.Lock()
+	var ptrs []device.Ptr
+	for _, seg := range s.f.space.Segments() {
+		ptrs = append(ptrs, seg.Ptr)
+	}
+	s.n.mu.Unlock()
+	return s.gate(func() error {
+		s.n.writesLocked(s.f, "graph", ptrs...)
+		return gc.LaunchGraph(g)
+	}, ptrs...)
+}

@@ -127,6 +127,10 @@ func (n *Node) claimLocked(ctx context.Context, f *function, gpu int) error {
 			return fmt.Errorf("%w: gpu %d serves %s, whose function %s holds %d bindings there; %s (%s) cannot "+
 				"share it", ErrBusy, gpu, o.tenant, o.name, o.users, f.name, f.tenant)
 		}
+		if o.fenced > 0 {
+			return fmt.Errorf("%w: gpu %d serves %s, whose function %s's expired binding is being cleared "+
+				"(Expire); %s (%s) cannot share it yet", ErrBusy, gpu, o.tenant, o.name, f.name, f.tenant)
+		}
 		// A fault of o's own work surfacing here tore o's context down and unmapped o: the GPU is free all the same.
 		if err := n.deactivateLocked(ctx, o); err != nil && !errors.Is(err, ErrContextFault) {
 			return err
@@ -142,13 +146,36 @@ func (n *Node) faultLocked(f *function, gpu int, err error) error {
 	if !device.IsContextFault(err) {
 		return n.failLocked(gpu, err)
 	}
-	k := domainKey{f.tenant, gpu}
-	if c, ok := n.domains[k]; ok {
-		delete(n.domains, k)
+	if c := n.detachLocked(f.tenant, gpu); c != nil { // poisoned: nothing of it runs any more
 		if derr := c.Destroy(); derr != nil {
 			n.log.Warn("destroying a poisoned context", "gpu", gpu, "tenant", f.tenant, "err", derr)
 		}
 	}
+	n.dropTenantLocked(f, gpu, err)
+	return fmt.Errorf("%w: gpu %d, %s (%s): %w", ErrContextFault, gpu, f.name, f.tenant, err)
+}
+
+// detachLocked takes tenant's context on gpu out of service (the next use creates a new one) and returns it for
+// the caller to destroy, nil when there was none.
+func (n *Node) detachLocked(tenant string, gpu int) device.Context {
+	k := domainKey{tenant, gpu}
+	c, ok := n.domains[k]
+	if !ok {
+		return nil
+	}
+	delete(n.domains, k)
+	for _, o := range n.fns {
+		if o.tenant == tenant {
+			delete(o.streams, gpu) // destroyed with the context
+		}
+	}
+	return c
+}
+
+// dropTenantLocked drops the copies of f's tenant's functions active on gpu after their context there was torn
+// down (err says why), once no work of it runs any more: they come back from their images (see the comment at the
+// top).
+func (n *Node) dropTenantLocked(f *function, gpu int, err error) {
 	var restored []string
 	// The active copies were exposed to the faulting work, and so were the parked ones holding a chunk shared with
 	// them (share.go): find them all before any chunk is given back.
@@ -157,7 +184,6 @@ func (n *Node) faultLocked(f *function, gpu int, err error) error {
 		if o.tenant != f.tenant {
 			continue
 		}
-		delete(o.streams, gpu) // destroyed with the context
 		if r := o.res[gpu]; r != nil && (o.active == gpu || n.sharedWithLocked(r)) {
 			exposed = append(exposed, o)
 		}
@@ -180,17 +206,16 @@ func (n *Node) faultLocked(f *function, gpu int, err error) error {
 		o.active = -1
 		o.epoch++
 		o.fault = err
-		o.loseLocked(fmt.Errorf("a kernel fault on gpu %d: %w", gpu, err))
+		o.loseLocked(fmt.Errorf("gpu %d: %w", gpu, err))
 		restored = append(restored, o.name)
 	}
 	n.execs[gpu].contextFaults++
 	if n.cfg.OnContextFault != nil {
 		n.cfg.OnContextFault(gpu, f.name, err)
 	}
-	n.log.Warn("kernel fault: the tenant's context on the gpu was torn down, its functions there are restored from "+
-		"their images; the gpu stays in service", "gpu", gpu, "tenant", f.tenant, "function", f.name,
+	n.log.Warn("the tenant's context on the gpu was torn down, its functions there are restored from their "+
+		"images; the gpu stays in service", "gpu", gpu, "tenant", f.tenant, "function", f.name,
 		"functions", restored, "err", err)
-	return fmt.Errorf("%w: gpu %d, %s (%s): %w", ErrContextFault, gpu, f.name, f.tenant, err)
 }
 
 // loseLocked records that f's copy was destroyed (by cause): a function still initialising has nothing to come
@@ -220,10 +245,26 @@ func (n *Node) Lose(name string, cause error) error {
 	return f.usableLocked()
 }
 
-// usableLocked refuses work of a function whose memory was destroyed before it had an image (ErrLost).
+// Usable reports why function's device work is refused (its memory was lost, ErrLost; a binding of it expired
+// and was not released, ErrHoldExpired), nil when it is not (or the function is unknown).
+func (n *Node) Usable(name string) error {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if f, ok := n.fns[name]; ok {
+		return f.usableLocked()
+	}
+	return nil
+}
+
+// usableLocked refuses work of a function whose memory was destroyed before it had an image (ErrLost), or one
+// with a binding that expired and was not released yet (ErrHoldExpired).
 func (f *function) usableLocked() error {
 	if f.lost != nil {
 		return fmt.Errorf("%w: %w: %s: %w", ErrBroken, ErrLost, f.name, f.lost)
+	}
+	if f.fenced > 0 {
+		return fmt.Errorf("%w: %w: %s: its work is refused until the request that held it releases it", ErrBroken,
+			ErrHoldExpired, f.name)
 	}
 	return nil
 }

@@ -99,6 +99,7 @@ type Executor struct {
 	groupBytes    uint64
 	copyIn        device.Stream // host-to-device swaps
 	copyPeer      device.Stream // GPU-to-GPU swaps into this GPU
+	zero          device.Stream // zeroing fresh segments, apart from the swaps' copies
 	healthy       bool
 	lastErr       error
 	swaps         int64
@@ -132,6 +133,9 @@ func New(cfg Config) (*Node, error) {
 		var err error
 		if e.copyIn, err = cfg.Device.NewStream(g.Index); err == nil {
 			e.copyPeer, err = cfg.Device.NewStream(g.Index)
+		}
+		if err == nil {
+			e.zero, err = cfg.Device.NewStream(g.Index)
 		}
 		if err != nil {
 			_ = n.Close(context.Background())
@@ -352,7 +356,7 @@ func (n *Node) Close(ctx context.Context) error {
 		delete(n.domains, k)
 	}
 	for _, e := range n.execs {
-		for _, s := range []device.Stream{e.copyIn, e.copyPeer} {
+		for _, s := range []device.Stream{e.copyIn, e.copyPeer, e.zero} {
 			if s != nil {
 				errs = append(errs, s.Destroy())
 			}

@@ -48,6 +48,16 @@ func NewAddresses(dev device.Backend) *Addresses {
 	return &Addresses{Backend: dev, parked: map[device.Ptr]uint64{}}
 }
 
+// MapRange maps part of a physical allocation when the wrapped device can (device.RangeMapper), so that a memory
+// manager built on the Addresses maps runs of chunks with one call.
+func (a *Addresses) MapRange(ptr device.Ptr, phys device.Physical, offset, size uint64) error {
+	r, ok := a.Backend.(device.RangeMapper)
+	if !ok {
+		return fmt.Errorf("%w: the device maps whole physical allocations only", device.ErrNotSupported)
+	}
+	return r.MapRange(ptr, phys, offset, size)
+}
+
 // ReserveAddress returns the hinted parked range when one of that size is hinted, else a new reservation.
 func (a *Addresses) ReserveAddress(size, alignment uint64) (device.Ptr, error) {
 	a.mu.Lock()

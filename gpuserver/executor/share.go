@@ -11,7 +11,10 @@ import (
 
 // Chunks shared on a GPU (Tangram's reuse of resident tensors).
 //
-// The repository stores images as content-addressed chunks of the GPU's chunk size, shared within a tenant
+// Only functions that say they never write their model memory after initialisation share on a GPU
+// (SetModelShared; annotation com.openfaas.gpu.model: shared): PyTorch's caching allocator, for one, hands out the
+// free space of blocks allocated during initialisation for later temporaries, and a temporary written into a
+// shared chunk would change another function's weights (read-only, it faults). The repository stores images as content-addressed chunks of the GPU's chunk size, shared within a tenant
 // (repository/chunks.go). When a swap-in from the host image needs a chunk whose key another function's copy on
 // the same GPU already holds (resident: active or parked, its copy complete), it maps that physical chunk at its own
 // fixed address instead of taking a new chunk and copying: the GPU holds the chunk once, and the swap moves only
@@ -23,6 +26,21 @@ import (
 // so a shared chunk is only ever mapped into one tenant's functions. When tenants' work moves into executor
 // processes of their own, a shared chunk stays within one tenant's process. A fault of the tenant's work drops
 // every copy on that GPU holding a chunk shared with a copy the fault exposed.
+
+// SetModelShared says that a registered function never writes its model memory after its initialisation (no
+// temporaries in the free space of its model blocks either), so that chunks of it may be shared with the other
+// such functions of its tenant on a GPU; the default (false) keeps its model chunks its own. The host repository
+// shares identical chunks of every function of a tenant regardless: images are never written.
+func (n *Node) SetModelShared(name string, on bool) error {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	f, err := n.fn(name)
+	if err != nil {
+		return err
+	}
+	f.modelShared = on
+	return nil
+}
 
 // sharedChunk is a physical chunk of a GPU holding the bytes of a content key, and the copies that map it.
 type sharedChunk struct {

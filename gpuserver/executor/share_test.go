@@ -11,7 +11,8 @@ import (
 )
 
 // TestVariantSwapInMovesOnlyItsOwnChunks: four variants of one base model (the same base bytes, a head each, one
-// tenant) captured on GPU 1 and evicted there. The first swap-in to GPU 0 copies its whole image; the next variants,
+// tenant, each saying it never writes its model: SetModelShared) captured on GPU 1 and evicted there, and a fifth
+// function with the same base that did not say so (it copies everything and shares nothing). The first swap-in to GPU 0 copies its whole image; the next variants,
 // while the first is resident, copy only their heads and map the base's chunks already on the GPU (read-only: a copy
 // into a shared chunk faults); every variant reads back its own bytes; the shared chunks go back to the pool with
 // the last copy holding them.
@@ -23,9 +24,13 @@ func TestVariantSwapInMovesOnlyItsOwnChunks(t *testing.T) {
 	g := rand.NewChaCha8([32]byte{7})
 	_, _ = g.Read(base)
 	var models []model
-	for i := range 4 {
+	for i := range 5 {
 		m := model{name: fmt.Sprintf("llm-%d", i)}
+		if i == 4 {
+			m.name = "private" // the same base, but it did not say it never writes its model: nothing shared
+		}
 		must(t, r.node.Register(m.name))
+		must(t, r.node.SetModelShared(m.name, i < 4))
 		b, err := r.node.Acquire(ctx, m.name, 1, executor.Host)
 		must(t, err)
 		s, err := r.node.Stream(m.name)
@@ -53,7 +58,7 @@ func TestVariantSwapInMovesOnlyItsOwnChunks(t *testing.T) {
 		t.Logf("%s: %d bytes copied, %d mapped from chunks on the gpu, %d bytes of gpu memory taken", m.name, moved,
 			mapped, took)
 		want := 9 * cs
-		if i > 0 {
+		if i > 0 && i < 4 {
 			want = cs // only its head
 		}
 		if moved != want || took != want || mapped != 9*cs-want {

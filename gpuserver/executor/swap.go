@@ -29,8 +29,10 @@ type function struct {
 	lost     error                 // a fault destroyed its memory before it had an image (fault.go)
 	epoch    uint64                // counts the kernel faults that restored its memory (fault.go)
 	fault    error                 // the last such fault
+	fenced   int                   // bindings expired and not yet released: its work is refused (Expire)
 
 	scratchPerRequest bool // its scratch is dropped when its last binding ends (scratch.go)
+	modelShared       bool // it never writes its model after initialisation: its chunks may be shared (share.go)
 }
 
 // residency is a function's physical copy on one GPU.
@@ -218,7 +220,7 @@ func (n *Node) completeLocked(ctx context.Context, f *function, gpu int, source 
 		fill := seg.Kind != memory.KindScratch && (f.captured || n.restoringLocked(f, seg.ID) || f.saved[seg.ID])
 		plan := chunkPlan{reused: make([]*sharedChunk, seg.Chunks(cs))}
 		if !parked {
-			if fill && f.captured { // the image is authoritative: some of its chunks may be on the gpu already
+			if fill && f.captured && f.modelShared { // some of its image's chunks may be on the gpu already
 				if job.image == nil {
 					im, err := n.repo.Get(ctx, f.name)
 					if err != nil {
@@ -419,15 +421,17 @@ func (n *Node) finishLocked(job *swapJob, err error) {
 	}
 }
 
-// zeroLocked zeroes a freshly mapped segment on the executor's copy stream and makes the function's work on it
-// wait for that (a readiness event, as for a swap's copy).
+// zeroLocked zeroes a freshly mapped segment on the executor's zero stream and makes the function's work on it
+// wait for that (a readiness event, as for a swap's copy). The zero stream is not the copy streams: a kernel that
+// touches scratch (every kernel of a model does) waits for its zeroing, never for the model's copies queued
+// before it.
 func (n *Node) zeroLocked(e *Executor, r *residency, seg memory.Segment) error {
-	if err := e.copyIn.Memset8(seg.Ptr, 0, seg.Size); err != nil {
+	if err := e.zero.Memset8(seg.Ptr, 0, seg.Size); err != nil {
 		return fmt.Errorf("zero segment %d: %w", seg.ID, err)
 	}
 	ev, err := n.dev.NewEvent(e.gpu)
 	if err == nil {
-		err = e.copyIn.Record(ev)
+		err = e.zero.Record(ev)
 	}
 	if err != nil {
 		return fmt.Errorf("zero segment %d: %w", seg.ID, err)

@@ -13,15 +13,18 @@ import (
 type Chunk struct {
 	// Index of the chunk in its pool (lower indexes are handed out first).
 	Index int
-	// Phys is the driver's physical allocation.
-	Phys device.Physical
+	// Phys is the driver's physical allocation holding the chunk, at Offset: a slab of several chunks
+	// (Config.SlabChunks), or the chunk's own allocation (Offset 0).
+	Phys   device.Physical
+	Offset uint64
 }
 
 // ChunkPool is one GPU's physical memory, created at start as chunks of one size. It is safe for concurrent use.
 type ChunkPool struct {
 	gpu       int
 	chunkSize uint64
-	chunks    []device.Physical
+	chunks    []Chunk           // by index
+	slabs     []device.Physical // the physical allocations the chunks lie in
 
 	mu   sync.Mutex
 	free intHeap
@@ -34,21 +37,32 @@ type ChunkPool struct {
 	total   int                     // the node's chunks of the GPU
 }
 
-// NewChunkPool creates count chunks of chunkSize bytes on GPU gpu. On error the chunks created so far are
-// released.
+// NewChunkPool creates count chunks of chunkSize bytes on GPU gpu, each a physical allocation of its own. On error
+// the chunks created so far are released.
 func NewChunkPool(dev device.Backend, gpu int, chunkSize uint64, count int) (*ChunkPool, error) {
-	if count <= 0 || chunkSize == 0 {
-		return nil, fmt.Errorf("%w: chunk pool of %d chunks of %d bytes", ErrInvalid, count, chunkSize)
+	return newChunkPool(dev, gpu, chunkSize, count, 1)
+}
+
+// newChunkPool creates count chunks of chunkSize bytes on GPU gpu, slab of them to a physical allocation (the last
+// allocation holds the remainder).
+func newChunkPool(dev device.Backend, gpu int, chunkSize uint64, count, slab int) (*ChunkPool, error) {
+	if count <= 0 || chunkSize == 0 || slab <= 0 {
+		return nil, fmt.Errorf("%w: chunk pool of %d chunks of %d bytes, %d per allocation", ErrInvalid, count,
+			chunkSize, slab)
 	}
 	p := &ChunkPool{gpu: gpu, chunkSize: chunkSize, out: map[int]bool{}}
-	for i := range count {
-		ph, err := dev.CreatePhysical(gpu, chunkSize)
+	for i := 0; i < count; i += slab {
+		n := min(slab, count-i)
+		ph, err := dev.CreatePhysical(gpu, uint64(n)*chunkSize)
 		if err != nil {
 			_ = p.release()
-			return nil, fmt.Errorf("gpu %d: create chunk %d of %d: %w", gpu, i, count, err)
+			return nil, fmt.Errorf("gpu %d: create chunks %d to %d of %d: %w", gpu, i, i+n-1, count, err)
 		}
-		p.chunks = append(p.chunks, ph)
-		p.free = append(p.free, i)
+		p.slabs = append(p.slabs, ph)
+		for k := range n {
+			p.chunks = append(p.chunks, Chunk{Index: i + k, Phys: ph, Offset: uint64(k) * chunkSize})
+			p.free = append(p.free, i+k)
+		}
 	}
 	heap.Init(&p.free)
 	return p, nil
@@ -93,7 +107,7 @@ func (p *ChunkPool) Get(n int) ([]Chunk, error) {
 	for i := range out {
 		idx := heap.Pop(&p.free).(int)
 		p.out[idx] = true
-		out[i] = Chunk{Index: idx, Phys: p.chunks[idx]}
+		out[i] = p.chunks[idx]
 	}
 	return out, nil
 }
@@ -124,12 +138,12 @@ func (p *ChunkPool) release() error {
 		}
 		delete(p.lent, idx)
 	}
-	for _, ph := range p.chunks {
+	for _, ph := range p.slabs {
 		if err := ph.Release(); err != nil && first == nil {
 			first = err
 		}
 	}
-	p.chunks = nil
+	p.chunks, p.slabs = nil, nil
 	return first
 }
 

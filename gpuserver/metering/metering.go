@@ -12,7 +12,8 @@
 //     copy may take) times those GPU seconds, as a serverless platform bills configured memory times duration.
 //   - Host memory byte-seconds: the bytes of the function's model image held in host memory (the repository's
 //     shared-memory files, which a spilled image leaves) times the time they are held, sampled every
-//     SampleInterval whether or not requests run.
+//     SampleInterval whether or not requests run. An image is counted whole for its function, also where its
+//     chunks are shared with another function's image (variants of one base each pay for the base).
 //   - Requests: the bindings released.
 //
 // Time in flight is added as it passes (every sample), so the counters grow while a long request runs and a scrape

@@ -23,6 +23,12 @@ const (
 	ScratchRequest  = "request"
 )
 
+// Model modes of a function (annotation com.openfaas.gpu.model, FunctionSpec.Model).
+const (
+	ModelPrivate = "private"
+	ModelShared  = "shared"
+)
+
 // DefaultPercentile is the SLO percentile used when a function names none.
 const DefaultPercentile = 98.0
 
@@ -42,6 +48,10 @@ type FunctionSpec struct {
 	// initialisation stays with its copy until evicted; or ScratchRequest: it is its requests' (a KV cache),
 	// given back when the function's last request in flight ends and mapped again, zeroed, for the next.
 	Scratch string `json:"scratch,omitempty"`
+	// Model is ModelPrivate (the default, also ""): the function's model memory is its own on a GPU; or
+	// ModelShared: the function never writes its model memory after its initialisation, so chunks of it identical
+	// to another such function's of its tenant are mapped once, read-only, on a GPU where both are resident.
+	Model string `json:"model,omitempty"`
 }
 
 // Binding is one request's hold on a GPU, from Acquire to Release.
@@ -306,6 +316,11 @@ func (s *FunctionSpec) Validate() error {
 	case "", ScratchResident, ScratchRequest:
 	default:
 		return fmt.Errorf("%w: scratch must be resident or request", ErrInvalidSpec)
+	}
+	switch s.Model {
+	case "", ModelPrivate, ModelShared:
+	default:
+		return fmt.Errorf("%w: model must be private or shared", ErrInvalidSpec)
 	}
 	return nil
 }

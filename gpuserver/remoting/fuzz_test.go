@@ -70,11 +70,12 @@ func FuzzHello(f *testing.F) {
 		_ = client.CloseWrite()
 		srv.mu.Lock()
 		srv.pending++
+		srv.pendingBy["fuzz"]++
 		srv.mu.Unlock()
 		done := make(chan struct{})
 		go func() {
 			defer close(done)
-			srv.serveConnContained(context.Background(), server)
+			srv.serveConnContained(context.Background(), server, "fuzz")
 			server.Close()
 		}()
 		_ = client.SetReadDeadline(time.Now().Add(30 * time.Second))

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"log/slog"
 	"testing"
+	"time"
 
 	"github.com/faas-gpu/faas-gpu/gpuserver/device"
 	"github.com/faas-gpu/faas-gpu/gpuserver/device/sim/kernels"
@@ -131,5 +132,33 @@ func TestGlobalsLostWithAFaultAreAnError(t *testing.T) {
 	}
 	if err := xn.EndInit(ctx, "f"); !errors.Is(err, executor.ErrLost) {
 		t.Fatalf("the function's next request: %v, want ErrLost", err)
+	}
+}
+
+// TestImplicitBindingGivenUpAfterMaxHold: calls outside a request that keep coming keep their implicit binding
+// no longer than Config.MaxImplicitHold: then the session gives the GPU up and binds again (queueing behind the
+// requests waiting for it), so an initialisation that never pauses cannot keep other functions off the GPU.
+func TestImplicitBindingGivenUpAfterMaxHold(t *testing.T) {
+	ctx := context.Background()
+	dev, xn := simNode(t, 64<<20)
+	b := &binder{current: map[string]int{}, implicit: 1}
+	h, err := newDeviceHandler(ctx, Config{Device: dev, Node: xn, Binder: b, MaxImplicitHold: 20 * time.Millisecond},
+		SessionInfo{Function: "f", Spec: pool.FunctionSpec{Name: "f", MemoryBytes: 16 << 20}}, slog.Default())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer h.Close()
+	for i := range 3 {
+		if _, r := h.CuMemAlloc_v2(ctx, 4096); r != ResultSuccess {
+			t.Fatalf("alloc %d: %v", i, r)
+		}
+		time.Sleep(30 * time.Millisecond) // longer than the hold (no session here: nothing releases on idle)
+	}
+	b.mu.Lock()
+	released := b.released
+	b.mu.Unlock()
+	if released != 2 {
+		t.Fatalf("the implicit binding was given up %d times over three calls 30ms apart, want 2 (hold 20ms)",
+			released)
 	}
 }

@@ -3,9 +3,18 @@ package remoting
 import (
 	"context"
 	"fmt"
+
+	"github.com/faas-gpu/faas-gpu/gpuserver/device"
 )
 
 // CUDA graphs (shim/src/graph.c is the client's half).
+//
+// On the device. A graph launch is one record on the wire; on the GPU the session launches it as one operation too
+// where the device can (device.GraphCapture: CUDA's stream capture on the cuda backend, a recorded operation list on
+// the sim): at the first launch on a GPU and context, the nodes are made once on a stream of the function's context
+// that captures instead of running, the result instantiated and kept, and every later launch there is one graph
+// launch after the function's segments are ready. A device that cannot capture a node leaves the graph to be
+// replayed call by call.
 //
 // While a client stream captures (streamBeginCapture), the session records the asynchronous work the function
 // issues on it (kernel launches, memsets, device-to-device copies; the streams that join the capture by waiting on
@@ -70,13 +79,37 @@ type graphs struct {
 	captures map[uint64]*capture // by client stream: the origin and the streams that joined
 	events   map[uint64]*capture // events recorded on a capturing stream: a wait on one joins its capture
 	graphs   map[uint64][]graphNode
-	execs    map[uint64][]graphNode
+	execs    map[uint64]*execGraph
+	// devCapture, while set, is the device stream a device graph is being captured on: the calls the nodes make
+	// go there (bind answers it).
+	devCapture device.Stream
+}
+
+// execGraph is an executable graph: its nodes, and the device graphs captured from them per GPU and context (a
+// graph launch is then one operation on the device too).
+type execGraph struct {
+	nodes    []graphNode
+	dev      map[graphKey]device.GraphExec
+	noDevice bool // the device cannot capture these nodes: replay them call by call
+}
+
+type graphKey struct {
+	gpu int
+	ctx device.Context
+}
+
+// drop destroys the device graphs of x.
+func (x *execGraph) drop() {
+	for k, d := range x.dev {
+		_ = d.Destroy()
+		delete(x.dev, k)
+	}
 }
 
 func (g *graphs) init() {
 	if g.captures == nil {
 		g.captures, g.events = map[uint64]*capture{}, map[uint64]*capture{}
-		g.graphs, g.execs = map[uint64][]graphNode{}, map[uint64][]graphNode{}
+		g.graphs, g.execs = map[uint64][]graphNode{}, map[uint64]*execGraph{}
 	}
 }
 
@@ -207,7 +240,7 @@ func (h *deviceHandler) CuGraphInstantiateWithFlags(_ context.Context, graph, _ 
 		return 0, ResultOutOfMemory
 	}
 	id := h.handle()
-	h.g.execs[id] = append([]graphNode(nil), nodes...)
+	h.g.execs[id] = &execGraph{nodes: append([]graphNode(nil), nodes...), dev: map[graphKey]device.GraphExec{}}
 	return id, ResultSuccess
 }
 
@@ -215,7 +248,7 @@ func (h *deviceHandler) CuGraphInstantiateWithFlags(_ context.Context, graph, _ 
 // executable graph's nodes are recorded into that capture (a child graph).
 func (h *deviceHandler) CuGraphLaunch(ctx context.Context, exec, s uint64) Result {
 	h.g.init()
-	nodes, ok := h.g.execs[exec]
+	x, ok := h.g.execs[exec]
 	if !ok {
 		return ResultInvalidValue
 	}
@@ -223,12 +256,15 @@ func (h *deviceHandler) CuGraphLaunch(ctx context.Context, exec, s uint64) Resul
 		return ResultInvalidHandle
 	}
 	if c := h.g.capturing(s); c != nil {
-		for _, n := range nodes {
+		for _, n := range x.nodes {
 			c.record(n)
 		}
 		return ResultSuccess
 	}
-	for i, n := range nodes {
+	if r, ok := h.launchDeviceGraph(ctx, x, s); ok {
+		return r
+	}
+	for i, n := range x.nodes {
 		if r := n.run(ctx, s); r != ResultSuccess {
 			h.log.Debug("remoting: graph node failed", "node", i, "kind", n.kind,
 				"result", r)
@@ -254,11 +290,12 @@ func (h *deviceHandler) CuGraphUpload(_ context.Context, exec, s uint64) Result 
 // kernels for launches), as cuGraphExecUpdate does; otherwise it answers why not and changes nothing.
 func (h *deviceHandler) GraphExecUpdate(_ context.Context, exec, graph uint64) (uint32, Result) {
 	h.g.init()
-	old, ok := h.g.execs[exec]
+	x, ok := h.g.execs[exec]
 	nodes, ok2 := h.g.graphs[graph]
 	if !ok || !ok2 {
 		return 0, ResultInvalidValue
 	}
+	old := x.nodes
 	if len(old) != len(nodes) {
 		return updateTopologyChanged, ResultSuccess
 	}
@@ -270,7 +307,9 @@ func (h *deviceHandler) GraphExecUpdate(_ context.Context, exec, graph uint64) (
 			return updateFunctionChanged, ResultSuccess
 		}
 	}
-	h.g.execs[exec] = append([]graphNode(nil), nodes...)
+	x.nodes = append([]graphNode(nil), nodes...)
+	x.drop() // captured from the old parameters
+	x.noDevice = false
 	return updateSuccess, ResultSuccess
 }
 
@@ -285,9 +324,11 @@ func (h *deviceHandler) CuGraphDestroy(_ context.Context, graph uint64) Result {
 
 func (h *deviceHandler) CuGraphExecDestroy(_ context.Context, exec uint64) Result {
 	h.g.init()
-	if _, ok := h.g.execs[exec]; !ok {
+	x, ok := h.g.execs[exec]
+	if !ok {
 		return ResultInvalidValue
 	}
+	x.drop()
 	delete(h.g.execs, exec)
 	return ResultSuccess
 }
@@ -309,4 +350,80 @@ func (h *deviceHandler) waitJoinsCapture(s, e uint64) {
 	if c, ok := h.g.events[e]; ok && h.g.captures[s] == nil {
 		h.g.captures[s] = c
 	}
+}
+
+// graphLauncher is the function's executor stream when it can launch device graphs (executor.Stream).
+type graphLauncher interface {
+	LaunchGraph(g device.GraphExec) error
+}
+
+// launchDeviceGraph launches x as one device graph on the bound GPU, capturing it there first (from its nodes, on a
+// stream of the function's context of its own) when it has none for this GPU and context. It answers false when the
+// device cannot (its streams do not capture, or a node cannot be captured): the caller replays the nodes.
+func (h *deviceHandler) launchDeviceGraph(ctx context.Context, x *execGraph, s uint64) (Result, bool) {
+	if x.noDevice {
+		return ResultSuccess, false
+	}
+	st, r := h.bind(ctx)
+	if r != ResultSuccess {
+		return r, true
+	}
+	gl, ok := st.(graphLauncher)
+	if !ok {
+		x.noDevice = true
+		return ResultSuccess, false
+	}
+	dc, err := h.context(h.gpu)
+	if err != nil {
+		return result(err), true
+	}
+	key := graphKey{gpu: h.gpu, ctx: dc}
+	dg, ok := x.dev[key]
+	if !ok {
+		if dg, r = h.captureDevice(ctx, x, dc, s); dg == nil {
+			return r, r != ResultSuccess
+		}
+		x.dev[key] = dg
+	}
+	return result(gl.LaunchGraph(dg)), true
+}
+
+// captureDevice captures x's nodes on a new stream of context dc. It answers a nil graph and ResultSuccess when the
+// device cannot capture them (x.noDevice is set), or a nil graph and the error of a node that failed.
+func (h *deviceHandler) captureDevice(ctx context.Context, x *execGraph, dc device.Context, s uint64) (device.GraphExec, Result) {
+	cs, err := dc.NewStream()
+	if err != nil {
+		return nil, result(err)
+	}
+	defer func() { _ = cs.Destroy() }()
+	gc, ok := cs.(device.GraphCapture)
+	if !ok {
+		x.noDevice = true
+		return nil, ResultSuccess
+	}
+	if err := gc.BeginCapture(); err != nil {
+		h.log.Info("remoting: the device cannot capture a graph; replaying it call by call", "err", err)
+		x.noDevice = true
+		return nil, ResultSuccess
+	}
+	h.g.devCapture = cs
+	var failed Result
+	for _, n := range x.nodes {
+		if r := n.run(ctx, s); r != ResultSuccess {
+			failed = r
+			break
+		}
+	}
+	h.g.devCapture = nil
+	dg, err := gc.EndCapture()
+	if failed == ResultSuccess && err == nil {
+		return dg, ResultSuccess
+	}
+	if dg != nil {
+		_ = dg.Destroy()
+	}
+	h.log.Info("remoting: capturing a graph on the device failed; replaying it call by call", "result", failed,
+		"err", err)
+	x.noDevice = true
+	return nil, ResultSuccess
 }

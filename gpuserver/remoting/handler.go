@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"log/slog"
 	"sort"
+	"time"
 
 	"github.com/faas-gpu/faas-gpu/gpuserver/device"
 	"github.com/faas-gpu/faas-gpu/gpuserver/executor"
@@ -33,10 +34,11 @@ type deviceHandler struct {
 
 	gpu      int // bound GPU whose stream is open; -1 before the first GPU call
 	stream   device.Stream
-	release  func() // releases the implicit binding, when held
-	implicit int    // GPU of the implicit binding
-	explicit bool   // a request has bound the function: its initialisation has ended
-	used     uint64 // bytes of the session's segments (the quota's measure)
+	release  func()    // releases the implicit binding, when held
+	implicit int       // GPU of the implicit binding
+	boundAt  time.Time // when the implicit binding was taken
+	explicit bool      // a request has bound the function: its initialisation has ended
+	used     uint64    // bytes of the session's segments (the quota's measure)
 
 	allocs  []allocation // sorted by ptr
 	handles uint64
@@ -116,6 +118,9 @@ func newDeviceHandler(ctx context.Context, cfg Config, info SessionInfo, log *sl
 	if err := cfg.Node.SetScratchPerRequest(info.Function, info.Spec.Scratch == pool.ScratchRequest); err != nil {
 		return nil, err
 	}
+	if err := cfg.Node.SetModelShared(info.Function, info.Spec.Model == pool.ModelShared); err != nil {
+		return nil, err
+	}
 	images := cfg.images
 	if images == nil { // a handler built without a server (tests)
 		images = newModuleImages(DefaultMaxModuleBytesPerFunction, DefaultMaxModuleBytes)
@@ -171,6 +176,15 @@ func result(err error) Result {
 	return ResultUnknown
 }
 
+// Bound reports whether the function holds a binding: the session's implicit one, or a request's.
+func (h *deviceHandler) Bound() bool {
+	if h.release != nil {
+		return true
+	}
+	_, ok := h.cfg.Binder.CurrentGPU(h.info.Function)
+	return ok
+}
+
 // Idle releases the implicit binding (called by the session when no call arrived for Config.IdleRelease).
 func (h *deviceHandler) Idle() {
 	if h.release != nil {
@@ -193,6 +207,9 @@ func (h *deviceHandler) syncStream(ctx context.Context) Result {
 
 // bind returns the function's executor stream on the GPU its calls run on now, swapping it there if needed.
 func (h *deviceHandler) bind(ctx context.Context) (device.Stream, Result) {
+	if h.g.devCapture != nil { // a graph's nodes being captured on the device (graph.go)
+		return h.g.devCapture, ResultSuccess
+	}
 	var gpu int
 	if g, ok := h.cfg.Binder.CurrentGPU(h.info.Function); ok {
 		if !h.explicit {
@@ -210,13 +227,23 @@ func (h *deviceHandler) bind(ctx context.Context) (device.Stream, Result) {
 		}
 		gpu = g
 	} else {
+		if h.release != nil && h.cfg.MaxImplicitHold > 0 && time.Since(h.boundAt) > h.cfg.MaxImplicitHold {
+			// Calls outside a request kept the GPU this long: give it up and queue again behind the requests
+			// waiting for one.
+			h.syncStream(ctx)
+			h.release()
+			h.release = nil
+		}
 		if h.release == nil {
 			g, rel, err := h.cfg.Binder.BindImplicit(ctx, h.info.Function)
 			if err != nil {
 				h.log.Warn("remoting: implicit binding", "err", err)
+				if errors.Is(err, executor.ErrBroken) {
+					return nil, result(err)
+				}
 				return nil, ResultSystemNotReady
 			}
-			h.implicit, h.release = g, rel
+			h.implicit, h.release, h.boundAt = g, rel, time.Now()
 		}
 		gpu = h.implicit
 	}

@@ -16,13 +16,15 @@ type metrics struct {
 	records      prometheus.Counter
 	late         prometheus.Counter
 	busy         prometheus.Counter
+	boundPoll    prometheus.Counter
+	boundSleeps  prometheus.Counter
 	sleeps       prometheus.Counter
 	handedOff    prometheus.Counter
 }
 
 // Reasons a connection is refused (the label of faas_gpu_remoting_refused_total).
 var refuseReasons = []string{"protocol", "version", "identity", "shared_memory", "sessions_per_function",
-	"pending_hellos", "internal", "handoff"}
+	"pending_hellos", "pending_hellos_per_peer", "internal", "handoff"}
 
 func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	m := &metrics{
@@ -57,6 +59,16 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Help: "Time sessions spent executing asynchronous call records (decoding them and handing their work " +
 				"to the device): the server's cost per launch, memset or copy the client does not wait for.",
 		}),
+		boundPoll: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "faas_gpu_remoting_bound_poll_seconds_total",
+			Help: "Time sessions spent polling an empty ring while their function held a binding instead of " +
+				"sleeping on the socket: the CPU the server spends so that a request's calls need no wake-up.",
+		}),
+		boundSleeps: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "faas_gpu_remoting_bound_sleeps_total",
+			Help: "Times a session slept on its socket although its function held a binding (it polled for the " +
+				"whole BoundSpin without a record): each costs the request a doorbell and a wake-up.",
+		}),
 		sleeps: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "faas_gpu_remoting_sleeps_total",
 			Help: "Times a session found its ring empty for its whole spin time and slept on its socket: each costs " +
@@ -74,7 +86,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	}
 	if reg != nil {
 		for _, c := range []prometheus.Collector{m.acceptErrors, m.panics, m.refused, m.sessions, m.records,
-			m.late, m.busy, m.sleeps, m.handedOff} {
+			m.late, m.busy, m.boundPoll, m.boundSleeps, m.sleeps, m.handedOff} {
 			if err := reg.Register(c); err != nil {
 				return nil, err
 			}
@@ -100,6 +112,7 @@ func (m *metrics) stats() Stats {
 	st := Stats{AcceptErrors: int64(value(m.acceptErrors)), SessionPanics: int64(value(m.panics)),
 		Refused: map[string]int64{}, Records: int64(value(m.records)), Sleeps: int64(value(m.sleeps)),
 		LateRecords: int64(value(m.late)), RecordTime: time.Duration(value(m.busy) * 1e9),
+		BoundPoll: time.Duration(value(m.boundPoll) * 1e9), BoundSleeps: int64(value(m.boundSleeps)),
 		HandedOff: int64(value(m.handedOff))}
 	for _, r := range refuseReasons {
 		st.Refused[r] = int64(value(m.refused.WithLabelValues(r)))

@@ -14,6 +14,7 @@ import (
 
 	"github.com/faas-gpu/faas-gpu/gpuserver/device"
 	"github.com/faas-gpu/faas-gpu/gpuserver/executor"
+	"github.com/faas-gpu/faas-gpu/gpuserver/peer"
 	"github.com/faas-gpu/faas-gpu/gpuserver/pool"
 )
 
@@ -55,8 +56,17 @@ type Config struct {
 	Logger *slog.Logger
 	// Spin is how long a session polls its ring before it sleeps on the socket (50us when 0).
 	Spin time.Duration
+	// BoundSpin is how long a session whose function holds a binding (a request's, or the session's implicit
+	// one) polls its empty ring before it sleeps (20ms when 0): while the function runs a request its records
+	// reach the device without a doorbell or a wake-up, at the cost of a core polling between them (counted in
+	// faas_gpu_remoting_bound_poll_seconds_total). A negative value turns it off (Spin applies throughout).
+	BoundSpin time.Duration
 	// IdleRelease is how long a session waits idle before it releases an implicit binding (20ms when 0).
 	IdleRelease time.Duration
+	// MaxImplicitHold is the longest a session keeps an implicit binding while its calls keep coming: then it
+	// gives the GPU up and binds again, behind the requests waiting for one (the gpuserver's maximum binding
+	// hold); 0 means no bound.
+	MaxImplicitHold time.Duration
 	// NewHandler replaces the device-backed handler (benchmarks of the transport, tests). A handler that
 	// implements io.Closer is closed when its session ends.
 	NewHandler func(ctx context.Context, info SessionInfo) (Handler, error)
@@ -66,6 +76,10 @@ type Config struct {
 	// MaxPendingHellos caps the connections accepted whose hello has not been checked yet (they have proven
 	// nothing); DefaultMaxPendingHellos when 0. Connections beyond it are closed at once.
 	MaxPendingHellos int
+	// MaxPendingHellosPerPeer caps those of one peer (the user of the connecting process, from SO_PEERCRED), so
+	// that connections that never say hello from one user cannot take the slots every function's new session
+	// needs; DefaultMaxPendingHellosPerPeer when 0.
+	MaxPendingHellosPerPeer int
 	// HelloTimeout bounds the wait for a connection's hello (10s when 0).
 	HelloTimeout time.Duration
 	// MaxModuleBytesPerFunction bounds the module images one function's sessions hold together (distinct images,
@@ -86,8 +100,9 @@ type Config struct {
 
 // Limits of a server when its Config names none.
 const (
-	DefaultMaxSessionsPerFunction = 64
-	DefaultMaxPendingHellos       = 128
+	DefaultMaxSessionsPerFunction  = 64
+	DefaultMaxPendingHellos        = 128
+	DefaultMaxPendingHellosPerPeer = 16
 )
 
 // Accept back-off: after a failed accept (EMFILE, ENFILE, ENOBUFS, ...) the server waits acceptBackoffMin,
@@ -104,12 +119,14 @@ type Server struct {
 
 	metrics *metrics
 
-	mu       sync.Mutex
-	conns    map[*net.UnixConn]struct{}
-	sessions map[string]int // open device sessions per function
-	open     map[string]int // open sessions per function, any handler (Config.MaxSessionsPerFunction)
-	pending  int            // connections whose hello is being read (Config.MaxPendingHellos)
-	logged   time.Time      // last log line about shed connections (one per second at most)
+	mu         sync.Mutex
+	conns      map[*net.UnixConn]struct{}
+	sessions   map[string]int                   // open device sessions per function
+	byFunction map[string]map[*session]struct{} // running sessions per function (Wake)
+	open       map[string]int                   // open sessions per function, any handler (Config.MaxSessionsPerFunction)
+	pending    int                              // connections whose hello is being read (Config.MaxPendingHellos)
+	pendingBy  map[string]int                   // those per peer (Config.MaxPendingHellosPerPeer)
+	logged     time.Time                        // last log line about shed connections (one per second at most)
 }
 
 // NewServer validates cfg.
@@ -133,11 +150,17 @@ func NewServer(cfg Config) (*Server, error) {
 	if cfg.IdleRelease <= 0 {
 		cfg.IdleRelease = 20 * time.Millisecond
 	}
+	if cfg.BoundSpin == 0 {
+		cfg.BoundSpin = 20 * time.Millisecond
+	}
 	if cfg.MaxSessionsPerFunction <= 0 {
 		cfg.MaxSessionsPerFunction = DefaultMaxSessionsPerFunction
 	}
 	if cfg.MaxPendingHellos <= 0 {
 		cfg.MaxPendingHellos = DefaultMaxPendingHellos
+	}
+	if cfg.MaxPendingHellosPerPeer <= 0 {
+		cfg.MaxPendingHellosPerPeer = DefaultMaxPendingHellosPerPeer
 	}
 	if cfg.HelloTimeout <= 0 {
 		cfg.HelloTimeout = 10 * time.Second
@@ -158,7 +181,8 @@ func NewServer(cfg Config) (*Server, error) {
 		return nil, fmt.Errorf("remoting: metrics: %w", err)
 	}
 	return &Server{cfg: cfg, log: log, metrics: m, conns: map[*net.UnixConn]struct{}{},
-		sessions: map[string]int{}, open: map[string]int{}}, nil
+		sessions: map[string]int{}, open: map[string]int{}, pendingBy: map[string]int{},
+		byFunction: map[string]map[*session]struct{}{}}, nil
 }
 
 // Serve accepts connections on l (a Unix listener) until ctx ends, then closes every session and returns nil.
@@ -214,33 +238,43 @@ func (s *Server) Serve(ctx context.Context, l net.Listener) error {
 			s.log.Warn("remoting: accepting again", "failed_accepts", failed)
 			failed, backoff = 0, 0
 		}
+		who := peer.Of(c)
 		s.mu.Lock()
 		if ctx.Err() != nil {
 			s.mu.Unlock()
 			_ = c.Close()
 			continue
 		}
-		if s.pending >= s.cfg.MaxPendingHellos {
+		reason := ""
+		switch {
+		case s.pendingBy[who] >= s.cfg.MaxPendingHellosPerPeer:
+			reason = "pending_hellos_per_peer"
+		case s.pending >= s.cfg.MaxPendingHellos:
+			reason = "pending_hellos"
+		}
+		if reason != "" {
 			logIt := time.Since(s.logged) >= time.Second
 			if logIt {
 				s.logged = time.Now()
 			}
 			s.mu.Unlock()
-			s.metrics.refused.WithLabelValues("pending_hellos").Inc()
+			s.metrics.refused.WithLabelValues(reason).Inc()
 			if logIt {
-				s.log.Warn("remoting: too many connections without a hello: closing new ones",
-					"max_pending_hellos", s.cfg.MaxPendingHellos)
+				s.log.Warn("remoting: too many connections without a hello: closing new ones", "peer", who,
+					"reason", reason, "max_pending_hellos", s.cfg.MaxPendingHellos,
+					"max_pending_hellos_per_peer", s.cfg.MaxPendingHellosPerPeer)
 			}
 			_ = c.Close()
 			continue
 		}
 		s.pending++
+		s.pendingBy[who]++
 		s.conns[c] = struct{}{}
 		s.mu.Unlock()
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			s.serveConnContained(ctx, c)
+			s.serveConnContained(ctx, c, who)
 			s.mu.Lock()
 			delete(s.conns, c)
 			s.mu.Unlock()
@@ -252,8 +286,8 @@ func (s *Server) Serve(ctx context.Context, l net.Listener) error {
 // serveConnContained runs one session; a panic in it (a bug reached by some input) ends that session only: it
 // is logged with its stack and counted (faas_gpu_remoting_session_panics_total), the session's resources are
 // released by the deferred cleanups on the way out, and every other session goes on.
-func (s *Server) serveConnContained(ctx context.Context, c *net.UnixConn) {
-	s.contain(func() { s.serveConn(ctx, c) })
+func (s *Server) serveConnContained(ctx context.Context, c *net.UnixConn, who string) {
+	s.contain(func() { s.serveConn(ctx, c, who) })
 }
 
 // contain runs a session; a panic in it ends that session only (see serveConnContained).
@@ -268,10 +302,14 @@ func (s *Server) contain(run func()) {
 	run()
 }
 
-// helloDone marks a connection's hello as checked (it no longer counts against MaxPendingHellos).
-func (s *Server) helloDone() {
+// helloDone marks a connection's hello as checked (it no longer counts against MaxPendingHellos and its peer's
+// MaxPendingHellosPerPeer).
+func (s *Server) helloDone(who string) {
 	s.mu.Lock()
 	s.pending--
+	if s.pendingBy[who]--; s.pendingBy[who] <= 0 {
+		delete(s.pendingBy, who)
+	}
 	s.mu.Unlock()
 }
 
@@ -306,8 +344,11 @@ type Stats struct {
 	// after spinning (see Config.Spin); LateRecords the asynchronous records that reached their session together
 	// with the synchronous call after them (held back until the client waited).
 	Records, Sleeps, LateRecords int64
-	// RecordTime is the time sessions spent executing asynchronous records.
-	RecordTime time.Duration
+	// BoundSleeps counts the sleeps of sessions whose function held a binding (Config.BoundSpin ran out).
+	BoundSleeps int64
+	// RecordTime is the time sessions spent executing asynchronous records; BoundPoll the time they spent polling
+	// an empty ring while their function held a binding (Config.BoundSpin).
+	RecordTime, BoundPoll time.Duration
 	// HandedOff counts the sessions handed to another process (Config.HandOff).
 	HandedOff int64
 }

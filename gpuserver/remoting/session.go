@@ -10,6 +10,7 @@ import (
 	"net"
 	"os"
 	"runtime"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -26,8 +27,8 @@ func (s *Server) refuse(c *net.UnixConn, status int32, reason string, err error)
 
 // serveConn runs one session: hello, then the ring until the client hangs up or ctx ends. With Config.HandOff
 // the session runs elsewhere once its hello passed.
-func (s *Server) serveConn(ctx context.Context, c *net.UnixConn) {
-	shm, h, spec, done, kept, err := s.handshake(c, s.cfg.HandOff != nil)
+func (s *Server) serveConn(ctx context.Context, c *net.UnixConn, who string) {
+	shm, h, spec, done, kept, err := s.handshake(c, who, s.cfg.HandOff != nil)
 	if err != nil {
 		return
 	}
@@ -77,7 +78,7 @@ func (s *Server) runSession(ctx context.Context, c *net.UnixConn, shm *sharedMem
 	}
 	_ = c.SetDeadline(time.Time{})
 	log.Debug("remoting: session started", "pid", info.PID)
-	sess := &session{srv: s, conn: c, shm: shm, h: handler, log: log}
+	sess := &session{srv: s, conn: c, shm: shm, h: handler, log: log, function: info.Function}
 	if err := sess.run(ctx); err != nil && ctx.Err() == nil {
 		log.Warn("remoting: session ended", "pid", info.PID, "err", err)
 	}
@@ -89,13 +90,13 @@ func (s *Server) runSession(ctx context.Context, c *net.UnixConn, shm *sharedMem
 // returned. The hello must arrive within Config.HelloTimeout.
 //
 // With keep, the ring memfd is also returned as a descriptor of its own (kept, -1 otherwise), to hand it over.
-func (s *Server) handshake(c *net.UnixConn, keep bool) (shm *sharedMemory, h hello, spec pool.FunctionSpec,
-	done func(), kept int, err error) {
+func (s *Server) handshake(c *net.UnixConn, who string, keep bool) (shm *sharedMemory, h hello,
+	spec pool.FunctionSpec, done func(), kept int, err error) {
 	kept = -1
 	checked := false
 	defer func() {
 		if !checked {
-			s.helloDone()
+			s.helloDone(who)
 		}
 	}()
 	_ = c.SetDeadline(time.Now().Add(s.cfg.HelloTimeout))
@@ -125,7 +126,7 @@ func (s *Server) handshake(c *net.UnixConn, keep bool) (shm *sharedMemory, h hel
 		return nil, h, spec, nil, -1, err
 	}
 	checked = true
-	s.helloDone() // the client proved who it is: from here it counts against its function's limit
+	s.helloDone(who) // the client proved who it is: from here it counts against its function's limit
 	done, err = s.admit(h.function)
 	if err != nil {
 		err = fmt.Errorf("%w: %w", ErrLimit, err)
@@ -161,21 +162,25 @@ func (s *Server) handshake(c *net.UnixConn, keep bool) (shm *sharedMemory, h hel
 
 // session is one connection's loop over its ring.
 type session struct {
-	srv     *Server
-	conn    *net.UnixConn
-	shm     *sharedMemory
-	h       Handler
-	log     *slog.Logger
-	head    uint64
-	pending Result // first error of an async call since the last syncpoint
-	early   int    // async records of the publication being executed, not yet followed by a synchronous call
-	wake    [64]byte
+	srv      *Server
+	conn     *net.UnixConn
+	shm      *sharedMemory
+	h        Handler
+	log      *slog.Logger
+	function string
+	kicked   atomic.Bool // Wake: the function was bound while the session may sleep
+	head     uint64
+	pending  Result // first error of an async call since the last syncpoint
+	early    int    // async records of the publication being executed, not yet followed by a synchronous call
+	wake     [64]byte
 }
 
 // errClosed: the client hung up.
 var errClosed = errors.New("client closed the connection")
 
 func (s *session) run(ctx context.Context) error {
+	s.srv.addSession(s)
+	defer s.srv.removeSession(s)
 	for {
 		tail := s.shm.tail()
 		if tail == s.head {
@@ -267,40 +272,79 @@ func (s *session) record(ctx context.Context, tail uint64) (size uint64, sync bo
 	return uint64(hdr.size), respond, nil
 }
 
-// wait spins for new records, then sleeps on the socket until the client rings, releasing an implicit binding
-// after IdleRelease.
+// bounder is implemented by handlers that can say whether their function holds a binding now.
+type bounder interface{ Bound() bool }
+
+// wait polls for new records, then sleeps on the socket until the client rings, releasing an implicit binding
+// after IdleRelease. It polls for Config.Spin, or for Config.BoundSpin while the function holds a binding (checked
+// every boundCheck): a request's records then reach the device without a doorbell or a wake-up.
 func (s *session) wait(ctx context.Context) error {
 	start := time.Now()
+	spin := s.srv.cfg.Spin
+	b, _ := s.h.(bounder)
+	bound := b != nil && s.srv.cfg.BoundSpin > 0 && b.Bound()
+	if bound {
+		spin = max(spin, s.srv.cfg.BoundSpin)
+	}
+	checked := start
 	for i := 0; ; i++ {
 		if s.shm.tail() != s.head {
+			if bound {
+				s.srv.metrics.boundPoll.Add(time.Since(start).Seconds())
+			}
 			return nil
 		}
 		if i%64 == 63 {
-			if time.Since(start) > s.srv.cfg.Spin {
+			now := time.Now()
+			if now.Sub(start) > spin {
 				break
+			}
+			if bound && now.Sub(checked) > boundCheck {
+				checked = now
+				if !b.Bound() { // released: poll no longer than an unbound session
+					s.srv.metrics.boundPoll.Add(now.Sub(start).Seconds())
+					bound, spin = false, s.srv.cfg.Spin
+					start = now.Add(-s.srv.cfg.Spin) // sleep at once
+					continue
+				}
 			}
 			runtime.Gosched()
 		}
+	}
+	if bound {
+		s.srv.metrics.boundPoll.Add(time.Since(start).Seconds())
+		s.srv.metrics.boundSleeps.Inc()
 	}
 	s.srv.metrics.sleeps.Inc()
 	s.shm.setServerWaiting(true)
 	defer s.shm.setServerWaiting(false)
 	idle := false
+	release := start.Add(s.srv.cfg.IdleRelease) // the implicit binding goes after IdleRelease idle, polling included
 	for s.shm.tail() == s.head {
 		if ctx.Err() != nil {
 			return ctx.Err()
 		}
-		_ = s.conn.SetReadDeadline(time.Now().Add(s.srv.cfg.IdleRelease))
+		if s.kicked.Swap(false) && b != nil && s.srv.cfg.BoundSpin > 0 && b.Bound() {
+			return nil // bound meanwhile (Wake): poll for the request's records instead of waiting for a doorbell
+		}
+		if !idle && !time.Now().Before(release) {
+			idle = true
+			if i, ok := s.h.(idler); ok {
+				i.Idle()
+			}
+		}
+		deadline := release
+		if idle {
+			deadline = time.Now().Add(s.srv.cfg.IdleRelease)
+		}
+		_ = s.conn.SetReadDeadline(deadline)
+		if s.kicked.Load() { // woken between the check above and the deadline
+			continue
+		}
 		_, err := s.conn.Read(s.wake[:])
 		switch {
 		case err == nil:
 		case errors.Is(err, os.ErrDeadlineExceeded):
-			if !idle {
-				idle = true
-				if i, ok := s.h.(idler); ok {
-					i.Idle()
-				}
-			}
 		case errors.Is(err, io.EOF), errors.Is(err, net.ErrClosed), errors.Is(err, syscall.ECONNRESET):
 			return errClosed
 		default:
@@ -309,6 +353,40 @@ func (s *session) wait(ctx context.Context) error {
 	}
 	return nil
 }
+
+// addSession and removeSession keep the sessions by function, for Wake.
+func (s *Server) addSession(sess *session) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.byFunction[sess.function] == nil {
+		s.byFunction[sess.function] = map[*session]struct{}{}
+	}
+	s.byFunction[sess.function][sess] = struct{}{}
+}
+
+func (s *Server) removeSession(sess *session) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	delete(s.byFunction[sess.function], sess)
+	if len(s.byFunction[sess.function]) == 0 {
+		delete(s.byFunction, sess.function)
+	}
+}
+
+// Wake tells the sessions of function that it was bound to a GPU for a request: a session asleep on its socket
+// starts polling its ring (Config.BoundSpin) at once, so that the request's first records do not wait for a
+// doorbell and a wake-up. Whoever binds calls it (the gpuserver's pool, a tenant executor's acquire).
+func (s *Server) Wake(function string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for sess := range s.byFunction[function] {
+		sess.kicked.Store(true)
+		_ = sess.conn.SetReadDeadline(time.Now()) // ends a Read in progress
+	}
+}
+
+// boundCheck is how often a polling session asks whether its function still holds a binding.
+const boundCheck = time.Millisecond
 
 func leU32(b []byte) uint32 {
 	return uint32(b[0]) | uint32(b[1])<<8 | uint32(b[2])<<16 | uint32(b[3])<<24

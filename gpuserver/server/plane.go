@@ -2,9 +2,13 @@ package server
 
 import (
 	"context"
+	"errors"
+	"fmt"
+	"time"
 
 	"github.com/faas-gpu/faas-gpu/gpuserver/controller"
 	"github.com/faas-gpu/faas-gpu/gpuserver/executor"
+	"github.com/faas-gpu/faas-gpu/gpuserver/pool"
 	"github.com/faas-gpu/faas-gpu/gpuserver/tenant"
 )
 
@@ -20,6 +24,8 @@ type dataPlane interface {
 	SetTenant(ctx context.Context, name, tenant string) error
 	Deregister(ctx context.Context, name string) error
 	EndInit(ctx context.Context, name string) error
+	// Usable says why a function's device work is refused (executor.Node.Usable), nil when it is not.
+	Usable(name string) error
 	// hold holds binding id of function on gpu (a request's, or an implicit one).
 	hold(ctx context.Context, name string, gpu int, id string, request bool) (heldBinding, error)
 }
@@ -30,6 +36,9 @@ type heldBinding interface {
 	Finish() error
 	// Orphaned reports whether the function was reset under it (executor.Binding.Orphaned).
 	Orphaned() bool
+	// Expire ends it because it was held too long (executor.Node.Expire): it breaks, the GPU is free for other
+	// functions, and the function's work there is stopped.
+	Expire(ctx context.Context, grace time.Duration, cause error) error
 }
 
 // nodePlane is the in-process data plane.
@@ -40,10 +49,17 @@ func (p nodePlane) hold(ctx context.Context, name string, gpu int, _ string, _ b
 	if err != nil {
 		return nil, err
 	}
-	return nodeBinding{b}, nil
+	return nodeBinding{Binding: b, n: p.Node}, nil
 }
 
-type nodeBinding struct{ *executor.Binding }
+type nodeBinding struct {
+	*executor.Binding
+	n *executor.Node
+}
+
+func (b nodeBinding) Expire(ctx context.Context, grace time.Duration, cause error) error {
+	return b.n.Expire(ctx, b.Binding, grace, cause)
+}
 
 func (b nodeBinding) Finish() error {
 	err := b.Err()
@@ -54,12 +70,37 @@ func (b nodeBinding) Finish() error {
 // tenantPlane is the data plane of executor processes per tenant.
 type tenantPlane struct{ *tenant.Plane }
 
+// EndInit is folded into a request's hold, which ends the initialisation in the executor first: one frame less per
+// request. (The executors end it themselves before a swap moves a function or an eviction drops its copy, so no
+// image is lost to the placement made in between.)
+func (p tenantPlane) EndInit(context.Context, string) error { return nil }
+
 func (p tenantPlane) hold(ctx context.Context, name string, gpu int, id string, request bool) (heldBinding, error) {
 	h, err := p.Acquire(ctx, name, gpu, executor.Any, id, request)
+	if errors.Is(err, executor.ErrLost) { // its memory is gone with no image: its process must start again
+		return nil, fmt.Errorf("%w: %w", pool.ErrFunctionLost, err)
+	}
 	if err != nil {
 		return nil, err
 	}
-	return h, nil
+	return tenantHold{h}, nil
+}
+
+// Usable is nil: an executor process refuses its functions' work itself.
+func (p tenantPlane) Usable(string) error { return nil }
+
+// tenantHold is a binding held in a tenant's executor process.
+type tenantHold struct{ *tenant.Hold }
+
+// Expire ends a binding held too long in an executor process: it is released there now (the GPU is free for the
+// next request) and its request's release answers that it broke. Fencing and stopping the function's queued work
+// inside the executor (executor.Node.Expire) is not carried over the hand-off protocol yet.
+func (h tenantHold) Expire(context.Context, time.Duration, error) error {
+	err := h.Finish()
+	if err != nil && !errors.Is(err, executor.ErrBroken) && !errors.Is(err, executor.ErrUnhealthy) {
+		return err
+	}
+	return nil
 }
 
 // tenantActuator carries the controller's swaps and evictions out in the functions' executors.

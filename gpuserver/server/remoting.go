@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"sync"
+	"time"
 
 	"github.com/faas-gpu/faas-gpu/gpuserver/auth"
 	"github.com/faas-gpu/faas-gpu/gpuserver/device/sim"
@@ -43,14 +44,32 @@ type trackedPool struct {
 	tenants  *tenant.Plane        // the tenants' executor processes, for the status; nil when in-process
 	replaced int64                // acquires bound again because a GPU failed under them (see Server.Replaced)
 	meter    *metering.Meter      // the functions' bill: each request's binding, Acquire to Release
+	// wake, when set (before serving), is told of every request bound, so that the function's remoting sessions
+	// poll for its records at once (remoting.Server.Wake)
+	wake func(function string)
+
+	// The maximum hold (see expire): a request's binding held longer than maxHold is ended.
+	maxHold   time.Duration
+	holdGrace time.Duration          // how long the work an expired binding queued may take to finish
+	timers    map[string]*time.Timer // binding ID -> its hold's end
+	expired   map[string]heldBinding // binding ID -> expired binding not released yet
+	expiries  int64                  // bindings ended because they were held too long
+	stopped   bool                   // the server shuts down: no more expiries
+	expiring  sync.WaitGroup         // expiries running
 }
 
-func newTrackedPool(p healthPool, key auth.Key, node dataPlane, maxFunctions int, log *slog.Logger) *trackedPool {
+func newTrackedPool(p healthPool, key auth.Key, node dataPlane, maxFunctions int, maxHold time.Duration,
+	log *slog.Logger) *trackedPool {
 	return &trackedPool{healthPool: p, key: key, node: node, log: log, maxFunctions: maxFunctions,
 		specs: map[string]pool.FunctionSpec{}, bound: map[string]map[string]int{}, bindings: map[string]string{},
 		held: map[string]heldBinding{}, swaps: map[string]int64{}, failed: map[int]bool{},
-		waiting: map[*waiter]struct{}{}}
+		waiting: map[*waiter]struct{}{}, maxHold: maxHold, holdGrace: defaultHoldGrace,
+		timers: map[string]*time.Timer{}, expired: map[string]heldBinding{}}
 }
+
+// defaultHoldGrace is how long the work an expired binding had queued on its GPU may take to finish before its
+// context there is torn down.
+const defaultHoldGrace = 2 * time.Second
 
 func (t *trackedPool) Register(ctx context.Context, spec pool.FunctionSpec) error {
 	if err := pool.CheckName(spec.Name); err != nil {
@@ -75,6 +94,9 @@ func (t *trackedPool) Register(ctx context.Context, spec pool.FunctionSpec) erro
 			return err
 		}
 		if err := t.node.SetTenant(ctx, spec.Name, spec.Tenant()); err != nil { // its namespace, or itself if isolated
+			if !known { // a function the data plane cannot take (one tenant too many) stays unknown to the pool too
+				err = errors.Join(err, t.healthPool.Deregister(context.WithoutCancel(ctx), spec.Name))
+			}
 			return fmt.Errorf("register %q: %w", spec.Name, err)
 		}
 	}
@@ -156,6 +178,10 @@ func (t *trackedPool) acquire(ctx context.Context, function string, request bool
 	}
 	if held != nil {
 		t.held[b.ID] = held
+		if request && t.maxHold > 0 && !t.stopped {
+			id := b.ID
+			t.timers[id] = time.AfterFunc(t.maxHold, func() { t.expire(id) })
+		}
 	}
 	if request && t.meter != nil {
 		t.meter.Begin(b.ID, function, t.specs[function].MemoryBytes)
@@ -165,7 +191,11 @@ func (t *trackedPool) acquire(ctx context.Context, function string, request bool
 		swap = "none"
 	}
 	t.swaps[swap]++
+	wake := t.wake
 	t.mu.Unlock()
+	if request && wake != nil {
+		wake(function)
+	}
 	return b, nil
 }
 
@@ -198,11 +228,82 @@ func (t *trackedPool) bind(ctx context.Context, function string, request bool) (
 	return b, held, nil
 }
 
+// expire ends the binding id of a request that held its GPU longer than maxHold (a function whose handler never
+// releases, or computes without end, would keep every other function off the GPU): the executors break it,
+// refuse the function's device work until the request releases it and stop what it queued (executor.Expire), the
+// pool's binding is released so that the GPU serves the next request, and the request's release answers that the
+// binding broke (503).
+func (t *trackedPool) expire(id string) {
+	t.mu.Lock()
+	fn, ok := t.bindings[id]
+	held := t.held[id]
+	gpu := t.bound[fn][id]
+	delete(t.timers, id)
+	if !ok || held == nil || t.stopped {
+		t.mu.Unlock()
+		return
+	}
+	delete(t.bindings, id) // CurrentGPU no longer reports it: the function's calls bind afresh, and are refused
+	delete(t.bound[fn], id)
+	if len(t.bound[fn]) == 0 {
+		delete(t.bound, fn)
+	}
+	delete(t.held, id)
+	t.expired[id] = held
+	t.expiries++
+	t.expiring.Add(1)
+	t.mu.Unlock()
+	defer t.expiring.Done()
+	cause := fmt.Errorf("%s held gpu %d longer than %s (the maximum binding hold)", fn, gpu, t.maxHold)
+	ctx, cancel := context.WithTimeout(context.Background(), t.holdGrace+time.Minute) // a timer: no request ctx
+	defer cancel()
+	if err := held.Expire(ctx, t.holdGrace, cause); err != nil {
+		t.log.Error("ending a binding held too long", "function", fn, "binding", id, "err", err)
+	}
+	if err := t.healthPool.Release(ctx, id); err != nil && !errors.Is(err, pool.ErrGPUUnhealthy) {
+		t.log.Error("releasing a binding held too long", "function", fn, "binding", id, "err", err)
+	}
+	t.log.Warn("binding held too long: ended, its gpu serves the next request", "function", fn, "gpu", gpu,
+		"binding", id, "max_hold", t.maxHold)
+}
+
+// stop ends the maximum-hold timers and waits for expiries running (the server shuts down).
+func (t *trackedPool) stop() {
+	t.mu.Lock()
+	t.stopped = true
+	for id, tm := range t.timers {
+		tm.Stop()
+		delete(t.timers, id)
+	}
+	t.mu.Unlock()
+	t.expiring.Wait()
+}
+
+// HoldsExpired counts the bindings ended because they were held longer than the maximum hold.
+func (t *trackedPool) HoldsExpired() int64 {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.expiries
+}
+
 // Release ends a binding. When the GPU it was bound to failed meanwhile, the binding is released and the error
 // (wrapping pool.ErrGPUUnhealthy and executor.ErrUnhealthy) says it broke: the request's work may not have
-// completed.
+// completed. A binding that was ended because it was held too long (expire) answers pool.ErrBindingBroken.
 func (t *trackedPool) Release(ctx context.Context, id string) error {
 	t.mu.Lock()
+	if tm, ok := t.timers[id]; ok {
+		tm.Stop()
+		delete(t.timers, id)
+	}
+	if held, ok := t.expired[id]; ok {
+		delete(t.expired, id)
+		t.mu.Unlock()
+		err := held.Finish() // the function's work is accepted again
+		if err == nil {
+			err = fmt.Errorf("held longer than %s", t.maxHold)
+		}
+		return fmt.Errorf("binding %s broke: %w: %w", id, pool.ErrBindingBroken, err)
+	}
 	if fn, ok := t.bindings[id]; ok {
 		delete(t.bindings, id)
 		delete(t.bound[fn], id)
@@ -281,8 +382,15 @@ func (t *trackedPool) CurrentGPU(function string) (int, bool) {
 	return 0, false
 }
 
-// BindImplicit implements remoting.Binder: calls outside a request (initialisation) queue like a request.
+// BindImplicit implements remoting.Binder: calls outside a request (initialisation) queue like a request. A
+// function whose device work is refused (a binding of it expired and was not released, its memory was lost) is
+// refused at once instead of queueing.
 func (t *trackedPool) BindImplicit(ctx context.Context, function string) (int, func(), error) {
+	if t.node != nil {
+		if err := t.node.Usable(function); err != nil {
+			return 0, nil, err
+		}
+	}
 	b, err := t.acquire(ctx, function, false) // initialisation goes on: no capture, not a request
 	if err != nil {
 		return 0, nil, err

@@ -78,13 +78,26 @@ type Config struct {
 	// launch (sim.KernelsReference, the default) or accept them without executing them (sim.KernelsDry, a
 	// protocol-test mode the log, the pool status and /metrics announce). It must be the default with a Device.
 	SimKernels sim.KernelMode
+	// MaxBindingHold is the longest a request may hold its GPU (a function's timeout on this node): a binding
+	// held longer is ended, the request's device work refused and stopped, its release answers 503, and the GPU
+	// serves the next request. Calls outside a request (initialisation) give their GPU up as often and queue
+	// again. DefaultMaxBindingHold when 0; negative means no bound.
+	MaxBindingHold time.Duration
 	// MeteringFile keeps the functions' bill (package metering) across restarts; empty keeps it in memory only.
 	MeteringFile string
 	// Tenants, when set, runs every tenant's device work in an executor process of its own (docs/tenants.md):
 	// the gpuserver keeps the policy, the chunks and the remoting hello. Nil runs every tenant in the gpuserver's
 	// process, where tenants are not isolated from each other on a real GPU (docs/security.md).
 	Tenants *TenantConfig
+	// SimProcessWide makes the simulated GPUs (Device nil) model what one process shares on a real GPU
+	// (sim.Options.ProcessWide): in the gpuserver's process without Tenants, in each executor with them.
+	SimProcessWide bool
 }
+
+// DefaultMaxBindingHold is Config.MaxBindingHold when none is set: longer than an inference request takes
+// (a few seconds; an LLM's answer of a thousand tokens at 30 tokens/s takes half a minute), shorter than the
+// time other functions' requests would wait for the GPU before they give up many times over.
+const DefaultMaxBindingHold = 2 * time.Minute
 
 // TenantConfig configures the tenants' executor processes.
 type TenantConfig struct {
@@ -101,8 +114,6 @@ type TenantConfig struct {
 	ContextBytes uint64
 	// LogLevel of the executors ("debug", "info", "warn", "error").
 	LogLevel string
-	// SimProcessWide makes the simulated GPUs model what one process shares on a real GPU (sim.Options.ProcessWide).
-	SimProcessWide bool
 	// BackoffMin and BackoffMax bound the wait before an executor that ended is restarted (tenant.Config).
 	BackoffMin, BackoffMax time.Duration
 }
@@ -118,6 +129,7 @@ type Server struct {
 	node    *executor.Node // nil without remoting, and with executor processes per tenant
 	tenants *tenant.Plane  // nil without executor processes per tenant
 	pool    *trackedPool
+	rs      *remoting.Server // nil without remoting
 	meter   *metering.Meter
 	key     auth.Key
 	servers []*http.Server
@@ -154,6 +166,13 @@ func Start(ctx context.Context, cfg Config) (*Server, error) {
 	if cfg.MaxFunctions <= 0 {
 		cfg.MaxFunctions = DefaultMaxFunctions
 	}
+	switch {
+	case cfg.MaxBindingHold == 0:
+		cfg.MaxBindingHold = DefaultMaxBindingHold
+	case cfg.MaxBindingHold < 0:
+		cfg.MaxBindingHold = 0
+	}
+	s.cfg = cfg
 	if cfg.Device != nil && cfg.SimKernels != sim.KernelsReference {
 		return nil, fmt.Errorf("gpuserver: sim kernels %s: only a simulated device runs kernels dry, this one is %s",
 			cfg.SimKernels, cfg.Device.Kind())
@@ -194,8 +213,9 @@ func Start(ctx context.Context, cfg Config) (*Server, error) {
 	if err != nil {
 		return nil, err
 	}
-	p := newTrackedPool(inner, s.key, plane, cfg.MaxFunctions, cfg.Logger)
+	p := newTrackedPool(inner, s.key, plane, cfg.MaxFunctions, cfg.MaxBindingHold, cfg.Logger)
 	p.meter = meter
+	s.closers = append(s.closers, func(context.Context) error { p.stop(); return nil })
 	if s.tenants != nil {
 		s.tenants.SetBinder(p)
 		p.tenants = s.tenants
@@ -208,6 +228,9 @@ func Start(ctx context.Context, cfg Config) (*Server, error) {
 		registerSimMetrics(reg, sd)
 	}
 	reg.MustRegister(meter.Collector())
+	reg.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "faas_gpu_binding_holds_expired_total",
+		Help: "Bindings ended because their request held the GPU longer than the maximum binding hold."},
+		func() float64 { return float64(p.HoldsExpired()) }))
 	handler, err := api.New(p, reg, reg, cfg.Logger, api.WithAuth(s.key), api.WithUsage(meter))
 	if err != nil {
 		return nil, fmt.Errorf("gpuserver: %w", err)
@@ -236,9 +259,11 @@ func Start(ctx context.Context, cfg Config) (*Server, error) {
 	}
 	for _, l := range listeners {
 		hs := handler.NewHTTPServer()
+		hs.ErrorLog = slog.NewLogLogger(cfg.Logger.Handler(), slog.LevelWarn) // accept errors (EMFILE), retried
 		s.servers = append(s.servers, hs)
 		go func() {
-			if err := hs.Serve(l); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			// Connections are bounded per peer (the Unix socket's peer user, a TCP client's address) and in all.
+			if err := hs.Serve(handler.Listener(l)); err != nil && !errors.Is(err, http.ErrServerClosed) {
 				s.errs <- fmt.Errorf("gpuserver: serve %s: %w", l.Addr(), err)
 			}
 		}()
@@ -262,7 +287,8 @@ func (s *Server) startDataPlane(ctx context.Context) error {
 	dev, reserve := s.cfg.Device, s.cfg.DeviceReserveBytes
 	if dev == nil {
 		var err error
-		if dev, err = sim.New(sim.Options{Node: s.cfg.Node, Kernels: s.cfg.SimKernels}); err != nil {
+		if dev, err = sim.New(sim.Options{Node: s.cfg.Node, Kernels: s.cfg.SimKernels,
+			ProcessWide: s.cfg.SimProcessWide && s.cfg.Tenants == nil}); err != nil {
 			return fmt.Errorf("gpuserver: simulated device: %w", err)
 		}
 		if s.cfg.SimKernels == sim.KernelsDry {
@@ -293,7 +319,7 @@ func (s *Server) startDataPlane(ctx context.Context) error {
 	// The memory manager reserves through addrs, so that functions get the fixed addresses of their images from
 	// before a restart again (executor restore.go).
 	addrs := executor.NewAddresses(dev)
-	mem, err := memory.New(addrs, memory.Config{MaxBytesPerGPU: reserve})
+	mem, err := memory.New(addrs, memory.Config{MaxBytesPerGPU: reserve, SlabChunks: memory.DefaultSlabChunks})
 	if err != nil {
 		return fmt.Errorf("gpuserver: device memory: %w", err)
 	}
@@ -390,13 +416,19 @@ func (s *Server) undo(ctx context.Context) error {
 func (s *Server) startRemoting(ctx context.Context) error {
 	dev := s.dev
 	rcfg := remoting.Config{Device: dev, Node: s.node, Functions: s.pool, Binder: s.pool,
-		Logger: s.cfg.Logger.With("component", "remoting"), Metrics: s.metrics}
+		Logger: s.cfg.Logger.With("component", "remoting"), Metrics: s.metrics, MaxImplicitHold: s.cfg.MaxBindingHold}
 	if s.tenants != nil { // sessions run in their tenants' executors once their hello passed
 		rcfg.Node, rcfg.Binder, rcfg.HandOff = nil, nil, s.tenants.HandOff
 	}
 	rs, err := remoting.NewServer(rcfg)
 	if err != nil {
 		return fmt.Errorf("gpuserver: %w", err)
+	}
+	s.rs = rs
+	if s.tenants == nil { // in-process sessions poll from the moment their function is bound
+		s.pool.mu.Lock()
+		s.pool.wake = rs.Wake
+		s.pool.mu.Unlock()
 	}
 	if err := removeStaleSocket(s.cfg.RemotingSocket); err != nil {
 		return err
@@ -479,6 +511,15 @@ func lookupGroup(group string) (int, error) {
 
 // RemotingSocket returns the shim's socket path, or "" without remoting.
 func (s *Server) RemotingSocket() string { return s.cfg.RemotingSocket }
+
+// RemotingStats are the remoting server's counters (remoting.Stats; zero without remoting): the sessions this
+// process serves, not those of tenant executors.
+func (s *Server) RemotingStats() remoting.Stats {
+	if s.rs == nil {
+		return remoting.Stats{}
+	}
+	return s.rs.Stats()
+}
 
 // DefaultSimReserveBytes is the device memory reserved per simulated GPU for remoted allocations.
 const DefaultSimReserveBytes = 2 << 30

@@ -28,7 +28,8 @@ func (s *Server) startTenants(dev device.Backend, reserve uint64) error {
 	switch d := dev.(type) {
 	case *sim.Backend:
 		exec = handoff.Device{Kind: "sim", Sim: &handoff.SimDevice{Node: d.Node(), Kernels: d.KernelMode().String(),
-			ProcessWide: tc.SimProcessWide, Granularity: d.GPUs()[0].Granularity}}
+			ProcessWide: s.cfg.SimProcessWide || d.ProcessWide(), Granularity: d.GPUs()[0].Granularity,
+			TimeScale: d.TimeScale()}}
 	default:
 		exec = handoff.Device{Kind: dev.Kind()}
 		if e, ok := dev.(sharingEnabler); ok {

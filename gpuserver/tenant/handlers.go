@@ -262,6 +262,38 @@ type metrics struct {
 	up       *prometheus.GaugeVec
 	restarts *prometheus.CounterVec
 	faults   *prometheus.CounterVec
+	sessions *sessionCollector
+}
+
+// sessionCollector exports the remoting counters the executors' sessions keep (records executed, sleeps on their
+// sockets: faas_gpu_remoting_records_total and faas_gpu_remoting_sleeps_total count the gpuserver's own sessions
+// only, none with executors), asked of every running executor at each scrape. A restarted executor counts from 0.
+type sessionCollector struct {
+	pl              *Plane
+	records, sleeps *prometheus.Desc
+}
+
+func (c *sessionCollector) Describe(ch chan<- *prometheus.Desc) { ch <- c.records; ch <- c.sleeps }
+
+func (c *sessionCollector) Collect(ch chan<- prometheus.Metric) {
+	if c.pl == nil {
+		return
+	}
+	for _, g := range c.pl.generations() {
+		peer := g.live()
+		if peer == nil {
+			continue
+		}
+		ctx, cancel := context.WithTimeout(c.pl.ctx, 5*time.Second)
+		var st handoff.Status
+		_, err := peer.Call(ctx, handoff.KindStatus, nil, nil, &st)
+		cancel()
+		if err != nil {
+			continue
+		}
+		ch <- prometheus.MustNewConstMetric(c.records, prometheus.CounterValue, float64(st.Records), g.p.tenant)
+		ch <- prometheus.MustNewConstMetric(c.sleeps, prometheus.CounterValue, float64(st.Sleeps), g.p.tenant)
+	}
 }
 
 func newMetrics(reg prometheus.Registerer) (*metrics, error) {
@@ -275,9 +307,17 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		faults: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "faas_gpu_tenant_faults_total",
 			Help: "Kernel faults of a tenant's functions: each ended that tenant's executor only."},
 			[]string{"tenant"}),
+		sessions: &sessionCollector{
+			records: prometheus.NewDesc("faas_gpu_tenant_remoting_records_total",
+				"Call records the sessions of a tenant's executor executed (since that executor started).",
+				[]string{"tenant"}, nil),
+			sleeps: prometheus.NewDesc("faas_gpu_tenant_remoting_sleeps_total",
+				"Times the sessions of a tenant's executor found their ring empty for their whole spin time and "+
+					"slept on their socket (since that executor started).", []string{"tenant"}, nil),
+		},
 	}
 	if reg != nil {
-		for _, c := range []prometheus.Collector{m.up, m.restarts, m.faults} {
+		for _, c := range []prometheus.Collector{m.up, m.restarts, m.faults, m.sessions} {
 			if err := reg.Register(c); err != nil && !errors.As(err, new(prometheus.AlreadyRegisteredError)) {
 				return nil, err
 			}

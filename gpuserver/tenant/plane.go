@@ -98,7 +98,8 @@ type Plane struct {
 
 	mu        sync.Mutex
 	procs     map[string]*proc
-	fns       map[string]string // function -> tenant
+	retiring  map[string]chan struct{} // tenants whose idle executor is stopping (closed when it stopped)
+	fns       map[string]string        // function -> tenant
 	unhealthy map[int]error
 	faults    []int64 // per GPU: executors ended by a fault of their tenant
 	nextID    uint64
@@ -162,25 +163,44 @@ func New(cfg Config) (*Plane, error) {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	pl := &Plane{cfg: cfg, log: cfg.Logger, mem: cfg.Memory, lend: lend, plan: plan, metrics: m, ctx: ctx,
-		cancel: cancel, procs: map[string]*proc{}, fns: map[string]string{}, unhealthy: map[int]error{},
+		cancel: cancel, procs: map[string]*proc{}, retiring: map[string]chan struct{}{}, fns: map[string]string{}, unhealthy: map[int]error{},
 		faults: make([]int64, cfg.Memory.GPUs())}
 	for g := range cfg.Memory.GPUs() {
 		pl.chunks = append(pl.chunks, cfg.Memory.Pool(g).Total())
 	}
+	m.sessions.pl = pl
 	return pl, nil
 }
 
 // SetBinder sets what answers the executors' implicit bindings (the gpuserver's pool, built after the Plane).
 func (pl *Plane) SetBinder(b Binder) { pl.binder.Store(&binderBox{b}) }
 
-// procFor returns tenant's supervisor, starting it (and its executor) when it is new.
-func (pl *Plane) procFor(tenant string) (*proc, error) {
+// procFor returns tenant's supervisor with function counted among its functions, starting it (and its executor)
+// when it is new; an executor of the tenant that is being retired is waited for first.
+func (pl *Plane) procFor(ctx context.Context, tenant, function string) (*proc, error) {
 	pl.mu.Lock()
 	defer pl.mu.Unlock()
+	for {
+		done, ok := pl.retiring[tenant]
+		if !ok {
+			break
+		}
+		pl.mu.Unlock()
+		select {
+		case <-done:
+		case <-ctx.Done():
+			pl.mu.Lock()
+			return nil, ctx.Err()
+		}
+		pl.mu.Lock()
+	}
 	if pl.closed {
 		return nil, fmt.Errorf("%w: the gpuserver is shutting down", ErrExecutorDown)
 	}
 	if p, ok := pl.procs[tenant]; ok {
+		p.mu.Lock()
+		p.functions[function] = true
+		p.mu.Unlock()
 		return p, nil
 	}
 	if len(pl.procs) >= pl.cfg.MaxTenants {
@@ -192,9 +212,34 @@ func (pl *Plane) procFor(tenant string) (*proc, error) {
 		return nil, fmt.Errorf("%w: %w", pool.ErrLimit, err)
 	}
 	p := newProc(pl, tenant, slot)
+	p.functions[function] = true
 	pl.procs[tenant] = p
 	go p.run()
 	return p, nil
+}
+
+// retireIfIdle stops a tenant's executor once the tenant has no function left, so that it holds no context on any
+// GPU and no longer counts against MaxTenants; the tenant keeps its address slot (and its images, if any).
+func (pl *Plane) retireIfIdle(ctx context.Context, p *proc) {
+	pl.mu.Lock()
+	p.mu.Lock()
+	idle := len(p.functions) == 0
+	p.mu.Unlock()
+	if !idle || pl.procs[p.tenant] != p || pl.closed {
+		pl.mu.Unlock()
+		return
+	}
+	delete(pl.procs, p.tenant)
+	done := make(chan struct{})
+	pl.retiring[p.tenant] = done
+	pl.mu.Unlock()
+	err := p.shutdown(ctx)
+	pl.metrics.up.DeleteLabelValues(p.tenant)
+	pl.mu.Lock()
+	delete(pl.retiring, p.tenant)
+	pl.mu.Unlock()
+	close(done)
+	pl.log.Info("tenant executor stopped: the tenant has no function left", "tenant", p.tenant, "err", err)
 }
 
 // procOf returns the supervisor of function's tenant.
@@ -279,16 +324,13 @@ func (pl *Plane) SetTenant(ctx context.Context, name, tenant string) error {
 			return err
 		}
 	}
-	p, err := pl.procFor(tenant)
+	p, err := pl.procFor(ctx, tenant, name)
 	if err != nil {
 		return err
 	}
 	pl.mu.Lock()
 	pl.fns[name] = tenant
 	pl.mu.Unlock()
-	p.mu.Lock()
-	p.functions[name] = true
-	p.mu.Unlock()
 	return p.call(ctx, handoff.KindRegister, handoff.Function{Name: name, Tenant: tenant}, nil)
 }
 
@@ -304,7 +346,9 @@ func (pl *Plane) Deregister(ctx context.Context, name string) error {
 	p.mu.Lock()
 	delete(p.functions, name)
 	p.mu.Unlock()
-	return p.call(ctx, handoff.KindDeregister, handoff.Name{Function: name}, nil)
+	err = p.call(ctx, handoff.KindDeregister, handoff.Name{Function: name}, nil)
+	pl.retireIfIdle(ctx, p)
+	return err
 }
 
 // EndInit ends a function's initialisation in its executor (the capture of its image there).
@@ -375,16 +419,16 @@ func (pl *Plane) Acquire(ctx context.Context, name string, gpu int, source execu
 func (h *Hold) Finish() error {
 	peer := h.g.live()
 	if peer == nil {
-		return fmt.Errorf("%w: the executor of %s ended while the binding was held (%s): the request's work is lost",
-			executor.ErrBroken, h.g.p.tenant, h.g.p.lastEnd())
+		return fmt.Errorf("%w: %w: the executor of %s ended while the binding was held (%s): the request's work "+
+			"and the sessions it ran are lost", executor.ErrBroken, pool.ErrFunctionLost, h.g.p.tenant, h.g.p.lastEnd())
 	}
 	ctx, cancel := context.WithTimeout(h.pl.ctx, 30*time.Second)
 	defer cancel()
 	var rel handoff.Released
 	if _, err := peer.Call(ctx, handoff.KindRelease, handoff.Release{Binding: h.id}, nil, &rel); err != nil {
 		if errors.Is(err, handoff.ErrClosed) {
-			return fmt.Errorf("%w: the executor of %s ended while the binding was held: the request's work is lost: %w",
-				executor.ErrBroken, h.g.p.tenant, err)
+			return fmt.Errorf("%w: %w: the executor of %s ended while the binding was held: the request's work and "+
+				"the sessions it ran are lost: %w", executor.ErrBroken, pool.ErrFunctionLost, h.g.p.tenant, err)
 		}
 		return err
 	}

@@ -53,11 +53,12 @@ type generation struct {
 	gone     chan struct{}     // closed when it ended
 }
 
-// live returns the peer of a generation still running, or nil.
+// live returns the peer of a generation still running, or nil (also as soon as its control socket ended, before
+// its process was reaped).
 func (g *generation) live() *handoff.Peer {
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	if g.ended {
+	if g.ended || g.peer == nil || g.peer.Err() != nil {
 		return nil
 	}
 	return g.peer

@@ -56,11 +56,19 @@ func (p *process) acquire(ctx context.Context, f handoff.Frame) (any, []*os.File
 	if a.Binding == "" {
 		return nil, nil, fmt.Errorf("%w: acquire without a binding id", handoff.ErrProtocol)
 	}
+	if a.Request { // the function's first request ends its initialisation (its model becomes its image)
+		if err := p.node.EndInit(ctx, a.Function); err != nil {
+			return nil, nil, err
+		}
+	}
 	b, err := p.node.Acquire(ctx, a.Function, a.GPU, a.Source)
 	if err != nil {
 		return nil, nil, err
 	}
 	p.binder.hold(a.Binding, a.Request, b)
+	if a.Request && p.srv != nil {
+		p.srv.Wake(a.Function) // its sessions poll for the request's records at once
+	}
 	return nil, nil, nil
 }
 

@@ -21,6 +21,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"golang.org/x/sys/unix"
 
 	"github.com/faas-gpu/faas-gpu/gpuserver/device"
 	"github.com/faas-gpu/faas-gpu/gpuserver/device/cuda"
@@ -66,6 +67,14 @@ func RunIfChild() {
 // Main runs an executor on the control socket at fd 3 until the gpuserver closes it, a fault ends the tenant,
 // or SIGTERM; it returns the exit status.
 func Main(stderr io.Writer) int {
+	// fd 3 must be the control socket the gpuserver passed; checked before anything opens a descriptor that
+	// could take its number.
+	if typ, err := unix.GetsockoptInt(handoff.FileFD, unix.SOL_SOCKET, unix.SO_TYPE); err != nil ||
+		typ != unix.SOCK_SEQPACKET {
+		fmt.Fprintf(stderr, "faas-gpu tenant-executor: started without a control socket on fd %d: the gpuserver "+
+			"starts this command, one per tenant (docs/tenants.md)\n", handoff.FileFD)
+		return ExitError
+	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	ctl := os.NewFile(uintptr(handoff.FileFD), "tenant-control")
@@ -218,7 +227,7 @@ func (p *process) build(cfg handoff.Start) error {
 	}
 	p.log = slog.New(slog.NewTextHandler(p.stderr, &slog.HandlerOptions{Level: level})).With(
 		"component", "tenant-executor", "tenant", cfg.Tenant, "generation", cfg.Generation, "pid", os.Getpid())
-	dev, err := openDevice(cfg.Device)
+	dev, err := openDevice(cfg.Device, cfg.WindowBase)
 	if err != nil {
 		return err
 	}
@@ -282,7 +291,9 @@ func (p *process) build(cfg handoff.Start) error {
 	return nil
 }
 
-func openDevice(d handoff.Device) (device.Backend, error) {
+// openDevice opens the executor's backend; a simulated one places its own memory (module globals) in the tenant's
+// window from base on (a real driver places module globals where it likes).
+func openDevice(d handoff.Device, base uint64) (device.Backend, error) {
 	switch d.Kind {
 	case "sim":
 		if d.Sim == nil {
@@ -296,7 +307,7 @@ func openDevice(d handoff.Device) (device.Backend, error) {
 			return nil, err
 		}
 		return sim.New(sim.Options{Node: d.Sim.Node, Kernels: mode, TimeScale: d.Sim.TimeScale,
-			Granularity: d.Sim.Granularity})
+			Granularity: d.Sim.Granularity, ProcessWide: d.Sim.ProcessWide, AddressBase: device.Ptr(base)})
 	case "cuda":
 		return cuda.Open(d.CUDALibrary)
 	}

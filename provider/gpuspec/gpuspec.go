@@ -51,11 +51,14 @@ const (
 	// while it is resident) or "request" (it is the request's, a KV cache: given back when the function's last
 	// request ends, mapped again zeroed for the next).
 	AnnotationScratch = "com.openfaas.gpu.scratch"
+	// AnnotationModel is "private" (default) or "shared": the function never writes its model memory after its
+	// initialisation, so chunks identical to another such function's of its namespace are shared on a GPU.
+	AnnotationModel = "com.openfaas.gpu.model"
 )
 
 var known = map[string]bool{
 	AnnotationMemory: true, AnnotationSLO: true, AnnotationPercentile: true, AnnotationIsolation: true,
-	AnnotationScratch: true,
+	AnnotationScratch: true, AnnotationModel: true,
 }
 
 // Parse reads the GPU annotations of function. isGPU is false (and spec empty) when the function has no GPU
@@ -77,7 +80,7 @@ func Parse(annotations map[string]string, function string) (spec pool.FunctionSp
 		sort.Strings(unknown)
 		return pool.FunctionSpec{}, false, fmt.Errorf("%w: annotation %s is not a GPU annotation (known: %s, %s, %s, %s)",
 			provider.ErrInvalid, unknown[0], AnnotationMemory, AnnotationSLO, AnnotationPercentile, AnnotationIsolation+
-				", "+AnnotationScratch)
+				", "+AnnotationScratch+", "+AnnotationModel)
 	}
 	if !sawGPU {
 		return pool.FunctionSpec{}, false, nil
@@ -133,6 +136,15 @@ func Parse(annotations map[string]string, function string) (spec pool.FunctionSp
 		default:
 			return pool.FunctionSpec{}, false, fmt.Errorf("%w: annotation %s: %q must be %q or %q",
 				provider.ErrInvalid, AnnotationScratch, v, pool.ScratchResident, pool.ScratchRequest)
+		}
+	}
+	if v, ok := annotations[AnnotationModel]; ok {
+		switch m := strings.TrimSpace(v); m {
+		case pool.ModelPrivate, pool.ModelShared:
+			spec.Model = m
+		default:
+			return pool.FunctionSpec{}, false, fmt.Errorf("%w: annotation %s: %q must be %q or %q",
+				provider.ErrInvalid, AnnotationModel, v, pool.ModelPrivate, pool.ModelShared)
 		}
 	}
 	if err := spec.Validate(); err != nil {

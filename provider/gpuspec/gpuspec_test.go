@@ -48,6 +48,13 @@ func TestParse(t *testing.T) {
 				Scratch: "request"},
 		},
 		{name: "scratch unknown", ann: map[string]string{AnnotationMemory: "1Gi", AnnotationScratch: "kv"}, wantErr: AnnotationScratch},
+		{
+			name:  "model shared",
+			ann:   map[string]string{AnnotationMemory: "1Gi", AnnotationModel: "shared"},
+			isGPU: true,
+			want:  pool.FunctionSpec{Name: "f", MemoryBytes: 1 << 30, Percentile: 98, Isolation: "shared", Model: "shared"},
+		},
+		{name: "model unknown", ann: map[string]string{AnnotationMemory: "1Gi", AnnotationModel: "public"}, wantErr: AnnotationModel},
 		{name: "memory not a quantity", ann: map[string]string{AnnotationMemory: "lots"}, wantErr: AnnotationMemory},
 		{name: "memory empty", ann: map[string]string{AnnotationMemory: ""}, wantErr: AnnotationMemory},
 		{name: "memory zero", ann: map[string]string{AnnotationMemory: "0Mi"}, wantErr: AnnotationMemory},

@@ -36,6 +36,9 @@ type Config struct {
 	Secrets provider.SecretStore
 	// Logs streams function output; nil answers /system/logs with 501.
 	Logs provider.LogSource
+	// Namespaces keeps the namespaces (faas-cli namespace create/get/update/delete); nil takes the Backend when it
+	// is a provider.NamespaceStore, else /system/namespace/{name} answers 501.
+	Namespaces provider.NamespaceStore
 	// GPU is the node's gpuserver; nil means none (GPU functions are still validated and deployed).
 	GPU provider.GPURegistry
 	// Info is answered on /system/info.
@@ -111,8 +114,13 @@ func New(cfg Config) http.Handler {
 		Methods(http.MethodGet, http.MethodPut, http.MethodPost, http.MethodDelete)
 	r.HandleFunc("/system/logs", system(MakeLogsHandler(cfg.Logs, cfg.Backend, log), "", false)).Methods(http.MethodGet)
 	r.HandleFunc("/system/namespaces", system(MakeNamespacesHandler(cfg.Backend, log), "", false)).Methods(http.MethodGet)
-	r.HandleFunc("/system/namespace/{name:["+NameExpression+"]*}", system(http.HandlerFunc(notImplemented), "", false)).
-		Methods(http.MethodGet)
+	nsStore := cfg.Namespaces
+	if nsStore == nil {
+		nsStore, _ = cfg.Backend.(provider.NamespaceStore)
+	}
+	r.HandleFunc("/system/namespace/{name:["+NameExpression+"]*}",
+		system(MakeNamespaceHandler(nsStore, log), "/system/namespace", false)).
+		Methods(http.MethodGet, http.MethodPost, http.MethodPut, http.MethodDelete)
 
 	proxy := LimitBodyTime(BodyTimeouts{Idle: idle, Total: cfg.ProxyTimeout},
 		makeProxy(proxyConfig{backend: cfg.Backend, timeout: cfg.ProxyTimeout, readyTimeout: cfg.ReadyTimeout,

@@ -24,6 +24,8 @@ const (
 	DefaultSocketDir       = "/var/run/faas-gpu"
 	DefaultControlSocket   = "gpuserver.sock"
 	DefaultRemotingSocket  = "remoting.sock"
+	// DefaultRunAsUser is the user function containers run as: faas-netes' non-root id (its set_nonroot_user).
+	DefaultRunAsUser = 12000
 )
 
 // Config says how functions are turned into Kubernetes objects. The zero value is not valid; start from
@@ -37,6 +39,11 @@ type Config struct {
 	ImagePullPolicy corev1.PullPolicy
 	// HTTPProbe adds readiness and liveness probes on GET /_/health of HTTPPort.
 	HTTPProbe bool
+	// RunAsUser is the user id function containers (and the shim's init container) run as, with runAsNonRoot;
+	// 0 leaves the image's user. Either way function containers run without capabilities, without privilege
+	// escalation and with the runtime's default seccomp profile (the Pod Security Standard "restricted" asks for
+	// these; a GPU function's read-only hostPath socket directory is what keeps it at "privileged").
+	RunAsUser int64
 	// GPU says how GPU functions reach the node's gpuserver.
 	GPU GPUConfig
 	// GPUServers, when set ("namespace/name" of the gpuservers' headless Service, whose endpoints run one per GPU
@@ -80,6 +87,7 @@ func DefaultConfig() Config {
 		HTTPPort:         DefaultHTTPPort,
 		ImagePullPolicy:  corev1.PullAlways,
 		HTTPProbe:        true,
+		RunAsUser:        DefaultRunAsUser,
 		GPU: GPUConfig{
 			NodeLabelKey:   DefaultGPUNodeLabelKey,
 			NodeLabelValue: DefaultGPUNodeLabelVal,
@@ -101,6 +109,9 @@ func (c Config) Validate() error {
 	}
 	if c.HTTPPort < 1 || c.HTTPPort > 65535 {
 		return bad("HTTPPort", fmt.Sprintf("%d is not a port", c.HTTPPort))
+	}
+	if c.RunAsUser < 0 {
+		return bad("RunAsUser", fmt.Sprintf("%d is not a user id (0: the image's user)", c.RunAsUser))
 	}
 	switch c.ImagePullPolicy {
 	case corev1.PullAlways, corev1.PullIfNotPresent, corev1.PullNever:
@@ -140,4 +151,21 @@ func (c Config) namespace(ns string) string {
 		return c.DefaultNamespace
 	}
 	return ns
+}
+
+// containerSecurity is the security context of function containers and the shim's init container: no privilege
+// escalation, no capabilities, the runtime's seccomp profile, and RunAsUser (non-root) when set.
+func (c Config) containerSecurity(readOnlyRoot bool) *corev1.SecurityContext {
+	noEscalation := false
+	sc := &corev1.SecurityContext{
+		ReadOnlyRootFilesystem:   &readOnlyRoot,
+		AllowPrivilegeEscalation: &noEscalation,
+		Capabilities:             &corev1.Capabilities{Drop: []corev1.Capability{"ALL"}},
+		SeccompProfile:           &corev1.SeccompProfile{Type: corev1.SeccompProfileTypeRuntimeDefault},
+	}
+	if c.RunAsUser > 0 {
+		nonRoot, uid := true, c.RunAsUser
+		sc.RunAsNonRoot, sc.RunAsUser = &nonRoot, &uid
+	}
+	return sc
 }

@@ -122,7 +122,6 @@ func (c Config) Build(fn types.FunctionDeployment, secrets map[string]*corev1.Se
 		return out, err
 	}
 
-	noEscalation := false
 	readOnly := fn.ReadOnlyRootFilesystem
 	container := corev1.Container{
 		Name:  fn.Service,
@@ -133,10 +132,7 @@ func (c Config) Build(fn types.FunctionDeployment, secrets map[string]*corev1.Se
 		Env:             buildEnv(fn),
 		Resources:       resources,
 		ImagePullPolicy: c.ImagePullPolicy,
-		SecurityContext: &corev1.SecurityContext{
-			ReadOnlyRootFilesystem:   &readOnly,
-			AllowPrivilegeEscalation: &noEscalation,
-		},
+		SecurityContext: c.containerSecurity(readOnly),
 	}
 	if c.HTTPProbe {
 		container.ReadinessProbe = c.probe(2)
@@ -163,7 +159,7 @@ func (c Config) Build(fn types.FunctionDeployment, secrets map[string]*corev1.Se
 		return out, err
 	}
 	if out.GPU != nil {
-		if err := c.GPU.inject(&out.PodSpec, *out.GPU); err != nil {
+		if err := c.GPU.inject(&out.PodSpec, *out.GPU, c.containerSecurity(true)); err != nil {
 			return out, err
 		}
 	}

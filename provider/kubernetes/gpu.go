@@ -14,12 +14,12 @@ import (
 // inject prepares a GPU function's pod: no nvidia.com/gpu is requested; instead the pod
 //   - is pinned to GPU nodes by a required node affinity (and tolerates their taint),
 //   - gets the shim copied by an init container from the faas-gpu image into an emptyDir,
-//   - mounts the node's gpuserver socket directory (hostPath, at the same path),
+//   - mounts the node's gpuserver socket directory (hostPath, at the same path, read-only),
 //   - has the shim's environment: FAAS_GPU, FAAS_GPU_FUNCTION, the two sockets, LD_LIBRARY_PATH, and the GPU
 //     requirements so that the function registers itself with its node's gpuserver.
 //
 // The host memory request covering the model image is set by buildResources.
-func (g GPUConfig) inject(spec *corev1.PodSpec, gpu pool.FunctionSpec) error {
+func (g GPUConfig) inject(spec *corev1.PodSpec, gpu pool.FunctionSpec, security *corev1.SecurityContext) error {
 	term := corev1.NodeSelectorTerm{MatchExpressions: []corev1.NodeSelectorRequirement{{
 		Key: g.NodeLabelKey, Operator: corev1.NodeSelectorOpIn, Values: []string{g.NodeLabelValue},
 	}}}
@@ -48,24 +48,21 @@ func (g GPUConfig) inject(spec *corev1.PodSpec, gpu pool.FunctionSpec) error {
 			Path: g.SocketDir, Type: &hostPathType,
 		}}},
 	)
-	noEscalation := false
-	readOnly := true
 	spec.InitContainers = append(spec.InitContainers, corev1.Container{
 		Name:            ShimInitContainer,
 		Image:           g.ShimImage,
 		ImagePullPolicy: corev1.PullIfNotPresent,
 		Command:         []string{"cp", g.ShimPath, path.Join(ShimMountPath, ShimLibrary)},
 		VolumeMounts:    []corev1.VolumeMount{{Name: ShimVolume, MountPath: ShimMountPath}},
-		SecurityContext: &corev1.SecurityContext{
-			ReadOnlyRootFilesystem:   &readOnly,
-			AllowPrivilegeEscalation: &noEscalation,
-		},
+		SecurityContext: security,
 	})
 
 	c := &spec.Containers[0]
 	c.VolumeMounts = append(c.VolumeMounts,
 		corev1.VolumeMount{Name: ShimVolume, MountPath: ShimMountPath, ReadOnly: true},
-		corev1.VolumeMount{Name: SocketVolume, MountPath: g.SocketDir},
+		// Read-only: the function connects to the sockets (connect needs no write access to the mount) but
+		// cannot remove, rename or replace them, nor create anything beside them.
+		corev1.VolumeMount{Name: SocketVolume, MountPath: g.SocketDir, ReadOnly: true},
 	)
 	gpuEnv := []corev1.EnvVar{
 		{Name: EnvGPU, Value: "1"},
@@ -81,6 +78,9 @@ func (g GPUConfig) inject(spec *corev1.PodSpec, gpu pool.FunctionSpec) error {
 	}
 	if gpu.Scratch != "" {
 		gpuEnv = append(gpuEnv, corev1.EnvVar{Name: EnvGPUScratch, Value: gpu.Scratch})
+	}
+	if gpu.Model != "" {
+		gpuEnv = append(gpuEnv, corev1.EnvVar{Name: EnvGPUModel, Value: gpu.Model})
 	}
 	if len(g.RegistrationKey) != 0 {
 		ticket, err := g.RegistrationKey.Ticket(gpu)

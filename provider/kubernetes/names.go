@@ -43,6 +43,7 @@ const (
 	EnvGPUPercentile     = "FAAS_GPU_SLO_PERCENTILE"
 	EnvGPUIsolation      = "FAAS_GPU_ISOLATION"
 	EnvGPUScratch        = "FAAS_GPU_SCRATCH"
+	EnvGPUModel          = "FAAS_GPU_MODEL"
 	// EnvGPUSelfRegister asks the gpu-python template to register with its node's gpuserver at start (the
 	// provider cannot reach the gpuserver of the node a pod lands on); the answer carries the remoting token.
 	EnvGPUSelfRegister = "FAAS_GPU_SELF_REGISTER"

@@ -141,7 +141,7 @@ func ReadPodSpec(name string, t corev1.PodTemplateSpec) types.FunctionStatus {
 func isInjectedEnv(name string) bool {
 	switch name {
 	case EnvGPU, EnvGPUFunction, EnvGPUSocket, EnvGPURemotingSocket, EnvLDLibraryPath,
-		EnvGPUMemory, EnvGPUSLO, EnvGPUPercentile, EnvGPUIsolation, EnvGPUScratch, EnvGPUSelfRegister, EnvGPURegistrationTicket:
+		EnvGPUMemory, EnvGPUSLO, EnvGPUPercentile, EnvGPUIsolation, EnvGPUScratch, EnvGPUModel, EnvGPUSelfRegister, EnvGPURegistrationTicket:
 		return true
 	}
 	return false

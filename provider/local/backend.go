@@ -35,6 +35,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/openfaas/faas-provider/types"
+
 	"github.com/faas-gpu/faas-gpu/provider"
 	"github.com/faas-gpu/faas-gpu/provider/local/sandbox"
 	"github.com/faas-gpu/faas-gpu/provider/local/venv"
@@ -106,9 +108,10 @@ type Backend struct {
 	cancel context.CancelFunc
 	wg     sync.WaitGroup // supervisors
 
-	mu     sync.Mutex
-	fns    map[string]*function
-	closed bool
+	mu         sync.Mutex
+	fns        map[string]*function               // by key (namespaces.go)
+	namespaces map[string]types.FunctionNamespace // besides provider.DefaultNamespace (namespaces.go)
+	closed     bool
 
 	secretsMu sync.Mutex // serialises secret writes
 }
@@ -180,13 +183,22 @@ func New(ctx context.Context, cfg Config) (*Backend, error) {
 	if err != nil {
 		return nil, err
 	}
+	nss, err := loadNamespaces(filepath.Join(cfg.StateDir, "namespaces.json"))
+	if err != nil {
+		return nil, err
+	}
+	for _, rec := range recs { // a function's namespace exists while it has functions
+		if ns := rec.Deployment.Namespace; ns != "" && ns != provider.DefaultNamespace && nss[ns].Name == "" {
+			nss[ns] = labelled(types.FunctionNamespace{Name: ns})
+		}
+	}
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
 	base, cancel := context.WithCancel(context.Background())
 	b := &Backend{cfg: cfg, log: log, spawner: newSpawner(), base: base, cancel: cancel, fns: map[string]*function{},
-		absState: absState,
-		health:   &http.Client{Transport: &http.Transport{DisableKeepAlives: true, Proxy: nil}}}
+		absState: absState, namespaces: nss,
+		health: &http.Client{Transport: &http.Transport{DisableKeepAlives: true, Proxy: nil}}}
 	b.envs, err = openEnvs(ctx, cfg, func(cmd *exec.Cmd) error {
 		cmd.SysProcAttr = childAttrs() // pip dies with this process
 		return b.spawner.start(b.base, cmd)
@@ -204,20 +216,16 @@ func New(ctx context.Context, cfg Config) (*Backend, error) {
 			startErr = err
 			break
 		}
-		b.fns[rec.Deployment.Service] = fn
+		b.fns[fn.key] = fn
 		b.scaleLocked(fn, rec.Replicas, false)
-		log.Info("function restored", "function", rec.Deployment.Service, "replicas", rec.Replicas)
+		log.Info("function restored", "function", rec.Deployment.Service, "namespace", fn.ns,
+			"replicas", rec.Replicas)
 	}
 	b.mu.Unlock()
 	if startErr != nil {
 		return nil, errors.Join(startErr, b.Close(ctx))
 	}
 	return b, nil
-}
-
-// Namespaces returns the one namespace the local backend serves, provider.DefaultNamespace.
-func (b *Backend) Namespaces(context.Context) ([]string, error) {
-	return []string{provider.DefaultNamespace}, nil
 }
 
 // Close stops every replica (SIGTERM, then SIGKILL after StopTimeout or when ctx ends) and waits for them.

@@ -125,7 +125,7 @@ func (b *Backend) install(ctx context.Context, fn *function, r *replica, p *envP
 			}
 			text = "pip: " + text
 		}
-		fn.logs.append(logs.Message{Name: fn.name, Namespace: provider.DefaultNamespace, Instance: r.id,
+		fn.logs.append(logs.Message{Name: fn.name, Namespace: fn.ns, Instance: r.id,
 			Timestamp: time.Now().UTC(), Text: text})
 	}
 	progress := &lineWriter{emit: emit}

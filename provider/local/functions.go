@@ -24,7 +24,9 @@ const LabelScaleMin = "com.openfaas.scale.min"
 
 // function is one deployed function and its replicas. Fields are guarded by Backend.mu.
 type function struct {
-	name string
+	name string // the service's name
+	ns   string // its namespace
+	key  string // name, or name.namespace outside the default namespace (namespaces.go)
 	rec  record
 	// replicas run the current definition (rec). retiring run a previous one: they keep serving after an update
 	// until every replica of the current definition is ready, then stop once their requests have ended.
@@ -52,12 +54,16 @@ func (fn *function) allReplicas() []*replica {
 
 // newFunction prepares a function's run folder and log; the caller holds b.mu.
 func (b *Backend) newFunction(rec record) (*function, error) {
-	name := rec.Deployment.Service
-	if err := b.syncSecrets(name, rec.Deployment.Secrets); err != nil {
+	ns := rec.Deployment.Namespace
+	if ns == "" {
+		ns = provider.DefaultNamespace
+	}
+	key := recKey(rec)
+	if err := b.syncSecrets(key, ns, rec.Deployment.Secrets); err != nil {
 		return nil, err
 	}
-	return &function{name: name, rec: rec, changed: make(chan struct{}),
-		logs: newLogbook(b.cfg.LogLines, filepath.Join(b.cfg.StateDir, "logs", name+".log"))}, nil
+	return &function{name: rec.Deployment.Service, ns: ns, key: key, rec: rec, changed: make(chan struct{}),
+		logs: newLogbook(b.cfg.LogLines, filepath.Join(b.cfg.StateDir, "logs", key+".log"))}, nil
 }
 
 // scaleLocked starts replicas of the current definition, or stops the newest ones, until the function has n; it
@@ -67,7 +73,7 @@ func (b *Backend) scaleLocked(fn *function, n uint64, drain bool) []*replica {
 	for uint64(len(fn.replicas)) < n {
 		fn.started++
 		ctx, cancel := context.WithCancel(b.base)
-		r := &replica{id: fmt.Sprintf("%s-%d", fn.name, fn.started), cancel: cancel, done: make(chan struct{})}
+		r := &replica{id: fmt.Sprintf("%s-%d", fn.key, fn.started), cancel: cancel, done: make(chan struct{})}
 		fn.replicas = append(fn.replicas, r)
 		b.wg.Add(1)
 		go b.supervise(ctx, fn, r, fn.rec)
@@ -99,7 +105,7 @@ func (b *Backend) check(fd *types.FunctionDeployment) error {
 	if err := validate.Deployment(*fd); err != nil {
 		return err
 	}
-	ns, err := names.Namespace(fd.Namespace, []string{provider.DefaultNamespace})
+	ns, err := b.namespace(fd.Namespace)
 	if err != nil {
 		return err
 	}
@@ -118,12 +124,12 @@ func (b *Backend) check(fd *types.FunctionDeployment) error {
 		if err := names.Secret("secrets", s); err != nil {
 			return err
 		}
-		if _, err := os.Stat(b.secretPath(s)); err != nil {
+		if _, err := os.Stat(b.secretPath(ns, s)); err != nil {
 			return fmt.Errorf("%w: secrets: secret %q does not exist in namespace %s (create it first)",
 				provider.ErrInvalid, s, ns)
 		}
 	}
-	v := recordView{name: fd.Service, image: fd.Image, envProcess: fd.EnvProcess}
+	v := recordView{name: fd.Service, key: fnKey(ns, fd.Service), image: fd.Image, envProcess: fd.EnvProcess}
 	dir, err := b.source(v, false)
 	if err != nil {
 		return err
@@ -164,8 +170,12 @@ func (b *Backend) Deploy(ctx context.Context, fd types.FunctionDeployment) error
 	if b.closed {
 		return ErrClosed
 	}
-	if _, ok := b.fns[fd.Service]; ok {
+	key := fnKey(fd.Namespace, fd.Service)
+	if _, ok := b.fns[key]; ok {
 		return fmt.Errorf("%w: function %q in namespace %s", provider.ErrExists, fd.Service, fd.Namespace)
+	}
+	if _, err := names.Namespace(fd.Namespace, b.namespaceListLocked()); err != nil { // deleted meanwhile
+		return err
 	}
 	rec := record{Deployment: fd, Replicas: n, CreatedAt: time.Now().UTC()}
 	if err := b.saveRecord(rec); err != nil {
@@ -173,11 +183,12 @@ func (b *Backend) Deploy(ctx context.Context, fd types.FunctionDeployment) error
 	}
 	fn, err := b.newFunction(rec)
 	if err != nil {
-		return errors.Join(err, b.removeRecord(fd.Service))
+		return errors.Join(err, b.removeRecord(key))
 	}
-	b.fns[fd.Service] = fn
+	b.fns[key] = fn
 	b.scaleLocked(fn, n, false)
-	b.log.Info("function deployed", "function", fd.Service, "image", fd.Image, "replicas", n)
+	b.log.Info("function deployed", "function", fd.Service, "namespace", fd.Namespace, "image", fd.Image,
+		"replicas", n)
 	return nil
 }
 
@@ -188,7 +199,7 @@ func (b *Backend) Deploy(ctx context.Context, fd types.FunctionDeployment) error
 func (b *Backend) Update(ctx context.Context, fd types.FunctionDeployment) error {
 	// An unknown function is 404 before anything else, so that faas-cli falls back to POST.
 	b.mu.Lock()
-	_, known := b.fns[fd.Service]
+	_, known := b.fns[fnKey(fd.Namespace, fd.Service)]
 	b.mu.Unlock()
 	if !known && fd.Service != "" {
 		return fmt.Errorf("%w: function %q", provider.ErrNotFound, fd.Service)
@@ -209,7 +220,7 @@ func (b *Backend) Update(ctx context.Context, fd types.FunctionDeployment) error
 		return err
 	}
 	fn.rec = rec
-	if err := b.syncSecrets(fn.name, fd.Secrets); err != nil {
+	if err := b.syncSecrets(fn.key, fn.ns, fd.Secrets); err != nil {
 		return err
 	}
 	for _, r := range fn.replicas {
@@ -238,17 +249,17 @@ func (b *Backend) Delete(ctx context.Context, namespace, name string) error {
 	}
 	werr := waitStopped(ctx, fn.replicas)
 	fn.logs.close()
-	logPath := filepath.Join(b.cfg.StateDir, "logs", name+".log")
+	logPath := filepath.Join(b.cfg.StateDir, "logs", fn.key+".log")
 	for _, p := range []string{logPath, logPath + ".1"} {
 		if err := os.Remove(p); err != nil && !errors.Is(err, os.ErrNotExist) {
 			werr = errors.Join(werr, fmt.Errorf("local backend: removing log of %q: %w", name, err))
 		}
 	}
-	if err := os.RemoveAll(filepath.Join(b.cfg.StateDir, "run", name)); err != nil {
+	if err := os.RemoveAll(filepath.Join(b.cfg.StateDir, "run", fn.key)); err != nil {
 		werr = errors.Join(werr, fmt.Errorf("local backend: removing run folder of %q: %w", name, err))
 	}
 	if werr == nil && b.cfg.Sandbox != nil {
-		b.cfg.Sandbox.Release(name) // its replicas have stopped: its ids may go to another function
+		b.cfg.Sandbox.Release(fn.key) // its replicas have stopped: its ids may go to another function
 	}
 	b.log.Info("function deleted", "function", name)
 	return werr
@@ -267,10 +278,10 @@ func (b *Backend) take(namespace, name string) (*function, error) {
 	if err != nil {
 		return nil, err
 	}
-	if err := b.removeRecord(name); err != nil {
+	if err := b.removeRecord(fn.key); err != nil {
 		return nil, err
 	}
-	delete(b.fns, name)
+	delete(b.fns, fn.key)
 	reps := fn.allReplicas()
 	for _, r := range reps {
 		r.stop(false)
@@ -286,7 +297,7 @@ func (b *Backend) functionLocked(ns, name string) (*function, error) {
 	if b.closed {
 		return nil, ErrClosed
 	}
-	fn, ok := b.fns[name]
+	fn, ok := b.fns[fnKey(ns, name)]
 	if !ok {
 		return nil, fmt.Errorf("%w: function %q in namespace %s", provider.ErrNotFound, name, ns)
 	}
@@ -297,12 +308,13 @@ func (b *Backend) lookupArgs(namespace, name string) (string, error) {
 	if err := names.Function("function name", name); err != nil {
 		return "", err
 	}
-	return names.Namespace(namespace, []string{provider.DefaultNamespace})
+	return b.namespace(namespace)
 }
 
-// List returns every function, sorted by name.
+// List returns every function of a namespace, sorted by name.
 func (b *Backend) List(ctx context.Context, namespace string) ([]types.FunctionStatus, error) {
-	if _, err := names.Namespace(namespace, []string{provider.DefaultNamespace}); err != nil {
+	ns, err := b.namespace(namespace)
+	if err != nil {
 		return nil, err
 	}
 	b.mu.Lock()
@@ -312,7 +324,9 @@ func (b *Backend) List(ctx context.Context, namespace string) ([]types.FunctionS
 	}
 	out := make([]types.FunctionStatus, 0, len(b.fns))
 	for _, fn := range b.fns {
-		out = append(out, fn.status())
+		if fn.ns == ns {
+			out = append(out, fn.status())
+		}
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
 	return out, nil
@@ -351,7 +365,7 @@ func (fn *function) status() types.FunctionStatus {
 		state += fmt.Sprintf("; the previous definition (image %s) keeps serving", fn.rollout.previousImage)
 	}
 	return types.FunctionStatus{
-		Name: d.Service, Image: d.Image, Namespace: provider.DefaultNamespace, EnvProcess: d.EnvProcess,
+		Name: d.Service, Image: d.Image, Namespace: fn.ns, EnvProcess: d.EnvProcess,
 		EnvVars: d.EnvVars, Constraints: d.Constraints, Secrets: d.Secrets, Labels: d.Labels,
 		Annotations: withStatus(d.Annotations, state), Limits: d.Limits, Requests: d.Requests,
 		ReadOnlyRootFilesystem: d.ReadOnlyRootFilesystem,
@@ -420,7 +434,7 @@ func (b *Backend) Resolve(ctx context.Context, namespace, name string) (*url.URL
 	return u, nil
 }
 
-// pids returns the process ids of a function's running replicas (for tests).
+// pids returns the process ids of a function's running replicas (for tests; name is its key).
 func (b *Backend) pids(name string) []int {
 	b.mu.Lock()
 	defer b.mu.Unlock()

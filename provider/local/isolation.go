@@ -131,7 +131,7 @@ func (p *pythons) get(ctx context.Context, python string) (*pythonInstall, error
 // or other processes.
 func (b *Backend) sandboxCommand(ctx context.Context, rec record, instance string, argv, vars []string, dir string,
 	env *venv.Env) (*exec.Cmd, func(), error) {
-	name := rec.Deployment.Service
+	name := recKey(rec) // its identity, secrets and root are its key's: two namespaces may hold one name
 	shown := append(sandbox.SystemPaths(), dir, b.secretsDir(name))
 	if env != nil {
 		shown = append(shown, env.Dir)

@@ -199,7 +199,7 @@ func (b *Backend) Logs(ctx context.Context, req logs.Request) (<-chan logs.Messa
 	if err := names.Function("name", req.Name); err != nil {
 		return nil, err
 	}
-	ns, err := names.Namespace(req.Namespace, []string{provider.DefaultNamespace})
+	ns, err := b.namespace(req.Namespace)
 	if err != nil {
 		return nil, err
 	}
@@ -208,7 +208,7 @@ func (b *Backend) Logs(ctx context.Context, req logs.Request) (<-chan logs.Messa
 		b.mu.Unlock()
 		return nil, ErrClosed
 	}
-	fn, ok := b.fns[req.Name]
+	fn, ok := b.fns[fnKey(ns, req.Name)]
 	b.mu.Unlock()
 	if !ok {
 		return nil, fmt.Errorf("%w: function %q in namespace %s", provider.ErrNotFound, req.Name, ns)
@@ -272,6 +272,6 @@ func (b *Backend) Logs(ctx context.Context, req logs.Request) (<-chan logs.Messa
 // event records something the backend did to a replica in the function's log, so that `faas-cli logs` shows why a
 // function restarted.
 func (fn *function) event(instance, format string, args ...any) {
-	fn.logs.append(logs.Message{Name: fn.name, Namespace: provider.DefaultNamespace, Instance: instance,
+	fn.logs.append(logs.Message{Name: fn.name, Namespace: fn.ns, Instance: instance,
 		Timestamp: time.Now().UTC(), Text: "faas-gpu: " + fmt.Sprintf(format, args...)})
 }

@@ -15,6 +15,7 @@ import (
 	"github.com/openfaas/faas-provider/types"
 
 	"github.com/faas-gpu/faas-gpu/provider"
+	"github.com/faas-gpu/faas-gpu/provider/names"
 	"github.com/faas-gpu/faas-gpu/provider/validate"
 )
 
@@ -25,7 +26,8 @@ type record struct {
 	CreatedAt  time.Time                `json:"createdAt"`
 }
 
-// loadRecords reads every <dir>/<name>.json, sorted by name. A record that cannot be read back as a valid
+// loadRecords reads every <dir>/<key>.json (the function's key: its name, or name.namespace outside the default
+// namespace), sorted by key. A record that cannot be read back as a valid
 // deployment (a truncated or hand-edited file) is moved aside to <name>.json.corrupt-<time>, with a loud log line
 // naming both files, so that every other function still starts; its function must be deployed again. Only a
 // failure to list the folder is an error.
@@ -61,12 +63,13 @@ func loadRecords(dir string, maxReplicas uint64, log *slog.Logger, now time.Time
 		}
 		recs = append(recs, rec)
 	}
-	sort.Slice(recs, func(i, j int) bool { return recs[i].Deployment.Service < recs[j].Deployment.Service })
+	sort.Slice(recs, func(i, j int) bool { return recKey(recs[i]) < recKey(recs[j]) })
 	return recs, nil
 }
 
-// readRecord reads one record and checks that it is a deployment the backend would accept, named name.
-func readRecord(path, name string, maxReplicas uint64) (record, error) {
+// readRecord reads one record and checks that it is a deployment the backend would accept, of the function whose
+// key is key.
+func readRecord(path, key string, maxReplicas uint64) (record, error) {
 	var rec record
 	data, err := os.ReadFile(path)
 	if err != nil {
@@ -79,8 +82,9 @@ func readRecord(path, name string, maxReplicas uint64) (record, error) {
 	if dec.More() {
 		return rec, errors.New("not a function record: data after the record")
 	}
-	if rec.Deployment.Service != name {
-		return rec, fmt.Errorf("the record names function %q, not %q", rec.Deployment.Service, name)
+	if recKey(rec) != key {
+		return rec, fmt.Errorf("the record names function %q of namespace %q, not %q", rec.Deployment.Service,
+			rec.Deployment.Namespace, key)
 	}
 	checked := rec.Deployment
 	checked.Limits, checked.Requests = nil, nil // loadRecords drops those it cannot use
@@ -90,14 +94,16 @@ func readRecord(path, name string, maxReplicas uint64) (record, error) {
 	if rec.Replicas > maxReplicas {
 		return rec, fmt.Errorf("%d replicas, more than the maximum of %d", rec.Replicas, maxReplicas)
 	}
-	if rec.Deployment.Namespace != "" && rec.Deployment.Namespace != provider.DefaultNamespace {
-		return rec, fmt.Errorf("namespace %q is not %s", rec.Deployment.Namespace, provider.DefaultNamespace)
+	if ns := rec.Deployment.Namespace; ns != "" && ns != provider.DefaultNamespace {
+		if err := names.NamespaceName("namespace", ns); err != nil {
+			return rec, err
+		}
 	}
 	return rec, nil
 }
 
-func (b *Backend) recordPath(name string) string {
-	return filepath.Join(b.cfg.StateDir, "functions", name+".json")
+func (b *Backend) recordPath(key string) string {
+	return filepath.Join(b.cfg.StateDir, "functions", key+".json")
 }
 
 // saveRecord writes a function's record atomically.
@@ -106,12 +112,12 @@ func (b *Backend) saveRecord(rec record) error {
 	if err != nil {
 		return fmt.Errorf("local backend: encoding record of %q: %w", rec.Deployment.Service, err)
 	}
-	return writeFileAtomic(b.recordPath(rec.Deployment.Service), data, 0o600)
+	return writeFileAtomic(b.recordPath(recKey(rec)), data, 0o600)
 }
 
-func (b *Backend) removeRecord(name string) error {
-	if err := os.Remove(b.recordPath(name)); err != nil && !errors.Is(err, os.ErrNotExist) {
-		return fmt.Errorf("local backend: removing record of %q: %w", name, err)
+func (b *Backend) removeRecord(key string) error {
+	if err := os.Remove(b.recordPath(key)); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return fmt.Errorf("local backend: removing record of %q: %w", key, err)
 	}
 	return nil
 }

@@ -19,7 +19,6 @@ import (
 
 	"github.com/openfaas/faas-provider/logs"
 
-	"github.com/faas-gpu/faas-gpu/provider"
 	"github.com/faas-gpu/faas-gpu/provider/gpuspec"
 )
 
@@ -163,6 +162,9 @@ func (b *Backend) runOnce(ctx context.Context, fn *function, r *replica, rec rec
 	if err != nil {
 		return err
 	}
+	if dir, err = b.readableContext(fn.name, r.id, dir); err != nil { // readable.go
+		return err
+	}
 	env, err := b.functionEnv(ctx, fn, r, rec, dir)
 	if err != nil {
 		return err
@@ -188,7 +190,7 @@ func (b *Backend) runOnce(ctx context.Context, fn *function, r *replica, rec rec
 	var last lastLine // why a process that exits before it is ready ended, in its own words (rollout.go)
 	emit := func(text string) {
 		last.set(text)
-		fn.logs.append(logs.Message{Name: fn.name, Namespace: provider.DefaultNamespace, Instance: r.id,
+		fn.logs.append(logs.Message{Name: fn.name, Namespace: fn.ns, Instance: r.id,
 			Timestamp: time.Now().UTC(), Text: text})
 	}
 	stdout, stderr := &lineWriter{emit: emit}, &lineWriter{emit: emit}
@@ -315,7 +317,7 @@ func (b *Backend) env(rec record, instance string, port int) []string {
 	for k, v := range rec.Deployment.EnvVars {
 		m[k] = v
 	}
-	name := rec.Deployment.Service
+	name := recKey(rec)
 	if rec.Deployment.EnvProcess != "" {
 		m["fprocess"] = rec.Deployment.EnvProcess
 	}
@@ -359,6 +361,9 @@ func (b *Backend) gpuEnv(rec record) map[string]string {
 	if spec.Scratch != "" {
 		m["FAAS_GPU_SCRATCH"] = spec.Scratch
 	}
+	if spec.Model != "" {
+		m["FAAS_GPU_MODEL"] = spec.Model
+	}
 	if b.cfg.GPUEnv != nil {
 		for k, v := range b.cfg.GPUEnv(gpuName) {
 			m[k] = v
@@ -382,7 +387,8 @@ func freePort() (int, error) {
 }
 
 func view(rec record) recordView {
-	return recordView{name: rec.Deployment.Service, image: rec.Deployment.Image, envProcess: rec.Deployment.EnvProcess}
+	return recordView{name: rec.Deployment.Service, key: recKey(rec), image: rec.Deployment.Image,
+		envProcess: rec.Deployment.EnvProcess}
 }
 
 // secretsDir is the folder of a function's secret files, OPENFAAS_SECRETS_DIR of its replicas.

@@ -50,8 +50,8 @@ func (b *Backend) rolloutFailedLocked(fn *function, err error) {
 		"image", fn.rec.Deployment.Image, "serving_image", fn.rollout.previousImage, "err", err)
 }
 
-// replicaStateLocked describes a function's replicas for StatusAnnotation: a rolling update, or replicas that keep
-// exiting before they are ready; "" when there is nothing to say. b.mu is held.
+// replicaStateLocked describes a function's replicas for StatusAnnotation: a rolling update, replicas that keep
+// exiting before they are ready, or replicas still starting; "" when a replica serves. b.mu is held.
 func (fn *function) replicaStateLocked() string {
 	failing := fn.startFailures > 0 && fn.lastFailure != nil
 	switch {
@@ -65,6 +65,9 @@ func (fn *function) replicaStateLocked() string {
 	case failing && fn.rec.Replicas > 0 && fn.readyLocked() == 0:
 		return fmt.Sprintf("not ready: its replicas exit before they are ready (last: %v; see the function's logs)",
 			fn.lastFailure)
+	case fn.rec.Replicas > 0 && fn.readyLocked() == 0:
+		// Importing a framework takes a while (PyTorch: a minute on a busy machine); say so instead of nothing.
+		return fmt.Sprintf("starting: %d replica(s), none ready yet (see the function's logs)", fn.rec.Replicas)
 	}
 	return ""
 }

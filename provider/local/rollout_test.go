@@ -95,14 +95,18 @@ func TestFailedUpdateIsVisible(t *testing.T) {
 	}
 }
 
-// TestReplicasThatNeverStartShowInTheStatus: without an update, replicas that keep exiting before they are ready
-// are in the status with how the last one ended.
+// TestReplicasThatNeverStartShowInTheStatus: without an update, replicas still starting say so in the status, and
+// replicas that keep exiting before they are ready are there with how the last one ended.
 func TestReplicasThatNeverStartShowInTheStatus(t *testing.T) {
 	e := newEnv(t)
 	buildContext(t, e.build, "broken", filepath.Join("testdata", "broken"))
 	b := e.open(t)
 	if err := b.Deploy(context.Background(), types.FunctionDeployment{Service: "broken", Image: "broken:latest"}); err != nil {
 		t.Fatal(err)
+	}
+	if st, err := b.Status(context.Background(), "", "broken"); err != nil || st.Annotations == nil ||
+		!strings.HasPrefix((*st.Annotations)[StatusAnnotation], "starting: 1 replica(s), none ready yet") {
+		t.Fatalf("status right after the deploy: %+v %v, want it starting", st, err)
 	}
 	waitFor(t, "the status to say the replicas do not start", func() bool {
 		st, err := b.Status(context.Background(), "", "broken")

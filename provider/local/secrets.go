@@ -16,16 +16,25 @@ import (
 	"github.com/faas-gpu/faas-gpu/provider/names"
 )
 
-func (b *Backend) secretPath(name string) string {
-	return filepath.Join(b.absState, "secrets", name)
+// secretsRoot is the folder of a namespace's secrets: <StateDir>/secrets for the default namespace,
+// <StateDir>/namespaces/<namespace>/secrets for the others.
+func (b *Backend) secretsRoot(ns string) string {
+	if ns == "" || ns == provider.DefaultNamespace {
+		return filepath.Join(b.absState, "secrets")
+	}
+	return filepath.Join(b.absState, "namespaces", ns, "secrets")
 }
 
-// syncSecrets makes <StateDir>/run/<function>/secrets/ hold a copy of each secret the function names and nothing
-// else: mode 0400, owned by the function's own user when it has one (the platform runs as root and sandboxes
+func (b *Backend) secretPath(ns, name string) string {
+	return filepath.Join(b.secretsRoot(ns), name)
+}
+
+// syncSecrets makes <StateDir>/run/<function key>/secrets/ hold a copy of each secret of namespace ns the function
+// names and nothing else: mode 0400, owned by the function's own user when it has one (the platform runs as root and sandboxes
 // functions). The folder itself is kept and each copy replaced by a rename, so that a running replica (whose
 // sandbox shows this one folder, never the secrets of other functions) sees an updated secret at once and a deleted
 // one disappear.
-func (b *Backend) syncSecrets(function string, secrets []string) error {
+func (b *Backend) syncSecrets(function, ns string, secrets []string) error {
 	dir := b.secretsDir(function)
 	uid, gid := b.secretsOwner(function)
 	if err := os.MkdirAll(dir, 0o700); err != nil {
@@ -45,7 +54,7 @@ func (b *Backend) syncSecrets(function string, secrets []string) error {
 			return err
 		}
 		want[s] = true
-		value, err := os.ReadFile(b.secretPath(s))
+		value, err := os.ReadFile(b.secretPath(ns, s))
 		if errors.Is(err, os.ErrNotExist) { // deleted since the deployment named it
 			if err := os.Remove(filepath.Join(dir, s)); err != nil && !errors.Is(err, os.ErrNotExist) {
 				return fmt.Errorf("local backend: secrets of %q: %w", function, err)
@@ -97,15 +106,15 @@ func writeOwnedFile(path string, data []byte, perm os.FileMode, uid, gid int) er
 	return os.Rename(f.Name(), path)
 }
 
-// refreshSecret copies secret name again into the folder of every function that names it (it was updated or
-// deleted).
-func (b *Backend) refreshSecret(name string) error {
+// refreshSecret copies secret name of namespace ns again into the folder of every function of ns that names it (it
+// was updated or deleted).
+func (b *Backend) refreshSecret(ns, name string) error {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	var errs []error
 	for _, fn := range b.fns {
-		if slices.Contains(fn.rec.Deployment.Secrets, name) {
-			errs = append(errs, b.syncSecrets(fn.name, fn.rec.Deployment.Secrets))
+		if fn.ns == ns && slices.Contains(fn.rec.Deployment.Secrets, name) {
+			errs = append(errs, b.syncSecrets(fn.key, fn.ns, fn.rec.Deployment.Secrets))
 		}
 	}
 	return errors.Join(errs...)
@@ -122,16 +131,19 @@ func (b *Backend) checkSecret(s types.Secret) (string, error) {
 	if err := names.Secret("name", s.Name); err != nil {
 		return "", err
 	}
-	return names.Namespace(s.Namespace, []string{provider.DefaultNamespace})
+	return b.namespace(s.Namespace)
 }
 
-// ListSecrets returns the names of the secrets, sorted; values are never listed.
+// ListSecrets returns the names of a namespace's secrets, sorted; values are never listed.
 func (b *Backend) ListSecrets(ctx context.Context, namespace string) ([]types.Secret, error) {
-	ns, err := names.Namespace(namespace, []string{provider.DefaultNamespace})
+	ns, err := b.namespace(namespace)
 	if err != nil {
 		return nil, err
 	}
-	entries, err := os.ReadDir(filepath.Join(b.absState, "secrets"))
+	entries, err := os.ReadDir(b.secretsRoot(ns))
+	if errors.Is(err, os.ErrNotExist) {
+		return []types.Secret{}, nil
+	}
 	if err != nil {
 		return nil, fmt.Errorf("local backend: listing secrets: %w", err)
 	}
@@ -153,10 +165,10 @@ func (b *Backend) CreateSecret(ctx context.Context, s types.Secret) error {
 	}
 	b.secretsMu.Lock()
 	defer b.secretsMu.Unlock()
-	if _, err := os.Lstat(b.secretPath(s.Name)); err == nil {
+	if _, err := os.Lstat(b.secretPath(ns, s.Name)); err == nil {
 		return fmt.Errorf("%w: secret %q in namespace %s", provider.ErrExists, s.Name, ns)
 	}
-	return b.writeSecret(s)
+	return b.writeSecret(ns, s)
 }
 
 // UpdateSecret replaces a secret's value; functions see the new value at once. It fails with provider.ErrNotFound
@@ -168,17 +180,20 @@ func (b *Backend) UpdateSecret(ctx context.Context, s types.Secret) error {
 	}
 	b.secretsMu.Lock()
 	defer b.secretsMu.Unlock()
-	if _, err := os.Lstat(b.secretPath(s.Name)); err != nil {
+	if _, err := os.Lstat(b.secretPath(ns, s.Name)); err != nil {
 		return fmt.Errorf("%w: secret %q in namespace %s", provider.ErrNotFound, s.Name, ns)
 	}
-	if err := b.writeSecret(s); err != nil {
+	if err := b.writeSecret(ns, s); err != nil {
 		return err
 	}
-	return b.refreshSecret(s.Name)
+	return b.refreshSecret(ns, s.Name)
 }
 
-func (b *Backend) writeSecret(s types.Secret) error {
-	if err := writeFileAtomic(b.secretPath(s.Name), secretValue(s), 0o600); err != nil {
+func (b *Backend) writeSecret(ns string, s types.Secret) error {
+	if err := os.MkdirAll(b.secretsRoot(ns), 0o700); err != nil {
+		return fmt.Errorf("local backend: secret %q: %w", s.Name, err)
+	}
+	if err := writeFileAtomic(b.secretPath(ns, s.Name), secretValue(s), 0o600); err != nil {
 		return fmt.Errorf("local backend: secret %q: %w", s.Name, err)
 	}
 	return nil
@@ -192,11 +207,11 @@ func (b *Backend) DeleteSecret(ctx context.Context, namespace, name string) erro
 	}
 	b.secretsMu.Lock()
 	defer b.secretsMu.Unlock()
-	if err := os.Remove(b.secretPath(name)); err != nil {
+	if err := os.Remove(b.secretPath(ns, name)); err != nil {
 		if errors.Is(err, os.ErrNotExist) {
 			return fmt.Errorf("%w: secret %q in namespace %s", provider.ErrNotFound, name, ns)
 		}
 		return fmt.Errorf("local backend: deleting secret %q: %w", name, err)
 	}
-	return b.refreshSecret(name)
+	return b.refreshSecret(ns, name)
 }

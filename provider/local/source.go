@@ -53,7 +53,7 @@ func (b *Backend) source(fn recordView, assemble bool) (string, error) {
 		tpl := filepath.Join(b.cfg.TemplatesDir, b.cfg.Template)
 		handler := filepath.Join(b.cfg.FunctionsDir, fn.name)
 		if isDir(tpl) && isDir(handler) {
-			app := filepath.Join(b.cfg.StateDir, "run", fn.name, "app")
+			app := filepath.Join(b.cfg.StateDir, "run", fn.key, "app")
 			if !assemble {
 				return app, nil
 			}
@@ -69,8 +69,8 @@ func (b *Backend) source(fn recordView, assemble bool) (string, error) {
 		strings.Join(tried, ", "))
 }
 
-// recordView is what source needs of a deployment.
-type recordView struct{ name, image, envProcess string }
+// recordView is what source needs of a deployment (key: its function's key, namespaces.go).
+type recordView struct{ name, key, image, envProcess string }
 
 func isContext(dir string, anyEntrypoint bool) bool {
 	if !isDir(dir) {

@@ -196,6 +196,9 @@ func (fd *frontDoor) serve(w http.ResponseWriter, r *http.Request) {
 	}
 	if status, err := fd.publish(r.Context(), q, callID, data); err != nil {
 		fd.cfg.Logger.Warn("async: publish failed", "function", ref, "request_id", callID, "queue", q, "err", err)
+		if status == http.StatusTooManyRequests || status == http.StatusServiceUnavailable {
+			w.Header().Set("Retry-After", "1")
+		}
 		httpError(w, status, err.Error())
 		return
 	}
@@ -261,6 +264,9 @@ func (fd *frontDoor) publish(ctx context.Context, q, callID string, data []byte)
 				len(data), queue.MaxMessageBytes)
 		case errors.Is(err, jetstream.ErrNoStreamResponse) && q != queue.DefaultQueue && attempt == 0 && fd.ensure(ctx, q):
 			continue // a named queue seen for the first time: its stream now exists
+		case queue.IsFull(err):
+			return http.StatusTooManyRequests, fmt.Errorf("queue %s is full (its backlog is at the stream's limit): "+
+				"try again once the queue worker has caught up", q)
 		default:
 			return http.StatusServiceUnavailable, fmt.Errorf("publishing to queue %s: %w", q, err)
 		}

@@ -36,7 +36,15 @@ type Config struct {
 	Username, Password string
 	// MaxPayload is the largest message the server accepts; 0 means queue.MaxMessageBytes.
 	MaxPayload int32
+	// MaxConns bounds the client connections open at once (a connection that has not authenticated yet counts;
+	// the server closes those that do not within its auth timeout); 0 means DefaultMaxConns. In-process
+	// connections (InProcessConn) count too but take no file descriptor.
+	MaxConns int
 }
+
+// DefaultMaxConns bounds the embedded server's connections when Config.MaxConns is 0: the platform's own
+// clients are few; the bound keeps a connection storm from taking the process's descriptors.
+const DefaultMaxConns = 1024
 
 // Server is a running embedded NATS server.
 type Server struct {
@@ -66,18 +74,23 @@ func Start(ctx context.Context, cfg Config) (*Server, error) {
 	if cfg.ReadyTimeout <= 0 {
 		cfg.ReadyTimeout = 10 * time.Second
 	}
+	if cfg.MaxConns <= 0 {
+		cfg.MaxConns = DefaultMaxConns
+	}
 	opts := &server.Options{
-		ServerName: "faas-gpu",
-		Host:       cfg.Host,
-		Port:       cfg.Port,
-		JetStream:  true,
-		StoreDir:   cfg.StoreDir,
-		NoSigs:     true,
-		NoLog:      true,
-		Username:   cfg.Username,
-		Password:   cfg.Password,
-		MaxPayload: cfg.MaxPayload,
-		MaxPending: max(int64(cfg.MaxPayload)*2, 64<<20), // room for a full message in a client's pending buffer
+		ServerName:  "faas-gpu",
+		Host:        cfg.Host,
+		Port:        cfg.Port,
+		JetStream:   true,
+		StoreDir:    cfg.StoreDir,
+		NoSigs:      true,
+		NoLog:       true,
+		Username:    cfg.Username,
+		Password:    cfg.Password,
+		MaxPayload:  cfg.MaxPayload,
+		MaxPending:  max(int64(cfg.MaxPayload)*2, 64<<20), // room for a full message in a client's pending buffer
+		MaxConn:     cfg.MaxConns,
+		AuthTimeout: 2, // seconds: a connection that does not authenticate is closed
 		// No HTTP monitoring, cluster or leaf ports: this server serves this machine only.
 		HTTPPort: 0,
 	}
@@ -104,6 +117,11 @@ func Start(ctx context.Context, cfg Config) (*Server, error) {
 
 // ClientURL is the nats:// URL clients connect to, with the port actually bound.
 func (s *Server) ClientURL() string { return s.ns.ClientURL() }
+
+// InProcessConn is a client connection to the server through memory (nats.InProcessServer): it needs no file
+// descriptor and no listener, so the process's own clients keep their connection while a storm of TCP connections
+// exhausts the descriptors or the listener's limit.
+func (s *Server) InProcessConn() (net.Conn, error) { return s.ns.InProcessConn() }
 
 // Addr is the client listener's host:port.
 func (s *Server) Addr() string { return s.ns.Addr().String() }

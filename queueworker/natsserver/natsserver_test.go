@@ -3,6 +3,7 @@ package natsserver_test
 import (
 	"context"
 	"errors"
+	"net"
 	"strings"
 	"testing"
 	"time"
@@ -124,5 +125,68 @@ func TestRequiresCredentialsAndCarriesTheQueueLimit(t *testing.T) {
 	}
 	if _, err := js.Publish(ctx, queue.Subject(queue.DefaultQueue), make([]byte, queue.MaxMessageBytes-1024)); err != nil {
 		t.Fatalf("publishing a message just under queue.MaxMessageBytes: %v", err)
+	}
+}
+
+// TestConnectionLimitSparesInProcessClients: with MaxConns TCP connections open and never authenticating, a new TCP
+// client is refused, while a client connected through memory (InProcessConn: no descriptor, no listener) keeps
+// publishing; once the stalled connections are gone (closed here; the auth timeout closes them otherwise), TCP
+// clients connect again.
+func TestConnectionLimitSparesInProcessClients(t *testing.T) {
+	ctx := context.Background()
+	s, err := natsserver.Start(ctx, natsserver.Config{StoreDir: t.TempDir(), Port: -1, Username: "u", Password: "p",
+		MaxConns: 8})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Shutdown()
+	inproc, err := nats.Connect(s.ClientURL(), nats.InProcessServer(s), nats.UserInfo("u", "p"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer inproc.Close()
+	var stalled []net.Conn
+	for i := 0; i < 7; i++ { // with the in-process client: 8
+		c, err := net.Dial("tcp", s.Addr())
+		if err != nil {
+			t.Fatal(err)
+		}
+		stalled = append(stalled, c)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		_, err := nats.Connect(s.ClientURL(), nats.UserInfo("u", "p"), nats.Timeout(time.Second))
+		if err != nil {
+			break // refused: the limit holds
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("a TCP client connected beyond MaxConns")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	js, err := jetstream.New(inproc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: "T", Subjects: []string{"t"}}); err != nil {
+		t.Fatalf("the in-process client at the limit: %v", err)
+	}
+	if _, err := js.Publish(ctx, "t", []byte("x")); err != nil {
+		t.Fatalf("the in-process client at the limit: %v", err)
+	}
+	for _, c := range stalled {
+		c.Close()
+	}
+	deadline = time.Now().Add(10 * time.Second)
+	for {
+		nc, err := nats.Connect(s.ClientURL(), nats.UserInfo("u", "p"), nats.Timeout(time.Second))
+		if err == nil {
+			nc.Close()
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("TCP clients after the storm: %v", err)
+		}
+		time.Sleep(20 * time.Millisecond)
 	}
 }

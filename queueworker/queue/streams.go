@@ -11,7 +11,7 @@ import (
 
 // DefaultDeadLetterMaxAge is how long dead-letter entries are kept unless configured otherwise (the worker's
 // DeadLetterMaxAge, `-dead-letter-max-age`).
-const DefaultDeadLetterMaxAge = 7 * 24 * time.Hour
+const DefaultDeadLetterMaxAge = 24 * time.Hour
 
 // ErrNotAQueue is returned (wrapped) when a stream is asked to be consumed as a queue but is not one.
 var ErrNotAQueue = errors.New("not a queue stream")
@@ -25,25 +25,41 @@ const DuplicateWindow = 2 * time.Minute
 // calls not yet finished and its size is the backlog. A work-queue stream allows one consumer per subject, which is
 // what the worker's shared durable consumer is; several worker processes share that consumer to scale out. File
 // storage keeps the backlog across NATS restarts.
+//
+// Its size is bounded (Limits): a publish that would take the backlog beyond QueueMaxBytes is refused (discard new:
+// a call once accepted is never dropped for space; the front door answers 429), and a call still waiting after
+// QueueMaxAge is removed.
 func StreamConfig(q string) jetstream.StreamConfig {
+	return streamConfig(q, DefaultLimits())
+}
+
+func streamConfig(q string, l Limits) jetstream.StreamConfig {
 	return jetstream.StreamConfig{
 		Name:        Stream(q),
 		Description: "faas-gpu asynchronous invocations of queue " + q,
 		Subjects:    []string{Subject(q)},
 		Retention:   jetstream.WorkQueuePolicy,
 		Storage:     jetstream.FileStorage,
-		Discard:     jetstream.DiscardOld,
+		Discard:     jetstream.DiscardNew,
+		MaxBytes:    l.QueueMaxBytes,
+		MaxAge:      l.QueueMaxAge,
 		Duplicates:  DuplicateWindow,
 		Replicas:    1,
 	}
 }
 
 // DeadLetterStreamConfig is the configuration of the dead-letter stream: limits retention (entries stay for
-// inspection until they are maxAge old; 0 means DefaultDeadLetterMaxAge), file storage.
+// inspection until they are maxAge old, 0 meaning DefaultDeadLetterMaxAge, and the oldest go first once the stream
+// holds DefaultDeadLetterMaxBytes), file storage.
 func DeadLetterStreamConfig(maxAge time.Duration) jetstream.StreamConfig {
-	if maxAge <= 0 {
-		maxAge = DefaultDeadLetterMaxAge
+	l := DefaultLimits()
+	if maxAge > 0 {
+		l.DeadLetterMaxAge = maxAge
 	}
+	return deadLetterConfig(l)
+}
+
+func deadLetterConfig(l Limits) jetstream.StreamConfig {
 	return jetstream.StreamConfig{
 		Name:        DeadLetterStream,
 		Description: "faas-gpu asynchronous invocations given up on, with the reason in " + HeaderDeadLetterReason,
@@ -51,7 +67,8 @@ func DeadLetterStreamConfig(maxAge time.Duration) jetstream.StreamConfig {
 		Retention:   jetstream.LimitsPolicy,
 		Storage:     jetstream.FileStorage,
 		Discard:     jetstream.DiscardOld,
-		MaxAge:      maxAge,
+		MaxAge:      l.DeadLetterMaxAge,
+		MaxBytes:    l.DeadLetterMaxBytes,
 		Replicas:    1,
 	}
 }
@@ -76,25 +93,15 @@ func Ensure(ctx context.Context, js jetstream.JetStream, queues ...string) error
 
 // EnsureDeadLetter creates the dead-letter stream with entries kept for maxAge (0: DefaultDeadLetterMaxAge), or
 // sets the MaxAge of the existing one to it (the worker writes the dead letters, so its setting is the one that
-// holds); other settings of an existing stream are left as they are.
+// holds); its byte limit is DefaultDeadLetterMaxBytes unless it has one. Other settings of an existing stream are
+// left as they are.
 func EnsureDeadLetter(ctx context.Context, js jetstream.JetStream, maxAge time.Duration) error {
-	want := DeadLetterStreamConfig(maxAge)
-	st, err := js.Stream(ctx, DeadLetterStream)
-	if errors.Is(err, jetstream.ErrStreamNotFound) {
-		return create(ctx, js, want)
+	l := DefaultLimits()
+	if maxAge > 0 {
+		l.DeadLetterMaxAge = maxAge
 	}
-	if err != nil {
-		return fmt.Errorf("queue: stream %s: %w", DeadLetterStream, err)
-	}
-	cfg := st.CachedInfo().Config
-	if cfg.MaxAge == want.MaxAge {
-		return nil
-	}
-	cfg.MaxAge = want.MaxAge
-	if _, err := js.UpdateStream(ctx, cfg); err != nil {
-		return fmt.Errorf("queue: setting the max age of %s to %s: %w", DeadLetterStream, want.MaxAge, err)
-	}
-	return nil
+	l.DeadLetterMaxBytes = 0 // keep an existing limit
+	return ApplyLimits(ctx, js, l)
 }
 
 // CheckQueueStream refuses to treat a stream as queue q unless q is a valid queue name (never a reserved one) and

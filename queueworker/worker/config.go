@@ -144,9 +144,17 @@ type Config struct {
 	// MaxMessageBytes sends larger messages to the dead letters (reason oversized); default
 	// queue.MaxMessageBytes.
 	MaxMessageBytes int
-	// DeadLetterMaxAge is how long dead-letter entries are kept; default queue.DefaultDeadLetterMaxAge (7 days).
+	// DeadLetterMaxAge is how long dead-letter entries are kept; default queue.DefaultDeadLetterMaxAge (a day).
 	// The worker sets it on the dead-letter stream at start.
 	DeadLetterMaxAge time.Duration
+	// DeadLetterMaxBytes bounds the dead-letter stream (the oldest entries go first); default
+	// queue.DefaultDeadLetterMaxBytes, negative for no bound. The worker sets it at start.
+	DeadLetterMaxBytes int64
+	// QueueMaxBytes bounds each queue stream's backlog (a publish beyond it is refused: the front door answers
+	// 429); default queue.DefaultQueueMaxBytes, negative for no bound. QueueMaxAge removes calls that waited
+	// longer; default queue.DefaultQueueMaxAge, negative for no bound. The worker sets both on its queues' streams.
+	QueueMaxBytes int64
+	QueueMaxAge   time.Duration
 	// DeadLetterDropBodies keeps request bodies out of dead-letter entries (they keep the call's method, path,
 	// headers and reason). Entries never keep Authorization, Proxy-Authorization or Cookie headers.
 	DeadLetterDropBodies bool
@@ -181,6 +189,12 @@ type Config struct {
 	// DrainTimeout bounds the graceful drain when Run's ctx ends; default 30s. Invocations still running then
 	// are cancelled and their messages given back (nak) for redelivery.
 	DrainTimeout time.Duration
+}
+
+// limits are the streams' limits this worker sets (queue.ApplyLimits).
+func (c *Config) limits() queue.Limits {
+	return queue.Limits{QueueMaxBytes: c.QueueMaxBytes, QueueMaxAge: c.QueueMaxAge,
+		DeadLetterMaxBytes: c.DeadLetterMaxBytes, DeadLetterMaxAge: c.DeadLetterMaxAge}
 }
 
 func (c *Config) setDefaults() error {
@@ -274,6 +288,12 @@ func (c *Config) setDefaults() error {
 	}
 	if c.DeadLetterMaxAge < time.Second {
 		return fmt.Errorf("%w: DeadLetterMaxAge must be at least 1s", ErrInvalidConfig)
+	}
+	for name, v := range map[string]int64{"QueueMaxBytes": c.QueueMaxBytes, "DeadLetterMaxBytes": c.DeadLetterMaxBytes} {
+		if v > 0 && v < queue.MaxMessageBytes {
+			return fmt.Errorf("%w: %s %d must hold one message of queue.MaxMessageBytes (%d), or be negative for no bound",
+				ErrInvalidConfig, name, v, queue.MaxMessageBytes)
+		}
 	}
 	if c.MaxResponseBytes == 0 {
 		c.MaxResponseBytes = 16 << 20

@@ -17,7 +17,7 @@ import (
 // missing. It refuses a reserved queue name and any stream that is not q's work queue (queue.CheckQueueStream):
 // the worker never consumes the dead letters.
 func (w *Worker) consumer(ctx context.Context, js jetstream.JetStream, q string) (jetstream.Consumer, error) {
-	if err := queue.Ensure(ctx, js, q); err != nil {
+	if err := queue.ApplyLimits(ctx, js, w.cfg.limits(), q); err != nil {
 		return nil, fmt.Errorf("worker: %w", err)
 	}
 	st, err := js.Stream(ctx, queue.Stream(q))

@@ -174,10 +174,7 @@ func (w *Worker) Run(ctx context.Context) error {
 			return fmt.Errorf("worker: jetstream: %w", err)
 		}
 	}
-	if err := queue.Ensure(ctx, js, w.cfg.Queues...); err != nil {
-		return fmt.Errorf("worker: %w", err)
-	}
-	if err := queue.EnsureDeadLetter(ctx, js, w.cfg.DeadLetterMaxAge); err != nil {
+	if err := queue.ApplyLimits(ctx, js, w.cfg.limits(), w.cfg.Queues...); err != nil {
 		return fmt.Errorf("worker: %w", err)
 	}
 	w.dropDeadLetterConsumer(ctx, js)

@@ -594,4 +594,3 @@ func (l *lateFunctions) Function(_ context.Context, name string) (functions.Func
 	}
 	return functions.Function{}, functions.ErrUnknownFunction
 }
-

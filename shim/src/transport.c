@@ -545,6 +545,14 @@ void shim_call_done(struct shim_call *c) {
 	pthread_mutex_unlock(&g.mu);
 }
 
+/* faas_gpu_session_lost reports whether this process's remoting session ended for good because the server side went
+ * away (its tenant's executor process or the gpuserver ended): every CUDA call answers an error from then on. The
+ * gpu-python template asks it around each request and exits, so that its supervisor starts it with a new session.
+ * Not a CUDA entry point. */
+SHIM_EXPORT int faas_gpu_session_lost(void) {
+	return __atomic_load_n(&g.state, __ATOMIC_ACQUIRE) == -1 && g.err == CUDA_ERROR_SYSTEM_NOT_READY;
+}
+
 /* faasGpuShimCallLog starts logging every remoted call (path set: the log is written there when it stops) or
  * stops and writes the log (path NULL) as tab-separated lines: begin_ns end_ns call record_bytes wait local_calls
  * (CLOCK_MONOTONIC; local_calls is the shim's count of calls answered in the shim when the call began). It returns

@@ -12,6 +12,11 @@
  *   pass       run one pass: "pass wall_ns issue_ns remoted_ns local_ns cpu_ns start_ns" (the pass, until the
  *              synchronize's call, inside remoted calls, inside local calls, process CPU; when it started, in
  *              CLOCK_MONOTONIC)
+ *   model      run one pass of the native model instead, on this machine in real time, calling no driver: the same
+ *              gaps spun, each driver call spun for the trace's native cost (native_local_ns, native_call_ns), the
+ *              GPU's end kept as the trace's model says (each call's work starts when it is issued or when the
+ *              previous work ended), the synchronize spun until the GPU's end plus native_sync_ns. Same answer as
+ *              pass. Interleaved with shim passes it puts the native side under the same machine as the shim's.
  *   log PATH   the next pass writes the shim's call log to PATH (faasGpuShimCallLog): "log ok"
  *   quit
  */
@@ -79,6 +84,9 @@ static void die(const char *what, int r) {
 	exit(1);
 }
 
+/* The native driver's constants of the trace's header. */
+static uint64_t native_call, native_local, native_sync;
+
 static struct call *read_trace(const char *path, size_t *n) {
 	FILE *f = fopen(path, "r");
 	if (f == NULL) {
@@ -90,6 +98,10 @@ static struct call *read_trace(const char *path, size_t *n) {
 	char line[512], name[64];
 	*n = 0;
 	while (fgets(line, sizeof line, f) != NULL) {
+		unsigned long long v;
+		if (sscanf(line, "# native_call_ns %llu", &v) == 1) native_call = v;
+		if (sscanf(line, "# native_local_ns %llu", &v) == 1) native_local = v;
+		if (sscanf(line, "# native_sync_ns %llu", &v) == 1) native_sync = v;
 		if (line[0] == '#' || line[0] == '\n') continue;
 		struct call c;
 		unsigned long long gap, gpu;
@@ -182,6 +194,34 @@ int main(int argc, char **argv) {
 			snprintf(logbuf, sizeof logbuf, "%s", cmd + 4);
 			logpath = logbuf;
 			printf("log %s\n", native ? "unavailable" : "ok");
+			fflush(stdout);
+			continue;
+		}
+		if (strcmp(cmd, "model") == 0) {
+			uint64_t cpu0 = cpu_ns(), start = now_ns(), t = start, gpu_end = 0, issue = 0, drv = 0, loc = 0;
+			for (size_t i = 0; i < ncalls; i++) {
+				const struct call *c = &calls[i];
+				uint64_t until = t + c->gap + c->local * native_local;
+				while (now_ns() < until)
+					;
+				loc += c->local * native_local;
+				if (c->kind == SYNC) {
+					issue = now_ns() - start;
+					until = (gpu_end > now_ns() ? gpu_end : now_ns()) + native_sync;
+					while (now_ns() < until)
+						;
+					t = now_ns();
+					break;
+				}
+				for (until = now_ns() + native_call; now_ns() < until;)
+					;
+				drv += native_call;
+				t = now_ns();
+				gpu_end = (gpu_end > t ? gpu_end : t) + c->gpu;
+			}
+			printf("pass %llu %llu %llu %llu %llu %llu\n", (unsigned long long)(t - start),
+			       (unsigned long long)issue, (unsigned long long)drv, (unsigned long long)loc,
+			       (unsigned long long)(cpu_ns() - cpu0), (unsigned long long)start);
 			fflush(stdout);
 			continue;
 		}

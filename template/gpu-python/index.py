@@ -18,7 +18,7 @@ Environment:
   FAAS_GPU_SELF_REGISTER=1     register with the node's gpuserver at start, before the handler is imported (in a
                         cluster the provider cannot reach the node's gpuserver): the requirements come from
                         FAAS_GPU_MEMORY_BYTES, FAAS_GPU_SLO (e.g. 80ms), FAAS_GPU_SLO_PERCENTILE,
-                        FAAS_GPU_ISOLATION and FAAS_GPU_SCRATCH, and the token the gpuserver answers becomes FAAS_GPU_TOKEN for the shim
+                        FAAS_GPU_ISOLATION, FAAS_GPU_SCRATCH and FAAS_GPU_MODEL, and the token the gpuserver answers becomes FAAS_GPU_TOKEN for the shim
   OPENFAAS_SECRETS_DIR  where the function's secrets are files (default /var/openfaas/secrets)
   FAAS_GPU_MAX_BODY_BYTES  the largest request body accepted (default 67108864, 64 MiB); larger gets 413
   FAAS_GPU_LISTEN_BACKLOG  connections the kernel queues before index.py accepts them (default 1024; the
@@ -35,6 +35,7 @@ generator raised, or the GPU failed while the binding was held) ends without the
 an incomplete response, never a complete wrong one.
 """
 
+import ctypes
 import http.client
 import json
 import os
@@ -113,6 +114,26 @@ def cuda_loaded():
         with open("/proc/self/maps") as f:
             return any(line.rstrip().endswith("/libcuda.so.1") for line in f)
     except OSError:
+        return False
+
+
+_shim = []  # the loaded shim, once this process loaded it
+
+
+def session_lost():
+    """Whether this process's CUDA session ended for good: the executor process that ran it (its tenant's, or the
+    gpuserver) went away, and every CUDA call of this process fails from now on. Its model is still in the node's
+    repository: a new process gets it back (docs/tenants.md)."""
+    if not _shim:
+        if not cuda_loaded():
+            return False
+        try:
+            _shim.append(ctypes.CDLL("libcuda.so.1"))
+        except OSError:
+            return False
+    try:
+        return bool(_shim[0].faas_gpu_session_lost())
+    except AttributeError:  # a driver that is not the shim
         return False
 
 
@@ -259,8 +280,9 @@ class GPUClient:
         if status not in (200, 204):
             log("faas-gpu: releasing binding %s failed (HTTP %d): %s" % (binding_id, status, self._error_text(raw)))
             if status == 503:
+                # restart: the executor that ran this process's CUDA session ended under the request.
                 return GPUError(503, "the GPU of function %s failed during the request: %s"
-                                % (self.function, self._error_text(raw)))
+                                % (self.function, self._error_text(raw)), restart=self._restart(raw))
         return None
 
 
@@ -510,6 +532,10 @@ class RequestHandler(BaseHTTPRequestHandler):
         event = Event(body, self.headers, self.command, Query(url.query), url.path or "/")
         gpu = self.server.gpu_client
         binding = lease = None
+        if gpu is not None and session_lost():
+            self.exit_for_new_session(GPUError(503, "the CUDA session of function %s ended (its executor process "
+                                                    "went away); the function restarts" % gpu.function, restart=True))
+            return
         if gpu is not None:
             try:
                 binding, lease = gpu.acquire()
@@ -546,18 +572,35 @@ class RequestHandler(BaseHTTPRequestHandler):
                 status, headers, out = format_response(res)
             except Exception:
                 traceback.print_exc()
-                self.send_json_error(500, "the function's handler raised an exception; see its logs")
-                return
+                if gpu is not None and session_lost():  # the exception is the lost session's: answered below
+                    status, headers, out = 500, {}, b""
+                else:
+                    self.send_json_error(500, "the function's handler raised an exception; see its logs")
+                    return
             if is_stream(out):
                 # The binding is held while the generator runs: it does the GPU work as it yields.
                 self.stream(status, headers, out, release)
                 return
         finally:
             broke = release()
+        if broke is None and gpu is not None and session_lost():  # its CUDA calls failed: never a result
+            broke = GPUError(503, "the CUDA session of function %s ended during the request (its executor process "
+                                  "went away); the function restarts" % gpu.function, restart=True)
         if broke is not None:  # the handler's result may be wrong: its GPU died under it
+            if broke.restart:
+                self.exit_for_new_session(broke)
+                return
             self.send_json_error(broke.status, broke.message)
             return
         self.send(status, headers, out)
+
+    def exit_for_new_session(self, e):
+        """Answers e and exits, so that the supervisor starts this function again with a new CUDA session."""
+        log("faas-gpu: %s" % e.message)
+        self.send_json_error(e.status, e.message)
+        self.wfile.flush()
+        log("gpu-python: exiting so that the function starts again with a new CUDA session")
+        os._exit(75)
 
     do_GET = do_POST = do_PUT = do_PATCH = do_DELETE = do_OPTIONS = do_HEAD = handle_any
 
@@ -610,6 +653,8 @@ def self_register(gpu):
             spec["isolation"] = os.environ["FAAS_GPU_ISOLATION"]
         if os.getenv("FAAS_GPU_SCRATCH"):
             spec["scratch"] = os.environ["FAAS_GPU_SCRATCH"]
+        if os.getenv("FAAS_GPU_MODEL"):
+            spec["model"] = os.environ["FAAS_GPU_MODEL"]
     except KeyError:
         sys.exit("gpu-python: FAAS_GPU_SELF_REGISTER=1 needs FAAS_GPU_MEMORY_BYTES")
     except ValueError as e:

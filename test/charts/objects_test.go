@@ -139,7 +139,7 @@ func TestRBAC(t *testing.T) {
 	objs = decodeAll(t, render(t, "provider.enabled=true", "provider.backend=knative", "provider.clusterRole=true"))
 	cr := find[*rbacv1.ClusterRole](t, objs, "ClusterRole", "faas-gpu-provider")
 	for _, g := range []struct{ group, resource, verb string }{
-		{"apps", "deployments", "create"}, {"", "services", "update"}, {"", "secrets", "delete"},
+		{"apps", "deployments", "create"}, {"", "services", "update"},
 		{"", "pods/log", "get"}, {"discovery.k8s.io", "endpointslices", "list"},
 		{"serving.knative.dev", "services", "create"}, {"", "namespaces", "list"},
 	} {
@@ -177,7 +177,8 @@ func TestOverlay(t *testing.T) {
 		env[e.Name] = e.Value
 	}
 	// The variables faas-gpu's provider reads when it runs as faas-netes.
-	if env["function_namespace"] != "openfaas-fn" || env["image_pull_policy"] != "IfNotPresent" || env["http_probe"] != "true" || env["port"] != "8081" {
+	if env["function_namespace"] != "openfaas-fn" || env["image_pull_policy"] != "IfNotPresent" || env["http_probe"] != "true" ||
+		env["port"] != "8081" || env["set_nonroot_user"] != "true" {
 		t.Errorf("provider env %v", env)
 	}
 

@@ -75,7 +75,9 @@ type llmDecode struct {
 		Timing      map[string]any
 		PerToken    map[string]float64 `json:"per_token"`
 	}
-	Total stats
+	Total        stats
+	WeightsEqual bool `json:"weights_equal"`
+	WeightsOnGPU bool `json:"weights_on_gpu"`
 }
 
 // TestLLMDecodeWithCUDAGraphs runs the llm function's handler through the shim on the simulated node (dry kernels;
@@ -93,6 +95,10 @@ func TestLLMDecodeWithCUDAGraphs(t *testing.T) {
 	n.python(t, env, append(small, "LLM_CUDA_GRAPHS=1"), "llm_decode.py", &graphs)
 	t.Logf("eager: %v per token; graphs: %v per token (timing %v)", eager.Greedy.PerToken, graphs.Greedy.PerToken,
 		graphs.Greedy.Timing)
+	if !eager.WeightsEqual || !eager.WeightsOnGPU {
+		t.Errorf("the weights packed into one GPU buffer: equal to a CPU build %v, on the GPU %v", eager.WeightsEqual,
+			eager.WeightsOnGPU)
+	}
 	if graphs.Greedy.Timing["cuda_graphs"] != true || eager.Greedy.Timing["cuda_graphs"] != false {
 		t.Fatalf("cuda_graphs: eager %v, graphs %v", eager.Greedy.Timing, graphs.Greedy.Timing)
 	}

@@ -139,17 +139,30 @@ func freePort(t *testing.T) int {
 // answers.
 func startUp(t *testing.T, stateDir string, extra ...string) *instance {
 	t.Helper()
+	return startUpUnder(t, stateDir, nil, extra...)
+}
+
+// startUpUnder is startUp with up started by a wrapper command (wrap, then up's argv), e.g. a shell that lowers
+// its open-file limit first.
+func startUpUnder(t *testing.T, stateDir string, wrap []string, extra ...string) *instance {
+	t.Helper()
 	root := repoRoot(t)
 	args := []string{"--state-dir", stateDir,
 		"--build-dir", filepath.Join(stateDir, "..", "build"),
 		"--templates-dir", filepath.Join(root, "template"), "--functions-dir", filepath.Join(root, "functions"),
 		"--gpu-memory", "4Gi", "--shim-dir", shimDir(t), "--log-level", "debug"}
-	return startUpIn(t, t.TempDir(), stateDir, 0, append(args, extra...)...)
+	return startUpInUnder(t, t.TempDir(), stateDir, 0, wrap, append(args, extra...)...)
 }
 
 // startUpIn runs `faas-gpu up --port <port> args...` in the folder cwd, on a free port when port is 0, and waits
 // until the gateway answers; stateDir is where up keeps its state (its -state-dir, ./.faas-gpu by default).
 func startUpIn(t *testing.T, cwd, stateDir string, port int, args ...string) *instance {
+	t.Helper()
+	return startUpInUnder(t, cwd, stateDir, port, nil, args...)
+}
+
+// startUpInUnder is startUpIn with up started by a wrapper command (see startUpUnder).
+func startUpInUnder(t *testing.T, cwd, stateDir string, port int, wrap []string, args ...string) *instance {
 	t.Helper()
 	bin, err := buildOnce()
 	if err != nil {
@@ -160,6 +173,9 @@ func startUpIn(t *testing.T, cwd, stateDir string, port int, args ...string) *in
 	}
 	out := &lockedBuffer{}
 	cmd := exec.Command(bin, append([]string{"up", "--port", strconv.Itoa(port)}, args...)...)
+	if len(wrap) > 0 {
+		cmd = exec.Command(wrap[0], append(wrap[1:], cmd.Args...)...)
+	}
 	cmd.Stdout, cmd.Stderr = out, out
 	cmd.Dir = cwd
 	if err := cmd.Start(); err != nil {

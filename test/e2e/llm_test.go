@@ -63,8 +63,10 @@ func TestPyEnvLLMThroughUpWithOpenAIClient(t *testing.T) {
 		t.Fatal("stack.yml has no llm function")
 	}
 	stateDir := filepath.Join(t.TempDir(), "state")
+	// The function runs on the pinned environment's Python (--python), which the sandbox does not show (it shows
+	// the environments it installs): the sandbox is off here, its own tests are in sandbox_test.go.
 	in := startUp(t, stateDir, "--sim-kernels=dry", "--gpus", simNode, "--gpu-memory", "16Gi",
-		"--functions-dir", llmFunctionDir(t), "--python", filepath.Join(py, "bin", "python3"))
+		"--functions-dir", llmFunctionDir(t), "--python", filepath.Join(py, "bin", "python3"), "--sandbox", "off")
 	annotations := f.Annotations
 	deploy(t, in, types.FunctionDeployment{Service: "llm", Image: f.Image, Annotations: &annotations,
 		EnvVars: map[string]string{"LLM_MAX_PROMPT_TOKENS": "256", "LLM_MAX_TOKENS": "64"}})

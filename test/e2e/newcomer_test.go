@@ -398,6 +398,38 @@ func TestFaasCLIAgainstUp(t *testing.T) {
 		}
 	})
 
+	t.Run("a function of your own", func(t *testing.T) {
+		// The README's lines, in a folder laid out as the repository: ./template for faas-cli, ./build for up.
+		cli := login(t)
+		if !cli.real() {
+			t.Skip("needs the real faas-cli (faas-cli new and build --shrinkwrap write the files)")
+		}
+		if err := os.Symlink(filepath.Join(repoRoot(t), "template"), filepath.Join(cli.dir, "template")); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Symlink(filepath.Join(stateDir, "..", "build"), filepath.Join(cli.dir, "build")); err != nil {
+			t.Fatal(err)
+		}
+		stack := "version: 1.0\nprovider:\n  name: openfaas\n  gateway: http://127.0.0.1:8080\nfunctions:\n"
+		if err := os.WriteFile(filepath.Join(cli.dir, "stack.yml"), []byte(stack), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		cli.run("faas-cli new my-fn --lang gpu-python --append stack.yml")
+		cli.run("faas-cli build --shrinkwrap -f stack.yml --filter my-fn")
+		cli.run("faas-cli deploy -f stack.yml --filter my-fn")
+		var out string
+		eventually(t, 60*time.Second, "my-fn answering", func() error {
+			var err error
+			if out, err = shell(t, cli.dir, cli.env, "echo | faas-cli invoke my-fn"); err != nil {
+				return fmt.Errorf("%v: %s", err, out)
+			}
+			return nil
+		})
+		if !strings.Contains(out, "Hello from OpenFaaS!") {
+			t.Fatalf("echo | faas-cli invoke my-fn: %s", out)
+		}
+	})
+
 	t.Run("version", func(t *testing.T) {
 		cli := login(t)
 		var v struct {

@@ -246,9 +246,12 @@ func TestUpSandboxesFunctions(t *testing.T) {
 	dir := t.TempDir()
 	escapeContext(t, filepath.Join(dir, "build"), "escape")
 	in := startUp(t, filepath.Join(dir, "state"), "--sandbox", "required")
-	if !strings.Contains(in.out.String(), "functions    isolated") {
-		t.Errorf("up's start-up lines do not say functions are isolated:\n%s", in.out.String())
-	}
+	eventually(t, 30*time.Second, "up's start-up lines to say functions are isolated", func() error {
+		if !strings.Contains(in.out.String(), "functions    isolated") {
+			return fmt.Errorf("not in:\n%s", in.out.String())
+		}
+		return nil
+	})
 	r := attackUp(t, in, in.cmd.Process.Pid, marker)
 	a, b := startedPIDs(in.out.String(), "escape-a"), startedPIDs(in.out.String(), "escape-b")
 	if len(a) == 0 || len(b) == 0 {
@@ -308,8 +311,31 @@ func TestUpSandboxesFunctionsAsUnprivilegedUser(t *testing.T) {
 	if err := os.WriteFile(userBin, self, 0o755); err != nil {
 		t.Fatal(err)
 	}
+	// Everything up reads is copied in, so that nobody reads it wherever the repository is (a home folder that only
+	// root may enter): the build contexts, the shim.
 	work := filepath.Join(dir, "work")
 	escapeContext(t, filepath.Join(work, "build"), "escape")
+	for _, fn := range []string{"echo", "vector-add"} {
+		if err := shrinkwrap.Assemble(filepath.Join(repoRoot(t), "template", "gpu-python"),
+			filepath.Join(repoRoot(t), "functions", fn), filepath.Join(work, "build", fn)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	shim, err := os.ReadFile(filepath.Join(shimDir(t), "libcuda.so.1"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.MkdirAll(filepath.Join(work, "shim"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(work, "shim", "libcuda.so.1"), shim, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	for _, d := range []string{"templates", "functions"} {
+		if err := os.MkdirAll(filepath.Join(work, d), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
 	if err := filepath.Walk(work, func(p string, _ os.FileInfo, err error) error {
 		if err != nil {
 			return err
@@ -319,14 +345,13 @@ func TestUpSandboxesFunctionsAsUnprivilegedUser(t *testing.T) {
 		t.Fatal(err)
 	}
 	marker := "up-only-" + strconv.Itoa(os.Getpid())
-	root := repoRoot(t)
 	port := freePort(t)
 	state := filepath.Join(work, "state")
 	out := &lockedBuffer{}
 	cmd := exec.Command(setpriv, "--reuid=65534", "--regid=65534", "--clear-groups", "--", userBin, "up",
 		"--state-dir", state, "--port", strconv.Itoa(port), "--build-dir", filepath.Join(work, "build"),
-		"--templates-dir", filepath.Join(root, "template"), "--functions-dir", filepath.Join(root, "functions"),
-		"--env-dir", filepath.Join(work, "envs"), "--gpu-memory", "4Gi", "--shim-dir", shimDir(t),
+		"--templates-dir", filepath.Join(work, "templates"), "--functions-dir", filepath.Join(work, "functions"),
+		"--env-dir", filepath.Join(work, "envs"), "--gpu-memory", "4Gi", "--shim-dir", filepath.Join(work, "shim"),
 		"--log-level", "debug", "--sandbox", "required")
 	cmd.Env = []string{"PATH=/usr/local/bin:/usr/bin:/bin", "HOME=" + work, "FAAS_GPU_TEST_UP_ONLY=" + marker}
 	cmd.Stdout, cmd.Stderr = out, out
@@ -369,9 +394,12 @@ func TestUpSandboxesFunctionsAsUnprivilegedUser(t *testing.T) {
 		t.Fatal(err)
 	}
 	in.user, in.password = creds.User, creds.Password
-	if !strings.Contains(out.String(), "functions    isolated: user, mount, pid, ipc, uts") {
-		t.Errorf("up as nobody does not say functions are isolated in user namespaces:\n%s", out.String())
-	}
+	eventually(t, 30*time.Second, "up as nobody to say functions are isolated in user namespaces", func() error {
+		if !strings.Contains(out.String(), "functions    isolated: user, mount, pid, ipc, uts") {
+			return fmt.Errorf("not in:\n%s", out.String())
+		}
+		return nil
+	})
 	r := attackUp(t, in, cmd.Process.Pid, marker)
 	if r.UID != 0 {
 		t.Errorf("the function's uid inside = %d, want 0 (root of its own user namespace, no capabilities)", r.UID)

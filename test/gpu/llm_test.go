@@ -252,7 +252,7 @@ func TestGPULLMThroughTheShim(t *testing.T) {
 		"one prompt, %d per mode after one warm-up; through the shim each completion is one request (acquire, "+
 		"release). Median (and range) over the runs.\n\n", node.GPUs[0].Name, strings.TrimSpace(string(versions)),
 		runtime.NumCPU(), runtime.Version(), llmTokens, llmRuns)
-	w("## Decode tokens/s\n\n| mode | native | through the shim | shim/native | async records per token (shim) | "+
+	w("## Decode tokens/s\n\n| mode | native | through the shim | shim/native | async records per token (shim) | " +
 		"sync round trips per token (shim) |\n|---|---|---|---|---|---|\n")
 	for _, graphs := range []bool{false, true} {
 		m := map[bool]string{false: "eager", true: "CUDA graphs"}[graphs]

@@ -69,10 +69,12 @@ func (s *syncBuffer) String() string {
 }
 
 type passReply struct {
-	S     float64            `json:"s"`
-	CPUS  float64            `json:"cpu_s"`
-	Stats map[string]float64 `json:"stats"`
-	Error string             `json:"error"`
+	S      float64            `json:"s"`
+	IssueS float64            `json:"issue_s"`
+	GPUS   float64            `json:"gpu_s"`
+	CPUS   float64            `json:"cpu_s"`
+	Stats  map[string]float64 `json:"stats"`
+	Error  string             `json:"error"`
 }
 
 func startTorch(t *testing.T, model string, env []string, serverLog fmt.Stringer) *torch {
@@ -142,6 +144,17 @@ func (p *torch) pass(t *testing.T, batch int) passReply {
 	return r
 }
 
+// timed is one pass between two timing events: its time, the client's issue time and the GPU's time.
+func (p *torch) timed(t *testing.T, batch int) passReply {
+	t.Helper()
+	var r passReply
+	p.call(t, map[string]any{"cmd": "timed", "batch": batch}, &r)
+	if r.Error != "" {
+		t.Fatalf("timed pass: %s", r.Error)
+	}
+	return r
+}
+
 func (p *torch) output(t *testing.T, batch int) []float64 {
 	t.Helper()
 	var r struct {
@@ -168,17 +181,25 @@ type side struct {
 	coldParts       string
 	out1            []float64
 	requestOverhead float64 // shim: median acquire + release around a pass (seconds)
+	// per cause, p50 over timedPasses passes between timing events (seconds): the client's issue time (until
+	// model(x) returned), the GPU's time between the events, and the synchronize's overshoot (pass - GPU time)
+	issue, gpu, overshoot map[int]float64
+	serverPerRecord       map[int]float64 // shim: the server's time per async record (seconds)
 }
 
 func newSide() *side {
 	return &side{p50: map[int]float64{}, p99: map[int]float64{}, cpuPerPass: map[int]float64{},
-		perPass: map[int]map[string]float64{}, sleepsPerPass: map[int]float64{}}
+		perPass: map[int]map[string]float64{}, sleepsPerPass: map[int]float64{}, issue: map[int]float64{},
+		gpu: map[int]float64{}, overshoot: map[int]float64{}, serverPerRecord: map[int]float64{}}
 }
 
-// steady measures iterations passes at each batch size after three warm-up passes. around, when set, wraps each
-// pass in a request (the shim's acquire and release) and returns its own overhead; sleeps, when set, reads the
-// remoting server's faas_gpu_remoting_sleeps_total.
-func steady(t *testing.T, p *torch, s *side, around func(func()) time.Duration, sleeps func() float64) {
+// timedPasses is the number of passes between timing events per batch size (the per-cause columns).
+const timedPasses = 20
+
+// steady measures iterations passes at each batch size after three warm-up passes, then timedPasses passes between
+// timing events. around, when set, wraps each pass in a request (the shim's acquire and release) and returns its own
+// overhead; metric, when set, reads a counter of the remoting server (faas_gpu_remoting_*).
+func steady(t *testing.T, p *torch, s *side, around func(func()) time.Duration, metric func(string) float64) {
 	t.Helper()
 	var overhead []float64
 	for _, batch := range []int{1, 8} {
@@ -186,9 +207,10 @@ func steady(t *testing.T, p *torch, s *side, around func(func()) time.Duration, 
 			p.pass(t, batch)
 		}
 		var times []float64
-		var cpu, slept float64
-		if sleeps != nil {
-			slept = sleeps()
+		var cpu, slept, records, busy float64
+		if metric != nil {
+			slept, records = metric("faas_gpu_remoting_sleeps_total"), metric("faas_gpu_remoting_records_total")
+			busy = metric("faas_gpu_remoting_record_seconds_total")
 		}
 		sum := map[string]float64{}
 		for range iterations {
@@ -209,9 +231,25 @@ func steady(t *testing.T, p *torch, s *side, around func(func()) time.Duration, 
 		s.p50[batch] = times[len(times)/2]
 		s.p99[batch] = times[int(math.Ceil(0.99*float64(len(times))))-1]
 		s.cpuPerPass[batch] = cpu / iterations
-		if sleeps != nil {
-			s.sleepsPerPass[batch] = (sleeps() - slept) / iterations
+		if metric != nil {
+			s.sleepsPerPass[batch] = (metric("faas_gpu_remoting_sleeps_total") - slept) / iterations
+			async := (metric("faas_gpu_remoting_records_total") - records) - iterations // less the synchronizes
+			s.serverPerRecord[batch] = (metric("faas_gpu_remoting_record_seconds_total") - busy) / max(async, 1)
 		}
+		var issue, gpu, over []float64
+		for range timedPasses {
+			var r passReply
+			if around != nil {
+				around(func() { r = p.timed(t, batch) })
+			} else {
+				r = p.timed(t, batch)
+			}
+			issue, gpu, over = append(issue, r.IssueS), append(gpu, r.GPUS), append(over, r.S-r.GPUS)
+		}
+		for _, v := range [][]float64{issue, gpu, over} {
+			slices.Sort(v)
+		}
+		s.issue[batch], s.gpu[batch], s.overshoot[batch] = issue[timedPasses/2], gpu[timedPasses/2], over[timedPasses/2]
 		if len(sum) > 0 {
 			for k := range sum {
 				sum[k] /= iterations
@@ -325,8 +363,8 @@ func TestGPUPyTorchThroughTheShim(t *testing.T) {
 				return time.Since(start)
 			}
 			request(func() { rp.pass(t, 1) }) // the first request captures the model image
-			steady(t, rp, remote, request, func() float64 {
-				return counterValue(t, srv.Metrics(), "faas_gpu_remoting_sleeps_total")
+			steady(t, rp, remote, request, func(name string) float64 {
+				return counterValue(t, srv.Metrics(), name)
 			})
 			request(func() { remote.out1 = rp.output(t, 1) })
 
@@ -359,6 +397,20 @@ func TestGPUPyTorchThroughTheShim(t *testing.T) {
 			fmt.Fprintf(&report, "| %s | %d | %.2f | %.2f | **%.3f** | %.2f | %.2f |\n", r.model, b,
 				1e3*r.native.p50[b], 1e3*r.remote.p50[b], r.remote.p50[b]/r.native.p50[b], 1e3*r.native.p99[b],
 				1e3*r.remote.p99[b])
+		}
+	}
+	fmt.Fprintf(&report, "\n## Where a pass goes, per cause\n\np50 of %d passes per batch size with a timing event "+
+		"before and after `model(x)`: *issue* is the client's time until `model(x)` returned, *GPU* the GPU's time "+
+		"between the two events, *overshoot* the pass less that GPU time (the synchronize's return after the GPU "+
+		"finished, and the GPU's start after the pass began); *server per record* the remoting server's time per "+
+		"asynchronous record over the passes of the latency table (faas_gpu_remoting_record_seconds_total).\n\n| model | "+
+		"batch | native issue ms | native GPU ms | native overshoot ms | shim issue ms | shim GPU ms | shim "+
+		"overshoot ms | server us per record |\n|---|---|---|---|---|---|---|---|---|\n", timedPasses)
+	for _, r := range results {
+		for _, b := range []int{1, 8} {
+			fmt.Fprintf(&report, "| %s | %d | %.2f | %.2f | %.2f | %.2f | %.2f | %.2f | %.2f |\n", r.model, b,
+				1e3*r.native.issue[b], 1e3*r.native.gpu[b], 1e3*r.native.overshoot[b], 1e3*r.remote.issue[b],
+				1e3*r.remote.gpu[b], 1e3*r.remote.overshoot[b], 1e6*r.remote.serverPerRecord[b])
 		}
 	}
 	fmt.Fprintf(&report, "\nGoal: shim/native p50 <= 1.05. A request through the shim also pays the gpuserver's "+

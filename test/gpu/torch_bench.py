@@ -8,6 +8,8 @@ downloaded.
 commands:
   {"cmd": "load"}                      model.cuda() and synchronize: {"s": seconds}
   {"cmd": "pass", "batch": B}          one forward pass and synchronize: {"s": seconds, "cpu_s": ..., "stats": ...}
+  {"cmd": "timed", "batch": B}         one forward pass between two timing events: {"s": seconds, "issue_s": until
+                                       model(x) returned, "gpu_s": the GPU's time between the events}
   {"cmd": "output", "batch": B}        one forward pass: {"output": the first 4096 values}
   {"cmd": "quit"}
 
@@ -78,6 +80,18 @@ def main():
             after = stats.read()
             delta = None if before is None else {k: after[k] - before[k] for k in after}
             reply = {"s": elapsed, "cpu_s": cpu, "stats": delta}
+        elif cmd == "timed":
+            x = inputs[req["batch"]]
+            begin, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            start = time.perf_counter()
+            begin.record()
+            with torch.no_grad():
+                model(x)
+            end.record()
+            issued = time.perf_counter() - start
+            torch.cuda.synchronize()
+            elapsed = time.perf_counter() - start
+            reply = {"s": elapsed, "issue_s": issued, "gpu_s": begin.elapsed_time(end) / 1e3}
         elif cmd == "output":
             with torch.no_grad():
                 out = model(inputs[req["batch"]])

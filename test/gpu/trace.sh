@@ -5,6 +5,8 @@
 #   device-<gpu>.tsv          devinfo: driver version, name, UUID, PCI id, memory and every device attribute
 #   trace-pytorch-<gpu>.tsv   every entry point, resolution, table and slot the whole run used, with call counts
 #   pass-<model>-b<n>.tsv     the calls of one steady-state forward pass
+#   gpu-profile-<model>-b<n>.tsv  natively, with the profiler: each launch's issue time and GPU time in one pass
+#                             (profile_torch.py; the replay traces' GPU times and gaps: make replay-traces)
 # usage: test/gpu/trace.sh OUTDIR
 set -euo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
@@ -17,3 +19,4 @@ cd "$root/test/gpu"
 LD_LIBRARY_PATH="$root/shim/build/trace${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" \
 	FAAS_GPU_TRACE_OUT="$out/trace-pytorch-$gpu.tsv" python3 trace_torch.py "$out"
 echo "trace.sh: $(grep -c . "$out/trace-pytorch-$gpu.tsv") lines in $out/trace-pytorch-$gpu.tsv"
+python3 profile_torch.py "$out"

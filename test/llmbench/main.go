@@ -43,6 +43,7 @@ type config struct {
 	tokens int
 	runs   int
 	layers int
+	timed  bool
 }
 
 func main() {
@@ -51,6 +52,8 @@ func main() {
 	flag.IntVar(&c.tokens, "tokens", 32, "tokens per completion")
 	flag.IntVar(&c.runs, "runs", 5, "completions per measurement")
 	flag.IntVar(&c.layers, "layers", 24, "layers of the model (24: Qwen2.5-0.5B's shape)")
+	flag.BoolVar(&c.timed, "timed", false, "the sim's timed virtual GPU (TimeScale 1): every kernel takes the launch "+
+		"latency (5 us) of modelled GPU time, as no profile of this model's kernels exists")
 	flag.Parse()
 	if c.tokens < 2 || c.runs < 1 || c.layers < 1 {
 		fmt.Fprintln(os.Stderr, "llmbench: -tokens must be >= 2, -runs and -layers >= 1")
@@ -94,12 +97,16 @@ type node struct {
 	sock string
 }
 
-func startNode(ctx context.Context, funcs registry) (*node, func(), error) {
+func startNode(ctx context.Context, funcs registry, timed bool) (*node, func(), error) {
 	topo, err := topology.Preset("h100x8")
 	if err != nil {
 		return nil, nil, err
 	}
-	dev, err := sim.New(sim.Options{Node: topo, Kernels: sim.KernelsDry})
+	opts := sim.Options{Node: topo, Kernels: sim.KernelsDry}
+	if timed {
+		opts.TimeScale = 1
+	}
+	dev, err := sim.New(opts)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -124,8 +131,11 @@ func startNode(ctx context.Context, funcs registry) (*node, func(), error) {
 		return nil, nil, err
 	}
 	b := &binder{bound: map[string]bool{}}
-	srv, err := remoting.NewServer(remoting.Config{Device: dev, Node: xn, Functions: funcs, Binder: b,
-		Logger: slog.New(slog.DiscardHandler)})
+	log := slog.New(slog.DiscardHandler)
+	if os.Getenv("LLMBENCH_DEBUG") != "" {
+		log = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	}
+	srv, err := remoting.NewServer(remoting.Config{Device: dev, Node: xn, Functions: funcs, Binder: b, Logger: log})
 	if err != nil {
 		return nil, nil, err
 	}
@@ -309,10 +319,10 @@ func run(ctx context.Context, c config) error {
 	}
 	spec := func(name string) pool.FunctionSpec {
 		return pool.FunctionSpec{Name: name, MemoryBytes: 4 << 30, Isolation: pool.IsolationShared,
-			Scratch: pool.ScratchRequest}
+			Scratch: pool.ScratchRequest, Model: pool.ModelShared}
 	}
 	funcs := registry{"llm-a": spec("llm-a"), "llm-b": spec("llm-b")}
-	n, stop, err := startNode(ctx, funcs)
+	n, stop, err := startNode(ctx, funcs, c.timed)
 	if err != nil {
 		return err
 	}
@@ -414,6 +424,12 @@ func run(ctx context.Context, c config) error {
 
 	size := float64(imageA.LogicalBytes)
 	own := float64(both.HostBytes - imageA.HostBytes)
+	timing := "take no modelled time"
+	if c.timed {
+		timing = "on the sim's **timed virtual GPU** each takes 5 us of modelled GPU time on the GPU's one compute " +
+			"engine (the launch latency: no profile of this model's kernels on a real GPU exists, so the GPU time is " +
+			"a uniform assumption, not a calibration), and copies hold their PCIe link for their modelled time"
+	}
 	var report strings.Builder
 	w := func(format string, args ...any) { fmt.Fprintf(&report, format, args...) }
 	w("# The llm function through the shim (simulated node)\n\n")
@@ -421,18 +437,25 @@ func run(ctx context.Context, c config) error {
 	w("Conditions: **2-core dev VM, no GPU** (%d CPUs seen by Go, shared with other work; Go %s); the llm function "+
 		"(functions/llm, %d layers of Qwen2.5-0.5B's shape, %.0f M parameters, bfloat16, random weights from seed "+
 		"500) driven by `test/gpu/llm_bench.py` through the real shim, remoting server, executor and repository on a "+
-		"simulated H100 node in **dry kernel mode**: kernels are accepted, not computed, and take no modelled time. "+
+		"simulated H100 node in **dry kernel mode**: kernels are accepted, not computed, and %s. "+
 		"Greedy completions of %d tokens (ignore_eos) of one fixed prompt, %d per measurement after one warm-up, "+
 		"each inside a request (the executor binds GPU 0 and releases after; scratch is the request's). Figures are "+
 		"means with their range over the runs.\n\n", runtime.NumCPU(), runtime.Version(), c.layers,
-		float64(a.load.Params)/1e6, c.tokens, c.runs)
-	w("**What these figures are, and are not.** No GPU ran: every time below is host work (Python, PyTorch's "+
-		"dispatch, the shim's records, the gpuserver's handling) on a loaded 2-core VM, with zero GPU time, so they "+
-		"bound the remoting overhead from above for this machine and say nothing about GPU time. There is no native "+
-		"side here (no GPU to run natively on); the targets (TTFT <= 100 ms from the host image, decode >= 0.95x "+
-		"native with CUDA graphs) are measured by the GPU suite, which has not run yet. The timed virtual GPU of the "+
-		"native-speed work (issue 19) had not landed in main when this ran, so no modelled GPU time is included.\n\n")
-	w("## Decode through the shim\n\n| mode | TTFT, warm (ms) | decode steps/s | async records per token | "+
+		float64(a.load.Params)/1e6, timing, c.tokens, c.runs)
+	if c.timed {
+		w("**What these figures are, and are not.** No GPU ran: the times are host work (Python, PyTorch's " +
+			"dispatch, the shim's records, the gpuserver's handling) on a loaded 2-core VM plus the modelled GPU time " +
+			"of a uniform 5 us per kernel. There is no native side (no trace of this model on a real GPU to compute it " +
+			"from); the targets (TTFT <= 100 ms from the host image, decode >= 0.95x native with CUDA graphs) are " +
+			"measured by the GPU suite, which has not run yet.\n\n")
+	} else {
+		w("**What these figures are, and are not.** No GPU ran: every time below is host work (Python, PyTorch's " +
+			"dispatch, the shim's records, the gpuserver's handling) on a loaded 2-core VM, with zero GPU time, so " +
+			"they bound the remoting overhead from above for this machine and say nothing about GPU time. There is no " +
+			"native side here (no GPU to run natively on); the targets (TTFT <= 100 ms from the host image, decode " +
+			">= 0.95x native with CUDA graphs) are measured by the GPU suite, which has not run yet.\n\n")
+	}
+	w("## Decode through the shim\n\n| mode | TTFT, warm (ms) | decode steps/s | async records per token | " +
 		"sync round trips per token | answered in the shim per token |\n|---|---|---|---|---|---|\n")
 	for _, m := range modes {
 		w("| %s | %s | %s | %.1f | %.1f | %.1f |\n", m.name, stats(m.ttft).ms(), stats(m.tps).plain(),
@@ -448,9 +471,13 @@ func run(ctx context.Context, c config) error {
 	w("| warm (resident), eager | %s | 0 |\n", stats(modes[0].ttft).ms())
 	w("| native load (build on the CPU, move to the GPU) in the function process, for scale | %.1f | - |\n\n",
 		1e3*a.load.S)
-	w("The sim copies the image in host memory with no modelled link time; on a GPU the swap-in of %.0f MB at the "+
-		"41 GB/s measured on an H100 (docs/bench/swap-cuda.md) takes about %.0f ms, pipelined with the prefill.\n\n",
-		stats(coldSwap).mean/1e6, stats(coldSwap).mean/41e9*1e3)
+	link := "The sim copies the image in host memory with no modelled link time"
+	if c.timed {
+		link = "The timed sim holds the host-to-GPU link for the copy's modelled time, and copies the image in host " +
+			"memory besides"
+	}
+	w("%s; on a GPU the swap-in of %.0f MB at the 41 GB/s measured on an H100 (docs/bench/swap-cuda.md) takes about "+
+		"%.0f ms, pipelined with the prefill.\n\n", link, stats(coldSwap).mean/1e6, stats(coldSwap).mean/41e9*1e3)
 	w("## Sharing one base between variants\n\nTwo variants ran (llm-a, and llm-b with another output head: "+
 		"LLM_HEAD_SEED); each image is %.1f MB. Measured: the second image added %.1f MB of host memory (its own "+
 		"chunks); with llm-a resident on the GPU, llm-b's swap-in copied %.1f MB and mapped %.1f MB of chunks "+

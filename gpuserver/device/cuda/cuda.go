@@ -25,9 +25,10 @@ const DefaultLibrary = "libcuda.so.1"
 type Backend struct {
 	gpus []gpu
 
-	mu   sync.Mutex
-	regs map[uintptr]uint64    // registered host ranges
-	maps map[device.Ptr]uint64 // mapping start -> size, so that Unmap and SetAccess work per mapping
+	mu        sync.Mutex
+	regs      map[uintptr]uint64    // registered host ranges
+	maps      map[device.Ptr]uint64 // mapping start -> size, so that Unmap and SetAccess work per mapping
+	shareable bool                  // physical memory is created shareable (share.go)
 }
 
 type gpu struct {
@@ -212,7 +213,15 @@ func (b *Backend) CreatePhysical(i int, size uint64) (device.Physical, error) {
 		return nil, fmt.Errorf("%w: physical size %d is not a multiple of %d", device.ErrInvalidValue, size,
 			g.info.Granularity)
 	}
-	h, err := cu.Create(g.ctx, g.dev, size)
+	b.mu.Lock()
+	shareable := b.shareable
+	b.mu.Unlock()
+	var h uint64
+	if shareable {
+		h, err = cu.CreateShareable(g.ctx, g.dev, size)
+	} else {
+		h, err = cu.Create(g.ctx, g.dev, size)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("gpu %d: %w", i, wrap(err))
 	}
@@ -225,11 +234,26 @@ func (b *Backend) Map(ptr device.Ptr, phys device.Physical) error {
 	if !ok || p.b != b {
 		return fmt.Errorf("%w: physical memory of another backend", device.ErrInvalidValue)
 	}
-	if err := cu.Map(b.gpus[p.gpu].ctx, uint64(ptr), p.size, p.handle); err != nil {
+	return b.MapRange(ptr, phys, 0, p.size)
+}
+
+var _ device.RangeMapper = (*Backend)(nil)
+
+// MapRange maps [offset, offset+size) of phys at ptr (one cuMemMap).
+func (b *Backend) MapRange(ptr device.Ptr, phys device.Physical, offset, size uint64) error {
+	p, ok := phys.(*physical)
+	if !ok || p.b != b {
+		return fmt.Errorf("%w: physical memory of another backend", device.ErrInvalidValue)
+	}
+	if size == 0 || offset > p.size || size > p.size-offset {
+		return fmt.Errorf("%w: map [%d,+%d) of a physical allocation of %d bytes", device.ErrInvalidValue, offset,
+			size, p.size)
+	}
+	if err := cu.Map(b.gpus[p.gpu].ctx, uint64(ptr), size, offset, p.handle); err != nil {
 		return wrap(err)
 	}
 	b.mu.Lock()
-	b.maps[ptr] = p.size
+	b.maps[ptr] = size
 	b.mu.Unlock()
 	return nil
 }
@@ -250,7 +274,8 @@ func (b *Backend) mappings(ptr device.Ptr, size uint64) ([][2]uint64, error) {
 	return out, nil
 }
 
-// SetAccess grants GPUs access to a mapped range.
+// SetAccess grants GPUs access to a mapped range: one cuMemSetAccess over the whole range (the driver accepts a
+// range spanning several mappings, as PyTorch's expandable segments use it), else one per mapping.
 func (b *Backend) SetAccess(ptr device.Ptr, size uint64, gpus []int) error {
 	return b.setAccess(ptr, size, gpus, false)
 }
@@ -267,6 +292,9 @@ func (b *Backend) setAccess(ptr device.Ptr, size uint64, gpus []int, readOnly bo
 	ms, err := b.mappings(ptr, size)
 	if err != nil {
 		return err
+	}
+	if len(ms) > 1 && cu.SetAccess(b.gpus[0].ctx, uint64(ptr), size, devs) == nil {
+		return nil
 	}
 	for _, m := range ms {
 		set := cu.SetAccess

@@ -2,6 +2,7 @@ package cuda
 
 import (
 	"fmt"
+	"sync"
 
 	"github.com/faas-gpu/faas-gpu/gpuserver/device"
 	"github.com/faas-gpu/faas-gpu/gpuserver/device/cuda/cu"
@@ -14,6 +15,11 @@ type module struct {
 	ctx     cu.Context
 	m       cu.Module
 	entries map[string][]device.Param // from PTX text, when the image is PTX
+
+	// funcs are the kernels resolved so far: each is looked up (cuModuleGetFunction) and its parameter layout
+	// read (cuFuncGetParamInfo per parameter) once per module, so once per GPU and context, not per launch.
+	mu    sync.Mutex
+	funcs map[string]*function
 }
 
 type function struct {
@@ -69,6 +75,24 @@ func (b *Backend) loadModule(i int, ctx cu.Context, image []byte) (*module, erro
 func (m *module) GPU() int { return m.gpu }
 
 func (m *module) Function(name string) (device.Function, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if fn, ok := m.funcs[name]; ok {
+		return fn, nil
+	}
+	fn, err := m.resolve(name)
+	if err != nil {
+		return nil, err
+	}
+	if m.funcs == nil {
+		m.funcs = map[string]*function{}
+	}
+	m.funcs[name] = fn
+	return fn, nil
+}
+
+// resolve asks the driver for kernel name and its parameter layout.
+func (m *module) resolve(name string) (*function, error) {
 	f, err := cu.ModuleFunction(m.ctx, m.m, name)
 	if err != nil {
 		return nil, fmt.Errorf("kernel %q: %w", name, wrap(err))

@@ -29,6 +29,9 @@ func (b *Backend) NewContext(gpu int) (device.Context, error) {
 	if err := b.validGPU(gpu); err != nil {
 		return nil, err
 	}
+	if err := b.processFault(); err != nil { // as cuDevicePrimaryCtxRetain answers after a fault
+		return nil, err
+	}
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if b.closed {
@@ -51,7 +54,7 @@ func (c *simContext) usable() error {
 	case c.fault != nil:
 		return c.fault
 	}
-	return nil
+	return c.b.processFault()
 }
 
 func (c *simContext) NewStream() (device.Stream, error) {
@@ -96,11 +99,14 @@ func (c *simContext) LoadModule(image []byte) (device.Module, error) {
 	return m, nil
 }
 
-// Err returns the context's sticky fault.
+// Err returns the context's sticky fault (or the process's, with Options.ProcessWide).
 func (c *simContext) Err() error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	return c.fault
+	if c.fault != nil {
+		return c.fault
+	}
+	return c.b.processFault()
 }
 
 // poison records the context's first fault.
@@ -112,7 +118,8 @@ func (c *simContext) poison(err error) {
 	}
 }
 
-// Destroy stops the context's streams and unloads its modules.
+// Destroy stops the context's streams, dropping the work still queued on them (a kernel running finishes), and
+// unloads its modules.
 func (c *simContext) Destroy() error {
 	c.mu.Lock()
 	if c.destroyed {
@@ -124,6 +131,9 @@ func (c *simContext) Destroy() error {
 	c.streams, c.modules = nil, nil
 	c.mu.Unlock()
 	var errs []error
+	for s := range streams {
+		s.aborted.Store(true)
+	}
 	for s := range streams {
 		if !s.isDestroyed() {
 			errs = append(errs, s.Destroy())

@@ -94,6 +94,11 @@ func (b *Backend) resolve(w int, ptr device.Ptr, n uint64) ([]segment, error) {
 		pg := addr / b.gran
 		m, ok := b.pages[pg]
 		if !ok {
+			if host, ok := b.hostMemoryLocked(addr, end); ok { // registered host memory (ProcessWide)
+				out = append(out, segment{buf: host, gpu: gpu})
+				addr += uint64(len(host))
+				continue
+			}
 			return nil, fmt.Errorf("%w: %s touched %#x, which is not mapped", device.ErrIllegalAddress, whoString(w),
 				addr)
 		}
@@ -101,11 +106,11 @@ func (b *Backend) resolve(w int, ptr device.Ptr, n uint64) ([]segment, error) {
 			return nil, fmt.Errorf("%w: %s touched %#x without access (access: %v)", device.ErrIllegalAddress,
 				whoString(w), addr, sortedGPUs(m.access))
 		}
-		if m.ctx != 0 && m.ctx != whoCtx(w) {
+		if m.ctx != 0 && m.ctx != whoCtx(w) && !b.opts.ProcessWide {
 			return nil, fmt.Errorf("%w: %s touched %#x, memory of context %d", device.ErrIllegalAddress,
 				whoString(w), addr, m.ctx)
 		}
-		off := addr - uint64(m.start)
+		off := addr - uint64(m.start) + m.offset
 		page := m.phys.page(off / b.gran)
 		in := off % b.gran
 		take := min(end-addr, b.gran-in)
@@ -134,6 +139,13 @@ func (b *Backend) writable(w int, ptr device.Ptr, n uint64) error {
 // zeroDevice sets [ptr, ptr+n) to zero as seen by w. Whole pages are dropped instead of written (a page not
 // yet touched reads as zero), so zeroing memory costs neither time nor host memory.
 func (b *Backend) zeroDevice(w int, ptr device.Ptr, n uint64) error {
+	b.mu.RLock()
+	host, ok := b.hostMemoryLocked(uint64(ptr), uint64(ptr)+n)
+	b.mu.RUnlock()
+	if ok && uint64(len(host)) == n { // registered host memory (ProcessWide)
+		clear(host)
+		return nil
+	}
 	if err := b.resolveChecked(w, ptr, n); err != nil {
 		return err
 	}
@@ -144,7 +156,7 @@ func (b *Backend) zeroDevice(w int, ptr device.Ptr, n uint64) error {
 	defer b.mu.RUnlock()
 	for addr, end := uint64(ptr), uint64(ptr)+n; addr < end; {
 		m := b.pages[addr/b.gran]
-		off := addr - uint64(m.start)
+		off := addr - uint64(m.start) + m.offset
 		idx, in := off/b.gran, off%b.gran
 		take := min(end-addr, b.gran-in)
 		m.phys.mu.Lock()
@@ -174,6 +186,9 @@ func (b *Backend) resolveChecked(w int, ptr device.Ptr, n uint64) error {
 	gpu := whoGPU(w)
 	b.mu.RLock()
 	defer b.mu.RUnlock()
+	if host, ok := b.hostMemoryLocked(uint64(ptr), uint64(ptr)+n); ok && uint64(len(host)) == n {
+		return nil // registered host memory (ProcessWide)
+	}
 	for pg := uint64(ptr) / b.gran; pg <= (uint64(ptr)+n-1)/b.gran; pg++ {
 		m, ok := b.pages[pg]
 		switch {
@@ -183,7 +198,7 @@ func (b *Backend) resolveChecked(w int, ptr device.Ptr, n uint64) error {
 		case m.access&(1<<gpu) == 0:
 			return fmt.Errorf("%w: %s touched %#x without access (access: %v)", device.ErrIllegalAddress,
 				whoString(w), pg*b.gran, sortedGPUs(m.access))
-		case m.ctx != 0 && m.ctx != whoCtx(w):
+		case m.ctx != 0 && m.ctx != whoCtx(w) && !b.opts.ProcessWide:
 			return fmt.Errorf("%w: %s touched %#x, memory of context %d", device.ErrIllegalAddress,
 				whoString(w), pg*b.gran, m.ctx)
 		}

@@ -1,6 +1,7 @@
 package sim
 
 import (
+	"cmp"
 	"context"
 	"crypto/sha256"
 	"fmt"
@@ -44,8 +45,17 @@ type Options struct {
 	// kernel) of one launch of a reference kernel, which the sim computes on the host's CPU: a launch above it is
 	// refused with ErrKernelTooLarge. DefaultMaxKernelOps when 0.
 	MaxKernelOps uint64
+	// ProcessWide models what the GPU suite measured on an H100 about one process (processwide.go): module globals
+	// are reachable from every context of the backend, registered host memory is readable and writable by kernels
+	// at its host address, and a context fault poisons every context of the backend and its own streams. Without
+	// it each context is the isolation domain docs/security.md once assumed.
+	ProcessWide bool
 	// Profile gives kernels the GPU time recorded for them on a real GPU (timed mode: TimeScale > 0).
 	Profile Profile
+	// AddressBase is where the simulated address space starts (granularity-aligned; 0: the default). A tenant
+	// executor starts it in its tenant's address window, so that even the memory the sim places itself (module
+	// globals) lies at addresses no other tenant's process uses.
+	AddressBase device.Ptr
 }
 
 // Profile gives kernels their GPU time in the timed mode, as recorded on a real GPU (see the package
@@ -147,7 +157,8 @@ type Backend struct {
 	nextCtx   uint64        // ids of contexts (NewContext), from 1
 	closed    bool
 
-	dryLaunches atomic.Uint64 // launches accepted and not executed (KernelsDry)
+	dryLaunches atomic.Uint64         // launches accepted and not executed (KernelsDry)
+	poisoned    atomic.Pointer[error] // the process-wide fault (ProcessWide)
 	workers     sync.WaitGroup
 }
 
@@ -155,6 +166,8 @@ type Backend struct {
 type mapping struct {
 	start    device.Ptr
 	phys     *physical
+	offset   uint64 // of the mapped part in phys (MapRange)
+	size     uint64 // of the mapped part
 	access   uint64 // bit i: GPU i may access
 	ctx      uint64 // the context owning it (module memory), 0: the process's (Map)
 	readOnly bool   // SetAccessReadOnly: copies and memsets into it fault (kernels' writes are not checked)
@@ -211,7 +224,7 @@ func New(opts Options) (*Backend, error) {
 	b := &Backend{
 		opts: opts, node: opts.Node.Clone(), clock: opts.Clock, gran: opts.Granularity,
 		ctx: ctx, cancel: cancel,
-		nextAddr: addressBase, reserved: map[device.Ptr]uint64{}, pages: map[uint64]*mapping{},
+		nextAddr: cmp.Or(opts.AddressBase, addressBase), reserved: map[device.Ptr]uint64{}, pages: map[uint64]*mapping{},
 		used: make([]uint64, len(opts.Node.GPUs)), streams: map[*stream]struct{}{},
 		hostRegs: map[*byte]int{}, transfers: map[*transfer]topology.Path{}, failed: map[int]error{},
 		engines: make([]engine, len(opts.Node.GPUs)),
@@ -253,6 +266,12 @@ func (b *Backend) ComputeEnd(gpu int) time.Time {
 
 // Node returns the modelled node.
 func (b *Backend) Node() topology.Node { return b.node.Clone() }
+
+// TimeScale is the factor applied to every modelled duration (Options.TimeScale).
+func (b *Backend) TimeScale() float64 { return b.opts.TimeScale }
+
+// ProcessWide reports whether the backend models what one process shares on a real GPU (Options.ProcessWide).
+func (b *Backend) ProcessWide() bool { return b.opts.ProcessWide }
 
 // KernelMode is what the sim does with kernels it cannot compute.
 func (b *Backend) KernelMode() KernelMode { return b.opts.Kernels }
@@ -396,22 +415,37 @@ func (b *Backend) Map(ptr device.Ptr, phys device.Physical) error {
 	if !ok || p.b != b {
 		return fmt.Errorf("%w: physical memory of another backend", device.ErrInvalidValue)
 	}
+	return b.MapRange(ptr, phys, 0, p.size)
+}
+
+var _ device.RangeMapper = (*Backend)(nil)
+
+// MapRange maps [offset, offset+size) of phys at ptr.
+func (b *Backend) MapRange(ptr device.Ptr, phys device.Physical, offset, size uint64) error {
+	p, ok := phys.(*physical)
+	if !ok || p.b != b {
+		return fmt.Errorf("%w: physical memory of another backend", device.ErrInvalidValue)
+	}
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if p.released {
 		return fmt.Errorf("%w: physical memory released", device.ErrInvalidValue)
 	}
-	if uint64(ptr)%b.gran != 0 || !b.inReservation(ptr, p.size) {
-		return fmt.Errorf("%w: map %d bytes at %#x: not aligned or not inside a reservation", device.ErrInvalidValue,
-			p.size, uint64(ptr))
+	if size == 0 || offset%b.gran != 0 || size%b.gran != 0 || offset > p.size || size > p.size-offset {
+		return fmt.Errorf("%w: map [%d,+%d) of a physical allocation of %d bytes (granularity %d)",
+			device.ErrInvalidValue, offset, size, p.size, b.gran)
 	}
-	first, n := uint64(ptr)/b.gran, p.size/b.gran
+	if uint64(ptr)%b.gran != 0 || !b.inReservation(ptr, size) {
+		return fmt.Errorf("%w: map %d bytes at %#x: not aligned or not inside a reservation", device.ErrInvalidValue,
+			size, uint64(ptr))
+	}
+	first, n := uint64(ptr)/b.gran, size/b.gran
 	for i := range n {
 		if _, ok := b.pages[first+i]; ok {
 			return fmt.Errorf("%w: %#x is already mapped", device.ErrInvalidValue, (first+i)*b.gran)
 		}
 	}
-	m := &mapping{start: ptr, phys: p}
+	m := &mapping{start: ptr, phys: p, offset: offset, size: size}
 	for i := range n {
 		b.pages[first+i] = m
 	}
@@ -484,14 +518,14 @@ func (b *Backend) Unmap(ptr device.Ptr, size uint64) error {
 		return err
 	}
 	for _, m := range ms {
-		if m.start < ptr || uint64(m.start)+m.phys.size > uint64(ptr)+size {
+		if m.start < ptr || uint64(m.start)+m.size > uint64(ptr)+size {
 			return fmt.Errorf("%w: unmap [%#x,+%d) cuts the mapping at %#x", device.ErrInvalidValue, uint64(ptr), size,
 				uint64(m.start))
 		}
 	}
 	for _, m := range ms {
 		first := uint64(m.start) / b.gran
-		for i := range m.phys.size / b.gran {
+		for i := range m.size / b.gran {
 			delete(b.pages, first+i)
 		}
 		m.phys.maps--

@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/faas-gpu/faas-gpu/gpuserver/device"
@@ -38,9 +39,12 @@ type stream struct {
 	q    chan op
 	done chan struct{}
 
-	mu        sync.Mutex
-	destroyed bool
-	stopOnce  sync.Once
+	mu         sync.Mutex
+	destroyed  bool
+	stopOnce   sync.Once
+	aborted    atomic.Bool // its context was destroyed: work still queued is dropped, not run
+	capture    *[]op       // while capturing (graph.go): the operations recorded instead of queued
+	captureErr error       // what the capture could not hold
 
 	// owned by the worker goroutine
 	err      error
@@ -83,13 +87,13 @@ func (s *stream) work() {
 	defer s.b.workers.Done()
 	defer close(s.done)
 	for o := range s.q {
-		if s.ctx != nil && s.err == nil {
-			s.err = s.ctx.Err() // a fault of another stream of the context poisons this one too
+		if s.err == nil {
+			s.err = s.ctxErr() // a fault of another stream of the context (or of the process) poisons this one too
 		}
 		switch {
 		case o.sync != nil:
 			o.sync <- syncResult{err: s.err, at: s.completion()}
-			if s.ctx == nil || s.ctx.Err() == nil { // a context fault stays
+			if s.ctxErr() == nil { // a context fault stays
 				s.err = nil
 			}
 		case o.record != nil:
@@ -105,6 +109,8 @@ func (s *stream) work() {
 			}
 		case s.err != nil:
 			// an earlier error poisons the stream until it is reported
+		case s.aborted.Load():
+			s.err = fmt.Errorf("sim: gpu %d: %s: %w: its context was destroyed", s.gpu, o.kind, device.ErrUnavailable)
 		default:
 			start := o.enq
 			if s.timeline.After(start) {
@@ -118,8 +124,11 @@ func (s *stream) work() {
 			d, err := runOp(o)
 			if err != nil {
 				s.err = fmt.Errorf("sim: gpu %d: %s: %w", s.gpu, o.kind, err)
-				if s.ctx != nil && device.IsContextFault(err) {
-					s.ctx.poison(s.err)
+				if device.IsContextFault(err) {
+					if s.ctx != nil {
+						s.ctx.poison(s.err)
+					}
+					s.b.poisonProcess(s.err)
 				}
 				continue
 			}
@@ -175,10 +184,21 @@ func (s *stream) enqueue(o op) error {
 	if s.destroyed {
 		return fmt.Errorf("%w: stream destroyed", device.ErrInvalidValue)
 	}
-	if s.ctx != nil && o.sync == nil {
-		if err := s.ctx.Err(); err != nil { // after a context fault every call of the context fails with it
+	if o.sync == nil {
+		if err := s.ctxErr(); err != nil { // after a context fault every call of the context fails with it
 			return err
 		}
+	}
+	if s.capture != nil {
+		if o.run == nil || o.kind == "copy host to device" || o.kind == "copy device to host" {
+			err := fmt.Errorf("%w: a stream capture holds device work only", device.ErrNotSupported)
+			if s.captureErr == nil {
+				s.captureErr = err
+			}
+			return err
+		}
+		*s.capture = append(*s.capture, o)
+		return nil
 	}
 	o.enq = s.b.clock.Now()
 	select {

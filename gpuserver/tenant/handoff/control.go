@@ -46,7 +46,8 @@ type Name struct {
 }
 
 // Acquire holds a binding of Function on GPU (executor.Node.Acquire); Request says whether it is a request's (its
-// sessions' calls then run on that GPU) or an implicit one (initialisation).
+// sessions' calls then run on that GPU, and the function's initialisation ends first: executor.Node.EndInit) or an
+// implicit one (initialisation).
 type Acquire struct {
 	Function string `json:"function"`
 	GPU      int    `json:"gpu"`
@@ -130,14 +131,22 @@ var Codes = []Code{
 	{"executor.invalid", executor.ErrInvalid},
 	{"executor.broken", executor.ErrBroken},
 	{"executor.context_fault", executor.ErrContextFault},
+	{"executor.lost", executor.ErrLost},
 	{"memory.no_space", memory.ErrNoSpace},
 	{"memory.invalid", memory.ErrInvalid},
 	{"repository.not_found", repository.ErrNotFound},
+	{"repository.invalid", repository.ErrInvalid},
+	{"repository.budget", repository.ErrBudget},
 	{"device.invalid_value", device.ErrInvalidValue},
 	{"device.out_of_memory", device.ErrOutOfMemory},
 	{"device.illegal_address", device.ErrIllegalAddress},
 	{"device.kernel_fault", device.ErrKernelFault},
 	{"device.unavailable", device.ErrUnavailable},
+	{"device.not_found", device.ErrNotFound},
+	{"device.not_supported", device.ErrNotSupported},
+	{"device.invalid_image", device.ErrInvalidImage},
+	{"device.not_ready", device.ErrNotReady},
+	{"device.no_binary_for_gpu", device.ErrNoBinaryForGPU},
 	{"pool.unknown_function", pool.ErrUnknownFunction},
 	{"pool.unknown_binding", pool.ErrUnknownBinding},
 	{"pool.gpu_unhealthy", pool.ErrGPUUnhealthy},
@@ -145,6 +154,9 @@ var Codes = []Code{
 	{"pool.no_healthy_gpu", pool.ErrNoHealthyGPU},
 	{"pool.limit", pool.ErrLimit},
 	{"pool.overloaded", pool.ErrOverloaded},
+	{"pool.function_lost", pool.ErrFunctionLost},
+	{"pool.too_large", pool.ErrTooLarge},
+	{"pool.invalid_spec", pool.ErrInvalidSpec},
 	{"context.canceled", context.Canceled},
 	{"context.deadline_exceeded", context.DeadlineExceeded},
 	{"handoff.protocol", ErrProtocol},

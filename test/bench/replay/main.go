@@ -33,9 +33,13 @@ import (
 	"strings"
 	"time"
 
+	gonvml "github.com/NVIDIA/go-nvml/pkg/nvml"
 	"github.com/prometheus/client_golang/prometheus"
 	"golang.org/x/sys/unix"
 
+	"github.com/faas-gpu/faas-gpu/gpuserver/device"
+	"github.com/faas-gpu/faas-gpu/gpuserver/device/cuda"
+	"github.com/faas-gpu/faas-gpu/gpuserver/device/nvml"
 	"github.com/faas-gpu/faas-gpu/gpuserver/device/sim"
 	"github.com/faas-gpu/faas-gpu/gpuserver/pool"
 	"github.com/faas-gpu/faas-gpu/gpuserver/server"
@@ -44,8 +48,9 @@ import (
 )
 
 type config struct {
-	traces, only, out, jsonOut, bin, ptx, node, note string
-	passes, warmup, repeat                           int
+	traces, only, out, jsonOut, bin, ptx, node, note, device, driverDir string
+	passes, warmup, repeat                                              int
+	pin                                                                 bool
 }
 
 func main() {
@@ -73,9 +78,15 @@ func run(ctx context.Context, args []string, log io.Writer) error {
 	fs.StringVar(&c.bin, "client", "shim/build/replay", "the replay client (make -C shim)")
 	fs.StringVar(&c.ptx, "ptx", "gpuserver/device/sim/kernels/kernels.ptx", "the module holding busy")
 	fs.StringVar(&c.node, "node", "h100x8", "simulated node (topology preset or file)")
+	fs.StringVar(&c.device, "device", "sim", "sim: the timed simulated GPU; cuda: this machine's GPU (the client "+
+		"then also replays natively, against the real driver)")
+	fs.StringVar(&c.driverDir, "driver-dir", "", "cuda: the directory of the real libcuda.so.1 for the native "+
+		"replay (found with ldconfig when empty)")
 	fs.StringVar(&c.note, "note", "", "a line for the report saying what this run is")
 	fs.IntVar(&c.passes, "passes", 200, "timed passes per trace")
 	fs.IntVar(&c.warmup, "warmup", 10, "passes before the timed ones")
+	fs.BoolVar(&c.pin, "pin", runtime.NumCPU() >= 2, "pin the client to CPU 0 and this process (the gpuserver) to "+
+		"CPU 1, as on a GPU host they run on cores of their own (default where there are two CPUs)")
 	fs.IntVar(&c.repeat, "repeat", 3, "runs of every trace (figures are means over runs, with their range)")
 	if err := fs.Parse(args); err != nil {
 		return usageError{err}
@@ -118,13 +129,40 @@ func run(ctx context.Context, args []string, log io.Writer) error {
 			return usageError{fmt.Errorf("%w (build the shim: make -C shim)", err)}
 		}
 	}
-	node, err := topology.Resolve(c.node)
-	if err != nil {
-		return usageError{fmt.Errorf("-node: %w", err)}
+	if c.pin {
+		if err := pinProcess(1); err != nil {
+			return fmt.Errorf("-pin: %w", err)
+		}
 	}
-	dev, err := sim.New(sim.Options{Node: node, TimeScale: 1})
-	if err != nil {
-		return err
+	var (
+		node topology.Node
+		dev  device.Backend
+		gpu  endOfWork
+	)
+	switch c.device {
+	case "sim":
+		if node, err = topology.Resolve(c.node); err != nil {
+			return usageError{fmt.Errorf("-node: %w", err)}
+		}
+		b, err := sim.New(sim.Options{Node: node, TimeScale: 1})
+		if err != nil {
+			return err
+		}
+		dev, gpu = b, b
+	case "cuda":
+		if node, err = nvml.Discover(gonvml.New(), "local"); err != nil {
+			return fmt.Errorf("NVML discovery: %w", err)
+		}
+		if dev, err = cuda.Open(""); err != nil {
+			return err
+		}
+		if c.driverDir == "" {
+			if c.driverDir, err = driverDir(); err != nil {
+				return usageError{fmt.Errorf("-driver-dir: %w", err)}
+			}
+		}
+	default:
+		return usageError{fmt.Errorf("-device: %q is neither sim nor cuda", c.device)}
 	}
 	dir, err := os.MkdirTemp("", "replay-bench-")
 	if err != nil {
@@ -151,13 +189,14 @@ func run(ctx context.Context, args []string, log io.Writer) error {
 	runs := make([][]result, len(traces))
 	for i := range c.repeat {
 		for j, t := range traces {
-			r, err := replay(ctx, c, srv, dev, t, log)
+			r, err := replay(ctx, c, srv, gpu, t, log)
 			if err != nil {
 				return fmt.Errorf("%s: %w", t.Name(), err)
 			}
 			runs[j] = append(runs[j], r)
-			fmt.Fprintf(log, "run %d %s: shim p50 %s ms, native %s ms, ratio %.3f, sleeps per pass %.2f\n", i+1,
-				t.Name(), trace.Ms(r.ShimP50), trace.Ms(r.NativeP50), r.Ratio, r.SleepsPerPass)
+			fmt.Fprintf(log, "run %d %s: shim p50 %s ms, native run %s ms (computed %s), ratio %.3f (computed %.3f), "+
+				"sleeps per pass %.2f\n", i+1, t.Name(), trace.Ms(r.ShimP50), trace.Ms(r.NativeRunP50),
+				trace.Ms(r.NativeP50), r.Ratio, r.RatioComputed, r.SleepsPerPass)
 		}
 	}
 	var results []result
@@ -191,24 +230,34 @@ type result struct {
 	RefNativeP50 time.Duration `json:"ref_native_p50_ns"`
 	RefShimP50   time.Duration `json:"ref_shim_p50_ns"`
 	// through the shim, measured
-	ShimP50, ShimP99 time.Duration
-	Issue            time.Duration // p50 of the client's time to the synchronize's call
-	GPU              time.Duration // the trace's GPU time per pass
-	Overshoot        time.Duration // p50 of the synchronize's return after max(its call, the GPU's end)
-	ServerPerRecord  time.Duration // the sessions' time executing async records, per async record
-	SleepsPerPass    float64
-	LatePerPass      float64       // async records that waited for the synchronize, per pass
-	Records          float64       // per pass
-	ShimClient       time.Duration // p50 of the client's time inside the shim (remoted and local calls)
-	ShimRemoted      time.Duration // of which inside remoted calls
-	ShimLocal        time.Duration // of which inside local calls
-	ClientCPU        time.Duration // p50 of the client process's CPU per pass (its gaps are spun, so ~ the pass)
-	RecordMismatch   int           // calls whose record differs from the trace's (kind or size)
+	ShimP50, ShimP99   time.Duration
+	ShimP10            time.Duration // the best tenth of passes: what the mechanism gives when this machine's other work leaves it alone
+	Issue              time.Duration // p50 of the client's time to the synchronize's call
+	GPU                time.Duration // the trace's GPU time per pass
+	Overshoot          time.Duration // p50 of the synchronize's return after max(its call, the GPU's end)
+	ServerPerRecord    time.Duration // the sessions' time executing async records, per async record
+	SleepsPerPass      float64       // the session's sleeps between acquire and release
+	BoundSleepsPerPass float64       // of which while its function held the binding
+	BoundPollPerPass   time.Duration // the session's polling of an empty ring while bound, per pass
+	LatePerPass        float64       // async records that waited for the synchronize, per pass
+	Records            float64       // per pass
+	ShimClient         time.Duration // p50 of the client's time inside the shim (remoted and local calls)
+	ShimRemoted        time.Duration // of which inside remoted calls
+	ShimLocal          time.Duration // of which inside local calls
+	ClientCPU          time.Duration // p50 of the client process's CPU per pass (its gaps are spun, so ~ the pass)
+	RecordMismatch     int           // calls whose record differs from the trace's (kind or size)
 	// native, computed from the trace
 	NativeP50    time.Duration
 	NativeIssue  time.Duration
 	NativeDriver time.Duration // the native driver's CPU per pass (local and remoted calls)
-	Ratio        float64       // shim p50 / native
+	// MeasuredNativeP50 is the trace replayed natively on a real GPU (-device cuda; 0 on the sim): the ratio is
+	// then taken against it.
+	MeasuredNativeP50 time.Duration `json:",omitempty"`
+	// NativeRunP50 is the native model of the trace run on this machine between the shim's passes (the client
+	// spinning the trace's native costs): the native side under the same load as the shim's.
+	NativeRunP50  time.Duration
+	Ratio         float64 // shim p50 / native run p50 (on a GPU: / measured native p50)
+	RatioComputed float64 // shim p50 / native computed
 	// over the runs: the range of the shim p50 and of the ratio, and the runs' figures
 	ShimP50Min, ShimP50Max time.Duration
 	RatioMin, RatioMax     float64
@@ -229,14 +278,20 @@ func mean(rs []result) result {
 		return time.Duration(avg(func(r result) float64 { return float64(f(r)) }))
 	}
 	m.ShimP50, m.ShimP99 = d(func(r result) time.Duration { return r.ShimP50 }), d(func(r result) time.Duration { return r.ShimP99 })
+	m.ShimP10 = d(func(r result) time.Duration { return r.ShimP10 })
+	m.MeasuredNativeP50 = d(func(r result) time.Duration { return r.MeasuredNativeP50 })
 	m.Issue, m.Overshoot = d(func(r result) time.Duration { return r.Issue }), d(func(r result) time.Duration { return r.Overshoot })
 	m.ServerPerRecord = d(func(r result) time.Duration { return r.ServerPerRecord })
 	m.ShimClient, m.ShimRemoted = d(func(r result) time.Duration { return r.ShimClient }), d(func(r result) time.Duration { return r.ShimRemoted })
 	m.ShimLocal, m.ClientCPU = d(func(r result) time.Duration { return r.ShimLocal }), d(func(r result) time.Duration { return r.ClientCPU })
 	m.SleepsPerPass = avg(func(r result) float64 { return r.SleepsPerPass })
+	m.BoundSleepsPerPass = avg(func(r result) float64 { return r.BoundSleepsPerPass })
+	m.BoundPollPerPass = d(func(r result) time.Duration { return r.BoundPollPerPass })
 	m.LatePerPass = avg(func(r result) float64 { return r.LatePerPass })
 	m.Records = avg(func(r result) float64 { return r.Records })
 	m.Ratio = avg(func(r result) float64 { return r.Ratio })
+	m.RatioComputed = avg(func(r result) float64 { return r.RatioComputed })
+	m.NativeRunP50 = d(func(r result) time.Duration { return r.NativeRunP50 })
 	m.ShimP50Min, m.ShimP50Max, m.RatioMin, m.RatioMax = rs[0].ShimP50, rs[0].ShimP50, rs[0].Ratio, rs[0].Ratio
 	for _, r := range rs {
 		m.ShimP50Min, m.ShimP50Max = min(m.ShimP50Min, r.ShimP50), max(m.ShimP50Max, r.ShimP50)
@@ -250,6 +305,46 @@ func mean(rs []result) result {
 type passLine struct {
 	wall, issue, remoted, local, cpu time.Duration
 	start                            int64 // CLOCK_MONOTONIC ns
+}
+
+// startClient starts the replay client and waits for it to say it is ready on the driver it expects (shim or
+// native).
+func startClient(ctx context.Context, bin string, args, env []string, want string, pin bool) (*client, error) {
+	cmd := exec.CommandContext(ctx, bin, args...)
+	cmd.Env = append(os.Environ(), env...)
+	var stderr strings.Builder
+	cmd.Stderr = &stderr
+	in, err := cmd.StdinPipe()
+	if err != nil {
+		return nil, err
+	}
+	outp, err := cmd.StdoutPipe()
+	if err != nil {
+		return nil, err
+	}
+	if err := cmd.Start(); err != nil {
+		return nil, err
+	}
+	cl := &client{cmd: cmd, in: in, out: bufio.NewReader(outp), stderr: &stderr}
+	if pin {
+		var set unix.CPUSet
+		set.Set(0)
+		if err := unix.SchedSetaffinity(cmd.Process.Pid, &set); err != nil {
+			cl.quit()
+			return nil, fmt.Errorf("pin the client to CPU 0: %w", err)
+		}
+	}
+	if s, err := cl.out.ReadString('\n'); err != nil || strings.TrimSpace(s) != "ready "+want {
+		cl.quit()
+		return nil, fmt.Errorf("client did not start on the %s driver (%q, %v): %s", want, s, err, stderr.String())
+	}
+	return cl, nil
+}
+
+func (cl *client) quit() {
+	_, _ = io.WriteString(cl.in, "quit\n")
+	_ = cl.in.Close()
+	_ = cl.cmd.Wait()
 }
 
 type client struct {
@@ -270,8 +365,13 @@ func (cl *client) do(line string) (string, error) {
 	return strings.TrimSpace(s), nil
 }
 
-func (cl *client) pass() (passLine, error) {
-	s, err := cl.do("pass")
+func (cl *client) pass() (passLine, error) { return cl.run("pass") }
+
+// model runs one pass of the native model in the client (no driver: the trace's native costs spun in real time).
+func (cl *client) model() (passLine, error) { return cl.run("model") }
+
+func (cl *client) run(cmd string) (passLine, error) {
+	s, err := cl.do(cmd)
 	if err != nil {
 		return passLine{}, err
 	}
@@ -297,7 +397,10 @@ func monoNow() int64 {
 	return ts.Nano()
 }
 
-func replay(ctx context.Context, c config, srv *server.Server, dev *sim.Backend, t *trace.Trace,
+// endOfWork is the timed sim's end of the modelled GPU work (nil on a real GPU: no overshoot is measured).
+type endOfWork interface{ ComputeEnd(gpu int) time.Time }
+
+func replay(ctx context.Context, c config, srv *server.Server, dev endOfWork, t *trace.Trace,
 	log io.Writer) (result, error) {
 	name := fmt.Sprintf("replay-%s-b%d", t.Model, t.Batch)
 	if err := srv.Pool().Register(ctx, pool.FunctionSpec{Name: name, MemoryBytes: 1 << 30}); err != nil {
@@ -312,34 +415,18 @@ func replay(ctx context.Context, c config, srv *server.Server, dev *sim.Backend,
 		return result{}, err
 	}
 	tf.Close()
-	cmd := exec.CommandContext(ctx, c.bin, tf.Name(), c.ptx)
-	cmd.Env = append(os.Environ(), "FAAS_GPU_REMOTING_SOCKET="+srv.RemotingSocket(), "FAAS_GPU_FUNCTION="+name,
-		"FAAS_GPU_TOKEN="+srv.Token(name))
-	var stderr strings.Builder
-	cmd.Stderr = &stderr
-	in, err := cmd.StdinPipe()
+	cl, err := startClient(ctx, c.bin, []string{tf.Name(), c.ptx}, []string{
+		"FAAS_GPU_REMOTING_SOCKET=" + srv.RemotingSocket(), "FAAS_GPU_FUNCTION=" + name,
+		"FAAS_GPU_TOKEN=" + srv.Token(name)}, "shim", c.pin)
 	if err != nil {
 		return result{}, err
 	}
-	outp, err := cmd.StdoutPipe()
-	if err != nil {
-		return result{}, err
-	}
-	if err := cmd.Start(); err != nil {
-		return result{}, err
-	}
-	cl := &client{cmd: cmd, in: in, out: bufio.NewReader(outp), stderr: &stderr}
 	defer func() { // the client hangs up before its function goes
-		_, _ = io.WriteString(in, "quit\n")
-		_ = in.Close()
-		_ = cmd.Wait()
+		cl.quit()
 		if err := srv.Pool().Deregister(context.WithoutCancel(ctx), name); err != nil {
 			fmt.Fprintf(log, "%s: deregister: %v\n", name, err)
 		}
 	}()
-	if s, err := cl.out.ReadString('\n'); err != nil || !strings.HasPrefix(s, "ready shim") {
-		return result{}, fmt.Errorf("client did not start (%q, %v): %s", s, err, stderr.String())
-	}
 	gauge := func(metric string) float64 { return counter(srv.Metrics(), metric) }
 	request := func(f func(gpu int) error) error {
 		b, err := srv.Pool().Acquire(ctx, name)
@@ -368,27 +455,33 @@ func replay(ctx context.Context, c config, srv *server.Server, dev *sim.Backend,
 	if err != nil {
 		return result{}, err
 	}
-	var walls, issues, overs, shimc, rem, loc, cpus []time.Duration
+	var walls, issues, overs, shimc, rem, loc, cpus, models []time.Duration
 	late0, records0, busy0 := gauge("faas_gpu_remoting_late_records_total"),
 		gauge("faas_gpu_remoting_records_total"),
 		gauge("faas_gpu_remoting_record_seconds_total")
-	var sleeps float64
+	var sleeps, boundSleeps float64
+	var boundPoll time.Duration
 	for i := range c.passes {
 		if ctx.Err() != nil {
 			return result{}, ctx.Err()
 		}
 		err := request(func(gpu int) error {
-			s0 := gauge("faas_gpu_remoting_sleeps_total")
+			s0 := srv.RemotingStats() // a few counters: the session must not wait for the bench's own work
 			p, err := cl.pass()
 			if err != nil {
 				return err
 			}
-			// the GPU's end in the client's clock: the sim's modelled end, placed relative to now
-			gpuEnd := monoNow() + int64(time.Until(dev.ComputeEnd(gpu)))
-			sleeps += gauge("faas_gpu_remoting_sleeps_total") - s0
-			end, syncCall := p.start+int64(p.wall), p.start+int64(p.issue)
-			over := time.Duration(end - max(gpuEnd, syncCall))
-			walls, issues, overs = append(walls, p.wall), append(issues, p.issue), append(overs, max(over, 0))
+			s1 := srv.RemotingStats()
+			sleeps += float64(s1.Sleeps - s0.Sleeps)
+			boundPoll += s1.BoundPoll - s0.BoundPoll
+			boundSleeps += float64(s1.BoundSleeps - s0.BoundSleeps)
+			if dev != nil {
+				// the GPU's end in the client's clock: the sim's modelled end, placed relative to now
+				gpuEnd := monoNow() + int64(time.Until(dev.ComputeEnd(gpu)))
+				end, syncCall := p.start+int64(p.wall), p.start+int64(p.issue)
+				overs = append(overs, max(time.Duration(end-max(gpuEnd, syncCall)), 0))
+			}
+			walls, issues = append(walls, p.wall), append(issues, p.issue)
 			shimc, rem, loc = append(shimc, p.remoted+p.local), append(rem, p.remoted), append(loc, p.local)
 			cpus = append(cpus, p.cpu)
 			return nil
@@ -396,6 +489,13 @@ func replay(ctx context.Context, c config, srv *server.Server, dev *sim.Backend,
 		if err != nil {
 			return result{}, fmt.Errorf("pass %d: %w", i, err)
 		}
+		// the native pass of the same trace, run next on the same machine (between the shim's passes, so that
+		// both meet the same load)
+		m, err := cl.model()
+		if err != nil {
+			return result{}, fmt.Errorf("native model pass %d: %w", i, err)
+		}
+		models = append(models, m.wall)
 	}
 	n := float64(c.passes)
 	records := (gauge("faas_gpu_remoting_records_total") - records0) / n
@@ -409,13 +509,37 @@ func replay(ctx context.Context, c config, srv *server.Server, dev *sim.Backend,
 		}
 	}
 	r := result{Model: t.Model, Batch: t.Batch, RefNativeP50: t.NativeP50, RefShimP50: t.ShimP50,
-		ShimP50: p(walls, 50), ShimP99: p(walls, 99), Issue: p(issues, 50), GPU: tot.GPU, Overshoot: p(overs, 50),
+		ShimP50: p(walls, 50), ShimP99: p(walls, 99), ShimP10: p(walls, 10), Issue: p(issues, 50), GPU: tot.GPU,
+		Overshoot:       p(overs, 50),
 		ServerPerRecord: time.Duration(busy / math.Max(records-1, 1) * 1e9),
-		SleepsPerPass:   sleeps / n, LatePerPass: (gauge("faas_gpu_remoting_late_records_total") - late0) / n,
+		SleepsPerPass:   sleeps / n, BoundSleepsPerPass: boundSleeps / n,
+		BoundPollPerPass: boundPoll / time.Duration(c.passes), LatePerPass: (gauge("faas_gpu_remoting_late_records_total") - late0) / n,
 		Records: records, ShimClient: p(shimc, 50), ShimRemoted: p(rem, 50), ShimLocal: p(loc, 50),
 		ClientCPU: p(cpus, 50), RecordMismatch: mismatch, NativeP50: native, NativeIssue: nativeIssue,
 		NativeDriver: time.Duration(tot.Local)*t.NativeLocal + time.Duration(remoted)*t.NativeCall}
-	r.Ratio = float64(r.ShimP50) / float64(r.NativeP50)
+	r.NativeRunP50 = p(models, 50)
+	r.Ratio = float64(r.ShimP50) / float64(r.NativeRunP50)
+	r.RatioComputed = float64(r.ShimP50) / float64(r.NativeP50)
+	if c.device == "cuda" { // the same trace natively on the same GPU
+		nat, err := startClient(ctx, c.bin, []string{tf.Name(), c.ptx}, []string{"LD_LIBRARY_PATH=" + c.driverDir},
+			"native", c.pin)
+		if err != nil {
+			return result{}, fmt.Errorf("native replay: %w", err)
+		}
+		defer nat.quit()
+		var nw []time.Duration
+		for i := range c.warmup + c.passes {
+			p, err := nat.pass()
+			if err != nil {
+				return result{}, fmt.Errorf("native replay: %w", err)
+			}
+			if i >= c.warmup {
+				nw = append(nw, p.wall)
+			}
+		}
+		r.MeasuredNativeP50 = p(nw, 50)
+		r.Ratio = float64(r.ShimP50) / float64(r.MeasuredNativeP50)
+	}
 	return r, nil
 }
 
@@ -468,6 +592,43 @@ func counter(g prometheus.Gatherer, name string) float64 {
 	return v
 }
 
+// pinProcess pins every thread of this process (and so the threads it starts later) to CPU cpu, and runs its
+// goroutines on one thread at a time (GOMAXPROCS 1: the runtime sized it from the CPUs it had at start), so that
+// its threads do not take the CPU from each other.
+func pinProcess(cpu int) error {
+	runtime.GOMAXPROCS(1)
+	var set unix.CPUSet
+	set.Set(cpu)
+	tasks, err := os.ReadDir("/proc/self/task")
+	if err != nil {
+		return err
+	}
+	for _, t := range tasks {
+		tid, err := strconv.Atoi(t.Name())
+		if err != nil {
+			continue
+		}
+		if err := unix.SchedSetaffinity(tid, &set); err != nil {
+			return fmt.Errorf("thread %d: %w", tid, err)
+		}
+	}
+	return nil
+}
+
+// driverDir finds the directory of the real libcuda.so.1 (ldconfig's cache).
+func driverDir() (string, error) {
+	out, err := exec.Command("ldconfig", "-p").Output()
+	if err != nil {
+		return "", fmt.Errorf("ldconfig -p: %w", err)
+	}
+	for _, l := range strings.Split(string(out), "\n") {
+		if _, path, ok := strings.Cut(l, "=> "); ok && strings.HasPrefix(strings.TrimSpace(l), "libcuda.so.1 ") {
+			return filepath.Dir(strings.TrimSpace(path)), nil
+		}
+	}
+	return "", errors.New("no libcuda.so.1 in ldconfig's cache")
+}
+
 func shmDir() string {
 	if st, err := os.Stat("/dev/shm"); err == nil && st.IsDir() {
 		return "/dev/shm"
@@ -479,45 +640,63 @@ func us(d time.Duration) string { return strconv.FormatFloat(float64(d)/1e3, 'f'
 
 func report(c config, node topology.Node, rs []result, args []string) string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "# Replay bench: recorded passes through the shim on the timed virtual GPU\n\n")
+	title, devDesc := "the timed virtual GPU", fmt.Sprintf("the simulated node %s in its timed mode (one compute "+
+		"engine per GPU, modelled time on the wall clock)", node.Name)
+	if c.device == "cuda" {
+		title = "a GPU"
+		devDesc = fmt.Sprintf("**%s** (cuda backend; each trace also replayed natively against the real driver in "+
+			"%s, the ratio taken against that)", node.GPUs[0].Name, c.driverDir)
+	}
+	fmt.Fprintf(&b, "# Replay bench: recorded passes through the shim on %s\n\n", title)
 	fmt.Fprintf(&b, "Written by `make bench-remoting` (`go run ./test/bench/replay %s`) on %s, tree %s.\n\n",
 		strings.Join(args, " "), time.Now().UTC().Format(time.RFC3339), commit())
 	if c.note != "" {
 		fmt.Fprintf(&b, "%s\n\n", c.note)
 	}
-	fmt.Fprintf(&b, "Conditions: %d CPUs (%s), %s, Go %s, %s/%s, load average %s when it ended, %s; device: the "+
-		"simulated node %s in its timed mode (one compute engine per GPU, modelled time on the wall clock); the "+
-		"client `shim/build/replay` through the shim (`shim/build/libcuda.so.1`) to an in-process gpuserver; "+
+	fmt.Fprintf(&b, "Conditions: %d CPUs (%s), %s, Go %s, %s/%s, load average %s when it ended, %s; device: "+
+		"%s; the client `shim/build/replay` through the shim (`shim/build/libcuda.so.1`) to an in-process gpuserver; "+
 		"%d timed passes per trace after %d warm-up passes, each in a request (acquire, pass, release); traces "+
 		"`%s/replay-*.tsv`; no randomness (the traces fix every gap and GPU time).\n\n", runtime.NumCPU(),
-		cpuModel(), kernel(), runtime.Version(), runtime.GOOS, runtime.GOARCH, loadavg(), scheduling(), node.Name,
+		cpuModel(), kernel(), runtime.Version(), runtime.GOOS, runtime.GOARCH, loadavg(), scheduling(c.pin), devDesc,
 		c.passes, c.warmup, c.traces)
-	fmt.Fprintf(&b, "## Latency of one pass\n\nMeans over %d runs, ranges in brackets.\n\n| model | batch | "+
-		"native p50 ms (from the trace) | shim p50 ms | shim/native | shim p99 ms | reference GPU: native p50 ms | "+
-		"shim p50 ms | bench shim / reference shim |\n|---|---|---|---|---|---|---|---|---|\n", c.repeat)
+	fmt.Fprintf(&b, "## Latency of one pass\n\nMeans over %d runs, ranges in brackets. *Native, run*: the native "+
+		"model of the trace run by the same client between the shim's passes (no driver: the trace's native costs "+
+		"spun, the GPU's end computed), so that both sides meet this machine's load; the ratio is taken against it "+
+		"(on a GPU: against the trace replayed natively). *Native, computed*: the same model without any "+
+		"machine.\n\n| model | batch | native run p50 ms | native computed ms | shim p50 ms | **shim/native** | "+
+		"shim/native computed | shim p10 ms | shim p99 ms | reference GPU: native p50 ms | shim p50 ms | bench shim "+
+		"/ reference shim |\n|---|---|---|---|---|---|---|---|---|---|---|---|\n", c.repeat)
 	for _, r := range rs {
 		ref := "-"
 		if r.RefShimP50 > 0 {
 			ref = fmt.Sprintf("%.3f", float64(r.ShimP50)/float64(r.RefShimP50))
 		}
-		fmt.Fprintf(&b, "| %s | %d | %s | %s [%s-%s] | **%.3f** [%.3f-%.3f] | %s | %s | %s | %s |\n", r.Model,
-			r.Batch, trace.Ms(r.NativeP50), trace.Ms(r.ShimP50), trace.Ms(r.ShimP50Min), trace.Ms(r.ShimP50Max),
-			r.Ratio, r.RatioMin, r.RatioMax, trace.Ms(r.ShimP99), trace.Ms(r.RefNativeP50), trace.Ms(r.RefShimP50),
-			ref)
+		native := trace.Ms(r.NativeRunP50)
+		if r.MeasuredNativeP50 > 0 {
+			native = trace.Ms(r.MeasuredNativeP50) + " (on the GPU)"
+		}
+		fmt.Fprintf(&b, "| %s | %d | %s | %s | %s [%s-%s] | **%.3f** [%.3f-%.3f] | %.3f | %s | %s | %s | %s | %s |\n",
+			r.Model, r.Batch, native, trace.Ms(r.NativeP50), trace.Ms(r.ShimP50), trace.Ms(r.ShimP50Min),
+			trace.Ms(r.ShimP50Max), r.Ratio, r.RatioMin, r.RatioMax, r.RatioComputed, trace.Ms(r.ShimP10),
+			trace.Ms(r.ShimP99), trace.Ms(r.RefNativeP50), trace.Ms(r.RefShimP50), ref)
 	}
 	fmt.Fprintf(&b, "\n## Where the shim's pass goes\n\n| model | batch | client issue ms (p50) | GPU ms | "+
 		"synchronize overshoot ms (p50) | server us per async record | records per pass | late records per pass | "+
-		"server sleeps per pass | record mismatches |\n|---|---|---|---|---|---|---|---|---|---|\n")
+		"server sleeps per pass (of which bound) | record mismatches |\n|---|---|---|---|---|---|---|---|---|---|\n")
 	for _, r := range rs {
-		fmt.Fprintf(&b, "| %s | %d | %s | %s | %s | %s | %.1f | %.1f | %.2f | %d |\n", r.Model, r.Batch,
+		fmt.Fprintf(&b, "| %s | %d | %s | %s | %s | %s | %.1f | %.1f | %.2f (%.2f) | %d |\n", r.Model, r.Batch,
 			trace.Ms(r.Issue), trace.Ms(r.GPU), trace.Ms(r.Overshoot), us(r.ServerPerRecord), r.Records,
-			r.LatePerPass, r.SleepsPerPass, r.RecordMismatch)
+			r.LatePerPass, r.SleepsPerPass, r.BoundSleepsPerPass, r.RecordMismatch)
 	}
 	fmt.Fprintf(&b, "\n*Client issue*: from the pass's start to the synchronize's call. *Overshoot*: from the "+
 		"later of that call and the modelled GPU's end to the synchronize's return. *Late records*: async records "+
 		"that reached the server together with the synchronize (held back until the client waited). *Server "+
-		"sleeps*: times the session slept on its socket during the bound pass. *Record mismatches*: calls of one "+
+		"sleeps*: times the session slept on its socket between acquire and release; *bound*: of which while its "+
+		"function held the binding (it found no record for its whole bound spin time). *Record mismatches*: "+
+		"calls of one "+
 		"logged pass whose record kind or size differ from the trace's.\n")
+	fmt.Fprintf(&b, "\nThe server's CPU for its polling while bound: %s per pass on average over all traces "+
+		"(faas_gpu_remoting_bound_poll_seconds_total), one core at most while a request runs.\n", boundPollNote(rs))
 	fmt.Fprintf(&b, "\n## Client CPU in the driver per pass\n\n| model | batch | shim: remoted calls ms | "+
 		"local calls ms | total ms | native driver ms (trace constants) | shim - native ms | native issue ms | "+
 		"client process CPU ms |\n|---|---|---|---|---|---|---|---|---|\n")
@@ -530,6 +709,15 @@ func report(c config, node topology.Node, rs []result, args []string) string {
 		"driver columns are the time inside the shim's entry points, against the trace's native driver constants "+
 		"(native_call_ns per remoted call, native_local_ns per local call).\n")
 	return b.String()
+}
+
+// boundPollNote is the sessions' bound polling per pass over the traces, in ms.
+func boundPollNote(rs []result) string {
+	var s time.Duration
+	for _, r := range rs {
+		s += r.BoundPollPerPass
+	}
+	return trace.Ms(s/time.Duration(max(len(rs), 1))) + " ms"
 }
 
 func commit() string {
@@ -562,7 +750,7 @@ func kernel() string {
 }
 
 // scheduling says how the bench was scheduled against the machine's other work (autogroup and process nice).
-func scheduling() string {
+func scheduling(pin bool) string {
 	s := "scheduled at process nice "
 	if p, err := unix.Getpriority(unix.PRIO_PROCESS, 0); err == nil {
 		s += strconv.Itoa(20 - p) // the raw syscall answers 20 - nice
@@ -571,6 +759,9 @@ func scheduling() string {
 	}
 	if b, err := os.ReadFile("/proc/self/autogroup"); err == nil {
 		s += ", " + strings.TrimSpace(string(b))
+	}
+	if pin {
+		s += ", the client pinned to CPU 0 and the gpuserver to CPU 1"
 	}
 	return s
 }

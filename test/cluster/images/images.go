@@ -104,7 +104,7 @@ func GPUPython(base, templateDir, fnDir, function string) (imagebuild.Spec, erro
 	return imagebuild.Spec{
 		Ref: Ref("fn-" + function), Base: base, Entries: entries,
 		Env: []string{
-			"FAAS_GPU_SOCKET=" + gpuSocketPath,
+			"FAAS_GPU_SOCKET=" + gpuSocketPath, "HOME=" + functionHome,
 			"fprocess=python3 index.py",
 			// Without the watchdog, index.py itself listens where the watchdog would.
 			"HOST=0.0.0.0", "PORT=" + functionPort,

@@ -9,6 +9,7 @@ import (
 	"io/fs"
 	"net"
 	"net/http"
+	"os"
 	"path/filepath"
 	"sort"
 	"strings"
@@ -48,8 +49,19 @@ func (e *env) chartValues(extra ...string) []string {
 
 const storageClass = "faas-gpu-local"
 
-// natsVolume is a hostPath PersistentVolume for the NATS StatefulSet's claim (the cluster has no provisioner).
-func (e *env) natsVolume() string {
+// natsUID is the chart's nats.runAsUser.
+const natsUID = 1000
+
+// natsVolume is a hostPath PersistentVolume for the NATS StatefulSet's claim (the cluster has no provisioner). The
+// kubelet applies no fsGroup to a hostPath volume, so its folder is made the NATS server's (nats.runAsUser) here.
+func (e *env) natsVolume(t *testing.T) string {
+	dir := filepath.Join(e.info.RunDir, "nats")
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chown(dir, natsUID, natsUID); err != nil {
+		t.Fatal(err)
+	}
 	return fmt.Sprintf(`apiVersion: storage.k8s.io/v1
 kind: StorageClass
 metadata: {name: %[1]s}
@@ -75,7 +87,7 @@ func testKubernetesChartInstall(t *testing.T) {
 	for _, ns := range []string{namespace, functionsNS} {
 		e.kubectl(t, "", "create", "namespace", ns)
 	}
-	e.kubectl(t, e.natsVolume(), "apply", "-f", "-")
+	e.kubectl(t, e.natsVolume(t), "apply", "-f", "-")
 	e.kubectl(t, basicAuthSecret(t), "apply", "-f", "-")
 	args := append([]string{"install", release, e.repo + "/charts/faas-gpu", "-n", namespace, "--wait",
 		"--timeout", "10m"}, e.chartValues()...)

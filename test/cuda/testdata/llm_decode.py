@@ -28,6 +28,12 @@ def run(n, **kw):
     return c["token_ids"], r["body"]["faas_gpu"], [b - a for a, b in zip(before, after)]
 
 out = {}
+# The weights on the GPU (packed into one buffer: copies are computed in dry mode too) equal a build on the CPU.
+import torch  # noqa: E402
+ref = handler.build_model(handler.VOCAB)
+out["weights_equal"] = all(torch.equal(p.detach().cpu(), r.detach()) for p, r in
+                           zip(handler._model.parameters(), ref.parameters()))
+out["weights_on_gpu"] = all(p.is_cuda for p in handler._model.parameters())
 run(4, temperature=0)  # the first request allocates the KV cache (and captures the graph)
 for kind, kw in (("greedy", {"temperature": 0}), ("sampled", {"temperature": 0.9, "top_p": 0.95, "seed": 11})):
     short, _, s8 = run(8, **kw)

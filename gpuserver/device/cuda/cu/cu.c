@@ -29,6 +29,8 @@ static struct {
 	CUresult (*cuMemAddressFree)(CUdeviceptr, size_t);
 	CUresult (*cuMemCreate)(CUmemGenericAllocationHandle *, size_t, const CUmemAllocationProp *, unsigned long long);
 	CUresult (*cuMemRelease)(CUmemGenericAllocationHandle);
+	CUresult (*cuMemExportToShareableHandle)(void *, CUmemGenericAllocationHandle, int, unsigned long long);
+	CUresult (*cuMemImportFromShareableHandle)(CUmemGenericAllocationHandle *, void *, int);
 	CUresult (*cuMemMap)(CUdeviceptr, size_t, size_t, CUmemGenericAllocationHandle, unsigned long long);
 	CUresult (*cuMemUnmap)(CUdeviceptr, size_t);
 	CUresult (*cuMemSetAccess)(CUdeviceptr, size_t, const CUmemAccessDesc *, size_t);
@@ -74,6 +76,13 @@ static struct {
 	                                        const unsigned long long *, int, int, unsigned, unsigned,
 	                                        const unsigned *, int, int, int, int, int);
 	CUresult (*cuTensorMapReplaceAddress)(void *, void *);
+	// optional: stream capture and graphs
+	CUresult (*cuStreamBeginCapture)(CUstream, int);
+	CUresult (*cuStreamEndCapture)(CUstream, void **);
+	CUresult (*cuGraphInstantiateWithFlags)(void **, void *, unsigned long long);
+	CUresult (*cuGraphLaunch)(void *, CUstream);
+	CUresult (*cuGraphDestroy)(void *);
+	CUresult (*cuGraphExecDestroy)(void *);
 } d;
 
 #define SYM(field, name)                                                                        \
@@ -150,6 +159,14 @@ int fg_load(const char *path, char *err, int errlen) {
 	*(void **)(&d.cuTensorMapEncodeIm2col) = dlsym(d.h, "cuTensorMapEncodeIm2col");
 	*(void **)(&d.cuTensorMapEncodeIm2colWide) = dlsym(d.h, "cuTensorMapEncodeIm2colWide");
 	*(void **)(&d.cuTensorMapReplaceAddress) = dlsym(d.h, "cuTensorMapReplaceAddress");
+	*(void **)(&d.cuMemExportToShareableHandle) = dlsym(d.h, "cuMemExportToShareableHandle");
+	*(void **)(&d.cuMemImportFromShareableHandle) = dlsym(d.h, "cuMemImportFromShareableHandle");
+	*(void **)(&d.cuStreamBeginCapture) = dlsym(d.h, "cuStreamBeginCapture_v2");
+	*(void **)(&d.cuStreamEndCapture) = dlsym(d.h, "cuStreamEndCapture");
+	*(void **)(&d.cuGraphInstantiateWithFlags) = dlsym(d.h, "cuGraphInstantiateWithFlags");
+	*(void **)(&d.cuGraphLaunch) = dlsym(d.h, "cuGraphLaunch");
+	*(void **)(&d.cuGraphDestroy) = dlsym(d.h, "cuGraphDestroy");
+	*(void **)(&d.cuGraphExecDestroy) = dlsym(d.h, "cuGraphExecDestroy");
 	return 0;
 }
 
@@ -236,14 +253,41 @@ CUresult fg_create(CUcontext ctx, int dev, size_t size, CUmemGenericAllocationHa
 	return d.cuMemCreate(h, size, &prop, 0);
 }
 
+// CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR: physical memory another process can import (tenant executors).
+#define FG_HANDLE_POSIX_FD 1
+
+CUresult fg_create_shareable(CUcontext ctx, int dev, size_t size, CUmemGenericAllocationHandle *h) {
+	CUresult r = d.cuCtxSetCurrent(ctx);
+	if (r) return r;
+	CUmemAllocationProp prop;
+	memset(&prop, 0, sizeof prop);
+	prop.type = 1;
+	prop.requestedHandleTypes = FG_HANDLE_POSIX_FD;
+	prop.location.type = 1;
+	prop.location.id = dev;
+	return d.cuMemCreate(h, size, &prop, 0);
+}
+
+CUresult fg_export(CUcontext ctx, CUmemGenericAllocationHandle h, int *fd) {
+	if (!d.cuMemExportToShareableHandle) return 801; /* CUDA_ERROR_NOT_SUPPORTED */
+	CUresult r = d.cuCtxSetCurrent(ctx);
+	return r ? r : d.cuMemExportToShareableHandle(fd, h, FG_HANDLE_POSIX_FD, 0);
+}
+
+CUresult fg_import(CUcontext ctx, int fd, CUmemGenericAllocationHandle *h) {
+	if (!d.cuMemImportFromShareableHandle) return 801;
+	CUresult r = d.cuCtxSetCurrent(ctx);
+	return r ? r : d.cuMemImportFromShareableHandle(h, (void *)(long)fd, FG_HANDLE_POSIX_FD);
+}
+
 CUresult fg_release(CUcontext ctx, CUmemGenericAllocationHandle h) {
 	CUresult r = d.cuCtxSetCurrent(ctx);
 	return r ? r : d.cuMemRelease(h);
 }
 
-CUresult fg_map(CUcontext ctx, CUdeviceptr p, size_t size, CUmemGenericAllocationHandle h) {
+CUresult fg_map(CUcontext ctx, CUdeviceptr p, size_t size, size_t offset, CUmemGenericAllocationHandle h) {
 	CUresult r = d.cuCtxSetCurrent(ctx);
-	return r ? r : d.cuMemMap(p, size, 0, h, 0);
+	return r ? r : d.cuMemMap(p, size, offset, h, 0);
 }
 
 CUresult fg_unmap(CUcontext ctx, CUdeviceptr p, size_t size) {
@@ -487,4 +531,38 @@ CUresult fg_tensor_map_replace(CUcontext ctx, void *m, CUdeviceptr gaddr) {
 	NEED(cuTensorMapReplaceAddress);
 	CUresult r = d.cuCtxSetCurrent(ctx);
 	return r ? r : d.cuTensorMapReplaceAddress(m, (void *)(size_t)gaddr);
+}
+
+/* Stream capture in relaxed mode (2): the gpuserver's other goroutines keep calling the driver meanwhile. */
+CUresult fg_capture_begin(CUcontext ctx, CUstream s) {
+	NEED(cuStreamBeginCapture);
+	CUresult r = d.cuCtxSetCurrent(ctx);
+	return r ? r : d.cuStreamBeginCapture(s, 2);
+}
+
+/* Ends a capture and instantiates the graph (which is destroyed: the executable graph is what is kept). */
+CUresult fg_capture_end(CUcontext ctx, CUstream s, void **exec) {
+	NEED(cuStreamEndCapture);
+	NEED(cuGraphInstantiateWithFlags);
+	NEED(cuGraphDestroy);
+	CUresult r = d.cuCtxSetCurrent(ctx);
+	if (r) return r;
+	void *g = NULL;
+	r = d.cuStreamEndCapture(s, &g);
+	if (r) return r;
+	r = d.cuGraphInstantiateWithFlags(exec, g, 0);
+	CUresult r2 = d.cuGraphDestroy(g);
+	return r ? r : r2;
+}
+
+CUresult fg_graph_launch(CUcontext ctx, void *exec, CUstream s) {
+	NEED(cuGraphLaunch);
+	CUresult r = d.cuCtxSetCurrent(ctx);
+	return r ? r : d.cuGraphLaunch(exec, s);
+}
+
+CUresult fg_graph_exec_destroy(CUcontext ctx, void *exec) {
+	NEED(cuGraphExecDestroy);
+	CUresult r = d.cuCtxSetCurrent(ctx);
+	return r ? r : d.cuGraphExecDestroy(exec);
 }

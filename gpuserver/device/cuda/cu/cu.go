@@ -181,14 +181,37 @@ func Create(ctx Context, dev int, size uint64) (uint64, error) {
 	return uint64(h), err
 }
 
+// CreateShareable allocates physical memory on dev that another process can import (ExportFD).
+func CreateShareable(ctx Context, dev int, size uint64) (uint64, error) {
+	var h C.CUmemGenericAllocationHandle
+	err := check("cuMemCreate", C.fg_create_shareable(C.CUcontext(ctx), C.int(dev), C.size_t(size), &h))
+	return uint64(h), err
+}
+
+// ExportFD returns a new POSIX file descriptor of a shareable allocation (cuMemExportToShareableHandle); the caller
+// closes it.
+func ExportFD(ctx Context, h uint64) (int, error) {
+	var fd C.int
+	err := check("cuMemExportToShareableHandle", C.fg_export(C.CUcontext(ctx), C.CUmemGenericAllocationHandle(h), &fd))
+	return int(fd), err
+}
+
+// ImportFD makes an allocation handle of a descriptor another process exported (cuMemImportFromShareableHandle);
+// the descriptor stays the caller's.
+func ImportFD(ctx Context, fd int) (uint64, error) {
+	var h C.CUmemGenericAllocationHandle
+	err := check("cuMemImportFromShareableHandle", C.fg_import(C.CUcontext(ctx), C.int(fd), &h))
+	return uint64(h), err
+}
+
 // Release frees physical memory.
 func Release(ctx Context, h uint64) error {
 	return check("cuMemRelease", C.fg_release(C.CUcontext(ctx), C.CUmemGenericAllocationHandle(h)))
 }
 
 // Map maps a physical allocation at p.
-func Map(ctx Context, p, size, h uint64) error {
-	return check("cuMemMap", C.fg_map(C.CUcontext(ctx), C.CUdeviceptr(p), C.size_t(size),
+func Map(ctx Context, p, size, offset, h uint64) error {
+	return check("cuMemMap", C.fg_map(C.CUcontext(ctx), C.CUdeviceptr(p), C.size_t(size), C.size_t(offset),
 		C.CUmemGenericAllocationHandle(h)))
 }
 

@@ -53,8 +53,15 @@ CUresult fg_reserve_at(CUcontext ctx, CUdeviceptr *p, size_t size, size_t align,
 CUresult fg_address_free(CUcontext ctx, CUdeviceptr p, size_t size);
 CUresult fg_create(CUcontext ctx, int dev, size_t size, CUmemGenericAllocationHandle *h);
 CUresult fg_release(CUcontext ctx, CUmemGenericAllocationHandle h);
-CUresult fg_map(CUcontext ctx, CUdeviceptr p, size_t size, CUmemGenericAllocationHandle h);
+CUresult fg_create_shareable(CUcontext ctx, int dev, size_t size, CUmemGenericAllocationHandle *h);
+CUresult fg_export(CUcontext ctx, CUmemGenericAllocationHandle h, int *fd);
+CUresult fg_import(CUcontext ctx, int fd, CUmemGenericAllocationHandle *h);
+CUresult fg_map(CUcontext ctx, CUdeviceptr p, size_t size, size_t offset, CUmemGenericAllocationHandle h);
 CUresult fg_unmap(CUcontext ctx, CUdeviceptr p, size_t size);
+CUresult fg_capture_begin(CUcontext ctx, CUstream s);
+CUresult fg_capture_end(CUcontext ctx, CUstream s, void **exec);
+CUresult fg_graph_launch(CUcontext ctx, void *exec, CUstream s);
+CUresult fg_graph_exec_destroy(CUcontext ctx, void *exec);
 CUresult fg_set_access(CUcontext ctx, CUdeviceptr p, size_t size, const int *devs, int n, int flags);
 CUresult fg_host_register(CUcontext ctx, void *p, size_t size);
 CUresult fg_host_unregister(CUcontext ctx, void *p);

@@ -109,3 +109,28 @@ func TensorMapReplaceAddress(ctx Context, m [128]byte, addr uint64) ([128]byte, 
 	copy(out[:], C.GoBytes(buf, 128))
 	return out, err
 }
+
+// GraphExec is an instantiated CUDA graph.
+type GraphExec unsafe.Pointer
+
+// CaptureBegin starts capturing stream s in relaxed mode (cuStreamBeginCapture_v2).
+func CaptureBegin(ctx Context, s Stream) error {
+	return check("cuStreamBeginCapture", C.fg_capture_begin(C.CUcontext(ctx), C.CUstream(s)))
+}
+
+// CaptureEnd ends the capture of s and instantiates the graph (cuStreamEndCapture, cuGraphInstantiateWithFlags).
+func CaptureEnd(ctx Context, s Stream) (GraphExec, error) {
+	var exec unsafe.Pointer
+	err := check("cuStreamEndCapture", C.fg_capture_end(C.CUcontext(ctx), C.CUstream(s), &exec))
+	return GraphExec(exec), err
+}
+
+// GraphLaunch launches an instantiated graph on s (cuGraphLaunch).
+func GraphLaunch(ctx Context, g GraphExec, s Stream) error {
+	return check("cuGraphLaunch", C.fg_graph_launch(C.CUcontext(ctx), unsafe.Pointer(g), C.CUstream(s)))
+}
+
+// GraphExecDestroy destroys an instantiated graph (cuGraphExecDestroy).
+func GraphExecDestroy(ctx Context, g GraphExec) error {
+	return check("cuGraphExecDestroy", C.fg_graph_exec_destroy(C.CUcontext(ctx), unsafe.Pointer(g)))
+}

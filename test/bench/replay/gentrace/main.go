@@ -37,7 +37,7 @@ import (
 )
 
 type config struct {
-	calllogs, reference, out                   string
+	calllogs, reference, out, profiles         string
 	nativeCall, nativeSync, shimLocal, shimCal time.Duration
 	overshoot                                  time.Duration
 	batchRecords, batchBytes                   int
@@ -56,6 +56,8 @@ func run(args []string, stdout io.Writer) error {
 	fs.StringVar(&c.calllogs, "calllogs", "", "directory of the dry run's call logs (calllog-<model>-b<batch>.tsv)")
 	fs.StringVar(&c.reference, "reference", "shim/testdata/trace/h100-passes.tsv", "the GPU's figures per pass")
 	fs.StringVar(&c.out, "out", "shim/testdata/trace", "directory the traces are written to")
+	fs.StringVar(&c.profiles, "profiles", "", "directory of gpu-profile-<model>-b<batch>.tsv (make gpu-trace): "+
+		"per-launch GPU times and issue gaps recorded on a GPU, used where present")
 	fs.DurationVar(&c.nativeCall, "native-call", 2500*time.Nanosecond, "native driver CPU per remoted call")
 	fs.DurationVar(&c.nativeSync, "native-sync", 10*time.Microsecond, "native synchronize after the GPU finished")
 	fs.DurationVar(&c.shimLocal, "shim-local", 50*time.Nanosecond, "nominal shim CPU per locally answered call")
@@ -78,7 +80,16 @@ func run(args []string, stdout io.Writer) error {
 		if err != nil {
 			return fmt.Errorf("-calllogs: %w", err)
 		}
-		t, err := build(c, r, log)
+		var prof []profiled
+		if c.profiles != "" {
+			path := filepath.Join(c.profiles, fmt.Sprintf("gpu-profile-%s-b%d.tsv", r.model, r.batch))
+			if _, err := os.Stat(path); err == nil {
+				if prof, err = readProfile(path); err != nil {
+					return fmt.Errorf("-profiles: %w", err)
+				}
+			}
+		}
+		t, err := build(c, r, log, prof)
 		if err != nil {
 			return fmt.Errorf("%s b%d: %w", r.model, r.batch, err)
 		}
@@ -200,7 +211,53 @@ func readCallLog(path string) ([]logged, error) {
 	return out, nil
 }
 
-func build(c config, r reference, log []logged) (*trace.Trace, error) {
+// profiled is one call of a GPU profile (test/gpu/profile_torch.py): when the client issued it, how long the call
+// took, and the GPU time of its work.
+type profiled struct {
+	kind               string // kernel, memset, memcpy, sync
+	start, dur, gpuDur time.Duration
+}
+
+func readProfile(path string) ([]profiled, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	var out []profiled
+	sc := bufio.NewScanner(f)
+	sc.Buffer(make([]byte, 64<<10), 1<<20)
+	us := func(s string) (time.Duration, error) {
+		v, err := strconv.ParseFloat(s, 64)
+		if err != nil || v < 0 || v > 1e7 {
+			return 0, fmt.Errorf("%q is not a time in microseconds", s)
+		}
+		return time.Duration(v * 1e3), nil
+	}
+	for n := 1; sc.Scan(); n++ {
+		line := sc.Text()
+		if strings.HasPrefix(line, "#") || line == "" {
+			continue
+		}
+		fs := strings.Split(line, "\t")
+		if len(fs) < 7 {
+			return nil, fmt.Errorf("%s:%d: %d fields, want 7", path, n, len(fs))
+		}
+		p := profiled{kind: fs[3]}
+		for i, d := range []*time.Duration{&p.start, &p.dur, nil, &p.gpuDur} {
+			if d == nil {
+				continue
+			}
+			if *d, err = us([]string{fs[1], fs[2], "", fs[5]}[i]); err != nil {
+				return nil, fmt.Errorf("%s:%d: %w", path, n, err)
+			}
+		}
+		out = append(out, p)
+	}
+	return out, sc.Err()
+}
+
+func build(c config, r reference, log []logged, prof []profiled) (*trace.Trace, error) {
 	beside := r.nativeCPU - r.nativeP50 // CPU of the native process beside its issuing thread
 	if beside < 0 {
 		beside = 0
@@ -219,10 +276,31 @@ func build(c config, r reference, log []logged) (*trace.Trace, error) {
 		placed += locals[i]
 	}
 	locals[0] = max(r.local-placed, 0)
-	// the gaps' shape, without the local calls' nominal cost, clipped at the 99th percentile
+	// the gaps' shape (the dry run's without the local calls' nominal cost, or the GPU profile's), clipped at the
+	// 99th percentile
 	raw := make([]float64, len(log))
-	for i := 1; i < len(log); i++ {
-		raw[i] = max(float64(log[i].begin-log[i-1].end)-float64(locals[i])*float64(c.shimLocal), 0)
+	var work []time.Duration // GPU time per call, from the profile
+	if prof != nil {
+		var calls []profiled
+		for _, p := range prof {
+			if p.kind != "sync" {
+				calls = append(calls, p)
+			}
+		}
+		if len(calls) != len(log)-1 {
+			return nil, fmt.Errorf("the GPU profile has %d launches, memsets and copies, the call log %d async calls",
+				len(calls), len(log)-1)
+		}
+		for i := 1; i < len(calls); i++ {
+			raw[i] = max(float64(calls[i].start-calls[i-1].start-calls[i-1].dur), 0)
+		}
+		for _, p := range calls {
+			work = append(work, p.gpuDur)
+		}
+	} else {
+		for i := 1; i < len(log); i++ {
+			raw[i] = max(float64(log[i].begin-log[i-1].end)-float64(locals[i])*float64(c.shimLocal), 0)
+		}
 	}
 	sorted := slices.Clone(raw[1:])
 	slices.Sort(sorted)
@@ -263,22 +341,38 @@ func build(c config, r reference, log []logged) (*trace.Trace, error) {
 			"launches: lower -native-call", issueNative, appSum)
 	}
 	t.NativeLocal = nativeLocal
-	// G: fitted to the shim p50 under the reference run's batching
-	lo, hi := time.Duration(0), r.shimP50
-	for range 60 {
-		g := (lo + hi) / 2
-		if shimModel(c, t, g, launches) < r.shimP50 {
-			lo = g
-		} else {
-			hi = g
+	// G: measured per call on the GPU where profiled, else fitted to the shim p50 under the reference run's batching
+	var g, per time.Duration
+	gpuNote := ""
+	if work != nil {
+		for i := range work {
+			t.Calls[i].GPU = work[i]
+			g += work[i]
 		}
-	}
-	g := lo
-	per := g / time.Duration(max(launches, 1))
-	for i := range t.Calls {
-		if k := t.Calls[i].Kind; k == trace.Launch || k == trace.LaunchEx {
-			t.Calls[i].GPU = per
+		t.Source = "made by test/bench/replay/gentrace from a dry run's call log, a GPU profile (per-call GPU times " +
+			"and the shape of the issue gaps) and the GPU's per-pass figures"
+		gpuNote = fmt.Sprintf("GPU time %s ms measured per call on the GPU (gpu-profile-%s-b%d.tsv)", trace.Ms(g),
+			r.model, r.batch)
+	} else {
+		lo, hi := time.Duration(0), r.shimP50
+		for range 60 {
+			mid := (lo + hi) / 2
+			if shimModel(c, t, mid, launches) < r.shimP50 {
+				lo = mid
+			} else {
+				hi = mid
+			}
 		}
+		g = lo
+		per = g / time.Duration(max(launches, 1))
+		for i := range t.Calls {
+			if k := t.Calls[i].Kind; k == trace.Launch || k == trace.LaunchEx {
+				t.Calls[i].GPU = per
+			}
+		}
+		gpuNote = fmt.Sprintf("GPU time %s ms fitted to the shim p50 (batches of %d records / %d bytes, synchronize "+
+			"overshoot %v), spread over %d launches: %v each", trace.Ms(g), c.batchRecords, c.batchBytes,
+			c.overshoot, launches, per)
 	}
 	pass, _, gpuEnd := t.Native()
 	t.Notes = append(t.Notes,
@@ -288,13 +382,11 @@ func build(c config, r reference, log []logged) (*trace.Trace, error) {
 			"native p50 = %s ms; shim issue = shim CPU - that = %s ms", trace.Ms(issueNative), trace.Ms(beside),
 			trace.Ms(issueShim)),
 		fmt.Sprintf("client time (gaps) = shim issue - %d local calls x %v - %d remoted calls x %v = %s ms, in the "+
-			"shape of the dry run's gaps (clipped at p99 %.1f us)", totalLocal, c.shimLocal, remoted, c.shimCal,
-			trace.Ms(appSum), p99/1e3),
+			"shape of the %s's gaps (clipped at p99 %.1f us)", totalLocal, c.shimLocal, remoted, c.shimCal,
+			trace.Ms(appSum), map[bool]string{true: "GPU profile", false: "dry run"}[prof != nil], p99/1e3),
 		fmt.Sprintf("native_local_ns solved: (native issue - gaps - %d x native_call_ns) / %d local calls",
 			remoted, totalLocal),
-		fmt.Sprintf("GPU time %s ms fitted to the shim p50 (batches of %d records / %d bytes, synchronize "+
-			"overshoot %v), spread over %d launches: %v each", trace.Ms(g), c.batchRecords, c.batchBytes,
-			c.overshoot, launches, per),
+		gpuNote,
 		fmt.Sprintf("native pass from the trace: %s ms (GPU ends at %s ms)", trace.Ms(pass), trace.Ms(gpuEnd)))
 	return t, nil
 }

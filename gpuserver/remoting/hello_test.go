@@ -1,0 +1,90 @@
+package remoting
+
+import (
+	"bufio"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/faas-gpu/faas-gpu/gpuserver/pool"
+)
+
+// TestHellolessConnectionsOfOnePeerLeaveRoomForOthers: another user's process opens connections to the remoting
+// socket that never say hello. Before, 128 of them took every pending slot of the node, and every function's new
+// CUDA session failed (CUDA_ERROR_NO_DEVICE in the shim) until they timed out. Now a peer's pending connections
+// are bounded (8 here): the rest of its storm is refused at once, and a function of another user says hello and
+// gets its session while the storm holds. It needs root (to run the storm as another user); as another user it
+// checks the per-peer bound alone.
+func TestHellolessConnectionsOfOnePeerLeaveRoomForOthers(t *testing.T) {
+	python, err := exec.LookPath("python3")
+	if err != nil {
+		t.Skip("python3 not installed")
+	}
+	if _, err := os.Stat("/usr/bin/python3"); err == nil {
+		python = "/usr/bin/python3" // reachable by another user (a pyenv shim under /root is not)
+	}
+	funcs := registry{"f": {pool.FunctionSpec{Name: "f", MemoryBytes: 1 << 20}, "tok"}}
+	r := startServerWith(t, funcs, func(c *Config) {
+		c.MaxPendingHellos, c.MaxPendingHellosPerPeer = 32, 8
+		c.HelloTimeout = 10 * time.Minute // the silent connections stay for the whole test
+	})
+	// The storm: 40 connections that never say hello, from a process of another user when we may start one.
+	storm := exec.Command(python, "-c", `
+import socket, sys, time
+conns = []
+for i in range(40):
+    s = socket.socket(socket.AF_UNIX)
+    s.connect(sys.argv[1])
+    conns.append(s)
+print("connected", flush=True)
+sys.stdin.readline()
+`, r.sock)
+	other := os.Geteuid() == 0
+	if other {
+		// The socket and the test's directories up to the temp dir become reachable for the other user.
+		for p := r.sock; strings.HasPrefix(p, os.TempDir()) && p != os.TempDir(); p = filepath.Dir(p) {
+			if err := os.Chmod(p, 0o777); err != nil {
+				t.Fatal(err)
+			}
+		}
+		storm.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: 65534, Gid: 65534}}
+	}
+	in, err := storm.StdinPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, err := storm.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var stderr strings.Builder
+	storm.Stderr = &stderr
+	if err := storm.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = in.Close(); _ = storm.Wait() })
+	if line, err := bufio.NewReader(out).ReadString('\n'); err != nil || line != "connected\n" {
+		t.Fatalf("the storm: %q %v\n%s", line, err, stderr.String())
+	}
+	eventually(t, "the storm beyond its peer's bound refused", func() bool {
+		return r.srv.Stats().Refused["pending_hellos_per_peer"] >= 32
+	})
+	r.srv.mu.Lock()
+	pending := r.srv.pending
+	r.srv.mu.Unlock()
+	if pending > 8 {
+		t.Fatalf("%d connections of one peer wait for their hello, bound 8", pending)
+	}
+	if !other {
+		t.Skip("not root: the storm ran as this user; the per-peer bound held, another user's hello is not tried")
+	}
+	w, err := dialWire(t, r.sock, "f", "tok")
+	if err != nil {
+		t.Fatalf("a function's hello during another user's storm: %v", err)
+	}
+	w.close()
+}

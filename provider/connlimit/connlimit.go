@@ -1,0 +1,174 @@
+// Package connlimit bounds the connections a server accepts, in total and per peer, so that no client and no flood
+// takes more than its share of the process's file descriptors: a surface under a connection storm refuses the
+// excess at once (an HTTP 503 with Connection: close, written before a byte is read) while the process's other
+// surfaces, which draw on the same descriptors, keep working, and it serves again as soon as the storm's
+// connections close (the server's header and idle timeouts close those that stall).
+package connlimit
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// Refusal is what a refused connection is sent: an HTTP/1.1 503 that asks the client to come back, then the
+// connection is closed.
+const Refusal = "HTTP/1.1 503 Service Unavailable\r\nContent-Type: text/plain; charset=utf-8\r\n" +
+	"Retry-After: 1\r\nConnection: close\r\nContent-Length: 38\r\n\r\ntoo many connections: try again later\n"
+
+// Config bounds a listener.
+type Config struct {
+	// Surface names the listener in logs ("gateway", "front door").
+	Surface string
+	// MaxConns bounds the connections open at once; required (> 0).
+	MaxConns int
+	// MaxPerPeer bounds the connections of one peer: one IPv4 address, one IPv6 /64 (a host's usual share), or
+	// every peer of a Unix socket together. 0 means MaxConns.
+	MaxPerPeer int
+	// Logger receives one line per LogEvery of refusals (never one per connection: a flood would flood the log);
+	// nil discards.
+	Logger *slog.Logger
+	// LogEvery is the shortest time between two refusal lines; 0 means 10s.
+	LogEvery time.Duration
+}
+
+// ErrInvalid is returned (wrapped) by New for a Config without a bound.
+var ErrInvalid = errors.New("invalid connection limits")
+
+// Listener is a net.Listener that bounds its connections (see Config).
+type Listener struct {
+	net.Listener
+	cfg Config
+
+	mu    sync.Mutex
+	open  int
+	peers map[string]int
+
+	refused   atomic.Uint64
+	lastLog   atomic.Int64 // unix nanoseconds of the last refusal line
+	lastCount atomic.Uint64
+}
+
+// New wraps l.
+func New(l net.Listener, cfg Config) (*Listener, error) {
+	if cfg.MaxConns <= 0 {
+		return nil, fmt.Errorf("%w: %s: MaxConns %d must be positive", ErrInvalid, cfg.Surface, cfg.MaxConns)
+	}
+	if cfg.MaxPerPeer <= 0 || cfg.MaxPerPeer > cfg.MaxConns {
+		cfg.MaxPerPeer = cfg.MaxConns
+	}
+	if cfg.LogEvery <= 0 {
+		cfg.LogEvery = 10 * time.Second
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	return &Listener{Listener: l, cfg: cfg, peers: map[string]int{}}, nil
+}
+
+// Accept returns the next connection within the bounds; connections beyond them are refused and closed here.
+func (l *Listener) Accept() (net.Conn, error) {
+	for {
+		c, err := l.Listener.Accept()
+		if err != nil {
+			return nil, err
+		}
+		peer := Peer(c.RemoteAddr())
+		reason := l.admit(peer)
+		if reason == "" {
+			return &conn{Conn: c, l: l, peer: peer}, nil
+		}
+		l.refuse(c, peer, reason)
+	}
+}
+
+// admit counts a connection of peer in, or says why it may not be.
+func (l *Listener) admit(peer string) string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	switch {
+	case l.open >= l.cfg.MaxConns:
+		return "the surface's connection limit"
+	case l.peers[peer] >= l.cfg.MaxPerPeer:
+		return "the peer's connection limit"
+	}
+	l.open++
+	l.peers[peer]++
+	return ""
+}
+
+func (l *Listener) release(peer string) {
+	l.mu.Lock()
+	l.open--
+	if l.peers[peer]--; l.peers[peer] <= 0 {
+		delete(l.peers, peer)
+	}
+	l.mu.Unlock()
+}
+
+// refuse answers and closes a connection beyond the bounds. The answer fits an empty socket buffer, so the write
+// does not wait on the peer; its deadline keeps a pathological one from holding the accept loop.
+func (l *Listener) refuse(c net.Conn, peer, reason string) {
+	_ = c.SetWriteDeadline(time.Now().Add(50 * time.Millisecond))
+	_, _ = c.Write([]byte(Refusal))
+	_ = c.Close()
+	n := l.refused.Add(1)
+	now := time.Now().UnixNano()
+	last := l.lastLog.Load()
+	if now-last >= int64(l.cfg.LogEvery) && l.lastLog.CompareAndSwap(last, now) {
+		prev := l.lastCount.Swap(n)
+		l.cfg.Logger.Warn("refusing connections beyond the limit", "surface", l.cfg.Surface, "peer", peer,
+			"reason", reason, "refused", n-prev, "max_conns", l.cfg.MaxConns, "max_conns_per_peer", l.cfg.MaxPerPeer)
+	}
+}
+
+// Refused is how many connections the listener has refused.
+func (l *Listener) Refused() uint64 { return l.refused.Load() }
+
+// Open is how many accepted connections are open.
+func (l *Listener) Open() int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.open
+}
+
+// Peer is the key a connection's remote address is bounded under: the IPv4 address, the IPv6 /64, or the
+// network name for addresses without an IP (Unix sockets).
+func Peer(a net.Addr) string {
+	var ip net.IP
+	switch v := a.(type) {
+	case *net.TCPAddr:
+		ip = v.IP
+	case *net.UDPAddr:
+		ip = v.IP
+	default:
+		if a == nil {
+			return "unknown"
+		}
+		host, _, err := net.SplitHostPort(a.String())
+		if ip = net.ParseIP(host); err != nil || ip == nil {
+			return a.Network()
+		}
+	}
+	if v4 := ip.To4(); v4 != nil {
+		return v4.String()
+	}
+	return ip.Mask(net.CIDRMask(64, 128)).String() + "/64"
+}
+
+type conn struct {
+	net.Conn
+	l    *Listener
+	peer string
+	once sync.Once
+}
+
+func (c *conn) Close() error {
+	err := c.Conn.Close()
+	c.once.Do(func() { c.l.release(c.peer) })
+	return err
+}
