@@ -93,6 +93,7 @@ type report struct {
 	CPUs        int      `json:"nproc"`
 	CPUModel    string   `json:"cpu_model"`
 	Commit      string   `json:"commit"`
+	// Command is the benchmark's command line (make bench-policy runs it with go run).
 	Command     string   `json:"command"`
 	Started     string   `json:"started"`
 	WallSeconds float64  `json:"wall_seconds"`
@@ -332,7 +333,7 @@ func run() error {
 	}
 	start := time.Now()
 	rep := report{Quick: *quick, Seeds: seeds, GoVersion: runtime.Version(), CPUs: runtime.NumCPU(),
-		CPUModel: cpuModel(), Commit: gitCommit(), Command: strings.Join(os.Args, " "),
+		CPUModel: cpuModel(), Commit: gitCommit(), Command: strings.Join(append([]string{"benchpolicy"}, os.Args[1:]...), " "),
 		Started: start.UTC().Format(time.RFC3339), LoadStart: loadAverage(), Parallel: *parallel,
 		ClusterTarget: 0.98, ClusterMinutes: clusterMin, RouterNodes: 2}
 	nodePolicies := []controller.Policy{controller.PolicyFaaSGPU, controller.PolicyTorpor, controller.PolicyFIFO,

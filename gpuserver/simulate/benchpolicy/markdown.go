@@ -71,7 +71,7 @@ func markdown(rep report) string {
 		title += " (quick run for CI)"
 	}
 	w("# %s\n\n", title)
-	w("Written by `make bench-policy` (gpuserver/simulate/benchpolicy). Every policy runs side by side on the same " +
+	w("Written by `make bench-policy`, unedited. Every policy runs side by side on the same " +
 		"arrivals: the simulator drives gpuserver/controller, the code the gpuserver ships, on a virtual clock with " +
 		"gpuserver/topology's link model. Each policy is judged on **two figures**: the share of functions (with at " +
 		"least one request) that meet their SLO, and the share of requests served within their deadline (goodput); " +
@@ -82,7 +82,7 @@ func markdown(rep report) string {
 		"the previous figures and why.\n\n")
 	w("## Conditions\n\n")
 	w("- machine: %d CPUs (`nproc`), %s; %s; commit %s\n", rep.CPUs, rep.CPUModel, rep.GoVersion, rep.Commit)
-	w("- command: `%s`, %d simulations at once; started %s; whole run %.0f s wall, %.0f s of CPU; 1-minute load "+
+	w("- command: `make bench-policy` (`%s`), %d simulations at once; started %s; whole run %.0f s wall, %.0f s of CPU; 1-minute load "+
 		"average %.1f at the start, %.1f at the end (other work on the machine stretches the wall time, not the "+
 		"figures: every run is deterministic given its seed)\n", rep.Command, rep.Parallel, rep.Started,
 		rep.WallSeconds, rep.CPUSeconds, rep.LoadStart, rep.LoadEnd)
