@@ -86,6 +86,7 @@ type Node struct {
 	mu        sync.Mutex
 	settled   *sync.Cond // on mu: a function stopped moving
 	operating bool       // an operation holds op (guarded by mu)
+
 	domains map[domainKey]device.Context // each tenant's context per GPU (fault.go)
 	fns     map[string]*function
 	plans   map[string]*restorePlan // images from before a restart whose function has not registered yet

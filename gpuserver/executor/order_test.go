@@ -17,8 +17,8 @@ import (
 // stallClock is a modelled clock that advances when slept on; once stalled, a sleep that would end after the
 // stall point blocks until released (a copy that never finishes).
 type stallClock struct {
-	mu    sync.Mutex
-	now   time.Time
+	mu      sync.Mutex
+	now     time.Time
 	stall   time.Time // zero: never
 	open    chan struct{}
 	blocked int // sleeps blocked on the stall now
