@@ -132,6 +132,7 @@ var Codes = []Code{
 	{"executor.broken", executor.ErrBroken},
 	{"executor.context_fault", executor.ErrContextFault},
 	{"executor.lost", executor.ErrLost},
+	{"executor.hold_expired", executor.ErrHoldExpired},
 	{"memory.no_space", memory.ErrNoSpace},
 	{"memory.invalid", memory.ErrInvalid},
 	{"repository.not_found", repository.ErrNotFound},
