@@ -87,16 +87,16 @@ type miss struct {
 }
 
 type report struct {
-	Quick       bool     `json:"quick"`
-	Seeds       []uint64 `json:"seeds"`
-	GoVersion   string   `json:"go_version"`
-	CPUs        int      `json:"nproc"`
-	CPUModel    string   `json:"cpu_model"`
-	Commit      string   `json:"commit"`
+	Quick     bool     `json:"quick"`
+	Seeds     []uint64 `json:"seeds"`
+	GoVersion string   `json:"go_version"`
+	CPUs      int      `json:"nproc"`
+	CPUModel  string   `json:"cpu_model"`
+	Commit    string   `json:"commit"`
 	// Command is the benchmark's command line (make bench-policy runs it with go run).
-	Command     string   `json:"command"`
-	Started     string   `json:"started"`
-	WallSeconds float64  `json:"wall_seconds"`
+	Command     string  `json:"command"`
+	Started     string  `json:"started"`
+	WallSeconds float64 `json:"wall_seconds"`
 	// CPUSeconds is the processor time the whole run used (user and system).
 	CPUSeconds float64 `json:"cpu_seconds"`
 	// LoadStart and LoadEnd are the machine's 1-minute load averages when the run started and ended (other work
