@@ -66,7 +66,7 @@ func (a *secureAPI) client(token string) *client.Client {
 	return client.New(a.sock, client.WithToken(token))
 }
 
-// TestCredentialsGuardEveryChange is issue 11 item 2: registration and deregistration take the administrator's
+// TestCredentialsGuardEveryChange: registration and deregistration take the administrator's
 // credential (or a ticket for exactly the spec registered), acquire takes the function's own token, release only
 // touches the caller's own bindings, and binding ids are random.
 func TestCredentialsGuardEveryChange(t *testing.T) {
@@ -208,7 +208,7 @@ func waitUntil(t *testing.T, what string, cond func() bool) {
 	}
 }
 
-// TestBindingReleasedWhenItsConnectionCloses is issue 11 item 6: a binding whose holder goes away (the
+// TestBindingReleasedWhenItsConnectionCloses: a binding whose holder goes away (the
 // connection that acquired it closes) is released, logged and counted; the GPU is free for the next request.
 func TestBindingReleasedWhenItsConnectionCloses(t *testing.T) {
 	ctx := context.Background()

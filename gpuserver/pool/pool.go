@@ -280,7 +280,7 @@ func Namespace(function string) string {
 	return ""
 }
 
-// Tenant is the isolation domain of a function on a GPU (issue 11 item 3): functions of one namespace share a GPU
+// Tenant is the isolation domain of a function on a GPU: functions of one namespace share a GPU
 // address space, functions of different namespaces never do, and an isolated function shares with none.
 func (s FunctionSpec) Tenant() string {
 	if s.Isolation == IsolationIsolated {

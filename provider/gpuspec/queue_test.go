@@ -8,7 +8,7 @@ import (
 	"github.com/faas-gpu/faas-gpu/provider"
 )
 
-// Issue 11 items 8 and 13: com.openfaas.queue is validated at deploy; the dead letters' name is refused.
+// com.openfaas.queue is validated at deploy; the dead letters' name is refused.
 func TestValidateQueue(t *testing.T) {
 	for _, ok := range []map[string]string{nil, {}, {AnnotationQueue: "gpu-batch"}, {AnnotationQueue: " batch_2 "},
 		{"com.openfaas.gpu.memory": "1Gi"}} {

@@ -15,7 +15,7 @@ import (
 	"github.com/faas-gpu/faas-gpu/queueworker/queue"
 )
 
-// Annotations read from a function (DESIGN.md, "GPU requirements travel as annotations").
+// Annotations read from a function (docs/design.md, "GPU requirements travel as annotations").
 const (
 	AnnotationGPUMemory     = "com.openfaas.gpu.memory"
 	AnnotationSLO           = "com.openfaas.gpu.slo"

@@ -28,7 +28,7 @@ func TestValidateName(t *testing.T) {
 			t.Errorf("ValidateName(%q) = %v, want ErrInvalidName", bad, err)
 		}
 	}
-	// Issue 11 item 8: the dead letters' name (and anything starting with it) is reserved.
+	// The dead letters' name (and anything starting with it) is reserved.
 	for _, reserved := range []string{"faas-dead-letter", "FAAS-DEAD-LETTER", "faas-dead-letter2", "faas-dead-letter_x"} {
 		err := queue.ValidateName(reserved)
 		if !errors.Is(err, queue.ErrInvalidName) || !errors.Is(err, queue.ErrReservedName) || !strings.Contains(err.Error(), "OF_faas-dead-letter") {
@@ -124,7 +124,7 @@ func TestValidateFunctionName(t *testing.T) {
 	}
 }
 
-// Issue 13 item 1: "name.namespace" (what faas-cli sends) splits as the synchronous proxy splits it.
+// "name.namespace" (what faas-cli sends) splits as the synchronous proxy splits it.
 func TestSplitFunction(t *testing.T) {
 	for ref, want := range map[string][2]string{
 		"echo":             {"echo", ""},
@@ -141,7 +141,7 @@ func TestSplitFunction(t *testing.T) {
 	}
 }
 
-// Issue 11 item 9: paths are checked after full decoding, so that no later decoding climbs out of the function.
+// Paths are checked after full decoding, so that no later decoding climbs out of the function.
 func TestCheckPath(t *testing.T) {
 	for _, ok := range []string{"", "/", "/a/b", "/a b", "/items/a%2Fb", "/100%", "/50%2541", "/..a/b..", "/a/.hidden", "/%zz"} {
 		if err := queue.CheckPath(ok); err != nil {
@@ -194,7 +194,7 @@ func TestCheckRequest(t *testing.T) {
 	}
 }
 
-// Issue 11 item 10: dead letters keep no credentials.
+// Dead letters keep no credentials.
 func TestWithoutCredentials(t *testing.T) {
 	h := http.Header{"Authorization": {"Bearer x"}, "Cookie": {"s=1"}, "Proxy-Authorization": {"Basic y"},
 		"authorization": {"lower"}, "Content-Type": {"text/plain"}}
@@ -207,7 +207,7 @@ func TestWithoutCredentials(t *testing.T) {
 	}
 }
 
-// Issue 11 item 8: only a queue's own work-queue stream may be consumed as that queue.
+// Only a queue's own work-queue stream may be consumed as that queue.
 func TestCheckQueueStream(t *testing.T) {
 	if err := queue.CheckQueueStream(queue.StreamConfig("batch"), "batch"); err != nil {
 		t.Fatalf("batch's own stream: %v", err)
@@ -227,7 +227,7 @@ func TestCheckQueueStream(t *testing.T) {
 	}
 }
 
-// The dead-letter stream's max age is the worker's setting (issue 11 item 10: retention is configurable).
+// The dead-letter stream's max age is the worker's setting (retention is configurable).
 func TestEnsureDeadLetterSetsMaxAge(t *testing.T) {
 	ctx := context.Background()
 	s := jstest.Server(t)
