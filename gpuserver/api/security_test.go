@@ -20,6 +20,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/faas-gpu/faas-gpu/contract"
 	"github.com/faas-gpu/faas-gpu/gpuserver/api"
 	"github.com/faas-gpu/faas-gpu/gpuserver/auth"
 	"github.com/faas-gpu/faas-gpu/gpuserver/client"
@@ -110,7 +111,7 @@ func TestCredentialsGuardEveryChange(t *testing.T) {
 		t.Errorf("a ticket used for another function: %v", err)
 	}
 	if tok, err := withTicket.RegisterToken(ctx, pool.FunctionSpec{Name: "self", MemoryBytes: 1 << 30,
-		SLO: time.Second, Percentile: pool.DefaultPercentile}); err != nil || tok != a.key.FunctionToken("self") {
+		SLO: time.Second, Percentile: contract.DefaultPercentile}); err != nil || tok != a.key.FunctionToken("self") {
 		t.Fatalf("register with its ticket: %q %v", tok, err)
 	}
 

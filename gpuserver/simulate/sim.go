@@ -8,8 +8,8 @@ import (
 	"sort"
 	"time"
 
+	"github.com/faas-gpu/faas-gpu/contract"
 	"github.com/faas-gpu/faas-gpu/gpuserver/controller"
-	"github.com/faas-gpu/faas-gpu/gpuserver/pool"
 	"github.com/faas-gpu/faas-gpu/gpuserver/topology"
 )
 
@@ -238,7 +238,7 @@ func (e *engine) compliance(perFn [][2]int64) (withTraffic, met int) {
 		withTraffic++
 		p := e.fns[i].model.Percentile
 		if p == 0 {
-			p = pool.DefaultPercentile
+			p = contract.DefaultPercentile
 		}
 		if float64(f[1]) >= p/100*float64(f[0])-1e-9 {
 			met++

@@ -13,32 +13,10 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/openfaas/faas-provider/types"
 
+	"github.com/faas-gpu/faas-gpu/contract"
 	"github.com/faas-gpu/faas-gpu/queueworker/internal/jstest"
 	"github.com/faas-gpu/faas-gpu/queueworker/queue"
 )
-
-func TestValidateName(t *testing.T) {
-	for _, ok := range []string{"faas-request", "slow_queue", "Q1"} {
-		if err := queue.ValidateName(ok); err != nil {
-			t.Errorf("ValidateName(%q) = %v", ok, err)
-		}
-	}
-	for _, bad := range []string{"", "a.b", "a b", "a*", "a>", "a/b", "a\\b", "$JS", string(make([]byte, 65))} {
-		if err := queue.ValidateName(bad); !errors.Is(err, queue.ErrInvalidName) {
-			t.Errorf("ValidateName(%q) = %v, want ErrInvalidName", bad, err)
-		}
-	}
-	// The dead letters' name (and anything starting with it) is reserved.
-	for _, reserved := range []string{"faas-dead-letter", "FAAS-DEAD-LETTER", "faas-dead-letter2", "faas-dead-letter_x"} {
-		err := queue.ValidateName(reserved)
-		if !errors.Is(err, queue.ErrInvalidName) || !errors.Is(err, queue.ErrReservedName) || !strings.Contains(err.Error(), "OF_faas-dead-letter") {
-			t.Errorf("ValidateName(%q) = %v, want ErrReservedName naming the dead-letter stream", reserved, err)
-		}
-	}
-	if err := queue.ValidateName("faas-dead"); err != nil {
-		t.Errorf("ValidateName(faas-dead) = %v", err)
-	}
-}
 
 // Ensure creates work-queue streams (idempotently) and the dead-letter stream; States reports backlog and
 // consumers.
@@ -58,7 +36,7 @@ func TestEnsureAndStates(t *testing.T) {
 	if c := st.CachedInfo().Config; c.Retention != jetstream.WorkQueuePolicy || c.Storage != jetstream.FileStorage || c.Subjects[0] != "faas-request" {
 		t.Fatalf("stream config %+v", c)
 	}
-	if err := queue.Ensure(ctx, js, "bad.name"); !errors.Is(err, queue.ErrInvalidName) {
+	if err := queue.Ensure(ctx, js, "bad.name"); !errors.Is(err, contract.ErrInvalidQueueName) {
 		t.Fatalf("Ensure(bad.name) = %v", err)
 	}
 	for range 3 {
@@ -212,7 +190,7 @@ func TestCheckQueueStream(t *testing.T) {
 	if err := queue.CheckQueueStream(queue.StreamConfig("batch"), "batch"); err != nil {
 		t.Fatalf("batch's own stream: %v", err)
 	}
-	if err := queue.CheckQueueStream(queue.DeadLetterStreamConfig(0), queue.DeadLetterQueue); !errors.Is(err, queue.ErrReservedName) {
+	if err := queue.CheckQueueStream(queue.DeadLetterStreamConfig(0), contract.DeadLetterQueue); !errors.Is(err, contract.ErrReservedQueueName) {
 		t.Fatalf("the dead-letter stream as a queue: %v, want ErrReservedName", err)
 	}
 	limits := queue.StreamConfig("batch")

@@ -17,6 +17,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/openfaas/faas-provider/types"
 
+	"github.com/faas-gpu/faas-gpu/contract"
 	"github.com/faas-gpu/faas-gpu/queueworker/frontdoor"
 	"github.com/faas-gpu/faas-gpu/queueworker/functions"
 	"github.com/faas-gpu/faas-gpu/queueworker/internal/jstest"
@@ -264,9 +265,9 @@ func (c *countingList) Functions(ctx context.Context) ([]functions.Function, err
 func TestNeverConsumesTheDeadLetters(t *testing.T) {
 	e := newEnv(t, func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(http.StatusInternalServerError) })
 	ctx := context.Background()
-	if _, err := worker.New(worker.Config{JetStream: e.js, GatewayURL: e.gateway.URL, Queues: []string{queue.DeadLetterQueue}}); err == nil ||
+	if _, err := worker.New(worker.Config{JetStream: e.js, GatewayURL: e.gateway.URL, Queues: []string{contract.DeadLetterQueue}}); err == nil ||
 		!strings.Contains(err.Error(), "reserved") {
-		t.Fatalf("a worker told to consume %s: %v, want a config error saying it is reserved", queue.DeadLetterQueue, err)
+		t.Fatalf("a worker told to consume %s: %v, want a config error saying it is reserved", contract.DeadLetterQueue, err)
 	}
 	// What an earlier version left behind: its durable consumer on the dead-letter stream, and a dead letter.
 	if _, err := e.js.CreateOrUpdateConsumer(ctx, queue.DeadLetterStream, jetstream.ConsumerConfig{Durable: "qw",
@@ -277,7 +278,7 @@ func TestNeverConsumesTheDeadLetters(t *testing.T) {
 		t.Fatal(err)
 	}
 	fns := &countingList{listed: listed{functionsMap{
-		"loop": {Name: "loop", Queue: queue.DeadLetterQueue},
+		"loop": {Name: "loop", Queue: contract.DeadLetterQueue},
 		"echo": {Name: "echo", Queue: queue.DefaultQueue},
 	}}}
 	e.run(worker.Config{Durable: "qw", Functions: fns, DiscoverQueues: 10 * time.Millisecond,
