@@ -48,8 +48,9 @@ type deviceHandler struct {
 	events  map[uint64]*event
 	globals []*global
 
-	images       *moduleImages // the node's module images (Config.images)
-	pendingImage []byte        // chunks of a module image whose load call has not come yet (reserved in images)
+	images       *moduleImages    // the node's module images (Config.images)
+	pendingImage []byte           // chunks of a module image whose load call has not come yet (reserved in images)
+	budgets      *functionBudgets // what the function's sessions hold together (Config.budgets)
 
 	g graphs // stream captures and graphs (graph.go)
 
@@ -125,8 +126,12 @@ func newDeviceHandler(ctx context.Context, cfg Config, info SessionInfo, log *sl
 	if images == nil { // a handler built without a server (tests)
 		images = newModuleImages(DefaultMaxModuleBytesPerFunction, DefaultMaxModuleBytes)
 	}
+	budgets := cfg.budgets
+	if budgets == nil { // a handler built without a server (tests)
+		budgets = newFunctionBudgets(DefaultMaxGraphBytesPerFunction)
+	}
 	h := &deviceHandler{
-		cfg: cfg, info: info, log: log, node: cfg.Node, images: images,
+		cfg: cfg, info: info, log: log, node: cfg.Node, images: images, budgets: budgets,
 		gpu:     -1,
 		handles: 0x1000,
 		modules: map[uint64]*module{},
@@ -370,6 +375,7 @@ func (h *deviceHandler) Close() error {
 	}
 	h.images.unreserve(h.info.Function, uint64(len(h.pendingImage)))
 	h.pendingImage = nil
+	h.unchargeGraph(h.g.charged)
 	for _, a := range h.allocs {
 		if a.global == nil {
 			errs = append(errs, h.node.Free(h.info.Function, device.Ptr(a.ptr)))
