@@ -40,21 +40,23 @@ func (n *Node) ScratchDropped() uint64 {
 
 // dropScratchLocked gives the chunks of f's mapped scratch segments on its active GPU back to the pool, once its
 // work there has completed. The segments stay f's (their addresses are reserved); the next swap-in maps them again.
+// It waits for the device and unmaps with mu released (f is moving meanwhile).
 func (n *Node) dropScratchLocked(ctx context.Context, f *function) error {
 	gpu := f.active
 	if gpu < 0 || !f.captured {
 		return nil
 	}
+	defer n.moving(f)()
 	r := f.res[gpu]
 	if s, ok := f.streams[gpu]; ok {
-		if err := s.Synchronize(ctx); err != nil {
+		if err := n.unlocked(func() error { return s.Synchronize(ctx) }); err != nil {
 			if ctx.Err() == nil {
 				err = n.faultLocked(f, gpu, err)
 			}
 			return fmt.Errorf("function %s gpu %d: %w", f.name, gpu, err)
 		}
 	}
-	if err := n.waitReadyLocked(ctx, r); err != nil {
+	if err := n.waitReadyLocked(ctx, f, r); err != nil {
 		return err
 	}
 	for _, seg := range f.space.Segments() {
@@ -63,7 +65,7 @@ func (n *Node) dropScratchLocked(ctx context.Context, f *function) error {
 			continue
 		}
 		if r.mapped[seg.ID] {
-			if err := n.mem.Unmap(seg.Ptr, seg.Size); err != nil {
+			if err := n.unlocked(func() error { return n.mem.Unmap(seg.Ptr, seg.Size) }); err != nil {
 				return fmt.Errorf("function %s gpu %d: %w", f.name, gpu, err)
 			}
 			delete(r.mapped, seg.ID)
