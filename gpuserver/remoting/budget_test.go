@@ -110,3 +110,56 @@ func TestGraphsBoundedPerFunction(t *testing.T) {
 		return f == nil || f.graph == 0
 	})
 }
+
+// TestQuotaHoldsAcrossSessions: a function's GPU memory quota was counted per session, so a function that started
+// several processes (each its own CUDA session, up to MaxSessionsPerFunction) held its quota once per process:
+// against faas-gpu up, six processes of a function with a 64 MiB quota allocated 64 MiB each. Now every session of
+// the function draws on one quota: allocations (and physical allocations) past it answer
+// CUDA_ERROR_OUT_OF_MEMORY, cuMemGetInfo says what the function has left, and what a session held is given back
+// when it ends.
+func TestQuotaHoldsAcrossSessions(t *testing.T) {
+	const quota = 8 << 20
+	funcs := tenants(pool.FunctionSpec{Name: "greedy.ns1", MemoryBytes: quota},
+		pool.FunctionSpec{Name: "other.ns2", MemoryBytes: quota})
+	r := startServerWith(t, funcs, nil)
+	r.binder.bind("greedy.ns1", 0)
+	r.binder.bind("other.ns2", 0)
+	first, err := dialWire(t, r.sock, "greedy.ns1", "tok-greedy.ns1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	mustAlloc(t, first, 6<<20)
+	second, err := dialWire(t, r.sock, "greedy.ns1", "tok-greedy.ns1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer second.close()
+	if res, _, err := second.call(CallCuMemAlloc_v2, uint64(4<<20)); err != nil || res != ResultOutOfMemory {
+		t.Fatalf("a second session allocating 4 MiB beside the first's 6 MiB of an 8 MiB quota: %d %v, want "+
+			"CUDA_ERROR_OUT_OF_MEMORY", res, err)
+	}
+	res, out, err := second.call(CallCuMemGetInfo_v2)
+	if err != nil || res != ResultSuccess || leU64(out) != 2<<20 || leU64(out[8:]) != quota {
+		t.Fatalf("cuMemGetInfo in the second session: %d %v free %d total %d, want 2 MiB of 8", res, err,
+			leU64(out), leU64(out[8:]))
+	}
+	prop := make([]byte, 32)
+	prop[0], prop[8] = memAllocationTypePinned, memLocationTypeDevice
+	if res, _, err := second.call(CallCuMemCreate, uint64(4<<20), prop, uint64(0)); err != nil ||
+		res != ResultOutOfMemory {
+		t.Fatalf("a physical allocation of 4 MiB in the second session: %d %v, want CUDA_ERROR_OUT_OF_MEMORY", res, err)
+	}
+	// Another function has its own quota.
+	o, err := dialWire(t, r.sock, "other.ns2", "tok-other.ns2")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer o.close()
+	mustAlloc(t, o, 6<<20)
+	// The first session ends: its memory is the function's again.
+	first.close()
+	eventually(t, "the first session's quota given back", func() bool {
+		res, _, err := second.call(CallCuMemAlloc_v2, uint64(6<<20))
+		return err == nil && res == ResultSuccess
+	})
+}

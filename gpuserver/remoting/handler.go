@@ -40,7 +40,7 @@ type deviceHandler struct {
 	implicit int       // GPU of the implicit binding
 	boundAt  time.Time // when the implicit binding was taken
 	explicit bool      // a request has bound the function: its initialisation has ended
-	used     uint64    // bytes of the session's segments (the quota's measure)
+	used     uint64    // bytes the session charged to the function's quota (functionBudgets: all its sessions together)
 
 	allocs  []allocation // sorted by ptr
 	handles uint64
@@ -150,6 +150,7 @@ func (h *deviceHandler) Close() error {
 	h.images.unreserve(h.info.Function, uint64(len(h.pendingImage)))
 	h.pendingImage = nil
 	h.unchargeGraph(h.g.charged)
+	h.unchargeDevice(h.used)
 	for _, a := range h.allocs {
 		if a.global == nil {
 			errs = append(errs, h.node.Free(h.info.Function, device.Ptr(a.ptr)))
