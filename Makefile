@@ -152,12 +152,14 @@ gpu-trace:
 ## bench-policy: every policy on both figures (functions and requests within SLO, refusals) over five seeds: Torpor's
 ## node, the Azure trace's hours, Torpor's arrivals with the overload control on and off, cluster sizing against
 ## static packing, keep-alive and late binding, the router against round robin; writes docs/bench/policy.{md,json}
-bench-policy: build
-	$(GO) run ./gpuserver/simulate/benchpolicy -workloads ../shared/workloads -out docs/bench
+## (about 10 minutes of CPU on two cores; wall time grows with whatever else the machine runs)
+bench-policy:
+	$(GO) run ./gpuserver/simulate/benchpolicy -workloads $${FAAS_GPU_WORKLOADS:-../shared/workloads} -out docs/bench
 
-## bench-policy-quick: the same on two seeds and fewer points (CI), writes docs/bench/policy-quick.{md,json}
+## bench-policy-quick: the same on two seeds and fewer points (CI, about a minute), writes
+## build/bench/policy-quick.{md,json}
 bench-policy-quick:
-	$(GO) run ./gpuserver/simulate/benchpolicy -workloads ../shared/workloads -out docs/bench -quick
+	$(GO) run ./gpuserver/simulate/benchpolicy -workloads $${FAAS_GPU_WORKLOADS:-../shared/workloads} -out build/bench -quick
 
 ## bench-swap: data-plane benchmarks, writes docs/bench/swap.md
 bench-swap: build

@@ -1,0 +1,165 @@
+package remoting
+
+import (
+	"testing"
+
+	"github.com/faas-gpu/faas-gpu/gpuserver/pool"
+)
+
+// captureGraph records nodes memsets of buf on a new stream of w and returns the graph.
+func captureGraph(t *testing.T, w *wireClient, buf uint64, nodes int) (graph uint64, res Result) {
+	t.Helper()
+	r, out, err := w.call(CallCuStreamCreate, uint64(1))
+	if err != nil || r != ResultSuccess {
+		t.Fatalf("cuStreamCreate: %d %v", r, err)
+	}
+	st := leU64(out)
+	if r, _, err := w.call(CallStreamBeginCapture, st, uint64(captureRelaxed)); err != nil || r != ResultSuccess {
+		t.Fatalf("begin capture: %d %v", r, err)
+	}
+	for range nodes {
+		w.seq++
+		if _, _, err := w.send(record(CallCuMemsetD8Async, 0, w.seq, buf, uint64(1), uint64(16), st), false); err != nil {
+			t.Fatal(err)
+		}
+	}
+	r, out, err = w.call(CallStreamEndCapture, st)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r != ResultSuccess {
+		return 0, r
+	}
+	return leU64(out), r
+}
+
+// TestGraphsBoundedPerFunction: executable graphs copy their graph's nodes, so one capture of many nodes
+// instantiated again and again grew the process that runs the function's sessions (the gpuserver, or its tenant's
+// executor) by about 2.7 MB per call, 11 GB per session of 4,096 calls and 64 sessions per function: a function
+// took the node down within seconds (measured against faas-gpu up: 100 instantiations, 0.3 s, +272 MB). Now
+// captures, graphs and executable graphs are charged to the function, all its sessions together, and the call past
+// MaxGraphBytesPerFunction answers CUDA_ERROR_OUT_OF_MEMORY; a session's end gives its share back, and another
+// function is not affected.
+func TestGraphsBoundedPerFunction(t *testing.T) {
+	funcs := tenants(pool.FunctionSpec{Name: "bomb.ns1", MemoryBytes: 64 << 20},
+		pool.FunctionSpec{Name: "other.ns2", MemoryBytes: 64 << 20})
+	r := startServerWith(t, funcs, nil) // the default bound
+	r.binder.bind("bomb.ns1", 0)
+	r.binder.bind("other.ns2", 1)
+	budgets := r.srv.cfg.budgets
+	const nodes = 16384
+	perExec := uint64(nodes) * graphNodeOverhead
+	var sessions []*wireClient
+	var made int
+	for s := range 2 {
+		w, err := dialWire(t, r.sock, "bomb.ns1", "tok-bomb.ns1")
+		if err != nil {
+			t.Fatal(err)
+		}
+		sessions = append(sessions, w)
+		g, res := captureGraph(t, w, mustAlloc(t, w, 1<<20), nodes)
+		if res != ResultSuccess {
+			if s == 0 {
+				t.Fatalf("the first capture: %d", res)
+			}
+			break // the second session's capture is already beyond the bound
+		}
+		for range 160 {
+			res, _, err := w.call(CallCuGraphInstantiateWithFlags, g, uint64(0))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if res == ResultOutOfMemory {
+				break
+			}
+			if res != ResultSuccess {
+				t.Fatalf("instantiate: %d", res)
+			}
+			made++
+		}
+	}
+	const bound = 256 << 20 // the documented default
+	if limit := int(bound / perExec); made > limit {
+		t.Fatalf("%d executable graphs of %d nodes instantiated by two sessions, want at most %d "+
+			"(MaxGraphBytesPerFunction %d)", made, nodes, limit, bound)
+	}
+	if b := budgets.fns["bomb.ns1"].graph; b > bound {
+		t.Fatalf("the function's graphs are charged %d bytes, bound %d", b, bound)
+	}
+	// Another function captures and instantiates beside it.
+	o, err := dialWire(t, r.sock, "other.ns2", "tok-other.ns2")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer o.close()
+	g, res := captureGraph(t, o, mustAlloc(t, o, 1<<20), 16)
+	if res != ResultSuccess {
+		t.Fatalf("another function's capture: %d", res)
+	}
+	if res, _, err := o.call(CallCuGraphInstantiateWithFlags, g, uint64(0)); err != nil || res != ResultSuccess {
+		t.Fatalf("another function's instantiation: %d %v", res, err)
+	}
+	// The bomb's sessions end: what they held is given back.
+	for _, w := range sessions {
+		w.close()
+	}
+	eventually(t, "the function's graph budget given back", func() bool {
+		budgets.mu.Lock()
+		defer budgets.mu.Unlock()
+		f := budgets.fns["bomb.ns1"]
+		return f == nil || f.graph == 0
+	})
+}
+
+// TestQuotaHoldsAcrossSessions: a function's GPU memory quota was counted per session, so a function that started
+// several processes (each its own CUDA session, up to MaxSessionsPerFunction) held its quota once per process:
+// against faas-gpu up, six processes of a function with a 64 MiB quota allocated 64 MiB each. Now every session of
+// the function draws on one quota: allocations (and physical allocations) past it answer
+// CUDA_ERROR_OUT_OF_MEMORY, cuMemGetInfo says what the function has left, and what a session held is given back
+// when it ends.
+func TestQuotaHoldsAcrossSessions(t *testing.T) {
+	const quota = 8 << 20
+	funcs := tenants(pool.FunctionSpec{Name: "greedy.ns1", MemoryBytes: quota},
+		pool.FunctionSpec{Name: "other.ns2", MemoryBytes: quota})
+	r := startServerWith(t, funcs, nil)
+	r.binder.bind("greedy.ns1", 0)
+	r.binder.bind("other.ns2", 0)
+	first, err := dialWire(t, r.sock, "greedy.ns1", "tok-greedy.ns1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	mustAlloc(t, first, 6<<20)
+	second, err := dialWire(t, r.sock, "greedy.ns1", "tok-greedy.ns1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer second.close()
+	if res, _, err := second.call(CallCuMemAlloc_v2, uint64(4<<20)); err != nil || res != ResultOutOfMemory {
+		t.Fatalf("a second session allocating 4 MiB beside the first's 6 MiB of an 8 MiB quota: %d %v, want "+
+			"CUDA_ERROR_OUT_OF_MEMORY", res, err)
+	}
+	res, out, err := second.call(CallCuMemGetInfo_v2)
+	if err != nil || res != ResultSuccess || leU64(out) != 2<<20 || leU64(out[8:]) != quota {
+		t.Fatalf("cuMemGetInfo in the second session: %d %v free %d total %d, want 2 MiB of 8", res, err,
+			leU64(out), leU64(out[8:]))
+	}
+	prop := make([]byte, 32)
+	prop[0], prop[8] = memAllocationTypePinned, memLocationTypeDevice
+	if res, _, err := second.call(CallCuMemCreate, uint64(4<<20), prop, uint64(0)); err != nil ||
+		res != ResultOutOfMemory {
+		t.Fatalf("a physical allocation of 4 MiB in the second session: %d %v, want CUDA_ERROR_OUT_OF_MEMORY", res, err)
+	}
+	// Another function has its own quota.
+	o, err := dialWire(t, r.sock, "other.ns2", "tok-other.ns2")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer o.close()
+	mustAlloc(t, o, 6<<20)
+	// The first session ends: its memory is the function's again.
+	first.close()
+	eventually(t, "the first session's quota given back", func() bool {
+		res, _, err := second.call(CallCuMemAlloc_v2, uint64(6<<20))
+		return err == nil && res == ResultSuccess
+	})
+}
