@@ -207,6 +207,7 @@ func (n *Node) dropTenantLocked(f *function, gpu int, err error) {
 		o.epoch++
 		o.fault = err
 		o.loseLocked(fmt.Errorf("gpu %d: %w", gpu, err))
+		n.loseScratchLocked(o, fmt.Errorf("gpu %d: %w", gpu, err))
 		restored = append(restored, o.name)
 	}
 	n.execs[gpu].contextFaults++
