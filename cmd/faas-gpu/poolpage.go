@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"net"
 	"net/http"
 	"time"
 
@@ -16,6 +15,7 @@ import (
 	"github.com/faas-gpu/faas-gpu/gpuserver/metering"
 	"github.com/faas-gpu/faas-gpu/gpuserver/server"
 	"github.com/faas-gpu/faas-gpu/gpuserver/ui"
+	"github.com/faas-gpu/faas-gpu/provider/connlimit"
 	"github.com/faas-gpu/faas-gpu/queueworker/queue"
 )
 
@@ -46,6 +46,12 @@ type usageOf struct{ gs *server.Server }
 
 func (u usageOf) Report(since time.Time) metering.Report { return u.gs.Usage(since) }
 
+// Bounds of the gpuserver's pool page listener: connections in all and per peer.
+const (
+	poolPageMaxConns   = 64
+	poolPageMaxPerPeer = 16
+)
+
 // servePoolPage serves the pool page of a gpuserver on addr behind basic auth (`faas-gpu gpuserver -ui-addr`) and
 // returns what stops it.
 func servePoolPage(ctx context.Context, gs *server.Server, node, addr string, creds *auth.BasicAuthCredentials,
@@ -54,7 +60,10 @@ func servePoolPage(ctx context.Context, gs *server.Server, node, addr string, cr
 	if err != nil {
 		return nil, err
 	}
-	l, err := net.Listen("tcp", addr)
+	// Its viewers are few: a small fixed bound, as the queue worker's metrics (in a cluster the chart may admit
+	// every peer to this port).
+	l, err := boundedListen("tcp", addr, "ui",
+		connlimit.Limits{MaxConns: poolPageMaxConns, MaxPerPeer: poolPageMaxPerPeer}, log)
 	if err != nil {
 		page.Close()
 		return nil, usageError{fmt.Errorf("-ui-addr %s: %w", addr, err)}

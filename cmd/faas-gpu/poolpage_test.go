@@ -19,7 +19,8 @@ import (
 )
 
 // TestGPUServerServesThePoolPage: `faas-gpu gpuserver -ui-addr` serves /ui behind the credentials of -ui-auth-dir
-// (in a cluster the mounted basic-auth secret), and refuses -ui-addr without them naming the flag.
+// (in a cluster the mounted basic-auth secret), bounds its connections per peer, and refuses -ui-addr without the
+// credentials naming the flag.
 func TestGPUServerServesThePoolPage(t *testing.T) {
 	dir, err := os.MkdirTemp("", "gsui") // short: Unix socket paths are limited to 108 bytes
 	if err != nil {
@@ -84,5 +85,49 @@ func TestGPUServerServesThePoolPage(t *testing.T) {
 	anon.Body.Close()
 	if anon.StatusCode != http.StatusUnauthorized {
 		t.Fatalf("/ui/state without credentials: %d", anon.StatusCode)
+	}
+
+	// Bounded per peer: a peer holding its share of connections is refused the next one at once (503), and served
+	// again once it lets them go.
+	var held []net.Conn
+	defer func() {
+		for _, c := range held {
+			c.Close()
+		}
+	}()
+	get := func() (int, error) {
+		req, _ := http.NewRequest(http.MethodGet, url, nil)
+		req.SetBasicAuth(creds.User, creds.Password)
+		resp, err := (&http.Client{Transport: &http.Transport{DisableKeepAlives: true}, Timeout: 10 * time.Second}).Do(req)
+		if err != nil {
+			return 0, err
+		}
+		resp.Body.Close()
+		return resp.StatusCode, nil
+	}
+	for range poolPageMaxPerPeer {
+		c, err := net.Dial("tcp", addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		held = append(held, c)
+	}
+	deadline = time.Now().Add(30 * time.Second)
+	for code, err := get(); code != http.StatusServiceUnavailable; code, err = get() {
+		if time.Now().After(deadline) {
+			t.Fatalf("with %d connections held: %d %v, want 503", len(held), code, err)
+		}
+		time.Sleep(20 * time.Millisecond) // until the server has accepted the held ones
+	}
+	for _, c := range held {
+		c.Close()
+	}
+	held = nil
+	deadline = time.Now().Add(30 * time.Second)
+	for code, err := get(); code != http.StatusOK; code, err = get() {
+		if time.Now().After(deadline) {
+			t.Fatalf("after the held connections closed: %d %v, want 200", code, err)
+		}
+		time.Sleep(20 * time.Millisecond)
 	}
 }

@@ -61,10 +61,19 @@ func (b *Binding) Orphaned() bool {
 	return b.f.broken != nil
 }
 
-// Release ends the binding; the function's copy stays resident (parked or active) until evicted.
+// Release ends the binding; the function's copy stays resident (parked or active) until evicted. The last binding
+// of a function whose scratch is per request drops that scratch (an operation: it waits for the function's work).
 func (b *Binding) Release() {
-	b.n.mu.Lock()
-	defer b.n.mu.Unlock()
+	n := b.n
+	n.mu.Lock()
+	perRequest := b.f.scratchPerRequest
+	n.mu.Unlock()
+	if perRequest {
+		defer n.operate()()
+	} else {
+		n.mu.Lock()
+		defer n.mu.Unlock()
+	}
 	if b.released {
 		return
 	}
@@ -76,9 +85,10 @@ func (b *Binding) Release() {
 	case b.f.users > 0:
 		b.f.users--
 	}
-	if b.f.users == 0 && b.f.scratchPerRequest && b.f.active == b.gpu {
-		if err := b.n.dropScratchLocked(b.n.ctx, b.f); err != nil {
-			b.n.log.Warn("executor: dropping the scratch of a request", "function", b.function, "gpu", b.gpu,
+	if perRequest && b.f.users == 0 && b.f.scratchPerRequest && b.f.active == b.gpu {
+		defer n.moving(b.f)()
+		if err := n.dropScratchLocked(n.ctx, b.f); err != nil {
+			n.log.Warn("executor: dropping the scratch of a request", "function", b.function, "gpu", b.gpu,
 				"err", err)
 		}
 	}
@@ -127,11 +137,12 @@ func (n *Node) Expire(ctx context.Context, b *Binding, grace time.Duration, caus
 		err = ev.Synchronize(wctx)
 	}
 	cancel()
+	defer n.operate()()
+	// Re-checked now that the operation holds the node: the function may have been moved, restored after a fault
+	// or reset while its work was waited for.
 	if err == nil || ctx.Err() != nil {
 		// Its work finished (or failed, which its next synchronisation reports): its memory leaves the GPU's
 		// mappings, so that the GPU may serve another tenant while the request has not released the binding.
-		n.mu.Lock()
-		defer n.mu.Unlock()
 		if f.active == b.gpu && f.users == 0 {
 			if err := n.deactivateLocked(ctx, f); err != nil && !errors.Is(err, ErrContextFault) {
 				return err
@@ -140,21 +151,18 @@ func (n *Node) Expire(ctx context.Context, b *Binding, grace time.Duration, caus
 		return nil
 	}
 	// Stop it: the context goes out of service first (new work gets a new one), its queued work is dropped when
-	// it is destroyed (outside the node's lock: a kernel running on it finishes first), and only then does the
-	// memory it could write go back to the pools.
+	// it is destroyed (with mu released: a kernel running on it finishes first), and only then does the memory it
+	// could write go back to the pools.
 	why := fmt.Errorf("%w: its queued work was stopped: %w", ErrHoldExpired, cause)
-	n.mu.Lock()
+	defer n.movingTenantLocked(f.tenant)()
 	dead := n.detachLocked(f.tenant, b.gpu)
-	n.mu.Unlock()
 	if dead == nil {
 		return nil // torn down meanwhile (a fault), with its memory
 	}
-	if derr := dead.Destroy(); derr != nil {
+	if derr := n.unlocked(dead.Destroy); derr != nil {
 		n.log.Warn("destroying the context of an expired binding", "gpu", b.gpu, "err", derr)
 	}
-	n.mu.Lock()
 	n.dropTenantLocked(f, b.gpu, why)
-	n.mu.Unlock()
 	return nil
 }
 
@@ -163,12 +171,12 @@ func (n *Node) Expire(ctx context.Context, b *Binding, grace time.Duration, caus
 // GPU with the most free memory, copying from a GPU with a copy when peer access allows, else from host. Several
 // bindings of one function share its active GPU.
 func (n *Node) Acquire(ctx context.Context, name string, gpu int, source Source) (*Binding, error) {
-	n.mu.Lock()
-	defer n.mu.Unlock()
+	defer n.operate()()
 	f, err := n.fn(name)
 	if err != nil {
 		return nil, err
 	}
+	defer n.moving(f)()
 	if err := n.checkScratchLocked(f); err != nil { // usableLocked, and scratch a destroyed copy held (scratch.go)
 		return nil, err
 	}
@@ -221,12 +229,12 @@ func (n *Node) Alloc(ctx context.Context, name string, size uint64) (device.Ptr,
 // AllocSegment is Alloc that also returns the segment the block lies in and whether this call created it (a
 // block of at least half a chunk gets a segment of its own, whose chunks go back to the pools when it is freed).
 func (n *Node) AllocSegment(ctx context.Context, name string, size uint64) (device.Ptr, memory.Segment, bool, error) {
-	n.mu.Lock()
-	defer n.mu.Unlock()
+	defer n.operate()()
 	f, err := n.fn(name)
 	if err != nil {
 		return 0, memory.Segment{}, false, err
 	}
+	defer n.moving(f)()
 	if err := f.usableLocked(); err != nil {
 		return 0, memory.Segment{}, false, err
 	}
@@ -259,12 +267,12 @@ func (n *Node) AllocSegment(ctx context.Context, name string, size uint64) (devi
 // Free releases a block of function. A block with a segment of its own gives its chunks back on every GPU (its
 // work must have completed); its address range stays reserved for the function.
 func (n *Node) Free(name string, ptr device.Ptr) error {
-	n.mu.Lock()
-	defer n.mu.Unlock()
+	defer n.operate()()
 	f, err := n.fn(name)
 	if err != nil {
 		return err
 	}
+	defer n.moving(f)()
 	return n.freeLocked(context.Background(), f, ptr)
 }
 
@@ -279,13 +287,13 @@ func (n *Node) freeLocked(ctx context.Context, f *function, ptr device.Ptr) erro
 	delete(f.own, seg.ID)
 	f.dead[seg.ID] = true
 	var errs []error
-	for gpu, r := range f.res {
+	for gpu, r := range f.res { // the waits and unmaps with mu released (f is moving: the caller's operation's)
 		if ev, ok := r.ready[seg.ID]; ok {
-			errs = append(errs, ev.Synchronize(ctx), ev.Destroy())
+			errs = append(errs, n.unlocked(func() error { return ev.Synchronize(ctx) }), ev.Destroy())
 			delete(r.ready, seg.ID)
 		}
 		if r.mapped[seg.ID] {
-			errs = append(errs, n.mem.Unmap(seg.Ptr, seg.Size))
+			errs = append(errs, n.unlocked(func() error { return n.mem.Unmap(seg.Ptr, seg.Size) }))
 			delete(r.mapped, seg.ID)
 		}
 		if chunks, ok := r.chunks[seg.ID]; ok {
@@ -312,14 +320,14 @@ func (n *Node) Segments(name string) ([]memory.Segment, error) {
 
 // Capture ends function's initialisation: the bytes of its model segments on its active GPU become its image in
 // the repository, and later blocks are scratch. The function's work must be submitted before (it is waited for).
-// It holds the node while it copies.
+// Its own work waits while it copies; other functions' work goes on.
 func (n *Node) Capture(ctx context.Context, name string) error {
-	n.mu.Lock()
-	defer n.mu.Unlock()
+	defer n.operate()()
 	f, err := n.fn(name)
 	if err != nil {
 		return err
 	}
+	defer n.moving(f)()
 	if f.plan != nil && n.reuseLocked(f) {
 		return nil // its image from before a restart is its capture
 	}
@@ -353,8 +361,10 @@ func modelSegments(f *function) []repository.Segment {
 }
 
 // writeImageLocked copies f's live model segments from its active GPU into a new image in the repository, which
-// replaces the function's image; it reports false when f has no model segment (nothing written).
+// replaces the function's image; it reports false when f has no model segment (nothing written). It waits for the
+// device and writes the image with mu released (f is moving meanwhile).
 func (n *Node) writeImageLocked(ctx context.Context, f *function, what string) (bool, error) {
+	defer n.moving(f)()
 	gpu := f.active
 	segs := modelSegments(f)
 	if len(segs) == 0 {
@@ -364,31 +374,35 @@ func (n *Node) writeImageLocked(ctx context.Context, f *function, what string) (
 	if err != nil {
 		return false, err
 	}
-	if err := n.waitReadyLocked(ctx, f.res[gpu]); err != nil {
+	if err := n.waitReadyLocked(ctx, f, f.res[gpu]); err != nil {
 		return false, err
 	}
-	im, err := n.repo.CreateIn(ctx, f.name, "tenant "+f.tenant, segs) // chunks shared within the tenant
-	if err != nil {
-		return false, fmt.Errorf("%s %s: %w", what, f.name, err)
-	}
-	defer im.Release()
-	for i, seg := range im.Segments() {
-		if err := s.CopyDtoH(im.Bytes(i), seg.Ptr); err != nil {
-			return false, fmt.Errorf("%s %s: %w", what, f.name, err)
+	tenant := f.tenant
+	err = n.unlocked(func() error {
+		im, err := n.repo.CreateIn(ctx, f.name, "tenant "+tenant, segs) // chunks shared within the tenant
+		if err != nil {
+			return fmt.Errorf("%s %s: %w", what, f.name, err)
 		}
-	}
-	if err := s.Synchronize(ctx); err != nil {
-		// The image's host pages are the copies' destination: they stay mapped until the stream has passed the
-		// copies, even when ctx ended first (releasing them under a queued copy faults the whole process).
-		if ctx.Err() != nil {
-			_ = s.Synchronize(context.WithoutCancel(ctx))
+		defer im.Release()
+		for i, seg := range im.Segments() {
+			if err := s.CopyDtoH(im.Bytes(i), seg.Ptr); err != nil {
+				return fmt.Errorf("%s %s: %w", what, f.name, err)
+			}
 		}
-		return false, fmt.Errorf("%s %s: %w", what, f.name, err)
-	}
-	if err := im.Commit(); err != nil {
-		return false, fmt.Errorf("%s %s: %w", what, f.name, err)
-	}
-	return true, nil
+		if err := s.Synchronize(ctx); err != nil {
+			// The image's host pages are the copies' destination: they stay mapped until the stream has passed
+			// the copies, even when ctx ended first (releasing them under a queued copy faults the whole process).
+			if ctx.Err() != nil {
+				_ = s.Synchronize(context.WithoutCancel(ctx))
+			}
+			return fmt.Errorf("%s %s: %w", what, f.name, err)
+		}
+		if err := im.Commit(); err != nil {
+			return fmt.Errorf("%s %s: %w", what, f.name, err)
+		}
+		return nil
+	})
+	return err == nil, err
 }
 
 func (n *Node) streamLocked(f *function, gpu int) (device.Stream, error) {
@@ -412,7 +426,7 @@ func (n *Node) streamLocked(f *function, gpu int) (device.Stream, error) {
 func (n *Node) Stream(name string) (device.Stream, error) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
-	f, err := n.fn(name)
+	f, err := n.settledFnLocked(name)
 	if err != nil {
 		return nil, err
 	}
@@ -440,18 +454,31 @@ type Stream struct {
 
 var _ device.Stream = (*Stream)(nil)
 
-// gate makes the stream wait for the segments that ptrs point into and runs op, under the node lock.
+// gate makes the stream wait for the segments that ptrs point into and runs op, under mu, once the function is not
+// moving (locking.go): another function's operation does not hold it up.
 func (s *Stream) gate(op func() error, ptrs ...device.Ptr) error {
-	s.n.mu.Lock()
-	defer s.n.mu.Unlock()
-	if e := s.n.execs[s.gpu]; !e.healthy {
+	n := s.n
+	n.mu.Lock()
+	for {
+		n.settleLocked(s.f)
+		c, ok := n.domains[domainKey{s.f.tenant, s.gpu}]
+		if !ok || c.Err() == nil || s.f.active != s.gpu || !n.execs[s.gpu].healthy || s.f.usableLocked() != nil {
+			break
+		}
+		// Another stream of the tenant faulted: tear its context down first (an operation).
+		n.mu.Unlock()
+		err, done := n.fault(s.f, s.gpu, c)
+		if done {
+			return err
+		}
+		n.mu.Lock()
+	}
+	defer n.mu.Unlock()
+	if e := n.execs[s.gpu]; !e.healthy {
 		return fmt.Errorf("%w: gpu %d: %w", ErrUnhealthy, s.gpu, e.lastErr)
 	}
 	if err := s.f.usableLocked(); err != nil {
 		return err
-	}
-	if c, ok := s.n.domains[domainKey{s.f.tenant, s.gpu}]; ok && c.Err() != nil && s.f.active == s.gpu {
-		return s.n.faultLocked(s.f, s.gpu, c.Err()) // another stream of the tenant faulted: tear down first
 	}
 	if s.f.active != s.gpu {
 		return fmt.Errorf("%w: %s is no longer active on gpu %d", ErrInvalid, s.f.name, s.gpu)
@@ -551,8 +578,7 @@ func (s *Stream) Synchronize(ctx context.Context) error {
 	if err == nil || ctx.Err() != nil || errors.Is(err, device.ErrInvalidValue) {
 		return err
 	}
-	s.n.mu.Lock()
-	defer s.n.mu.Unlock()
+	defer s.n.operate()()
 	if e := s.n.execs[s.gpu]; !e.healthy {
 		return fmt.Errorf("%w: gpu %d: %w", ErrUnhealthy, s.gpu, err)
 	}

@@ -51,8 +51,7 @@ func (n *Node) SetTenant(ctx context.Context, name, tenant string) error {
 	if tenant == "" {
 		return fmt.Errorf("%w: empty tenant", ErrInvalid)
 	}
-	n.mu.Lock()
-	defer n.mu.Unlock()
+	defer n.operate()()
 	f, err := n.fn(name)
 	if err != nil {
 		return err
@@ -60,6 +59,7 @@ func (n *Node) SetTenant(ctx context.Context, name, tenant string) error {
 	if f.tenant == tenant {
 		return nil
 	}
+	defer n.moving(f)()
 	if f.users > 0 {
 		return fmt.Errorf("%w: %s has %d bindings", ErrBusy, name, f.users)
 	}
@@ -119,7 +119,7 @@ func (n *Node) contextLocked(tenant string, gpu int) (device.Context, error) {
 // claimLocked makes gpu serve f's tenant: functions of other tenants active there are deactivated (their
 // mappings removed, their copies parked). It fails with ErrBusy when one of them holds a binding there.
 func (n *Node) claimLocked(ctx context.Context, f *function, gpu int) error {
-	for _, o := range n.fns {
+	for _, o := range n.functionsLocked() { // deactivating one releases mu
 		if o.active != gpu || o.tenant == f.tenant {
 			continue
 		}
@@ -146,13 +146,43 @@ func (n *Node) faultLocked(f *function, gpu int, err error) error {
 	if !device.IsContextFault(err) {
 		return n.failLocked(gpu, err)
 	}
+	defer n.movingTenantLocked(f.tenant)()
 	if c := n.detachLocked(f.tenant, gpu); c != nil { // poisoned: nothing of it runs any more
-		if derr := c.Destroy(); derr != nil {
+		if derr := n.unlocked(c.Destroy); derr != nil {
 			n.log.Warn("destroying a poisoned context", "gpu", gpu, "tenant", f.tenant, "err", derr)
 		}
 	}
 	n.dropTenantLocked(f, gpu, err)
 	return fmt.Errorf("%w: gpu %d, %s (%s): %w", ErrContextFault, gpu, f.name, f.tenant, err)
+}
+
+// fault handles a fault of the tenant's context c on gpu that work submitted through f's Stream found (gate),
+// once the operation holds the node. It reports false, doing nothing, when the state changed since gate looked
+// (the context was torn down or replaced meanwhile, f left the GPU, the GPU or f went out of service): gate then
+// looks again.
+func (n *Node) fault(f *function, gpu int, c device.Context) (err error, done bool) {
+	defer n.operate()()
+	if cur, ok := n.domains[domainKey{f.tenant, gpu}]; !ok || cur != c || f.active != gpu || !n.execs[gpu].healthy ||
+		f.usableLocked() != nil {
+		return nil, false
+	}
+	return n.faultLocked(f, gpu, c.Err()), true
+}
+
+// movingTenantLocked marks every function of tenant as moving until the returned function is
+// called: while their context is torn down, their streams (destroyed with it) take no work.
+func (n *Node) movingTenantLocked(tenant string) (settled func()) {
+	var done []func()
+	for _, o := range n.fns {
+		if o.tenant == tenant {
+			done = append(done, n.moving(o))
+		}
+	}
+	return func() {
+		for _, d := range done {
+			d()
+		}
+	}
 }
 
 // detachLocked takes tenant's context on gpu out of service (the next use creates a new one) and returns it for
@@ -189,26 +219,9 @@ func (n *Node) dropTenantLocked(f *function, gpu int, err error) {
 		}
 	}
 	for _, o := range exposed {
-		r := o.res[gpu]
-		for _, seg := range o.space.Segments() {
-			if r.mapped[seg.ID] {
-				_ = n.mem.Unmap(seg.Ptr, seg.Size)
-			}
+		if n.dropExposedLocked(o, gpu, err) {
+			restored = append(restored, o.name)
 		}
-		_ = n.waitReadyLocked(context.Background(), r) // the node's own copies into the chunks (not the tenant's)
-		for _, chunks := range r.chunks {
-			_ = n.putChunksLocked(gpu, chunks)
-		}
-		delete(o.res, gpu)
-		if o.active != gpu {
-			continue // a parked copy: dropped, restored from the image at its next swap-in
-		}
-		o.active = -1
-		o.epoch++
-		o.fault = err
-		o.loseLocked(fmt.Errorf("gpu %d: %w", gpu, err))
-		n.loseScratchLocked(o, fmt.Errorf("gpu %d: %w", gpu, err))
-		restored = append(restored, o.name)
 	}
 	n.execs[gpu].contextFaults++
 	if n.cfg.OnContextFault != nil {
@@ -217,6 +230,28 @@ func (n *Node) dropTenantLocked(f *function, gpu int, err error) {
 	n.log.Warn("the tenant's context on the gpu was torn down, its functions there are restored from their "+
 		"images; the gpu stays in service", "gpu", gpu, "tenant", f.tenant, "function", f.name,
 		"functions", restored, "err", err)
+}
+
+// dropExposedLocked drops o's copy on gpu, which a fault exposed (dropTenantLocked), and reports whether o was
+// active there (it comes back from its image at its next swap-in).
+func (n *Node) dropExposedLocked(o *function, gpu int, err error) (wasActive bool) {
+	defer n.moving(o)()
+	r := o.res[gpu]
+	_ = n.unmapLocked(o, r)
+	_ = n.waitReadyLocked(context.Background(), o, r) // the node's own copies into the chunks (not the tenant's)
+	for _, chunks := range r.chunks {
+		_ = n.putChunksLocked(gpu, chunks)
+	}
+	delete(o.res, gpu)
+	if o.active != gpu {
+		return false // a parked copy: dropped, restored from the image at its next swap-in
+	}
+	o.active = -1
+	o.epoch++
+	o.fault = err
+	o.loseLocked(fmt.Errorf("gpu %d: %w", gpu, err))
+	n.loseScratchLocked(o, fmt.Errorf("gpu %d: %w", gpu, err))
+	return true
 }
 
 // loseLocked records that f's copy was destroyed (by cause): a function still initialising has nothing to come

@@ -14,10 +14,11 @@ func (n *Node) EvictIdle(ctx context.Context, gpu, want int) (int, error) {
 	if err := n.validGPU(gpu); err != nil {
 		return 0, err
 	}
-	if !n.mu.TryLock() {
+	end, ok := n.tryOperate()
+	if !ok {
 		return n.mem.Pool(gpu).Free(), nil
 	}
-	defer n.mu.Unlock()
+	defer end()
 	pool := n.mem.Pool(gpu)
 	for pool.Free() < want {
 		victim := n.victimLocked(nil, gpu)
@@ -34,8 +35,7 @@ func (n *Node) EvictIdle(ctx context.Context, gpu, want int) (int, error) {
 // WaitReady waits until the copies of a swap of function onto its active GPU have completed (a benchmark's end of
 // a swap; requests never need it: their work waits per segment).
 func (n *Node) WaitReady(ctx context.Context, name string) error {
-	n.mu.Lock()
-	defer n.mu.Unlock()
+	defer n.operate()()
 	f, err := n.fn(name)
 	if err != nil {
 		return err
@@ -43,5 +43,5 @@ func (n *Node) WaitReady(ctx context.Context, name string) error {
 	if f.active < 0 {
 		return nil
 	}
-	return n.waitReadyLocked(ctx, f.res[f.active])
+	return n.waitReadyLocked(ctx, f, f.res[f.active])
 }

@@ -41,12 +41,12 @@ func (n *Node) Captured(name string) bool {
 // blocks it allocates afterwards into scratch). A function whose memory a fault or a GPU failure destroyed before
 // its initialisation ended fails with ErrBroken and ErrLost: its process must start again.
 func (n *Node) EndInit(ctx context.Context, name string) error {
-	n.mu.Lock()
-	defer n.mu.Unlock()
+	defer n.operate()()
 	f, err := n.fn(name)
 	if err != nil {
 		return err
 	}
+	defer n.moving(f)()
 	return n.endInitLocked(ctx, f)
 }
 
@@ -111,32 +111,39 @@ func (n *Node) captureSavedLocked(ctx context.Context, f *function) error {
 		complete = complete && f.saved[s.ID]
 	}
 	if !complete {
-		var old *repository.Image
-		if len(f.saved) > 0 {
-			var err error
-			if old, err = n.repo.Get(ctx, f.name); err != nil {
-				return fmt.Errorf("capture %s from its written-back image: %w", f.name, err)
-			}
-		}
-		im, err := n.repo.CreateIn(ctx, f.name, "tenant "+f.tenant, segs) // chunks shared within the tenant
-		if err != nil {
-			if old != nil {
-				_ = old.Release()
-			}
-			return fmt.Errorf("capture %s: %w", f.name, err)
-		}
-		if old != nil {
-			for i, s := range im.Segments() {
-				if j := imageSegment(old, s.ID); j >= 0 && f.saved[s.ID] {
-					copy(im.Bytes(i), old.Bytes(j))
+		tenant, saved := f.tenant, f.saved
+		err := n.unlocked(func() error { // the image is written with mu released (f is moving)
+			var old *repository.Image
+			if len(saved) > 0 {
+				var err error
+				if old, err = n.repo.Get(ctx, f.name); err != nil {
+					return fmt.Errorf("capture %s from its written-back image: %w", f.name, err)
 				}
 			}
-			_ = old.Release()
-		}
-		err = im.Commit()
-		_ = im.Release()
+			im, err := n.repo.CreateIn(ctx, f.name, "tenant "+tenant, segs) // chunks shared within the tenant
+			if err != nil {
+				if old != nil {
+					_ = old.Release()
+				}
+				return fmt.Errorf("capture %s: %w", f.name, err)
+			}
+			if old != nil {
+				for i, s := range im.Segments() {
+					if j := imageSegment(old, s.ID); j >= 0 && saved[s.ID] {
+						copy(im.Bytes(i), old.Bytes(j))
+					}
+				}
+				_ = old.Release()
+			}
+			err = im.Commit()
+			_ = im.Release()
+			if err != nil {
+				return fmt.Errorf("capture %s: %w", f.name, err)
+			}
+			return nil
+		})
 		if err != nil {
-			return fmt.Errorf("capture %s: %w", f.name, err)
+			return err
 		}
 	}
 	n.images.Captures++
@@ -149,12 +156,12 @@ func (n *Node) captureSavedLocked(ctx context.Context, f *function) error {
 // process died before it released) break: Binding.Err says so, and nothing of the forgotten state is ever served
 // through them (issue 11 item 6).
 func (n *Node) Reset(ctx context.Context, name string) error {
-	n.mu.Lock()
-	defer n.mu.Unlock()
+	defer n.operate()()
 	f, err := n.fn(name)
 	if err != nil {
 		return err
 	}
+	defer n.moving(f)()
 	if f.users > 0 {
 		f.broken = fmt.Errorf("the function's memory was reset while %d bindings were held: every process of the "+
 			"function ended", f.users)
@@ -186,7 +193,7 @@ func (n *Node) Reset(ctx context.Context, name string) error {
 func (n *Node) sourceLocked(ctx context.Context, f *function, gpu int) Source {
 	for g, r := range f.res {
 		if g != gpu && r != nil && n.execs[g].healthy && n.dev.CanAccessPeer(gpu, g) &&
-			n.waitReadyLocked(ctx, r) == nil {
+			n.waitReadyLocked(ctx, f, r) == nil {
 			return g
 		}
 	}

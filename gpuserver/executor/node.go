@@ -81,7 +81,12 @@ type Node struct {
 	addrs *Addresses
 	log   *slog.Logger
 
-	mu      sync.Mutex
+	// op orders the operations, mu guards the state and is never held across a wait on the device (locking.go).
+	op        sync.Mutex
+	mu        sync.Mutex
+	settled   *sync.Cond // on mu: a function stopped moving
+	operating bool       // an operation holds op (guarded by mu)
+
 	domains map[domainKey]device.Context // each tenant's context per GPU (fault.go)
 	fns     map[string]*function
 	plans   map[string]*restorePlan // images from before a restart whose function has not registered yet
@@ -125,6 +130,7 @@ func New(cfg Config) (*Node, error) {
 	n := &Node{cfg: cfg, dev: cfg.Device, mem: cfg.Memory, repo: cfg.Repository, ctx: ctx, cancel: cancel,
 		fns: map[string]*function{}, plans: map[string]*restorePlan{}, addrs: cfg.Addresses, log: cfg.Logger,
 		domains: map[domainKey]device.Context{}}
+	n.settled = sync.NewCond(&n.mu)
 	for _, g := range cfg.Device.GPUs() {
 		e := &Executor{gpu: g.Index, healthy: true, groupBytes: DefaultGroupBytes}
 		switch {
@@ -181,12 +187,12 @@ func (n *Node) newFunctionLocked(name string, plan *restorePlan) *function {
 
 // Deregister evicts a function everywhere, frees its addresses and deletes its image.
 func (n *Node) Deregister(ctx context.Context, name string) error {
-	n.mu.Lock()
-	defer n.mu.Unlock()
+	defer n.operate()()
 	f, ok := n.fns[name]
 	if !ok {
 		return fmt.Errorf("%w: %s", ErrUnknownFunction, name)
 	}
+	defer n.moving(f)()
 	f.captured = true // nothing to keep: evicting captures no image
 	f.scratch.discard = true
 	for gpu := range f.res {
@@ -219,6 +225,17 @@ func (n *Node) fn(name string) (*function, error) {
 	return f, nil
 }
 
+// settledFnLocked is fn once the function is not moving (waiting with mu released meanwhile).
+func (n *Node) settledFnLocked(name string) (*function, error) {
+	for {
+		f, err := n.fn(name)
+		if err != nil || f.moving == 0 {
+			return f, err
+		}
+		n.settled.Wait()
+	}
+}
+
 func (n *Node) validGPU(gpu int) error {
 	if gpu < 0 || gpu >= len(n.execs) {
 		return fmt.Errorf("%w: gpu %d (node has %d)", ErrInvalid, gpu, len(n.execs))
@@ -236,8 +253,7 @@ func (n *Node) Healthy(gpu int) bool {
 // MarkUnhealthy takes GPU gpu out of service: its residencies are dropped (their chunks are not trusted), and
 // acquires that name no GPU go elsewhere.
 func (n *Node) MarkUnhealthy(gpu int, cause error) {
-	n.mu.Lock()
-	defer n.mu.Unlock()
+	defer n.operate()()
 	n.markUnhealthyLocked(gpu, cause)
 }
 
@@ -247,6 +263,7 @@ func (n *Node) markUnhealthyLocked(gpu int, cause error) {
 		n.cfg.OnUnhealthy(gpu, cause)
 	}
 	e.healthy, e.lastErr = false, cause
+	var unmap []memory.Segment
 	for _, f := range n.fns {
 		r, ok := f.res[gpu]
 		if !ok {
@@ -255,7 +272,7 @@ func (n *Node) markUnhealthyLocked(gpu int, cause error) {
 		if f.active == gpu {
 			for _, seg := range f.space.Segments() {
 				if r.mapped[seg.ID] {
-					_ = n.mem.Unmap(seg.Ptr, seg.Size)
+					unmap = append(unmap, seg)
 				}
 			}
 			f.active = -1
@@ -266,6 +283,13 @@ func (n *Node) markUnhealthyLocked(gpu int, cause error) {
 		f.loseLocked(fmt.Errorf("gpu %d failed: %w", gpu, cause))
 	}
 	n.forgetChunksLocked(gpu)
+	// Nothing runs on these addresses any more (the GPU is out of service, the functions are active nowhere).
+	_ = n.unlocked(func() error {
+		for _, seg := range unmap {
+			_ = n.mem.Unmap(seg.Ptr, seg.Size)
+		}
+		return nil
+	})
 }
 
 // Status is a snapshot of one GPU's executor.
@@ -333,32 +357,9 @@ func (n *Node) Close(ctx context.Context) error {
 		errs = append(errs, fmt.Errorf("executor: close: %w", ctx.Err()))
 	}
 	n.cancel()
-	n.mu.Lock()
-	defer n.mu.Unlock()
-	for _, f := range n.fns {
-		for gpu, s := range f.streams {
-			if n.execs[gpu].healthy { // a failed GPU's errors were reported when it failed
-				errs = append(errs, s.Synchronize(ctx))
-			}
-			errs = append(errs, s.Destroy())
-		}
-		f.streams = map[int]device.Stream{}
-		for gpu, r := range f.res { // the images stay in the repository
-			errs = append(errs, n.waitReadyLocked(ctx, r))
-			for _, seg := range f.space.Segments() {
-				if r.mapped[seg.ID] {
-					errs = append(errs, n.mem.Unmap(seg.Ptr, seg.Size))
-				}
-			}
-			if n.execs[gpu].healthy {
-				for _, chunks := range r.chunks {
-					errs = append(errs, n.putChunksLocked(gpu, chunks))
-				}
-			}
-		}
-		f.res, f.active = map[int]*residency{}, -1
-		n.freeScratchHostLocked(f, nil)
-		errs = append(errs, n.dropPlanLocked(f), f.space.Close())
+	defer n.operate()()
+	for _, f := range n.functionsLocked() {
+		errs = append(errs, n.closeFunctionLocked(ctx, f)...)
 	}
 	for name, p := range n.plans {
 		errs = append(errs, n.dropPlanLocked(&function{plan: p}))
@@ -376,4 +377,38 @@ func (n *Node) Close(ctx context.Context) error {
 		}
 	}
 	return errors.Join(errs...)
+}
+
+// closeFunctionLocked waits for f's work, then drops its copies (Close).
+func (n *Node) closeFunctionLocked(ctx context.Context, f *function) []error {
+	defer n.moving(f)()
+	var errs []error
+	for gpu, s := range f.streams {
+		if n.execs[gpu].healthy { // a failed GPU's errors were reported when it failed
+			errs = append(errs, n.unlocked(func() error { return s.Synchronize(ctx) }))
+		}
+		errs = append(errs, s.Destroy())
+	}
+	f.streams = map[int]device.Stream{}
+	for gpu, r := range f.res { // the images stay in the repository
+		errs = append(errs, n.waitReadyLocked(ctx, f, r), n.unmapLocked(f, r))
+		if n.execs[gpu].healthy {
+			for _, chunks := range r.chunks {
+				errs = append(errs, n.putChunksLocked(gpu, chunks))
+			}
+		}
+	}
+	f.res, f.active = map[int]*residency{}, -1
+	n.freeScratchHostLocked(f, nil)
+	return append(errs, n.dropPlanLocked(f), f.space.Close())
+}
+
+// functionsLocked is a snapshot of the registered functions, for an operation that releases mu as it goes through
+// them.
+func (n *Node) functionsLocked() []*function {
+	fns := make([]*function, 0, len(n.fns))
+	for _, f := range n.fns {
+		fns = append(fns, f)
+	}
+	return fns
 }

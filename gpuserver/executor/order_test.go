@@ -17,10 +17,11 @@ import (
 // stallClock is a modelled clock that advances when slept on; once stalled, a sleep that would end after the
 // stall point blocks until released (a copy that never finishes).
 type stallClock struct {
-	mu    sync.Mutex
-	now   time.Time
-	stall time.Time // zero: never
-	open  chan struct{}
+	mu      sync.Mutex
+	now     time.Time
+	stall   time.Time // zero: never
+	open    chan struct{}
+	blocked int // sleeps blocked on the stall now
 }
 
 func (c *stallClock) Now() time.Time { c.mu.Lock(); defer c.mu.Unlock(); return c.now }
@@ -34,7 +35,9 @@ func (c *stallClock) SleepUntil(ctx context.Context, t time.Time) error {
 		return ctx.Err()
 	}
 	open := c.open
+	c.blocked++
 	c.mu.Unlock()
+	defer func() { c.mu.Lock(); c.blocked--; c.mu.Unlock() }()
 	select {
 	case <-open:
 		c.mu.Lock()
@@ -47,6 +50,9 @@ func (c *stallClock) SleepUntil(ctx context.Context, t time.Time) error {
 		return ctx.Err()
 	}
 }
+
+// stalled is the number of sleeps blocked on the stall now.
+func (c *stallClock) stalled() int { c.mu.Lock(); defer c.mu.Unlock(); return c.blocked }
 
 // stallAfter makes sleeps ending more than d from now block until release.
 func (c *stallClock) stallAfter(d time.Duration) {

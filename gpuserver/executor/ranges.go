@@ -27,12 +27,12 @@ func (n *Node) ReserveRange(name string, size, alignment uint64) (device.Ptr, er
 // AllocAt places a block of size bytes (whole chunks) at ptr inside one of function's ranges: part of the model
 // before Capture, scratch after; backed and mapped at once when the function is active.
 func (n *Node) AllocAt(ctx context.Context, name string, ptr device.Ptr, size uint64) (memory.Segment, error) {
-	n.mu.Lock()
-	defer n.mu.Unlock()
+	defer n.operate()()
 	f, err := n.fn(name)
 	if err != nil {
 		return memory.Segment{}, err
 	}
+	defer n.moving(f)()
 	kind := memory.KindModel
 	if f.captured {
 		kind = memory.KindScratch

@@ -45,21 +45,23 @@ func (n *Node) ScratchDropped() uint64 {
 
 // dropScratchLocked gives the chunks of f's mapped scratch segments on its active GPU back to the pool, once its
 // work there has completed. The segments stay f's (their addresses are reserved); the next swap-in maps them again.
+// It waits for the device and unmaps with mu released (f is moving meanwhile).
 func (n *Node) dropScratchLocked(ctx context.Context, f *function) error {
 	gpu := f.active
 	if gpu < 0 || !f.captured {
 		return nil
 	}
+	defer n.moving(f)()
 	r := f.res[gpu]
 	if s, ok := f.streams[gpu]; ok {
-		if err := s.Synchronize(ctx); err != nil {
+		if err := n.unlocked(func() error { return s.Synchronize(ctx) }); err != nil {
 			if ctx.Err() == nil {
 				err = n.faultLocked(f, gpu, err)
 			}
 			return fmt.Errorf("function %s gpu %d: %w", f.name, gpu, err)
 		}
 	}
-	if err := n.waitReadyLocked(ctx, r); err != nil {
+	if err := n.waitReadyLocked(ctx, f, r); err != nil {
 		return err
 	}
 	for _, seg := range f.space.Segments() {
@@ -68,7 +70,7 @@ func (n *Node) dropScratchLocked(ctx context.Context, f *function) error {
 			continue
 		}
 		if r.mapped[seg.ID] {
-			if err := n.mem.Unmap(seg.Ptr, seg.Size); err != nil {
+			if err := n.unlocked(func() error { return n.mem.Unmap(seg.Ptr, seg.Size) }); err != nil {
 				return fmt.Errorf("function %s gpu %d: %w", f.name, gpu, err)
 			}
 			delete(r.mapped, seg.ID)
@@ -117,6 +119,7 @@ type scratchState struct {
 	limit   uint64         // the most scratch bytes written back (the function's quota); 0: unbounded
 	discard bool           // the function is forgotten (Reset, Deregister): nothing is written back
 	touched bool           // work of it was submitted since its last write-back: its scratch may differ from host
+	stale   bool           // the host copies are older than its scratch was when a copy was destroyed
 
 	destroyed   map[device.Ptr]bool // scratch blocks allocated when its active copy was destroyed (loseScratchLocked)
 	destroyedBy error               // how
@@ -192,21 +195,22 @@ func (n *Node) writeBackScratchLocked(ctx context.Context, f *function) error {
 		}
 		if err != nil {
 			// The copies queued so far write into host copies that stay allocated: wait for them all the same.
-			_ = s.Synchronize(context.WithoutCancel(ctx))
+			_ = n.unlocked(func() error { return s.Synchronize(context.WithoutCancel(ctx)) })
 			n.refuseScratchLocked(f, fmt.Errorf("writing its scratch back: %w", err))
 			return nil
 		}
 		copied += seg.Size
 	}
-	if err := s.Synchronize(ctx); err != nil {
+	if err := n.unlocked(func() error { return s.Synchronize(ctx) }); err != nil {
 		if ctx.Err() != nil {
-			_ = s.Synchronize(context.WithoutCancel(ctx)) // the host copies are the copies' destination
+			// the host copies are the copies' destination
+			_ = n.unlocked(func() error { return s.Synchronize(context.WithoutCancel(ctx)) })
 			return fmt.Errorf("function %s gpu %d: write its scratch back: %w", f.name, gpu, err)
 		}
 		return fmt.Errorf("function %s gpu %d: write its scratch back: %w", f.name, gpu, n.faultLocked(f, gpu, err))
 	}
 	n.execs[gpu].scratchWrittenBack += copied
-	f.scratch.touched = false
+	f.scratch.touched, f.scratch.stale = false, false
 	return nil
 }
 
@@ -216,14 +220,21 @@ func (n *Node) scratchBufferLocked(f *function, seg memory.Segment) ([]byte, err
 		return b, nil
 	}
 	n.freeScratchBufferLocked(f, seg.ID)
-	b, err := syscall.Mmap(-1, 0, int(seg.Size), syscall.PROT_READ|syscall.PROT_WRITE,
-		syscall.MAP_PRIVATE|syscall.MAP_ANONYMOUS)
+	var b []byte
+	err := n.unlocked(func() (err error) { // page-locking is the driver's (f is moving)
+		b, err = syscall.Mmap(-1, 0, int(seg.Size), syscall.PROT_READ|syscall.PROT_WRITE,
+			syscall.MAP_PRIVATE|syscall.MAP_ANONYMOUS)
+		if err != nil {
+			return fmt.Errorf("host copy of scratch segment %d (%d bytes): %w", seg.ID, seg.Size, err)
+		}
+		if err := n.dev.RegisterHost(b); err != nil {
+			_ = syscall.Munmap(b)
+			return fmt.Errorf("host copy of scratch segment %d: page-lock: %w", seg.ID, err)
+		}
+		return nil
+	})
 	if err != nil {
-		return nil, fmt.Errorf("host copy of scratch segment %d (%d bytes): %w", seg.ID, seg.Size, err)
-	}
-	if err := n.dev.RegisterHost(b); err != nil {
-		_ = syscall.Munmap(b)
-		return nil, fmt.Errorf("host copy of scratch segment %d: page-lock: %w", seg.ID, err)
+		return nil, err
 	}
 	if f.scratch.host == nil {
 		f.scratch.host = map[int][]byte{}
@@ -232,8 +243,9 @@ func (n *Node) scratchBufferLocked(f *function, seg memory.Segment) ([]byte, err
 	return b, nil
 }
 
-// freeScratchHostLocked frees f's host copies of the segments not in keep (all of them with keep nil). No copy may
-// be reading or writing them: the residencies they were restored into have completed their copies.
+// freeScratchHostLocked frees f's host copies of the segments not in keep (all of them with keep nil), in an
+// operation that marked f moving. No copy may be reading or writing them: the residencies they were restored into
+// have completed their copies.
 func (n *Node) freeScratchHostLocked(f *function, keep map[int]bool) {
 	for id := range f.scratch.host {
 		if !keep[id] {
@@ -248,7 +260,7 @@ func (n *Node) freeScratchBufferLocked(f *function, id int) {
 		return
 	}
 	delete(f.scratch.host, id)
-	if err := errors.Join(n.dev.UnregisterHost(b), syscall.Munmap(b)); err != nil {
+	if err := n.unlocked(func() error { return errors.Join(n.dev.UnregisterHost(b), syscall.Munmap(b)) }); err != nil {
 		n.log.Warn("freeing the host copy of a scratch segment", "function", f.name, "segment", id, "err", err)
 	}
 }
@@ -256,7 +268,7 @@ func (n *Node) freeScratchBufferLocked(f *function, id int) {
 // scratchHostLocked is the host copy to restore scratch segment seg of f from at a swap-in; nil when the segment
 // is mapped zeroed (the function's scratch is its requests', the segment holds no block, or it was never mapped).
 func (n *Node) scratchHostLocked(f *function, seg memory.Segment) []byte {
-	if seg.Kind != memory.KindScratch || !f.keepsScratch() || !f.space.Holds(seg.ID) {
+	if seg.Kind != memory.KindScratch || !f.keepsScratch() || f.scratch.stale || !f.space.Holds(seg.ID) {
 		return nil
 	}
 	if b, ok := f.scratch.host[seg.ID]; ok && uint64(len(b)) == seg.Size {
@@ -291,25 +303,29 @@ func (n *Node) restoreScratchLocked(e *Executor, r *residency, seg memory.Segmen
 }
 
 // dropStaleScratchLocked gives back the scratch chunks of f's parked copies on GPUs other than gpu, where f becomes
-// active: what f writes there from now on makes them stale.
+// active: what f writes there from now on makes them stale. It runs in an operation that marked f moving.
 func (n *Node) dropStaleScratchLocked(ctx context.Context, f *function, gpu int) error {
+	var parked []*residency
 	for g, r := range f.res {
-		if g == gpu {
+		if g != gpu {
+			parked = append(parked, r)
+		}
+	}
+	for _, r := range parked {
+		var segs []memory.Segment
+		for _, seg := range f.space.Segments() {
+			if _, ok := r.chunks[seg.ID]; ok && seg.Kind == memory.KindScratch && !r.mapped[seg.ID] {
+				segs = append(segs, seg)
+			}
+		}
+		if len(segs) == 0 {
 			continue
 		}
-		for _, seg := range f.space.Segments() {
-			chunks, ok := r.chunks[seg.ID]
-			if seg.Kind != memory.KindScratch || !ok || r.mapped[seg.ID] {
-				continue
-			}
-			if ev, ok := r.ready[seg.ID]; ok {
-				if err := ev.Synchronize(ctx); err != nil {
-					return fmt.Errorf("function %s gpu %d segment %d: %w", f.name, g, seg.ID, err)
-				}
-				_ = ev.Destroy()
-				delete(r.ready, seg.ID)
-			}
-			if err := n.putChunksLocked(g, chunks); err != nil {
+		if err := n.waitReadyLocked(ctx, f, r); err != nil { // none pending on a parked copy; to be sure
+			return fmt.Errorf("function %s: %w", f.name, err)
+		}
+		for _, seg := range segs {
+			if err := n.putChunksLocked(r.gpu, r.chunks[seg.ID]); err != nil {
 				return fmt.Errorf("function %s segment %d: %w", f.name, seg.ID, err)
 			}
 			delete(r.chunks, seg.ID)
@@ -319,8 +335,8 @@ func (n *Node) dropStaleScratchLocked(ctx context.Context, f *function, gpu int)
 }
 
 // loseScratchLocked records that f's active copy was destroyed (by cause) without a write-back. When work of f ran
-// since its last write-back, its scratch bytes are gone: its host copies are stale (freed: the segments are mapped
-// zeroed from now on), and the scratch blocks allocated now are recorded. Those still allocated at f's next binding
+// since its last write-back, its scratch bytes are gone: its host copies are stale (its segments are mapped zeroed
+// until its next write-back), and the scratch blocks allocated now are recorded. Those still allocated at f's next binding
 // held state it keeps (a request's temporaries are freed by the request that was running): its work is then
 // refused (checkScratchLocked). Without work since, the host copies still hold its scratch and are restored at its
 // next swap-in.
@@ -328,8 +344,7 @@ func (n *Node) loseScratchLocked(f *function, cause error) {
 	if !f.keepsScratch() || !f.scratch.touched {
 		return
 	}
-	f.scratch.touched = false
-	n.freeScratchHostLocked(f, nil)
+	f.scratch.touched, f.scratch.stale = false, true // the host copies are older than what it wrote
 	blocks := f.space.Blocks(memory.KindScratch)
 	if len(blocks) == 0 {
 		return

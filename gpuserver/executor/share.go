@@ -201,12 +201,19 @@ func (n *Node) sharedWithLocked(r *residency) bool {
 }
 
 // protectLocked maps the chunks of seg that are shared read-only at f's address on gpu, and those of the other
-// active copies mapping them, where the device can.
+// active copies mapping them, where the device can (the driver's calls, with mu released: f is moving, and the
+// other copies' addresses only lose write access, which none of their work may use).
 func (n *Node) protectLocked(f *function, gpu int, seg memory.Segment, chunks []memory.Chunk) error {
 	ro, ok := n.dev.(device.ReadOnlyAccess)
 	if !ok {
 		return nil
 	}
+	type chunkAt struct {
+		function string
+		seg      int
+		ptr      device.Ptr
+	}
+	var protect []chunkAt
 	g := n.chunksOf(gpu)
 	cs := n.mem.ChunkSize()
 	for j, c := range chunks {
@@ -214,9 +221,7 @@ func (n *Node) protectLocked(f *function, gpu int, seg memory.Segment, chunks []
 		if !shared || sc.refs < 2 {
 			continue
 		}
-		if err := ro.SetAccessReadOnly(seg.Ptr+device.Ptr(uint64(j)*cs), cs, []int{gpu}); err != nil {
-			return fmt.Errorf("function %s segment %d: read-only chunk: %w", f.name, seg.ID, err)
-		}
+		protect = append(protect, chunkAt{f.name, seg.ID, seg.Ptr + device.Ptr(uint64(j)*cs)})
 		for _, o := range n.fns { // the copies that mapped it first, writable until now
 			r := o.res[gpu]
 			if o == f || r == nil || o.active != gpu {
@@ -228,13 +233,21 @@ func (n *Node) protectLocked(f *function, gpu int, seg memory.Segment, chunks []
 				}
 				for k, oc := range r.chunks[s.ID] {
 					if oc.Index == c.Index {
-						if err := ro.SetAccessReadOnly(s.Ptr+device.Ptr(uint64(k)*cs), cs, []int{gpu}); err != nil {
-							return fmt.Errorf("function %s segment %d: read-only chunk: %w", o.name, s.ID, err)
-						}
+						protect = append(protect, chunkAt{o.name, s.ID, s.Ptr + device.Ptr(uint64(k)*cs)})
 					}
 				}
 			}
 		}
 	}
-	return nil
+	if len(protect) == 0 {
+		return nil
+	}
+	return n.unlocked(func() error {
+		for _, p := range protect {
+			if err := ro.SetAccessReadOnly(p.ptr, cs, []int{gpu}); err != nil {
+				return fmt.Errorf("function %s segment %d: read-only chunk: %w", p.function, p.seg, err)
+			}
+		}
+		return nil
+	})
 }

@@ -30,6 +30,7 @@ type function struct {
 	epoch    uint64                // counts the kernel faults that restored its memory (fault.go)
 	fault    error                 // the last such fault
 	fenced   int                   // bindings expired and not yet released: its work is refused (Expire)
+	moving   int                   // operations changing its memory now: its Stream's work waits (locking.go)
 
 	scratchPerRequest bool // its scratch is dropped when its last binding ends (scratch.go)
 	modelShared       bool // it never writes its model after initialisation: its chunks may be shared (share.go)
@@ -55,12 +56,12 @@ type Source = int
 // per segment. It fails with ErrBusy while the function has bindings on another GPU. It is the controller's
 // actuator for a swap decision.
 func (n *Node) SwapIn(ctx context.Context, name string, gpu int, source Source) error {
-	n.mu.Lock()
-	defer n.mu.Unlock()
+	defer n.operate()()
 	f, err := n.fn(name)
 	if err != nil {
 		return err
 	}
+	defer n.moving(f)()
 	return n.swapInLocked(ctx, f, gpu, source)
 }
 
@@ -114,11 +115,12 @@ func (n *Node) swapInLocked(ctx context.Context, f *function, gpu int, source So
 // deactivateLocked unmaps the function's fixed addresses from its active GPU, after its work there completed;
 // the copy stays parked. A function still initialising keeps no parked copy: its bytes are written back to the
 // host first (saveLocked) and its chunks go back to the pool, so that its one authoritative copy is the saved
-// image until it is active again.
+// image until it is active again. It waits for the device with mu released (f is moving meanwhile).
 func (n *Node) deactivateLocked(ctx context.Context, f *function) error {
+	defer n.moving(f)()
 	gpu := f.active
 	if s, ok := f.streams[gpu]; ok {
-		if err := s.Synchronize(ctx); err != nil {
+		if err := n.unlocked(func() error { return s.Synchronize(ctx) }); err != nil {
 			if ctx.Err() == nil {
 				err = n.faultLocked(f, gpu, err)
 			}
@@ -126,7 +128,7 @@ func (n *Node) deactivateLocked(ctx context.Context, f *function) error {
 		}
 	}
 	r := f.res[gpu]
-	if err := n.waitReadyLocked(ctx, r); err != nil {
+	if err := n.waitReadyLocked(ctx, f, r); err != nil {
 		if ctx.Err() == nil {
 			err = n.failLocked(gpu, err)
 		}
@@ -140,19 +142,47 @@ func (n *Node) deactivateLocked(ctx context.Context, f *function) error {
 	if err := n.writeBackScratchLocked(ctx, f); err != nil {
 		return err
 	}
-	for _, seg := range f.space.Segments() {
-		if r.mapped[seg.ID] {
-			if err := n.mem.Unmap(seg.Ptr, seg.Size); err != nil {
-				return fmt.Errorf("function %s gpu %d: %w", f.name, gpu, err)
-			}
-			delete(r.mapped, seg.ID)
-		}
+	if err := n.unmapLocked(f, r); err != nil {
+		return err
 	}
 	f.active = -1
 	if !f.captured {
 		return n.dropCopyLocked(f, gpu)
 	}
 	return nil
+}
+
+// unmapLocked unmaps f's segments that are mapped in r (the driver's calls, with mu released; f is moving) and
+// forgets them.
+func (n *Node) unmapLocked(f *function, r *residency) error {
+	var segs []memory.Segment
+	for _, seg := range f.space.Segments() {
+		if r.mapped[seg.ID] {
+			segs = append(segs, seg)
+		}
+	}
+	if len(segs) == 0 {
+		return nil
+	}
+	defer n.moving(f)()
+	unmapped := make([]bool, len(segs))
+	err := n.unlocked(func() error {
+		var errs []error
+		for i, seg := range segs {
+			if err := n.mem.Unmap(seg.Ptr, seg.Size); err != nil {
+				errs = append(errs, fmt.Errorf("function %s gpu %d segment %d: %w", f.name, r.gpu, seg.ID, err))
+				continue
+			}
+			unmapped[i] = true
+		}
+		return errors.Join(errs...)
+	})
+	for i, seg := range segs {
+		if unmapped[i] {
+			delete(r.mapped, seg.ID)
+		}
+	}
+	return err
 }
 
 // dropCopyLocked gives the chunks of f's copy on gpu back to the pool (its work there has completed).
@@ -167,13 +197,29 @@ func (n *Node) dropCopyLocked(f *function, gpu int) error {
 	return nil
 }
 
-func (n *Node) waitReadyLocked(ctx context.Context, r *residency) error {
+// waitReadyLocked waits, with mu released (f is moving meanwhile), until the copies into r (f's residency on a
+// GPU) have completed, and forgets their events.
+func (n *Node) waitReadyLocked(ctx context.Context, f *function, r *residency) error {
+	if len(r.ready) == 0 {
+		return nil
+	}
+	defer n.moving(f)()
+	type pending struct {
+		id int
+		ev device.Event
+	}
+	evs := make([]pending, 0, len(r.ready))
 	for id, ev := range r.ready {
-		if err := ev.Synchronize(ctx); err != nil {
-			return fmt.Errorf("gpu %d segment %d: %w", r.gpu, id, err)
+		evs = append(evs, pending{id, ev})
+	}
+	for _, p := range evs {
+		if err := n.unlocked(func() error { return p.ev.Synchronize(ctx) }); err != nil {
+			return fmt.Errorf("gpu %d segment %d: %w", r.gpu, p.id, err)
 		}
-		_ = ev.Destroy()
-		delete(r.ready, id)
+		if r.ready[p.id] == p.ev {
+			_ = p.ev.Destroy()
+			delete(r.ready, p.id)
+		}
 	}
 	return nil
 }
@@ -246,7 +292,7 @@ func (n *Node) completeLocked(ctx context.Context, f *function, gpu int, source 
 			}
 			r.chunks[seg.ID] = chunks
 		}
-		if err := n.mem.MapSegment(seg, chunks, []int{gpu}); err != nil {
+		if err := n.unlocked(func() error { return n.mem.MapSegment(seg, chunks, []int{gpu}) }); err != nil {
 			return n.failLocked(gpu, fmt.Errorf("function %s segment %d: %w", f.name, seg.ID, err))
 		}
 		r.mapped[seg.ID] = true
@@ -362,13 +408,16 @@ func (n *Node) completeLocked(ctx context.Context, f *function, gpu int, source 
 	}
 	job.done = done
 	if !f.captured {
-		// Restoring from the image during initialisation: wait here, so that the image is not held when the
-		// initialisation ends (a new capture replaces it).
-		err := done.Synchronize(ctx)
-		if err != nil && ctx.Err() != nil {
-			// The copies read the image's host pages: they stay mapped until the copies have passed.
-			err = errors.Join(err, done.Synchronize(context.WithoutCancel(ctx)))
-		}
+		// Restoring from the image during initialisation: wait here (mu released, f moving), so that the image is
+		// not held when the initialisation ends (a new capture replaces it).
+		err := n.unlocked(func() error {
+			err := done.Synchronize(ctx)
+			if err != nil && ctx.Err() != nil {
+				// The copies read the image's host pages: they stay mapped until the copies have passed.
+				err = errors.Join(err, done.Synchronize(context.WithoutCancel(ctx)))
+			}
+			return err
+		})
 		n.finishLocked(job, err)
 		return nil
 	}
@@ -396,41 +445,53 @@ func (n *Node) copyGroups(s device.Stream, seg memory.Segment, group uint64, cop
 	return nil
 }
 
-// stageLocked maps the source copy of seg at a staging address readable from gpu.
+// stageLocked maps the source copy of seg at a staging address readable from gpu (the driver's calls, with mu
+// released: the source copy is the moving function's, and no other operation runs).
 func (n *Node) stageLocked(seg memory.Segment, src *residency, gpu int) (staging, error) {
-	ptr, err := n.dev.ReserveAddress(seg.Size, 0)
-	if err != nil {
-		return staging{}, fmt.Errorf("staging for segment %d: %w", seg.ID, err)
-	}
-	// Accessible from the target GPU only: the copy runs there, and no work of the source GPU (another tenant's,
-	// perhaps) may reach the bytes through this address.
-	if err := n.mem.MapAt(ptr, src.chunks[seg.ID], []int{gpu}); err != nil {
-		_ = n.dev.FreeAddress(ptr, seg.Size)
-		return staging{}, fmt.Errorf("staging for segment %d: %w", seg.ID, err)
-	}
-	return staging{ptr: ptr, size: seg.Size}, nil
+	chunks := src.chunks[seg.ID]
+	var st staging
+	err := n.unlocked(func() error {
+		ptr, err := n.dev.ReserveAddress(seg.Size, 0)
+		if err != nil {
+			return fmt.Errorf("staging for segment %d: %w", seg.ID, err)
+		}
+		// Accessible from the target GPU only: the copy runs there, and no work of the source GPU (another
+		// tenant's, perhaps) may reach the bytes through this address.
+		if err := n.mem.MapAt(ptr, chunks, []int{gpu}); err != nil {
+			_ = n.dev.FreeAddress(ptr, seg.Size)
+			return fmt.Errorf("staging for segment %d: %w", seg.ID, err)
+		}
+		st = staging{ptr: ptr, size: seg.Size}
+		return nil
+	})
+	return st, err
 }
 
 // finish waits for a swap's copies and releases what they read from. It is owned by the Node (Close waits).
 func (n *Node) finish(job *swapJob) {
 	defer n.bg.Done()
 	err := job.done.Synchronize(n.ctx)
-	n.mu.Lock()
-	defer n.mu.Unlock()
+	defer n.operate()()
 	n.finishLocked(job, err)
 }
 
+// finishLocked releases what a swap's copies read from once they completed (or failed: err): the staging
+// mappings and the image (with mu released: nothing else refers to them), then the source copy's pin.
 func (n *Node) finishLocked(job *swapJob, err error) {
-	for _, st := range job.staging {
-		err = errors.Join(err, n.mem.Unmap(st.ptr, st.size), n.dev.FreeAddress(st.ptr, st.size))
-	}
+	err = errors.Join(err, n.unlocked(func() error {
+		var errs []error
+		for _, st := range job.staging {
+			errs = append(errs, n.mem.Unmap(st.ptr, st.size), n.dev.FreeAddress(st.ptr, st.size))
+		}
+		if job.image != nil {
+			_ = job.image.Release()
+		}
+		_ = job.done.Destroy()
+		return errors.Join(errs...)
+	}))
 	if job.source != nil {
 		job.source.pinned--
 	}
-	if job.image != nil {
-		_ = job.image.Release()
-	}
-	_ = job.done.Destroy()
 	if err != nil && !errors.Is(err, context.Canceled) {
 		n.markUnhealthyLocked(job.gpu, err)
 	}
@@ -471,7 +532,11 @@ func (n *Node) failLocked(gpu int, err error) error {
 func (n *Node) takeChunksLocked(ctx context.Context, self *function, gpu, count int) ([]memory.Chunk, error) {
 	pool := n.mem.Pool(gpu)
 	for {
-		chunks, err := pool.Get(count)
+		var chunks []memory.Chunk
+		err := n.unlocked(func() (err error) { // a lending pool borrows from another process
+			chunks, err = pool.Get(count)
+			return err
+		})
 		if err == nil {
 			return chunks, nil
 		}
@@ -512,8 +577,7 @@ func (n *Node) victimLocked(self *function, gpu int) *function {
 // function has bindings there and with ErrPinned while the copy is a swap source. It is the controller's actuator
 // for an eviction.
 func (n *Node) Evict(ctx context.Context, name string, gpu int) error {
-	n.mu.Lock()
-	defer n.mu.Unlock()
+	defer n.operate()()
 	f, err := n.fn(name)
 	if err != nil {
 		return err
@@ -535,6 +599,7 @@ func (n *Node) evictLocked(ctx context.Context, f *function, gpu int) error {
 	if r.pinned > 0 {
 		return fmt.Errorf("%w: %s on gpu %d", ErrPinned, f.name, gpu)
 	}
+	defer n.moving(f)()
 	if f.active == gpu {
 		if f.users > 0 {
 			return fmt.Errorf("%w: %s has %d bindings on gpu %d", ErrBusy, f.name, f.users, gpu)
@@ -546,7 +611,7 @@ func (n *Node) evictLocked(ctx context.Context, f *function, gpu int) error {
 			return nil // a function still initialising: its bytes were written back, its copy dropped
 		}
 	}
-	if err := n.waitReadyLocked(ctx, r); err != nil {
+	if err := n.waitReadyLocked(ctx, f, r); err != nil {
 		return err
 	}
 	for id, chunks := range r.chunks {

@@ -200,7 +200,9 @@ func New(ctx context.Context, cfg Config) (*Backend, error) {
 		absState: absState, namespaces: nss,
 		health: &http.Client{Transport: &http.Transport{DisableKeepAlives: true, Proxy: nil}}}
 	b.envs, err = openEnvs(ctx, cfg, func(cmd *exec.Cmd) error {
-		cmd.SysProcAttr = childAttrs() // pip dies with this process
+		if cmd.SysProcAttr == nil { // a sandboxed install's init has its own, with a parent-death signal
+			cmd.SysProcAttr = childAttrs() // pip dies with this process
+		}
 		return b.spawner.start(b.base, cmd)
 	}, log)
 	if err != nil {

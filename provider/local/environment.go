@@ -45,7 +45,10 @@ func (e *envFailed) Unwrap() error { return e.err }
 func openEnvs(ctx context.Context, cfg Config, start func(*exec.Cmd) error, log interface {
 	Info(string, ...any)
 }) (*venv.Manager, error) {
-	m, err := venv.Open(venv.Config{Dir: cfg.EnvDir, Python: cfg.Python, MaxAge: cfg.EnvMaxAge, Start: start})
+	// Installs run sandboxed where functions do: the code an install runs (an sdist's setup.py, a build backend)
+	// is the function author's choice, as the function's own code is.
+	m, err := venv.Open(venv.Config{Dir: cfg.EnvDir, Python: cfg.Python, MaxAge: cfg.EnvMaxAge, Start: start,
+		Sandbox: cfg.Sandbox})
 	if err != nil {
 		return nil, fmt.Errorf("local backend: %w", err)
 	}

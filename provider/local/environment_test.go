@@ -1,22 +1,30 @@
 package local
 
 import (
+	"archive/zip"
+	"bytes"
 	"context"
+	"crypto/sha256"
+	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io/fs"
 	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
 	"github.com/openfaas/faas-provider/types"
 
 	"github.com/faas-gpu/faas-gpu/provider"
+	"github.com/faas-gpu/faas-gpu/provider/local/sandbox"
 	"github.com/faas-gpu/faas-gpu/provider/local/venv"
 	"github.com/faas-gpu/faas-gpu/test/pyenv"
 )
@@ -276,5 +284,110 @@ func TestInterpreterAndEnvVarsOfAnEnvironment(t *testing.T) {
 	want := []string{"A=1", "PATH=" + env.Dir + "/bin:/usr/bin:/bin", "VIRTUAL_ENV=" + env.Dir}
 	if strings.Join(vars, " ") != strings.Join(want, " ") {
 		t.Errorf("envVars = %q, want %q", vars, want)
+	}
+}
+
+// writeSixWheel writes six-1.17.0-py3-none-any.whl into dir: a one-module wheel standing in for the real six
+// (pipfn reads its __version__), so that the install needs no index.
+func writeSixWheel(t *testing.T, dir string) {
+	t.Helper()
+	files := [][2]string{
+		{"six.py", "__version__ = \"1.17.0\"\n"},
+		{"six-1.17.0.dist-info/METADATA", "Metadata-Version: 2.1\nName: six\nVersion: 1.17.0\n"},
+		{"six-1.17.0.dist-info/WHEEL", "Wheel-Version: 1.0\nGenerator: faas-gpu-test\nRoot-Is-Purelib: true\nTag: py3-none-any\n"},
+	}
+	var buf bytes.Buffer
+	z := zip.NewWriter(&buf)
+	var record []string
+	for _, f := range append(files, [2]string{"six-1.17.0.dist-info/RECORD", ""}) {
+		text := f[1]
+		if f[0] == "six-1.17.0.dist-info/RECORD" {
+			text = strings.Join(append(record, f[0]+",,"), "\n") + "\n"
+		} else {
+			sum := sha256.Sum256([]byte(text))
+			record = append(record, fmt.Sprintf("%s,sha256=%s,%d", f[0], base64.RawURLEncoding.EncodeToString(sum[:]),
+				len(text)))
+		}
+		w, err := z.Create(f[0])
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := w.Write([]byte(text)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := z.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "six-1.17.0-py3-none-any.whl"), buf.Bytes(), 0o644); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// A backend that sandboxes its functions installs their requirements in a sandbox too (no index: a wheel folder
+// named in the requirements): the function's log says so and carries pip's lines, the environment ends owned by
+// this process's user and read-only to others, and the function, under its own ids, runs on it.
+func TestRequirementsInstallInASandbox(t *testing.T) {
+	if runtime.GOOS != "linux" {
+		t.Skip("sandboxes are Linux only")
+	}
+	needPython(t)
+	if out, err := exec.Command("python3", "-c", "import venv, ensurepip").CombinedOutput(); err != nil {
+		t.Skipf("python3 with the venv and ensurepip modules is needed (Debian: python3-venv): %v %s", err, out)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	sb, err := sandbox.New(ctx, sandbox.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !sb.Enabled() {
+		t.Skipf("this kernel does not allow sandboxes: %s", sb.Report().Reason)
+	}
+	e := newEnv(t)
+	e.cfg.Sandbox = sb
+	wheels := filepath.Join(filepath.Dir(e.state), "wheels")
+	if err := os.Mkdir(wheels, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chmod(filepath.Dir(e.state), 0o755); err != nil { // t.TempDir is 0700: the install reads wheels
+		t.Fatal(err)
+	}
+	writeSixWheel(t, wheels)
+	b := e.open(t)
+	if err := b.Deploy(context.Background(), pipFunction(t, e, "pip-sandboxed",
+		"--no-index\n--find-links "+wheels+"\nsix==1.17.0\n")); err != nil {
+		t.Fatal(err)
+	}
+	waitPipReady(t, b, "pip-sandboxed", 1)
+	r := invokePip(t, b, "pip-sandboxed")
+	envDir := filepath.Join(e.state, "envs")
+	if r.Six != "1.17.0" || !strings.HasPrefix(r.Prefix, envDir+string(filepath.Separator)) {
+		t.Fatalf("pip-sandboxed %+v: want six 1.17.0 from an environment under %s", r, envDir)
+	}
+	text := logText(t, b, "pip-sandboxed")
+	for _, want := range []string{"faas-gpu: installing in a sandbox as uid", "pip: Processing " + wheels,
+		"pip: Successfully installed six-1.17.0"} {
+		if !strings.Contains(text, want) {
+			t.Errorf("the function's log lacks %q:\n%s", want, text)
+		}
+	}
+	err = filepath.WalkDir(r.Prefix, func(p string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		fi, err := os.Lstat(p)
+		if err != nil {
+			return err
+		}
+		if st := fi.Sys().(*syscall.Stat_t); int(st.Uid) != os.Getuid() ||
+			(fi.Mode()&fs.ModeSymlink == 0 && fi.Mode().Perm()&0o022 != 0) {
+			return fmt.Errorf("%s: uid %d, mode %v; want uid %d and nothing writable by others", p, st.Uid,
+				fi.Mode(), os.Getuid())
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
 	}
 }

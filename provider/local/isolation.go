@@ -79,15 +79,24 @@ func (b *Backend) platformEnv(rec record) map[string]string {
 	return m
 }
 
-// pythonInstall is Config.Python resolved for sandboxes: the real executable (not a pyenv shim, which needs the
-// shell and pyenv's whole tree) and the folders of its installation.
+// pythonInstall is Config.Python resolved for sandboxes: the executable to run and the folders of its installation.
+// The executable is the real one (not a pyenv shim, which needs the shell and pyenv's whole tree), except for the
+// interpreter of a virtual environment (e.g. --python .venv/bin/python3): that is the environment's own bin/python,
+// a link to the base interpreter, which Python resolves to the environment only when started by that name (started
+// as the base interpreter it would not see the environment's packages). The folders are the base installation's and
+// the environment's, shown read-only.
 type pythonInstall struct {
 	exe      string
 	prefixes []string
 }
 
 const pythonInstallScript = `import os, sys
-print(os.path.realpath(sys.executable))
+exe = os.path.realpath(sys.executable)
+if sys.prefix != sys.base_prefix:
+    exe = os.path.abspath(sys.executable)
+    if os.path.dirname(exe) != os.path.join(sys.prefix, "bin"):
+        exe = os.path.join(sys.prefix, "bin", "python3")
+print(exe)
 for p in {sys.base_prefix, os.path.realpath(sys.base_prefix), sys.prefix, os.path.realpath(sys.prefix)}:
     print(p)`
 

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"net"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"runtime"
 	"strconv"
@@ -218,5 +219,66 @@ func TestSandboxedFunctionsCannotReachThePlatform(t *testing.T) {
 	}
 	if !alive(os.Getpid()) {
 		t.Fatal("unreachable")
+	}
+}
+
+// TestSandboxedFunctionRunsOnAVirtualEnvironmentsPython: with Config.Python the interpreter of a virtual environment
+// (up's --python .venv/bin/python3, or the pinned environment of the CUDA tests), a sandboxed function runs in that
+// environment and imports its packages, which the sandbox shows read-only; the environment's interpreter is not
+// replaced by the base one it links to (which would not see them).
+func TestSandboxedFunctionRunsOnAVirtualEnvironmentsPython(t *testing.T) {
+	if runtime.GOOS != "linux" {
+		t.Skip("sandboxes are Linux only")
+	}
+	e := newEnv(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	sb, err := sandbox.New(ctx, sandbox.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !sb.Enabled() {
+		t.Skipf("this kernel does not allow sandboxes: %s", sb.Report().Reason)
+	}
+	e.cfg.Sandbox = sb
+	venvDir := filepath.Join(t.TempDir(), "venv")
+	if out, err := exec.CommandContext(ctx, "python3", "-m", "venv", "--without-pip", venvDir).CombinedOutput(); err != nil {
+		t.Skipf("python3 -m venv: %v: %s", err, out)
+	}
+	site, err := exec.CommandContext(ctx, filepath.Join(venvDir, "bin", "python3"), "-c",
+		"import sysconfig; print(sysconfig.get_paths()['purelib'])").Output()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(strings.TrimSpace(string(site)), "venv_marker.py"),
+		[]byte("WHERE = __file__\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	e.cfg.Python = filepath.Join(venvDir, "bin", "python3")
+	handler := t.TempDir()
+	if err := os.WriteFile(filepath.Join(handler, "handler.py"), []byte(`import sys
+
+import venv_marker
+
+
+def handle(event, context):
+    return {"statusCode": 200, "body": {"prefix": sys.prefix, "marker": venv_marker.WHERE}}
+`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	buildContext(t, e.build, "onvenv", handler)
+	b := e.open(t)
+	if err := b.Deploy(ctx, types.FunctionDeployment{Service: "onvenv", Image: "onvenv"}); err != nil {
+		t.Fatal(err)
+	}
+	waitReady(t, b, "onvenv", 1)
+	code, out := invoke(t, b, "onvenv", "/", "")
+	var r struct{ Prefix, Marker string }
+	if code != 200 || json.Unmarshal(out, &r) != nil {
+		t.Fatalf("onvenv: %d %s", code, out)
+	}
+	if r.Prefix != venvDir || !strings.HasPrefix(r.Marker, venvDir+"/") {
+		t.Errorf("the function runs in %s and imported its marker from %s: want the environment %s", r.Prefix,
+			r.Marker, venvDir)
 	}
 }

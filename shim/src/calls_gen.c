@@ -5,7 +5,7 @@
 #include "shim.h"
 
 /* sync 1 cuCtxSynchronize (shim/api/cuda.api:34) */
-SHIM_EXPORT int cuCtxSynchronize(void) {
+SHIM_HIDDEN int rpc_cuCtxSynchronize(void) {
 	struct shim_call call;
 	int r = shim_call_begin(&call, CALL_cuCtxSynchronize, SHIM_CALL_SYNC, 0);
 	if (r != 0) return r;
@@ -730,7 +730,7 @@ SHIM_HIDDEN int rpc_cuStreamDestroy_v2(void *hStream) {
 }
 
 /* sync 83 cuStreamSynchronize (shim/api/cuda.api:97) */
-SHIM_EXPORT int cuStreamSynchronize(void *hStream) {
+SHIM_HIDDEN int rpc_cuStreamSynchronize(void *hStream) {
 	struct shim_call call;
 	int r = shim_call_begin(&call, CALL_cuStreamSynchronize, SHIM_CALL_SYNC, 8);
 	if (r != 0) return r;
@@ -741,7 +741,7 @@ SHIM_EXPORT int cuStreamSynchronize(void *hStream) {
 }
 
 /* sync 84 cuStreamQuery (shim/api/cuda.api:98) */
-SHIM_EXPORT int cuStreamQuery(void *hStream) {
+SHIM_HIDDEN int rpc_cuStreamQuery(void *hStream) {
 	struct shim_call call;
 	int r = shim_call_begin(&call, CALL_cuStreamQuery, SHIM_CALL_SYNC, 8);
 	if (r != 0) return r;
@@ -1781,6 +1781,9 @@ int cuStreamSetAttribute();
 int cuStreamCopyAttributes();
 int cuLaunchHostFunc();
 int cuStreamAddCallback();
+int cuCtxSynchronize();
+int cuStreamSynchronize();
+int cuStreamQuery();
 int cuLibraryGetKernel();
 int cuFuncGetAttribute();
 int cuFuncSetAttribute();

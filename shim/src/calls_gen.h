@@ -137,7 +137,7 @@ enum shim_call_id {
 };
 
 /* Generated entry points, and the encoders behind the handwritten ones (rpc_*). */
-int cuCtxSynchronize(void);
+int rpc_cuCtxSynchronize(void);
 int cuMemGetInfo_v2(size_t *free, size_t *total);
 int rpc_cuMemAlloc_v2(unsigned long long *dptr, size_t bytesize);
 int rpc_cuMemFree_v2(unsigned long long dptr);
@@ -185,8 +185,8 @@ int rpc_cuLaunchKernel(void *f, unsigned int gridDimX, unsigned int gridDimY, un
 int rpc_cuStreamCreate(void **phStream, unsigned int Flags);
 int rpc_cuStreamCreateWithPriority(void **phStream, unsigned int flags, int priority);
 int rpc_cuStreamDestroy_v2(void *hStream);
-int cuStreamSynchronize(void *hStream);
-int cuStreamQuery(void *hStream);
+int rpc_cuStreamSynchronize(void *hStream);
+int rpc_cuStreamQuery(void *hStream);
 int cuStreamWaitEvent(void *hStream, void *hEvent, unsigned int Flags);
 int cuEventCreate(void **phEvent, unsigned int Flags);
 int cuEventDestroy_v2(void *hEvent);

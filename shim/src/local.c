@@ -14,7 +14,7 @@
 
 struct shim_stats shim_stats;
 
-/* faasGpuShimStats copies the shim's counters (struct shim_stats, five u64) for tests and reports; it returns the
+/* faasGpuShimStats copies the shim's counters (struct shim_stats, six u64) for tests and reports; it returns the
  * number of bytes written. Not a CUDA entry point: tools find it with dlsym on libcuda.so.1. */
 SHIM_EXPORT size_t faasGpuShimStats(void *out, size_t size) {
 	struct shim_stats s;
@@ -23,6 +23,7 @@ SHIM_EXPORT size_t faasGpuShimStats(void *out, size_t size) {
 	s.local_calls = __atomic_load_n(&shim_stats.local_calls, __ATOMIC_RELAXED);
 	s.unsupported = __atomic_load_n(&shim_stats.unsupported, __ATOMIC_RELAXED);
 	s.unknown_slots = __atomic_load_n(&shim_stats.unknown_slots, __ATOMIC_RELAXED);
+	s.syncs_answered = __atomic_load_n(&shim_stats.syncs_answered, __ATOMIC_RELAXED);
 	if (out == NULL) return 0;
 	if (size > sizeof s) size = sizeof s;
 	memcpy(out, &s, size);

@@ -59,6 +59,7 @@ struct shim_call {
 	size_t roff;
 	uint64_t seq;
 	int wait;        /* 1 if a response is awaited */
+	unsigned id;     /* the call (enum shim_call_id) */
 };
 
 static inline uint64_t shim_pad8(uint64_t n) { return (n + 7) & ~(uint64_t)7; }
@@ -83,6 +84,14 @@ uint64_t shim_chunk_size(void);
 
 /* Ensures the connection (cuInit); returns a CUresult. */
 int shim_connect(void);
+
+/* shim_drained says whether the last record the process sent was a call that waited for all of the function's
+ * earlier work on the gpuserver (cuCtxSynchronize, cuStreamSynchronize, cuStreamQuery, or a device-to-host copy:
+ * the gpuserver runs every stream of a session in order on one device stream, and each of these synchronizes it)
+ * and succeeded. Then nothing is queued that a synchronize could wait for, and no error of earlier async work is
+ * pending: the gpuserver reports one at the first synchronising call after it, and that call answered success. Any
+ * record sent since (async or not, by any thread) clears it, and so does a failed answer. (transport.c) */
+int shim_drained(void);
 
 /* Logging: every message is prefixed "faas-gpu shim: ". shim_unsupported logs each name once. */
 void shim_log(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
@@ -173,6 +182,8 @@ int shim_stream_capture_begin(void *h, int mode);
 int shim_stream_capture_end(void *h);
 void shim_stream_capture_invalidate(void);
 int shim_stream_capture_status(void *h, int *status, uint64_t *id);
+/* Whether any stream is capturing (its capture active or invalidated and not yet ended). */
+int shim_stream_capturing(void);
 
 /* Whether an address is device memory of the function (alloc.c). */
 int shim_device_address(uint64_t p);
@@ -194,6 +205,7 @@ struct shim_stats {
 	uint64_t local_calls;    /* entry points and table slots answered in the shim */
 	uint64_t unsupported;    /* calls of stub entry points (NOT_SUPPORTED) */
 	uint64_t unknown_slots;  /* calls of private-table slots the shim does not emulate */
+	uint64_t syncs_answered; /* synchronizations answered in the shim (shim_drained; also counted in local_calls) */
 };
 extern struct shim_stats shim_stats;
 #define SHIM_COUNT(field) __atomic_add_fetch(&shim_stats.field, 1, __ATOMIC_RELAXED)

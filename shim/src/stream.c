@@ -262,9 +262,55 @@ SHIM_EXPORT int cuStreamCopyAttributes(void *dst, void *src) {
 	return d != NULL && s != NULL ? CUDA_SUCCESS : CUDA_ERROR_INVALID_HANDLE;
 }
 
-/* ---- host functions */
+int shim_stream_capturing(void) {
+	int c = 0;
+	pthread_mutex_lock(&mu);
+	for (struct stream *s = streams; s != NULL && !c; s = s->next) c = s->capture_status != SHIM_CAPTURE_NONE;
+	for (int i = 0; i < 3 && !c; i++) c = defaults[i].capture_status != SHIM_CAPTURE_NONE;
+	pthread_mutex_unlock(&mu);
+	return c;
+}
 
-int cuStreamSynchronize(void *);
+/* ---- synchronisation. A synchronize that follows a completed device-to-host copy (the way PyTorch reads a
+ * value: cuMemcpyDtoHAsync then cuStreamSynchronize) has nothing left to wait for when no record was sent since:
+ * it is answered here, without a round trip (shim_drained says when). It goes to the gpuserver whenever the answer
+ * could differ: after any record since the last completed synchronization (an async launch or copy on any stream,
+ * or any other call), after a synchronization or copy that failed (the gpuserver then answers what it knows: a
+ * sticky fault again, a one-shot error of an async call never twice), for a stream handle the shim does not know
+ * (the gpuserver says CUDA_ERROR_INVALID_HANDLE), and while a stream captures (the gpuserver refuses it and the
+ * capture is invalidated). */
+
+/* answered says whether a synchronize of stream h (any stream when all) is answered here. */
+static int answered(void *h, int all) {
+	if (!all) {
+		pthread_mutex_lock(&mu);
+		struct stream *s = get(h);
+		pthread_mutex_unlock(&mu);
+		if (s == NULL) return 0;
+	}
+	if (shim_stream_capturing() || !shim_drained()) return 0;
+	SHIM_LOCAL();
+	SHIM_COUNT(syncs_answered);
+	return 1;
+}
+
+SHIM_EXPORT int cuStreamSynchronize(void *h) {
+	if (answered(h, 0)) return CUDA_SUCCESS;
+	return rpc_cuStreamSynchronize(h);
+}
+
+/* The gpuserver answers a query once the stream's work has completed (it waits): answered here like a synchronize. */
+SHIM_EXPORT int cuStreamQuery(void *h) {
+	if (answered(h, 0)) return CUDA_SUCCESS;
+	return rpc_cuStreamQuery(h);
+}
+
+SHIM_EXPORT int cuCtxSynchronize(void) {
+	if (answered(NULL, 1)) return CUDA_SUCCESS;
+	return rpc_cuCtxSynchronize();
+}
+
+/* ---- host functions */
 
 SHIM_EXPORT int cuLaunchHostFunc(void *h, void (*fn)(void *), void *userData) {
 	if (fn == NULL) return CUDA_ERROR_INVALID_VALUE;

@@ -52,6 +52,8 @@ static struct {
 	uint64_t tail;      /* bytes written */
 	uint64_t published; /* bytes published */
 	uint64_t seq;
+	int drained;        /* shim_drained */
+	int local_sync;     /* FAAS_GPU_REMOTING_LOCAL_SYNC (default 1): shim_drained may say yes */
 	int sync_all;       /* FAAS_GPU_REMOTING_SYNC (default 0) */
 	long spin_ns;       /* FAAS_GPU_REMOTING_SPIN_US (default 50) */
 	int debug;          /* FAAS_GPU_SHIM_DEBUG */
@@ -158,6 +160,7 @@ int shim_null_arg(const char *call, const char *arg) {
 /* fail marks the connection broken for good and returns err. */
 static int fail(int err) {
 	g.state = -1;
+	g.drained = 0;
 	g.err = err;
 	return err;
 }
@@ -169,6 +172,7 @@ static void reset_after_fork(void) {
 	g.shm = NULL;
 	g.fd = -1;
 	g.state = 0;
+	g.drained = 0;
 	g.tail = g.published = 0;
 	pthread_mutex_init(&g.mu, NULL);
 	pthread_mutex_init(&g.init_mu, NULL);
@@ -181,6 +185,7 @@ static int connect_locked(void) {
 		atfork = 1;
 	}
 	g.sync_all = env_long("FAAS_GPU_REMOTING_SYNC", 0) != 0;
+	g.local_sync = env_long("FAAS_GPU_REMOTING_LOCAL_SYNC", 1) != 0;
 	g.spin_ns = env_long("FAAS_GPU_REMOTING_SPIN_US", 50) * 1000;
 	long ring_mb = env_long("FAAS_GPU_REMOTING_RING_MB", 8);
 	if (ring_mb < 1) ring_mb = 1;
@@ -340,6 +345,14 @@ int shim_connect(void) {
 
 const struct shim_device *shim_device(void) { return g.state == 1 ? &g.dev : NULL; }
 
+int shim_drained(void) {
+	if (__atomic_load_n(&g.state, __ATOMIC_ACQUIRE) != 1) return 0;
+	pthread_mutex_lock(&g.mu);
+	int d = g.state == 1 && g.local_sync && g.drained;
+	pthread_mutex_unlock(&g.mu);
+	return d;
+}
+
 uint64_t shim_max_payload(void) { return g.ring_size / 4; }
 uint64_t shim_max_response(void) { return g.resp_size - 4096; }
 
@@ -393,6 +406,7 @@ int shim_call_begin(struct shim_call *c, unsigned id, int mode, uint64_t payload
 	/* read without the lock: a stale value costs one entry of the log */
 	uint64_t t0 = __atomic_load_n(&calllog.on, __ATOMIC_RELAXED) ? now_ns() : 0;
 	pthread_mutex_lock(&g.mu);
+	g.drained = 0; /* this record may queue work or fail: until its answer says otherwise */
 	if (calllog.on) {
 		calllog.cur.begin = t0 ? t0 : now_ns();
 		calllog.cur.local = __atomic_load_n(&shim_stats.local_calls, __ATOMIC_RELAXED);
@@ -432,6 +446,7 @@ int shim_call_begin(struct shim_call *c, unsigned id, int mode, uint64_t payload
 	c->size = size;
 	c->off = SHIM_RECORD_HEADER_SIZE;
 	c->seq = ++g.seq;
+	c->id = id;
 	c->wait = mode == SHIM_CALL_SYNC || g.sync_all;
 	if (mode == SHIM_CALL_SYNC)
 		SHIM_COUNT(sync_calls);
@@ -496,6 +511,17 @@ int shim_call_end(struct shim_call *c) {
 	c->resp = h + SHIM_RESPONSE_HEADER_SIZE;
 	c->resp_len = len;
 	c->roff = 0;
+	if (result == 0) {
+		switch (c->id) {
+		case CALL_cuCtxSynchronize:
+		case CALL_cuStreamSynchronize:
+		case CALL_cuStreamQuery:
+		case CALL_cuMemcpyDtoH_v2:
+		case CALL_cuMemcpyDtoHAsync_v2:
+			g.drained = 1;
+			break;
+		}
+	}
 	if (result != 0 && shim_debug()) {
 		uint16_t id;
 		memcpy(&id, c->rec + 4, 2);

@@ -53,6 +53,8 @@ int main(int argc, char **argv) {
 		return 1;
 	}
 	long nsync = atol(argv[2]), nasync = atol(argv[3]);
+	/* Every synchronize is a round trip: none is answered in the shim after the one before it. */
+	setenv("FAAS_GPU_REMOTING_LOCAL_SYNC", "0", 1);
 	FILE *f = fopen(argv[1], "rb");
 	if (f == NULL) return 1;
 	static char ptx[1 << 20];

@@ -46,6 +46,10 @@ int cuFuncGetParamInfo(void *, size_t, size_t *, size_t *);
 int cuLaunchKernel(void *, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, void *, void **,
 		   void **);
 int cuCtxSynchronize(void);
+int cuStreamSynchronize(void *);
+int cuStreamQuery(void *);
+int cuStreamCreate(void **, unsigned);
+int cuMemcpyDtoHAsync_v2(void *, unsigned long long, size_t, void *);
 int cuGraphCreate(void *, unsigned);
 
 static void test_device_slots(void);
@@ -80,7 +84,15 @@ static struct {
 	int nrec;
 	/* bulk copies */
 	uint64_t htod_bytes, htod_sum;
+	/* records per call id; an async call that fails (the next record of fail_id answers fail_result at the
+	 * next syncpoint, as the gpuserver does) */
+	int calls[512];
+	unsigned fail_id;
+	int fail_result, pending;
 } srv;
+
+/* The stand-in's stream handle (cuStreamCreate). */
+#define STREAM_HANDLE 0x33
 
 static uint64_t rd64(const uint8_t *p) { uint64_t v; memcpy(&v, p, 8); return v; }
 static uint32_t rd32(const uint8_t *p) { uint32_t v; memcpy(&v, p, 4); return v; }
@@ -113,7 +125,44 @@ static void handle(const uint8_t *rec, size_t size) {
 	}
 	static uint8_t out[8 << 20];
 	uint32_t len = 0;
+	int result = 0;
+	if (id < 512) srv.calls[id]++;
+	if (srv.fail_id != 0 && id == srv.fail_id) {
+		srv.fail_id = 0;
+		if (!(flags & SHIM_RECORD_FLAG_SYNC)) {
+			if (srv.pending == 0) srv.pending = srv.fail_result;
+			return;
+		}
+		respond(seq, srv.fail_result, NULL, 0);
+		return;
+	}
 	switch (id) {
+	case CALL_cuCtxSynchronize:
+	case CALL_cuStreamSynchronize:
+	case CALL_cuStreamQuery:
+	case CALL_cuMemcpyDtoH_v2:
+	case CALL_cuMemcpyDtoHAsync_v2:
+		if (id == CALL_cuStreamSynchronize || id == CALL_cuStreamQuery) {
+			uint64_t h = rd64(p);
+			if (h > 2 && h != STREAM_HANDLE) result = CUDA_ERROR_INVALID_HANDLE;
+		}
+		if (result == 0 && srv.pending != 0) { /* a syncpoint reports the first error of earlier async calls */
+			result = srv.pending;
+			srv.pending = 0;
+		}
+		if (result != 0) {
+			respond(seq, result, NULL, 0);
+			return;
+		}
+		break;
+	}
+	switch (id) {
+	case CALL_cuStreamCreate: {
+		uint64_t h = STREAM_HANDLE;
+		memcpy(out, &h, 8);
+		len = 8;
+		break;
+	}
 	case CALL_cuMemAlloc_v2: {
 		uint64_t a = VA_BASE + 0x1000;
 		memcpy(out, &a, 8);
@@ -127,7 +176,8 @@ static void handle(const uint8_t *rec, size_t size) {
 		srv.htod_bytes += n;
 		break;
 	}
-	case CALL_cuMemcpyDtoH_v2: {
+	case CALL_cuMemcpyDtoH_v2:
+	case CALL_cuMemcpyDtoHAsync_v2: {
 		uint64_t cap = rd64(p), src = rd64(p + 8);
 		memcpy(out, &cap, 8);
 		for (uint64_t i = 0; i < cap; i++) out[8 + i] = pattern(src + i);
@@ -152,7 +202,7 @@ static void handle(const uint8_t *rec, size_t size) {
 		break;
 	}
 	}
-	if (flags & SHIM_RECORD_FLAG_SYNC) respond(seq, 0, out, len);
+	if (flags & SHIM_RECORD_FLAG_SYNC) respond(seq, result, out, len);
 }
 
 static void *serve(void *arg) {
@@ -454,6 +504,111 @@ static void test_records(void) {
 	srv.stop = 1;
 	pthread_join(t, NULL);
 	unlink(srv.path);
+}
+
+/* ---- synchronizations answered in the shim: a synchronize after a completed read with nothing sent since costs
+ * no round trip; anything sent since, a failed read, an unknown stream or a capture sends it to the server. Runs in
+ * a child (a connection of its own) and returns its failures. */
+
+static int failures_before;
+
+static int server_syncs(void) {
+	return srv.calls[CALL_cuStreamSynchronize] + srv.calls[CALL_cuCtxSynchronize] + srv.calls[CALL_cuStreamQuery];
+}
+
+/* sync_is checks that f answered want, and whether it reached the server. */
+#define SYNC_IS(f, want, remote, ...)                                                                                \
+	do {                                                                                                           \
+		int before = server_syncs();                                                                           \
+		uint64_t answered = shim_stats.syncs_answered, sync_calls = shim_stats.sync_calls;                     \
+		int r_ = (f);                                                                                          \
+		int went = server_syncs() - before;                                                                    \
+		CHECK(r_ == (want), "%s answered %d, want %d: " __VA_ARGS__, #f, r_, want);                           \
+		CHECK(went == (remote), "%s reached the server %d times, want %d: " __VA_ARGS__, #f, went, remote);    \
+		CHECK(shim_stats.syncs_answered - answered == (uint64_t)!(remote) &&                                  \
+			      shim_stats.sync_calls - sync_calls == (uint64_t)(remote),                                \
+		      "%s: counters: answered +%llu, sync calls +%llu: " __VA_ARGS__, #f,                                   \
+		      (unsigned long long)(shim_stats.syncs_answered - answered),                                      \
+		      (unsigned long long)(shim_stats.sync_calls - sync_calls));                                       \
+	} while (0)
+
+static int sync_answers(void) {
+	failures_before = failures;
+	pthread_t t = start_server(0);
+	CHECK(cuInit(0) == 0, "cuInit");
+	unsigned long long p = 0;
+	void *s = NULL;
+	uint8_t buf[16];
+	CHECK(cuMemAlloc_v2(&p, 4096) == 0, "alloc");
+	CHECK(cuStreamCreate(&s, 0) == 0 && s == (void *)STREAM_HANDLE, "stream %p", s);
+
+	/* Before any read: the synchronize goes to the server. */
+	SYNC_IS(cuStreamSynchronize(s), 0, 1, "nothing read yet");
+
+	/* The decode step: async work, a read of its result, the synchronize PyTorch makes after the read. */
+	CHECK(cuMemsetD32Async(p, 7, 4, s) == 0, "memset");
+	CHECK(cuMemcpyDtoHAsync_v2(buf, p, sizeof buf, s) == 0 && buf[0] == pattern(p), "read");
+	SYNC_IS(cuStreamSynchronize(s), 0, 0, "the read completed and nothing was sent since");
+	SYNC_IS(cuStreamSynchronize(s), 0, 0, "still nothing sent");
+	SYNC_IS(cuStreamSynchronize(NULL), 0, 0, "the default stream: nothing sent");
+	SYNC_IS(cuCtxSynchronize(), 0, 0, "the context: nothing sent");
+	SYNC_IS(cuStreamQuery(s), 0, 0, "a query: nothing sent");
+
+	/* An async record after the read, on another stream, sends the synchronize to the server. */
+	CHECK(cuMemcpyDtoH_v2(buf, p, sizeof buf) == 0, "synchronous read");
+	CHECK(cuMemsetD32Async(p, 7, 4, NULL) == 0, "memset on the default stream");
+	SYNC_IS(cuStreamSynchronize(s), 0, 1, "a memset on another stream after the read");
+	SYNC_IS(cuCtxSynchronize(), 0, 0, "after a completed synchronize: nothing sent");
+	CHECK(cuMemcpyDtoHAsync_v2(buf, p, sizeof buf, s) == 0, "read");
+	CHECK(cuMemsetD32Async(p, 7, 4, s) == 0, "memset");
+	SYNC_IS(cuCtxSynchronize(), 0, 1, "a memset on the stream after the read");
+
+	/* A synchronous call that is not a synchronization (it could queue work) sends it too. */
+	CHECK(cuMemcpyDtoHAsync_v2(buf, p, sizeof buf, s) == 0, "read");
+	unsigned long long q = 0;
+	CHECK(cuMemAlloc_v2(&q, 4096) == 0, "alloc");
+	SYNC_IS(cuStreamSynchronize(s), 0, 1, "an allocation after the read");
+
+	/* A stream the shim does not know: the server answers (invalid handle). */
+	CHECK(cuMemcpyDtoHAsync_v2(buf, p, sizeof buf, s) == 0, "read");
+	SYNC_IS(cuStreamSynchronize((void *)0xdead), CUDA_ERROR_INVALID_HANDLE, 1, "an unknown stream");
+	SYNC_IS(cuStreamSynchronize(s), 0, 1, "after a failed synchronize");
+
+	/* An error of earlier async work arrives with the read's answer: the read returns it, and the synchronize after
+	 * it goes to the server, which answers what it knows now. */
+	srv.fail_id = CALL_cuMemsetD32Async;
+	srv.fail_result = CUDA_ERROR_ILLEGAL_ADDRESS;
+	CHECK(cuMemsetD32Async(p, 7, 4, s) == 0, "the memset that will fail is async");
+	CHECK(cuMemcpyDtoHAsync_v2(buf, p, sizeof buf, s) == CUDA_ERROR_ILLEGAL_ADDRESS,
+	      "the read reports the memset's error");
+	SYNC_IS(cuStreamSynchronize(s), 0, 1, "after a read that failed");
+	SYNC_IS(cuStreamSynchronize(s), 0, 0, "after the synchronize that went to the server succeeded");
+	/* The read itself failing. */
+	srv.fail_id = CALL_cuMemcpyDtoHAsync_v2;
+	srv.fail_result = CUDA_ERROR_INVALID_VALUE;
+	CHECK(cuMemcpyDtoHAsync_v2(buf, p, sizeof buf, s) == CUDA_ERROR_INVALID_VALUE, "the read fails");
+	SYNC_IS(cuCtxSynchronize(), 0, 1, "after a read that failed");
+	/* An async error after the read: the synchronize reports it. */
+	CHECK(cuMemcpyDtoHAsync_v2(buf, p, sizeof buf, s) == 0, "read");
+	srv.fail_id = CALL_cuMemsetD32Async;
+	srv.fail_result = CUDA_ERROR_ILLEGAL_ADDRESS;
+	CHECK(cuMemsetD32Async(p, 7, 4, s) == 0, "the memset that will fail is async");
+	SYNC_IS(cuStreamSynchronize(s), CUDA_ERROR_ILLEGAL_ADDRESS, 1, "an async error after the read");
+
+	/* While a stream captures, a synchronize goes to the server (which refuses it and invalidates the capture). */
+	CHECK(cuMemcpyDtoHAsync_v2(buf, p, sizeof buf, s) == 0, "read");
+	CHECK(shim_stream_capture_begin(s, 0) == 0, "capture");
+	SYNC_IS(cuStreamSynchronize(NULL), 0, 1, "a stream captures");
+	CHECK(shim_stream_capture_end(s) == 0, "end capture");
+
+	srv.stop = 1;
+	pthread_join(t, NULL);
+	unlink(srv.path);
+	return failures - failures_before;
+}
+
+static void test_sync_answers(void) {
+	CHECK(in_child(sync_answers) == 0, "synchronizations answered in the shim (failures above)");
 }
 
 /* ---- the integrity check: MD2 (RFC 1319 test suite) and the published intermediate vectors of the runtime's
@@ -881,6 +1036,7 @@ int main(void) {
 	test_integrity();
 	test_tables();
 	test_refusals();
+	test_sync_answers();
 	test_records();
 	if (failures) {
 		fprintf(stderr, "%d failure(s)\n", failures);

@@ -2,6 +2,7 @@ package charts
 
 import (
 	"os"
+	"os/exec"
 	"regexp"
 	"slices"
 	"sort"
@@ -10,6 +11,7 @@ import (
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	networkingv1 "k8s.io/api/networking/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	"sigs.k8s.io/yaml"
 )
@@ -270,6 +272,104 @@ func TestValuesDocumented(t *testing.T) {
 		}
 		if i == 0 || !strings.HasPrefix(strings.TrimSpace(lines[i-1]), "#") {
 			t.Errorf("values.yaml line %d (%s) has no comment above it", i+1, strings.TrimSpace(line))
+		}
+	}
+}
+
+// TestGPUServerPoolPage: gpuserver.ui serves the live pool page from each gpuserver behind basic auth: off by
+// default; on, the gpuserver gets -ui-addr and -ui-auth-dir through its ConfigMap (so its pods roll), a "ui" port,
+// and the credentials' Secret (ui.secretName, else basicAuth's) mounted read-only at the folder -ui-auth-dir names;
+// its NetworkPolicy admits ui.from on that port (every peer when empty). Without credentials, or on the metrics
+// port, the chart refuses to render, naming the value.
+func TestGPUServerPoolPage(t *testing.T) {
+	type page struct {
+		env               map[string]string
+		port              int32
+		mountPath, secret string
+		readOnly          bool
+		mode              int32
+		checksum          string
+		admitted          []string
+	}
+	read := func(sets ...string) page {
+		t.Helper()
+		objs := decodeAll(t, render(t, sets...))
+		var p page
+		p.env = find[*corev1.ConfigMap](t, objs, "ConfigMap", "faas-gpu-gpuserver").Data
+		ds := find[*appsv1.DaemonSet](t, objs, "DaemonSet", "faas-gpu-gpuserver")
+		p.checksum = ds.Spec.Template.Annotations["checksum/config"]
+		c := ds.Spec.Template.Spec.Containers[0]
+		for _, port := range c.Ports {
+			if port.Name == "ui" {
+				p.port = port.ContainerPort
+			}
+		}
+		for _, m := range c.VolumeMounts {
+			if m.Name == "ui-auth" {
+				p.mountPath, p.readOnly = m.MountPath, m.ReadOnly
+			}
+		}
+		for _, v := range ds.Spec.Template.Spec.Volumes {
+			if v.Name == "ui-auth" && v.Secret != nil {
+				p.secret = v.Secret.SecretName
+				if v.Secret.DefaultMode != nil {
+					p.mode = *v.Secret.DefaultMode
+				}
+			}
+		}
+		np := find[*networkingv1.NetworkPolicy](t, objs, "NetworkPolicy", "faas-gpu-gpuserver")
+		p.admitted = ingressPorts(np)[p.port]
+		return p
+	}
+	off := read("provider.enabled=true")
+	if off.port != 0 || off.secret != "" || off.mountPath != "" || off.env["FAAS_GPU_UI_ADDR"] != "" ||
+		off.env["FAAS_GPU_UI_AUTH_DIR"] != "" {
+		t.Errorf("the pool page is served by default: %+v", off)
+	}
+
+	on := read("provider.enabled=true", "gpuserver.ui.enabled=true")
+	if on.env["FAAS_GPU_UI_ADDR"] != ":8091" || on.env["FAAS_GPU_UI_AUTH_DIR"] != "/var/secrets" ||
+		on.mountPath != "/var/secrets" || !on.readOnly || on.port != 8091 || on.mode != 0o400 {
+		t.Errorf("pool page on: %+v; want -ui-addr :8091 on port ui and the credentials read-only at -ui-auth-dir", on)
+	}
+	if on.secret != "faas-gpu-basic-auth" {
+		t.Errorf("pool page credentials from %q, want the provider's basic-auth Secret", on.secret)
+	}
+	if on.checksum == off.checksum {
+		t.Error("turning the pool page on does not roll the gpuserver pods")
+	}
+	if !slices.Equal(on.admitted, []string{"any"}) {
+		t.Errorf("the pool page's port admits %v, want every peer (it asks for credentials)", on.admitted)
+	}
+	if p := read("gpuserver.ui.enabled=true", "basicAuth.secretName=basic-auth"); p.secret != "basic-auth" {
+		t.Errorf("beside the stock chart the page's credentials come from %q, want basic-auth", p.secret)
+	}
+	p := read("provider.enabled=true", "gpuserver.ui.enabled=true", "gpuserver.ui.secretName=pool-page",
+		"gpuserver.ui.port=9000", "gpuserver.ui.from[0].namespaceSelector.matchLabels.name=ingress")
+	if p.secret != "pool-page" || p.port != 9000 || p.env["FAAS_GPU_UI_ADDR"] != ":9000" ||
+		!slices.Equal(p.admitted, []string{"namespaces"}) {
+		t.Errorf("ui.secretName, ui.port and ui.from: %+v", p)
+	}
+	if p := read("gpuserver.ui.enabled=true", "basicAuth.secretName=basic-auth", "gpuserver.metricsPort=0"); p.port != 8091 ||
+		!slices.Equal(p.admitted, []string{"any"}) {
+		t.Errorf("the pool page without the metrics port: %+v", p)
+	}
+
+	for _, bad := range []struct {
+		sets []string
+		says string
+	}{
+		{[]string{"gpuserver.ui.enabled=true"}, "gpuserver.ui.enabled"},
+		{[]string{"gpuserver.ui.enabled=true", "provider.enabled=true", "basicAuth.enabled=false"}, "gpuserver.ui.enabled"},
+		{[]string{"gpuserver.ui.enabled=true", "provider.enabled=true", "gpuserver.ui.port=8090"}, "gpuserver.ui.port"},
+	} {
+		args := []string{"template", "x", chartDir}
+		for _, v := range bad.sets {
+			args = append(args, "--set", v)
+		}
+		out, err := exec.Command(helmBinary(t), args...).CombinedOutput()
+		if err == nil || !strings.Contains(string(out), bad.says) {
+			t.Errorf("%v: %v, want a failure naming %s:\n%.300s", bad.sets, err, bad.says, out)
 		}
 	}
 }

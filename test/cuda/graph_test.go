@@ -116,9 +116,18 @@ func TestLLMDecodeWithCUDAGraphs(t *testing.T) {
 	if a := graphs.Greedy.PerToken["Async"]; a != 1 {
 		t.Errorf("greedy with graphs: %v asynchronous records per token, want 1 (the graph launch)", a)
 	}
-	// Reading the token back is a copy and a synchronize of the stream: two round trips.
-	if s := graphs.Greedy.PerToken["Sync"]; s > 2 {
-		t.Errorf("greedy with graphs: %v synchronous calls per token, want at most 2 (reading the token)", s)
+	// Reading the token back is a copy and a synchronize of the stream: one round trip, as nothing is sent between
+	// the copy and the synchronize, which the shim answers (eagerly as well, and when sampling: the logits are read
+	// the same way).
+	for _, c := range []struct {
+		name string
+		per  map[string]float64
+	}{{"greedy with graphs", graphs.Greedy.PerToken}, {"greedy eagerly", eager.Greedy.PerToken},
+		{"sampled with graphs", graphs.Sampled.PerToken}, {"sampled eagerly", eager.Sampled.PerToken}} {
+		if s, a := c.per["Sync"], c.per["SyncsAnswered"]; s != 1 || a != 1 {
+			t.Errorf("%s: %v round trips and %v synchronizations answered in the shim per token, want 1 and 1 "+
+				"(the read; its synchronize answered in the shim)", c.name, s, a)
+		}
 	}
 	if a := eager.Greedy.PerToken["Async"]; a < 20 {
 		t.Errorf("greedy eagerly: %v asynchronous records per token, want one per kernel", a)

@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"encoding/json"
+	"fmt"
 	"net/http"
 	"os"
 	"os/exec"
@@ -15,6 +16,7 @@ import (
 	"github.com/openfaas/faas-provider/types"
 
 	"github.com/faas-gpu/faas-gpu/gpuserver/client"
+	"github.com/faas-gpu/faas-gpu/provider/local/sandbox"
 	"github.com/faas-gpu/faas-gpu/provider/shrinkwrap"
 	"github.com/faas-gpu/faas-gpu/test/pyenv"
 )
@@ -63,14 +65,15 @@ func TestPyEnvLLMThroughUpWithOpenAIClient(t *testing.T) {
 		t.Fatal("stack.yml has no llm function")
 	}
 	stateDir := filepath.Join(t.TempDir(), "state")
-	// The function runs on the pinned environment's Python (--python), which the sandbox does not show (it shows
-	// the environments it installs): the sandbox is off here, its own tests are in sandbox_test.go.
+	// The function runs on the pinned environment's Python (--python, a virtual environment), in up's default
+	// sandbox, which shows that environment and its base interpreter read-only.
 	in := startUp(t, stateDir, "--sim-kernels=dry", "--gpus", simNode, "--gpu-memory", "16Gi",
-		"--functions-dir", llmFunctionDir(t), "--python", filepath.Join(py, "bin", "python3"), "--sandbox", "off")
+		"--functions-dir", llmFunctionDir(t), "--python", filepath.Join(py, "bin", "python3"))
 	annotations := f.Annotations
 	deploy(t, in, types.FunctionDeployment{Service: "llm", Image: f.Image, Annotations: &annotations,
 		EnvVars: map[string]string{"LLM_MAX_PROMPT_TOKENS": "256", "LLM_MAX_TOKENS": "64"}})
 	waitStarted(t, in, "llm")
+	requireSandboxed(t, in, "llm")
 	base := in.url + "/function/llm/v1"
 
 	// A raw stream: its first event arrives while the binding is held (the rest is still being decoded).
@@ -210,4 +213,35 @@ func equalInts(a, b []int) bool {
 		}
 	}
 	return true
+}
+
+// requireSandboxed fails the test unless up runs function in its sandbox wherever the machine allows one (up's
+// default, --sandbox auto, says at start whether functions are isolated and why not): then, as root, the function's
+// process runs as an id of the sandbox's own range.
+func requireSandboxed(t *testing.T, in *instance, function string) {
+	t.Helper()
+	var line string
+	eventually(t, 30*time.Second, "up's start-up line about functions' isolation", func() error {
+		for _, l := range strings.Split(in.out.String(), "\n") {
+			if rest, ok := strings.CutPrefix(strings.TrimSpace(l), "functions    "); ok && !strings.HasPrefix(rest, "from ") {
+				line = rest
+				return nil
+			}
+		}
+		return fmt.Errorf("not in:\n%s", in.out.String())
+	})
+	if !strings.HasPrefix(line, "isolated") {
+		t.Logf("this machine allows no sandbox: %s runs unisolated (%s)", function, line)
+		return
+	}
+	pids := startedPIDs(in.out.String(), function)
+	if len(pids) == 0 {
+		t.Fatalf("up's log names no replica of %s", function)
+	}
+	uid := functionUID(t, pids[len(pids)-1])
+	if os.Geteuid() == 0 && uid <= sandbox.DefaultFirstID {
+		t.Errorf("%s runs as uid %d: want an id of the functions' range (above %d)", function, uid,
+			sandbox.DefaultFirstID)
+	}
+	t.Logf("%s runs in up's sandbox as uid %d (up: functions %.60s...)", function, uid, line)
 }

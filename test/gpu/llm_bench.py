@@ -23,7 +23,7 @@ sys.path.insert(0, os.path.join(HERE, "..", "..", "functions", "llm"))
 
 
 class ShimStats:
-    FIELDS = ("sync", "async", "local", "unsupported", "unknown_slots")
+    FIELDS = ("sync", "async", "local", "unsupported", "unknown_slots", "syncs_answered")
 
     def __init__(self):
         lib = ctypes.CDLL("libcuda.so.1")

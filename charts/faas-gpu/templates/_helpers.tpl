@@ -57,6 +57,15 @@ nats://{{ .Release.Name }}-nats.{{ .Release.Namespace }}.svc:4222
 {{- end -}}
 {{- end }}
 
+{{/* The Secret holding the credentials of the gpuserver's pool page; fails when the page is on and there is none. */}}
+{{- define "faas-gpu.uiAuthSecret" -}}
+{{- $s := .Values.gpuserver.ui.secretName | default (include "faas-gpu.basicAuthSecret" .) -}}
+{{- if not $s -}}
+{{- fail "gpuserver.ui.enabled: the pool page is served behind basic auth; set gpuserver.ui.secretName, or basicAuth.secretName (e.g. basic-auth beside the stock openfaas chart), or provider.enabled with basicAuth.enabled" -}}
+{{- end -}}
+{{ $s }}
+{{- end }}
+
 {{/* The gpuserver's settings as FAAS_GPU_* variables (a ConfigMap; its checksum rolls the DaemonSet). */}}
 {{- define "faas-gpu.gpuserverEnv" -}}
 FAAS_GPU_SOCKET: {{ printf "%s/%s" .Values.socketDir .Values.gpuserver.controlSocket | quote }}
@@ -69,6 +78,10 @@ FAAS_GPU_GPUS: {{ required "gpuserver.gpus is required" .Values.gpuserver.gpus |
 FAAS_GPU_OVERLOAD: {{ .Values.gpuserver.overload | default "auto" | toString | quote }}
 {{- if .Values.gpuserver.metricsPort }}
 FAAS_GPU_LISTEN: {{ printf ":%d" (int .Values.gpuserver.metricsPort) | quote }}
+{{- end }}
+{{- if .Values.gpuserver.ui.enabled }}
+FAAS_GPU_UI_ADDR: {{ printf ":%d" (int .Values.gpuserver.ui.port) | quote }}
+FAAS_GPU_UI_AUTH_DIR: "/var/secrets"
 {{- end }}
 {{- range $k, $v := .Values.gpuserver.extraEnv }}
 {{ $k }}: {{ $v | quote }}

@@ -90,6 +90,8 @@ type report struct {
 	// Router against round robin: faas-gpu on RouterNodes nodes.
 	RouterNodes int    `json:"router_nodes"`
 	Router      []cell `json:"router"`
+	// Note says anything about how the report was produced that the conditions must show.
+	Note string `json:"note,omitempty"`
 }
 
 type inputs struct {
@@ -366,6 +368,11 @@ func clusterSizing(in *inputs, node topology.Node, seeds []uint64, minutes int, 
 	const maxNodes = 8
 	policies := []controller.Policy{controller.PolicyFaaSGPU, controller.PolicyTorpor, controller.PolicyGShareDQLS,
 		controller.PolicyStatic}
+	// The sizing starts where a smaller cluster is known to miss the target (seed 1: faas-gpu keeps 395 of 500
+	// functions on 1 node, static packing 475 on 2): an overloaded 8-hour run is the slowest to simulate, and the
+	// benchmark must finish on 2 cores.
+	startNodes := map[controller.Policy]int{controller.PolicyFaaSGPU: 2, controller.PolicyTorpor: 2,
+		controller.PolicyGShareDQLS: 2, controller.PolicyStatic: 3}
 	out := make([]sizing, 0, len(policies)+2)
 	for _, p := range policies {
 		out = append(out, sizing{Policy: string(p), Runs: make([]outcome, len(seeds)), Reached: make([]bool, len(seeds))})
@@ -380,7 +387,7 @@ func clusterSizing(in *inputs, node topology.Node, seeds []uint64, minutes int, 
 			jobs = append(jobs, job{name: fmt.Sprintf("cluster %s seed %d", p, seed), out: &s.Runs[si],
 				run: func() (outcome, error) {
 					var best outcome
-					for n := 1; n <= maxNodes; n++ {
+					for n := startNodes[p]; n <= maxNodes; n++ {
 						r, err := simulate.RunCluster(simulate.ClusterConfig{Config: simulate.Config{Trace: tr, Models: ms,
 							Functions: 500, Node: node, Minutes: minutes, Policy: p, Seed: seed}, Nodes: n})
 						if err != nil {
@@ -391,7 +398,7 @@ func clusterSizing(in *inputs, node topology.Node, seeds []uint64, minutes int, 
 							s.Reached[si] = true
 							return o, nil
 						}
-						if n == 1 || o.fnShare() > best.fnShare() {
+						if n == startNodes[p] || o.fnShare() > best.fnShare() {
 							best = o
 						}
 					}

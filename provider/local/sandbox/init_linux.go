@@ -97,9 +97,36 @@ func build(spec Spec) error {
 		return err
 	}
 	shown := append([]string(nil), spec.ReadOnly...)
-	sort.Strings(shown) // parents before children
+	sort.Strings(shown)
+	writable := map[string]bool{} // mount points under root
+	var all []string
+	for _, w := range spec.Writable {
+		w = filepath.Clean(w)
+		if !filepath.IsAbs(w) || w == "/" {
+			return fmt.Errorf("cannot show %q read-write: want an absolute path other than /", w)
+		}
+		if !writable[in(w)] {
+			writable[in(w)] = true
+			all = append(all, w)
+		}
+	}
 	for _, p := range shown {
-		if err := show(root, p, shown); err != nil {
+		if !writable[in(filepath.Clean(p))] {
+			all = append(all, p)
+		}
+	}
+	sort.Strings(all) // parents before children, so that a child's mount goes on top of its parent's
+	for _, p := range all {
+		var err error
+		switch {
+		case writable[in(p)]:
+			err = showWritable(root, p)
+		case within(p, shown, p) && !within(p, spec.Writable, p):
+			// visible (read-only) through the shown folder that holds it
+		default:
+			err = show(root, p, shown)
+		}
+		if err != nil {
 			return err
 		}
 	}
@@ -114,7 +141,7 @@ func build(spec Spec) error {
 	// A folder the binds above created inside /tmp would belong to the program in a user namespace, which could
 	// then move it aside and put something of its own in its place: each is bound onto itself (made read-only below
 	// with everything else), which pins it.
-	for _, top := range topsUnder(append(shown, spec.Sockets...), "/tmp") {
+	for _, top := range topsUnder(append(all, spec.Sockets...), "/tmp") {
 		if err := unix.Mount(in(top), in(top), "", unix.MS_BIND|unix.MS_REC, ""); err != nil {
 			return fmt.Errorf("pinning %s: %w", top, err)
 		}
@@ -130,7 +157,8 @@ func build(spec Spec) error {
 	if err := unix.Mount("proc", in("/proc"), "proc", unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, ""); err != nil {
 		return fmt.Errorf("mounting /proc: %w", err)
 	}
-	if err := readOnlyTree(root, map[string]bool{in("/tmp"): true, in("/dev/shm"): true, in("/proc"): true}); err != nil {
+	if err := readOnlyTree(root, map[string]bool{in("/tmp"): true, in("/dev/shm"): true, in("/proc"): true},
+		writable); err != nil {
 		return err
 	}
 	hostname := spec.Hostname
@@ -206,9 +234,6 @@ func show(root, p string, shown []string) error {
 	if err != nil {
 		return err
 	}
-	if within(p, shown, p) {
-		return nil // visible (read-only) through the shown folder that holds it
-	}
 	dst := filepath.Join(root, p)
 	src := p
 	if fi.Mode()&os.ModeSymlink != 0 {
@@ -245,6 +270,25 @@ func show(root, p string, shown []string) error {
 	}
 	if err := bindFile(src, dst); err != nil {
 		return fmt.Errorf("binding %s: %w", p, err)
+	}
+	return nil
+}
+
+// showWritable binds folder p of the machine at the same place under root, to be left writable by readOnlyTree.
+func showWritable(root, p string) error {
+	fi, err := os.Stat(p)
+	if err != nil {
+		return fmt.Errorf("showing %s read-write: %w", p, err)
+	}
+	if !fi.IsDir() {
+		return fmt.Errorf("showing %s read-write: not a folder", p)
+	}
+	dst := filepath.Join(root, p)
+	if err := os.MkdirAll(dst, 0o755); err != nil {
+		return err
+	}
+	if err := unix.Mount(p, dst, "", unix.MS_BIND, ""); err != nil {
+		return fmt.Errorf("binding %s read-write: %w", p, err)
 	}
 	return nil
 }
@@ -321,8 +365,9 @@ func writeAccounts(etc string, spec Spec) error {
 }
 
 // readOnlyTree remounts every mount at or below root read-only, nosuid, and nodev (devices excepted), keeping
-// the flags the kernel locks on mounts a user namespace inherited; the mounts in writable stay as they are.
-func readOnlyTree(root string, writable map[string]bool) error {
+// the flags the kernel locks on mounts a user namespace inherited; the mounts in keep stay as they are, those in
+// writable lose only set-id programs and devices.
+func readOnlyTree(root string, keep, writable map[string]bool) error {
 	f, err := os.Open("/proc/self/mountinfo")
 	if err != nil {
 		return err
@@ -345,14 +390,17 @@ func readOnlyTree(root string, writable map[string]bool) error {
 		return err
 	}
 	for _, p := range points {
-		if writable[p] {
+		if keep[p] {
 			continue
 		}
 		var st unix.Statfs_t
 		if err := unix.Statfs(p, &st); err != nil {
 			return fmt.Errorf("statfs %s: %w", p, err)
 		}
-		flags := uintptr(unix.MS_BIND | unix.MS_REMOUNT | unix.MS_RDONLY | unix.MS_NOSUID)
+		flags := uintptr(unix.MS_BIND | unix.MS_REMOUNT | unix.MS_NOSUID)
+		if !writable[p] {
+			flags |= unix.MS_RDONLY
+		}
 		var fi unix.Stat_t
 		if err := unix.Stat(p, &fi); err == nil && fi.Mode&unix.S_IFMT != unix.S_IFCHR {
 			flags |= unix.MS_NODEV
@@ -365,6 +413,9 @@ func readOnlyTree(root string, writable map[string]bool) error {
 			}
 		}
 		if err := unix.Mount("", p, "", flags, ""); err != nil {
+			if writable[p] {
+				return fmt.Errorf("remounting %s without set-id programs and devices: %w", strings.TrimPrefix(p, root), err)
+			}
 			return fmt.Errorf("making %s read-only: %w", strings.TrimPrefix(p, root), err)
 		}
 	}

@@ -165,6 +165,10 @@ type Spec struct {
 	// ReadOnly are files and directories shown read-only (system directories, the build context, the Python
 	// environment, the function's secrets).
 	ReadOnly []string
+	// Writable are folders shown read-write (no set-id programs, no devices): an install's target and its
+	// temporary folder. Each must exist and be a folder; one may lie inside a ReadOnly folder and the other way
+	// round.
+	Writable []string
 	// Sockets are Unix socket files shown so that the process can connect to them but not remove, rename,
 	// re-create, chmod or listen in their place.
 	Sockets []string

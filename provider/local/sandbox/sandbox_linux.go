@@ -153,6 +153,27 @@ func (s *Sandbox) Identity(function string) Identity {
 	return Identity{UID: id, GID: id, Groups: []uint32{s.cfg.IDs.First}}
 }
 
+// Borrow returns who one sandboxed task that is not a function (the install of a function's requirements) runs
+// as, and a function that gives the identity back once the task has ended: as root, a user and group of the range
+// that no function and no other task holds, without the socket group; otherwise this process's user.
+func (s *Sandbox) Borrow(task string) (id Identity, release func()) {
+	if _, ok := s.SocketGroup(); !ok {
+		return Identity{UID: uint32(os.Getuid()), GID: uint32(os.Getgid())}, func() {}
+	}
+	key := "\x00task " + task // never a function's name
+	s.mu.Lock()
+	uid := s.allocateLocked()
+	for n := 0; ; n++ { // a key of its own even when the same task runs twice at once
+		if _, held := s.ids[fmt.Sprintf("%s %d", key, n)]; !held {
+			key = fmt.Sprintf("%s %d", key, n)
+			break
+		}
+	}
+	s.ids[key] = uid
+	s.mu.Unlock()
+	return Identity{UID: uid, GID: uid}, func() { s.Release(key) }
+}
+
 // allocateLocked returns the next id no function holds, round robin over the range so that an id released by a
 // deleted function is the last to be given again. With every id held, ids are shared (the namespaces still keep
 // functions apart).

@@ -353,3 +353,78 @@ func TestUnprivilegedUser(t *testing.T) {
 		t.Errorf("uid inside = %v, want 0 (root of its own user namespace, without capabilities)", r["uid"])
 	}
 }
+
+// TestWritableFolders: a Writable folder is writable from inside (without set-id programs or devices), a ReadOnly
+// folder inside it stays read-only, and a Writable folder inside a ReadOnly one is writable while its parent is not.
+func TestWritableFolders(t *testing.T) {
+	s := newSandbox(t, ModeAuto)
+	if !s.Enabled() {
+		t.Skipf("this kernel does not allow sandboxes: %s", s.Report().Reason)
+	}
+	python, prefix := lookPython(t)
+	dir := t.TempDir()
+	if err := os.Chmod(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	rw, rwRO := filepath.Join(dir, "rw"), filepath.Join(dir, "rw", "ro")
+	ro, roRW := filepath.Join(dir, "ro"), filepath.Join(dir, "ro", "rw")
+	root := filepath.Join(dir, "root")
+	for _, d := range []string{rwRO, roRW, root} {
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	id := s.Identity("writable")
+	if os.Geteuid() == 0 && s.Report().PerFunctionIDs {
+		for _, d := range []string{rw, roRW} {
+			if err := os.Chown(d, int(id.UID), int(id.GID)); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	const script = `import json, os, sys
+out = {}
+for name in ["rw", "rw_ro", "ro", "ro_rw"]:
+    p = os.path.join(os.environ[name.upper()], "x")
+    try:
+        open(p, "w").write("x")
+        out[name] = "ok"
+    except OSError as e:
+        out[name] = "%s: %s" % (type(e).__name__, e)
+f = os.statvfs(os.environ["RW"]).f_flag
+out["nosuid"], out["nodev"] = bool(f & os.ST_NOSUID), bool(f & os.ST_NODEV)
+print(json.dumps(out))`
+	cmd, release, err := s.Command(Spec{Argv: []string{python, "-c", script}, Dir: "/", Root: root, Hostname: "w",
+		ReadOnly: append(SystemPaths(), prefix, ro, rwRO), Writable: []string{rw, roRW}, ID: id,
+		Env: []string{"RW=" + rw, "RW_RO=" + rwRO, "RO=" + ro, "RO_RW=" + roRW}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	err = cmd.Start()
+	release()
+	if err == nil {
+		err = cmd.Wait()
+	}
+	if err != nil {
+		t.Fatalf("%v\n%s", err, stderr.String())
+	}
+	var r map[string]any
+	if err := json.Unmarshal(stdout.Bytes(), &r); err != nil {
+		t.Fatalf("%q: %v", stdout.String(), err)
+	}
+	for k, want := range map[string]string{"rw": "ok", "ro_rw": "ok", "rw_ro": "Read-only", "ro": "Read-only"} {
+		if v, _ := r[k].(string); !strings.Contains(v, want) {
+			t.Errorf("writing %s: %v, want %s", k, r[k], want)
+		}
+	}
+	if r["nosuid"] != true || r["nodev"] != true {
+		t.Errorf("the writable folder's mount: nosuid %v, nodev %v; want both", r["nosuid"], r["nodev"])
+	}
+	for _, p := range []string{filepath.Join(rw, "x"), filepath.Join(roRW, "x")} {
+		if _, err := os.Stat(p); err != nil {
+			t.Errorf("%s was not written through: %v", p, err)
+		}
+	}
+}

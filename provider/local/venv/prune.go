@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"strings"
 	"syscall"
 	"time"
 )
@@ -14,29 +15,36 @@ import (
 // envName matches the folder names Manager.Name gives.
 var envName = regexp.MustCompile(`^py[0-9]+\.[0-9]+-[0-9a-f]{16}$`)
 
-// Prune removes what no process uses: the remains of interrupted installs, and (when MaxAge is set) complete
-// environments no function has started on for longer than MaxAge. An environment some process uses (its shared
-// lock is held) or installs is left alone. It returns the names removed.
+// Prune removes what no process uses: the remains of interrupted installs (an environment without its marker or with
+// its install's work folder beside it, or that folder alone), and (when MaxAge is set) complete environments no
+// function has started on for longer than MaxAge. An environment some process uses (its shared lock is held) or
+// installs is left alone. It returns the names removed.
 func (m *Manager) Prune(ctx context.Context) ([]string, error) {
 	entries, err := os.ReadDir(m.cfg.Dir)
 	if err != nil {
 		return nil, fmt.Errorf("venv: prune: %w", err)
 	}
+	var names []string
+	seen := map[string]bool{}
+	for _, e := range entries {
+		name := strings.TrimSuffix(e.Name(), buildSuffix)
+		if e.IsDir() && envName.MatchString(name) && !seen[name] {
+			seen[name] = true
+			names = append(names, name)
+		}
+	}
 	var removed []string
 	var errs []error
-	for _, e := range entries {
+	for _, name := range names {
 		if err := ctx.Err(); err != nil {
 			return removed, err
 		}
-		if !e.IsDir() || !envName.MatchString(e.Name()) {
-			continue
-		}
-		ok, err := m.pruneOne(e.Name(), time.Now())
+		ok, err := m.pruneOne(name, time.Now())
 		if err != nil {
 			errs = append(errs, err)
 		}
 		if ok {
-			removed = append(removed, e.Name())
+			removed = append(removed, name)
 		}
 	}
 	return removed, errors.Join(errs...)
@@ -60,7 +68,7 @@ func (m *Manager) pruneOne(name string, now time.Time) (bool, error) {
 			return false, nil
 		}
 		last := time.Time{}
-		if st, err := os.Stat(filepath.Join(dir, usedFile)); err == nil {
+		if st, err := os.Lstat(filepath.Join(dir, usedFile)); err == nil {
 			last = st.ModTime()
 		}
 		if now.Sub(last) <= m.cfg.MaxAge {
@@ -71,8 +79,11 @@ func (m *Manager) pruneOne(name string, now time.Time) (bool, error) {
 			return false, fmt.Errorf("venv: prune %s: %w", name, err)
 		}
 	}
-	if err := os.RemoveAll(dir); err != nil {
-		return false, fmt.Errorf("venv: prune %s: %w", name, err)
+	// The environment before its build folder: while that is there, nothing takes the environment for complete.
+	for _, d := range []string{dir, dir + buildSuffix} {
+		if err := removeAll(d); err != nil {
+			return false, fmt.Errorf("venv: prune %s: %w", name, err)
+		}
 	}
 	return true, nil
 }

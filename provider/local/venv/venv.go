@@ -9,13 +9,18 @@
 //	py3.11-<key>/.faas-gpu-used   its modification time is the last time a function started on it
 //	py3.11-<key>.lock             flock: shared while a process uses the environment, exclusive while Prune removes it
 //	py3.11-<key>.install.lock     flock: exclusive while one process installs it; others wait, then reuse it
+//	py3.11-<key>.build/           while it installs: the install's work folder (installer.go)
 //
-// An environment without its .faas-gpu-env file is the remains of an install that was interrupted: the next install
-// of the same key starts it afresh, and Prune removes it. Lock files are never removed (unlinking a lock file that
-// another process has open would let two processes hold "the" lock at once); they are empty.
+// An environment without its .faas-gpu-env file, or with a build folder beside it, is the remains of an install that
+// was interrupted: the next install of the same key starts it afresh, and Prune removes it. Lock files are never
+// removed (unlinking a lock file that another process has open would let two processes hold "the" lock at once);
+// they are empty.
 //
-// pip runs with its normal configuration and cache (pip.conf, PIP_INDEX_URL, PIP_FIND_LINKS, ~/.cache/pip), so an
-// offline machine installs from a wheel folder named by PIP_FIND_LINKS with PIP_NO_INDEX=1.
+// Where Config.Sandbox isolates, the install runs sandboxed (installer.go): it sees pip's settings (PIP_INDEX_URL,
+// PIP_FIND_LINKS, PIP_CONFIG_FILE, the proxies, ...) and the system's pip.conf, writes only the environment and a
+// temporary folder beside it, and starts without a cache; an offline machine installs from a wheel folder named by
+// PIP_FIND_LINKS with PIP_NO_INDEX=1. Otherwise pip runs as this process with its environment, configuration and
+// cache.
 package venv
 
 import (
@@ -35,6 +40,8 @@ import (
 	"sync/atomic"
 	"syscall"
 	"time"
+
+	"github.com/faas-gpu/faas-gpu/provider/local/sandbox"
 )
 
 // Sentinel errors, wrapped with %w.
@@ -47,11 +54,10 @@ var (
 
 // Files inside an environment and beside it.
 const (
-	markerFile       = ".faas-gpu-env"
-	usedFile         = ".faas-gpu-used"
-	requirementsFile = ".faas-gpu-requirements.txt"
-	useLockSuffix    = ".lock"
-	installSuffix    = ".install.lock"
+	markerFile    = ".faas-gpu-env"
+	usedFile      = ".faas-gpu-used"
+	useLockSuffix = ".lock"
+	installSuffix = ".install.lock"
 )
 
 // Config configures a Manager. Dir is required.
@@ -64,9 +70,12 @@ type Config struct {
 	MaxAge time.Duration
 	// InstallTimeout bounds one install (creating the environment and pip install); default 30 minutes.
 	InstallTimeout time.Duration
-	// Start starts the python and pip processes; default (*exec.Cmd).Start. The local backend starts them from its
-	// spawner thread with a parent-death signal.
+	// Start starts the python and pip processes; default (*exec.Cmd).Start, with a process group of its own when
+	// cmd.SysProcAttr is nil. The local backend starts them from its spawner thread with a parent-death signal.
 	Start func(cmd *exec.Cmd) error
+	// Sandbox, when it isolates, runs every install in a sandbox of its own (installer.go); nil or not isolating:
+	// pip runs as this process.
+	Sandbox *sandbox.Sandbox
 }
 
 // Manager creates and hands out environments. It is safe for concurrent use, and several processes (each with its
@@ -116,7 +125,12 @@ func Open(cfg Config) (*Manager, error) {
 		cfg.InstallTimeout = 30 * time.Minute
 	}
 	if cfg.Start == nil {
-		cfg.Start = (*exec.Cmd).Start
+		cfg.Start = func(cmd *exec.Cmd) error {
+			if cmd.SysProcAttr == nil {
+				cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+			}
+			return cmd.Start()
+		}
 	}
 	if cfg.MaxAge < 0 {
 		return nil, fmt.Errorf("venv: MaxAge %s must not be negative", cfg.MaxAge)
@@ -224,7 +238,12 @@ func (m *Manager) Ensure(ctx context.Context, req Requirements, progress io.Writ
 		len(req.Lines), strings.Join(req.Files, " + "), name, dir)
 	if err := m.install(ctx, env, req, progress, inst); err != nil {
 		m.failures.Add(1)
-		rmErr := os.RemoveAll(dir) // nobody else can be using an incomplete environment: we hold its install lock
+		// Nobody else can be using an incomplete environment: we hold its install lock. The build folder goes last
+		// (while it is there, nothing takes the environment for complete).
+		rmErr := removeAll(dir)
+		if rmErr == nil {
+			rmErr = removeAll(dir + buildSuffix)
+		}
 		use.Close()
 		fmt.Fprintf(progress, "faas-gpu: %v\n", err)
 		return nil, errors.Join(err, rmErr)
@@ -236,13 +255,7 @@ func (m *Manager) Ensure(ctx context.Context, req Requirements, progress io.Writ
 
 // handOut marks a complete environment used and keeps its shared lock until Close.
 func (m *Manager) handOut(env *Env, use *os.File, progress io.Writer) (*Env, error) {
-	now := time.Now()
-	used := filepath.Join(env.Dir, usedFile)
-	err := os.Chtimes(used, now, now)
-	if errors.Is(err, fs.ErrNotExist) {
-		err = os.WriteFile(used, nil, 0o600)
-	}
-	if err != nil {
+	if err := touch(filepath.Join(env.Dir, usedFile)); err != nil {
 		use.Close()
 		return nil, fmt.Errorf("venv: %s: marking it used: %w", env.Name, err)
 	}
@@ -274,71 +287,122 @@ type marker struct {
 	Created      time.Time `json:"created"`
 }
 
-// install creates env afresh and pip-installs req into it; the install lock (passed to the children, so that it is
-// held until they exit even if this process dies) must be held.
+// install creates env afresh and pip-installs req into it; the install lock must be held. Sandboxed (Config.Sandbox),
+// python -m venv and pip run in a sandbox of their own (installer.go), and the environment is sealed once they have
+// ended; otherwise they run as this process and get the lock (so that it is held until they exit even if this
+// process dies).
 func (m *Manager) install(ctx context.Context, env *Env, req Requirements, progress io.Writer, lockf *os.File) error {
 	ctx, cancel := context.WithTimeout(ctx, m.cfg.InstallTimeout)
 	defer cancel()
-	if err := os.RemoveAll(env.Dir); err != nil { // an interrupted install's remains
-		return fmt.Errorf("%w: %s: removing an incomplete environment: %w", ErrInstall, env.Name, err)
+	build := env.Dir + buildSuffix
+	for _, d := range []string{env.Dir, build} { // an interrupted install's remains
+		if err := removeAll(d); err != nil {
+			return fmt.Errorf("%w: %s: removing an incomplete environment: %w", ErrInstall, env.Name, err)
+		}
 	}
 	py, err := m.python(ctx)
 	if err != nil {
 		return err
 	}
-	if err := m.run(ctx, progress, lockf, py.path, "-m", "venv", env.Dir); err != nil {
-		return fmt.Errorf("%w: %s: %s -m venv: %w", ErrInstall, env.Name, py.path, err)
+	var in *installer
+	if m.sandboxed() {
+		if in, err = newInstaller(m.cfg.Sandbox, env, req, py, os.Environ()); err != nil {
+			return fmt.Errorf("%w: %s: preparing the install: %w", ErrInstall, env.Name, err)
+		}
+		defer in.close()
+		fmt.Fprintf(progress, "faas-gpu: installing in a sandbox as uid %d: it writes only %s and %s\n", in.id.UID,
+			env.Dir, filepath.Join(build, "tmp"))
+	} else if err := unsandboxedBuild(build, req); err != nil {
+		return fmt.Errorf("%w: %s: preparing the install: %w", ErrInstall, env.Name, err)
 	}
-	reqPath := filepath.Join(env.Dir, requirementsFile)
-	if err := os.WriteFile(reqPath, []byte(req.Text()), 0o600); err != nil {
-		return fmt.Errorf("%w: %s: %w", ErrInstall, env.Name, err)
+	command := func(argv ...string) (*exec.Cmd, func(), error) {
+		if in != nil {
+			return in.command(argv)
+		}
+		cmd := exec.Command(argv[0], argv[1:]...)
+		cmd.Env = append(childEnv(), pipProgressEnv...)
+		cmd.ExtraFiles = []*os.File{lockf}
+		return cmd, func() {}, nil
 	}
-	if err := m.run(ctx, progress, lockf, env.Python, "-m", "pip", "install", "--disable-pip-version-check",
-		"--no-input", "--progress-bar", "on", "-r", reqPath); err != nil {
+	python := py.path
+	if in != nil {
+		python = py.exe // the real interpreter: a pyenv shim needs the shell and pyenv's whole tree
+	}
+	if err := m.run(ctx, progress, command, python, "-m", "venv", env.Dir); err != nil {
+		return fmt.Errorf("%w: %s: %s -m venv: %w", ErrInstall, env.Name, python, err)
+	}
+	if err := m.run(ctx, progress, command, env.Python, "-m", "pip", "install", "--disable-pip-version-check",
+		"--no-input", "--progress-bar", "on", "-r", filepath.Join(build, "requirements.txt")); err != nil {
 		return fmt.Errorf("%w: %s: pip install: %w", ErrInstall, env.Name, err)
 	}
-	if err := os.WriteFile(filepath.Join(env.Dir, usedFile), nil, 0o600); err != nil {
-		return fmt.Errorf("%w: %s: %w", ErrInstall, env.Name, err)
+	if in != nil {
+		if err := seal(env.Dir, in.chowns()); err != nil {
+			return fmt.Errorf("%w: %s: sealing the environment: %w", ErrInstall, env.Name, err)
+		}
 	}
 	data, err := json.MarshalIndent(marker{Requirements: req.Lines, Files: req.Files, Python: py.identity,
 		Created: time.Now().UTC()}, "", "  ")
 	if err != nil {
 		return err
 	}
+	if err := writeFresh(filepath.Join(env.Dir, usedFile), nil); err != nil {
+		return fmt.Errorf("%w: %s: %w", ErrInstall, env.Name, err)
+	}
 	tmp := filepath.Join(env.Dir, markerFile+".tmp")
-	if err := os.WriteFile(tmp, data, 0o600); err != nil {
+	if err := writeFresh(tmp, data); err != nil {
+		return fmt.Errorf("%w: %s: %w", ErrInstall, env.Name, err)
+	}
+	if err := removeAll(filepath.Join(env.Dir, markerFile)); err != nil {
 		return fmt.Errorf("%w: %s: %w", ErrInstall, env.Name, err)
 	}
 	if err := os.Rename(tmp, filepath.Join(env.Dir, markerFile)); err != nil {
 		return fmt.Errorf("%w: %s: %w", ErrInstall, env.Name, err)
 	}
+	if err := removeAll(build); err != nil { // last: the environment is complete from here on
+		return fmt.Errorf("%w: %s: removing the install's work folder: %w", ErrInstall, env.Name, err)
+	}
 	return nil
 }
 
-// run runs one command, copying its output to progress as plain lines (progressFilter: pip's download bar becomes a
-// line now and then with bytes, percent, speed and time left); a failure's error carries pip's ERROR lines (or the
-// last lines of output).
-func (m *Manager) run(ctx context.Context, progress io.Writer, lockf *os.File, argv ...string) error {
-	cmd := exec.Command(argv[0], argv[1:]...)
-	cmd.Env = append(childEnv(), pipProgressEnv...)
+// sandboxed reports whether installs run in a sandbox.
+func (m *Manager) sandboxed() bool { return m.cfg.Sandbox != nil && m.cfg.Sandbox.Enabled() }
+
+// unsandboxedBuild makes the work folder of an install that runs as this process: the requirements file only.
+func unsandboxedBuild(build string, req Requirements) error {
+	if err := os.Mkdir(build, 0o700); err != nil {
+		return err
+	}
+	return os.WriteFile(filepath.Join(build, "requirements.txt"), []byte(req.Text()), 0o600)
+}
+
+// run runs one command (made by command, whose release is called once it started), copying its output to progress
+// as plain lines (progressFilter: pip's download bar becomes a line now and then with bytes, percent, speed and time
+// left); a failure's error carries pip's ERROR lines (or the last lines of output).
+func (m *Manager) run(ctx context.Context, progress io.Writer,
+	command func(argv ...string) (*exec.Cmd, func(), error), argv ...string) error {
+	cmd, release, err := command(argv...)
+	if err != nil {
+		return err
+	}
 	tail := &tailWriter{}
 	out := newProgressFilter(io.MultiWriter(progress, tail), progressInterval, time.Now)
 	cmd.Stdout, cmd.Stderr = out, out
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	cmd.ExtraFiles = []*os.File{lockf}
 	cmd.WaitDelay = 5 * time.Second
-	if err := m.cfg.Start(cmd); err != nil {
+	err = m.cfg.Start(cmd)
+	release()
+	if err != nil {
 		return err
 	}
 	done := make(chan struct{})
 	go func() {
 		select {
 		case <-ctx.Done():
-			_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) // pip and whatever it started
+			// pip and whatever it started (a sandbox's init is its group's leader: its namespace ends with it)
+			_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
 		case <-done:
 		}
 	}()
-	err := cmd.Wait()
+	err = cmd.Wait()
 	close(done)
 	out.Flush()
 	if ctx.Err() != nil {
@@ -413,9 +477,16 @@ func (w *tailWriter) summary() string {
 	return strings.Join(errs, " | ")
 }
 
+// complete reports whether dir is a complete environment: its marker is there and no install's work folder beside
+// it. The marker is looked at first: an install's own code may write a marker while the work folder is there, never
+// after it has gone.
 func complete(dir string) bool {
-	st, err := os.Stat(filepath.Join(dir, markerFile))
-	return err == nil && st.Mode().IsRegular()
+	st, err := os.Lstat(filepath.Join(dir, markerFile))
+	if err != nil || !st.Mode().IsRegular() {
+		return false
+	}
+	_, err = os.Lstat(dir + buildSuffix)
+	return errors.Is(err, fs.ErrNotExist)
 }
 
 // lock opens (creating) path and takes a flock on it, polling so that ctx can end the wait; waiting is called once
@@ -467,15 +538,20 @@ func (m *Manager) Close() error {
 
 // interp is the base interpreter environments are created from.
 type interp struct {
-	path     string // as configured (looked up on PATH)
-	version  string // major.minor, e.g. 3.11
-	identity string // implementation, full version, machine and the real path of the base executable
+	path     string   // as configured (looked up on PATH)
+	version  string   // major.minor, e.g. 3.11
+	identity string   // implementation, full version, machine and the real path of the base executable
+	exe      string   // the real executable (not a pyenv shim)
+	prefixes []string // the folders of its installation, which a sandboxed install must see
 }
 
 const probeScript = `import os, platform, sys
 base = os.path.realpath(getattr(sys, "_base_executable", sys.executable))
 print("%d.%d" % sys.version_info[:2])
-print(sys.implementation.name, platform.python_version(), platform.machine(), base)`
+print(sys.implementation.name, platform.python_version(), platform.machine(), base)
+print(os.path.realpath(sys.executable))
+for p in sorted({sys.base_prefix, os.path.realpath(sys.base_prefix), sys.prefix, os.path.realpath(sys.prefix)}):
+    print(p)`
 
 func probePython(ctx context.Context, cfg Config) (interp, error) {
 	path, err := exec.LookPath(cfg.Python)
@@ -491,10 +567,11 @@ func probePython(ctx context.Context, cfg Config) (interp, error) {
 		return interp{}, fmt.Errorf("%w: python interpreter %s: %w", ErrInstall, path, err)
 	}
 	lines := strings.Split(strings.TrimSpace(string(out)), "\n")
-	if len(lines) != 2 {
+	if len(lines) < 4 {
 		return interp{}, fmt.Errorf("%w: python interpreter %s answered %q", ErrInstall, path, out)
 	}
-	return interp{path: path, version: strings.TrimSpace(lines[0]), identity: strings.TrimSpace(lines[1])}, nil
+	return interp{path: path, version: strings.TrimSpace(lines[0]), identity: strings.TrimSpace(lines[1]),
+		exe: strings.TrimSpace(lines[2]), prefixes: lines[3:]}, nil
 }
 
 // onceOK calls f until it succeeds once, then returns that result; a failure (a cancelled context) is retried.

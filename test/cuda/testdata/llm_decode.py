@@ -6,8 +6,9 @@ import ctypes, json, os, sys
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "..", "functions", "llm"))
 lib = ctypes.CDLL("libcuda.so.1")
+FIELDS = ["Sync", "Async", "Local", "Unsupported", "UnknownSlots", "SyncsAnswered"]
 def stats():
-    st = (ctypes.c_uint64 * 5)()
+    st = (ctypes.c_uint64 * 6)()
     lib.faasGpuShimStats(st, ctypes.sizeof(st))
     return list(st)
 
@@ -40,6 +41,6 @@ for kind, kw in (("greedy", {"temperature": 0}), ("sampled", {"temperature": 0.9
     long, timing, s24 = run(24, **kw)
     per = [(b - a) / 16 for a, b in zip(s8, s24)]
     out[kind] = {"tokens": long, "prefix_equal": long[:8] == short, "timing": timing,
-                 "per_token": dict(zip(["Sync", "Async", "Local", "Unsupported", "UnknownSlots"], per))}
-out["total"] = dict(zip(["Sync", "Async", "Local", "Unsupported", "UnknownSlots"], stats()))
+                 "per_token": dict(zip(FIELDS, per))}
+out["total"] = dict(zip(FIELDS, stats()))
 print(json.dumps(out))
