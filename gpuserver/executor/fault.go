@@ -250,6 +250,7 @@ func (n *Node) dropExposedLocked(o *function, gpu int, err error) (wasActive boo
 	o.epoch++
 	o.fault = err
 	o.loseLocked(fmt.Errorf("gpu %d: %w", gpu, err))
+	n.loseScratchLocked(o, fmt.Errorf("gpu %d: %w", gpu, err))
 	return true
 }
 

@@ -205,7 +205,8 @@ var (
 	// the request's work must not be trusted.
 	ErrBindingBroken = errors.New("binding broke")
 	// ErrFunctionLost: device state of the function that no image holds (its memory before its initialisation
-	// ended, module globals it wrote) was destroyed by a kernel fault in its context or a GPU failure: its process
+	// ended, module globals it wrote, scratch it keeps between requests) was destroyed by a kernel fault in its
+	// context or a GPU failure, or cannot be kept (scratch beyond its quota): its process
 	// must start again and initialise afresh. The API answers 503 with "restart": true, and the gpu-python
 	// template exits so that its supervisor starts it again.
 	ErrFunctionLost = errors.New("function's device state was lost: its process must start again")
