@@ -12,9 +12,14 @@ import (
 // pinned CUDA 13 libraries is 39 MiB; the simulated device loads no larger).
 const maxModuleEntryBytes = 256 << 20
 
-// maxModules bounds the modules one session holds: each is a driver object, and a module loaded again is loaded
-// again on the GPU (its code, and its globals, which count against the function's quota).
-const maxModules = 4096
+// Limits of one session's handles: each is memory of the process that runs the session (and a driver object on a
+// real GPU), and a module loaded again is loaded again on the GPU (its code, and its globals, which count against the
+// function's quota). A call beyond them answers CUDA_ERROR_OUT_OF_MEMORY.
+const (
+	maxModules = 4096
+	maxEvents  = 1 << 16
+	maxStreams = 1 << 16
+)
 
 // moduleDataBytes is the GPU memory a module's globals take once it is loaded on a GPU of compute capability cc:
 // the sizes of its data sections (a cubin's .nv.global, .nv.global.init and constant banks; PTX .global and .const
