@@ -19,6 +19,7 @@ import (
 	"github.com/openfaas/faas-provider/types"
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/faas-gpu/faas-gpu/contract"
 	gpuauth "github.com/faas-gpu/faas-gpu/gpuserver/auth"
 	"github.com/faas-gpu/faas-gpu/gpuserver/client"
 	"github.com/faas-gpu/faas-gpu/provider"
@@ -239,7 +240,7 @@ func runProvider(ctx context.Context, args []string, stdout, stderr io.Writer) e
 	var gpuEnv func(string) map[string]string
 	if cfg.gpuserverSocket != "" {
 		gpu = client.New(cfg.gpuserverSocket, client.WithToken(key.AdminToken())) // the administrator's credential
-		env["FAAS_GPU_SOCKET"] = cfg.gpuserverSocket
+		env[contract.EnvSocket] = cfg.gpuserverSocket
 	}
 	var be providerBackends
 	switch cfg.backend {

@@ -8,8 +8,8 @@ import (
 	"sort"
 	"time"
 
+	"github.com/faas-gpu/faas-gpu/contract"
 	"github.com/faas-gpu/faas-gpu/gpuserver/controller"
-	"github.com/faas-gpu/faas-gpu/gpuserver/pool"
 	"github.com/faas-gpu/faas-gpu/gpuserver/topology"
 )
 
@@ -261,7 +261,7 @@ func (e *engine) compliance(perFn [][2]int64) (withTraffic, met int) {
 func (e *engine) meets(i int, total, onTime int64) bool {
 	p := e.fns[i].model.Percentile
 	if p == 0 {
-		p = pool.DefaultPercentile
+		p = contract.DefaultPercentile
 	}
 	return float64(onTime) >= p/100*float64(total)-1e-9
 }

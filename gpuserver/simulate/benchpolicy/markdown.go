@@ -206,7 +206,7 @@ func missed(s sizing) string {
 	return strings.Join(out, "; ")
 }
 
-// targets checks the targets on the figures and says each with its figure.
+// targets checks the policy's targets on the figures and says each with its figure.
 func targets(b *strings.Builder, rep report) {
 	w := func(format string, a ...any) { fmt.Fprintf(b, format, a...) }
 	bySweep := map[string]sweep{}
