@@ -24,6 +24,7 @@ import (
 	"github.com/faas-gpu/faas-gpu/gpuserver/memory"
 	"github.com/faas-gpu/faas-gpu/gpuserver/pool"
 	"github.com/faas-gpu/faas-gpu/gpuserver/remoting"
+	"github.com/faas-gpu/faas-gpu/gpuserver/repository"
 	"github.com/faas-gpu/faas-gpu/gpuserver/tenant/handoff"
 )
 
@@ -155,7 +156,7 @@ func New(cfg Config) (*Plane, error) {
 		_ = cfg.Device.FreeAddress(p, cfg.Memory.ChunkSize())
 		cfg.WindowBase = (uint64(p) + cfg.WindowSize - 1) &^ (cfg.WindowSize - 1)
 	}
-	if err := os.MkdirAll(cfg.RepositoryDir, 0o700); err != nil {
+	if err := repository.PrivateDir(cfg.RepositoryDir); err != nil {
 		return nil, fmt.Errorf("tenant: %w", err)
 	}
 	plan, err := openPlan(cfg.RepositoryDir, cfg.WindowBase, cfg.WindowSize, max(4*cfg.MaxTenants, 64))
