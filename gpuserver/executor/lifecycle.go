@@ -154,7 +154,7 @@ func (n *Node) captureSavedLocked(ctx context.Context, f *function) error {
 // Reset forgets function's memory (its processes ended): its copies are dropped everywhere, its addresses freed,
 // its image deleted, and its next allocations start a new initialisation. Bindings still held (a request whose
 // process died before it released) break: Binding.Err says so, and nothing of the forgotten state is ever served
-// through them (issue 11 item 6).
+// through them.
 func (n *Node) Reset(ctx context.Context, name string) error {
 	defer n.operate()()
 	f, err := n.fn(name)
@@ -169,11 +169,13 @@ func (n *Node) Reset(ctx context.Context, name string) error {
 		f.users = 0
 	}
 	f.captured = true // nothing to keep
+	f.scratch.discard = true
 	for gpu := range f.res {
 		if err := n.evictLocked(ctx, f, gpu); err != nil {
 			return err
 		}
 	}
+	n.freeScratchHostLocked(f, nil)
 	errs := []error{n.dropPlanLocked(f)}
 	for _, s := range f.streams {
 		errs = append(errs, s.Destroy())

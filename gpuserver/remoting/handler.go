@@ -72,6 +72,9 @@ func newDeviceHandler(ctx context.Context, cfg Config, info SessionInfo, log *sl
 	if err := cfg.Node.SetScratchPerRequest(info.Function, info.Spec.Scratch == pool.ScratchRequest); err != nil {
 		return nil, err
 	}
+	if err := cfg.Node.SetScratchLimit(info.Function, info.Spec.MemoryBytes); err != nil { // its host copies' bound
+		return nil, err
+	}
 	if err := cfg.Node.SetModelShared(info.Function, info.Spec.Model == pool.ModelShared); err != nil {
 		return nil, err
 	}

@@ -119,7 +119,7 @@ func (h *deviceHandler) findAllocation(p uint64) int {
 }
 
 // owns reports whether [p, p+n) lies inside one of the session's own allocations: the isolation check of every
-// copy and memset (issue 11). Every call that names device memory by address must pass it before touching the
+// copy and memset. Every call that names device memory by address must pass it before touching the
 // device, with n computed without overflow (see memset), and answer h.refuse(...) otherwise; kernels are confined
 // by the executors instead (one tenant's memory mapped on a GPU at a time).
 func (h *deviceHandler) owns(p, n uint64) bool {

@@ -46,6 +46,9 @@ type nodePlane struct{ *executor.Node }
 
 func (p nodePlane) hold(ctx context.Context, name string, gpu int, _ string, _ bool) (heldBinding, error) {
 	b, err := p.Acquire(ctx, name, gpu, executor.Any)
+	if errors.Is(err, executor.ErrLost) { // its memory is gone with no image: its process must start again
+		return nil, fmt.Errorf("%w: %w", pool.ErrFunctionLost, err)
+	}
 	if err != nil {
 		return nil, err
 	}

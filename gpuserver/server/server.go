@@ -230,6 +230,9 @@ func Start(ctx context.Context, cfg Config) (*Server, error) {
 		registerSimMetrics(reg, sd)
 	}
 	reg.MustRegister(meter.Collector())
+	if plane != nil {
+		reg.MustRegister(newScratchCollector(plane))
+	}
 	reg.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "faas_gpu_binding_holds_expired_total",
 		Help: "Bindings ended because their request held the GPU longer than the maximum binding hold."},
 		func() float64 { return float64(p.HoldsExpired()) }))

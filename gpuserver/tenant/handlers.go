@@ -195,6 +195,8 @@ func (pl *Plane) Status() []executor.Status {
 			o.Active = append(o.Active, e.Active...)
 			o.Swaps += e.Swaps
 			o.SwapBytes += e.SwapBytes
+			o.ScratchWrittenBack += e.ScratchWrittenBack
+			o.ScratchRestored += e.ScratchRestored
 			o.ContextFaults += e.ContextFaults
 			if o.GroupBytes == 0 {
 				o.GroupBytes = e.GroupBytes
