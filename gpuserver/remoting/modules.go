@@ -127,8 +127,12 @@ func (h *deviceHandler) unload(m *module) error {
 // before they are kept: beyond them the image being received is dropped and the call fails with
 // CUDA_ERROR_OUT_OF_MEMORY (as does the load that would complete it).
 func (h *deviceHandler) ModuleImageChunk(_ context.Context, data []byte, _ uint64) Result {
+	if h.imageRefused { // the rest of an image refused already
+		return ResultOutOfMemory
+	}
 	if err := h.images.reserve(h.info.Function, uint64(len(data))); err != nil {
 		h.dropPendingImage()
+		h.imageRefused = true
 		h.log.Warn("remoting: module image refused", "err", err)
 		return ResultOutOfMemory
 	}
@@ -142,6 +146,10 @@ func (h *deviceHandler) dropPendingImage() {
 }
 
 func (h *deviceHandler) CuModuleLoadData(ctx context.Context, last []byte, _ uint64) (uint64, Result) {
+	if h.imageRefused { // it completes an image whose chunks were refused: the image is incomplete
+		h.imageRefused = false
+		return 0, ResultOutOfMemory
+	}
 	image, reserved, inRing := last, uint64(len(h.pendingImage)), h.pendingImage == nil
 	if !inRing {
 		image = append(h.pendingImage, last...)

@@ -116,6 +116,8 @@ type TenantConfig struct {
 	LogLevel string
 	// BackoffMin and BackoffMax bound the wait before an executor that ended is restarted (tenant.Config).
 	BackoffMin, BackoffMax time.Duration
+	// MaxModuleBytes bounds the module images all executors hold together (remoting.DefaultMaxModuleBytes when 0).
+	MaxModuleBytes uint64
 }
 
 // DefaultTenantContextBytes is what one executor's contexts are assumed to take of a real GPU's memory until the

@@ -36,6 +36,21 @@ func (pl *Plane) handlers(g *generation) map[handoff.Kind]handoff.Handler {
 			}
 			return lent, files, nil
 		},
+		handoff.KindReserveImages: func(_ context.Context, f handoff.Frame) (any, []*os.File, error) {
+			b, err := handoff.Body[handoff.ImageBytes](f)
+			if err != nil {
+				return nil, nil, err
+			}
+			return nil, nil, pl.reserveImages(g, b.Bytes)
+		},
+		handoff.KindReleaseImages: func(_ context.Context, f handoff.Frame) (any, []*os.File, error) {
+			b, err := handoff.Body[handoff.ImageBytes](f)
+			if err != nil {
+				return nil, nil, err
+			}
+			pl.releaseImages(g, b.Bytes, false)
+			return nil, nil, nil
+		},
 		handoff.KindReturn: func(_ context.Context, f handoff.Frame) (any, []*os.File, error) {
 			r, err := handoff.Body[handoff.Return](f)
 			if err != nil {

@@ -281,7 +281,7 @@ func (p *process) build(cfg handoff.Start) error {
 	p.binder = newBinder(p)
 	p.metrics = prometheus.NewRegistry()
 	srv, err := remoting.NewServer(remoting.Config{Device: dev, Node: node, Functions: noHellos{}, Binder: p.binder,
-		Logger: p.log.With("component", "remoting"), Metrics: p.metrics})
+		NodeImages: imageBudget{p}, Logger: p.log.With("component", "remoting"), Metrics: p.metrics})
 	if err != nil {
 		return err
 	}

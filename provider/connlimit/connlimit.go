@@ -27,7 +27,9 @@ type Config struct {
 	// MaxConns bounds the connections open at once; required (> 0).
 	MaxConns int
 	// MaxPerPeer bounds the connections of one peer: one IPv4 address, one IPv6 /64 (a host's usual share), or
-	// every peer of a Unix socket together. 0 means MaxConns.
+	// every peer of a Unix socket together; on a loopback address, one address and the user of the client's socket
+	// (so that one local user, or a function on faas-gpu up running under an id of its own, never takes every local
+	// client's share). 0 means MaxConns.
 	MaxPerPeer int
 	// Logger receives one line per LogEvery of refusals (never one per connection: a flood would flood the log);
 	// nil discards.
@@ -77,7 +79,7 @@ func (l *Listener) Accept() (net.Conn, error) {
 		if err != nil {
 			return nil, err
 		}
-		peer := Peer(c.RemoteAddr())
+		peer := Peer(c.RemoteAddr()) + localUser(c) // a loopback client: also its user, where the kernel says
 		reason := l.admit(peer)
 		if reason == "" {
 			return &conn{Conn: c, l: l, peer: peer}, nil

@@ -60,7 +60,8 @@ func TestKindsArePinned(t *testing.T) {
 	want := map[Kind]uint16{KindStart: 1, KindSession: 10, KindSessionEnded: 11, KindBorrow: 20, KindReturn: 21,
 		KindReclaim: 22, KindRegister: 30, KindDeregister: 31, KindEndInit: 32, KindAcquire: 33, KindRelease: 34,
 		KindSwapIn: 35, KindEvict: 36, KindMarkUnhealthy: 37, KindStatus: 38, KindWaitReady: 39,
-		KindBindImplicit: 40, KindReleaseImplicit: 41, KindGPUFailed: 42, KindFault: 43}
+		KindBindImplicit: 40, KindReleaseImplicit: 41, KindGPUFailed: 42, KindFault: 43, KindReserveImages: 44,
+		KindReleaseImages: 45}
 	for k, n := range want {
 		if uint16(k) != n {
 			t.Errorf("kind %d, pinned as %d", k, n)
@@ -102,6 +103,7 @@ func TestBodiesArePinned(t *testing.T) {
 		{Evict{Function: "f.a", GPU: 1}, `{"function":"f.a","gpu":1}`},
 		{MarkUnhealthy{GPU: 1, Cause: "x"}, `{"gpu":1,"cause":"x"}`},
 		{Bound{GPU: 1, Binding: "i1"}, `{"gpu":1,"binding":"i1"}`},
+		{ImageBytes{Bytes: 5}, `{"bytes":5}`},
 		{GPUFailed{GPU: 1, Error: "e"}, `{"gpu":1,"error":"e"}`},
 		{Fault{GPU: 1, Function: "f.a", Error: "e"}, `{"gpu":1,"function":"f.a","error":"e"}`},
 	} {
