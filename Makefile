@@ -153,12 +153,14 @@ gpu-trace:
 ## bench-policy: every policy on both figures (functions and requests within SLO, refusals) over five seeds: Torpor's
 ## node, the Azure trace's hours, Torpor's arrivals with the overload control on and off, cluster sizing against
 ## static packing, keep-alive and late binding, the router against round robin; writes docs/bench/policy.{md,json}
-bench-policy: build
-	$(GO) run ./gpuserver/simulate/benchpolicy -workloads ../shared/workloads -out docs/bench
+## (about 10 minutes of CPU on two cores; wall time grows with whatever else the machine runs)
+bench-policy:
+	$(GO) run ./gpuserver/simulate/benchpolicy -workloads $${FAAS_GPU_WORKLOADS:-../shared/workloads} -out docs/bench
 
-## bench-policy-quick: the same on two seeds and fewer points (CI), writes docs/bench/policy-quick.{md,json}
+## bench-policy-quick: the same on two seeds and fewer points (CI, about a minute), writes
+## build/bench/policy-quick.{md,json}
 bench-policy-quick:
-	$(GO) run ./gpuserver/simulate/benchpolicy -workloads ../shared/workloads -out docs/bench -quick
+	$(GO) run ./gpuserver/simulate/benchpolicy -workloads $${FAAS_GPU_WORKLOADS:-../shared/workloads} -out build/bench -quick
 
 ## bench-swap: data-plane benchmarks, writes docs/bench/swap.md
 bench-swap: build
@@ -191,13 +193,15 @@ replay-traces: build
 	  $$(test -n "$(REPLAY_PROFILES)" && echo -profiles $(REPLAY_PROFILES))
 
 ## bench-llm: the llm function through the shim on the simulated node (dry kernels; needs test/pyenv): TTFT warm
-## and cold from the host image, decode steps/s eagerly and with CUDA graphs, sharing one base between variants;
-## writes docs/bench/llm.md (no modelled GPU time) and docs/bench/llm-timed.md (the timed virtual GPU)
+## and cold from the host image, decode steps/s eagerly and with CUDA graphs (the synchronize after a read answered
+## in the shim and not, side by side), 4 and 16 variants of one base (a process each: about 10 GB of host memory and
+## 6 minutes of CPU at once); writes docs/bench/llm.md (no modelled GPU time) and docs/bench/llm-timed.md (the timed
+## virtual GPU, 4 variants: sharing does not depend on time)
 .PHONY: bench-llm
 bench-llm: build
 	@test/pyenv/pyenv.sh >/dev/null
 	$(GO) run ./test/llmbench -out docs/bench/llm.md
-	$(GO) run ./test/llmbench -timed -out docs/bench/llm-timed.md
+	$(GO) run ./test/llmbench -timed -variants 4 -out docs/bench/llm-timed.md
 
 ## bench-tenants: an executor process per tenant against every tenant in the gpuserver's process, side by side
 ## (remoting round trip and async records through the shim, swaps, acquire/release), writes docs/bench/tenants.md

@@ -117,13 +117,9 @@ func (f *streamLimitFlags) register(fs *flag.FlagSet) {
 		"bound of the dead-letter stream (e.g. 256Mi; none: no bound); the oldest entries are removed first (default 256Mi)")
 }
 
+// validate checks what the flags mean beyond the worker's settings (a negative -queue-max-age); the bounds
+// themselves are the worker's to check (worker.Config.ValidateStreams).
 func (f *streamLimitFlags) validate() error {
-	for name, v := range map[string]byteLimit{"queue-max-bytes": f.queueMaxBytes, "dead-letter-max-bytes": f.deadLetterMaxBytes} {
-		if v > 0 && v < queue.MaxMessageBytes {
-			return usageError{fmt.Errorf("-%s %d: must hold one message of the largest size (%d bytes, 8Mi), or be none",
-				name, v, queue.MaxMessageBytes)}
-		}
-	}
 	if f.queueMaxAge < 0 {
 		return usageError{fmt.Errorf("-queue-max-age %s: must not be negative (0: no bound)", f.queueMaxAge)}
 	}

@@ -17,7 +17,9 @@ import (
 
 	"github.com/openfaas/faas-provider/auth"
 	"github.com/openfaas/faas-provider/types"
+	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/faas-gpu/faas-gpu/contract"
 	gpuauth "github.com/faas-gpu/faas-gpu/gpuserver/auth"
 	"github.com/faas-gpu/faas-gpu/gpuserver/client"
 	"github.com/faas-gpu/faas-gpu/provider"
@@ -203,6 +205,7 @@ type providerBackends struct {
 	secrets   provider.SecretStore
 	logs      provider.LogSource
 	close     func(context.Context) error
+	metrics   prometheus.Collector // nil: none beyond the handlers' own
 }
 
 func runProvider(ctx context.Context, args []string, stdout, stderr io.Writer) error {
@@ -237,7 +240,7 @@ func runProvider(ctx context.Context, args []string, stdout, stderr io.Writer) e
 	var gpuEnv func(string) map[string]string
 	if cfg.gpuserverSocket != "" {
 		gpu = client.New(cfg.gpuserverSocket, client.WithToken(key.AdminToken())) // the administrator's credential
-		env["FAAS_GPU_SOCKET"] = cfg.gpuserverSocket
+		env[contract.EnvSocket] = cfg.gpuserverSocket
 	}
 	var be providerBackends
 	switch cfg.backend {
@@ -276,7 +279,7 @@ func runProvider(ctx context.Context, args []string, stdout, stderr io.Writer) e
 			return err
 		}
 		be = providerBackends{functions: cb.Functions, secrets: cb.Secrets, logs: cb.Logs,
-			close: cb.Close}
+			close: cb.Close, metrics: cb.Metrics}
 	}
 	if gpu != nil {
 		if err := handlers.SyncGPU(ctx, be.functions, gpu); err != nil {
@@ -284,7 +287,12 @@ func runProvider(ctx context.Context, args []string, stdout, stderr io.Writer) e
 			log.Warn("registering GPU functions with the gpuserver failed", "err", err)
 		}
 	}
+	reg := prometheus.NewRegistry()
+	if be.metrics != nil {
+		reg.MustRegister(be.metrics) // a fresh registry: only a name clash with the handlers' own could fail
+	}
 	h := handlers.New(handlers.Config{Backend: be.functions, Secrets: be.secrets, Logs: be.logs, GPU: gpu,
+		Metrics: reg,
 		Info: types.ProviderInfo{Name: "faas-gpu", Orchestration: cfg.backend,
 			Version: &types.VersionInfo{Release: version, SHA: commit}},
 		Auth: creds, ProxyTimeout: cfg.proxyTimeout, ReadyTimeout: cfg.readyTimeout,

@@ -9,6 +9,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/prometheus/client_golang/prometheus"
 	corev1 "k8s.io/api/core/v1"
 	k8sclient "k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
@@ -16,6 +17,7 @@ import (
 	servingclient "knative.dev/serving/pkg/client/clientset/versioned"
 
 	gpuauth "github.com/faas-gpu/faas-gpu/gpuserver/auth"
+	"github.com/faas-gpu/faas-gpu/gpuserver/router"
 	"github.com/faas-gpu/faas-gpu/provider"
 	"github.com/faas-gpu/faas-gpu/provider/knative"
 	"github.com/faas-gpu/faas-gpu/provider/kubernetes"
@@ -56,6 +58,35 @@ type clusterBackends struct {
 	// Close stops what the backend runs in the background (the kubernetes backend's EndpointSlice informers) and
 	// waits for it until its ctx ends; those also stop when the ctx given to newClusterBackend ends.
 	Close func(context.Context) error
+	// Metrics, when not nil, is what the backend adds to the provider's /metrics.
+	Metrics prometheus.Collector
+}
+
+// routesCollector exports the kubernetes backend's replica picks (kubernetes.Backend.Routes) as
+// faas_gpu_provider_routes_total{reason}: resident, least_queued and shedding where the nodes' gpuserver reports
+// decided, round_robin where none was fresh.
+type routesCollector struct {
+	routes func() kubernetes.RouteCounts
+	desc   *prometheus.Desc
+}
+
+func newRoutesCollector(routes func() kubernetes.RouteCounts) *routesCollector {
+	return &routesCollector{routes: routes, desc: prometheus.NewDesc("faas_gpu_provider_routes_total",
+		"Requests the provider sent to a function replica, by what chose the replica: the nodes' gpuserver "+
+			"reports (resident, least_queued, shedding) or round robin (no fresh report).", []string{"reason"}, nil)}
+}
+
+func (c *routesCollector) Describe(ch chan<- *prometheus.Desc) { ch <- c.desc }
+
+func (c *routesCollector) Collect(ch chan<- prometheus.Metric) {
+	r := c.routes()
+	for _, v := range []struct {
+		reason router.Reason
+		n      uint64
+	}{{router.PickResident, r.Resident}, {router.PickLeastQueued, r.LeastQueued}, {router.PickShedding, r.Shedding},
+		{router.PickRoundRobin, r.RoundRobin}} {
+		ch <- prometheus.MustNewConstMetric(c.desc, prometheus.CounterValue, float64(v.n), string(v.reason))
+	}
 }
 
 // registerClusterFlags adds the cluster backends' flags to the provider command's flag set.
@@ -230,7 +261,8 @@ func newClusterBackend(ctx context.Context, kind string, cfg *clusterConfig) (cl
 		if err := b.Start(ctx); err != nil {
 			return clusterBackends{}, fmt.Errorf("kubernetes backend: %w", err)
 		}
-		return clusterBackends{Functions: b, Secrets: b, Logs: b, Close: b.Stop}, nil
+		return clusterBackends{Functions: b, Secrets: b, Logs: b, Close: b.Stop,
+			Metrics: newRoutesCollector(b.Routes)}, nil
 	}
 	serving, err := servingclient.NewForConfig(rc)
 	if err != nil {

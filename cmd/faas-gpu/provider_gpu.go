@@ -5,6 +5,7 @@ import (
 	"os"
 	"path/filepath"
 
+	"github.com/faas-gpu/faas-gpu/contract"
 	gpuauth "github.com/faas-gpu/faas-gpu/gpuserver/auth"
 )
 
@@ -20,8 +21,8 @@ func localGPUEnv(cfg providerConfig, key gpuauth.Key, log *slog.Logger) func(fun
 	}
 	return func(function string) map[string]string {
 		return map[string]string{
-			"FAAS_GPU_REMOTING_SOCKET": remoting,
-			"FAAS_GPU_TOKEN":           functionToken(key, function),
+			contract.EnvRemotingSocket: remoting,
+			contract.EnvToken:          functionToken(key, function),
 			"LD_LIBRARY_PATH":          joinPathList(shimDir, os.Getenv("LD_LIBRARY_PATH")),
 		}
 	}

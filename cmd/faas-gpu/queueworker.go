@@ -97,16 +97,14 @@ func (c *queueWorkerConfig) register(fs *flag.FlagSet) {
 		"comma-separated host:port that callbacks may never reach, beside the gateway's, -functions-url's and -gpuserver-url's (e.g. the provider's)")
 }
 
-// validate checks the flags; errors name the flag and are usage errors.
+// validate checks the flags; errors name the flag and are usage errors. The worker's own settings are checked by
+// the worker (worker.Config.Validate, the one place that knows them); the rest here.
 func (c *queueWorkerConfig) validate() error {
 	bad := func(flagName, format string, args ...any) error {
 		return usageError{fmt.Errorf("-%s: %s", flagName, fmt.Sprintf(format, args...))}
 	}
-	if u, err := url.Parse(c.natsURL); c.natsURL == "" || err != nil || u.Host == "" {
-		return bad("nats-url", "%q is not a URL such as nats://127.0.0.1:4222", c.natsURL)
-	}
-	if u, err := url.Parse(c.gatewayURL); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-		return bad("gateway-url", "%q is not an http(s) URL", c.gatewayURL)
+	if err := c.workerConfig().Validate(); err != nil {
+		return workerFlagError(err)
 	}
 	if c.functionsURL != "" {
 		if u, err := url.Parse(c.functionsURL); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
@@ -126,47 +124,6 @@ func (c *queueWorkerConfig) validate() error {
 	}
 	if c.natsUser == "" && c.natsPassFile != "" {
 		return bad("nats-user", "must not be empty with -nats-password-file")
-	}
-	if c.deadLetterAge != 0 && c.deadLetterAge < time.Second { // 0: the worker's default
-		return bad("dead-letter-max-age", "%s must be at least 1s", c.deadLetterAge)
-	}
-	for _, h := range splitList(c.forbidCallbacks) {
-		if _, _, err := net.SplitHostPort(h); err != nil {
-			return bad("forbidden-callback-hosts", "%q is not host:port", h)
-		}
-	}
-	if c.durable == "" || strings.ContainsAny(c.durable, ". *>") {
-		return bad("durable", "%q must be non-empty without '.', '*', '>' or spaces", c.durable)
-	}
-	for _, q := range c.queueList() {
-		if err := queue.ValidateName(q); err != nil {
-			return bad("queues", "%v", err)
-		}
-	}
-	switch worker.Ordering(c.order) {
-	case worker.OrderSLOAware, worker.OrderFIFO, "dqls", "torpor":
-	default:
-		return bad("order", "%q: want slo-aware, fifo, dqls or torpor", c.order)
-	}
-	switch {
-	case c.maxInflight < 0:
-		return bad("max-inflight", "%d must be >= 0", c.maxInflight)
-	case c.lookahead < 0:
-		return bad("lookahead", "%d must be >= 0", c.lookahead)
-	case c.ackWait < 300*time.Millisecond:
-		return bad("ack-wait", "%s must be at least 300ms", c.ackWait)
-	case c.maxAttempts < 1:
-		return bad("max-attempts", "%d must be >= 1", c.maxAttempts)
-	case c.retryInitial <= 0:
-		return bad("retry-initial", "%s must be > 0", c.retryInitial)
-	case c.retryMax < c.retryInitial:
-		return bad("retry-max", "%s must be >= -retry-initial (%s)", c.retryMax, c.retryInitial)
-	case c.invokeTimeout <= 0:
-		return bad("invoke-timeout", "%s must be > 0", c.invokeTimeout)
-	case c.callbackTimeout <= 0:
-		return bad("callback-timeout", "%s must be > 0", c.callbackTimeout)
-	case c.drainTimeout <= 0:
-		return bad("drain-timeout", "%s must be > 0", c.drainTimeout)
 	}
 	if c.frontdoorAddr != "" {
 		if _, _, err := net.SplitHostPort(c.frontdoorAddr); err != nil {
@@ -188,6 +145,53 @@ func (c *queueWorkerConfig) validate() error {
 }
 
 func (c *queueWorkerConfig) queueList() []string { return splitList(c.queues) }
+
+// workerConfig is the worker's config the flags give (without the credentials, read from files at start, and
+// the parts a running worker needs: its function source, metrics, logger and the gpuserver client).
+func (c *queueWorkerConfig) workerConfig() worker.Config {
+	wcfg := worker.Config{
+		NATSURL:         c.natsURL,
+		Durable:         c.durable,
+		Queues:          c.queueList(),
+		GatewayURL:      c.gatewayURL,
+		MaxInflight:     c.maxInflight,
+		Lookahead:       c.lookahead,
+		AckWait:         c.ackWait,
+		Retry:           worker.RetryPolicy{MaxAttempts: c.maxAttempts, InitialBackoff: c.retryInitial, MaxBackoff: c.retryMax},
+		InvokeTimeout:   c.invokeTimeout,
+		CallbackTimeout: c.callbackTimeout,
+		DrainTimeout:    c.drainTimeout,
+		UnknownGrace:    c.unknownGrace,
+		Order:           worker.Ordering(c.order),
+
+		ForbiddenCallbackHosts: c.forbiddenCallbackHosts(),
+		DeadLetterMaxAge:       c.deadLetterAge,
+		DeadLetterDropBodies:   c.deadLetterDrop,
+	}
+	c.limits.apply(&wcfg)
+	return wcfg
+}
+
+// workerFlagError is a worker's configuration error (worker.ConfigError) as a usage error naming the flag that set
+// the field at fault.
+func workerFlagError(err error) error {
+	var ce *worker.ConfigError
+	if !errors.As(err, &ce) {
+		return usageError{err}
+	}
+	flagName := map[string]string{
+		"NATSURL": "nats-url", "Durable": "durable", "Queues": "queues", "GatewayURL": "gateway-url",
+		"MaxInflight": "max-inflight", "Lookahead": "lookahead", "AckWait": "ack-wait",
+		"Retry.MaxAttempts": "max-attempts", "Retry.InitialBackoff": "retry-initial", "Retry.MaxBackoff": "retry-max",
+		"InvokeTimeout": "invoke-timeout", "CallbackTimeout": "callback-timeout", "DrainTimeout": "drain-timeout",
+		"Order": "order", "ForbiddenCallbackHosts": "forbidden-callback-hosts", "DeadLetterMaxAge": "dead-letter-max-age",
+		"QueueMaxBytes": "queue-max-bytes", "DeadLetterMaxBytes": "dead-letter-max-bytes",
+	}[ce.Field]
+	if flagName == "" {
+		return usageError{err}
+	}
+	return usageError{fmt.Errorf("-%s: %w", flagName, err)}
+}
 
 // splitList splits a comma-separated flag value, dropping empty items.
 func splitList(s string) []string {
@@ -265,31 +269,10 @@ func runQueueWorker(ctx context.Context, args []string, stdout, stderr io.Writer
 		}
 	}
 	reg := prometheus.NewRegistry()
-	wcfg := worker.Config{
-		NATSURL:         cfg.natsURL,
-		NATSUser:        auth.user,
-		NATSPassword:    auth.password,
-		Durable:         cfg.durable,
-		Queues:          cfg.queueList(),
-		GatewayURL:      cfg.gatewayURL,
-		MaxInflight:     cfg.maxInflight,
-		Lookahead:       cfg.lookahead,
-		AckWait:         cfg.ackWait,
-		Retry:           worker.RetryPolicy{MaxAttempts: cfg.maxAttempts, InitialBackoff: cfg.retryInitial, MaxBackoff: cfg.retryMax},
-		InvokeTimeout:   cfg.invokeTimeout,
-		CallbackTimeout: cfg.callbackTimeout,
-		DrainTimeout:    cfg.drainTimeout,
-		UnknownGrace:    cfg.unknownGrace,
-		Functions:       functions.NewGateway(fnCfg),
-		Order:           worker.Ordering(cfg.order),
-		Registerer:      reg,
-		Logger:          log,
-
-		ForbiddenCallbackHosts: cfg.forbiddenCallbackHosts(),
-		DeadLetterMaxAge:       cfg.deadLetterAge,
-		DeadLetterDropBodies:   cfg.deadLetterDrop,
-	}
-	cfg.limits.apply(&wcfg)
+	wcfg := cfg.workerConfig()
+	wcfg.NATSUser, wcfg.NATSPassword = auth.user, auth.password
+	wcfg.Functions = functions.NewGateway(fnCfg)
+	wcfg.Registerer, wcfg.Logger = reg, log
 	switch {
 	case cfg.gpuserverSocket != "":
 		wcfg.Capacity = client.New(cfg.gpuserverSocket)

@@ -63,9 +63,9 @@ func TestQueueWorkerBadFlagsNameTheFlag(t *testing.T) {
 }
 
 // The command consumes, invokes through the gateway, calls back, serves metrics, and drains on cancel. The call is
-// the one faas-cli makes (POST /async-function/echo.openfaas-fn, issue 13 item 1), to the command's own front door;
+// the one faas-cli makes (POST /async-function/echo.openfaas-fn), to the command's own front door;
 // the gateway protects /system/* with basic auth, and those credentials reach neither the function nor the
-// callback (issue 11 item 9).
+// callback.
 func TestQueueWorkerCommandRuns(t *testing.T) {
 	ns, err := natsserver.Start(context.Background(), natsserver.Config{StoreDir: t.TempDir(), Port: -1,
 		Username: "faas-gpu", Password: "qw-secret"})

@@ -23,6 +23,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
+	"github.com/faas-gpu/faas-gpu/contract"
 	"github.com/faas-gpu/faas-gpu/gpuserver/client"
 	"github.com/faas-gpu/faas-gpu/gpuserver/controller"
 	"github.com/faas-gpu/faas-gpu/gpuserver/server"
@@ -292,11 +293,11 @@ func (u *up) start(ctx context.Context, cfg upConfig, stateDir, nodeName string,
 		TemplatesDir: templatesDir,
 		FunctionsDir: functionsDir,
 		Python:       cfg.python,
-		Env:          map[string]string{"FAAS_GPU_SOCKET": gs.Socket()},
+		Env:          map[string]string{contract.EnvSocket: gs.Socket()},
 		GPUEnv: func(function string) map[string]string {
 			return map[string]string{
-				"FAAS_GPU_REMOTING_SOCKET": gs.RemotingSocket(),
-				"FAAS_GPU_TOKEN":           gs.Token(function),
+				contract.EnvRemotingSocket: gs.RemotingSocket(),
+				contract.EnvToken:          gs.Token(function),
 				"LD_LIBRARY_PATH":          joinPathList(shimDir, os.Getenv("LD_LIBRARY_PATH")),
 			}
 		},

@@ -57,12 +57,16 @@ func (c *upQueueConfig) register(fs *flag.FlagSet) {
 	c.limits.register(fs)
 }
 
+// validate checks the flags: the streams' settings by the worker's rules (worker.Config.ValidateStreams; the rest
+// of up's worker config is up's own, made at start).
 func (c *upQueueConfig) validate() error {
 	if err := c.limits.validate(); err != nil {
 		return err
 	}
-	if c.deadLetterAge != 0 && c.deadLetterAge < time.Second { // 0: the worker's default
-		return usageError{fmt.Errorf("-dead-letter-max-age %s: must be at least 1s", c.deadLetterAge)}
+	wcfg := worker.Config{DeadLetterMaxAge: c.deadLetterAge}
+	c.limits.apply(&wcfg)
+	if err := wcfg.ValidateStreams(); err != nil {
+		return workerFlagError(err)
 	}
 	return nil
 }

@@ -8,7 +8,7 @@ import (
 	"testing"
 )
 
-// Issue 11 item 10: `up` creates the NATS credentials at first start, private to its user, and keeps them; files
+// `up` creates the NATS credentials at first start, private to its user, and keeps them; files
 // an older version left readable by others are made private.
 func TestNATSCredentials(t *testing.T) {
 	state := t.TempDir()

@@ -3,11 +3,16 @@ server-sent events with "stream": true).
 
 The model is transformers' Qwen2ForCausalLM with Qwen2.5-0.5B's shape (24 layers, hidden size 896, 14 query and 2
 key/value heads, MLP 4864, RoPE theta 1e6, bfloat16) and this function's own byte-level BPE vocabulary of 8,192
-tokens (tokenizer.json, trained with the pinned tokenizers; train_tokenizer.py): 0.36 B parameters in the blocks,
-7.3 M in the embedding and 7.3 M in the output head (Qwen2.5-0.5B's 151,936-token vocabulary accounts for 0.13 B of
-its 0.49 B). The weights are random from a fixed seed (LLM_SEED), built on the CPU and moved to the GPU when the
-function starts: nothing is downloaded, and the same seed gives the same bytes on every machine. The output head
-comes from LLM_HEAD_SEED (default: LLM_SEED), so variants of one base differ in their head only.
+tokens (tokenizer.json, trained with the pinned tokenizers; train_tokenizer.py): 0.36 B parameters in the blocks
+and 7.3 M in the embedding, which the output head shares (tied, as Qwen2.5-0.5B's; its 151,936-token vocabulary
+accounts for 0.14 B of its 0.49 B). The weights are random from a fixed seed (LLM_SEED), built on the CPU and moved
+to the GPU when the function starts: nothing is downloaded, and the same seed gives the same bytes on every machine.
+
+A variant of the base carries a LoRA adapter (LLM_ADAPTER_SEED; none by default): a low-rank update of rank
+LLM_ADAPTER_RANK (8) of the query and value projections of every layer (PEFT's default targets for Qwen2, with
+alpha = rank), W x + B (A x), unmerged, random from its seed: 0.54 M parameters, 1.1 MB in bfloat16. The base's
+weights are the same bytes in every variant and come first in the device buffer; the adapter's start at a 2 MiB
+chunk of their own, so that variants share every chunk of the base (com.openfaas.gpu.model: shared).
 
 Decoding is a loop of this file, one token per step, with a static KV cache: greedy (temperature 0) takes the
 argmax on the GPU, sampling copies the step's logits to the host and draws there from a generator seeded by the
@@ -41,9 +46,10 @@ object naming the field ("param").
 Answer: OpenAI's text_completion / chat.completion objects (chunks when streaming), with usage, and "faas_gpu":
 {"ttft_ms", "decode_tokens_per_s", "cuda_graphs"} measured in the function.
 
-Environment: LLM_SEED (500), LLM_HEAD_SEED, LLM_LAYERS (24), LLM_HIDDEN (896), LLM_HEADS (14), LLM_KV_HEADS (2),
-LLM_INTERMEDIATE (4864), LLM_DTYPE (bfloat16 or float32), LLM_MAX_PROMPT_TOKENS (1024), LLM_MAX_TOKENS (512),
-LLM_CUDA_GRAPHS (0), LLM_MODEL_NAME (faas-gpu-llm-0.5b), TORCH_DEVICE (cuda for a GPU function).
+Environment: LLM_SEED (500), LLM_ADAPTER_SEED (none), LLM_ADAPTER_RANK (8), LLM_LAYERS (24), LLM_HIDDEN (896),
+LLM_HEADS (14), LLM_KV_HEADS (2), LLM_INTERMEDIATE (4864), LLM_DTYPE (bfloat16 or float32), LLM_MAX_PROMPT_TOKENS
+(1024), LLM_MAX_TOKENS (512), LLM_CUDA_GRAPHS (0), LLM_MODEL_NAME (faas-gpu-llm-0.5b), TORCH_DEVICE (cuda for a GPU
+function).
 """
 
 import json
@@ -74,7 +80,8 @@ def _env_int(name, default, lo=1, hi=1 << 20):
 
 
 SEED = _env_int("LLM_SEED", 500, 0, 2**31 - 1)
-HEAD_SEED = _env_int("LLM_HEAD_SEED", SEED, 0, 2**31 - 1)
+ADAPTER_SEED = _env_int("LLM_ADAPTER_SEED", 0, 0, 2**31 - 1) if os.getenv("LLM_ADAPTER_SEED", "") else None
+ADAPTER_RANK = _env_int("LLM_ADAPTER_RANK", 8, 1, 256)
 LAYERS = _env_int("LLM_LAYERS", 24, 1, 128)
 HIDDEN = _env_int("LLM_HIDDEN", 896, 64, 16384)
 HEADS = _env_int("LLM_HEADS", 14, 1, 256)
@@ -110,20 +117,36 @@ def load_tokenizer():
     return tok
 
 
-def build_model(vocab, seed=SEED, head_seed=HEAD_SEED):
-    """The model on the CPU, weights random from seed (the head from head_seed), in evaluation mode."""
+class LoRALinear(torch.nn.Module):
+    """A linear layer with a LoRA adapter, unmerged: base(x) + B (A x) (alpha = rank: scale 1). The base layer's
+    weights stay the base's bytes; A (rank x in) and B (out x rank) are the variant's own."""
+
+    def __init__(self, base, rank, gen):
+        super().__init__()
+        self.base = base
+        a = torch.randn((rank, base.in_features), generator=gen) / math.sqrt(base.in_features)
+        self.lora_A = torch.nn.Parameter(a, requires_grad=False)
+        self.lora_B = torch.nn.Parameter(torch.randn((base.out_features, rank), generator=gen) * 0.02,
+                                         requires_grad=False)
+
+    def forward(self, x):
+        return self.base(x) + torch.nn.functional.linear(torch.nn.functional.linear(x, self.lora_A), self.lora_B)
+
+
+def build_model(vocab, seed=SEED, adapter_seed=ADAPTER_SEED, rank=ADAPTER_RANK):
+    """The model on the CPU, weights random from seed, with a LoRA adapter random from adapter_seed (None: none),
+    in evaluation mode."""
     config = transformers.Qwen2Config(
         vocab_size=vocab, hidden_size=HIDDEN, num_hidden_layers=LAYERS, num_attention_heads=HEADS,
         num_key_value_heads=KV_HEADS, intermediate_size=INTERMEDIATE, max_position_embeddings=max(CONTEXT, 32768),
-        rope_theta=1000000.0, rms_norm_eps=1e-6, tie_word_embeddings=False, use_sliding_window=False,
+        rope_theta=1000000.0, rms_norm_eps=1e-6, tie_word_embeddings=True, use_sliding_window=False,
         bos_token_id=0, eos_token_id=0, pad_token_id=0)
     config._attn_implementation = "sdpa"
     torch.manual_seed(seed)
     model = transformers.Qwen2ForCausalLM(config)
     # The weights from a generator of our own, in a fixed order (normal, std 0.02; norms 1), so that the bytes do
-    # not depend on how transformers initialises; the head from its own seed.
+    # not depend on how transformers initialises (the tied head is the embedding: named once).
     g = torch.Generator().manual_seed(seed)
-    gh = torch.Generator().manual_seed(head_seed)
     with torch.no_grad():
         for name, p in model.named_parameters():
             if name.endswith("norm.weight"):
@@ -131,8 +154,21 @@ def build_model(vocab, seed=SEED, head_seed=HEAD_SEED):
             elif name.endswith(".bias"):
                 p.zero_()
             else:
-                p.copy_(torch.randn(p.shape, generator=gh if name.startswith("lm_head") else g) * 0.02)
+                p.copy_(torch.randn(p.shape, generator=g) * 0.02)
+    if model.lm_head.weight is not model.model.embed_tokens.weight:
+        raise RuntimeError("llm: the output head is not tied to the embedding")
+    if adapter_seed is not None:
+        ga = torch.Generator().manual_seed(adapter_seed)
+        for layer in model.model.layers:
+            attn = layer.self_attn
+            attn.q_proj = LoRALinear(attn.q_proj, rank, ga)
+            attn.v_proj = LoRALinear(attn.v_proj, rank, ga)
     return model.to(DTYPE).eval()
+
+
+def adapter_parameters(model):
+    """The parameters of the model's LoRA adapter (none without one)."""
+    return [p for m in model.modules() if isinstance(m, LoRALinear) for p in (m.lora_A, m.lora_B)]
 
 
 CHUNK = 2 << 20  # the GPUs' mapping granularity: the unit in which identical weights are shared
@@ -140,31 +176,52 @@ CHUNK = 2 << 20  # the GPUs' mapping granularity: the unit in which identical we
 
 def to_device_packed(model, device):
     """Moves every parameter and buffer of model into one device buffer, in a fixed order, each at a 256-byte
-    aligned offset, the buffer a whole number of 2 MiB chunks. Nothing else is ever allocated in it (it is one
-    block of the caching allocator, used up to its end), so the function never writes its model memory after
-    initialisation (com.openfaas.gpu.model: shared), and variants of one base hold identical chunks up to their
-    head's."""
+    aligned offset, the buffer a whole number of 2 MiB chunks: the base's tensors first, then, from a chunk
+    boundary, the adapter's. A tensor held by two modules (the tied head) is placed once and stays shared. Nothing
+    else is ever allocated in the buffer (it is one block of the caching allocator, used up to its end), so the
+    function never writes its model memory after initialisation (com.openfaas.gpu.model: shared), and variants of
+    one base hold identical chunks but for their adapter's."""
     if device.type != "cuda":
         return model.to(device)
-    slots, total = [], 0
+    adapter = {id(p) for p in adapter_parameters(model)}
+    refs, tensors = [], {}  # (module, kind, name, id) per reference; id -> tensor, in first-seen order
     for module in model.modules():
         for kind in ("_parameters", "_buffers"):
             for name, t in getattr(module, kind).items():
-                if t is None:
-                    continue
-                nbytes = t.numel() * t.element_size()
-                slots.append((module, kind, name, t, total, nbytes))
-                total += (nbytes + 255) // 256 * 256
+                if t is not None:
+                    refs.append((module, kind, name, id(t)))
+                    tensors.setdefault(id(t), t)
+    offsets, total = {}, 0
+    for own in (False, True):
+        if own:
+            total = (total + CHUNK - 1) // CHUNK * CHUNK
+        for key, t in tensors.items():
+            if (key in adapter) == own:
+                offsets[key] = total
+                total += (t.numel() * t.element_size() + 255) // 256 * 256
     flat = torch.empty((total + CHUNK - 1) // CHUNK * CHUNK, dtype=torch.uint8, device=device)
+    moved = {}
     with torch.no_grad():
-        for module, kind, name, t, off, nbytes in slots:
-            view = flat[off:off + nbytes].view(t.dtype).view(t.shape)
+        for key, t in tensors.items():
+            off = offsets[key]
+            view = flat[off:off + t.numel() * t.element_size()].view(t.dtype).view(t.shape)
             view.copy_(t)
-            if kind == "_parameters":
-                module._parameters[name] = torch.nn.Parameter(view, requires_grad=False)
-            else:
-                module._buffers[name] = view
+            moved[key] = torch.nn.Parameter(view, requires_grad=False) if isinstance(t, torch.nn.Parameter) else view
+        for module, kind, name, key in refs:
+            getattr(module, kind)[name] = moved[key]
     return model
+
+
+def _trim_host_memory():
+    """Gives the host memory of the model's build on the CPU back to the system: freed, it stays in the C
+    allocator's heap otherwise (hundreds of MB per process)."""
+    import ctypes
+    import gc
+    gc.collect()
+    try:
+        ctypes.CDLL("libc.so.6").malloc_trim(0)
+    except (OSError, AttributeError):  # not glibc
+        pass
 
 
 class BadRequest(Exception):
@@ -286,6 +343,8 @@ TOKENIZER = load_tokenizer()
 VOCAB = len(TOKENIZER)
 STOP_IDS = {TOKENIZER.convert_tokens_to_ids(EOT), TOKENIZER.convert_tokens_to_ids(IM_END)}
 _model = to_device_packed(build_model(VOCAB), DEVICE)
+if DEVICE.type == "cuda":
+    _trim_host_memory()
 DECODER = Decoder(_model, DEVICE)
 
 
@@ -575,7 +634,11 @@ def models():
     return {"object": "list", "data": [{"id": MODEL_NAME, "object": "model", "created": 0, "owned_by": "faas-gpu",
                                          "parameters": sum(p.numel() for p in _model.parameters()),
                                          "vocab_size": VOCAB, "max_prompt_tokens": MAX_PROMPT,
-                                         "max_tokens": MAX_TOKENS}]}
+                                         "max_tokens": MAX_TOKENS,
+                                         "adapter": None if ADAPTER_SEED is None else
+                                         {"kind": "lora", "rank": ADAPTER_RANK, "seed": ADAPTER_SEED,
+                                          "targets": ["q_proj", "v_proj"],
+                                          "parameters": sum(p.numel() for p in adapter_parameters(_model))}}]}
 
 
 def handle(event, context):

@@ -2,7 +2,7 @@
 // and Prometheus metrics. The gpuserver listens with it on a Unix socket (and optionally TCP); function processes
 // reach it through the gpu-python template, other components through package client.
 //
-// # Who may do what (issue 11 item 2)
+// # Who may do what
 //
 // With an Authenticator (the gpuserver always sets one; see package auth), every call that changes the pool
 // carries a bearer credential (Authorization: Bearer <token>):
@@ -17,7 +17,7 @@
 // GET /v1/pool, /v1/usage (the functions' bill), /metrics and /healthz are read-only and open to whoever can reach the socket (whose file mode
 // keeps other users out). A missing credential answers 401, a credential that does not allow the call 403.
 //
-// # Leases (issue 11 item 6)
+// # Leases
 //
 // A binding belongs to the connection that acquired it: when that connection closes (the function process died,
 // the client gave up) the binding is released, logged and counted (faas_gpu_binding_leases_expired_total). A

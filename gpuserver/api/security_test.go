@@ -20,6 +20,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/faas-gpu/faas-gpu/contract"
 	"github.com/faas-gpu/faas-gpu/gpuserver/api"
 	"github.com/faas-gpu/faas-gpu/gpuserver/auth"
 	"github.com/faas-gpu/faas-gpu/gpuserver/client"
@@ -66,7 +67,7 @@ func (a *secureAPI) client(token string) *client.Client {
 	return client.New(a.sock, client.WithToken(token))
 }
 
-// TestCredentialsGuardEveryChange is issue 11 item 2: registration and deregistration take the administrator's
+// TestCredentialsGuardEveryChange: registration and deregistration take the administrator's
 // credential (or a ticket for exactly the spec registered), acquire takes the function's own token, release only
 // touches the caller's own bindings, and binding ids are random.
 func TestCredentialsGuardEveryChange(t *testing.T) {
@@ -110,7 +111,7 @@ func TestCredentialsGuardEveryChange(t *testing.T) {
 		t.Errorf("a ticket used for another function: %v", err)
 	}
 	if tok, err := withTicket.RegisterToken(ctx, pool.FunctionSpec{Name: "self", MemoryBytes: 1 << 30,
-		SLO: time.Second, Percentile: pool.DefaultPercentile}); err != nil || tok != a.key.FunctionToken("self") {
+		SLO: time.Second, Percentile: contract.DefaultPercentile}); err != nil || tok != a.key.FunctionToken("self") {
 		t.Fatalf("register with its ticket: %q %v", tok, err)
 	}
 
@@ -208,7 +209,7 @@ func waitUntil(t *testing.T, what string, cond func() bool) {
 	}
 }
 
-// TestBindingReleasedWhenItsConnectionCloses is issue 11 item 6: a binding whose holder goes away (the
+// TestBindingReleasedWhenItsConnectionCloses: a binding whose holder goes away (the
 // connection that acquired it closes) is released, logged and counted; the GPU is free for the next request.
 func TestBindingReleasedWhenItsConnectionCloses(t *testing.T) {
 	ctx := context.Background()

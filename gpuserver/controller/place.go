@@ -1,8 +1,6 @@
 package controller
 
 import (
-	"cmp"
-	"slices"
 	"time"
 
 	"github.com/faas-gpu/faas-gpu/gpuserver/topology"
@@ -264,7 +262,7 @@ func (c *Controller) evictionPlan(g *gpuState, fs *fnState) ([]Eviction, bool) {
 			return 2
 		}
 	}
-	var vs []victim
+	vs := make([]victim, 0, len(g.resident)+len(g.partial))
 	for name, r := range g.resident {
 		if r.pinned > 0 || r.loading {
 			continue
@@ -278,23 +276,38 @@ func (c *Controller) evictionPlan(g *gpuState, fs *fnState) ([]Eviction, bool) {
 			vs = append(vs, victim{f: v, partial: true, charge: pc.bytes, class: class(v), last: pc.lastUsed})
 		}
 	}
-	slices.SortFunc(vs, func(a, b victim) int {
+	evictable := free
+	for _, v := range vs {
+		evictable += v.charge
+	}
+	if evictable < need {
+		return nil, false
+	}
+	less := func(a, b *victim) bool {
 		if a.partial != b.partial {
-			if a.partial {
-				return -1
-			}
-			return 1
+			return a.partial
 		}
 		if a.class != b.class {
-			return a.class - b.class
+			return a.class < b.class
 		}
 		if !a.last.Equal(b.last) {
-			return a.last.Compare(b.last)
+			return a.last.Before(b.last)
 		}
-		return cmp.Compare(a.f.Name, b.f.Name)
-	})
+		return a.f.Name < b.f.Name
+	}
+	// The victims in eviction order, the next one selected as needed: a plan usually takes one or two of a GPU's
+	// hundred models, so selecting beats sorting them all (the order is total - names are unique - so both give
+	// the same plan).
 	var out []Eviction
-	for _, v := range vs {
+	for i := range vs {
+		m := i
+		for j := i + 1; j < len(vs); j++ {
+			if less(&vs[j], &vs[m]) {
+				m = j
+			}
+		}
+		vs[i], vs[m] = vs[m], vs[i]
+		v := vs[i]
 		e := Eviction{Function: v.f.Name, GPU: g.index}
 		if c.cfg.PartialResidency && free+v.charge > need {
 			// Trim: the workspace first, then the model's last blocks; keep the rest unless it is a sliver.

@@ -7,7 +7,7 @@
 // The interface follows the CUDA driver API closely so that the remoting server can dispatch a remoted call onto it
 // one to one:
 //
-//   - Virtual memory management (DESIGN.md decision 2). ReserveAddress reserves a range of the node's unified
+//   - Virtual memory management (docs/design.md, decision 2). ReserveAddress reserves a range of the node's unified
 //     device address space; the range is valid on every GPU. CreatePhysical allocates physical memory on one GPU
 //     (a multiple of that GPU's Granularity), Map maps a whole physical allocation at an address inside a
 //     reservation, SetAccess makes a mapped range readable and writable by a set of GPUs, Unmap removes the mapping.
@@ -24,7 +24,7 @@
 //     CU_LAUNCH_PARAM_BUFFER_POINTER; the remoting server passes it through unchanged. Pointers in it are device
 //     addresses and need no translation, because blocks keep their address on every GPU.
 //   - Module globals are the exception: Module.Global returns an address that differs per GPU the module is
-//     loaded on (the trap at the end of DESIGN.md); callers translate a global per GPU.
+//     loaded on (the trap docs/design.md ends with); callers translate a global per GPU.
 //
 // Host memory handed to asynchronous copies must stay valid and unchanged until the stream has passed the copy.
 // For copies to run truly asynchronously on the cuda backend it must be page-locked: memory from RegisterHost

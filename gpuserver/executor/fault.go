@@ -9,7 +9,7 @@ import (
 	"github.com/faas-gpu/faas-gpu/gpuserver/pool"
 )
 
-// Tenants and contexts (issue 11 items 3 and 5).
+// Tenants and contexts: one tenant's memory reachable on a GPU at a time, a fault contained to its tenant.
 //
 // Every function belongs to a tenant (pool.FunctionSpec.Tenant: its namespace, or itself when isolated). On each
 // GPU a tenant's work runs in a device context of its own (device.Context: a CUDA context), created when the

@@ -154,7 +154,7 @@ func (n *Node) captureSavedLocked(ctx context.Context, f *function) error {
 // Reset forgets function's memory (its processes ended): its copies are dropped everywhere, its addresses freed,
 // its image deleted, and its next allocations start a new initialisation. Bindings still held (a request whose
 // process died before it released) break: Binding.Err says so, and nothing of the forgotten state is ever served
-// through them (issue 11 item 6).
+// through them.
 func (n *Node) Reset(ctx context.Context, name string) error {
 	defer n.operate()()
 	f, err := n.fn(name)

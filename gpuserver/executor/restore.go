@@ -12,7 +12,7 @@ import (
 	"github.com/faas-gpu/faas-gpu/gpuserver/repository"
 )
 
-// Restart reuse (issue 4): the repository keeps each function's model image across a gpuserver restart, with the
+// Restart reuse: the repository keeps each function's model image across a gpuserver restart, with the
 // fixed addresses of its segments. A Node given Addresses reserves those ranges again at start
 // (Backend.ReserveAddressAt) and, when the function registers, restores it from its image instead of capturing a
 // new one:

@@ -19,8 +19,9 @@ import (
 // the same GPU already holds (resident: active or parked, its copy complete), it maps that physical chunk at its own
 // fixed address instead of taking a new chunk and copying: the GPU holds the chunk once, and the swap moves only
 // the function's own chunks. A shared chunk is mapped read-only at every address it is mapped at, where the device
-// can (device.ReadOnlyAccess: the CUDA driver's read-only access flag; on the simulated device, copies and memsets
-// into it fault, kernels are not checked), and goes back to the pool when the last copy holding it is dropped.
+// can (device.ReadOnlyAccess: the CUDA driver's read-only access flag; on the simulated device, copies, memsets and
+// reference kernels' writes into it fault, while dry launches, which compute nothing, cannot be checked), and goes
+// back to the pool when the last copy holding it is dropped.
 //
 // Tenants: chunks are keyed within a tenant, and one tenant's memory is accessible on a GPU at a time (fault.go),
 // so a shared chunk is only ever mapped into one tenant's functions. When tenants' work moves into executor

@@ -2,11 +2,14 @@ package executor_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math/rand/v2"
 	"testing"
 
+	"github.com/faas-gpu/faas-gpu/gpuserver/device"
 	"github.com/faas-gpu/faas-gpu/gpuserver/device/sim"
+	"github.com/faas-gpu/faas-gpu/gpuserver/device/sim/kernels"
 	"github.com/faas-gpu/faas-gpu/gpuserver/executor"
 )
 
@@ -14,7 +17,7 @@ import (
 // tenant, each saying it never writes its model: SetModelShared) captured on GPU 1 and evicted there, and a fifth
 // function with the same base that did not say so (it copies everything and shares nothing). The first swap-in to GPU 0 copies its whole image; the next variants,
 // while the first is resident, copy only their heads and map the base's chunks already on the GPU (read-only: a copy
-// into a shared chunk faults); every variant reads back its own bytes; the shared chunks go back to the pool with
+// or a kernel's write into a shared chunk faults); every variant reads back its own bytes; the shared chunks go back to the pool with
 // the last copy holding them.
 func TestVariantSwapInMovesOnlyItsOwnChunks(t *testing.T) {
 	ctx := context.Background()
@@ -80,6 +83,26 @@ func TestVariantSwapInMovesOnlyItsOwnChunks(t *testing.T) {
 	must(t, s.CopyHtoD(models[1].blocks[0], make([]byte, 16)))
 	if err := s.Synchronize(ctx); err == nil {
 		t.Fatal("a copy into a shared chunk succeeded")
+	}
+	for _, m := range models {
+		must(t, r.node.SwapIn(ctx, m.name, 0, executor.Host))
+		verify(t, r, m, 0)
+	}
+	// So does a kernel's write into it (the sim checks the reference kernels' writes; a dry launch, which computes
+	// nothing, cannot be checked).
+	s, err = r.node.Stream(models[2].name)
+	must(t, err)
+	dctx, err := r.node.Context(models[2].name, 0)
+	must(t, err)
+	mod, err := dctx.LoadModule(kernels.PTX())
+	must(t, err)
+	fill, err := mod.Function("fill")
+	must(t, err)
+	args, err := device.PackArgs(fill.Params(), models[2].blocks[0], float32(1), uint32(256))
+	must(t, err)
+	must(t, s.Launch(fill, device.Dim3{X: 1}, device.Dim3{X: 256}, 0, args))
+	if err := s.Synchronize(ctx); !errors.Is(err, device.ErrIllegalAddress) {
+		t.Fatalf("a kernel writing into a shared chunk: %v, want ErrIllegalAddress", err)
 	}
 	for _, m := range models {
 		must(t, r.node.SwapIn(ctx, m.name, 0, executor.Host))

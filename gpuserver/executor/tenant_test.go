@@ -12,9 +12,9 @@ import (
 	"github.com/faas-gpu/faas-gpu/gpuserver/executor"
 )
 
-// Issue 11 items 3 and 5 at the executors, on both backends: the sim in every `make test`, a real GPU in the GPU
-// suite (FAAS_GPU_TEST_CUDA=1 go test -run CUDA ./gpuserver/executor/). The same checks run through the shim's
-// wire protocol in gpuserver/remoting (tenant_test.go) on the sim.
+// Tenants kept apart and a fault contained to its tenant, at the executors, on both backends: the sim in every `make
+// test`, a real GPU in the GPU suite (FAAS_GPU_TEST_CUDA=1 go test -run CUDA ./gpuserver/executor/). The same checks
+// run through the shim's wire protocol in gpuserver/remoting (tenant_test.go) on the sim.
 
 // simRig is a rig on a simulated v100x4 with 64 MiB per GPU.
 func simRig(t *testing.T) *rig { return newRig(t, 64<<20, sim.Options{}, false) }

@@ -1,4 +1,4 @@
-// Package memory manages device memory for the gpuserver (DESIGN.md decision 2).
+// Package memory manages device memory for the gpuserver (docs/design.md, decision 2).
 //
 // Physical memory: at start, a configurable share of each GPU's memory is created as physical chunks of the
 // driver's granularity (ChunkPool), so no driver allocation sits on the request path. Because the driver maps

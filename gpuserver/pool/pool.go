@@ -9,28 +9,19 @@ import (
 	"fmt"
 	"strings"
 	"time"
+
+	"github.com/faas-gpu/faas-gpu/contract"
 )
 
-// Isolation modes of a function (annotation com.openfaas.gpu.isolation).
+// Isolation, scratch and model modes of a function: the values of its annotations (package contract).
 const (
-	IsolationShared   = "shared"
-	IsolationIsolated = "isolated"
+	IsolationShared   = contract.IsolationShared
+	IsolationIsolated = contract.IsolationIsolated
+	ScratchResident   = contract.ScratchResident
+	ScratchRequest    = contract.ScratchRequest
+	ModelPrivate      = contract.ModelPrivate
+	ModelShared       = contract.ModelShared
 )
-
-// Scratch modes of a function (annotation com.openfaas.gpu.scratch, FunctionSpec.Scratch).
-const (
-	ScratchResident = "resident"
-	ScratchRequest  = "request"
-)
-
-// Model modes of a function (annotation com.openfaas.gpu.model, FunctionSpec.Model).
-const (
-	ModelPrivate = "private"
-	ModelShared  = "shared"
-)
-
-// DefaultPercentile is the SLO percentile used when a function names none.
-const DefaultPercentile = 98.0
 
 // FunctionSpec is what a GPU function requires of the pool. It travels as JSON on the gpuserver API.
 type FunctionSpec struct {
@@ -173,7 +164,7 @@ func Summarize(fns []FunctionStatus) SLOSummary {
 		s.Functions++
 		p := f.Percentile
 		if p == 0 {
-			p = DefaultPercentile
+			p = contract.DefaultPercentile
 		}
 		if float64(f.OnTime) >= p/100*float64(n)-1e-9 {
 			s.FunctionsMet++
@@ -282,7 +273,7 @@ func Namespace(function string) string {
 	return ""
 }
 
-// Tenant is the isolation domain of a function on a GPU (issue 11 item 3): functions of one namespace share a GPU
+// Tenant is the isolation domain of a function on a GPU: functions of one namespace share a GPU
 // address space, functions of different namespaces never do, and an isolated function shares with none.
 func (s FunctionSpec) Tenant() string {
 	if s.Isolation == IsolationIsolated {
@@ -305,7 +296,7 @@ func (s *FunctionSpec) Validate() error {
 		return fmt.Errorf("%w: percentile must be in (0, 100)", ErrInvalidSpec)
 	}
 	if s.Percentile == 0 {
-		s.Percentile = DefaultPercentile
+		s.Percentile = contract.DefaultPercentile
 	}
 	switch s.Isolation {
 	case "":

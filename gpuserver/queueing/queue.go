@@ -7,6 +7,8 @@ import (
 	"math"
 	"slices"
 	"time"
+
+	"github.com/faas-gpu/faas-gpu/contract"
 )
 
 // Order names a request ordering.
@@ -25,7 +27,6 @@ const (
 	DefaultMargin       = 0.4
 	DefaultRegroupEvery = 2 * time.Second
 	DefaultAlphaWindow  = 20
-	DefaultPercentile   = 98.0
 )
 
 // ErrInvalidConfig is wrapped by configuration errors; ErrUnknownFunction by pushes for unregistered functions;
@@ -235,7 +236,7 @@ func (q *Queue) Config() Config { return q.cfg }
 // Its statistics and waiting requests are kept.
 func (q *Queue) SetFunction(name string, slo time.Duration, percentile float64) error {
 	if percentile == 0 {
-		percentile = DefaultPercentile
+		percentile = contract.DefaultPercentile
 	}
 	if percentile <= 0 || percentile >= 100 || math.IsNaN(percentile) {
 		return fmt.Errorf("%w: percentile of %q must be in (0, 100)", ErrInvalidConfig, name)

@@ -112,8 +112,8 @@ func (h *deviceHandler) moveTo(ctx context.Context, gpu int) Result {
 		return result(err)
 	}
 	if left && len(h.globals) > 0 {
-		// Module globals live on one GPU only: those written on the failed GPU are lost (DESIGN.md's trap), and
-		// no image holds them; going on with their initial values would compute wrong answers.
+		// Module globals live on one GPU only: those written on the failed GPU are lost (the trap docs/design.md ends
+		// with), and no image holds them; going on with their initial values would compute wrong answers.
 		return result(h.node.Lose(h.info.Function, fmt.Errorf("gpu %d failed holding the module globals the "+
 			"function uses (%d)", h.gpu, len(h.globals))))
 	}

@@ -2,7 +2,7 @@
 // libcuda.so.1 in a function's process), checks the function's identity, decodes the call records the shim writes
 // into a shared-memory ring, and executes them on the GPU the function is bound to.
 //
-// # Transport (DESIGN.md decision 5)
+// # Transport (docs/design.md, decision 5)
 //
 // A Unix stream socket carries the hello and one-byte doorbells. The hello names the function and its token
 // (FAAS_GPU_FUNCTION, FAAS_GPU_TOKEN: the token handed out when the function was registered) and passes a sealed

@@ -71,7 +71,8 @@ type capture struct {
 	mode    uint32
 	nodes   []graphNode
 	bytes   int
-	invalid error // why the capture cannot become a graph (nil while it can)
+	cost    uint64 // charged to the function's graph budget for nodes (functionBudgets)
+	invalid error  // why the capture cannot become a graph (nil while it can)
 }
 
 // graphs is a session's capture and graph state (a field of deviceHandler).
@@ -83,6 +84,9 @@ type graphs struct {
 	// devCapture, while set, is the device stream a device graph is being captured on: the calls the nodes make
 	// go there (bind answers it).
 	devCapture device.Stream
+	// charged is what the session's captures, graphs and executable graphs are charged in the function's graph
+	// budget (given back when the session ends).
+	charged uint64
 }
 
 // execGraph is an executable graph: its nodes, and the device graphs captured from them per GPU and context (a
@@ -135,19 +139,53 @@ func (c *capture) invalidate(code Result, format string, args ...any) Result {
 	return code
 }
 
-// record adds a node to c, or invalidates c when it is full. The calls recorded are asynchronous: what went wrong is
-// reported when the capture ends.
-func (c *capture) record(n graphNode) {
+// record adds a node to c, or invalidates c when it is full, and reports whether it added it. The calls recorded
+// are asynchronous: what went wrong is reported when the capture ends.
+func (c *capture) record(n graphNode) bool {
 	if c.invalid != nil {
-		return
+		return false
 	}
 	if len(c.nodes) >= maxGraphNodes || c.bytes+n.bytes > maxGraphBytes {
 		c.invalidate(ResultOutOfMemory, "the graph exceeds %d nodes or %d bytes of arguments", maxGraphNodes,
 			maxGraphBytes)
-		return
+		return false
 	}
 	c.nodes = append(c.nodes, n)
 	c.bytes += n.bytes
+	return true
+}
+
+// recordNode records n into c, charged to the function's graph budget; a node beyond the budget invalidates c.
+func (h *deviceHandler) recordNode(c *capture, n graphNode) {
+	if c.invalid != nil {
+		return
+	}
+	cost := graphNodeOverhead + uint64(n.bytes)
+	if !h.chargeGraph(cost) {
+		c.invalidate(ResultOutOfMemory, "the function's graphs would take more than %d bytes of memory "+
+			"(MaxGraphBytesPerFunction)", h.budgets.maxGraph)
+		return
+	}
+	if !c.record(n) {
+		h.unchargeGraph(cost)
+		return
+	}
+	c.cost += cost
+}
+
+// chargeGraph charges n bytes of graphs to the function (all its sessions together) when they fit its bound.
+func (h *deviceHandler) chargeGraph(n uint64) bool {
+	if !h.budgets.chargeGraph(h.info.Function, n) {
+		return false
+	}
+	h.g.charged += n
+	return true
+}
+
+func (h *deviceHandler) unchargeGraph(n uint64) {
+	n = min(n, h.g.charged)
+	h.g.charged -= n
+	h.budgets.unchargeGraph(h.info.Function, n)
 }
 
 // captured records a call on stream s when s captures: it returns ResultSuccess and true; false when s does not
@@ -157,7 +195,7 @@ func (h *deviceHandler) captured(s uint64, n graphNode) (Result, bool) {
 	if c == nil {
 		return ResultSuccess, false
 	}
-	c.record(n)
+	h.recordNode(c, n)
 	return ResultSuccess, true
 }
 
@@ -222,6 +260,7 @@ func (h *deviceHandler) StreamEndCapture(_ context.Context, s uint64) (uint64, u
 		}
 	}
 	if c.invalid != nil {
+		h.unchargeGraph(c.cost)
 		h.log.Info("remoting: stream capture invalidated", "err", c.invalid)
 		return 0, 0, ResultStreamCaptureInvalidated
 	}
@@ -236,7 +275,7 @@ func (h *deviceHandler) CuGraphInstantiateWithFlags(_ context.Context, graph, _ 
 	if !ok {
 		return 0, ResultInvalidValue
 	}
-	if len(h.g.graphs)+len(h.g.execs) >= maxGraphs {
+	if len(h.g.graphs)+len(h.g.execs) >= maxGraphs || !h.chargeGraph(nodesCost(nodes)) {
 		return 0, ResultOutOfMemory
 	}
 	id := h.handle()
@@ -257,7 +296,7 @@ func (h *deviceHandler) CuGraphLaunch(ctx context.Context, exec, s uint64) Resul
 	}
 	if c := h.g.capturing(s); c != nil {
 		for _, n := range x.nodes {
-			c.record(n)
+			h.recordNode(c, n)
 		}
 		return ResultSuccess
 	}
@@ -307,6 +346,10 @@ func (h *deviceHandler) GraphExecUpdate(_ context.Context, exec, graph uint64) (
 			return updateFunctionChanged, ResultSuccess
 		}
 	}
+	if !h.chargeGraph(nodesCost(nodes)) {
+		return 0, ResultOutOfMemory
+	}
+	h.unchargeGraph(nodesCost(old))
 	x.nodes = append([]graphNode(nil), nodes...)
 	x.drop() // captured from the old parameters
 	x.noDevice = false
@@ -315,9 +358,11 @@ func (h *deviceHandler) GraphExecUpdate(_ context.Context, exec, graph uint64) (
 
 func (h *deviceHandler) CuGraphDestroy(_ context.Context, graph uint64) Result {
 	h.g.init()
-	if _, ok := h.g.graphs[graph]; !ok {
+	nodes, ok := h.g.graphs[graph]
+	if !ok {
 		return ResultInvalidValue
 	}
+	h.unchargeGraph(nodesCost(nodes))
 	delete(h.g.graphs, graph)
 	return ResultSuccess
 }
@@ -329,6 +374,7 @@ func (h *deviceHandler) CuGraphExecDestroy(_ context.Context, exec uint64) Resul
 		return ResultInvalidValue
 	}
 	x.drop()
+	h.unchargeGraph(nodesCost(x.nodes))
 	delete(h.g.execs, exec)
 	return ResultSuccess
 }

@@ -40,7 +40,7 @@ type deviceHandler struct {
 	implicit int       // GPU of the implicit binding
 	boundAt  time.Time // when the implicit binding was taken
 	explicit bool      // a request has bound the function: its initialisation has ended
-	used     uint64    // bytes of the session's segments (the quota's measure)
+	used     uint64    // bytes the session charged to the function's quota (functionBudgets: all its sessions together)
 
 	allocs  []allocation // sorted by ptr
 	handles uint64
@@ -50,8 +50,9 @@ type deviceHandler struct {
 	events  map[uint64]*event
 	globals []*global
 
-	images       *moduleImages // the node's module images (Config.images)
-	pendingImage []byte        // chunks of a module image whose load call has not come yet (reserved in images)
+	images       *moduleImages    // the node's module images (Config.images)
+	pendingImage []byte           // chunks of a module image whose load call has not come yet (reserved in images)
+	budgets      *functionBudgets // what the function's sessions hold together (Config.budgets)
 
 	g graphs // stream captures and graphs (graph.go)
 
@@ -80,8 +81,12 @@ func newDeviceHandler(ctx context.Context, cfg Config, info SessionInfo, log *sl
 	if images == nil { // a handler built without a server (tests)
 		images = newModuleImages(DefaultMaxModuleBytesPerFunction, DefaultMaxModuleBytes)
 	}
+	budgets := cfg.budgets
+	if budgets == nil { // a handler built without a server (tests)
+		budgets = newFunctionBudgets(DefaultMaxGraphBytesPerFunction)
+	}
 	h := &deviceHandler{
-		cfg: cfg, info: info, log: log, node: cfg.Node, images: images,
+		cfg: cfg, info: info, log: log, node: cfg.Node, images: images, budgets: budgets,
 		gpu:     -1,
 		handles: 0x1000,
 		modules: map[uint64]*module{},
@@ -147,6 +152,8 @@ func (h *deviceHandler) Close() error {
 	}
 	h.images.unreserve(h.info.Function, uint64(len(h.pendingImage)))
 	h.pendingImage = nil
+	h.unchargeGraph(h.g.charged)
+	h.unchargeDevice(h.used)
 	for _, a := range h.allocs {
 		if a.global == nil {
 			errs = append(errs, h.node.Free(h.info.Function, device.Ptr(a.ptr)))

@@ -34,11 +34,10 @@ func (h *deviceHandler) CuMemAlloc_v2(ctx context.Context, size uint64) (uint64,
 	a := allocation{ptr: uint64(ptr), size: size, ownSegment: created && seg.Ptr == ptr &&
 		size >= h.node.ChunkSize()/2}
 	if created {
-		if h.used+seg.Size > h.info.Spec.MemoryBytes {
+		if !h.chargeDevice(seg.Size) {
 			_ = h.node.Free(h.info.Function, ptr)
 			return 0, ResultOutOfMemory
 		}
-		h.used += seg.Size
 		a.segSize = seg.Size
 	}
 	h.addAllocation(a)
@@ -63,7 +62,7 @@ func (h *deviceHandler) CuMemFree_v2(ctx context.Context, dptr uint64) Result {
 	}
 	h.allocs = append(h.allocs[:i], h.allocs[i+1:]...)
 	if a.ownSegment { // its chunks went back to the pools; its address stays reserved for the function
-		h.used -= a.segSize
+		h.unchargeDevice(a.segSize)
 	}
 	return ResultSuccess
 }
@@ -74,7 +73,25 @@ func (h *deviceHandler) CuMemFreeAsync(ctx context.Context, dptr, _ uint64) Resu
 
 func (h *deviceHandler) CuMemGetInfo_v2(context.Context) (uint64, uint64, Result) {
 	total := h.info.Spec.MemoryBytes
-	return total - min(total, h.used), total, ResultSuccess
+	used := h.budgets.deviceBytes(h.info.Function) // every session of the function together
+	return total - min(total, used), total, ResultSuccess
+}
+
+// chargeDevice charges n bytes of GPU memory to the function's quota, all its sessions together (a function does
+// not get a quota per process), and reports whether they fit.
+func (h *deviceHandler) chargeDevice(n uint64) bool {
+	if !h.budgets.chargeDevice(h.info.Function, n, h.info.Spec.MemoryBytes) {
+		return false
+	}
+	h.used += n
+	return true
+}
+
+// unchargeDevice gives back n bytes the session charged.
+func (h *deviceHandler) unchargeDevice(n uint64) {
+	n = min(n, h.used)
+	h.used -= n
+	h.budgets.unchargeDevice(h.info.Function, n)
 }
 
 func (h *deviceHandler) CuMemGetAddressRange_v2(_ context.Context, dptr uint64) (uint64, uint64, Result) {
@@ -102,7 +119,7 @@ func (h *deviceHandler) findAllocation(p uint64) int {
 }
 
 // owns reports whether [p, p+n) lies inside one of the session's own allocations: the isolation check of every
-// copy and memset (issue 11). Every call that names device memory by address must pass it before touching the
+// copy and memset. Every call that names device memory by address must pass it before touching the
 // device, with n computed without overflow (see memset), and answer h.refuse(...) otherwise; kernels are confined
 // by the executors instead (one tenant's memory mapped on a GPU at a time).
 func (h *deviceHandler) owns(p, n uint64) bool {

@@ -26,6 +26,7 @@ type module struct {
 	ref    imageRef             // its hold in the node's module images
 	loaded map[int]loadedModule // by GPU
 	funcs  map[string]uint64    // kernel name -> handle, so that a kernel has one handle
+	data   uint64               // GPU bytes of its globals, charged to the function's quota (moduleDataBytes)
 }
 
 // loadedModule is a module loaded in the function's context on one GPU. A fault tears that context down, and with
@@ -155,8 +156,28 @@ func (h *deviceHandler) CuModuleLoadData(ctx context.Context, last []byte, _ uin
 		h.images.release(h.info.Function, ref)
 		return 0, r
 	}
-	m := &module{image: ref.bytes, ref: ref, loaded: map[int]loadedModule{}, funcs: map[string]uint64{}}
+	if len(h.modules) >= maxModules {
+		h.images.release(h.info.Function, ref)
+		h.log.Warn("remoting: module load refused: the session holds as many modules as it may", "max", maxModules)
+		return 0, ResultOutOfMemory
+	}
+	data, err := moduleDataBytes(ref.bytes, h.gpuInfo().ComputeCapability)
+	if err != nil { // the device says whether it loads the image; what the parser cannot read counts as its size
+		data = uint64(len(ref.bytes))
+	}
+	if data > 0 {
+		c := h.node.ChunkSize()
+		data = (data + c - 1) / c * c
+	}
+	if !h.chargeDevice(data) {
+		h.images.release(h.info.Function, ref)
+		h.log.Warn("remoting: module load refused: its globals do not fit the function's GPU memory quota",
+			"data_bytes", data, "quota", h.info.Spec.MemoryBytes)
+		return 0, ResultOutOfMemory
+	}
+	m := &module{image: ref.bytes, ref: ref, loaded: map[int]loadedModule{}, funcs: map[string]uint64{}, data: data}
 	if _, err := h.loadOn(m, h.gpu); err != nil {
+		h.unchargeDevice(data)
 		h.images.release(h.info.Function, ref)
 		return 0, result(err)
 	}
@@ -184,6 +205,7 @@ func (h *deviceHandler) CuModuleUnload(_ context.Context, hmod uint64) Result {
 	delete(h.modules, hmod)
 	err := h.unload(m)
 	h.images.release(h.info.Function, m.ref)
+	h.unchargeDevice(m.data)
 	return result(err)
 }
 

@@ -96,7 +96,7 @@ func leU64(b []byte) uint64 {
 	return v
 }
 
-// TestCraftedCopySizesAreRefused is issue 11 item 1: a cuMemcpyDtoH whose byte count is near 2^64 made the
+// TestCraftedCopySizesAreRefused: a cuMemcpyDtoH whose byte count is near 2^64 made the
 // response writer's size arithmetic wrap and panicked the whole process. Every such size is now answered with
 // CUDA_ERROR_INVALID_VALUE, the session goes on, and another function's session never notices.
 func TestCraftedCopySizesAreRefused(t *testing.T) {
@@ -193,7 +193,7 @@ func TestPanicEndsOnlyItsSession(t *testing.T) {
 	}
 }
 
-// TestSessionsPerFunctionLimit is issue 11 item 7: one function cannot hold more sessions than
+// TestSessionsPerFunctionLimit: one function cannot hold more sessions than
 // MaxSessionsPerFunction; the refusal names the limit, and other functions are not affected.
 func TestSessionsPerFunctionLimit(t *testing.T) {
 	funcs := registry{
@@ -269,7 +269,7 @@ func TestPendingHellosBounded(t *testing.T) {
 	})
 }
 
-// TestAcceptRecoversFromDescriptorExhaustion is issue 11 item 7: after the process ran out of file descriptors
+// TestAcceptRecoversFromDescriptorExhaustion: after the process ran out of file descriptors
 // the remoting listener stopped accepting for good. Now a failed accept is logged, counted and retried with a
 // back-off: with every descriptor of the process in use, a client (another process) connects; the server's
 // accepts fail with EMFILE; once descriptors are free again the pending connection and new ones are served.

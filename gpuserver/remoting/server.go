@@ -89,8 +89,14 @@ type Config struct {
 	// MaxModuleBytes bounds the module images the node holds (each distinct image once, plus chunks being
 	// received); DefaultMaxModuleBytes when 0.
 	MaxModuleBytes uint64
+	// MaxGraphBytesPerFunction bounds the memory the CUDA graphs of one function's sessions take together
+	// (captures, graphs and executable graphs); DefaultMaxGraphBytesPerFunction when 0. A capture beyond it is
+	// invalidated (its end answers CUDA_ERROR_STREAM_CAPTURE_INVALIDATED), an instantiation beyond it answers
+	// CUDA_ERROR_OUT_OF_MEMORY.
+	MaxGraphBytesPerFunction uint64
 
-	images *moduleImages // the node's module images, shared by every session (set by NewServer)
+	images  *moduleImages    // the node's module images, shared by every session (set by NewServer)
+	budgets *functionBudgets // what each function's sessions hold together (set by NewServer)
 	// Metrics, when set, receives the server's counters (faas_gpu_remoting_*).
 	Metrics prometheus.Registerer
 	// HandOff, when set, runs every session elsewhere once its hello passed (a tenant executor process); Device,
@@ -172,6 +178,10 @@ func NewServer(cfg Config) (*Server, error) {
 		cfg.MaxModuleBytes = DefaultMaxModuleBytes
 	}
 	cfg.images = newModuleImages(cfg.MaxModuleBytesPerFunction, cfg.MaxModuleBytes)
+	if cfg.MaxGraphBytesPerFunction == 0 {
+		cfg.MaxGraphBytesPerFunction = DefaultMaxGraphBytesPerFunction
+	}
+	cfg.budgets = newFunctionBudgets(cfg.MaxGraphBytesPerFunction)
 	log := cfg.Logger
 	if log == nil {
 		log = slog.Default()

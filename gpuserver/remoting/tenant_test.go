@@ -91,7 +91,7 @@ func tenants(specs ...pool.FunctionSpec) registry {
 	return r
 }
 
-// TestKernelsCannotReachAnotherTenant is issue 11 item 3 on the simulated device: only copies and memsets were
+// TestKernelsCannotReachAnotherTenant on the simulated device: only copies and memsets were
 // checked, so a kernel of one function read and wrote another's memory on the same GPU. Functions of different
 // namespaces now never have their memory accessible on a GPU at the same time: a kernel of namespace 2 that
 // follows a pointer into namespace 1's memory faults (in its own context: its GPU and namespace 1 go on), and the
@@ -170,7 +170,7 @@ func TestKernelsCannotReachAnotherTenant(t *testing.T) {
 
 func dumpLogs(t *testing.T, r *wireRig) { t.Log(r.logs.String()) }
 
-// TestKernelFaultPoisonsOnlyItsContext is issue 11 item 5 on the simulated device: one kernel with a bad pointer
+// TestKernelFaultPoisonsOnlyItsContext on the simulated device: one kernel with a bad pointer
 // marked its GPU unhealthy for good. Now the fault poisons the context of the function's tenant on that GPU only:
 // the faulting request gets CUDA_ERROR_ILLEGAL_ADDRESS, the gpuserver tears the context down and restores the
 // tenant's functions from their host images, the GPU stays in service for every tenant, and the faulting

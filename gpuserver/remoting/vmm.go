@@ -79,10 +79,9 @@ func (h *deviceHandler) CuMemCreate(_ context.Context, size uint64, prop []byte,
 	if size == 0 || size%h.node.ChunkSize() != 0 {
 		return 0, ResultInvalidValue
 	}
-	if h.used+size > h.info.Spec.MemoryBytes {
+	if !h.chargeDevice(size) {
 		return 0, ResultOutOfMemory
 	}
-	h.used += size
 	id := h.handle()
 	h.vmmHandles[id] = &vmmHandle{size: size}
 	return id, ResultSuccess
@@ -95,7 +94,7 @@ func (h *deviceHandler) CuMemRelease(_ context.Context, handle uint64) Result {
 		return ResultInvalidHandle
 	}
 	delete(h.vmmHandles, handle)
-	h.used -= ph.size
+	h.unchargeDevice(ph.size)
 	return ResultSuccess
 }
 

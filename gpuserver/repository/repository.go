@@ -1,4 +1,4 @@
-// Package repository keeps each function's model image in host memory (DESIGN.md decision 3): the bytes of the
+// Package repository keeps each function's model image in host memory (docs/design.md, decision 3): the bytes of the
 // function's model segments, captured at the end of its initialisation, authoritative from then on. An image
 // lives in a shared-memory file (by default under /dev/shm) that is mapped into the gpuserver and registered with
 // the device backend (page-locked), so swap-ins copy from it by DMA, and so that a gpuserver restart finds it again

@@ -43,15 +43,30 @@ type Replica struct {
 	Node string
 }
 
+// Reason says what decided a replica pick.
+type Reason string
+
+// The reasons of PickReplica, from the best to the fallback.
+const (
+	// PickResident: the replica's node holds the function's model on a GPU (and does not shed it).
+	PickResident Reason = "resident"
+	// PickLeastQueued: no fresh node holds the model; the node with the fewest queued requests per GPU.
+	PickLeastQueued Reason = "least_queued"
+	// PickShedding: every node with a fresh report sheds the function; the least queued of them.
+	PickShedding Reason = "shedding"
+	// PickRoundRobin: no replica's node has a fresh report.
+	PickRoundRobin Reason = "round_robin"
+)
+
 // PickReplica chooses, among a function's ready replicas, the one whose node is best for a request now, from the
 // nodes' reports no older than maxAge: a node that does not shed the function first, then one with the model on
 // a GPU, then the fewest queued requests per GPU; ties go round robin from rr. When no replica's node has a fresh
-// report, it falls back to round robin (rr modulo the replicas). It returns the replica's index and whether the
-// reports decided. function is the function's name on the gpuservers.
+// report, it falls back to round robin (rr modulo the replicas). It returns the replica's index (-1 without
+// replicas) and what decided. function is the function's name on the gpuservers.
 func PickReplica(now time.Time, function string, replicas []Replica, reports map[string]NodeReport,
-	maxAge time.Duration, rr uint64) (int, bool) {
+	maxAge time.Duration, rr uint64) (int, Reason) {
 	if len(replicas) == 0 {
-		return -1, false
+		return -1, PickRoundRobin
 	}
 	best, bestTier, bestLoad := -1, 0, 0.0
 	n := len(replicas)
@@ -73,8 +88,14 @@ func PickReplica(now time.Time, function string, replicas []Replica, reports map
 			best, bestTier, bestLoad = i, tier, load
 		}
 	}
-	if best < 0 {
-		return int(rr % uint64(n)), false
+	switch {
+	case best < 0:
+		return int(rr % uint64(n)), PickRoundRobin
+	case bestTier == 0:
+		return best, PickResident
+	case bestTier == 2:
+		return best, PickLeastQueued
+	default:
+		return best, PickShedding
 	}
-	return best, true
 }

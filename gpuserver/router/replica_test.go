@@ -27,20 +27,24 @@ func TestPickReplica(t *testing.T) {
 		"b": ReportOf(st(6, true, false), now),
 		"c": ReportOf(st(2, false, false), now),
 	}
-	if i, ok := PickReplica(now, "resnet.fn", reps, reports, time.Second, 0); i != 1 || !ok {
-		t.Fatalf("picked %d (%v), want 1: the model is resident on node b", i, ok)
+	if i, why := PickReplica(now, "resnet.fn", reps, reports, time.Second, 0); i != 1 || why != PickResident {
+		t.Fatalf("picked %d (%s), want 1 (resident): the model is resident on node b", i, why)
 	}
 	reports["b"] = ReportOf(st(6, true, true), now) // b sheds it
-	if i, _ := PickReplica(now, "resnet.fn", reps, reports, time.Second, 0); i != 0 {
-		t.Fatalf("picked %d, want 0: the shortest queue without the model", i)
+	if i, why := PickReplica(now, "resnet.fn", reps, reports, time.Second, 0); i != 0 || why != PickLeastQueued {
+		t.Fatalf("picked %d (%s), want 0 (least_queued): the shortest queue without the model", i, why)
 	}
 	reports["a"] = ReportOf(st(0, false, false), now.Add(-2*time.Second)) // stale
-	if i, _ := PickReplica(now, "resnet.fn", reps, reports, time.Second, 0); i != 2 {
-		t.Fatalf("picked %d, want 2: a's report is stale, b sheds", i)
+	if i, why := PickReplica(now, "resnet.fn", reps, reports, time.Second, 0); i != 2 || why != PickLeastQueued {
+		t.Fatalf("picked %d (%s), want 2 (least_queued): a's report is stale, b sheds", i, why)
+	}
+	reports["c"] = ReportOf(st(1, false, true), now) // c sheds it too
+	if i, why := PickReplica(now, "resnet.fn", reps, reports, time.Second, 0); i != 2 || why != PickShedding {
+		t.Fatalf("picked %d (%s), want 2 (shedding): both fresh nodes shed, c's queue is shorter", i, why)
 	}
 	for k := range uint64(3) {
-		if i, ok := PickReplica(now, "resnet.fn", reps, nil, time.Second, k); i != int(k) || ok {
-			t.Fatalf("without reports pick %d = %d (%v), want round robin", k, i, ok)
+		if i, why := PickReplica(now, "resnet.fn", reps, nil, time.Second, k); i != int(k) || why != PickRoundRobin {
+			t.Fatalf("without reports pick %d = %d (%s), want round robin", k, i, why)
 		}
 	}
 	if i, _ := PickReplica(now, "resnet.fn", nil, reports, time.Second, 0); i != -1 {

@@ -57,7 +57,7 @@ for line in sys.stdin:
               flush=True)
 `
 
-// TestKernelFaultInARequest is issue 11 item 5 through the pool and the shim: one request's kernel faults; the
+// TestKernelFaultInARequest, through the pool and the shim: one request's kernel faults; the
 // request's call answers CUDA_ERROR_ILLEGAL_ADDRESS (700), the process goes on in the same request with its model
 // restored from its image, the binding's release says it broke (so the template answers 503, not 200), the GPU
 // stays healthy, and the next request is served correctly. Before, the GPU was marked unhealthy for good.

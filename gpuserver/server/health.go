@@ -8,7 +8,7 @@ import (
 	"github.com/faas-gpu/faas-gpu/gpuserver/pool"
 )
 
-// GPU failures (issue 4): an executor takes a GPU out of service when a swap onto it fails, when a device error
+// GPU failures: an executor takes a GPU out of service when a swap onto it fails, when a device error
 // surfaces at a synchronising call of a function's stream, or on an explicit Node.MarkUnhealthy. The tracked pool
 // tells the pool (controller.Pool.SetHealthy) before every acquire, at every release of a binding that broke and
 // at every status, so the controller itself keeps requests off the GPU:

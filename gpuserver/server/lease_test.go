@@ -14,7 +14,7 @@ import (
 	"github.com/faas-gpu/faas-gpu/gpuserver/pool"
 )
 
-// TestBindingLeftByADeadProcessNeverServesItsState is issue 11 item 6: the mlp's process was SIGKILLed while a
+// TestBindingLeftByADeadProcessNeverServesItsState: the mlp's process was SIGKILLed while a
 // binding of its request was still held; after that binding was released by hand, the next process's requests
 // answered all zeros with 200 (its weights had gone into scratch memory of the old, never reset, state). Now the
 // function's memory is reset when its last process ends even under a held binding: that binding is broken (its

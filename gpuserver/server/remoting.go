@@ -20,7 +20,7 @@ import (
 // asks for every call (remoting.Binder), to answer the remoting server's registry (remoting.Registry), and, with
 // executors, to hold each binding on the executor of its GPU.
 //
-// The end of a function's initialisation (DESIGN.md decision 3) is its first request: Acquire ends it on the
+// The end of a function's initialisation (docs/design.md, decision 3) is its first request: Acquire ends it on the
 // executors (Node.EndInit: the model blocks allocated so far are captured as the function's image in the
 // repository, later blocks are scratch) before the request queues. Calls outside any request (BindImplicit) do
 // not end it. The executors also end it themselves before a swap moves the function or an eviction drops its

@@ -15,7 +15,7 @@ import (
 	"github.com/faas-gpu/faas-gpu/gpuserver/topology"
 )
 
-// TestSocketsOnlyForTheirOwner is issue 11 item 2: the API and remoting sockets were world-writable (0666), so
+// TestSocketsOnlyForTheirOwner: the API and remoting sockets were world-writable (0666), so
 // any local user could call them. They are mode 0600 now (0660 for a configured group), and the key file every
 // credential derives from is 0600; a key file others can read is refused at start.
 func TestSocketsOnlyForTheirOwner(t *testing.T) {
@@ -59,7 +59,7 @@ func TestSocketsOnlyForTheirOwner(t *testing.T) {
 	}
 }
 
-// TestNamesAndRegistrationsBounded is issue 11 item 13: function names are bounded in length and alphabet, and
+// TestNamesAndRegistrationsBounded: function names are bounded in length and alphabet, and
 // a gpuserver holds at most MaxFunctions registrations (updates of a registered function always pass).
 func TestNamesAndRegistrationsBounded(t *testing.T) {
 	ctx := context.Background()
@@ -97,7 +97,7 @@ func TestNamesAndRegistrationsBounded(t *testing.T) {
 	}
 }
 
-// TestNoHealthyGPUAnswersAtOnce is issue 11 item 13: with every GPU out of service a request waited its whole
+// TestNoHealthyGPUAnswersAtOnce: with every GPU out of service a request waited its whole
 // acquire timeout (30 s) for a 504. It now fails at once with 503, and an acquire already waiting fails as soon
 // as the last GPU is taken out of service.
 func TestNoHealthyGPUAnswersAtOnce(t *testing.T) {

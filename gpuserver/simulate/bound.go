@@ -5,7 +5,7 @@ import (
 	"slices"
 	"time"
 
-	"github.com/faas-gpu/faas-gpu/gpuserver/pool"
+	"github.com/faas-gpu/faas-gpu/contract"
 	"github.com/faas-gpu/faas-gpu/gpuserver/topology"
 )
 
@@ -66,7 +66,7 @@ func OfflineBound(cfg Config) (Bound, error) {
 		maxSLO = max(maxSLO, fm.slo)
 		p := fm.model.Percentile
 		if p == 0 {
-			p = pool.DefaultPercentile
+			p = contract.DefaultPercentile
 		}
 		need := math.Ceil(p/100*float64(n) - 1e-9)
 		sec := need * exec.Seconds()

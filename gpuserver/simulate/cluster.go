@@ -69,6 +69,9 @@ type ClusterResult struct {
 	SimulatedSeconds float64 `json:"simulated_seconds"`
 	WallSeconds      float64 `json:"wall_seconds"`
 	EventsPerSecond  float64 `json:"events_per_second"`
+	// Stopped: the run ended early (Config.StopBelow), at SimulatedSeconds; the figures count only what finished
+	// until then.
+	Stopped bool `json:"stopped_early,omitempty"`
 	// Timeline samples the nodes provisioned (serving, starting and draining) at every autoscaling tick.
 	Timeline []NodesAt `json:"timeline,omitempty"`
 }
@@ -192,6 +195,7 @@ func RunCluster(cfg ClusterConfig) (ClusterResult, error) {
 		}
 		res.Rejected++
 		perFn[ri.fn][0]++
+		e.missed(ri.fn)
 		if auto != nil {
 			auto.Refused()
 		}
@@ -264,6 +268,8 @@ func RunCluster(cfg ClusterConfig) (ClusterResult, error) {
 		if onTime {
 			perFn[ri.fn][1]++
 			res.RequestsOnTime++
+		} else {
+			e.missed(ri.fn)
 		}
 		norm = append(norm, float64(lat)/float64(e.fns[ri.fn].slo))
 		if !native {
@@ -302,10 +308,12 @@ func RunCluster(cfg ClusterConfig) (ClusterResult, error) {
 			res.Timeline = append(res.Timeline, NodesAt{Seconds: e.now.Seconds(), Nodes: provisioned()})
 		}
 	}
+	e.watchFloor(arrivals)
 	if err := e.run(arrivals); err != nil {
 		return ClusterResult{}, err
 	}
 	end := e.now
+	res.Stopped = e.stopped
 	var gpuTime time.Duration
 	for _, cn := range nodes {
 		gpuTime += time.Duration(cn.gpus) * (min(cn.removed, end) - cn.added)

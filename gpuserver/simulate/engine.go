@@ -101,6 +101,9 @@ type engine struct {
 	nextTick  time.Duration
 	// pin, when set, gives each function's controller.Function.Pin (static packing).
 	pin func(fn int) []int
+	// floor, when set, stops the run (stopped) once too many functions can no longer meet their SLO.
+	floor   *floorWatch
+	stopped bool
 }
 
 func newEngine(cfg *Config, keep bool) (*engine, error) {
@@ -199,7 +202,7 @@ func (e *engine) reject(ri *reqInfo) {
 func (e *engine) run(arrivals []Arrival) error {
 	ai := 0
 	var failed error
-	for failed == nil {
+	for failed == nil && !e.stopped {
 		t := never
 		for _, n := range e.nodes {
 			t = min(t, n.next)
@@ -247,7 +250,7 @@ func (e *engine) run(arrivals []Arrival) error {
 	if failed != nil {
 		return failed
 	}
-	if len(e.reqs) != 0 {
+	if len(e.reqs) != 0 && !e.stopped {
 		return fmt.Errorf("simulation ended with %d requests unserved", len(e.reqs))
 	}
 	return nil

@@ -8,8 +8,8 @@ import (
 	"sort"
 	"time"
 
+	"github.com/faas-gpu/faas-gpu/contract"
 	"github.com/faas-gpu/faas-gpu/gpuserver/controller"
-	"github.com/faas-gpu/faas-gpu/gpuserver/pool"
 	"github.com/faas-gpu/faas-gpu/gpuserver/topology"
 )
 
@@ -53,6 +53,12 @@ type Config struct {
 	// Overload sets the overload control of the policies that have one (faas-gpu): auto (the zero value), off or
 	// an explicit target.
 	Overload controller.Overload
+	// StopBelow, when > 0, ends the run as soon as the share of functions within their SLO can no longer reach
+	// it: once so many functions have more requests late or refused than their percentile allows that even every
+	// other request on time would leave fewer than StopBelow of the functions within their SLO. The result then
+	// says Stopped, and its figures count only what finished until then (a sizing search needs no more than "this
+	// cluster misses the target"; an overloaded cluster is the slowest to simulate to the end).
+	StopBelow float64
 }
 
 // Arrival is one request of function Function (index) at offset At from the start.
@@ -93,6 +99,9 @@ type Result struct {
 	SimulatedSeconds float64   `json:"simulated_seconds"`
 	WallSeconds      float64   `json:"wall_seconds"`
 	EventsPerSecond  float64   `json:"events_per_second"`
+	// Stopped: the run ended early, at SimulatedSeconds, because the share of functions within their SLO could no
+	// longer reach Config.StopBelow; the figures count only what finished until then.
+	Stopped bool `json:"stopped_early,omitempty"`
 	// PerRequest holds every request's outcome when Run is asked for it (tests).
 	PerRequest []Outcome `json:"-"`
 }
@@ -183,6 +192,7 @@ func Run(cfg Config, keepOutcomes bool) (Result, error) {
 	e.rejected = func(ri *reqInfo) {
 		res.Rejected++
 		perFn[ri.fn][0]++
+		e.missed(ri.fn)
 	}
 	e.arrive = func(ri *reqInfo) {
 		if err := e.submit(n, ri); err != nil {
@@ -194,14 +204,17 @@ func Run(cfg Config, keepOutcomes bool) (Result, error) {
 		if onTime {
 			perFn[ri.fn][1]++
 			res.RequestsOnTime++
+		} else {
+			e.missed(ri.fn)
 		}
 		norm = append(norm, float64(lat)/float64(e.fns[ri.fn].slo))
 	}
+	e.watchFloor(arrivals)
 	if err := e.run(arrivals); err != nil {
 		return Result{}, err
 	}
 	now := e.now
-	res.Requests, res.Events = int64(len(arrivals)), e.events
+	res.Requests, res.Events, res.Stopped = int64(len(arrivals)), e.events, e.stopped
 	ctr := n.ctl.Counters()
 	res.Swaps = Swaps{None: ctr.SwapsNone, NVLink: ctr.SwapsNV, PCIe: ctr.SwapsPCIe}
 	res.Evictions, res.ColdStarts, res.Shed = ctr.Evictions, ctr.ColdStarts, ctr.Shed
@@ -236,15 +249,74 @@ func (e *engine) compliance(perFn [][2]int64) (withTraffic, met int) {
 			continue
 		}
 		withTraffic++
-		p := e.fns[i].model.Percentile
-		if p == 0 {
-			p = pool.DefaultPercentile
-		}
-		if float64(f[1]) >= p/100*float64(f[0])-1e-9 {
+		if e.meets(i, f[0], f[1]) {
 			met++
 		}
 	}
 	return withTraffic, met
+}
+
+// meets says whether function i with onTime of its total requests on time meets its SLO: at least its
+// percentile of them.
+func (e *engine) meets(i int, total, onTime int64) bool {
+	p := e.fns[i].model.Percentile
+	if p == 0 {
+		p = contract.DefaultPercentile
+	}
+	return float64(onTime) >= p/100*float64(total)-1e-9
+}
+
+// allowedMisses is how many of its total requests function i may have late or refused and still meet its SLO.
+func (e *engine) allowedMisses(i int, total int64) int64 {
+	m := int64(0)
+	for m < total && e.meets(i, total, total-m-1) {
+		m++
+	}
+	return m
+}
+
+// floorWatch tracks, for Config.StopBelow, the functions that can no longer meet their SLO.
+type floorWatch struct {
+	floor       float64
+	allowed     []int64 // misses each function may have; -1: no requests
+	misses      []int64
+	lost        int
+	withTraffic int
+}
+
+// watchFloor arms the early stop of Config.StopBelow for a run of arrivals.
+func (e *engine) watchFloor(arrivals []Arrival) {
+	if e.cfg.StopBelow <= 0 {
+		return
+	}
+	total := make([]int64, e.cfg.Functions)
+	for _, a := range arrivals {
+		total[a.Function]++
+	}
+	w := &floorWatch{floor: e.cfg.StopBelow, allowed: make([]int64, len(total)), misses: make([]int64, len(total))}
+	for i, t := range total {
+		w.allowed[i] = -1
+		if t > 0 {
+			w.allowed[i] = e.allowedMisses(i, t)
+			w.withTraffic++
+		}
+	}
+	e.floor = w
+}
+
+// missed counts a request of function fn late or refused, and stops the run once the floor is out of reach.
+func (e *engine) missed(fn int) {
+	w := e.floor
+	if w == nil {
+		return
+	}
+	w.misses[fn]++
+	if w.misses[fn] == w.allowed[fn]+1 {
+		w.lost++
+		if float64(w.withTraffic-w.lost) < w.floor*float64(w.withTraffic)-1e-9 {
+			e.stopped = true
+		}
+	}
 }
 
 // swapPenalty is what a swap whose transfer took took (alone: alone) adds to its request's latency. A model's
@@ -299,6 +371,19 @@ func (cfg *Config) check() error {
 		return bad("arrivals: not sorted by time")
 	}
 	return nil
+}
+
+// TraceArrivals gives the arrivals a run of cfg replays: cfg.Arrivals when set, else those built from the trace
+// (each minute's count spread as a Poisson process within the minute, from cfg.Seed). Given back as
+// cfg.Arrivals they replay the same run, so runs that differ only in policy or cluster can share one list.
+func TraceArrivals(cfg Config) ([]Arrival, error) {
+	if err := cfg.check(); err != nil {
+		return nil, err
+	}
+	if cfg.Arrivals != nil {
+		return cfg.Arrivals, nil
+	}
+	return cfg.arrivals(), nil
 }
 
 // arrivals builds the functions' arrival times: each minute's count spread as a Poisson process within the

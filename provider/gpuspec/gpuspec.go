@@ -1,6 +1,6 @@
-// Package gpuspec reads a function's GPU requirements from its OpenFaaS annotations. faas-cli drops
-// `limits: nvidia.com/gpu`, so GPU requirements travel as annotations; the presence of com.openfaas.gpu.memory makes
-// a function a GPU function.
+// Package gpuspec reads a function's GPU requirements from its OpenFaaS annotations (package contract names them):
+// faas-cli drops `limits: nvidia.com/gpu`, so GPU requirements travel as annotations; the presence of
+// com.openfaas.gpu.memory makes a function a GPU function.
 package gpuspec
 
 import (
@@ -11,13 +11,10 @@ import (
 	"strings"
 	"time"
 
+	"github.com/faas-gpu/faas-gpu/contract"
 	"github.com/faas-gpu/faas-gpu/gpuserver/pool"
 	"github.com/faas-gpu/faas-gpu/provider"
-	"github.com/faas-gpu/faas-gpu/queueworker/queue"
 )
-
-// AnnotationQueue names a function's queue for asynchronous calls (stream OF_<queue>).
-const AnnotationQueue = queue.AnnotationQueue
 
 // ValidateQueue checks a deployment's com.openfaas.queue annotation, when present: a valid queue name (1 to 64
 // letters, digits, '-' and '_': a NATS stream name once prefixed) that is not reserved (the dead letters'
@@ -25,40 +22,14 @@ const AnnotationQueue = queue.AnnotationQueue
 // Errors wrap provider.ErrInvalid and name the annotation. Deploys and updates check it; functions already
 // deployed are not refused (the queue worker ignores a bad queue and uses the default one).
 func ValidateQueue(annotations map[string]string) error {
-	v, ok := annotations[AnnotationQueue]
+	v, ok := annotations[contract.AnnotationQueue]
 	if !ok {
 		return nil
 	}
-	if err := queue.ValidateName(strings.TrimSpace(v)); err != nil {
-		return fmt.Errorf("%w: annotation %s: %v", provider.ErrInvalid, AnnotationQueue, err)
+	if err := contract.ValidateQueueName(strings.TrimSpace(v)); err != nil {
+		return fmt.Errorf("%w: annotation %s: %v", provider.ErrInvalid, contract.AnnotationQueue, err)
 	}
 	return nil
-}
-
-// Annotation names. Every annotation under Prefix must be one of these.
-const (
-	// Prefix of every GPU annotation.
-	Prefix = "com.openfaas.gpu."
-	// AnnotationMemory is the function's GPU memory quota as a Kubernetes quantity (1536Mi, 2Gi, 500M).
-	AnnotationMemory = "com.openfaas.gpu.memory"
-	// AnnotationSLO is the latency deadline of one request as a Go duration (80ms).
-	AnnotationSLO = "com.openfaas.gpu.slo"
-	// AnnotationPercentile is the percentile of requests that must meet the SLO, in (0, 100); default 98.
-	AnnotationPercentile = "com.openfaas.gpu.slo.percentile"
-	// AnnotationIsolation is "shared" (default) or "isolated" (a GPU of its own while bound).
-	AnnotationIsolation = "com.openfaas.gpu.isolation"
-	// AnnotationScratch is "resident" (default: GPU memory allocated after initialisation stays with the function
-	// while it is resident) or "request" (it is the request's, a KV cache: given back when the function's last
-	// request ends, mapped again zeroed for the next).
-	AnnotationScratch = "com.openfaas.gpu.scratch"
-	// AnnotationModel is "private" (default) or "shared": the function never writes its model memory after its
-	// initialisation, so chunks identical to another such function's of its namespace are shared on a GPU.
-	AnnotationModel = "com.openfaas.gpu.model"
-)
-
-var known = map[string]bool{
-	AnnotationMemory: true, AnnotationSLO: true, AnnotationPercentile: true, AnnotationIsolation: true,
-	AnnotationScratch: true, AnnotationModel: true,
 }
 
 // Parse reads the GPU annotations of function. isGPU is false (and spec empty) when the function has no GPU
@@ -68,83 +39,83 @@ func Parse(annotations map[string]string, function string) (spec pool.FunctionSp
 	var unknown []string
 	sawGPU := false
 	for k := range annotations {
-		if !strings.HasPrefix(k, Prefix) {
+		if !strings.HasPrefix(k, contract.AnnotationPrefix) {
 			continue
 		}
 		sawGPU = true
-		if !known[k] {
+		if !contract.GPUAnnotation(k) {
 			unknown = append(unknown, k)
 		}
 	}
 	if len(unknown) > 0 {
 		sort.Strings(unknown)
 		return pool.FunctionSpec{}, false, fmt.Errorf("%w: annotation %s is not a GPU annotation (known: %s, %s, %s, %s)",
-			provider.ErrInvalid, unknown[0], AnnotationMemory, AnnotationSLO, AnnotationPercentile, AnnotationIsolation+
-				", "+AnnotationScratch+", "+AnnotationModel)
+			provider.ErrInvalid, unknown[0], contract.AnnotationMemory, contract.AnnotationSLO, contract.AnnotationPercentile, contract.AnnotationIsolation+
+				", "+contract.AnnotationScratch+", "+contract.AnnotationModel)
 	}
 	if !sawGPU {
 		return pool.FunctionSpec{}, false, nil
 	}
-	memory, ok := annotations[AnnotationMemory]
+	memory, ok := annotations[contract.AnnotationMemory]
 	if !ok {
 		return pool.FunctionSpec{}, false, fmt.Errorf("%w: annotation %s is required when any %s* annotation is set",
-			provider.ErrInvalid, AnnotationMemory, Prefix)
+			provider.ErrInvalid, contract.AnnotationMemory, contract.AnnotationPrefix)
 	}
 	spec.Name = function
 	if spec.MemoryBytes, err = ParseQuantity(memory); err != nil {
-		return pool.FunctionSpec{}, false, fmt.Errorf("%w: annotation %s: %v", provider.ErrInvalid, AnnotationMemory, err)
+		return pool.FunctionSpec{}, false, fmt.Errorf("%w: annotation %s: %v", provider.ErrInvalid, contract.AnnotationMemory, err)
 	}
-	if v, ok := annotations[AnnotationSLO]; ok {
+	if v, ok := annotations[contract.AnnotationSLO]; ok {
 		d, err := time.ParseDuration(strings.TrimSpace(v))
 		switch {
 		case err != nil:
 			return pool.FunctionSpec{}, false, fmt.Errorf("%w: annotation %s: %q is not a duration (e.g. 80ms, 1.5s)",
-				provider.ErrInvalid, AnnotationSLO, v)
+				provider.ErrInvalid, contract.AnnotationSLO, v)
 		case d < 0:
 			return pool.FunctionSpec{}, false, fmt.Errorf("%w: annotation %s: %q is negative",
-				provider.ErrInvalid, AnnotationSLO, v)
+				provider.ErrInvalid, contract.AnnotationSLO, v)
 		}
 		spec.SLO = d
 	}
-	spec.Percentile = pool.DefaultPercentile
-	if v, ok := annotations[AnnotationPercentile]; ok {
+	spec.Percentile = contract.DefaultPercentile
+	if v, ok := annotations[contract.AnnotationPercentile]; ok {
 		p, err := strconv.ParseFloat(strings.TrimSpace(v), 64)
 		switch {
 		case err != nil:
 			return pool.FunctionSpec{}, false, fmt.Errorf("%w: annotation %s: %q is not a number",
-				provider.ErrInvalid, AnnotationPercentile, v)
+				provider.ErrInvalid, contract.AnnotationPercentile, v)
 		case math.IsNaN(p) || p <= 0 || p >= 100:
 			return pool.FunctionSpec{}, false, fmt.Errorf("%w: annotation %s: %q must be in (0, 100)",
-				provider.ErrInvalid, AnnotationPercentile, v)
+				provider.ErrInvalid, contract.AnnotationPercentile, v)
 		}
 		spec.Percentile = p
 	}
-	spec.Isolation = pool.IsolationShared
-	if v, ok := annotations[AnnotationIsolation]; ok {
+	spec.Isolation = contract.IsolationShared
+	if v, ok := annotations[contract.AnnotationIsolation]; ok {
 		switch iso := strings.TrimSpace(v); iso {
-		case pool.IsolationShared, pool.IsolationIsolated:
+		case contract.IsolationShared, contract.IsolationIsolated:
 			spec.Isolation = iso
 		default:
 			return pool.FunctionSpec{}, false, fmt.Errorf("%w: annotation %s: %q must be %q or %q",
-				provider.ErrInvalid, AnnotationIsolation, v, pool.IsolationShared, pool.IsolationIsolated)
+				provider.ErrInvalid, contract.AnnotationIsolation, v, contract.IsolationShared, contract.IsolationIsolated)
 		}
 	}
-	if v, ok := annotations[AnnotationScratch]; ok {
+	if v, ok := annotations[contract.AnnotationScratch]; ok {
 		switch sc := strings.TrimSpace(v); sc {
-		case pool.ScratchResident, pool.ScratchRequest:
+		case contract.ScratchResident, contract.ScratchRequest:
 			spec.Scratch = sc
 		default:
 			return pool.FunctionSpec{}, false, fmt.Errorf("%w: annotation %s: %q must be %q or %q",
-				provider.ErrInvalid, AnnotationScratch, v, pool.ScratchResident, pool.ScratchRequest)
+				provider.ErrInvalid, contract.AnnotationScratch, v, contract.ScratchResident, contract.ScratchRequest)
 		}
 	}
-	if v, ok := annotations[AnnotationModel]; ok {
+	if v, ok := annotations[contract.AnnotationModel]; ok {
 		switch m := strings.TrimSpace(v); m {
-		case pool.ModelPrivate, pool.ModelShared:
+		case contract.ModelPrivate, contract.ModelShared:
 			spec.Model = m
 		default:
 			return pool.FunctionSpec{}, false, fmt.Errorf("%w: annotation %s: %q must be %q or %q",
-				provider.ErrInvalid, AnnotationModel, v, pool.ModelPrivate, pool.ModelShared)
+				provider.ErrInvalid, contract.AnnotationModel, v, contract.ModelPrivate, contract.ModelShared)
 		}
 	}
 	if err := spec.Validate(); err != nil {

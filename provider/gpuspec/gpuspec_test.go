@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/faas-gpu/faas-gpu/contract"
 	"github.com/faas-gpu/faas-gpu/gpuserver/pool"
 	"github.com/faas-gpu/faas-gpu/provider"
 )
@@ -22,55 +23,55 @@ func TestParse(t *testing.T) {
 		{name: "unrelated annotations", ann: map[string]string{"topic": "x", "com.openfaas.scale.min": "1"}},
 		{
 			name:  "memory only gets defaults",
-			ann:   map[string]string{AnnotationMemory: "1536Mi"},
+			ann:   map[string]string{contract.AnnotationMemory: "1536Mi"},
 			isGPU: true,
 			want:  pool.FunctionSpec{Name: "f", MemoryBytes: 1536 << 20, Percentile: 98, Isolation: "shared"},
 		},
 		{
 			name: "everything",
-			ann: map[string]string{AnnotationMemory: "2Gi", AnnotationSLO: "80ms", AnnotationPercentile: "99.5",
-				AnnotationIsolation: "isolated"},
+			ann: map[string]string{contract.AnnotationMemory: "2Gi", contract.AnnotationSLO: "80ms", contract.AnnotationPercentile: "99.5",
+				contract.AnnotationIsolation: "isolated"},
 			isGPU: true,
 			want: pool.FunctionSpec{Name: "f", MemoryBytes: 2 << 30, SLO: 80 * time.Millisecond, Percentile: 99.5,
 				Isolation: "isolated"},
 		},
 		{
 			name:  "decimal suffix and spaces",
-			ann:   map[string]string{AnnotationMemory: " 500M ", AnnotationSLO: " 1.5s"},
+			ann:   map[string]string{contract.AnnotationMemory: " 500M ", contract.AnnotationSLO: " 1.5s"},
 			isGPU: true,
 			want:  pool.FunctionSpec{Name: "f", MemoryBytes: 500e6, SLO: 1500 * time.Millisecond, Percentile: 98, Isolation: "shared"},
 		},
 		{
 			name:  "scratch of the request",
-			ann:   map[string]string{AnnotationMemory: "1536Mi", AnnotationScratch: "request"},
+			ann:   map[string]string{contract.AnnotationMemory: "1536Mi", contract.AnnotationScratch: "request"},
 			isGPU: true,
 			want: pool.FunctionSpec{Name: "f", MemoryBytes: 1536 << 20, Percentile: 98, Isolation: "shared",
 				Scratch: "request"},
 		},
-		{name: "scratch unknown", ann: map[string]string{AnnotationMemory: "1Gi", AnnotationScratch: "kv"}, wantErr: AnnotationScratch},
+		{name: "scratch unknown", ann: map[string]string{contract.AnnotationMemory: "1Gi", contract.AnnotationScratch: "kv"}, wantErr: contract.AnnotationScratch},
 		{
 			name:  "model shared",
-			ann:   map[string]string{AnnotationMemory: "1Gi", AnnotationModel: "shared"},
+			ann:   map[string]string{contract.AnnotationMemory: "1Gi", contract.AnnotationModel: "shared"},
 			isGPU: true,
 			want:  pool.FunctionSpec{Name: "f", MemoryBytes: 1 << 30, Percentile: 98, Isolation: "shared", Model: "shared"},
 		},
-		{name: "model unknown", ann: map[string]string{AnnotationMemory: "1Gi", AnnotationModel: "public"}, wantErr: AnnotationModel},
-		{name: "memory not a quantity", ann: map[string]string{AnnotationMemory: "lots"}, wantErr: AnnotationMemory},
-		{name: "memory empty", ann: map[string]string{AnnotationMemory: ""}, wantErr: AnnotationMemory},
-		{name: "memory zero", ann: map[string]string{AnnotationMemory: "0Mi"}, wantErr: AnnotationMemory},
-		{name: "memory negative", ann: map[string]string{AnnotationMemory: "-1Gi"}, wantErr: AnnotationMemory},
-		{name: "memory milli", ann: map[string]string{AnnotationMemory: "500m"}, wantErr: AnnotationMemory},
-		{name: "memory bad suffix", ann: map[string]string{AnnotationMemory: "2GB"}, wantErr: AnnotationMemory},
-		{name: "memory too large", ann: map[string]string{AnnotationMemory: "100000Ei"}, wantErr: AnnotationMemory},
-		{name: "slo without memory", ann: map[string]string{AnnotationSLO: "80ms"}, wantErr: AnnotationMemory},
-		{name: "slo not a duration", ann: map[string]string{AnnotationMemory: "1Gi", AnnotationSLO: "80"}, wantErr: AnnotationSLO},
-		{name: "slo negative", ann: map[string]string{AnnotationMemory: "1Gi", AnnotationSLO: "-80ms"}, wantErr: AnnotationSLO},
-		{name: "percentile not a number", ann: map[string]string{AnnotationMemory: "1Gi", AnnotationPercentile: "high"}, wantErr: AnnotationPercentile},
-		{name: "percentile 100", ann: map[string]string{AnnotationMemory: "1Gi", AnnotationPercentile: "100"}, wantErr: AnnotationPercentile},
-		{name: "percentile 0", ann: map[string]string{AnnotationMemory: "1Gi", AnnotationPercentile: "0"}, wantErr: AnnotationPercentile},
-		{name: "percentile NaN", ann: map[string]string{AnnotationMemory: "1Gi", AnnotationPercentile: "NaN"}, wantErr: AnnotationPercentile},
-		{name: "isolation unknown", ann: map[string]string{AnnotationMemory: "1Gi", AnnotationIsolation: "exclusive"}, wantErr: AnnotationIsolation},
-		{name: "typo in annotation", ann: map[string]string{AnnotationMemory: "1Gi", "com.openfaas.gpu.mem": "1Gi"}, wantErr: "com.openfaas.gpu.mem"},
+		{name: "model unknown", ann: map[string]string{contract.AnnotationMemory: "1Gi", contract.AnnotationModel: "public"}, wantErr: contract.AnnotationModel},
+		{name: "memory not a quantity", ann: map[string]string{contract.AnnotationMemory: "lots"}, wantErr: contract.AnnotationMemory},
+		{name: "memory empty", ann: map[string]string{contract.AnnotationMemory: ""}, wantErr: contract.AnnotationMemory},
+		{name: "memory zero", ann: map[string]string{contract.AnnotationMemory: "0Mi"}, wantErr: contract.AnnotationMemory},
+		{name: "memory negative", ann: map[string]string{contract.AnnotationMemory: "-1Gi"}, wantErr: contract.AnnotationMemory},
+		{name: "memory milli", ann: map[string]string{contract.AnnotationMemory: "500m"}, wantErr: contract.AnnotationMemory},
+		{name: "memory bad suffix", ann: map[string]string{contract.AnnotationMemory: "2GB"}, wantErr: contract.AnnotationMemory},
+		{name: "memory too large", ann: map[string]string{contract.AnnotationMemory: "100000Ei"}, wantErr: contract.AnnotationMemory},
+		{name: "slo without memory", ann: map[string]string{contract.AnnotationSLO: "80ms"}, wantErr: contract.AnnotationMemory},
+		{name: "slo not a duration", ann: map[string]string{contract.AnnotationMemory: "1Gi", contract.AnnotationSLO: "80"}, wantErr: contract.AnnotationSLO},
+		{name: "slo negative", ann: map[string]string{contract.AnnotationMemory: "1Gi", contract.AnnotationSLO: "-80ms"}, wantErr: contract.AnnotationSLO},
+		{name: "percentile not a number", ann: map[string]string{contract.AnnotationMemory: "1Gi", contract.AnnotationPercentile: "high"}, wantErr: contract.AnnotationPercentile},
+		{name: "percentile 100", ann: map[string]string{contract.AnnotationMemory: "1Gi", contract.AnnotationPercentile: "100"}, wantErr: contract.AnnotationPercentile},
+		{name: "percentile 0", ann: map[string]string{contract.AnnotationMemory: "1Gi", contract.AnnotationPercentile: "0"}, wantErr: contract.AnnotationPercentile},
+		{name: "percentile NaN", ann: map[string]string{contract.AnnotationMemory: "1Gi", contract.AnnotationPercentile: "NaN"}, wantErr: contract.AnnotationPercentile},
+		{name: "isolation unknown", ann: map[string]string{contract.AnnotationMemory: "1Gi", contract.AnnotationIsolation: "exclusive"}, wantErr: contract.AnnotationIsolation},
+		{name: "typo in annotation", ann: map[string]string{contract.AnnotationMemory: "1Gi", "com.openfaas.gpu.mem": "1Gi"}, wantErr: "com.openfaas.gpu.mem"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

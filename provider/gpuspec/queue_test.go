@@ -5,12 +5,13 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/faas-gpu/faas-gpu/contract"
 	"github.com/faas-gpu/faas-gpu/provider"
 )
 
-// Issue 11 items 8 and 13: com.openfaas.queue is validated at deploy; the dead letters' name is refused.
+// com.openfaas.queue is validated at deploy; the dead letters' name is refused.
 func TestValidateQueue(t *testing.T) {
-	for _, ok := range []map[string]string{nil, {}, {AnnotationQueue: "gpu-batch"}, {AnnotationQueue: " batch_2 "},
+	for _, ok := range []map[string]string{nil, {}, {contract.AnnotationQueue: "gpu-batch"}, {contract.AnnotationQueue: " batch_2 "},
 		{"com.openfaas.gpu.memory": "1Gi"}} {
 		if err := ValidateQueue(ok); err != nil {
 			t.Errorf("ValidateQueue(%v) = %v", ok, err)
@@ -18,12 +19,12 @@ func TestValidateQueue(t *testing.T) {
 	}
 	for _, bad := range []string{"faas-dead-letter", "faas-dead-letter-2", "FAAS-DEAD-LETTER", "", "a.b", "a b", "a*",
 		"a>", "../x", strings.Repeat("q", 65)} {
-		err := ValidateQueue(map[string]string{AnnotationQueue: bad})
+		err := ValidateQueue(map[string]string{contract.AnnotationQueue: bad})
 		if !errors.Is(err, provider.ErrInvalid) || !strings.Contains(err.Error(), "annotation com.openfaas.queue") {
 			t.Errorf("ValidateQueue(%q) = %v, want ErrInvalid naming the annotation", bad, err)
 		}
 	}
-	if err := ValidateQueue(map[string]string{AnnotationQueue: "faas-dead-letter"}); !strings.Contains(err.Error(), "reserved") {
+	if err := ValidateQueue(map[string]string{contract.AnnotationQueue: "faas-dead-letter"}); !strings.Contains(err.Error(), "reserved") {
 		t.Errorf("the dead letters' name: %v, want it called reserved", err)
 	}
 }

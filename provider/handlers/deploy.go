@@ -8,6 +8,7 @@ import (
 
 	"github.com/openfaas/faas-provider/types"
 
+	"github.com/faas-gpu/faas-gpu/contract"
 	"github.com/faas-gpu/faas-gpu/gpuserver/pool"
 	"github.com/faas-gpu/faas-gpu/provider"
 	"github.com/faas-gpu/faas-gpu/provider/gpuspec"
@@ -76,7 +77,7 @@ func registerError(function string, err error) error {
 	switch {
 	case errors.Is(err, pool.ErrTooLarge):
 		return fmt.Errorf("%w: annotation %s: the gpuserver refused function %q: %w", provider.ErrInvalid,
-			gpuspec.AnnotationMemory, function, err)
+			contract.AnnotationMemory, function, err)
 	case errors.Is(err, pool.ErrInvalidSpec):
 		return fmt.Errorf("%w: GPU annotations of %q: the gpuserver refused them: %w", provider.ErrInvalid, function, err)
 	}

@@ -5,7 +5,7 @@ import (
 	"testing"
 )
 
-// Issue 11 item 8: a deploy or update naming the dead letters' stream as its queue is refused with 400 naming the
+// A deploy or update naming the dead letters' stream as its queue is refused with 400 naming the
 // annotation (it made the queue worker consume its own dead letters); so is a queue name NATS cannot carry.
 func TestDeployRefusesReservedOrBadQueue(t *testing.T) {
 	f := newFixture(t)

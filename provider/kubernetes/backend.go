@@ -31,6 +31,7 @@ type Backend struct {
 	next      atomic.Uint64 // round-robin position of Resolve
 	endpoints *endpointCache
 	nodes     *nodeReports // nil without Config.GPUServers
+	routes    routeCounter // Resolve's picks by what decided them
 }
 
 var (

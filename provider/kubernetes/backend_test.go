@@ -19,6 +19,7 @@ import (
 	"k8s.io/client-go/kubernetes/fake"
 	k8stesting "k8s.io/client-go/testing"
 
+	"github.com/faas-gpu/faas-gpu/contract"
 	"github.com/faas-gpu/faas-gpu/gpuserver/auth"
 	"github.com/faas-gpu/faas-gpu/gpuserver/pool"
 	"github.com/faas-gpu/faas-gpu/provider"
@@ -602,16 +603,16 @@ func TestGPUPodsGetTheirRegistrationTicket(t *testing.T) {
 		t.Fatal(err)
 	}
 	env := envMap(d.Spec.Template.Spec.Containers[0].Env)
-	spec := pool.FunctionSpec{Name: env[EnvGPUFunction], MemoryBytes: 1536 << 20, SLO: 80 * time.Millisecond}
+	spec := pool.FunctionSpec{Name: env[contract.EnvFunction], MemoryBytes: 1536 << 20, SLO: 80 * time.Millisecond}
 	if err := spec.Validate(); err != nil {
 		t.Fatal(err)
 	}
-	if !key.IsTicket(spec, env[EnvGPURegistrationTicket]) {
-		t.Errorf("ticket %q does not register %+v", env[EnvGPURegistrationTicket], spec)
+	if !key.IsTicket(spec, env[contract.EnvRegistrationTicket]) {
+		t.Errorf("ticket %q does not register %+v", env[contract.EnvRegistrationTicket], spec)
 	}
 	other := spec
 	other.MemoryBytes *= 2
-	if key.IsTicket(other, env[EnvGPURegistrationTicket]) {
+	if key.IsTicket(other, env[contract.EnvRegistrationTicket]) {
 		t.Error("the ticket also registers a larger quota")
 	}
 	sc := d.Spec.Template.Spec.SecurityContext
@@ -627,7 +628,7 @@ func TestGPUPodsGetTheirRegistrationTicket(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, ok := envMap(d2.Spec.Template.Spec.Containers[0].Env)[EnvGPURegistrationTicket]; ok {
+	if _, ok := envMap(d2.Spec.Template.Spec.Containers[0].Env)[contract.EnvRegistrationTicket]; ok {
 		t.Error("a ticket without a key")
 	}
 }

@@ -7,6 +7,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 
+	"github.com/faas-gpu/faas-gpu/contract"
 	"github.com/faas-gpu/faas-gpu/gpuserver/pool"
 	"github.com/faas-gpu/faas-gpu/provider"
 )
@@ -65,29 +66,29 @@ func (g GPUConfig) inject(spec *corev1.PodSpec, gpu pool.FunctionSpec, security 
 		corev1.VolumeMount{Name: SocketVolume, MountPath: g.SocketDir, ReadOnly: true},
 	)
 	gpuEnv := []corev1.EnvVar{
-		{Name: EnvGPU, Value: "1"},
-		{Name: EnvGPUFunction, Value: gpu.Name},
-		{Name: EnvGPUSocket, Value: path.Join(g.SocketDir, g.ControlSocket)},
-		{Name: EnvGPURemotingSocket, Value: path.Join(g.SocketDir, g.RemotingSocket)},
+		{Name: contract.EnvGPU, Value: "1"},
+		{Name: contract.EnvFunction, Value: gpu.Name},
+		{Name: contract.EnvSocket, Value: path.Join(g.SocketDir, g.ControlSocket)},
+		{Name: contract.EnvRemotingSocket, Value: path.Join(g.SocketDir, g.RemotingSocket)},
 		{Name: EnvLDLibraryPath, Value: ShimMountPath},
-		{Name: EnvGPUMemory, Value: strconv.FormatUint(gpu.MemoryBytes, 10)},
-		{Name: EnvGPUSLO, Value: gpu.SLO.String()},
-		{Name: EnvGPUPercentile, Value: strconv.FormatFloat(gpu.Percentile, 'g', -1, 64)},
-		{Name: EnvGPUIsolation, Value: gpu.Isolation},
-		{Name: EnvGPUSelfRegister, Value: "1"},
+		{Name: contract.EnvMemoryBytes, Value: strconv.FormatUint(gpu.MemoryBytes, 10)},
+		{Name: contract.EnvSLO, Value: gpu.SLO.String()},
+		{Name: contract.EnvPercentile, Value: strconv.FormatFloat(gpu.Percentile, 'g', -1, 64)},
+		{Name: contract.EnvIsolation, Value: gpu.Isolation},
+		{Name: contract.EnvSelfRegister, Value: "1"},
 	}
 	if gpu.Scratch != "" {
-		gpuEnv = append(gpuEnv, corev1.EnvVar{Name: EnvGPUScratch, Value: gpu.Scratch})
+		gpuEnv = append(gpuEnv, corev1.EnvVar{Name: contract.EnvScratch, Value: gpu.Scratch})
 	}
 	if gpu.Model != "" {
-		gpuEnv = append(gpuEnv, corev1.EnvVar{Name: EnvGPUModel, Value: gpu.Model})
+		gpuEnv = append(gpuEnv, corev1.EnvVar{Name: contract.EnvModel, Value: gpu.Model})
 	}
 	if len(g.RegistrationKey) != 0 {
 		ticket, err := g.RegistrationKey.Ticket(gpu)
 		if err != nil {
 			return fmt.Errorf("%w: GPU spec of %s: %v", provider.ErrInvalid, gpu.Name, err)
 		}
-		gpuEnv = append(gpuEnv, corev1.EnvVar{Name: EnvGPURegistrationTicket, Value: ticket})
+		gpuEnv = append(gpuEnv, corev1.EnvVar{Name: contract.EnvRegistrationTicket, Value: ticket})
 	}
 	if g.SocketGroup != 0 {
 		if spec.SecurityContext == nil {

@@ -32,25 +32,9 @@ const (
 	LabelServiceName = "kubernetes.io/service-name"
 )
 
-// Environment of a GPU function's container: the shim and the function template read these.
-const (
-	EnvGPU               = "FAAS_GPU"
-	EnvGPUFunction       = "FAAS_GPU_FUNCTION"
-	EnvGPUSocket         = "FAAS_GPU_SOCKET"
-	EnvGPURemotingSocket = "FAAS_GPU_REMOTING_SOCKET"
-	EnvGPUMemory         = "FAAS_GPU_MEMORY_BYTES"
-	EnvGPUSLO            = "FAAS_GPU_SLO"
-	EnvGPUPercentile     = "FAAS_GPU_SLO_PERCENTILE"
-	EnvGPUIsolation      = "FAAS_GPU_ISOLATION"
-	EnvGPUScratch        = "FAAS_GPU_SCRATCH"
-	EnvGPUModel          = "FAAS_GPU_MODEL"
-	// EnvGPUSelfRegister asks the gpu-python template to register with its node's gpuserver at start (the
-	// provider cannot reach the gpuserver of the node a pod lands on); the answer carries the remoting token.
-	EnvGPUSelfRegister = "FAAS_GPU_SELF_REGISTER"
-	// EnvGPURegistrationTicket is the credential that registers exactly the function's spec (auth.Key.Ticket).
-	EnvGPURegistrationTicket = "FAAS_GPU_REGISTRATION_TICKET"
-	EnvLDLibraryPath         = "LD_LIBRARY_PATH"
-)
+// EnvLDLibraryPath is where a GPU function's container finds the shim (the other variables of a GPU function's
+// container are the function contract's: package contract).
+const EnvLDLibraryPath = "LD_LIBRARY_PATH"
 
 // Names of the volumes and the init container added to GPU functions.
 const (

@@ -10,6 +10,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	discoveryv1 "k8s.io/api/discovery/v1"
@@ -43,6 +44,36 @@ type nodeReports struct {
 	mu      sync.Mutex
 	reports map[string]router.NodeReport // by node name
 	done    chan struct{}                // closed when the polling loop has returned; nil before start
+}
+
+// RouteCounts counts the replicas Resolve chose, by what decided each (router.PickReplica's reasons): a node
+// holding the function's model on a GPU, the least queued node, every fresh node shedding it, or round robin
+// (no fresh node report, or no -gpuserver-service).
+type RouteCounts struct {
+	Resident, LeastQueued, Shedding, RoundRobin uint64
+}
+
+// routeCounter counts Resolve's picks.
+type routeCounter struct {
+	resident, leastQueued, shedding, roundRobin atomic.Uint64
+}
+
+func (c *routeCounter) add(why router.Reason) {
+	switch why {
+	case router.PickResident:
+		c.resident.Add(1)
+	case router.PickLeastQueued:
+		c.leastQueued.Add(1)
+	case router.PickShedding:
+		c.shedding.Add(1)
+	default:
+		c.roundRobin.Add(1)
+	}
+}
+
+func (c *routeCounter) counts() RouteCounts {
+	return RouteCounts{Resident: c.resident.Load(), LeastQueued: c.leastQueued.Load(), Shedding: c.shedding.Load(),
+		RoundRobin: c.roundRobin.Load()}
 }
 
 func newNodeReports(client kubernetes.Interface, service string, every, maxAge time.Duration) (*nodeReports, error) {
@@ -149,8 +180,9 @@ func (n *nodeReports) fetch(ctx context.Context, addr string) (pool.Status, erro
 	return st, nil
 }
 
-// pick chooses among replicas for function (its gpuserver name); ok is false when no fresh report decided.
-func (n *nodeReports) pick(function string, replicas []router.Replica, rr uint64) (int, bool) {
+// pick chooses among replicas for function (its gpuserver name), and says what decided (round robin when no fresh
+// report did).
+func (n *nodeReports) pick(function string, replicas []router.Replica, rr uint64) (int, router.Reason) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	return router.PickReplica(n.now(), function, replicas, n.reports, n.maxAge, rr)

@@ -89,6 +89,7 @@ func TestResolveRoutesToTheBestNode(t *testing.T) {
 		}
 		return u.Host
 	}
+	resolve() // before any report: round robin
 	b.nodes.poll(ctx)
 	for range 4 {
 		if h := resolve(); h != "10.0.1.1:8080" {
@@ -107,6 +108,9 @@ func TestResolveRoutesToTheBestNode(t *testing.T) {
 	}
 	if len(seen) != 3 {
 		t.Fatalf("stale reports: resolved %v, want round robin over all three", seen)
+	}
+	if got, want := b.Routes(), (RouteCounts{Resident: 4, LeastQueued: 1, RoundRobin: 4}); got != want {
+		t.Fatalf("routes counted %+v, want %+v", got, want)
 	}
 	cfg.GPUServers = "no-slash"
 	if _, err := New(fake.NewClientset(), cfg); err == nil {

@@ -8,12 +8,15 @@ import (
 	discoveryv1 "k8s.io/api/discovery/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"github.com/faas-gpu/faas-gpu/gpuserver/router"
 	"github.com/faas-gpu/faas-gpu/provider"
 )
 
 // Resolve returns the URL of a ready replica, taken from the function Service's EndpointSlices: with
 // Config.GPUServers, the replica whose node suits the request best now (router.PickReplica on the nodes'
-// gpuserver reports), else, and where reports are missing or stale, in round-robin order. It fails with ErrNotFound when the Service does not exist and ErrNotReady when no endpoint is ready.
+// gpuserver reports), else, and where reports are missing or stale, in round-robin order; Routes counts the
+// picks by what decided them. It fails with ErrNotFound when the Service does not exist and ErrNotReady when no
+// endpoint is ready.
 //
 // Once Start has run, the slices come from the endpoint cache and a resolve makes no API call while the function
 // has a ready endpoint; before the namespace's informer has synced (and without Start) they are listed from the API
@@ -39,12 +42,16 @@ func (b *Backend) Resolve(ctx context.Context, namespace, name string) (*url.URL
 		return nil, fmt.Errorf("function %s.%s has no ready endpoint: %w", name, ns, provider.ErrNotReady)
 	}
 	rr := b.next.Add(1)
-	i := int(rr % uint64(len(replicas)))
+	i, why := int(rr%uint64(len(replicas))), router.PickRoundRobin
 	if b.nodes != nil {
-		i, _ = b.nodes.pick(GPUFunctionName(name, ns), replicas, rr)
+		i, why = b.nodes.pick(GPUFunctionName(name, ns), replicas, rr)
 	}
+	b.routes.add(why)
 	return &url.URL{Scheme: "http", Host: replicas[i].Addr}, nil
 }
+
+// Routes counts the replicas Resolve has chosen since the backend was made, by what decided each.
+func (b *Backend) Routes() RouteCounts { return b.routes.counts() }
 
 // watchNamespace starts the endpoint cache's informer for ns after checking that ns is a function namespace; it
 // does nothing when the cache is not running or watches ns already.

@@ -11,6 +11,7 @@ import (
 	discoveryv1 "k8s.io/api/discovery/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"github.com/faas-gpu/faas-gpu/contract"
 	"github.com/faas-gpu/faas-gpu/provider"
 )
 
@@ -140,8 +141,8 @@ func ReadPodSpec(name string, t corev1.PodTemplateSpec) types.FunctionStatus {
 // isInjectedEnv reports whether an environment variable is one the GPU injection sets.
 func isInjectedEnv(name string) bool {
 	switch name {
-	case EnvGPU, EnvGPUFunction, EnvGPUSocket, EnvGPURemotingSocket, EnvLDLibraryPath,
-		EnvGPUMemory, EnvGPUSLO, EnvGPUPercentile, EnvGPUIsolation, EnvGPUScratch, EnvGPUModel, EnvGPUSelfRegister, EnvGPURegistrationTicket:
+	case contract.EnvGPU, contract.EnvFunction, contract.EnvSocket, contract.EnvRemotingSocket, EnvLDLibraryPath,
+		contract.EnvMemoryBytes, contract.EnvSLO, contract.EnvPercentile, contract.EnvIsolation, contract.EnvScratch, contract.EnvModel, contract.EnvSelfRegister, contract.EnvRegistrationTicket:
 		return true
 	}
 	return false

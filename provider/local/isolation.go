@@ -12,6 +12,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/faas-gpu/faas-gpu/contract"
 	"github.com/faas-gpu/faas-gpu/provider/local/sandbox"
 	"github.com/faas-gpu/faas-gpu/provider/local/venv"
 )
@@ -21,7 +22,7 @@ import (
 
 // socketVars are the variables that name the platform's Unix sockets a function connects to. Only their values in
 // Config.Env and Config.GPUEnv count (a deployment's envVars could name any socket of the machine).
-var socketVars = []string{"FAAS_GPU_SOCKET", "FAAS_GPU_REMOTING_SOCKET"}
+var socketVars = []string{contract.EnvSocket, contract.EnvRemotingSocket}
 
 // machineVars are the variables of this process a function's environment starts from: they describe the machine
 // (where programs are, the language, the time zone), never the platform. The rest of the platform's environment

@@ -19,6 +19,7 @@ import (
 
 	"github.com/openfaas/faas-provider/logs"
 
+	"github.com/faas-gpu/faas-gpu/contract"
 	"github.com/faas-gpu/faas-gpu/provider/gpuspec"
 )
 
@@ -351,18 +352,18 @@ func (b *Backend) gpuEnv(rec record) map[string]string {
 		return nil
 	}
 	m := map[string]string{
-		"FAAS_GPU":                "1",
-		"FAAS_GPU_FUNCTION":       gpuName,
-		"FAAS_GPU_MEMORY_BYTES":   strconv.FormatUint(spec.MemoryBytes, 10),
-		"FAAS_GPU_SLO":            spec.SLO.String(),
-		"FAAS_GPU_SLO_PERCENTILE": strconv.FormatFloat(spec.Percentile, 'g', -1, 64),
-		"FAAS_GPU_ISOLATION":      spec.Isolation,
+		contract.EnvGPU:         "1",
+		contract.EnvFunction:    gpuName,
+		contract.EnvMemoryBytes: strconv.FormatUint(spec.MemoryBytes, 10),
+		contract.EnvSLO:         spec.SLO.String(),
+		contract.EnvPercentile:  strconv.FormatFloat(spec.Percentile, 'g', -1, 64),
+		contract.EnvIsolation:   spec.Isolation,
 	}
 	if spec.Scratch != "" {
-		m["FAAS_GPU_SCRATCH"] = spec.Scratch
+		m[contract.EnvScratch] = spec.Scratch
 	}
 	if spec.Model != "" {
-		m["FAAS_GPU_MODEL"] = spec.Model
+		m[contract.EnvModel] = spec.Model
 	}
 	if b.cfg.GPUEnv != nil {
 		for k, v := range b.cfg.GPUEnv(gpuName) {

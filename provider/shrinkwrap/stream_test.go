@@ -16,6 +16,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/faas-gpu/faas-gpu/contract"
 	"github.com/faas-gpu/faas-gpu/gpuserver/client"
 	"github.com/faas-gpu/faas-gpu/gpuserver/pool"
 )
@@ -49,8 +50,8 @@ func TestEntrypointStreamsAGenerator(t *testing.T) {
 	if err := gs.Register(context.Background(), pool.FunctionSpec{Name: "edge", MemoryBytes: 1 << 30}); err != nil {
 		t.Fatal(err)
 	}
-	base := startEntrypoint(t, "FAAS_GPU=1", "FAAS_GPU_FUNCTION=edge", "FAAS_GPU_SOCKET="+sock,
-		"FAAS_GPU_ACQUIRE_TIMEOUT_MS=2000")
+	base := startEntrypoint(t, contract.EnvGPU+"=1", contract.EnvFunction+"=edge", contract.EnvSocket+"="+sock,
+		contract.EnvAcquireTimeoutMS+"=2000")
 	target, err := url.Parse(base)
 	if err != nil {
 		t.Fatal(err)
@@ -109,7 +110,7 @@ func TestEntrypointStreamEndsIncompleteWhenTheHandlerRaises(t *testing.T) {
 	if err := gs.Register(context.Background(), pool.FunctionSpec{Name: "edge", MemoryBytes: 1 << 30}); err != nil {
 		t.Fatal(err)
 	}
-	base := startEntrypoint(t, "FAAS_GPU=1", "FAAS_GPU_FUNCTION=edge", "FAAS_GPU_SOCKET="+sock)
+	base := startEntrypoint(t, contract.EnvGPU+"=1", contract.EnvFunction+"=edge", contract.EnvSocket+"="+sock)
 	resp, err := http.Get(base + "/?stream=3&raise_at=1")
 	if err != nil {
 		t.Fatal(err)
@@ -131,7 +132,7 @@ func TestEntrypointStopsAStreamWhenTheClientGoesAway(t *testing.T) {
 	if err := gs.Register(context.Background(), pool.FunctionSpec{Name: "edge", MemoryBytes: 1 << 30}); err != nil {
 		t.Fatal(err)
 	}
-	base := startEntrypoint(t, "FAAS_GPU=1", "FAAS_GPU_FUNCTION=edge", "FAAS_GPU_SOCKET="+sock)
+	base := startEntrypoint(t, contract.EnvGPU+"=1", contract.EnvFunction+"=edge", contract.EnvSocket+"="+sock)
 	dir := t.TempDir()
 	gate, closed := filepath.Join(dir, "gate"), filepath.Join(dir, "closed")
 	tr := &http.Transport{}

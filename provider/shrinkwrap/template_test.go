@@ -22,6 +22,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/faas-gpu/faas-gpu/contract"
 	"github.com/faas-gpu/faas-gpu/gpuserver/api"
 	"github.com/faas-gpu/faas-gpu/gpuserver/client"
 	"github.com/faas-gpu/faas-gpu/gpuserver/controller"
@@ -205,8 +206,8 @@ func TestEntrypointBindsEachRequestToAGPU(t *testing.T) {
 	if err := gs.Register(ctx, pool.FunctionSpec{Name: "edge", MemoryBytes: 1 << 30}); err != nil {
 		t.Fatal(err)
 	}
-	base := startEntrypoint(t, "FAAS_GPU=1", "FAAS_GPU_FUNCTION=edge", "FAAS_GPU_SOCKET="+sock,
-		"FAAS_GPU_ACQUIRE_TIMEOUT_MS=2000")
+	base := startEntrypoint(t, contract.EnvGPU+"=1", contract.EnvFunction+"=edge", contract.EnvSocket+"="+sock,
+		contract.EnvAcquireTimeoutMS+"=2000")
 
 	_, _, out := call(t, http.MethodPost, base+"/", strings.NewReader("x"), nil)
 	var r edgeReply
@@ -237,7 +238,7 @@ func TestEntrypointBindsEachRequestToAGPU(t *testing.T) {
 }
 
 func TestEntrypointWithoutGPUServer(t *testing.T) {
-	base := startEntrypoint(t, "FAAS_GPU=1", "FAAS_GPU_FUNCTION=edge", "FAAS_GPU_SOCKET=/nonexistent/gpuserver.sock")
+	base := startEntrypoint(t, contract.EnvGPU+"=1", contract.EnvFunction+"=edge", contract.EnvSocket+"=/nonexistent/gpuserver.sock")
 	code, _, out := call(t, http.MethodPost, base+"/", nil, nil)
 	if code != 503 || !strings.Contains(string(out), "unreachable") {
 		t.Errorf("no gpuserver: %d %s, want 503 saying it is unreachable", code, out)
@@ -246,9 +247,9 @@ func TestEntrypointWithoutGPUServer(t *testing.T) {
 
 func TestEntrypointRegistersItselfWhenAsked(t *testing.T) {
 	sock := gpuServer(t)
-	base := startEntrypoint(t, "FAAS_GPU=1", "FAAS_GPU_FUNCTION=edge", "FAAS_GPU_SOCKET="+sock, "FAAS_GPU_SELF_REGISTER=1",
-		"FAAS_GPU_MEMORY_BYTES=1610612736", "FAAS_GPU_SLO=80ms", "FAAS_GPU_SLO_PERCENTILE=99",
-		"FAAS_GPU_ISOLATION=isolated")
+	base := startEntrypoint(t, contract.EnvGPU+"=1", contract.EnvFunction+"=edge", contract.EnvSocket+"="+sock, contract.EnvSelfRegister+"=1",
+		contract.EnvMemoryBytes+"=1610612736", contract.EnvSLO+"=80ms", contract.EnvPercentile+"=99",
+		contract.EnvIsolation+"=isolated")
 	st, err := client.New(sock).Status(context.Background())
 	if err != nil {
 		t.Fatal(err)
@@ -307,8 +308,8 @@ func TestEntrypointAnswers503WhenTheGPUFailsUnderTheHandler(t *testing.T) {
 	if err := p.Register(ctx, pool.FunctionSpec{Name: "edge", MemoryBytes: 1 << 30}); err != nil {
 		t.Fatal(err)
 	}
-	base := startEntrypoint(t, "FAAS_GPU=1", "FAAS_GPU_FUNCTION=edge", "FAAS_GPU_SOCKET="+sock,
-		"FAAS_GPU_ACQUIRE_TIMEOUT_MS=2000")
+	base := startEntrypoint(t, contract.EnvGPU+"=1", contract.EnvFunction+"=edge", contract.EnvSocket+"="+sock,
+		contract.EnvAcquireTimeoutMS+"=2000")
 	if code, _, out := call(t, http.MethodPost, base+"/", strings.NewReader("x"), nil); code != 202 {
 		t.Fatalf("request on a healthy GPU: %d %s", code, out)
 	}
@@ -336,7 +337,7 @@ func TestEntrypointAnswers503WhenTheGPUFailsUnderTheHandler(t *testing.T) {
 // TestEntrypointRefusesOversizedBodies: a body beyond FAAS_GPU_MAX_BODY_BYTES is refused with 413 before it is
 // read, whether its length is announced or chunked; a negative length is 400.
 func TestEntrypointRefusesOversizedBodies(t *testing.T) {
-	base := startEntrypoint(t, "FAAS_GPU_MAX_BODY_BYTES=1024")
+	base := startEntrypoint(t, contract.EnvMaxBodyBytes+"=1024")
 	if code, _, out := call(t, http.MethodPost, base+"/", strings.NewReader(strings.Repeat("x", 1024)), nil); code != 202 {
 		t.Fatalf("a body at the limit: %d %s", code, out)
 	}
@@ -389,8 +390,8 @@ func TestEntrypointPassesRetryAfterOn429(t *testing.T) {
 		t.Fatal(err)
 	}
 	sock := serveAPI(t, refusingPool{fcfs})
-	base := startEntrypoint(t, "FAAS_GPU=1", "FAAS_GPU_FUNCTION=edge", "FAAS_GPU_SOCKET="+sock,
-		"FAAS_GPU_ACQUIRE_TIMEOUT_MS=2000")
+	base := startEntrypoint(t, contract.EnvGPU+"=1", contract.EnvFunction+"=edge", contract.EnvSocket+"="+sock,
+		contract.EnvAcquireTimeoutMS+"=2000")
 	for range 2 {
 		code, hdr, out := call(t, http.MethodPost, base+"/", strings.NewReader("x"), nil)
 		if code != 429 || hdr.Get("Retry-After") != "2" || !strings.Contains(string(out), "node overloaded") ||

@@ -17,6 +17,7 @@ import (
 
 	"github.com/openfaas/faas-provider/types"
 
+	"github.com/faas-gpu/faas-gpu/contract"
 	"github.com/faas-gpu/faas-gpu/gpuserver/client"
 	"github.com/faas-gpu/faas-gpu/gpuserver/server"
 	"github.com/faas-gpu/faas-gpu/gpuserver/topology"
@@ -162,9 +163,9 @@ func Overload(ctx context.Context, s Strategy, node topology.Node, models []Mode
 	for _, m := range models {
 		byName[m.Name] = m
 		ann := map[string]string{
-			functions.AnnotationGPUMemory:     "1Gi",
-			functions.AnnotationSLO:           m.SLO.String(),
-			functions.AnnotationSLOPercentile: strconv.FormatFloat(m.Percentile, 'f', -1, 64),
+			contract.AnnotationMemory:     "1Gi",
+			contract.AnnotationSLO:        m.SLO.String(),
+			contract.AnnotationPercentile: strconv.FormatFloat(m.Percentile, 'f', -1, 64),
 		}
 		list = append(list, types.FunctionStatus{Name: m.Name, Annotations: &ann})
 	}

@@ -141,7 +141,7 @@ func TestRejects(t *testing.T) {
 		{"unknown function", "/async-function/nope", "x", "", 404, "nope"},
 		{"bad function name", "/async-function/a..b", "x", "", 400, "function name"},
 		{"unknown namespace", "/async-function/echo.prod", "x", "", 404, `"echo.prod"`},
-		// Issue 11 item 9: the exact request of the report, and other spellings of a climb.
+		// A request that climbs out of the function's path, and other spellings of a climb.
 		{"double-encoded climb", "/async-function/echo/%252e%252e/%252e%252e/system/functions", "x", "", 400, "climbs out"},
 		{"triple-encoded climb", "/async-function/echo/%25252e%25252e/system/functions", "x", "", 400, "climbs out"},
 		{"encoded backslash", "/async-function/echo/..%255csystem", "x", "", 400, "backslash"},
@@ -187,7 +187,7 @@ func TestNamedQueueGetsItsStream(t *testing.T) {
 
 func readAll(b *strings.Builder, res *http.Response) (int64, error) { return io.Copy(b, res.Body) }
 
-// Issue 13 item 1: faas-cli's `invoke --async` posts to /async-function/<name>.<namespace>: the function is looked
+// faas-cli's `invoke --async` posts to /async-function/<name>.<namespace>: the function is looked
 // up in that namespace, and the queue request names it as the client did (as the CE gateway does).
 func TestNameDotNamespace(t *testing.T) {
 	srv, js := setup(t, frontdoor.Config{Functions: fakeFunctions{
@@ -222,7 +222,7 @@ func TestMethodsOfTheProxyOnly(t *testing.T) {
 	}
 }
 
-// Issue 11 item 13: one body limit, 4 MiB, end to end: a body of exactly the limit is queued (with large headers
+// One body limit, 4 MiB, end to end: a body of exactly the limit is queued (with large headers
 // beside it) on a server with the embedded server's max_payload; one byte more is 413 naming the limit.
 func TestBodyLimitIsTheQueueLimit(t *testing.T) {
 	srv, js := setup(t, frontdoor.Config{MaxBodyBytes: 64 << 20}) // more than the queue carries: lowered

@@ -12,18 +12,9 @@ import (
 	"strings"
 	"time"
 
+	"github.com/faas-gpu/faas-gpu/contract"
 	"github.com/faas-gpu/faas-gpu/queueworker/queue"
 )
-
-// Annotations read from a function (DESIGN.md, "GPU requirements travel as annotations").
-const (
-	AnnotationGPUMemory     = "com.openfaas.gpu.memory"
-	AnnotationSLO           = "com.openfaas.gpu.slo"
-	AnnotationSLOPercentile = "com.openfaas.gpu.slo.percentile"
-)
-
-// DefaultPercentile is the SLO percentile of a function that names none.
-const DefaultPercentile = 98.0
 
 // ErrUnknownFunction is returned (wrapped) for a function the provider does not know.
 var ErrUnknownFunction = errors.New("unknown function")
@@ -60,20 +51,20 @@ type Lister interface {
 // so that the queue never stalls on a function it cannot change. A reserved queue name (the dead letters') is
 // ignored too: such a function's calls go to the default queue.
 func FromAnnotations(name string, annotations map[string]string) Function {
-	f := Function{Name: name, Queue: queue.DefaultQueue, Percentile: DefaultPercentile}
-	if q := strings.TrimSpace(annotations[queue.AnnotationQueue]); q != "" && queue.ValidateName(q) == nil {
+	f := Function{Name: name, Queue: queue.DefaultQueue, Percentile: contract.DefaultPercentile}
+	if q := strings.TrimSpace(annotations[contract.AnnotationQueue]); q != "" && contract.ValidateQueueName(q) == nil {
 		f.Queue = q
 	}
-	if s := strings.TrimSpace(annotations[AnnotationSLO]); s != "" {
+	if s := strings.TrimSpace(annotations[contract.AnnotationSLO]); s != "" {
 		if d, err := time.ParseDuration(s); err == nil && d > 0 {
 			f.SLO = d
 		}
 	}
-	if s := strings.TrimSpace(annotations[AnnotationSLOPercentile]); s != "" {
+	if s := strings.TrimSpace(annotations[contract.AnnotationPercentile]); s != "" {
 		if p, err := strconv.ParseFloat(s, 64); err == nil && p > 0 && p < 100 {
 			f.Percentile = p
 		}
 	}
-	_, f.GPU = annotations[AnnotationGPUMemory]
+	_, f.GPU = annotations[contract.AnnotationMemory]
 	return f
 }

@@ -32,7 +32,7 @@ func TestFromAnnotations(t *testing.T) {
 		{"bad values ignored", map[string]string{"com.openfaas.gpu.slo": "fast", "com.openfaas.gpu.slo.percentile": "100",
 			"com.openfaas.queue": "a.b"}, functions.Function{Name: "f", Queue: "faas-request", Percentile: 98}},
 		{"negative slo ignored", map[string]string{"com.openfaas.gpu.slo": "-1s"}, functions.Function{Name: "f", Queue: "faas-request", Percentile: 98}},
-		// Issue 11 item 8: a function deployed with the dead letters' name before validation existed does not
+		// A function deployed with the dead letters' name before validation existed does not
 		// make the worker consume its dead letters.
 		{"reserved queue ignored", map[string]string{"com.openfaas.queue": "faas-dead-letter"}, functions.Function{Name: "f", Queue: "faas-request", Percentile: 98}},
 	} {
@@ -176,7 +176,7 @@ func (c *catalog) Namespaces(context.Context) ([]string, error) {
 	return out, nil
 }
 
-// Issue 13 item 1: "name.namespace" is looked up in that namespace; in the default namespace it is the same
+// "name.namespace" is looked up in that namespace; in the default namespace it is the same
 // function as "name" (one canonical name); an unknown namespace holds no function.
 func TestCacheNamespaces(t *testing.T) {
 	ctx := context.Background()

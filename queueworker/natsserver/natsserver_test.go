@@ -80,7 +80,7 @@ func TestRestartKeepsMessages(t *testing.T) {
 	}
 }
 
-// The server takes no client without the credentials (issue 11 item 10), and carries the messages the queue needs
+// The server takes no client without the credentials, and carries the messages the queue needs
 // (queue.MaxMessageBytes).
 func TestRequiresCredentialsAndCarriesTheQueueLimit(t *testing.T) {
 	password := natsserver.RandomPassword()

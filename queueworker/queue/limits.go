@@ -7,6 +7,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/faas-gpu/faas-gpu/contract"
 	"github.com/nats-io/nats.go/jetstream"
 )
 
@@ -74,7 +75,7 @@ func (l Limits) WithDefaults() Limits {
 func ApplyLimits(ctx context.Context, js jetstream.JetStream, l Limits, queues ...string) error {
 	want := l.WithDefaults()
 	for _, q := range queues {
-		if err := ValidateName(q); err != nil {
+		if err := contract.ValidateQueueName(q); err != nil {
 			return err
 		}
 		err := apply(ctx, js, streamConfig(q, want), func(cfg *jetstream.StreamConfig) bool {

@@ -4,25 +4,21 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+
+	"github.com/faas-gpu/faas-gpu/contract"
 )
 
 // Names and headers of the asynchronous invocation path.
 const (
-	// DefaultQueue is the queue of functions without a com.openfaas.queue annotation.
+	// DefaultQueue is the queue of functions without a queue annotation (contract.AnnotationQueue).
 	DefaultQueue = "faas-request"
-	// AnnotationQueue names a function's queue.
-	AnnotationQueue = "com.openfaas.queue"
 	// StreamPrefix prefixes a queue's name to make its stream's name.
 	StreamPrefix = "OF_"
-	// DeadLetterQueue is the name reserved for the dead letters: no function's queue may take it (or any name
-	// starting with it), or the worker would consume its own dead letters.
-	DeadLetterQueue = "faas-dead-letter"
-	// DeadLetterStream keeps the messages the worker gave up on, with the reason.
-	DeadLetterStream = StreamPrefix + DeadLetterQueue
+	// DeadLetterStream keeps the messages the worker gave up on, with the reason (the queue name
+	// contract.DeadLetterQueue is reserved for it).
+	DeadLetterStream = StreamPrefix + contract.DeadLetterQueue
 	// DeadLetterSubjectPrefix prefixes the queue name in a dead-letter entry's subject.
-	DeadLetterSubjectPrefix = DeadLetterQueue + "."
-	// MaxNameLen is the longest queue name.
-	MaxNameLen = 64
+	DeadLetterSubjectPrefix = contract.DeadLetterQueue + "."
 
 	// HeaderCallID identifies one asynchronous call, from the front door to the callback.
 	HeaderCallID = "X-Call-Id"
@@ -59,12 +55,6 @@ const (
 	HeaderDeadLetterSize = "Faas-Message-Bytes"
 )
 
-// ErrInvalidName is returned (wrapped) for a queue name that cannot name a stream.
-var ErrInvalidName = errors.New("invalid queue name")
-
-// ErrReservedName is returned (wrapped, together with ErrInvalidName) for a queue name that is reserved.
-var ErrReservedName = errors.New("reserved queue name")
-
 // Stream is the stream of queue q.
 func Stream(q string) string { return StreamPrefix + q }
 
@@ -73,31 +63,6 @@ func Subject(q string) string { return q }
 
 // DeadLetterSubject is the dead-letter subject of queue q.
 func DeadLetterSubject(q string) string { return DeadLetterSubjectPrefix + q }
-
-// Reserved reports whether q is a reserved queue name: the dead-letter queue's name or any name starting with
-// it (case-insensitively, so that no queue can be confused with it on a case-insensitive file system).
-func Reserved(q string) bool {
-	return len(q) >= len(DeadLetterQueue) && strings.EqualFold(q[:len(DeadLetterQueue)], DeadLetterQueue)
-}
-
-// ValidateName checks that q can name a queue: 1 to MaxNameLen characters of [A-Za-z0-9_-] (a valid NATS stream
-// name and subject token once prefixed, and a safe folder name in the JetStream store), not reserved.
-func ValidateName(q string) error {
-	if q == "" || len(q) > MaxNameLen {
-		return fmt.Errorf("%w: %q must be 1 to %d characters", ErrInvalidName, q, MaxNameLen)
-	}
-	for _, c := range q {
-		ok := c == '-' || c == '_' || (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9')
-		if !ok {
-			return fmt.Errorf("%w: %q may hold only letters, digits, '-' and '_'", ErrInvalidName, q)
-		}
-	}
-	if Reserved(q) {
-		return fmt.Errorf("%w: %w: %q is reserved for the dead letters (stream %s)", ErrInvalidName, ErrReservedName,
-			q, DeadLetterStream)
-	}
-	return nil
-}
 
 // ErrInvalidFunctionName is returned (wrapped) for a function name that cannot appear in /function/{name}.
 var ErrInvalidFunctionName = errors.New("invalid function name")

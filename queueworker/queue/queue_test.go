@@ -13,32 +13,10 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/openfaas/faas-provider/types"
 
+	"github.com/faas-gpu/faas-gpu/contract"
 	"github.com/faas-gpu/faas-gpu/queueworker/internal/jstest"
 	"github.com/faas-gpu/faas-gpu/queueworker/queue"
 )
-
-func TestValidateName(t *testing.T) {
-	for _, ok := range []string{"faas-request", "slow_queue", "Q1"} {
-		if err := queue.ValidateName(ok); err != nil {
-			t.Errorf("ValidateName(%q) = %v", ok, err)
-		}
-	}
-	for _, bad := range []string{"", "a.b", "a b", "a*", "a>", "a/b", "a\\b", "$JS", string(make([]byte, 65))} {
-		if err := queue.ValidateName(bad); !errors.Is(err, queue.ErrInvalidName) {
-			t.Errorf("ValidateName(%q) = %v, want ErrInvalidName", bad, err)
-		}
-	}
-	// Issue 11 item 8: the dead letters' name (and anything starting with it) is reserved.
-	for _, reserved := range []string{"faas-dead-letter", "FAAS-DEAD-LETTER", "faas-dead-letter2", "faas-dead-letter_x"} {
-		err := queue.ValidateName(reserved)
-		if !errors.Is(err, queue.ErrInvalidName) || !errors.Is(err, queue.ErrReservedName) || !strings.Contains(err.Error(), "OF_faas-dead-letter") {
-			t.Errorf("ValidateName(%q) = %v, want ErrReservedName naming the dead-letter stream", reserved, err)
-		}
-	}
-	if err := queue.ValidateName("faas-dead"); err != nil {
-		t.Errorf("ValidateName(faas-dead) = %v", err)
-	}
-}
 
 // Ensure creates work-queue streams (idempotently) and the dead-letter stream; States reports backlog and
 // consumers.
@@ -58,7 +36,7 @@ func TestEnsureAndStates(t *testing.T) {
 	if c := st.CachedInfo().Config; c.Retention != jetstream.WorkQueuePolicy || c.Storage != jetstream.FileStorage || c.Subjects[0] != "faas-request" {
 		t.Fatalf("stream config %+v", c)
 	}
-	if err := queue.Ensure(ctx, js, "bad.name"); !errors.Is(err, queue.ErrInvalidName) {
+	if err := queue.Ensure(ctx, js, "bad.name"); !errors.Is(err, contract.ErrInvalidQueueName) {
 		t.Fatalf("Ensure(bad.name) = %v", err)
 	}
 	for range 3 {
@@ -124,7 +102,7 @@ func TestValidateFunctionName(t *testing.T) {
 	}
 }
 
-// Issue 13 item 1: "name.namespace" (what faas-cli sends) splits as the synchronous proxy splits it.
+// "name.namespace" (what faas-cli sends) splits as the synchronous proxy splits it.
 func TestSplitFunction(t *testing.T) {
 	for ref, want := range map[string][2]string{
 		"echo":             {"echo", ""},
@@ -141,7 +119,7 @@ func TestSplitFunction(t *testing.T) {
 	}
 }
 
-// Issue 11 item 9: paths are checked after full decoding, so that no later decoding climbs out of the function.
+// Paths are checked after full decoding, so that no later decoding climbs out of the function.
 func TestCheckPath(t *testing.T) {
 	for _, ok := range []string{"", "/", "/a/b", "/a b", "/items/a%2Fb", "/100%", "/50%2541", "/..a/b..", "/a/.hidden", "/%zz"} {
 		if err := queue.CheckPath(ok); err != nil {
@@ -194,7 +172,7 @@ func TestCheckRequest(t *testing.T) {
 	}
 }
 
-// Issue 11 item 10: dead letters keep no credentials.
+// Dead letters keep no credentials.
 func TestWithoutCredentials(t *testing.T) {
 	h := http.Header{"Authorization": {"Bearer x"}, "Cookie": {"s=1"}, "Proxy-Authorization": {"Basic y"},
 		"authorization": {"lower"}, "Content-Type": {"text/plain"}}
@@ -207,12 +185,12 @@ func TestWithoutCredentials(t *testing.T) {
 	}
 }
 
-// Issue 11 item 8: only a queue's own work-queue stream may be consumed as that queue.
+// Only a queue's own work-queue stream may be consumed as that queue.
 func TestCheckQueueStream(t *testing.T) {
 	if err := queue.CheckQueueStream(queue.StreamConfig("batch"), "batch"); err != nil {
 		t.Fatalf("batch's own stream: %v", err)
 	}
-	if err := queue.CheckQueueStream(queue.DeadLetterStreamConfig(0), queue.DeadLetterQueue); !errors.Is(err, queue.ErrReservedName) {
+	if err := queue.CheckQueueStream(queue.DeadLetterStreamConfig(0), contract.DeadLetterQueue); !errors.Is(err, contract.ErrReservedQueueName) {
 		t.Fatalf("the dead-letter stream as a queue: %v, want ErrReservedName", err)
 	}
 	limits := queue.StreamConfig("batch")
@@ -227,7 +205,7 @@ func TestCheckQueueStream(t *testing.T) {
 	}
 }
 
-// The dead-letter stream's max age is the worker's setting (issue 11 item 10: retention is configurable).
+// The dead-letter stream's max age is the worker's setting (retention is configurable).
 func TestEnsureDeadLetterSetsMaxAge(t *testing.T) {
 	ctx := context.Background()
 	s := jstest.Server(t)

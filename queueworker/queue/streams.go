@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/faas-gpu/faas-gpu/contract"
 	"github.com/nats-io/nats.go/jetstream"
 )
 
@@ -81,7 +82,7 @@ func Ensure(ctx context.Context, js jetstream.JetStream, queues ...string) error
 		queues = []string{DefaultQueue}
 	}
 	for _, q := range queues {
-		if err := ValidateName(q); err != nil {
+		if err := contract.ValidateQueueName(q); err != nil {
 			return err
 		}
 		if err := create(ctx, js, StreamConfig(q)); err != nil {
@@ -108,7 +109,7 @@ func EnsureDeadLetter(ctx context.Context, js jetstream.JetStream, maxAge time.D
 // the stream is q's: named Stream(q), work-queue retention, exactly q's subject. The worker checks it before it
 // creates a consumer, so that it never consumes the dead letters or any stream that is not a queue.
 func CheckQueueStream(cfg jetstream.StreamConfig, q string) error {
-	if err := ValidateName(q); err != nil {
+	if err := contract.ValidateQueueName(q); err != nil {
 		return err
 	}
 	if cfg.Name != Stream(q) || cfg.Retention != jetstream.WorkQueuePolicy || len(cfg.Subjects) != 1 ||

@@ -15,6 +15,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/faas-gpu/faas-gpu/contract"
 	"github.com/faas-gpu/faas-gpu/gpuserver/pool"
 	"github.com/faas-gpu/faas-gpu/gpuserver/queueing"
 	"github.com/faas-gpu/faas-gpu/queueworker/functions"
@@ -23,6 +24,21 @@ import (
 
 // ErrInvalidConfig is wrapped by every configuration error; the message names the field.
 var ErrInvalidConfig = errors.New("invalid queue worker config")
+
+// ConfigError is a configuration error (it wraps ErrInvalidConfig): Field names the Config field at fault, so that
+// a command can name the flag that set it.
+type ConfigError struct {
+	Field string
+	err   error
+}
+
+func (e *ConfigError) Error() string { return e.err.Error() }
+func (e *ConfigError) Unwrap() error { return e.err }
+
+// invalid is a ConfigError of field; format and args follow ErrInvalidConfig's text.
+func invalid(field, format string, args ...any) error {
+	return &ConfigError{Field: field, err: fmt.Errorf("%w: "+format, append([]any{ErrInvalidConfig}, args...)...)}
+}
 
 // Capacity reports the GPU pool's state; the gpuserver client (gpuserver/client.Client) satisfies it.
 type Capacity interface {
@@ -61,11 +77,11 @@ func (p RetryPolicy) Backoff(k int) time.Duration {
 func (p RetryPolicy) validate(field string) error {
 	switch {
 	case p.MaxAttempts < 1:
-		return fmt.Errorf("%w: %s.MaxAttempts must be >= 1", ErrInvalidConfig, field)
+		return invalid(field+".MaxAttempts", "%s.MaxAttempts must be >= 1", field)
 	case p.InitialBackoff <= 0:
-		return fmt.Errorf("%w: %s.InitialBackoff must be > 0", ErrInvalidConfig, field)
+		return invalid(field+".InitialBackoff", "%s.InitialBackoff must be > 0", field)
 	case p.MaxBackoff < p.InitialBackoff:
-		return fmt.Errorf("%w: %s.MaxBackoff must be >= InitialBackoff", ErrInvalidConfig, field)
+		return invalid(field+".MaxBackoff", "%s.MaxBackoff must be >= InitialBackoff", field)
 	}
 	return nil
 }
@@ -197,43 +213,56 @@ func (c *Config) limits() queue.Limits {
 		DeadLetterMaxBytes: c.DeadLetterMaxBytes, DeadLetterMaxAge: c.DeadLetterMaxAge}
 }
 
+// Validate checks cfg as New does, with the defaults of its zero fields, and changes nothing: the one place the
+// worker's settings are checked, for a command to call before it starts anything.
+func (c Config) Validate() error {
+	c.ForbiddenCallbackHosts = slices.Clone(c.ForbiddenCallbackHosts)
+	c.Queues = slices.Clone(c.Queues)
+	return c.setDefaults()
+}
+
 func (c *Config) setDefaults() error {
 	if c.JetStream == nil && c.NATSURL == "" {
-		return fmt.Errorf("%w: JetStream or NATSURL is required", ErrInvalidConfig)
+		return invalid("NATSURL", "JetStream or NATSURL is required")
+	}
+	if c.JetStream == nil {
+		if u, err := url.Parse(c.NATSURL); err != nil || u.Host == "" {
+			return invalid("NATSURL", "NATSURL %q is not a URL such as nats://127.0.0.1:4222", c.NATSURL)
+		}
 	}
 	if c.Durable == "" {
 		c.Durable = "faas-gpu-queue-worker"
 	}
 	if strings.ContainsAny(c.Durable, ". *>\t") {
-		return fmt.Errorf("%w: Durable %q may not contain '.', '*', '>' or spaces", ErrInvalidConfig, c.Durable)
+		return invalid("Durable", "Durable %q may not contain '.', '*', '>' or spaces", c.Durable)
 	}
 	if len(c.Queues) == 0 {
 		c.Queues = []string{queue.DefaultQueue}
 	}
 	for _, q := range c.Queues {
-		if err := queue.ValidateName(q); err != nil {
-			return fmt.Errorf("%w: Queues: %w", ErrInvalidConfig, err)
+		if err := contract.ValidateQueueName(q); err != nil {
+			return &ConfigError{Field: "Queues", err: fmt.Errorf("%w: Queues: %w", ErrInvalidConfig, err)}
 		}
 	}
 	u, err := url.Parse(c.GatewayURL)
 	if c.GatewayURL == "" || err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-		return fmt.Errorf("%w: GatewayURL %q must be an absolute http(s) URL", ErrInvalidConfig, c.GatewayURL)
+		return invalid("GatewayURL", "GatewayURL %q must be an absolute http(s) URL", c.GatewayURL)
 	}
 	if u.RawQuery != "" || u.Fragment != "" || u.User != nil {
-		return fmt.Errorf("%w: GatewayURL %q must have no query, fragment or credentials", ErrInvalidConfig, c.GatewayURL)
+		return invalid("GatewayURL", "GatewayURL %q must have no query, fragment or credentials", c.GatewayURL)
 	}
 	c.GatewayURL = strings.TrimRight(c.GatewayURL, "/")
 	if c.MaxInflight < 0 {
-		return fmt.Errorf("%w: MaxInflight must be >= 0 (0: sized to the pool)", ErrInvalidConfig)
+		return invalid("MaxInflight", "MaxInflight must be >= 0 (0: sized to the pool)")
 	}
 	if c.Lookahead < 0 {
-		return fmt.Errorf("%w: Lookahead must be >= 0", ErrInvalidConfig)
+		return invalid("Lookahead", "Lookahead must be >= 0")
 	}
 	if c.AckWait == 0 {
 		c.AckWait = 30 * time.Second
 	}
 	if c.AckWait < 300*time.Millisecond {
-		return fmt.Errorf("%w: AckWait must be >= 300ms", ErrInvalidConfig)
+		return invalid("AckWait", "AckWait must be >= 300ms")
 	}
 	if c.MaxAckPending == 0 {
 		c.MaxAckPending = 10000
@@ -251,7 +280,7 @@ func (c *Config) setDefaults() error {
 		c.MaxDeliveries = c.Retry.MaxAttempts + 10
 	}
 	if c.MaxDeliveries < c.Retry.MaxAttempts {
-		return fmt.Errorf("%w: MaxDeliveries must be >= Retry.MaxAttempts", ErrInvalidConfig)
+		return invalid("MaxDeliveries", "MaxDeliveries must be >= Retry.MaxAttempts")
 	}
 	if c.CallbackRetry == (RetryPolicy{}) {
 		c.CallbackRetry = RetryPolicy{MaxAttempts: 5, InitialBackoff: 200 * time.Millisecond, MaxBackoff: 5 * time.Second}
@@ -265,8 +294,11 @@ func (c *Config) setDefaults() error {
 	if c.CallbackTimeout == 0 {
 		c.CallbackTimeout = 30 * time.Second
 	}
-	if c.InvokeTimeout < 0 || c.CallbackTimeout < 0 {
-		return fmt.Errorf("%w: InvokeTimeout and CallbackTimeout must be > 0", ErrInvalidConfig)
+	if c.InvokeTimeout < 0 {
+		return invalid("InvokeTimeout", "InvokeTimeout must be > 0")
+	}
+	if c.CallbackTimeout < 0 {
+		return invalid("CallbackTimeout", "CallbackTimeout must be > 0")
 	}
 	if c.Client == nil {
 		t := http.DefaultTransport.(*http.Transport).Clone()
@@ -277,23 +309,17 @@ func (c *Config) setDefaults() error {
 	c.ForbiddenCallbackHosts = append(slices.Clone(c.ForbiddenCallbackHosts), hostPort(u))
 	for _, h := range c.ForbiddenCallbackHosts {
 		if _, _, err := net.SplitHostPort(h); err != nil {
-			return fmt.Errorf("%w: ForbiddenCallbackHosts: %q is not host:port", ErrInvalidConfig, h)
+			return invalid("ForbiddenCallbackHosts", "ForbiddenCallbackHosts: %q is not host:port", h)
 		}
 	}
 	if c.MaxMessageBytes == 0 {
 		c.MaxMessageBytes = queue.MaxMessageBytes
 	}
+	if err := c.ValidateStreams(); err != nil {
+		return err
+	}
 	if c.DeadLetterMaxAge == 0 {
 		c.DeadLetterMaxAge = queue.DefaultDeadLetterMaxAge
-	}
-	if c.DeadLetterMaxAge < time.Second {
-		return fmt.Errorf("%w: DeadLetterMaxAge must be at least 1s", ErrInvalidConfig)
-	}
-	for name, v := range map[string]int64{"QueueMaxBytes": c.QueueMaxBytes, "DeadLetterMaxBytes": c.DeadLetterMaxBytes} {
-		if v > 0 && v < queue.MaxMessageBytes {
-			return fmt.Errorf("%w: %s %d must hold one message of queue.MaxMessageBytes (%d), or be negative for no bound",
-				ErrInvalidConfig, name, v, queue.MaxMessageBytes)
-		}
 	}
 	if c.MaxResponseBytes == 0 {
 		c.MaxResponseBytes = 16 << 20
@@ -305,7 +331,7 @@ func (c *Config) setDefaults() error {
 		c.CapacityPerGPU = 1
 	}
 	if c.CapacityPerGPU < 0 {
-		return fmt.Errorf("%w: CapacityPerGPU must be >= 1", ErrInvalidConfig)
+		return invalid("CapacityPerGPU", "CapacityPerGPU must be >= 1")
 	}
 	if c.CapacityRefresh == 0 {
 		c.CapacityRefresh = time.Second
@@ -314,7 +340,7 @@ func (c *Config) setDefaults() error {
 		c.Order = OrderSLOAware
 	}
 	if _, err := queueing.New(queueing.Config{Order: c.Order}); err != nil {
-		return fmt.Errorf("%w: Order: %w", ErrInvalidConfig, err)
+		return &ConfigError{Field: "Order", err: fmt.Errorf("%w: Order: %w", ErrInvalidConfig, err)}
 	}
 	if c.Logger == nil {
 		c.Logger = slog.Default()
@@ -324,6 +350,28 @@ func (c *Config) setDefaults() error {
 	}
 	if c.DrainTimeout == 0 {
 		c.DrainTimeout = 30 * time.Second
+	}
+	if c.DrainTimeout < 0 {
+		return invalid("DrainTimeout", "DrainTimeout must be > 0")
+	}
+	return nil
+}
+
+// ValidateStreams checks the settings of the streams the worker manages (DeadLetterMaxAge and the limits
+// QueueMaxBytes, QueueMaxAge, DeadLetterMaxBytes), with the defaults of their zero values. Validate checks them
+// too; a command that starts the worker later (with its NATS connection) checks them with this at start-up.
+func (c Config) ValidateStreams() error {
+	if c.DeadLetterMaxAge != 0 && c.DeadLetterMaxAge < time.Second {
+		return invalid("DeadLetterMaxAge", "DeadLetterMaxAge must be at least 1s")
+	}
+	for _, f := range []struct {
+		name string
+		v    int64
+	}{{"QueueMaxBytes", c.QueueMaxBytes}, {"DeadLetterMaxBytes", c.DeadLetterMaxBytes}} {
+		if f.v > 0 && f.v < queue.MaxMessageBytes {
+			return invalid(f.name, "%s %d must hold one message of queue.MaxMessageBytes (%d), or be negative for no bound",
+				f.name, f.v, queue.MaxMessageBytes)
+		}
 	}
 	return nil
 }

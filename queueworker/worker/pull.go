@@ -13,6 +13,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/openfaas/faas-provider/types"
 
+	"github.com/faas-gpu/faas-gpu/contract"
 	"github.com/faas-gpu/faas-gpu/gpuserver/queueing"
 	"github.com/faas-gpu/faas-gpu/queueworker/functions"
 	"github.com/faas-gpu/faas-gpu/queueworker/queue"
@@ -149,7 +150,7 @@ func (w *Worker) accept(ctx context.Context, q string, msg jetstream.Msg, js jet
 			http.StatusInternalServerError)
 		return
 	}
-	m.fn = functions.Function{Name: m.req.Function, Queue: q, Percentile: functions.DefaultPercentile}
+	m.fn = functions.Function{Name: m.req.Function, Queue: q, Percentile: contract.DefaultPercentile}
 	if w.cfg.Functions != nil {
 		f, err := w.cfg.Functions.Function(ctx, m.req.Function)
 		switch {

@@ -9,6 +9,7 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/faas-gpu/faas-gpu/contract"
 	"github.com/faas-gpu/faas-gpu/queueworker/functions"
 	"github.com/faas-gpu/faas-gpu/queueworker/queue"
 )
@@ -79,7 +80,7 @@ func (w *Worker) discoverLoop(ctx context.Context, js jetstream.JetStream, liste
 				c, err := w.consumer(ctx, js, f.Queue)
 				if err != nil {
 					w.cfg.Logger.Warn("queue worker: cannot consume named queue", "queue", f.Queue, "function", f.Name, "err", err)
-					if errors.Is(err, queue.ErrInvalidName) || errors.Is(err, queue.ErrNotAQueue) {
+					if errors.Is(err, contract.ErrInvalidQueueName) || errors.Is(err, queue.ErrNotAQueue) {
 						have[f.Queue] = true // it will not become consumable: say so once
 					}
 					continue

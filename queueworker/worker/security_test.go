@@ -17,6 +17,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/openfaas/faas-provider/types"
 
+	"github.com/faas-gpu/faas-gpu/contract"
 	"github.com/faas-gpu/faas-gpu/queueworker/frontdoor"
 	"github.com/faas-gpu/faas-gpu/queueworker/functions"
 	"github.com/faas-gpu/faas-gpu/queueworker/internal/jstest"
@@ -82,7 +83,7 @@ func (e *env) deadLetterReasons() map[string]string {
 	return out
 }
 
-// Issue 13 item 1: the call faas-cli makes (POST /async-function/echo.openfaas-fn) is looked up in its namespace
+// The call faas-cli makes (POST /async-function/echo.openfaas-fn) is looked up in its namespace
 // and invoked as /function/echo.openfaas-fn, which the gateway's proxy splits.
 func TestNameDotNamespaceIsInvoked(t *testing.T) {
 	e := newEnv(t, echo)
@@ -103,7 +104,7 @@ func TestNameDotNamespaceIsInvoked(t *testing.T) {
 	}
 }
 
-// Issue 11 item 9: a message published straight to NATS cannot steer the worker to the gateway's API, however
+// A message published straight to NATS cannot steer the worker to the gateway's API, however
 // its path is encoded; the gateway never sees a /system request.
 func TestMessagesCannotReachTheGatewayAPI(t *testing.T) {
 	e, gw := newSecEnv(t, echo)
@@ -138,7 +139,7 @@ func TestMessagesCannotReachTheGatewayAPI(t *testing.T) {
 	}
 }
 
-// Issue 11 item 9: a callback URL that points at the gateway is refused (not retried, dead-lettered) whatever name
+// A callback URL that points at the gateway is refused (not retried, dead-lettered) whatever name
 // it uses for it, and the worker follows no redirect, from a function or a callback endpoint, to the gateway's API.
 func TestCallbacksCannotReachTheGateway(t *testing.T) {
 	var e *env
@@ -193,7 +194,7 @@ func TestCallbacksCannotReachTheGateway(t *testing.T) {
 	}
 }
 
-// Issue 11 item 10: dead letters keep no Authorization, Proxy-Authorization or Cookie header; bodies are kept
+// Dead letters keep no Authorization, Proxy-Authorization or Cookie header; bodies are kept
 // unless DeadLetterDropBodies; the stream's retention is the worker's DeadLetterMaxAge.
 func TestDeadLettersKeepNoCredentials(t *testing.T) {
 	for _, drop := range []bool{false, true} {
@@ -259,14 +260,14 @@ func (c *countingList) Functions(ctx context.Context) ([]functions.Function, err
 	return c.listed.Functions(ctx)
 }
 
-// Issue 11 item 8: a function whose queue is the dead letters' name (deployed before validation existed) never
+// A function whose queue is the dead letters' name (deployed before validation existed) never
 // makes the worker consume its dead letters, and a consumer an earlier version left on that stream is removed.
 func TestNeverConsumesTheDeadLetters(t *testing.T) {
 	e := newEnv(t, func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(http.StatusInternalServerError) })
 	ctx := context.Background()
-	if _, err := worker.New(worker.Config{JetStream: e.js, GatewayURL: e.gateway.URL, Queues: []string{queue.DeadLetterQueue}}); err == nil ||
+	if _, err := worker.New(worker.Config{JetStream: e.js, GatewayURL: e.gateway.URL, Queues: []string{contract.DeadLetterQueue}}); err == nil ||
 		!strings.Contains(err.Error(), "reserved") {
-		t.Fatalf("a worker told to consume %s: %v, want a config error saying it is reserved", queue.DeadLetterQueue, err)
+		t.Fatalf("a worker told to consume %s: %v, want a config error saying it is reserved", contract.DeadLetterQueue, err)
 	}
 	// What an earlier version left behind: its durable consumer on the dead-letter stream, and a dead letter.
 	if _, err := e.js.CreateOrUpdateConsumer(ctx, queue.DeadLetterStream, jetstream.ConsumerConfig{Durable: "qw",
@@ -277,7 +278,7 @@ func TestNeverConsumesTheDeadLetters(t *testing.T) {
 		t.Fatal(err)
 	}
 	fns := &countingList{listed: listed{functionsMap{
-		"loop": {Name: "loop", Queue: queue.DeadLetterQueue},
+		"loop": {Name: "loop", Queue: contract.DeadLetterQueue},
 		"echo": {Name: "echo", Queue: queue.DefaultQueue},
 	}}}
 	e.run(worker.Config{Durable: "qw", Functions: fns, DiscoverQueues: 10 * time.Millisecond,

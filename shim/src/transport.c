@@ -1,10 +1,10 @@
 /*
- * transport.c: the client side of the remoting transport (DESIGN.md decision 5).
+ * transport.c: the client side of the remoting transport (docs/design.md, decision 5).
  *
  * A Unix stream socket carries the hello (with the shared memory's memfd as SCM_RIGHTS) and one-byte doorbells.
  * The shared memory holds a control block, a request ring of call records, and a response area. Every record is
  * published (the tail pointer moved) as soon as it is written, so that the server works while the client goes on
- * issuing: a GPU idle while the client issues is latency lost (DESIGN.md decision 5). What is batched is the
+ * issuing: a GPU idle while the client issues is latency lost (docs/design.md, decision 5). What is batched is the
  * doorbells: the client rings only when the server sleeps. Both sides spin briefly before sleeping on the socket; a
  * side that sleeps sets its waiting flag and the other side rings the doorbell (Dekker-style: store, full fence,
  * load).

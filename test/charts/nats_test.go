@@ -13,7 +13,7 @@ import (
 	"github.com/faas-gpu/faas-gpu/queueworker/queue"
 )
 
-// Issue 11 items 10 and 13: the chart's NATS requires the password of a Secret and carries 8 MiB messages (the real
+// The chart's NATS requires the password of a Secret and carries 8 MiB messages (the real
 // nats-server parses the rendered configuration); the queue worker reads the same Secret.
 func TestNATSAuthFromSecret(t *testing.T) {
 	objs := decodeAll(t, render(t))

@@ -78,6 +78,13 @@ type llmDecode struct {
 	Total        stats
 	WeightsEqual bool `json:"weights_equal"`
 	WeightsOnGPU bool `json:"weights_on_gpu"`
+	Layout       struct {
+		Tied           bool
+		AdapterTensors int   `json:"adapter_tensors"`
+		BaseEnd        int64 `json:"base_end"`
+		AdapterStart   int64 `json:"adapter_start"`
+		StartAligned   bool  `json:"start_aligned"`
+	}
 }
 
 // TestLLMDecodeWithCUDAGraphs runs the llm function's handler through the shim on the simulated node (dry kernels;
@@ -89,12 +96,22 @@ type llmDecode struct {
 func TestLLMDecodeWithCUDAGraphs(t *testing.T) {
 	env := requireTier(t)
 	n := startNode(t, sim.KernelsDry)
-	small := []string{"LLM_LAYERS=2", "LLM_MAX_PROMPT_TOKENS=64", "LLM_MAX_TOKENS=32", "FAAS_GPU=1"}
+	// A variant of the base (a LoRA adapter): its extra kernels go through the shim and into the graph too.
+	small := []string{"LLM_LAYERS=2", "LLM_MAX_PROMPT_TOKENS=64", "LLM_MAX_TOKENS=32", "FAAS_GPU=1",
+		"LLM_ADAPTER_SEED=7"}
 	var eager, graphs llmDecode
 	n.python(t, env, append(small, "LLM_CUDA_GRAPHS=0"), "llm_decode.py", &eager)
 	n.python(t, env, append(small, "LLM_CUDA_GRAPHS=1"), "llm_decode.py", &graphs)
 	t.Logf("eager: %v per token; graphs: %v per token (timing %v)", eager.Greedy.PerToken, graphs.Greedy.PerToken,
 		graphs.Greedy.Timing)
+	// The device buffer's layout that variants share by: the adapter (2 layers x q and v x A and B) in a chunk of
+	// its own after the base, the head tied to the embedding.
+	const chunk = 2 << 20
+	if l := eager.Layout; !l.Tied || l.AdapterTensors != 8 || !l.StartAligned || l.AdapterStart%chunk != 0 ||
+		l.AdapterStart < l.BaseEnd || l.AdapterStart >= l.BaseEnd+chunk {
+		t.Errorf("device layout %+v: want the head tied, 8 adapter tensors from the first 2 MiB boundary after "+
+			"the base's, the buffer chunk-aligned", l)
+	}
 	if !eager.WeightsEqual || !eager.WeightsOnGPU {
 		t.Errorf("the weights packed into one GPU buffer: equal to a CPU build %v, on the GPU %v", eager.WeightsEqual,
 			eager.WeightsOnGPU)

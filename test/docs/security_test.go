@@ -1,4 +1,5 @@
 // Package docs checks that the documents cannot drift from the code: every test docs/security.md cites exists,
+// every file and package docs/architecture.md names exists and every package is on its map,
 // and docs/metrics.md lists exactly the metrics the code registers.
 package docs
 

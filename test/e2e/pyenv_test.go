@@ -332,7 +332,7 @@ func TestPyEnvExampleFunctionsThroughUp(t *testing.T) {
 	help, _ := exec.Command(bin, "up", "-h").CombinedOutput()
 	if !strings.Contains(string(help), "sim-kernels") {
 		t.Fatalf("faas-gpu up has no -sim-kernels flag: this test runs PyTorch on the simulated node in dry mode " +
-			"(-sim-kernels=dry, issue 10 item 4) and passes once that and PyTorch through the shim (items 1-3) land")
+			"(-sim-kernels=dry) and PyTorch through the shim")
 	}
 	root := repoRoot(t)
 	stack, err := shrinkwrap.ReadStack(filepath.Join(root, "stack.yml"))

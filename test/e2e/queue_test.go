@@ -76,9 +76,9 @@ func postRaw(t *testing.T, base, rawPath string, body []byte, header map[string]
 	return reply{code: resp.StatusCode, header: resp.Header, body: string(raw)}
 }
 
-// The asynchronous path of `faas-gpu up` as users and attackers reach it (issue 13 item 1; issue 11 items 8, 9, 10
-// and 13): faas-cli's `invoke --async` request, paths and callbacks that would reach the provider's API, a
-// message published straight to NATS, the reserved queue name, NATS credentials and the body limit.
+// The asynchronous path of `faas-gpu up` as users and attackers reach it: faas-cli's `invoke --async` request, paths
+// and callbacks that would reach the provider's API, a message published straight to NATS, the reserved queue name,
+// NATS credentials and the body limit.
 func TestAsyncEndToEnd(t *testing.T) {
 	if testing.Short() {
 		t.Skip("end-to-end: runs faas-gpu up and python functions")

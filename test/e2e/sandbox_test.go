@@ -124,8 +124,8 @@ func functionUID(t *testing.T, initPID int) int {
 }
 
 // attackUp deploys two escape functions with a secret each beside echo and vector-add on a running up, has one try
-// every way out the issue names, and checks that each fails while up and every function keep working. It returns
-// the attacker's report.
+// every way out of the sandbox docs/security.md names, and checks that each fails while up and every function keep
+// working. It returns the attacker's report.
 func attackUp(t *testing.T, in *instance, upPID int, marker string) escapeReport {
 	t.Helper()
 	state := in.stateDir

@@ -1,8 +1,10 @@
 // Command llmbench measures the llm function (functions/llm, unchanged, driven by test/gpu/llm_bench.py) through
 // the real shim, remoting server, executor and repository on a simulated H100 node in dry kernel mode, and writes
 // docs/bench/llm.md: the host side of time to first token warm and cold (after an eviction, from the host image),
-// decode steps per second eagerly and with CUDA graphs, remoted calls per token, and the host and GPU memory and swap
-// bytes that sharing one base between variants saves. Dry kernels are not computed, so every time here is host
+// decode steps per second eagerly and with CUDA graphs, remoted calls per token (with the shim answering the
+// synchronize after a read, and without: FAAS_GPU_REMOTING_LOCAL_SYNC=0, side by side), and the host memory and swap
+// bytes that sharing one base between variants (LoRA adapters, LLM_ADAPTER_SEED) saves, measured with 4 and 16 of
+// them deployed at once. Dry kernels are not computed, so every time here is host
 // overhead (Python, PyTorch's dispatch, the shim, the gpuserver) with no GPU time; the GPU suite measures the same
 // code natively and through the shim on a real GPU (test/gpu, TestGPULLMThroughTheShim).
 //
@@ -39,11 +41,12 @@ import (
 )
 
 type config struct {
-	out    string
-	tokens int
-	runs   int
-	layers int
-	timed  bool
+	out      string
+	tokens   int
+	runs     int
+	layers   int
+	variants int
+	timed    bool
 }
 
 func main() {
@@ -52,11 +55,13 @@ func main() {
 	flag.IntVar(&c.tokens, "tokens", 32, "tokens per completion")
 	flag.IntVar(&c.runs, "runs", 5, "completions per measurement")
 	flag.IntVar(&c.layers, "layers", 24, "layers of the model (24: Qwen2.5-0.5B's shape)")
+	flag.IntVar(&c.variants, "variants", 16, "variants of the base (a LoRA adapter each) deployed at once; the host "+
+		"memory is also reported at 4 (each variant is a process of the llm function: about 20 s of CPU to start)")
 	flag.BoolVar(&c.timed, "timed", false, "the sim's timed virtual GPU (TimeScale 1): every kernel takes the launch "+
 		"latency (5 us) of modelled GPU time, as no profile of this model's kernels exists")
 	flag.Parse()
-	if c.tokens < 2 || c.runs < 1 || c.layers < 1 {
-		fmt.Fprintln(os.Stderr, "llmbench: -tokens must be >= 2, -runs and -layers >= 1")
+	if c.tokens < 2 || c.runs < 1 || c.layers < 1 || c.variants < 1 {
+		fmt.Fprintln(os.Stderr, "llmbench: -tokens must be >= 2, -runs, -layers and -variants >= 1")
 		os.Exit(2)
 	}
 	if err := run(context.Background(), c); err != nil {
@@ -321,7 +326,11 @@ func run(ctx context.Context, c config) error {
 		return pool.FunctionSpec{Name: name, MemoryBytes: 4 << 30, Isolation: pool.IsolationShared,
 			Scratch: pool.ScratchRequest, Model: pool.ModelShared}
 	}
-	funcs := registry{"llm-a": spec("llm-a"), "llm-b": spec("llm-b")}
+	funcs := registry{"llm-a": spec("llm-a"), "llm-rt": spec("llm-rt")}
+	for i := 1; i <= c.variants; i++ {
+		name := variantName(i)
+		funcs[name] = spec(name)
+	}
 	n, stop, err := startNode(ctx, funcs, c.timed)
 	if err != nil {
 		return err
@@ -339,46 +348,23 @@ func run(ctx context.Context, c config) error {
 	}
 	imageA := n.repo.Stats()
 
-	type mode struct {
-		name   string
-		graphs bool
-		ttft   []float64
-		tps    []float64
-		calls  map[string]float64
-		tokens []int
-		gerr   string
+	// Decoding, with the shim answering the synchronize after each read (the default), and in a process of its
+	// own without (FAAS_GPU_REMOTING_LOCAL_SYNC=0: every synchronize a round trip), same base, same requests, their
+	// runs taking turns.
+	rt, err := startProc(n, py, shim, "llm-rt", c, "FAAS_GPU_REMOTING_LOCAL_SYNC=0")
+	if err != nil {
+		return err
 	}
-	modes := []*mode{{name: "eager"}, {name: "CUDA graphs", graphs: true}}
-	for _, m := range modes {
-		// One warm-up completion (the graph is captured in the first with graphs), then the timed ones. Calls
-		// per token from a 2-token and a c.tokens completion, so that the prompt's cost cancels.
-		var short reply
-		if _, err := n.request(ctx, "llm-a", func() error {
-			var err error
-			if _, err = a.complete(c.tokens, m.graphs); err == nil {
-				short, err = a.complete(2, m.graphs)
-			}
-			return err
-		}); err != nil {
-			return err
-		}
-		for range c.runs {
-			var r reply
-			if _, err := n.request(ctx, "llm-a", func() error { var err error; r, err = a.complete(c.tokens, m.graphs); return err }); err != nil {
-				return err
-			}
-			m.ttft = append(m.ttft, r.TTFT)
-			m.tps = append(m.tps, r.PerSecond)
-			m.tokens, m.gerr = r.Tokens, r.GraphErr
-			m.calls = map[string]float64{}
-			for k, v := range r.Stats {
-				m.calls[k] = (v - short.Stats[k]) / float64(c.tokens-2)
-			}
-			if m.graphs && !r.Graphs {
-				return fmt.Errorf("the decode step was not captured: %s", r.GraphErr)
-			}
-		}
+	if _, err := n.request(ctx, "llm-rt", func() error { _, err := rt.complete(4, false); return err }); err != nil {
+		rt.stop()
+		return err
 	}
+	both, err := decodeModes(ctx, n, []side{{a, "llm-a"}, {rt, "llm-rt"}}, c)
+	rt.stop()
+	if err != nil {
+		return err
+	}
+	modes, rtModes := both[0], both[1]
 	sameTokens := slices.Equal(modes[0].tokens, modes[1].tokens)
 
 	// Cold: the model is evicted from the GPU, then one request swaps it in from the host image and decodes its
@@ -389,41 +375,71 @@ func run(ctx context.Context, c config) error {
 			return err
 		}
 		before := n.xn.Status()[0].SwapBytes
-		var r reply
-		d, err := n.request(ctx, "llm-a", func() error { var err error; r, err = a.complete(1, false); return err })
+		d, err := n.request(ctx, "llm-a", func() error { _, err := a.complete(1, false); return err })
 		if err != nil {
 			return err
 		}
 		cold = append(cold, d.Seconds())
 		coldSwap = append(coldSwap, float64(n.xn.Status()[0].SwapBytes-before))
-		_ = r
 	}
 
-	// Sharing: a variant with another head. Its image shares the base's chunks in host memory; with llm-a
-	// resident on the GPU, its swap-in copies only its own chunks.
-	b, err := startProc(n, py, shim, "llm-b", c, "LLM_HEAD_SEED=1")
-	if err != nil {
-		return err
+	// Sharing: c.variants variants of the base, a LoRA adapter each, deployed at once (one process each, started
+	// one after the other; each is evicted from the GPU after its first request, which ends its initialisation and
+	// makes its image). Their images share the base's chunks in host memory.
+	type point struct {
+		variants int
+		st       repository.Stats
 	}
-	defer b.stop()
-	if _, err := n.request(ctx, "llm-b", func() error { _, err := b.complete(4, false); return err }); err != nil {
-		return err
+	var points []point
+	variantImage := uint64(0)
+	var procs []*proc
+	defer func() {
+		for _, p := range procs {
+			p.stop()
+		}
+	}()
+	for i := 1; i <= c.variants; i++ {
+		name := variantName(i)
+		before := n.repo.Stats()
+		p, err := startProc(n, py, shim, name, c, fmt.Sprintf("LLM_ADAPTER_SEED=%d", i))
+		if err != nil {
+			return err
+		}
+		procs = append(procs, p)
+		if _, err := n.request(ctx, name, func() error { _, err := p.complete(2, false); return err }); err != nil {
+			return err
+		}
+		if err := n.xn.Evict(ctx, name, 0); err != nil {
+			return err
+		}
+		after := n.repo.Stats()
+		if variantImage == 0 {
+			variantImage = after.LogicalBytes - before.LogicalBytes
+		}
+		if i == 4 || i == c.variants {
+			points = append(points, point{variants: i, st: after})
+		}
+		fmt.Fprintf(os.Stderr, "llmbench: %d variants: host %d bytes, images %d bytes\n", i, after.HostBytes,
+			after.LogicalBytes)
 	}
-	both := n.repo.Stats()
-	if err := n.xn.Evict(ctx, "llm-b", 0); err != nil {
-		return err
+	var pss, anon []float64
+	for _, p := range procs {
+		if m, err := memoryMB(p.cmd.Process.Pid); err == nil {
+			pss, anon = append(pss, m["Pss"]), append(anon, m["Anonymous"])
+		}
 	}
+	// With llm-a (the base) resident on GPU 0, the first variant's swap-in copies only its own chunks and maps the
+	// base's.
 	if _, err := n.request(ctx, "llm-a", func() error { _, err := a.complete(2, false); return err }); err != nil {
-		return err // llm-a resident on GPU 0
-	}
-	beforeSwap, beforeShared := n.xn.Status()[0].SwapBytes, n.xn.Sharing().SharedBytes
-	if _, err := n.request(ctx, "llm-b", func() error { _, err := b.complete(2, false); return err }); err != nil {
 		return err
 	}
-	swapB, sharedB := n.xn.Status()[0].SwapBytes-beforeSwap, n.xn.Sharing().SharedBytes-beforeShared
+	first := procs[0]
+	beforeSwap, beforeShared := n.xn.Status()[0].SwapBytes, n.xn.Sharing().SharedBytes
+	if _, err := n.request(ctx, variantName(1), func() error { _, err := first.complete(2, false); return err }); err != nil {
+		return err
+	}
+	swapV, sharedV := n.xn.Status()[0].SwapBytes-beforeSwap, n.xn.Sharing().SharedBytes-beforeShared
 
-	size := float64(imageA.LogicalBytes)
-	own := float64(both.HostBytes - imageA.HostBytes)
 	timing := "take no modelled time"
 	if c.timed {
 		timing = "on the sim's **timed virtual GPU** each takes 5 us of modelled GPU time on the GPU's one compute " +
@@ -435,13 +451,13 @@ func run(ctx context.Context, c config) error {
 	w("# The llm function through the shim (simulated node)\n\n")
 	w("Written by `make bench-llm` (`go run ./test/llmbench`) on %s.\n\n", time.Now().UTC().Format(time.RFC3339))
 	w("Conditions: **2-core dev VM, no GPU** (%d CPUs seen by Go, shared with other work; Go %s); the llm function "+
-		"(functions/llm, %d layers of Qwen2.5-0.5B's shape, %.0f M parameters, bfloat16, random weights from seed "+
-		"500) driven by `test/gpu/llm_bench.py` through the real shim, remoting server, executor and repository on a "+
-		"simulated H100 node in **dry kernel mode**: kernels are accepted, not computed, and %s. "+
-		"Greedy completions of %d tokens (ignore_eos) of one fixed prompt, %d per measurement after one warm-up, "+
-		"each inside a request (the executor binds GPU 0 and releases after; scratch is the request's). Figures are "+
-		"means with their range over the runs.\n\n", runtime.NumCPU(), runtime.Version(), c.layers,
-		float64(a.load.Params)/1e6, timing, c.tokens, c.runs)
+		"(functions/llm, %d layers of Qwen2.5-0.5B's shape, %.0f M parameters with the head tied to the embedding, "+
+		"bfloat16, random weights from seed 500) driven by `test/gpu/llm_bench.py` through the real shim, remoting "+
+		"server, executor and repository on a simulated H100 node in **dry kernel mode**: kernels are accepted, not "+
+		"computed, and %s. Greedy completions of %d tokens (ignore_eos) of one fixed prompt, %d per measurement "+
+		"after one warm-up, each inside a request (the executor binds GPU 0 and releases after; scratch is the "+
+		"request's). Figures are means with their range over the runs.\n\n", runtime.NumCPU(), runtime.Version(),
+		c.layers, float64(a.load.Params)/1e6, timing, c.tokens, c.runs)
 	if c.timed {
 		w("**What these figures are, and are not.** No GPU ran: the times are host work (Python, PyTorch's " +
 			"dispatch, the shim's records, the gpuserver's handling) on a loaded 2-core VM plus the modelled GPU time " +
@@ -455,16 +471,26 @@ func run(ctx context.Context, c config) error {
 			"native side here (no GPU to run natively on); the targets (TTFT <= 100 ms from the host image, decode " +
 			">= 0.95x native with CUDA graphs) are measured by the GPU suite, which has not run yet.\n\n")
 	}
-	w("## Decode through the shim\n\n| mode | TTFT, warm (ms) | decode steps/s | async records per token | " +
-		"sync round trips per token | answered in the shim per token |\n|---|---|---|---|---|---|\n")
-	for _, m := range modes {
-		w("| %s | %s | %s | %.1f | %.1f | %.1f |\n", m.name, stats(m.ttft).ms(), stats(m.tps).plain(),
-			m.calls["async"], m.calls["sync"], m.calls["local"])
+	w("## Decode through the shim\n\n| mode | synchronize after a read | TTFT, warm (ms) | decode steps/s | " +
+		"async records per token | sync round trips per token | synchronizations answered in the shim per token | " +
+		"calls answered in the shim per token |\n|---|---|---|---|---|---|---|---|\n")
+	for i, m := range modes {
+		for _, side := range []struct {
+			how string
+			m   *mode
+		}{{"answered in the shim", m}, {"a round trip (`FAAS_GPU_REMOTING_LOCAL_SYNC=0`)", rtModes[i]}} {
+			w("| %s | %s | %s | %s | %.1f | %.1f | %.1f | %.1f |\n", side.m.name, side.how, stats(side.m.ttft).ms(),
+				stats(side.m.tps).plain(), side.m.calls["async"], side.m.calls["sync"], side.m.calls["syncs_answered"],
+				side.m.calls["local"])
+		}
 	}
-	w("\nThe same %d tokens came out eagerly and with graphs: %v (dry kernels compute nothing, so this shows that "+
-		"the replayed graph does the same copies and memsets as the eager step, not that the tokens are right; the "+
-		"GPU suite compares them with a native run). With graphs a decode step is one record (the graph launch) "+
-		"and the token read back (a copy and a synchronize).\n\n", c.tokens, sameTokens)
+	w("\nThe two sides are two processes of the same function code and base weights on the same node, their runs "+
+		"taking turns (one completion of one, then one of the other), so that both meet the machine's load; the "+
+		"counts are exact, the rates vary with the load of the shared machine (see the ranges). The same %d tokens came out eagerly and with graphs: %v (dry kernels compute nothing, so this "+
+		"shows that the replayed graph does the same copies and memsets as the eager step, not that the tokens are "+
+		"right; the GPU suite compares them with a native run). With graphs a decode step is one record (the graph "+
+		"launch) and the token read back: a copy, whose answer is the one round trip, and a synchronize, which the "+
+		"shim answers itself because nothing was sent after the copy.\n\n", c.tokens, sameTokens)
 	w("## Time to first token from the host image (cold)\n\n| | ms | bytes copied to the GPU |\n|---|---|---|\n")
 	w("| model evicted, then acquire (swap-in from the host image) + prefill + first token + release | %s | %.0f MB |\n",
 		stats(cold).ms(), stats(coldSwap).mean/1e6)
@@ -478,24 +504,40 @@ func run(ctx context.Context, c config) error {
 	}
 	w("%s; on a GPU the swap-in of %.0f MB at the 41 GB/s measured on an H100 (docs/bench/swap-cuda.md) takes about "+
 		"%.0f ms, pipelined with the prefill.\n\n", link, stats(coldSwap).mean/1e6, stats(coldSwap).mean/41e9*1e3)
-	w("## Sharing one base between variants\n\nTwo variants ran (llm-a, and llm-b with another output head: "+
-		"LLM_HEAD_SEED); each image is %.1f MB. Measured: the second image added %.1f MB of host memory (its own "+
-		"chunks); with llm-a resident on the GPU, llm-b's swap-in copied %.1f MB and mapped %.1f MB of chunks "+
-		"already there. For n variants the host memory is one image plus n-1 times the own chunks (exact: each "+
-		"variant's own chunks are its head's), which gives:\n\n", size/1e6, own/1e6, float64(swapB)/1e6,
-		float64(sharedB)/1e6)
-	w("| variants | host memory without sharing (MB) | with sharing (MB) | ratio to one model | saved (MB) | " +
-		"bytes copied by a swap-in whose base is resident (MB), without / with sharing |\n|---|---|---|---|---|---|\n")
-	for _, v := range []int{1, 2, 4, 16} {
-		with := size + float64(v-1)*own
-		w("| %d | %.0f | %.0f | %.3f | %.0f | %.1f / %.1f |\n", v, float64(v)*size/1e6, with/1e6, with/size,
-			(float64(v)*size-with)/1e6, size/1e6, float64(swapB)/1e6)
+
+	model := float64(variantImage)
+	w("## Sharing one base between variants\n\n"+
+		"**What a variant is.** The base is the model above (its output head tied to the embedding, as "+
+		"Qwen2.5-0.5B's). A variant is the base plus a LoRA adapter of its own (`LLM_ADAPTER_SEED`): rank 8 on the "+
+		"query and value projections of every layer (PEFT's default targets for Qwen2, alpha = rank), kept unmerged "+
+		"(W x + B (A x)), so the base's weights are the same bytes in every variant; 0.54 M parameters, 1.1 MB. "+
+		"The function places the adapter in a 2 MiB chunk of its own after the base's, so each variant's image is "+
+		"the base's chunks plus one chunk. The adapter's weights are random, like the base's: the variants answer "+
+		"differently, not usefully. Unmerged, the adapter costs every decode step 6 kernels per layer (144 launches "+
+		"per token eagerly, about 12%% more; nothing more with CUDA graphs, where the step is one record). Variants "+
+		"that differ in a whole output head (8,192 x 896, 2.2%% of the model) took 1.34 times one model's host "+
+		"memory for 16 (the previous version of this page).\n\n"+
+		"**Measured**, each variant a process of the llm function deployed at once on the node (%d of them, started "+
+		"one after the other, each evicted from the GPU after its first request), beside the base llm-a (no "+
+		"adapter: its image, %.1f MB, is the base's chunks): one variant's image is %.1f MB, and each variant added "+
+		"%.2f MB of host memory on average (its own chunks). The repository's host memory, llm-a's image included:"+
+		"\n\n", c.variants, float64(imageA.HostBytes)/1e6, model/1e6,
+		float64(points[len(points)-1].st.HostBytes-imageA.HostBytes)/float64(c.variants)/1e6)
+	w("| variants | host memory without sharing (MB) | with sharing (MB) | ratio to one variant's image | saved (MB) |\n" +
+		"|---|---|---|---|---|\n")
+	for _, pt := range points {
+		host := float64(pt.st.HostBytes)
+		w("| %d | %.0f | %.0f | %.3f | %.0f |\n", pt.variants, float64(pt.variants)*model/1e6, host/1e6, host/model,
+			(float64(pt.variants)*model-host)/1e6)
 	}
-	w("\nThe heads of this function are its 8,192 x 896 output projection (%.1f MB in bfloat16, %.1f%% of the "+
-		"model), so 16 variants take %.2f times one model's host memory: above the 1.2 target, which holds for heads "+
-		"up to about 1.35%% of a model (make test's TestVariantsShareHostChunks checks 16 variants with a 1.2%% head: "+
-		"1.185). GPU memory follows the same arithmetic while the variants are resident on one GPU.\n",
-		own/1e6, 100*own/size, (size+15*own)/size)
+	w("\nWith llm-a (the base) resident on GPU 0, the first variant's swap-in copied %.1f MB and mapped %.1f MB of "+
+		"chunks already there (without sharing it would copy its whole %.1f MB image). GPU memory follows the same "+
+		"arithmetic while variants are resident on one GPU. The host memory measured is the repository's shared "+
+		"memory (its images). Each variant's own process (Python, PyTorch, the CUDA libraries, the tokenizer) is "+
+		"not in it: a variant is a function with its own process, which took %s MB of anonymous memory (its own) "+
+		"and %s MB of proportional set size (the libraries' pages divided among the %d processes that map them) "+
+		"with %d variants running.\n", float64(swapV)/1e6, float64(sharedV)/1e6, model/1e6, stats(anon).plain(),
+		stats(pss).plain(), c.variants+1, c.variants)
 	if err := os.WriteFile(c.out, []byte(report.String()), 0o644); err != nil {
 		return err
 	}
@@ -504,4 +546,95 @@ func run(ctx context.Context, c config) error {
 		return errors.New("eager and graph tokens differ")
 	}
 	return nil
+}
+
+func variantName(i int) string { return fmt.Sprintf("llm-v%d", i) }
+
+// memoryMB is process pid's memory from /proc/PID/smaps_rollup in MB, by field (Pss, Anonymous, ...).
+func memoryMB(pid int) (map[string]float64, error) {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/smaps_rollup", pid))
+	if err != nil {
+		return nil, err
+	}
+	m := map[string]float64{}
+	for _, line := range strings.Split(string(b), "\n") {
+		k, v, ok := strings.Cut(line, ":")
+		var kb float64
+		if ok && strings.HasSuffix(v, " kB") {
+			if _, err := fmt.Sscan(strings.TrimSuffix(strings.TrimSpace(v), " kB"), &kb); err == nil {
+				m[k] = kb * 1024 / 1e6
+			}
+		}
+	}
+	if _, ok := m["Pss"]; !ok {
+		return nil, errors.New("no Pss line")
+	}
+	return m, nil
+}
+
+// mode is one way of decoding (eager or with CUDA graphs) as measured.
+type mode struct {
+	name   string
+	graphs bool
+	ttft   []float64
+	tps    []float64
+	calls  map[string]float64
+	tokens []int
+	gerr   string
+}
+
+// side is one process of a function whose decoding is measured.
+type side struct {
+	p  *proc
+	fn string
+}
+
+// decodeModes measures each side decoding eagerly and with CUDA graphs: one warm-up completion per side (the graph
+// is captured in the first with graphs), then c.runs timed ones, the sides taking turns so that they meet the same
+// load; calls per token from a 2-token and a c.tokens completion, so that the prompt's cost cancels. It returns the
+// modes of each side.
+func decodeModes(ctx context.Context, n *node, sides []side, c config) ([][]*mode, error) {
+	out := make([][]*mode, len(sides))
+	for i := range sides {
+		out[i] = []*mode{{name: "eager"}, {name: "CUDA graphs", graphs: true}}
+	}
+	for k := range 2 {
+		shorts := make([]reply, len(sides))
+		for i, sd := range sides {
+			graphs := out[i][k].graphs
+			if _, err := n.request(ctx, sd.fn, func() error {
+				var err error
+				if _, err = sd.p.complete(c.tokens, graphs); err == nil {
+					shorts[i], err = sd.p.complete(2, graphs)
+				}
+				return err
+			}); err != nil {
+				return nil, err
+			}
+		}
+		for range c.runs {
+			for i, sd := range sides {
+				m := out[i][k]
+				var r reply
+				if _, err := n.request(ctx, sd.fn, func() error {
+					var err error
+					r, err = sd.p.complete(c.tokens, m.graphs)
+					return err
+				}); err != nil {
+					return nil, err
+				}
+				m.ttft = append(m.ttft, r.TTFT)
+				m.tps = append(m.tps, r.PerSecond)
+				m.tokens, m.gerr = r.Tokens, r.GraphErr
+				m.calls = map[string]float64{}
+				for key, v := range r.Stats {
+					m.calls[key] = (v - shorts[i].Stats[key]) / float64(c.tokens-2)
+				}
+				if m.graphs && !r.Graphs {
+					return nil, fmt.Errorf("%s: the decode step was not captured: %s", sd.fn, r.GraphErr)
+				}
+			}
+		}
+	}
+	return out, nil
 }

@@ -72,7 +72,7 @@
 // # Timed mode
 //
 // With TimeScale > 0 the sim keeps modelled time on the wall clock (or Options.Clock), scaled by TimeScale: it is
-// the timed virtual GPU the remoting path is measured on (DESIGN.md decision 8, test/bench/replay). Each GPU has
+// the timed virtual GPU the remoting path is measured on (docs/design.md, decision 8; test/bench/replay). Each GPU has
 // one compute engine: kernels, memsets and local copies of all its streams run on it one after another, each
 // starting at the latest of its enqueueing, the end of the previous work of its stream (or of an event it waits
 // for) and the end of the engine's previous work. They take no wall-clock time when the stream reaches them;

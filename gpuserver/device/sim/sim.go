@@ -170,7 +170,7 @@ type mapping struct {
 	size     uint64 // of the mapped part
 	access   uint64 // bit i: GPU i may access
 	ctx      uint64 // the context owning it (module memory), 0: the process's (Map)
-	readOnly bool   // SetAccessReadOnly: copies and memsets into it fault (kernels' writes are not checked)
+	readOnly bool   // SetAccessReadOnly: copies, memsets and reference kernels' writes into it fault
 }
 
 type transfer struct{}
@@ -482,8 +482,9 @@ func (b *Backend) SetAccess(ptr device.Ptr, size uint64, gpus []int) error {
 	return nil
 }
 
-// SetAccessReadOnly grants GPUs read access to a mapped range: the simulated device refuses copies and memsets
-// into it (ErrIllegalAddress, a fault of the work as on a GPU); writes of kernels are not checked.
+// SetAccessReadOnly grants GPUs read access to a mapped range: the simulated device refuses copies, memsets and the
+// writes of reference kernels into it (ErrIllegalAddress, a fault of the work as on a GPU). A dry launch (a kernel the
+// sim does not compute) cannot know what it writes: it is accepted.
 func (b *Backend) SetAccessReadOnly(ptr device.Ptr, size uint64, gpus []int) error {
 	if err := b.SetAccess(ptr, size, gpus); err != nil {
 		return err

@@ -15,9 +15,11 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/faas-gpu/faas-gpu/gpuserver/controller"
@@ -35,6 +37,8 @@ type outcome struct {
 	Refused   int64   `json:"requests_refused"`
 	Busy      float64 `json:"gpu_busy"`
 	GPUs      float64 `json:"gpus,omitempty"`
+	// ImageLoads counts host images loaded on a node (router runs).
+	ImageLoads int64 `json:"image_loads,omitempty"`
 }
 
 func (o outcome) fnShare() float64  { return ratio(float64(o.Met), float64(o.Functions)) }
@@ -68,21 +72,39 @@ type sweep struct {
 // sizing is how many GPUs a policy needs on one seed to keep Target of the functions within their SLO.
 type sizing struct {
 	Policy string    `json:"policy"`
-	Runs   []outcome `json:"runs"` // per seed: the smallest cluster reaching the target, or the best one tried
+	Runs   []outcome `json:"runs"` // per seed: the smallest cluster reaching the target, else the largest tried
 	// Reached per seed.
 	Reached []bool `json:"reached"`
+	// Missed lists, per seed, the smaller clusters tried that missed the target.
+	Missed [][]miss `json:"missed,omitempty"`
+}
+
+// miss is a cluster that missed the sizing target: its run stopped once the target was out of reach.
+type miss struct {
+	Nodes int `json:"nodes"`
+	// StoppedAtMinutes is the simulated time at which the target was out of reach.
+	StoppedAtMinutes float64 `json:"stopped_at_minutes"`
 }
 
 type report struct {
-	Quick       bool     `json:"quick"`
-	Seeds       []uint64 `json:"seeds"`
-	GoVersion   string   `json:"go_version"`
-	CPUs        int      `json:"nproc"`
-	CPUModel    string   `json:"cpu_model"`
-	Commit      string   `json:"commit"`
-	Started     string   `json:"started"`
-	WallSeconds float64  `json:"wall_seconds"`
-	Sweeps      []sweep  `json:"sweeps"`
+	Quick     bool     `json:"quick"`
+	Seeds     []uint64 `json:"seeds"`
+	GoVersion string   `json:"go_version"`
+	CPUs      int      `json:"nproc"`
+	CPUModel  string   `json:"cpu_model"`
+	Commit    string   `json:"commit"`
+	// Command is the benchmark's command line (make bench-policy runs it with go run).
+	Command     string  `json:"command"`
+	Started     string  `json:"started"`
+	WallSeconds float64 `json:"wall_seconds"`
+	// CPUSeconds is the processor time the whole run used (user and system).
+	CPUSeconds float64 `json:"cpu_seconds"`
+	// LoadStart and LoadEnd are the machine's 1-minute load averages when the run started and ended (other work
+	// on the machine stretches the wall time, not the figures).
+	LoadStart float64 `json:"load_start"`
+	LoadEnd   float64 `json:"load_end"`
+	Parallel  int     `json:"parallel"`
+	Sweeps    []sweep `json:"sweeps"`
 	// Cluster sizing at ClusterTarget over ClusterMinutes of the Azure trace.
 	ClusterTarget  float64  `json:"cluster_target"`
 	ClusterMinutes int      `json:"cluster_minutes"`
@@ -99,6 +121,50 @@ type inputs struct {
 	mu     sync.Mutex
 	traces map[string]*simulate.Trace
 	models map[string][]simulate.Model
+	sets   map[string]*arrivalSet
+}
+
+// arrivalSet is one list of arrivals shared by the runs that replay it (policies, cluster sizes), built by the
+// first to need it and dropped when the last has finished.
+type arrivalSet struct {
+	once  sync.Once
+	arr   []simulate.Arrival
+	err   error
+	users int
+}
+
+// want registers one more run of the arrivals named key.
+func (in *inputs) want(key string) {
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	s := in.sets[key]
+	if s == nil {
+		s = &arrivalSet{}
+		in.sets[key] = s
+	}
+	s.users++
+}
+
+// arrivals gives the arrivals named key, built by build on first use; release must follow once the run is done.
+func (in *inputs) arrivals(key string, build func() ([]simulate.Arrival, error)) ([]simulate.Arrival, error) {
+	in.mu.Lock()
+	s := in.sets[key]
+	in.mu.Unlock()
+	if s == nil {
+		return nil, fmt.Errorf("arrivals %s: not registered", key)
+	}
+	s.once.Do(func() { s.arr, s.err = build() })
+	return s.arr, s.err
+}
+
+func (in *inputs) release(key string) {
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	if s := in.sets[key]; s != nil {
+		if s.users--; s.users <= 0 {
+			delete(in.sets, key)
+		}
+	}
 }
 
 func (in *inputs) load(trace, models string) (*simulate.Trace, []simulate.Model, error) {
@@ -156,34 +222,48 @@ type job struct {
 	out  *outcome
 }
 
+// runJobs runs jobs on parallel workers in the order given (the longest first keeps the tail short), logging
+// each as it ends; the first error stops handing out more.
 func runJobs(jobs []job, parallel int) error {
 	var wg sync.WaitGroup
-	sem := make(chan struct{}, parallel)
-	errs := make([]error, len(jobs))
-	for i, j := range jobs {
+	var mu sync.Mutex
+	next, done := 0, 0
+	var failed error
+	t0 := time.Now()
+	for range min(parallel, len(jobs)) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			sem <- struct{}{}
-			defer func() { <-sem }()
-			t0 := time.Now()
-			o, err := j.run()
-			if err != nil {
-				errs[i] = fmt.Errorf("%s: %w", j.name, err)
-				return
+			for {
+				mu.Lock()
+				if failed != nil || next == len(jobs) {
+					mu.Unlock()
+					return
+				}
+				j := jobs[next]
+				next++
+				mu.Unlock()
+				t := time.Now()
+				o, err := j.run()
+				mu.Lock()
+				done++
+				if err != nil {
+					if failed == nil {
+						failed = fmt.Errorf("%s: %w", j.name, err)
+					}
+					mu.Unlock()
+					return
+				}
+				*j.out = o
+				logf("[%3d/%3d %5.0fs] %-54s functions %4d/%4d  requests %7d/%7d  refused %6d  (%.1fs)", done,
+					len(jobs), time.Since(t0).Seconds(), j.name, o.Met, o.Functions, o.OnTime, o.Requests, o.Refused,
+					time.Since(t).Seconds())
+				mu.Unlock()
 			}
-			*j.out = o
-			logf("%-58s functions %4d/%4d  requests %7d/%7d  refused %6d  (%.1fs)", j.name, o.Met, o.Functions,
-				o.OnTime, o.Requests, o.Refused, time.Since(t0).Seconds())
 		}()
 	}
 	wg.Wait()
-	for _, err := range errs {
-		if err != nil {
-			return err
-		}
-	}
-	return nil
+	return failed
 }
 
 func fromResult(seed uint64, r simulate.Result) outcome {
@@ -237,7 +317,8 @@ func run() error {
 		}
 		torporCounts, hours, arrivalsMin, clusterMin = []int{160, 560}, []int{0, 1}, 10, 120
 	}
-	in := &inputs{dir: *workloads, traces: map[string]*simulate.Trace{}, models: map[string][]simulate.Model{}}
+	in := &inputs{dir: *workloads, traces: map[string]*simulate.Trace{}, models: map[string][]simulate.Model{},
+		sets: map[string]*arrivalSet{}}
 	node, err := topology.Preset("v100x4")
 	if err != nil {
 		return err
@@ -252,26 +333,36 @@ func run() error {
 	}
 	start := time.Now()
 	rep := report{Quick: *quick, Seeds: seeds, GoVersion: runtime.Version(), CPUs: runtime.NumCPU(),
-		CPUModel: cpuModel(), Commit: gitCommit(), Started: start.UTC().Format(time.RFC3339),
+		CPUModel: cpuModel(), Commit: gitCommit(), Command: strings.Join(append([]string{"benchpolicy"}, os.Args[1:]...), " "),
+		Started: start.UTC().Format(time.RFC3339), LoadStart: loadAverage(), Parallel: *parallel,
 		ClusterTarget: 0.98, ClusterMinutes: clusterMin, RouterNodes: 2}
 	nodePolicies := []controller.Policy{controller.PolicyFaaSGPU, controller.PolicyTorpor, controller.PolicyFIFO,
 		controller.PolicyRandomPlacement, controller.PolicyLRUEviction, controller.PolicyGShareDQLS,
 		controller.PolicyNative}
-	var jobs []job
-	add := func(sw *sweep, label string, policies []string, cfg func(policy string, seed uint64) (simulate.Config, error)) {
+	// add appends a point of sweep sw: every policy on every seed, the runs of one seed next to each other (they
+	// share its arrivals, built once); arrivals gives a seed's arrivals, cfg a run's configuration.
+	add := func(jobs *[]job, sw *sweep, label string, policies []string,
+		arrivals func(seed uint64) (key string, build func() ([]simulate.Arrival, error)),
+		cfg func(policy string, seed uint64) (simulate.Config, error)) {
 		pt := point{Label: label}
 		for _, p := range policies {
 			pt.Cells = append(pt.Cells, cell{Policy: p, Runs: make([]outcome, len(seeds))})
 		}
 		sw.Points = append(sw.Points, pt)
 		cur := &sw.Points[len(sw.Points)-1]
-		for ci := range cur.Cells {
-			c := &cur.Cells[ci]
-			for si, seed := range seeds {
-				jobs = append(jobs, job{name: fmt.Sprintf("%s %s %s seed %d", sw.Name, label, c.Policy, seed),
+		for si, seed := range seeds {
+			key, build := arrivals(seed)
+			for ci := range cur.Cells {
+				c := &cur.Cells[ci]
+				in.want(key)
+				*jobs = append(*jobs, job{name: fmt.Sprintf("%s %s %s seed %d", sw.Name, label, c.Policy, seed),
 					out: &c.Runs[si], run: func() (outcome, error) {
+						defer in.release(key)
 						sc, err := cfg(c.Policy, seed)
 						if err != nil {
+							return outcome{}, err
+						}
+						if sc.Arrivals, err = in.arrivals(key, build); err != nil {
 							return outcome{}, err
 						}
 						r, err := simulate.Run(sc, false)
@@ -287,26 +378,43 @@ func run() error {
 		}
 		return out
 	}
+	fromTrace := func(trace string, functions, minutes, startMinute int) func(seed uint64) (string,
+		func() ([]simulate.Arrival, error)) {
+		return func(seed uint64) (string, func() ([]simulate.Arrival, error)) {
+			return fmt.Sprintf("%s/%d/%d+%d/%d", trace, functions, startMinute, minutes, seed),
+				func() ([]simulate.Arrival, error) {
+					tr, ms, err := in.load(trace, "models-torpor-v100.csv")
+					if err != nil {
+						return nil, err
+					}
+					return simulate.TraceArrivals(simulate.Config{Trace: tr, Models: ms, Functions: functions,
+						Minutes: minutes, StartMinute: startMinute, Seed: seed})
+				}
+		}
+	}
 	rep.Sweeps = make([]sweep, 3)
+	var nodeJobs, hourJobs, arrivalJobs []job
 	tn := &rep.Sweeps[0]
 	*tn = sweep{Name: "torpor-node", What: "Torpor's node (v100x4) and trace (torpor-203fn-31min.csv) with Torpor's " +
 		"models (models-torpor-v100.csv), 10 simulated minutes; x: functions"}
 	for _, n := range torporCounts {
-		add(tn, strconv.Itoa(n), names(nodePolicies), func(p string, seed uint64) (simulate.Config, error) {
-			tr, ms, err := in.load("torpor-203fn-31min.csv", "models-torpor-v100.csv")
-			return simulate.Config{Trace: tr, Models: ms, Functions: n, Node: node, Minutes: 10,
-				Policy: controller.Policy(p), Seed: seed}, err
-		})
+		add(&nodeJobs, tn, strconv.Itoa(n), names(nodePolicies), fromTrace("torpor-203fn-31min.csv", n, 10, 0),
+			func(p string, seed uint64) (simulate.Config, error) {
+				tr, ms, err := in.load("torpor-203fn-31min.csv", "models-torpor-v100.csv")
+				return simulate.Config{Trace: tr, Models: ms, Functions: n, Node: node, Minutes: 10,
+					Policy: controller.Policy(p), Seed: seed}, err
+			})
 	}
 	hr := &rep.Sweeps[1]
 	*hr = sweep{Name: "azure-hours", What: "the Azure 2019 trace (azure2019-500fn-8h.csv, its 500 functions as they " +
 		"are) split into its 8 hours, Torpor's models, node v100x4, 60 simulated minutes each; x: hour"}
 	for _, h := range hours {
-		add(hr, strconv.Itoa(h+1), names(nodePolicies), func(p string, seed uint64) (simulate.Config, error) {
-			tr, ms, err := in.load("azure2019-500fn-8h.csv", "models-torpor-v100.csv")
-			return simulate.Config{Trace: tr, Models: ms, Functions: 500, Node: node, Minutes: 60,
-				StartMinute: 60 * h, Policy: controller.Policy(p), Seed: seed}, err
-		})
+		add(&hourJobs, hr, strconv.Itoa(h+1), names(nodePolicies), fromTrace("azure2019-500fn-8h.csv", 500, 60, 60*h),
+			func(p string, seed uint64) (simulate.Config, error) {
+				tr, ms, err := in.load("azure2019-500fn-8h.csv", "models-torpor-v100.csv")
+				return simulate.Config{Trace: tr, Models: ms, Functions: 500, Node: node, Minutes: 60,
+					StartMinute: 60 * h, Policy: controller.Policy(p), Seed: seed}, err
+			})
 	}
 	ta := &rep.Sweeps[2]
 	*ta = sweep{Name: "torpor-arrivals", What: fmt.Sprintf("arrivals drawn as Torpor's node simulator draws them "+
@@ -314,31 +422,40 @@ func run() error {
 		"and its node (100 models per GPU, 1.64x for two swaps behind one switch), %d minutes; faas-gpu with the "+
 		"overload control on its default (auto) and off; x: functions", arrivalsMin)}
 	for _, n := range []int{700} {
-		add(ta, strconv.Itoa(n), []string{"faas-gpu", "faas-gpu (overload off)", "torpor"},
+		add(&arrivalJobs, ta, strconv.Itoa(n), []string{"faas-gpu", "faas-gpu (overload off)", "torpor"},
+			func(seed uint64) (string, func() ([]simulate.Arrival, error)) {
+				return fmt.Sprintf("torpor-arrivals/%d/%d/%d", n, arrivalsMin, seed),
+					func() ([]simulate.Arrival, error) {
+						tr, _, err := in.load("torpor-203fn-31min.csv", "models-torpor-v100.csv")
+						if err != nil {
+							return nil, err
+						}
+						return simulate.TorporArrivals(tr, n, arrivalsMin, seed)
+					}
+			},
 			func(p string, seed uint64) (simulate.Config, error) {
-				tr, _, err := in.load("torpor-203fn-31min.csv", "models-torpor-v100.csv")
-				if err != nil {
-					return simulate.Config{}, err
-				}
-				arr, err := simulate.TorporArrivals(tr, n, arrivalsMin, seed)
-				cfg := simulate.Config{Models: simuModels, Functions: n, Node: simuNode, Arrivals: arr,
-					MemoryFactor: 1, Policy: controller.Policy(p), Seed: seed}
+				cfg := simulate.Config{Models: simuModels, Functions: n, Node: simuNode, MemoryFactor: 1,
+					Policy: controller.Policy(p), Seed: seed}
 				if p == "faas-gpu (overload off)" {
 					cfg.Policy, cfg.Overload = controller.PolicyFaaSGPU, controller.Overload{Mode: controller.OverloadOff}
 				}
-				return cfg, err
+				return cfg, nil
 			})
 	}
+	clusterJobs, sizings, router, err := clusterRuns(in, node, seeds, clusterMin, rep.ClusterTarget, rep.RouterNodes)
+	if err != nil {
+		return err
+	}
+	rep.Sizing, rep.Router = sizings, router
+	// The longest runs first: the 8-hour cluster runs, Torpor's arrivals (31 minutes at 700 functions), the
+	// Azure hours, Torpor's node.
+	jobs := slices.Concat(clusterJobs, arrivalJobs, hourJobs, nodeJobs)
 	if err := runJobs(jobs, *parallel); err != nil {
 		return err
 	}
-	if rep.Sizing, err = clusterSizing(in, node, seeds, clusterMin, rep.ClusterTarget, *parallel); err != nil {
-		return err
-	}
-	if rep.Router, err = routerRuns(in, node, seeds, clusterMin, rep.RouterNodes, *parallel); err != nil {
-		return err
-	}
 	rep.WallSeconds = time.Since(start).Seconds()
+	rep.CPUSeconds = cpuSeconds()
+	rep.LoadEnd = loadAverage()
 	if err := os.MkdirAll(*out, 0o755); err != nil {
 		return err
 	}
@@ -356,97 +473,112 @@ func run() error {
 	return os.WriteFile(filepath.Join(*out, name+".md"), []byte(markdown(rep)), 0o644)
 }
 
-// clusterSizing finds, per seed, the fewest GPUs with which each policy keeps target of the 500 functions of the
-// Azure trace (Torpor's models) within their SLO: fixed clusters of v100x4 nodes, grown one node at a time until
-// the target is reached (at most maxNodes), and keep-alive on a GPU per instance (10 minutes, and prewarmed).
-func clusterSizing(in *inputs, node topology.Node, seeds []uint64, minutes int, target float64,
-	parallel int) ([]sizing, error) {
+// Cluster sizing: clusters of 1 to maxNodes nodes.
+const maxNodes = 8
+
+// clusterRuns builds the cluster jobs over the 500 functions of the Azure trace with Torpor's models, the runs of
+// one seed next to each other (they share its arrivals). Sizing finds, per seed, the fewest GPUs with which each
+// policy keeps target of the functions within their SLO: fixed clusters of v100x4 nodes, from one node, grown one
+// node at a time until the target is reached (at most maxNodes); a cluster that misses the target is stopped as
+// soon as it can no longer reach it (simulate.Config.StopBelow), except the largest, which runs to the end so that
+// its figures are complete. Keep-alive runs on a GPU per instance (10 minutes, and prewarmed). The router runs
+// faas-gpu on a fixed cluster of routerNodes with the router and with round robin.
+func clusterRuns(in *inputs, node topology.Node, seeds []uint64, minutes int, target float64,
+	routerNodes int) ([]job, []sizing, []cell, error) {
 	tr, ms, err := in.load("azure2019-500fn-8h.csv", "models-torpor-v100.csv")
 	if err != nil {
-		return nil, err
+		return nil, nil, nil, err
 	}
-	const maxNodes = 8
 	policies := []controller.Policy{controller.PolicyFaaSGPU, controller.PolicyTorpor, controller.PolicyGShareDQLS,
 		controller.PolicyStatic}
-	// The sizing starts where a smaller cluster is known to miss the target (seed 1: faas-gpu keeps 395 of 500
-	// functions on 1 node, static packing 475 on 2): an overloaded 8-hour run is the slowest to simulate, and the
-	// benchmark must finish on 2 cores.
-	startNodes := map[controller.Policy]int{controller.PolicyFaaSGPU: 2, controller.PolicyTorpor: 2,
-		controller.PolicyGShareDQLS: 2, controller.PolicyStatic: 3}
-	out := make([]sizing, 0, len(policies)+2)
-	for _, p := range policies {
-		out = append(out, sizing{Policy: string(p), Runs: make([]outcome, len(seeds)), Reached: make([]bool, len(seeds))})
+	sizings := make([]sizing, 0, len(policies)+2)
+	newSizing := func(name string) sizing {
+		return sizing{Policy: name, Runs: make([]outcome, len(seeds)), Reached: make([]bool, len(seeds)),
+			Missed: make([][]miss, len(seeds))}
 	}
-	out = append(out, sizing{Policy: "keepalive (10 min)", Runs: make([]outcome, len(seeds)),
-		Reached: make([]bool, len(seeds))}, sizing{Policy: "keepalive (prewarmed)", Runs: make([]outcome, len(seeds)),
-		Reached: make([]bool, len(seeds))})
-	var jobs []job
-	for pi, p := range policies {
-		for si, seed := range seeds {
-			s := &out[pi]
+	for _, p := range policies {
+		sizings = append(sizings, newSizing(string(p)))
+	}
+	sizings = append(sizings, newSizing("keepalive (10 min)"), newSizing("keepalive (prewarmed)"))
+	router := []cell{{Policy: "router", Runs: make([]outcome, len(seeds))},
+		{Policy: "round robin", Runs: make([]outcome, len(seeds))}}
+	var jobs, cheap []job
+	for si, seed := range seeds {
+		base := simulate.Config{Trace: tr, Models: ms, Functions: 500, Node: node, Minutes: minutes, Seed: seed}
+		key := fmt.Sprintf("cluster/%d/%d", minutes, seed)
+		build := func() ([]simulate.Arrival, error) { return simulate.TraceArrivals(base) }
+		// with runs f on the seed's arrivals.
+		with := func(f func(arr []simulate.Arrival) (outcome, error)) func() (outcome, error) {
+			in.want(key)
+			return func() (outcome, error) {
+				defer in.release(key)
+				arr, err := in.arrivals(key, build)
+				if err != nil {
+					return outcome{}, err
+				}
+				return f(arr)
+			}
+		}
+		for pi, p := range policies {
+			s := &sizings[pi]
 			jobs = append(jobs, job{name: fmt.Sprintf("cluster %s seed %d", p, seed), out: &s.Runs[si],
-				run: func() (outcome, error) {
-					var best outcome
-					for n := startNodes[p]; n <= maxNodes; n++ {
-						r, err := simulate.RunCluster(simulate.ClusterConfig{Config: simulate.Config{Trace: tr, Models: ms,
-							Functions: 500, Node: node, Minutes: minutes, Policy: p, Seed: seed}, Nodes: n})
+				run: with(func(arr []simulate.Arrival) (outcome, error) {
+					for n := 1; ; n++ {
+						cfg := base
+						cfg.Arrivals, cfg.Policy = arr, p
+						if n < maxNodes {
+							cfg.StopBelow = target
+						}
+						r, err := simulate.RunCluster(simulate.ClusterConfig{Config: cfg, Nodes: n})
 						if err != nil {
 							return outcome{}, err
 						}
 						o := fromCluster(seed, r)
-						if o.fnShare() >= target {
+						if !r.Stopped && o.fnShare() >= target {
 							s.Reached[si] = true
 							return o, nil
 						}
-						if n == startNodes[p] || o.fnShare() > best.fnShare() {
-							best = o
+						if n == maxNodes {
+							return o, nil
 						}
+						s.Missed[si] = append(s.Missed[si], miss{Nodes: n, StoppedAtMinutes: r.SimulatedSeconds / 60})
 					}
-					return best, nil
-				}})
+				})})
 		}
-	}
-	for k, prewarmed := range []bool{false, true} {
-		for si, seed := range seeds {
-			s := &out[len(policies)+k]
-			jobs = append(jobs, job{name: fmt.Sprintf("cluster %s seed %d", s.Policy, seed), out: &s.Runs[si],
-				run: func() (outcome, error) {
-					r, err := simulate.RunKeepAlive(simulate.KeepAliveConfig{Config: simulate.Config{Trace: tr,
-						Models: ms, Functions: 500, Node: node, Minutes: minutes, Policy: controller.PolicyKeepAlive,
-						Seed: seed}, Prewarmed: prewarmed})
+		for ci := range router {
+			c := &router[ci]
+			jobs = append(jobs, job{name: fmt.Sprintf("router %s seed %d", c.Policy, seed), out: &c.Runs[si],
+				run: with(func(arr []simulate.Arrival) (outcome, error) {
+					cfg := base
+					cfg.Arrivals, cfg.Policy = arr, controller.PolicyFaaSGPU
+					r, err := simulate.RunCluster(simulate.ClusterConfig{Config: cfg, Nodes: routerNodes,
+						RoundRobin: ci == 1})
+					o := fromCluster(seed, r)
+					o.ImageLoads = r.ImageLoads
+					return o, err
+				})})
+		}
+		for k, prewarmed := range []bool{false, true} {
+			s := &sizings[len(policies)+k]
+			cheap = append(cheap, job{name: fmt.Sprintf("cluster %s seed %d", s.Policy, seed), out: &s.Runs[si],
+				run: with(func(arr []simulate.Arrival) (outcome, error) {
+					cfg := base
+					cfg.Arrivals, cfg.Policy = arr, controller.PolicyKeepAlive
+					r, err := simulate.RunKeepAlive(simulate.KeepAliveConfig{Config: cfg, Prewarmed: prewarmed})
 					o := fromCluster(seed, r)
 					s.Reached[si] = o.fnShare() >= target
 					return o, err
-				}})
+				})})
 		}
 	}
-	return out, runJobs(jobs, parallel)
-}
-
-// routerRuns runs faas-gpu on a fixed cluster with the router and with round robin.
-func routerRuns(in *inputs, node topology.Node, seeds []uint64, minutes, nodes, parallel int) ([]cell, error) {
-	tr, ms, err := in.load("azure2019-500fn-8h.csv", "models-torpor-v100.csv")
-	if err != nil {
-		return nil, err
+	// Keep-alive is quick: each seed's runs go right after the seed's others, while its arrivals are at hand.
+	var ordered []job
+	per := len(jobs) / len(seeds)
+	for si := range seeds {
+		ordered = append(ordered, jobs[si*per:(si+1)*per]...)
+		ordered = append(ordered, cheap[si*2:si*2+2]...)
 	}
-	cells := []cell{{Policy: "router", Runs: make([]outcome, len(seeds))},
-		{Policy: "round robin", Runs: make([]outcome, len(seeds))}}
-	var jobs []job
-	for ci := range cells {
-		for si, seed := range seeds {
-			c := &cells[ci]
-			jobs = append(jobs, job{name: fmt.Sprintf("router %s seed %d", c.Policy, seed), out: &c.Runs[si],
-				run: func() (outcome, error) {
-					r, err := simulate.RunCluster(simulate.ClusterConfig{Config: simulate.Config{Trace: tr, Models: ms,
-						Functions: 500, Node: node, Minutes: minutes, Policy: controller.PolicyFaaSGPU, Seed: seed},
-						Nodes: nodes, RoundRobin: ci == 1})
-					o := fromCluster(seed, r)
-					o.Busy = float64(r.ImageLoads)
-					return o, err
-				}})
-		}
-	}
-	return cells, runJobs(jobs, parallel)
+	return ordered, sizings, router, nil
 }
 
 func logf(format string, a ...any) { fmt.Fprintf(os.Stderr, format+"\n", a...) }
@@ -464,6 +596,29 @@ func cpuModel() string {
 		}
 	}
 	return "unknown CPU"
+}
+
+// loadAverage is the machine's 1-minute load average (0 where /proc/loadavg cannot be read).
+func loadAverage() float64 {
+	data, err := os.ReadFile("/proc/loadavg")
+	if err != nil {
+		return 0
+	}
+	f := strings.Fields(string(data))
+	if len(f) == 0 {
+		return 0
+	}
+	v, _ := strconv.ParseFloat(f[0], 64)
+	return v
+}
+
+// cpuSeconds is the processor time this process has used so far.
+func cpuSeconds() float64 {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano()).Seconds()
 }
 
 func gitCommit() string {

@@ -3,6 +3,7 @@ package main
 import (
 	"fmt"
 	"math"
+	"slices"
 	"strings"
 )
 
@@ -21,6 +22,14 @@ func over(runs []outcome, f func(outcome) float64) stat {
 
 // share formats a share as a mean with its range, e.g. 0.978 [0.954-0.995].
 func (s stat) share() string { return fmt.Sprintf("%.3f [%.3f-%.3f]", s.mean, s.lo, s.hi) }
+
+// fraction formats a fraction as a mean with its range, two decimals.
+func (s stat) fraction() string {
+	if fmt.Sprintf("%.2f", s.lo) == fmt.Sprintf("%.2f", s.hi) {
+		return fmt.Sprintf("%.2f", s.mean)
+	}
+	return fmt.Sprintf("%.2f [%.2f-%.2f]", s.mean, s.lo, s.hi)
+}
 
 // count formats a count as a mean with its range.
 func (s stat) count() string {
@@ -62,8 +71,12 @@ func markdown(rep report) string {
 		title += " (quick run for CI)"
 	}
 	w("# %s\n\n", title)
-	w("Written by `make bench-policy` (gpuserver/simulate/benchpolicy). Every policy runs side by side on the same " +
-		"arrivals: the simulator drives gpuserver/controller, the code the gpuserver ships, on a virtual clock with " +
+	target := "make bench-policy"
+	if rep.Quick {
+		target = "make bench-policy-quick"
+	}
+	w("Written by `%s`, unedited. Every policy runs side by side on the same ", target)
+	w("arrivals: the simulator drives gpuserver/controller, the code the gpuserver ships, on a virtual clock with " +
 		"gpuserver/topology's link model. Each policy is judged on **two figures**: the share of functions (with at " +
 		"least one request) that meet their SLO, and the share of requests served within their deadline (goodput); " +
 		"requests refused (429 from the overload control, native binding without a GPU) count as missed in both and " +
@@ -72,8 +85,11 @@ func markdown(rep report) string {
 		"in [policy-crosscheck.md](policy-crosscheck.md); [policy-notes.md](policy-notes.md) says what changed from " +
 		"the previous figures and why.\n\n")
 	w("## Conditions\n\n")
-	w("- machine: %d CPUs (`nproc`), %s; %s; commit %s; started %s; whole run %.0f s wall\n", rep.CPUs, rep.CPUModel,
-		rep.GoVersion, rep.Commit, rep.Started, rep.WallSeconds)
+	w("- machine: %d CPUs (`nproc`), %s; %s; commit %s\n", rep.CPUs, rep.CPUModel, rep.GoVersion, rep.Commit)
+	w("- command: `%s` (`%s`), %d simulations at once; started %s; whole run %.0f s wall, %.0f s of CPU; 1-minute load "+
+		"average %.1f at the start, %.1f at the end (other work on the machine stretches the wall time, not the "+
+		"figures: every run is deterministic given its seed)\n", target, rep.Command, rep.Parallel, rep.Started,
+		rep.WallSeconds, rep.CPUSeconds, rep.LoadStart, rep.LoadEnd)
 	w("- seeds %v (arrival times, row sampling, random placement); arrivals: each minute's count spread as a "+
 		"Poisson process within the minute, except the torpor-arrivals sweep\n", rep.Seeds)
 	w("- a function meets its SLO when at least its percentile (98%%) of its requests finish within the deadline " +
@@ -99,26 +115,24 @@ func markdown(rep report) string {
 					ok, of := notBelow(fg, c)
 					beat = fmt.Sprintf("faas-gpu not below it on both figures on %d/%d seeds", ok, of)
 				}
-				busy := "-" // not recorded (a report rebuilt from a run's log)
-				if b := over(c.Runs, func(o outcome) float64 { return o.Busy }).mean; b > 0 {
-					busy = fmt.Sprintf("%.2f", b)
-				}
+				busy := over(c.Runs, func(o outcome) float64 { return o.Busy }).fraction()
 				w("| %s | %s | %s | %s | %s | %s | %s |\n", pt.Label, c.Policy, over(c.Runs, fnShare).share(),
 					over(c.Runs, reqShare).share(), over(c.Runs, refused).count(), busy, beat)
 			}
 		}
 		w("\n")
 	}
-	w("## Cluster: GPUs needed for the 8-hour trace\n\n")
+	w("## Cluster: GPUs needed for %s\n\n", traceSpan(rep.ClusterMinutes))
 	w("The 500 functions of azure2019-500fn-8h.csv with Torpor's models over %d simulated minutes; each policy sized "+
 		"per seed to the fewest GPUs that keep at least %.0f%% of the functions within their SLO (nodes of v100x4 "+
-		"added one at a time, at most 8; faas-gpu, torpor and gshare-dqls late-bind behind gpuserver/router; static "+
+		"added one at a time from one node, at most %d; a cluster that misses the target is stopped as soon as it "+
+		"can no longer reach it; faas-gpu, torpor and gshare-dqls late-bind behind gpuserver/router; static "+
 		"packing places every model for good, hot ones replicated within their node, sized with the whole run's "+
 		"arrivals known; keep-alive holds a GPU per warm instance: 10 minutes after its last request, or prewarmed "+
 		"to each function's peak concurrency and never released). GPUs are the mean provisioned over the run.\n\n",
-		rep.ClusterMinutes, 100*rep.ClusterTarget)
-	w("| policy | GPUs needed | functions within SLO | requests within SLO | reached the target on |\n")
-	w("|---|---:|---:|---:|---|\n")
+		rep.ClusterMinutes, 100*rep.ClusterTarget, maxNodes)
+	w("| policy | GPUs needed | functions within SLO | requests within SLO | refused | reached the target on | smaller clusters (missed the target) |\n")
+	w("|---|---:|---:|---:|---:|---|---|\n")
 	for _, s := range rep.Sizing {
 		reached := 0
 		for _, r := range s.Reached {
@@ -126,8 +140,9 @@ func markdown(rep report) string {
 				reached++
 			}
 		}
-		w("| %s | %s | %s | %s | %d/%d seeds |\n", s.Policy, over(s.Runs, func(o outcome) float64 { return o.GPUs }).count(),
-			over(s.Runs, fnShare).share(), over(s.Runs, reqShare).share(), reached, len(s.Reached))
+		w("| %s | %s | %s | %s | %s | %d/%d seeds | %s |\n", s.Policy,
+			over(s.Runs, func(o outcome) float64 { return o.GPUs }).count(), over(s.Runs, fnShare).share(),
+			over(s.Runs, reqShare).share(), over(s.Runs, refused).count(), reached, len(s.Reached), missed(s))
 	}
 	w("\n")
 	w("## Router against round robin\n\n")
@@ -138,7 +153,7 @@ func markdown(rep report) string {
 	w("| routing | functions within SLO | requests within SLO | refused | host image loads |\n|---|---:|---:|---:|---:|\n")
 	for _, c := range rep.Router {
 		w("| %s | %s | %s | %s | %s |\n", c.Policy, over(c.Runs, fnShare).share(), over(c.Runs, reqShare).share(),
-			over(c.Runs, refused).count(), over(c.Runs, func(o outcome) float64 { return o.Busy }).count())
+			over(c.Runs, refused).count(), over(c.Runs, func(o outcome) float64 { return float64(o.ImageLoads) }).count())
 	}
 	w("\n## What these figures do not show\n\n")
 	w("- They come from the simulator, not from GPUs: the link model, Torpor's Table 4 latencies and its measured " +
@@ -151,7 +166,47 @@ func markdown(rep report) string {
 	return b.String()
 }
 
-// targets checks the issue's targets on the figures and says each with its figure.
+// traceSpan names the part of the Azure trace a cluster run replays: the whole 8-hour trace, or (quick runs) its
+// first minutes.
+func traceSpan(minutes int) string {
+	if minutes == 8*60 {
+		return "the 8-hour trace"
+	}
+	return fmt.Sprintf("the trace's first %d minutes", minutes)
+}
+
+// missed says, for a sizing, which smaller clusters missed the target on how many seeds, and when (simulated
+// minutes) each run could no longer reach it.
+func missed(s sizing) string {
+	byNodes := map[int][]float64{}
+	var nodes []int
+	for _, ms := range s.Missed {
+		for _, m := range ms {
+			if byNodes[m.Nodes] == nil {
+				nodes = append(nodes, m.Nodes)
+			}
+			byNodes[m.Nodes] = append(byNodes[m.Nodes], m.StoppedAtMinutes)
+		}
+	}
+	if len(nodes) == 0 {
+		return "-"
+	}
+	slices.Sort(nodes)
+	var out []string
+	for _, n := range nodes {
+		at := byNodes[n]
+		lo, hi := slices.Min(at), slices.Max(at)
+		when := fmt.Sprintf("after %.0f simulated min", lo)
+		if hi-lo >= 1 {
+			when = fmt.Sprintf("after %.0f-%.0f simulated min", lo, hi)
+		}
+		out = append(out, fmt.Sprintf("%d node%s on %d seeds (%s)", n, map[bool]string{true: "s"}[n > 1], len(at),
+			when))
+	}
+	return strings.Join(out, "; ")
+}
+
+// targets checks the policy's targets on the figures and says each with its figure.
 func targets(b *strings.Builder, rep report) {
 	w := func(format string, a ...any) { fmt.Fprintf(b, format, a...) }
 	bySweep := map[string]sweep{}
@@ -242,6 +297,7 @@ func targets(b *strings.Builder, rep report) {
 	}
 	var ours stat
 	bestName, best := "", stat{mean: math.Inf(1)}
+	var static *stat
 	var ratios []string
 	for _, s := range rep.Sizing {
 		reached := true
@@ -254,16 +310,24 @@ func targets(b *strings.Builder, rep report) {
 			ours = g
 		case reached:
 			ratios = append(ratios, fmt.Sprintf("%s %s", s.Policy, g.count()))
+			if s.Policy == "static" {
+				static = &g
+			}
 			if g.mean < best.mean {
 				bestName, best = s.Policy, g
 			}
 		}
 	}
+	if static != nil {
+		w("- Cluster, %s at %.0f%% of functions, against the best fair baseline a user without late "+
+			"binding would run, static packing on shared GPUs: faas-gpu needs %s GPUs, static packing %s, a ratio of "+
+			"%.2f\n", strings.TrimPrefix(traceSpan(rep.ClusterMinutes), "the "), 100*rep.ClusterTarget, ours.count(), static.count(), ours.mean/static.mean)
+	}
 	if bestName != "" {
-		w("- Cluster, 8-hour trace at %.0f%% of functions: faas-gpu needs %s GPUs, the best other policy that "+
-			"reaches the target (%s) %s: a ratio of %.2f (every baseline that reaches it: %s)\n",
-			100*rep.ClusterTarget, ours.count(), bestName, best.count(), ours.mean/best.mean,
-			strings.Join(ratios, ", "))
+		w("- Cluster, %s at %.0f%% of functions, against every baseline that reaches the target: the "+
+			"fewest GPUs, %s, for %s: a ratio of %.2f (%s)\n", strings.TrimPrefix(traceSpan(rep.ClusterMinutes), "the "),
+			100*rep.ClusterTarget, best.count(), bestName,
+			ours.mean/best.mean, strings.Join(ratios, ", "))
 	}
 	if len(rep.Router) == 2 {
 		r, rr := rep.Router[0], rep.Router[1]

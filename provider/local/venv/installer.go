@@ -8,6 +8,8 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
+	"sort"
 	"strings"
 
 	"golang.org/x/sys/unix"
@@ -73,7 +75,7 @@ func installEnv(environ []string, tmp string) (env, shown []string) {
 	vars := map[string]string{}
 	for _, kv := range environ {
 		k, v, ok := strings.Cut(kv, "=")
-		if ok && (machineVar(k) || contains(pipSettings, k) || contains(pipFiles, k)) {
+		if ok && (machineVar(k) || slices.Contains(pipSettings, k) || slices.Contains(pipFiles, k)) {
 			vars[k] = v
 		}
 	}
@@ -105,6 +107,7 @@ func installEnv(environ []string, tmp string) (env, shown []string) {
 	for k, v := range vars {
 		env = append(env, k+"="+v)
 	}
+	sort.Strings(env)
 	return append(env, pipProgressEnv...), shown
 }
 
@@ -136,7 +139,7 @@ func requirementLocations(lines []string) []string {
 			case "-f", "--find-links", "-i", "--index-url", "--extra-index-url":
 			default:
 				if strings.HasPrefix(opt, "-f") && len(opt) > 2 && !strings.HasPrefix(opt, "--") { // -f/path
-					opt, val, hasVal = "-f", fields[i][2:], true
+					val, hasVal = fields[i][2:], true
 				} else {
 					continue
 				}
@@ -154,15 +157,6 @@ func requirementLocations(lines []string) []string {
 		}
 	}
 	return out
-}
-
-func contains(list []string, s string) bool {
-	for _, x := range list {
-		if x == s {
-			return true
-		}
-	}
-	return false
 }
 
 // installer is one sandboxed install: the sandbox, who it runs as, what it sees.

@@ -17,6 +17,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"sort"
 	"strings"
 	"syscall"
 	"testing"
@@ -585,4 +586,38 @@ func TestSandboxedInstallAsUnprivilegedUser(t *testing.T) {
 		t.Fatalf("result %q: %v\n%s", stdout.String(), err, stderr.String())
 	}
 	checkHostileInstall(t, &res, 0)
+}
+
+// installEnv keeps the machine's variables and pip's and the proxies' settings only, makes their local paths
+// absolute and names them to be shown; requirementLocations finds the local folders of requirements' options.
+func TestInstallEnv(t *testing.T) {
+	cwd, err := os.Getwd()
+	if err != nil {
+		t.Fatal(err)
+	}
+	env, shown := installEnv([]string{"PATH=/usr/bin:/bin", "LANG=C.UTF-8", "LC_ALL=C", "TZ=UTC",
+		"FAAS_GPU_GPUSERVER_KEY=secret", "NATS_PASSWORD=secret", "HOME=/root", "AWS_SECRET_ACCESS_KEY=secret",
+		"PIP_INDEX_URL=https://user:token@pypi.example/simple", "PIP_FIND_LINKS=wheels https://example.org/w file:///opt/w",
+		"PIP_CERT=ca.pem", "HTTPS_PROXY=http://proxy:3128", "no_proxy=localhost", "PIP_TARGET=/elsewhere",
+		"PYTHONPATH=/x", "PIP_NO_INDEX=1"}, "/envs/py3.11-x.build/tmp")
+	want := []string{"HOME=/envs/py3.11-x.build/tmp", "HTTPS_PROXY=http://proxy:3128", "LANG=C.UTF-8", "LC_ALL=C",
+		"PATH=/usr/bin:/bin", "PIP_CERT=" + filepath.Join(cwd, "ca.pem"),
+		"PIP_FIND_LINKS=" + filepath.Join(cwd, "wheels") + " https://example.org/w file:///opt/w",
+		"PIP_INDEX_URL=https://user:token@pypi.example/simple", "PIP_NO_CACHE_DIR=1", "PIP_NO_INDEX=1",
+		"TMPDIR=/envs/py3.11-x.build/tmp", "TZ=UTC", "no_proxy=localhost"}
+	want = append(want, pipProgressEnv...)
+	if strings.Join(env, "\n") != strings.Join(want, "\n") {
+		t.Errorf("installEnv:\n%s\nwant\n%s", strings.Join(env, "\n"), strings.Join(want, "\n"))
+	}
+	sort.Strings(shown)
+	wantShown := []string{filepath.Join(cwd, "ca.pem"), filepath.Join(cwd, "wheels"), "/opt/w"}
+	sort.Strings(wantShown)
+	if strings.Join(shown, " ") != strings.Join(wantShown, " ") {
+		t.Errorf("shown %v, want %v", shown, wantShown)
+	}
+	got := requirementLocations([]string{"--find-links /a", "-f /b", "-f/c", "--find-links=/d", "-i file:///e",
+		"--extra-index-url https://x/simple", "--find-links relative", "six==1.17.0"})
+	if strings.Join(got, " ") != "/a /b /c /d /e" {
+		t.Errorf("requirementLocations = %v", got)
+	}
 }

@@ -1,4 +1,4 @@
-// Command replay is the replay bench (DESIGN.md decision 8): recorded forward passes (the replay traces of
+// Command replay is the replay bench (docs/design.md, decision 8): recorded forward passes (the replay traces of
 // shim/testdata/trace) driven through the real shim, the real transport and a real gpuserver whose device is the
 // timed simulated GPU, at the recorded issue rate, beside the native pass computed from the same trace. It writes
 // the shim/native p50 per pass, what the pass spent where (client issue, GPU, the synchronize's overshoot, the

@@ -228,6 +228,7 @@ func TestLiveCluster(t *testing.T) {
 	}{
 		{"KubernetesChartInstall", testKubernetesChartInstall, true},
 		{"KubernetesFunctions", testKubernetesFunctions, true},
+		{"KubernetesRouting", testKubernetesRouting, false},
 		{"KubernetesAsyncCallback", testKubernetesAsyncCallback, false},
 		{"KubernetesLifecycle", testKubernetesLifecycle, false},
 		{"KubernetesGPUServerRestart", testKubernetesGPUServerRestart, false},

@@ -35,6 +35,18 @@ ref = handler.build_model(handler.VOCAB)
 out["weights_equal"] = all(torch.equal(p.detach().cpu(), r.detach()) for p, r in
                            zip(handler._model.parameters(), ref.parameters()))
 out["weights_on_gpu"] = all(p.is_cuda for p in handler._model.parameters())
+# The layout variants share by: one buffer, the base's tensors first, the adapter's from a 2 MiB chunk of their own,
+# the head tied to the embedding on the GPU too.
+m = handler._model
+adapter = {id(p) for p in handler.adapter_parameters(m)}
+tensors = list({id(t): t for t in list(m.parameters()) + list(m.buffers())}.values())
+start = min(t.data_ptr() for t in tensors)
+end = lambda t: t.data_ptr() + t.numel() * t.element_size()
+base_end = max(end(t) for t in tensors if id(t) not in adapter) - start
+own = [t.data_ptr() - start for t in tensors if id(t) in adapter]
+out["layout"] = {"tied": m.lm_head.weight.data_ptr() == m.model.embed_tokens.weight.data_ptr(),
+                 "adapter_tensors": len(own), "base_end": base_end, "adapter_start": min(own, default=-1),
+                 "start_aligned": start % handler.CHUNK == 0}
 run(4, temperature=0)  # the first request allocates the KV cache (and captures the graph)
 for kind, kw in (("greedy", {"temperature": 0}), ("sampled", {"temperature": 0.9, "top_p": 0.95, "seed": 11})):
     short, _, s8 = run(8, **kw)

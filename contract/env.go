@@ -1,0 +1,61 @@
+package contract
+
+// Environment of a GPU function's process, set by the provider (local processes, Kubernetes pods). The gpu-python
+// template reads the function's settings and the gpuserver's API socket; the shim reads the function's name and
+// token and the remoting socket.
+const (
+	// EnvGPU is "1" for a GPU function: the template wraps each request in acquire and release.
+	EnvGPU = "FAAS_GPU"
+	// EnvFunction is the function's name on the gpuserver (name, or name.namespace outside the default one).
+	EnvFunction = "FAAS_GPU_FUNCTION"
+	// EnvToken is the function's credential for acquire, release and the remoting hello.
+	EnvToken = "FAAS_GPU_TOKEN"
+	// EnvSocket is the gpuserver's API socket (acquire, release, register).
+	EnvSocket = "FAAS_GPU_SOCKET"
+	// EnvRemotingSocket is the gpuserver's remoting socket, which the shim connects to.
+	EnvRemotingSocket = "FAAS_GPU_REMOTING_SOCKET"
+	// EnvMemoryBytes, EnvSLO, EnvPercentile, EnvIsolation, EnvScratch and EnvModel carry the function's GPU spec
+	// (its annotations, parsed), so that a function that registers itself (EnvSelfRegister) registers what was
+	// deployed.
+	EnvMemoryBytes = "FAAS_GPU_MEMORY_BYTES"
+	EnvSLO         = "FAAS_GPU_SLO"
+	EnvPercentile  = "FAAS_GPU_SLO_PERCENTILE"
+	EnvIsolation   = "FAAS_GPU_ISOLATION"
+	EnvScratch     = "FAAS_GPU_SCRATCH"
+	EnvModel       = "FAAS_GPU_MODEL"
+	// EnvSelfRegister asks the template to register with its node's gpuserver at start (in a cluster the provider
+	// cannot reach the gpuserver of the node a pod lands on); the answer carries the remoting token.
+	EnvSelfRegister = "FAAS_GPU_SELF_REGISTER"
+	// EnvRegistrationTicket is the credential that registers exactly the function's spec.
+	EnvRegistrationTicket = "FAAS_GPU_REGISTRATION_TICKET"
+)
+
+// Settings a function's deployment may give its process (its environment in stack.yml).
+const (
+	// EnvAcquireTimeoutMS bounds the template's wait for a GPU, in milliseconds.
+	EnvAcquireTimeoutMS = "FAAS_GPU_ACQUIRE_TIMEOUT_MS"
+	// EnvMaxBodyBytes bounds a request body the template accepts.
+	EnvMaxBodyBytes = "FAAS_GPU_MAX_BODY_BYTES"
+	// EnvListenBacklog is the template's listen backlog.
+	EnvListenBacklog = "FAAS_GPU_LISTEN_BACKLOG"
+	// EnvRemotingRingMB is the size of the shim's ring, in MiB.
+	EnvRemotingRingMB = "FAAS_GPU_REMOTING_RING_MB"
+	// EnvRemotingSpinUS is how long the shim spins for an answer before it sleeps, in microseconds.
+	EnvRemotingSpinUS = "FAAS_GPU_REMOTING_SPIN_US"
+	// EnvRemotingSync makes every call of the shim synchronous (a debugging aid).
+	EnvRemotingSync = "FAAS_GPU_REMOTING_SYNC"
+	// EnvRemotingLocalSync (on by default) lets the shim answer a synchronisation itself when nothing it sent is
+	// outstanding.
+	EnvRemotingLocalSync = "FAAS_GPU_REMOTING_LOCAL_SYNC"
+	// EnvShimDebug makes the shim log what it does.
+	EnvShimDebug = "FAAS_GPU_SHIM_DEBUG"
+)
+
+// Environment lists every variable of the function contract: those the provider sets, then those a deployment
+// may set.
+func Environment() []string {
+	return []string{EnvGPU, EnvFunction, EnvToken, EnvSocket, EnvRemotingSocket, EnvMemoryBytes, EnvSLO,
+		EnvPercentile, EnvIsolation, EnvScratch, EnvModel, EnvSelfRegister, EnvRegistrationTicket,
+		EnvAcquireTimeoutMS, EnvMaxBodyBytes, EnvListenBacklog, EnvRemotingRingMB, EnvRemotingSpinUS, EnvRemotingSync,
+		EnvRemotingLocalSync, EnvShimDebug}
+}
