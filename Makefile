@@ -20,7 +20,7 @@ HELM_VERSION   := v3.22.0
 HELM_DIR       := $(TOOLS_BIN)/helm-$(HELM_VERSION)
 HELM           := $(HELM_DIR)/helm
 
-.PHONY: all build run test test-go test-shim test-fuzz lint shim bench-policy bench-policy-quick bench-swap bench-remoting bench-queue bench-template clean
+.PHONY: all build run test test-go test-shim test-fuzz lint shim bench-policy bench-policy-quick bench-swap bench-scratch bench-remoting bench-queue bench-template clean
 
 all: build
 
@@ -139,6 +139,7 @@ gpu-test-bin:
 	@mkdir -p bin/gpu
 	@for p in $(GPU_TEST_PKGS); do $(GO) test -c -ldflags="-s -w" -o bin/gpu/$$(echo $$p | tr / -).test ./$$p || exit 1; done
 	$(GO) build -ldflags="-s -w" -o bin/gpu/swapbench ./gpuserver/executor/swapbench
+	$(GO) build -ldflags="-s -w" -o bin/gpu/scratchbench ./test/bench/scratch
 	$(GO) build -ldflags="-s -w" -o bin/gpu/replay ./test/bench/replay
 
 ## gpu-trace: on a GPU machine, record what PyTorch uses of the real driver and, natively with the profiler, each
@@ -164,6 +165,11 @@ bench-policy-quick:
 ## bench-swap: data-plane benchmarks, writes docs/bench/swap.md
 bench-swap: build
 	$(GO) run ./gpuserver/executor/swapbench -device sim -out docs/bench/swap.md
+
+## bench-scratch: eviction and swap-in of a function with scratch kept (written back, restored) against scratch
+## declared per request, side by side; writes docs/bench/scratch.md
+bench-scratch:
+	$(GO) run ./test/bench/scratch -device sim -out docs/bench/scratch.md
 
 ## bench-remoting: shim transport benchmarks (docs/bench/remoting.md) and the replay bench: the recorded PyTorch
 ## passes of shim/testdata/trace/replay-*.tsv through the shim and a gpuserver on the timed virtual GPU, beside the

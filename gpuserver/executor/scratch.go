@@ -98,7 +98,8 @@ func (n *Node) dropScratchLocked(ctx context.Context, f *function) error {
 // Where the bytes are, while the function is not active: in the host copy, and in a parked copy on the GPU it left
 // (the same bytes, re-mapped without a copy when it comes back there). Becoming active on another GPU makes every
 // other parked copy's scratch stale: those chunks go back to the pool at once. A scratch segment without a host
-// copy has never been mapped (allocated while the function was active nowhere): it is mapped zeroed.
+// copy holds nothing the function wrote before it was last written back (it was allocated since): it is mapped
+// zeroed.
 //
 // Bounds and costs. The host copies of a function never exceed its GPU memory quota (SetScratchLimit): a function
 // whose scratch would exceed it at a write-back is not written back, and its work is refused (ErrLost: its process
@@ -110,8 +111,9 @@ func (n *Node) dropScratchLocked(ctx context.Context, f *function) error {
 // context down, its GPU failed, a binding held too long was stopped) after the function's work ran on it, its
 // scratch cannot be vouched for: unless every scratch block it had then was freed before its next binding (the
 // temporaries of the request that was running), its work is refused with ErrLost from that binding on, until its
-// processes start again (Reset); never answered from zeros or from an older write-back. A function whose scratch is its requests' (SetScratchPerRequest) is exempt from all of this: its
-// scratch is mapped zeroed at every binding, by declaration.
+// processes start again (Reset); never answered from zeros or from an older write-back. A function whose scratch is
+// its requests' (SetScratchPerRequest) is exempt from all of this: its scratch is mapped zeroed at every binding,
+// by declaration.
 
 // scratchState is what the node keeps of a function's scratch beside its copies; guarded by Node.mu.
 type scratchState struct {
@@ -336,8 +338,8 @@ func (n *Node) dropStaleScratchLocked(ctx context.Context, f *function, gpu int)
 
 // loseScratchLocked records that f's active copy was destroyed (by cause) without a write-back. When work of f ran
 // since its last write-back, its scratch bytes are gone: its host copies are stale (its segments are mapped zeroed
-// until its next write-back), and the scratch blocks allocated now are recorded. Those still allocated at f's next binding
-// held state it keeps (a request's temporaries are freed by the request that was running): its work is then
+// until its next write-back), and the scratch blocks allocated now are recorded. Those still allocated at f's next
+// binding held state it keeps (a request's temporaries are freed by the request that was running): its work is then
 // refused (checkScratchLocked). Without work since, the host copies still hold its scratch and are restored at its
 // next swap-in.
 func (n *Node) loseScratchLocked(f *function, cause error) {

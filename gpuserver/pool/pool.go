@@ -36,8 +36,9 @@ type FunctionSpec struct {
 	// Isolation is IsolationShared or IsolationIsolated (a GPU of its own while bound).
 	Isolation string `json:"isolation,omitempty"`
 	// Scratch is ScratchResident (the default, also ""): memory the function allocates after its
-	// initialisation stays with its copy until evicted; or ScratchRequest: it is its requests' (a KV cache),
-	// given back when the function's last request in flight ends and mapped again, zeroed, for the next.
+	// initialisation is its own, kept with its copy and across evictions and moves (written back to host memory,
+	// restored at the next swap-in); or ScratchRequest: it is its requests' (a KV cache), given back when the
+	// function's last request in flight ends and mapped again, zeroed, for the next, never copied.
 	Scratch string `json:"scratch,omitempty"`
 	// Model is ModelPrivate (the default, also ""): the function's model memory is its own on a GPU; or
 	// ModelShared: the function never writes its model memory after its initialisation, so chunks of it identical

@@ -448,6 +448,22 @@ func (h *Hold) Finish() error {
 	return nil
 }
 
+// Expire ends the binding in its executor because its request held it too long (handoff.Expire: the function's
+// work there is refused until Finish, and what it queued is stopped after grace); it returns once that is done. An
+// executor that ended meanwhile took the function's work with it (Finish says the binding broke).
+func (h *Hold) Expire(ctx context.Context, grace time.Duration, cause error) error {
+	peer := h.g.live()
+	if peer == nil {
+		return nil
+	}
+	_, err := peer.Call(ctx, handoff.KindExpire, handoff.Expire{Binding: h.id, GraceNS: int64(grace),
+		Cause: cause.Error()}, nil, nil)
+	if errors.Is(err, handoff.ErrClosed) {
+		return nil
+	}
+	return err
+}
+
 // Orphaned is false: an executor's bindings are its sessions' business (it answers CurrentGPU itself).
 func (h *Hold) Orphaned() bool { return false }
 

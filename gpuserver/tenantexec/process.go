@@ -164,6 +164,7 @@ func (p *process) handlers() map[handoff.Kind]handoff.Handler {
 		handoff.KindEndInit:       p.started(p.endInit),
 		handoff.KindAcquire:       p.started(p.acquire),
 		handoff.KindRelease:       p.started(p.release),
+		handoff.KindExpire:        p.started(p.expire),
 		handoff.KindSwapIn:        p.started(p.swapIn),
 		handoff.KindEvict:         p.started(p.evict),
 		handoff.KindMarkUnhealthy: p.started(p.markUnhealthy),

@@ -7,8 +7,8 @@ package handoff
 // both are answered, so that they reach the gpuserver in the order the executor made them. An executor that ends
 // gives back everything it reserved.
 const (
-	KindReserveImages Kind = 44
-	KindReleaseImages Kind = 45
+	KindReserveImages Kind = 45 // ImageBytes (answered); minor version 2
+	KindReleaseImages Kind = 46 // ImageBytes (answered); minor version 2
 )
 
 // ImageBytes are bytes of module images reserved or given back.
