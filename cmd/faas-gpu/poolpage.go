@@ -15,7 +15,7 @@ import (
 	"github.com/faas-gpu/faas-gpu/gpuserver/metering"
 	"github.com/faas-gpu/faas-gpu/gpuserver/server"
 	"github.com/faas-gpu/faas-gpu/gpuserver/ui"
-	"github.com/faas-gpu/faas-gpu/provider/connlimit"
+	"github.com/faas-gpu/faas-gpu/connlimit"
 	"github.com/faas-gpu/faas-gpu/queueworker/queue"
 )
 

@@ -24,7 +24,7 @@ import (
 	"github.com/faas-gpu/faas-gpu/gpuserver/client"
 	"github.com/faas-gpu/faas-gpu/provider"
 	"github.com/faas-gpu/faas-gpu/provider/basicauth"
-	"github.com/faas-gpu/faas-gpu/provider/connlimit"
+	"github.com/faas-gpu/faas-gpu/connlimit"
 	"github.com/faas-gpu/faas-gpu/provider/handlers"
 	"github.com/faas-gpu/faas-gpu/provider/local"
 )

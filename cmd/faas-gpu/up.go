@@ -28,7 +28,7 @@ import (
 	"github.com/faas-gpu/faas-gpu/gpuserver/controller"
 	"github.com/faas-gpu/faas-gpu/gpuserver/server"
 	"github.com/faas-gpu/faas-gpu/provider/basicauth"
-	"github.com/faas-gpu/faas-gpu/provider/connlimit"
+	"github.com/faas-gpu/faas-gpu/connlimit"
 	"github.com/faas-gpu/faas-gpu/provider/handlers"
 	"github.com/faas-gpu/faas-gpu/provider/local"
 	"github.com/faas-gpu/faas-gpu/provider/local/sandbox"
