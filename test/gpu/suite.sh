@@ -49,6 +49,9 @@ for pkg in gpuserver/device/nvml gpuserver/device/cuda gpuserver/executor test/g
 	for test in $(cd "$pkg" && "$bin" -test.list 'CUDA|GPU'); do
 		limit=60
 		[ "$test" = TestGPUPyTorchThroughTheShim ] && limit=240
+		# Two processes build the 0.5B model on the CPU (natively and through the shim: tens of seconds each on a
+		# loaded host), then decode about 800 tokens each, eagerly and with CUDA graphs.
+		[ "$test" = TestGPULLMThroughTheShim ] && limit=180
 		step "$limit" "$pkg $test" bash -c "cd '$pkg' && '$bin' -test.v -test.count=1 -test.run '^${test}\$'"
 	done
 done
