@@ -463,8 +463,8 @@ func run(ctx context.Context, c config) error {
 	if c.timed {
 		w("**What these figures are, and are not.** No GPU ran: the times are host work (Python, PyTorch's " +
 			"dispatch, the shim's records, the gpuserver's handling) on a loaded 2-core VM plus the modelled GPU time " +
-			"of a uniform 5 us per kernel. There is no native side (no trace of this model on a real GPU to compute it " +
-			"from); the targets (TTFT <= 100 ms from the host image, decode >= 0.95x native with CUDA graphs) are " +
+			"of a uniform 5 us per kernel. No native side ran (there is no trace of this model on a real GPU to model it " +
+			"from); below, the modelled kernel time gives a bound on native's decode rate. The targets (TTFT <= 100 ms from the host image, decode >= 0.95x native with CUDA graphs) are " +
 			"measured by the GPU suite, which has not run yet.\n\n")
 	} else {
 		w("**What these figures are, and are not.** No GPU ran: every time below is host work (Python, PyTorch's " +
@@ -486,6 +486,15 @@ func run(ctx context.Context, c config) error {
 				side.m.calls["sync"], side.m.calls["syncs_answered"], side.m.calls["local"])
 		}
 	}
+	g, gr := stats(modes[1].tps), stats(rtModes[1].tps)
+	stepPart := "all of it host time"
+	if c.timed {
+		stepPart = fmt.Sprintf("%.2f ms of it modelled GPU time", modes[0].calls["kernels"]*5e-3)
+	}
+	overlap := "overlap"
+	if g.lo > gr.hi || gr.lo > g.hi {
+		overlap = "do not overlap, though with this few runs under a load that changes, that is no proof"
+	}
 	w("\nThe two sides are two processes of the same function code and base weights on the same node, their runs "+
 		"taking turns (one completion of one, then one of the other), so that both meet the machine's load; the "+
 		"counts are exact, the rates vary with the load of the shared machine (see the ranges). The calls answered "+
@@ -494,14 +503,16 @@ func run(ctx context.Context, c config) error {
 		"answered in the shim are among them. What the saved round trip is worth in time, this run does not "+
 		"resolve: a round trip through the shim's ring costs about 1 us at the median when both sides spin and "+
 		"up to about 100 us when one has gone to sleep on this loaded VM (docs/bench/remoting.md, "+
-		"docs/bench/tenants.md), against a host time per decode step of about 1 ms with graphs here, and the two "+
-		"sides' ranges overlap; on a GPU it is one synchronous wait per token less, measured by the GPU suite "+
+		"docs/bench/tenants.md), against a decode step with graphs of %.2f ms here (%s; from the mean rate "+
+		"with the synchronize answered in the shim); the two sides' rates with graphs differ by %+.1f%% in the mean "+
+		"and their ranges %s. On a GPU it is one synchronous wait per token less, measured by the GPU suite "+
 		"only as a whole (shim/native). The same %d tokens came out eagerly and with graphs: %v (dry kernels compute nothing, so this "+
 		"shows that the replayed graph does the same copies and memsets as the eager step, not that the tokens are "+
 		"right; the GPU suite compares them with a native run). With graphs a decode step is one record (the graph "+
 		"launch) and the token read back: a copy, whose answer is the one round trip, and a synchronize, which the "+
 		"shim answers itself because nothing was sent after the copy (a graph's replay launches no kernel one by "+
-		"one: its kernels are the eager step's).\n\n", c.tokens, sameTokens)
+		"one: its kernels are the eager step's).\n\n", 1e3/g.mean, stepPart, 100*(g.mean/gr.mean-1), overlap,
+		c.tokens, sameTokens)
 	if c.timed {
 		kernels := modes[0].calls["kernels"]
 		step := kernels * 5e-6
@@ -566,7 +577,9 @@ func run(ctx context.Context, c config) error {
 	}
 	w("\nWith llm-a (the base) resident on GPU 0, the first variant's swap-in copied %.1f MB and mapped %.1f MB of "+
 		"chunks already there (without sharing it would copy its whole %.1f MB image). GPU memory follows the same "+
-		"arithmetic while variants are resident on one GPU. The host memory measured is the repository's shared "+
+		"arithmetic while variants are resident on one GPU: on the simulated GPU, which faults a copy or a kernel "+
+		"that writes a shared chunk; the real driver's read-only mapping of shared chunks is not exercised by the "+
+		"GPU suite. The host memory measured is the repository's shared "+
 		"memory (its images). Each variant's own process (Python, PyTorch, the CUDA libraries, the tokenizer) is "+
 		"not in it: a variant is a function with its own process, which took %s MB of anonymous memory (its own) "+
 		"and %s MB of proportional set size (the libraries' pages divided among the %d processes that map them) "+
