@@ -5,9 +5,11 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"os"
 	"testing"
 
 	"github.com/faas-gpu/faas-gpu/gpuserver/device"
+	"github.com/faas-gpu/faas-gpu/gpuserver/device/cuda"
 	"github.com/faas-gpu/faas-gpu/gpuserver/device/sim"
 	"github.com/faas-gpu/faas-gpu/gpuserver/device/sim/kernels"
 	"github.com/faas-gpu/faas-gpu/gpuserver/executor"
@@ -22,59 +24,9 @@ import (
 func TestVariantSwapInMovesOnlyItsOwnChunks(t *testing.T) {
 	ctx := context.Background()
 	r := newRig(t, 128<<20, sim.Options{}, false)
-	cs := r.node.ChunkSize()
-	base := make([]byte, 8*cs)
-	g := rand.NewChaCha8([32]byte{7})
-	_, _ = g.Read(base)
-	var models []model
-	for i := range 5 {
-		m := model{name: fmt.Sprintf("llm-%d", i)}
-		if i == 4 {
-			m.name = "private" // the same base, but it did not say it never writes its model: nothing shared
-		}
-		must(t, r.node.Register(m.name))
-		must(t, r.node.SetModelShared(m.name, i < 4))
-		b, err := r.node.Acquire(ctx, m.name, 1, executor.Host)
-		must(t, err)
-		s, err := r.node.Stream(m.name)
-		must(t, err)
-		for _, d := range [][]byte{base, pattern(int(cs), byte(10+i))} {
-			p, err := r.node.Alloc(ctx, m.name, uint64(len(d)))
-			must(t, err)
-			must(t, s.CopyHtoD(p, d))
-			m.blocks, m.data = append(m.blocks, p), append(m.data, d)
-		}
-		must(t, s.Synchronize(ctx))
-		must(t, r.node.Capture(ctx, m.name))
-		b.Release()
-		must(t, r.node.Evict(ctx, m.name, 1))
-		models = append(models, m)
-	}
+	models := captureVariants(t, r, 1)
 	free0 := r.node.Status()[0].FreeBytes
-	for i, m := range models {
-		before, shared := r.node.Status()[0], r.node.Sharing().SharedBytes
-		must(t, r.node.SwapIn(ctx, m.name, 0, executor.Host))
-		verify(t, r, m, 0)
-		after := r.node.Status()[0]
-		moved, mapped := after.SwapBytes-before.SwapBytes, r.node.Sharing().SharedBytes-shared
-		took := before.FreeBytes - after.FreeBytes
-		t.Logf("%s: %d bytes copied, %d mapped from chunks on the gpu, %d bytes of gpu memory taken", m.name, moved,
-			mapped, took)
-		want := 9 * cs
-		if i > 0 && i < 4 {
-			want = cs // only its head
-		}
-		if moved != want || took != want || mapped != 9*cs-want {
-			t.Fatalf("%s: copied %d, took %d, shared %d; want %d, %d, %d", m.name, moved, took, mapped, want, want,
-				9*cs-want)
-		}
-	}
-	for _, m := range models {
-		verify(t, r, m, 0)
-	}
-	if st := r.node.Sharing(); st.ResidentShared != 8*cs {
-		t.Fatalf("resident shared %d, want the base's %d", st.ResidentShared, 8*cs)
-	}
+	swapInVariants(t, r, models)
 
 	// The base is mapped read-only: a copy into it faults, and the copies that shared it are restored from their
 	// images at their next swap-in.
@@ -108,7 +60,102 @@ func TestVariantSwapInMovesOnlyItsOwnChunks(t *testing.T) {
 		must(t, r.node.SwapIn(ctx, m.name, 0, executor.Host))
 		verify(t, r, m, 0)
 	}
+	evictVariants(t, r, models, free0)
+}
 
+// TestCUDAVariantSwapInMovesOnlyItsOwnChunks is the sharing of TestVariantSwapInMovesOnlyItsOwnChunks on the real
+// driver (make gpu-test): the variants captured on GPU 0 and evicted, then swapped in one after the other: the
+// later ones copy only their heads and map the base's physical chunks read-only at their own addresses, each reads
+// back its own bytes, and every byte goes back to the pool with the last copy. (The faulting writes are the sim's
+// part: on a GPU a fault poisons the process's contexts.)
+func TestCUDAVariantSwapInMovesOnlyItsOwnChunks(t *testing.T) {
+	if os.Getenv("FAAS_GPU_TEST_CUDA") != "1" {
+		t.Skip("needs an NVIDIA GPU: set FAAS_GPU_TEST_CUDA=1 (make gpu-test)")
+	}
+	dev, err := cuda.Open("")
+	if err != nil {
+		t.Fatalf("FAAS_GPU_TEST_CUDA=1 but the driver cannot be opened: %v", err)
+	}
+	r := newRigOn(t, dev, false)
+	models := captureVariants(t, r, 0)
+	free0 := r.node.Status()[0].FreeBytes
+	swapInVariants(t, r, models)
+	evictVariants(t, r, models, free0)
+}
+
+// captureVariants registers four variants of one base (8 chunks of the same bytes, a head chunk each, sharing their
+// model) and a fifth function with the same base that does not share, captures each on GPU gpu and evicts it.
+func captureVariants(t *testing.T, r *rig, gpu int) []model {
+	t.Helper()
+	ctx := context.Background()
+	cs := r.node.ChunkSize()
+	base := make([]byte, 8*cs)
+	g := rand.NewChaCha8([32]byte{7})
+	_, _ = g.Read(base)
+	var models []model
+	for i := range 5 {
+		m := model{name: fmt.Sprintf("llm-%d", i)}
+		if i == 4 {
+			m.name = "private" // the same base, but it did not say it never writes its model: nothing shared
+		}
+		must(t, r.node.Register(m.name))
+		must(t, r.node.SetModelShared(m.name, i < 4))
+		b, err := r.node.Acquire(ctx, m.name, gpu, executor.Host)
+		must(t, err)
+		s, err := r.node.Stream(m.name)
+		must(t, err)
+		for _, d := range [][]byte{base, pattern(int(cs), byte(10+i))} {
+			p, err := r.node.Alloc(ctx, m.name, uint64(len(d)))
+			must(t, err)
+			must(t, s.CopyHtoD(p, d))
+			m.blocks, m.data = append(m.blocks, p), append(m.data, d)
+		}
+		must(t, s.Synchronize(ctx))
+		must(t, r.node.Capture(ctx, m.name))
+		b.Release()
+		must(t, r.node.Evict(ctx, m.name, gpu))
+		models = append(models, m)
+	}
+	return models
+}
+
+// swapInVariants swaps the models of captureVariants in to GPU 0 from host memory one after the other: the first
+// copies its whole image, the other variants only their heads, the private function everything.
+func swapInVariants(t *testing.T, r *rig, models []model) {
+	t.Helper()
+	ctx := context.Background()
+	cs := r.node.ChunkSize()
+	for i, m := range models {
+		before, shared := r.node.Status()[0], r.node.Sharing().SharedBytes
+		must(t, r.node.SwapIn(ctx, m.name, 0, executor.Host))
+		verify(t, r, m, 0)
+		after := r.node.Status()[0]
+		moved, mapped := after.SwapBytes-before.SwapBytes, r.node.Sharing().SharedBytes-shared
+		took := before.FreeBytes - after.FreeBytes
+		t.Logf("%s: %d bytes copied, %d mapped from chunks on the gpu, %d bytes of gpu memory taken", m.name, moved,
+			mapped, took)
+		want := 9 * cs
+		if i > 0 && i < 4 {
+			want = cs // only its head
+		}
+		if moved != want || took != want || mapped != 9*cs-want {
+			t.Fatalf("%s: copied %d, took %d, shared %d; want %d, %d, %d", m.name, moved, took, mapped, want, want,
+				9*cs-want)
+		}
+	}
+	for _, m := range models {
+		verify(t, r, m, 0)
+	}
+	if st := r.node.Sharing(); st.ResidentShared != 8*cs {
+		t.Fatalf("resident shared %d, want the base's %d", st.ResidentShared, 8*cs)
+	}
+}
+
+// evictVariants evicts the models one after the other from GPU 0: the others still read their bytes, and the last
+// eviction gives every byte back (free0: GPU 0's free bytes before the swap-ins).
+func evictVariants(t *testing.T, r *rig, models []model, free0 uint64) {
+	t.Helper()
+	ctx := context.Background()
 	for i, m := range models {
 		must(t, r.node.Evict(ctx, m.name, 0))
 		for _, o := range models[i+1:] {

@@ -578,8 +578,9 @@ func run(ctx context.Context, c config) error {
 	w("\nWith llm-a (the base) resident on GPU 0, the first variant's swap-in copied %.1f MB and mapped %.1f MB of "+
 		"chunks already there (without sharing it would copy its whole %.1f MB image). GPU memory follows the same "+
 		"arithmetic while variants are resident on one GPU: on the simulated GPU, which faults a copy or a kernel "+
-		"that writes a shared chunk; the real driver's read-only mapping of shared chunks is not exercised by the "+
-		"GPU suite. The host memory measured is the repository's shared "+
+		"that writes a shared chunk; on the real driver the GPU suite checks that shared chunks map and read back "+
+		"and what a swap-in copies, not that writes into them fault (TestCUDAVariantSwapInMovesOnlyItsOwnChunks, "+
+		"not run yet). The host memory measured is the repository's shared "+
 		"memory (its images). Each variant's own process (Python, PyTorch, the CUDA libraries, the tokenizer) is "+
 		"not in it: a variant is a function with its own process, which took %s MB of anonymous memory (its own) "+
 		"and %s MB of proportional set size (the libraries' pages divided among the %d processes that map them) "+
