@@ -195,14 +195,14 @@ replay-traces: build
 ## bench-llm: the llm function through the shim on the simulated node (dry kernels; needs test/pyenv): TTFT warm
 ## and cold from the host image, decode steps/s eagerly and with CUDA graphs (the synchronize after a read answered
 ## in the shim and not, side by side), 4 and 16 variants of one base (a process each: about 10 GB of host memory and
-## 6 minutes of CPU at once); writes docs/bench/llm.md (no modelled GPU time) and docs/bench/llm-timed.md (the timed
-## virtual GPU, 4 variants: sharing does not depend on time; with a lower bound of shim/native with graphs from its
-## uniform kernel time)
+## 6 minutes of CPU at once; GOGC=50 keeps the simulated GPU's heap smaller); writes docs/bench/llm.md (no
+## modelled GPU time) and docs/bench/llm-timed.md (the timed virtual GPU, 4 variants: sharing does not depend on
+## time; with a lower bound of shim/native with graphs from its uniform kernel time)
 .PHONY: bench-llm
 bench-llm: build
 	@test/pyenv/pyenv.sh >/dev/null
-	$(GO) run ./test/llmbench -runs 10 -tokens 64 -out docs/bench/llm.md
-	$(GO) run ./test/llmbench -timed -runs 10 -tokens 64 -variants 4 -out docs/bench/llm-timed.md
+	GOGC=50 $(GO) run ./test/llmbench -runs 10 -tokens 64 -out docs/bench/llm.md
+	GOGC=50 $(GO) run ./test/llmbench -timed -runs 10 -tokens 64 -variants 4 -out docs/bench/llm-timed.md
 
 ## bench-tenants: an executor process per tenant against every tenant in the gpuserver's process, side by side
 ## (remoting round trip and async records through the shim, swaps, acquire/release), writes docs/bench/tenants.md
