@@ -10,7 +10,7 @@ import (
 
 // repoPath matches a `quoted` path of the repository in a document: it starts with one of the repository's top
 // folders.
-var repoPath = regexp.MustCompile("`((?:cmd|contract|provider|gpuserver|queueworker|shim|template|test|docs|charts|functions)(?:/[A-Za-z0-9_./{}-]*[A-Za-z0-9_])?)`")
+var repoPath = regexp.MustCompile("`((?:cmd|connlimit|contract|provider|gpuserver|queueworker|shim|template|test|docs|charts|functions)(?:/[A-Za-z0-9_./{}-]*[A-Za-z0-9_])?)`")
 
 // TestArchitectureNamesExistingFiles: every file and package docs/architecture.md and docs/design.md name exists,
 // so that the map cannot point at code that moved.
