@@ -21,6 +21,7 @@ import (
 	"github.com/faas-gpu/faas-gpu/provider/local/venv"
 	"github.com/faas-gpu/faas-gpu/provider/shrinkwrap"
 	"github.com/faas-gpu/faas-gpu/test/pyenv"
+	"github.com/faas-gpu/faas-gpu/test/testkit"
 )
 
 // pytorchFunctions are the example functions that run PyTorch through the shim.
@@ -225,7 +226,7 @@ func TestFunctionsWithPipRequirementsThroughUp(t *testing.T) {
 	deploy(t, in, types.FunctionDeployment{Service: "pip-broken", Image: "pip-broken:latest"})
 
 	installing := false // the function's status said it was installing
-	eventually(t, 5*time.Minute, "pip-ok installed and answering", func() error {
+	testkit.EventuallyNil(t, 5*time.Minute, "pip-ok installed and answering", func() error {
 		if a := functionStatus(t, in, "pip-ok").Annotations; a != nil &&
 			strings.HasPrefix((*a)[local.StatusAnnotation], "installing ") {
 			installing = true
@@ -237,7 +238,7 @@ func TestFunctionsWithPipRequirementsThroughUp(t *testing.T) {
 		return nil
 	})
 	const reason = "No matching distribution found for faas-gpu-no-such-package==1.0"
-	eventually(t, 5*time.Minute, "pip-broken failing with pip's reason", func() error {
+	testkit.EventuallyNil(t, 5*time.Minute, "pip-broken failing with pip's reason", func() error {
 		r := call(t, http.MethodPost, in.url+"/function/pip-broken", "", nil)
 		if r.code != http.StatusServiceUnavailable || !strings.Contains(r.body, reason) {
 			return fmt.Errorf("%d %s", r.code, r.body)

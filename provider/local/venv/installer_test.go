@@ -24,6 +24,7 @@ import (
 	"time"
 
 	"github.com/faas-gpu/faas-gpu/provider/local/sandbox"
+	"github.com/faas-gpu/faas-gpu/test/testkit"
 )
 
 func TestMain(m *testing.M) {
@@ -291,7 +292,7 @@ func runHostileInstall(ctx context.Context, work, python string) (*hostileInstal
 	})
 	writeWheel(nopT{}, links)
 
-	var progress syncBuffer
+	var progress testkit.Buffer
 	env, err := m.Ensure(ctx, req, &progress)
 	res.Progress = progress.String()
 	if err != nil {
