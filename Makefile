@@ -20,7 +20,7 @@ HELM_VERSION   := v3.22.0
 HELM_DIR       := $(TOOLS_BIN)/helm-$(HELM_VERSION)
 HELM           := $(HELM_DIR)/helm
 
-.PHONY: all build run test test-go test-shim test-fuzz lint shim bench-policy bench-policy-quick bench-swap bench-remoting bench-queue bench-template clean
+.PHONY: all build run test test-go test-shim test-fuzz lint shim bench-policy bench-policy-quick bench-swap bench-scratch bench-remoting bench-queue bench-template clean
 
 all: build
 
@@ -139,6 +139,7 @@ gpu-test-bin:
 	@mkdir -p bin/gpu
 	@for p in $(GPU_TEST_PKGS); do $(GO) test -c -ldflags="-s -w" -o bin/gpu/$$(echo $$p | tr / -).test ./$$p || exit 1; done
 	$(GO) build -ldflags="-s -w" -o bin/gpu/swapbench ./gpuserver/executor/swapbench
+	$(GO) build -ldflags="-s -w" -o bin/gpu/scratchbench ./test/bench/scratch
 	$(GO) build -ldflags="-s -w" -o bin/gpu/replay ./test/bench/replay
 
 ## gpu-trace: on a GPU machine, record what PyTorch uses of the real driver and, natively with the profiler, each
@@ -165,6 +166,11 @@ bench-policy-quick:
 bench-swap: build
 	$(GO) run ./gpuserver/executor/swapbench -device sim -out docs/bench/swap.md
 
+## bench-scratch: eviction and swap-in of a function with scratch kept (written back, restored) against scratch
+## declared per request, side by side; writes docs/bench/scratch.md
+bench-scratch:
+	$(GO) run ./test/bench/scratch -device sim -out docs/bench/scratch.md
+
 ## bench-remoting: shim transport benchmarks (docs/bench/remoting.md) and the replay bench: the recorded PyTorch
 ## passes of shim/testdata/trace/replay-*.tsv through the shim and a gpuserver on the timed virtual GPU, beside the
 ## native pass computed from the same traces (docs/bench/remoting-replay.md). REPLAY_ARGS passes flags to it.
@@ -187,13 +193,15 @@ replay-traces: build
 	  $$(test -n "$(REPLAY_PROFILES)" && echo -profiles $(REPLAY_PROFILES))
 
 ## bench-llm: the llm function through the shim on the simulated node (dry kernels; needs test/pyenv): TTFT warm
-## and cold from the host image, decode steps/s eagerly and with CUDA graphs, sharing one base between variants;
-## writes docs/bench/llm.md (no modelled GPU time) and docs/bench/llm-timed.md (the timed virtual GPU)
+## and cold from the host image, decode steps/s eagerly and with CUDA graphs (the synchronize after a read answered
+## in the shim and not, side by side), 4 and 16 variants of one base (a process each: about 10 GB of host memory and
+## 6 minutes of CPU at once); writes docs/bench/llm.md (no modelled GPU time) and docs/bench/llm-timed.md (the timed
+## virtual GPU, 4 variants: sharing does not depend on time)
 .PHONY: bench-llm
 bench-llm: build
 	@test/pyenv/pyenv.sh >/dev/null
 	$(GO) run ./test/llmbench -out docs/bench/llm.md
-	$(GO) run ./test/llmbench -timed -out docs/bench/llm-timed.md
+	$(GO) run ./test/llmbench -timed -variants 4 -out docs/bench/llm-timed.md
 
 ## bench-tenants: an executor process per tenant against every tenant in the gpuserver's process, side by side
 ## (remoting round trip and async records through the shim, swaps, acquire/release), writes docs/bench/tenants.md

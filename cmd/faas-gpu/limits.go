@@ -9,7 +9,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/faas-gpu/faas-gpu/provider/connlimit"
+	"github.com/faas-gpu/faas-gpu/connlimit"
 	"github.com/faas-gpu/faas-gpu/provider/gpuspec"
 	"github.com/faas-gpu/faas-gpu/queueworker/queue"
 	"github.com/faas-gpu/faas-gpu/queueworker/worker"

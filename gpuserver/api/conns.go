@@ -9,15 +9,16 @@ import (
 	"sync"
 	"time"
 
+	"github.com/faas-gpu/faas-gpu/connlimit"
 	"github.com/faas-gpu/faas-gpu/gpuserver/peer"
 )
 
-// Limits bound what the API's clients may hold. Every connection counts against its peer (a Unix socket's peer
-// user, from SO_PEERCRED; a TCP client's IP address) and against its listener; beyond either bound it is answered
-// 503 and closed at once, so that one peer (a function process opening connections without end, a client that
-// never finishes its request) cannot take the descriptors every other caller needs. A connection that holds no
-// binding is closed after IdleTimeout without a request; one that holds a binding is bounded by the pool's
-// maximum binding hold. Headers must arrive within ReadHeaderTimeout, a body within BodyTimeout of its headers;
+// Limits bound what the API's clients may hold. Every connection counts against its peer (a Unix socket's peer user,
+// from SO_PEERCRED; a TCP client's IP address) and against its listener; beyond either bound it is answered 503 (once
+// its request arrived, connlimit.Refuser) and closed, so that one peer (a function process opening connections without
+// end, a client that never finishes its request) cannot take the descriptors every other caller needs. A connection
+// that holds no binding is closed after IdleTimeout without a request; one that holds a binding is bounded by the
+// pool's maximum binding hold. Headers must arrive within ReadHeaderTimeout, a body within BodyTimeout of its headers;
 // credentials are checked before a body is read.
 type Limits struct {
 	// PerPeer bounds the open connections of one peer; DefaultPerPeer when 0.
@@ -79,6 +80,8 @@ type limitListener struct {
 	mu    sync.Mutex
 	peers map[string]int
 	total int
+
+	refuser connlimit.Refuser // answers the refused off the accept loop, once their request arrived
 }
 
 // refusal is what a refused connection reads before it is closed.
@@ -111,9 +114,7 @@ func (l *limitListener) Accept() (net.Conn, error) {
 		l.s.logRefusal(who, reason)
 		body := fmt.Sprintf(`{"error":"too many connections (%s): at most %d per peer, %d in all"}`, reason,
 			l.s.limits.PerPeer, l.s.limits.Total)
-		_ = c.SetWriteDeadline(time.Now().Add(10 * time.Millisecond)) // a fresh socket's buffer takes it at once
-		_, _ = fmt.Fprintf(c, refusal, len(body), body)
-		_ = c.Close()
+		l.refuser.Refuse(c, fmt.Sprintf(refusal, len(body), body))
 	}
 }
 

@@ -97,8 +97,10 @@ const healthz = "GET /healthz HTTP/1.1\r\nHost: gpuserver\r\n\r\n"
 // without a credential is refused before its body is read, idle connections without a binding are closed, and the
 // stalled peer is served again once its connections are gone.
 func TestStalledRequestsAreBounded(t *testing.T) {
+	// The header deadline is long enough that the refusals below come before it even on a loaded 2-core machine
+	// (it was 500 ms, and the storm's connections were sometimes cut before the refusals were tried).
 	limits := api.Limits{PerPeer: 16, Total: 64, IdleTimeout: 300 * time.Millisecond,
-		ReadHeaderTimeout: 500 * time.Millisecond, BodyTimeout: 300 * time.Millisecond}
+		ReadHeaderTimeout: 2 * time.Second, BodyTimeout: 300 * time.Millisecond}
 	a := serveLimited(t, limits)
 	unixDial := func() (net.Conn, error) { return net.Dial("unix", a.sock) }
 	tcpFrom := func(ip string) func() (net.Conn, error) {

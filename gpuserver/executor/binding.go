@@ -177,7 +177,7 @@ func (n *Node) Acquire(ctx context.Context, name string, gpu int, source Source)
 		return nil, err
 	}
 	defer n.moving(f)()
-	if err := f.usableLocked(); err != nil {
+	if err := n.checkScratchLocked(f); err != nil { // usableLocked, and scratch a destroyed copy held (scratch.go)
 		return nil, err
 	}
 	if gpu < 0 {
@@ -502,6 +502,7 @@ func (s *Stream) gate(op func() error, ptrs ...device.Ptr) error {
 			return err
 		}
 	}
+	s.f.scratch.touched = true // its work may write its scratch: the host copy is no longer current (scratch.go)
 	return op()
 }
 

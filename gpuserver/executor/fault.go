@@ -223,9 +223,11 @@ func (n *Node) dropTenantLocked(f *function, gpu int, err error) {
 			restored = append(restored, o.name)
 		}
 	}
-	n.execs[gpu].contextFaults++
-	if n.cfg.OnContextFault != nil {
-		n.cfg.OnContextFault(gpu, f.name, err)
+	if !errors.Is(err, ErrHoldExpired) { // a context torn down to stop an expired binding's work did not fault
+		n.execs[gpu].contextFaults++
+		if n.cfg.OnContextFault != nil {
+			n.cfg.OnContextFault(gpu, f.name, err)
+		}
 	}
 	n.log.Warn("the tenant's context on the gpu was torn down, its functions there are restored from their "+
 		"images; the gpu stays in service", "gpu", gpu, "tenant", f.tenant, "function", f.name,
@@ -250,6 +252,7 @@ func (n *Node) dropExposedLocked(o *function, gpu int, err error) (wasActive boo
 	o.epoch++
 	o.fault = err
 	o.loseLocked(fmt.Errorf("gpu %d: %w", gpu, err))
+	n.loseScratchLocked(o, fmt.Errorf("gpu %d: %w", gpu, err))
 	return true
 }
 

@@ -81,6 +81,10 @@ func TestExpiredBindingStopsItsWork(t *testing.T) {
 	if ran := clk.sleeping(); ran > 2 {
 		t.Fatalf("%d of %d queued kernels ran after the expiry, want at most the one running", ran, queued)
 	}
+	// Tearing the context down to stop the work is no fault of the tenant's (an executor process ends after one).
+	if n := r.node.Status()[0].ContextFaults; n != 0 {
+		t.Fatalf("stopping the expired work counted %d context faults, want none", n)
+	}
 	// Once the expiry returned, the GPU is the other tenant's for the asking, the hog's binding still unreleased.
 	nb, err := r.node.Acquire(ctx, "next", 0, executor.Host)
 	if err != nil {

@@ -169,11 +169,13 @@ func (n *Node) Reset(ctx context.Context, name string) error {
 		f.users = 0
 	}
 	f.captured = true // nothing to keep
+	f.scratch.discard = true
 	for gpu := range f.res {
 		if err := n.evictLocked(ctx, f, gpu); err != nil {
 			return err
 		}
 	}
+	n.freeScratchHostLocked(f, nil)
 	errs := []error{n.dropPlanLocked(f)}
 	for _, s := range f.streams {
 		errs = append(errs, s.Destroy())

@@ -27,8 +27,8 @@ var (
 	// ErrBroken: a binding's device state was replaced under it (see Binding.Err).
 	ErrBroken = errors.New("binding broke")
 	// ErrLost: a fault or a GPU failure destroyed device state of a function that no image holds (its memory
-	// before its initialisation ended, module globals it wrote), so its process must start again (and initialise
-	// afresh after Reset).
+	// before its initialisation ended, module globals it wrote, scratch it keeps between requests; scratch.go),
+	// or its scratch cannot be kept, so its process must start again (and initialise afresh after Reset).
 	ErrLost = errors.New("the function's device state was lost and no image holds it: its process must start again")
 )
 
@@ -110,6 +110,9 @@ type Executor struct {
 	swaps         int64
 	swapBytes     uint64
 	contextFaults int64 // tenants' contexts torn down after a fault of their work (fault.go)
+
+	scratchWrittenBack uint64 // bytes of scratch written back to the host from this GPU (scratch.go)
+	scratchRestored    uint64 // bytes of scratch copied back into this GPU at swap-ins
 }
 
 // New starts a node's executors.
@@ -191,11 +194,13 @@ func (n *Node) Deregister(ctx context.Context, name string) error {
 	}
 	defer n.moving(f)()
 	f.captured = true // nothing to keep: evicting captures no image
+	f.scratch.discard = true
 	for gpu := range f.res {
 		if err := n.evictLocked(ctx, f, gpu); err != nil {
 			return err
 		}
 	}
+	n.freeScratchHostLocked(f, nil)
 	if err := n.dropPlanLocked(f); err != nil {
 		return err
 	}
@@ -271,6 +276,7 @@ func (n *Node) markUnhealthyLocked(gpu int, cause error) {
 				}
 			}
 			f.active = -1
+			n.loseScratchLocked(f, fmt.Errorf("gpu %d failed: %w", gpu, cause))
 		}
 		// chunks of a failed GPU are not returned to its pool: the GPU is out of service
 		delete(f.res, gpu)
@@ -300,6 +306,11 @@ type Status struct {
 	SwapBytes  uint64   `json:"swap_bytes"`
 	// ContextFaults counts the tenants' contexts torn down after a fault of their work; the GPU stayed in service.
 	ContextFaults int64 `json:"context_faults"`
+	// ScratchWrittenBack counts the bytes of scratch that functions keep (not declared per request) written back
+	// to the host when their copy left this GPU; ScratchRestored the bytes copied back in at swap-ins (also in
+	// SwapBytes).
+	ScratchWrittenBack uint64 `json:"scratch_written_back_bytes"`
+	ScratchRestored    uint64 `json:"scratch_restored_bytes"`
 }
 
 // Status describes every executor.
@@ -311,7 +322,8 @@ func (n *Node) Status() []Status {
 	for i, e := range n.execs {
 		p := n.mem.Pool(i)
 		out[i] = Status{GPU: i, Healthy: e.healthy, GroupBytes: e.groupBytes, FreeBytes: uint64(p.Free()) * cs,
-			TotalBytes: uint64(p.Total()) * cs, Swaps: e.swaps, SwapBytes: e.swapBytes, ContextFaults: e.contextFaults}
+			TotalBytes: uint64(p.Total()) * cs, Swaps: e.swaps, SwapBytes: e.swapBytes, ContextFaults: e.contextFaults,
+			ScratchWrittenBack: e.scratchWrittenBack, ScratchRestored: e.scratchRestored}
 		if e.lastErr != nil {
 			out[i].Error = e.lastErr.Error()
 		}
@@ -387,6 +399,7 @@ func (n *Node) closeFunctionLocked(ctx context.Context, f *function) []error {
 		}
 	}
 	f.res, f.active = map[int]*residency{}, -1
+	n.freeScratchHostLocked(f, nil)
 	return append(errs, n.dropPlanLocked(f), f.space.Close())
 }
 

@@ -3,8 +3,10 @@ package executor_test
 import (
 	"bytes"
 	"context"
+	"errors"
 	"testing"
 
+	"github.com/faas-gpu/faas-gpu/gpuserver/device"
 	"github.com/faas-gpu/faas-gpu/gpuserver/device/sim"
 	"github.com/faas-gpu/faas-gpu/gpuserver/executor"
 )
@@ -69,4 +71,190 @@ func TestRequestScratchIsDroppedAtRelease(t *testing.T) {
 		verify(t, r, m, 0)
 		b.Release()
 	}
+}
+
+// scratchRun is one request of a function that keeps state in scratch: it binds (on gpu, or where the node places
+// it with gpu < 0), optionally checks what its blocks hold, optionally writes new bytes, and releases.
+func scratchRun(t *testing.T, r *rig, name string, gpu int, blocks []device.Ptr, want, write [][]byte) (boundOn int) {
+	t.Helper()
+	ctx := context.Background()
+	b, err := r.node.Acquire(ctx, name, gpu, executor.Host)
+	must(t, err)
+	defer b.Release()
+	s, err := r.node.Stream(name)
+	must(t, err)
+	for i, p := range blocks {
+		if want != nil {
+			out := make([]byte, len(want[i]))
+			must(t, s.CopyDtoH(out, p))
+			must(t, s.Synchronize(ctx))
+			if !bytes.Equal(out, want[i]) {
+				zeros := bytes.Count(out, []byte{0})
+				t.Fatalf("%s on gpu %d: scratch block %d at %#x holds other bytes than its last request wrote "+
+					"(%d of %d bytes zero)", name, b.GPU(), i, p, zeros, len(out))
+			}
+		}
+		if write != nil {
+			must(t, s.CopyHtoD(p, write[i]))
+		}
+	}
+	must(t, s.Synchronize(ctx))
+	return b.GPU()
+}
+
+// TestKeptScratchSurvivesEvictionAndMoves: a function loads state lazily in its first request (a 6 MiB block with
+// a segment of its own and a small block in a shared segment, both allocated after its initialisation: scratch).
+// Another function's swap-in evicts it; its next request, swapped in from the host, reads the same bytes. A move
+// to another GPU (the model over a peer copy) keeps them too, and a move back to a GPU where an older copy of its
+// scratch stayed parked reads what the last request wrote, not the parked bytes. Before, scratch was mapped zeroed
+// after every eviction and move (answers computed on zeros, with 200), and a parked copy served stale scratch.
+// With per-request scratch declared, the same sequence reads zeros after the eviction, by declaration, and nothing
+// is written back.
+func TestKeptScratchSurvivesEvictionAndMoves(t *testing.T) {
+	ctx := context.Background()
+	for _, perRequest := range []bool{false, true} {
+		r := newRig(t, 64<<20, sim.Options{}, true)
+		name := "lazy"
+		m := initModel(t, r, name, 0, 1<<20)
+		must(t, r.node.SetScratchPerRequest(name, perRequest))
+		must(t, r.node.SetScratchLimit(name, 32<<20))
+
+		b, err := r.node.Acquire(ctx, name, 0, executor.Host)
+		must(t, err)
+		big, err := r.node.Alloc(ctx, name, 6<<20) // the lazily loaded model
+		must(t, err)
+		small, err := r.node.Alloc(ctx, name, 4096) // a small tensor beside it
+		must(t, err)
+		b.Release()
+		blocks := []device.Ptr{big, small}
+		a := [][]byte{pattern(6<<20, 11), pattern(4096, 12)}
+		scratchRun(t, r, name, 0, blocks, nil, a)
+
+		// Another function fills GPU 0: the lazy one is evicted under pressure.
+		initModel(t, r, "other", 0, 63<<20)
+		if gpus, _, _ := r.node.Resident(name); len(gpus) != 0 {
+			t.Fatalf("perRequest=%v: %s still resident on %v: the test no longer evicts it", perRequest, name, gpus)
+		}
+		st := r.node.Status()[0]
+		if perRequest {
+			zeros := [][]byte{make([]byte, 6<<20), make([]byte, 4096)}
+			scratchRun(t, r, name, 1, blocks, zeros, nil)
+			verify(t, r, m, 1)
+			if st.ScratchWrittenBack != 0 {
+				t.Fatalf("per-request scratch: %d bytes written back, want none", st.ScratchWrittenBack)
+			}
+			continue
+		}
+		if st.ScratchWrittenBack != 6<<20+2<<20 {
+			t.Fatalf("written back from gpu 0: %d bytes, want the two scratch segments (8 MiB)",
+				st.ScratchWrittenBack)
+		}
+		g1 := scratchRun(t, r, name, -1, blocks, a, nil)
+		if g1 == 0 {
+			t.Fatalf("placed on gpu 0, which the other function fills")
+		}
+		verify(t, r, m, g1)
+		if got := r.node.Status()[g1].ScratchRestored; got != 8<<20 {
+			t.Fatalf("restored into gpu %d: %d bytes, want 8 MiB", g1, got)
+		}
+
+		// A second request changes the state; the function moves to g2 over a peer copy (its copy on g1 stays
+		// parked), changes it again, and comes back to g1.
+		bb := [][]byte{pattern(6<<20, 21), pattern(4096, 22)}
+		scratchRun(t, r, name, g1, blocks, a, bb)
+		g2 := 1 + g1%3
+		must(t, r.node.SwapIn(ctx, name, g2, g1))
+		cc := [][]byte{pattern(6<<20, 31), pattern(4096, 32)}
+		scratchRun(t, r, name, g2, blocks, bb, cc)
+		verify(t, r, m, g2)
+		if gpus, _, _ := r.node.Resident(name); len(gpus) != 2 {
+			t.Fatalf("resident on %v, want a parked copy on gpu %d beside gpu %d", gpus, g1, g2)
+		}
+		must(t, r.node.SwapIn(ctx, name, g1, executor.Host))
+		scratchRun(t, r, name, g1, blocks, cc, nil)
+		verify(t, r, m, g1)
+		if err := r.node.Usable(name); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// TestLostScratchIsRefused: when a function's active copy is destroyed (its GPU failed) after its work changed its
+// scratch and before a write-back, and scratch blocks it had then are still allocated at its next binding, its work
+// is refused with ErrLost (its process must start again) instead of running on zeros. A function whose blocks of
+// that moment were a request's temporaries, freed before its next binding, goes on; a function whose work did not
+// run since its scratch was written back comes back from the host copy. A function whose scratch exceeds its quota
+// at a write-back is refused the same way.
+func TestLostScratchIsRefused(t *testing.T) {
+	ctx := context.Background()
+	r := newRig(t, 64<<20, sim.Options{}, false)
+	for _, name := range []string{"ran", "idle", "temps", "greedy"} {
+		initModel(t, r, name, 0, 1<<20)
+	}
+	fill := func(name string, gpu, size int) []device.Ptr {
+		b, err := r.node.Acquire(ctx, name, gpu, executor.Host)
+		must(t, err)
+		p, err := r.node.Alloc(ctx, name, uint64(size))
+		must(t, err)
+		b.Release()
+		return []device.Ptr{p}
+	}
+	ran, idle := fill("ran", 0, 2<<20), fill("idle", 0, 2<<20)
+	data := [][]byte{pattern(2<<20, 5)}
+	must(t, r.node.SetScratchLimit("ran", 16<<20))
+	scratchRun(t, r, "ran", 0, ran, nil, data)
+	scratchRun(t, r, "idle", 0, idle, nil, data)
+	must(t, r.node.Evict(ctx, "idle", 0)) // written back
+	b, err := r.node.Acquire(ctx, "idle", 2, executor.Host)
+	must(t, err)
+	b.Release()
+	must(t, r.node.SwapIn(ctx, "ran", 2, executor.Host)) // "ran" writes its scratch back on the way
+	scratchRun(t, r, "ran", 2, ran, data, pattern2(data))
+
+	// "temps" is in a request on gpu 2 with a temporary block written when the gpu fails; the request frees it.
+	tb, err := r.node.Acquire(ctx, "temps", 2, executor.Host)
+	must(t, err)
+	tmp, err := r.node.Alloc(ctx, "temps", 4096)
+	must(t, err)
+	ts, err := r.node.Stream("temps")
+	must(t, err)
+	must(t, ts.Memset8(tmp, 7, 4096))
+	r.node.MarkUnhealthy(2, errors.New("the test fails it"))
+	if tb.Err() == nil {
+		t.Fatal("a binding on the failed gpu did not break")
+	}
+	must(t, r.node.Free("temps", tmp))
+	tb.Release()
+
+	if _, err := r.node.Acquire(ctx, "ran", 1, executor.Host); !errors.Is(err, executor.ErrLost) {
+		t.Fatalf("acquire after its scratch was lost with its gpu: %v, want ErrLost", err)
+	}
+	if err := r.node.Usable("ran"); !errors.Is(err, executor.ErrLost) {
+		t.Fatalf("a function whose scratch was lost: %v, want ErrLost", err)
+	}
+	if err := r.node.Usable("idle"); err != nil {
+		t.Fatalf("a function that ran nothing since its write-back: %v", err)
+	}
+	scratchRun(t, r, "idle", 1, idle, data, nil)
+	scratchRun(t, r, "temps", 1, nil, nil, nil) // its temporary was freed: nothing it kept was lost
+
+	greedy := fill("greedy", 3, 8<<20)
+	must(t, r.node.SetScratchLimit("greedy", 4<<20))
+	scratchRun(t, r, "greedy", 3, greedy, nil, [][]byte{pattern(8<<20, 9)})
+	must(t, r.node.Evict(ctx, "greedy", 3))
+	if err := r.node.Usable("greedy"); !errors.Is(err, executor.ErrLost) || !errors.Is(err, executor.ErrNoMemory) {
+		t.Fatalf("scratch beyond the quota at a write-back: %v, want ErrLost and ErrNoMemory", err)
+	}
+	must(t, r.node.Reset(ctx, "greedy")) // its process started again: it initialises afresh
+	if err := r.node.Usable("greedy"); err != nil {
+		t.Fatalf("after its reset: %v", err)
+	}
+}
+
+func pattern2(d [][]byte) [][]byte {
+	out := make([][]byte, len(d))
+	for i, b := range d {
+		out[i] = pattern(len(b), b[0]+1)
+	}
+	return out
 }

@@ -34,6 +34,8 @@ type function struct {
 
 	scratchPerRequest bool // its scratch is dropped when its last binding ends (scratch.go)
 	modelShared       bool // it never writes its model after initialisation: its chunks may be shared (share.go)
+
+	scratch scratchState // the host copies of the scratch it keeps, and whether its work ran since (scratch.go)
 }
 
 // residency is a function's physical copy on one GPU.
@@ -94,6 +96,9 @@ func (n *Node) swapInLocked(ctx context.Context, f *function, gpu int, source So
 	if err := n.claimLocked(ctx, f, gpu); err != nil { // one tenant's memory accessible on a GPU at a time
 		return err
 	}
+	if err := n.dropStaleScratchLocked(ctx, f, gpu); err != nil { // what it writes on gpu makes them stale
+		return err
+	}
 	if _, ok := f.res[gpu]; !ok {
 		f.res[gpu] = &residency{gpu: gpu, chunks: map[int][]memory.Chunk{}, ready: map[int]device.Event{},
 			mapped: map[int]bool{}}
@@ -133,6 +138,9 @@ func (n *Node) deactivateLocked(ctx context.Context, f *function) error {
 		if err := n.saveLocked(ctx, f); err != nil {
 			return err
 		}
+	}
+	if err := n.writeBackScratchLocked(ctx, f); err != nil {
+		return err
 	}
 	if err := n.unmapLocked(f, r); err != nil {
 		return err
@@ -293,6 +301,13 @@ func (n *Node) completeLocked(ctx context.Context, f *function, gpu int, source 
 		}
 		if parked {
 			continue // a parked copy already holds the bytes
+		}
+		if host := n.scratchHostLocked(f, seg); host != nil {
+			// Scratch the function keeps, written back when its copy left a GPU (scratch.go).
+			if err := n.restoreScratchLocked(e, r, seg, host); err != nil {
+				return n.failLocked(gpu, err)
+			}
+			continue
 		}
 		if !fill {
 			// No copy, but the fresh chunks may hold what another function left there. Zero them first (ordered
@@ -557,7 +572,8 @@ func (n *Node) victimLocked(self *function, gpu int) *function {
 	return best
 }
 
-// Evict drops function's copy on gpu (invalidation: nothing is copied back). It fails with ErrBusy while the
+// Evict drops function's copy on gpu (invalidation: nothing of its model is copied back; scratch it keeps is written
+// back, scratch.go). It fails with ErrBusy while the
 // function has bindings there and with ErrPinned while the copy is a swap source. It is the controller's actuator
 // for an eviction.
 func (n *Node) Evict(ctx context.Context, name string, gpu int) error {

@@ -15,6 +15,7 @@
 // runs on, and copies its bytes in.
 //
 // Blocks allocated before the function's image is captured hold the model (KindModel); blocks allocated after
-// are scratch (KindScratch): dropped on eviction and mapped without a copy on swap-in. The two kinds never share
-// a segment.
+// are scratch (KindScratch): never in the image. The executor writes the scratch segments that hold a block (Holds)
+// back to host memory when the function's copy leaves a GPU and restores them at its next swap-in, unless the
+// function declares its scratch per request (then they are mapped zeroed). The two kinds never share a segment.
 package memory

@@ -14,7 +14,9 @@ type Kind int
 const (
 	// KindModel blocks are allocated before the image is captured; their bytes are swapped in.
 	KindModel Kind = iota
-	// KindScratch blocks are allocated after capture; they are mapped without a copy and dropped on eviction.
+	// KindScratch blocks are allocated after capture; they are not in the image. The executor writes their bytes
+	// back to the host when the function's copy leaves a GPU and restores them at its next swap-in, unless the
+	// function declares its scratch its requests' own (then they are mapped zeroed).
 	KindScratch
 )
 
@@ -159,6 +161,42 @@ func (a *AddressSpace) Segments() []Segment {
 		out[i] = s.Segment
 	}
 	return out
+}
+
+// Holds reports whether segment id holds at least one allocated block: a segment of one block until it is freed, a
+// shared segment while one of its small blocks is allocated. A segment that holds none has no bytes anyone may read.
+func (a *AddressSpace) Holds(id int) bool {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if id < 0 || id >= len(a.segs) {
+		return false
+	}
+	s := a.segs[id]
+	if s.small != nil {
+		return !s.small.Empty()
+	}
+	return !s.freed
+}
+
+// Blocks lists the addresses of the allocated blocks of the given kind.
+func (a *AddressSpace) Blocks(kind Kind) []device.Ptr {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	var out []device.Ptr
+	for p, id := range a.blocks {
+		if a.segs[id].Kind == kind {
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
+// Allocated reports whether a block starts at p.
+func (a *AddressSpace) Allocated(p device.Ptr) bool {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	_, ok := a.blocks[p]
+	return ok
 }
 
 // Lookup returns the segment containing p: a live one when a freed segment placed in a range (AllocAt) shares its

@@ -36,8 +36,9 @@ type FunctionSpec struct {
 	// Isolation is IsolationShared or IsolationIsolated (a GPU of its own while bound).
 	Isolation string `json:"isolation,omitempty"`
 	// Scratch is ScratchResident (the default, also ""): memory the function allocates after its
-	// initialisation stays with its copy until evicted; or ScratchRequest: it is its requests' (a KV cache),
-	// given back when the function's last request in flight ends and mapped again, zeroed, for the next.
+	// initialisation is its own, kept with its copy and across evictions and moves (written back to host memory,
+	// restored at the next swap-in); or ScratchRequest: it is its requests' (a KV cache), given back when the
+	// function's last request in flight ends and mapped again, zeroed, for the next, never copied.
 	Scratch string `json:"scratch,omitempty"`
 	// Model is ModelPrivate (the default, also ""): the function's model memory is its own on a GPU; or
 	// ModelShared: the function never writes its model memory after its initialisation, so chunks of it identical
@@ -205,7 +206,8 @@ var (
 	// the request's work must not be trusted.
 	ErrBindingBroken = errors.New("binding broke")
 	// ErrFunctionLost: device state of the function that no image holds (its memory before its initialisation
-	// ended, module globals it wrote) was destroyed by a kernel fault in its context or a GPU failure: its process
+	// ended, module globals it wrote, scratch it keeps between requests) was destroyed by a kernel fault in its
+	// context or a GPU failure, or cannot be kept (scratch beyond its quota): its process
 	// must start again and initialise afresh. The API answers 503 with "restart": true, and the gpu-python
 	// template exits so that its supervisor starts it again.
 	ErrFunctionLost = errors.New("function's device state was lost: its process must start again")

@@ -1,6 +1,9 @@
 package remoting
 
 import (
+	"context"
+	"fmt"
+	"log/slog"
 	"testing"
 	"time"
 
@@ -164,4 +167,108 @@ func TestQuotaHoldsAcrossSessions(t *testing.T) {
 		res, _, err := second.call(CallCuMemAlloc_v2, uint64(6<<20))
 		return err == nil && res == ResultSuccess
 	})
+}
+
+// ptxGlobal is a PTX module declaring one global of size bytes (initialised, so that the device writes it).
+func ptxGlobal(name string, size uint64) []byte {
+	return []byte(fmt.Sprintf(".version 7.0\n.target sm_50\n.address_size 64\n"+
+		".visible .global .align 8 .b8 %s[%d] = {1};\n", name, size))
+}
+
+// TestModuleGlobalsCountAgainstTheQuota: a module's globals are GPU memory outside the function's segments, and
+// were not counted: against faas-gpu up, a function with a 64 MiB quota loaded a module declaring a 64 GiB global
+// and memset 256 MiB of it, which its tenant executor's simulated device backed with 256 MiB of host memory (on a
+// real GPU, device memory no quota bounds). Now a module's data counts against the function's quota, all its
+// sessions together: the 64 GiB global is refused with CUDA_ERROR_OUT_OF_MEMORY before anything is loaded, globals
+// within the quota load, and an unload gives their bytes back.
+func TestModuleGlobalsCountAgainstTheQuota(t *testing.T) {
+	const quota = 8 << 20
+	funcs := tenants(pool.FunctionSpec{Name: "bomb.ns1", MemoryBytes: quota})
+	r := startServerWith(t, funcs, nil)
+	r.binder.bind("bomb.ns1", 0)
+	w, err := dialWire(t, r.sock, "bomb.ns1", "tok-bomb.ns1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.close()
+	load := func(w *wireClient, img []byte) (uint64, Result) {
+		t.Helper()
+		res, out, err := w.call(CallCuModuleLoadData, img, uint64(len(img)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(out) < 8 {
+			return 0, res
+		}
+		return leU64(out), res
+	}
+	if _, res := load(w, ptxGlobal("huge", 64<<30)); res != ResultOutOfMemory {
+		t.Fatalf("a 64 GiB global in an 8 MiB quota: %d, want CUDA_ERROR_OUT_OF_MEMORY", res)
+	}
+	mod, res := load(w, ptxGlobal("a", 4<<20))
+	if res != ResultSuccess {
+		t.Fatalf("a 4 MiB global in an 8 MiB quota: %d", res)
+	}
+	// A second session of the function: 4 MiB more fit, then nothing (neither a global nor a block).
+	w2, err := dialWire(t, r.sock, "bomb.ns1", "tok-bomb.ns1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w2.close()
+	if _, res := load(w2, ptxGlobal("b", 4<<20)); res != ResultSuccess {
+		t.Fatalf("another 4 MiB global in a second session: %d", res)
+	}
+	if _, res := load(w2, ptxGlobal("c", 1)); res != ResultOutOfMemory {
+		t.Fatalf("a global beyond the quota: %d, want CUDA_ERROR_OUT_OF_MEMORY", res)
+	}
+	if res, _, err := w2.call(CallCuMemAlloc_v2, uint64(1<<20)); err != nil || res != ResultOutOfMemory {
+		t.Fatalf("a block beyond the quota the globals took: %d %v", res, err)
+	}
+	// An unload gives the global's bytes back.
+	if res, _, err := w.call(CallCuModuleUnload, mod); err != nil || res != ResultSuccess {
+		t.Fatalf("unload: %d %v", res, err)
+	}
+	mustAlloc(t, w2, 4<<20)
+}
+
+// TestSessionHandlesBounded: a session holds at most maxModules modules (each a driver object, its code loaded on
+// the GPU again for every load of the same image), maxEvents events and maxStreams streams: against faas-gpu up, a
+// function created 100,000 events and 100,000 streams in 14 s and its tenant executor grew by 21 MB, without a
+// bound.
+func TestSessionHandlesBounded(t *testing.T) {
+	dev, xn := simNode(t, 256<<20)
+	bd := &binder{current: map[string]int{"f": 0}}
+	cfg := Config{Device: dev, Node: xn, Functions: registry{}, Binder: bd}
+	ctx := context.Background()
+	info := SessionInfo{Function: "f", Spec: pool.FunctionSpec{Name: "f", MemoryBytes: 64 << 20}}
+	h, err := newDeviceHandler(ctx, cfg, info, slog.Default())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer h.Close()
+	img := []byte(".version 7.0\n.target sm_50\n.address_size 64\n.visible .entry k() { ret; }\n")
+	if _, r := h.CuModuleLoadData(ctx, img, uint64(len(img))); r != ResultSuccess {
+		t.Fatalf("a module: %d", r)
+	}
+	for len(h.modules) < maxModules {
+		h.modules[h.handle()] = &module{loaded: map[int]loadedModule{}}
+	}
+	if _, r := h.CuModuleLoadData(ctx, img, uint64(len(img))); r != ResultOutOfMemory {
+		t.Fatalf("module %d of a session: %d, want CUDA_ERROR_OUT_OF_MEMORY", maxModules+1, r)
+	}
+	for len(h.events) < maxEvents {
+		h.events[h.handle()] = &event{}
+	}
+	if _, r := h.CuEventCreate(ctx, 0); r != ResultOutOfMemory {
+		t.Fatalf("event %d of a session: %d, want CUDA_ERROR_OUT_OF_MEMORY", maxEvents+1, r)
+	}
+	for len(h.streams) < maxStreams {
+		if _, r := h.CuStreamCreate(ctx, 0); r != ResultSuccess {
+			t.Fatalf("stream %d: %d", len(h.streams)+1, r)
+		}
+	}
+	if _, r := h.CuStreamCreate(ctx, 0); r != ResultOutOfMemory {
+		t.Fatalf("stream %d of a session: %d, want CUDA_ERROR_OUT_OF_MEMORY", maxStreams+1, r)
+	}
+	clear(h.events) // placeholders without device events
 }

@@ -35,6 +35,9 @@ func (h *deviceHandler) newEvent(gpu int, timing bool) (device.Event, device.Con
 }
 
 func (h *deviceHandler) CuEventCreate(ctx context.Context, flags uint32) (uint64, Result) {
+	if len(h.events) >= maxEvents {
+		return 0, ResultOutOfMemory
+	}
 	if _, r := h.bind(ctx); r != ResultSuccess {
 		return 0, r
 	}

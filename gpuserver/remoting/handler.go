@@ -52,6 +52,7 @@ type deviceHandler struct {
 
 	images       *moduleImages    // the node's module images (Config.images)
 	pendingImage []byte           // chunks of a module image whose load call has not come yet (reserved in images)
+	imageRefused bool             // a chunk of the image being received was refused: so are the rest and its load
 	budgets      *functionBudgets // what the function's sessions hold together (Config.budgets)
 
 	g graphs // stream captures and graphs (graph.go)
@@ -69,6 +70,9 @@ func newDeviceHandler(ctx context.Context, cfg Config, info SessionInfo, log *sl
 		return nil, err
 	}
 	if err := cfg.Node.SetScratchPerRequest(info.Function, info.Spec.Scratch == pool.ScratchRequest); err != nil {
+		return nil, err
+	}
+	if err := cfg.Node.SetScratchLimit(info.Function, info.Spec.MemoryBytes); err != nil { // its host copies' bound
 		return nil, err
 	}
 	if err := cfg.Node.SetModelShared(info.Function, info.Spec.Model == pool.ModelShared); err != nil {

@@ -89,3 +89,61 @@ sys.stdin.readline()
 	}
 	w.close()
 }
+
+// TestHellolessConnectionsOfOneSandboxLeaveRoomForOthers: faas-gpu up without root runs every function under its
+// own uid, each in a user and PID namespace of its own, so a bound per user was one bound for every function
+// together: against up as nobody, one function's 200 silent connections to the remoting socket made every other
+// function's new CUDA session fail (CUDA_ERROR_NO_DEVICE, the replica restarting with back-off until the storm
+// ended, 44 s). Now a sandbox (a PID namespace below the server's) is a peer of its own: its storm is bounded, and a
+// process of the same user outside it says hello while the storm holds.
+func TestHellolessConnectionsOfOneSandboxLeaveRoomForOthers(t *testing.T) {
+	python, err := exec.LookPath("python3")
+	if err != nil {
+		t.Skip("python3 not installed")
+	}
+	funcs := registry{"f": {pool.FunctionSpec{Name: "f", MemoryBytes: 1 << 20}, "tok"}}
+	r := startServerWith(t, funcs, func(c *Config) {
+		c.MaxPendingHellos, c.MaxPendingHellosPerPeer = 32, 8
+		c.HelloTimeout = 10 * time.Minute
+	})
+	storm := exec.Command(python, "-c", `
+import socket, sys
+conns = []
+for i in range(40):
+    s = socket.socket(socket.AF_UNIX)
+    s.connect(sys.argv[1])
+    conns.append(s)
+print("connected", flush=True)
+sys.stdin.readline()
+`, r.sock)
+	// As faas-gpu up's sandbox without root: this user is root in a user namespace of its own, in a PID namespace
+	// of its own.
+	storm.SysProcAttr = &syscall.SysProcAttr{Cloneflags: syscall.CLONE_NEWUSER | syscall.CLONE_NEWPID,
+		UidMappings: []syscall.SysProcIDMap{{ContainerID: 0, HostID: os.Geteuid(), Size: 1}},
+		GidMappings: []syscall.SysProcIDMap{{ContainerID: 0, HostID: os.Getegid(), Size: 1}}}
+	in, err := storm.StdinPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, err := storm.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var stderr strings.Builder
+	storm.Stderr = &stderr
+	if err := storm.Start(); err != nil {
+		t.Skipf("this kernel refuses a user namespace here: %v", err)
+	}
+	t.Cleanup(func() { _ = in.Close(); _ = storm.Wait() })
+	if line, err := bufio.NewReader(out).ReadString('\n'); err != nil || line != "connected\n" {
+		t.Fatalf("the storm: %q %v\n%s", line, err, stderr.String())
+	}
+	eventually(t, "the storm beyond its sandbox's bound refused", func() bool {
+		return r.srv.Stats().Refused["pending_hellos_per_peer"] >= 32
+	})
+	w, err := dialWire(t, r.sock, "f", "tok")
+	if err != nil {
+		t.Fatalf("a hello of the same user outside the storming sandbox: %v", err)
+	}
+	w.close()
+}

@@ -25,6 +25,7 @@ var errImageLimit = errors.New("module image bytes limit")
 // one record); per node, every distinct image plus every chunk being received. It is safe for concurrent use.
 type moduleImages struct {
 	maxPerFunction, maxTotal uint64
+	node                     NodeImageBudget // the node's bound over several processes (Config.NodeImages), or nil
 
 	mu     sync.Mutex
 	images map[[32]byte]*sharedImage
@@ -62,6 +63,25 @@ func (s *moduleImages) dropFnLocked(function string) {
 	}
 }
 
+// NodeImageBudget is the node's bound on module images where the node's sessions run in several processes (an
+// executor per tenant): each process reserves the bytes its images (and chunks being received) take before it keeps
+// them, and gives them back when it drops them, so that the node's bound (MaxModuleBytes) holds over all of them
+// together, not per process.
+type NodeImageBudget interface {
+	// ReserveImages reserves n bytes, or fails when they do not fit the node's bound.
+	ReserveImages(n uint64) error
+	// ReleaseImages gives back n bytes reserved before.
+	ReleaseImages(n uint64)
+}
+
+// uncountLocked gives back n bytes of the node's.
+func (s *moduleImages) uncountLocked(n uint64) {
+	s.total -= n
+	if s.node != nil && n > 0 {
+		s.node.ReleaseImages(n)
+	}
+}
+
 // chargeLocked charges n more bytes to function and, when node, to the node; it fails with errImageLimit
 // (charging nothing) when a bound would be exceeded.
 func (s *moduleImages) chargeLocked(function string, n uint64, node bool) error {
@@ -75,6 +95,12 @@ func (s *moduleImages) chargeLocked(function string, n uint64, node bool) error 
 		s.dropFnLocked(function)
 		return fmt.Errorf("%w: the node would hold %d bytes of module images, at most %d (MaxModuleBytes)",
 			errImageLimit, s.total+n, s.maxTotal)
+	}
+	if node && s.node != nil && n > 0 {
+		if err := s.node.ReserveImages(n); err != nil {
+			s.dropFnLocked(function)
+			return fmt.Errorf("%w: %w", errImageLimit, err)
+		}
 	}
 	f.bytes += n
 	if node {
@@ -98,7 +124,7 @@ func (s *moduleImages) unreserve(function string, n uint64) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.fns[function].bytes -= n
-	s.total -= n
+	s.uncountLocked(n)
 	s.dropFnLocked(function)
 }
 
@@ -118,7 +144,7 @@ func (s *moduleImages) hold(function string, image []byte, reserved uint64, copy
 	defer s.mu.Unlock()
 	f := s.fnLocked(function)
 	f.bytes -= reserved
-	s.total -= reserved
+	s.uncountLocked(reserved)
 	si := s.images[sum]
 	if f.refs[sum] == 0 {
 		if err := s.chargeLocked(function, size, si == nil); err != nil {
@@ -155,7 +181,7 @@ func (s *moduleImages) release(function string, ref imageRef) {
 	}
 	if si.refs--; si.refs == 0 {
 		delete(s.images, ref.sum)
-		s.total -= size
+		s.uncountLocked(size)
 	}
 	s.dropFnLocked(function)
 }

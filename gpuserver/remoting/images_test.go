@@ -100,3 +100,40 @@ func TestModuleImagesBounded(t *testing.T) {
 		return all == 0
 	})
 }
+
+// TestLoadOfARefusedImageIsOutOfMemory: once a chunk of an image is refused (beyond a bound), its other chunks and
+// the load that would complete it answer CUDA_ERROR_OUT_OF_MEMORY. Before, the chunks after the refused one were
+// kept again and the load read the last ones as a whole image: CUDA_ERROR_INVALID_IMAGE, which says nothing of
+// the bound.
+func TestLoadOfARefusedImageIsOutOfMemory(t *testing.T) {
+	funcs := tenants(pool.FunctionSpec{Name: "f.ns1", MemoryBytes: 64 << 20})
+	r := startServerWith(t, funcs, func(c *Config) { c.MaxModuleBytesPerFunction = 1 << 20 })
+	r.binder.bind("f.ns1", 0)
+	w, err := dialWire(t, r.sock, "f.ns1", "tok-f.ns1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.close()
+	head := []byte(".version 7.0\n.target sm_50\n.address_size 64\n//")
+	pad := bytes.Repeat([]byte{'x'}, 256<<10)
+	var results []Result
+	for _, c := range [][]byte{append(head, pad...), pad, pad, pad, pad, pad} {
+		res, _, err := w.call(CallModuleImageChunk, c, uint64(len(c)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		results = append(results, res)
+	}
+	if results[0] != ResultSuccess || results[len(results)-1] != ResultOutOfMemory {
+		t.Fatalf("chunks of a 1.5 MiB image under a 1 MiB bound: %v", results)
+	}
+	last := []byte("\n")
+	if res, _, err := w.call(CallCuModuleLoadData, last, uint64(len(last))); err != nil || res != ResultOutOfMemory {
+		t.Fatalf("the load completing the refused image: %d %v, want CUDA_ERROR_OUT_OF_MEMORY", res, err)
+	}
+	// The next image loads.
+	if res, _, err := w.call(CallCuModuleLoadData, kernels.PTX(), uint64(len(kernels.PTX()))); err != nil ||
+		res != ResultSuccess {
+		t.Fatalf("the next image: %d %v", res, err)
+	}
+}

@@ -26,6 +26,7 @@ type module struct {
 	ref    imageRef             // its hold in the node's module images
 	loaded map[int]loadedModule // by GPU
 	funcs  map[string]uint64    // kernel name -> handle, so that a kernel has one handle
+	data   uint64               // GPU bytes of its globals, charged to the function's quota (moduleDataBytes)
 }
 
 // loadedModule is a module loaded in the function's context on one GPU. A fault tears that context down, and with
@@ -126,8 +127,12 @@ func (h *deviceHandler) unload(m *module) error {
 // before they are kept: beyond them the image being received is dropped and the call fails with
 // CUDA_ERROR_OUT_OF_MEMORY (as does the load that would complete it).
 func (h *deviceHandler) ModuleImageChunk(_ context.Context, data []byte, _ uint64) Result {
+	if h.imageRefused { // the rest of an image refused already
+		return ResultOutOfMemory
+	}
 	if err := h.images.reserve(h.info.Function, uint64(len(data))); err != nil {
 		h.dropPendingImage()
+		h.imageRefused = true
 		h.log.Warn("remoting: module image refused", "err", err)
 		return ResultOutOfMemory
 	}
@@ -141,6 +146,10 @@ func (h *deviceHandler) dropPendingImage() {
 }
 
 func (h *deviceHandler) CuModuleLoadData(ctx context.Context, last []byte, _ uint64) (uint64, Result) {
+	if h.imageRefused { // it completes an image whose chunks were refused: the image is incomplete
+		h.imageRefused = false
+		return 0, ResultOutOfMemory
+	}
 	image, reserved, inRing := last, uint64(len(h.pendingImage)), h.pendingImage == nil
 	if !inRing {
 		image = append(h.pendingImage, last...)
@@ -155,8 +164,28 @@ func (h *deviceHandler) CuModuleLoadData(ctx context.Context, last []byte, _ uin
 		h.images.release(h.info.Function, ref)
 		return 0, r
 	}
-	m := &module{image: ref.bytes, ref: ref, loaded: map[int]loadedModule{}, funcs: map[string]uint64{}}
+	if len(h.modules) >= maxModules {
+		h.images.release(h.info.Function, ref)
+		h.log.Warn("remoting: module load refused: the session holds as many modules as it may", "max", maxModules)
+		return 0, ResultOutOfMemory
+	}
+	data, err := moduleDataBytes(ref.bytes, h.gpuInfo().ComputeCapability)
+	if err != nil { // the device says whether it loads the image; what the parser cannot read counts as its size
+		data = uint64(len(ref.bytes))
+	}
+	if data > 0 {
+		c := h.node.ChunkSize()
+		data = (data + c - 1) / c * c
+	}
+	if !h.chargeDevice(data) {
+		h.images.release(h.info.Function, ref)
+		h.log.Warn("remoting: module load refused: its globals do not fit the function's GPU memory quota",
+			"data_bytes", data, "quota", h.info.Spec.MemoryBytes)
+		return 0, ResultOutOfMemory
+	}
+	m := &module{image: ref.bytes, ref: ref, loaded: map[int]loadedModule{}, funcs: map[string]uint64{}, data: data}
 	if _, err := h.loadOn(m, h.gpu); err != nil {
+		h.unchargeDevice(data)
 		h.images.release(h.info.Function, ref)
 		return 0, result(err)
 	}
@@ -184,6 +213,7 @@ func (h *deviceHandler) CuModuleUnload(_ context.Context, hmod uint64) Result {
 	delete(h.modules, hmod)
 	err := h.unload(m)
 	h.images.release(h.info.Function, m.ref)
+	h.unchargeDevice(m.data)
 	return result(err)
 }
 

@@ -89,6 +89,9 @@ type Config struct {
 	// MaxModuleBytes bounds the module images the node holds (each distinct image once, plus chunks being
 	// received); DefaultMaxModuleBytes when 0.
 	MaxModuleBytes uint64
+	// NodeImages, when set, is the node's bound on module images over every process that runs its sessions (the
+	// gpuserver with an executor per tenant): this server's images reserve their bytes there too.
+	NodeImages NodeImageBudget
 	// MaxGraphBytesPerFunction bounds the memory the CUDA graphs of one function's sessions take together
 	// (captures, graphs and executable graphs); DefaultMaxGraphBytesPerFunction when 0. A capture beyond it is
 	// invalidated (its end answers CUDA_ERROR_STREAM_CAPTURE_INVALIDATED), an instantiation beyond it answers
@@ -178,6 +181,7 @@ func NewServer(cfg Config) (*Server, error) {
 		cfg.MaxModuleBytes = DefaultMaxModuleBytes
 	}
 	cfg.images = newModuleImages(cfg.MaxModuleBytesPerFunction, cfg.MaxModuleBytes)
+	cfg.images.node = cfg.NodeImages
 	if cfg.MaxGraphBytesPerFunction == 0 {
 		cfg.MaxGraphBytesPerFunction = DefaultMaxGraphBytesPerFunction
 	}

@@ -14,6 +14,9 @@ func (h *deviceHandler) CuCtxSynchronize(ctx context.Context) Result {
 }
 
 func (h *deviceHandler) CuStreamCreate(context.Context, uint32) (uint64, Result) {
+	if len(h.streams) >= maxStreams {
+		return 0, ResultOutOfMemory
+	}
 	id := h.handle()
 	h.streams[id] = true
 	return id, ResultSuccess

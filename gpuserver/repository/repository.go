@@ -160,8 +160,8 @@ func Open(cfg Config) (*Repository, error) {
 		if d == "" {
 			continue
 		}
-		if err := os.MkdirAll(d, 0o700); err != nil {
-			return nil, fmt.Errorf("repository: %w", err)
+		if err := PrivateDir(d); err != nil {
+			return nil, err
 		}
 	}
 	r := &Repository{cfg: cfg, images: map[string]*Image{}, pending: map[*Image]struct{}{},

@@ -57,9 +57,11 @@ func checkVariant(t *testing.T, r *repository.Repository, fn string, seed byte) 
 	}
 }
 
-// TestVariantsShareHostChunks: 16 variants of one base (same base bytes, a head each) in one domain hold the base's
-// chunks once: the repository holds the base once and one head per variant (here a base of 80 chunks and heads of
-// one chunk, 1.2% of a model, so 16 variants take 1.19 times one model's host memory). Every image reads back its
+// TestVariantsShareHostChunks: 16 variants of one base (same base bytes, a chunk of their own each: the llm
+// function's variants carry a LoRA adapter there) in one domain hold the base's chunks once: the repository holds the
+// base once and one own chunk per variant (here a base of 80 chunks, so the own chunk is 1.2% of a model and 16
+// variants take 1.19 times one model's host memory; the llm function's base is 349 chunks of 2 MiB, measured by
+// make bench-llm). Every image reads back its
 // own bytes, also after a restart and after other variants are deleted; images of another domain share nothing; a
 // spilled and reloaded variant shares again.
 func TestVariantsShareHostChunks(t *testing.T) {

@@ -12,8 +12,8 @@ import (
 )
 
 // faultyPy is a function process through the shim: its model is n floats 1..n; "good" computes a + a and prints the
-// sum, "bad" launches the kernel on address 0x1000, then (as a handler that catches the error would) reads its
-// model back in the same request.
+// sum, "try" does the same and prints "error <CUDA result>" when a call fails, "bad" launches the kernel on address
+// 0x1000, then (as a handler that catches the error would) reads its model back in the same request.
 const faultyPy = `
 import array, ctypes, os, sys
 sys.path.insert(0, os.environ["FN_DIR"])
@@ -36,6 +36,12 @@ def run(x):
 for line in sys.stdin:
     if line.strip() == "good":
         print("sum %g" % run(a), flush=True)
+        continue
+    if line.strip() == "try":
+        try:
+            print("sum %g" % run(a), flush=True)
+        except cudadrv.CudaError as e:
+            print("error %d" % e.code, flush=True)
         continue
     try:
         run(0x1000)

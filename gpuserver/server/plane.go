@@ -46,6 +46,9 @@ type nodePlane struct{ *executor.Node }
 
 func (p nodePlane) hold(ctx context.Context, name string, gpu int, _ string, _ bool) (heldBinding, error) {
 	b, err := p.Acquire(ctx, name, gpu, executor.Any)
+	if errors.Is(err, executor.ErrLost) { // its memory is gone with no image: its process must start again
+		return nil, fmt.Errorf("%w: %w", pool.ErrFunctionLost, err)
+	}
 	if err != nil {
 		return nil, err
 	}
@@ -92,15 +95,12 @@ func (p tenantPlane) Usable(string) error { return nil }
 // tenantHold is a binding held in a tenant's executor process.
 type tenantHold struct{ *tenant.Hold }
 
-// Expire ends a binding held too long in an executor process: it is released there now (the GPU is free for the
-// next request) and its request's release answers that it broke. Fencing and stopping the function's queued work
-// inside the executor (executor.Node.Expire) is not carried over the hand-off protocol yet.
-func (h tenantHold) Expire(context.Context, time.Duration, error) error {
-	err := h.Finish()
-	if err != nil && !errors.Is(err, executor.ErrBroken) && !errors.Is(err, executor.ErrUnhealthy) {
-		return err
-	}
-	return nil
+// Expire ends a binding held too long in an executor process as executor.Node.Expire does in one process (the
+// hand-off's KindExpire): the function's work there is refused until its request releases the binding, what it
+// queued is stopped after grace, and the release answers that the binding broke. The GPU is free for the next
+// request once it returns.
+func (h tenantHold) Expire(ctx context.Context, grace time.Duration, cause error) error {
+	return h.Hold.Expire(ctx, grace, cause)
 }
 
 // tenantActuator carries the controller's swaps and evictions out in the functions' executors.

@@ -17,7 +17,8 @@ import (
 
 // stagedMLPPy is the mlp example (functions/mlp: its kernels, its way of deriving weights) with an initialisation
 // the test drives step by step: "init L" loads layer L (allocates and copies its weights and bias, outside any
-// request), "run" answers the forward pass of a fixed input, "ref" the same pass computed on the host in float64.
+// request), "run" answers the forward pass of a fixed input, "ref" the same pass computed on the host in float64;
+// "lazy" is "run" for a function that loads its whole model in its first request (its blocks are then scratch).
 const stagedMLPPy = `
 import array, ctypes, hashlib, json, os, sys
 sys.path.insert(0, os.environ["FN_DIR"])
@@ -80,6 +81,15 @@ for line in sys.stdin:
             layers.append((k, n, pw, pb))
             print(json.dumps({"ok": True}), flush=True)
         elif cmd[0] == "run":
+            print(json.dumps({"y": forward()}), flush=True)
+        elif cmd[0] == "lazy":
+            if not layers:  # the model is loaded by the first request, as a handler with "model = None" does
+                for l in range(len(DIMS) - 1):
+                    k, n = DIMS[l], DIMS[l + 1]
+                    pw, pb = cuda.alloc(4 * k * n), cuda.alloc(4 * n)
+                    cuda.htod(pw, weights(2 * l, k * n))
+                    cuda.htod(pb, weights(2 * l + 1, n))
+                    layers.append((k, n, pw, pb))
             print(json.dumps({"y": forward()}), flush=True)
         else:
             print(json.dumps({"y": reference()}), flush=True)
@@ -216,4 +226,93 @@ func zeroCount(v []float64) int {
 		}
 	}
 	return n
+}
+
+// TestLazyModelsKeepEveryAnswerAcrossEvictions is the six-mlp rotation for functions that load their model in their
+// first request (a handler's "model = None ... if model is None: model = load()"), through the pool, the controller,
+// the real shim and, as on up, an executor process per tenant: every block of their model is scratch. Four GPUs hold
+// one model each, so the functions evict each other and come back three times; every answer must equal the
+// function's first, which must match the host's reference. Before, scratch was dropped on eviction and mapped
+// zeroed at the next swap-in: the answers after an eviction were computed on zeros and served with 200.
+func TestLazyModelsKeepEveryAnswerAcrossEvictions(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs Python processes through the shim and executor processes")
+	}
+	if _, err := exec.LookPath("python3"); err != nil {
+		t.Skip("python3 not installed")
+	}
+	if out, err := exec.Command("make", "-s", "-C", "../../shim").CombinedOutput(); err != nil {
+		t.Fatalf("make -C shim: %v\n%s", err, out)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	node, err := topology.Preset("v100x4")
+	if err != nil {
+		t.Fatal(err)
+	}
+	const dims, quota = "256,1024,1024,256,64", 16 << 20 // as in the rotation above: one model per GPU
+	if node, err = node.WithGPUMemory(24 << 20); err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	tc, _ := tenantConfig(t)
+	s, err := Start(ctx, Config{Socket: filepath.Join(dir, "gpuserver.sock"), Node: node,
+		RemotingSocket: filepath.Join(dir, "remoting.sock"), KeyFile: filepath.Join(dir, "key"),
+		RepositoryDir: filepath.Join(dir, "repository"), DeviceReserveBytes: 24 << 20, Tenants: tc})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer stop(t, s)
+	p := s.Pool()
+	const functions = 6
+	fns := make([]*stagedMLP, functions)
+	for i := range fns {
+		name := fmt.Sprintf("lazy%d", i)
+		if err := p.Register(ctx, pool.FunctionSpec{Name: name, MemoryBytes: quota}); err != nil {
+			t.Fatal(err)
+		}
+		fns[i] = startStagedMLP(t, s, name, dims, fmt.Sprintf("seed-%d", i%2))
+	}
+	first := make([][]float64, functions)
+	for round := range 3 {
+		for i, f := range fns {
+			b, err := p.Acquire(ctx, f.name)
+			if err != nil {
+				t.Fatalf("round %d: acquire %s: %v", round, f.name, err)
+			}
+			y := f.do(t, "lazy")
+			if err := p.Release(ctx, b.ID); err != nil {
+				t.Fatalf("round %d: release %s: %v", round, f.name, err)
+			}
+			if round == 0 {
+				first[i] = y
+				ref := f.do(t, "ref")
+				for j := range ref {
+					if math.Abs(y[j]-ref[j]) > 1e-4*(1+math.Abs(ref[j])) {
+						t.Fatalf("%s: first answer on gpu %d: y[%d] = %v, the host computes %v", f.name, b.GPU, j,
+							y[j], ref[j])
+					}
+				}
+				continue
+			}
+			for j := range y {
+				if y[j] != first[i][j] {
+					t.Fatalf("%s: round %d on gpu %d (swap %s): y[%d] = %v, its first answer was %v (%d of %d "+
+						"values zero)", f.name, round, b.GPU, b.Swap, j, y[j], first[i][j], zeroCount(y), len(y))
+				}
+			}
+		}
+	}
+	var back, restored uint64
+	for _, st := range s.pool.node.Status() {
+		back, restored = back+st.ScratchWrittenBack, restored+st.ScratchRestored
+	}
+	if back == 0 || restored == 0 {
+		t.Fatalf("scratch written back %d bytes, restored %d: no lazy model was evicted and swapped in again, the "+
+			"test no longer covers that", back, restored)
+	}
+	if m := grep(scrape(t, s), "faas_gpu_scratch_written_back_bytes_total"); m == "" {
+		t.Fatal("no faas_gpu_scratch_written_back_bytes_total in the metrics")
+	}
+	t.Logf("scratch written back %d MiB, restored %d MiB; swaps %v", back>>20, restored>>20, s.Swaps())
 }

@@ -116,6 +116,8 @@ type TenantConfig struct {
 	LogLevel string
 	// BackoffMin and BackoffMax bound the wait before an executor that ended is restarted (tenant.Config).
 	BackoffMin, BackoffMax time.Duration
+	// MaxModuleBytes bounds the module images all executors hold together (remoting.DefaultMaxModuleBytes when 0).
+	MaxModuleBytes uint64
 }
 
 // DefaultTenantContextBytes is what one executor's contexts are assumed to take of a real GPU's memory until the
@@ -228,6 +230,9 @@ func Start(ctx context.Context, cfg Config) (*Server, error) {
 		registerSimMetrics(reg, sd)
 	}
 	reg.MustRegister(meter.Collector())
+	if plane != nil {
+		reg.MustRegister(newScratchCollector(plane))
+	}
 	reg.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "faas_gpu_binding_holds_expired_total",
 		Help: "Bindings ended because their request held the GPU longer than the maximum binding hold."},
 		func() float64 { return float64(p.HoldsExpired()) }))

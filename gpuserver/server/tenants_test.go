@@ -432,3 +432,71 @@ func TestTenantLimitAndIdleExecutors(t *testing.T) {
 		t.Fatal("ns2 has no executor")
 	}
 }
+
+// imagesPy loads and unloads module images of a given size through the shim: "load <MiB> <tag>" answers the
+// result of cuModuleLoadData of a PTX image of that size (distinct per tag), "unload" unloads the last one.
+const imagesPy = `
+import ctypes, os, sys
+sys.path.insert(0, os.environ["FN_DIR"])
+import cudadrv
+cuda = cudadrv.Driver()
+mods = []
+print("ready", flush=True)
+for line in sys.stdin:
+    w = line.split()
+    if w[0] == "load":
+        head = b".version 7.0\n.target sm_50\n.address_size 64\n// " + w[2].encode() + b"\n"
+        img = head + b"//" + b"x" * (int(w[1]) * 1024 * 1024) + b"\n"
+        m = ctypes.c_void_p()
+        r = cuda.lib.cuModuleLoadData(ctypes.byref(m), img)
+        if r == 0:
+            mods.append(m)
+        print("load %d" % r, flush=True)
+    elif w[0] == "unload":
+        print("unload %d" % cuda.lib.cuModuleUnload(mods.pop()), flush=True)
+`
+
+// TestModuleImagesBoundedOverTheExecutors: the node's bound on module images (MaxModuleBytes) was kept by each
+// remoting server, and with an executor process per tenant each executor had a bound of its own: the node held up to
+// MaxTenants times its bound (32 x 4 GiB by default). Now every executor reserves its images' bytes with the
+// gpuserver: three tenants' functions load 3 MiB images under an 8 MiB bound for the node, the third is refused
+// (CUDA_ERROR_OUT_OF_MEMORY) although its executor holds nothing, and loads once the first gave its image back.
+func TestModuleImagesBoundedOverTheExecutors(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs Python processes through the shim and executor processes")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	tc, _ := tenantConfig(t)
+	tc.MaxModuleBytes = 8 << 20
+	s := startV100(ctx, t, Config{DeviceReserveBytes: 256 << 20, Tenants: tc})
+	defer stop(t, s)
+	fns := []string{"a.ns1", "b.ns2", "c.ns3"}
+	var ps []*fnProcess
+	for _, fn := range fns {
+		if err := s.Pool().Register(ctx, pool.FunctionSpec{Name: fn, MemoryBytes: 64 << 20}); err != nil {
+			t.Fatal(err)
+		}
+		ps = append(ps, startFn(t, s, fn, imagesPy))
+	}
+	say := func(i int, what string) string {
+		t.Helper()
+		fmt.Fprintln(ps[i].in, what)
+		l, err := ps[i].next()
+		if err != nil {
+			t.Fatalf("%s: %v\n%s", fns[i], err, ps[i].stderr.String())
+		}
+		return l
+	}
+	for i, want := range []string{"load 0", "load 0", "load 2"} {
+		if got := say(i, fmt.Sprintf("load 3 %s", fns[i])); got != want {
+			t.Fatalf("%s loading a 3 MiB image beside %d others' under an 8 MiB bound: %q, want %q", fns[i], i, got, want)
+		}
+	}
+	if got := say(0, "unload"); got != "unload 0" {
+		t.Fatalf("unload: %q", got)
+	}
+	waitFor(t, "the third tenant's image loads once the first's is gone", func() bool {
+		return say(2, "load 3 again") == "load 0"
+	})
+}

@@ -36,6 +36,21 @@ func (pl *Plane) handlers(g *generation) map[handoff.Kind]handoff.Handler {
 			}
 			return lent, files, nil
 		},
+		handoff.KindReserveImages: func(_ context.Context, f handoff.Frame) (any, []*os.File, error) {
+			b, err := handoff.Body[handoff.ImageBytes](f)
+			if err != nil {
+				return nil, nil, err
+			}
+			return nil, nil, pl.reserveImages(g, b.Bytes)
+		},
+		handoff.KindReleaseImages: func(_ context.Context, f handoff.Frame) (any, []*os.File, error) {
+			b, err := handoff.Body[handoff.ImageBytes](f)
+			if err != nil {
+				return nil, nil, err
+			}
+			pl.releaseImages(g, b.Bytes, false)
+			return nil, nil, nil
+		},
 		handoff.KindReturn: func(_ context.Context, f handoff.Frame) (any, []*os.File, error) {
 			r, err := handoff.Body[handoff.Return](f)
 			if err != nil {
@@ -180,6 +195,8 @@ func (pl *Plane) Status() []executor.Status {
 			o.Active = append(o.Active, e.Active...)
 			o.Swaps += e.Swaps
 			o.SwapBytes += e.SwapBytes
+			o.ScratchWrittenBack += e.ScratchWrittenBack
+			o.ScratchRestored += e.ScratchRestored
 			o.ContextFaults += e.ContextFaults
 			if o.GroupBytes == 0 {
 				o.GroupBytes = e.GroupBytes

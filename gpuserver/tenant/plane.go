@@ -24,6 +24,7 @@ import (
 	"github.com/faas-gpu/faas-gpu/gpuserver/memory"
 	"github.com/faas-gpu/faas-gpu/gpuserver/pool"
 	"github.com/faas-gpu/faas-gpu/gpuserver/remoting"
+	"github.com/faas-gpu/faas-gpu/gpuserver/repository"
 	"github.com/faas-gpu/faas-gpu/gpuserver/tenant/handoff"
 )
 
@@ -78,6 +79,9 @@ type Config struct {
 	// StartTimeout bounds an executor's start; BackoffMin and BackoffMax bound the wait before restarting one that
 	// ended (doubling while it keeps dying); an executor that ran StableAfter is restarted after BackoffMin again.
 	StartTimeout, BackoffMin, BackoffMax, StableAfter time.Duration
+	// MaxModuleBytes bounds the module images every executor holds together (remoting.DefaultMaxModuleBytes when
+	// 0): the node's bound, which each executor's own (per process) would multiply by the tenants.
+	MaxModuleBytes uint64
 }
 
 // Plane runs the node's executors in one process per tenant. It offers what the gpuserver's pool asked of the
@@ -104,6 +108,9 @@ type Plane struct {
 	faults    []int64 // per GPU: executors ended by a fault of their tenant
 	nextID    uint64
 	closed    bool
+
+	imu    sync.Mutex // guards images and every generation's images and imagesEnded
+	images uint64     // module image bytes the executors reserved (Config.MaxModuleBytes)
 }
 
 type binderBox struct{ b Binder }
@@ -137,6 +144,9 @@ func New(cfg Config) (*Plane, error) {
 	if cfg.StableAfter <= 0 {
 		cfg.StableAfter = DefaultStableAfter
 	}
+	if cfg.MaxModuleBytes == 0 {
+		cfg.MaxModuleBytes = remoting.DefaultMaxModuleBytes
+	}
 	if cfg.WindowBase == 0 {
 		// Above where the gpuserver's own device reserves (its zeroing staging ranges).
 		p, err := cfg.Device.ReserveAddress(cfg.Memory.ChunkSize(), 0)
@@ -146,7 +156,7 @@ func New(cfg Config) (*Plane, error) {
 		_ = cfg.Device.FreeAddress(p, cfg.Memory.ChunkSize())
 		cfg.WindowBase = (uint64(p) + cfg.WindowSize - 1) &^ (cfg.WindowSize - 1)
 	}
-	if err := os.MkdirAll(cfg.RepositoryDir, 0o700); err != nil {
+	if err := repository.PrivateDir(cfg.RepositoryDir); err != nil {
 		return nil, fmt.Errorf("tenant: %w", err)
 	}
 	plan, err := openPlan(cfg.RepositoryDir, cfg.WindowBase, cfg.WindowSize, max(4*cfg.MaxTenants, 64))
@@ -438,6 +448,22 @@ func (h *Hold) Finish() error {
 	return nil
 }
 
+// Expire ends the binding in its executor because its request held it too long (handoff.Expire: the function's
+// work there is refused until Finish, and what it queued is stopped after grace); it returns once that is done. An
+// executor that ended meanwhile took the function's work with it (Finish says the binding broke).
+func (h *Hold) Expire(ctx context.Context, grace time.Duration, cause error) error {
+	peer := h.g.live()
+	if peer == nil {
+		return nil
+	}
+	_, err := peer.Call(ctx, handoff.KindExpire, handoff.Expire{Binding: h.id, GraceNS: int64(grace),
+		Cause: cause.Error()}, nil, nil)
+	if errors.Is(err, handoff.ErrClosed) {
+		return nil
+	}
+	return err
+}
+
 // Orphaned is false: an executor's bindings are its sessions' business (it answers CurrentGPU itself).
 func (h *Hold) Orphaned() bool { return false }
 
@@ -515,4 +541,33 @@ func (pl *Plane) Close(ctx context.Context) error {
 	pl.cancel()
 	errs = append(errs, pl.lend.close())
 	return errors.Join(errs...)
+}
+
+// reserveImages reserves n bytes of module images for generation g within the node's bound.
+func (pl *Plane) reserveImages(g *generation, n uint64) error {
+	pl.imu.Lock()
+	defer pl.imu.Unlock()
+	if g.imagesEnded {
+		return fmt.Errorf("%w: the executor ended", handoff.ErrClosed)
+	}
+	if pl.images+n > pl.cfg.MaxModuleBytes || pl.images+n < pl.images {
+		return fmt.Errorf("the node would hold %d bytes of module images, at most %d (MaxModuleBytes, over every "+
+			"tenant's executor)", pl.images+n, pl.cfg.MaxModuleBytes)
+	}
+	g.images += n
+	pl.images += n
+	return nil
+}
+
+// releaseImages gives back n bytes of module images g reserved; all gives back everything and reserves no more
+// (g ended).
+func (pl *Plane) releaseImages(g *generation, n uint64, all bool) {
+	pl.imu.Lock()
+	defer pl.imu.Unlock()
+	if all {
+		n, g.imagesEnded = g.images, true
+	}
+	n = min(n, g.images)
+	g.images -= n
+	pl.images -= n
 }

@@ -51,6 +51,9 @@ type generation struct {
 	sessions map[uint64]func() // done of every session handed to it
 	implicit map[string]func() // release of every implicit binding it holds
 	gone     chan struct{}     // closed when it ended
+	// images are the module image bytes it reserved, imagesEnded says it reserves no more (Plane.imu guards both).
+	images      uint64
+	imagesEnded bool
 }
 
 // live returns the peer of a generation still running, or nil (also as soon as its control socket ended, before
@@ -297,6 +300,7 @@ func (p *proc) ended(g *generation) {
 		release()
 	}
 	p.pl.lend.takeAll(g)
+	p.pl.releaseImages(g, 0, true)
 }
 
 // shutdown stops supervising and ends the executor.

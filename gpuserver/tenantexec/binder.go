@@ -56,6 +56,24 @@ func (b *binder) take(id string) *executor.Binding {
 	return h
 }
 
+// expire stops reporting a request's binding as its function's GPU (its calls bind afresh, and are refused while it
+// is expired) and returns it; it stays held until its release. Nil when unknown.
+func (b *binder) expire(id string) *executor.Binding {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	h := b.holds[id]
+	if h == nil {
+		return nil
+	}
+	if m := b.requests[h.Function()]; m != nil {
+		delete(m, id)
+		if len(m) == 0 {
+			delete(b.requests, h.Function())
+		}
+	}
+	return h
+}
+
 // CurrentGPU is the GPU of one of function's requests in flight; a binding the function was reset under is never
 // reported (calls of a new process must not run under the binding a dead one left behind).
 func (b *binder) CurrentGPU(function string) (int, bool) {
@@ -73,8 +91,13 @@ func (b *binder) CurrentGPU(function string) (int, bool) {
 	return 0, false
 }
 
-// BindImplicit asks the gpuserver to bind the function for calls outside a request.
+// BindImplicit asks the gpuserver to bind the function for calls outside a request. A function whose work the
+// executor refuses (a binding of it expired and was not released, its memory was lost) is refused at once instead
+// of queueing at the gpuserver.
 func (b *binder) BindImplicit(ctx context.Context, function string) (int, func(), error) {
+	if err := b.p.node.Usable(function); err != nil {
+		return 0, nil, err
+	}
 	var bound handoff.Bound
 	if _, err := b.p.peer.Call(ctx, handoff.KindBindImplicit, handoff.Name{Function: function}, nil, &bound); err != nil {
 		return 0, nil, err

@@ -2,8 +2,10 @@ package tenantexec
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
+	"time"
 
 	"github.com/faas-gpu/faas-gpu/gpuserver/pool"
 	"github.com/faas-gpu/faas-gpu/gpuserver/remoting"
@@ -88,6 +90,26 @@ func (p *process) release(_ context.Context, f handoff.Frame) (any, []*os.File, 
 	}
 	b.Release()
 	return out, nil, nil
+}
+
+// expire ends a request's binding held too long (the maximum binding hold) as the in-process gpuserver does: the
+// sessions stop running the function's calls on its GPU, its work is refused until the request releases the
+// binding (whose release then answers that it broke), and what it queued is stopped after the grace.
+func (p *process) expire(ctx context.Context, f handoff.Frame) (any, []*os.File, error) {
+	e, err := handoff.Body[handoff.Expire](f)
+	if err != nil {
+		return nil, nil, err
+	}
+	grace := time.Duration(e.GraceNS)
+	if e.Binding == "" || grace < 0 || grace > handoff.MaxExpireGrace {
+		return nil, nil, fmt.Errorf("%w: expire binding %q with a grace of %s (at most %s)", handoff.ErrProtocol,
+			e.Binding, grace, handoff.MaxExpireGrace)
+	}
+	b := p.binder.expire(e.Binding)
+	if b == nil {
+		return nil, nil, fmt.Errorf("%w: %s", pool.ErrUnknownBinding, e.Binding)
+	}
+	return nil, nil, p.node.Expire(ctx, b, grace, errors.New(e.Cause))
 }
 
 func (p *process) swapIn(ctx context.Context, f handoff.Frame) (any, []*os.File, error) {

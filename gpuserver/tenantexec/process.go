@@ -164,6 +164,7 @@ func (p *process) handlers() map[handoff.Kind]handoff.Handler {
 		handoff.KindEndInit:       p.started(p.endInit),
 		handoff.KindAcquire:       p.started(p.acquire),
 		handoff.KindRelease:       p.started(p.release),
+		handoff.KindExpire:        p.started(p.expire),
 		handoff.KindSwapIn:        p.started(p.swapIn),
 		handoff.KindEvict:         p.started(p.evict),
 		handoff.KindMarkUnhealthy: p.started(p.markUnhealthy),
@@ -281,7 +282,7 @@ func (p *process) build(cfg handoff.Start) error {
 	p.binder = newBinder(p)
 	p.metrics = prometheus.NewRegistry()
 	srv, err := remoting.NewServer(remoting.Config{Device: dev, Node: node, Functions: noHellos{}, Binder: p.binder,
-		Logger: p.log.With("component", "remoting"), Metrics: p.metrics})
+		NodeImages: imageBudget{p}, Logger: p.log.With("component", "remoting"), Metrics: p.metrics})
 	if err != nil {
 		return err
 	}

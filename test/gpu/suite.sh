@@ -9,6 +9,8 @@
 #      same GPU (docs/bench/remoting-replay-gpu.md), to check the timed virtual GPU's calibration
 #   3. the data-plane benchmark on the real driver (docs/bench/swap-cuda.md): pool allocation against the driver's
 #      up to 1 GiB, swap throughput, pipelined against serial swap-and-execute
+#   4. what keeping scratch costs on the real driver (docs/bench/scratch-cuda.md): eviction and swap-in of a 1 GiB
+#      model with 256 MiB and 1 GiB of scratch kept (written back, restored) and per request, side by side
 # The tenant executors' checks (docs/tenants.md) are among the tests of step 1; their figures (chunk import, context
 # memory) go to docs/bench/tenants-cuda.md.
 # Steps print their wall time; the exit status is non-zero when any failed.
@@ -53,5 +55,7 @@ done
 step 90 "replay bench on the GPU" "$root/bin/gpu/replay" -device cuda -pin=false -repeat 1 -passes 100 -warmup 5 \
 	-out "$root/docs/bench/remoting-replay-gpu.md" -json "$root/docs/bench/remoting-replay-gpu.json"
 step 120 swapbench "$root/bin/gpu/swapbench" -device cuda -out "$root/docs/bench/swap-cuda.md"
+step 60 "scratch bench" "$root/bin/gpu/scratchbench" -device cuda -model-mib 1024 -scratch-mib 0,256,1024 -rounds 5 \
+	-out "$root/docs/bench/scratch-cuda.md"
 echo "=== suite: $(($(date +%s) - start))s, exit $rc"
 exit $rc

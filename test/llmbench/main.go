@@ -349,23 +349,22 @@ func run(ctx context.Context, c config) error {
 	imageA := n.repo.Stats()
 
 	// Decoding, with the shim answering the synchronize after each read (the default), and in a process of its
-	// own without (FAAS_GPU_REMOTING_LOCAL_SYNC=0: every synchronize a round trip), same base, same requests.
-	modes, err := decodeModes(ctx, n, a, "llm-a", c)
-	if err != nil {
-		return err
-	}
+	// own without (FAAS_GPU_REMOTING_LOCAL_SYNC=0: every synchronize a round trip), same base, same requests, their
+	// runs taking turns.
 	rt, err := startProc(n, py, shim, "llm-rt", c, "FAAS_GPU_REMOTING_LOCAL_SYNC=0")
 	if err != nil {
 		return err
 	}
 	if _, err := n.request(ctx, "llm-rt", func() error { _, err := rt.complete(4, false); return err }); err != nil {
+		rt.stop()
 		return err
 	}
-	rtModes, err := decodeModes(ctx, n, rt, "llm-rt", c)
+	both, err := decodeModes(ctx, n, []side{{a, "llm-a"}, {rt, "llm-rt"}}, c)
 	rt.stop()
 	if err != nil {
 		return err
 	}
+	modes, rtModes := both[0], both[1]
 	sameTokens := slices.Equal(modes[0].tokens, modes[1].tokens)
 
 	// Cold: the model is evicted from the GPU, then one request swaps it in from the host image and decodes its
@@ -485,9 +484,9 @@ func run(ctx context.Context, c config) error {
 				side.m.calls["local"])
 		}
 	}
-	w("\nThe two sides are two processes of the same function code and base weights, measured one after the other "+
-		"on the same node (the machine's load differs between them: compare the counts exactly, the rates only "+
-		"roughly). The same %d tokens came out eagerly and with graphs: %v (dry kernels compute nothing, so this "+
+	w("\nThe two sides are two processes of the same function code and base weights on the same node, their runs "+
+		"taking turns (one completion of one, then one of the other), so that both meet the machine's load; the "+
+		"counts are exact, the rates vary with the load of the shared machine (see the ranges). The same %d tokens came out eagerly and with graphs: %v (dry kernels compute nothing, so this "+
 		"shows that the replayed graph does the same copies and memsets as the eager step, not that the tokens are "+
 		"right; the GPU suite compares them with a native run). With graphs a decode step is one record (the graph "+
 		"launch) and the token read back: a copy, whose answer is the one round trip, and a synchronize, which the "+
@@ -584,38 +583,58 @@ type mode struct {
 	gerr   string
 }
 
-// decodeModes measures p (function fn) decoding eagerly and with CUDA graphs: one warm-up completion (the graph is
-// captured in the first with graphs), then c.runs timed ones; calls per token from a 2-token and a c.tokens
-// completion, so that the prompt's cost cancels.
-func decodeModes(ctx context.Context, n *node, p *proc, fn string, c config) ([]*mode, error) {
-	modes := []*mode{{name: "eager"}, {name: "CUDA graphs", graphs: true}}
-	for _, m := range modes {
-		var short reply
-		if _, err := n.request(ctx, fn, func() error {
-			var err error
-			if _, err = p.complete(c.tokens, m.graphs); err == nil {
-				short, err = p.complete(2, m.graphs)
-			}
-			return err
-		}); err != nil {
-			return nil, err
-		}
-		for range c.runs {
-			var r reply
-			if _, err := n.request(ctx, fn, func() error { var err error; r, err = p.complete(c.tokens, m.graphs); return err }); err != nil {
+// side is one process of a function whose decoding is measured.
+type side struct {
+	p  *proc
+	fn string
+}
+
+// decodeModes measures each side decoding eagerly and with CUDA graphs: one warm-up completion per side (the graph
+// is captured in the first with graphs), then c.runs timed ones, the sides taking turns so that they meet the same
+// load; calls per token from a 2-token and a c.tokens completion, so that the prompt's cost cancels. It returns the
+// modes of each side.
+func decodeModes(ctx context.Context, n *node, sides []side, c config) ([][]*mode, error) {
+	out := make([][]*mode, len(sides))
+	for i := range sides {
+		out[i] = []*mode{{name: "eager"}, {name: "CUDA graphs", graphs: true}}
+	}
+	for k := range 2 {
+		shorts := make([]reply, len(sides))
+		for i, sd := range sides {
+			graphs := out[i][k].graphs
+			if _, err := n.request(ctx, sd.fn, func() error {
+				var err error
+				if _, err = sd.p.complete(c.tokens, graphs); err == nil {
+					shorts[i], err = sd.p.complete(2, graphs)
+				}
+				return err
+			}); err != nil {
 				return nil, err
 			}
-			m.ttft = append(m.ttft, r.TTFT)
-			m.tps = append(m.tps, r.PerSecond)
-			m.tokens, m.gerr = r.Tokens, r.GraphErr
-			m.calls = map[string]float64{}
-			for k, v := range r.Stats {
-				m.calls[k] = (v - short.Stats[k]) / float64(c.tokens-2)
-			}
-			if m.graphs && !r.Graphs {
-				return nil, fmt.Errorf("%s: the decode step was not captured: %s", fn, r.GraphErr)
+		}
+		for range c.runs {
+			for i, sd := range sides {
+				m := out[i][k]
+				var r reply
+				if _, err := n.request(ctx, sd.fn, func() error {
+					var err error
+					r, err = sd.p.complete(c.tokens, m.graphs)
+					return err
+				}); err != nil {
+					return nil, err
+				}
+				m.ttft = append(m.ttft, r.TTFT)
+				m.tps = append(m.tps, r.PerSecond)
+				m.tokens, m.gerr = r.Tokens, r.GraphErr
+				m.calls = map[string]float64{}
+				for key, v := range r.Stats {
+					m.calls[key] = (v - shorts[i].Stats[key]) / float64(c.tokens-2)
+				}
+				if m.graphs && !r.Graphs {
+					return nil, fmt.Errorf("%s: the decode step was not captured: %s", sd.fn, r.GraphErr)
+				}
 			}
 		}
 	}
-	return modes, nil
+	return out, nil
 }

@@ -71,8 +71,12 @@ func markdown(rep report) string {
 		title += " (quick run for CI)"
 	}
 	w("# %s\n\n", title)
-	w("Written by `make bench-policy`, unedited. Every policy runs side by side on the same " +
-		"arrivals: the simulator drives gpuserver/controller, the code the gpuserver ships, on a virtual clock with " +
+	target := "make bench-policy"
+	if rep.Quick {
+		target = "make bench-policy-quick"
+	}
+	w("Written by `%s`, unedited. Every policy runs side by side on the same ", target)
+	w("arrivals: the simulator drives gpuserver/controller, the code the gpuserver ships, on a virtual clock with " +
 		"gpuserver/topology's link model. Each policy is judged on **two figures**: the share of functions (with at " +
 		"least one request) that meet their SLO, and the share of requests served within their deadline (goodput); " +
 		"requests refused (429 from the overload control, native binding without a GPU) count as missed in both and " +
@@ -82,9 +86,9 @@ func markdown(rep report) string {
 		"the previous figures and why.\n\n")
 	w("## Conditions\n\n")
 	w("- machine: %d CPUs (`nproc`), %s; %s; commit %s\n", rep.CPUs, rep.CPUModel, rep.GoVersion, rep.Commit)
-	w("- command: `make bench-policy` (`%s`), %d simulations at once; started %s; whole run %.0f s wall, %.0f s of CPU; 1-minute load "+
+	w("- command: `%s` (`%s`), %d simulations at once; started %s; whole run %.0f s wall, %.0f s of CPU; 1-minute load "+
 		"average %.1f at the start, %.1f at the end (other work on the machine stretches the wall time, not the "+
-		"figures: every run is deterministic given its seed)\n", rep.Command, rep.Parallel, rep.Started,
+		"figures: every run is deterministic given its seed)\n", target, rep.Command, rep.Parallel, rep.Started,
 		rep.WallSeconds, rep.CPUSeconds, rep.LoadStart, rep.LoadEnd)
 	w("- seeds %v (arrival times, row sampling, random placement); arrivals: each minute's count spread as a "+
 		"Poisson process within the minute, except the torpor-arrivals sweep\n", rep.Seeds)
@@ -118,7 +122,7 @@ func markdown(rep report) string {
 		}
 		w("\n")
 	}
-	w("## Cluster: GPUs needed for the 8-hour trace\n\n")
+	w("## Cluster: GPUs needed for %s\n\n", traceSpan(rep.ClusterMinutes))
 	w("The 500 functions of azure2019-500fn-8h.csv with Torpor's models over %d simulated minutes; each policy sized "+
 		"per seed to the fewest GPUs that keep at least %.0f%% of the functions within their SLO (nodes of v100x4 "+
 		"added one at a time from one node, at most %d; a cluster that misses the target is stopped as soon as it "+
@@ -160,6 +164,15 @@ func markdown(rep report) string {
 	w("- The Azure hours are the trace's own 500 functions with Torpor's 8 models assigned round robin; other model " +
 		"mixes move every policy's figures.\n")
 	return b.String()
+}
+
+// traceSpan names the part of the Azure trace a cluster run replays: the whole 8-hour trace, or (quick runs) its
+// first minutes.
+func traceSpan(minutes int) string {
+	if minutes == 8*60 {
+		return "the 8-hour trace"
+	}
+	return fmt.Sprintf("the trace's first %d minutes", minutes)
 }
 
 // missed says, for a sizing, which smaller clusters missed the target on how many seeds, and when (simulated
@@ -306,13 +319,14 @@ func targets(b *strings.Builder, rep report) {
 		}
 	}
 	if static != nil {
-		w("- Cluster, 8-hour trace at %.0f%% of functions, against the best fair baseline a user without late "+
+		w("- Cluster, %s at %.0f%% of functions, against the best fair baseline a user without late "+
 			"binding would run, static packing on shared GPUs: faas-gpu needs %s GPUs, static packing %s, a ratio of "+
-			"%.2f\n", 100*rep.ClusterTarget, ours.count(), static.count(), ours.mean/static.mean)
+			"%.2f\n", strings.TrimPrefix(traceSpan(rep.ClusterMinutes), "the "), 100*rep.ClusterTarget, ours.count(), static.count(), ours.mean/static.mean)
 	}
 	if bestName != "" {
-		w("- Cluster, 8-hour trace at %.0f%% of functions, against every baseline that reaches the target: the "+
-			"fewest GPUs, %s, for %s: a ratio of %.2f (%s)\n", 100*rep.ClusterTarget, best.count(), bestName,
+		w("- Cluster, %s at %.0f%% of functions, against every baseline that reaches the target: the "+
+			"fewest GPUs, %s, for %s: a ratio of %.2f (%s)\n", strings.TrimPrefix(traceSpan(rep.ClusterMinutes), "the "),
+			100*rep.ClusterTarget, best.count(), bestName,
 			ours.mean/best.mean, strings.Join(ratios, ", "))
 	}
 	if len(rep.Router) == 2 {

@@ -2,6 +2,7 @@ package handoff
 
 import (
 	"context"
+	"time"
 
 	"github.com/faas-gpu/faas-gpu/gpuserver/device"
 	"github.com/faas-gpu/faas-gpu/gpuserver/executor"
@@ -13,7 +14,7 @@ import (
 // The control hand-off: what the gpuserver's pool and controller asked of the in-process executors before (package
 // executor's Node), asked of a tenant's executor process instead, with the same errors (Codes); and what the
 // executor asks of the gpuserver (an implicit binding for calls outside a request) or tells it (a GPU failed, a
-// kernel fault ends the executor).
+// kernel fault ends the executor). KindExpire came with minor version 1, the images kinds (images.go) with 2.
 const (
 	// gpuserver -> executor, each answered.
 	KindRegister      Kind = 30 // Function
@@ -26,6 +27,7 @@ const (
 	KindMarkUnhealthy Kind = 37 // MarkUnhealthy
 	KindStatus        Kind = 38 // -> Status
 	KindWaitReady     Kind = 39 // Name: waits until the function's copies on its active GPU completed
+	KindExpire        Kind = 44 // Expire: answered once the function's work is fenced and its queued work ended
 
 	// executor -> gpuserver.
 	KindBindImplicit    Kind = 40 // Name -> Bound (answered)
@@ -65,6 +67,20 @@ type Release struct {
 type Released struct {
 	Broken *Error `json:"broken,omitempty"`
 }
+
+// Expire ends a request's binding held longer than the maximum binding hold, as executor.Node.Expire does in one
+// process: the binding breaks (its Release answers Broken with executor.ErrHoldExpired), the function's work in the
+// executor is refused until that release, its session no longer runs calls on the binding's GPU, and the work it
+// queued there gets GraceNS nanoseconds to finish before its tenant context on that GPU is torn down (the queued
+// work dropped). Cause says why, for the logs and the errors.
+type Expire struct {
+	Binding string `json:"binding"`
+	GraceNS int64  `json:"grace_ns"`
+	Cause   string `json:"cause"`
+}
+
+// MaxExpireGrace bounds Expire.GraceNS: an executor never waits longer on the expired work before stopping it.
+const MaxExpireGrace = time.Minute
 
 // SwapIn swaps a function in (executor.Node.SwapIn).
 type SwapIn struct {

@@ -31,7 +31,7 @@ import (
 const (
 	Magic        uint32 = 0x4e544746
 	VersionMajor uint16 = 1
-	VersionMinor uint16 = 0
+	VersionMinor uint16 = 2
 	HeaderSize          = 24
 	// MaxBody bounds a frame's JSON body (a datagram of the socket must hold a whole frame on every Linux: the
 	// default socket buffer is about 208 KiB).
@@ -47,7 +47,8 @@ const (
 )
 
 // Kind says what a frame's body is. The kinds are numbered per hand-off (start 1-9, session 10-19, chunks 20-29,
-// control 30-59); a number is never reused for another meaning.
+// control 30-59); a number is never reused for another meaning. A kind added in a minor version is answered by an
+// older peer with an error frame (no handler), which the caller treats as that peer lacking it.
 type Kind uint16
 
 // Frame is one message.

@@ -36,7 +36,7 @@ func TestFrameLayout(t *testing.T) {
 	}{
 		{0, uint64(le.Uint32(b[0:])), 0x4e544746},
 		{4, uint64(le.Uint16(b[4:])), 1},
-		{6, uint64(le.Uint16(b[6:])), 0},
+		{6, uint64(le.Uint16(b[6:])), 2},
 		{8, uint64(le.Uint16(b[8:])), 33},
 		{10, uint64(le.Uint16(b[10:])), 3},
 		{12, uint64(le.Uint32(b[12:])), uint64(len(body))},
@@ -60,7 +60,8 @@ func TestKindsArePinned(t *testing.T) {
 	want := map[Kind]uint16{KindStart: 1, KindSession: 10, KindSessionEnded: 11, KindBorrow: 20, KindReturn: 21,
 		KindReclaim: 22, KindRegister: 30, KindDeregister: 31, KindEndInit: 32, KindAcquire: 33, KindRelease: 34,
 		KindSwapIn: 35, KindEvict: 36, KindMarkUnhealthy: 37, KindStatus: 38, KindWaitReady: 39,
-		KindBindImplicit: 40, KindReleaseImplicit: 41, KindGPUFailed: 42, KindFault: 43}
+		KindBindImplicit: 40, KindReleaseImplicit: 41, KindGPUFailed: 42, KindFault: 43, KindExpire: 44,
+		KindReserveImages: 45, KindReleaseImages: 46}
 	for k, n := range want {
 		if uint16(k) != n {
 			t.Errorf("kind %d, pinned as %d", k, n)
@@ -99,9 +100,11 @@ func TestBodiesArePinned(t *testing.T) {
 		{Released{Broken: &Error{Codes: []string{"executor.broken"}, Message: "m"}},
 			`{"broken":{"codes":["executor.broken"],"message":"m"}}`},
 		{SwapIn{Function: "f.a", GPU: 1, Source: 0}, `{"function":"f.a","gpu":1,"source":0}`},
+		{Expire{Binding: "b1", GraceNS: 2e9, Cause: "c"}, `{"binding":"b1","grace_ns":2000000000,"cause":"c"}`},
 		{Evict{Function: "f.a", GPU: 1}, `{"function":"f.a","gpu":1}`},
 		{MarkUnhealthy{GPU: 1, Cause: "x"}, `{"gpu":1,"cause":"x"}`},
 		{Bound{GPU: 1, Binding: "i1"}, `{"gpu":1,"binding":"i1"}`},
+		{ImageBytes{Bytes: 5}, `{"bytes":5}`},
 		{GPUFailed{GPU: 1, Error: "e"}, `{"gpu":1,"error":"e"}`},
 		{Fault{GPU: 1, Function: "f.a", Error: "e"}, `{"gpu":1,"function":"f.a","error":"e"}`},
 	} {

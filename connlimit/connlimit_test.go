@@ -2,6 +2,7 @@ package connlimit
 
 import (
 	"bufio"
+	"context"
 	"io"
 	"net"
 	"net/http"
@@ -152,6 +153,61 @@ func TestPeer(t *testing.T) {
 	} {
 		if got := Peer(addr); got != want {
 			t.Errorf("Peer(%v) = %q, want %q", addr, got, want)
+		}
+	}
+}
+
+// TestRefusalIsReadAfterTheRequestWasSent: a client that sends its whole request before reading (every HTTP
+// client) reads the 503, not a reset: closing a socket with its request unread resets it, and the reset could
+// overtake the answer (seen as "connection reset by peer" on a fast machine).
+func TestRefusalIsReadAfterTheRequestWasSent(t *testing.T) {
+	l, addr := serve(t, Config{Surface: "test", MaxConns: 4, MaxPerPeer: 1})
+	dialFrom(t, "127.0.0.2", addr)
+	waitOpen(t, l, 1)
+	req := "GET / HTTP/1.1\r\nHost: x\r\nX-Pad: " + strings.Repeat("p", 8<<10) + "\r\n\r\n"
+	for i := range 20 {
+		c, err := (&net.Dialer{LocalAddr: &net.TCPAddr{IP: net.ParseIP("127.0.0.2")}}).Dial("tcp", addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		_ = c.SetDeadline(time.Now().Add(10 * time.Second))
+		if _, err := io.WriteString(c, req); err != nil {
+			c.Close()
+			t.Fatalf("try %d: write: %v", i, err)
+		}
+		time.Sleep(20 * time.Millisecond) // the server has refused and closed by now
+		line, err := bufio.NewReader(c).ReadString('\n')
+		c.Close()
+		if err != nil || !strings.Contains(line, "503") {
+			t.Fatalf("try %d: %q %v, want the 503", i, line, err)
+		}
+	}
+}
+
+// TestGoClientReadsTheRefusal: Go's HTTP client (faas-cli's) reads the refusal as a 503. Its transport drops
+// bytes that arrive on a connection before its request was written ("Unsolicited response received on idle HTTP
+// channel") and fails the request, so a refusal written at accept, before the request arrived, reached a Go client
+// as an error whenever the server was faster than the client.
+func TestGoClientReadsTheRefusal(t *testing.T) {
+	l, addr := serve(t, Config{Surface: "test", MaxConns: 4, MaxPerPeer: 1})
+	dialFrom(t, "127.0.0.1", addr)
+	waitOpen(t, l, 1)
+	// The dial returns late, as on a busy client: the server has long accepted (and, before, answered) by then.
+	slowDial := func(ctx context.Context, network, a string) (net.Conn, error) {
+		c, err := (&net.Dialer{}).DialContext(ctx, network, a)
+		time.Sleep(20 * time.Millisecond)
+		return c, err
+	}
+	client := &http.Client{Transport: &http.Transport{DisableKeepAlives: true, DialContext: slowDial},
+		Timeout: 10 * time.Second}
+	for i := range 20 {
+		resp, err := client.Get("http://" + addr + "/")
+		if err != nil {
+			t.Fatalf("try %d: %v, want a 503", i, err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusServiceUnavailable || resp.Header.Get("Retry-After") == "" {
+			t.Fatalf("try %d: %d %v, want a 503 with Retry-After", i, resp.StatusCode, resp.Header)
 		}
 	}
 }
