@@ -138,7 +138,7 @@ sys.stdin.readline()
 	if line, err := bufio.NewReader(out).ReadString('\n'); err != nil || line != "connected\n" {
 		t.Fatalf("the storm: %q %v\n%s", line, err, stderr.String())
 	}
-	eventually(t, "the storm beyond its sandbox's bound refused", func() bool {
+	testkit.Eventually(t, 60*time.Second, "the storm beyond its sandbox's bound refused", func() bool {
 		return r.srv.Stats().Refused["pending_hellos_per_peer"] >= 32
 	})
 	w, err := dialWire(t, r.sock, "f", "tok")

@@ -481,22 +481,24 @@ func TestModuleImagesBoundedOverTheExecutors(t *testing.T) {
 	}
 	say := func(i int, what string) string {
 		t.Helper()
-		fmt.Fprintln(ps[i].in, what)
+		if err := ps[i].Send(what); err != nil {
+			t.Fatalf("%s: %v\n%s", fns[i], err, ps[i].Stderr())
+		}
 		l, err := ps[i].next()
 		if err != nil {
-			t.Fatalf("%s: %v\n%s", fns[i], err, ps[i].stderr.String())
+			t.Fatalf("%s: %v\n%s", fns[i], err, ps[i].Stderr())
 		}
 		return l
 	}
 	for i, want := range []string{"load 0", "load 0", "load 2"} {
-		if got := say(i, fmt.Sprintf("load 3 %s", fns[i])); got != want {
+		if got := say(i, "load 3 "+fns[i]); got != want {
 			t.Fatalf("%s loading a 3 MiB image beside %d others' under an 8 MiB bound: %q, want %q", fns[i], i, got, want)
 		}
 	}
 	if got := say(0, "unload"); got != "unload 0" {
 		t.Fatalf("unload: %q", got)
 	}
-	waitFor(t, "the third tenant's image loads once the first's is gone", func() bool {
+	testkit.Eventually(t, 60*time.Second, "the third tenant's image loads once the first's is gone", func() bool {
 		return say(2, "load 3 again") == "load 0"
 	})
 }
