@@ -70,7 +70,7 @@ func checkout(t *testing.T) string {
 			t.Fatal(err)
 		}
 	}
-	// make functions: go run ./provider/shrinkwrap/cmd/shrinkwrap -f stack.yml -templates template -out build
+	// make functions: go run ./cmd/shrinkwrap -f stack.yml -templates template -out build
 	if _, err := shrinkwrap.Build(filepath.Join(dir, "stack.yml"), filepath.Join(dir, "template"),
 		filepath.Join(dir, "build")); err != nil {
 		t.Fatalf("make functions: %v", err)

@@ -1,4 +1,3 @@
-// Command queuebench runs the queue worker benchmark (package bench) and writes its report.
 package main
 
 import (
@@ -9,12 +8,10 @@ import (
 	"os/signal"
 	"runtime/pprof"
 	"time"
-
-	"github.com/faas-gpu/faas-gpu/queueworker/bench"
 )
 
 func main() {
-	var cfg bench.Config
+	var cfg Config
 	out := flag.String("out", "docs/bench/queue.md", "report file")
 	flag.IntVar(&cfg.Messages, "messages", 20000, "messages per throughput run")
 	flag.IntVar(&cfg.Publishers, "publishers", 16, "concurrent front-door clients in the end-to-end run")
@@ -42,7 +39,7 @@ func main() {
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
 	defer stop()
-	r, err := bench.Run(ctx, cfg)
+	r, err := Run(ctx, cfg)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "queuebench:", err)
 		pprof.StopCPUProfile()

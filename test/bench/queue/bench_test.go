@@ -1,4 +1,4 @@
-package bench_test
+package main
 
 import (
 	"context"
@@ -7,13 +7,12 @@ import (
 	"time"
 
 	"github.com/faas-gpu/faas-gpu/gpuserver/topology"
-	"github.com/faas-gpu/faas-gpu/queueworker/bench"
 	"github.com/faas-gpu/faas-gpu/queueworker/worker"
 )
 
 // The benchmark's pieces run end to end at a small size, so that `make bench-queue` cannot rot.
 func TestThroughputSmall(t *testing.T) {
-	r, err := bench.Throughput(context.Background(), worker.OrderSLOAware, 300, 4, 5, 16)
+	r, err := Throughput(context.Background(), worker.OrderSLOAware, 300, 4, 5, 16)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -23,7 +22,7 @@ func TestThroughputSmall(t *testing.T) {
 }
 
 func TestOverloadSmall(t *testing.T) {
-	models := []bench.Model{
+	models := []Model{
 		{Name: "cv", Exec: 5 * time.Millisecond, SLO: 80 * time.Millisecond, Percentile: 98},
 		{Name: "nlp", Exec: 10 * time.Millisecond, SLO: 200 * time.Millisecond, Percentile: 98},
 	}
@@ -31,12 +30,12 @@ func TestOverloadSmall(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	arrivals, rate := bench.Arrivals(models, len(node.GPUs), 2, 200*time.Millisecond, 7)
-	again, _ := bench.Arrivals(models, len(node.GPUs), 2, 200*time.Millisecond, 7)
+	arrivals, rate := Arrivals(models, len(node.GPUs), 2, 200*time.Millisecond, 7)
+	again, _ := Arrivals(models, len(node.GPUs), 2, 200*time.Millisecond, 7)
 	if len(arrivals) == 0 || len(arrivals) != len(again) || rate <= 0 {
 		t.Fatalf("arrivals %d (again %d), rate %v: not repeatable", len(arrivals), len(again), rate)
 	}
-	r, err := bench.Overload(context.Background(), bench.Strategies()[0], node, models, arrivals)
+	r, err := Overload(context.Background(), Strategies()[0], node, models, arrivals)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -50,7 +49,7 @@ func TestOverloadSmall(t *testing.T) {
 }
 
 func TestLoadModels(t *testing.T) {
-	models, err := bench.LoadModels("../../../shared/workloads/models-torpor-v100.csv")
+	models, err := LoadModels("../../../../shared/workloads/models-torpor-v100.csv")
 	if err != nil {
 		t.Skipf("workload data not present: %v", err)
 	}
@@ -62,7 +61,7 @@ func TestLoadModels(t *testing.T) {
 			t.Fatalf("model %+v", m)
 		}
 	}
-	if _, err := bench.LoadModels("testdata/nope.csv"); err == nil || !strings.Contains(err.Error(), "nope.csv") {
+	if _, err := LoadModels("testdata/nope.csv"); err == nil || !strings.Contains(err.Error(), "nope.csv") {
 		t.Fatalf("missing file: %v", err)
 	}
 }

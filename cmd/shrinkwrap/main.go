@@ -1,7 +1,7 @@
 // Command shrinkwrap lays out ./build/<name>/ for every function of stack.yml the way
 // `faas-cli build --shrinkwrap` does (template files at the top, the handler in function/).
 //
-//	go run ./provider/shrinkwrap/cmd/shrinkwrap [-f stack.yml] [-templates template] [-out build]
+//	go run ./cmd/shrinkwrap [-f stack.yml] [-templates template] [-out build]
 package main
 
 import (

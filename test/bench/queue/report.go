@@ -1,4 +1,4 @@
-package bench
+package main
 
 import (
 	"bufio"
@@ -118,7 +118,7 @@ func (r *Report) Markdown() string {
 	var b strings.Builder
 	c := r.Config
 	fmt.Fprintf(&b, "# Queue worker benchmark\n\n")
-	fmt.Fprintf(&b, "Written by `make bench-queue` (`go run ./queueworker/bench/queuebench`). Every figure below comes from one run; "+
+	fmt.Fprintf(&b, "Written by `make bench-queue` (`go run ./test/bench/queue`). Every figure below comes from one run; "+
 		"the orders are compared side by side in that run.\n\n")
 	fmt.Fprintf(&b, "## Conditions\n\n")
 	fmt.Fprintf(&b, "- Machine: %d CPUs (`nproc`), %s; shared with other work, so figures vary between runs: 1-minute load "+
@@ -189,7 +189,7 @@ func (r *Report) Markdown() string {
 		"(see p98) while more are on time; FIFO serves in arrival order, so once the backlog is longer than a deadline nearly "+
 		"every request is late; max_inflight=1 uses one GPU of the pool at a time.\n"+
 		"- Everything (NATS server, front door, worker, gateway, callback receiver, load generators) shares the same CPUs; "+
-		"`queuebench -cpuprofile` shows HTTP serving and client I/O taking most of the CPU of the throughput runs.\n\n")
+		"`go run ./test/bench/queue -cpuprofile` shows HTTP serving and client I/O taking most of the CPU of the throughput runs.\n\n")
 
 	fmt.Fprintf(&b, "## Targets\n\n")
 	best := 0.0

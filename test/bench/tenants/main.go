@@ -1,4 +1,4 @@
-// Command tenant-bench measures what running each tenant in an executor process of its own costs (docs/tenants.md)
+// Command tenants (test/bench/tenants) measures what running each tenant in an executor process of its own costs (docs/tenants.md)
 // against running every tenant in the gpuserver's process, side by side in one run (`make bench-tenants`, writes
 // docs/bench/tenants.md): the remoting round trip and async records per second through the real shim and the
 // device handler, a swap of a model from host memory, and a request's acquire and release through the pool.
@@ -313,7 +313,7 @@ func stat(fs []figures, k string) (mean, lo, hi float64) {
 func report(c config, res map[string][]figures) string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "# Tenants isolated by process: what the executor processes cost\n\n")
-	fmt.Fprintf(&b, "Written by `make bench-tenants` (gpuserver/tenant/cmd/tenant-bench) on %s.\n\n",
+	fmt.Fprintf(&b, "Written by `make bench-tenants` (test/bench/tenants) on %s.\n\n",
 		time.Now().UTC().Format(time.RFC3339))
 	fmt.Fprintf(&b, "Both modes ran in this one run, %d rounds each, alternating which mode goes first; figures are "+
 		"means over the rounds with their range. *One process*: every tenant's sessions and swaps run in the "+

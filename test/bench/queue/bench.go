@@ -1,9 +1,9 @@
-// Package bench measures the asynchronous path end to end on this machine, with real components: an embedded
+// Command queue (make bench-queue) measures the asynchronous path end to end on this machine, with real components: an embedded
 // NATS JetStream server, the front door and the worker, no-op or timed functions behind an HTTP gateway, a real
 // gpuserver (simulated node) for the pool's capacity, and a callback receiver. It reports throughput, added
 // latency, ordering overhead, and SLO attainment under overload for SLO-aware, FIFO and max_inflight=1 dispatch.
-// cmd queuebench writes the report to docs/bench/queue.md.
-package bench
+// It writes the report to docs/bench/queue.md (-out), with the conditions it ran under.
+package main
 
 import (
 	"cmp"

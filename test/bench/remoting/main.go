@@ -1,11 +1,11 @@
-// Command remoting-bench measures the remoting transport: it starts a remoting server whose handler does no device
+// Command remoting (test/bench/remoting) measures the remoting transport: it starts a remoting server whose handler does no device
 // work (it counts the calls it decodes, so every record is really transported and decoded), runs the shim's
 // bench_remoting program once per mode, and writes the figures and conditions to a Markdown file.
 //
 // Modes: async (the default shim: every async record published at once, the doorbell rung only while the server
 // sleeps), all synchronous (every call waits for its result: a GVirtuS-style baseline).
 //
-//	go run ./gpuserver/remoting/cmd/remoting-bench -out docs/bench/remoting.md
+//	go run ./test/bench/remoting -out docs/bench/remoting.md
 package main
 
 import (
@@ -164,7 +164,7 @@ func cpuModel() string {
 func report(modes []mode, res []map[string]string, nsync, nasync int) string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "# Remoting transport benchmark\n\n")
-	fmt.Fprintf(&b, "Written by `make bench-remoting` (gpuserver/remoting/cmd/remoting-bench) on %s.\n\n",
+	fmt.Fprintf(&b, "Written by `make bench-remoting` (test/bench/remoting) on %s.\n\n",
 		time.Now().UTC().Format(time.RFC3339))
 	fmt.Fprintf(&b, "The C shim (shim/build/libcuda.so.1) talks to the Go remoting server over the Unix socket and the\n"+
 		"shared-memory ring. The server decodes every record with the generated decoder and dispatches it to a handler\n"+

@@ -1,4 +1,4 @@
-// Command benchpolicy runs the policy benchmarks of `make bench-policy` and writes docs/bench/policy.{md,json}.
+// Command policy runs the policy benchmarks of `make bench-policy` and writes docs/bench/policy.{md,json}.
 // Every policy is judged on two figures side by side - functions within their SLO and requests served within it
 // - with the requests refused beside them, each a mean with its range over the seeds: Torpor's node and trace;
 // the Azure 2019 8-hour trace split into hours with Torpor's models; Torpor's node simulator's arrivals at 700
@@ -333,7 +333,7 @@ func run() error {
 	}
 	start := time.Now()
 	rep := report{Quick: *quick, Seeds: seeds, GoVersion: runtime.Version(), CPUs: runtime.NumCPU(),
-		CPUModel: cpuModel(), Commit: gitCommit(), Command: strings.Join(append([]string{"benchpolicy"}, os.Args[1:]...), " "),
+		CPUModel: cpuModel(), Commit: gitCommit(), Command: strings.Join(append([]string{"go run ./test/bench/policy"}, os.Args[1:]...), " "),
 		Started: start.UTC().Format(time.RFC3339), LoadStart: loadAverage(), Parallel: *parallel,
 		ClusterTarget: 0.98, ClusterMinutes: clusterMin, RouterNodes: 2}
 	nodePolicies := []controller.Policy{controller.PolicyFaaSGPU, controller.PolicyTorpor, controller.PolicyFIFO,
