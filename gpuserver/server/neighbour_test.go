@@ -147,12 +147,8 @@ func TestNeighbourFaultBeforeFirstRequest(t *testing.T) {
 	if testing.Short() {
 		t.Skip("runs Python processes through the shim")
 	}
-	if _, err := exec.LookPath("python3"); err != nil {
-		t.Skip("python3 not installed")
-	}
-	if out, err := exec.Command("make", "-s", "-C", "../../shim").CombinedOutput(); err != nil {
-		t.Fatalf("make -C shim: %v\n%s", err, out)
-	}
+	testkit.NeedPython(t)
+	testkit.Shim(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	node, err := topology.Preset("h200x1")

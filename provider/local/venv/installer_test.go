@@ -34,7 +34,7 @@ func TestMain(m *testing.M) {
 	if os.Getenv(asUserEnv) == "1" { // the unprivileged half of TestSandboxedInstallAsUnprivilegedUser
 		os.Exit(unprivilegedInstallMain())
 	}
-	os.Exit(m.Run())
+	testkit.VerifyNoLeaks(m) // an install's watcher (which kills pip when its context ends) ends with the install
 }
 
 // hostileBackend is the build backend of the sdist hostile-1.0: the code a package's author runs during pip install.
