@@ -22,6 +22,7 @@ import (
 	"github.com/faas-gpu/faas-gpu/gpuserver/auth"
 	"github.com/faas-gpu/faas-gpu/gpuserver/client"
 	"github.com/faas-gpu/faas-gpu/gpuserver/pool"
+	"github.com/faas-gpu/faas-gpu/test/testkit"
 )
 
 // limitedAPI is the API with authentication and the given limits on a Unix socket and a TCP listener, both
@@ -141,8 +142,8 @@ func TestStalledRequestsAreBounded(t *testing.T) {
 		t.Fatalf("another peer during the storm: %d, want 200", code)
 	}
 	// The stalled connections are cut at the header deadline, and the peer is served again.
-	waitUntil(t, "the storming user served again", func() bool { return status(t, unixDial, healthz) == 200 })
-	waitUntil(t, "the storming address served again", func() bool {
+	testkit.Eventually(t, 60*time.Second, "the storming user served again", func() bool { return status(t, unixDial, healthz) == 200 })
+	testkit.Eventually(t, 60*time.Second, "the storming address served again", func() bool {
 		return status(t, tcpFrom("127.0.0.1"), healthz) == 200
 	})
 	for _, c := range stalled {

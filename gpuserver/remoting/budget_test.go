@@ -5,8 +5,10 @@ import (
 	"fmt"
 	"log/slog"
 	"testing"
+	"time"
 
 	"github.com/faas-gpu/faas-gpu/gpuserver/pool"
+	"github.com/faas-gpu/faas-gpu/test/testkit"
 )
 
 // captureGraph records nodes memsets of buf on a new stream of w and returns the graph.
@@ -109,7 +111,7 @@ func TestGraphsBoundedPerFunction(t *testing.T) {
 	for _, w := range sessions {
 		w.close()
 	}
-	eventually(t, "the function's graph budget given back", func() bool {
+	testkit.Eventually(t, 60*time.Second, "the function's graph budget given back", func() bool {
 		budgets.mu.Lock()
 		defer budgets.mu.Unlock()
 		f := budgets.fns["bomb.ns1"]
@@ -164,7 +166,7 @@ func TestQuotaHoldsAcrossSessions(t *testing.T) {
 	mustAlloc(t, o, 6<<20)
 	// The first session ends: its memory is the function's again.
 	first.close()
-	eventually(t, "the first session's quota given back", func() bool {
+	testkit.Eventually(t, 60*time.Second, "the first session's quota given back", func() bool {
 		res, _, err := second.call(CallCuMemAlloc_v2, uint64(6<<20))
 		return err == nil && res == ResultSuccess
 	})
