@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/faas-gpu/faas-gpu/gpuserver/pool"
+	"github.com/faas-gpu/faas-gpu/test/testkit"
 )
 
 // A fault of work queued under the implicit binding may be found by a wait that no call answers: the idle
@@ -55,7 +56,8 @@ func TestFaultFoundAtTheIdleReleaseIsAnswered(t *testing.T) {
 	p := e.alloc(t, 1024)
 	before := r.binder.releases()
 	e.launchOnly(t, add, 0x1000, p, p, 4)
-	eventually(t, "the implicit binding released while idle", func() bool { return r.binder.releases() > before })
+	testkit.Eventually(t, 60*time.Second, "the implicit binding released while idle",
+		func() bool { return r.binder.releases() > before })
 	if res, _, err := e.call(CallCuCtxSynchronize); err != nil || res != ResultIllegalAddress {
 		t.Fatalf("synchronising after the idle release found the fault: %d %v, want CUDA_ERROR_ILLEGAL_ADDRESS",
 			res, err)
