@@ -79,7 +79,7 @@ test-cluster: build $(HELM)
 ## (templates from ./template/<lang>/, where faas-cli reads them)
 .PHONY: functions
 functions:
-	$(GO) run ./provider/shrinkwrap/cmd/shrinkwrap -f stack.yml -templates template -out build
+	$(GO) run ./cmd/shrinkwrap -f stack.yml -templates template -out build
 
 ## test-cuda: the "real CUDA binaries" tier: NVIDIA's CUDA 13 runtime, cuBLAS, cuDNN, nvcc and PyTorch (the pinned
 ## Python environment, created once in a cache outside the repository) against the shim on the simulated node.
@@ -138,7 +138,7 @@ gpu-test:
 gpu-test-bin:
 	@mkdir -p bin/gpu
 	@for p in $(GPU_TEST_PKGS); do $(GO) test -c -ldflags="-s -w" -o bin/gpu/$$(echo $$p | tr / -).test ./$$p || exit 1; done
-	$(GO) build -ldflags="-s -w" -o bin/gpu/swapbench ./gpuserver/executor/swapbench
+	$(GO) build -ldflags="-s -w" -o bin/gpu/swapbench ./test/bench/swap
 	$(GO) build -ldflags="-s -w" -o bin/gpu/scratchbench ./test/bench/scratch
 	$(GO) build -ldflags="-s -w" -o bin/gpu/replay ./test/bench/replay
 
@@ -155,16 +155,16 @@ gpu-trace:
 ## static packing, keep-alive and late binding, the router against round robin; writes docs/bench/policy.{md,json}
 ## (about 10 minutes of CPU on two cores; wall time grows with whatever else the machine runs)
 bench-policy:
-	$(GO) run ./gpuserver/simulate/benchpolicy -workloads $${FAAS_GPU_WORKLOADS:-../shared/workloads} -out docs/bench
+	$(GO) run ./test/bench/policy -workloads $${FAAS_GPU_WORKLOADS:-../shared/workloads} -out docs/bench
 
 ## bench-policy-quick: the same on two seeds and fewer points (CI, about a minute), writes
 ## build/bench/policy-quick.{md,json}
 bench-policy-quick:
-	$(GO) run ./gpuserver/simulate/benchpolicy -workloads $${FAAS_GPU_WORKLOADS:-../shared/workloads} -out build/bench -quick
+	$(GO) run ./test/bench/policy -workloads $${FAAS_GPU_WORKLOADS:-../shared/workloads} -out build/bench -quick
 
 ## bench-swap: data-plane benchmarks, writes docs/bench/swap.md
 bench-swap: build
-	$(GO) run ./gpuserver/executor/swapbench -device sim -out docs/bench/swap.md
+	$(GO) run ./test/bench/swap -device sim -out docs/bench/swap.md
 
 ## bench-scratch: eviction and swap-in of a function with scratch kept (written back, restored) against scratch
 ## declared per request, side by side; writes docs/bench/scratch.md
@@ -178,7 +178,7 @@ REPLAY_ARGS ?=
 bench-remoting: build
 	$(MAKE) -C shim
 	@mkdir -p docs/bench
-	$(GO) run ./gpuserver/remoting/cmd/remoting-bench -out docs/bench/remoting.md
+	$(GO) run ./test/bench/remoting -out docs/bench/remoting.md
 	$(GO) run ./test/bench/replay -out docs/bench/remoting-replay.md $(REPLAY_ARGS)
 
 ## replay-traces: the replay traces from the dry PyTorch passes' call logs (the CUDA tier, FAAS_GPU_CALLLOG_DIR) and
@@ -208,12 +208,12 @@ bench-llm: build
 ## (remoting round trip and async records through the shim, swaps, acquire/release), writes docs/bench/tenants.md
 .PHONY: bench-tenants
 bench-tenants: build
-	$(GO) run ./gpuserver/tenant/cmd/tenant-bench -out docs/bench/tenants.md -rounds 5
+	$(GO) run ./test/bench/tenants -out docs/bench/tenants.md -rounds 5
 
 ## bench-queue: queue worker benchmarks, writes docs/bench/queue.md
 bench-queue: build
 	@mkdir -p docs/bench
-	$(GO) run ./queueworker/bench/queuebench -out docs/bench/queue.md \
+	$(GO) run ./test/bench/queue -out docs/bench/queue.md \
 	  -models $${FAAS_GPU_WORKLOADS:-../shared/workloads}/models-torpor-v100.csv
 
 ## bench-template: the gpu-python template behind the provider under 200 concurrent clients, listen backlog 5 vs

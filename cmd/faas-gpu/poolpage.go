@@ -12,10 +12,10 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/openfaas/faas-provider/auth"
 
+	"github.com/faas-gpu/faas-gpu/connlimit"
 	"github.com/faas-gpu/faas-gpu/gpuserver/metering"
 	"github.com/faas-gpu/faas-gpu/gpuserver/server"
 	"github.com/faas-gpu/faas-gpu/gpuserver/ui"
-	"github.com/faas-gpu/faas-gpu/connlimit"
 	"github.com/faas-gpu/faas-gpu/queueworker/queue"
 )
 

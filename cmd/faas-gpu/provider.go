@@ -19,12 +19,12 @@ import (
 	"github.com/openfaas/faas-provider/types"
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/faas-gpu/faas-gpu/connlimit"
 	"github.com/faas-gpu/faas-gpu/contract"
 	gpuauth "github.com/faas-gpu/faas-gpu/gpuserver/auth"
 	"github.com/faas-gpu/faas-gpu/gpuserver/client"
 	"github.com/faas-gpu/faas-gpu/provider"
 	"github.com/faas-gpu/faas-gpu/provider/basicauth"
-	"github.com/faas-gpu/faas-gpu/connlimit"
 	"github.com/faas-gpu/faas-gpu/provider/handlers"
 	"github.com/faas-gpu/faas-gpu/provider/local"
 )

@@ -23,12 +23,12 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
+	"github.com/faas-gpu/faas-gpu/connlimit"
 	"github.com/faas-gpu/faas-gpu/contract"
 	"github.com/faas-gpu/faas-gpu/gpuserver/client"
 	"github.com/faas-gpu/faas-gpu/gpuserver/controller"
 	"github.com/faas-gpu/faas-gpu/gpuserver/server"
 	"github.com/faas-gpu/faas-gpu/provider/basicauth"
-	"github.com/faas-gpu/faas-gpu/connlimit"
 	"github.com/faas-gpu/faas-gpu/provider/handlers"
 	"github.com/faas-gpu/faas-gpu/provider/local"
 	"github.com/faas-gpu/faas-gpu/provider/local/sandbox"

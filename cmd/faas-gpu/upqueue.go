@@ -18,8 +18,8 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/faas-gpu/faas-gpu/provider"
 	"github.com/faas-gpu/faas-gpu/connlimit"
+	"github.com/faas-gpu/faas-gpu/provider"
 	"github.com/faas-gpu/faas-gpu/queueworker/frontdoor"
 	"github.com/faas-gpu/faas-gpu/queueworker/functions"
 	"github.com/faas-gpu/faas-gpu/queueworker/natsserver"

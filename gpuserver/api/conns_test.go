@@ -22,6 +22,7 @@ import (
 	"github.com/faas-gpu/faas-gpu/gpuserver/auth"
 	"github.com/faas-gpu/faas-gpu/gpuserver/client"
 	"github.com/faas-gpu/faas-gpu/gpuserver/pool"
+	"github.com/faas-gpu/faas-gpu/test/testkit"
 )
 
 // limitedAPI is the API with authentication and the given limits on a Unix socket and a TCP listener, both
@@ -96,8 +97,10 @@ const healthz = "GET /healthz HTTP/1.1\r\nHost: gpuserver\r\n\r\n"
 // without a credential is refused before its body is read, idle connections without a binding are closed, and the
 // stalled peer is served again once its connections are gone.
 func TestStalledRequestsAreBounded(t *testing.T) {
+	// The header deadline is long enough that the refusals below come before it even on a loaded 2-core machine
+	// (it was 500 ms, and the storm's connections were sometimes cut before the refusals were tried).
 	limits := api.Limits{PerPeer: 16, Total: 64, IdleTimeout: 300 * time.Millisecond,
-		ReadHeaderTimeout: 500 * time.Millisecond, BodyTimeout: 300 * time.Millisecond}
+		ReadHeaderTimeout: 2 * time.Second, BodyTimeout: 300 * time.Millisecond}
 	a := serveLimited(t, limits)
 	unixDial := func() (net.Conn, error) { return net.Dial("unix", a.sock) }
 	tcpFrom := func(ip string) func() (net.Conn, error) {
@@ -139,8 +142,8 @@ func TestStalledRequestsAreBounded(t *testing.T) {
 		t.Fatalf("another peer during the storm: %d, want 200", code)
 	}
 	// The stalled connections are cut at the header deadline, and the peer is served again.
-	waitUntil(t, "the storming user served again", func() bool { return status(t, unixDial, healthz) == 200 })
-	waitUntil(t, "the storming address served again", func() bool {
+	testkit.Eventually(t, 60*time.Second, "the storming user served again", func() bool { return status(t, unixDial, healthz) == 200 })
+	testkit.Eventually(t, 60*time.Second, "the storming address served again", func() bool {
 		return status(t, tcpFrom("127.0.0.1"), healthz) == 200
 	})
 	for _, c := range stalled {

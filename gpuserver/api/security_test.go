@@ -25,6 +25,7 @@ import (
 	"github.com/faas-gpu/faas-gpu/gpuserver/auth"
 	"github.com/faas-gpu/faas-gpu/gpuserver/client"
 	"github.com/faas-gpu/faas-gpu/gpuserver/pool"
+	"github.com/faas-gpu/faas-gpu/test/testkit"
 )
 
 // secureAPI is the API with authentication for a two-GPU FCFS pool, served with its connection hooks on a Unix
@@ -198,17 +199,6 @@ func running(ctx context.Context, p pool.Pool, function string) int {
 	return -1
 }
 
-func waitUntil(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(60 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: not within 60s", what)
-		}
-		time.Sleep(2 * time.Millisecond)
-	}
-}
-
 // TestBindingReleasedWhenItsConnectionCloses: a binding whose holder goes away (the
 // connection that acquired it closes) is released, logged and counted; the GPU is free for the next request.
 func TestBindingReleasedWhenItsConnectionCloses(t *testing.T) {
@@ -225,7 +215,7 @@ func TestBindingReleasedWhenItsConnectionCloses(t *testing.T) {
 		t.Fatalf("%d running, want 2", n)
 	}
 	c1.Close()
-	waitUntil(t, "the binding of the closed connection released", func() bool { return running(ctx, a.pool, "f") == 1 })
+	testkit.Eventually(t, 60*time.Second, "the binding of the closed connection released", func() bool { return running(ctx, a.pool, "f") == 1 })
 	// The other connection's binding is untouched and released normally, on its own connection.
 	req, _ := http.NewRequest(http.MethodPost, "http://gpuserver/v1/bindings/"+b2.ID+"/release", nil)
 	req.Header.Set("Authorization", "Bearer "+tok)
@@ -283,7 +273,7 @@ sys.stdin.readline()
 	_ = proc.Process.Signal(syscall.SIGKILL)
 	_ = proc.Wait()
 	_ = stdin.Close()
-	waitUntil(t, "the killed process's binding released", func() bool { return running(ctx, a.pool, "f") == 0 })
+	testkit.Eventually(t, 60*time.Second, "the killed process's binding released", func() bool { return running(ctx, a.pool, "f") == 0 })
 	b, err := a.client(tok).Acquire(ctx, "f", 10*time.Minute)
 	if err != nil {
 		t.Fatalf("the next request: %v", err)

@@ -155,7 +155,7 @@ func (n *Node) Expire(ctx context.Context, b *Binding, grace time.Duration, caus
 	// could write go back to the pools.
 	why := fmt.Errorf("%w: its queued work was stopped: %w", ErrHoldExpired, cause)
 	defer n.movingTenantLocked(f.tenant)()
-	dead := n.detachLocked(f.tenant, b.gpu)
+	dead := n.detachLocked(f.tenant, b.gpu, why)
 	if dead == nil {
 		return nil // torn down meanwhile (a fault), with its memory
 	}
@@ -568,10 +568,12 @@ func (s *Stream) Synchronize(ctx context.Context) error {
 	cur, ok := s.f.streams[s.gpu]
 	epoch, fault := s.f.epoch, s.f.fault
 	s.n.mu.Unlock()
-	if !ok || cur != s.s { // its context was torn down: what it had queued is lost
-		if epoch != s.epoch {
+	if !ok || cur != s.s {
+		if epoch != s.epoch { // its context was torn down: what it had queued is lost (recorded by detachLocked)
 			return fmt.Errorf("%w: gpu %d, %s: its work was lost: %w", ErrContextFault, s.gpu, s.f.name, fault)
 		}
+		// The function left the GPU (deactivateLocked waited for its work there, and a fault found then changed
+		// the epoch) and its stream there went with its context or its tenant: nothing of it was lost.
 		return nil
 	}
 	err := s.s.Synchronize(ctx)

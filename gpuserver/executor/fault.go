@@ -147,7 +147,7 @@ func (n *Node) faultLocked(f *function, gpu int, err error) error {
 		return n.failLocked(gpu, err)
 	}
 	defer n.movingTenantLocked(f.tenant)()
-	if c := n.detachLocked(f.tenant, gpu); c != nil { // poisoned: nothing of it runs any more
+	if c := n.detachLocked(f.tenant, gpu, err); c != nil { // poisoned: nothing of it runs any more
 		if derr := n.unlocked(c.Destroy); derr != nil {
 			n.log.Warn("destroying a poisoned context", "gpu", gpu, "tenant", f.tenant, "err", derr)
 		}
@@ -186,8 +186,12 @@ func (n *Node) movingTenantLocked(tenant string) (settled func()) {
 }
 
 // detachLocked takes tenant's context on gpu out of service (the next use creates a new one) and returns it for
-// the caller to destroy, nil when there was none.
-func (n *Node) detachLocked(tenant string, gpu int) device.Context {
+// the caller to destroy, nil when there was none. What the tenant's functions active on gpu had queued there is
+// lost with it (cause says why): the loss is recorded here, in the same hold of mu that removes their streams, so
+// that no reader ever sees a stream gone without its loss (Stream.Synchronize, Binding.Err), not even while the
+// caller destroys the context with mu released. A function not active on gpu has nothing queued there: its work
+// was waited for when it left (deactivateLocked), and gate refuses work on a GPU it is not active on.
+func (n *Node) detachLocked(tenant string, gpu int, cause error) device.Context {
 	k := domainKey{tenant, gpu}
 	c, ok := n.domains[k]
 	if !ok {
@@ -195,9 +199,14 @@ func (n *Node) detachLocked(tenant string, gpu int) device.Context {
 	}
 	delete(n.domains, k)
 	for _, o := range n.fns {
-		if o.tenant == tenant {
-			delete(o.streams, gpu) // destroyed with the context
+		if o.tenant != tenant {
+			continue
 		}
+		if _, ok := o.streams[gpu]; ok && o.active == gpu {
+			o.epoch++
+			o.fault = cause
+		}
+		delete(o.streams, gpu) // destroyed with the context
 	}
 	return c
 }

@@ -10,6 +10,7 @@ import (
 	"github.com/faas-gpu/faas-gpu/gpuserver/device/sim"
 	"github.com/faas-gpu/faas-gpu/gpuserver/device/sim/kernels"
 	"github.com/faas-gpu/faas-gpu/gpuserver/executor"
+	"github.com/faas-gpu/faas-gpu/test/testkit"
 )
 
 // TestExpiredBindingStopsItsWork: a request holds its binding too long with a hundred kernels queued on its GPU
@@ -49,7 +50,7 @@ func TestExpiredBindingStopsItsWork(t *testing.T) {
 		done <- r.node.Expire(ctx, b, 50*time.Millisecond, errors.New("held longer than the test allows"))
 	}()
 
-	waitUntil(t, "the function's work refused", func() bool {
+	testkit.Eventually(t, 30*time.Second, "the function's work refused", func() bool {
 		return errors.Is(r.node.Usable("hog"), executor.ErrHoldExpired)
 	})
 	if err := b.Err(); !errors.Is(err, executor.ErrBroken) || !errors.Is(err, executor.ErrHoldExpired) {
@@ -66,7 +67,7 @@ func TestExpiredBindingStopsItsWork(t *testing.T) {
 		t.Fatalf("another tenant while the expiry clears the gpu: %v, want ErrBusy", err)
 	}
 	// The queued kernels did not finish within the grace: the context goes, then the running kernel may end.
-	waitUntil(t, "the hog's context torn down", func() bool {
+	testkit.Eventually(t, 30*time.Second, "the hog's context torn down", func() bool {
 		c, err := r.node.Context("hog", 0)
 		return err == nil && c != dctx
 	})
@@ -110,13 +111,4 @@ func TestExpiredBindingStopsItsWork(t *testing.T) {
 	must(t, err)
 	verify(t, r, m, 0)
 	b.Release()
-}
-
-func waitUntil(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	for deadline := time.Now().Add(30 * time.Second); !cond(); time.Sleep(time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: not within 30s", what)
-		}
-	}
 }

@@ -9,6 +9,7 @@ import (
 	"github.com/faas-gpu/faas-gpu/gpuserver/device/sim"
 	"github.com/faas-gpu/faas-gpu/gpuserver/device/sim/kernels"
 	"github.com/faas-gpu/faas-gpu/gpuserver/executor"
+	"github.com/faas-gpu/faas-gpu/test/testkit"
 )
 
 // An operation that waits on the device for one function (its swap to another GPU, another tenant claiming its GPU,
@@ -81,7 +82,7 @@ func TestSwapDoesNotStallAnotherFunctionsLaunches(t *testing.T) {
 
 			done := make(chan error, 1)
 			go func() { done <- tc.op(ctx, r) }()
-			waitUntil(t, "a's operation waits on the device", func() bool { return clk.stalled() > 0 })
+			testkit.Eventually(t, 30*time.Second, "a's operation waits on the device", func() bool { return clk.stalled() > 0 })
 
 			launched := make(chan struct{})
 			go func() {

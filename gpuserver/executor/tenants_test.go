@@ -1,17 +1,13 @@
 package executor_test
 
 import (
-	"bufio"
 	"context"
 	"encoding/json"
 	"fmt"
-	"io"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -25,6 +21,7 @@ import (
 	"github.com/faas-gpu/faas-gpu/gpuserver/server"
 	"github.com/faas-gpu/faas-gpu/gpuserver/tenantexec"
 	"github.com/faas-gpu/faas-gpu/gpuserver/topology"
+	"github.com/faas-gpu/faas-gpu/test/testkit"
 )
 
 // Tenants isolated by process (docs/tenants.md) at the level the GPU suite checks them: a gpuserver whose tenants
@@ -34,8 +31,8 @@ import (
 // tenant makes hold what contexts of one process did not.
 
 func TestMain(m *testing.M) {
-	tenantexec.RunIfChild() // this test binary is also the tenants' executor process
-	os.Exit(m.Run())
+	tenantexec.RunIfChild()  // this test binary is also the tenants' executor process
+	testkit.VerifyNoLeaks(m) // swaps' finishers end with their node
 }
 
 func TestTenantExecutorsCannotReachEachOther(t *testing.T) {
@@ -53,22 +50,17 @@ func TestCUDAKernelFaultPoisonsOnlyItsContext(t *testing.T) {
 type tenantServer struct {
 	*server.Server
 	repo string
-	logs *lockedBuffer
+	logs *testkit.Buffer
 }
 
+// needPython skips in short mode and without python3, and builds the shim; it returns the shim's folder.
 func needPython(t *testing.T) string {
 	t.Helper()
 	if testing.Short() {
 		t.Skip("runs executor processes and Python processes through the shim")
 	}
-	if _, err := exec.LookPath("python3"); err != nil {
-		t.Skip("python3 not installed")
-	}
-	shim, _ := filepath.Abs("../../shim")
-	if out, err := exec.Command("make", "-s", "-C", shim).CombinedOutput(); err != nil {
-		t.Fatalf("make -C shim: %v\n%s", err, out)
-	}
-	return filepath.Join(shim, "build")
+	testkit.NeedPython(t)
+	return testkit.Shim(t)
 }
 
 func simTenantServer(t *testing.T) *tenantServer {
@@ -103,28 +95,10 @@ func cudaTenantServer(t *testing.T) *tenantServer {
 	return startTenantServer(t, dev, node)
 }
 
-// lockedBuffer collects the executors' logs.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  strings.Builder
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
-
 func startTenantServer(t *testing.T, dev device.Backend, node topology.Node) *tenantServer {
 	t.Helper()
 	dir := t.TempDir()
-	logs := &lockedBuffer{}
+	logs := &testkit.Buffer{}
 	ts := &tenantServer{repo: filepath.Join(dir, "repository"), logs: logs}
 	s, err := server.Start(context.Background(), server.Config{Socket: filepath.Join(dir, "gpuserver.sock"),
 		Node: node, RemotingSocket: filepath.Join(dir, "remoting.sock"), KeyFile: filepath.Join(dir, "key"),
@@ -156,9 +130,7 @@ func startTenantServer(t *testing.T, dev device.Backend, node topology.Node) *te
 
 // fnProc is a function process running ../tenant/testdata/tenant_fn.py through the shim.
 type fnProc struct {
-	in     io.WriteCloser
-	out    *bufio.Scanner
-	stderr *strings.Builder
+	*testkit.Python
 	model  uint64
 	global uint64
 }
@@ -170,24 +142,15 @@ func (s *tenantServer) startFn(t *testing.T, fn string) *fnProc {
 	if err != nil {
 		t.Fatal(err)
 	}
-	dir, _ := filepath.Abs("../../functions/vector-add")
-	cmd := exec.Command("python3", "-c", string(script))
-	cmd.Env = append(os.Environ(), "LD_LIBRARY_PATH="+shim, "FN_DIR="+dir, "PYTHONDONTWRITEBYTECODE=1",
-		"FAAS_GPU_REMOTING_SOCKET="+s.RemotingSocket(), "FAAS_GPU_FUNCTION="+fn, "FAAS_GPU_TOKEN="+s.Token(fn))
-	p := &fnProc{stderr: &strings.Builder{}}
-	cmd.Stderr = p.stderr
-	p.in, _ = cmd.StdinPipe()
-	stdout, _ := cmd.StdoutPipe()
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
+	dir := filepath.Join(testkit.RepoRoot(t), "functions", "vector-add")
+	p := &fnProc{Python: testkit.StartPython(t, string(script),
+		append(testkit.ShimEnv(shim, s.RemotingSocket(), fn, s.Token(fn)), "FN_DIR="+dir)...)}
+	line, ok := p.Line()
+	if !ok {
+		t.Fatalf("%s ended at start\n%s", fn, p.Stderr())
 	}
-	t.Cleanup(func() { _ = p.in.Close(); _ = cmd.Process.Kill(); _ = cmd.Wait() })
-	p.out = bufio.NewScanner(stdout)
-	if !p.out.Scan() {
-		t.Fatalf("%s ended at start: %v", fn, cmd.Wait())
-	}
-	if _, err := fmt.Sscanf(p.out.Text(), "ready %d %d", &p.model, &p.global); err != nil {
-		t.Fatalf("%s said %q", fn, p.out.Text())
+	if _, err := fmt.Sscanf(line, "ready %d %d", &p.model, &p.global); err != nil {
+		t.Fatalf("%s said %q", fn, line)
 	}
 	return p
 }
@@ -201,10 +164,10 @@ func (s *tenantServer) request(t *testing.T, p *fnProc, fn, what string) (string
 	if err != nil {
 		return "", err
 	}
-	fmt.Fprintln(p.in, what)
-	line := "(the process ended)"
-	if p.out.Scan() {
-		line = p.out.Text()
+	_ = p.Send(what)
+	line, ok := p.Line()
+	if !ok {
+		line = "(the process ended)"
 	}
 	return line, s.Pool().Release(ctx, b.ID)
 }

@@ -6,6 +6,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/faas-gpu/faas-gpu/test/testkit"
 )
 
 const gib = 1 << 30
@@ -125,7 +127,7 @@ func TestFCFSQueuesInArrivalOrderAndCancels(t *testing.T) {
 				t.Error(err)
 			}
 		}()
-		waitFor(t, func() bool { return p.Status(ctx).Queued == i+1 })
+		testkit.Eventually(t, 10*time.Second, "the acquire queued", func() bool { return p.Status(ctx).Queued == i+1 })
 	}
 	if err := p.Release(ctx, hold.ID); err != nil {
 		t.Fatal(err)
@@ -169,7 +171,7 @@ func TestFCFSDeregisterFailsWaiters(t *testing.T) {
 	}
 	errc := make(chan error, 1)
 	go func() { _, err := p.Acquire(ctx, "a"); errc <- err }()
-	waitFor(t, func() bool { return p.Status(ctx).Queued == 1 })
+	testkit.Eventually(t, 10*time.Second, "the acquire queued", func() bool { return p.Status(ctx).Queued == 1 })
 	if err := p.Deregister(ctx, "a"); err != nil {
 		t.Fatal(err)
 	}
@@ -181,18 +183,6 @@ func TestFCFSDeregisterFailsWaiters(t *testing.T) {
 	}
 	if used := p.Status(ctx).GPUs[0].UsedBytes; used != 0 {
 		t.Fatalf("used after deregister = %d", used)
-	}
-}
-
-// waitFor polls cond until it holds or a generous deadline passes.
-func waitFor(t *testing.T, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatal("condition not met within 10s")
-		}
-		time.Sleep(time.Millisecond)
 	}
 }
 

@@ -24,21 +24,51 @@ func (h *deviceHandler) Bound() bool {
 // Idle releases the implicit binding (called by the session when no call arrived for Config.IdleRelease).
 func (h *deviceHandler) Idle() {
 	if h.release != nil {
-		h.syncStream(context.Background())
-		h.release()
-		h.release = nil
+		h.releaseImplicit(context.Background())
 	}
 }
 
+// releaseImplicit waits for the work queued under the implicit binding, then releases it. No call answers that
+// wait: a failure it finds (a fault of the work, which tears the stream down) is kept for the next call (lost).
+func (h *deviceHandler) releaseImplicit(ctx context.Context) {
+	h.keepLost(h.waitStream(ctx))
+	h.release()
+	h.release = nil
+}
+
+// syncStream waits for the session's work: a failure kept from a wait no call answered comes first (lost).
 func (h *deviceHandler) syncStream(ctx context.Context) Result {
+	if r := h.takeLost(); r != ResultSuccess {
+		return r
+	}
+	return h.waitStream(ctx)
+}
+
+// waitStream waits for the work queued on the session's stream. A stream torn down with its tenant's context
+// answers the fault (the executor's Stream reports the loss once) and is dropped: the next call binds afresh.
+func (h *deviceHandler) waitStream(ctx context.Context) Result {
 	if h.stream == nil {
-		return ResultSuccess
+		return ResultSuccess // nothing queued since the last answer
 	}
 	err := h.stream.Synchronize(ctx)
 	if errors.Is(err, executor.ErrContextFault) {
 		h.stream = nil // torn down with the tenant's context: the next call binds afresh
 	}
 	return result(err)
+}
+
+// keepLost keeps r, the answer of a wait that no call passes on, for the next call (the first failure kept wins).
+func (h *deviceHandler) keepLost(r Result) {
+	if r != ResultSuccess && h.lost == ResultSuccess {
+		h.lost = r
+	}
+}
+
+// takeLost returns the failure kept for the next call, once.
+func (h *deviceHandler) takeLost() Result {
+	r := h.lost
+	h.lost = ResultSuccess
+	return r
 }
 
 // bind returns the function's executor stream on the GPU its calls run on now, swapping it there if needed.
@@ -48,6 +78,14 @@ func (h *deviceHandler) bind(ctx context.Context) (device.Stream, Result) {
 	}
 	var gpu int
 	if g, ok := h.cfg.Binder.CurrentGPU(h.info.Function); ok {
+		if h.release != nil {
+			// The work queued under the implicit binding is waited for before the request's binding serves the
+			// function (and before its initialisation ends on it): a fault of it is this call's answer.
+			h.keepLost(h.waitStream(ctx))
+		}
+		if r := h.takeLost(); r != ResultSuccess {
+			return nil, r
+		}
 		if !h.explicit {
 			// The function's first request: its initialisation is over (a no-op when the binder ended it).
 			if err := h.node.EndInit(ctx, h.info.Function); err != nil {
@@ -57,7 +95,6 @@ func (h *deviceHandler) bind(ctx context.Context) (device.Stream, Result) {
 			h.explicit = true
 		}
 		if h.release != nil {
-			h.syncStream(ctx)
 			h.release()
 			h.release = nil
 		}
@@ -66,9 +103,10 @@ func (h *deviceHandler) bind(ctx context.Context) (device.Stream, Result) {
 		if h.release != nil && h.cfg.MaxImplicitHold > 0 && time.Since(h.boundAt) > h.cfg.MaxImplicitHold {
 			// Calls outside a request kept the GPU this long: give it up and queue again behind the requests
 			// waiting for one.
-			h.syncStream(ctx)
-			h.release()
-			h.release = nil
+			h.releaseImplicit(ctx)
+		}
+		if r := h.takeLost(); r != ResultSuccess {
+			return nil, r
 		}
 		if h.release == nil {
 			g, rel, err := h.cfg.Binder.BindImplicit(ctx, h.info.Function)

@@ -5,8 +5,10 @@ import (
 	"fmt"
 	"log/slog"
 	"testing"
+	"time"
 
 	"github.com/faas-gpu/faas-gpu/gpuserver/pool"
+	"github.com/faas-gpu/faas-gpu/test/testkit"
 )
 
 // captureGraph records nodes memsets of buf on a new stream of w and returns the graph.
@@ -86,7 +88,10 @@ func TestGraphsBoundedPerFunction(t *testing.T) {
 		t.Fatalf("%d executable graphs of %d nodes instantiated by two sessions, want at most %d "+
 			"(MaxGraphBytesPerFunction %d)", made, nodes, limit, bound)
 	}
-	if b := budgets.fns["bomb.ns1"].graph; b > bound {
+	budgets.mu.Lock() // the sessions' goroutines charge the budgets (records reach them through shared memory)
+	charged := budgets.fns["bomb.ns1"].graph
+	budgets.mu.Unlock()
+	if b := charged; b > bound {
 		t.Fatalf("the function's graphs are charged %d bytes, bound %d", b, bound)
 	}
 	// Another function captures and instantiates beside it.
@@ -106,7 +111,7 @@ func TestGraphsBoundedPerFunction(t *testing.T) {
 	for _, w := range sessions {
 		w.close()
 	}
-	eventually(t, "the function's graph budget given back", func() bool {
+	testkit.Eventually(t, 60*time.Second, "the function's graph budget given back", func() bool {
 		budgets.mu.Lock()
 		defer budgets.mu.Unlock()
 		f := budgets.fns["bomb.ns1"]
@@ -161,7 +166,7 @@ func TestQuotaHoldsAcrossSessions(t *testing.T) {
 	mustAlloc(t, o, 6<<20)
 	// The first session ends: its memory is the function's again.
 	first.close()
-	eventually(t, "the first session's quota given back", func() bool {
+	testkit.Eventually(t, 60*time.Second, "the first session's quota given back", func() bool {
 		res, _, err := second.call(CallCuMemAlloc_v2, uint64(6<<20))
 		return err == nil && res == ResultSuccess
 	})

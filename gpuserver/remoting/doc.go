@@ -25,7 +25,8 @@
 // A session is one connection of one function process. Calls that touch the GPU run on the GPU the function is
 // bound to: the GPU of its request in flight (Binder.CurrentGPU, between acquire and release), otherwise an
 // implicit binding (Binder.BindImplicit) held while initialisation calls arrive and released when the session is
-// idle. Everything runs on the node's executors (package executor): blocks come from the function's fixed-address
+// idle (its queued work waited for first; a fault found then, where no call answers, is the answer of the
+// function's next call that binds or waits, never success). Everything runs on the node's executors (package executor): blocks come from the function's fixed-address
 // space (Node.AllocSegment: model blocks until its initialisation ends, scratch after), so kernel arguments pass
 // through unchanged; copies, memsets, launches and event records go through the function's executor stream
 // (Node.Stream), which waits per segment for a swap still landing; when the binding names another GPU the node

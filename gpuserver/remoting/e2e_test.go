@@ -20,6 +20,7 @@ import (
 	"time"
 
 	"github.com/faas-gpu/faas-gpu/gpuserver/pool"
+	"github.com/faas-gpu/faas-gpu/test/testkit"
 )
 
 // registry is a fixed set of functions and tokens.
@@ -68,17 +69,7 @@ func (b *binder) bind(function string, gpu int) {
 }
 
 // shimDir builds the shim (make is incremental) and returns the directory holding libcuda.so.1.
-func shimDir(t *testing.T) string {
-	t.Helper()
-	dir, err := filepath.Abs("../../shim")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if out, err := exec.Command("make", "-s", "-C", dir).CombinedOutput(); err != nil {
-		t.Fatalf("make -C shim: %v\n%s", err, out)
-	}
-	return filepath.Join(dir, "build")
-}
+func shimDir(t *testing.T) string { return testkit.Shim(t) }
 
 type testServer struct {
 	srv    *Server
@@ -123,10 +114,7 @@ func serve(t *testing.T, srv *Server) string {
 // pyDriver runs a function's handler.py in a Python process with the shim as libcuda.so.1, one JSON request per
 // line on stdin, one JSON result per line on stdout.
 type pyDriver struct {
-	cmd    *exec.Cmd
-	in     io.WriteCloser
-	out    *bufio.Scanner
-	stderr *strings.Builder
+	*testkit.Python
 }
 
 const driverPy = `
@@ -148,9 +136,7 @@ for line in sys.stdin:
 
 func startFunction(t *testing.T, s *testServer, fn, dir string, env ...string) *pyDriver {
 	t.Helper()
-	if _, err := exec.LookPath("python3"); err != nil {
-		t.Skip("python3 not installed")
-	}
+	testkit.NeedPython(t)
 	lib := shimDir(t)
 	parent := t.TempDir()
 	abs, err := filepath.Abs(dir)
@@ -160,43 +146,18 @@ func startFunction(t *testing.T, s *testServer, fn, dir string, env ...string) *
 	if err := os.Symlink(abs, filepath.Join(parent, "function")); err != nil {
 		t.Fatal(err)
 	}
-	cmd := exec.Command("python3", "-c", driverPy)
-	cmd.Env = append(os.Environ(), "LD_LIBRARY_PATH="+lib, "FN_PARENT="+parent,
-		"FAAS_GPU_REMOTING_SOCKET="+s.socket, "FAAS_GPU_FUNCTION="+fn, "FAAS_GPU_TOKEN="+s.funcs[fn].token,
-		"PYTHONDONTWRITEBYTECODE=1")
-	cmd.Env = append(cmd.Env, env...)
-	d := &pyDriver{cmd: cmd, stderr: &strings.Builder{}}
-	cmd.Stderr = d.stderr
-	if d.in, err = cmd.StdinPipe(); err != nil {
-		t.Fatal(err)
-	}
-	stdout, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	d.out = bufio.NewScanner(stdout)
-	d.out.Buffer(nil, 64<<20)
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(d.stop)
+	env = append(append(testkit.ShimEnv(lib, s.socket, fn, s.funcs[fn].token), "FN_PARENT="+parent), env...)
+	d := &pyDriver{testkit.StartPython(t, driverPy, env...)}
 	var ready map[string]any
 	d.recv(t, &ready)
 	return d
 }
 
-func (d *pyDriver) stop() {
-	_ = d.in.Close()
-	_ = d.cmd.Wait()
-}
-
 func (d *pyDriver) recv(t *testing.T, v any) {
 	t.Helper()
-	if !d.out.Scan() {
-		t.Fatalf("function process ended: %v\nstderr:\n%s", d.out.Err(), d.stderr)
-	}
-	if err := json.Unmarshal(d.out.Bytes(), v); err != nil {
-		t.Fatalf("bad output %q: %v", d.out.Text(), err)
+	line := d.Next()
+	if err := json.Unmarshal([]byte(line), v); err != nil {
+		t.Fatalf("bad output %q: %v", line, err)
 	}
 }
 
@@ -211,7 +172,7 @@ type fnResult struct {
 func (d *pyDriver) call(t *testing.T, body any) fnResult {
 	t.Helper()
 	line, _ := json.Marshal(map[string]any{"body": body})
-	if _, err := fmt.Fprintf(d.in, "%s\n", line); err != nil {
+	if err := d.Send(string(line)); err != nil {
 		t.Fatal(err)
 	}
 	var r fnResult
@@ -264,7 +225,7 @@ func TestVectorAddEndToEnd(t *testing.T) {
 	if st := s.srv.Stats(); st.Records < 3*4 {
 		t.Errorf("%d records counted, want at least 12", st.Records)
 	}
-	eventually(t, "the session sleeps between requests", func() bool { return s.srv.Stats().Sleeps > 0 })
+	testkit.Eventually(t, 60*time.Second, "the session sleeps between requests", func() bool { return s.srv.Stats().Sleeps > 0 })
 }
 
 // TestMLPSameOutputOnEveryGPU runs the mlp on GPUs 0..3 in turn (its 155 MB of weights move with it) and checks
@@ -298,7 +259,7 @@ func TestMLPSameOutputOnEveryGPU(t *testing.T) {
 		}
 	}
 	line, _ := json.Marshal(map[string]any{"reference": x})
-	fmt.Fprintf(d.in, "%s\n", line)
+	_ = d.Send(string(line))
 	var ref fnResult
 	d.recv(t, &ref)
 	if len(ref.Y) != len(first) || len(first) != 256 {

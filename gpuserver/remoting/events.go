@@ -112,6 +112,9 @@ func (h *deviceHandler) CuEventSynchronize(ctx context.Context, e uint64) Result
 	if !ok {
 		return ResultInvalidHandle
 	}
+	if r := h.takeLost(); r != ResultSuccess { // a fault of the work before it, found where no call answered
+		return r
+	}
 	if c, ok := h.g.events[e]; ok {
 		return c.invalidate(ResultStreamCaptureUnsupported, "cuEventSynchronize of an event recorded in the capture")
 	}
@@ -122,6 +125,9 @@ func (h *deviceHandler) CuEventQuery(_ context.Context, e uint64) Result {
 	ev, ok := h.events[e]
 	if !ok {
 		return ResultInvalidHandle
+	}
+	if r := h.takeLost(); r != ResultSuccess { // a fault of the work before it, found where no call answered
+		return r
 	}
 	if c, ok := h.g.events[e]; ok {
 		return c.invalidate(ResultStreamCaptureUnsupported, "cuEventQuery of an event recorded in the capture")

@@ -40,7 +40,11 @@ type deviceHandler struct {
 	implicit int       // GPU of the implicit binding
 	boundAt  time.Time // when the implicit binding was taken
 	explicit bool      // a request has bound the function: its initialisation has ended
-	used     uint64    // bytes the session charged to the function's quota (functionBudgets: all its sessions together)
+	// lost is what a wait for the session's work answered where no call could pass the answer on (the implicit
+	// binding's idle release, the switch to a request's binding, the end of a long implicit hold): the next call
+	// that binds or waits for work answers it, once, instead of success (bind.go).
+	lost Result
+	used uint64 // bytes the session charged to the function's quota (functionBudgets: all its sessions together)
 
 	allocs  []allocation // sorted by ptr
 	handles uint64

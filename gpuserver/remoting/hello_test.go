@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/faas-gpu/faas-gpu/gpuserver/pool"
+	"github.com/faas-gpu/faas-gpu/test/testkit"
 )
 
 // TestHellolessConnectionsOfOnePeerLeaveRoomForOthers: another user's process opens connections to the remoting
@@ -70,7 +71,7 @@ sys.stdin.readline()
 	if line, err := bufio.NewReader(out).ReadString('\n'); err != nil || line != "connected\n" {
 		t.Fatalf("the storm: %q %v\n%s", line, err, stderr.String())
 	}
-	eventually(t, "the storm beyond its peer's bound refused", func() bool {
+	testkit.Eventually(t, 60*time.Second, "the storm beyond its peer's bound refused", func() bool {
 		return r.srv.Stats().Refused["pending_hellos_per_peer"] >= 32
 	})
 	r.srv.mu.Lock()
@@ -137,7 +138,7 @@ sys.stdin.readline()
 	if line, err := bufio.NewReader(out).ReadString('\n'); err != nil || line != "connected\n" {
 		t.Fatalf("the storm: %q %v\n%s", line, err, stderr.String())
 	}
-	eventually(t, "the storm beyond its sandbox's bound refused", func() bool {
+	testkit.Eventually(t, 60*time.Second, "the storm beyond its sandbox's bound refused", func() bool {
 		return r.srv.Stats().Refused["pending_hellos_per_peer"] >= 32
 	})
 	w, err := dialWire(t, r.sock, "f", "tok")

@@ -3,9 +3,11 @@ package remoting
 import (
 	"bytes"
 	"testing"
+	"time"
 
 	"github.com/faas-gpu/faas-gpu/gpuserver/device/sim/kernels"
 	"github.com/faas-gpu/faas-gpu/gpuserver/pool"
+	"github.com/faas-gpu/faas-gpu/test/testkit"
 )
 
 // TestModuleImagesBounded is the image bomb: a function's sessions send chunks of module images that never
@@ -93,7 +95,7 @@ func TestModuleImagesBounded(t *testing.T) {
 	for _, w := range append(bombs, others...) {
 		w.close()
 	}
-	eventually(t, "every image and chunk given back", func() bool {
+	testkit.Eventually(t, 60*time.Second, "every image and chunk given back", func() bool {
 		_, all := images.usage("")
 		return all == 0
 	})

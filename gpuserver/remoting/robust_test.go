@@ -1,7 +1,6 @@
 package remoting
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -10,7 +9,6 @@ import (
 	"os"
 	"os/exec"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -18,32 +16,15 @@ import (
 	"github.com/faas-gpu/faas-gpu/gpuserver/device/sim"
 	"github.com/faas-gpu/faas-gpu/gpuserver/executor"
 	"github.com/faas-gpu/faas-gpu/gpuserver/pool"
+	"github.com/faas-gpu/faas-gpu/test/testkit"
 )
-
-// lockedBuffer is a log sink safe for the server's goroutines.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
 
 // wireRig is a remoting server on a simulated node, with its binder (the GPUs tests bind functions to), its
 // executors and its log.
 type wireRig struct {
 	srv    *Server
 	sock   string
-	logs   *lockedBuffer
+	logs   *testkit.Buffer
 	binder *binder
 	node   *executor.Node
 	dev    *sim.Backend
@@ -53,7 +34,7 @@ type wireRig struct {
 func startServerWith(t *testing.T, funcs registry, adjust func(*Config)) *wireRig {
 	t.Helper()
 	dev, xn := simNode(t, 256<<20)
-	r := &wireRig{logs: &lockedBuffer{}, binder: &binder{current: map[string]int{}}, node: xn, dev: dev}
+	r := &wireRig{logs: &testkit.Buffer{}, binder: &binder{current: map[string]int{}}, node: xn, dev: dev}
 	cfg := Config{Device: dev, Node: xn, Functions: funcs, Binder: r.binder,
 		Logger: slog.New(slog.NewTextHandler(r.logs, &slog.HandlerOptions{Level: slog.LevelDebug}))}
 	if adjust != nil {
@@ -65,18 +46,6 @@ func startServerWith(t *testing.T, funcs registry, adjust func(*Config)) *wireRi
 	}
 	r.srv, r.sock = srv, serve(t, srv)
 	return r
-}
-
-// eventually polls cond until it holds, failing the test after a generous deadline.
-func eventually(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(60 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: not within 60s", what)
-		}
-		time.Sleep(2 * time.Millisecond)
-	}
 }
 
 func mustAlloc(t *testing.T, w *wireClient, size uint64) uint64 {
@@ -218,7 +187,7 @@ func TestSessionsPerFunctionLimit(t *testing.T) {
 		t.Fatalf("another function while greedy is at its limit: %v", err)
 	}
 	held[0].close()
-	eventually(t, "a session slot freed by a hang-up", func() bool {
+	testkit.Eventually(t, 60*time.Second, "a session slot freed by a hang-up", func() bool {
 		w, err := dialWire(t, sock, "greedy", "tok-g")
 		if err == nil {
 			w.close()
@@ -247,7 +216,7 @@ func TestPendingHellosBounded(t *testing.T) {
 		}
 		silent = append(silent, c)
 	}
-	eventually(t, "a connection beyond the limit closed at once", func() bool {
+	testkit.Eventually(t, 60*time.Second, "a connection beyond the limit closed at once", func() bool {
 		c, err := net.Dial("unix", sock)
 		if err != nil {
 			return false
@@ -260,7 +229,7 @@ func TestPendingHellosBounded(t *testing.T) {
 	for _, c := range silent {
 		c.Close()
 	}
-	eventually(t, "a hello accepted once the silent connections are gone", func() bool {
+	testkit.Eventually(t, 60*time.Second, "a hello accepted once the silent connections are gone", func() bool {
 		w, err := dialWire(t, sock, "f", "tok")
 		if err == nil {
 			w.close()
@@ -293,7 +262,7 @@ sys.stdin.readline()
 	if err != nil {
 		t.Fatal(err)
 	}
-	var out lockedBuffer
+	var out testkit.Buffer
 	client.Stdout = &out
 	if err := client.Start(); err != nil {
 		t.Fatal(err)
@@ -349,7 +318,7 @@ sys.stdin.readline()
 	if errs == 0 {
 		t.Fatalf("the server never failed an accept with every descriptor in use (client: %q)", out.String())
 	}
-	eventually(t, "a hello served after the descriptors came back", func() bool {
+	testkit.Eventually(t, 60*time.Second, "a hello served after the descriptors came back", func() bool {
 		w, err := dialWire(t, sock, "f", "tok")
 		if err == nil {
 			w.close()

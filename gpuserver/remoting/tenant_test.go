@@ -5,9 +5,11 @@ import (
 	"math"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/faas-gpu/faas-gpu/gpuserver/device/sim/kernels"
 	"github.com/faas-gpu/faas-gpu/gpuserver/pool"
+	"github.com/faas-gpu/faas-gpu/test/testkit"
 )
 
 // must calls and fails the test unless the call succeeds.
@@ -276,7 +278,7 @@ func TestKernelFaultPoisonsOnlyItsContext(t *testing.T) {
 		t.Fatalf("early allocating after losing its memory: %d %v, want CUDA_ERROR_CONTEXT_IS_DESTROYED", res, err)
 	}
 	e.close()
-	eventually(t, "early forgotten when its process ended", func() bool {
+	testkit.Eventually(t, 60*time.Second, "early forgotten when its process ended", func() bool {
 		w, err := dialWire(t, r.sock, "early.ns3", "tok-early.ns3")
 		if err != nil {
 			t.Fatal(err)

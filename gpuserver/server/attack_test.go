@@ -1,7 +1,6 @@
 package server
 
 import (
-	"bufio"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -34,25 +33,11 @@ const (
 // startTenantFn starts tenantPy as fn and returns it with the addresses of its model and its module global.
 func startTenantFn(t *testing.T, s *Server, fn string) (*fnProcess, uint64, uint64) {
 	t.Helper()
-	shim := buildShim(t)
-	dir, _ := filepath.Abs("../../functions/vector-add")
-	p := &fnProcess{t: t, stderr: &syncBuffer{}}
-	p.cmd = execPython(tenantPy)
-	p.cmd.Env = append(os.Environ(), "LD_LIBRARY_PATH="+filepath.Join(shim, "build"), "FN_DIR="+dir,
-		"FAAS_GPU_REMOTING_SOCKET="+s.RemotingSocket(), "FAAS_GPU_FUNCTION="+fn, "FAAS_GPU_TOKEN="+s.Token(fn),
-		"PYTHONDONTWRITEBYTECODE=1")
-	p.cmd.Stderr = p.stderr
-	p.in, _ = p.cmd.StdinPipe()
-	stdout, _ := p.cmd.StdoutPipe()
-	if err := p.cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	p.out = bufio.NewScanner(stdout)
-	t.Cleanup(func() { _ = p.in.Close(); _ = p.cmd.Process.Kill(); _ = p.cmd.Wait() })
+	p := startFnProcess(t, s, fn, tenantPy)
 	l, err := p.next()
 	var model, global uint64
 	if _, serr := fmt.Sscanf(l, "ready %d %d", &model, &global); err != nil || serr != nil {
-		t.Fatalf("%s said %q (%v)\n%s", fn, l, err, p.stderr.String())
+		t.Fatalf("%s said %q (%v)\n%s", fn, l, err, p.Stderr())
 	}
 	return p, model, global
 }

@@ -1,14 +1,11 @@
 package server
 
 import (
-	"bufio"
 	"context"
 	"encoding/json"
 	"fmt"
-	"io"
 	"math"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -17,16 +14,14 @@ import (
 
 	"github.com/faas-gpu/faas-gpu/gpuserver/pool"
 	"github.com/faas-gpu/faas-gpu/gpuserver/topology"
+	"github.com/faas-gpu/faas-gpu/test/testkit"
 )
 
 // mlpDriver runs functions/mlp/handler.py in a Python process whose libcuda.so.1 is the shim, one JSON request per
 // line on stdin, one JSON answer per line on stdout (the HTTP template is not needed: the test binds through the
 // pool itself, as the template's acquire/release would).
 type mlpDriver struct {
-	cmd    *exec.Cmd
-	in     io.WriteCloser
-	out    *bufio.Scanner
-	stderr *strings.Builder
+	*testkit.Python
 }
 
 const mlpDriverPy = `
@@ -47,55 +42,25 @@ for line in sys.stdin:
 
 func startMLP(t *testing.T, s *Server) *mlpDriver {
 	t.Helper()
-	if _, err := exec.LookPath("python3"); err != nil {
-		t.Skip("python3 not installed")
-	}
-	shim, err := filepath.Abs("../../shim")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if out, err := exec.Command("make", "-s", "-C", shim).CombinedOutput(); err != nil {
-		t.Fatalf("make -C shim: %v\n%s", err, out)
-	}
-	fn, err := filepath.Abs("../../functions/mlp")
-	if err != nil {
-		t.Fatal(err)
-	}
+	testkit.NeedPython(t)
+	lib := testkit.Shim(t)
 	parent := t.TempDir()
-	if err := os.Symlink(fn, filepath.Join(parent, "function")); err != nil {
+	if err := os.Symlink(filepath.Join(testkit.RepoRoot(t), "functions", "mlp"), filepath.Join(parent, "function")); err != nil {
 		t.Fatal(err)
 	}
-	cmd := exec.Command("python3", "-c", mlpDriverPy)
-	cmd.Env = append(os.Environ(), "LD_LIBRARY_PATH="+filepath.Join(shim, "build"), "FN_PARENT="+parent,
-		"FAAS_GPU_REMOTING_SOCKET="+s.RemotingSocket(), "FAAS_GPU_FUNCTION=mlp", "FAAS_GPU_TOKEN="+s.Token("mlp"),
-		"PYTHONDONTWRITEBYTECODE=1")
-	d := &mlpDriver{cmd: cmd, stderr: &strings.Builder{}}
-	cmd.Stderr = d.stderr
-	if d.in, err = cmd.StdinPipe(); err != nil {
-		t.Fatal(err)
-	}
-	stdout, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	d.out = bufio.NewScanner(stdout)
-	d.out.Buffer(nil, 16<<20)
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = d.in.Close(); _ = d.cmd.Wait() })
+	d := &mlpDriver{testkit.StartPython(t, mlpDriverPy, append(testkit.ShimEnv(lib, s.RemotingSocket(), "mlp",
+		s.Token("mlp")), "FN_PARENT="+parent)...)}
 	var ready map[string]any
 	d.recv(t, &ready)
 	return d
 }
 
+// recv decodes the driver's next answer into v.
 func (d *mlpDriver) recv(t *testing.T, v any) {
 	t.Helper()
-	if !d.out.Scan() {
-		t.Fatalf("mlp process ended: %v\nstderr:\n%s", d.out.Err(), d.stderr)
-	}
-	if err := json.Unmarshal(d.out.Bytes(), v); err != nil {
-		t.Fatalf("mlp answered %.200q: %v", d.out.Text(), err)
+	line := d.Next()
+	if err := json.Unmarshal([]byte(line), v); err != nil {
+		t.Fatalf("mlp answered %.200q: %v", line, err)
 	}
 }
 
@@ -148,14 +113,14 @@ func TestMLPSurvivesEvictionAndSwaps(t *testing.T) {
 			t.Fatal(err)
 		}
 		defer p.Release(ctx, b.ID)
-		fmt.Fprintf(d.in, "%s\n", line)
+		_ = d.Send(string(line))
 		var r struct {
 			StatusCode int             `json:"statusCode"`
 			Body       json.RawMessage `json:"body"`
 		}
 		d.recv(t, &r)
 		if r.StatusCode != 200 {
-			t.Fatalf("mlp on gpu %d: %d %s\nstderr:\n%s", b.GPU, r.StatusCode, r.Body, d.stderr)
+			t.Fatalf("mlp on gpu %d: %d %s\nstderr:\n%s", b.GPU, r.StatusCode, r.Body, d.Stderr())
 		}
 		return b, string(r.Body)
 	}

@@ -1,18 +1,14 @@
 package server
 
 import (
-	"bufio"
 	"context"
 	"errors"
-	"fmt"
-	"os"
-	"os/exec"
 	"path/filepath"
-	"strings"
 	"testing"
 	"time"
 
 	"github.com/faas-gpu/faas-gpu/gpuserver/pool"
+	"github.com/faas-gpu/faas-gpu/test/testkit"
 )
 
 // faultyPy is a function process through the shim: its model is n floats 1..n; "good" computes a + a and prints the
@@ -65,9 +61,7 @@ func TestKernelFaultInARequest(t *testing.T) {
 	if testing.Short() {
 		t.Skip("runs a Python process through the shim")
 	}
-	if _, err := exec.LookPath("python3"); err != nil {
-		t.Skip("python3 not installed")
-	}
+	lib := testkit.Shim(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
 	s := startV100(ctx, t, Config{DeviceReserveBytes: 256 << 20})
@@ -76,32 +70,10 @@ func TestKernelFaultInARequest(t *testing.T) {
 	if err := p.Register(ctx, pool.FunctionSpec{Name: "va.ns1", MemoryBytes: 64 << 20}); err != nil {
 		t.Fatal(err)
 	}
-	shim, _ := filepath.Abs("../../shim")
-	if out, err := exec.Command("make", "-s", "-C", shim).CombinedOutput(); err != nil {
-		t.Fatalf("make -C shim: %v\n%s", err, out)
-	}
-	fn, _ := filepath.Abs("../../functions/vector-add")
-	cmd := exec.Command("python3", "-c", faultyPy)
-	cmd.Env = append(os.Environ(), "LD_LIBRARY_PATH="+filepath.Join(shim, "build"), "FN_DIR="+fn,
-		"FAAS_GPU_REMOTING_SOCKET="+s.RemotingSocket(), "FAAS_GPU_FUNCTION=va.ns1", "FAAS_GPU_TOKEN="+s.Token("va.ns1"),
-		"PYTHONDONTWRITEBYTECODE=1")
-	var stderr strings.Builder
-	cmd.Stderr = &stderr
-	in, _ := cmd.StdinPipe()
-	stdout, _ := cmd.StdoutPipe()
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	defer func() { _ = in.Close(); _ = cmd.Wait() }()
-	out := bufio.NewScanner(stdout)
-	next := func() string {
-		t.Helper()
-		if !out.Scan() {
-			t.Fatalf("the function process ended: %v\n%s", out.Err(), stderr.String())
-		}
-		return out.Text()
-	}
-	if l := next(); l != "ready" {
+	fn := filepath.Join(testkit.RepoRoot(t), "functions", "vector-add")
+	py := testkit.StartPython(t, faultyPy, append(testkit.ShimEnv(lib, s.RemotingSocket(), "va.ns1",
+		s.Token("va.ns1")), "FN_DIR="+fn)...)
+	if l := py.Next(); l != "ready" {
 		t.Fatalf("the function process said %q", l)
 	}
 	request := func(what string) (string, error) {
@@ -110,8 +82,8 @@ func TestKernelFaultInARequest(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		fmt.Fprintln(in, what)
-		l := next()
+		_ = py.Send(what)
+		l := py.Next()
 		return l, p.Release(ctx, b.ID)
 	}
 	const want = "sum 1.0496e+06" // 2 * (1 + ... + 1024)
@@ -120,7 +92,7 @@ func TestKernelFaultInARequest(t *testing.T) {
 	}
 	l, err := request("bad")
 	if l != "fault 700 model intact" {
-		t.Fatalf("the faulting request: %q\n%s", l, stderr.String())
+		t.Fatalf("the faulting request: %q\n%s", l, py.Stderr())
 	}
 	if !errors.Is(err, pool.ErrBindingBroken) {
 		t.Fatalf("release of the faulting request's binding: %v, want ErrBindingBroken (503)", err)

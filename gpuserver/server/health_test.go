@@ -63,7 +63,7 @@ func TestGPUFailureMovesTheMLPToHealthyGPUs(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		fmt.Fprintf(d.in, "%s\n", line)
+		_ = d.Send(string(line))
 		var a mlpAnswer
 		d.recv(t, &a)
 		return b, a, p.Release(ctx, b.ID)
@@ -72,7 +72,7 @@ func TestGPUFailureMovesTheMLPToHealthyGPUs(t *testing.T) {
 	b0, first, err := call()
 	if err != nil || first.StatusCode != 200 {
 		t.Fatalf("first request on gpu %d: %d %s (release: %v)\nstderr:\n%s", b0.GPU, first.StatusCode, first.Body,
-			err, d.stderr)
+			err, d.Stderr())
 	}
 
 	// The GPU fails under the next request, bound there: the failure shows at the request's synchronisation.
@@ -147,7 +147,7 @@ func TestGPUFailureMovesTheMLPToHealthyGPUs(t *testing.T) {
 				t.Fatalf("bound to gpu %d, controller shows gpu %d busy=%v", b.GPU, g.Index, g.Busy)
 			}
 		}
-		fmt.Fprintf(d.in, "%s\n", line)
+		_ = d.Send(string(line))
 		var a mlpAnswer
 		d.recv(t, &a)
 		err = p.Release(ctx, b.ID)

@@ -3,7 +3,6 @@ package server
 import (
 	"context"
 	"errors"
-	"fmt"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -117,7 +116,7 @@ func TestBindingHeldTooLongInATenantExecutor(t *testing.T) {
 		fn string
 	}{{hog, "hog.ns1"}, {other, "other.ns2"}} {
 		if l, _, err := request(ctx, s, x.p, x.fn, "good"); l != want || err != nil {
-			t.Fatalf("%s before the hold: %q %v\n%s", x.fn, l, err, x.p.stderr.String())
+			t.Fatalf("%s before the hold: %q %v\n%s", x.fn, l, err, x.p.Stderr())
 		}
 	}
 
@@ -132,10 +131,12 @@ func TestBindingHeldTooLongInATenantExecutor(t *testing.T) {
 	if waited := time.Since(start); waited < hold/2 {
 		t.Fatalf("the other function was served after %s, before the hold of %s ended", waited, hold)
 	}
-	fmt.Fprintln(hog.in, "try")
+	if err := hog.Send("try"); err != nil {
+		t.Fatal(err)
+	}
 	if l, err := hog.next(); err != nil || !strings.HasPrefix(l, "error ") {
 		t.Fatalf("the holder's late work after the hold ended: %q %v, want it refused\n%s", l, err,
-			hog.stderr.String())
+			hog.Stderr())
 	}
 	if err := p.Release(ctx, held.ID); !errors.Is(err, pool.ErrBindingBroken) {
 		t.Fatalf("the holder's late release: %v, want ErrBindingBroken (503)", err)
@@ -144,7 +145,7 @@ func TestBindingHeldTooLongInATenantExecutor(t *testing.T) {
 		t.Fatalf("%d bindings counted as held too long, want 1", n)
 	}
 	if l, _, err := request(ctx, s, hog, "hog.ns1", "good"); l != want || err != nil {
-		t.Fatalf("the holder after its release: %q %v\n%s", l, err, hog.stderr.String())
+		t.Fatalf("the holder after its release: %q %v\n%s", l, err, hog.Stderr())
 	}
 	for _, ts := range s.Pool().Status(ctx).Tenants {
 		if ts.Restarts != 0 || ts.Faults != 0 {

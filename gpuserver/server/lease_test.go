@@ -4,14 +4,13 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"fmt"
 	"math"
-	"syscall"
 	"testing"
 	"time"
 
 	"github.com/faas-gpu/faas-gpu/gpuserver/executor"
 	"github.com/faas-gpu/faas-gpu/gpuserver/pool"
+	"github.com/faas-gpu/faas-gpu/test/testkit"
 )
 
 // TestBindingLeftByADeadProcessNeverServesItsState: the mlp's process was SIGKILLed while a
@@ -39,7 +38,7 @@ func TestBindingLeftByADeadProcessNeverServesItsState(t *testing.T) {
 	line, _ := json.Marshal(map[string]any{"x": in})
 	ask := func(d *mlpDriver) []float64 {
 		t.Helper()
-		fmt.Fprintf(d.in, "%s\n", line)
+		_ = d.Send(string(line))
 		var r struct {
 			StatusCode int `json:"statusCode"`
 			Body       struct {
@@ -48,7 +47,7 @@ func TestBindingLeftByADeadProcessNeverServesItsState(t *testing.T) {
 		}
 		d.recv(t, &r)
 		if r.StatusCode != 200 || len(r.Body.Y) != 256 {
-			t.Fatalf("mlp answered %d with %d values\nstderr:\n%s", r.StatusCode, len(r.Body.Y), d.stderr)
+			t.Fatalf("mlp answered %d with %d values\nstderr:\n%s", r.StatusCode, len(r.Body.Y), d.Stderr())
 		}
 		return r.Body.Y
 	}
@@ -63,9 +62,8 @@ func TestBindingLeftByADeadProcessNeverServesItsState(t *testing.T) {
 		t.Fatal("the first answer is all zeros")
 	}
 	// The process dies mid-request: its binding stays held (by whoever holds it: here the test).
-	_ = a.cmd.Process.Signal(syscall.SIGKILL)
-	_ = a.cmd.Wait()
-	waitFor(t, "the memory of the function whose last process died forgotten", func() bool {
+	a.Kill()
+	testkit.Eventually(t, 60*time.Second, "the memory of the function whose last process died forgotten", func() bool {
 		return !x.Captured("mlp")
 	})
 
@@ -73,7 +71,7 @@ func TestBindingLeftByADeadProcessNeverServesItsState(t *testing.T) {
 	// waits for a binding of its own.
 	started := make(chan *mlpDriver, 1)
 	go func() { started <- startMLP(t, s) }()
-	waitFor(t, "the new process's initialisation queued for a binding of its own", func() bool {
+	testkit.Eventually(t, 60*time.Second, "the new process's initialisation queued for a binding of its own", func() bool {
 		st := p.Status(ctx)
 		return len(st.Functions) == 1 && st.Functions[0].Queued >= 1
 	})

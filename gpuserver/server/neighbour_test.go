@@ -23,6 +23,7 @@ import (
 
 	"github.com/faas-gpu/faas-gpu/gpuserver/pool"
 	"github.com/faas-gpu/faas-gpu/gpuserver/topology"
+	"github.com/faas-gpu/faas-gpu/test/testkit"
 )
 
 // mlpReference is functions/mlp's forward pass of one row x, computed on the host in float64 from the weights
@@ -66,7 +67,7 @@ func mlpReference(dims []int, seed string, x []float64) []float64 {
 type templateFunction struct {
 	cmd    *exec.Cmd
 	url    string
-	stderr *syncBuffer
+	stderr *testkit.Buffer
 	exited chan struct{}
 }
 
@@ -97,7 +98,7 @@ func startTemplateFunction(t *testing.T, s *Server, name, handlerDir string, env
 		"FAAS_GPU_FUNCTION=" + name, "FAAS_GPU_TOKEN=" + s.Token(name), "FAAS_GPU_SOCKET=" + s.Socket(),
 		"FAAS_GPU_REMOTING_SOCKET=" + s.RemotingSocket(), "LD_LIBRARY_PATH=" + shim, "PYTHONDONTWRITEBYTECODE=1"},
 		env...)...)
-	f := &templateFunction{cmd: cmd, url: fmt.Sprintf("http://127.0.0.1:%d/", port), stderr: &syncBuffer{},
+	f := &templateFunction{cmd: cmd, url: fmt.Sprintf("http://127.0.0.1:%d/", port), stderr: &testkit.Buffer{},
 		exited: make(chan struct{})}
 	cmd.Stdout, cmd.Stderr = f.stderr, f.stderr
 	if err := cmd.Start(); err != nil {
@@ -108,7 +109,7 @@ func startTemplateFunction(t *testing.T, s *Server, name, handlerDir string, env
 		_ = cmd.Process.Kill()
 		<-f.exited
 	})
-	waitFor(t, name+" healthy", func() bool {
+	testkit.Eventually(t, 60*time.Second, name+" healthy", func() bool {
 		select {
 		case <-f.exited:
 			t.Fatalf("%s exited at start: %v\n%s", name, cmd.ProcessState, f.stderr)
@@ -146,12 +147,8 @@ func TestNeighbourFaultBeforeFirstRequest(t *testing.T) {
 	if testing.Short() {
 		t.Skip("runs Python processes through the shim")
 	}
-	if _, err := exec.LookPath("python3"); err != nil {
-		t.Skip("python3 not installed")
-	}
-	if out, err := exec.Command("make", "-s", "-C", "../../shim").CombinedOutput(); err != nil {
-		t.Fatalf("make -C shim: %v\n%s", err, out)
-	}
+	testkit.NeedPython(t)
+	testkit.Shim(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	node, err := topology.Preset("h200x1")
@@ -211,7 +208,7 @@ func TestNeighbourFaultBeforeFirstRequest(t *testing.T) {
 		t.Fatalf("the mlp's process exited with %d, want 75 (start again)\n%s", c, mlp.stderr)
 	}
 	// Its supervisor starts it again once its last session ended (its memory forgotten).
-	waitFor(t, "the mlp's memory forgotten", func() bool {
+	testkit.Eventually(t, 60*time.Second, "the mlp's memory forgotten", func() bool {
 		segs, err := s.Executors().Segments("mlp")
 		return err == nil && len(segs) == 0
 	})

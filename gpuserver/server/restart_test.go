@@ -1,38 +1,19 @@
 package server
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"log/slog"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/faas-gpu/faas-gpu/gpuserver/memory"
 	"github.com/faas-gpu/faas-gpu/gpuserver/pool"
 	"github.com/faas-gpu/faas-gpu/gpuserver/topology"
+	"github.com/faas-gpu/faas-gpu/test/testkit"
 )
-
-// syncBuffer is a log sink safe for the server's goroutines.
-type syncBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
-}
 
 // TestRestartReusesTheMLPImage captures the mlp, restarts the gpuserver on the same repository and key file, and
 // serves a new mlp process from the image kept in the repository: its model blocks land at the image's fixed
@@ -49,7 +30,7 @@ func TestRestartReusesTheMLPImage(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	logs := &syncBuffer{}
+	logs := &testkit.Buffer{}
 	cfg := Config{Socket: filepath.Join(dir, "gpuserver.sock"), Node: node,
 		RemotingSocket: filepath.Join(dir, "remoting.sock"), KeyFile: filepath.Join(dir, "key"),
 		RepositoryDir: filepath.Join(dir, "repository"), DeviceReserveBytes: 512 << 20,
@@ -67,14 +48,14 @@ func TestRestartReusesTheMLPImage(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		fmt.Fprintf(d.in, "%s\n", mlpInput())
+		_ = d.Send(string(mlpInput()))
 		var a mlpAnswer
 		d.recv(t, &a)
 		if err := p.Release(ctx, b.ID); err != nil {
 			t.Fatal(err)
 		}
 		if a.StatusCode != 200 {
-			t.Fatalf("mlp: %d %s\nstderr:\n%s", a.StatusCode, a.Body, d.stderr)
+			t.Fatalf("mlp: %d %s\nstderr:\n%s", a.StatusCode, a.Body, d.Stderr())
 		}
 		segs, err := s.Executors().Segments("mlp")
 		if err != nil {
@@ -98,8 +79,7 @@ func TestRestartReusesTheMLPImage(t *testing.T) {
 		t.Fatalf("first server: %+v, want one capture", st)
 	}
 	stop(t, s1)
-	_ = d1.in.Close() // its shim cannot resume a session with the new gpuserver: a new process takes over
-	_ = d1.cmd.Wait()
+	d1.Close() // its shim cannot resume a session with the new gpuserver: a new process takes over
 
 	s2, err := Start(ctx, cfg)
 	if err != nil {

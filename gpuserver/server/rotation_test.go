@@ -1,14 +1,10 @@
 package server
 
 import (
-	"bufio"
 	"context"
 	"encoding/json"
 	"fmt"
-	"io"
 	"math"
-	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -16,6 +12,7 @@ import (
 
 	"github.com/faas-gpu/faas-gpu/gpuserver/pool"
 	"github.com/faas-gpu/faas-gpu/gpuserver/topology"
+	"github.com/faas-gpu/faas-gpu/test/testkit"
 )
 
 // stagedMLPPy is the mlp example (functions/mlp: its kernels, its way of deriving weights) with an initialisation
@@ -102,38 +99,18 @@ for line in sys.stdin:
 
 // stagedMLP is one function process running stagedMLPPy through the shim.
 type stagedMLP struct {
-	name   string
-	in     io.WriteCloser
-	out    *bufio.Scanner
-	stderr *strings.Builder
+	name string
+	py   *testkit.Python
 }
 
 func startStagedMLP(t *testing.T, s *Server, name, dims, seed string) *stagedMLP {
 	t.Helper()
-	shim, _ := filepath.Abs("../../shim")
-	fn, _ := filepath.Abs("../../functions/mlp")
-	cmd := exec.Command("python3", "-c", stagedMLPPy)
-	cmd.Env = append(os.Environ(), "LD_LIBRARY_PATH="+filepath.Join(shim, "build"), "FN_DIR="+fn, "DIMS="+dims,
-		"SEED="+seed, "FAAS_GPU_REMOTING_SOCKET="+s.RemotingSocket(), "FAAS_GPU_FUNCTION="+name,
-		"FAAS_GPU_TOKEN="+s.Token(name), "PYTHONDONTWRITEBYTECODE=1")
-	m := &stagedMLP{name: name, stderr: &strings.Builder{}}
-	cmd.Stderr = m.stderr
-	var err error
-	if m.in, err = cmd.StdinPipe(); err != nil {
-		t.Fatal(err)
-	}
-	stdout, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	m.out = bufio.NewScanner(stdout)
-	m.out.Buffer(nil, 1<<20)
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = m.in.Close(); _ = cmd.Wait() })
-	if !m.out.Scan() || m.out.Text() != "ready" {
-		t.Fatalf("%s did not start: %q %v\n%s", name, m.out.Text(), m.out.Err(), m.stderr)
+	fn := filepath.Join(testkit.RepoRoot(t), "functions", "mlp")
+	env := append(testkit.ShimEnv(testkit.Shim(t), s.RemotingSocket(), name, s.Token(name)), "FN_DIR="+fn,
+		"DIMS="+dims, "SEED="+seed)
+	m := &stagedMLP{name: name, py: testkit.StartPython(t, stagedMLPPy, env...)}
+	if l, ok := m.py.Line(); !ok || l != "ready" {
+		t.Fatalf("%s did not start: %q\n%s", name, l, m.py.Stderr())
 	}
 	return m
 }
@@ -141,17 +118,18 @@ func startStagedMLP(t *testing.T, s *Server, name, dims, seed string) *stagedMLP
 // do sends one command and decodes the answer line.
 func (m *stagedMLP) do(t *testing.T, cmd string) (y []float64) {
 	t.Helper()
-	fmt.Fprintln(m.in, cmd)
-	if !m.out.Scan() {
-		t.Fatalf("%s ended: %v\n%s", m.name, m.out.Err(), m.stderr)
+	_ = m.py.Send(cmd)
+	line, ok := m.py.Line()
+	if !ok {
+		t.Fatalf("%s ended\n%s", m.name, m.py.Stderr())
 	}
 	var a struct {
 		OK    bool      `json:"ok"`
 		Y     []float64 `json:"y"`
 		Error string    `json:"error"`
 	}
-	if err := json.Unmarshal(m.out.Bytes(), &a); err != nil || a.Error != "" {
-		t.Fatalf("%s %s: %q %v\n%s", m.name, cmd, m.out.Text(), err, m.stderr)
+	if err := json.Unmarshal([]byte(line), &a); err != nil || a.Error != "" {
+		t.Fatalf("%s %s: %q %v\n%s", m.name, cmd, line, err, m.py.Stderr())
 	}
 	return a.Y
 }
@@ -166,12 +144,7 @@ func TestRotationThroughTheControllerKeepsEveryAnswer(t *testing.T) {
 	if testing.Short() {
 		t.Skip("runs Python processes through the shim")
 	}
-	if _, err := exec.LookPath("python3"); err != nil {
-		t.Skip("python3 not installed")
-	}
-	if out, err := exec.Command("make", "-s", "-C", "../../shim").CombinedOutput(); err != nil {
-		t.Fatalf("make -C shim: %v\n%s", err, out)
-	}
+	testkit.Shim(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	node, err := topology.Preset("v100x4")
@@ -265,12 +238,8 @@ func TestLazyModelsKeepEveryAnswerAcrossEvictions(t *testing.T) {
 	if testing.Short() {
 		t.Skip("runs Python processes through the shim and executor processes")
 	}
-	if _, err := exec.LookPath("python3"); err != nil {
-		t.Skip("python3 not installed")
-	}
-	if out, err := exec.Command("make", "-s", "-C", "../../shim").CombinedOutput(); err != nil {
-		t.Fatalf("make -C shim: %v\n%s", err, out)
-	}
+	testkit.NeedPython(t)
+	testkit.Shim(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	node, err := topology.Preset("v100x4")

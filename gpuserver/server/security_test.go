@@ -13,6 +13,7 @@ import (
 	"github.com/faas-gpu/faas-gpu/gpuserver/client"
 	"github.com/faas-gpu/faas-gpu/gpuserver/pool"
 	"github.com/faas-gpu/faas-gpu/gpuserver/topology"
+	"github.com/faas-gpu/faas-gpu/test/testkit"
 )
 
 // TestSocketsOnlyForTheirOwner: the API and remoting sockets were world-writable (0666), so
@@ -119,7 +120,7 @@ func TestNoHealthyGPUAnswersAtOnce(t *testing.T) {
 		_, err := fc.Acquire(ctx, "f", 10*time.Minute)
 		waiting <- err
 	}()
-	waitFor(t, "the second acquire queued", func() bool {
+	testkit.Eventually(t, 60*time.Second, "the second acquire queued", func() bool {
 		st := s.Pool().Status(ctx)
 		return len(st.Functions) == 1 && st.Functions[0].Queued == 1
 	})
@@ -135,15 +136,4 @@ func TestNoHealthyGPUAnswersAtOnce(t *testing.T) {
 		t.Fatalf("a new acquire: %v, want 503 no healthy GPU", err)
 	}
 	_ = fc.Release(ctx, held.ID)
-}
-
-func waitFor(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(60 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: not within 60s", what)
-		}
-		time.Sleep(2 * time.Millisecond)
-	}
 }

@@ -11,6 +11,7 @@ import (
 	"github.com/faas-gpu/faas-gpu/gpuserver/device"
 	"github.com/faas-gpu/faas-gpu/gpuserver/device/sim"
 	"github.com/faas-gpu/faas-gpu/gpuserver/topology"
+	"github.com/faas-gpu/faas-gpu/test/testkit"
 )
 
 // TestSimKernelsDryIsAnnounced: a gpuserver whose simulated GPUs run kernels dry says so in its log, in the pool
@@ -23,7 +24,7 @@ func TestSimKernelsDryIsAnnounced(t *testing.T) {
 	}
 	for _, mode := range []sim.KernelMode{sim.KernelsReference, sim.KernelsDry} {
 		dir := t.TempDir()
-		var logs syncBuffer
+		var logs testkit.Buffer
 		s, err := Start(context.Background(), Config{Socket: filepath.Join(dir, "gpuserver.sock"), Node: node,
 			RemotingSocket: filepath.Join(dir, "remoting.sock"), KeyFile: filepath.Join(dir, "key"),
 			DeviceReserveBytes: 64 << 20, SimKernels: mode, Logger: slog.New(slog.NewTextHandler(&logs, nil))})

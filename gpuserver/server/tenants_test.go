@@ -1,13 +1,9 @@
 package server
 
 import (
-	"bufio"
 	"context"
 	"errors"
-	"fmt"
-	"io"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"runtime"
 	"strings"
@@ -17,17 +13,18 @@ import (
 
 	"github.com/faas-gpu/faas-gpu/gpuserver/pool"
 	"github.com/faas-gpu/faas-gpu/gpuserver/tenantexec"
+	"github.com/faas-gpu/faas-gpu/test/testkit"
 )
 
 func TestMain(m *testing.M) {
-	tenantexec.RunIfChild() // this test binary is also the tenants' executor process
-	os.Exit(m.Run())
+	tenantexec.RunIfChild()  // this test binary is also the tenants' executor process
+	testkit.VerifyNoLeaks(m) // the server's goroutines (API, remoting, pool, executors) end with it
 }
 
 // tenantConfig runs the tenants' executors as this test binary; their logs go to the returned buffer.
-func tenantConfig(t *testing.T) (*TenantConfig, *syncBuffer) {
+func tenantConfig(t *testing.T) (*TenantConfig, *testkit.Buffer) {
 	t.Helper()
-	logs := &syncBuffer{}
+	logs := &testkit.Buffer{}
 	t.Cleanup(func() {
 		if t.Failed() {
 			t.Logf("executor logs:\n%s", logs.String())
@@ -39,72 +36,30 @@ func tenantConfig(t *testing.T) (*TenantConfig, *syncBuffer) {
 
 // fnProcess is a function process through the shim, driven line by line (faultyPy's commands).
 type fnProcess struct {
-	t      *testing.T
-	cmd    *exec.Cmd
-	in     io.WriteCloser
-	out    *bufio.Scanner
-	stderr *syncBuffer
-}
-
-func buildShim(t *testing.T) string {
-	t.Helper()
-	if _, err := exec.LookPath("python3"); err != nil {
-		t.Skip("python3 not installed")
-	}
-	shim, _ := filepath.Abs("../../shim")
-	if out, err := exec.Command("make", "-s", "-C", shim).CombinedOutput(); err != nil {
-		t.Fatalf("make -C shim: %v\n%s", err, out)
-	}
-	return shim
+	*testkit.Python
 }
 
 // startFn starts a function process of fn running script (faultyPy's protocol: "ready", then a line per command).
 func startFn(t *testing.T, s *Server, fn, script string) *fnProcess {
 	t.Helper()
-	shim := buildShim(t)
-	dir, _ := filepath.Abs("../../functions/vector-add")
-	cmd := execPython(script)
-	cmd.Env = append(os.Environ(), "LD_LIBRARY_PATH="+filepath.Join(shim, "build"), "FN_DIR="+dir,
-		"FAAS_GPU_REMOTING_SOCKET="+s.RemotingSocket(), "FAAS_GPU_FUNCTION="+fn, "FAAS_GPU_TOKEN="+s.Token(fn),
-		"PYTHONDONTWRITEBYTECODE=1")
-	p := &fnProcess{t: t, cmd: cmd, stderr: &syncBuffer{}}
-	cmd.Stderr = p.stderr
-	p.in, _ = cmd.StdinPipe()
-	stdout, _ := cmd.StdoutPipe()
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	p.out = bufio.NewScanner(stdout)
-	t.Cleanup(func() { _ = p.in.Close(); _ = cmd.Process.Kill(); _ = cmd.Wait() })
+	p := startFnProcess(t, s, fn, script)
 	if l, err := p.next(); l != "ready" || err != nil {
-		t.Fatalf("%s said %q (%v)\n%s", fn, l, err, p.stderr.String())
+		t.Fatalf("%s said %q (%v)\n%s", fn, l, err, p.Stderr())
 	}
 	return p
 }
 
-// next reads the process's next line (within a minute).
-func (p *fnProcess) next() (string, error) {
-	type line struct {
-		s  string
-		ok bool
-	}
-	ch := make(chan line, 1)
-	go func() {
-		ok := p.out.Scan()
-		ch <- line{p.out.Text(), ok}
-	}()
-	select {
-	case l := <-ch:
-		if !l.ok {
-			return "", fmt.Errorf("%w: %v", errProcessEnded, p.out.Err())
-		}
-		return l.s, nil
-	case <-time.After(time.Minute):
-		return "", fmt.Errorf("the function process did not answer within a minute\n%s", p.stderr.String())
-	}
+// startFnProcess starts script as a process of fn through the shim, with the vector-add function's folder as
+// FN_DIR (cudadrv.py, kernels.ptx).
+func startFnProcess(t *testing.T, s *Server, fn, script string) *fnProcess {
+	t.Helper()
+	dir := filepath.Join(testkit.RepoRoot(t), "functions", "vector-add")
+	env := append(testkit.ShimEnv(testkit.Shim(t), s.RemotingSocket(), fn, s.Token(fn)), "FN_DIR="+dir)
+	return &fnProcess{testkit.StartPython(t, script, env...)}
 }
 
-var errProcessEnded = errors.New("the function process ended")
+// next reads the process's next line (within a minute); an error wrapping testkit.ErrEnded when it ended.
+func (p *fnProcess) next() (string, error) { return p.LineWithin(time.Minute) }
 
 // request runs one request of fn through the pool: acquire, a command, release. sent says whether the command
 // reached the process (an acquire that failed sends none).
@@ -113,7 +68,7 @@ func request(ctx context.Context, s *Server, p *fnProcess, fn, what string) (lin
 	if err != nil {
 		return "", false, err
 	}
-	fmt.Fprintln(p.in, what)
+	_ = p.Send(what)
 	l, lerr := p.next()
 	rerr := s.Pool().Release(ctx, b.ID)
 	if lerr != nil {
@@ -147,7 +102,7 @@ func TestTenantsServeThroughTheirExecutors(t *testing.T) {
 			fn string
 		}{{a, "va.ns1"}, {b, "vb.ns2"}} {
 			if l, _, err := request(ctx, s, x.p, x.fn, "good"); l != want || err != nil {
-				t.Fatalf("%s request %d: %q %v\n%s", x.fn, i, l, err, x.p.stderr.String())
+				t.Fatalf("%s request %d: %q %v\n%s", x.fn, i, l, err, x.p.Stderr())
 			}
 		}
 	}
@@ -219,7 +174,7 @@ func TestKillOneTenantUnderLoad(t *testing.T) {
 			case err != nil:
 				r.failed++
 				t.Errorf("ns2's request failed: %v", err)
-				if errors.Is(err, errProcessEnded) {
+				if errors.Is(err, testkit.ErrEnded) {
 					resB <- r
 					return
 				}
@@ -257,14 +212,13 @@ func TestKillOneTenantUnderLoad(t *testing.T) {
 			if ra.failed < 3 || ra.failed%50 == 0 {
 				t.Logf("ns1 after the kill: %v; tenants %+v", err, s.Pool().Status(ctx).Tenants)
 			}
-			if sent && !errors.Is(err, errProcessEnded) {
+			if sent && !errors.Is(err, testkit.ErrEnded) {
 				_, _ = a.next() // the answer of the command, if it comes
 			}
 			if sent {
 				// its session died with the executor: start the function process again, as the template's
 				// supervisor does when it exits
-				_ = a.cmd.Process.Kill()
-				_ = a.cmd.Wait()
+				_ = a.Process().Kill()
 				a = startFn(t, s, "va.ns1", faultyPy)
 			}
 		case l != want:
@@ -303,8 +257,6 @@ func TestKillOneTenantUnderLoad(t *testing.T) {
 }
 
 func syscallKill(pid int) error { return syscall.Kill(pid, syscall.SIGKILL) }
-
-func execPython(script string) *exec.Cmd { return exec.Command("python3", "-c", script) }
 
 // TestKernelFaultEndsOnlyItsTenant: a kernel of namespace ns1 follows a bad pointer. The faulting call answers an
 // error, the request's release says its binding broke (503, never a result computed on lost memory), ns1's
@@ -346,8 +298,7 @@ func TestKernelFaultEndsOnlyItsTenant(t *testing.T) {
 	if got := s.Tenants().PID("namespace/ns2"); got != pid2 {
 		t.Fatalf("ns2's executor changed (%d -> %d)", pid2, got)
 	}
-	_ = a.cmd.Process.Kill() // its session died with its executor: start it again, as its supervisor would
-	_ = a.cmd.Wait()
+	_ = a.Process().Kill() // its session died with its executor: start it again, as its supervisor would
 	a = startFn(t, s, "va.ns1", faultyPy)
 	if l, _, err := request(ctx, s, a, "va.ns1", "good"); l != want || err != nil {
 		t.Fatalf("ns1 after its executor's restart: %q %v", l, err)
@@ -382,7 +333,8 @@ func TestTemplateRestartsWhenItsExecutorDies(t *testing.T) {
 	if testing.Short() {
 		t.Skip("runs the gpu-python template through the shim and executor processes")
 	}
-	buildShim(t)
+	testkit.NeedPython(t)
+	testkit.Shim(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	tc, _ := tenantConfig(t)
@@ -403,7 +355,7 @@ func TestTemplateRestartsWhenItsExecutorDies(t *testing.T) {
 			if err := syscallKill(pid); err != nil {
 				t.Fatal(err)
 			}
-			waitFor(t, "the executor restarted", func() bool {
+			testkit.Eventually(t, 60*time.Second, "the executor restarted", func() bool {
 				p := s.Tenants().PID("namespace/ns1")
 				return p != 0 && p != pid
 			})
@@ -529,22 +481,24 @@ func TestModuleImagesBoundedOverTheExecutors(t *testing.T) {
 	}
 	say := func(i int, what string) string {
 		t.Helper()
-		fmt.Fprintln(ps[i].in, what)
+		if err := ps[i].Send(what); err != nil {
+			t.Fatalf("%s: %v\n%s", fns[i], err, ps[i].Stderr())
+		}
 		l, err := ps[i].next()
 		if err != nil {
-			t.Fatalf("%s: %v\n%s", fns[i], err, ps[i].stderr.String())
+			t.Fatalf("%s: %v\n%s", fns[i], err, ps[i].Stderr())
 		}
 		return l
 	}
 	for i, want := range []string{"load 0", "load 0", "load 2"} {
-		if got := say(i, fmt.Sprintf("load 3 %s", fns[i])); got != want {
+		if got := say(i, "load 3 "+fns[i]); got != want {
 			t.Fatalf("%s loading a 3 MiB image beside %d others' under an 8 MiB bound: %q, want %q", fns[i], i, got, want)
 		}
 	}
 	if got := say(0, "unload"); got != "unload 0" {
 		t.Fatalf("unload: %q", got)
 	}
-	waitFor(t, "the third tenant's image loads once the first's is gone", func() bool {
+	testkit.Eventually(t, 60*time.Second, "the third tenant's image loads once the first's is gone", func() bool {
 		return say(2, "load 3 again") == "load 0"
 	})
 }

@@ -17,19 +17,8 @@ import (
 	k8stesting "k8s.io/client-go/testing"
 
 	"github.com/faas-gpu/faas-gpu/provider"
+	"github.com/faas-gpu/faas-gpu/test/testkit"
 )
-
-// eventually polls cond until it holds or a generous deadline passes.
-func eventually(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(2 * time.Millisecond)
-	}
-}
 
 // endpoint is one endpoint of a test EndpointSlice; ready nil leaves the condition unset (ready, as Kubernetes
 // says).
@@ -109,7 +98,7 @@ func waitWatching(t *testing.T, b *Backend, watching chan string, namespace stri
 		select {
 		case got := <-watching:
 			if got == namespace {
-				eventually(t, "the cache of "+namespace+" to sync", func() bool { return b.endpoints.indexer(namespace) != nil })
+				testkit.Eventually(t, 30*time.Second, "the cache of "+namespace+" to sync", func() bool { return b.endpoints.indexer(namespace) != nil })
 				return
 			}
 		case <-timeout:
@@ -154,13 +143,13 @@ func TestResolveFollowsEndpointSliceEvents(t *testing.T) {
 	if _, err := slices.Create(ctx, endpointSlice("resnet-a", "resnet", endpoint{"10.0.0.1", ready}), metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, "the created slice", func() bool { h, _ := resolveHost(b, "resnet"); return h == "10.0.0.1:8080" })
+	testkit.Eventually(t, 30*time.Second, "the created slice", func() bool { h, _ := resolveHost(b, "resnet"); return h == "10.0.0.1:8080" })
 
 	upd := endpointSlice("resnet-a", "resnet", endpoint{"10.0.0.1", unready}, endpoint{"10.0.0.2", ready})
 	if _, err := slices.Update(ctx, upd, metav1.UpdateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, "the updated slice", func() bool { h, _ := resolveHost(b, "resnet"); return h == "10.0.0.2:8080" })
+	testkit.Eventually(t, 30*time.Second, "the updated slice", func() bool { h, _ := resolveHost(b, "resnet"); return h == "10.0.0.2:8080" })
 	for range 5 {
 		if h, err := resolveHost(b, "resnet"); h != "10.0.0.2:8080" {
 			t.Fatalf("resolved %q, %v: want only the ready 10.0.0.2", h, err)
@@ -174,7 +163,7 @@ func TestResolveFollowsEndpointSliceEvents(t *testing.T) {
 	if err := slices.Delete(ctx, "resnet-a", metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, "the deleted slice", func() bool {
+	testkit.Eventually(t, 30*time.Second, "the deleted slice", func() bool {
 		_, err := b.Resolve(ctx, ns, "resnet")
 		return errors.Is(err, provider.ErrNotReady)
 	})
@@ -255,7 +244,7 @@ func TestStatusReadsEndpointCache(t *testing.T) {
 		metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, "status to count 2 ready endpoints", func() bool {
+	testkit.Eventually(t, 30*time.Second, "status to count 2 ready endpoints", func() bool {
 		st, err := b.Status(ctx, ns, "resnet")
 		return err == nil && st.AvailableReplicas == 2
 	})
@@ -298,7 +287,7 @@ func TestResolveFallsBackBeforeSync(t *testing.T) {
 			t.Error(err)
 		}
 	}()
-	eventually(t, "the informer's failed list", func() bool { return held.Load() > 0 })
+	testkit.Eventually(t, 30*time.Second, "the informer's failed list", func() bool { return held.Load() > 0 })
 	for i := 1; i <= 3; i++ {
 		u, err := b.Resolve(ctx, ns, "resnet")
 		if err != nil || u.Host != "10.0.0.1:8080" {
@@ -313,7 +302,7 @@ func TestResolveFallsBackBeforeSync(t *testing.T) {
 	}
 	release.Store(true)
 	// The reflector retries after its backoff (about a second).
-	eventually(t, "the cache to sync", func() bool { return b.endpoints.indexer(ns) != nil })
+	testkit.Eventually(t, 30*time.Second, "the cache to sync", func() bool { return b.endpoints.indexer(ns) != nil })
 	direct, _ := apiCalls(client, "list", "endpointslices")
 	for range 10 {
 		if u, err := b.Resolve(ctx, ns, "resnet"); err != nil || u.Host != "10.0.0.1:8080" {
@@ -378,7 +367,7 @@ func TestStopEndsInformers(t *testing.T) {
 	if err := b.Start(ctx); err == nil {
 		t.Error("second start succeeded")
 	}
-	eventually(t, "the cache to sync", func() bool { return b.endpoints.indexer(ns) != nil })
+	testkit.Eventually(t, 30*time.Second, "the cache to sync", func() bool { return b.endpoints.indexer(ns) != nil })
 	sctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
 	if err := b.Stop(sctx); err != nil {

@@ -20,6 +20,7 @@ import (
 	"github.com/openfaas/faas-provider/types"
 
 	"github.com/faas-gpu/faas-gpu/provider/shrinkwrap"
+	"github.com/faas-gpu/faas-gpu/test/testkit"
 )
 
 // templateDir is the gpu-python template of this repository.
@@ -79,21 +80,9 @@ func probe(name string) types.FunctionDeployment {
 		EnvVars: map[string]string{"FROM_FUNCTION": "yes"}}
 }
 
-// waitFor polls cond until it holds or the deadline passes.
-func waitFor(t testing.TB, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(60 * time.Second) // generous: python starts slowly on a loaded machine
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-}
-
 func waitReady(t testing.TB, b *Backend, name string, n uint64) {
 	t.Helper()
-	waitFor(t, fmt.Sprintf("%s to have %d ready replicas", name, n), func() bool {
+	testkit.Eventually(t, 60*time.Second, fmt.Sprintf("%s to have %d ready replicas", name, n), func() bool {
 		st, err := b.Status(context.Background(), "", name)
 		return err == nil && st.AvailableReplicas == n
 	})

@@ -16,13 +16,14 @@ import (
 	"github.com/openfaas/faas-provider/types"
 
 	"github.com/faas-gpu/faas-gpu/provider/local/sandbox"
+	"github.com/faas-gpu/faas-gpu/test/testkit"
 )
 
 func TestMain(m *testing.M) {
 	if sandbox.IsInit() { // a sandboxed replica's init: this test binary started again
 		os.Exit(sandbox.RunInit())
 	}
-	os.Exit(m.Run())
+	testkit.VerifyNoLeaks(m) // replicas' supervisors and log copiers end with their backend
 }
 
 // attempted is one attempt of the escape function.

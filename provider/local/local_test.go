@@ -17,6 +17,7 @@ import (
 	"github.com/openfaas/faas-provider/types"
 
 	"github.com/faas-gpu/faas-gpu/provider"
+	"github.com/faas-gpu/faas-gpu/test/testkit"
 )
 
 func TestImageDir(t *testing.T) {
@@ -53,7 +54,7 @@ func TestDeployInvokeScaleDelete(t *testing.T) {
 	if r.Hostname != "probe-1" {
 		t.Errorf("hostname %q, want the instance name probe-1", r.Hostname)
 	}
-	waitFor(t, "the request in the logs", func() bool { return strings.Contains(logText(t, b, "probe"), "request POST /sub/path") })
+	testkit.Eventually(t, 60*time.Second, "the request in the logs", func() bool { return strings.Contains(logText(t, b, "probe"), "request POST /sub/path") })
 
 	st, err := b.Status(ctx, provider.DefaultNamespace, "probe")
 	if err != nil || st.Replicas != 1 || st.Image != "ghcr.io/example/probe:0.1" || st.Namespace != provider.DefaultNamespace {
@@ -129,7 +130,7 @@ func TestCrashedReplicaIsRestarted(t *testing.T) {
 	if resp, err := httpPost(u.String() + "/?crash=1"); err == nil {
 		t.Fatalf("crash request answered %d", resp)
 	}
-	waitFor(t, "a restarted replica", func() bool {
+	testkit.Eventually(t, 60*time.Second, "a restarted replica", func() bool {
 		if _, err := b.Resolve(context.Background(), "", "probe"); err != nil {
 			return false
 		}
@@ -306,7 +307,7 @@ func TestUpdateRestartsWithNewDefinition(t *testing.T) {
 		t.Fatal(err)
 	}
 	// A rolling update: the old replica stops once the new one is ready.
-	waitFor(t, "the old replica to stop", func() bool { return !alive(before.PID) })
+	testkit.Eventually(t, 60*time.Second, "the old replica to stop", func() bool { return !alive(before.PID) })
 	waitReady(t, b, "probe", 1)
 	// The GPU settings reach the process; without a gpuserver socket the request itself is refused by index.py.
 	code, out := invoke(t, b, "probe", "/", "")
@@ -457,7 +458,7 @@ func TestChildDiesWithParent(t *testing.T) {
 	if err := cmd.Process.Signal(syscall.SIGKILL); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, fmt.Sprintf("child %d to die with its parent", child), func() bool { return !alive(child) })
+	testkit.Eventually(t, 60*time.Second, fmt.Sprintf("child %d to die with its parent", child), func() bool { return !alive(child) })
 }
 
 // TestHelperProcess is the helper of TestChildDiesWithParent; it does nothing in a normal run.

@@ -6,10 +6,12 @@ import (
 	"net/http"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/openfaas/faas-provider/types"
 
 	"github.com/faas-gpu/faas-gpu/provider"
+	"github.com/faas-gpu/faas-gpu/test/testkit"
 )
 
 // invokeIn resolves a function of a namespace and sends it one request.
@@ -71,7 +73,7 @@ func TestNamespacesKeepFunctionsApart(t *testing.T) {
 	check := func(b *Backend) {
 		t.Helper()
 		for _, n := range []string{provider.DefaultNamespace, "team-a"} {
-			waitFor(t, "probe."+n+" ready", func() bool {
+			testkit.Eventually(t, 60*time.Second, "probe."+n+" ready", func() bool {
 				st, err := b.Status(ctx, n, "probe")
 				return err == nil && st.AvailableReplicas == 1 && st.Namespace == n
 			})

@@ -7,6 +7,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/faas-gpu/faas-gpu/test/testkit"
 )
 
 // TestRecordWithUnusableLimitsStillStarts: a function recorded before limits and requests were validated (e.g.
@@ -21,7 +23,7 @@ func TestRecordWithUnusableLimitsStillStarts(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(dir, "probe.json"), []byte(rec), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	var logs lockedBuffer
+	var logs testkit.Buffer
 	e.cfg.Logger = slog.New(slog.NewTextHandler(&logs, nil))
 	b := e.open(t)
 	st, err := b.Status(context.Background(), "", "probe")

@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/faas-gpu/faas-gpu/test/testkit"
 	"github.com/openfaas/faas-provider/types"
 )
 
@@ -20,7 +21,7 @@ import (
 func TestFailedUpdateIsVisible(t *testing.T) {
 	e := newEnv(t)
 	buildContext(t, e.build, "broken", filepath.Join("testdata", "broken"))
-	var logBuf lockedBuffer
+	var logBuf testkit.Buffer
 	e.cfg.Logger = slog.New(slog.NewTextHandler(&logBuf, nil))
 	b := e.open(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
@@ -48,7 +49,7 @@ func TestFailedUpdateIsVisible(t *testing.T) {
 		}
 		return (*st.Annotations)[StatusAnnotation]
 	}
-	waitFor(t, "the status to say the update is not ready", func() bool {
+	testkit.Eventually(t, 60*time.Second, "the status to say the update is not ready", func() bool {
 		return strings.HasPrefix(status(), "update not ready")
 	})
 	text := status()
@@ -84,12 +85,12 @@ func TestFailedUpdateIsVisible(t *testing.T) {
 	if err := b.Update(ctx, fixed); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "the fixed definition to serve", func() bool {
+	testkit.Eventually(t, 60*time.Second, "the fixed definition to serve", func() bool {
 		code, out, err := routeInvoke(ctx, b, "probe", "/")
 		var r probeReply
 		return err == nil && code == http.StatusOK && json.Unmarshal(out, &r) == nil && r.Env["FROM_FUNCTION"] == "fixed"
 	})
-	waitFor(t, "the previous replica to stop", func() bool { return !alive(servingPID) })
+	testkit.Eventually(t, 60*time.Second, "the previous replica to stop", func() bool { return !alive(servingPID) })
 	if s := status(); s != "" {
 		t.Fatalf("status after rolling forward: %q, want nothing", s)
 	}
@@ -108,7 +109,7 @@ func TestReplicasThatNeverStartShowInTheStatus(t *testing.T) {
 		!strings.HasPrefix((*st.Annotations)[StatusAnnotation], "starting: 1 replica(s), none ready yet") {
 		t.Fatalf("status right after the deploy: %+v %v, want it starting", st, err)
 	}
-	waitFor(t, "the status to say the replicas do not start", func() bool {
+	testkit.Eventually(t, 60*time.Second, "the status to say the replicas do not start", func() bool {
 		st, err := b.Status(context.Background(), "", "broken")
 		return err == nil && st.Annotations != nil && strings.HasPrefix((*st.Annotations)[StatusAnnotation],
 			"not ready: its replicas exit before they are ready") &&

@@ -20,6 +20,7 @@ import (
 	"github.com/openfaas/faas-provider/types"
 
 	"github.com/faas-gpu/faas-gpu/provider"
+	"github.com/faas-gpu/faas-gpu/test/testkit"
 )
 
 // routeInvoke sends one request the way the provider's proxy does: Route (waiting for readiness), the request,
@@ -120,12 +121,12 @@ func TestRollingUpdateUnderSteadyRequests(t *testing.T) {
 		if err := b.Update(ctx, fd); err != nil {
 			t.Fatal(err)
 		}
-		waitFor(t, "the updated definition to answer", func() bool {
+		testkit.Eventually(t, 60*time.Second, "the updated definition to answer", func() bool {
 			code, out, err := routeInvoke(ctx, b, "probe", "/")
 			var r probeReply
 			return err == nil && code == http.StatusOK && json.Unmarshal(out, &r) == nil && r.Env["FROM_FUNCTION"] == want
 		})
-		waitFor(t, "the previous replica to stop", func() bool {
+		testkit.Eventually(t, 60*time.Second, "the previous replica to stop", func() bool {
 			for _, p := range before {
 				if alive(p) {
 					return false
@@ -170,7 +171,7 @@ func TestUpdateDrainsRequestsInFlight(t *testing.T) {
 		code, out, err := routeInvoke(ctx, b, "probe", "/?hold="+release)
 		held <- result{code, out, err}
 	}()
-	waitFor(t, "the held request to reach the function", func() bool {
+	testkit.Eventually(t, 60*time.Second, "the held request to reach the function", func() bool {
 		return strings.Contains(logText(t, b, "probe"), "holding "+release)
 	})
 	fd := probe("probe")
@@ -178,12 +179,12 @@ func TestUpdateDrainsRequestsInFlight(t *testing.T) {
 	if err := b.Update(ctx, fd); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "the new replica to serve", func() bool {
+	testkit.Eventually(t, 60*time.Second, "the new replica to serve", func() bool {
 		code, out, err := routeInvoke(ctx, b, "probe", "/")
 		var r probeReply
 		return err == nil && code == 200 && json.Unmarshal(out, &r) == nil && r.Env["FROM_FUNCTION"] == "next"
 	})
-	waitFor(t, "the old replica to be retired", func() bool {
+	testkit.Eventually(t, 60*time.Second, "the old replica to be retired", func() bool {
 		return strings.Contains(logText(t, b, "probe"), "replaced by the updated definition")
 	})
 	for _, p := range old {
@@ -198,7 +199,7 @@ func TestUpdateDrainsRequestsInFlight(t *testing.T) {
 	if r.err != nil || r.code != http.StatusOK || !bytes.Contains(r.out, []byte(`"held"`)) {
 		t.Fatalf("the request held across the update: %d %s %v", r.code, r.out, r.err)
 	}
-	waitFor(t, "the drained replica to stop", func() bool {
+	testkit.Eventually(t, 60*time.Second, "the drained replica to stop", func() bool {
 		for _, p := range old {
 			if alive(p) {
 				return false
@@ -270,7 +271,7 @@ func TestCorruptRecordIsMovedAside(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(dir, "huge.json"), []byte(`{"deployment":{"service":"huge","image":"x"},"replicas":100000}`), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	var logs lockedBuffer
+	var logs testkit.Buffer
 	e.cfg.Logger = slog.New(slog.NewTextHandler(&logs, nil))
 	b2 := e.open(t)
 	waitReady(t, b2, "probe", 1)
@@ -294,23 +295,6 @@ func TestCorruptRecordIsMovedAside(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitReady(t, b2, "other", 1)
-}
-
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
 }
 
 // TestGPUEnvironmentCarriesTheWholeSpec: a GPU function's replicas get every requirement, so that one that

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/faas-gpu/faas-gpu/provider"
+	"github.com/faas-gpu/faas-gpu/test/testkit"
 )
 
 // TestScaleFromZero: requests to a function at 0 replicas wake it, as the OpenFaaS gateway's scale-from-zero does:
@@ -67,7 +68,7 @@ func TestScaleFromZero(t *testing.T) {
 		if err := b.Scale(ctx, "", "probe", 0); err != nil {
 			t.Fatal(err)
 		}
-		waitFor(t, "the replica to stop", func() bool { return len(b.pids("probe")) == 0 })
+		testkit.Eventually(t, 60*time.Second, "the replica to stop", func() bool { return len(b.pids("probe")) == 0 })
 	}
 
 	// The woken count is recorded: a backend restarted after a wake-up starts the function.

@@ -12,6 +12,7 @@ import (
 	"github.com/faas-gpu/faas-gpu/queueworker/internal/jstest"
 	"github.com/faas-gpu/faas-gpu/queueworker/queue"
 	"github.com/faas-gpu/faas-gpu/queueworker/worker"
+	"github.com/faas-gpu/faas-gpu/test/testkit"
 )
 
 func streamInfo(t *testing.T, js jetstream.JetStream, name string) *jetstream.StreamInfo {
@@ -41,14 +42,14 @@ func TestDeadLetterFloodStaysWithinItsLimit(t *testing.T) {
 	for i := 0; i < 60; i++ {
 		last = e.send("/async-function/echo", body, nil)
 	}
-	jstest.Eventually(t, 30*time.Second, func() bool {
+	testkit.Eventually(t, 30*time.Second, "the last call's dead letter", func() bool {
 		for _, m := range e.deadLetters() {
 			if m.Header.Get(queue.HeaderCallID) == last {
 				return true
 			}
 		}
 		return false
-	}, "the last call's dead letter")
+	})
 	info := streamInfo(t, e.js, queue.DeadLetterStream)
 	if info.Config.MaxBytes != limit || info.State.Bytes > limit {
 		t.Errorf("dead letters: %d bytes with max bytes %d, want at most %d", info.State.Bytes, info.Config.MaxBytes, limit)
@@ -57,7 +58,7 @@ func TestDeadLetterFloodStaysWithinItsLimit(t *testing.T) {
 		t.Errorf("dead letters: all %d kept, want the oldest dropped", info.State.Msgs)
 	}
 	t.Logf("60 dead letters of 256 KiB: the stream holds %d (%d bytes, limit %d)", info.State.Msgs, info.State.Bytes, limit)
-	jstest.Eventually(t, 10*time.Second, func() bool { return e.streamMsgs(queue.DefaultQueue) == 0 }, "queue drained")
+	testkit.Eventually(t, 10*time.Second, "queue drained", func() bool { return e.streamMsgs(queue.DefaultQueue) == 0 })
 }
 
 // TestFullQueueAnswers429: once a queue's backlog reaches its limit (no worker runs), the front door refuses the

@@ -2,6 +2,7 @@ package worker_test
 
 import (
 	"context"
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -18,9 +19,9 @@ import (
 	"github.com/faas-gpu/faas-gpu/gpuserver/topology"
 	"github.com/faas-gpu/faas-gpu/queueworker/frontdoor"
 	"github.com/faas-gpu/faas-gpu/queueworker/functions"
-	"github.com/faas-gpu/faas-gpu/queueworker/internal/jstest"
 	"github.com/faas-gpu/faas-gpu/queueworker/queue"
 	"github.com/faas-gpu/faas-gpu/queueworker/worker"
+	"github.com/faas-gpu/faas-gpu/test/testkit"
 )
 
 // With the window full and one invocation at a time, the SLO-aware order serves the function with the tighter
@@ -71,7 +72,7 @@ func TestSLOAwareOrderServesTighterDeadlinesFirst(t *testing.T) {
 			for range 10 {
 				ids = append(ids, e.send("/async-function/tight", "", map[string]string{"X-Start-Time": start}))
 			}
-			jstest.Eventually(t, 10*time.Second, func() bool { return w.Stats().Window == 20 }, "20 messages in the window (have %d)", w.Stats().Window)
+			testkit.Eventually(t, 10*time.Second, fmt.Sprintf("20 messages in the window (have %d)", w.Stats().Window), func() bool { return w.Stats().Window == 20 })
 			close(gate)
 			for _, id := range ids {
 				e.waitCallback(id)
@@ -140,7 +141,7 @@ func TestPoolCapacityAdmitsGPUFunctions(t *testing.T) {
 	for _, id := range cpuIDs {
 		e.waitCallback(id) // CPU calls complete while the GPU ones are held back
 	}
-	jstest.Eventually(t, 10*time.Second, func() bool { return running.Load() == int32(len(node.GPUs)) }, "%d GPU invocations running", len(node.GPUs))
+	testkit.Eventually(t, 10*time.Second, fmt.Sprintf("%d GPU invocations running", len(node.GPUs)), func() bool { return running.Load() == int32(len(node.GPUs)) })
 	close(gate)
 	for _, id := range gpuIDs {
 		e.waitCallback(id)
@@ -202,7 +203,7 @@ func TestNamedQueueIsDiscoveredAndConsumed(t *testing.T) {
 			t.Fatalf("callback %v", cb.header)
 		}
 	}
-	jstest.Eventually(t, 10*time.Second, func() bool { return e.streamMsgs("batch-queue") == 0 }, "named queue drained")
+	testkit.Eventually(t, 10*time.Second, "named queue drained", func() bool { return e.streamMsgs("batch-queue") == 0 })
 }
 
 // A backlog on one named queue does not take every slot: the default queue's calls run while the named queue's
@@ -244,7 +245,7 @@ func TestQueuesDoNotStarveEachOther(t *testing.T) {
 		batch = append(batch, send("batch"))
 	}
 	e.run(worker.Config{Functions: fns, MaxInflight: 4, DiscoverQueues: 20 * time.Millisecond})
-	jstest.Eventually(t, 10*time.Second, func() bool { return slow.Load() == 3 }, "3 batch calls running")
+	testkit.Eventually(t, 10*time.Second, "3 batch calls running", func() bool { return slow.Load() == 3 })
 	for range 5 {
 		e.waitCallback(send("echo")) // served while the batch queue holds 3 of the 4 slots
 	}

@@ -22,6 +22,7 @@ import (
 	"github.com/faas-gpu/faas-gpu/queueworker/natsserver"
 	"github.com/faas-gpu/faas-gpu/queueworker/queue"
 	"github.com/faas-gpu/faas-gpu/queueworker/worker"
+	"github.com/faas-gpu/faas-gpu/test/testkit"
 )
 
 // Environment of the worker child process (this test binary re-executed).
@@ -39,7 +40,7 @@ func TestMain(m *testing.M) {
 	if os.Getenv(envChild) == "1" {
 		os.Exit(childWorker())
 	}
-	os.Exit(m.Run())
+	testkit.VerifyNoLeaks(m) // pullers, dispatchers and invocations end with their worker
 }
 
 // childWorker runs a worker until SIGTERM (or until it is killed).
@@ -171,7 +172,7 @@ func TestReliabilityKillsAndRestarts(t *testing.T) {
 	child := startChild(t, natsURL, gw.URL)
 	waitFor := func(n int64, what string) {
 		t.Helper()
-		jstest.Eventually(t, 90*time.Second, func() bool { return distinct.Load() >= n }, "%s: %d of %d callbacks (published %d)", what, distinct.Load(), n, published.Load())
+		testkit.Eventually(t, 90*time.Second, fmt.Sprintf("%s: %d of %d callbacks (published %d)", what, distinct.Load(), n, published.Load()), func() bool { return distinct.Load() >= n })
 	}
 	waitFor(1500, "before the first kill")
 	child.kill()
@@ -193,14 +194,14 @@ func TestReliabilityKillsAndRestarts(t *testing.T) {
 	pubs.Wait()
 
 	// Let late redeliveries (after ack wait) land, then check the stream is empty: nothing left unacked.
-	jstest.Eventually(t, 30*time.Second, func() bool {
+	testkit.Eventually(t, 30*time.Second, "queue stream empty", func() bool {
 		st, err := js.Stream(ctx, queue.Stream(queue.DefaultQueue))
 		if err != nil {
 			return false
 		}
 		info, err := st.Info(ctx)
 		return err == nil && info.State.Msgs == 0
-	}, "queue stream empty")
+	})
 
 	cbMu.Lock()
 	defer cbMu.Unlock()

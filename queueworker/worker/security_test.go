@@ -3,6 +3,7 @@ package worker_test
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -20,9 +21,9 @@ import (
 	"github.com/faas-gpu/faas-gpu/contract"
 	"github.com/faas-gpu/faas-gpu/queueworker/frontdoor"
 	"github.com/faas-gpu/faas-gpu/queueworker/functions"
-	"github.com/faas-gpu/faas-gpu/queueworker/internal/jstest"
 	"github.com/faas-gpu/faas-gpu/queueworker/queue"
 	"github.com/faas-gpu/faas-gpu/queueworker/worker"
+	"github.com/faas-gpu/faas-gpu/test/testkit"
 )
 
 // gatewayLog records every request path the gateway saw; /system/* answers as a provider API would.
@@ -127,8 +128,7 @@ func TestMessagesCannotReachTheGatewayAPI(t *testing.T) {
 	if c := e.waitCallback("fine"); c.header.Get("X-Echo-Path") != "/function/echo/a%2Fb" {
 		t.Errorf("path reached the function as %q", c.header.Get("X-Echo-Path"))
 	}
-	jstest.Eventually(t, 20*time.Second, func() bool { return len(e.deadLetters()) == len(paths)+2 },
-		"%d dead letters", len(paths)+2)
+	testkit.Eventually(t, 20*time.Second, fmt.Sprintf("%d dead letters", len(paths)+2), func() bool { return len(e.deadLetters()) == len(paths)+2 })
 	for id, reason := range e.deadLetterReasons() {
 		if reason != worker.ReasonMalformed {
 			t.Errorf("%s dead-lettered as %s, want %s", id, reason, worker.ReasonMalformed)
@@ -175,7 +175,7 @@ func TestCallbacksCannotReachTheGateway(t *testing.T) {
 	if c := e.waitCallback("redirecting-function"); c.header.Get("X-Function-Status") != "307" {
 		t.Errorf("redirecting function's callback status %q, want 307", c.header.Get("X-Function-Status"))
 	}
-	jstest.Eventually(t, 20*time.Second, func() bool { return len(e.deadLetters()) == len(aliases)+1 }, "%d dead letters", len(aliases)+1)
+	testkit.Eventually(t, 20*time.Second, fmt.Sprintf("%d dead letters", len(aliases)+1), func() bool { return len(e.deadLetters()) == len(aliases)+1 })
 	reasons := e.deadLetterReasons()
 	for i := range aliases {
 		id := "self-" + string(rune('a'+i))
@@ -206,7 +206,7 @@ func TestDeadLettersKeepNoCredentials(t *testing.T) {
 				"Cookie": "session=s3cr3t", "Proxy-Authorization": "Basic s3cr3t", "X-Kept": "yes"})
 			e.waitCallback(id)
 			var dl []*nats.Msg
-			jstest.Eventually(t, 10*time.Second, func() bool { dl = e.deadLetters(); return len(dl) == 1 }, "one dead letter")
+			testkit.Eventually(t, 10*time.Second, "one dead letter", func() bool { dl = e.deadLetters(); return len(dl) == 1 })
 			if strings.Contains(string(dl[0].Data), "s3cr3t") {
 				t.Fatalf("dead letter keeps a credential: %s", dl[0].Data)
 			}
@@ -242,7 +242,7 @@ func TestUnparsableDeadLetterIsNotKept(t *testing.T) {
 	}
 	e.run(worker.Config{})
 	var dl []*nats.Msg
-	jstest.Eventually(t, 10*time.Second, func() bool { dl = e.deadLetters(); return len(dl) == 1 }, "one dead letter")
+	testkit.Eventually(t, 10*time.Second, "one dead letter", func() bool { dl = e.deadLetters(); return len(dl) == 1 })
 	if len(dl[0].Data) != 0 || dl[0].Header.Get(queue.HeaderDeadLetterDropped) != "message" ||
 		dl[0].Header.Get(queue.HeaderDeadLetterSize) != "39" {
 		t.Fatalf("dead letter %v %q", dl[0].Header, dl[0].Data)
@@ -283,11 +283,11 @@ func TestNeverConsumesTheDeadLetters(t *testing.T) {
 	}}}
 	e.run(worker.Config{Durable: "qw", Functions: fns, DiscoverQueues: 10 * time.Millisecond,
 		Retry: worker.RetryPolicy{MaxAttempts: 1, InitialBackoff: time.Millisecond, MaxBackoff: time.Millisecond}})
-	jstest.Eventually(t, 20*time.Second, func() bool { return fns.calls.Load() >= 5 }, "the worker listed functions 5 times")
+	testkit.Eventually(t, 20*time.Second, "the worker listed functions 5 times", func() bool { return fns.calls.Load() >= 5 })
 	// A call that fails and is dead-lettered while the worker runs.
 	e.waitCallback(e.send("/async-function/echo", "x", nil))
-	jstest.Eventually(t, 10*time.Second, func() bool { return len(e.deadLetters()) == 2 }, "two dead letters")
-	jstest.Eventually(t, 20*time.Second, func() bool { return fns.calls.Load() >= 10 }, "the worker listed functions 10 times")
+	testkit.Eventually(t, 10*time.Second, "two dead letters", func() bool { return len(e.deadLetters()) == 2 })
+	testkit.Eventually(t, 20*time.Second, "the worker listed functions 10 times", func() bool { return fns.calls.Load() >= 10 })
 	st, err := e.js.Stream(ctx, queue.DeadLetterStream)
 	if err != nil {
 		t.Fatal(err)
@@ -325,7 +325,7 @@ func TestForbiddenCallbackHostsByName(t *testing.T) {
 	cb, _ := url.Parse(e.cbServer.URL)
 	e.run(worker.Config{ForbiddenCallbackHosts: []string{"localhost:" + cb.Port()}})
 	id := e.send("/async-function/echo", "x", nil) // calls back to 127.0.0.1:<port>
-	jstest.Eventually(t, 20*time.Second, func() bool { return e.deadLetterReasons()[id] != "" }, "a dead letter for %s", id)
+	testkit.Eventually(t, 20*time.Second, fmt.Sprintf("a dead letter for %s", id), func() bool { return e.deadLetterReasons()[id] != "" })
 	if r := e.deadLetterReasons()[id]; r != worker.ReasonCallbackRefused {
 		t.Fatalf("dead-lettered as %q, want %s", r, worker.ReasonCallbackRefused)
 	}

@@ -27,6 +27,7 @@ import (
 	"github.com/faas-gpu/faas-gpu/queueworker/internal/jstest"
 	"github.com/faas-gpu/faas-gpu/queueworker/queue"
 	"github.com/faas-gpu/faas-gpu/queueworker/worker"
+	"github.com/faas-gpu/faas-gpu/test/testkit"
 )
 
 // callback is one received callback.
@@ -143,7 +144,7 @@ func (e *env) callbacksFor(id string) []callback {
 
 func (e *env) waitCallback(id string) callback {
 	e.t.Helper()
-	jstest.Eventually(e.t, 20*time.Second, func() bool { return len(e.callbacksFor(id)) > 0 }, "callback for %s", id)
+	testkit.Eventually(e.t, 20*time.Second, fmt.Sprintf("callback for %s", id), func() bool { return len(e.callbacksFor(id)) > 0 })
 	return e.callbacksFor(id)[0]
 }
 
@@ -216,7 +217,7 @@ func TestInvokesAndCallsBack(t *testing.T) {
 	if cb.body != "payload" {
 		t.Errorf("callback body %q", cb.body)
 	}
-	jstest.Eventually(t, 10*time.Second, func() bool { return e.streamMsgs(queue.DefaultQueue) == 0 }, "message acked and removed")
+	testkit.Eventually(t, 10*time.Second, "message acked and removed", func() bool { return e.streamMsgs(queue.DefaultQueue) == 0 })
 	if got := metricValue(t, e.reg, "faas_gpu_queue_dispatched_total", map[string]string{"function": "echo"}); got != 1 {
 		t.Errorf("dispatched metric %v, want 1", got)
 	}
@@ -285,12 +286,12 @@ func TestRetriesExhaustedGoToDeadLetters(t *testing.T) {
 		t.Fatalf("callback %v %q", cb.header, cb.body)
 	}
 	var dl []*nats.Msg
-	jstest.Eventually(t, 10*time.Second, func() bool { dl = e.deadLetters(); return len(dl) == 1 }, "one dead letter")
+	testkit.Eventually(t, 10*time.Second, "one dead letter", func() bool { dl = e.deadLetters(); return len(dl) == 1 })
 	if r := dl[0].Header.Get(queue.HeaderDeadLetterReason); !strings.HasPrefix(r, worker.ReasonRetriesExhausted) ||
 		dl[0].Header.Get(queue.HeaderCallID) != id || dl[0].Subject != "faas-dead-letter.faas-request" {
 		t.Fatalf("dead letter %s %v", dl[0].Subject, dl[0].Header)
 	}
-	jstest.Eventually(t, 10*time.Second, func() bool { return e.streamMsgs(queue.DefaultQueue) == 0 }, "message acked")
+	testkit.Eventually(t, 10*time.Second, "message acked", func() bool { return e.streamMsgs(queue.DefaultQueue) == 0 })
 }
 
 // Malformed messages go to the dead letters with a reason and do not block the messages behind them.
@@ -325,7 +326,7 @@ func TestMalformedMessagesDoNotBlock(t *testing.T) {
 		t.Fatalf("unknown function's callback status %q", cb.header.Get("X-Function-Status"))
 	}
 	var dl []*nats.Msg
-	jstest.Eventually(t, 10*time.Second, func() bool { dl = e.deadLetters(); return len(dl) == 4 }, "four dead letters")
+	testkit.Eventually(t, 10*time.Second, "four dead letters", func() bool { dl = e.deadLetters(); return len(dl) == 4 })
 	reasons := map[string]bool{}
 	for _, m := range dl {
 		r := m.Header.Get(queue.HeaderDeadLetterReason)
@@ -336,7 +337,7 @@ func TestMalformedMessagesDoNotBlock(t *testing.T) {
 			t.Errorf("no dead letter with reason %s; got %v", want, reasons)
 		}
 	}
-	jstest.Eventually(t, 10*time.Second, func() bool { return e.streamMsgs(queue.DefaultQueue) == 0 }, "queue emptied")
+	testkit.Eventually(t, 10*time.Second, "queue emptied", func() bool { return e.streamMsgs(queue.DefaultQueue) == 0 })
 }
 
 // A callback endpoint that is down is retried, then counted, logged and dead-lettered; the message is acked.
@@ -346,7 +347,7 @@ func TestCallbackDownIsRetriedThenReported(t *testing.T) {
 	e.run(worker.Config{CallbackRetry: worker.RetryPolicy{MaxAttempts: 3, InitialBackoff: 5 * time.Millisecond, MaxBackoff: 10 * time.Millisecond}})
 	id := e.send("/async-function/echo", "x", nil)
 	var dl []*nats.Msg
-	jstest.Eventually(t, 10*time.Second, func() bool { dl = e.deadLetters(); return len(dl) == 1 }, "callback dead letter")
+	testkit.Eventually(t, 10*time.Second, "callback dead letter", func() bool { dl = e.deadLetters(); return len(dl) == 1 })
 	if r := dl[0].Header.Get(queue.HeaderDeadLetterReason); !strings.HasPrefix(r, worker.ReasonCallbackFailed) || dl[0].Header.Get(queue.HeaderCallID) != id {
 		t.Fatalf("dead letter %v", dl[0].Header)
 	}
@@ -356,7 +357,7 @@ func TestCallbackDownIsRetriedThenReported(t *testing.T) {
 	if got := metricValue(t, e.reg, "faas_gpu_queue_callbacks_total", map[string]string{"result": "failed"}); got != 1 {
 		t.Errorf("callback failures %v, want 1", got)
 	}
-	jstest.Eventually(t, 10*time.Second, func() bool { return e.streamMsgs(queue.DefaultQueue) == 0 }, "message acked")
+	testkit.Eventually(t, 10*time.Second, "message acked", func() bool { return e.streamMsgs(queue.DefaultQueue) == 0 })
 }
 
 // Cancelling Run lets the running invocation finish and its callback go out before Run returns; the message still
@@ -380,11 +381,9 @@ func TestGracefulDrain(t *testing.T) {
 	done := make(chan error, 1)
 	go func() { done <- w.Run(ctx) }()
 	<-started
-	jstest.Eventually(t, 20*time.Second, func() bool { s := w.Stats(); return s.Held == 2 && s.Window == 1 },
-		"the second message waiting in the window (stats %+v)", w.Stats())
+	testkit.Eventually(t, 20*time.Second, fmt.Sprintf("the second message waiting in the window (stats %+v)", w.Stats()), func() bool { s := w.Stats(); return s.Held == 2 && s.Window == 1 })
 	cancel()
-	jstest.Eventually(t, 20*time.Second, func() bool { s := w.Stats(); return s.Held == 1 && s.Window == 0 },
-		"the waiting message given back while the running one is held (stats %+v)", w.Stats())
+	testkit.Eventually(t, 20*time.Second, fmt.Sprintf("the waiting message given back while the running one is held (stats %+v)", w.Stats()), func() bool { s := w.Stats(); return s.Held == 1 && s.Window == 0 })
 	select {
 	case err := <-done:
 		t.Fatalf("Run returned (%v) while an invocation was running", err)
@@ -484,7 +483,7 @@ func TestLongCallKeepsItsLease(t *testing.T) {
 	if cb := e.waitCallback(id); cb.body != "slow" || cb.header.Get("X-Retry") != "0" {
 		t.Fatalf("callback %v %q", cb.header, cb.body)
 	}
-	jstest.Eventually(t, 10*time.Second, func() bool { return e.streamMsgs(queue.DefaultQueue) == 0 }, "acked")
+	testkit.Eventually(t, 10*time.Second, "acked", func() bool { return e.streamMsgs(queue.DefaultQueue) == 0 })
 	if n := calls.Load(); n != 1 {
 		t.Fatalf("function invoked %d times, want 1 (the lease lapsed)", n)
 	}
@@ -526,10 +525,10 @@ func TestRunLeavesNoGoroutines(t *testing.T) {
 		done := make(chan error, 1)
 		go func() { done <- w.Run(ctx) }()
 		data, _ := json.Marshal(types.QueueRequest{Function: "echo", Method: "POST", CallbackURL: u, Header: http.Header{"X-Call-Id": {id}}})
-		jstest.Eventually(t, 10*time.Second, func() bool {
+		testkit.Eventually(t, 10*time.Second, "publish (the worker creates the stream)", func() bool {
 			_, err := js.Publish(context.Background(), "faas-request", data)
 			return err == nil
-		}, "publish (the worker creates the stream)")
+		})
 		if got := <-got; got != id {
 			t.Fatalf("callback for %q, want %q", got, id)
 		}
@@ -543,8 +542,7 @@ func TestRunLeavesNoGoroutines(t *testing.T) {
 	runOnce("second")
 	// Goroutines of closed connections (the NATS server's for the worker's client, HTTP keep-alives) end a moment
 	// after Run returns: poll with a generous deadline instead of goleak's short built-in retry.
-	var leaked error
-	jstest.Eventually(t, 30*time.Second, func() bool { leaked = goleak.Find(ignore); return leaked == nil }, "no goroutine left: %v", leaked)
+	testkit.EventuallyNil(t, 30*time.Second, "no goroutine left", func() error { return goleak.Find(ignore) })
 }
 
 // A message for a function the worker does not know yet is looked at again until the grace period passes: a
@@ -562,7 +560,7 @@ func TestUnknownFunctionGetsAGracePeriod(t *testing.T) {
 	start := map[string]string{"X-Start-Time": strconv.FormatInt(base.UnixNano(), 10)}
 	ghost := e.send("/async-function/ghost", "x", start)
 	id := e.send("/async-function/late", "x", start)
-	jstest.Eventually(t, 10*time.Second, func() bool { return fns.asked.Load() > 0 }, "the worker looked the function up")
+	testkit.Eventually(t, 10*time.Second, "the worker looked the function up", func() bool { return fns.asked.Load() > 0 })
 	fns.deployed.Store(true)
 	if cb := e.waitCallback(id); cb.header.Get("X-Function-Status") != "200" {
 		t.Fatalf("callback status %q, want 200", cb.header.Get("X-Function-Status"))

@@ -1,6 +1,6 @@
 /*
  * bench_remoting.c: transport figures of the shim against a running remoting server (driven by
- * gpuserver/remoting/cmd/remoting-bench, which starts the server and runs this once per mode).
+ * test/bench/remoting, which starts the server and runs this once per mode).
  *   sync:  round trips of cuCtxSynchronize, one at a time: p50, p99, mean (ns)
  *   async: cuLaunchKernel records (4 pointer-sized arguments) as fast as the shim takes them, then one
  *          cuCtxSynchronize: calls per second including the drain

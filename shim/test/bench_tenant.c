@@ -1,6 +1,6 @@
 /*
  * bench_tenant.c: remoting figures of the shim against a gpuserver whose device handler runs the calls on a
- * simulated GPU (driven by gpuserver/tenant/cmd/tenant-bench, once per mode: sessions run in the gpuserver's own
+ * simulated GPU (driven by test/bench/tenants, once per mode: sessions run in the gpuserver's own
  * process, or are handed to the tenant's executor process).
  *   sync:  cuCtxSynchronize round trips, one at a time, on a session with a bound stream: p50, p99, mean (ns)
  *   async: cuLaunchKernel of vector_add over 1 element (a reference kernel the simulated GPU computes) as fast as

@@ -10,7 +10,7 @@ import (
 
 // repoPath matches a `quoted` path of the repository in a document: it starts with one of the repository's top
 // folders.
-var repoPath = regexp.MustCompile("`((?:cmd|contract|provider|gpuserver|queueworker|shim|template|test|docs|charts|functions)(?:/[A-Za-z0-9_./{}-]*[A-Za-z0-9_])?)`")
+var repoPath = regexp.MustCompile("`((?:cmd|connlimit|contract|provider|gpuserver|queueworker|shim|template|test|docs|charts|functions)(?:/[A-Za-z0-9_./{}-]*[A-Za-z0-9_])?)`")
 
 // TestArchitectureNamesExistingFiles: every file and package docs/architecture.md and docs/design.md name exists,
 // so that the map cannot point at code that moved.
@@ -100,5 +100,28 @@ func TestArchitectureFollowsTheRequest(t *testing.T) {
 	}
 	if len(files) < 20 {
 		t.Errorf("the request path names %d files, want the whole path (20 or more)", len(files))
+	}
+}
+
+// mainPackage matches the package clause of a program.
+var mainPackage = regexp.MustCompile(`(?m)^package main$`)
+
+// TestProgramsLiveOutsideTheProduct: a program (package main) lives under cmd/ (the binaries and tools a user
+// runs) or test/ (tests' helpers, benchmarks in test/bench/<name>), or is shim/gen (the generator beside the table
+// it reads); never inside a product package, where a benchmark or a tool would be mistaken for the product's code.
+func TestProgramsLiveOutsideTheProduct(t *testing.T) {
+	mains := 0
+	goSources(t, func(path string) bool { return !strings.HasSuffix(path, "_test.go") }, func(path, src string) {
+		if !mainPackage.MatchString(src) {
+			return
+		}
+		mains++
+		dir := filepath.ToSlash(filepath.Dir(strings.TrimPrefix(path, "../../")))
+		if !strings.HasPrefix(dir, "cmd/") && !strings.HasPrefix(dir, "test/") && dir != "shim/gen" {
+			t.Errorf("%s is a program inside a product package: move it to cmd/ or test/bench/", path)
+		}
+	})
+	if mains < 10 {
+		t.Fatalf("found only %d files of programs", mains)
 	}
 }

@@ -29,6 +29,7 @@ import (
 
 	"github.com/faas-gpu/faas-gpu/gpuserver/client"
 	"github.com/faas-gpu/faas-gpu/provider/basicauth"
+	"github.com/faas-gpu/faas-gpu/test/testkit"
 )
 
 // repoRoot is the repository's root, two folders up from this package.
@@ -71,7 +72,7 @@ type instance struct {
 	cmd      *exec.Cmd
 	url      string
 	stateDir string
-	out      *lockedBuffer
+	out      *testkit.Buffer
 	done     chan struct{}
 	// user and password are the basic-auth credentials up created in <state-dir>/secrets (faas-cli login).
 	user, password string
@@ -106,23 +107,6 @@ func templateFprocess(t *testing.T) string {
 	}
 	t.Fatal("template.yml has no fprocess")
 	return ""
-}
-
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
 }
 
 func freePort(t *testing.T) int {
@@ -171,7 +155,7 @@ func startUpInUnder(t *testing.T, cwd, stateDir string, port int, wrap []string,
 	if port == 0 {
 		port = freePort(t)
 	}
-	out := &lockedBuffer{}
+	out := &testkit.Buffer{}
 	cmd := exec.Command(bin, append([]string{"up", "--port", strconv.Itoa(port)}, args...)...)
 	if len(wrap) > 0 {
 		cmd = exec.Command(wrap[0], append(wrap[1:], cmd.Args...)...)
@@ -190,7 +174,7 @@ func startUpInUnder(t *testing.T, cwd, stateDir string, port int, wrap []string,
 			t.Logf("faas-gpu up output:\n%s", out.String())
 		}
 	})
-	eventually(t, 60*time.Second, "gateway healthz", func() error {
+	testkit.EventuallyNil(t, 60*time.Second, "gateway healthz", func() error {
 		select {
 		case <-in.done:
 			return fmt.Errorf("faas-gpu up exited: %s", out.String())
@@ -240,22 +224,6 @@ func (in *instance) stop(t *testing.T) {
 		_ = in.cmd.Process.Kill()
 		<-in.done
 		t.Errorf("faas-gpu up did not exit after SIGINT")
-	}
-}
-
-// eventually polls f until it returns nil or the timeout passes.
-func eventually(t *testing.T, timeout time.Duration, what string, f func() error) {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	var err error
-	for {
-		if err = f(); err == nil {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: not within %s: %v", what, timeout, err)
-		}
-		time.Sleep(50 * time.Millisecond)
 	}
 }
 
@@ -321,7 +289,7 @@ func deploy(t *testing.T, in *instance, fn types.FunctionDeployment) {
 func invokeReady(t *testing.T, url, body string) string {
 	t.Helper()
 	var out string
-	eventually(t, 60*time.Second, "invoke "+url, func() error {
+	testkit.EventuallyNil(t, 60*time.Second, "invoke "+url, func() error {
 		r := call(t, http.MethodPost, url, body, nil)
 		if r.code != http.StatusOK {
 			return fmt.Errorf("%d %s", r.code, r.body)
@@ -468,7 +436,7 @@ func TestEndToEnd(t *testing.T) {
 		}
 		deploy(t, in, types.FunctionDeployment{Service: "echo", Image: "echo:latest", Secrets: []string{"api-key"},
 			EnvVars: map[string]string{"UPDATED": "1"}})
-		eventually(t, 60*time.Second, "the updated echo to serve alone", func() error {
+		testkit.EventuallyNil(t, 60*time.Second, "the updated echo to serve alone", func() error {
 			r := in.system(t, http.MethodGet, "/system/function/echo", nil)
 			var st types.FunctionStatus
 			if err := json.Unmarshal([]byte(r.body), &st); err != nil || st.EnvVars["UPDATED"] != "1" || st.AvailableReplicas != 1 {
@@ -625,7 +593,7 @@ func TestEndToEnd(t *testing.T) {
 			}
 		}
 		scale(0)
-		eventually(t, 30*time.Second, "echo scaled to 0", func() error {
+		testkit.EventuallyNil(t, 30*time.Second, "echo scaled to 0", func() error {
 			if st := functionStatus(t, in, "echo"); st.Replicas != 0 || st.AvailableReplicas != 0 {
 				return fmt.Errorf("status at 0 replicas: %+v", st)
 			}
@@ -645,7 +613,7 @@ func TestEndToEnd(t *testing.T) {
 	})
 
 	t.Run("logs", func(t *testing.T) {
-		eventually(t, 30*time.Second, "echo logs", func() error {
+		testkit.EventuallyNil(t, 30*time.Second, "echo logs", func() error {
 			r := in.system(t, http.MethodGet, "/system/logs?name=echo&tail=50&follow=false", nil)
 			if r.code != http.StatusOK {
 				return fmt.Errorf("%d %s", r.code, r.body)
@@ -737,7 +705,7 @@ func TestEndToEnd(t *testing.T) {
 	if matches, _ := filepath.Glob(filepath.Join(records, "ghost.json.corrupt-*")); len(matches) != 1 {
 		t.Errorf("the truncated record was not moved aside: %v", matches)
 	}
-	eventually(t, 30*time.Second, "a loud log line about the corrupt record", func() error {
+	testkit.EventuallyNil(t, 30*time.Second, "a loud log line about the corrupt record", func() error {
 		if !strings.Contains(deploy2.out.String(), "CORRUPT") || !strings.Contains(deploy2.out.String(), "ghost.json") {
 			return fmt.Errorf("not logged")
 		}

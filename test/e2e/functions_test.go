@@ -21,6 +21,7 @@ import (
 	"github.com/faas-gpu/faas-gpu/provider/local/venv"
 	"github.com/faas-gpu/faas-gpu/provider/shrinkwrap"
 	"github.com/faas-gpu/faas-gpu/test/pyenv"
+	"github.com/faas-gpu/faas-gpu/test/testkit"
 )
 
 // pytorchFunctions are the example functions that run PyTorch through the shim.
@@ -83,14 +84,10 @@ func pins(t *testing.T, path string) map[string]string {
 }
 
 // TestExampleFunctionsInStackAndReadme: resnet and bert are GPU functions of the root stack.yml, and every request
-// field their handlers document is documented in the README too.
+// field their handlers document is documented in their functions/<fn>/README.md too, with a runnable example.
 func TestExampleFunctionsInStackAndReadme(t *testing.T) {
 	root := repoRoot(t)
 	stack, err := shrinkwrap.ReadStack(filepath.Join(root, "stack.yml"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	readme, err := os.ReadFile(filepath.Join(root, "README.md"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -109,20 +106,31 @@ func TestExampleFunctionsInStackAndReadme(t *testing.T) {
 		if len(fields) < 4 {
 			t.Fatalf("functions/%s/handler.py documents request fields %v; expected its Request section", fn, fields)
 		}
-		section := readmeSection(string(readme), "### "+fn)
+		doc := functionReadme(t, fn)
+		section := readmeSection(doc, "## Request and answer")
 		if section == "" {
-			t.Errorf("README.md has no section ### %s", fn)
+			t.Errorf("functions/%s/README.md has no section ## Request and answer", fn)
 			continue
 		}
 		for _, field := range fields {
 			if !strings.Contains(section, "`"+field+"`") {
-				t.Errorf("README.md section ### %s does not document the request field `%s`", fn, field)
+				t.Errorf("functions/%s/README.md does not document the request field `%s`", fn, field)
 			}
 		}
-		if len(readmeExamples(string(readme), fn)) == 0 {
-			t.Errorf("README.md has no runnable example (curl ... /function/%s -d '...') of %s", fn, fn)
+		if len(readmeExamples(doc, fn)) == 0 {
+			t.Errorf("functions/%s/README.md has no runnable example (curl ... /function/%s -d '...')", fn, fn)
 		}
 	}
+}
+
+// functionReadme is the text of functions/<fn>/README.md: the function's API and its examples.
+func functionReadme(t *testing.T, fn string) string {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join(repoRoot(t), "functions", fn, "README.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(b)
 }
 
 // requestFields reads the field names of a handler docstring's Request section (lines "  name   description").
@@ -173,8 +181,8 @@ func readmeSection(readme, heading string) string {
 	return strings.Join(lines, "\n")
 }
 
-// readmeExamples are the request bodies of the README's `curl -s http://127.0.0.1:8080/function/<fn> -d '...'`
-// lines: the README's examples, which the PyEnv tier runs.
+// readmeExamples are the request bodies of a README's `curl -s http://127.0.0.1:8080/function/<fn> -d '...'`
+// lines: a function's examples, which the PyEnv tier runs.
 func readmeExamples(readme, fn string) []string {
 	re := regexp.MustCompile(`curl -s http://127\.0\.0\.1:8080/function/` + regexp.QuoteMeta(fn) + ` -d '([^']*)'`)
 	var out []string
@@ -225,7 +233,7 @@ func TestFunctionsWithPipRequirementsThroughUp(t *testing.T) {
 	deploy(t, in, types.FunctionDeployment{Service: "pip-broken", Image: "pip-broken:latest"})
 
 	installing := false // the function's status said it was installing
-	eventually(t, 5*time.Minute, "pip-ok installed and answering", func() error {
+	testkit.EventuallyNil(t, 5*time.Minute, "pip-ok installed and answering", func() error {
 		if a := functionStatus(t, in, "pip-ok").Annotations; a != nil &&
 			strings.HasPrefix((*a)[local.StatusAnnotation], "installing ") {
 			installing = true
@@ -237,7 +245,7 @@ func TestFunctionsWithPipRequirementsThroughUp(t *testing.T) {
 		return nil
 	})
 	const reason = "No matching distribution found for faas-gpu-no-such-package==1.0"
-	eventually(t, 5*time.Minute, "pip-broken failing with pip's reason", func() error {
+	testkit.EventuallyNil(t, 5*time.Minute, "pip-broken failing with pip's reason", func() error {
 		r := call(t, http.MethodPost, in.url+"/function/pip-broken", "", nil)
 		if r.code != http.StatusServiceUnavailable || !strings.Contains(r.body, reason) {
 			return fmt.Errorf("%d %s", r.code, r.body)

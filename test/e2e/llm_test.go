@@ -19,6 +19,7 @@ import (
 	"github.com/faas-gpu/faas-gpu/provider/local/sandbox"
 	"github.com/faas-gpu/faas-gpu/provider/shrinkwrap"
 	"github.com/faas-gpu/faas-gpu/test/pyenv"
+	"github.com/faas-gpu/faas-gpu/test/testkit"
 )
 
 // llmFunctionDir lays out functions/llm for up's --functions-dir without its pip requirements, so that it runs on
@@ -221,7 +222,7 @@ func equalInts(a, b []int) bool {
 func requireSandboxed(t *testing.T, in *instance, function string) {
 	t.Helper()
 	var line string
-	eventually(t, 30*time.Second, "up's start-up line about functions' isolation", func() error {
+	testkit.EventuallyNil(t, 30*time.Second, "up's start-up line about functions' isolation", func() error {
 		for _, l := range strings.Split(in.out.String(), "\n") {
 			if rest, ok := strings.CutPrefix(strings.TrimSpace(l), "functions    "); ok && !strings.HasPrefix(rest, "from ") {
 				line = rest

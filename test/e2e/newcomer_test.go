@@ -16,6 +16,7 @@ import (
 	"github.com/openfaas/faas-provider/types"
 
 	"github.com/faas-gpu/faas-gpu/provider/shrinkwrap"
+	"github.com/faas-gpu/faas-gpu/test/testkit"
 )
 
 // faasCLIVersion is the faas-cli the README was tried with.
@@ -69,7 +70,7 @@ func checkout(t *testing.T) string {
 			t.Fatal(err)
 		}
 	}
-	// make functions: go run ./provider/shrinkwrap/cmd/shrinkwrap -f stack.yml -templates template -out build
+	// make functions: go run ./cmd/shrinkwrap -f stack.yml -templates template -out build
 	if _, err := shrinkwrap.Build(filepath.Join(dir, "stack.yml"), filepath.Join(dir, "template"),
 		filepath.Join(dir, "build")); err != nil {
 		t.Fatalf("make functions: %v", err)
@@ -295,7 +296,7 @@ func TestFaasCLIAgainstUp(t *testing.T) {
 		}
 		cli.deploy("greeter", "broken:latest", "")
 		var text string
-		eventually(t, 60*time.Second, "describe to show the failed update", func() error {
+		testkit.EventuallyNil(t, 60*time.Second, "describe to show the failed update", func() error {
 			if text = cli.describe("greeter"); !strings.Contains(text, "update not ready") {
 				return fmt.Errorf("%s", text)
 			}
@@ -314,7 +315,7 @@ func TestFaasCLIAgainstUp(t *testing.T) {
 			t.Fatalf("during the failed update: %q, want the previous definition answering", got)
 		}
 		cli.deploy("greeter", "echo:latest", "FIXED=1") // a fix rolls forward
-		eventually(t, 60*time.Second, "the fix to roll forward", func() error {
+		testkit.EventuallyNil(t, 60*time.Second, "the fix to roll forward", func() error {
 			if text = cli.describe("greeter"); strings.Contains(text, "faas-gpu/status") || !strings.Contains(text, "FIXED") {
 				return fmt.Errorf("%s", text)
 			}
@@ -418,7 +419,7 @@ func TestFaasCLIAgainstUp(t *testing.T) {
 		cli.run("faas-cli build --shrinkwrap -f stack.yml --filter my-fn")
 		cli.run("faas-cli deploy -f stack.yml --filter my-fn")
 		var out string
-		eventually(t, 60*time.Second, "my-fn answering", func() error {
+		testkit.EventuallyNil(t, 60*time.Second, "my-fn answering", func() error {
 			var err error
 			if out, err = shell(t, cli.dir, cli.env, "echo | faas-cli invoke my-fn"); err != nil {
 				return fmt.Errorf("%v: %s", err, out)

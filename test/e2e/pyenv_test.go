@@ -172,22 +172,11 @@ func pngBase64(t *testing.T) string {
 
 func zeros(n int) string { return "[" + strings.TrimSuffix(strings.Repeat("0,", n), ",") + "]" }
 
-func readme(t *testing.T) string {
-	t.Helper()
-	b, err := os.ReadFile(filepath.Join(repoRoot(t), "README.md"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	return string(b)
-}
-
 // TestPyEnvExampleFunctionsOnCPU runs the resnet and bert handlers with the pinned PyTorch on the CPU: inputs,
-// batches, answers, refusals, the README's examples, and the same answer from a second process (the weights come
+// batches, answers, refusals, the examples of their READMEs, and the same answer from a second process (the weights come
 // from the seed).
 func TestPyEnvExampleFunctionsOnCPU(t *testing.T) {
 	py := pyEnv(t)
-	doc := readme(t)
-
 	t.Run("resnet", func(t *testing.T) {
 		pixels := zeros(3 * 224 * 224)
 		requests := []string{
@@ -199,7 +188,7 @@ func TestPyEnvExampleFunctionsOnCPU(t *testing.T) {
 			`{"batch": 17}`, `{"top_k": 0}`, `{"image": "!!"}`, `{"image": "aGVsbG8="}`, `{"pixels": [1, 2]}`,
 			`{"seed": 1, "image": "x"}`, `[]`, `{`, `{"logits": "yes"}`, `{"pixels": [` + pixels + `], "batch": 2}`,
 		}
-		examples := readmeExamples(doc, "resnet")
+		examples := readmeExamples(functionReadme(t, "resnet"), "resnet")
 		requests = append(requests, examples...)
 		got := runHandler(t, py, "resnet", requests)
 
@@ -237,8 +226,8 @@ func TestPyEnvExampleFunctionsOnCPU(t *testing.T) {
 			}
 		}
 		for i, r := range got[len(got)-len(examples):] {
-			if a := decode[resnetAnswer](t, "README example "+examples[i], r); a.Batch < 1 {
-				t.Errorf("README example %s: %+v", examples[i], a)
+			if a := decode[resnetAnswer](t, "example "+examples[i], r); a.Batch < 1 {
+				t.Errorf("example %s: %+v", examples[i], a)
 			}
 		}
 		// A second process builds the same model from the seed.
@@ -258,7 +247,7 @@ func TestPyEnvExampleFunctionsOnCPU(t *testing.T) {
 			`{"input_ids": [30522]}`, `{"seq_len": 513}`, `{"text": []}`, `{"text": "` + long + `"}`,
 			`{"text": "a", "seq_len": 4}`, `{"text": ["a"], "batch": 2}`, `{"embedding": 1}`, `{"input_ids": [[]]}`,
 		}
-		examples := readmeExamples(doc, "bert")
+		examples := readmeExamples(functionReadme(t, "bert"), "bert")
 		requests = append(requests, examples...)
 		got := runHandler(t, py, "bert", requests)
 
@@ -290,8 +279,8 @@ func TestPyEnvExampleFunctionsOnCPU(t *testing.T) {
 			}
 		}
 		for i, r := range got[len(got)-len(examples):] {
-			if a := decode[bertAnswer](t, "README example "+examples[i], r); a.Batch < 1 {
-				t.Errorf("README example %s: %+v", examples[i], a)
+			if a := decode[bertAnswer](t, "example "+examples[i], r); a.Batch < 1 {
+				t.Errorf("example %s: %+v", examples[i], a)
 			}
 		}
 		again := decode[bertAnswer](t, "text, second process", runHandler(t, py, "bert", requests[:1])[0])
@@ -390,14 +379,14 @@ func TestPyEnvExampleFunctionsThroughUp(t *testing.T) {
 		}
 		return r
 	}
-	for _, body := range append(readmeExamples(readme(t), "resnet"), `{"seed": 2}`, `{"seed": 2, "batch": 8}`) {
+	for _, body := range append(readmeExamples(functionReadme(t, "resnet"), "resnet"), `{"seed": 2}`, `{"seed": 2, "batch": 8}`) {
 		var a resnetAnswer
 		if err := json.Unmarshal([]byte(post("resnet", body).body), &a); err != nil || a.Device != "cuda" ||
 			a.Batch < 1 || len(a.TopK) != a.Batch || a.Summary.Shape[0] != a.Batch {
 			t.Fatalf("resnet %s: %+v, %v", body, a, err)
 		}
 	}
-	for _, body := range append(readmeExamples(readme(t), "bert"), `{"seed": 2, "seq_len": 128}`,
+	for _, body := range append(readmeExamples(functionReadme(t, "bert"), "bert"), `{"seed": 2, "seq_len": 128}`,
 		`{"seed": 2, "seq_len": 128, "batch": 8}`) {
 		var a bertAnswer
 		if err := json.Unmarshal([]byte(post("bert", body).body), &a); err != nil || a.Device != "cuda" ||

@@ -17,6 +17,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/faas-gpu/faas-gpu/test/testkit"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/openfaas/faas-provider/types"
@@ -44,7 +45,7 @@ func newCallbacks(t *testing.T) *callbacks {
 func (c *callbacks) wait(t *testing.T, id string) reply {
 	t.Helper()
 	var r reply
-	eventually(t, 60*time.Second, "callback for "+id, func() error {
+	testkit.EventuallyNil(t, 60*time.Second, "callback for "+id, func() error {
 		c.mu.Lock()
 		defer c.mu.Unlock()
 		var ok bool
@@ -144,7 +145,7 @@ func TestAsyncEndToEnd(t *testing.T) {
 		if _, err := js.Publish(context.Background(), "faas-request", msg); err != nil {
 			t.Fatal(err)
 		}
-		eventually(t, 60*time.Second, "dead letter of straight-to-nats", func() error {
+		testkit.EventuallyNil(t, 60*time.Second, "dead letter of straight-to-nats", func() error {
 			reason, err := deadLetterReason(js, "straight-to-nats")
 			if err != nil {
 				return err

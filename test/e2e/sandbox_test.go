@@ -20,6 +20,7 @@ import (
 	"github.com/faas-gpu/faas-gpu/provider/basicauth"
 	"github.com/faas-gpu/faas-gpu/provider/local/sandbox"
 	"github.com/faas-gpu/faas-gpu/provider/shrinkwrap"
+	"github.com/faas-gpu/faas-gpu/test/testkit"
 )
 
 // The escape function (provider/local/testdata/escape) is a hostile function: it tries what the request lists and
@@ -246,7 +247,7 @@ func TestUpSandboxesFunctions(t *testing.T) {
 	dir := t.TempDir()
 	escapeContext(t, filepath.Join(dir, "build"), "escape")
 	in := startUp(t, filepath.Join(dir, "state"), "--sandbox", "required")
-	eventually(t, 30*time.Second, "up's start-up lines to say functions are isolated", func() error {
+	testkit.EventuallyNil(t, 30*time.Second, "up's start-up lines to say functions are isolated", func() error {
 		if !strings.Contains(in.out.String(), "functions    isolated") {
 			return fmt.Errorf("not in:\n%s", in.out.String())
 		}
@@ -347,7 +348,7 @@ func TestUpSandboxesFunctionsAsUnprivilegedUser(t *testing.T) {
 	marker := "up-only-" + strconv.Itoa(os.Getpid())
 	port := freePort(t)
 	state := filepath.Join(work, "state")
-	out := &lockedBuffer{}
+	out := &testkit.Buffer{}
 	cmd := exec.Command(setpriv, "--reuid=65534", "--regid=65534", "--clear-groups", "--", userBin, "up",
 		"--state-dir", state, "--port", strconv.Itoa(port), "--build-dir", filepath.Join(work, "build"),
 		"--templates-dir", filepath.Join(work, "templates"), "--functions-dir", filepath.Join(work, "functions"),
@@ -368,7 +369,7 @@ func TestUpSandboxesFunctionsAsUnprivilegedUser(t *testing.T) {
 			t.Logf("faas-gpu up (as nobody) output:\n%s", out.String())
 		}
 	})
-	eventually(t, 60*time.Second, "up as nobody", func() error {
+	testkit.EventuallyNil(t, 60*time.Second, "up as nobody", func() error {
 		select {
 		case <-in.done:
 			if strings.Contains(out.String(), sandbox.ErrUnavailable.Error()) {
@@ -394,7 +395,7 @@ func TestUpSandboxesFunctionsAsUnprivilegedUser(t *testing.T) {
 		t.Fatal(err)
 	}
 	in.user, in.password = creds.User, creds.Password
-	eventually(t, 30*time.Second, "up as nobody to say functions are isolated in user namespaces", func() error {
+	testkit.EventuallyNil(t, 30*time.Second, "up as nobody to say functions are isolated in user namespaces", func() error {
 		if !strings.Contains(out.String(), "functions    isolated: user, mount, pid, ipc, uts") {
 			return fmt.Errorf("not in:\n%s", out.String())
 		}

@@ -18,16 +18,17 @@ import (
 	"github.com/faas-gpu/faas-gpu/gpuserver/client"
 	"github.com/faas-gpu/faas-gpu/provider/basicauth"
 	"github.com/faas-gpu/faas-gpu/provider/local/sandbox"
+	"github.com/faas-gpu/faas-gpu/test/testkit"
 )
 
 // startProcess runs the faas-gpu binary with args until the test ends (SIGINT, then SIGKILL).
-func startProcess(t *testing.T, args ...string) *lockedBuffer {
+func startProcess(t *testing.T, args ...string) *testkit.Buffer {
 	t.Helper()
 	bin, err := buildOnce()
 	if err != nil {
 		t.Fatal(err)
 	}
-	out := &lockedBuffer{}
+	out := &testkit.Buffer{}
 	cmd := exec.Command(bin, args...)
 	cmd.Stdout, cmd.Stderr = out, out
 	cmd.Dir = t.TempDir()
@@ -76,7 +77,7 @@ func TestStandaloneProviderRunsCUDAFunctions(t *testing.T) {
 	}
 	startProcess(t, gsArgs...)
 	gs := client.New(sock)
-	eventually(t, 60*time.Second, "the gpuserver", func() error {
+	testkit.EventuallyNil(t, 60*time.Second, "the gpuserver", func() error {
 		_, err := gs.Status(context.Background())
 		return err
 	})
@@ -86,7 +87,7 @@ func TestStandaloneProviderRunsCUDAFunctions(t *testing.T) {
 		"--templates-dir", filepath.Join(root, "template"), "--functions-dir", filepath.Join(root, "functions"),
 		"--gpuserver-socket", sock, "--gpuserver-key-file", key, "--shim-dir", shimDir(t), "--log-level", "debug")
 	in := &instance{url: fmt.Sprintf("http://127.0.0.1:%d", port)}
-	eventually(t, 60*time.Second, "the provider", func() error {
+	testkit.EventuallyNil(t, 60*time.Second, "the provider", func() error {
 		resp, err := http.Get(in.url + "/healthz")
 		if err != nil {
 			return err
@@ -125,7 +126,7 @@ func TestStandaloneProviderRunsCUDAFunctions(t *testing.T) {
 		types.ScaleServiceRequest{ServiceName: "vector-add", Replicas: 0}); r.code >= 300 {
 		t.Fatalf("scale to 0: %d %s", r.code, r.body)
 	}
-	eventually(t, 30*time.Second, "vector-add at 0 replicas", func() error {
+	testkit.EventuallyNil(t, 30*time.Second, "vector-add at 0 replicas", func() error {
 		if st := functionStatus(t, in, "vector-add"); st.Replicas != 0 || st.AvailableReplicas != 0 {
 			return fmt.Errorf("%+v", st)
 		}

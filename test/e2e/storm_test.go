@@ -19,6 +19,7 @@ import (
 	"github.com/openfaas/faas-provider/types"
 
 	"github.com/faas-gpu/faas-gpu/gpuserver/client"
+	"github.com/faas-gpu/faas-gpu/test/testkit"
 )
 
 // storm holds as many stalled connections from one loopback source address to addr as it can until stopped: each
@@ -162,7 +163,7 @@ func TestUpSurvivesConnectionStorms(t *testing.T) {
 		}
 	}()
 	// The storm is on once every storm has had thousands of connections refused or closed.
-	eventually(t, 60*time.Second, "the storm to build up", func() error {
+	testkit.EventuallyNil(t, 60*time.Second, "the storm to build up", func() error {
 		for i, s := range storms {
 			if n := s.opened.Load(); n < 600 {
 				return fmt.Errorf("storm %d opened %d connections", i, n)
@@ -192,7 +193,7 @@ func TestUpSurvivesConnectionStorms(t *testing.T) {
 		}
 		cancel()
 	}
-	eventually(t, 60*time.Second, "the callbacks of the calls made during the storm", func() error {
+	testkit.EventuallyNil(t, 60*time.Second, "the callbacks of the calls made during the storm", func() error {
 		if n := callbacks.Load(); n < calls {
 			return fmt.Errorf("%d of %d callbacks", n, calls)
 		}
@@ -212,7 +213,7 @@ func TestUpSurvivesConnectionStorms(t *testing.T) {
 	// Every surface recovers by itself: the stormed peers are served again.
 	for _, src := range []string{"127.0.0.2", "127.0.0.3"} {
 		c := clientFrom(src)
-		eventually(t, 30*time.Second, "the gateway for "+src+" after the storm", func() error {
+		testkit.EventuallyNil(t, 30*time.Second, "the gateway for "+src+" after the storm", func() error {
 			code, body, err := post(c, in.url+"/function/echo", "after", nil)
 			if err != nil || code != 200 || body != "after" {
 				return fmt.Errorf("%d %q %v", code, body, err)
@@ -224,7 +225,7 @@ func TestUpSurvivesConnectionStorms(t *testing.T) {
 			return nil
 		})
 	}
-	eventually(t, 60*time.Second, "the callbacks after the storm", func() error {
+	testkit.EventuallyNil(t, 60*time.Second, "the callbacks after the storm", func() error {
 		if n := callbacks.Load(); n < calls+2 {
 			return fmt.Errorf("%d of %d callbacks", n, calls+2)
 		}

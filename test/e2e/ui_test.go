@@ -22,6 +22,7 @@ import (
 	"github.com/faas-gpu/faas-gpu/gpuserver/client"
 	"github.com/faas-gpu/faas-gpu/gpuserver/topology"
 	"github.com/faas-gpu/faas-gpu/provider/shrinkwrap"
+	"github.com/faas-gpu/faas-gpu/test/testkit"
 )
 
 // chromium finds headless Chromium for the browser tier (`make test-ui`, FAAS_GPU_TEST_UI=1, which .ci/run runs
@@ -81,7 +82,7 @@ func runChromium(t *testing.T, bin string, args ...string) string {
 		"--disable-background-networking", "--disable-component-update", "--disable-sync",
 		"--user-data-dir=" + t.TempDir(), "--virtual-time-budget=5000", "--hide-scrollbars"}
 	cmd := exec.CommandContext(ctx, bin, append(base, args...)...)
-	var stderr lockedBuffer
+	var stderr testkit.Buffer
 	cmd.Stderr = &stderr
 	out, err := cmd.Output()
 	if err != nil {

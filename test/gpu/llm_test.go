@@ -22,6 +22,7 @@ import (
 	"github.com/faas-gpu/faas-gpu/gpuserver/device/nvml"
 	"github.com/faas-gpu/faas-gpu/gpuserver/pool"
 	"github.com/faas-gpu/faas-gpu/gpuserver/server"
+	"github.com/faas-gpu/faas-gpu/test/testkit"
 )
 
 // llmRuns is the number of completions per measurement, llmTokens their length.
@@ -140,7 +141,7 @@ func TestGPULLMThroughTheShim(t *testing.T) {
 		t.Fatalf("cuda backend: %v", err)
 	}
 	dir := t.TempDir()
-	serverLog := &syncBuffer{}
+	serverLog := &testkit.Buffer{}
 	srv, err := server.Start(context.Background(), server.Config{Socket: filepath.Join(dir, "gpuserver.sock"),
 		Node: node, RemotingSocket: filepath.Join(dir, "remoting.sock"), KeyFile: filepath.Join(dir, "key"),
 		RepositoryDir: shmDir(t), Device: dev,

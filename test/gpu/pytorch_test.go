@@ -18,7 +18,6 @@ import (
 	"runtime"
 	"slices"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -30,6 +29,7 @@ import (
 	"github.com/faas-gpu/faas-gpu/gpuserver/executor"
 	"github.com/faas-gpu/faas-gpu/gpuserver/pool"
 	"github.com/faas-gpu/faas-gpu/gpuserver/server"
+	"github.com/faas-gpu/faas-gpu/test/testkit"
 )
 
 // Iterations per batch size of the steady-state latency measurement, and cold starts per model.
@@ -49,24 +49,6 @@ type torch struct {
 
 // callTimeout bounds one command of torch_bench.py (a load, a pass or an output).
 const callTimeout = 3 * time.Minute
-
-// syncBuffer is a bytes.Buffer safe for the gpuserver's logger and the test to share.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
 
 type passReply struct {
 	S      float64            `json:"s"`
@@ -284,7 +266,7 @@ func TestGPUPyTorchThroughTheShim(t *testing.T) {
 		t.Fatalf("cuda backend: %v", err)
 	}
 	dir := t.TempDir()
-	serverLog := &syncBuffer{}
+	serverLog := &testkit.Buffer{}
 	srv, err := server.Start(context.Background(), server.Config{Socket: filepath.Join(dir, "gpuserver.sock"),
 		Node: node, RemotingSocket: filepath.Join(dir, "remoting.sock"), KeyFile: filepath.Join(dir, "key"),
 		RepositoryDir: shmDir(t), Device: dev,

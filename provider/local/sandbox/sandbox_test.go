@@ -16,6 +16,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/faas-gpu/faas-gpu/test/testkit"
 )
 
 func TestMain(m *testing.M) {
@@ -25,7 +27,7 @@ func TestMain(m *testing.M) {
 	if os.Getenv("SANDBOX_TEST_AS_USER") == "1" { // the unprivileged half of TestUnprivilegedUser
 		os.Exit(unprivilegedMain())
 	}
-	os.Exit(m.Run())
+	testkit.VerifyNoLeaks(m) // a sandboxed process's reaper ends with its process
 }
 
 // escapeScript is the program a test runs in a sandbox: it tries what a hostile function would and prints what

@@ -24,6 +24,7 @@ import (
 	"time"
 
 	"github.com/faas-gpu/faas-gpu/provider/local/sandbox"
+	"github.com/faas-gpu/faas-gpu/test/testkit"
 )
 
 func TestMain(m *testing.M) {
@@ -33,7 +34,7 @@ func TestMain(m *testing.M) {
 	if os.Getenv(asUserEnv) == "1" { // the unprivileged half of TestSandboxedInstallAsUnprivilegedUser
 		os.Exit(unprivilegedInstallMain())
 	}
-	os.Exit(m.Run())
+	testkit.VerifyNoLeaks(m) // an install's watcher (which kills pip when its context ends) ends with the install
 }
 
 // hostileBackend is the build backend of the sdist hostile-1.0: the code a package's author runs during pip install.
@@ -291,7 +292,7 @@ func runHostileInstall(ctx context.Context, work, python string) (*hostileInstal
 	})
 	writeWheel(nopT{}, links)
 
-	var progress syncBuffer
+	var progress testkit.Buffer
 	env, err := m.Ensure(ctx, req, &progress)
 	res.Progress = progress.String()
 	if err != nil {

@@ -1,7 +1,6 @@
 package venv
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"os"
@@ -14,6 +13,7 @@ import (
 	"time"
 
 	"github.com/faas-gpu/faas-gpu/test/pyenv"
+	"github.com/faas-gpu/faas-gpu/test/testkit"
 )
 
 // A small real package from PyPI (11 kB, pure Python): the tests install it with pip for real.
@@ -47,24 +47,6 @@ func parse(t *testing.T, text string) Requirements {
 		t.Fatal(err)
 	}
 	return Requirements{Files: []string{"function/requirements.txt"}, Lines: lines}
-}
-
-// syncBuffer is a progress writer safe for concurrent use.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }
 
 // pythonImports runs code with an environment's interpreter and returns its output.
@@ -179,7 +161,7 @@ func TestEnsureSharesAndReuses(t *testing.T) {
 	m := open(t, dir)
 	ctx := context.Background()
 
-	var first syncBuffer
+	var first testkit.Buffer
 	a, err := m.Ensure(ctx, parse(t, smallPackage+"\n"), &first)
 	if err != nil {
 		t.Fatalf("Ensure: %v\n%s", err, first.String())
@@ -191,7 +173,7 @@ func TestEnsureSharesAndReuses(t *testing.T) {
 		t.Fatalf("the environment's python says %q, want six 1.17.0 from %s", got, a.Dir)
 	}
 
-	var second syncBuffer
+	var second testkit.Buffer
 	b, err := m.Ensure(ctx, parse(t, "# same package, other comments\n  "+smallPackage+"   # pinned\n"), &second)
 	if err != nil {
 		t.Fatal(err)
@@ -261,7 +243,7 @@ func TestEnsureFailureIsAClearErrorAndLeavesNothing(t *testing.T) {
 	needVenv(t)
 	dir := t.TempDir()
 	m := open(t, dir)
-	var progress syncBuffer
+	var progress testkit.Buffer
 	_, err := m.Ensure(context.Background(), parse(t, "faas-gpu-no-such-package==1.0"), &progress)
 	if !errors.Is(err, ErrInstall) || !strings.Contains(err.Error(), "faas-gpu-no-such-package") ||
 		!strings.Contains(err.Error(), "ERROR:") {
@@ -295,13 +277,13 @@ func TestEnsureWaitsForAnotherInstall(t *testing.T) {
 	}
 	defer other.Close()
 	ctx, cancel := context.WithCancel(context.Background())
-	var progress syncBuffer
+	var progress testkit.Buffer
 	done := make(chan error, 1)
 	go func() {
 		_, err := m.Ensure(ctx, req, &progress)
 		done <- err
 	}()
-	waitFor(t, "the waiting line", func() bool { return strings.Contains(progress.String(), "waiting for another install") })
+	testkit.Eventually(t, 60*time.Second, "the waiting line", func() bool { return strings.Contains(progress.String(), "waiting for another install") })
 	cancel()
 	if err := <-done; !errors.Is(err, context.Canceled) {
 		t.Fatalf("Ensure after cancel: %v", err)
@@ -411,15 +393,4 @@ func listDirs(t *testing.T, dir string) []string {
 		}
 	}
 	return out
-}
-
-func waitFor(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(60 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
 }

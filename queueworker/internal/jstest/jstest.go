@@ -1,4 +1,4 @@
-// Package jstest starts a real embedded NATS JetStream server for tests and polls for conditions.
+// Package jstest starts a real embedded NATS JetStream server for tests (test/testkit polls for conditions).
 package jstest
 
 import (
@@ -61,16 +61,4 @@ func Connect(t testing.TB, url string) (*nats.Conn, jetstream.JetStream) {
 		t.Fatalf("jetstream: %v", err)
 	}
 	return nc, js
-}
-
-// Eventually polls cond every 10ms until it holds or timeout passes, then fails the test with msg.
-func Eventually(t testing.TB, timeout time.Duration, cond func() bool, msg string, args ...any) {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("condition not met within %s: "+msg, append([]any{timeout}, args...)...)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
 }

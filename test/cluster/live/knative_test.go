@@ -7,12 +7,14 @@ import (
 	"net/http"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/openfaas/faas-provider/types"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/faas-gpu/faas-gpu/gpuserver/pool"
+	"github.com/faas-gpu/faas-gpu/test/testkit"
 )
 
 const (
@@ -58,7 +60,7 @@ func testKnativeBackend(t *testing.T) {
 
 	// Knative's controller turns it into a revision whose pod runs the function and the queue-proxy.
 	var pod corev1.Pod
-	eventually(t, "revision pod of "+fn.Service+" running 2/2", func() error {
+	testkit.EventuallyNilEvery(t, deadline, time.Second, "revision pod of "+fn.Service+" running 2/2", func() error {
 		pods, err := e.kube.CoreV1().Pods(knNS).List(ctxFor(t), metav1.ListOptions{
 			LabelSelector: "serving.knative.dev/service=" + fn.Service})
 		if err != nil {
@@ -100,7 +102,7 @@ func testKnativeBackend(t *testing.T) {
 
 	// A request through the revision's queue-proxy runs on the pool.
 	qp := gateway{url: "http://" + net.JoinHostPort(pod.Status.PodIP, "8012")}
-	eventually(t, "invoke through the queue-proxy", func() error {
+	testkit.EventuallyNilEvery(t, deadline, time.Second, "invoke through the queue-proxy", func() error {
 		code, b, _, err := qp.do(http.MethodPost, "/", []byte(`{"a": [1.5], "b": [2]}`), nil)
 		if err != nil {
 			return err
@@ -125,7 +127,7 @@ func testKnativeBackend(t *testing.T) {
 
 	g.must(t, http.StatusAccepted, http.MethodDelete, "/system/functions",
 		jsonBody(t, types.DeleteFunctionRequest{FunctionName: fn.Service, Namespace: knNS}))
-	eventually(t, "the Knative Service and its pods gone", func() error {
+	testkit.EventuallyNilEvery(t, deadline, time.Second, "the Knative Service and its pods gone", func() error {
 		if _, err := runErr("", e.info.Kubectl, "--kubeconfig", e.info.Kubeconfig, "-n", knNS, "get", "ksvc", fn.Service); err == nil {
 			return fmt.Errorf("ksvc still there")
 		}

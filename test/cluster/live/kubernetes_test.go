@@ -21,6 +21,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/faas-gpu/faas-gpu/gpuserver/pool"
+	"github.com/faas-gpu/faas-gpu/test/testkit"
 )
 
 // chartValues installs charts/faas-gpu on the simulated GPU node with the images the harness built.
@@ -124,7 +125,7 @@ var gpuFunctions = map[string]map[string]string{
 func waitReady(t *testing.T, g gateway, name string) types.FunctionStatus {
 	t.Helper()
 	var st types.FunctionStatus
-	eventually(t, "function "+name+" ready", func() error {
+	testkit.EventuallyNilEvery(t, deadline, time.Second, "function "+name+" ready", func() error {
 		code, b, _, err := g.do(http.MethodGet, "/system/function/"+name+"?namespace="+functionsNS, nil, nil)
 		if err != nil {
 			return err
@@ -147,7 +148,7 @@ func waitReady(t *testing.T, g gateway, name string) types.FunctionStatus {
 func invoke(t *testing.T, g gateway, name, body string) string {
 	t.Helper()
 	var out string
-	eventually(t, "invoke "+name, func() error {
+	testkit.EventuallyNilEvery(t, deadline, time.Second, "invoke "+name, func() error {
 		code, b, _, err := g.do(http.MethodPost, "/function/"+name+"."+functionsNS, []byte(body), nil)
 		if err != nil {
 			return err
@@ -270,7 +271,7 @@ func checkGPUPod(t *testing.T, e *env, pod corev1.Pod) {
 func (e *env) gpuserverPod(t *testing.T) corev1.Pod {
 	t.Helper()
 	var pod corev1.Pod
-	eventually(t, "gpuserver pod running", func() error {
+	testkit.EventuallyNilEvery(t, deadline, time.Second, "gpuserver pod running", func() error {
 		pods, err := e.kube.CoreV1().Pods(namespace).List(ctxFor(t), metav1.ListOptions{
 			LabelSelector: "app.kubernetes.io/component=gpuserver"})
 		if err != nil {
@@ -301,7 +302,7 @@ func (e *env) poolStatus(t *testing.T) pool.Status {
 	t.Helper()
 	pod := e.gpuserverPod(t)
 	var st pool.Status
-	eventually(t, "gpuserver pool status", func() error {
+	testkit.EventuallyNilEvery(t, deadline, time.Second, "gpuserver pool status", func() error {
 		g := gateway{url: "http://" + net.JoinHostPort(pod.Status.PodIP, "8090")}
 		code, b, _, err := g.do(http.MethodGet, "/v1/pool", nil, nil)
 		if err != nil {
@@ -398,7 +399,7 @@ func testKubernetesLifecycle(t *testing.T) {
 			jsonBody(t, types.ScaleServiceRequest{ServiceName: "echo", Replicas: n}))
 	}
 	scale(0)
-	eventually(t, "echo scaled to 0", func() error {
+	testkit.EventuallyNilEvery(t, deadline, time.Second, "echo scaled to 0", func() error {
 		pods, err := e.kube.CoreV1().Pods(functionsNS).List(ctxFor(t), metav1.ListOptions{LabelSelector: "faas_function=echo"})
 		if err != nil {
 			return err
@@ -415,7 +416,7 @@ func testKubernetesLifecycle(t *testing.T) {
 	}
 
 	// Logs of the function, through the provider.
-	eventually(t, "logs of echo", func() error {
+	testkit.EventuallyNilEvery(t, deadline, time.Second, "logs of echo", func() error {
 		code, b, _, err := g.do(http.MethodGet, "/system/logs?name=echo&namespace="+functionsNS+"&follow=false&tail=50", nil, nil)
 		if err != nil {
 			return err
@@ -439,7 +440,7 @@ func testKubernetesLifecycle(t *testing.T) {
 	fn := deployment("echo", nil)
 	fn.Secrets = []string{"api-key"}
 	g.must(t, http.StatusAccepted, http.MethodPut, "/system/functions", jsonBody(t, fn))
-	eventually(t, "secret mounted in echo", func() error {
+	testkit.EventuallyNilEvery(t, deadline, time.Second, "secret mounted in echo", func() error {
 		pods, err := e.kube.CoreV1().Pods(functionsNS).List(ctxFor(t), metav1.ListOptions{LabelSelector: "faas_function=echo"})
 		if err != nil {
 			return err
@@ -461,7 +462,7 @@ func testKubernetesLifecycle(t *testing.T) {
 	// Delete: the function goes from the list and its objects from the cluster.
 	g.must(t, http.StatusAccepted, http.MethodDelete, "/system/functions", jsonBody(t, types.DeleteFunctionRequest{FunctionName: "echo", Namespace: functionsNS}))
 	g.must(t, http.StatusNotFound, http.MethodGet, "/system/function/echo?namespace="+functionsNS, nil)
-	eventually(t, "echo's pods gone", func() error {
+	testkit.EventuallyNilEvery(t, deadline, time.Second, "echo's pods gone", func() error {
 		pods, err := e.kube.CoreV1().Pods(functionsNS).List(ctxFor(t), metav1.ListOptions{LabelSelector: "faas_function=echo"})
 		if err != nil {
 			return err
@@ -503,7 +504,7 @@ func testKubernetesGPUServerRestart(t *testing.T) {
 	}
 	old := e.gpuserverPod(t)
 	e.kubectl(t, "", "-n", namespace, "delete", "pod", old.Name, "--wait=true")
-	eventually(t, "a new gpuserver pod", func() error {
+	testkit.EventuallyNilEvery(t, deadline, time.Second, "a new gpuserver pod", func() error {
 		p := e.gpuserverPod(t)
 		if p.UID == old.UID {
 			return fmt.Errorf("still the old pod")
@@ -522,6 +523,9 @@ func testKubernetesGPUServerRestart(t *testing.T) {
 		if f, ok := findFunction(st, name); !ok || f.Served < 1 {
 			t.Errorf("after the restart: %s registered %t, served %d", name, ok, f.Served)
 		}
+	}
+	if _, err := os.Stat(filepath.Join(e.info.RepositoryDir, "metering.json")); err != nil {
+		t.Errorf("the bill did not survive the restart: %v", err)
 	}
 	after := repositoryFiles(t, e.info.RepositoryDir)
 	for f := range before {
@@ -543,7 +547,8 @@ func testKubernetesGPUServerRestart(t *testing.T) {
 		old.Name, sortedNames(before), restarts)
 }
 
-// repositoryFiles lists the files under the repository hostPath (the harness runs on the node) with their sizes.
+// repositoryFiles lists the model images under the repository hostPath (the harness runs on the node) with their
+// sizes: the files in its folders, not the node state beside them.
 func repositoryFiles(t *testing.T, dir string) map[string]bool {
 	t.Helper()
 	out := map[string]bool{}
@@ -556,6 +561,9 @@ func repositoryFiles(t *testing.T, dir string) map[string]bool {
 			return err
 		}
 		rel, _ := filepath.Rel(dir, p)
+		if !strings.Contains(rel, "/") {
+			return nil // the node's own state at the top (the bill, the tenants' slots), which changes as it serves
+		}
 		out[fmt.Sprintf("%s (%d bytes)", rel, info.Size())] = true
 		return nil
 	})

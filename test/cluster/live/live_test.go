@@ -27,6 +27,7 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/faas-gpu/faas-gpu/test/cluster/harness"
+	"github.com/faas-gpu/faas-gpu/test/testkit"
 )
 
 const (
@@ -119,22 +120,6 @@ func (e *env) kubectl(t *testing.T, stdin string, args ...string) string {
 func (e *env) helm(t *testing.T, args ...string) string {
 	t.Helper()
 	return run(t, "", "helm", append([]string{"--kubeconfig", e.info.Kubeconfig}, args...)...)
-}
-
-// eventually polls cond until it returns nil or the deadline passes; the last error fails the test.
-func eventually(t *testing.T, what string, cond func() error) {
-	t.Helper()
-	end := time.Now().Add(deadline)
-	var err error
-	for {
-		if err = cond(); err == nil {
-			return
-		}
-		if time.Now().After(end) {
-			t.Fatalf("%s: not within %s: %v", what, deadline, err)
-		}
-		time.Sleep(time.Second)
-	}
 }
 
 // serviceURL is http://<ClusterIP>:<port> of a Service: the host reaches ClusterIPs through kube-proxy's rules.
@@ -246,7 +231,7 @@ func TestLiveCluster(t *testing.T) {
 // behind its Service's address.
 func (g gateway) serving(t *testing.T) gateway {
 	t.Helper()
-	eventually(t, "the Service at "+g.url+" serving", func() error {
+	testkit.EventuallyNilEvery(t, deadline, time.Second, "the Service at "+g.url+" serving", func() error {
 		var conn httptrace.GotConnInfo
 		req, err := http.NewRequestWithContext(httptrace.WithClientTrace(context.Background(), &httptrace.ClientTrace{
 			GotConn: func(c httptrace.GotConnInfo) { conn = c },

@@ -8,6 +8,9 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
+
+	"github.com/faas-gpu/faas-gpu/test/testkit"
 )
 
 // testKubernetesRouting: the provider chooses a GPU function's replica from its node's gpuserver report
@@ -19,7 +22,7 @@ func testKubernetesRouting(t *testing.T) {
 	e := cluster(t)
 	g := e.provider(t)
 	invoke(t, g, "hello-gpu", "{}")
-	eventually(t, "hello-gpu's model resident in the pool status", func() error {
+	testkit.EventuallyNilEvery(t, deadline, time.Second, "hello-gpu's model resident in the pool status", func() error {
 		f, ok := findFunction(e.poolStatus(t), "hello-gpu")
 		if !ok || len(f.Resident) == 0 {
 			return fmt.Errorf("hello-gpu registered %t, resident on GPUs %v", ok, f.Resident)
@@ -29,7 +32,7 @@ func testKubernetesRouting(t *testing.T) {
 	before := routes(t, g)
 	var after map[string]float64
 	// The provider polls the reports every second and uses one for 3 s: a request may still find none fresh.
-	eventually(t, "an invocation routed by the node's report", func() error {
+	testkit.EventuallyNilEvery(t, deadline, time.Second, "an invocation routed by the node's report", func() error {
 		invoke(t, g, "hello-gpu", "{}")
 		after = routes(t, g)
 		if after["resident"] > before["resident"] {
@@ -44,7 +47,7 @@ func testKubernetesRouting(t *testing.T) {
 func routes(t *testing.T, g gateway) map[string]float64 {
 	t.Helper()
 	out := map[string]float64{}
-	eventually(t, "the provider's routes metric", func() error {
+	testkit.EventuallyNilEvery(t, deadline, time.Second, "the provider's routes metric", func() error {
 		code, b, _, err := g.do(http.MethodGet, "/metrics", nil, nil)
 		if err != nil {
 			return err

@@ -6,7 +6,9 @@ import (
 	"net/http"
 	"strings"
 	"testing"
+	"time"
 
+	"github.com/faas-gpu/faas-gpu/test/testkit"
 	"github.com/openfaas/faas-provider/types"
 )
 
@@ -152,7 +154,7 @@ func testStockChartSwapIn(t *testing.T) {
 	g.user, g.pass = e.basicAuth(t, namespace)
 	g = g.serving(t)
 
-	eventually(t, "the stock provider lists the existing function", func() error {
+	testkit.EventuallyNilEvery(t, deadline, time.Second, "the stock provider lists the existing function", func() error {
 		code, b, _, err := g.do(http.MethodGet, "/system/functions", nil, nil)
 		if err != nil {
 			return err

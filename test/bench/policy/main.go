@@ -1,0 +1,630 @@
+// Command policy runs the policy benchmarks of `make bench-policy` and writes docs/bench/policy.{md,json}.
+// Every policy is judged on two figures side by side - functions within their SLO and requests served within it
+// - with the requests refused beside them, each a mean with its range over the seeds: Torpor's node and trace;
+// the Azure 2019 8-hour trace split into hours with Torpor's models; Torpor's node simulator's arrivals at 700
+// functions with the overload control on its default and off; the cluster GPUs each policy needs for the 8-hour
+// trace at the same target, against static packing, keep-alive and late binding without our policy; and the
+// router against round robin. -quick runs a small version for CI.
+package main
+
+import (
+	"encoding/json"
+	"flag"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/faas-gpu/faas-gpu/gpuserver/controller"
+	"github.com/faas-gpu/faas-gpu/gpuserver/simulate"
+	"github.com/faas-gpu/faas-gpu/gpuserver/topology"
+)
+
+// outcome is one run's figures.
+type outcome struct {
+	Seed      uint64  `json:"seed"`
+	Functions int     `json:"functions_with_requests"`
+	Met       int     `json:"functions_slo_met"`
+	Requests  int64   `json:"requests"`
+	OnTime    int64   `json:"requests_on_time"`
+	Refused   int64   `json:"requests_refused"`
+	Busy      float64 `json:"gpu_busy"`
+	GPUs      float64 `json:"gpus,omitempty"`
+	// ImageLoads counts host images loaded on a node (router runs).
+	ImageLoads int64 `json:"image_loads,omitempty"`
+}
+
+func (o outcome) fnShare() float64  { return ratio(float64(o.Met), float64(o.Functions)) }
+func (o outcome) reqShare() float64 { return ratio(float64(o.OnTime), float64(o.Requests)) }
+
+func ratio(a, b float64) float64 {
+	if b == 0 {
+		return 0
+	}
+	return a / b
+}
+
+// cell is one policy at one point of a sweep, over the seeds.
+type cell struct {
+	Policy string    `json:"policy"`
+	Runs   []outcome `json:"runs"`
+}
+
+// point is one x of a sweep (a function count, an hour).
+type point struct {
+	Label string `json:"label"`
+	Cells []cell `json:"cells"`
+}
+
+type sweep struct {
+	Name   string  `json:"name"`
+	What   string  `json:"what"`
+	Points []point `json:"points"`
+}
+
+// sizing is how many GPUs a policy needs on one seed to keep Target of the functions within their SLO.
+type sizing struct {
+	Policy string    `json:"policy"`
+	Runs   []outcome `json:"runs"` // per seed: the smallest cluster reaching the target, else the largest tried
+	// Reached per seed.
+	Reached []bool `json:"reached"`
+	// Missed lists, per seed, the smaller clusters tried that missed the target.
+	Missed [][]miss `json:"missed,omitempty"`
+}
+
+// miss is a cluster that missed the sizing target: its run stopped once the target was out of reach.
+type miss struct {
+	Nodes int `json:"nodes"`
+	// StoppedAtMinutes is the simulated time at which the target was out of reach.
+	StoppedAtMinutes float64 `json:"stopped_at_minutes"`
+}
+
+type report struct {
+	Quick     bool     `json:"quick"`
+	Seeds     []uint64 `json:"seeds"`
+	GoVersion string   `json:"go_version"`
+	CPUs      int      `json:"nproc"`
+	CPUModel  string   `json:"cpu_model"`
+	Commit    string   `json:"commit"`
+	// Command is the benchmark's command line (make bench-policy runs it with go run).
+	Command     string  `json:"command"`
+	Started     string  `json:"started"`
+	WallSeconds float64 `json:"wall_seconds"`
+	// CPUSeconds is the processor time the whole run used (user and system).
+	CPUSeconds float64 `json:"cpu_seconds"`
+	// LoadStart and LoadEnd are the machine's 1-minute load averages when the run started and ended (other work
+	// on the machine stretches the wall time, not the figures).
+	LoadStart float64 `json:"load_start"`
+	LoadEnd   float64 `json:"load_end"`
+	Parallel  int     `json:"parallel"`
+	Sweeps    []sweep `json:"sweeps"`
+	// Cluster sizing at ClusterTarget over ClusterMinutes of the Azure trace.
+	ClusterTarget  float64  `json:"cluster_target"`
+	ClusterMinutes int      `json:"cluster_minutes"`
+	Sizing         []sizing `json:"cluster_sizing"`
+	// Router against round robin: faas-gpu on RouterNodes nodes.
+	RouterNodes int    `json:"router_nodes"`
+	Router      []cell `json:"router"`
+	// Note says anything about how the report was produced that the conditions must show.
+	Note string `json:"note,omitempty"`
+}
+
+type inputs struct {
+	dir    string
+	mu     sync.Mutex
+	traces map[string]*simulate.Trace
+	models map[string][]simulate.Model
+	sets   map[string]*arrivalSet
+}
+
+// arrivalSet is one list of arrivals shared by the runs that replay it (policies, cluster sizes), built by the
+// first to need it and dropped when the last has finished.
+type arrivalSet struct {
+	once  sync.Once
+	arr   []simulate.Arrival
+	err   error
+	users int
+}
+
+// want registers one more run of the arrivals named key.
+func (in *inputs) want(key string) {
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	s := in.sets[key]
+	if s == nil {
+		s = &arrivalSet{}
+		in.sets[key] = s
+	}
+	s.users++
+}
+
+// arrivals gives the arrivals named key, built by build on first use; release must follow once the run is done.
+func (in *inputs) arrivals(key string, build func() ([]simulate.Arrival, error)) ([]simulate.Arrival, error) {
+	in.mu.Lock()
+	s := in.sets[key]
+	in.mu.Unlock()
+	if s == nil {
+		return nil, fmt.Errorf("arrivals %s: not registered", key)
+	}
+	s.once.Do(func() { s.arr, s.err = build() })
+	return s.arr, s.err
+}
+
+func (in *inputs) release(key string) {
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	if s := in.sets[key]; s != nil {
+		if s.users--; s.users <= 0 {
+			delete(in.sets, key)
+		}
+	}
+}
+
+func (in *inputs) load(trace, models string) (*simulate.Trace, []simulate.Model, error) {
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	tr := in.traces[trace]
+	if tr == nil {
+		var err error
+		if tr, err = simulate.LoadTrace(filepath.Join(in.dir, trace)); err != nil {
+			return nil, nil, err
+		}
+		in.traces[trace] = tr
+	}
+	ms := in.models[models]
+	if ms == nil {
+		var err error
+		if ms, err = simulate.LoadModels(filepath.Join(in.dir, models)); err != nil {
+			return nil, nil, err
+		}
+		in.models[models] = ms
+	}
+	return tr, ms, nil
+}
+
+func main() {
+	if err := run(); err != nil {
+		fmt.Fprintln(os.Stderr, "benchpolicy:", err)
+		os.Exit(1)
+	}
+}
+
+// The node of Torpor's node simulator (misc/tools/node_simu.py): 4 GPUs of 100 models of 300 MB, pairs behind
+// one PCIe switch each, 1.64x for two swaps behind one switch (Table 3).
+const torporSimuNode = `name: torpor-simu
+gpus:
+- {name: V100, memory_bytes: 30094131200, pcie_switch: 0, copy_engines: 2, h2d_bytes_per_sec: 12e9}
+- {name: V100, memory_bytes: 30094131200, pcie_switch: 0, copy_engines: 2, h2d_bytes_per_sec: 12e9}
+- {name: V100, memory_bytes: 30094131200, pcie_switch: 1, copy_engines: 2, h2d_bytes_per_sec: 12e9}
+- {name: V100, memory_bytes: 30094131200, pcie_switch: 1, copy_engines: 2, h2d_bytes_per_sec: 12e9}
+switch_uplink_bytes_per_sec: [12e9, 12e9]
+nvlink_bytes_per_sec: [[0, 24e9, 24e9, 48e9], [24e9, 0, 48e9, 24e9], [24e9, 48e9, 0, 48e9], [48e9, 24e9, 48e9, 0]]
+slowdown: {host_same_switch: 1.64, host_other_switch: 1.0, nvlink_other_pair: 1.0}
+transfer_latency_sec: 0
+`
+
+// torporSimuModel is node_simu.py's one model: 19 ms resident or over NVLink, 25 ms swapped from host alone,
+// deadline 50 ms at the 98th percentile.
+const torporSimuModel = "model,weights_mb,native_ms,remoting_ms,swap_pcie_ms,swap_nvlink_ms,heavy,slo_ms,slo_percentile\n" +
+	"a,300,19,19,25,19,true,50,98\n"
+
+// job is one simulation; its outcome lands in *out.
+type job struct {
+	name string
+	run  func() (outcome, error)
+	out  *outcome
+}
+
+// runJobs runs jobs on parallel workers in the order given (the longest first keeps the tail short), logging
+// each as it ends; the first error stops handing out more.
+func runJobs(jobs []job, parallel int) error {
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	next, done := 0, 0
+	var failed error
+	t0 := time.Now()
+	for range min(parallel, len(jobs)) {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				mu.Lock()
+				if failed != nil || next == len(jobs) {
+					mu.Unlock()
+					return
+				}
+				j := jobs[next]
+				next++
+				mu.Unlock()
+				t := time.Now()
+				o, err := j.run()
+				mu.Lock()
+				done++
+				if err != nil {
+					if failed == nil {
+						failed = fmt.Errorf("%s: %w", j.name, err)
+					}
+					mu.Unlock()
+					return
+				}
+				*j.out = o
+				logf("[%3d/%3d %5.0fs] %-54s functions %4d/%4d  requests %7d/%7d  refused %6d  (%.1fs)", done,
+					len(jobs), time.Since(t0).Seconds(), j.name, o.Met, o.Functions, o.OnTime, o.Requests, o.Refused,
+					time.Since(t).Seconds())
+				mu.Unlock()
+			}
+		}()
+	}
+	wg.Wait()
+	return failed
+}
+
+func fromResult(seed uint64, r simulate.Result) outcome {
+	busy := 0.0
+	for _, b := range r.GPUBusy {
+		busy += b / float64(len(r.GPUBusy))
+	}
+	return outcome{Seed: seed, Functions: r.FunctionsWithTraffic, Met: r.FunctionsSLOMet, Requests: r.Requests,
+		OnTime: r.RequestsOnTime, Refused: r.Rejected, Busy: busy}
+}
+
+func fromCluster(seed uint64, r simulate.ClusterResult) outcome {
+	return outcome{Seed: seed, Functions: r.FunctionsWithTraffic, Met: r.FunctionsSLOMet, Requests: r.Requests,
+		OnTime: r.RequestsOnTime, Refused: r.Rejected, GPUs: r.GPUsMean}
+}
+
+func run() error {
+	workloads := flag.String("workloads", "../shared/workloads", "directory of the shared workload CSVs")
+	out := flag.String("out", "docs/bench", "output directory")
+	seedsArg := flag.String("seeds", "1,2,3,4,5", "seeds every figure is averaged over")
+	quick := flag.Bool("quick", false, "a small run for CI: two seeds, fewer points, shorter cluster runs")
+	parallel := flag.Int("parallel", runtime.NumCPU(), "simulations run at once")
+	from := flag.String("report", "", "render the markdown of an earlier run's JSON report instead of running")
+	flag.Parse()
+	if *from != "" {
+		data, err := os.ReadFile(*from)
+		if err != nil {
+			return fmt.Errorf("-report: %w", err)
+		}
+		var rep report
+		if err := json.Unmarshal(data, &rep); err != nil {
+			return fmt.Errorf("-report: %w", err)
+		}
+		return os.WriteFile(strings.TrimSuffix(*from, ".json")+".md", []byte(markdown(rep)), 0o644)
+	}
+	var seeds []uint64
+	for _, f := range strings.Split(*seedsArg, ",") {
+		s, err := strconv.ParseUint(strings.TrimSpace(f), 10, 64)
+		if err != nil {
+			return fmt.Errorf("-seeds: %q is not a seed", f)
+		}
+		seeds = append(seeds, s)
+	}
+	if *parallel < 1 {
+		return fmt.Errorf("-parallel: must be >= 1")
+	}
+	torporCounts, hours, arrivalsMin, clusterMin := []int{160, 320, 560, 720}, []int{0, 1, 2, 3, 4, 5, 6, 7}, 31, 480
+	if *quick {
+		if *seedsArg == "1,2,3,4,5" {
+			seeds = []uint64{1, 2}
+		}
+		torporCounts, hours, arrivalsMin, clusterMin = []int{160, 560}, []int{0, 1}, 10, 120
+	}
+	in := &inputs{dir: *workloads, traces: map[string]*simulate.Trace{}, models: map[string][]simulate.Model{},
+		sets: map[string]*arrivalSet{}}
+	node, err := topology.Preset("v100x4")
+	if err != nil {
+		return err
+	}
+	simuNode, err := topology.Parse([]byte(torporSimuNode))
+	if err != nil {
+		return err
+	}
+	simuModels, err := simulate.ParseModels(strings.NewReader(torporSimuModel))
+	if err != nil {
+		return err
+	}
+	start := time.Now()
+	rep := report{Quick: *quick, Seeds: seeds, GoVersion: runtime.Version(), CPUs: runtime.NumCPU(),
+		CPUModel: cpuModel(), Commit: gitCommit(), Command: strings.Join(append([]string{"go run ./test/bench/policy"}, os.Args[1:]...), " "),
+		Started: start.UTC().Format(time.RFC3339), LoadStart: loadAverage(), Parallel: *parallel,
+		ClusterTarget: 0.98, ClusterMinutes: clusterMin, RouterNodes: 2}
+	nodePolicies := []controller.Policy{controller.PolicyFaaSGPU, controller.PolicyTorpor, controller.PolicyFIFO,
+		controller.PolicyRandomPlacement, controller.PolicyLRUEviction, controller.PolicyGShareDQLS,
+		controller.PolicyNative}
+	// add appends a point of sweep sw: every policy on every seed, the runs of one seed next to each other (they
+	// share its arrivals, built once); arrivals gives a seed's arrivals, cfg a run's configuration.
+	add := func(jobs *[]job, sw *sweep, label string, policies []string,
+		arrivals func(seed uint64) (key string, build func() ([]simulate.Arrival, error)),
+		cfg func(policy string, seed uint64) (simulate.Config, error)) {
+		pt := point{Label: label}
+		for _, p := range policies {
+			pt.Cells = append(pt.Cells, cell{Policy: p, Runs: make([]outcome, len(seeds))})
+		}
+		sw.Points = append(sw.Points, pt)
+		cur := &sw.Points[len(sw.Points)-1]
+		for si, seed := range seeds {
+			key, build := arrivals(seed)
+			for ci := range cur.Cells {
+				c := &cur.Cells[ci]
+				in.want(key)
+				*jobs = append(*jobs, job{name: fmt.Sprintf("%s %s %s seed %d", sw.Name, label, c.Policy, seed),
+					out: &c.Runs[si], run: func() (outcome, error) {
+						defer in.release(key)
+						sc, err := cfg(c.Policy, seed)
+						if err != nil {
+							return outcome{}, err
+						}
+						if sc.Arrivals, err = in.arrivals(key, build); err != nil {
+							return outcome{}, err
+						}
+						r, err := simulate.Run(sc, false)
+						return fromResult(seed, r), err
+					}})
+			}
+		}
+	}
+	names := func(ps []controller.Policy) []string {
+		var out []string
+		for _, p := range ps {
+			out = append(out, string(p))
+		}
+		return out
+	}
+	fromTrace := func(trace string, functions, minutes, startMinute int) func(seed uint64) (string,
+		func() ([]simulate.Arrival, error)) {
+		return func(seed uint64) (string, func() ([]simulate.Arrival, error)) {
+			return fmt.Sprintf("%s/%d/%d+%d/%d", trace, functions, startMinute, minutes, seed),
+				func() ([]simulate.Arrival, error) {
+					tr, ms, err := in.load(trace, "models-torpor-v100.csv")
+					if err != nil {
+						return nil, err
+					}
+					return simulate.TraceArrivals(simulate.Config{Trace: tr, Models: ms, Functions: functions,
+						Minutes: minutes, StartMinute: startMinute, Seed: seed})
+				}
+		}
+	}
+	rep.Sweeps = make([]sweep, 3)
+	var nodeJobs, hourJobs, arrivalJobs []job
+	tn := &rep.Sweeps[0]
+	*tn = sweep{Name: "torpor-node", What: "Torpor's node (v100x4) and trace (torpor-203fn-31min.csv) with Torpor's " +
+		"models (models-torpor-v100.csv), 10 simulated minutes; x: functions"}
+	for _, n := range torporCounts {
+		add(&nodeJobs, tn, strconv.Itoa(n), names(nodePolicies), fromTrace("torpor-203fn-31min.csv", n, 10, 0),
+			func(p string, seed uint64) (simulate.Config, error) {
+				tr, ms, err := in.load("torpor-203fn-31min.csv", "models-torpor-v100.csv")
+				return simulate.Config{Trace: tr, Models: ms, Functions: n, Node: node, Minutes: 10,
+					Policy: controller.Policy(p), Seed: seed}, err
+			})
+	}
+	hr := &rep.Sweeps[1]
+	*hr = sweep{Name: "azure-hours", What: "the Azure 2019 trace (azure2019-500fn-8h.csv, its 500 functions as they " +
+		"are) split into its 8 hours, Torpor's models, node v100x4, 60 simulated minutes each; x: hour"}
+	for _, h := range hours {
+		add(&hourJobs, hr, strconv.Itoa(h+1), names(nodePolicies), fromTrace("azure2019-500fn-8h.csv", 500, 60, 60*h),
+			func(p string, seed uint64) (simulate.Config, error) {
+				tr, ms, err := in.load("azure2019-500fn-8h.csv", "models-torpor-v100.csv")
+				return simulate.Config{Trace: tr, Models: ms, Functions: 500, Node: node, Minutes: 60,
+					StartMinute: 60 * h, Policy: controller.Policy(p), Seed: seed}, err
+			})
+	}
+	ta := &rep.Sweeps[2]
+	*ta = sweep{Name: "torpor-arrivals", What: fmt.Sprintf("arrivals drawn as Torpor's node simulator draws them "+
+		"(simulate.TorporArrivals) from its trace, its one model (19 ms, 25 ms swapped from host, 50 ms deadline) "+
+		"and its node (100 models per GPU, 1.64x for two swaps behind one switch), %d minutes; faas-gpu with the "+
+		"overload control on its default (auto) and off; x: functions", arrivalsMin)}
+	for _, n := range []int{700} {
+		add(&arrivalJobs, ta, strconv.Itoa(n), []string{"faas-gpu", "faas-gpu (overload off)", "torpor"},
+			func(seed uint64) (string, func() ([]simulate.Arrival, error)) {
+				return fmt.Sprintf("torpor-arrivals/%d/%d/%d", n, arrivalsMin, seed),
+					func() ([]simulate.Arrival, error) {
+						tr, _, err := in.load("torpor-203fn-31min.csv", "models-torpor-v100.csv")
+						if err != nil {
+							return nil, err
+						}
+						return simulate.TorporArrivals(tr, n, arrivalsMin, seed)
+					}
+			},
+			func(p string, seed uint64) (simulate.Config, error) {
+				cfg := simulate.Config{Models: simuModels, Functions: n, Node: simuNode, MemoryFactor: 1,
+					Policy: controller.Policy(p), Seed: seed}
+				if p == "faas-gpu (overload off)" {
+					cfg.Policy, cfg.Overload = controller.PolicyFaaSGPU, controller.Overload{Mode: controller.OverloadOff}
+				}
+				return cfg, nil
+			})
+	}
+	clusterJobs, sizings, router, err := clusterRuns(in, node, seeds, clusterMin, rep.ClusterTarget, rep.RouterNodes)
+	if err != nil {
+		return err
+	}
+	rep.Sizing, rep.Router = sizings, router
+	// The longest runs first: the 8-hour cluster runs, Torpor's arrivals (31 minutes at 700 functions), the
+	// Azure hours, Torpor's node.
+	jobs := slices.Concat(clusterJobs, arrivalJobs, hourJobs, nodeJobs)
+	if err := runJobs(jobs, *parallel); err != nil {
+		return err
+	}
+	rep.WallSeconds = time.Since(start).Seconds()
+	rep.CPUSeconds = cpuSeconds()
+	rep.LoadEnd = loadAverage()
+	if err := os.MkdirAll(*out, 0o755); err != nil {
+		return err
+	}
+	js, err := json.MarshalIndent(rep, "", "  ")
+	if err != nil {
+		return err
+	}
+	name := "policy"
+	if *quick {
+		name = "policy-quick"
+	}
+	if err := os.WriteFile(filepath.Join(*out, name+".json"), append(js, '\n'), 0o644); err != nil {
+		return err
+	}
+	return os.WriteFile(filepath.Join(*out, name+".md"), []byte(markdown(rep)), 0o644)
+}
+
+// Cluster sizing: clusters of 1 to maxNodes nodes.
+const maxNodes = 8
+
+// clusterRuns builds the cluster jobs over the 500 functions of the Azure trace with Torpor's models, the runs of
+// one seed next to each other (they share its arrivals). Sizing finds, per seed, the fewest GPUs with which each
+// policy keeps target of the functions within their SLO: fixed clusters of v100x4 nodes, from one node, grown one
+// node at a time until the target is reached (at most maxNodes); a cluster that misses the target is stopped as
+// soon as it can no longer reach it (simulate.Config.StopBelow), except the largest, which runs to the end so that
+// its figures are complete. Keep-alive runs on a GPU per instance (10 minutes, and prewarmed). The router runs
+// faas-gpu on a fixed cluster of routerNodes with the router and with round robin.
+func clusterRuns(in *inputs, node topology.Node, seeds []uint64, minutes int, target float64,
+	routerNodes int) ([]job, []sizing, []cell, error) {
+	tr, ms, err := in.load("azure2019-500fn-8h.csv", "models-torpor-v100.csv")
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	policies := []controller.Policy{controller.PolicyFaaSGPU, controller.PolicyTorpor, controller.PolicyGShareDQLS,
+		controller.PolicyStatic}
+	sizings := make([]sizing, 0, len(policies)+2)
+	newSizing := func(name string) sizing {
+		return sizing{Policy: name, Runs: make([]outcome, len(seeds)), Reached: make([]bool, len(seeds)),
+			Missed: make([][]miss, len(seeds))}
+	}
+	for _, p := range policies {
+		sizings = append(sizings, newSizing(string(p)))
+	}
+	sizings = append(sizings, newSizing("keepalive (10 min)"), newSizing("keepalive (prewarmed)"))
+	router := []cell{{Policy: "router", Runs: make([]outcome, len(seeds))},
+		{Policy: "round robin", Runs: make([]outcome, len(seeds))}}
+	var jobs, cheap []job
+	for si, seed := range seeds {
+		base := simulate.Config{Trace: tr, Models: ms, Functions: 500, Node: node, Minutes: minutes, Seed: seed}
+		key := fmt.Sprintf("cluster/%d/%d", minutes, seed)
+		build := func() ([]simulate.Arrival, error) { return simulate.TraceArrivals(base) }
+		// with runs f on the seed's arrivals.
+		with := func(f func(arr []simulate.Arrival) (outcome, error)) func() (outcome, error) {
+			in.want(key)
+			return func() (outcome, error) {
+				defer in.release(key)
+				arr, err := in.arrivals(key, build)
+				if err != nil {
+					return outcome{}, err
+				}
+				return f(arr)
+			}
+		}
+		for pi, p := range policies {
+			s := &sizings[pi]
+			jobs = append(jobs, job{name: fmt.Sprintf("cluster %s seed %d", p, seed), out: &s.Runs[si],
+				run: with(func(arr []simulate.Arrival) (outcome, error) {
+					for n := 1; ; n++ {
+						cfg := base
+						cfg.Arrivals, cfg.Policy = arr, p
+						if n < maxNodes {
+							cfg.StopBelow = target
+						}
+						r, err := simulate.RunCluster(simulate.ClusterConfig{Config: cfg, Nodes: n})
+						if err != nil {
+							return outcome{}, err
+						}
+						o := fromCluster(seed, r)
+						if !r.Stopped && o.fnShare() >= target {
+							s.Reached[si] = true
+							return o, nil
+						}
+						if n == maxNodes {
+							return o, nil
+						}
+						s.Missed[si] = append(s.Missed[si], miss{Nodes: n, StoppedAtMinutes: r.SimulatedSeconds / 60})
+					}
+				})})
+		}
+		for ci := range router {
+			c := &router[ci]
+			jobs = append(jobs, job{name: fmt.Sprintf("router %s seed %d", c.Policy, seed), out: &c.Runs[si],
+				run: with(func(arr []simulate.Arrival) (outcome, error) {
+					cfg := base
+					cfg.Arrivals, cfg.Policy = arr, controller.PolicyFaaSGPU
+					r, err := simulate.RunCluster(simulate.ClusterConfig{Config: cfg, Nodes: routerNodes,
+						RoundRobin: ci == 1})
+					o := fromCluster(seed, r)
+					o.ImageLoads = r.ImageLoads
+					return o, err
+				})})
+		}
+		for k, prewarmed := range []bool{false, true} {
+			s := &sizings[len(policies)+k]
+			cheap = append(cheap, job{name: fmt.Sprintf("cluster %s seed %d", s.Policy, seed), out: &s.Runs[si],
+				run: with(func(arr []simulate.Arrival) (outcome, error) {
+					cfg := base
+					cfg.Arrivals, cfg.Policy = arr, controller.PolicyKeepAlive
+					r, err := simulate.RunKeepAlive(simulate.KeepAliveConfig{Config: cfg, Prewarmed: prewarmed})
+					o := fromCluster(seed, r)
+					s.Reached[si] = o.fnShare() >= target
+					return o, err
+				})})
+		}
+	}
+	// Keep-alive is quick: each seed's runs go right after the seed's others, while its arrivals are at hand.
+	var ordered []job
+	per := len(jobs) / len(seeds)
+	for si := range seeds {
+		ordered = append(ordered, jobs[si*per:(si+1)*per]...)
+		ordered = append(ordered, cheap[si*2:si*2+2]...)
+	}
+	return ordered, sizings, router, nil
+}
+
+func logf(format string, a ...any) { fmt.Fprintf(os.Stderr, format+"\n", a...) }
+
+func cpuModel() string {
+	data, err := os.ReadFile("/proc/cpuinfo")
+	if err != nil {
+		return "unknown CPU"
+	}
+	for _, l := range strings.Split(string(data), "\n") {
+		if strings.HasPrefix(l, "model name") {
+			if _, v, ok := strings.Cut(l, ":"); ok {
+				return strings.TrimSpace(v)
+			}
+		}
+	}
+	return "unknown CPU"
+}
+
+// loadAverage is the machine's 1-minute load average (0 where /proc/loadavg cannot be read).
+func loadAverage() float64 {
+	data, err := os.ReadFile("/proc/loadavg")
+	if err != nil {
+		return 0
+	}
+	f := strings.Fields(string(data))
+	if len(f) == 0 {
+		return 0
+	}
+	v, _ := strconv.ParseFloat(f[0], 64)
+	return v
+}
+
+// cpuSeconds is the processor time this process has used so far.
+func cpuSeconds() float64 {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano()).Seconds()
+}
+
+func gitCommit() string {
+	out, err := exec.Command("git", "rev-parse", "--short", "HEAD").Output()
+	if err != nil {
+		return "unknown"
+	}
+	return strings.TrimSpace(string(out))
+}
