@@ -58,8 +58,25 @@ func (p *physical) page(i uint64) []byte {
 
 // segment is a piece of a device range inside one page.
 type segment struct {
-	buf []byte
-	gpu int // GPU owning the memory
+	buf  []byte
+	gpu  int       // GPU owning the memory
+	phys *physical // the physical memory behind buf (nil for registered host memory)
+	idx  uint64    // buf's granule in phys
+}
+
+// prepareWrite backs the shared granules that segs overwrite whole before they are written (sharedPages.back):
+// one call per granule instead of a page fault per page. Partial writes fault their pages in as they come.
+func (b *Backend) prepareWrite(segs []segment) {
+	for _, s := range segs {
+		if s.phys == nil || uint64(len(s.buf)) != b.gran {
+			continue
+		}
+		s.phys.mu.Lock()
+		if s.phys.shared.mem != nil {
+			s.phys.shared.back(s.idx, b.gran)
+		}
+		s.phys.mu.Unlock()
+	}
 }
 
 // Who touches memory: work of a GPU in one of its contexts. The memory functions below take it as an int (the
@@ -114,7 +131,7 @@ func (b *Backend) resolve(w int, ptr device.Ptr, n uint64) ([]segment, error) {
 		page := m.phys.page(off / b.gran)
 		in := off % b.gran
 		take := min(end-addr, b.gran-in)
-		out = append(out, segment{buf: page[in : in+take], gpu: m.phys.gpu})
+		out = append(out, segment{buf: page[in : in+take], gpu: m.phys.gpu, phys: m.phys, idx: off / b.gran})
 		addr += take
 	}
 	return out, nil
@@ -227,6 +244,7 @@ func (b *Backend) writeDevice(gpu int, ptr device.Ptr, src []byte) error {
 	if err := b.writable(gpu, ptr, uint64(len(src))); err != nil {
 		return err
 	}
+	b.prepareWrite(segs)
 	for _, s := range segs {
 		src = src[copy(s.buf, src):]
 	}
@@ -256,6 +274,7 @@ func (b *Backend) copyDevice(gpu int, dst, src device.Ptr, size uint64) error {
 	if err := b.writable(gpu, dst, size); err != nil {
 		return err
 	}
+	b.prepareWrite(to)
 	for len(from) > 0 && len(to) > 0 {
 		n := copy(to[0].buf, from[0].buf)
 		from[0].buf, to[0].buf = from[0].buf[n:], to[0].buf[n:]

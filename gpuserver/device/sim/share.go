@@ -20,8 +20,32 @@ var _ device.Sharer = (*Backend)(nil)
 // sharedPages is an allocation's bytes in a memfd mapped into this process.
 type sharedPages struct {
 	mem      []byte
-	file     *os.File // the memfd, to export again; nil for an imported allocation (its mapping keeps the memfd)
+	file     *os.File // the memfd (to export again, or to back granules); nil once released
 	imported bool     // mapped from another process's allocation: not counted in this backend's memory
+	backed   []bool   // per granule: allocated and mapped writable in one go (back), until zero gives it back
+}
+
+// back allocates granule i's pages in the memfd and maps them writable, in two calls, before a write of the
+// whole granule: a memfd page touched for the first time otherwise costs a page fault each (shmem allocation
+// and accounting per 4 KiB page; a fresh 256 MiB model is 65536 of them), a private page is cheaper to fault in
+// and the Go heap often reuses pages it has, so the swap onto chunks lent by descriptor would trail the same
+// swap in one process by far more than the copy. Only a granule about to be written whole is backed: a lent chunk
+// costs host memory for what is written into it, as before. Failures leave the pages to fault in as they come.
+func (s *sharedPages) back(i, gran uint64) {
+	if s.file == nil {
+		return
+	}
+	if s.backed == nil {
+		s.backed = make([]bool, uint64(len(s.mem))/gran)
+	}
+	if s.backed[i] {
+		return
+	}
+	off := i * gran
+	if unix.Fallocate(int(s.file.Fd()), 0, int64(off), int64(gran)) != nil {
+		return
+	}
+	s.backed[i] = unix.Madvise(s.mem[off:off+gran], unix.MADV_POPULATE_WRITE) == nil
 }
 
 func (s *sharedPages) release() error {
@@ -40,6 +64,9 @@ func (s *sharedPages) release() error {
 // memory, as the private pages' zeroing drops them), the rest is cleared.
 func (s *sharedPages) zero(off, n, gran uint64) {
 	if off%gran == 0 && n%gran == 0 && unix.Madvise(s.mem[off:off+n], unix.MADV_REMOVE) == nil {
+		for i := off / gran; i < (off+n)/gran && s.backed != nil; i++ {
+			s.backed[i] = false
+		}
 		return
 	}
 	clear(s.mem[off : off+n])
@@ -117,7 +144,15 @@ func (b *Backend) ImportPhysical(gpu int, size uint64, f *os.File) (device.Physi
 		_ = unix.Munmap(mem)
 		return nil, fmt.Errorf("sim: %w: closed", device.ErrUnavailable)
 	}
-	return &physical{b: b, gpu: gpu, size: size, shared: sharedPages{mem: mem, imported: true}}, nil
+	// The descriptor stays open with the mapping (sharedPages.back allocates through it): a duplicate, as the
+	// caller closes f.
+	fd, err := unix.FcntlInt(f.Fd(), unix.F_DUPFD_CLOEXEC, 0)
+	if err != nil {
+		_ = unix.Munmap(mem)
+		return nil, fmt.Errorf("sim: import: %w", err)
+	}
+	return &physical{b: b, gpu: gpu, size: size, shared: sharedPages{mem: mem, imported: true,
+		file: os.NewFile(uintptr(fd), "sim-physical-import")}}, nil
 }
 
 // newMemfd creates a sealed memfd of size bytes and maps it.
