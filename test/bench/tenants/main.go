@@ -355,9 +355,12 @@ func report(c config, res map[string][]figures) string {
 		"executor kept)\n", c.modelMiB, c.swaps)
 	fmt.Fprintf(&b, "- acquire + release: %d pairs through the pool of a function with nothing to swap: the "+
 		"controller's queue and, per tenant, one hold and one release frame to the executor\n", c.acquires)
-	fmt.Fprintf(&b, "- host memory behind the simulated GPUs' chunks: in one process, pages of the gpuserver's Go heap; "+
-		"per tenant, memfd pages the gpuserver lends and the executor maps (a page touched for the first time costs "+
-		"a page fault; a model copied into them competes with no garbage collector)\n")
+	fmt.Fprintf(&b, "- host memory behind the simulated GPUs' chunks: in one process, pages of the gpuserver's Go heap "+
+		"(a page touched for the first time costs a private page fault, and none when the heap reuses pages freed "+
+		"earlier in this bench process: hence the one-process first swap's two clusters, about 2 and about 10 GB/s); "+
+		"per tenant, memfd pages the gpuserver lends and the executor maps, each granule a swap overwrites whole "+
+		"allocated and mapped in two calls before the copy (fallocate, MADV_POPULATE_WRITE), never reused from "+
+		"another process's heap; a model copied into them competes with no garbage collector\n")
 	fmt.Fprintf(&b, "- the model's bytes are random (os.urandom); no other seed\n\nWhat this does not show: a real GPU (the GPU suite measures "+
 		"contexts and chunk imports there; unverified), contention of many tenants' executors for the CPUs, or "+
 		"chunks moving between tenants under memory pressure (reclaimed, zeroed, imported again).\n")
