@@ -144,15 +144,13 @@ func (b *Backend) ImportPhysical(gpu int, size uint64, f *os.File) (device.Physi
 		_ = unix.Munmap(mem)
 		return nil, fmt.Errorf("sim: %w: closed", device.ErrUnavailable)
 	}
-	// The descriptor stays open with the mapping (sharedPages.back allocates through it): a duplicate, as the
-	// caller closes f.
-	fd, err := unix.FcntlInt(f.Fd(), unix.F_DUPFD_CLOEXEC, 0)
-	if err != nil {
-		_ = unix.Munmap(mem)
-		return nil, fmt.Errorf("sim: import: %w", err)
+	// A duplicate of the descriptor stays open with the mapping (the caller closes f), for sharedPages.back to
+	// allocate through; where none is left (the open-files limit), the pages fault in as they are written.
+	shared := sharedPages{mem: mem, imported: true}
+	if fd, err := unix.FcntlInt(f.Fd(), unix.F_DUPFD_CLOEXEC, 0); err == nil {
+		shared.file = os.NewFile(uintptr(fd), "sim-physical-import")
 	}
-	return &physical{b: b, gpu: gpu, size: size, shared: sharedPages{mem: mem, imported: true,
-		file: os.NewFile(uintptr(fd), "sim-physical-import")}}, nil
+	return &physical{b: b, gpu: gpu, size: size, shared: shared}, nil
 }
 
 // newMemfd creates a sealed memfd of size bytes and maps it.
