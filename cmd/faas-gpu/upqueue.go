@@ -157,9 +157,22 @@ func (u *up) startNATS(ctx context.Context, host string, port int, stateDir stri
 	// connection storm on the NATS port (or on any of up's surfaces) cannot cut the queues off.
 	nc, err := nats.Connect(ns.ClientURL(), nats.InProcessServer(ns), nats.UserInfo(user, password),
 		nats.Name("faas-gpu up"), nats.MaxReconnects(-1), nats.IgnoreAuthErrorAbort(),
-		nats.DisconnectErrHandler(func(_ *nats.Conn, err error) { nlog.Warn("disconnected", "err", err) }),
+		// A disconnect or close while up stops is the shutdown, not a fault: said at debug level only.
+		nats.DisconnectErrHandler(func(_ *nats.Conn, err error) {
+			if ctx.Err() != nil || err == nil {
+				nlog.Debug("disconnected", "err", err)
+				return
+			}
+			nlog.Warn("disconnected", "err", err)
+		}),
 		nats.ReconnectHandler(func(*nats.Conn) { nlog.Info("reconnected") }),
-		nats.ClosedHandler(func(c *nats.Conn) { nlog.Error("connection closed", "err", c.LastError()) }),
+		nats.ClosedHandler(func(c *nats.Conn) {
+			if ctx.Err() != nil {
+				nlog.Debug("connection closed", "err", c.LastError())
+				return
+			}
+			nlog.Error("connection closed", "err", c.LastError())
+		}),
 		nats.ErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) { nlog.Warn("async error", "err", err) }))
 	if err != nil {
 		return nil, nil, fmt.Errorf("nats connect: %w", err)

@@ -76,6 +76,7 @@ FAAS_GPU_SOCKET_GROUP: {{ .Values.gpuserver.socketGroup | quote }}
 FAAS_GPU_LOG_LEVEL: {{ .Values.gpuserver.logLevel | quote }}
 FAAS_GPU_GPUS: {{ required "gpuserver.gpus is required" .Values.gpuserver.gpus | quote }}
 FAAS_GPU_OVERLOAD: {{ .Values.gpuserver.overload | default "auto" | toString | quote }}
+FAAS_GPU_MAX_BINDING_HOLD: {{ .Values.gpuserver.maxBindingHold | default "2m" | toString | quote }}
 {{- if .Values.gpuserver.metricsPort }}
 FAAS_GPU_LISTEN: {{ printf ":%d" (int .Values.gpuserver.metricsPort) | quote }}
 {{- end }}
