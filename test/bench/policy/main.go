@@ -25,6 +25,7 @@ import (
 	"github.com/faas-gpu/faas-gpu/gpuserver/controller"
 	"github.com/faas-gpu/faas-gpu/gpuserver/simulate"
 	"github.com/faas-gpu/faas-gpu/gpuserver/topology"
+	"github.com/faas-gpu/faas-gpu/test/bench/internal/benchhost"
 )
 
 // outcome is one run's figures.
@@ -333,7 +334,7 @@ func run() error {
 	}
 	start := time.Now()
 	rep := report{Quick: *quick, Seeds: seeds, GoVersion: runtime.Version(), CPUs: runtime.NumCPU(),
-		CPUModel: cpuModel(), Commit: gitCommit(), Command: strings.Join(append([]string{"go run ./test/bench/policy"}, os.Args[1:]...), " "),
+		CPUModel: benchhost.CPUModel(), Commit: gitCommit(), Command: strings.Join(append([]string{"go run ./test/bench/policy"}, os.Args[1:]...), " "),
 		Started: start.UTC().Format(time.RFC3339), LoadStart: loadAverage(), Parallel: *parallel,
 		ClusterTarget: 0.98, ClusterMinutes: clusterMin, RouterNodes: 2}
 	nodePolicies := []controller.Policy{controller.PolicyFaaSGPU, controller.PolicyTorpor, controller.PolicyFIFO,
@@ -582,21 +583,6 @@ func clusterRuns(in *inputs, node topology.Node, seeds []uint64, minutes int, ta
 }
 
 func logf(format string, a ...any) { fmt.Fprintf(os.Stderr, format+"\n", a...) }
-
-func cpuModel() string {
-	data, err := os.ReadFile("/proc/cpuinfo")
-	if err != nil {
-		return "unknown CPU"
-	}
-	for _, l := range strings.Split(string(data), "\n") {
-		if strings.HasPrefix(l, "model name") {
-			if _, v, ok := strings.Cut(l, ":"); ok {
-				return strings.TrimSpace(v)
-			}
-		}
-	}
-	return "unknown CPU"
-}
 
 // loadAverage is the machine's 1-minute load average (0 where /proc/loadavg cannot be read).
 func loadAverage() float64 {

@@ -44,6 +44,7 @@ import (
 	"github.com/faas-gpu/faas-gpu/gpuserver/pool"
 	"github.com/faas-gpu/faas-gpu/gpuserver/server"
 	"github.com/faas-gpu/faas-gpu/gpuserver/topology"
+	"github.com/faas-gpu/faas-gpu/test/bench/internal/benchhost"
 	"github.com/faas-gpu/faas-gpu/test/bench/replay/trace"
 )
 
@@ -169,7 +170,7 @@ func run(ctx context.Context, args []string, log io.Writer) error {
 		return err
 	}
 	defer os.RemoveAll(dir)
-	repo, err := os.MkdirTemp(shmDir(), "replay-bench-repo-")
+	repo, err := os.MkdirTemp(benchhost.ShmDir(), "replay-bench-repo-")
 	if err != nil {
 		return err
 	}
@@ -629,13 +630,6 @@ func driverDir() (string, error) {
 	return "", errors.New("no libcuda.so.1 in ldconfig's cache")
 }
 
-func shmDir() string {
-	if st, err := os.Stat("/dev/shm"); err == nil && st.IsDir() {
-		return "/dev/shm"
-	}
-	return os.TempDir()
-}
-
 func us(d time.Duration) string { return strconv.FormatFloat(float64(d)/1e3, 'f', 2, 64) }
 
 func report(c config, node topology.Node, rs []result, args []string) string {
@@ -657,8 +651,8 @@ func report(c config, node topology.Node, rs []result, args []string) string {
 		"%s; the client `shim/build/replay` through the shim (`shim/build/libcuda.so.1`) to an in-process gpuserver; "+
 		"%d timed passes per trace after %d warm-up passes, each in a request (acquire, pass, release); traces "+
 		"`%s/replay-*.tsv`; no randomness (the traces fix every gap and GPU time).\n\n", runtime.NumCPU(),
-		cpuModel(), kernel(), runtime.Version(), runtime.GOOS, runtime.GOARCH, loadavg(), scheduling(c.pin), devDesc,
-		c.passes, c.warmup, c.traces)
+		benchhost.CPUModel(), kernel(), runtime.Version(), runtime.GOOS, runtime.GOARCH, loadavg(), scheduling(c.pin),
+		devDesc, c.passes, c.warmup, c.traces)
 	fmt.Fprintf(&b, "## Latency of one pass\n\nMeans over %d runs, ranges in brackets. *Native, run*: the native "+
 		"model of the trace run by the same client between the shim's passes (no driver: the trace's native costs "+
 		"spun, the GPU's end computed), so that both sides meet this machine's load; the ratio is taken against it "+
@@ -726,19 +720,6 @@ func commit() string {
 		return "unknown"
 	}
 	return strings.TrimSpace(string(out))
-}
-
-func cpuModel() string {
-	b, err := os.ReadFile("/proc/cpuinfo")
-	if err != nil {
-		return "unknown CPU"
-	}
-	for _, l := range strings.Split(string(b), "\n") {
-		if k, v, ok := strings.Cut(l, ":"); ok && strings.TrimSpace(k) == "model name" {
-			return strings.TrimSpace(v)
-		}
-	}
-	return "unknown CPU"
 }
 
 func kernel() string {

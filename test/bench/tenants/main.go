@@ -10,7 +10,6 @@ import (
 	"context"
 	"flag"
 	"fmt"
-	"io"
 	"log/slog"
 	"math"
 	"os"
@@ -29,6 +28,7 @@ import (
 	"github.com/faas-gpu/faas-gpu/gpuserver/server"
 	"github.com/faas-gpu/faas-gpu/gpuserver/tenantexec"
 	"github.com/faas-gpu/faas-gpu/gpuserver/topology"
+	"github.com/faas-gpu/faas-gpu/test/bench/internal/benchhost"
 )
 
 type config struct {
@@ -340,7 +340,7 @@ func report(c config, res map[string][]figures) string {
 	fmt.Fprintf(&b, "\nTargets (docs/tenants.md): round trip and swap within 5%% of one process, async records per "+
 		"second no worse.\n\n## Conditions\n\n")
 	fmt.Fprintf(&b, "- machine: %d CPUs (`nproc`), %s; shared with other work while measured\n", runtime.NumCPU(),
-		cpuModel())
+		benchhost.CPUModel())
 	fmt.Fprintf(&b, "- %s, %s/%s; shim built with gcc -O2\n", runtime.Version(), runtime.GOOS, runtime.GOARCH)
 	fmt.Fprintf(&b, "- simulated v100x4 (delays x%g: %s); the device handler runs every call (vector_add over 1 "+
 		"element is the launch)\n", c.timeScale, map[bool]string{true: "no modelled time, the data plane's own CPU " +
@@ -365,21 +365,4 @@ func report(c config, res map[string][]figures) string {
 		"contexts and chunk imports there; unverified), contention of many tenants' executors for the CPUs, or "+
 		"chunks moving between tenants under memory pressure (reclaimed, zeroed, imported again).\n")
 	return b.String()
-}
-
-func cpuModel() string {
-	f, err := os.Open("/proc/cpuinfo")
-	if err != nil {
-		return "unknown CPU"
-	}
-	defer f.Close()
-	raw, _ := io.ReadAll(f)
-	for _, l := range strings.Split(string(raw), "\n") {
-		if strings.HasPrefix(l, "model name") {
-			if _, v, ok := strings.Cut(l, ":"); ok {
-				return strings.TrimSpace(v)
-			}
-		}
-	}
-	return "unknown CPU"
 }
