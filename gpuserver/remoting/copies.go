@@ -2,24 +2,36 @@ package remoting
 
 import (
 	"context"
+
+	"github.com/faas-gpu/faas-gpu/gpuserver/device"
 )
 
 // Copies and memsets, through the function's executor stream.
 
-func (h *deviceHandler) htod(ctx context.Context, call string, dst uint64, src []byte, wait bool) Result {
-	if !h.owns(dst, uint64(len(src))) {
-		return h.refuse(call, dst, uint64(len(src)))
+// at is where every copy and memset starts: it refuses call unless the function owns [p, p+n), then binds the
+// function's stream and translates p to the device address behind it.
+func (h *deviceHandler) at(ctx context.Context, call string, p, n uint64) (device.Stream, device.Ptr, Result) {
+	if !h.owns(p, n) {
+		return nil, 0, h.refuse(call, p, n)
 	}
 	s, r := h.bind(ctx)
+	if r != ResultSuccess {
+		return nil, 0, r
+	}
+	d, err := h.translate(p)
+	if err != nil {
+		return nil, 0, result(err)
+	}
+	return s, d, ResultSuccess
+}
+
+func (h *deviceHandler) htod(ctx context.Context, call string, dst uint64, src []byte, wait bool) Result {
+	s, d, r := h.at(ctx, call, dst, uint64(len(src)))
 	if r != ResultSuccess {
 		return r
 	}
 	if !wait {
 		src = append([]byte(nil), src...) // the ring slot is reused once the record is consumed
-	}
-	d, err := h.translate(dst)
-	if err != nil {
-		return result(err)
 	}
 	if err := s.CopyHtoD(d, src); err != nil {
 		return result(err)
@@ -52,16 +64,9 @@ func (h *deviceHandler) MemcpyHtoDChunk(ctx context.Context, dst uint64, src []b
 }
 
 func (h *deviceHandler) dtoh(ctx context.Context, call string, dst []byte, src uint64) Result {
-	if !h.owns(src, uint64(len(dst))) {
-		return h.refuse(call, src, uint64(len(dst)))
-	}
-	s, r := h.bind(ctx)
+	s, sp, r := h.at(ctx, call, src, uint64(len(dst)))
 	if r != ResultSuccess {
 		return r
-	}
-	sp, err := h.translate(src)
-	if err != nil {
-		return result(err)
 	}
 	if err := s.CopyDtoH(dst, sp); err != nil {
 		return result(err)
@@ -84,19 +89,12 @@ func (h *deviceHandler) CuMemcpyDtoHAsync_v2(ctx context.Context, dst []byte, sr
 }
 
 func (h *deviceHandler) dtod(ctx context.Context, dst, src, n uint64, wait bool) Result {
-	if !h.owns(dst, n) {
-		return h.refuse("cuMemcpyDtoD", dst, n)
-	}
-	if !h.owns(src, n) {
+	if h.owns(dst, n) && !h.owns(src, n) { // an unowned dst is refused first, by at
 		return h.refuse("cuMemcpyDtoD", src, n)
 	}
-	s, r := h.bind(ctx)
+	s, d, r := h.at(ctx, "cuMemcpyDtoD", dst, n)
 	if r != ResultSuccess {
 		return r
-	}
-	d, err := h.translate(dst)
-	if err != nil {
-		return result(err)
 	}
 	sp, err := h.translate(src)
 	if err != nil {
@@ -128,16 +126,12 @@ func (h *deviceHandler) CuMemcpyDtoDAsync_v2(ctx context.Context, dst, src, n, s
 }
 
 func (h *deviceHandler) memset(ctx context.Context, dst uint64, v uint32, n uint64, elem uint64) Result {
-	if n > (1<<62)/elem || !h.owns(dst, n*elem) {
+	if n > (1<<62)/elem { // n*elem would overflow
 		return h.refuse("cuMemset", dst, n*elem)
 	}
-	s, r := h.bind(ctx)
+	s, d, r := h.at(ctx, "cuMemset", dst, n*elem)
 	if r != ResultSuccess {
 		return r
-	}
-	d, err := h.translate(dst)
-	if err != nil {
-		return result(err)
 	}
 	switch elem {
 	case 1:

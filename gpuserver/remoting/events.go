@@ -107,30 +107,34 @@ func (h *deviceHandler) CuEventRecordWithFlags(ctx context.Context, e, s uint64,
 	return h.CuEventRecord(ctx, e, s)
 }
 
-func (h *deviceHandler) CuEventSynchronize(ctx context.Context, e uint64) Result {
+// waitable is event e for call, a wait on it from the host: an unknown handle, a fault of the work before it
+// (found where no call answered) and an event recorded in a capture (which invalidates the capture) answer r.
+func (h *deviceHandler) waitable(call string, e uint64) (ev *event, r Result) {
 	ev, ok := h.events[e]
 	if !ok {
-		return ResultInvalidHandle
+		return nil, ResultInvalidHandle
 	}
-	if r := h.takeLost(); r != ResultSuccess { // a fault of the work before it, found where no call answered
-		return r
+	if r := h.takeLost(); r != ResultSuccess {
+		return nil, r
 	}
 	if c, ok := h.g.events[e]; ok {
-		return c.invalidate(ResultStreamCaptureUnsupported, "cuEventSynchronize of an event recorded in the capture")
+		return nil, c.invalidate(ResultStreamCaptureUnsupported, "%s of an event recorded in the capture", call)
+	}
+	return ev, ResultSuccess
+}
+
+func (h *deviceHandler) CuEventSynchronize(ctx context.Context, e uint64) Result {
+	ev, r := h.waitable("cuEventSynchronize", e)
+	if r != ResultSuccess {
+		return r
 	}
 	return result(ev.ev.Synchronize(ctx))
 }
 
 func (h *deviceHandler) CuEventQuery(_ context.Context, e uint64) Result {
-	ev, ok := h.events[e]
-	if !ok {
-		return ResultInvalidHandle
-	}
-	if r := h.takeLost(); r != ResultSuccess { // a fault of the work before it, found where no call answered
+	ev, r := h.waitable("cuEventQuery", e)
+	if r != ResultSuccess {
 		return r
-	}
-	if c, ok := h.g.events[e]; ok {
-		return c.invalidate(ResultStreamCaptureUnsupported, "cuEventQuery of an event recorded in the capture")
 	}
 	done, err := ev.ev.Query()
 	if err != nil {
