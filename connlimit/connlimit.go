@@ -46,11 +46,8 @@ var ErrInvalid = errors.New("invalid connection limits")
 // Listener is a net.Listener that bounds its connections (see Config).
 type Listener struct {
 	net.Listener
-	cfg Config
-
-	mu    sync.Mutex
-	open  int
-	peers map[string]int
+	cfg   Config
+	count Counter
 
 	refused   atomic.Uint64
 	refuser   Refuser
@@ -72,7 +69,7 @@ func New(l net.Listener, cfg Config) (*Listener, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
-	return &Listener{Listener: l, cfg: cfg, peers: map[string]int{}}, nil
+	return &Listener{Listener: l, cfg: cfg}, nil
 }
 
 // Accept returns the next connection within the bounds; connections beyond them are refused and closed here.
@@ -93,26 +90,13 @@ func (l *Listener) Accept() (net.Conn, error) {
 
 // admit counts a connection of peer in, or says why it may not be.
 func (l *Listener) admit(peer string) string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	switch {
-	case l.open >= l.cfg.MaxConns:
+	switch l.count.Admit(peer, l.cfg.MaxConns, l.cfg.MaxPerPeer) {
+	case Total:
 		return "the surface's connection limit"
-	case l.peers[peer] >= l.cfg.MaxPerPeer:
+	case PerPeer:
 		return "the peer's connection limit"
 	}
-	l.open++
-	l.peers[peer]++
 	return ""
-}
-
-func (l *Listener) release(peer string) {
-	l.mu.Lock()
-	l.open--
-	if l.peers[peer]--; l.peers[peer] <= 0 {
-		delete(l.peers, peer)
-	}
-	l.mu.Unlock()
 }
 
 // refuse answers and closes a connection beyond the bounds (Refuser).
@@ -196,11 +180,7 @@ func readHead(c net.Conn, max int64) {
 func (l *Listener) Refused() uint64 { return l.refused.Load() }
 
 // Open is how many accepted connections are open.
-func (l *Listener) Open() int {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.open
-}
+func (l *Listener) Open() int { return l.count.Open() }
 
 // Peer is the key a connection's remote address is bounded under: the IPv4 address, the IPv6 /64, or the
 // network name for addresses without an IP (Unix sockets).
@@ -235,6 +215,6 @@ type conn struct {
 
 func (c *conn) Close() error {
 	err := c.Conn.Close()
-	c.once.Do(func() { c.l.release(c.peer) })
+	c.once.Do(func() { c.l.count.Release(c.peer) })
 	return err
 }

@@ -24,12 +24,12 @@ func TestLocalUsersAreTheirOwnPeers(t *testing.T) {
 	}
 	defer own.Close()
 	waitOpen(t, l, 1)
-	l.mu.Lock()
+	l.count.mu.Lock()
 	var keys []string
-	for k := range l.peers {
+	for k := range l.count.peers {
 		keys = append(keys, k)
 	}
-	l.mu.Unlock()
+	l.count.mu.Unlock()
 	if want := fmt.Sprintf("127.0.0.1/uid:%d", os.Geteuid()); len(keys) != 1 || keys[0] != want {
 		t.Fatalf("a loopback connection of this process counts against %v, want %s", keys, want)
 	}

@@ -69,17 +69,14 @@ func WithLimits(l Limits) Option { return func(s *Server) { s.limits = l.withDef
 // Listener wraps l so that its connections count against the server's Limits: a connection beyond its peer's or
 // the listener's bound is answered 503 and closed. Serve the result with NewHTTPServer's server.
 func (s *Server) Listener(l net.Listener) net.Listener {
-	return &limitListener{Listener: l, s: s, peers: map[string]int{}}
+	return &limitListener{Listener: l, s: s}
 }
 
 // limitListener counts a listener's open connections, per peer and in total.
 type limitListener struct {
 	net.Listener
-	s *Server
-
-	mu    sync.Mutex
-	peers map[string]int
-	total int
+	s     *Server
+	count connlimit.Counter
 
 	refuser connlimit.Refuser // answers the refused off the accept loop, once their request arrived
 }
@@ -95,35 +92,20 @@ func (l *limitListener) Accept() (net.Conn, error) {
 			return nil, err // net/http retries temporary errors (EMFILE) with a back-off
 		}
 		who := peer.Of(c)
-		l.mu.Lock()
-		reason := ""
-		switch {
-		case l.total >= l.s.limits.Total:
+		var reason string
+		switch l.count.Admit(who, l.s.limits.Total, l.s.limits.PerPeer) {
+		case connlimit.Within:
+			return &limitedConn{Conn: c, release: func() { l.count.Release(who) }}, nil
+		case connlimit.Total:
 			reason = "total"
-		case l.peers[who] >= l.s.limits.PerPeer:
+		case connlimit.PerPeer:
 			reason = "per_peer"
-		default:
-			l.total++
-			l.peers[who]++
-		}
-		l.mu.Unlock()
-		if reason == "" {
-			return &limitedConn{Conn: c, release: func() { l.release(who) }}, nil
 		}
 		l.s.metrics.connsRefused.WithLabelValues(reason).Inc()
 		l.s.logRefusal(who, reason)
 		body := fmt.Sprintf(`{"error":"too many connections (%s): at most %d per peer, %d in all"}`, reason,
 			l.s.limits.PerPeer, l.s.limits.Total)
 		l.refuser.Refuse(c, fmt.Sprintf(refusal, len(body), body))
-	}
-}
-
-func (l *limitListener) release(peer string) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	l.total--
-	if l.peers[peer]--; l.peers[peer] <= 0 {
-		delete(l.peers, peer)
 	}
 }
 
