@@ -150,6 +150,12 @@ gpu-trace:
 	@echo "compare build/gpu-trace with shim/testdata/trace and copy what changed; then on a machine with the pinned"
 	@echo "Python environment: make replay-traces REPLAY_PROFILES=build/gpu-trace (or shim/testdata/trace once copied)"
 
+## check-rotation: the rotation check from outside: six mlp copies through a node that holds four, three rounds;
+## every answer 200, equal to its function's first and to the host reference (test/rotation/run.sh)
+.PHONY: check-rotation
+check-rotation: build functions
+	test/rotation/run.sh
+
 ## bench-policy: every policy on both figures (functions and requests within SLO, refusals) over five seeds: Torpor's
 ## node, the Azure trace's hours, Torpor's arrivals with the overload control on and off, cluster sizing against
 ## static packing, keep-alive and late binding, the router against round robin; writes docs/bench/policy.{md,json}
