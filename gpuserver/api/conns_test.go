@@ -12,7 +12,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
@@ -249,41 +248,7 @@ print(s.recv(64).decode().split("\r\n")[0], flush=True)
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = in.Close(); _ = client.Wait() })
-	var orig syscall.Rlimit
-	if err := syscall.Getrlimit(syscall.RLIMIT_NOFILE, &orig); err != nil {
-		t.Fatal(err)
-	}
-	entries, err := os.ReadDir("/proc/self/fd")
-	if err != nil {
-		t.Skipf("no /proc/self/fd: %v", err)
-	}
-	lim := orig
-	if lim.Cur = uint64(len(entries)) + 64; lim.Cur > orig.Cur {
-		t.Skipf("descriptor limit %d too low to test", orig.Cur)
-	}
-	if err := syscall.Setrlimit(syscall.RLIMIT_NOFILE, &lim); err != nil {
-		t.Skipf("cannot lower the descriptor limit: %v", err)
-	}
-	var hogs []*os.File
-	release := func() {
-		for _, f := range hogs {
-			f.Close()
-		}
-		hogs = nil
-		_ = syscall.Setrlimit(syscall.RLIMIT_NOFILE, &orig)
-	}
-	defer release()
-	for {
-		f, err := os.Open(os.DevNull)
-		if err != nil {
-			if !errors.Is(err, syscall.EMFILE) {
-				release()
-				t.Fatalf("filling the descriptor table: %v", err)
-			}
-			break
-		}
-		hogs = append(hogs, f)
-	}
+	release := testkit.ExhaustDescriptors(t)
 	fmt.Fprintln(in, "go")
 	time.Sleep(100 * time.Millisecond) // its connection waits in the backlog while accepts fail
 	release()

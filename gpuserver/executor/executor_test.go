@@ -123,7 +123,15 @@ type model struct {
 	data   [][]byte
 }
 
+// initModel registers name, copies a block of each size (a pattern of its own) onto gpu under a binding and
+// captures the function while it holds that binding.
 func initModel(t *testing.T, r *rig, name string, gpu int, sizes ...int) model {
+	t.Helper()
+	return initBlocks(t, r, name, gpu, true, sizes...)
+}
+
+// initBlocks is initModel, with the capture only where capture is set.
+func initBlocks(t *testing.T, r *rig, name string, gpu int, capture bool, sizes ...int) model {
 	t.Helper()
 	ctx := context.Background()
 	must(t, r.node.Register(name))
@@ -141,7 +149,9 @@ func initModel(t *testing.T, r *rig, name string, gpu int, sizes ...int) model {
 		m.blocks, m.data = append(m.blocks, p), append(m.data, d)
 	}
 	must(t, s.Synchronize(ctx))
-	must(t, r.node.Capture(ctx, name))
+	if capture {
+		must(t, r.node.Capture(ctx, name))
+	}
 	return m
 }
 

@@ -113,23 +113,7 @@ func TestSwapDoesNotStallAnotherFunctionsLaunches(t *testing.T) {
 // initUncaptured is initModel without the capture: the function is still initialising.
 func initUncaptured(t *testing.T, r *rig, name string, gpu int, sizes ...int) model {
 	t.Helper()
-	ctx := context.Background()
-	must(t, r.node.Register(name))
-	b, err := r.node.Acquire(ctx, name, gpu, executor.Host)
-	must(t, err)
-	defer b.Release()
-	s, err := r.node.Stream(name)
-	must(t, err)
-	m := model{name: name}
-	for i, size := range sizes {
-		p, err := r.node.Alloc(ctx, name, uint64(size))
-		must(t, err)
-		d := pattern(size, byte(i+1)+name[0])
-		must(t, s.CopyHtoD(p, d))
-		m.blocks, m.data = append(m.blocks, p), append(m.data, d)
-	}
-	must(t, s.Synchronize(ctx))
-	return m
+	return initBlocks(t, r, name, gpu, false, sizes...)
 }
 
 // launchBusy queues the sim's busy kernel (d of GPU time) on fn's stream.

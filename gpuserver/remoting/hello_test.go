@@ -14,6 +14,56 @@ import (
 	"github.com/faas-gpu/faas-gpu/test/testkit"
 )
 
+// stormServer serves function "f" (token "tok") with 32 connections waiting for their hello at most, 8 of them of
+// one peer, and a hello timeout longer than the test: the silent connections stay for the whole test.
+func stormServer(t *testing.T) *wireRig {
+	t.Helper()
+	funcs := registry{"f": {pool.FunctionSpec{Name: "f", MemoryBytes: 1 << 20}, "tok"}}
+	return startServerWith(t, funcs, func(c *Config) {
+		c.MaxPendingHellos, c.MaxPendingHellosPerPeer = 32, 8
+		c.HelloTimeout = 10 * time.Minute
+	})
+}
+
+// stormCommand is a python process that opens 40 connections to sock that never say hello, says "connected" and
+// holds them until a line on its stdin.
+func stormCommand(python, sock string) *exec.Cmd {
+	return exec.Command(python, "-c", `
+import socket, sys
+conns = []
+for i in range(40):
+    s = socket.socket(socket.AF_UNIX)
+    s.connect(sys.argv[1])
+    conns.append(s)
+print("connected", flush=True)
+sys.stdin.readline()
+`, sock)
+}
+
+// startStorm starts storm (a stormCommand) and returns once it holds its connections, or the error of a start that
+// failed; the storm ends when the test does.
+func startStorm(t *testing.T, storm *exec.Cmd) error {
+	t.Helper()
+	in, err := storm.StdinPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, err := storm.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var stderr strings.Builder
+	storm.Stderr = &stderr
+	if err := storm.Start(); err != nil {
+		return err
+	}
+	t.Cleanup(func() { _ = in.Close(); _ = storm.Wait() })
+	if line, err := bufio.NewReader(out).ReadString('\n'); err != nil || line != "connected\n" {
+		t.Fatalf("the storm: %q %v\n%s", line, err, stderr.String())
+	}
+	return nil
+}
+
 // TestHellolessConnectionsOfOnePeerLeaveRoomForOthers: another user's process opens connections to the remoting
 // socket that never say hello. Before, 128 of them took every pending slot of the node, and every function's new
 // CUDA session failed (CUDA_ERROR_NO_DEVICE in the shim) until they timed out. Now a peer's pending connections
@@ -28,22 +78,9 @@ func TestHellolessConnectionsOfOnePeerLeaveRoomForOthers(t *testing.T) {
 	if _, err := os.Stat("/usr/bin/python3"); err == nil {
 		python = "/usr/bin/python3" // reachable by another user (a pyenv shim under /root is not)
 	}
-	funcs := registry{"f": {pool.FunctionSpec{Name: "f", MemoryBytes: 1 << 20}, "tok"}}
-	r := startServerWith(t, funcs, func(c *Config) {
-		c.MaxPendingHellos, c.MaxPendingHellosPerPeer = 32, 8
-		c.HelloTimeout = 10 * time.Minute // the silent connections stay for the whole test
-	})
+	r := stormServer(t)
 	// The storm: 40 connections that never say hello, from a process of another user when we may start one.
-	storm := exec.Command(python, "-c", `
-import socket, sys, time
-conns = []
-for i in range(40):
-    s = socket.socket(socket.AF_UNIX)
-    s.connect(sys.argv[1])
-    conns.append(s)
-print("connected", flush=True)
-sys.stdin.readline()
-`, r.sock)
+	storm := stormCommand(python, r.sock)
 	other := os.Geteuid() == 0
 	if other {
 		// The socket and the test's directories up to the temp dir become reachable for the other user.
@@ -54,22 +91,8 @@ sys.stdin.readline()
 		}
 		storm.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: 65534, Gid: 65534}}
 	}
-	in, err := storm.StdinPipe()
-	if err != nil {
+	if err := startStorm(t, storm); err != nil {
 		t.Fatal(err)
-	}
-	out, err := storm.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	var stderr strings.Builder
-	storm.Stderr = &stderr
-	if err := storm.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = in.Close(); _ = storm.Wait() })
-	if line, err := bufio.NewReader(out).ReadString('\n'); err != nil || line != "connected\n" {
-		t.Fatalf("the storm: %q %v\n%s", line, err, stderr.String())
 	}
 	testkit.Eventually(t, 60*time.Second, "the storm beyond its peer's bound refused", func() bool {
 		return r.srv.Stats().Refused["pending_hellos_per_peer"] >= 32
@@ -101,42 +124,15 @@ func TestHellolessConnectionsOfOneSandboxLeaveRoomForOthers(t *testing.T) {
 	if err != nil {
 		t.Skip("python3 not installed")
 	}
-	funcs := registry{"f": {pool.FunctionSpec{Name: "f", MemoryBytes: 1 << 20}, "tok"}}
-	r := startServerWith(t, funcs, func(c *Config) {
-		c.MaxPendingHellos, c.MaxPendingHellosPerPeer = 32, 8
-		c.HelloTimeout = 10 * time.Minute
-	})
-	storm := exec.Command(python, "-c", `
-import socket, sys
-conns = []
-for i in range(40):
-    s = socket.socket(socket.AF_UNIX)
-    s.connect(sys.argv[1])
-    conns.append(s)
-print("connected", flush=True)
-sys.stdin.readline()
-`, r.sock)
+	r := stormServer(t)
+	storm := stormCommand(python, r.sock)
 	// As faas-gpu up's sandbox without root: this user is root in a user namespace of its own, in a PID namespace
 	// of its own.
 	storm.SysProcAttr = &syscall.SysProcAttr{Cloneflags: syscall.CLONE_NEWUSER | syscall.CLONE_NEWPID,
 		UidMappings: []syscall.SysProcIDMap{{ContainerID: 0, HostID: os.Geteuid(), Size: 1}},
 		GidMappings: []syscall.SysProcIDMap{{ContainerID: 0, HostID: os.Getegid(), Size: 1}}}
-	in, err := storm.StdinPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	out, err := storm.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	var stderr strings.Builder
-	storm.Stderr = &stderr
-	if err := storm.Start(); err != nil {
+	if err := startStorm(t, storm); err != nil {
 		t.Skipf("this kernel refuses a user namespace here: %v", err)
-	}
-	t.Cleanup(func() { _ = in.Close(); _ = storm.Wait() })
-	if line, err := bufio.NewReader(out).ReadString('\n'); err != nil || line != "connected\n" {
-		t.Fatalf("the storm: %q %v\n%s", line, err, stderr.String())
 	}
 	testkit.Eventually(t, 60*time.Second, "the storm beyond its sandbox's bound refused", func() bool {
 		return r.srv.Stats().Refused["pending_hellos_per_peer"] >= 32

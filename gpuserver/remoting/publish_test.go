@@ -32,24 +32,37 @@ func (c launchCounter) CuCtxSynchronize(context.Context) Result {
 	return ResultSuccess
 }
 
-// TestAsyncRecordsReachTheServerBeforeTheSynchronize: fire-and-forget launches are executed by the server while
-// the client has not synchronized yet (it blocks on stdin until the server has seen them all), none of them late.
-// A shim that held records back until a synchronize, or until a batch filled, fails here.
-func TestAsyncRecordsReachTheServerBeforeTheSynchronize(t *testing.T) {
-	var launches, syncs atomic.Int64
-	srv, err := NewServer(Config{Functions: registry{"f": {pool.FunctionSpec{Name: "f", MemoryBytes: 1 << 20}, "tok"}},
-		NewHandler: func(context.Context, SessionInfo) (Handler, error) {
-			return launchCounter{launches: &launches, syncs: &syncs}, nil
-		}})
+// publishServer is a server of function "f" (token "tok") whose sessions execute through h.
+func publishServer(t *testing.T, cfg Config, h Handler) *Server {
+	t.Helper()
+	cfg.Functions = registry{"f": {pool.FunctionSpec{Name: "f", MemoryBytes: 1 << 20}, "tok"}}
+	cfg.NewHandler = func(context.Context, SessionInfo) (Handler, error) { return h, nil }
+	srv, err := NewServer(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
+	return srv
+}
+
+// publishClient is the shim's early_publish client of function "f": it issues its launches without synchronizing,
+// says "issued", and synchronizes when told "go" on stdin.
+type publishClient struct {
+	t      *testing.T
+	in     io.WriteCloser
+	out    *bufio.Reader
+	stderr strings.Builder
+}
+
+// startEarlyPublish starts early_publish with launches launches against the server srv serves, and returns once it
+// has said it issued them; the client is ended (stdin closed, waited for) when the test ends.
+func startEarlyPublish(t *testing.T, srv *Server, launches string) *publishClient {
+	t.Helper()
 	sock := serve(t, srv)
 	lib := shimDir(t)
-	const n = 10
-	cmd := exec.Command(filepath.Join(lib, "early_publish"), "10")
+	cmd := exec.Command(filepath.Join(lib, "early_publish"), launches)
 	cmd.Env = append(os.Environ(), "LD_LIBRARY_PATH="+lib, "FAAS_GPU_REMOTING_SOCKET="+sock, "FAAS_GPU_FUNCTION=f",
 		"FAAS_GPU_TOKEN=tok")
+	c := &publishClient{t: t}
 	in, err := cmd.StdinPipe()
 	if err != nil {
 		t.Fatal(err)
@@ -58,16 +71,51 @@ func TestAsyncRecordsReachTheServerBeforeTheSynchronize(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var stderr strings.Builder
-	cmd.Stderr = &stderr
+	cmd.Stderr = &c.stderr
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	defer func() { _ = in.Close(); _ = cmd.Wait() }()
-	out := bufio.NewReader(outp)
-	if line, err := out.ReadString('\n'); err != nil || line != "issued\n" {
-		t.Fatalf("client: %q %v: %s", line, err, stderr.String())
+	t.Cleanup(func() { _ = in.Close(); _ = cmd.Wait() })
+	c.in, c.out = in, bufio.NewReader(outp)
+	c.expect("issued\n")
+	return c
+}
+
+// waitFor fails the test with what unless cond holds within 20 seconds, checking every millisecond.
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	for deadline := time.Now().Add(20 * time.Second); !cond(); time.Sleep(time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal(what)
+		}
 	}
+}
+
+// expect fails the test unless the client's next line is line.
+func (c *publishClient) expect(line string) {
+	c.t.Helper()
+	if got, err := c.out.ReadString('\n'); err != nil || got != line {
+		c.t.Fatalf("client: %q %v: %s", got, err, c.stderr.String())
+	}
+}
+
+// sync tells the client to synchronize and fails the test unless its synchronize succeeds.
+func (c *publishClient) sync() {
+	c.t.Helper()
+	if _, err := io.WriteString(c.in, "go\n"); err != nil {
+		c.t.Fatal(err)
+	}
+	c.expect("synced 0\n")
+}
+
+// TestAsyncRecordsReachTheServerBeforeTheSynchronize: fire-and-forget launches are executed by the server while
+// the client has not synchronized yet (it blocks on stdin until the server has seen them all), none of them late.
+// A shim that held records back until a synchronize, or until a batch filled, fails here.
+func TestAsyncRecordsReachTheServerBeforeTheSynchronize(t *testing.T) {
+	var launches, syncs atomic.Int64
+	srv := publishServer(t, Config{}, launchCounter{launches: &launches, syncs: &syncs})
+	const n = 10
+	c := startEarlyPublish(t, srv, "10")
 	for deadline := time.Now().Add(20 * time.Second); launches.Load() < n; time.Sleep(time.Millisecond) {
 		if time.Now().After(deadline) {
 			t.Fatalf("the server executed %d of the %d launches the client issued before synchronizing", launches.Load(), n)
@@ -76,12 +124,7 @@ func TestAsyncRecordsReachTheServerBeforeTheSynchronize(t *testing.T) {
 	if syncs.Load() != 0 {
 		t.Fatal("the client synchronized before it was told to")
 	}
-	if _, err := io.WriteString(in, "go\n"); err != nil {
-		t.Fatal(err)
-	}
-	if line, err := out.ReadString('\n'); err != nil || line != "synced 0\n" {
-		t.Fatalf("client: %q %v: %s", line, err, stderr.String())
-	}
+	c.sync()
 	if st := srv.Stats(); st.LateRecords != 0 || st.Records != n+1 {
 		t.Fatalf("%d records executed, %d late; want %d, none late", st.Records, st.LateRecords, n+1)
 	}
@@ -102,59 +145,20 @@ func TestSessionPollsWithoutSleepingWhileBound(t *testing.T) {
 	var launches, syncs atomic.Int64
 	var bound atomic.Bool
 	bound.Store(true)
-	srv, err := NewServer(Config{Functions: registry{"f": {pool.FunctionSpec{Name: "f", MemoryBytes: 1 << 20}, "tok"}},
-		Spin: 50 * time.Microsecond, BoundSpin: time.Minute,
-		NewHandler: func(context.Context, SessionInfo) (Handler, error) {
-			return boundCounter{launchCounter{launches: &launches, syncs: &syncs}, &bound}, nil
-		}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	sock := serve(t, srv)
-	lib := shimDir(t)
-	cmd := exec.Command(filepath.Join(lib, "early_publish"), "1")
-	cmd.Env = append(os.Environ(), "LD_LIBRARY_PATH="+lib, "FAAS_GPU_REMOTING_SOCKET="+sock, "FAAS_GPU_FUNCTION=f",
-		"FAAS_GPU_TOKEN=tok")
-	in, err := cmd.StdinPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	outp, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	defer func() { _ = in.Close(); _ = cmd.Wait() }()
-	out := bufio.NewReader(outp)
-	if line, err := out.ReadString('\n'); err != nil || line != "issued\n" {
-		t.Fatalf("client: %q %v", line, err)
-	}
-	for deadline := time.Now().Add(20 * time.Second); launches.Load() < 1; time.Sleep(time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatal("the launch never reached the server")
-		}
-	}
+	srv := publishServer(t, Config{Spin: 50 * time.Microsecond, BoundSpin: time.Minute},
+		boundCounter{launchCounter{launches: &launches, syncs: &syncs}, &bound})
+	c := startEarlyPublish(t, srv, "1")
+	waitFor(t, "the launch never reached the server", func() bool { return launches.Load() >= 1 })
 	time.Sleep(50 * time.Millisecond) // the client is silent: a thousand times the unbound spin time
 	if n := srv.Stats().Sleeps; n != 0 {
 		t.Fatalf("the session slept %d times while its function held a binding", n)
 	}
 	bound.Store(false)
-	for deadline := time.Now().Add(20 * time.Second); srv.Stats().Sleeps == 0; time.Sleep(time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatal("the session never slept after the binding was released")
-		}
-	}
+	waitFor(t, "the session never slept after the binding was released", func() bool { return srv.Stats().Sleeps != 0 })
 	if st := srv.Stats(); st.BoundPoll < 50*time.Millisecond {
 		t.Fatalf("bound polling counted %v, the session polled at least 50ms", st.BoundPoll)
 	}
-	if _, err := io.WriteString(in, "go\n"); err != nil {
-		t.Fatal(err)
-	}
-	if line, err := out.ReadString('\n'); err != nil || line != "synced 0\n" {
-		t.Fatalf("client: %q %v", line, err)
-	}
+	c.sync()
 }
 
 // TestWakeStartsPollingWhenBound: a session asleep on its socket while its function is unbound starts polling as
@@ -163,57 +167,18 @@ func TestSessionPollsWithoutSleepingWhileBound(t *testing.T) {
 func TestWakeStartsPollingWhenBound(t *testing.T) {
 	var launches, syncs atomic.Int64
 	var bound atomic.Bool
-	srv, err := NewServer(Config{Functions: registry{"f": {pool.FunctionSpec{Name: "f", MemoryBytes: 1 << 20}, "tok"}},
-		Spin: 50 * time.Microsecond, BoundSpin: 20 * time.Millisecond, IdleRelease: time.Hour,
-		NewHandler: func(context.Context, SessionInfo) (Handler, error) {
-			return boundCounter{launchCounter{launches: &launches, syncs: &syncs}, &bound}, nil
-		}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	sock := serve(t, srv)
-	lib := shimDir(t)
-	cmd := exec.Command(filepath.Join(lib, "early_publish"), "1")
-	cmd.Env = append(os.Environ(), "LD_LIBRARY_PATH="+lib, "FAAS_GPU_REMOTING_SOCKET="+sock, "FAAS_GPU_FUNCTION=f",
-		"FAAS_GPU_TOKEN=tok")
-	in, err := cmd.StdinPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	outp, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	defer func() { _ = in.Close(); _ = cmd.Wait() }()
-	out := bufio.NewReader(outp)
-	if line, err := out.ReadString('\n'); err != nil || line != "issued\n" {
-		t.Fatalf("client: %q %v", line, err)
-	}
-	waitFor := func(what string, cond func() bool) {
-		t.Helper()
-		for deadline := time.Now().Add(20 * time.Second); !cond(); time.Sleep(time.Millisecond) {
-			if time.Now().After(deadline) {
-				t.Fatal(what)
-			}
-		}
-	}
-	waitFor("the launch never reached the server", func() bool { return launches.Load() == 1 })
-	waitFor("the unbound session never slept", func() bool { return srv.Stats().Sleeps >= 1 })
+	srv := publishServer(t, Config{Spin: 50 * time.Microsecond, BoundSpin: 20 * time.Millisecond, IdleRelease: time.Hour},
+		boundCounter{launchCounter{launches: &launches, syncs: &syncs}, &bound})
+	c := startEarlyPublish(t, srv, "1")
+	waitFor(t, "the launch never reached the server", func() bool { return launches.Load() == 1 })
+	waitFor(t, "the unbound session never slept", func() bool { return srv.Stats().Sleeps >= 1 })
 	slept := srv.Stats().Sleeps
 	bound.Store(true)
 	srv.Wake("f")
 	// it polls for BoundSpin, then sleeps again: a sleep it could not have entered without waking
-	waitFor("the session did not wake when its function was bound", func() bool { return srv.Stats().Sleeps > slept })
+	waitFor(t, "the session did not wake when its function was bound", func() bool { return srv.Stats().Sleeps > slept })
 	if p := srv.Stats().BoundPoll; p < 20*time.Millisecond {
 		t.Fatalf("the woken session polled %v, want its BoundSpin (20ms)", p)
 	}
-	if _, err := io.WriteString(in, "go\n"); err != nil {
-		t.Fatal(err)
-	}
-	if line, err := out.ReadString('\n'); err != nil || line != "synced 0\n" {
-		t.Fatalf("client: %q %v", line, err)
-	}
+	c.sync()
 }

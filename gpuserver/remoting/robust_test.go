@@ -6,10 +6,8 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
-	"os"
 	"os/exec"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
@@ -269,42 +267,7 @@ sys.stdin.readline()
 	}
 	t.Cleanup(func() { _ = in.Close(); _ = client.Wait() })
 
-	var orig syscall.Rlimit
-	if err := syscall.Getrlimit(syscall.RLIMIT_NOFILE, &orig); err != nil {
-		t.Fatal(err)
-	}
-	entries, err := os.ReadDir("/proc/self/fd")
-	if err != nil {
-		t.Skipf("no /proc/self/fd: %v", err)
-	}
-	lim := orig
-	lim.Cur = uint64(len(entries)) + 64
-	if lim.Cur > orig.Cur {
-		t.Skipf("descriptor limit %d too low to test", orig.Cur)
-	}
-	if err := syscall.Setrlimit(syscall.RLIMIT_NOFILE, &lim); err != nil {
-		t.Skipf("cannot lower the descriptor limit: %v", err)
-	}
-	var hogs []*os.File
-	release := func() {
-		for _, f := range hogs {
-			f.Close()
-		}
-		hogs = nil
-		_ = syscall.Setrlimit(syscall.RLIMIT_NOFILE, &orig)
-	}
-	defer release()
-	for {
-		f, err := os.Open(os.DevNull)
-		if err != nil {
-			if !errors.Is(err, syscall.EMFILE) {
-				release()
-				t.Fatalf("filling the descriptor table: %v", err)
-			}
-			break
-		}
-		hogs = append(hogs, f)
-	}
+	release := testkit.ExhaustDescriptors(t)
 	if _, err := fmt.Fprintln(in, "connect"); err != nil {
 		release()
 		t.Fatal(err)

@@ -134,60 +134,61 @@ func (m *stagedMLP) do(t *testing.T, cmd string) (y []float64) {
 	return a.Y
 }
 
-// TestRotationThroughTheControllerKeepsEveryAnswer is the six-mlp scenario through the pool, the executors and
-// the real shim: six functions initialise layer by layer on a node whose four GPUs hold one model each, so the
-// controller evicts functions between the calls of their initialisations, and then answer three rounds of
-// requests, coming back from the host image. Every answer must equal the function's first, which must match the
-// host's reference. Before, an eviction ended the initialisation of the evicted function early, the layers it
-// loaded afterwards were scratch, and answers came back all zeros.
-func TestRotationThroughTheControllerKeepsEveryAnswer(t *testing.T) {
-	if testing.Short() {
-		t.Skip("runs Python processes through the shim")
-	}
-	testkit.Shim(t)
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
-	defer cancel()
+// rotationDims and rotationQuota size the functions of the rotations below: a model of these dimensions takes 6
+// chunks of 2 MiB (weights of 1, 4 and 1 MiB, the small blocks together): with a quota of 16 MiB, one function fits
+// on a GPU of 24 MiB.
+const rotationDims, rotationQuota = "256,1024,1024,256,64", 16 << 20
+
+// startRotationServer starts a server on a v100x4 node whose four GPUs hold one model of rotationDims each; tenants
+// (nil: none) is its Tenants.
+func startRotationServer(ctx context.Context, t *testing.T, tenants *TenantConfig) *Server {
+	t.Helper()
 	node, err := topology.Preset("v100x4")
 	if err != nil {
 		t.Fatal(err)
 	}
-	// A model of these dimensions takes 6 chunks of 2 MiB (weights of 1, 4 and 1 MiB, the small blocks
-	// together): with a quota of 16 MiB, one function fits on a GPU of 24 MiB.
-	const dims, quota = "256,1024,1024,256,64", 16 << 20
 	if node, err = node.WithGPUMemory(24 << 20); err != nil {
 		t.Fatal(err)
 	}
 	dir := t.TempDir()
 	s, err := Start(ctx, Config{Socket: filepath.Join(dir, "gpuserver.sock"), Node: node,
 		RemotingSocket: filepath.Join(dir, "remoting.sock"), KeyFile: filepath.Join(dir, "key"),
-		RepositoryDir: filepath.Join(dir, "repository"), DeviceReserveBytes: 24 << 20})
+		RepositoryDir: filepath.Join(dir, "repository"), DeviceReserveBytes: 24 << 20, Tenants: tenants})
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer stop(t, s)
-	p := s.Pool()
-	const functions = 6
-	fns := make([]*stagedMLP, functions)
+	return s
+}
+
+// startRotationMLPs registers functions prefix0 to prefix5 with rotationQuota and starts a stagedMLP of
+// rotationDims for each, the even ones of one seed, the odd ones of another.
+func startRotationMLPs(ctx context.Context, t *testing.T, s *Server, prefix string) []*stagedMLP {
+	t.Helper()
+	fns := make([]*stagedMLP, 6)
 	for i := range fns {
-		name := fmt.Sprintf("mlp%d", i)
-		if err := p.Register(ctx, pool.FunctionSpec{Name: name, MemoryBytes: quota}); err != nil {
+		name := fmt.Sprintf("%s%d", prefix, i)
+		if err := s.Pool().Register(ctx, pool.FunctionSpec{Name: name, MemoryBytes: rotationQuota}); err != nil {
 			t.Fatal(err)
 		}
-		fns[i] = startStagedMLP(t, s, name, dims, fmt.Sprintf("seed-%d", i%2))
+		fns[i] = startStagedMLP(t, s, name, rotationDims, fmt.Sprintf("seed-%d", i%2))
 	}
-	for l := range strings.Count(dims, ",") {
-		for _, f := range fns {
-			f.do(t, fmt.Sprintf("init %d", l))
-		}
-	}
-	first := make([][]float64, functions)
+	return fns
+}
+
+// rotate sends cmd to every function in turn, each under a binding it acquires and releases, for three rounds:
+// every answer of the first round must match the host's reference, every later answer must equal the function's
+// first.
+func rotate(ctx context.Context, t *testing.T, s *Server, fns []*stagedMLP, cmd string) {
+	t.Helper()
+	p := s.Pool()
+	first := make([][]float64, len(fns))
 	for round := range 3 {
 		for i, f := range fns {
 			b, err := p.Acquire(ctx, f.name)
 			if err != nil {
 				t.Fatalf("round %d: acquire %s: %v", round, f.name, err)
 			}
-			y := f.do(t, "run")
+			y := f.do(t, cmd)
 			if err := p.Release(ctx, b.ID); err != nil {
 				t.Fatalf("round %d: release %s: %v", round, f.name, err)
 			}
@@ -204,12 +205,36 @@ func TestRotationThroughTheControllerKeepsEveryAnswer(t *testing.T) {
 			}
 			for j := range y {
 				if y[j] != first[i][j] {
-					t.Fatalf("%s: round %d on gpu %d (swap %s): y[%d] = %v, its first answer was %v", f.name, round,
-						b.GPU, b.Swap, j, y[j], first[i][j])
+					t.Fatalf("%s: round %d on gpu %d (swap %s): y[%d] = %v, its first answer was %v (%d of %d "+
+						"values zero)", f.name, round, b.GPU, b.Swap, j, y[j], first[i][j], zeroCount(y), len(y))
 				}
 			}
 		}
 	}
+}
+
+// TestRotationThroughTheControllerKeepsEveryAnswer is the six-mlp scenario through the pool, the executors and
+// the real shim: six functions initialise layer by layer on a node whose four GPUs hold one model each, so the
+// controller evicts functions between the calls of their initialisations, and then answer three rounds of
+// requests, coming back from the host image. Every answer must equal the function's first, which must match the
+// host's reference. Before, an eviction ended the initialisation of the evicted function early, the layers it
+// loaded afterwards were scratch, and answers came back all zeros.
+func TestRotationThroughTheControllerKeepsEveryAnswer(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs Python processes through the shim")
+	}
+	testkit.Shim(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	s := startRotationServer(ctx, t, nil)
+	defer stop(t, s)
+	fns := startRotationMLPs(ctx, t, s, "mlp")
+	for l := range strings.Count(rotationDims, ",") {
+		for _, f := range fns {
+			f.do(t, fmt.Sprintf("init %d", l))
+		}
+	}
+	rotate(ctx, t, s, fns, "run")
 	if sw := s.Swaps(); sw["pcie"] == 0 {
 		t.Fatalf("no swap-in from the host: %v", sw)
 	}
@@ -242,63 +267,10 @@ func TestLazyModelsKeepEveryAnswerAcrossEvictions(t *testing.T) {
 	testkit.Shim(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
-	node, err := topology.Preset("v100x4")
-	if err != nil {
-		t.Fatal(err)
-	}
-	const dims, quota = "256,1024,1024,256,64", 16 << 20 // as in the rotation above: one model per GPU
-	if node, err = node.WithGPUMemory(24 << 20); err != nil {
-		t.Fatal(err)
-	}
-	dir := t.TempDir()
 	tc, _ := tenantConfig(t)
-	s, err := Start(ctx, Config{Socket: filepath.Join(dir, "gpuserver.sock"), Node: node,
-		RemotingSocket: filepath.Join(dir, "remoting.sock"), KeyFile: filepath.Join(dir, "key"),
-		RepositoryDir: filepath.Join(dir, "repository"), DeviceReserveBytes: 24 << 20, Tenants: tc})
-	if err != nil {
-		t.Fatal(err)
-	}
+	s := startRotationServer(ctx, t, tc)
 	defer stop(t, s)
-	p := s.Pool()
-	const functions = 6
-	fns := make([]*stagedMLP, functions)
-	for i := range fns {
-		name := fmt.Sprintf("lazy%d", i)
-		if err := p.Register(ctx, pool.FunctionSpec{Name: name, MemoryBytes: quota}); err != nil {
-			t.Fatal(err)
-		}
-		fns[i] = startStagedMLP(t, s, name, dims, fmt.Sprintf("seed-%d", i%2))
-	}
-	first := make([][]float64, functions)
-	for round := range 3 {
-		for i, f := range fns {
-			b, err := p.Acquire(ctx, f.name)
-			if err != nil {
-				t.Fatalf("round %d: acquire %s: %v", round, f.name, err)
-			}
-			y := f.do(t, "lazy")
-			if err := p.Release(ctx, b.ID); err != nil {
-				t.Fatalf("round %d: release %s: %v", round, f.name, err)
-			}
-			if round == 0 {
-				first[i] = y
-				ref := f.do(t, "ref")
-				for j := range ref {
-					if math.Abs(y[j]-ref[j]) > 1e-4*(1+math.Abs(ref[j])) {
-						t.Fatalf("%s: first answer on gpu %d: y[%d] = %v, the host computes %v", f.name, b.GPU, j,
-							y[j], ref[j])
-					}
-				}
-				continue
-			}
-			for j := range y {
-				if y[j] != first[i][j] {
-					t.Fatalf("%s: round %d on gpu %d (swap %s): y[%d] = %v, its first answer was %v (%d of %d "+
-						"values zero)", f.name, round, b.GPU, b.Swap, j, y[j], first[i][j], zeroCount(y), len(y))
-				}
-			}
-		}
-	}
+	rotate(ctx, t, s, startRotationMLPs(ctx, t, s, "lazy"), "lazy")
 	var back, restored uint64
 	for _, st := range s.pool.node.Status() {
 		back, restored = back+st.ScratchWrittenBack, restored+st.ScratchRestored

@@ -24,7 +24,6 @@ import (
 	"github.com/openfaas/faas-provider/types"
 
 	"github.com/faas-gpu/faas-gpu/provider"
-	"github.com/faas-gpu/faas-gpu/provider/local/sandbox"
 	"github.com/faas-gpu/faas-gpu/provider/local/venv"
 	"github.com/faas-gpu/faas-gpu/test/pyenv"
 )
@@ -337,13 +336,7 @@ func TestRequirementsInstallInASandbox(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	sb, err := sandbox.New(ctx, sandbox.Config{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if !sb.Enabled() {
-		t.Skipf("this kernel does not allow sandboxes: %s", sb.Report().Reason)
-	}
+	sb := newSandbox(ctx, t)
 	e := newEnv(t)
 	e.cfg.Sandbox = sb
 	wheels := filepath.Join(filepath.Dir(e.state), "wheels")
@@ -372,7 +365,7 @@ func TestRequirementsInstallInASandbox(t *testing.T) {
 			t.Errorf("the function's log lacks %q:\n%s", want, text)
 		}
 	}
-	err = filepath.WalkDir(r.Prefix, func(p string, d fs.DirEntry, err error) error {
+	err := filepath.WalkDir(r.Prefix, func(p string, d fs.DirEntry, err error) error {
 		if err != nil {
 			return err
 		}

@@ -19,6 +19,7 @@ import (
 	"github.com/openfaas/faas-provider/logs"
 	"github.com/openfaas/faas-provider/types"
 
+	"github.com/faas-gpu/faas-gpu/provider/local/sandbox"
 	"github.com/faas-gpu/faas-gpu/provider/shrinkwrap"
 	"github.com/faas-gpu/faas-gpu/test/testkit"
 )
@@ -39,6 +40,19 @@ func buildContext(t testing.TB, buildDir, name, handlerDir string) {
 	if err := shrinkwrap.Assemble(templateDir, handlerDir, filepath.Join(buildDir, name)); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// newSandbox makes a sandbox of the default configuration, and skips the test where the kernel does not allow one.
+func newSandbox(ctx context.Context, t testing.TB) *sandbox.Sandbox {
+	t.Helper()
+	sb, err := sandbox.New(ctx, sandbox.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !sb.Enabled() {
+		t.Skipf("this kernel does not allow sandboxes: %s", sb.Report().Reason)
+	}
+	return sb
 }
 
 type env struct {

@@ -93,13 +93,7 @@ func TestSandboxedFunctionsCannotReachThePlatform(t *testing.T) {
 	e := newEnv(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	sb, err := sandbox.New(ctx, sandbox.Config{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if !sb.Enabled() {
-		t.Skipf("this kernel does not allow sandboxes: %s", sb.Report().Reason)
-	}
+	sb := newSandbox(ctx, t)
 	t.Logf("sandbox: %s", sb.Report().Summary())
 	e.cfg.Sandbox = sb
 	// The platform's socket (as up's gpuserver.sock) and a variable of this process functions must not see.
@@ -234,13 +228,7 @@ func TestSandboxedFunctionRunsOnAVirtualEnvironmentsPython(t *testing.T) {
 	e := newEnv(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	sb, err := sandbox.New(ctx, sandbox.Config{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if !sb.Enabled() {
-		t.Skipf("this kernel does not allow sandboxes: %s", sb.Report().Reason)
-	}
+	sb := newSandbox(ctx, t)
 	e.cfg.Sandbox = sb
 	venvDir := filepath.Join(t.TempDir(), "venv")
 	if out, err := exec.CommandContext(ctx, "python3", "-m", "venv", "--without-pip", venvDir).CombinedOutput(); err != nil {
