@@ -5,8 +5,6 @@ package shrinkwrap
 
 import (
 	"fmt"
-	"io"
-	"io/fs"
 	"os"
 	"path/filepath"
 	"sort"
@@ -115,60 +113,21 @@ func Assemble(templateDir, handlerDir, dst string) error {
 		return fmt.Errorf("clearing %s: %w", dst, err)
 	}
 	if err := CopyTree(templateDir, dst); err != nil {
-		return err
+		return fmt.Errorf("template %s: %w", templateDir, err)
 	}
-	return CopyTree(handlerDir, filepath.Join(dst, "function"))
-}
-
-// CopyTree copies the regular files and folders under src into dst (created when missing), keeping file modes and
-// overwriting files that exist. Symbolic links are followed; Python bytecode caches are skipped.
-func CopyTree(src, dst string) error {
-	return filepath.WalkDir(src, func(path string, d fs.DirEntry, err error) error {
-		if err != nil {
-			return err
-		}
-		rel, err := filepath.Rel(src, path)
-		if err != nil {
-			return err
-		}
-		if d.IsDir() && d.Name() == "__pycache__" {
-			return filepath.SkipDir
-		}
-		target := filepath.Join(dst, rel)
-		st, err := os.Stat(path)
-		if err != nil {
-			return fmt.Errorf("copying %s: %w", path, err)
-		}
-		if st.IsDir() {
-			if err := os.MkdirAll(target, 0o755); err != nil {
-				return fmt.Errorf("copying %s: %w", path, err)
-			}
-			return nil
-		}
-		if !st.Mode().IsRegular() {
-			return nil
-		}
-		return copyFile(path, target, st.Mode().Perm())
-	})
-}
-
-func copyFile(src, dst string, perm fs.FileMode) (err error) {
-	in, err := os.Open(src)
-	if err != nil {
-		return fmt.Errorf("copying %s: %w", src, err)
-	}
-	defer in.Close()
-	out, err := os.OpenFile(dst, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, perm)
-	if err != nil {
-		return fmt.Errorf("copying %s: %w", src, err)
-	}
-	defer func() {
-		if cerr := out.Close(); cerr != nil && err == nil {
-			err = fmt.Errorf("copying %s: %w", src, cerr)
-		}
-	}()
-	if _, err := io.Copy(out, in); err != nil {
-		return fmt.Errorf("copying %s: %w", src, err)
+	if err := CopyTree(handlerDir, filepath.Join(dst, "function")); err != nil {
+		return fmt.Errorf("handler %s: %w", handlerDir, err)
 	}
 	return nil
+}
+
+// CopyTree copies the folders and regular files under src into dst (created when missing), keeping file modes and
+// overwriting files that exist. src is an untrusted build context (tree.go): a symbolic link is copied as the file
+// it names only when that file is inside src; a link that leaves src, a link to a folder, a device, fifo or socket is
+// refused with an error that wraps ErrUnsafeEntry and names the entry. Python bytecode caches are skipped.
+func CopyTree(src, dst string) error {
+	if err := os.MkdirAll(dst, 0o755); err != nil {
+		return fmt.Errorf("copying %s: %w", src, err)
+	}
+	return walkTree(src, func(e entry) error { return copyEntry(dst, e) })
 }
