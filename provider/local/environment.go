@@ -63,17 +63,21 @@ func openEnvs(ctx context.Context, cfg Config, start func(*exec.Cmd) error, log 
 }
 
 // requirementsOf reads a function's pip requirements: those of its build context, or of the template and handler
-// folders it is assembled from (deploy checks them before anything is assembled).
-func (b *Backend) requirementsOf(fn recordView, dir string) (venv.Requirements, error) {
+// folders it is assembled from (deploy checks them before anything is assembled: assembled false). Each file is
+// read inside its folder only (venv.ReadAs): a link out of it is refused, naming the file.
+func (b *Backend) requirementsOf(fn recordView, dir string, assembled bool) (venv.Requirements, error) {
 	var req venv.Requirements
 	var err error
-	if isDir(dir) {
+	if dir != b.assembledApp(fn) || assembled {
 		req, err = venv.Read(dir)
-	} else { // the fallback, not assembled yet
+	} else { // the fallback, not assembled yet: each file read inside its own folder
 		tpl := filepath.Join(b.cfg.TemplatesDir, b.cfg.Template)
 		handler := filepath.Join(b.cfg.FunctionsDir, fn.name)
-		req, err = venv.ReadFiles(filepath.Dir(tpl), filepath.Join(tpl, "requirements.txt"),
-			filepath.Join(handler, "requirements.txt"))
+		var t, h venv.Requirements
+		if t, err = venv.ReadAs(tpl, "requirements.txt", "requirements.txt"); err == nil {
+			h, err = venv.ReadAs(handler, "requirements.txt", "function/requirements.txt")
+		}
+		req = venv.Join(t, h)
 	}
 	if err != nil {
 		return venv.Requirements{}, fmt.Errorf("%w: function %q: %w", provider.ErrInvalid, fn.name, err)
@@ -84,9 +88,9 @@ func (b *Backend) requirementsOf(fn recordView, dir string) (venv.Requirements, 
 // functionEnv returns the Python environment a replica of fn runs in, installing it on first use; nil when the
 // function has no pip requirements. An install failure is returned as *envFailed (wrapping provider.ErrFailed).
 func (b *Backend) functionEnv(ctx context.Context, fn *function, r *replica, rec record, dir string) (*venv.Env, error) {
-	req, err := b.requirementsOf(view(rec), dir)
+	req, err := b.requirementsOf(view(rec), dir, true)
 	if err != nil {
-		return nil, &envFailed{fmt.Errorf("%w: %w", provider.ErrFailed, err)}
+		return nil, b.cannotStart(fn, r, "its requirements were refused", err)
 	}
 	if req.Empty() {
 		return nil, nil
@@ -145,7 +149,9 @@ func (b *Backend) install(ctx context.Context, fn *function, r *replica, p *envP
 		return nil, ctx.Err()
 	}
 	if err != nil {
-		p.err = fmt.Errorf("%w: function %q: installing %s: %w", provider.ErrFailed, fn.name, p.files, err)
+		// Callers (an anonymous POST /function/<name> included) are told that it failed, never how: pip's errors
+		// quote the requirements. The detail is in the function's logs (Ensure wrote it there) and up's.
+		p.err = publicFailure(fn.name, "installing its requirements ("+p.files+") failed")
 		b.log.Error("installing the function's requirements failed", "function", fn.name, "err", err)
 		close(p.done)
 		b.mu.Lock()
@@ -158,6 +164,31 @@ func (b *Backend) install(ctx context.Context, fn *function, r *replica, p *envP
 	return env, nil
 }
 
+// publicFailure is what any caller is told about a function that cannot start until it is updated: what failed,
+// in the platform's words, and where the detail is; nothing the function's files or pip said.
+func publicFailure(name, what string) error {
+	return fmt.Errorf("%w: function %q: %s; see the function's logs (faas-cli logs %s)", provider.ErrFailed, name,
+		what, name)
+}
+
+// cannotStart records that fn cannot start until it is updated (its build context or requirements were refused):
+// the detail goes to the function's logs and up's, callers get publicFailure (through envState, so a request
+// waiting in Route is answered at once). It returns the replica's error (*envFailed: not retried).
+func (b *Backend) cannotStart(fn *function, r *replica, what string, detail error) error {
+	fn.event(r.id, "%s: %v", what, detail)
+	b.log.Error("function cannot start: "+what, "function", fn.name, "instance", r.id, "err", detail)
+	public := publicFailure(fn.name, what)
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if fn.prep == nil {
+		p := &envPrep{done: make(chan struct{}), started: time.Now(), err: public}
+		close(p.done)
+		fn.prep = p
+		fn.notifyLocked()
+	}
+	return &envFailed{public}
+}
+
 // envState describes a function's environment for Status and Resolve: "" when there is nothing to say.
 func (fn *function) envState() (text string, failed error) {
 	p := fn.prep
@@ -167,7 +198,7 @@ func (fn *function) envState() (text string, failed error) {
 	select {
 	case <-p.done:
 		if p.err != nil {
-			return "failed: " + p.err.Error() + " (see the function's logs; update or redeploy it to try again)", p.err
+			return "failed: " + p.err.Error() + " (update or redeploy it to try again)", p.err
 		}
 		return "", nil
 	default:

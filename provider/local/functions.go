@@ -134,7 +134,10 @@ func (b *Backend) check(fd *types.FunctionDeployment) error {
 	if err != nil {
 		return err
 	}
-	_, err = b.requirementsOf(v, dir)
+	if err := b.checkContext(v, dir); err != nil {
+		return err
+	}
+	_, err = b.requirementsOf(v, dir, false)
 	return err
 }
 

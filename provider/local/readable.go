@@ -17,8 +17,14 @@ import (
 // function's run folder; contexts that others can read are run in place.
 
 // readableContext returns the folder a sandboxed replica runs from: dir itself when others can read it, else a
-// fresh copy of it under the function's run folder with every folder and file readable.
+// fresh copy of it under the function's run folder with every folder and file readable. Either way the context is
+// untrusted input (shrinkwrap's tree.go): one that holds a link out of it, a link to a folder or a special file is
+// refused (the error wraps shrinkwrap.ErrUnsafeEntry and names the entry), so that neither the copy, made as up's
+// user, nor the function reads what such a link names.
 func (b *Backend) readableContext(name, instance, dir string) (string, error) {
+	if err := shrinkwrap.CheckTree(dir); err != nil {
+		return "", fmt.Errorf("local backend: build context %s: %w", dir, err)
+	}
 	if !b.isolated() || othersCanRead(dir) {
 		return dir, nil
 	}
@@ -65,10 +71,10 @@ func othersCanRead(dir string) bool {
 			ok = false
 			return filepath.SkipAll
 		}
-		st, err := os.Stat(path)
+		st, err := os.Stat(path) // a link: CheckTree let it through, so it names a file inside dir
 		switch {
 		case err != nil:
-			return nil // a dangling link: the function finds out itself
+			return nil // gone meanwhile: the function finds out itself
 		case st.IsDir() && st.Mode().Perm()&0o005 != 0o005, st.Mode().IsRegular() && st.Mode().Perm()&0o004 == 0:
 			ok = false
 			return filepath.SkipAll

@@ -21,6 +21,7 @@ import (
 
 	"github.com/faas-gpu/faas-gpu/contract"
 	"github.com/faas-gpu/faas-gpu/provider/gpuspec"
+	"github.com/faas-gpu/faas-gpu/provider/shrinkwrap"
 )
 
 // HealthPath is the path a replica answers once it is ready (of-watchdog's health endpoint, which index.py serves).
@@ -160,10 +161,13 @@ func (b *Backend) supervise(ctx context.Context, fn *function, r *replica, rec r
 // process exits (its exit error) or ctx ends (after draining and stopping the process).
 func (b *Backend) runOnce(ctx context.Context, fn *function, r *replica, rec record) error {
 	dir, err := b.source(view(rec), true)
-	if err != nil {
-		return err
+	if err == nil {
+		dir, err = b.readableContext(fn.name, r.id, dir) // readable.go
 	}
-	if dir, err = b.readableContext(fn.name, r.id, dir); err != nil { // readable.go
+	if errors.Is(err, shrinkwrap.ErrUnsafeEntry) { // a link out of the context: refused until the function is updated
+		return b.cannotStart(fn, r, "its build context was refused", err)
+	}
+	if err != nil {
 		return err
 	}
 	env, err := b.functionEnv(ctx, fn, r, rec, dir)

@@ -44,6 +44,9 @@ func (b *Backend) source(fn recordView, assemble bool) (string, error) {
 		candidates = append(candidates, byName) // the image and the function often share a name: look once
 	}
 	for _, dir := range candidates {
+		if err := notALink(fn, dir); err != nil {
+			return "", err
+		}
 		if isContext(dir, fn.envProcess != "") {
 			return dir, nil
 		}
@@ -52,8 +55,11 @@ func (b *Backend) source(fn recordView, assemble bool) (string, error) {
 	if b.cfg.TemplatesDir != "" && b.cfg.FunctionsDir != "" {
 		tpl := filepath.Join(b.cfg.TemplatesDir, b.cfg.Template)
 		handler := filepath.Join(b.cfg.FunctionsDir, fn.name)
+		if err := notALink(fn, handler); err != nil {
+			return "", err
+		}
 		if isDir(tpl) && isDir(handler) {
-			app := filepath.Join(b.cfg.StateDir, "run", fn.key, "app")
+			app := b.assembledApp(fn)
 			if !assemble {
 				return app, nil
 			}
@@ -67,6 +73,38 @@ func (b *Backend) source(fn recordView, assemble bool) (string, error) {
 	return "", fmt.Errorf("%w: image %q of function %q: no build context (looked in %s); "+
 		"run `make functions` or `faas-cli build --shrinkwrap`", provider.ErrInvalid, fn.image, fn.name,
 		strings.Join(tried, ", "))
+}
+
+// notALink refuses a build context (or handler folder) that is itself a symbolic link: whoever writes the build
+// folder could otherwise point a function at any folder of the machine, another function's assembled context in
+// the state dir say. The folders holding them (BuildDir, FunctionsDir) are the operator's and may be links.
+func notALink(fn recordView, dir string) error {
+	st, err := os.Lstat(dir)
+	if err == nil && st.Mode()&os.ModeSymlink != 0 {
+		return fmt.Errorf("%w: image %q of function %q: %s is a symbolic link; put the build context itself there "+
+			"(a build context is read without following links out of it)", provider.ErrInvalid, fn.image, fn.name, dir)
+	}
+	return nil
+}
+
+// checkContext refuses, at deploy, a build context (or the template and handler folders it is assembled from)
+// that holds a link out of it, a link to a folder or a special file (shrinkwrap.CheckTree), naming the entry.
+func (b *Backend) checkContext(fn recordView, dir string) error {
+	dirs := []string{dir}
+	if dir == b.assembledApp(fn) { // the fallback: what it is assembled from (the folder may hold an older copy)
+		dirs = []string{filepath.Join(b.cfg.TemplatesDir, b.cfg.Template), filepath.Join(b.cfg.FunctionsDir, fn.name)}
+	}
+	for _, d := range dirs {
+		if err := shrinkwrap.CheckTree(d); err != nil {
+			return fmt.Errorf("%w: function %q: build context %s: %w", provider.ErrInvalid, fn.name, d, err)
+		}
+	}
+	return nil
+}
+
+// assembledApp is where source assembles fn's template and handler folders.
+func (b *Backend) assembledApp(fn recordView) string {
+	return filepath.Join(b.cfg.StateDir, "run", fn.key, "app")
 }
 
 // recordView is what source needs of a deployment (key: its function's key, namespaces.go).

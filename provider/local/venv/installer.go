@@ -127,38 +127,6 @@ func localLocation(loc string) (string, string) {
 	return abs, abs
 }
 
-// requirementLocations are the local folders and files the options of requirements lines name (--find-links,
-// --index-url, --extra-index-url with an absolute path or a file: URL).
-func requirementLocations(lines []string) []string {
-	var out []string
-	for _, line := range lines {
-		fields := strings.Fields(line)
-		for i := 0; i < len(fields); i++ {
-			opt, val, hasVal := strings.Cut(fields[i], "=")
-			switch opt {
-			case "-f", "--find-links", "-i", "--index-url", "--extra-index-url":
-			default:
-				if strings.HasPrefix(opt, "-f") && len(opt) > 2 && !strings.HasPrefix(opt, "--") { // -f/path
-					val, hasVal = fields[i][2:], true
-				} else {
-					continue
-				}
-			}
-			if !hasVal && i+1 < len(fields) {
-				i++
-				val = fields[i]
-			}
-			if !filepath.IsAbs(val) && !strings.HasPrefix(val, "file:") {
-				continue // a URL, or a relative path pip would not find either
-			}
-			if _, path := localLocation(val); path != "" {
-				out = append(out, path)
-			}
-		}
-	}
-	return out
-}
-
 // installer is one sandboxed install: the sandbox, who it runs as, what it sees.
 type installer struct {
 	sb      *sandbox.Sandbox
@@ -179,7 +147,9 @@ func newInstaller(sb *sandbox.Sandbox, env *Env, req Requirements, py interp, en
 	vars, shown := installEnv(environ, tmp)
 	in := &installer{sb: sb, env: vars, build: build, target: env.Dir}
 	in.shown = append(append(append(sandbox.SystemPaths(), installSystemFiles...), py.prefixes...), reqPath)
-	in.shown = append(append(in.shown, shown...), requirementLocations(req.Lines)...)
+	// Only the operator's settings name folders the install sees; the requirements name none (Parse refuses a
+	// local --find-links, --index-url or path: shown, the state dir would be readable to the install's code).
+	in.shown = append(in.shown, shown...)
 	in.id, in.release = sb.Borrow("install " + env.Name)
 	ok := false
 	defer func() {

@@ -257,10 +257,34 @@ func runHostileInstall(ctx context.Context, work, python string) (*hostileInstal
 		return nil, err
 	}
 	defer m.Close()
+	// The wheel folder is the operator's setting (PIP_FIND_LINKS, set by the caller), as offline installs do: the
+	// requirements may name no local folder.
+	if got := os.Getenv("PIP_FIND_LINKS"); got != links {
+		return nil, fmt.Errorf("PIP_FIND_LINKS is %q, want the scenario's wheel folder %s", got, links)
+	}
 	req := Requirements{Files: []string{"function/requirements.txt"}}
 	if req.Lines, err = Parse("function/requirements.txt",
-		[]byte("--no-index\n--find-links "+links+"\nhostile==1.0\nbenign==1.0\n")); err != nil {
+		[]byte("--no-index\nhostile==1.0\nbenign==1.0\n")); err != nil {
 		return nil, err
+	}
+	// Requirements that name the state dir as a wheel folder (the third round's attack: shown to the install, it
+	// listed the state dir and read the key and both passwords) are never installed, even made without Parse.
+	for _, line := range []string{"--find-links " + state, "--find-links=file://" + state, "-f" + state,
+		"--find " + state, "--index-url " + state, "--extra-index-url file://" + state} {
+		hostileReq := Requirements{Files: []string{"function/requirements.txt"}, Lines: []string{line, "hostile==1.0"}}
+		var progress testkit.Buffer
+		env, err := m.Ensure(ctx, hostileReq, &progress)
+		opt, _, _ := strings.Cut(strings.Fields(line)[0], "=")
+		if len(opt) > 2 && !strings.HasPrefix(opt, "--") {
+			opt = opt[:2]
+		}
+		if err == nil || !errors.Is(err, ErrInvalidRequirements) || !strings.Contains(err.Error(), opt) {
+			problem("requirements %q: Ensure = %v, %v; want ErrInvalidRequirements naming %s\n%s", line, env, err, opt,
+				progress.String())
+		}
+		if strings.Contains(progress.String(), "installing") {
+			problem("requirements %q: an install started:\n%s", line, progress.String())
+		}
 	}
 	name, err := m.Name(ctx, req)
 	if err != nil {
@@ -484,6 +508,7 @@ func TestSandboxedInstallOfAHostilePackage(t *testing.T) {
 	if err := os.Chmod(work, 0o755); err != nil {
 		t.Fatal(err)
 	}
+	t.Setenv("PIP_FIND_LINKS", filepath.Join(work, "wheels"))
 	start := time.Now()
 	res, err := runHostileInstall(ctx, work, python)
 	if err != nil {
@@ -569,6 +594,7 @@ func TestSandboxedInstallAsUnprivilegedUser(t *testing.T) {
 	cmd := exec.Command(setpriv, "--reuid=65534", "--regid=65534", "--clear-groups", "--", bin)
 	cmd.Env = []string{asUserEnv + "=1", "FAAS_GPU_VENV_TEST_DIR=" + work, "FAAS_GPU_VENV_TEST_PYTHON=" + python,
 		"FAAS_GPU_GPUSERVER_KEY=" + installSecret, "NATS_PASSWORD=" + installSecret, "PIP_NO_INDEX=1",
+		"PIP_FIND_LINKS=" + filepath.Join(work, "wheels"),
 		"HOME=" + work, "TMPDIR=" + work, "PATH=/usr/bin:/bin"}
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
@@ -590,7 +616,7 @@ func TestSandboxedInstallAsUnprivilegedUser(t *testing.T) {
 }
 
 // installEnv keeps the machine's variables and pip's and the proxies' settings only, makes their local paths
-// absolute and names them to be shown; requirementLocations finds the local folders of requirements' options.
+// absolute and names them to be shown.
 func TestInstallEnv(t *testing.T) {
 	cwd, err := os.Getwd()
 	if err != nil {
@@ -616,9 +642,38 @@ func TestInstallEnv(t *testing.T) {
 	if strings.Join(shown, " ") != strings.Join(wantShown, " ") {
 		t.Errorf("shown %v, want %v", shown, wantShown)
 	}
-	got := requirementLocations([]string{"--find-links /a", "-f /b", "-f/c", "--find-links=/d", "-i file:///e",
-		"--extra-index-url https://x/simple", "--find-links relative", "six==1.17.0"})
-	if strings.Join(got, " ") != "/a /b /c /d /e" {
-		t.Errorf("requirementLocations = %v", got)
+}
+
+// The install's sandbox shows the folders the operator's settings name and none that the requirements name: with
+// `--find-links <state dir>` in the requirements (the third round's attack, which listed the state dir and read
+// the key and both passwords), the state dir is not among what the install sees.
+func TestInstallerShowsNothingTheRequirementsName(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	sb, err := sandbox.New(ctx, sandbox.Config{})
+	if err != nil || !sb.Enabled() {
+		t.Skipf("this kernel does not allow sandboxes: %v", err)
+	}
+	work := t.TempDir()
+	state := filepath.Join(work, "state")
+	wheels := filepath.Join(work, "wheels")
+	env := &Env{Name: "py3.11-x", Dir: filepath.Join(work, "envs", "py3.11-x")}
+	if err := os.MkdirAll(filepath.Dir(env.Dir), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	req := Requirements{Lines: []string{"--find-links " + state, "-f" + state + "/run", "--index-url file://" + state,
+		"six==1.17.0"}}
+	in, err := newInstaller(sb, env, req, interp{prefixes: []string{"/usr"}}, []string{"PIP_FIND_LINKS=" + wheels})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer in.close()
+	for _, p := range in.shown {
+		if p == state || strings.HasPrefix(p, state+"/") {
+			t.Errorf("the install is shown %s, which only the requirements name", p)
+		}
+	}
+	if !strings.Contains(strings.Join(in.shown, " "), wheels) {
+		t.Errorf("the install is not shown the operator's PIP_FIND_LINKS %s: %v", wheels, in.shown)
 	}
 }

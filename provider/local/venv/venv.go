@@ -17,8 +17,9 @@
 // they are empty.
 //
 // Where Config.Sandbox isolates, the install runs sandboxed (installer.go): it sees pip's settings (PIP_INDEX_URL,
-// PIP_FIND_LINKS, PIP_CONFIG_FILE, the proxies, ...) and the system's pip.conf, writes only the environment and a
-// temporary folder beside it, and starts without a cache; an offline machine installs from a wheel folder named by
+// PIP_FIND_LINKS, PIP_CONFIG_FILE, the proxies, ...) and the system's pip.conf, never a file or folder the
+// requirements name (Parse and Ensure refuse local locations), writes only the environment and a temporary folder
+// beside it, and starts without a cache (a shared one would be a channel between tenants); an offline machine installs from a wheel folder named by
 // PIP_FIND_LINKS with PIP_NO_INDEX=1. Otherwise pip runs as this process with its environment, configuration and
 // cache.
 package venv
@@ -193,10 +194,15 @@ func (m *Manager) Name(ctx context.Context, req Requirements) (string, error) {
 
 // Ensure returns the environment of req, installing it first if no process has. progress receives what happens,
 // line by line: the manager's own lines (prefixed "faas-gpu:") and pip's output. The environment stays in use (Prune
-// leaves it alone) until Close. The error wraps ErrInstall when pip (or python -m venv) failed, with pip's reason.
+// leaves it alone) until Close. The error wraps ErrInvalidRequirements when a line is one Parse refuses, and
+// ErrInstall when pip (or python -m venv) failed, with pip's reason (for the platform's logs: pip's errors may quote
+// the requirements).
 func (m *Manager) Ensure(ctx context.Context, req Requirements, progress io.Writer) (*Env, error) {
 	if req.Empty() {
 		return nil, errors.New("venv: no requirements to install")
+	}
+	if err := req.Check(); err != nil { // never shown the install: --find-links /the/state/dir, say
+		return nil, err
 	}
 	if progress == nil {
 		progress = io.Discard

@@ -85,11 +85,45 @@ func TestParse(t *testing.T) {
 		{"/opt/wheels/x.whl", "local path"},
 		{"file:///tmp/x.whl", "local path"},
 		{"x @ file:///tmp/x.whl", "local path"},
+		{"x@file:///tmp/x.whl", "local path"},
+		{"git+file:///srv/state/repo#egg=x", "local path"},
+		{"wheels/x-1.0-py3-none-any.whl", "local path"},
+		{"x-1.0.tar.gz", "local path"},
+		{"x @ /srv/state/x.whl", "remote host"},
+		// Options that name a folder or a file: the install sees none, and the state dir must stay out of its view.
+		{"--find-links /srv/state", "--find-links /srv/state"},
+		{"--find-links=/srv/state", "--find-links /srv/state"},
+		{"-f /srv/state", "-f /srv/state"},
+		{"-f/srv/state", "-f /srv/state"},
+		{"--find-links file:///srv/state", "--find-links file:///srv/state"},
+		{"--find-links ../state", "--find-links ../state"},
+		{"--index-url /srv/state", "--index-url"},
+		{"-i file:///srv/state", "-i file:"},
+		{"--pypi-url /srv/state", "--pypi-url"},
+		{"--extra-index-url /srv/state", "--extra-index-url"},
+		{"six==1.17.0 --find-links /srv/state", "--find-links"},
+		{"--find-links", "needs a value"},
+		// pip's abbreviations and options it does not read from a requirements file.
+		{"--find /srv/state", "--find is not an option"},
+		{"--extra /srv/state", "--extra is not an option"},
+		{"--target /srv/state", "--target is not an option"},
+		{"--user", "--user is not an option"},
+		{"--no-index=1", "takes no value"},
+		{"--extra-index-url https://${FAAS_GPU_GPUSERVER_KEY}@pypi.example/simple", "${VARIABLE}"},
 	} {
 		_, err := Parse("function/requirements.txt", []byte("six\n"+bad.line+"\n"))
 		if !errors.Is(err, ErrInvalidRequirements) || !strings.Contains(err.Error(), "line 2") ||
 			!strings.Contains(err.Error(), bad.mention) {
 			t.Errorf("Parse(%q) = %v, want ErrInvalidRequirements naming line 2 and %q", bad.line, err, bad.mention)
+		}
+	}
+	for _, good := range []string{"--index-url https://example.org/simple", "--extra-index-url=https://x.example/simple",
+		"-f https://x.example/wheels/", "-fhttps://x.example/wheels/", "--trusted-host example.org",
+		"--no-binary :all:", "--only-binary=:all:", "--pre", "--prefer-binary", "--no-index", "--require-hashes",
+		"six==1.17.0 --hash=sha256:0123", "git+https://github.com/x/y@v1#egg=y", "pkg[extra] @ https://x.example/p.whl",
+		`six ; python_version >= "3.8"`, "https://x.example/pkg-1.0-py3-none-any.whl", "profile-tools==1.0"} {
+		if _, err := Parse("r.txt", []byte(good+"\n")); err != nil {
+			t.Errorf("Parse(%q) = %v, want it accepted", good, err)
 		}
 	}
 	if _, err := Parse("r.txt", []byte("six\x00")); !errors.Is(err, ErrInvalidRequirements) {
@@ -134,6 +168,75 @@ func TestRead(t *testing.T) {
 	write("function/requirements.txt", strings.Repeat("x", MaxRequirementsFile+1))
 	if _, err := Read(dir); !errors.Is(err, ErrInvalidRequirements) || !strings.Contains(err.Error(), "function/requirements.txt") {
 		t.Fatalf("an oversized file: %v", err)
+	}
+}
+
+// requirements.txt (or function/) as a link out of the build context, to the basic-auth password say, is refused
+// naming the file, and nothing of the password is in the error; a link inside the context is read.
+func TestReadRefusesLinksThatLeaveTheContext(t *testing.T) {
+	const secret = "faas-gpu-venv-read-secret-77aa"
+	base := t.TempDir()
+	password := filepath.Join(base, "state", "secrets", "basic-auth-password")
+	if err := os.MkdirAll(filepath.Dir(password), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(password, []byte(secret+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		what, file string
+		make       func(ctx string) error
+	}{
+		{"requirements.txt to the password", "requirements.txt", func(ctx string) error {
+			return os.Symlink(password, filepath.Join(ctx, "requirements.txt"))
+		}},
+		{"function/requirements.txt by ..", "function/requirements.txt", func(ctx string) error {
+			rel, err := filepath.Rel(filepath.Join(ctx, "function"), password)
+			if err != nil {
+				return err
+			}
+			return os.Symlink(rel, filepath.Join(ctx, "function", "requirements.txt"))
+		}},
+		{"function/ to the secrets folder", "function/requirements.txt", func(ctx string) error {
+			if err := os.Remove(filepath.Join(ctx, "function")); err != nil {
+				return err
+			}
+			if err := os.Symlink(filepath.Dir(password), filepath.Join(ctx, "function")); err != nil {
+				return err
+			}
+			return os.Symlink(password, filepath.Join(filepath.Dir(password), "requirements.txt"))
+		}},
+	} {
+		t.Run(c.what, func(t *testing.T) {
+			ctx := filepath.Join(t.TempDir(), "ctx")
+			if err := os.MkdirAll(filepath.Join(ctx, "function"), 0o755); err != nil {
+				t.Fatal(err)
+			}
+			if err := c.make(ctx); err != nil {
+				t.Fatal(err)
+			}
+			req, err := Read(ctx)
+			if !errors.Is(err, ErrInvalidRequirements) || !strings.Contains(err.Error(), c.file+":") ||
+				!strings.Contains(err.Error(), "leaves the build context") {
+				t.Fatalf("Read = %+v, %v; want ErrInvalidRequirements naming %s", req, err, c.file)
+			}
+			if strings.Contains(err.Error(), secret) {
+				t.Fatalf("the error quotes the password: %v", err)
+			}
+		})
+	}
+	ctx := filepath.Join(t.TempDir(), "ctx")
+	if err := os.MkdirAll(filepath.Join(ctx, "function"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(ctx, "function", "pins.txt"), []byte("six==1.17.0\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink("pins.txt", filepath.Join(ctx, "function", "requirements.txt")); err != nil {
+		t.Fatal(err)
+	}
+	if req, err := Read(ctx); err != nil || req.Text() != "six==1.17.0\n" {
+		t.Fatalf("a link inside the context: %+v, %v", req, err)
 	}
 }
 
