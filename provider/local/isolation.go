@@ -202,8 +202,9 @@ func (b *Backend) sandboxCommand(ctx context.Context, rec record, instance strin
 	if err := os.MkdirAll(root, 0o700); err != nil {
 		return nil, nil, fmt.Errorf("sandbox root of %q: %w", name, err)
 	}
+	// The build context was checked (readable.go) as a folder: one swapped for a link since is refused, not shown.
 	return b.cfg.Sandbox.Command(sandbox.Spec{Argv: argv, Env: vars, Dir: dir, Root: root, Hostname: instance,
-		ReadOnly: shown, Sockets: sockets, ID: id})
+		ReadOnly: shown, Folders: []string{dir}, Sockets: sockets, ID: id})
 }
 
 // secretsOwner is who owns a function's copies of its secrets: the function's own user when it has one (the

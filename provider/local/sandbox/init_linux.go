@@ -11,6 +11,7 @@ import (
 	"os/signal"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -123,6 +124,8 @@ func build(spec Spec) error {
 			err = showWritable(root, p)
 		case within(p, shown, p) && !within(p, spec.Writable, p):
 			// visible (read-only) through the shown folder that holds it
+		case slices.Contains(spec.Folders, p):
+			err = showFolder(root, p)
 		default:
 			err = show(root, p, shown)
 		}
@@ -269,6 +272,24 @@ func show(root, p string, shown []string) error {
 		return nil
 	}
 	if err := bindFile(src, dst); err != nil {
+		return fmt.Errorf("binding %s: %w", p, err)
+	}
+	return nil
+}
+
+// showFolder binds folder p of the machine read-only at the same place under root from a descriptor opened with
+// O_NOFOLLOW|O_DIRECTORY: a link at p (one swapped in after the platform looked) is refused, never followed.
+func showFolder(root, p string) error {
+	fd, err := unix.Open(p, unix.O_PATH|unix.O_NOFOLLOW|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return fmt.Errorf("showing %s: not a folder (a symbolic link, or gone): %w", p, err)
+	}
+	defer unix.Close(fd)
+	dst := filepath.Join(root, p)
+	if err := os.MkdirAll(dst, 0o755); err != nil {
+		return err
+	}
+	if err := unix.Mount("/proc/self/fd/"+strconv.Itoa(fd), dst, "", unix.MS_BIND|unix.MS_REC, ""); err != nil {
 		return fmt.Errorf("binding %s: %w", p, err)
 	}
 	return nil

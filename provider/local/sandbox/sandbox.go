@@ -165,6 +165,11 @@ type Spec struct {
 	// ReadOnly are files and directories shown read-only (system directories, the build context, the Python
 	// environment, the function's secrets).
 	ReadOnly []string
+	// Folders are paths of ReadOnly that must be folders themselves (a function's build context): each is bound
+	// from a descriptor opened without following a link, so that one swapped for a link after the platform checked
+	// it (to another function's files, say) is refused, not followed. Other ReadOnly paths that are links (/lib on
+	// a merged-/usr system) are followed.
+	Folders []string
 	// Writable are folders shown read-write (no set-id programs, no devices): an install's target and its
 	// temporary folder. Each must exist and be a folder; one may lie inside a ReadOnly folder and the other way
 	// round.

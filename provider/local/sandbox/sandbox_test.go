@@ -430,3 +430,59 @@ print(json.dumps(out))`
 		}
 	}
 }
+
+// A folder of Spec.Folders (a function's build context) is shown when it is a folder, and refused, not followed,
+// when it has been swapped for a link (to another function's files, say) after the platform checked it.
+func TestFoldersAreNeverFollowed(t *testing.T) {
+	s := newSandbox(t, ModeAuto)
+	if !s.Enabled() {
+		t.Skipf("this kernel does not allow sandboxes: %s", s.Report().Reason)
+	}
+	python, prefix := lookPython(t)
+	dir := t.TempDir()
+	if err := os.Chmod(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	ctx, victim := filepath.Join(dir, "ctx"), filepath.Join(dir, "victim")
+	for d, text := range map[string]string{ctx: "own", victim: "victim's"} {
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(d, "f"), []byte(text), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	run := func(name string) (string, string, error) {
+		root := filepath.Join(dir, "root-"+name)
+		if err := os.Mkdir(root, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		cmd, release, err := s.Command(Spec{Argv: []string{python, "-c", "print(open('f').read())"}, Dir: ctx,
+			Root: root, Hostname: "f", ReadOnly: append(SystemPaths(), prefix, ctx), Folders: []string{ctx},
+			ID: s.Identity("folders"), Env: []string{"PATH=/usr/bin:/bin"}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var stdout, stderr bytes.Buffer
+		cmd.Stdout, cmd.Stderr = &stdout, &stderr
+		err = cmd.Start()
+		release()
+		if err == nil {
+			err = cmd.Wait()
+		}
+		return strings.TrimSpace(stdout.String()), stderr.String(), err
+	}
+	if out, errOut, err := run("folder"); err != nil || out != "own" {
+		t.Fatalf("a real folder: %q, %v\n%s", out, err, errOut)
+	}
+	if err := os.Rename(ctx, ctx+".moved"); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink(victim, ctx); err != nil {
+		t.Fatal(err)
+	}
+	out, errOut, err := run("link")
+	if err == nil || strings.Contains(out, "victim") || !strings.Contains(errOut, "not a folder") {
+		t.Fatalf("a folder swapped for a link: %q, %v\n%s; want the sandbox refused", out, err, errOut)
+	}
+}
