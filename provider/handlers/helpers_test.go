@@ -96,6 +96,7 @@ type fixture struct {
 	backend *local.Backend
 	gpu     *recordingRegistry
 	socket  string
+	build   string // the backend's build dir
 	// user and password, when set, go with every request as basic auth.
 	user, password string
 }
@@ -147,7 +148,7 @@ func newFixtureWith(t testing.TB, tweak func(*Config)) *fixture {
 	}
 	srv := httptest.NewServer(New(cfg))
 	t.Cleanup(srv.Close)
-	f := &fixture{srv: srv, backend: b, gpu: reg, socket: sock}
+	f := &fixture{srv: srv, backend: b, gpu: reg, socket: sock, build: build}
 	if cfg.Auth != nil {
 		f.user, f.password = cfg.Auth.User, cfg.Auth.Password
 	}
