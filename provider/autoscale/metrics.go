@@ -1,6 +1,9 @@
 package autoscale
 
-import "github.com/prometheus/client_golang/prometheus"
+import (
+	"github.com/prometheus/client_golang/prometheus"
+	dto "github.com/prometheus/client_model/go"
+)
 
 // Metrics exports the autoscaler's view of each function (named name.namespace, as the OpenFaaS gateway names
 // functions in its metrics). It is a prometheus.Collector; a nil *Metrics records nothing.
@@ -67,4 +70,13 @@ func (m *Metrics) Forget(function string) {
 	m.replicas.DeleteLabelValues(function)
 	m.load.DeleteLabelValues(function)
 	m.decisions.DeletePartialMatch(prometheus.Labels{"function": function})
+}
+
+// DecisionCount is how many decisions in direction d were applied to function (tests, checks).
+func (m *Metrics) DecisionCount(function string, d Direction) float64 {
+	var out dto.Metric
+	if err := m.decisions.WithLabelValues(function, string(d)).Write(&out); err != nil {
+		return 0
+	}
+	return out.GetCounter().GetValue()
 }

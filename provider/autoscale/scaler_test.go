@@ -165,7 +165,7 @@ func TestScalerScalesToZeroAfterTheIdlePeriod(t *testing.T) {
 			t.Fatalf("at zero: %+v", d)
 		}
 	}
-	l.current = 1 // a request woke it
+	l.current = 1             // a request woke it
 	l.observe(time.Second, 1) // its request: up to 2 (a replica is full at 0.9 requests), down again later
 	for range 9 {
 		if d, ok := l.observe(time.Minute, 0); ok && d.Direction != Down {
