@@ -40,7 +40,7 @@ const (
 )
 
 // Defaults. OpenFaaS Pro's target is 50 for every mode (its default mode is rps); here the only mode is capacity
-// and a replica serves one request at a time (docs/design.md, decision 10), so the default target is one request
+// and a replica of a GPU function serves one request at a time, so the default target is one request
 // in flight per replica.
 const (
 	DefaultTarget           = 1.0
