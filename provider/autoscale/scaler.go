@@ -81,7 +81,10 @@ func (s *Scaler) Observe(now time.Time, p Policy, current, load uint64) (Decisio
 	}
 	floor := p.Wake()
 	perReplica := p.Target * p.Proportion
-	wanted := uint64(math.Ceil(float64(load)/perReplica - 1e-9))
+	wanted := p.Max
+	if w := math.Ceil(float64(load)/perReplica - 1e-9); w < float64(p.Max) { // NaN and +Inf: Max
+		wanted = uint64(max(w, 0))
+	}
 	wanted = min(max(wanted, floor), p.Max)
 	s.recs = append(s.recs, recommendation{now, wanted})
 	s.expire(now)

@@ -101,6 +101,8 @@ func TestScalerFormula(t *testing.T) {
 		{1, 0.9, 1, 2},
 		{50, 0.9, 20, 1},
 		{1, 1, 30, 20},
+		{1e-300, 1e-300, 1, 20}, // no overflow: the most
+		{1, 1, 0, 1},
 	} {
 		p := Policy{Autoscaled: true, Min: 1, Max: 20, Target: c.target, Proportion: c.proportion}
 		l := newLook(t, p, 0, 1)
