@@ -21,6 +21,8 @@ func TestBadFlagsExitTwoNamingTheFlag(t *testing.T) {
 		{args: []string{"gpuserver", "--log-level", "loud"}, want: "-log-level"},
 		{args: []string{"up", "--policy", "best"}, want: "-policy"},
 		{args: []string{"up", "--env-max-age", "-1h"}, want: "-env-max-age"},
+		{args: []string{"up", "--scale-down-window", "-1s"}, want: "-scale-down-window"},
+		{args: []string{"up", "--autoscale-interval", "0s"}, want: "-autoscale-interval"},
 		{args: []string{"gpuserver", "extra"}, want: `unexpected argument "extra"`},
 		{args: []string{"up"}, env: map[string]string{"FAAS_GPU_PORT": "x"}, want: "FAAS_GPU_PORT"},
 		{args: []string{"up"}, env: map[string]string{"FAAS_GPU_ENV_MAX_AGE": "often", "FAAS_GPU_PORT": ""}, want: "FAAS_GPU_ENV_MAX_AGE"},

@@ -115,7 +115,8 @@ func resolveGPUs(log *slog.Logger, gpus, gpuMemory string, discover discoverFunc
 		node, dev, err := discover()
 		if err == nil {
 			setup.Node, setup.Device = node, dev
-			log.Info("discovered NVIDIA GPUs: serving them through the cuda backend", "gpus", len(node.GPUs))
+			log.Info("discovered NVIDIA GPUs: serving them through the cuda backend", "gpus", len(node.GPUs),
+				"topology", node.Describe())
 		} else {
 			log.Warn("no NVIDIA GPU discovered: serving a simulated node", "gpu", fallbackNode, "err", err)
 			gpus = fallbackNode

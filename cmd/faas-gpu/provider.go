@@ -24,6 +24,7 @@ import (
 	gpuauth "github.com/faas-gpu/faas-gpu/gpuserver/auth"
 	"github.com/faas-gpu/faas-gpu/gpuserver/client"
 	"github.com/faas-gpu/faas-gpu/provider"
+	"github.com/faas-gpu/faas-gpu/provider/autoscale"
 	"github.com/faas-gpu/faas-gpu/provider/basicauth"
 	"github.com/faas-gpu/faas-gpu/provider/handlers"
 	"github.com/faas-gpu/faas-gpu/provider/local"
@@ -55,6 +56,7 @@ type providerConfig struct {
 	envs            envFlags
 	sandbox         sandboxFlags
 	conns           connFlags
+	autoscale       autoscaleFlags
 	// envErr is a bad value in one of faas-netes' variables (basic_auth).
 	envErr error
 }
@@ -117,6 +119,7 @@ func (c *providerConfig) register(fs *flag.FlagSet) {
 	c.envs.register(fs)
 	c.sandbox.register(fs)
 	c.conns.register(fs)
+	c.autoscale.register(fs)
 }
 
 func (c *providerConfig) validate() error {
@@ -127,6 +130,9 @@ func (c *providerConfig) validate() error {
 		return err
 	}
 	if err := c.conns.validate(); err != nil {
+		return err
+	}
+	if err := c.autoscale.validate(); err != nil {
 		return err
 	}
 	switch {
@@ -259,14 +265,16 @@ func runProvider(ctx context.Context, args []string, stdout, stderr io.Writer) e
 		if cfg.gpuserverSocket != "" {
 			warnUnreachableSockets(sb, log, cfg.gpuserverSocket, cfg.remotingSocketPath())
 		}
+		scaling := autoscale.NewMetrics()
 		b, err := local.New(ctx, local.Config{StateDir: filepath.Join(cfg.stateDir, "functions"), BuildDir: cfg.buildDir,
+			Autoscale:    cfg.autoscale.config(scaling),
 			TemplatesDir: cfg.templatesDir, FunctionsDir: cfg.functionsDir, Env: env, GPUEnv: gpuEnv,
 			Python: cfg.python, EnvDir: envDir, EnvMaxAge: cfg.envs.maxAge, Logger: log.With("component", "local"),
 			Sandbox: sb})
 		if err != nil {
 			return fmt.Errorf("local backend: %w", err)
 		}
-		be = providerBackends{functions: b, secrets: b, logs: b, close: b.Close}
+		be = providerBackends{functions: b, secrets: b, logs: b, close: b.Close, metrics: scaling}
 	default:
 		if key != nil {
 			cluster.registrationKey = key

@@ -31,6 +31,7 @@ func TestProviderBadSettingsNameThem(t *testing.T) {
 		{args: []string{"--host", "example.com"}, want: "-host"},
 		{args: []string{"--gpuserver-socket", "/tmp/x.sock"}, want: "-gpuserver-key-file"},
 		{env: map[string]string{"basic_auth": "maybe"}, want: "basic_auth"},
+		{env: map[string]string{"FAAS_GPU_SCALE_DOWN_WINDOW": "-40s"}, want: "-scale-down-window"},
 	} {
 		t.Run(strings.Join(tc.args, " ")+strings.Join(keys(tc.env), ""), func(t *testing.T) {
 			for k, v := range tc.env {

@@ -28,6 +28,7 @@ import (
 	"github.com/faas-gpu/faas-gpu/gpuserver/client"
 	"github.com/faas-gpu/faas-gpu/gpuserver/controller"
 	"github.com/faas-gpu/faas-gpu/gpuserver/server"
+	"github.com/faas-gpu/faas-gpu/provider/autoscale"
 	"github.com/faas-gpu/faas-gpu/provider/basicauth"
 	"github.com/faas-gpu/faas-gpu/provider/handlers"
 	"github.com/faas-gpu/faas-gpu/provider/local"
@@ -61,6 +62,7 @@ type upConfig struct {
 	hold         holdFlag
 	sandbox      sandboxFlags
 	conns        connFlags
+	autoscale    autoscaleFlags
 }
 
 func (c *upConfig) register(fs *flag.FlagSet) {
@@ -91,6 +93,7 @@ func (c *upConfig) register(fs *flag.FlagSet) {
 	c.hold.register(fs)
 	c.sandbox.register(fs)
 	c.conns.register(fs)
+	c.autoscale.register(fs)
 }
 
 func (c *upConfig) validate() error {
@@ -116,6 +119,9 @@ func (c *upConfig) validate() error {
 		return err
 	}
 	if err := c.conns.validate(); err != nil {
+		return err
+	}
+	if err := c.autoscale.validate(); err != nil {
 		return err
 	}
 	switch {
@@ -285,7 +291,9 @@ func (u *up) start(ctx context.Context, cfg upConfig, stateDir, nodeName string,
 	if err != nil {
 		return err
 	}
+	scaling := autoscale.NewMetrics()
 	backend, err := local.New(ctx, local.Config{
+		Autoscale:    cfg.autoscale.config(scaling),
 		EnvDir:       envDir,
 		EnvMaxAge:    cfg.envs.maxAge,
 		StateDir:     filepath.Join(stateDir, "functions"),
@@ -326,6 +334,7 @@ func (u *up) start(ctx context.Context, cfg upConfig, stateDir, nodeName string,
 	// The gateway's own metrics (provider, invocations, queue worker); /metrics serves them with the gpuserver's,
 	// which include the Go runtime and process metrics of this one process.
 	metrics := prometheus.NewRegistry()
+	metrics.MustRegister(scaling)
 	info := types.ProviderInfo{Name: "faas-gpu", Orchestration: "local",
 		Version: &types.VersionInfo{Release: version, SHA: commit}}
 	providerHandler := handlers.New(handlers.Config{

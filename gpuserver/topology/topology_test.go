@@ -182,3 +182,22 @@ func TestWithGPUMemoryAndParseSize(t *testing.T) {
 		}
 	}
 }
+
+// TestDescribe: an NVSwitch node reads as all-to-all with its one bandwidth, Torpor's node lists each GPU's peers,
+// a node of one GPU has no NVLink.
+func TestDescribe(t *testing.T) {
+	for _, c := range []struct{ preset, want string }{
+		{"h100x8", "nvlink: all-to-all, 360 GB/s between every pair"},
+		{"v100x4", "nvlink from gpu 0: 1 24 GB/s, 2 24 GB/s, 3 48 GB/s"},
+		{"h200x1", "nvlink: none"},
+	} {
+		n, err := Preset(c.preset)
+		if err != nil {
+			t.Fatal(err)
+		}
+		d := n.Describe()
+		if !strings.Contains(d, c.want) || !strings.Contains(d, "gpu 0: "+n.GPUs[0].Name) {
+			t.Errorf("%s: want %q in:\n%s", c.preset, c.want, d)
+		}
+	}
+}

@@ -38,6 +38,7 @@ import (
 	"github.com/openfaas/faas-provider/types"
 
 	"github.com/faas-gpu/faas-gpu/provider"
+	"github.com/faas-gpu/faas-gpu/provider/autoscale"
 	"github.com/faas-gpu/faas-gpu/provider/local/sandbox"
 	"github.com/faas-gpu/faas-gpu/provider/local/venv"
 )
@@ -82,6 +83,9 @@ type Config struct {
 	MaxReplicas uint64
 	// LogLines is how many lines of output are kept in memory per function; default 1000.
 	LogLines int
+	// Autoscale, when set, runs the autoscaler (autoscale.go, package autoscale) over the functions whose
+	// com.openfaas.scale.* labels ask for it; nil: replica counts change only by Scale and scale from zero.
+	Autoscale *autoscale.Config
 	// Sandbox, when it isolates (sandbox.New found the kernel willing), runs every replica in namespaces of its own
 	// under its function's identity (see package sandbox and isolation.go); nil or not isolating: replicas are plain
 	// child processes of this one. Either way a replica's environment holds only the machine's PATH, LANG, LC_* and
@@ -226,6 +230,10 @@ func New(ctx context.Context, cfg Config) (*Backend, error) {
 	b.mu.Unlock()
 	if startErr != nil {
 		return nil, errors.Join(startErr, b.Close(ctx))
+	}
+	if cfg.Autoscale != nil {
+		b.wg.Add(1)
+		go b.runAutoscaler(cfg.Autoscale.WithDefaults())
 	}
 	return b, nil
 }

@@ -8,19 +8,20 @@ import (
 	"os"
 	"path/filepath"
 	"sort"
-	"strconv"
 	"time"
 
 	"github.com/openfaas/faas-provider/types"
 
 	"github.com/faas-gpu/faas-gpu/provider"
+	"github.com/faas-gpu/faas-gpu/provider/autoscale"
 	"github.com/faas-gpu/faas-gpu/provider/gpuspec"
 	"github.com/faas-gpu/faas-gpu/provider/names"
 	"github.com/faas-gpu/faas-gpu/provider/validate"
 )
 
-// LabelScaleMin is the OpenFaaS label whose value is a function's replica count at deploy (default 1).
-const LabelScaleMin = "com.openfaas.scale.min"
+// LabelScaleMin is the OpenFaaS label whose value is a function's replica count at deploy (default 1), and its
+// fewest while it is autoscaled (package autoscale).
+const LabelScaleMin = autoscale.LabelMin
 
 // function is one deployed function and its replicas. Fields are guarded by Backend.mu.
 type function struct {
@@ -44,6 +45,10 @@ type function struct {
 	lastFailure   error
 	// rollout is the rolling update in progress (rollout.go).
 	rollout rollout
+	// scaling is the function's com.openfaas.scale.* policy (package autoscale); load counts its requests in
+	// flight for the autoscaler (autoscale.go).
+	scaling autoscale.Policy
+	load    loadGauge
 }
 
 // allReplicas returns the replicas of the current definition and the retiring ones; appending to the result never
@@ -62,8 +67,33 @@ func (b *Backend) newFunction(rec record) (*function, error) {
 	if err := b.syncSecrets(key, ns, rec.Deployment.Secrets); err != nil {
 		return nil, err
 	}
-	return &function{name: rec.Deployment.Service, ns: ns, key: key, rec: rec, changed: make(chan struct{}),
-		logs: newLogbook(b.cfg.LogLines, filepath.Join(b.cfg.StateDir, "logs", key+".log"))}, nil
+	fn := &function{name: rec.Deployment.Service, ns: ns, key: key, rec: rec, changed: make(chan struct{}),
+		logs: newLogbook(b.cfg.LogLines, filepath.Join(b.cfg.StateDir, "logs", key+".log"))}
+	fn.scaling = b.scalingOf(rec.Deployment)
+	return fn, nil
+}
+
+// scalingOf is a deployment's scaling policy. Deploy and Update refuse a bad one (check); a record restored with
+// one that is bad now (written by an older version) keeps its replica count, unscaled, with a warning.
+func (b *Backend) scalingOf(fd types.FunctionDeployment) autoscale.Policy {
+	p, err := parseScaling(fd, b.cfg.MaxReplicas)
+	if err != nil {
+		b.log.Warn("function's scaling labels are invalid: not autoscaled", "function", fd.Service, "err", err)
+		return autoscale.Policy{Min: 1, Max: b.cfg.MaxReplicas}
+	}
+	return p
+}
+
+// parseScaling reads a deployment's com.openfaas.scale.* labels and annotations.
+func parseScaling(fd types.FunctionDeployment, maxReplicas uint64) (autoscale.Policy, error) {
+	var labels, annotations map[string]string
+	if fd.Labels != nil {
+		labels = *fd.Labels
+	}
+	if fd.Annotations != nil {
+		annotations = *fd.Annotations
+	}
+	return autoscale.Parse(labels, annotations, maxReplicas)
 }
 
 // scaleLocked starts replicas of the current definition, or stops the newest ones, until the function has n; it
@@ -120,6 +150,9 @@ func (b *Backend) check(fd *types.FunctionDeployment) error {
 	if _, _, err := gpuspec.Parse(annotations, fd.Service); err != nil {
 		return err
 	}
+	if _, err := parseScaling(*fd, b.cfg.MaxReplicas); err != nil {
+		return err
+	}
 	for _, s := range fd.Secrets {
 		if err := names.Secret("secrets", s); err != nil {
 			return err
@@ -141,21 +174,13 @@ func (b *Backend) check(fd *types.FunctionDeployment) error {
 	return err
 }
 
-// initialReplicas reads LabelScaleMin (default 1).
+// initialReplicas reads LabelScaleMin (default 1), from the labels or else the annotations.
 func (b *Backend) initialReplicas(fd types.FunctionDeployment) (uint64, error) {
-	if fd.Labels == nil {
-		return 1, nil
+	p, err := parseScaling(fd, b.cfg.MaxReplicas)
+	if err != nil {
+		return 0, err
 	}
-	v, ok := (*fd.Labels)[LabelScaleMin]
-	if !ok {
-		return 1, nil
-	}
-	n, err := strconv.ParseUint(v, 10, 64)
-	if err != nil || n > b.cfg.MaxReplicas {
-		return 0, fmt.Errorf("%w: label %s: %q must be a replica count from 0 to %d", provider.ErrInvalid,
-			LabelScaleMin, v, b.cfg.MaxReplicas)
-	}
-	return n, nil
+	return p.Min, nil
 }
 
 // Deploy records a function and starts its replicas (one, or LabelScaleMin). It returns once the replicas are
@@ -223,6 +248,7 @@ func (b *Backend) Update(ctx context.Context, fd types.FunctionDeployment) error
 		return err
 	}
 	fn.rec = rec
+	fn.scaling = b.scalingOf(fd)
 	if err := b.syncSecrets(fn.key, fn.ns, fd.Secrets); err != nil {
 		return err
 	}
@@ -377,7 +403,8 @@ func (fn *function) status() types.FunctionStatus {
 }
 
 // Scale sets a function's replica count (0 to MaxReplicas) and records it; it returns once removed replicas have
-// ended their requests and stopped (added ones are starting).
+// ended their requests and stopped (added ones are starting). An autoscaled function keeps the count until its
+// autoscaler decides otherwise (package autoscale: a count set from outside counts as wanted for a window).
 func (b *Backend) Scale(ctx context.Context, namespace, name string, replicas uint64) error {
 	ns, err := b.lookupArgs(namespace, name)
 	if err != nil {
@@ -393,19 +420,29 @@ func (b *Backend) Scale(ctx context.Context, namespace, name string, replicas ui
 		b.mu.Unlock()
 		return err
 	}
+	stopped, err := b.setReplicasLocked(fn, replicas)
+	b.mu.Unlock()
+	if err != nil {
+		return err
+	}
+	b.log.Info("function scaled", "function", name, "replicas", replicas)
+	return waitStopped(ctx, stopped)
+}
+
+// setReplicasLocked records a function's replica count and starts or stops replicas to match (the stopped ones
+// drain their requests first); it returns the stopped replicas. Scale (PUT /system/scale-function) and the
+// autoscaler both set counts here; b.mu is held.
+func (b *Backend) setReplicasLocked(fn *function, replicas uint64) ([]*replica, error) {
 	rec := fn.rec
 	rec.Replicas = replicas
 	if err := b.saveRecord(rec); err != nil {
-		b.mu.Unlock()
-		return err
+		return nil, err
 	}
 	fn.rec = rec
 	stopped := b.scaleLocked(fn, replicas, true)
 	b.retireLocked(fn)
 	fn.notifyLocked()
-	b.mu.Unlock()
-	b.log.Info("function scaled", "function", name, "replicas", replicas)
-	return waitStopped(ctx, stopped)
+	return stopped, nil
 }
 
 // Resolve returns the base URL of a ready replica, round-robin over the ready ones, without waiting (Route waits,

@@ -17,6 +17,7 @@ import (
 	"github.com/openfaas/faas-provider/types"
 
 	"github.com/faas-gpu/faas-gpu/provider"
+	"github.com/faas-gpu/faas-gpu/provider/autoscale"
 	"github.com/faas-gpu/faas-gpu/test/testkit"
 )
 
@@ -256,6 +257,12 @@ func TestBadInputs(t *testing.T) {
 		{"no build context", types.FunctionDeployment{Service: "ghost", Image: "ghost:latest"}, "ghost"},
 		{"bad scale label", types.FunctionDeployment{Service: "probe", Image: "probe",
 			Labels: ann(LabelScaleMin, "many")}, LabelScaleMin},
+		{"bad scale max", types.FunctionDeployment{Service: "probe", Image: "probe",
+			Labels: ann(autoscale.LabelMax, "11")}, autoscale.LabelMax},
+		{"scale type rps (annotation)", types.FunctionDeployment{Service: "probe", Image: "probe",
+			Annotations: ann(autoscale.LabelType, "rps")}, autoscale.LabelType},
+		{"bad zero duration", types.FunctionDeployment{Service: "probe", Image: "probe",
+			Labels: ann(autoscale.LabelZeroDuration, "soon")}, autoscale.LabelZeroDuration},
 	}
 	for _, tt := range bad {
 		err := b.Deploy(ctx, tt.fd)

@@ -19,11 +19,26 @@ const routeFailures = 2
 // scalezero.go); one whose replicas keep exiting before they are ready fails with how the last one ended, and one
 // whose pip requirements failed to install fails at once with pip's reason. Every error wraps provider.ErrNotFound, provider.ErrNotReady, provider.ErrFailed or
 // ErrClosed.
-func (b *Backend) Route(ctx context.Context, namespace, name string) (*url.URL, func(), error) {
+//
+// From the moment the function is found until done is called (or Route fails), the request counts in the
+// function's load, the requests in flight the autoscaler scales by (autoscale.go): waiting for a replica included.
+func (b *Backend) Route(ctx context.Context, namespace, name string) (u *url.URL, done func(), err error) {
 	ns, err := b.lookupArgs(namespace, name)
 	if err != nil {
 		return nil, nil, err
 	}
+	var counted *function // the function whose load this request is in
+	defer func() {
+		switch {
+		case counted == nil:
+		case err != nil:
+			counted.load.leave()
+		default:
+			end := done
+			var once sync.Once
+			done = func() { once.Do(func() { end(); counted.load.leave() }) }
+		}
+	}()
 	var failuresBefore uint64
 	for first := true; ; first = false {
 		b.mu.Lock()
@@ -31,6 +46,10 @@ func (b *Backend) Route(ctx context.Context, namespace, name string) (*url.URL, 
 		if err != nil {
 			b.mu.Unlock()
 			return nil, nil, err
+		}
+		if counted == nil {
+			counted = fn
+			fn.load.enter()
 		}
 		if r, u := fn.pickLocked(); r != nil {
 			r.begin()
