@@ -487,7 +487,7 @@ func StatusCode(err error) int {
 	case errors.Is(err, context.DeadlineExceeded):
 		return http.StatusGatewayTimeout
 	case errors.Is(err, context.Canceled), errors.Is(err, pool.ErrGPUUnhealthy), errors.Is(err, pool.ErrNoHealthyGPU),
-		errors.Is(err, pool.ErrBindingBroken), errors.Is(err, pool.ErrFunctionLost):
+		errors.Is(err, pool.ErrBindingBroken), errors.Is(err, pool.ErrFunctionLost), errors.Is(err, pool.ErrBackedOff):
 		return http.StatusServiceUnavailable
 	default:
 		return http.StatusInternalServerError
@@ -509,6 +509,9 @@ func (s *Server) fail(w http.ResponseWriter, r *http.Request, err error) {
 	if oe := (*pool.OverloadedError)(nil); errors.As(err, &oe) { // shed by the overload control: when to retry
 		w.Header().Set("Retry-After", strconv.FormatInt(max(1, int64(math.Ceil(oe.RetryAfter.Seconds()))), 10))
 		s.logShed(oe)
+	}
+	if be := (*pool.BackedOffError)(nil); errors.As(err, &be) { // backed off after repeated kernel faults
+		w.Header().Set("Retry-After", strconv.FormatInt(max(1, int64(math.Ceil(be.RetryAfter.Seconds()))), 10))
 	}
 	if code >= http.StatusInternalServerError && code != http.StatusGatewayTimeout {
 		s.log.Error("gpuserver request failed", "method", r.Method, "path", r.URL.Path, "err", err)

@@ -51,6 +51,8 @@ type generation struct {
 	sessions map[uint64]func() // done of every session handed to it
 	implicit map[string]func() // release of every implicit binding it holds
 	gone     chan struct{}     // closed when it ended
+	faulted  bool              // a kernel of the tenant faulted in it (health.go)
+	checks   map[int]bool      // GPUs checked once it ended (health.go)
 	// images are the module image bytes it reserved, imagesEnded says it reserves no more (Plane.imu guards both).
 	images      uint64
 	imagesEnded bool

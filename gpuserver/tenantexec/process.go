@@ -343,9 +343,12 @@ func (p *process) onFault(gpu int, function string, err error) {
 	}()
 }
 
-// onUnhealthy is called by the node (with its lock held) when it takes a GPU out of service.
+// onUnhealthy is called by the node (with its lock held) when it takes a GPU out of service. After a fault of the
+// tenant the report says so (AfterFault): what failed may be the process's poisoned contexts, not the GPU.
 func (p *process) onUnhealthy(gpu int, cause error) {
+	after := p.faulted.Load()
 	go func() {
-		_ = p.peer.Notify(handoff.KindGPUFailed, handoff.GPUFailed{GPU: gpu, Error: cause.Error()}, nil)
+		_ = p.peer.Notify(handoff.KindGPUFailed, handoff.GPUFailed{GPU: gpu, Error: cause.Error(), AfterFault: after},
+			nil)
 	}()
 }

@@ -238,7 +238,9 @@ class GPUClient:
             conn.close()
             # restart: the function's GPU memory was lost before its initialisation ended (a fault or a GPU
             # failure); a new process initialises afresh.
-            retry = got.get("Retry-After") if status == 429 else None
+            # Retry-After: the overload control sheds the function (429), or it is backed off after repeated
+            # kernel faults (503).
+            retry = got.get("Retry-After") if status in (429, 503) else None
             raise GPUError(status, "gpuserver refused to acquire a GPU for function %s (HTTP %d): %s"
                            % (self.function, status, self._error_text(raw)), restart=self._restart(raw),
                            retry_after=retry)
