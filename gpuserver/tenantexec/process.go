@@ -113,8 +113,9 @@ type process struct {
 	metrics *prometheus.Registry
 	closers []func(context.Context) error
 
-	sessions atomic.Int64
-	faulted  atomic.Bool
+	sessions   atomic.Int64
+	faulted    atomic.Bool
+	namedFault atomic.Pointer[handoff.Fault] // the first fault that names its function (onFault)
 }
 
 // Run serves the control socket ctl (its descriptor is closed when Run returns).
@@ -323,22 +324,32 @@ func (noHellos) Function(name string) (pool.FunctionSpec, string, error) {
 		name)
 }
 
-// onFault is called by the node (with its lock held) after a fault of the tenant's work: tell the gpuserver, let
-// the faulting call's answer go out, and end the process.
+// onFault is called by the node (with its lock held) after a fault of the tenant's work: let the faulting call's
+// answer go out, tell the gpuserver, and end the process. A fault that surfaced first on the node's own streams
+// names no function (the process's contexts were poisoned): the faulting function's own report, which follows
+// within the grace (its call's synchronisation), is the one told, so that the gpuserver backs off the right
+// function.
 func (p *process) onFault(gpu int, function string, err error) {
+	f := &handoff.Fault{GPU: gpu, Function: function, Error: err.Error()}
+	if function != "" {
+		p.namedFault.CompareAndSwap(nil, f)
+	}
 	if !p.faulted.CompareAndSwap(false, true) {
 		return
 	}
 	p.log.Error("a kernel of the tenant faulted: the executor ends; the gpuserver restarts it and the tenant's "+
 		"functions come back from their images", "gpu", gpu, "function", function, "err", err)
 	go func() {
-		_ = p.peer.Notify(handoff.KindFault, handoff.Fault{GPU: gpu, Function: function, Error: err.Error()}, nil)
 		t := time.NewTimer(faultGrace)
 		defer t.Stop()
 		select {
 		case <-t.C:
 		case <-p.ctx.Done():
 		}
+		if named := p.namedFault.Load(); named != nil {
+			f = named
+		}
+		_ = p.peer.Notify(handoff.KindFault, *f, nil)
 		p.cancel(ErrFault)
 	}()
 }
