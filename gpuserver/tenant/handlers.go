@@ -258,6 +258,8 @@ func (pl *Plane) PID(tenant string) int {
 		return 0
 	}
 	if g := p.current(); g != nil && g.live() != nil {
+		p.mu.Lock()
+		defer p.mu.Unlock()
 		return g.pid
 	}
 	return 0
