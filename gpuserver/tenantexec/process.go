@@ -116,6 +116,7 @@ type process struct {
 	sessions   atomic.Int64
 	faulted    atomic.Bool
 	namedFault atomic.Pointer[handoff.Fault] // the first fault that names its function (onFault)
+	named      chan struct{}                 // closed when namedFault is set
 }
 
 // Run serves the control socket ctl (its descriptor is closed when Run returns).
@@ -127,7 +128,7 @@ func Run(ctx context.Context, ctl *os.File, stderr io.Writer) error {
 	}
 	ctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
-	p := &process{ctx: ctx, cancel: cancel, stderr: stderr, ready: make(chan struct{}),
+	p := &process{ctx: ctx, cancel: cancel, stderr: stderr, ready: make(chan struct{}), named: make(chan struct{}),
 		log: slog.New(slog.NewTextHandler(stderr, nil))}
 	p.peer = handoff.NewPeer(conn, p.handlers(), handoff.Codes, p.log)
 	serveErr := p.peer.Serve(ctx)
@@ -331,8 +332,8 @@ func (noHellos) Function(name string) (pool.FunctionSpec, string, error) {
 // function.
 func (p *process) onFault(gpu int, function string, err error) {
 	f := &handoff.Fault{GPU: gpu, Function: function, Error: err.Error()}
-	if function != "" {
-		p.namedFault.CompareAndSwap(nil, f)
+	if function != "" && p.namedFault.CompareAndSwap(nil, f) {
+		close(p.named)
 	}
 	if !p.faulted.CompareAndSwap(false, true) {
 		return
@@ -342,14 +343,23 @@ func (p *process) onFault(gpu int, function string, err error) {
 	go func() {
 		t := time.NewTimer(faultGrace)
 		defer t.Stop()
+		graced := false
 		select {
+		case <-p.named: // at once when this fault names its function
 		case <-t.C:
+			graced = true
 		case <-p.ctx.Done():
 		}
 		if named := p.namedFault.Load(); named != nil {
 			f = named
 		}
 		_ = p.peer.Notify(handoff.KindFault, *f, nil)
+		if !graced {
+			select {
+			case <-t.C:
+			case <-p.ctx.Done():
+			}
+		}
 		p.cancel(ErrFault)
 	}()
 }
