@@ -174,6 +174,7 @@ var Codes = []Code{
 	{"pool.no_healthy_gpu", pool.ErrNoHealthyGPU},
 	{"pool.limit", pool.ErrLimit},
 	{"pool.overloaded", pool.ErrOverloaded},
+	{"pool.backed_off", pool.ErrBackedOff},
 	{"pool.function_lost", pool.ErrFunctionLost},
 	{"pool.too_large", pool.ErrTooLarge},
 	{"pool.invalid_spec", pool.ErrInvalidSpec},
