@@ -103,8 +103,9 @@ class GPUError(Exception):
         # restart: this process cannot serve again (its CUDA session died with the gpuserver); it exits after
         # answering so that its supervisor (the kubelet, or faas-gpu's local backend) starts it afresh.
         self.restart = restart
-        # retry_after: the gpuserver's Retry-After (its overload control refused the request), passed on to the
-        # caller with the 429 so that a router or the queue worker can retry later or elsewhere.
+        # retry_after: the gpuserver's Retry-After (its overload control refused the request: 429; or the function
+        # is backed off after repeated kernel faults: 503), passed on to the caller with the status so that a router
+        # or the queue worker can retry later or elsewhere.
         self.retry_after = retry_after
 
 
