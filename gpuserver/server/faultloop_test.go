@@ -128,7 +128,7 @@ func acquireHTTP(t *testing.T, s *Server, fn string) (int, string) {
 // health check after the faulting executor ended, and vb.ns2 still answers exactly. va.ns1 is backed off after its
 // 8th fault in the window: its acquire answers 503 with Retry-After on the API, the pool's status and /metrics show
 // it, a log line names it and its gpu; after its backoff ended it faults once more and is backed off twice as long,
-// and vb.ns2 is served all the while.
+// and vb.ns2 is served all the while; at the end its vector-add through the gpu-python template answers exactly.
 func TestFaultLoopKeepsEveryGPUInService(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()
@@ -203,6 +203,13 @@ func TestFaultLoopKeepsEveryGPUInService(t *testing.T) {
 		t.Fatalf("a health check failed:\n%s", grep(m, "health_checks"))
 	}
 	other("after the faults")
+	// The report's own check: the other tenant's vector-add through the gpu-python template answers exactly.
+	testkit.NeedPython(t)
+	va := startTemplateFunction(t, s, "vb.ns2", "../../functions/vector-add")
+	if code, out := va.post(t, []byte(`{"a":[1,2,3],"b":[10,20,30]}`)); code != 200 ||
+		strings.TrimSpace(string(out)) != `{"c": [11.0, 22.0, 33.0]}` {
+		t.Fatalf("vb.ns2's vector-add after the faults: %d %s\n%s", code, out, va.stderr)
+	}
 }
 
 // TestFailedHealthCheckKeepsTheGPUOut: a fault whose GPU then fails its health check (a real device failure,
