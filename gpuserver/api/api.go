@@ -510,10 +510,12 @@ func (s *Server) fail(w http.ResponseWriter, r *http.Request, err error) {
 		w.Header().Set("Retry-After", strconv.FormatInt(max(1, int64(math.Ceil(oe.RetryAfter.Seconds()))), 10))
 		s.logShed(oe)
 	}
+	backedOff := false
 	if be := (*pool.BackedOffError)(nil); errors.As(err, &be) { // backed off after repeated kernel faults
 		w.Header().Set("Retry-After", strconv.FormatInt(max(1, int64(math.Ceil(be.RetryAfter.Seconds()))), 10))
+		backedOff = true // logged once per backoff by the gpuserver, not once per refused request
 	}
-	if code >= http.StatusInternalServerError && code != http.StatusGatewayTimeout {
+	if code >= http.StatusInternalServerError && code != http.StatusGatewayTimeout && !backedOff {
 		s.log.Error("gpuserver request failed", "method", r.Method, "path", r.URL.Path, "err", err)
 	}
 	writeJSON(w, code, ErrorResponse{Error: err.Error(), Restart: errors.Is(err, pool.ErrFunctionLost)})
