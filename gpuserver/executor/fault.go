@@ -28,9 +28,10 @@ import (
 // memory was exposed to the faulting kernel; parked copies were not mapped and stay), and restores them from their
 // host images (or a healthy peer copy) at their next swap-in. The error returned wraps ErrContextFault; bindings
 // held across the fault break (Binding.Err). Other tenants, the node's own swap streams and the GPU stay in
-// service: only device-level failures mark a GPU unhealthy (a context fault that surfaces on the node's own streams,
-// as when a fault poisons every context of the process, is the tenant's too: processFaultLocked). A function whose initialisation had not ended has no
-// image to come back from: it stays broken (ErrBroken, ErrLost) until it is reset (its process starts again).
+// service: only device-level failures mark a GPU unhealthy (a context fault that surfaces on the node's own
+// streams, as when a fault poisons every context of the process, is the tenant's too: processFaultLocked). A
+// function whose initialisation had not ended has no image to come back from: it stays broken (ErrBroken,
+// ErrLost) until it is reset (its process starts again).
 
 // ErrContextFault: a fault of a tenant's work poisoned its context on a GPU; the context was torn down and the
 // tenant's functions there will be restored from their images.

@@ -11,14 +11,14 @@ import (
 	"github.com/faas-gpu/faas-gpu/gpuserver/pool"
 )
 
-// A function whose kernels keep faulting is backed off (docs/operations.md, "A function's kernel faults"). Each
-// fault ends only its tenant's executor and never takes a GPU out of service (tenant/health.go), but a function
-// that faults at every request would keep its tenant's executor restarting and its GPU busy with faults: after
-// Threshold faults within Window its requests are refused (503 with Retry-After, pool.ErrBackedOff) for Min, and
-// each time it faults again soon after (within Window of its backoff's end) for twice as long, up to Max. Another
-// function, of its tenant or another, is never refused for it. The pool's status (FunctionStatus.Faults,
-// BackedOff), /metrics (faas_gpu_function_faults_total, faas_gpu_function_backed_off) and a log line with the
-// function and gpu keys report it.
+// A function whose kernels keep faulting is backed off (docs/security.md, "A function's faults never take a GPU
+// out"). Each fault ends only its tenant's executor and never takes a GPU out of service (tenant/health.go), but
+// a function that faults at every request would keep its tenant's executor restarting and its GPU busy with
+// faults: after Threshold faults within Window its requests are refused (503 with Retry-After, pool.ErrBackedOff)
+// for Min, and each time it faults again soon after (within Window of its backoff's end) for twice as long, up to
+// Max. Another function, of its tenant or another, is never refused for it. The pool's status
+// (FunctionStatus.Faults, BackedOff), /metrics (faas_gpu_function_faults_total, faas_gpu_function_backed_off) and
+// a log line with the function and gpu keys report it.
 
 // FaultBackoff configures the backoff of functions whose kernels keep faulting; zero fields take the defaults.
 type FaultBackoff struct {

@@ -10,7 +10,7 @@ import (
 	"github.com/faas-gpu/faas-gpu/gpuserver/tenant/handoff"
 )
 
-// GPU health and a tenant's faults (docs/operations.md, "A function's kernel faults").
+// GPU health and a tenant's faults (docs/security.md, "A function's faults never take a GPU out").
 //
 // A kernel fault of a tenant is the tenant's, never the GPU's: the executor reports it (KindFault) and ends, its
 // contexts with it (on a real GPU one illegal address poisons every context of its process), and the GPU stays in
@@ -18,10 +18,11 @@ import (
 // fresh context in the gpuserver's own process, where no tenant's kernel ever ran, sets memory and reads it back):
 // only a GPU that fails the check is taken out of service (MarkUnhealthy), as a device failure.
 //
-// An executor reports a GPU failed (KindGPUFailed) when the device's own work fails there. A report made after the
-// executor's tenant faulted (AfterFault), or whose error is a context fault, may be the executor's poisoned
-// contexts speaking, not the GPU: it is not trusted; the GPU is checked when the executor ended, as after a fault.
-// Any other report is a device failure and takes the GPU out of service at once.
+// An executor reports a GPU failed (KindGPUFailed) when the device's own work fails there (a context fault never
+// is such a report: executor.Node keeps the GPU in service). A report made after the executor's tenant faulted
+// (AfterFault, or a KindFault of the same executor before it) may be its poisoned contexts speaking, not the GPU:
+// it is not trusted; the GPU is checked when the executor ended, as after a fault. Any other report is a device
+// failure and takes the GPU out of service at once.
 
 // healthCheckTimeout bounds one GPU health check.
 const healthCheckTimeout = 30 * time.Second
