@@ -126,7 +126,8 @@ func acquireHTTP(t *testing.T, s *Server, fn string) (int, string) {
 // GPUs). Every fault ends va.ns1's work with an error, never a result; after each, vb.ns2 (another tenant) answers
 // exactly; at the end every GPU is in service (the pool's status and /metrics), each GPU a fault was on passed its
 // health check after the faulting executor ended, and vb.ns2 still answers exactly. va.ns1 is backed off after its
-// 8th fault in the window: its acquire answers 503 with Retry-After on the API, the pool's status and /metrics show
+// 8th fault in the window: its acquire answers 503 with Retry-After on the API (and its calls outside a request
+// are refused), the pool's status and /metrics show
 // it, a log line names it and its gpu; after its backoff ended it faults once more and is backed off twice as long,
 // and vb.ns2 is served all the while; at the end its vector-add through the gpu-python template answers exactly.
 func TestFaultLoopKeepsEveryGPUInService(t *testing.T) {
@@ -158,6 +159,9 @@ func TestFaultLoopKeepsEveryGPUInService(t *testing.T) {
 	}
 	if _, err := s.Pool().Acquire(ctx, "va.ns1"); !errors.Is(err, pool.ErrBackedOff) {
 		t.Fatalf("va.ns1's acquire while it is backed off: %v, want ErrBackedOff", err)
+	}
+	if _, _, err := s.pool.BindImplicit(ctx, "va.ns1"); !errors.Is(err, pool.ErrBackedOff) {
+		t.Fatalf("va.ns1's calls outside a request while it is backed off: %v, want ErrBackedOff", err)
 	}
 	m := scrape(t, s)
 	if !strings.Contains(m, `faas_gpu_function_backed_off{function="va.ns1"} 1`) ||

@@ -14,7 +14,8 @@ import (
 // A function whose kernels keep faulting is backed off (docs/security.md, "A function's faults never take a GPU
 // out"). Each fault ends only its tenant's executor and never takes a GPU out of service (tenant/health.go), but
 // a function that faults at every request would keep its tenant's executor restarting and its GPU busy with
-// faults: after Threshold faults within Window its requests are refused (503 with Retry-After, pool.ErrBackedOff)
+// faults: after Threshold faults within Window its requests are refused (503 with Retry-After, pool.ErrBackedOff),
+// and so are its calls outside a request (a kernel that faults in its initialisation; CUDA_ERROR_SYSTEM_NOT_READY)
 // for Min, and each time it faults again soon after (within Window of its backoff's end) for twice as long, up to
 // Max. Another function, of its tenant or another, is never refused for it. The pool's status
 // (FunctionStatus.Faults, BackedOff), /metrics (faas_gpu_function_faults_total, faas_gpu_function_backed_off) and

@@ -397,9 +397,14 @@ func (t *trackedPool) CurrentGPU(function string) (int, bool) {
 }
 
 // BindImplicit implements remoting.Binder: calls outside a request (initialisation) queue like a request. A
-// function whose device work is refused (a binding of it expired and was not released, its memory was lost) is
-// refused at once instead of queueing.
+// function whose device work is refused (a binding of it expired and was not released, its memory was lost, it is
+// backed off after repeated kernel faults) is refused at once instead of queueing.
 func (t *trackedPool) BindImplicit(ctx context.Context, function string) (int, func(), error) {
+	if t.faults != nil { // backed off after repeated kernel faults: its initialisation waits too (faults.go)
+		if err := t.faults.refused(function); err != nil {
+			return 0, nil, fmt.Errorf("bind %q outside a request: %w", function, err)
+		}
+	}
 	if t.node != nil {
 		if err := t.node.Usable(function); err != nil {
 			return 0, nil, err
