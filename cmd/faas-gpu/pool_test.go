@@ -95,3 +95,28 @@ func TestPrintPoolTwoFiguresAndShedding(t *testing.T) {
 		}
 	}
 }
+
+// TestPrintPoolFaultBackoff: a function backed off after repeated kernel faults shows its faults and how much longer
+// it is backed off; another shows none.
+func TestPrintPoolFaultBackoff(t *testing.T) {
+	st := pool.Status{Policy: "faas-gpu", Functions: []pool.FunctionStatus{
+		{FunctionSpec: pool.FunctionSpec{Name: "faulty", MemoryBytes: 1 << 30}, Faults: 9, BackedOff: 3700 * time.Millisecond},
+		{FunctionSpec: pool.FunctionSpec{Name: "fine", MemoryBytes: 1 << 30}, Served: 5},
+	}}
+	var out bytes.Buffer
+	printPool(&out, st)
+	var faulty, fine string
+	for _, l := range strings.Split(out.String(), "\n") {
+		switch f := strings.Fields(l); {
+		case len(f) > 0 && f[0] == "faulty":
+			faulty = l
+		case len(f) > 0 && f[0] == "fine":
+			fine = l
+		}
+	}
+	ff, gf := strings.Fields(faulty), strings.Fields(fine)
+	if !strings.Contains(out.String(), "BACKED OFF") || len(ff) < 2 || ff[len(ff)-2] != "9" || ff[len(ff)-1] != "4s" ||
+		len(gf) < 2 || gf[len(gf)-2] != "0" || gf[len(gf)-1] != "-" {
+		t.Fatalf("printout:\n%s", out.String())
+	}
+}

@@ -487,7 +487,7 @@ func StatusCode(err error) int {
 	case errors.Is(err, context.DeadlineExceeded):
 		return http.StatusGatewayTimeout
 	case errors.Is(err, context.Canceled), errors.Is(err, pool.ErrGPUUnhealthy), errors.Is(err, pool.ErrNoHealthyGPU),
-		errors.Is(err, pool.ErrBindingBroken), errors.Is(err, pool.ErrFunctionLost):
+		errors.Is(err, pool.ErrBindingBroken), errors.Is(err, pool.ErrFunctionLost), errors.Is(err, pool.ErrBackedOff):
 		return http.StatusServiceUnavailable
 	default:
 		return http.StatusInternalServerError
@@ -510,7 +510,12 @@ func (s *Server) fail(w http.ResponseWriter, r *http.Request, err error) {
 		w.Header().Set("Retry-After", strconv.FormatInt(max(1, int64(math.Ceil(oe.RetryAfter.Seconds()))), 10))
 		s.logShed(oe)
 	}
-	if code >= http.StatusInternalServerError && code != http.StatusGatewayTimeout {
+	backedOff := false
+	if be := (*pool.BackedOffError)(nil); errors.As(err, &be) { // backed off after repeated kernel faults
+		w.Header().Set("Retry-After", strconv.FormatInt(max(1, int64(math.Ceil(be.RetryAfter.Seconds()))), 10))
+		backedOff = true // logged once per backoff by the gpuserver, not once per refused request
+	}
+	if code >= http.StatusInternalServerError && code != http.StatusGatewayTimeout && !backedOff {
 		s.log.Error("gpuserver request failed", "method", r.Method, "path", r.URL.Path, "err", err)
 	}
 	writeJSON(w, code, ErrorResponse{Error: err.Error(), Restart: errors.Is(err, pool.ErrFunctionLost)})

@@ -232,6 +232,12 @@ func answer(resp *http.Response, method, path string, out any) error {
 			return fmt.Errorf("%s %s: %w", method, path, &pool.OverloadedError{Function: functionOf(path),
 				RetryAfter: time.Duration(max(0, after)) * time.Second, Reason: e.Error})
 		}
+		// 503 with Retry-After: the function is backed off after repeated kernel faults.
+		if ra := resp.Header.Get("Retry-After"); resp.StatusCode == http.StatusServiceUnavailable && ra != "" {
+			after, _ := strconv.Atoi(ra)
+			return fmt.Errorf("%s %s: %w: %s", method, path, &pool.BackedOffError{Function: functionOf(path),
+				RetryAfter: time.Duration(max(0, after)) * time.Second}, e.Error)
+		}
 		if e.Restart && resp.StatusCode == http.StatusServiceUnavailable {
 			return fmt.Errorf("%w: %s %s: %s", pool.ErrFunctionLost, method, path, e.Error)
 		}

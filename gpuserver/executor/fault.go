@@ -28,8 +28,10 @@ import (
 // memory was exposed to the faulting kernel; parked copies were not mapped and stay), and restores them from their
 // host images (or a healthy peer copy) at their next swap-in. The error returned wraps ErrContextFault; bindings
 // held across the fault break (Binding.Err). Other tenants, the node's own swap streams and the GPU stay in
-// service: only device-level failures mark a GPU unhealthy. A function whose initialisation had not ended has no
-// image to come back from: it stays broken (ErrBroken, ErrLost) until it is reset (its process starts again).
+// service: only device-level failures mark a GPU unhealthy (a context fault that surfaces on the node's own
+// streams, as when a fault poisons every context of the process, is the tenant's too: processFaultLocked). A
+// function whose initialisation had not ended has no image to come back from: it stays broken (ErrBroken,
+// ErrLost) until it is reset (its process starts again).
 
 // ErrContextFault: a fault of a tenant's work poisoned its context on a GPU; the context was torn down and the
 // tenant's functions there will be restored from their images.
@@ -154,6 +156,20 @@ func (n *Node) faultLocked(f *function, gpu int, err error) error {
 	}
 	n.dropTenantLocked(f, gpu, err)
 	return fmt.Errorf("%w: gpu %d, %s (%s): %w", ErrContextFault, gpu, f.name, f.tenant, err)
+}
+
+// processFaultLocked handles a context fault that the node's own work on gpu found (a swap's copies, a zeroing,
+// an event of them): the node's streams run no tenant's code, so the fault is a tenant's kernel that poisoned
+// every context of the process (on a real GPU one illegal address does; the sim models it with ProcessWide), not
+// a failure of the GPU. The GPU stays in service: OnContextFault is told (a tenant executor process ends, and the
+// gpuserver checks the device before it trusts the GPU again: docs/operations.md), and the work that found it
+// fails with ErrContextFault.
+func (n *Node) processFaultLocked(gpu int, err error) {
+	if n.cfg.OnContextFault != nil {
+		n.cfg.OnContextFault(gpu, "", err)
+	}
+	n.log.Warn("a context fault surfaced on the node's own work: a tenant's kernel poisoned the process's "+
+		"contexts; the gpu stays in service", "gpu", gpu, "err", err)
 }
 
 // fault handles a fault of the tenant's context c on gpu that work submitted through f's Stream found (gate),

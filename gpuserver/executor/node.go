@@ -258,6 +258,10 @@ func (n *Node) MarkUnhealthy(gpu int, cause error) {
 }
 
 func (n *Node) markUnhealthyLocked(gpu int, cause error) {
+	if device.IsContextFault(cause) {
+		n.processFaultLocked(gpu, cause)
+		return
+	}
 	e := n.execs[gpu]
 	if e.healthy && n.cfg.OnUnhealthy != nil {
 		n.cfg.OnUnhealthy(gpu, cause)

@@ -519,10 +519,15 @@ func (n *Node) zeroLocked(e *Executor, r *residency, seg memory.Segment) error {
 	return nil
 }
 
-// failLocked marks gpu unhealthy after a device error and returns the error.
+// failLocked marks gpu unhealthy after a device error and returns the error. A context fault is no device error:
+// it is a tenant's kernel that poisoned the process's contexts (processFaultLocked), and the GPU stays in service.
 func (n *Node) failLocked(gpu int, err error) error {
 	if errors.Is(err, device.ErrInvalidValue) || errors.Is(err, memory.ErrInvalid) {
 		return err // our mistake, not the GPU's
+	}
+	if device.IsContextFault(err) {
+		n.processFaultLocked(gpu, err)
+		return fmt.Errorf("%w: gpu %d: %w", ErrContextFault, gpu, err)
 	}
 	n.markUnhealthyLocked(gpu, err)
 	return fmt.Errorf("%w: gpu %d: %w", ErrUnhealthy, gpu, err)

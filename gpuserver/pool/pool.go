@@ -85,6 +85,11 @@ type FunctionStatus struct {
 	Refused int64 `json:"refused,omitempty"`
 	// Shed: the overload control sheds the function now (its requests wait behind the others').
 	Shed bool `json:"shed,omitempty"`
+	// Faults counts the function's kernel faults on the node (each ended its tenant's executor, never a GPU).
+	Faults int64 `json:"faults,omitempty"`
+	// BackedOff is how much longer the function is backed off after repeated kernel faults (its requests are
+	// answered 503 with Retry-After meanwhile); 0 when it is not.
+	BackedOff time.Duration `json:"backed_off_ns,omitempty"`
 }
 
 // SLOSummary is a node's two figures: functions within their SLO and requests served within it, with the
@@ -219,6 +224,28 @@ var (
 	// Retry-After); the caller may retry later or on another node. An *OverloadedError carries the details.
 	ErrOverloaded = errors.New("node overloaded")
 )
+
+// ErrBackedOff: the function's kernels faulted again and again on this node, and its requests are refused for a
+// while (the API answers 503 with Retry-After); a *BackedOffError carries the details.
+var ErrBackedOff = errors.New("function backed off after repeated kernel faults")
+
+// BackedOffError is a request refused because its function is backed off after repeated kernel faults; it wraps
+// ErrBackedOff.
+type BackedOffError struct {
+	Function string
+	// RetryAfter is when the backoff ends.
+	RetryAfter time.Duration
+	// Faults counts the function's kernel faults on the node.
+	Faults int64
+}
+
+func (e *BackedOffError) Error() string {
+	return fmt.Sprintf("%v: %q refused, retry after %v (%d kernel faults on this node)", ErrBackedOff, e.Function,
+		e.RetryAfter, e.Faults)
+}
+
+// Unwrap makes errors.Is(err, ErrBackedOff) hold.
+func (e *BackedOffError) Unwrap() error { return ErrBackedOff }
 
 // OverloadedError is a request refused because the node sheds its function; it wraps ErrOverloaded.
 type OverloadedError struct {

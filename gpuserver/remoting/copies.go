@@ -117,9 +117,10 @@ func (h *deviceHandler) CuMemcpyDtoD_v2(ctx context.Context, dst, src, n uint64)
 }
 
 func (h *deviceHandler) CuMemcpyDtoDAsync_v2(ctx context.Context, dst, src, n, st uint64) Result {
-	if r, ok := h.captured(st, graphNode{kind: "copy", run: func(ctx context.Context, s uint64) Result {
-		return h.CuMemcpyDtoDAsync_v2(ctx, dst, src, n, s)
-	}}); ok {
+	if r, ok := h.captured(st, graphNode{kind: "copy", check: h.ownsCheck("cuMemcpyDtoD", dst, n, src, n),
+		run: func(ctx context.Context, s uint64) Result {
+			return h.CuMemcpyDtoDAsync_v2(ctx, dst, src, n, s)
+		}}); ok {
 		return r
 	}
 	return h.dtod(ctx, dst, src, n, false)
@@ -160,7 +161,11 @@ func (h *deviceHandler) CuMemsetD32_v2(ctx context.Context, dst uint64, v uint32
 
 // memsetAsync runs a memset on stream st, or records it when st captures.
 func (h *deviceHandler) memsetAsync(ctx context.Context, dst uint64, v uint32, n, elem, st uint64) Result {
-	if r, ok := h.captured(st, graphNode{kind: "memset", run: func(ctx context.Context, s uint64) Result {
+	check := func() Result { return h.refuse("cuMemset", dst, n) } // n*elem would overflow
+	if n <= (1<<62)/elem {
+		check = h.ownsCheck("cuMemset", dst, n*elem)
+	}
+	if r, ok := h.captured(st, graphNode{kind: "memset", check: check, run: func(ctx context.Context, s uint64) Result {
 		return h.memsetAsync(ctx, dst, v, n, elem, s)
 	}}); ok {
 		return r

@@ -89,7 +89,13 @@ func (h *deviceHandler) Memcpy2DDtoH(ctx context.Context, dst []byte, src, srcPi
 }
 
 func (h *deviceHandler) Memcpy2DDtoD(ctx context.Context, dst, dstPitch, src, srcPitch, width, height, st uint64) Result {
-	if r, ok := h.captured(st, graphNode{kind: "copy2d", run: func(ctx context.Context, s uint64) Result {
+	check := func() Result {
+		if r := h.ownsPitched("cuMemcpy2D", dst, dstPitch, width, height); r != ResultSuccess {
+			return r
+		}
+		return h.ownsPitched("cuMemcpy2D", src, srcPitch, width, height)
+	}
+	if r, ok := h.captured(st, graphNode{kind: "copy2d", check: check, run: func(ctx context.Context, s uint64) Result {
 		return h.Memcpy2DDtoD(ctx, dst, dstPitch, src, srcPitch, width, height, s)
 	}}); ok {
 		return r
@@ -121,7 +127,13 @@ func (h *deviceHandler) Memcpy2DDtoD(ctx context.Context, dst, dstPitch, src, sr
 }
 
 func (h *deviceHandler) Memset2D(ctx context.Context, dst, pitch uint64, value, elem uint32, width, height, st uint64) Result {
-	if r, ok := h.captured(st, graphNode{kind: "memset2d", run: func(ctx context.Context, s uint64) Result {
+	check := func() Result {
+		if elem != 1 && elem != 2 && elem != 4 || width > (1<<62)/uint64(elem) {
+			return ResultInvalidValue
+		}
+		return h.ownsPitched("cuMemsetD2D", dst, pitch, width*uint64(elem), height)
+	}
+	if r, ok := h.captured(st, graphNode{kind: "memset2d", check: check, run: func(ctx context.Context, s uint64) Result {
 		return h.Memset2D(ctx, dst, pitch, value, elem, width, height, s)
 	}}); ok {
 		return r

@@ -173,11 +173,12 @@ const launchAttrSize = 72
 func (h *deviceHandler) CuLaunchKernelEx(ctx context.Context, f uint64, gx, gy, gz, bx, by, bz, shmem uint32, st uint64,
 	raw []byte, _ uint64, args []byte, _ uint64) Result {
 	if h.g.capturing(st) != nil {
-		if _, ok := h.funcs[f]; !ok {
+		fn, ok := h.funcs[f]
+		if !ok {
 			return ResultInvalidHandle
 		}
 		at, a := append([]byte(nil), raw...), append([]byte(nil), args...) // the ring's bytes until the call returns
-		r, _ := h.captured(st, graphNode{kind: "kernel", fn: f, bytes: len(at) + len(a),
+		r, _ := h.captured(st, graphNode{kind: "kernel", fn: f, bytes: len(at) + len(a), check: h.kernelCheck(fn, a),
 			run: func(ctx context.Context, s uint64) Result {
 				return h.CuLaunchKernelEx(ctx, f, gx, gy, gz, bx, by, bz, shmem, s, at, uint64(len(at)), a, uint64(len(a)))
 			}})

@@ -2,6 +2,7 @@ package remoting
 
 import (
 	"context"
+	"encoding/binary"
 	"fmt"
 
 	"github.com/faas-gpu/faas-gpu/gpuserver/device"
@@ -57,12 +58,76 @@ const (
 )
 
 // graphNode is one recorded call: kind names it (for updates and errors), fn is the kernel of a launch, and run
-// makes the call again on a stream that does not capture.
+// makes the call again on a stream that does not capture. check, when set, checks again that the function still
+// owns every address the node touches (checkReplay).
 type graphNode struct {
 	kind  string
 	fn    uint64
 	bytes int
 	run   func(ctx context.Context, stream uint64) Result
+	check func() Result
+}
+
+// Ownership at replay. A device graph is captured once per GPU and context and then launched as one operation, so
+// the checks its nodes' calls made at capture (owns, on every copy and memset) are not made again by its later
+// launches; and the function may free a buffer between two launches. So every launch of an executable graph
+// first checks each node again (checkReplay), as the calls themselves check: the ranges of its copies and memsets,
+// and for a kernel every 8-byte argument that was an address of the function's own memory when it was recorded
+// (an allocation or a module global): freed since, the launch answers CUDA_ERROR_INVALID_VALUE and runs nothing,
+// where it would have made the kernel touch memory that is no longer the function's (a fault of its tenant, or
+// another function's bytes once the address is reused).
+
+// checkReplay checks every node of x before a launch: the first that touches memory the function no longer owns
+// answers its refusal.
+func (h *deviceHandler) checkReplay(x *execGraph) Result {
+	for i, n := range x.nodes {
+		if n.check == nil {
+			continue
+		}
+		if r := n.check(); r != ResultSuccess {
+			h.log.Warn("remoting: graph launch refused: a node touches memory the function no longer owns",
+				"node", i, "kind", n.kind, "result", r)
+			return r
+		}
+	}
+	return ResultSuccess
+}
+
+// ownsCheck is the check of a node that touches [p, p+n) of each range given as p, n pairs.
+func (h *deviceHandler) ownsCheck(call string, ranges ...uint64) func() Result {
+	return func() Result {
+		for i := 0; i+1 < len(ranges); i += 2 {
+			if !h.owns(ranges[i], ranges[i+1]) {
+				return h.refuse(call, ranges[i], ranges[i+1])
+			}
+		}
+		return ResultSuccess
+	}
+}
+
+// kernelCheck is the check of a recorded launch of fn with args: every 8-byte argument that is an address of the
+// function's memory now (at the recording) must still be at each launch. Nil when there is none.
+func (h *deviceHandler) kernelCheck(fn *function, args []byte) func() Result {
+	var ptrs []uint64
+	for _, p := range fn.params {
+		if p.Size != 8 || int(p.Offset)+8 > len(args) {
+			continue
+		}
+		if v := binary.LittleEndian.Uint64(args[p.Offset:]); h.findAllocation(v) >= 0 {
+			ptrs = append(ptrs, v)
+		}
+	}
+	if len(ptrs) == 0 {
+		return nil
+	}
+	return func() Result {
+		for _, v := range ptrs {
+			if h.findAllocation(v) < 0 {
+				return h.refuse("cuGraphLaunch: a kernel's argument", v, 1)
+			}
+		}
+		return ResultSuccess
+	}
 }
 
 // capture is a recording under way on an origin stream (and the streams that joined it).
@@ -299,6 +364,9 @@ func (h *deviceHandler) CuGraphLaunch(ctx context.Context, exec, s uint64) Resul
 			h.recordNode(c, n)
 		}
 		return ResultSuccess
+	}
+	if r := h.checkReplay(x); r != ResultSuccess {
+		return r
 	}
 	if r, ok := h.launchDeviceGraph(ctx, x, s); ok {
 		return r

@@ -12,13 +12,15 @@ import (
 func (h *deviceHandler) CuLaunchKernel(ctx context.Context, f uint64, gx, gy, gz, bx, by, bz, shmem uint32, st uint64,
 	args []byte, _ uint64) Result {
 	if h.g.capturing(st) != nil {
-		if _, ok := h.funcs[f]; !ok {
+		fn, ok := h.funcs[f]
+		if !ok {
 			return ResultInvalidHandle
 		}
 		a := append([]byte(nil), args...) // the record's bytes are the ring's until the call returns
-		r, _ := h.captured(st, graphNode{kind: "kernel", fn: f, bytes: len(a), run: func(ctx context.Context, s uint64) Result {
-			return h.CuLaunchKernel(ctx, f, gx, gy, gz, bx, by, bz, shmem, s, a, uint64(len(a)))
-		}})
+		r, _ := h.captured(st, graphNode{kind: "kernel", fn: f, bytes: len(a), check: h.kernelCheck(fn, a),
+			run: func(ctx context.Context, s uint64) Result {
+				return h.CuLaunchKernel(ctx, f, gx, gy, gz, bx, by, bz, shmem, s, a, uint64(len(a)))
+			}})
 		return r
 	}
 	return h.launch(ctx, f, device.Dim3{X: gx, Y: gy, Z: gz}, device.Dim3{X: bx, Y: by, Z: bz}, shmem, nil, args)

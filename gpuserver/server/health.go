@@ -9,7 +9,10 @@ import (
 )
 
 // GPU failures: an executor takes a GPU out of service when a swap onto it fails, when a device error
-// surfaces at a synchronising call of a function's stream, or on an explicit Node.MarkUnhealthy. The tracked pool
+// surfaces at a synchronising call of a function's stream, or on an explicit Node.MarkUnhealthy; with executor
+// processes per tenant, also when the GPU fails the check the gpuserver runs after a tenant's fault there
+// (tenant/health.go). A context fault (a tenant's kernel) never does, not even when it surfaces on the executors'
+// own swap streams (executor.Node's processFaultLocked). The tracked pool
 // tells the pool (controller.Pool.SetHealthy) before every acquire, at every release of a binding that broke and
 // at every status, so the controller itself keeps requests off the GPU:
 //

@@ -44,6 +44,7 @@ type trackedPool struct {
 	tenants  *tenant.Plane        // the tenants' executor processes, for the status; nil when in-process
 	replaced int64                // acquires bound again because a GPU failed under them (see Server.Replaced)
 	meter    *metering.Meter      // the functions' bill: each request's binding, Acquire to Release
+	faults   *faultBackoff        // functions backed off after repeated kernel faults (faults.go); nil: none
 	// wake, when set (before serving), is told of every request bound, so that the function's remoting sessions
 	// poll for its records at once (remoting.Server.Wake)
 	wake func(function string)
@@ -116,6 +117,9 @@ func (t *trackedPool) Deregister(ctx context.Context, name string) error {
 	t.mu.Lock()
 	delete(t.specs, name)
 	t.mu.Unlock()
+	if t.faults != nil {
+		t.faults.forget(name)
+	}
 	return err
 }
 
@@ -123,6 +127,11 @@ func (t *trackedPool) Deregister(ctx context.Context, name string) error {
 // memory was lost before its initialisation ended (executor.ErrLost) is refused with pool.ErrFunctionLost: its
 // process must start again.
 func (t *trackedPool) Acquire(ctx context.Context, function string) (pool.Binding, error) {
+	if t.faults != nil {
+		if err := t.faults.refused(function); err != nil {
+			return pool.Binding{}, fmt.Errorf("acquire %q: %w", function, err)
+		}
+	}
 	if t.node != nil {
 		err := t.node.EndInit(ctx, function)
 		switch {
@@ -356,6 +365,11 @@ func (t *trackedPool) Status(ctx context.Context) pool.Status {
 	if t.tenants != nil {
 		st.Tenants = t.tenants.Tenants()
 	}
+	if t.faults != nil {
+		for i := range st.Functions {
+			st.Functions[i].Faults, st.Functions[i].BackedOff = t.faults.view(st.Functions[i].Name)
+		}
+	}
 	return st
 }
 
@@ -383,9 +397,14 @@ func (t *trackedPool) CurrentGPU(function string) (int, bool) {
 }
 
 // BindImplicit implements remoting.Binder: calls outside a request (initialisation) queue like a request. A
-// function whose device work is refused (a binding of it expired and was not released, its memory was lost) is
-// refused at once instead of queueing.
+// function whose device work is refused (a binding of it expired and was not released, its memory was lost, it is
+// backed off after repeated kernel faults) is refused at once instead of queueing.
 func (t *trackedPool) BindImplicit(ctx context.Context, function string) (int, func(), error) {
+	if t.faults != nil { // backed off after repeated kernel faults: its initialisation waits too (faults.go)
+		if err := t.faults.refused(function); err != nil {
+			return 0, nil, fmt.Errorf("bind %q outside a request: %w", function, err)
+		}
+	}
 	if t.node != nil {
 		if err := t.node.Usable(function); err != nil {
 			return 0, nil, err

@@ -92,6 +92,9 @@ type Config struct {
 	// SimProcessWide makes the simulated GPUs (Device nil) model what one process shares on a real GPU
 	// (sim.Options.ProcessWide): in the gpuserver's process without Tenants, in each executor with them.
 	SimProcessWide bool
+	// FaultBackoff configures the backoff of a function whose kernels keep faulting (faults.go); zero fields take
+	// the defaults.
+	FaultBackoff FaultBackoff
 }
 
 // DefaultMaxBindingHold is Config.MaxBindingHold when none is set: longer than an inference request takes
@@ -133,6 +136,7 @@ type Server struct {
 	pool    *trackedPool
 	rs      *remoting.Server // nil without remoting
 	meter   *metering.Meter
+	faults  *faultBackoff // functions whose kernels keep faulting (faults.go)
 	key     auth.Key
 	servers []*http.Server
 	metrics *prometheus.Registry
@@ -175,6 +179,7 @@ func Start(ctx context.Context, cfg Config) (*Server, error) {
 		cfg.MaxBindingHold = 0
 	}
 	s.cfg = cfg
+	s.faults = newFaultBackoff(cfg.FaultBackoff, nil, cfg.Logger)
 	if cfg.Device != nil && cfg.SimKernels != sim.KernelsReference {
 		return nil, fmt.Errorf("gpuserver: sim kernels %s: only a simulated device runs kernels dry, this one is %s",
 			cfg.SimKernels, cfg.Device.Kind())
@@ -217,6 +222,7 @@ func Start(ctx context.Context, cfg Config) (*Server, error) {
 	}
 	p := newTrackedPool(inner, s.key, plane, cfg.MaxFunctions, cfg.MaxBindingHold, cfg.Logger)
 	p.meter = meter
+	p.faults = s.faults
 	s.closers = append(s.closers, func(context.Context) error { p.stop(); return nil })
 	if s.tenants != nil {
 		s.tenants.SetBinder(p)
@@ -229,7 +235,7 @@ func Start(ctx context.Context, cfg Config) (*Server, error) {
 		p.sim = sd
 		registerSimMetrics(reg, sd)
 	}
-	reg.MustRegister(meter.Collector())
+	reg.MustRegister(meter.Collector(), s.faults.collector())
 	if plane != nil {
 		reg.MustRegister(newScratchCollector(plane))
 	}
@@ -338,7 +344,12 @@ func (s *Server) startDataPlane(ctx context.Context) error {
 	// EvictUnderPressure: the controller plans evictions against the node's nominal memory; the executors
 	// evict idle copies themselves should the chunks reserved run out first.
 	node, err := executor.New(executor.Config{Device: dev, Memory: mem, Repository: repo, EvictUnderPressure: true,
-		Addresses: addrs, Logger: s.cfg.Logger.With("component", "executor")})
+		Addresses: addrs, Logger: s.cfg.Logger.With("component", "executor"),
+		OnContextFault: func(gpu int, function string, err error) {
+			if function != "" && !errors.Is(err, executor.ErrHoldExpired) {
+				s.faults.fault(function, gpu, err.Error())
+			}
+		}})
 	if err != nil {
 		return fmt.Errorf("gpuserver: executors: %w", err)
 	}

@@ -120,8 +120,7 @@ func (pl *Plane) handlers(g *generation) map[handoff.Kind]handoff.Handler {
 			if e.GPU < 0 || e.GPU >= pl.GPUs() {
 				return nil, nil, fmt.Errorf("%w: gpu %d", handoff.ErrProtocol, e.GPU)
 			}
-			pl.log.Error("an executor took a gpu out of service", "tenant", g.p.tenant, "gpu", e.GPU, "err", e.Error)
-			pl.MarkUnhealthy(e.GPU, fmt.Errorf("the executor of %s saw it fail: %s", g.p.tenant, e.Error))
+			pl.gpuFailed(g, e)
 			return nil, nil, nil
 		},
 		handoff.KindFault: func(_ context.Context, f handoff.Frame) (any, []*os.File, error) {
@@ -129,17 +128,7 @@ func (pl *Plane) handlers(g *generation) map[handoff.Kind]handoff.Handler {
 			if err != nil {
 				return nil, nil, err
 			}
-			pl.mu.Lock()
-			if e.GPU >= 0 && e.GPU < len(pl.faults) {
-				pl.faults[e.GPU]++
-			}
-			pl.mu.Unlock()
-			g.p.mu.Lock()
-			g.p.faults++
-			g.p.mu.Unlock()
-			pl.metrics.faults.WithLabelValues(g.p.tenant).Inc()
-			pl.log.Warn("a kernel of a tenant faulted: its executor ends and is restarted; other tenants are not "+
-				"affected", "tenant", g.p.tenant, "gpu", e.GPU, "function", e.Function, "err", e.Error)
+			pl.tenantFaulted(g, e)
 			return nil, nil, nil
 		},
 	}
@@ -269,6 +258,8 @@ func (pl *Plane) PID(tenant string) int {
 		return 0
 	}
 	if g := p.current(); g != nil && g.live() != nil {
+		p.mu.Lock()
+		defer p.mu.Unlock()
 		return g.pid
 	}
 	return 0
@@ -279,6 +270,7 @@ type metrics struct {
 	up       *prometheus.GaugeVec
 	restarts *prometheus.CounterVec
 	faults   *prometheus.CounterVec
+	checks   *prometheus.CounterVec
 	sessions *sessionCollector
 }
 
@@ -324,6 +316,9 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		faults: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "faas_gpu_tenant_faults_total",
 			Help: "Kernel faults of a tenant's functions: each ended that tenant's executor only."},
 			[]string{"tenant"}),
+		checks: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "faas_gpu_gpu_health_checks_total",
+			Help: "GPU health checks after a tenant's kernel fault, by result (passed: the GPU stayed in service; " +
+				"failed: it was taken out of service)."}, []string{"gpu", "result"}),
 		sessions: &sessionCollector{
 			records: prometheus.NewDesc("faas_gpu_tenant_remoting_records_total",
 				"Call records the sessions of a tenant's executor executed (since that executor started).",
@@ -334,7 +329,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		},
 	}
 	if reg != nil {
-		for _, c := range []prometheus.Collector{m.up, m.restarts, m.faults, m.sessions} {
+		for _, c := range []prometheus.Collector{m.up, m.restarts, m.faults, m.checks, m.sessions} {
 			if err := reg.Register(c); err != nil && !errors.As(err, new(prometheus.AlreadyRegisteredError)) {
 				return nil, err
 			}

@@ -79,6 +79,11 @@ type Config struct {
 	// StartTimeout bounds an executor's start; BackoffMin and BackoffMax bound the wait before restarting one that
 	// ended (doubling while it keeps dying); an executor that ran StableAfter is restarted after BackoffMin again.
 	StartTimeout, BackoffMin, BackoffMax, StableAfter time.Duration
+	// OnFault, when set, is told of every kernel fault of a tenant's function (the gpuserver backs off a function
+	// that keeps faulting). It must not call the Plane.
+	OnFault func(function string, gpu int, cause string)
+	// CheckGPU checks a GPU after a tenant's fault (health.go); device.CheckHealth on Device when nil.
+	CheckGPU func(ctx context.Context, gpu int) error
 	// MaxModuleBytes bounds the module images every executor holds together (remoting.DefaultMaxModuleBytes when
 	// 0): the node's bound, which each executor's own (per process) would multiply by the tenants.
 	MaxModuleBytes uint64
@@ -99,6 +104,7 @@ type Plane struct {
 
 	ctx    context.Context
 	cancel context.CancelFunc
+	bg     sync.WaitGroup // health checks after faults (health.go)
 
 	mu        sync.Mutex
 	procs     map[string]*proc
@@ -539,6 +545,7 @@ func (pl *Plane) Close(ctx context.Context) error {
 		errs = append(errs, p.shutdown(ctx))
 	}
 	pl.cancel()
+	pl.bg.Wait()
 	errs = append(errs, pl.lend.close())
 	return errors.Join(errs...)
 }

@@ -42,7 +42,7 @@ type proc struct {
 type generation struct {
 	p   *proc
 	n   int
-	pid int
+	pid int // set once started, under p.mu
 
 	mu       sync.Mutex
 	peer     *handoff.Peer // nil once ended
@@ -51,6 +51,8 @@ type generation struct {
 	sessions map[uint64]func() // done of every session handed to it
 	implicit map[string]func() // release of every implicit binding it holds
 	gone     chan struct{}     // closed when it ended
+	faulted  bool              // a kernel of the tenant faulted in it (health.go)
+	checks   map[int]bool      // GPUs checked once it ended (health.go)
 	// images are the module image bytes it reserved, imagesEnded says it reserves no more (Plane.imu guards both).
 	images      uint64
 	imagesEnded bool
@@ -183,7 +185,9 @@ func (p *proc) runOnce() string {
 		return fmt.Sprintf("start %s: %v", cfg.Command[0], err)
 	}
 	child.Close()
+	p.mu.Lock() // Tenants and PID read it under p.mu
 	g.pid = cmd.Process.Pid
+	p.mu.Unlock()
 	// Under memory pressure the kernel's OOM killer should pick an executor (one tenant) before the gpuserver
 	// (every tenant): best effort, as the gpuserver's user may not lower its own score.
 	_ = os.WriteFile(filepath.Join("/proc", strconv.Itoa(g.pid), "oom_score_adj"), []byte("500"), 0)

@@ -113,8 +113,10 @@ type process struct {
 	metrics *prometheus.Registry
 	closers []func(context.Context) error
 
-	sessions atomic.Int64
-	faulted  atomic.Bool
+	sessions   atomic.Int64
+	faulted    atomic.Bool
+	namedFault atomic.Pointer[handoff.Fault] // the first fault that names its function (onFault)
+	named      chan struct{}                 // closed when namedFault is set
 }
 
 // Run serves the control socket ctl (its descriptor is closed when Run returns).
@@ -126,7 +128,7 @@ func Run(ctx context.Context, ctl *os.File, stderr io.Writer) error {
 	}
 	ctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
-	p := &process{ctx: ctx, cancel: cancel, stderr: stderr, ready: make(chan struct{}),
+	p := &process{ctx: ctx, cancel: cancel, stderr: stderr, ready: make(chan struct{}), named: make(chan struct{}),
 		log: slog.New(slog.NewTextHandler(stderr, nil))}
 	p.peer = handoff.NewPeer(conn, p.handlers(), handoff.Codes, p.log)
 	serveErr := p.peer.Serve(ctx)
@@ -323,29 +325,51 @@ func (noHellos) Function(name string) (pool.FunctionSpec, string, error) {
 		name)
 }
 
-// onFault is called by the node (with its lock held) after a fault of the tenant's work: tell the gpuserver, let
-// the faulting call's answer go out, and end the process.
+// onFault is called by the node (with its lock held) after a fault of the tenant's work: let the faulting call's
+// answer go out, tell the gpuserver, and end the process. A fault that surfaced first on the node's own streams
+// names no function (the process's contexts were poisoned): the faulting function's own report, which follows
+// within the grace (its call's synchronisation), is the one told, so that the gpuserver backs off the right
+// function.
 func (p *process) onFault(gpu int, function string, err error) {
+	f := &handoff.Fault{GPU: gpu, Function: function, Error: err.Error()}
+	if function != "" && p.namedFault.CompareAndSwap(nil, f) {
+		close(p.named)
+	}
 	if !p.faulted.CompareAndSwap(false, true) {
 		return
 	}
 	p.log.Error("a kernel of the tenant faulted: the executor ends; the gpuserver restarts it and the tenant's "+
 		"functions come back from their images", "gpu", gpu, "function", function, "err", err)
 	go func() {
-		_ = p.peer.Notify(handoff.KindFault, handoff.Fault{GPU: gpu, Function: function, Error: err.Error()}, nil)
 		t := time.NewTimer(faultGrace)
 		defer t.Stop()
+		graced := false
 		select {
+		case <-p.named: // at once when this fault names its function
 		case <-t.C:
+			graced = true
 		case <-p.ctx.Done():
+		}
+		if named := p.namedFault.Load(); named != nil {
+			f = named
+		}
+		_ = p.peer.Notify(handoff.KindFault, *f, nil)
+		if !graced {
+			select {
+			case <-t.C:
+			case <-p.ctx.Done():
+			}
 		}
 		p.cancel(ErrFault)
 	}()
 }
 
-// onUnhealthy is called by the node (with its lock held) when it takes a GPU out of service.
+// onUnhealthy is called by the node (with its lock held) when it takes a GPU out of service. After a fault of the
+// tenant the report says so (AfterFault): what failed may be the process's poisoned contexts, not the GPU.
 func (p *process) onUnhealthy(gpu int, cause error) {
+	after := p.faulted.Load()
 	go func() {
-		_ = p.peer.Notify(handoff.KindGPUFailed, handoff.GPUFailed{GPU: gpu, Error: cause.Error()}, nil)
+		_ = p.peer.Notify(handoff.KindGPUFailed, handoff.GPUFailed{GPU: gpu, Error: cause.Error(), AfterFault: after},
+			nil)
 	}()
 }

@@ -103,8 +103,9 @@ class GPUError(Exception):
         # restart: this process cannot serve again (its CUDA session died with the gpuserver); it exits after
         # answering so that its supervisor (the kubelet, or faas-gpu's local backend) starts it afresh.
         self.restart = restart
-        # retry_after: the gpuserver's Retry-After (its overload control refused the request), passed on to the
-        # caller with the 429 so that a router or the queue worker can retry later or elsewhere.
+        # retry_after: the gpuserver's Retry-After (its overload control refused the request: 429; or the function
+        # is backed off after repeated kernel faults: 503), passed on to the caller with the status so that a router
+        # or the queue worker can retry later or elsewhere.
         self.retry_after = retry_after
 
 
@@ -238,7 +239,9 @@ class GPUClient:
             conn.close()
             # restart: the function's GPU memory was lost before its initialisation ended (a fault or a GPU
             # failure); a new process initialises afresh.
-            retry = got.get("Retry-After") if status == 429 else None
+            # Retry-After: the overload control sheds the function (429), or it is backed off after repeated
+            # kernel faults (503).
+            retry = got.get("Retry-After") if status in (429, 503) else None
             raise GPUError(status, "gpuserver refused to acquire a GPU for function %s (HTTP %d): %s"
                            % (self.function, status, self._error_text(raw)), restart=self._restart(raw),
                            retry_after=retry)

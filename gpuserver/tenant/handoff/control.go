@@ -121,10 +121,13 @@ type Bound struct {
 	Binding string `json:"binding"`
 }
 
-// GPUFailed tells the gpuserver that a GPU failed under the executor (a device-level error).
+// GPUFailed tells the gpuserver that a GPU failed under the executor (a device-level error). AfterFault says that
+// a kernel of the tenant had faulted in the executor before: its contexts were poisoned, so the failure it saw may
+// be its own, and the gpuserver checks the device itself once the executor ended instead of trusting the report.
 type GPUFailed struct {
-	GPU   int    `json:"gpu"`
-	Error string `json:"error"`
+	GPU        int    `json:"gpu"`
+	Error      string `json:"error"`
+	AfterFault bool   `json:"after_fault,omitempty"`
 }
 
 // Fault tells the gpuserver that a kernel of the tenant faulted: on a real GPU that poisons every context of the
@@ -171,6 +174,7 @@ var Codes = []Code{
 	{"pool.no_healthy_gpu", pool.ErrNoHealthyGPU},
 	{"pool.limit", pool.ErrLimit},
 	{"pool.overloaded", pool.ErrOverloaded},
+	{"pool.backed_off", pool.ErrBackedOff},
 	{"pool.function_lost", pool.ErrFunctionLost},
 	{"pool.too_large", pool.ErrTooLarge},
 	{"pool.invalid_spec", pool.ErrInvalidSpec},

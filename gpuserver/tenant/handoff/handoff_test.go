@@ -240,7 +240,7 @@ func TestEverySentinelTravels(t *testing.T) {
 		"pool.ErrInvalidSpec": pool.ErrInvalidSpec, "pool.ErrTooLarge": pool.ErrTooLarge,
 		"pool.ErrGPUUnhealthy": pool.ErrGPUUnhealthy, "pool.ErrBindingBroken": pool.ErrBindingBroken,
 		"pool.ErrFunctionLost": pool.ErrFunctionLost, "pool.ErrNoHealthyGPU": pool.ErrNoHealthyGPU,
-		"pool.ErrLimit": pool.ErrLimit, "pool.ErrOverloaded": pool.ErrOverloaded,
+		"pool.ErrLimit": pool.ErrLimit, "pool.ErrOverloaded": pool.ErrOverloaded, "pool.ErrBackedOff": pool.ErrBackedOff,
 	}
 	for name, err := range byName {
 		if !known[err] {
