@@ -222,13 +222,40 @@ func (n *Node) placeLocked(f *function) (gpu int, source Source) {
 // Alloc gives function a block of size bytes at a fixed address: part of the model before Capture, scratch after.
 // When the function is active, the block is backed and mapped at once.
 func (n *Node) Alloc(ctx context.Context, name string, size uint64) (device.Ptr, error) {
-	ptr, _, _, err := n.AllocSegment(ctx, name, size)
+	ptr, _, _, err := n.AllocSegment(ctx, name, size, Serving)
 	return ptr, err
 }
 
-// AllocSegment is Alloc that also returns the segment the block lies in and whether this call created it (a
-// block of at least half a chunk gets a segment of its own, whose chunks go back to the pools when it is freed).
-func (n *Node) AllocSegment(ctx context.Context, name string, size uint64) (device.Ptr, memory.Segment, bool, error) {
+// Phase is where the process of a function that allocates a block is in its life: the kind of a block allocated
+// after the function's image was captured depends on it (blockKind).
+type Phase bool
+
+const (
+	// Serving: the process's own initialisation has ended (its first request bound it): a block it allocates
+	// after the capture is scratch.
+	Serving Phase = false
+	// Initialising: the process is still in its own initialisation: after the capture (a replica started after
+	// the function's first request, or a rolling update's new process), a block it allocates is memory.KindInit,
+	// the function's own whatever its scratch mode (scratch.go): its initialisation's bytes are never given back
+	// or mapped zeroed.
+	Initialising Phase = true
+)
+
+// blockKind is the kind of a block f's process in phase allocates now.
+func blockKind(f *function, phase Phase) memory.Kind {
+	switch {
+	case !f.captured:
+		return memory.KindModel
+	case phase == Initialising:
+		return memory.KindInit
+	}
+	return memory.KindScratch
+}
+
+// AllocSegment is Alloc for a process in phase that also returns the segment the block lies in and whether this
+// call created it (a block of at least half a chunk gets a segment of its own, whose chunks go back to the pools
+// when it is freed).
+func (n *Node) AllocSegment(ctx context.Context, name string, size uint64, phase Phase) (device.Ptr, memory.Segment, bool, error) {
 	defer n.operate()()
 	f, err := n.fn(name)
 	if err != nil {
@@ -238,12 +265,8 @@ func (n *Node) AllocSegment(ctx context.Context, name string, size uint64) (devi
 	if err := f.usableLocked(); err != nil {
 		return 0, memory.Segment{}, false, err
 	}
-	kind := memory.KindModel
-	if f.captured {
-		kind = memory.KindScratch
-	}
 	n.hintLocked(f)
-	ptr, seg, created, err := f.space.Alloc(size, kind)
+	ptr, seg, created, err := f.space.Alloc(size, blockKind(f, phase))
 	if n.addrs != nil {
 		n.addrs.setHint(0, 0)
 	}

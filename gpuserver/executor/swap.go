@@ -271,7 +271,7 @@ func (n *Node) completeLocked(ctx context.Context, f *function, gpu int, source 
 		chunks, parked := r.chunks[seg.ID]
 		// Scratch, or a model block the function's own calls fill during initialisation (and that has no bytes
 		// written back yet), gets no copy.
-		fill := seg.Kind != memory.KindScratch && (f.captured || n.restoringLocked(f, seg.ID) || f.saved[seg.ID])
+		fill := seg.Kind == memory.KindModel && (f.captured || n.restoringLocked(f, seg.ID) || f.saved[seg.ID])
 		plan := chunkPlan{reused: make([]*sharedChunk, seg.Chunks(cs))}
 		if !parked {
 			if fill && f.captured && f.modelShared { // some of its image's chunks may be on the gpu already

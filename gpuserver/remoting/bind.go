@@ -21,6 +21,16 @@ func (h *deviceHandler) Bound() bool {
 	return ok
 }
 
+// phase is where the session's process is in its life: initialising until a request bound the function for its
+// calls (explicit), so that the blocks a process started after the function's first request allocates in its
+// initialisation stay the function's whatever its scratch mode (executor.Initialising).
+func (h *deviceHandler) phase() executor.Phase {
+	if h.explicit {
+		return executor.Serving
+	}
+	return executor.Initialising
+}
+
 // Idle releases the implicit binding (called by the session when no call arrived for Config.IdleRelease).
 func (h *deviceHandler) Idle() {
 	if h.release != nil {
