@@ -32,6 +32,9 @@ type function struct {
 	fenced   int                   // bindings expired and not yet released: its work is refused (Expire)
 	moving   int                   // operations changing its memory now: its Stream's work waits (locking.go)
 
+	initialising int  // processes of it in their own initialisation (BeginInit): its capture waits for them
+	deferred     bool // an EndInit found one: the capture also waits for a moment without requests (lifecycle.go)
+
 	scratchPerRequest bool // its scratch is dropped when its last binding ends (scratch.go)
 	modelShared       bool // it never writes its model after initialisation: its chunks may be shared (share.go)
 
