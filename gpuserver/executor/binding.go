@@ -369,7 +369,7 @@ func (n *Node) captureLocked(ctx context.Context, f *function) error {
 		n.images.Captures++
 	}
 	f.captured, f.saved = true, nil
-	return nil
+	return n.protectActiveLocked(f) // a shared model is read-only from its capture on (share.go)
 }
 
 // modelSegments lists f's live model segments as an image lists them.
@@ -533,6 +533,9 @@ func (s *Stream) GPU() int { return s.gpu }
 
 func (s *Stream) CopyHtoD(dst device.Ptr, src []byte) error {
 	return s.gate(func() error {
+		if err := s.n.refuseReadOnlyLocked(s.f, "host-to-device copy", dst); err != nil {
+			return err
+		}
 		if s.n.skipCopyLocked(s.f, dst, src) { // the restored image already holds these bytes
 			return nil
 		}
@@ -546,17 +549,32 @@ func (s *Stream) CopyDtoH(dst []byte, src device.Ptr) error {
 
 func (s *Stream) CopyDtoD(dst, src device.Ptr, size uint64) error {
 	return s.gate(func() error {
+		if err := s.n.refuseReadOnlyLocked(s.f, "device-to-device copy", dst); err != nil {
+			return err
+		}
 		s.n.writesLocked(s.f, "device-to-device copy", dst)
 		return s.s.CopyDtoD(dst, src, size)
 	}, dst, src)
 }
 
 func (s *Stream) Memset8(dst device.Ptr, v uint8, n uint64) error {
-	return s.gate(func() error { s.n.writesLocked(s.f, "memset", dst); return s.s.Memset8(dst, v, n) }, dst)
+	return s.gate(func() error {
+		if err := s.n.refuseReadOnlyLocked(s.f, "memset", dst); err != nil {
+			return err
+		}
+		s.n.writesLocked(s.f, "memset", dst)
+		return s.s.Memset8(dst, v, n)
+	}, dst)
 }
 
 func (s *Stream) Memset32(dst device.Ptr, v uint32, n uint64) error {
-	return s.gate(func() error { s.n.writesLocked(s.f, "memset", dst); return s.s.Memset32(dst, v, n) }, dst)
+	return s.gate(func() error {
+		if err := s.n.refuseReadOnlyLocked(s.f, "memset", dst); err != nil {
+			return err
+		}
+		s.n.writesLocked(s.f, "memset", dst)
+		return s.s.Memset32(dst, v, n)
+	}, dst)
 }
 
 // Launch waits for the segments that the kernel's 8-byte parameters point into, then launches it. Pointers held

@@ -124,6 +124,8 @@ func result(err error) Result {
 		return ResultLaunchFailed
 	case errors.Is(err, device.ErrIllegalAddress):
 		return ResultIllegalAddress
+	case errors.Is(err, executor.ErrReadOnly):
+		return ResultNotPermitted
 	case errors.Is(err, device.ErrInvalidValue), errors.Is(err, memory.ErrInvalid), errors.Is(err, executor.ErrInvalid):
 		return ResultInvalidValue
 	case errors.Is(err, device.ErrOutOfMemory), errors.Is(err, memory.ErrNoSpace), errors.Is(err, executor.ErrNoMemory):
