@@ -255,7 +255,8 @@ func blockKind(f *function, phase Phase) memory.Kind {
 // AllocSegment is Alloc for a process in phase that also returns the segment the block lies in and whether this
 // call created it (a block of at least half a chunk gets a segment of its own, whose chunks go back to the pools
 // when it is freed).
-func (n *Node) AllocSegment(ctx context.Context, name string, size uint64, phase Phase) (device.Ptr, memory.Segment, bool, error) {
+func (n *Node) AllocSegment(ctx context.Context, name string, size uint64,
+	phase Phase) (device.Ptr, memory.Segment, bool, error) {
 	defer n.operate()()
 	f, err := n.fn(name)
 	if err != nil {

@@ -12,7 +12,9 @@ import (
 
 // Scratch of the request (a KV cache, activations).
 //
-// Blocks a function allocates after its initialisation are scratch: never in its image. By default a function's
+// Blocks a function allocates after its initialisation are scratch: never in its image. (Blocks a later process of
+// the function allocates in its own initialisation, memory.KindInit, are not a request's: they are kept as below
+// whatever the scratch mode, see keeps.) By default a function's
 // scratch is its own: it stays with the function's copy while it is resident, and it is written back and restored
 // when the copy leaves a GPU (see "Scratch the function keeps" below), so that a function may keep state in it
 // between requests. A function whose scratch is its requests' own (SetScratchPerRequest: an LLM's KV cache,

@@ -19,9 +19,9 @@ import (
 // (repository/chunks.go). When a swap-in from the host image needs a chunk whose key another function's copy on
 // the same GPU already holds (resident: active or parked, its copy complete), it maps that physical chunk at its own
 // fixed address instead of taking a new chunk and copying: the GPU holds the chunk once, and the swap moves only
-// the function's own chunks. The model segments of such a function are mapped read-only at every address they are mapped
-// at from its capture on, the first copy included (its swap-in's copies fill the chunks through a staging address),
-// where the device can (device.ReadOnlyAccess: the CUDA driver's read-only access flag; on the simulated device,
+// the function's own chunks. The model segments of such a function are mapped read-only at every address they
+// are mapped at from its capture on, the first copy included (its swap-in's copies fill the chunks through a
+// staging address), where the device can (device.ReadOnlyAccess: the CUDA driver's read-only access flag; on the simulated device,
 // copies, memsets and reference kernels' writes into it fault, while dry launches, which compute nothing, cannot be
 // checked); copies and memsets into them are refused before they reach the device (ErrReadOnly). A shared chunk
 // goes back to the pool when the last copy holding it is dropped. Before, a chunk was mapped read-only only once a
