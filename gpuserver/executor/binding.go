@@ -507,6 +507,16 @@ func (s *Stream) gate(op func() error, ptrs ...device.Ptr) error {
 	if s.f.active != s.gpu {
 		return fmt.Errorf("%w: %s is no longer active on gpu %d", ErrInvalid, s.f.name, s.gpu)
 	}
+	if cur, ok := s.f.streams[s.gpu]; (!ok || cur != s.s) && s.epoch == s.f.epoch {
+		// Its stream went with its tenant's context, torn down by a neighbour's fault while none of its own work
+		// ran there (detachLocked changes the epoch of those it had): go on with its current stream. Before, the
+		// destroyed stream answered every later call of the function's idle sessions with an error.
+		cur, err := s.n.streamLocked(s.f, s.gpu)
+		if err != nil {
+			return err
+		}
+		s.s = cur
+	}
 	r := s.f.res[s.gpu]
 	for _, p := range ptrs {
 		seg, ok := s.f.space.Lookup(p)
