@@ -21,9 +21,10 @@ func (h *deviceHandler) Bound() bool {
 	return ok
 }
 
-// phase is where the session's process is in its life: initialising until a request bound the function for its
-// calls (explicit), so that the blocks a process started after the function's first request allocates in its
-// initialisation stay the function's whatever its scratch mode (executor.Initialising).
+// phase is where the session's process is in its life: initialising until it said its initialisation ended
+// (lifecycle.go), or, when it never said it began, until a request bound the function for its calls (explicit); so
+// that the blocks a process started after the function's first request allocates in its initialisation stay the
+// function's whatever its scratch mode (executor.Initialising).
 func (h *deviceHandler) phase() executor.Phase {
 	if h.initialised || (h.explicit && !h.declared) {
 		return executor.Serving
