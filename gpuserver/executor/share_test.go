@@ -140,6 +140,15 @@ func TestCUDAVariantSwapInMovesOnlyItsOwnChunks(t *testing.T) {
 	models := captureVariants(t, r, 0)
 	free0 := r.node.Status()[0].FreeBytes
 	swapInVariants(t, r, models)
+	// A copy into the shared base is refused before it reaches the driver (no fault), by the first variant too.
+	s, err := r.node.Stream(models[0].name)
+	must(t, err)
+	if err := s.CopyHtoD(models[0].blocks[0], make([]byte, 16)); !errors.Is(err, executor.ErrReadOnly) {
+		t.Fatalf("a copy into a shared chunk: %v, want ErrReadOnly", err)
+	}
+	for _, m := range models {
+		verify(t, r, m, 0)
+	}
 	evictVariants(t, r, models, free0)
 }
 
