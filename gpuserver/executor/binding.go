@@ -222,13 +222,41 @@ func (n *Node) placeLocked(f *function) (gpu int, source Source) {
 // Alloc gives function a block of size bytes at a fixed address: part of the model before Capture, scratch after.
 // When the function is active, the block is backed and mapped at once.
 func (n *Node) Alloc(ctx context.Context, name string, size uint64) (device.Ptr, error) {
-	ptr, _, _, err := n.AllocSegment(ctx, name, size)
+	ptr, _, _, err := n.AllocSegment(ctx, name, size, Serving)
 	return ptr, err
 }
 
-// AllocSegment is Alloc that also returns the segment the block lies in and whether this call created it (a
-// block of at least half a chunk gets a segment of its own, whose chunks go back to the pools when it is freed).
-func (n *Node) AllocSegment(ctx context.Context, name string, size uint64) (device.Ptr, memory.Segment, bool, error) {
+// Phase is where the process of a function that allocates a block is in its life: the kind of a block allocated
+// after the function's image was captured depends on it (blockKind).
+type Phase bool
+
+const (
+	// Serving: the process's own initialisation has ended (its first request bound it): a block it allocates
+	// after the capture is scratch.
+	Serving Phase = false
+	// Initialising: the process is still in its own initialisation: after the capture (a replica started after
+	// the function's first request, or a rolling update's new process), a block it allocates is memory.KindInit,
+	// the function's own whatever its scratch mode (scratch.go): its initialisation's bytes are never given back
+	// or mapped zeroed.
+	Initialising Phase = true
+)
+
+// blockKind is the kind of a block f's process in phase allocates now.
+func blockKind(f *function, phase Phase) memory.Kind {
+	switch {
+	case !f.captured:
+		return memory.KindModel
+	case phase == Initialising:
+		return memory.KindInit
+	}
+	return memory.KindScratch
+}
+
+// AllocSegment is Alloc for a process in phase that also returns the segment the block lies in and whether this
+// call created it (a block of at least half a chunk gets a segment of its own, whose chunks go back to the pools
+// when it is freed).
+func (n *Node) AllocSegment(ctx context.Context, name string, size uint64,
+	phase Phase) (device.Ptr, memory.Segment, bool, error) {
 	defer n.operate()()
 	f, err := n.fn(name)
 	if err != nil {
@@ -238,12 +266,8 @@ func (n *Node) AllocSegment(ctx context.Context, name string, size uint64) (devi
 	if err := f.usableLocked(); err != nil {
 		return 0, memory.Segment{}, false, err
 	}
-	kind := memory.KindModel
-	if f.captured {
-		kind = memory.KindScratch
-	}
 	n.hintLocked(f)
-	ptr, seg, created, err := f.space.Alloc(size, kind)
+	ptr, seg, created, err := f.space.Alloc(size, blockKind(f, phase))
 	if n.addrs != nil {
 		n.addrs.setHint(0, 0)
 	}
@@ -346,7 +370,7 @@ func (n *Node) captureLocked(ctx context.Context, f *function) error {
 		n.images.Captures++
 	}
 	f.captured, f.saved = true, nil
-	return nil
+	return n.protectActiveLocked(f) // a shared model is read-only from its capture on (share.go)
 }
 
 // modelSegments lists f's live model segments as an image lists them.
@@ -483,6 +507,16 @@ func (s *Stream) gate(op func() error, ptrs ...device.Ptr) error {
 	if s.f.active != s.gpu {
 		return fmt.Errorf("%w: %s is no longer active on gpu %d", ErrInvalid, s.f.name, s.gpu)
 	}
+	if cur, ok := s.f.streams[s.gpu]; (!ok || cur != s.s) && s.epoch == s.f.epoch {
+		// Its stream went with its tenant's context, torn down by a neighbour's fault while none of its own work
+		// ran there (detachLocked changes the epoch of those it had): go on with its current stream. Before, the
+		// destroyed stream answered every later call of the function's idle sessions with an error.
+		cur, err := s.n.streamLocked(s.f, s.gpu)
+		if err != nil {
+			return err
+		}
+		s.s = cur
+	}
 	r := s.f.res[s.gpu]
 	for _, p := range ptrs {
 		seg, ok := s.f.space.Lookup(p)
@@ -510,6 +544,9 @@ func (s *Stream) GPU() int { return s.gpu }
 
 func (s *Stream) CopyHtoD(dst device.Ptr, src []byte) error {
 	return s.gate(func() error {
+		if err := s.n.refuseReadOnlyLocked(s.f, "host-to-device copy", dst); err != nil {
+			return err
+		}
 		if s.n.skipCopyLocked(s.f, dst, src) { // the restored image already holds these bytes
 			return nil
 		}
@@ -523,17 +560,32 @@ func (s *Stream) CopyDtoH(dst []byte, src device.Ptr) error {
 
 func (s *Stream) CopyDtoD(dst, src device.Ptr, size uint64) error {
 	return s.gate(func() error {
+		if err := s.n.refuseReadOnlyLocked(s.f, "device-to-device copy", dst); err != nil {
+			return err
+		}
 		s.n.writesLocked(s.f, "device-to-device copy", dst)
 		return s.s.CopyDtoD(dst, src, size)
 	}, dst, src)
 }
 
 func (s *Stream) Memset8(dst device.Ptr, v uint8, n uint64) error {
-	return s.gate(func() error { s.n.writesLocked(s.f, "memset", dst); return s.s.Memset8(dst, v, n) }, dst)
+	return s.gate(func() error {
+		if err := s.n.refuseReadOnlyLocked(s.f, "memset", dst); err != nil {
+			return err
+		}
+		s.n.writesLocked(s.f, "memset", dst)
+		return s.s.Memset8(dst, v, n)
+	}, dst)
 }
 
 func (s *Stream) Memset32(dst device.Ptr, v uint32, n uint64) error {
-	return s.gate(func() error { s.n.writesLocked(s.f, "memset", dst); return s.s.Memset32(dst, v, n) }, dst)
+	return s.gate(func() error {
+		if err := s.n.refuseReadOnlyLocked(s.f, "memset", dst); err != nil {
+			return err
+		}
+		s.n.writesLocked(s.f, "memset", dst)
+		return s.s.Memset32(dst, v, n)
+	}, dst)
 }
 
 // Launch waits for the segments that the kernel's 8-byte parameters point into, then launches it. Pointers held

@@ -57,6 +57,14 @@ func (n *Node) endInitLocked(ctx context.Context, f *function) error {
 	if f.captured {
 		return nil
 	}
+	if f.initialising > 0 || (f.deferred && f.users > 0) {
+		// A process of it is still in its own initialisation (BeginInit): a capture now would miss what it writes
+		// afterwards into the blocks it has. The function stays initialising (its copy is written back when it
+		// leaves a GPU) until an EndInit finds none, and, once deferred, no request of it in flight either: the
+		// blocks its requests allocated meanwhile are model too, and a request may still be filling them.
+		f.deferred = true
+		return nil
+	}
 	if f.plan != nil && n.reuseLocked(f) {
 		return nil // its image from before a restart is its capture
 	}
@@ -64,6 +72,31 @@ func (n *Node) endInitLocked(ctx context.Context, f *function) error {
 		return n.captureSavedLocked(ctx, f)
 	}
 	return n.captureLocked(ctx, f)
+}
+
+// BeginInit records that a process of function begins its own initialisation (it said so: remoting's call
+// processPhase): until the matching FinishInit, EndInit does not capture the function's image, and the blocks the
+// process allocates after a capture are its initialisation's (Initialising). Several processes may initialise at
+// once.
+func (n *Node) BeginInit(name string) error {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	f, err := n.fn(name)
+	if err != nil {
+		return err
+	}
+	f.initialising++
+	return nil
+}
+
+// FinishInit records that a process that began its initialisation (BeginInit) ended it, or ended. The function's
+// image is captured at its next EndInit once no process is initialising.
+func (n *Node) FinishInit(name string) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if f, ok := n.fns[name]; ok && f.initialising > 0 {
+		f.initialising-- // a function reset since starts at 0: its processes ended
+	}
 }
 
 // saveLocked writes the model bytes of a function that is still initialising back from its active GPU, before its

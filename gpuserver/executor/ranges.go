@@ -24,20 +24,17 @@ func (n *Node) ReserveRange(name string, size, alignment uint64) (device.Ptr, er
 	return f.space.ReserveRange(size, alignment)
 }
 
-// AllocAt places a block of size bytes (whole chunks) at ptr inside one of function's ranges: part of the model
-// before Capture, scratch after; backed and mapped at once when the function is active.
-func (n *Node) AllocAt(ctx context.Context, name string, ptr device.Ptr, size uint64) (memory.Segment, error) {
+// AllocAt places a block of size bytes (whole chunks) at ptr inside one of function's ranges for a process in
+// phase: part of the model before Capture, scratch or init after (blockKind); backed and mapped at once when the
+// function is active.
+func (n *Node) AllocAt(ctx context.Context, name string, ptr device.Ptr, size uint64, phase Phase) (memory.Segment, error) {
 	defer n.operate()()
 	f, err := n.fn(name)
 	if err != nil {
 		return memory.Segment{}, err
 	}
 	defer n.moving(f)()
-	kind := memory.KindModel
-	if f.captured {
-		kind = memory.KindScratch
-	}
-	seg, err := f.space.AllocAt(ptr, size, kind)
+	seg, err := f.space.AllocAt(ptr, size, blockKind(f, phase))
 	if err != nil {
 		return memory.Segment{}, err
 	}

@@ -254,6 +254,9 @@ func (n *Node) reuseLocked(f *function) bool {
 		return false
 	}
 	f.captured = true
+	if err := n.protectActiveLocked(f); err != nil { // a shared model is read-only from its capture on (share.go)
+		n.log.Warn("restart: the reused model cannot be mapped read-only", "function", f.name, "err", err)
+	}
 	n.images.Reused++
 	n.log.Info("restart: the image from before the restart is the function's model; nothing captured",
 		"function", f.name, "segments", len(p.segs))

@@ -12,7 +12,9 @@ import (
 
 // Scratch of the request (a KV cache, activations).
 //
-// Blocks a function allocates after its initialisation are scratch: never in its image. By default a function's
+// Blocks a function allocates after its initialisation are scratch: never in its image. (Blocks a later process of
+// the function allocates in its own initialisation, memory.KindInit, are not a request's: they are kept as below
+// whatever the scratch mode, see keeps.) By default a function's
 // scratch is its own: it stays with the function's copy while it is resident, and it is written back and restored
 // when the copy leaves a GPU (see "Scratch the function keeps" below), so that a function may keep state in it
 // between requests. A function whose scratch is its requests' own (SetScratchPerRequest: an LLM's KV cache,
@@ -145,10 +147,27 @@ func (f *function) keepsScratch() bool {
 	return f.captured && !f.scratchPerRequest && !f.scratch.discard
 }
 
-// heldScratch lists f's scratch segments that hold a block, and their bytes.
+// keepsInit reports whether f keeps the blocks its later processes allocated in their initialisations
+// (memory.KindInit: a replica started after the capture): always, whatever its scratch mode, unless it is
+// forgotten.
+func (f *function) keepsInit() bool { return f.captured && !f.scratch.discard }
+
+// keeps reports whether f keeps seg's bytes across its copies (written back and restored): scratch it keeps,
+// and the initialisations of its later processes.
+func (f *function) keeps(seg memory.Segment) bool {
+	switch seg.Kind {
+	case memory.KindScratch:
+		return f.keepsScratch()
+	case memory.KindInit:
+		return f.keepsInit()
+	}
+	return false
+}
+
+// heldScratch lists f's segments that hold a block and whose bytes it keeps (keeps), and their bytes.
 func (f *function) heldScratch() (segs []memory.Segment, bytes uint64) {
 	for _, seg := range f.space.Segments() {
-		if seg.Kind == memory.KindScratch && !f.dead[seg.ID] && f.space.Holds(seg.ID) {
+		if f.keeps(seg) && !f.dead[seg.ID] && f.space.Holds(seg.ID) {
 			segs = append(segs, seg)
 			bytes += seg.Size
 		}
@@ -161,7 +180,7 @@ func (f *function) heldScratch() (segs []memory.Segment, bytes uint64) {
 // whose scratch exceeds its limit, or whose host copy cannot be made, loses its scratch (ErrLost) and the
 // deactivation goes on.
 func (n *Node) writeBackScratchLocked(ctx context.Context, f *function) error {
-	if !f.keepsScratch() {
+	if !f.keepsScratch() && !f.keepsInit() {
 		return nil
 	}
 	gpu := f.active
@@ -270,7 +289,7 @@ func (n *Node) freeScratchBufferLocked(f *function, id int) {
 // scratchHostLocked is the host copy to restore scratch segment seg of f from at a swap-in; nil when the segment
 // is mapped zeroed (the function's scratch is its requests', the segment holds no block, or it was never mapped).
 func (n *Node) scratchHostLocked(f *function, seg memory.Segment) []byte {
-	if seg.Kind != memory.KindScratch || !f.keepsScratch() || f.scratch.stale || !f.space.Holds(seg.ID) {
+	if !f.keeps(seg) || f.scratch.stale || !f.space.Holds(seg.ID) {
 		return nil
 	}
 	if b, ok := f.scratch.host[seg.ID]; ok && uint64(len(b)) == seg.Size {
@@ -316,7 +335,7 @@ func (n *Node) dropStaleScratchLocked(ctx context.Context, f *function, gpu int)
 	for _, r := range parked {
 		var segs []memory.Segment
 		for _, seg := range f.space.Segments() {
-			if _, ok := r.chunks[seg.ID]; ok && seg.Kind == memory.KindScratch && !r.mapped[seg.ID] {
+			if _, ok := r.chunks[seg.ID]; ok && seg.Kind != memory.KindModel && !r.mapped[seg.ID] {
 				segs = append(segs, seg)
 			}
 		}
@@ -343,11 +362,14 @@ func (n *Node) dropStaleScratchLocked(ctx context.Context, f *function, gpu int)
 // refused (checkScratchLocked). Without work since, the host copies still hold its scratch and are restored at its
 // next swap-in.
 func (n *Node) loseScratchLocked(f *function, cause error) {
-	if !f.keepsScratch() || !f.scratch.touched {
+	if !(f.keepsScratch() || f.keepsInit()) || !f.scratch.touched {
 		return
 	}
 	f.scratch.touched, f.scratch.stale = false, true // the host copies are older than what it wrote
-	blocks := f.space.Blocks(memory.KindScratch)
+	blocks := f.space.Blocks(memory.KindInit)
+	if f.keepsScratch() {
+		blocks = append(blocks, f.space.Blocks(memory.KindScratch)...)
+	}
 	if len(blocks) == 0 {
 		return
 	}

@@ -258,3 +258,70 @@ func pattern2(d [][]byte) [][]byte {
 	}
 	return out
 }
+
+// TestLaterReplicasInitialisationIsKept: a function whose scratch is its requests' is captured at its first
+// request; then a second process of it (a replica started later) initialises: a large block and a small one
+// allocated in its own initialisation (executor.Initialising), outside any request, and written. The end of the
+// bindings its initialisation ran under gives none of it back, and neither does an eviction: every later binding,
+// from the host after the eviction, reads what it wrote; the quota counts it. A request's scratch allocated beside
+// it is still given back. Before, those blocks were scratch like a request's: given back at the end of the next
+// binding and mapped zeroed, and the replica computed on zeros. A process that declared its initialisation
+// (BeginInit) also holds the capture back until it ends (FinishInit), and until no request is in flight.
+func TestLaterReplicasInitialisationIsKept(t *testing.T) {
+	ctx := context.Background()
+	r := newRig(t, 64<<20, sim.Options{}, false)
+	m := initModel(t, r, "llm", 0, 1<<20)
+	must(t, r.node.SetScratchPerRequest("llm", true))
+	must(t, r.node.SetScratchLimit("llm", 32<<20))
+	must(t, r.node.EndInit(ctx, "llm"))
+
+	b, err := r.node.Acquire(ctx, "llm", 0, executor.Host) // the second replica's initialisation binds implicitly
+	must(t, err)
+	big, _, _, err := r.node.AllocSegment(ctx, "llm", 3<<20, executor.Initialising)
+	must(t, err)
+	small, _, _, err := r.node.AllocSegment(ctx, "llm", 4096, executor.Initialising)
+	must(t, err)
+	req, _, _, err := r.node.AllocSegment(ctx, "llm", 4096, executor.Serving) // a request's, beside it
+	must(t, err)
+	s, err := r.node.Stream("llm")
+	must(t, err)
+	blocks, data := []device.Ptr{big, small}, [][]byte{pattern(3<<20, 3), pattern(4096, 4)}
+	for i, p := range blocks {
+		must(t, s.CopyHtoD(p, data[i]))
+	}
+	must(t, s.CopyHtoD(req, pattern(4096, 5)))
+	must(t, s.Synchronize(ctx))
+	dropped := r.node.ScratchDropped()
+	b.Release()
+	if got := r.node.ScratchDropped() - dropped; got != 2<<20 {
+		t.Fatalf("%d bytes given back at the end of the binding, want the request's segment only (2 MiB)", got)
+	}
+	scratchRun(t, r, "llm", 0, blocks, data, nil)
+	must(t, r.node.Evict(ctx, "llm", 0))
+	scratchRun(t, r, "llm", 1, blocks, data, nil) // from the host, on another gpu
+	scratchRun(t, r, "llm", 1, []device.Ptr{req}, [][]byte{make([]byte, 4096)}, nil)
+	verify(t, r, m, 1)
+
+	// Capture held back by a process in its declared initialisation, then by a request in flight.
+	n := initUncaptured(t, r, "late", 2, 1<<20)
+	must(t, r.node.BeginInit("late"))
+	must(t, r.node.EndInit(ctx, "late"))
+	if r.node.Captured("late") {
+		t.Fatal("captured while a process of it was in its declared initialisation")
+	}
+	hold, err := r.node.Acquire(ctx, "late", 2, executor.Host)
+	must(t, err)
+	r.node.FinishInit("late")
+	must(t, r.node.EndInit(ctx, "late"))
+	if r.node.Captured("late") {
+		t.Fatal("captured, after a deferral, while a request of it was in flight")
+	}
+	hold.Release()
+	must(t, r.node.EndInit(ctx, "late"))
+	if !r.node.Captured("late") {
+		t.Fatal("not captured once no process initialised and no request was in flight")
+	}
+	must(t, r.node.Evict(ctx, "late", 2))
+	scratchRun(t, r, "late", 2, nil, nil, nil)
+	verify(t, r, n, 2)
+}

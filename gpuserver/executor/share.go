@@ -2,6 +2,7 @@ package executor
 
 import (
 	"context"
+	"errors"
 	"fmt"
 
 	"github.com/faas-gpu/faas-gpu/gpuserver/device"
@@ -18,10 +19,14 @@ import (
 // (repository/chunks.go). When a swap-in from the host image needs a chunk whose key another function's copy on
 // the same GPU already holds (resident: active or parked, its copy complete), it maps that physical chunk at its own
 // fixed address instead of taking a new chunk and copying: the GPU holds the chunk once, and the swap moves only
-// the function's own chunks. A shared chunk is mapped read-only at every address it is mapped at, where the device
-// can (device.ReadOnlyAccess: the CUDA driver's read-only access flag; on the simulated device, copies, memsets and
-// reference kernels' writes into it fault, while dry launches, which compute nothing, cannot be checked), and goes
-// back to the pool when the last copy holding it is dropped.
+// the function's own chunks. The model segments of such a function are mapped read-only at every address they
+// are mapped at from its capture on, the first copy included (its swap-in's copies fill the chunks through a
+// staging address), where the device can (device.ReadOnlyAccess: the CUDA driver's read-only access flag; on the simulated device,
+// copies, memsets and reference kernels' writes into it fault, while dry launches, which compute nothing, cannot be
+// checked); copies and memsets into them are refused before they reach the device (ErrReadOnly). A shared chunk
+// goes back to the pool when the last copy holding it is dropped. Before, a chunk was mapped read-only only once a
+// second copy shared it: the first variant to swap in could write its base chunks, and the next variant mapped
+// the written bytes as its weights.
 //
 // Tenants: chunks are keyed within a tenant, and one tenant's memory is accessible on a GPU at a time (fault.go),
 // so a shared chunk is only ever mapped into one tenant's functions. When tenants' work moves into executor
@@ -201,54 +206,54 @@ func (n *Node) sharedWithLocked(r *residency) bool {
 	return false
 }
 
-// protectLocked maps the chunks of seg that are shared read-only at f's address on gpu, and those of the other
-// active copies mapping them, where the device can (the driver's calls, with mu released: f is moving, and the
-// other copies' addresses only lose write access, which none of their work may use).
-func (n *Node) protectLocked(f *function, gpu int, seg memory.Segment, chunks []memory.Chunk) error {
+// readOnly reports whether seg of f is mapped read-only wherever it is mapped: a model segment of a captured
+// function that shares its model (SetModelShared). Its chunks are content-addressed and may be, or become, another
+// function's weights: they are immutable from the capture on, to every function, the first included.
+func (f *function) readOnly(seg memory.Segment) bool {
+	return seg.Kind == memory.KindModel && f.captured && f.modelShared && !f.dead[seg.ID]
+}
+
+// protectLocked maps seg of f read-only at its address on gpu (readOnly), where the device can (the driver's call,
+// with mu released: f is moving). A copy that fills its chunks writes through a staging address (stageChunksLocked).
+func (n *Node) protectLocked(f *function, gpu int, seg memory.Segment) error {
 	ro, ok := n.dev.(device.ReadOnlyAccess)
-	if !ok {
-		return nil
-	}
-	type chunkAt struct {
-		function string
-		seg      int
-		ptr      device.Ptr
-	}
-	var protect []chunkAt
-	g := n.chunksOf(gpu)
-	cs := n.mem.ChunkSize()
-	for j, c := range chunks {
-		sc, shared := g.byIndex[c.Index]
-		if !shared || sc.refs < 2 {
-			continue
-		}
-		protect = append(protect, chunkAt{f.name, seg.ID, seg.Ptr + device.Ptr(uint64(j)*cs)})
-		for _, o := range n.fns { // the copies that mapped it first, writable until now
-			r := o.res[gpu]
-			if o == f || r == nil || o.active != gpu {
-				continue
-			}
-			for _, s := range o.space.Segments() {
-				if !r.mapped[s.ID] {
-					continue
-				}
-				for k, oc := range r.chunks[s.ID] {
-					if oc.Index == c.Index {
-						protect = append(protect, chunkAt{o.name, s.ID, s.Ptr + device.Ptr(uint64(k)*cs)})
-					}
-				}
-			}
-		}
-	}
-	if len(protect) == 0 {
+	if !ok || !f.readOnly(seg) {
 		return nil
 	}
 	return n.unlocked(func() error {
-		for _, p := range protect {
-			if err := ro.SetAccessReadOnly(p.ptr, cs, []int{gpu}); err != nil {
-				return fmt.Errorf("function %s segment %d: read-only chunk: %w", p.function, p.seg, err)
-			}
+		if err := ro.SetAccessReadOnly(seg.Ptr, seg.Size, []int{gpu}); err != nil {
+			return fmt.Errorf("function %s segment %d: read-only model: %w", f.name, seg.ID, err)
 		}
 		return nil
 	})
+}
+
+// protectActiveLocked maps the model segments of f's active copy read-only once its initialisation ended (readOnly).
+func (n *Node) protectActiveLocked(f *function) error {
+	if f.active < 0 {
+		return nil
+	}
+	r := f.res[f.active]
+	for _, seg := range f.space.Segments() {
+		if r.mapped[seg.ID] {
+			if err := n.protectLocked(f, f.active, seg); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// ErrReadOnly: a copy or memset into memory mapped read-only (a shared model's weights, readOnly).
+var ErrReadOnly = errors.New("write into read-only memory")
+
+// refuseReadOnlyLocked refuses a copy or memset of what into f's memory at dst when it lies in a read-only segment,
+// before it reaches the device: the writer gets an error, no other function's weights change.
+func (n *Node) refuseReadOnlyLocked(f *function, what string, dst device.Ptr) error {
+	if seg, ok := f.space.Lookup(dst); ok && f.readOnly(seg) {
+		return fmt.Errorf("%w: function %s: a %s into its model segment %d: the model of a function with "+
+			"com.openfaas.gpu.model: shared is read-only after its initialisation (its chunks are shared with other "+
+			"functions); write into memory allocated for it (scratch) instead", ErrReadOnly, f.name, what, seg.ID)
+	}
+	return nil
 }

@@ -28,13 +28,11 @@ func TestVariantSwapInMovesOnlyItsOwnChunks(t *testing.T) {
 	free0 := r.node.Status()[0].FreeBytes
 	swapInVariants(t, r, models)
 
-	// The base is mapped read-only: a copy into it faults, and the copies that shared it are restored from their
-	// images at their next swap-in.
+	// The base is read-only: a copy into it is refused before it reaches the device.
 	s, err := r.node.Stream(models[1].name)
 	must(t, err)
-	must(t, s.CopyHtoD(models[1].blocks[0], make([]byte, 16)))
-	if err := s.Synchronize(ctx); err == nil {
-		t.Fatal("a copy into a shared chunk succeeded")
+	if err := s.CopyHtoD(models[1].blocks[0], make([]byte, 16)); !errors.Is(err, executor.ErrReadOnly) {
+		t.Fatalf("a copy into a shared chunk: %v, want ErrReadOnly", err)
 	}
 	for _, m := range models {
 		must(t, r.node.SwapIn(ctx, m.name, 0, executor.Host))
@@ -63,6 +61,68 @@ func TestVariantSwapInMovesOnlyItsOwnChunks(t *testing.T) {
 	evictVariants(t, r, models, free0)
 }
 
+// TestSharedWeightsAreReadOnlyToTheFirstVariantToo: a hostile variant swaps in first, alone on the GPU, and writes
+// into its base weights (the chunks another variant will map): its copies and memsets are refused with ErrReadOnly,
+// its kernel's write faults (its work, not the GPU: the honest variant comes back from its image); the honest
+// variant that swaps in beside it maps the base chunks and reads the true weights every time. Before, a chunk was
+// read-only only once a second copy mapped it: the first variant's writes succeeded and the honest variant read
+// the attacker's bytes as its weights.
+func TestSharedWeightsAreReadOnlyToTheFirstVariantToo(t *testing.T) {
+	ctx := context.Background()
+	r := newRig(t, 128<<20, sim.Options{}, false)
+	models := captureVariants(t, r, 1)
+	hostile, honest := models[0], models[1]
+	evil := pattern(4096, 0xEE)
+
+	must(t, r.node.SwapIn(ctx, hostile.name, 0, executor.Host)) // the only user of the base chunks on gpu 0
+	s, err := r.node.Stream(hostile.name)
+	must(t, err)
+	if err := s.CopyHtoD(hostile.blocks[0], evil); !errors.Is(err, executor.ErrReadOnly) {
+		t.Fatalf("the first variant's copy into its shared weights: %v, want ErrReadOnly", err)
+	}
+	if err := s.Memset8(hostile.blocks[0]+4096, 0xEE, 4096); !errors.Is(err, executor.ErrReadOnly) {
+		t.Fatalf("the first variant's memset of its shared weights: %v, want ErrReadOnly", err)
+	}
+	if err := s.CopyDtoD(hostile.blocks[0], hostile.blocks[1], 4096); !errors.Is(err, executor.ErrReadOnly) {
+		t.Fatalf("the first variant's device copy into its shared weights: %v, want ErrReadOnly", err)
+	}
+	must(t, s.Synchronize(ctx)) // nothing of it reached the device
+	must(t, r.node.SwapIn(ctx, honest.name, 0, executor.Host))
+	verify(t, r, honest, 0)
+	if r.node.Sharing().ResidentShared == 0 {
+		t.Fatal("the honest variant shares no chunk with the hostile one: the test no longer covers the attack")
+	}
+	verify(t, r, hostile, 0)
+
+	// A kernel of the first variant, alone again, writes into the base: the write faults, the writer gets the
+	// error.
+	must(t, r.node.Evict(ctx, honest.name, 0))
+	must(t, r.node.Evict(ctx, hostile.name, 0))
+	must(t, r.node.SwapIn(ctx, hostile.name, 0, executor.Host))
+	s, err = r.node.Stream(hostile.name)
+	must(t, err)
+	dctx, err := r.node.Context(hostile.name, 0)
+	must(t, err)
+	mod, err := dctx.LoadModule(kernels.PTX())
+	must(t, err)
+	fill, err := mod.Function("fill")
+	must(t, err)
+	args, err := device.PackArgs(fill.Params(), hostile.blocks[0], float32(-7), uint32(1024))
+	must(t, err)
+	must(t, s.Launch(fill, device.Dim3{X: 4}, device.Dim3{X: 256}, 0, args))
+	if err := s.Synchronize(ctx); !errors.Is(err, device.ErrIllegalAddress) {
+		t.Fatalf("the first variant's kernel writing into its shared weights: %v, want ErrIllegalAddress", err)
+	}
+	must(t, r.node.SwapIn(ctx, honest.name, 0, executor.Host))
+	verify(t, r, honest, 0)
+	must(t, r.node.SwapIn(ctx, hostile.name, 0, executor.Host))
+	verify(t, r, hostile, 0)
+	if r.node.Sharing().ResidentShared == 0 {
+		t.Fatal("the variants share no chunk after the fault: the test no longer covers the attack")
+	}
+	verify(t, r, honest, 0)
+}
+
 // TestCUDAVariantSwapInMovesOnlyItsOwnChunks is the sharing of TestVariantSwapInMovesOnlyItsOwnChunks on the real
 // driver (make gpu-test): the variants captured on GPU 0 and evicted, then swapped in one after the other: the
 // later ones copy only their heads and map the base's physical chunks read-only at their own addresses, each reads
@@ -80,6 +140,15 @@ func TestCUDAVariantSwapInMovesOnlyItsOwnChunks(t *testing.T) {
 	models := captureVariants(t, r, 0)
 	free0 := r.node.Status()[0].FreeBytes
 	swapInVariants(t, r, models)
+	// A copy into the shared base is refused before it reaches the driver (no fault), by the first variant too.
+	s, err := r.node.Stream(models[0].name)
+	must(t, err)
+	if err := s.CopyHtoD(models[0].blocks[0], make([]byte, 16)); !errors.Is(err, executor.ErrReadOnly) {
+		t.Fatalf("a copy into a shared chunk: %v, want ErrReadOnly", err)
+	}
+	for _, m := range models {
+		verify(t, r, m, 0)
+	}
 	evictVariants(t, r, models, free0)
 }
 

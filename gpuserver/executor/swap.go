@@ -32,6 +32,9 @@ type function struct {
 	fenced   int                   // bindings expired and not yet released: its work is refused (Expire)
 	moving   int                   // operations changing its memory now: its Stream's work waits (locking.go)
 
+	initialising int  // processes of it in their own initialisation (BeginInit): its capture waits for them
+	deferred     bool // an EndInit found one: the capture also waits for a moment without requests (lifecycle.go)
+
 	scratchPerRequest bool // its scratch is dropped when its last binding ends (scratch.go)
 	modelShared       bool // it never writes its model after initialisation: its chunks may be shared (share.go)
 
@@ -271,7 +274,7 @@ func (n *Node) completeLocked(ctx context.Context, f *function, gpu int, source 
 		chunks, parked := r.chunks[seg.ID]
 		// Scratch, or a model block the function's own calls fill during initialisation (and that has no bytes
 		// written back yet), gets no copy.
-		fill := seg.Kind != memory.KindScratch && (f.captured || n.restoringLocked(f, seg.ID) || f.saved[seg.ID])
+		fill := seg.Kind == memory.KindModel && (f.captured || n.restoringLocked(f, seg.ID) || f.saved[seg.ID])
 		plan := chunkPlan{reused: make([]*sharedChunk, seg.Chunks(cs))}
 		if !parked {
 			if fill && f.captured && f.modelShared { // some of its image's chunks may be on the gpu already
@@ -296,7 +299,7 @@ func (n *Node) completeLocked(ctx context.Context, f *function, gpu int, source 
 			return n.failLocked(gpu, fmt.Errorf("function %s segment %d: %w", f.name, seg.ID, err))
 		}
 		r.mapped[seg.ID] = true
-		if err := n.protectLocked(f, gpu, seg, chunks); err != nil {
+		if err := n.protectLocked(f, gpu, seg); err != nil {
 			return n.failLocked(gpu, err)
 		}
 		if parked {
@@ -347,6 +350,17 @@ func (n *Node) completeLocked(ctx context.Context, f *function, gpu int, source 
 			}
 			return nil
 		}
+		// A read-only segment's chunks are filled through a staging address of their own, writable from gpu for
+		// the swap's copies only (share.go).
+		dst := seg.Ptr
+		if f.readOnly(seg) {
+			st, err := n.stageChunksLocked(seg, chunks, gpu)
+			if err != nil {
+				return err
+			}
+			job.staging = append(job.staging, st)
+			dst = st.ptr
+		}
 		if src != nil && src.chunks[seg.ID] != nil {
 			st, err := n.stageLocked(seg, src, gpu)
 			if err != nil {
@@ -354,7 +368,7 @@ func (n *Node) completeLocked(ctx context.Context, f *function, gpu int, source 
 			}
 			job.staging = append(job.staging, st)
 			if err := eachRun(func(off, size uint64) error {
-				return stream.CopyDtoD(seg.Ptr+device.Ptr(off), st.ptr+device.Ptr(off), size)
+				return stream.CopyDtoD(dst+device.Ptr(off), st.ptr+device.Ptr(off), size)
 			}); err != nil {
 				return n.failLocked(gpu, err)
 			}
@@ -372,7 +386,7 @@ func (n *Node) completeLocked(ctx context.Context, f *function, gpu int, source 
 			}
 			host := job.image.Bytes(idx)
 			if err := eachRun(func(off, size uint64) error {
-				return stream.CopyHtoD(seg.Ptr+device.Ptr(off), host[off:off+size])
+				return stream.CopyHtoD(dst+device.Ptr(off), host[off:off+size])
 			}); err != nil {
 				return n.failLocked(gpu, err)
 			}
@@ -448,7 +462,12 @@ func (n *Node) copyGroups(s device.Stream, seg memory.Segment, group uint64, cop
 // stageLocked maps the source copy of seg at a staging address readable from gpu (the driver's calls, with mu
 // released: the source copy is the moving function's, and no other operation runs).
 func (n *Node) stageLocked(seg memory.Segment, src *residency, gpu int) (staging, error) {
-	chunks := src.chunks[seg.ID]
+	return n.stageChunksLocked(seg, src.chunks[seg.ID], gpu)
+}
+
+// stageChunksLocked maps chunks of seg at a staging address accessible from gpu only (the driver's calls, with mu
+// released): the source of a peer copy, or the destination of the copies that fill a read-only segment.
+func (n *Node) stageChunksLocked(seg memory.Segment, chunks []memory.Chunk, gpu int) (staging, error) {
 	var st staging
 	err := n.unlocked(func() error {
 		ptr, err := n.dev.ReserveAddress(seg.Size, 0)

@@ -17,5 +17,7 @@
 // Blocks allocated before the function's image is captured hold the model (KindModel); blocks allocated after
 // are scratch (KindScratch): never in the image. The executor writes the scratch segments that hold a block (Holds)
 // back to host memory when the function's copy leaves a GPU and restores them at its next swap-in, unless the
-// function declares its scratch per request (then they are mapped zeroed). The two kinds never share a segment.
+// function declares its scratch per request (then they are mapped zeroed). Blocks a process of the function
+// allocates in its own initialisation after the capture (a replica started later) are KindInit: kept like the
+// scratch a function keeps, whatever its scratch mode. No two kinds share a segment.
 package memory

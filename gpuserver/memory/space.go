@@ -18,11 +18,19 @@ const (
 	// back to the host when the function's copy leaves a GPU and restores them at its next swap-in, unless the
 	// function declares its scratch its requests' own (then they are mapped zeroed).
 	KindScratch
+	// KindInit blocks are allocated after capture by a process of the function that is still initialising (a
+	// replica started after the function's first request): not in the image, and always the function's own, so
+	// the executor writes them back and restores them like scratch the function keeps, whatever its scratch mode.
+	// They never share a segment with scratch: a request's scratch may be given back at its end.
+	KindInit
 )
 
 func (k Kind) String() string {
-	if k == KindScratch {
+	switch k {
+	case KindScratch:
 		return "scratch"
+	case KindInit:
+		return "init"
 	}
 	return "model"
 }

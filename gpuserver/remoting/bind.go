@@ -21,6 +21,17 @@ func (h *deviceHandler) Bound() bool {
 	return ok
 }
 
+// phase is where the session's process is in its life: initialising until it said its initialisation ended
+// (lifecycle.go), or, when it never said it began, until a request bound the function for its calls (explicit); so
+// that the blocks a process started after the function's first request allocates in its initialisation stay the
+// function's whatever its scratch mode (executor.Initialising).
+func (h *deviceHandler) phase() executor.Phase {
+	if h.initialised || (h.explicit && !h.declared) {
+		return executor.Serving
+	}
+	return executor.Initialising
+}
+
 // Idle releases the implicit binding (called by the session when no call arrived for Config.IdleRelease).
 func (h *deviceHandler) Idle() {
 	if h.release != nil {
@@ -86,8 +97,10 @@ func (h *deviceHandler) bind(ctx context.Context) (device.Stream, Result) {
 		if r := h.takeLost(); r != ResultSuccess {
 			return nil, r
 		}
-		if !h.explicit {
-			// The function's first request: its initialisation is over (a no-op when the binder ended it).
+		if !h.explicit && (!h.declared || h.initialised) {
+			// The function's first request: its initialisation is over (a no-op when the binder ended it). A
+			// process that declared its initialisation (lifecycle.go) and has not ended it runs its calls under
+			// another process's request: they are still its initialisation's.
 			if err := h.node.EndInit(ctx, h.info.Function); err != nil {
 				h.log.Error("remoting: end of initialisation", "gpu", g, "err", err)
 				return nil, result(err)

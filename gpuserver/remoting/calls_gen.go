@@ -14,7 +14,7 @@ const (
 	// wireVersionMajor: incompatible changes; a mismatch is refused.
 	wireVersionMajor = 1
 	// wireVersionMinor: compatible additions (new calls); a server accepts clients with minor <= its own.
-	wireVersionMinor = 2
+	wireVersionMinor = 3
 	// wireRecordHeaderSize: u32 size, u16 call id, u16 flags, u64 seq.
 	wireRecordHeaderSize = 16
 	// wireRecordFlagSync: the caller waits for a response (set for sync calls, and for every call in all-sync mode).
@@ -182,6 +182,7 @@ const (
 	CallGraphExecUpdate               CallID = 125
 	CallCuGraphDestroy                CallID = 126
 	CallCuGraphExecDestroy            CallID = 127
+	CallProcessPhase                  CallID = 130
 )
 
 // calls describes every remoted call by id.
@@ -267,6 +268,7 @@ var calls = map[CallID]callInfo{
 	CallGraphExecUpdate:               {name: "graphExecUpdate", sync: true, syncpoint: false},
 	CallCuGraphDestroy:                {name: "cuGraphDestroy", sync: true, syncpoint: false},
 	CallCuGraphExecDestroy:            {name: "cuGraphExecDestroy", sync: true, syncpoint: false},
+	CallProcessPhase:                  {name: "processPhase", sync: true, syncpoint: false},
 }
 
 // Handler executes decoded calls; one method per remoted call of the API table. A method returns the
@@ -434,6 +436,8 @@ type Handler interface {
 	CuGraphDestroy(ctx context.Context, hGraph uint64) (res Result)
 	// CuGraphExecDestroy is sync call 127 (shim/api/cuda.api:150).
 	CuGraphExecDestroy(ctx context.Context, hGraphExec uint64) (res Result)
+	// ProcessPhase is sync call 130 (shim/api/cuda.api:156).
+	ProcessPhase(ctx context.Context, phase uint32) (res Result)
 }
 
 // UnimplementedHandler answers every call with ResultNotSupported; embed it to implement a subset.
@@ -921,6 +925,12 @@ func (UnimplementedHandler) CuGraphDestroy(ctx context.Context, hGraph uint64) (
 
 // CuGraphExecDestroy answers ResultNotSupported.
 func (UnimplementedHandler) CuGraphExecDestroy(ctx context.Context, hGraphExec uint64) (res Result) {
+	res = ResultNotSupported
+	return
+}
+
+// ProcessPhase answers ResultNotSupported.
+func (UnimplementedHandler) ProcessPhase(ctx context.Context, phase uint32) (res Result) {
 	res = ResultNotSupported
 	return
 }
@@ -1768,6 +1778,12 @@ func dispatch(ctx context.Context, h Handler, id CallID, payload []byte, resp *r
 			return 0, err
 		}
 		return h.CuGraphExecDestroy(ctx, hGraphExec), nil
+	case CallProcessPhase:
+		phase := uint32(d.u64())
+		if err := d.finish(id); err != nil {
+			return 0, err
+		}
+		return h.ProcessPhase(ctx, phase), nil
 	}
 	return 0, errUnknownCall(id)
 }

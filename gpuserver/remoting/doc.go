@@ -31,9 +31,12 @@
 // through unchanged; copies, memsets, launches and event records go through the function's executor stream
 // (Node.Stream), which waits per segment for a swap still landing; when the binding names another GPU the node
 // swaps the function there (peer copy from a GPU holding it, else the host image). The first request ends the
-// initialisation (Node.EndInit: the model blocks become the function's image). Module globals, which live at a
-// different address on each GPU, keep the address the function first got (cuModuleGetGlobal) and are translated
-// to the current GPU's in copies, memsets and kernel arguments; their bytes follow the function when it moves.
+// initialisation (Node.EndInit: the model blocks become the function's image); a process started later is
+// initialising until its own first request, or, when it says so (lifecycle.go), until it says its initialisation
+// ended: the blocks it allocates meanwhile stay the function's whatever its scratch mode. Module globals, which
+// live at a different address on each GPU, keep the address the function first got (cuModuleGetGlobal) and are
+// translated to the current GPU's in copies, memsets and kernel arguments; their bytes follow the function when it
+// moves.
 // Every pointer of a copy or memset must lie inside one of the session's own allocations or globals, so a
 // function cannot read or write another's memory through the API. When a function's last process hangs up, the
 // node forgets its memory (Node.Reset), so its next process initialises afresh.

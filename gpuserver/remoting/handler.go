@@ -40,6 +40,9 @@ type deviceHandler struct {
 	implicit int       // GPU of the implicit binding
 	boundAt  time.Time // when the implicit binding was taken
 	explicit bool      // a request has bound the function: its initialisation has ended
+	// declared: the process said its initialisation began (ProcessPhase 1), initialised: and that it ended
+	// (lifecycle.go); while declared and not initialised, requests of other processes do not end it
+	declared, initialised bool
 	// lost is what a wait for the session's work answered where no call could pass the answer on (the implicit
 	// binding's idle release, the switch to a request's binding, the end of a long implicit hold): the next call
 	// that binds or waits for work answers it, once, instead of success (bind.go).
@@ -121,6 +124,8 @@ func result(err error) Result {
 		return ResultLaunchFailed
 	case errors.Is(err, device.ErrIllegalAddress):
 		return ResultIllegalAddress
+	case errors.Is(err, executor.ErrReadOnly):
+		return ResultNotPermitted
 	case errors.Is(err, device.ErrInvalidValue), errors.Is(err, memory.ErrInvalid), errors.Is(err, executor.ErrInvalid):
 		return ResultInvalidValue
 	case errors.Is(err, device.ErrOutOfMemory), errors.Is(err, memory.ErrNoSpace), errors.Is(err, executor.ErrNoMemory):
@@ -167,5 +172,6 @@ func (h *deviceHandler) Close() error {
 	if h.release != nil {
 		h.release()
 	}
+	h.endInit() // a process that ended in its initialisation holds the function's capture back no more
 	return errors.Join(errs...)
 }

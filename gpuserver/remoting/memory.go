@@ -27,7 +27,7 @@ func (h *deviceHandler) CuMemAlloc_v2(ctx context.Context, size uint64) (uint64,
 	if _, r := h.bind(ctx); r != ResultSuccess {
 		return 0, r
 	}
-	ptr, seg, created, err := h.node.AllocSegment(ctx, h.info.Function, size)
+	ptr, seg, created, err := h.node.AllocSegment(ctx, h.info.Function, size, h.phase())
 	if err != nil {
 		return 0, result(err)
 	}

@@ -111,7 +111,7 @@ func (h *deviceHandler) CuMemMap(ctx context.Context, ptr, size, offset, handle,
 	if _, r := h.bind(ctx); r != ResultSuccess {
 		return r
 	}
-	if _, err := h.node.AllocAt(ctx, h.info.Function, device.Ptr(ptr), size); err != nil {
+	if _, err := h.node.AllocAt(ctx, h.info.Function, device.Ptr(ptr), size, h.phase()); err != nil {
 		return result(err)
 	}
 	ph.mapped++

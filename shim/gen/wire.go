@@ -11,7 +11,7 @@ type wireConst struct {
 var wireConsts = []wireConst{
 	{"Magic", 0x4D524746, "first word of the hello, its reply and the control block (\"FGRM\" little-endian)"},
 	{"VersionMajor", 1, "incompatible changes; a mismatch is refused"},
-	{"VersionMinor", 2, "compatible additions (new calls); a server accepts clients with minor <= its own"},
+	{"VersionMinor", 3, "compatible additions (new calls); a server accepts clients with minor <= its own"},
 	{"RecordHeaderSize", 16, "u32 size, u16 call id, u16 flags, u64 seq"},
 	{"RecordFlagSync", 1, "the caller waits for a response (set for sync calls, and for every call in all-sync mode)"},
 	{"RecordPadID", 0, "call id of padding up to the end of the ring"},

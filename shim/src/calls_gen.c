@@ -1218,6 +1218,17 @@ SHIM_HIDDEN int rpc_cuGraphExecDestroy(void *hGraphExec) {
 	return r;
 }
 
+/* sync 130 processPhase (shim/api/cuda.api:156) */
+SHIM_HIDDEN int rpc_processPhase(unsigned int phase) {
+	struct shim_call call;
+	int r = shim_call_begin(&call, CALL_processPhase, SHIM_CALL_SYNC, 8);
+	if (r != 0) return r;
+	shim_put_u64(&call, (uint64_t)phase);
+	r = shim_call_end(&call);
+	shim_call_done(&call);
+	return r;
+}
+
 /* Entry points exported but not implemented: CUDA_ERROR_NOT_SUPPORTED, logged once by name. */
 SHIM_EXPORT int cuArray3DCreate(void) { return shim_unsupported("cuArray3DCreate"); }
 SHIM_EXPORT int cuArray3DCreate_v2(void) { return shim_unsupported("cuArray3DCreate_v2"); }
@@ -1696,6 +1707,7 @@ const char *shim_call_name(unsigned id) {
 	case CALL_graphExecUpdate: return "graphExecUpdate";
 	case CALL_cuGraphDestroy: return "cuGraphDestroy";
 	case CALL_cuGraphExecDestroy: return "cuGraphExecDestroy";
+	case CALL_processPhase: return "processPhase";
 	}
 	return NULL;
 }

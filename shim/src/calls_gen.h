@@ -8,7 +8,7 @@
 
 #define SHIM_MAGIC 1297237830ULL /* first word of the hello, its reply and the control block ("FGRM" little-endian) */
 #define SHIM_VERSION_MAJOR 1ULL /* incompatible changes; a mismatch is refused */
-#define SHIM_VERSION_MINOR 2ULL /* compatible additions (new calls); a server accepts clients with minor <= its own */
+#define SHIM_VERSION_MINOR 3ULL /* compatible additions (new calls); a server accepts clients with minor <= its own */
 #define SHIM_RECORD_HEADER_SIZE 16ULL /* u32 size, u16 call id, u16 flags, u64 seq */
 #define SHIM_RECORD_FLAG_SYNC 1ULL /* the caller waits for a response (set for sync calls, and for every call in all-sync mode) */
 #define SHIM_RECORD_PAD_ID 0ULL /* call id of padding up to the end of the ring */
@@ -134,6 +134,7 @@ enum shim_call_id {
 	CALL_graphExecUpdate = 125,
 	CALL_cuGraphDestroy = 126,
 	CALL_cuGraphExecDestroy = 127,
+	CALL_processPhase = 130,
 };
 
 /* Generated entry points, and the encoders behind the handwritten ones (rpc_*). */
@@ -218,6 +219,7 @@ int cuGraphUpload(void *hGraphExec, void *hStream);
 int rpc_graphExecUpdate(unsigned int *result, void *hGraphExec, void *hGraph);
 int rpc_cuGraphDestroy(void *hGraph);
 int rpc_cuGraphExecDestroy(void *hGraphExec);
+int rpc_processPhase(unsigned int phase);
 
 /* Name of a call id, or NULL. */
 const char *shim_call_name(unsigned id);

@@ -138,6 +138,20 @@ def session_lost():
         return False
 
 
+def process_phase(name):
+    """Tells the gpuserver, through the shim, that this process's initialisation (the handler's import) begins or
+    has ended: a replica that starts while others serve requests is then told apart from them, and what its
+    initialisation allocates stays the function's (docs/operations.md, scratch). Without the shim, nothing."""
+    try:
+        if not _shim:
+            _shim.append(ctypes.CDLL("libcuda.so.1"))
+        r = getattr(_shim[0], name)()
+    except (OSError, AttributeError):  # no driver, or a driver that is not the shim
+        return
+    if r != 0:
+        log("gpu-python: %s answered CUDA error %d; the first request ends the initialisation" % (name, r))
+
+
 class UnixHTTPConnection(http.client.HTTPConnection):
     """An HTTP connection over a Unix socket."""
 
@@ -699,8 +713,12 @@ def main():
     gpu = gpu_client_from_env()
     if gpu is not None and os.getenv("FAAS_GPU_SELF_REGISTER", "") in ("1", "true"):
         self_register(gpu)
+    if gpu is not None:
+        process_phase("faas_gpu_initialising")
     from function import handler as imported  # after registration: handlers may call CUDA at import
     handler = imported
+    if gpu is not None:
+        process_phase("faas_gpu_initialised")
     server = Server((os.getenv("HOST", "127.0.0.1"), port), gpu, backlog, max_body)
 
     def on_term(signum, frame):
