@@ -3,6 +3,7 @@ package sim_test
 import (
 	"context"
 	"encoding/binary"
+	"sync"
 	"testing"
 	"time"
 
@@ -144,5 +145,75 @@ func TestTimedSynchronizeOnTheWallClock(t *testing.T) {
 	must(t, s.Synchronize(context.Background()))
 	if got := time.Since(start); got < 2*time.Millisecond {
 		t.Fatalf("twenty 100 us kernels synchronized after %v", got)
+	}
+}
+
+// heldClock is a fake clock whose sleeps wait until the test lets them go; the test may move time on meanwhile, as
+// a machine too loaded to run the sim's goroutines on time does.
+type heldClock struct {
+	mu     sync.Mutex
+	now    time.Time
+	asleep int
+	open   chan struct{}
+}
+
+func (c *heldClock) Now() time.Time { c.mu.Lock(); defer c.mu.Unlock(); return c.now }
+
+func (c *heldClock) SleepUntil(ctx context.Context, t time.Time) error {
+	c.mu.Lock()
+	c.asleep++
+	open := c.open
+	c.mu.Unlock()
+	select {
+	case <-open:
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if t.After(c.now) {
+		c.now = t
+	}
+	return nil
+}
+
+// An event's time is when the work before it ends in modelled time, not when the stream's goroutine got to it: a
+// stream that reaches its record a second late (the machine was loaded) still records the copy's modelled end,
+// and the elapsed time around a 12 MiB copy is the copy's time. (It was the late wall-clock instant: pipelining
+// on the timed virtual GPU measured as no gain under load.)
+func TestTimedEventTimeIsModelledWhenTheStreamIsLate(t *testing.T) {
+	ctx := context.Background()
+	node, _ := topology.Preset("v100x4")
+	clk := &heldClock{now: time.Unix(1000, 0), open: make(chan struct{})}
+	b := newSim(t, sim.Options{Node: node, Clock: clk, TimeScale: 1})
+	p := mapOn(t, b, 0, 12<<20)
+	s, _ := b.NewStream(0)
+	e0, _ := b.NewTimedEvent(0)
+	e1, _ := b.NewTimedEvent(0)
+	must(t, s.Record(e0))
+	must(t, s.CopyHtoD(p, make([]byte, 12<<20)))
+	must(t, s.Record(e1))
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		clk.mu.Lock()
+		asleep := clk.asleep
+		clk.mu.Unlock()
+		if asleep > 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the copy never slept on the clock")
+		}
+		time.Sleep(time.Millisecond)
+	}
+	clk.mu.Lock()
+	clk.now = clk.now.Add(time.Second) // the copy's goroutine wakes a second late
+	close(clk.open)
+	clk.mu.Unlock()
+	must(t, e1.Synchronize(ctx))
+	d, err := e1.Elapsed(e0)
+	must(t, err)
+	if want := node.TransferTime(12<<20, topology.HostPath(0), nil); d != want {
+		t.Fatalf("elapsed %v around a 12 MiB copy whose stream woke a second late, want the copy's %v", d, want)
 	}
 }
