@@ -308,6 +308,7 @@ func (s *stream) Memset32(dst device.Ptr, v uint32, n uint64) error {
 }
 
 func (s *stream) Launch(f device.Function, grid, block device.Dim3, sharedMem uint32, args []byte) error {
+	s.b.spinLaunchCPU()
 	fn, ok := f.(*function)
 	if !ok || fn.mod.b != s.b {
 		return fmt.Errorf("%w: function of another backend", device.ErrInvalidValue)

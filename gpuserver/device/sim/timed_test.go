@@ -3,9 +3,12 @@ package sim_test
 import (
 	"context"
 	"encoding/binary"
+	"runtime"
 	"sync"
 	"testing"
 	"time"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/faas-gpu/faas-gpu/gpuserver/device"
 	"github.com/faas-gpu/faas-gpu/gpuserver/device/sim"
@@ -215,5 +218,31 @@ func TestTimedEventTimeIsModelledWhenTheStreamIsLate(t *testing.T) {
 	must(t, err)
 	if want := node.TransferTime(12<<20, topology.HostPath(0), nil); d != want {
 		t.Fatalf("elapsed %v around a 12 MiB copy whose stream woke a second late, want the copy's %v", d, want)
+	}
+}
+
+// Options.LaunchCPU is spent by each launch on the calling thread, as a real driver's cuLaunchKernel is: five
+// launches at 2 ms each take at least 10 ms of that thread's CPU before they return, though the kernels take none.
+func TestLaunchCPUIsSpentOnTheCallingThread(t *testing.T) {
+	b := newSim(t, sim.Options{TimeScale: 1, LaunchCPU: 2 * time.Millisecond})
+	busy := busyKernel(t, b, 0)
+	s, _ := b.NewStream(0)
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	cpu := func() time.Duration {
+		var ru unix.Rusage
+		must(t, unix.Getrusage(unix.RUSAGE_THREAD, &ru))
+		return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+	}
+	before := cpu()
+	for range 5 {
+		must(t, s.Launch(busy, device.Dim3{X: 1}, device.Dim3{X: 1}, 0, busyArgs(0)))
+	}
+	if got := cpu() - before; got < 9500*time.Microsecond {
+		t.Fatalf("five launches at 2 ms of launch CPU spent %v of the calling thread's CPU", got)
+	}
+	must(t, s.Synchronize(context.Background()))
+	if _, err := sim.New(sim.Options{Node: b.Node(), LaunchCPU: -time.Microsecond}); err == nil {
+		t.Fatal("a negative LaunchCPU was accepted")
 	}
 }
