@@ -112,7 +112,12 @@ func run(ctx context.Context, args []string, stdout io.Writer) error {
 			"sim moves the bytes.\n"+
 			"- Pipelined/serial: with n layers whose kernels take about their copy's time, the best pipelining can do "+
 			"is (1 + 1/n) / 2 of serial (0.625 for 4 layers, 0.52 for 32): the last layer's kernel runs after the "+
-			"whole copy.\n"+
+			"whole copy. Serial also holds the host's wait for the swap and its launches after it, so on a loaded "+
+			"machine it can come out a little below that bound.\n"+
+			"- Pipelined/serial read 1.00 from c98a379 (kept scratch) to 23416fe: a kept scratch segment (the "+
+			"activations) was restored behind the whole model on the host-to-device stream, so the first kernel "+
+			"waited for every layer; TestPipelinedSwapAndExecuteBeatsSerial (gpuserver/executor) guards it in "+
+			"modelled time.\n"+
 			"- The pool maps chunks carved out of 64 MiB allocations (memory.DefaultSlabChunks), a run of neighbours "+
 			"with one mapping call.\n\n")
 	}
