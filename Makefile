@@ -123,11 +123,12 @@ shim:
 test-shim:
 	@if [ -f shim/Makefile ]; then $(MAKE) -C shim test; fi
 
-## gpu-test: the GPU suite on a machine with an NVIDIA GPU and driver (test/gpu/suite.sh, under 8 minutes): every CUDA
-## and GPU test with FAAS_GPU_TEST_CUDA=1, PyTorch natively and through the shim side by side with the per-cause
-## columns (docs/bench/pytorch-shim.md), the replay bench on the GPU natively and through the shim
-## (docs/bench/remoting-replay-gpu.md) and the data plane on the real driver (docs/bench/swap-cuda.md). Where Go is
-## installed the test binaries are built first.
+## gpu-test: the GPU suite on a machine with an NVIDIA GPU and driver (test/gpu/suite.sh, one run within a 470 s
+## budget, each step under a time limit; its header lists the steps): the machine and topology, the predictions, PyTorch
+## natively and through the shim (held-out ResNet-50 included), the replay bench's per-call driver costs, the
+## profiler's per-kernel times, the held-out llm decode step, prediction against measurement (test/gpu/compare.sh),
+## then every other CUDA and GPU test and the data-plane benches. `test/gpu/suite.sh --dry` runs its CPU parts and
+## prints the rest on any machine. Where Go is installed the test binaries are built first.
 GPU_TEST_PKGS := gpuserver/device/nvml gpuserver/device/cuda gpuserver/executor test/gpu
 .PHONY: gpu-test gpu-test-bin
 gpu-test:

@@ -294,6 +294,13 @@ type result struct {
 	// MeasuredNativeP50 is the trace replayed natively on a real GPU (-device cuda; 0 on the sim): the ratio is
 	// then taken against it.
 	MeasuredNativeP50 time.Duration `json:",omitempty"`
+	// On a real GPU, the native replay's time inside the real driver's entry points on the issuing thread, per
+	// call kind (p50 over the passes, divided by the pass's calls of that kind): what native_call_ns and
+	// native_local_ns assume; and the native client process's CPU per pass.
+	MeasuredNativeCall  time.Duration `json:",omitempty"`
+	MeasuredNativeLocal time.Duration `json:",omitempty"`
+	MeasuredNativeCPU   time.Duration `json:",omitempty"`
+	MeasuredNativeP99   time.Duration `json:",omitempty"`
 	// NativeRunP50 is the native model of the trace run on this machine between the shim's passes (the client
 	// spinning the trace's native costs): the native side under the same load as the shim's.
 	NativeRunP50  time.Duration
@@ -322,6 +329,10 @@ func mean(rs []result) result {
 	m.ShimP50, m.ShimP99 = d(func(r result) time.Duration { return r.ShimP50 }), d(func(r result) time.Duration { return r.ShimP99 })
 	m.ShimP10 = d(func(r result) time.Duration { return r.ShimP10 })
 	m.MeasuredNativeP50 = d(func(r result) time.Duration { return r.MeasuredNativeP50 })
+	m.MeasuredNativeP99 = d(func(r result) time.Duration { return r.MeasuredNativeP99 })
+	m.MeasuredNativeCall = d(func(r result) time.Duration { return r.MeasuredNativeCall })
+	m.MeasuredNativeLocal = d(func(r result) time.Duration { return r.MeasuredNativeLocal })
+	m.MeasuredNativeCPU = d(func(r result) time.Duration { return r.MeasuredNativeCPU })
 	m.Issue, m.Overshoot = d(func(r result) time.Duration { return r.Issue }), d(func(r result) time.Duration { return r.Overshoot })
 	m.ServerPerRecord = d(func(r result) time.Duration { return r.ServerPerRecord })
 	m.ShimClient, m.ShimRemoted = d(func(r result) time.Duration { return r.ShimClient }), d(func(r result) time.Duration { return r.ShimRemoted })
@@ -573,17 +584,21 @@ func replay(ctx context.Context, c config, srv *server.Server, dev endOfWork, t 
 			return result{}, fmt.Errorf("native replay: %w", err)
 		}
 		defer nat.quit()
-		var nw []time.Duration
+		var nw, nrem, nloc, ncpu []time.Duration
 		for i := range c.warmup + c.passes {
 			p, err := nat.pass()
 			if err != nil {
 				return result{}, fmt.Errorf("native replay: %w", err)
 			}
 			if i >= c.warmup {
-				nw = append(nw, p.wall)
+				nw, nrem, nloc, ncpu = append(nw, p.wall), append(nrem, p.remoted), append(nloc, p.local),
+					append(ncpu, p.cpu)
 			}
 		}
-		r.MeasuredNativeP50 = p(nw, 50)
+		r.MeasuredNativeP50, r.MeasuredNativeP99 = p(nw, 50), p(nw, 99)
+		r.MeasuredNativeCall = p(nrem, 50) / time.Duration(max(remoted, 1))
+		r.MeasuredNativeLocal = p(nloc, 50) / time.Duration(max(tot.Local, 1))
+		r.MeasuredNativeCPU = p(ncpu, 50)
 		r.Ratio = float64(r.ShimP50) / float64(r.MeasuredNativeP50)
 	}
 	return r, nil
@@ -769,6 +784,19 @@ func report(c config, node topology.Node, rs []result, args []string) string {
 		fmt.Fprintf(&b, "| %s | %d | %s | %s | %s | %s | %s | %s | %s |\n", r.Model, r.Batch,
 			trace.Ms(r.ShimRemoted), trace.Ms(r.ShimLocal), trace.Ms(r.ShimClient), trace.Ms(r.NativeDriver),
 			trace.Ms(r.ShimClient-r.NativeDriver), trace.Ms(r.NativeIssue), trace.Ms(r.ClientCPU))
+	}
+	if c.device == "cuda" {
+		fmt.Fprintf(&b, "\n## The real driver's cost per call kind, measured (native replay)\n\nTime inside the real "+
+			"driver's entry points on the issuing thread, p50 per pass divided by the pass's calls of the kind, "+
+			"against the traces' assumed constants: these replace native_call_ns and native_local_ns (one measured "+
+			"cost per call kind, shared by every trace).\n\n| model | batch | launch/memset us (trace: native_call_ns) "+
+			"| local getter ns (trace: native_local_ns) | native client process CPU per pass ms | native p50 ms | native p99 "+
+			"ms |\n|---|---|---|---|---|---|---|\n")
+		for _, r := range rs {
+			fmt.Fprintf(&b, "| %s | %d | %.2f | %d | %s | %s | %s |\n", r.Model, r.Batch,
+				float64(r.MeasuredNativeCall)/1e3, r.MeasuredNativeLocal.Nanoseconds(), trace.Ms(r.MeasuredNativeCPU),
+				trace.Ms(r.MeasuredNativeP50), trace.Ms(r.MeasuredNativeP99))
+		}
 	}
 	fmt.Fprintf(&b, "\nThe client spins through its recorded gaps, so its process CPU is about the pass; the "+
 		"driver columns are the time inside the shim's entry points, against the trace's native driver constants "+
