@@ -181,12 +181,15 @@ bench-scratch:
 ## bench-remoting: shim transport benchmarks (docs/bench/remoting.md) and the replay bench: the recorded PyTorch
 ## passes of shim/testdata/trace/replay-*.tsv through the shim and a gpuserver on the timed virtual GPU, beside the
 ## native pass computed from the same traces (docs/bench/remoting-replay.md). REPLAY_ARGS passes flags to it.
+## The replay bench runs first: it sets its own priority (nice -15 in an autogroup of its own) and pinning, and refuses
+## a machine loaded above its CPU count (REPLAY_ARGS=-force runs anyway, its report labelled) before either report is
+## rewritten.
 REPLAY_ARGS ?=
 bench-remoting: build
 	$(MAKE) -C shim
 	@mkdir -p docs/bench
-	$(GO) run ./test/bench/remoting -out docs/bench/remoting.md
 	$(GO) run ./test/bench/replay -out docs/bench/remoting-replay.md $(REPLAY_ARGS)
+	$(GO) run ./test/bench/remoting -out docs/bench/remoting.md
 
 ## replay-traces: the replay traces from the dry PyTorch passes' call logs (the CUDA tier, FAAS_GPU_CALLLOG_DIR) and
 ## the GPU's per-pass figures (shim/testdata/trace/h100-passes.tsv); see shim/testdata/trace/README.md
