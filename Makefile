@@ -123,11 +123,12 @@ shim:
 test-shim:
 	@if [ -f shim/Makefile ]; then $(MAKE) -C shim test; fi
 
-## gpu-test: the GPU suite on a machine with an NVIDIA GPU and driver (test/gpu/suite.sh, under 8 minutes): every CUDA
-## and GPU test with FAAS_GPU_TEST_CUDA=1, PyTorch natively and through the shim side by side with the per-cause
-## columns (docs/bench/pytorch-shim.md), the replay bench on the GPU natively and through the shim
-## (docs/bench/remoting-replay-gpu.md) and the data plane on the real driver (docs/bench/swap-cuda.md). Where Go is
-## installed the test binaries are built first.
+## gpu-test: the GPU suite on a machine with an NVIDIA GPU and driver (test/gpu/suite.sh, one run within a 470 s
+## budget, each step under a time limit; its header lists the steps): the machine and topology, the predictions, PyTorch
+## natively and through the shim (held-out ResNet-50 included), the replay bench's per-call driver costs, the
+## profiler's per-kernel times, the held-out llm decode step, prediction against measurement (test/gpu/compare.sh),
+## then every other CUDA and GPU test and the data-plane benches. `test/gpu/suite.sh --dry` runs its CPU parts and
+## prints the rest on any machine. Where Go is installed the test binaries are built first.
 GPU_TEST_PKGS := gpuserver/device/nvml gpuserver/device/cuda gpuserver/executor test/gpu
 .PHONY: gpu-test gpu-test-bin
 gpu-test:
@@ -180,12 +181,15 @@ bench-scratch:
 ## bench-remoting: shim transport benchmarks (docs/bench/remoting.md) and the replay bench: the recorded PyTorch
 ## passes of shim/testdata/trace/replay-*.tsv through the shim and a gpuserver on the timed virtual GPU, beside the
 ## native pass computed from the same traces (docs/bench/remoting-replay.md). REPLAY_ARGS passes flags to it.
+## The replay bench runs first: it sets its own priority (nice -15 in an autogroup of its own) and pinning, and refuses
+## a machine loaded above its CPU count (REPLAY_ARGS=-force runs anyway, its report labelled) before either report is
+## rewritten.
 REPLAY_ARGS ?=
 bench-remoting: build
 	$(MAKE) -C shim
 	@mkdir -p docs/bench
-	$(GO) run ./test/bench/remoting -out docs/bench/remoting.md
 	$(GO) run ./test/bench/replay -out docs/bench/remoting-replay.md $(REPLAY_ARGS)
+	$(GO) run ./test/bench/remoting -out docs/bench/remoting.md
 
 ## replay-traces: the replay traces from the dry PyTorch passes' call logs (the CUDA tier, FAAS_GPU_CALLLOG_DIR) and
 ## the GPU's per-pass figures (shim/testdata/trace/h100-passes.tsv); see shim/testdata/trace/README.md

@@ -246,7 +246,7 @@ type staging struct {
 func (n *Node) completeLocked(ctx context.Context, f *function, gpu int, source Source) error {
 	r := f.res[gpu]
 	e := n.execs[gpu]
-	segs := f.space.Segments()
+	segs := scratchFirst(f.space.Segments())
 	job := &swapJob{gpu: gpu}
 	var src *residency
 	if source == Any {
@@ -438,6 +438,25 @@ func (n *Node) completeLocked(ctx context.Context, f *function, gpu int, source 
 	n.bg.Add(1)
 	go n.finish(job)
 	return nil
+}
+
+// scratchFirst orders a swap-in's segments with scratch before the model, each in address order: the copies go
+// out in this order on one host-to-device stream, and a kept scratch segment (the activations, restored from its
+// host copy) is what the first kernel reads, while the model's layers are read one after another. Restored behind
+// the model, it made every kernel wait for the whole model (pipelined/serial 1.0, TestPipelinedSwapAndExecuteBeatsSerial).
+func scratchFirst(segs []memory.Segment) []memory.Segment {
+	out := make([]memory.Segment, 0, len(segs))
+	for _, seg := range segs {
+		if seg.Kind == memory.KindScratch {
+			out = append(out, seg)
+		}
+	}
+	for _, seg := range segs {
+		if seg.Kind != memory.KindScratch {
+			out = append(out, seg)
+		}
+	}
+	return out
 }
 
 func imageSegment(im *repository.Image, id int) int {

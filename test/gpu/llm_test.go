@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"log/slog"
 	"os"
@@ -258,6 +259,19 @@ func TestGPULLMThroughTheShim(t *testing.T) {
 	for _, graphs := range []bool{false, true} {
 		m := map[bool]string{false: "eager", true: "CUDA graphs"}[graphs]
 		nt, rt := median(native.tps[graphs]), median(remote.tps[graphs])
+		if path := os.Getenv("FAAS_GPU_MEASURED_TSV"); path != "" && nt > 0 && rt > 0 {
+			// test/gpu/compare.sh: a decode step's time through the shim over native (the held-out prediction)
+			name := map[bool]string{false: "llm-decode-eager", true: "llm-decode-graphs"}[graphs]
+			line := fmt.Sprintf("%s\t%.4f\t%.4f\t%.4f\n", name, nt/rt, 1e3/nt, 1e3/rt)
+			f, err := os.OpenFile(path, os.O_APPEND|os.O_CREATE|os.O_WRONLY, 0o644)
+			if err == nil {
+				_, err = f.WriteString(line)
+				err = errors.Join(err, f.Close())
+			}
+			if err != nil {
+				t.Errorf("FAAS_GPU_MEASURED_TSV: %v", err)
+			}
+		}
 		w("| %s | %.1f | %.1f | **%.3f** | %.1f | %.1f |\n", m, nt, rt, rt/nt, remote.asyncPerToken[graphs],
 			remote.syncsPerToken[graphs])
 	}

@@ -16,7 +16,7 @@ commands:
 "stats" is the shim's counters over the pass (sync, async and local calls; unsupported calls; unknown table slots)
 when libcuda.so.1 is the shim, and null natively.
 
-usage: python3 torch_bench.py resnet152|bert-base
+usage: python3 torch_bench.py resnet152|resnet50|bert-base
 """
 
 import ctypes

@@ -4,7 +4,7 @@ Used by pytorch_test.go twice on the same machine: natively, and with faas-gpu's
 environment decides which; this file does not know). Weights are random from a fixed seed, so both runs compute the
 same function. Nothing is downloaded.
 
-usage: python3 torch_shim.py resnet152|bert-base ITERATIONS
+usage: python3 torch_shim.py resnet152|resnet50|bert-base ITERATIONS
 """
 
 import json
@@ -16,10 +16,10 @@ import torch
 
 def build(name, batch=1):
     torch.manual_seed(0)
-    if name == "resnet152":
+    if name in ("resnet152", "resnet50"):  # resnet50: the held-out model (docs/remoting-speed.md), in no trace
         import torchvision
 
-        model = torchvision.models.resnet152(weights=None)
+        model = getattr(torchvision.models, name)(weights=None)
         x = torch.randn(batch, 3, 224, 224, generator=torch.Generator().manual_seed(1))
         return model, (x,)
     if name == "bert-base":

@@ -5,10 +5,13 @@ import (
 	"context"
 	"crypto/sha256"
 	"fmt"
+	"runtime"
 	"sort"
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/faas-gpu/faas-gpu/gpuserver/device"
 	"github.com/faas-gpu/faas-gpu/gpuserver/device/attrs"
@@ -38,6 +41,11 @@ type Options struct {
 	FLOPS float64
 	// LaunchLatency is the fixed time of a kernel launch (5us when 0).
 	LaunchLatency time.Duration
+	// LaunchCPU is the CPU a real driver spends in cuLaunchKernel on the calling thread: each launch spins for it
+	// on the caller's goroutine before it is queued (wall-clock time, not scaled; 0: none). It is what a
+	// gpuserver's session thread pays per launch on a GPU host, which the sim's own launch path (a few map
+	// operations) does not; the replay bench sets it (-server-launch-cpu).
+	LaunchCPU time.Duration
 	// Kernels says what happens to a launch of a kernel the sim cannot compute: refused (KernelsReference, the
 	// default) or accepted and not executed (KernelsDry, for protocol tests only).
 	Kernels KernelMode
@@ -188,6 +196,9 @@ func New(opts Options) (*Backend, error) {
 	if opts.Kernels != KernelsReference && opts.Kernels != KernelsDry {
 		return nil, fmt.Errorf("sim: %w: kernel mode %d", device.ErrInvalidValue, opts.Kernels)
 	}
+	if opts.LaunchCPU < 0 {
+		return nil, fmt.Errorf("%w: sim: LaunchCPU %v is negative", device.ErrInvalidValue, opts.LaunchCPU)
+	}
 	if opts.TimeScale < 0 {
 		return nil, fmt.Errorf("sim: %w: time scale must be >= 0", device.ErrInvalidValue)
 	}
@@ -233,6 +244,29 @@ func New(opts Options) (*Backend, error) {
 		b.gpus = append(b.gpus, simulatedGPU(b.node.Name, i, g, b.gran))
 	}
 	return b, nil
+}
+
+// spinLaunchCPU spins on the calling goroutine, its OS thread locked, until that thread has spent
+// Options.LaunchCPU of CPU (the thread's CPU clock, so that a thread the machine's other work preempts still
+// spends the driver's CPU, and takes longer for it, as a driver call would).
+func (b *Backend) spinLaunchCPU() {
+	if b.opts.LaunchCPU <= 0 {
+		return
+	}
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	var ts unix.Timespec
+	if unix.ClockGettime(unix.CLOCK_THREAD_CPUTIME_ID, &ts) != nil {
+		for end := time.Now().Add(b.opts.LaunchCPU); time.Now().Before(end); {
+		}
+		return
+	}
+	end := ts.Nano() + int64(b.opts.LaunchCPU)
+	for ts.Nano() < end {
+		if unix.ClockGettime(unix.CLOCK_THREAD_CPUTIME_ID, &ts) != nil {
+			return
+		}
+	}
 }
 
 // timed reports whether modelled time is kept (TimeScale > 0).

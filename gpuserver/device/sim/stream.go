@@ -92,12 +92,12 @@ func (s *stream) work() {
 		}
 		switch {
 		case o.sync != nil:
-			o.sync <- syncResult{err: s.err, at: s.completion()}
+			o.sync <- syncResult{err: s.err, at: s.completion(o.enq)}
 			if s.ctxErr() == nil { // a context fault stays
 				s.err = nil
 			}
 		case o.record != nil:
-			o.record.at = s.completion()
+			o.record.at = s.completion(o.enq)
 			o.record.finish(s.err)
 		case o.wait != nil:
 			select {
@@ -152,9 +152,13 @@ func (s *stream) work() {
 	}
 }
 
-// completion is when the work enqueued so far completes: the stream's modelled timeline, or now if that passed.
-func (s *stream) completion() time.Time {
-	at := s.b.clock.Now()
+// completion is when the work enqueued before a marker enqueued at enq completes, in modelled time: the stream's
+// timeline, or enq when the stream was idle by then. It is not when the stream's goroutine reached the marker:
+// that is later when the host computing a reference kernel (or the machine running the sim) was slower than the
+// modelled kernel, and counting it made the events' times, and what waits for them, depend on the machine's load
+// (TestTimedEventTimeIsModelledWhenTheStreamIsLate).
+func (s *stream) completion(enq time.Time) time.Time {
+	at := enq
 	if s.timeline.After(at) {
 		at = s.timeline
 	}
@@ -304,6 +308,7 @@ func (s *stream) Memset32(dst device.Ptr, v uint32, n uint64) error {
 }
 
 func (s *stream) Launch(f device.Function, grid, block device.Dim3, sharedMem uint32, args []byte) error {
+	s.b.spinLaunchCPU()
 	fn, ok := f.(*function)
 	if !ok || fn.mod.b != s.b {
 		return fmt.Errorf("%w: function of another backend", device.ErrInvalidValue)

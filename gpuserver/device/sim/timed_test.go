@@ -3,8 +3,12 @@ package sim_test
 import (
 	"context"
 	"encoding/binary"
+	"runtime"
+	"sync"
 	"testing"
 	"time"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/faas-gpu/faas-gpu/gpuserver/device"
 	"github.com/faas-gpu/faas-gpu/gpuserver/device/sim"
@@ -144,5 +148,101 @@ func TestTimedSynchronizeOnTheWallClock(t *testing.T) {
 	must(t, s.Synchronize(context.Background()))
 	if got := time.Since(start); got < 2*time.Millisecond {
 		t.Fatalf("twenty 100 us kernels synchronized after %v", got)
+	}
+}
+
+// heldClock is a fake clock whose sleeps wait until the test lets them go; the test may move time on meanwhile, as
+// a machine too loaded to run the sim's goroutines on time does.
+type heldClock struct {
+	mu     sync.Mutex
+	now    time.Time
+	asleep int
+	open   chan struct{}
+}
+
+func (c *heldClock) Now() time.Time { c.mu.Lock(); defer c.mu.Unlock(); return c.now }
+
+func (c *heldClock) SleepUntil(ctx context.Context, t time.Time) error {
+	c.mu.Lock()
+	c.asleep++
+	open := c.open
+	c.mu.Unlock()
+	select {
+	case <-open:
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if t.After(c.now) {
+		c.now = t
+	}
+	return nil
+}
+
+// An event's time is when the work before it ends in modelled time, not when the stream's goroutine got to it: a
+// stream that reaches its record a second late (the machine was loaded) still records the copy's modelled end,
+// and the elapsed time around a 12 MiB copy is the copy's time. (It was the late wall-clock instant: pipelining
+// on the timed virtual GPU measured as no gain under load.)
+func TestTimedEventTimeIsModelledWhenTheStreamIsLate(t *testing.T) {
+	ctx := context.Background()
+	node, _ := topology.Preset("v100x4")
+	clk := &heldClock{now: time.Unix(1000, 0), open: make(chan struct{})}
+	b := newSim(t, sim.Options{Node: node, Clock: clk, TimeScale: 1})
+	p := mapOn(t, b, 0, 12<<20)
+	s, _ := b.NewStream(0)
+	e0, _ := b.NewTimedEvent(0)
+	e1, _ := b.NewTimedEvent(0)
+	must(t, s.Record(e0))
+	must(t, s.CopyHtoD(p, make([]byte, 12<<20)))
+	must(t, s.Record(e1))
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		clk.mu.Lock()
+		asleep := clk.asleep
+		clk.mu.Unlock()
+		if asleep > 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the copy never slept on the clock")
+		}
+		time.Sleep(time.Millisecond)
+	}
+	clk.mu.Lock()
+	clk.now = clk.now.Add(time.Second) // the copy's goroutine wakes a second late
+	close(clk.open)
+	clk.mu.Unlock()
+	must(t, e1.Synchronize(ctx))
+	d, err := e1.Elapsed(e0)
+	must(t, err)
+	if want := node.TransferTime(12<<20, topology.HostPath(0), nil); d != want {
+		t.Fatalf("elapsed %v around a 12 MiB copy whose stream woke a second late, want the copy's %v", d, want)
+	}
+}
+
+// Options.LaunchCPU is spent by each launch on the calling thread, as a real driver's cuLaunchKernel is: five
+// launches at 2 ms each take at least 10 ms of that thread's CPU before they return, though the kernels take none.
+func TestLaunchCPUIsSpentOnTheCallingThread(t *testing.T) {
+	b := newSim(t, sim.Options{TimeScale: 1, LaunchCPU: 2 * time.Millisecond})
+	busy := busyKernel(t, b, 0)
+	s, _ := b.NewStream(0)
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	cpu := func() time.Duration {
+		var ru unix.Rusage
+		must(t, unix.Getrusage(unix.RUSAGE_THREAD, &ru))
+		return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+	}
+	before := cpu()
+	for range 5 {
+		must(t, s.Launch(busy, device.Dim3{X: 1}, device.Dim3{X: 1}, 0, busyArgs(0)))
+	}
+	if got := cpu() - before; got < 9500*time.Microsecond {
+		t.Fatalf("five launches at 2 ms of launch CPU spent %v of the calling thread's CPU", got)
+	}
+	must(t, s.Synchronize(context.Background()))
+	if _, err := sim.New(sim.Options{Node: b.Node(), LaunchCPU: -time.Microsecond}); err == nil {
+		t.Fatal("a negative LaunchCPU was accepted")
 	}
 }

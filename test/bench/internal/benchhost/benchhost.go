@@ -6,6 +6,7 @@ package benchhost
 import (
 	"fmt"
 	"os"
+	"os/exec"
 	"strings"
 
 	"github.com/faas-gpu/faas-gpu/gpuserver/device"
@@ -69,4 +70,27 @@ func CPUModel() string {
 		}
 	}
 	return "unknown CPU"
+}
+
+// LoadAvg is /proc/loadavg's three load averages and its runnable/total tasks ("1.02 0.98 0.91 2/310"),
+// "unknown" where it cannot be read.
+func LoadAvg() string {
+	b, err := os.ReadFile("/proc/loadavg")
+	if err != nil {
+		return "unknown"
+	}
+	f := strings.Fields(string(b))
+	if len(f) < 4 {
+		return "unknown"
+	}
+	return strings.Join(f[:4], " ")
+}
+
+// Commit is `git describe --always --dirty` of the working directory's tree, "unknown" outside a git tree.
+func Commit() string {
+	out, err := exec.Command("git", "describe", "--always", "--dirty").Output()
+	if err != nil {
+		return "unknown"
+	}
+	return strings.TrimSpace(string(out))
 }
