@@ -56,6 +56,9 @@ type trackedPool struct {
 	expiries  int64                  // bindings ended because they were held too long
 	stopped   bool                   // the server shuts down: no more expiries
 	expiring  sync.WaitGroup         // expiries running
+	// expiringFn holds, per function, a channel for each expiry running, closed when it is done: the function's
+	// new requests are bound once its expired bindings' work is fenced and stopped, not under the teardown
+	expiringFn map[string][]chan struct{}
 }
 
 func newTrackedPool(p healthPool, key auth.Key, node dataPlane, maxFunctions int, maxHold time.Duration,
@@ -64,7 +67,7 @@ func newTrackedPool(p healthPool, key auth.Key, node dataPlane, maxFunctions int
 		specs: map[string]pool.FunctionSpec{}, bound: map[string]map[string]int{}, bindings: map[string]string{},
 		held: map[string]heldBinding{}, swaps: map[string]int64{}, failed: map[int]bool{},
 		waiting: map[*waiter]struct{}{}, maxHold: maxHold, holdGrace: defaultHoldGrace,
-		timers: map[string]*time.Timer{}, expired: map[string]heldBinding{}}
+		timers: map[string]*time.Timer{}, expired: map[string]heldBinding{}, expiringFn: map[string][]chan struct{}{}}
 }
 
 // defaultHoldGrace is how long the work an expired binding had queued on its GPU may take to finish before its
@@ -123,6 +126,9 @@ func (t *trackedPool) Deregister(ctx context.Context, name string) error {
 // memory was lost before its initialisation ended (executor.ErrLost) is refused with pool.ErrFunctionLost: its
 // process must start again.
 func (t *trackedPool) Acquire(ctx context.Context, function string) (pool.Binding, error) {
+	if err := t.waitExpiries(ctx, function); err != nil {
+		return pool.Binding{}, fmt.Errorf("acquire %q: %w", function, err)
+	}
 	if t.node != nil {
 		err := t.node.EndInit(ctx, function)
 		switch {
@@ -252,8 +258,11 @@ func (t *trackedPool) expire(id string) {
 	t.expired[id] = held
 	t.expiries++
 	t.expiring.Add(1)
+	done := make(chan struct{})
+	t.expiringFn[fn] = append(t.expiringFn[fn], done)
 	t.mu.Unlock()
 	defer t.expiring.Done()
+	defer t.expiryDone(fn, done)
 	cause := fmt.Errorf("%s held gpu %d longer than %s (the maximum binding hold)", fn, gpu, t.maxHold)
 	ctx, cancel := context.WithTimeout(context.Background(), t.holdGrace+time.Minute) // a timer: no request ctx
 	defer cancel()
@@ -265,6 +274,41 @@ func (t *trackedPool) expire(id string) {
 	}
 	t.log.Warn("binding held too long: ended, its gpu serves the next request", "function", fn, "gpu", gpu,
 		"binding", id, "max_hold", t.maxHold)
+}
+
+// waitExpiries waits until the expiries of function's bindings running now are done (the expired request's work
+// fenced, what it queued stopped), so that a new request of the function is not bound under their teardown.
+func (t *trackedPool) waitExpiries(ctx context.Context, function string) error {
+	t.mu.Lock()
+	waits := append([]chan struct{}(nil), t.expiringFn[function]...)
+	t.mu.Unlock()
+	for _, done := range waits {
+		select {
+		case <-done:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+	return nil
+}
+
+// expiryDone marks one expiry of function done (see waitExpiries).
+func (t *trackedPool) expiryDone(function string, done chan struct{}) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	waits := t.expiringFn[function]
+	for i, c := range waits {
+		if c == done {
+			waits = append(waits[:i], waits[i+1:]...)
+			break
+		}
+	}
+	if len(waits) == 0 {
+		delete(t.expiringFn, function)
+	} else {
+		t.expiringFn[function] = waits
+	}
+	close(done)
 }
 
 // stop ends the maximum-hold timers and waits for expiries running (the server shuts down).
