@@ -67,7 +67,7 @@ func newTrackedPool(p healthPool, key auth.Key, node dataPlane, maxFunctions int
 		specs: map[string]pool.FunctionSpec{}, bound: map[string]map[string]int{}, bindings: map[string]string{},
 		held: map[string]heldBinding{}, swaps: map[string]int64{}, failed: map[int]bool{},
 		waiting: map[*waiter]struct{}{}, maxHold: maxHold, holdGrace: defaultHoldGrace,
-		timers: map[string]*time.Timer{}, expired: map[string]heldBinding{}, expiringFn: map[string][]chan struct{}{}}
+		timers: map[string]*time.Timer{}, expired: map[string]heldBinding{}}
 }
 
 // defaultHoldGrace is how long the work an expired binding had queued on its GPU may take to finish before its
@@ -126,9 +126,6 @@ func (t *trackedPool) Deregister(ctx context.Context, name string) error {
 // memory was lost before its initialisation ended (executor.ErrLost) is refused with pool.ErrFunctionLost: its
 // process must start again.
 func (t *trackedPool) Acquire(ctx context.Context, function string) (pool.Binding, error) {
-	if err := t.waitExpiries(ctx, function); err != nil {
-		return pool.Binding{}, fmt.Errorf("acquire %q: %w", function, err)
-	}
 	if t.node != nil {
 		err := t.node.EndInit(ctx, function)
 		switch {
@@ -148,6 +145,11 @@ func (t *trackedPool) Acquire(ctx context.Context, function string) (pool.Bindin
 // and the executor's hold (a race health.go describes), the binding is given back and the request bound again.
 // Only a request's binding (request) is what CurrentGPU reports.
 func (t *trackedPool) acquire(ctx context.Context, function string, request bool) (pool.Binding, error) {
+	if request {
+		if err := t.waitExpiries(ctx, function); err != nil {
+			return pool.Binding{}, fmt.Errorf("acquire %q: %w", function, err)
+		}
+	}
 	var (
 		b    pool.Binding
 		held heldBinding
@@ -259,6 +261,9 @@ func (t *trackedPool) expire(id string) {
 	t.expiries++
 	t.expiring.Add(1)
 	done := make(chan struct{})
+	if t.expiringFn == nil {
+		t.expiringFn = map[string][]chan struct{}{}
+	}
 	t.expiringFn[fn] = append(t.expiringFn[fn], done)
 	t.mu.Unlock()
 	defer t.expiring.Done()

@@ -804,7 +804,8 @@ def main():
         self_register(gpu)
     from function import handler as imported  # after registration: handlers may call CUDA at import
     handler = imported
-    server = Server((os.getenv("HOST", "127.0.0.1"), port), gpu, backlog, max_body, stream_buffer)
+    server = Server((os.getenv("HOST", "127.0.0.1"), port), gpu, backlog, max_body)
+    server.stream_buffer = stream_buffer
 
     def on_term(signum, frame):
         # Stop accepting, let requests in flight finish (the provider kills the process after its grace period).
