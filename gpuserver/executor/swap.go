@@ -32,14 +32,14 @@ type function struct {
 	fenced   int                   // bindings expired and not yet released: its work is refused (Expire)
 	moving   int                   // operations changing its memory now: its Stream's work waits (locking.go)
 
-	// admitting counts the requests being bound (Acquire, EndInit): a fence refuses the work of a function without
-	// a live binding, never a new request of it
-	admitting int
-
 	scratchPerRequest bool // its scratch is dropped when its last binding ends (scratch.go)
 	modelShared       bool // it never writes its model after initialisation: its chunks may be shared (share.go)
 
 	scratch scratchState // the host copies of the scratch it keeps, and whether its work ran since (scratch.go)
+
+	// admitting counts the requests being bound (Acquire, EndInit): a fence refuses the work of a function without
+	// a live binding, never a new request of it (usableLocked)
+	admitting int
 }
 
 // residency is a function's physical copy on one GPU.
