@@ -38,6 +38,9 @@ const (
 	EnvMaxBodyBytes = "FAAS_GPU_MAX_BODY_BYTES"
 	// EnvListenBacklog is the template's listen backlog.
 	EnvListenBacklog = "FAAS_GPU_LISTEN_BACKLOG"
+	// EnvStreamBufferBytes bounds the bytes of a streamed response that wait for a slow client in the template
+	// once generated (the GPU binding is released when the generation ends); beyond it the stream ends.
+	EnvStreamBufferBytes = "FAAS_GPU_STREAM_BUFFER_BYTES"
 	// EnvRemotingRingMB is the size of the shim's ring, in MiB.
 	EnvRemotingRingMB = "FAAS_GPU_REMOTING_RING_MB"
 	// EnvRemotingSpinUS is how long the shim spins for an answer before it sleeps, in microseconds.
@@ -56,6 +59,6 @@ const (
 func Environment() []string {
 	return []string{EnvGPU, EnvFunction, EnvToken, EnvSocket, EnvRemotingSocket, EnvMemoryBytes, EnvSLO,
 		EnvPercentile, EnvIsolation, EnvScratch, EnvModel, EnvSelfRegister, EnvRegistrationTicket,
-		EnvAcquireTimeoutMS, EnvMaxBodyBytes, EnvListenBacklog, EnvRemotingRingMB, EnvRemotingSpinUS, EnvRemotingSync,
-		EnvRemotingLocalSync, EnvShimDebug}
+		EnvAcquireTimeoutMS, EnvMaxBodyBytes, EnvListenBacklog, EnvStreamBufferBytes, EnvRemotingRingMB,
+		EnvRemotingSpinUS, EnvRemotingSync, EnvRemotingLocalSync, EnvShimDebug}
 }

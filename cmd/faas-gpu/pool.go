@@ -16,7 +16,6 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/faas-gpu/faas-gpu/gpuserver/client"
 	"github.com/faas-gpu/faas-gpu/gpuserver/pool"
 	"github.com/faas-gpu/faas-gpu/queueworker/queue"
 )
@@ -24,9 +23,9 @@ import (
 func runPool(ctx context.Context, args []string, stdout, _ io.Writer) error {
 	fs := flag.NewFlagSet("pool", flag.ContinueOnError)
 	stateDir := fs.String("state-dir", "./.faas-gpu", "state dir of the `faas-gpu up` to show (its gpuserver.sock and nats-url)")
-	socket := fs.String("socket", "", "Unix socket of the gpuserver API (default: <state-dir>/gpuserver.sock)")
+	var gs readerFlags
+	gs.register(fs)
 	natsURL := fs.String("nats-url", "", "NATS server of the queues (default: the one `faas-gpu up` wrote to <state-dir>/nats-url); none: the GPU pool only")
-	url := fs.String("url", "", "TCP URL of the gpuserver API (instead of -socket), e.g. http://127.0.0.1:8090")
 	asJSON := fs.Bool("json", false, "print the raw status as JSON")
 	if err := parseFlags(fs, args); err != nil {
 		return err
@@ -34,13 +33,11 @@ func runPool(ctx context.Context, args []string, stdout, _ io.Writer) error {
 	if *stateDir == "" {
 		return usageError{errors.New("-state-dir: must not be empty")}
 	}
-	if *socket == "" {
-		*socket = filepath.Join(*stateDir, "gpuserver.sock")
+	c, err := gs.client(*stateDir)
+	if err != nil {
+		return err
 	}
-	c := client.New(*socket)
-	if *url != "" {
-		c = client.NewTCP(*url)
-	}
+	socket := &gs.socket
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
 	st, err := c.Status(ctx)

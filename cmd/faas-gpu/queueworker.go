@@ -20,6 +20,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/faas-gpu/faas-gpu/connlimit"
+	gpuauth "github.com/faas-gpu/faas-gpu/gpuserver/auth"
 	"github.com/faas-gpu/faas-gpu/gpuserver/client"
 	"github.com/faas-gpu/faas-gpu/queueworker/frontdoor"
 	"github.com/faas-gpu/faas-gpu/queueworker/functions"
@@ -38,6 +39,7 @@ type queueWorkerConfig struct {
 	authPassFile    string
 	gpuserverSocket string
 	gpuserverURL    string
+	gpuserverKey    string
 	durable         string
 	queues          string
 	order           string
@@ -71,6 +73,8 @@ func (c *queueWorkerConfig) register(fs *flag.FlagSet) {
 	fs.StringVar(&c.authPassFile, "basic-auth-password-file", "", "file holding the basic auth password (as OpenFaaS mounts its secret)")
 	fs.StringVar(&c.gpuserverSocket, "gpuserver-socket", "", "gpuserver API socket: admit GPU functions by the pool's capacity")
 	fs.StringVar(&c.gpuserverURL, "gpuserver-url", "", "gpuserver API over TCP (instead of -gpuserver-socket)")
+	fs.StringVar(&c.gpuserverKey, "gpuserver-key-file", "", "the gpuserver's key file (its -key-file): the pool's "+
+		"status is read with the administrator's credential derived from it (the gpuserver answers 401 without one)")
 	fs.StringVar(&c.durable, "durable", "faas-gpu-queue-worker", "durable consumer name; workers with the same name share the work")
 	fs.StringVar(&c.queues, "queues", queue.DefaultQueue, "comma-separated queues to consume (stream OF_<queue> each)")
 	fs.StringVar(&c.order, "order", string(worker.OrderSLOAware), "dispatch order: slo-aware or fifo (also dqls, torpor)")
@@ -273,11 +277,22 @@ func runQueueWorker(ctx context.Context, args []string, stdout, stderr io.Writer
 	wcfg.NATSUser, wcfg.NATSPassword = auth.user, auth.password
 	wcfg.Functions = functions.NewGateway(fnCfg)
 	wcfg.Registerer, wcfg.Logger = reg, log
+	var gsToken string
+	if cfg.gpuserverKey != "" {
+		key, err := gpuauth.ReadKey(cfg.gpuserverKey)
+		if err != nil {
+			return usageError{fmt.Errorf("-gpuserver-key-file: %w", err)}
+		}
+		gsToken = key.AdminToken()
+	} else if cfg.gpuserverSocket != "" || cfg.gpuserverURL != "" {
+		log.Warn("no -gpuserver-key-file: the gpuserver's pool status takes a credential, GPU dispatch is not " +
+			"limited by its capacity")
+	}
 	switch {
 	case cfg.gpuserverSocket != "":
-		wcfg.Capacity = client.New(cfg.gpuserverSocket)
+		wcfg.Capacity = client.New(cfg.gpuserverSocket, client.WithToken(gsToken))
 	case cfg.gpuserverURL != "":
-		wcfg.Capacity = client.NewTCP(cfg.gpuserverURL)
+		wcfg.Capacity = client.NewTCP(cfg.gpuserverURL, client.WithToken(gsToken))
 	}
 	w, err := worker.New(wcfg)
 	if err != nil {

@@ -7,13 +7,11 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"path/filepath"
 	"sort"
 	"text/tabwriter"
 	"time"
 
 	"github.com/faas-gpu/faas-gpu/gpuserver/api"
-	"github.com/faas-gpu/faas-gpu/gpuserver/client"
 	"github.com/faas-gpu/faas-gpu/gpuserver/metering"
 )
 
@@ -25,8 +23,8 @@ const gib = 1 << 30
 func runUsage(ctx context.Context, args []string, stdout, _ io.Writer) error {
 	fs := flag.NewFlagSet("usage", flag.ContinueOnError)
 	stateDir := fs.String("state-dir", "./.faas-gpu", "state dir of the `faas-gpu up` to bill (its gpuserver.sock)")
-	socket := fs.String("socket", "", "Unix socket of the gpuserver API (default: <state-dir>/gpuserver.sock)")
-	url := fs.String("url", "", "TCP URL of the gpuserver API (instead of -socket), e.g. http://127.0.0.1:8090")
+	var gs readerFlags
+	gs.register(fs)
 	sinceFlag := fs.String("since", "", "bill from this time on: RFC 3339 (2026-01-02T15:04:05Z) or a duration back "+
 		"from now (24h, 90m), rounded down to the hour; default: since the bill began")
 	asJSON := fs.Bool("json", false, "print the bill as JSON")
@@ -40,12 +38,9 @@ func runUsage(ctx context.Context, args []string, stdout, _ io.Writer) error {
 	if *stateDir == "" {
 		return usageError{errors.New("-state-dir: must not be empty")}
 	}
-	if *socket == "" {
-		*socket = filepath.Join(*stateDir, "gpuserver.sock")
-	}
-	c := client.New(*socket)
-	if *url != "" {
-		c = client.NewTCP(*url)
+	c, err := gs.client(*stateDir)
+	if err != nil {
+		return err
 	}
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()

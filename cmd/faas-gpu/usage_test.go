@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"strings"
 	"testing"
 	"time"
 
@@ -20,7 +21,8 @@ import (
 )
 
 // TestUsageCommand: `faas-gpu usage` prints the bill of a running gpuserver per function and per namespace
-// (-json too), and refuses a bad -since naming the flag.
+// (-json too), and refuses a bad -since naming the flag. The gpuserver's read APIs take a credential: `usage` and
+// `pool` derive the administrator's from the key in the state dir, where `up` keeps it, and see every function.
 func TestUsageCommand(t *testing.T) {
 	dir, err := os.MkdirTemp("", "usage") // short: Unix socket paths are limited to 108 bytes
 	if err != nil {
@@ -33,7 +35,7 @@ func TestUsageCommand(t *testing.T) {
 	}
 	ctx := context.Background()
 	s, err := server.Start(ctx, server.Config{Socket: filepath.Join(dir, "gpuserver.sock"), Node: node,
-		KeyFile: filepath.Join(dir, "key"), MeteringFile: filepath.Join(dir, "metering.json")})
+		KeyFile: filepath.Join(dir, "gpuserver.key"), MeteringFile: filepath.Join(dir, "metering.json")})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -76,6 +78,11 @@ func TestUsageCommand(t *testing.T) {
 	var r metering.Report
 	if err := json.Unmarshal(out.Bytes(), &r); err != nil || len(r.Functions) != 2 || r.Since.After(time.Now()) {
 		t.Fatalf("faas-gpu usage -json -since 1h: %v\n%s", err, out.String())
+	}
+	out.Reset()
+	if err := runPool(ctx, []string{"--state-dir", dir, "--nats-url", "none"}, &out, nil); err != nil ||
+		!strings.Contains(out.String(), "resnet") || !strings.Contains(out.String(), "bert.dev") {
+		t.Fatalf("faas-gpu pool with the state dir's key: %v\n%s", err, out.String())
 	}
 	var ue usageError
 	if err := runUsage(ctx, []string{"--state-dir", dir, "--since", "yesterday"}, &out, nil); !errors.As(err, &ue) ||

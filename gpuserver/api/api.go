@@ -12,10 +12,13 @@
 //   - DELETE /v1/functions/{name}: the administrator's token;
 //   - POST /v1/functions/{name}/acquire: the function's own token (or the administrator's);
 //   - POST /v1/bindings/{id}/release: the token of the function the binding belongs to (or the administrator's).
-//     A binding of another function answers 404, as an unknown one does.
+//     A binding of another function answers 404, as an unknown one does;
+//   - GET /v1/pool (the pool's status) and GET /v1/usage (the functions' bill): the administrator's token sees
+//     every function; a function's own token sees its tenant's part only, the functions of its namespace (their
+//     status, residents, executors and bill; the GPUs' health and size, nothing of other tenants: scope.go).
 //
-// GET /v1/pool, /v1/usage (the functions' bill), /metrics and /healthz are read-only and open to whoever can reach the socket (whose file mode
-// keeps other users out). A missing credential answers 401, a credential that does not allow the call 403.
+// /metrics and /healthz are open to whoever can reach the socket (whose file mode keeps other users out). A missing
+// credential answers 401, a credential that does not allow the call 403.
 //
 // # Leases
 //
@@ -463,7 +466,12 @@ func (s *Server) release(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *Server) status(w http.ResponseWriter, r *http.Request) {
-	writeJSON(w, http.StatusOK, s.pool.Status(r.Context()))
+	sc, err := s.readerScope(r, "reading the pool's status")
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, scopeStatus(s.pool.Status(r.Context()), sc))
 }
 
 // StatusCode maps an error of a pool or of a request to the HTTP status the API answers with. It is the only

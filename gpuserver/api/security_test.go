@@ -160,8 +160,12 @@ func TestCredentialsGuardEveryChange(t *testing.T) {
 	if err := admin.Deregister(ctx, "victim"); err != nil {
 		t.Fatal(err)
 	}
-	// Reading the pool needs no credential (the socket's mode guards it).
-	if _, err := anon.Status(ctx); err != nil {
+	// Reading the pool takes a credential too (TestReadAPIsAreScopedToTheCallersTenant: a function's sees its own
+	// namespace only).
+	if _, err := anon.Status(ctx); !errors.Is(err, auth.ErrUnauthenticated) {
+		t.Fatalf("reading the pool without a credential: %v, want ErrUnauthenticated", err)
+	}
+	if _, err := admin.Status(ctx); err != nil {
 		t.Fatal(err)
 	}
 }

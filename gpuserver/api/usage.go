@@ -14,7 +14,8 @@ type UsageSource interface {
 }
 
 // WithUsage serves GET /v1/usage[?since=T] from u: the bill per function since T (RFC 3339, or a duration back
-// from now such as 24h; rounded down to the hour), or since it began. It is read-only, as /v1/pool.
+// from now such as 24h; rounded down to the hour), or since it began. It is read-only, and scoped as /v1/pool: the
+// administrator sees every function's bill, a function's token its namespace's (scope.go).
 func WithUsage(u UsageSource) Option { return func(s *Server) { s.usage = u } }
 
 // ParseSince reads a since value: RFC 3339 or a positive duration back from now; "" is the zero time.
@@ -34,10 +35,15 @@ func ParseSince(v string, now time.Time) (time.Time, error) {
 }
 
 func (s *Server) serveUsage(w http.ResponseWriter, r *http.Request) {
+	sc, err := s.readerScope(r, "reading the functions' bill")
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
 	since, err := ParseSince(r.URL.Query().Get("since"), time.Now())
 	if err != nil {
 		s.fail(w, r, fmt.Errorf("%w: %w", errInvalidBody, err))
 		return
 	}
-	writeJSON(w, http.StatusOK, s.usage.Report(since))
+	writeJSON(w, http.StatusOK, scopeReport(s.usage.Report(since), sc))
 }

@@ -99,8 +99,10 @@ var ErrHoldExpired = errors.New("binding held longer than the most a request may
 
 // Expire ends a binding held longer than its function may hold a GPU (cause says how long): the binding breaks
 // (Err wraps ErrBroken and ErrHoldExpired), it stops counting as a user of the GPU (other functions may be placed
-// there), and the function's device work is refused (ErrBroken, ErrHoldExpired) until the binding is released, so
-// that its request cannot go on using the GPU. Work the function had queued there gets grace to finish; what has
+// there), and the function's device work is refused (ErrBroken, ErrHoldExpired) until the binding is released
+// whenever the function holds no other binding, so that its request cannot go on using the GPU on its own; the
+// function's other requests are bound and served meanwhile (their work and any late work of the expired request
+// share their bindings, as concurrent requests of one function do). Work the function had queued there gets grace to finish; what has
 // not finished by then is stopped: the function's tenant context on the GPU is torn down as after a fault (the
 // tenant's functions active there come back from their images). Expire returns once that is done; it is a no-op
 // for a binding released or expired already.
@@ -176,6 +178,8 @@ func (n *Node) Acquire(ctx context.Context, name string, gpu int, source Source)
 	if err != nil {
 		return nil, err
 	}
+	f.admitting++ // a new request: an expired binding of the function does not refuse it (usableLocked)
+	defer func() { f.admitting-- }()
 	defer n.moving(f)()
 	if err := n.checkScratchLocked(f); err != nil { // usableLocked, and scratch a destroyed copy held (scratch.go)
 		return nil, err

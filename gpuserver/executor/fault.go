@@ -320,12 +320,13 @@ func (n *Node) Usable(name string) error {
 }
 
 // usableLocked refuses work of a function whose memory was destroyed before it had an image (ErrLost), or one
-// with a binding that expired and was not released yet (ErrHoldExpired).
+// with a binding that expired and was not released yet (ErrHoldExpired) while it has no live binding and no request
+// being bound: the function's other requests are bound and served, only work outside them is refused.
 func (f *function) usableLocked() error {
 	if f.lost != nil {
 		return fmt.Errorf("%w: %w: %s: %w", ErrBroken, ErrLost, f.name, f.lost)
 	}
-	if f.fenced > 0 {
+	if f.fenced > 0 && f.users == 0 && f.admitting == 0 {
 		return fmt.Errorf("%w: %w: %s: its work is refused until the request that held it releases it", ErrBroken,
 			ErrHoldExpired, f.name)
 	}

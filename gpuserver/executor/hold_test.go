@@ -112,3 +112,42 @@ func TestExpiredBindingStopsItsWork(t *testing.T) {
 	verify(t, r, m, 0)
 	b.Release()
 }
+
+// TestExpiredBindingLeavesOtherRequestsServed: once a request's binding has expired (its request still holding it),
+// the function's other requests are bound and their work runs, reading the function's model exactly; the function's
+// work outside a binding is refused while none is live and the expired one is not released, and accepted again
+// after the release. Before, every new request of the function was refused (ErrHoldExpired, answered 500) until the
+// expired request released.
+func TestExpiredBindingLeavesOtherRequestsServed(t *testing.T) {
+	ctx := context.Background()
+	r := newRig(t, 64<<20, sim.Options{}, true)
+	m := initModel(t, r, "hog", 0, 4<<20)
+	held, err := r.node.Acquire(ctx, "hog", 0, executor.Host)
+	must(t, err)
+	must(t, r.node.EndInit(ctx, "hog"))
+	must(t, r.node.Expire(ctx, held, time.Minute, errors.New("held longer than the test allows")))
+	if err := r.node.Usable("hog"); !errors.Is(err, executor.ErrHoldExpired) {
+		t.Fatalf("the function's work without a live binding after the expiry: %v, want ErrHoldExpired", err)
+	}
+	for i := range 3 {
+		if err := r.node.EndInit(ctx, "hog"); err != nil {
+			t.Fatalf("request %d after the expiry, the end of initialisation: %v", i, err)
+		}
+		b, err := r.node.Acquire(ctx, "hog", -1, executor.Host)
+		if err != nil {
+			t.Fatalf("request %d after the expiry: %v, want it bound", i, err)
+		}
+		verify(t, r, m, b.GPU())
+		if err := b.Err(); err != nil {
+			t.Fatalf("request %d after the expiry: its binding %v", i, err)
+		}
+		b.Release()
+	}
+	if err := r.node.Usable("hog"); !errors.Is(err, executor.ErrHoldExpired) {
+		t.Fatalf("the function's work without a live binding, the expired one unreleased: %v", err)
+	}
+	held.Release()
+	if err := r.node.Usable("hog"); err != nil {
+		t.Fatalf("after the expired binding's release: %v", err)
+	}
+}

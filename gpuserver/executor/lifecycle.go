@@ -46,6 +46,8 @@ func (n *Node) EndInit(ctx context.Context, name string) error {
 	if err != nil {
 		return err
 	}
+	f.admitting++ // a new request's: an expired binding of the function does not refuse it (usableLocked)
+	defer func() { f.admitting-- }()
 	defer n.moving(f)()
 	return n.endInitLocked(ctx, f)
 }

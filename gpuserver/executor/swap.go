@@ -39,6 +39,10 @@ type function struct {
 	modelShared       bool // it never writes its model after initialisation: its chunks may be shared (share.go)
 
 	scratch scratchState // the host copies of the scratch it keeps, and whether its work ran since (scratch.go)
+
+	// admitting counts the requests being bound (Acquire, EndInit): a fence refuses the work of a function without
+	// a live binding, never a new request of it (usableLocked)
+	admitting int
 }
 
 // residency is a function's physical copy on one GPU.

@@ -57,6 +57,9 @@ type trackedPool struct {
 	expiries  int64                  // bindings ended because they were held too long
 	stopped   bool                   // the server shuts down: no more expiries
 	expiring  sync.WaitGroup         // expiries running
+	// expiringFn holds, per function, a channel for each expiry running, closed when it is done: the function's
+	// new requests are bound once its expired bindings' work is fenced and stopped, not under the teardown
+	expiringFn map[string][]chan struct{}
 }
 
 func newTrackedPool(p healthPool, key auth.Key, node dataPlane, maxFunctions int, maxHold time.Duration,
@@ -151,6 +154,11 @@ func (t *trackedPool) Acquire(ctx context.Context, function string) (pool.Bindin
 // and the executor's hold (a race health.go describes), the binding is given back and the request bound again.
 // Only a request's binding (request) is what CurrentGPU reports.
 func (t *trackedPool) acquire(ctx context.Context, function string, request bool) (pool.Binding, error) {
+	if request {
+		if err := t.waitExpiries(ctx, function); err != nil {
+			return pool.Binding{}, fmt.Errorf("acquire %q: %w", function, err)
+		}
+	}
 	var (
 		b    pool.Binding
 		held heldBinding
@@ -261,8 +269,14 @@ func (t *trackedPool) expire(id string) {
 	t.expired[id] = held
 	t.expiries++
 	t.expiring.Add(1)
+	done := make(chan struct{})
+	if t.expiringFn == nil {
+		t.expiringFn = map[string][]chan struct{}{}
+	}
+	t.expiringFn[fn] = append(t.expiringFn[fn], done)
 	t.mu.Unlock()
 	defer t.expiring.Done()
+	defer t.expiryDone(fn, done)
 	cause := fmt.Errorf("%s held gpu %d longer than %s (the maximum binding hold)", fn, gpu, t.maxHold)
 	ctx, cancel := context.WithTimeout(context.Background(), t.holdGrace+time.Minute) // a timer: no request ctx
 	defer cancel()
@@ -274,6 +288,41 @@ func (t *trackedPool) expire(id string) {
 	}
 	t.log.Warn("binding held too long: ended, its gpu serves the next request", "function", fn, "gpu", gpu,
 		"binding", id, "max_hold", t.maxHold)
+}
+
+// waitExpiries waits until the expiries of function's bindings running now are done (the expired request's work
+// fenced, what it queued stopped), so that a new request of the function is not bound under their teardown.
+func (t *trackedPool) waitExpiries(ctx context.Context, function string) error {
+	t.mu.Lock()
+	waits := append([]chan struct{}(nil), t.expiringFn[function]...)
+	t.mu.Unlock()
+	for _, done := range waits {
+		select {
+		case <-done:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+	return nil
+}
+
+// expiryDone marks one expiry of function done (see waitExpiries).
+func (t *trackedPool) expiryDone(function string, done chan struct{}) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	waits := t.expiringFn[function]
+	for i, c := range waits {
+		if c == done {
+			waits = append(waits[:i], waits[i+1:]...)
+			break
+		}
+	}
+	if len(waits) == 0 {
+		delete(t.expiringFn, function)
+	} else {
+		t.expiringFn[function] = waits
+	}
+	close(done)
 }
 
 // stop ends the maximum-hold timers and waits for expiries running (the server shuts down).

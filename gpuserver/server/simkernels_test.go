@@ -44,7 +44,7 @@ func TestSimKernelsDryIsAnnounced(t *testing.T) {
 		}
 		_ = st.Destroy()
 
-		status, err := client.New(s.Socket()).Status(context.Background())
+		status, err := client.New(s.Socket(), client.WithToken(s.AdminToken())).Status(context.Background())
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -57,7 +57,11 @@ func New(client kubernetes.Interface, cfg Config) (*Backend, error) {
 		if maxAge <= 0 {
 			maxAge = DefaultNodeReportMaxAge
 		}
-		nr, err := newNodeReports(client, cfg.GPUServers, every, maxAge)
+		var token string
+		if len(cfg.GPU.RegistrationKey) != 0 {
+			token = cfg.GPU.RegistrationKey.AdminToken()
+		}
+		nr, err := newNodeReports(client, cfg.GPUServers, token, every, maxAge)
 		if err != nil {
 			return nil, fmt.Errorf("%w: GPUServers: %v", provider.ErrInvalid, err)
 		}

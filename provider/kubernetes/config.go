@@ -49,8 +49,9 @@ type Config struct {
 	// GPUServers, when set ("namespace/name" of the gpuservers' headless Service, whose endpoints run one per GPU
 	// node), makes Resolve route each request to the replica whose node suits it best now - the function's model
 	// on a GPU there, the shortest queue, not shedding it - from the pool status each gpuserver reports (polled
-	// every NodeReportEvery over the Service's port); round robin where reports are missing or older than
-	// NodeReportMaxAge. Empty: round robin.
+	// every NodeReportEvery over the Service's port, with the administrator's credential derived from
+	// GPU.RegistrationKey: the gpuserver answers 401 without one); round robin where reports are missing or older
+	// than NodeReportMaxAge. Empty: round robin.
 	GPUServers       string
 	NodeReportEvery  time.Duration
 	NodeReportMaxAge time.Duration

@@ -36,6 +36,7 @@ type nodeReports struct {
 	client    kubernetes.Interface
 	namespace string // of the gpuservers' Service
 	service   string
+	token     string // the gpuservers' administrator credential: GET /v1/pool takes one
 	every     time.Duration
 	maxAge    time.Duration
 	http      *http.Client
@@ -76,12 +77,13 @@ func (c *routeCounter) counts() RouteCounts {
 		RoundRobin: c.roundRobin.Load()}
 }
 
-func newNodeReports(client kubernetes.Interface, service string, every, maxAge time.Duration) (*nodeReports, error) {
+func newNodeReports(client kubernetes.Interface, service, token string, every, maxAge time.Duration) (*nodeReports,
+	error) {
 	ns, name, ok := strings.Cut(service, "/")
 	if !ok || ns == "" || name == "" {
 		return nil, fmt.Errorf("gpuserver service %q: want namespace/name", service)
 	}
-	return &nodeReports{client: client, namespace: ns, service: name, every: every, maxAge: maxAge,
+	return &nodeReports{client: client, namespace: ns, service: name, token: token, every: every, maxAge: maxAge,
 		http: &http.Client{Timeout: every}, now: time.Now, reports: map[string]router.NodeReport{}}, nil
 }
 
@@ -164,6 +166,9 @@ func (n *nodeReports) fetch(ctx context.Context, addr string) (pool.Status, erro
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+addr+"/v1/pool", nil)
 	if err != nil {
 		return pool.Status{}, err
+	}
+	if n.token != "" {
+		req.Header.Set("Authorization", "Bearer "+n.token)
 	}
 	resp, err := n.http.Do(req)
 	if err != nil {

@@ -16,6 +16,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/kubernetes/fake"
 
+	"github.com/faas-gpu/faas-gpu/gpuserver/auth"
 	"github.com/faas-gpu/faas-gpu/gpuserver/pool"
 )
 
@@ -34,12 +35,20 @@ func gpuserverSlice(node, addr string) *discoveryv1.EndpointSlice {
 	}
 }
 
-// gpuserverAt serves a pool status on a test server and returns its address.
+// nodesKey is the gpuservers' key of the node-report tests: GET /v1/pool takes its administrator's credential.
+var nodesKey = auth.Key("0123456789abcdef0123456789abcdef")
+
+// gpuserverAt serves a pool status on a test server and returns its address; as a gpuserver, it answers 401 to a
+// request without the administrator's credential.
 func gpuserverAt(t *testing.T, st *pool.Status) string {
 	t.Helper()
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.URL.Path != "/v1/pool" {
 			http.NotFound(w, r)
+			return
+		}
+		if r.Header.Get("Authorization") != "Bearer "+nodesKey.AdminToken() {
+			http.Error(w, "unauthenticated", http.StatusUnauthorized)
 			return
 		}
 		_ = json.NewEncoder(w).Encode(st)
@@ -74,6 +83,7 @@ func TestResolveRoutesToTheBestNode(t *testing.T) {
 	objects = append(objects, fn)
 	cfg := DefaultConfig()
 	cfg.GPUServers = "faas-gpu/faas-gpu-gpuserver"
+	cfg.GPU.RegistrationKey = nodesKey
 	b, err := New(fake.NewClientset(objects...), cfg)
 	if err != nil {
 		t.Fatal(err)

@@ -23,18 +23,24 @@ Environment:
   FAAS_GPU_MAX_BODY_BYTES  the largest request body accepted (default 67108864, 64 MiB); larger gets 413
   FAAS_GPU_LISTEN_BACKLOG  connections the kernel queues before index.py accepts them (default 1024; the
                         standard library's default of 5 drops connections under a burst of concurrent requests)
+  FAAS_GPU_STREAM_BUFFER_BYTES  the most of a streamed response that waits for a slow client once generated
+                        (default 16777216, 16 MiB); beyond it the stream ends incomplete (see Streaming)
 
 GET /_/health answers 200 once the handler is imported, as of-watchdog's health endpoint does.
 
 Streaming: a handler may return a generator (or any iterator), alone or as the body of its dict or tuple result.
 Its items (bytes, str, or a dict/list sent as a JSON line) are written as they come, each flushed in a chunk of
 its own (HTTP/1.1 chunked transfer encoding; server-sent events when the handler sets Content-Type
-text/event-stream). A GPU function's binding is held until the generator is exhausted, and released as soon as
-the client goes away (the generator is closed, so its finally blocks run). A stream that cannot be vouched for (the
-generator raised, or the GPU failed while the binding was held) ends without the final chunk, so the client sees
-an incomplete response, never a complete wrong one.
+text/event-stream). A GPU function's binding is held while the generator runs, and released as soon as it is
+exhausted, not when the client has read everything: what the client has not taken yet waits in the template (a
+writer thread sends it at the client's pace), at most FAAS_GPU_STREAM_BUFFER_BYTES per request (default 16 MiB).
+A client so slow that more would wait ends its stream: the generator is closed, the binding released and the
+connection closed without the final chunk. A client that goes away ends it the same way (the generator's finally
+blocks run). A stream that cannot be vouched for (the generator raised, or the GPU failed while the binding was
+held) ends without the final chunk, so the client sees an incomplete response, never a complete wrong one.
 """
 
+import collections
 import ctypes
 import http.client
 import json
@@ -54,6 +60,7 @@ handler = None  # function.handler, imported by main() once the GPU function is 
 DEFAULT_SOCKET = "/var/run/faas-gpu/gpuserver.sock"
 DEFAULT_BACKLOG = 1024
 DEFAULT_MAX_BODY = 64 << 20
+DEFAULT_STREAM_BUFFER = 16 << 20
 DEFAULT_SECRETS_DIR = "/var/openfaas/secrets"
 HEALTH_PATH = "/_/health"
 
@@ -361,9 +368,11 @@ class Server(ThreadingHTTPServer):
     # fail. The kernel caps it at net.core.somaxconn.
     request_queue_size = DEFAULT_BACKLOG
 
-    def __init__(self, addr, gpu_client, backlog=DEFAULT_BACKLOG, max_body=DEFAULT_MAX_BODY):
+    def __init__(self, addr, gpu_client, backlog=DEFAULT_BACKLOG, max_body=DEFAULT_MAX_BODY,
+                 stream_buffer=DEFAULT_STREAM_BUFFER):
         self.request_queue_size = backlog
         self.max_body = max_body
+        self.stream_buffer = stream_buffer
         super().__init__(addr, RequestHandler)
         self.gpu_client = gpu_client
         self.shed_logged = False  # a refusal of the overload control was logged; reset when a request is served
@@ -378,6 +387,88 @@ class Server(ThreadingHTTPServer):
     def leave(self):
         with self.lock:
             self.inflight -= 1
+
+
+class StreamBuffer:
+    """The bytes of one streamed response between the handler's generator and its client: the request's thread
+    puts what the generator yields (holding the GPU binding), a writer thread of its own sends it at the client's
+    pace (holding nothing), so that the binding ends with the generation, never with the client's reading. At most
+    limit bytes wait (beyond the item being sent): a put that would exceed it aborts the stream."""
+
+    def __init__(self, handler, limit):
+        self.handler = handler
+        self.limit = limit
+        self.cond = threading.Condition()
+        self.items = collections.deque()
+        self.size = 0  # bytes queued, not yet handed to the socket
+        self.ended = False  # the generator ended: nothing more comes
+        self.failed = None  # why the client takes no more (it went away, or it was too slow)
+        self.thread = threading.Thread(target=self._send, name="stream-writer", daemon=True)
+        self.thread.start()
+
+    def put(self, data):
+        """Queues data for the client; False when the stream must stop: the client went away, or more than limit
+        bytes would wait for it (the stream is aborted)."""
+        if not data:
+            return self.failed is None  # an empty chunk would end the body
+        with self.cond:
+            if self.failed is not None:
+                return False
+            if self.items and self.size + len(data) > self.limit:
+                overflow = True
+            else:
+                overflow = False
+                self.items.append(data)
+                self.size += len(data)
+                self.cond.notify_all()
+        if overflow:
+            self.abort("the client reads the stream more slowly than it is generated: more than %d bytes "
+                       "(FAAS_GPU_STREAM_BUFFER_BYTES) would wait for it" % self.limit)
+            return False
+        return True
+
+    def _send(self):
+        while True:
+            with self.cond:
+                while not self.items and not self.ended and self.failed is None:
+                    self.cond.wait()
+                if self.failed is not None or not self.items:
+                    return
+                data = self.items.popleft()
+            try:
+                self.handler.write_chunk(data)
+            except (OSError, ValueError):
+                with self.cond:
+                    if self.failed is None:
+                        self.failed = "the client went away"
+                    self.items.clear()
+                    self.cond.notify_all()
+                return
+            with self.cond:
+                self.size -= len(data)
+
+    def abort(self, why):
+        """Ends the stream at once: what waits is dropped, and a send blocked on the client returns."""
+        with self.cond:
+            if self.failed is not None:
+                return
+            self.failed = why
+            self.items.clear()
+            self.size = 0
+            self.cond.notify_all()
+        try:
+            self.handler.connection.shutdown(socket.SHUT_RDWR)
+        except OSError:
+            pass
+
+    def finish(self):
+        """No more items: waits (without the GPU) until the writer sent everything or failed; True when all was
+        sent."""
+        with self.cond:
+            self.ended = True
+            self.cond.notify_all()
+        self.thread.join()
+        return self.failed is None
 
 
 class RequestHandler(BaseHTTPRequestHandler):
@@ -478,21 +569,26 @@ class RequestHandler(BaseHTTPRequestHandler):
         self.wfile.flush()
 
     def stream(self, status, headers, body, finish):
-        """Writes the handler's iterator as it yields, then finish() (which releases the GPU binding and returns
-        a GPUError when it broke). The stream ends with its final chunk only when the iterator ended normally and
-        the binding held; otherwise the connection is closed without it. Returns nothing; the iterator is closed
-        and finish() called exactly once, also when the client goes away."""
+        """Writes the handler's iterator as it yields, through a StreamBuffer, then finish() (which releases the GPU
+        binding and returns a GPUError when it broke) as soon as the iterator ends, before the client has read
+        what waits for it. The stream ends with its final chunk only when the iterator ended normally, the binding
+        held and the client took every byte; otherwise the connection is closed without it. Returns nothing; the
+        iterator is closed and finish() called exactly once, also when the client goes away or is too slow."""
         complete = False
+        buf = None
         try:
             self.start_stream(status, headers)
             if self.command == "HEAD":
                 complete = True
                 return
+            buf = StreamBuffer(self, self.server.stream_buffer)
             for item in body:
                 if self.client_gone():
                     log("gpu-python: the client went away during a streamed response; stopping it")
                     break
-                self.write_chunk(format_item(item))
+                if not buf.put(format_item(item)):
+                    log("gpu-python: %s; the streamed response ends incomplete" % buf.failed)
+                    break
             else:
                 complete = True
         except (BrokenPipeError, ConnectionResetError, ConnectionAbortedError, TimeoutError):
@@ -507,9 +603,13 @@ class RequestHandler(BaseHTTPRequestHandler):
                     close()  # GeneratorExit in the handler: its finally blocks run
                 except Exception:
                     traceback.print_exc()
-            broke = finish()
+            broke = finish()  # the generation ended: the GPU is released before the client has read it all
         if broke is not None:
             log("faas-gpu: %s; the streamed response ends incomplete" % broke.message)
+            complete = False
+            if buf is not None:
+                buf.abort(broke.message)
+        if buf is not None and not buf.finish():
             complete = False
         if complete and self.chunked:
             try:
@@ -710,6 +810,12 @@ def main():
             raise ValueError
     except ValueError:
         sys.exit("gpu-python: FAAS_GPU_MAX_BODY_BYTES must be a number of bytes")
+    try:
+        stream_buffer = int(os.getenv("FAAS_GPU_STREAM_BUFFER_BYTES", str(DEFAULT_STREAM_BUFFER)))
+        if stream_buffer < 1:
+            raise ValueError
+    except ValueError:
+        sys.exit("gpu-python: FAAS_GPU_STREAM_BUFFER_BYTES must be a positive number of bytes")
     gpu = gpu_client_from_env()
     if gpu is not None and os.getenv("FAAS_GPU_SELF_REGISTER", "") in ("1", "true"):
         self_register(gpu)
@@ -720,6 +826,7 @@ def main():
     if gpu is not None:
         process_phase("faas_gpu_initialised")
     server = Server((os.getenv("HOST", "127.0.0.1"), port), gpu, backlog, max_body)
+    server.stream_buffer = stream_buffer
 
     def on_term(signum, frame):
         # Stop accepting, let requests in flight finish (the provider kills the process after its grace period).

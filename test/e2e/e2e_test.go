@@ -27,7 +27,6 @@ import (
 
 	"github.com/openfaas/faas-provider/types"
 
-	"github.com/faas-gpu/faas-gpu/gpuserver/client"
 	"github.com/faas-gpu/faas-gpu/provider/basicauth"
 	"github.com/faas-gpu/faas-gpu/test/testkit"
 )
@@ -348,7 +347,7 @@ func TestEndToEnd(t *testing.T) {
 		if !ok || gpu < 0 || gpu > 3 {
 			t.Fatalf("hello-gpu answered %q: want the bound GPU (0..3) in field gpu", raw)
 		}
-		st, err := client.New(filepath.Join(stateDir, "gpuserver.sock")).Status(context.Background())
+		st, err := upGPUServer(t, stateDir).Status(context.Background())
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -680,7 +679,7 @@ func TestEndToEnd(t *testing.T) {
 		if r := in.system(t, http.MethodGet, "/system/function/hello-gpu", nil); r.code != http.StatusNotFound {
 			t.Fatalf("status after delete: %d", r.code)
 		}
-		st, err := client.New(filepath.Join(stateDir, "gpuserver.sock")).Status(context.Background())
+		st, err := upGPUServer(t, stateDir).Status(context.Background())
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -15,7 +15,6 @@ import (
 
 	"github.com/openfaas/faas-provider/types"
 
-	"github.com/faas-gpu/faas-gpu/gpuserver/client"
 	"github.com/faas-gpu/faas-gpu/provider/local/sandbox"
 	"github.com/faas-gpu/faas-gpu/provider/shrinkwrap"
 	"github.com/faas-gpu/faas-gpu/test/pyenv"
@@ -96,7 +95,7 @@ func TestPyEnvLLMThroughUpWithOpenAIClient(t *testing.T) {
 	if err != nil || !strings.HasPrefix(first, "data: {") {
 		t.Fatalf("first event %q, %v", first, err)
 	}
-	gs := client.New(filepath.Join(stateDir, "gpuserver.sock"))
+	gs := upGPUServer(t, stateDir)
 	st, err := gs.Status(context.Background())
 	if err != nil {
 		t.Fatal(err)

@@ -25,7 +25,6 @@ import (
 
 	"github.com/openfaas/faas-provider/types"
 
-	"github.com/faas-gpu/faas-gpu/gpuserver/client"
 	"github.com/faas-gpu/faas-gpu/provider/local"
 	"github.com/faas-gpu/faas-gpu/provider/shrinkwrap"
 	"github.com/faas-gpu/faas-gpu/test/pyenv"
@@ -402,7 +401,7 @@ func TestPyEnvExampleFunctionsThroughUp(t *testing.T) {
 	if again := invokeReady(t, base+"/function/mlp", string(body)); again != first {
 		t.Fatalf("mlp answered differently after resnet and bert ran on the pool")
 	}
-	st, err := client.New(filepath.Join(stateDir, "gpuserver.sock")).Status(context.Background())
+	st, err := upGPUServer(t, stateDir).Status(context.Background())
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -76,8 +76,15 @@ func TestStandaloneProviderRunsCUDAFunctions(t *testing.T) {
 		gsArgs = append(gsArgs, "--socket-group", strconv.Itoa(sandbox.DefaultFirstID))
 	}
 	startProcess(t, gsArgs...)
-	gs := client.New(sock)
+	var gs *client.Client
 	testkit.EventuallyNil(t, 60*time.Second, "the gpuserver", func() error {
+		if gs == nil { // its key file appears as it starts
+			c, err := gpuserverAdmin(sock, key)
+			if err != nil {
+				return err
+			}
+			gs = c
+		}
 		_, err := gs.Status(context.Background())
 		return err
 	})

@@ -18,7 +18,6 @@ import (
 
 	"github.com/openfaas/faas-provider/types"
 
-	"github.com/faas-gpu/faas-gpu/gpuserver/client"
 	"github.com/faas-gpu/faas-gpu/test/testkit"
 )
 
@@ -172,7 +171,7 @@ func TestUpSurvivesConnectionStorms(t *testing.T) {
 		return nil
 	})
 	peer := clientFrom("127.0.0.4")
-	gs := client.New(filepath.Join(in.stateDir, "gpuserver.sock"))
+	gs := upGPUServer(t, in.stateDir)
 	maxFiles := 0
 	const calls = 5
 	for i := 0; i < calls; i++ {

@@ -19,7 +19,6 @@ import (
 
 	"github.com/openfaas/faas-provider/types"
 
-	"github.com/faas-gpu/faas-gpu/gpuserver/client"
 	"github.com/faas-gpu/faas-gpu/gpuserver/topology"
 	"github.com/faas-gpu/faas-gpu/provider/shrinkwrap"
 	"github.com/faas-gpu/faas-gpu/test/testkit"
@@ -154,7 +153,7 @@ func TestPoolPageInChromium(t *testing.T) {
 	}
 	u.User = url.UserPassword(in.user, in.password)
 	dom := runChromium(t, bin, "--window-size=1400,1000", "--dump-dom", u.String())
-	st, err := client.New(filepath.Join(stateDir, "gpuserver.sock")).Status(context.Background())
+	st, err := upGPUServer(t, stateDir).Status(context.Background())
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -197,7 +197,7 @@ func Overload(ctx context.Context, s Strategy, node topology.Node, models []Mode
 	defer e.close()
 	fns := functions.NewGateway(functions.GatewayConfig{URL: e.gateway.URL})
 	w, stop, err := e.startWorker(worker.Config{Order: s.Order, MaxInflight: s.MaxInflight, Functions: fns,
-		Capacity: client.New(sock), Client: e.client})
+		Capacity: client.New(sock, client.WithToken(gs.AdminToken())), Client: e.client})
 	if err != nil {
 		return res, err
 	}

@@ -20,6 +20,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"github.com/faas-gpu/faas-gpu/gpuserver/auth"
 	"github.com/faas-gpu/faas-gpu/gpuserver/pool"
 	"github.com/faas-gpu/faas-gpu/test/testkit"
 )
@@ -301,10 +302,16 @@ func podReady(p corev1.Pod) bool {
 func (e *env) poolStatus(t *testing.T) pool.Status {
 	t.Helper()
 	pod := e.gpuserverPod(t)
+	// GET /v1/pool takes a credential: the administrator's, derived from the gpuservers' key (the chart's Secret).
+	secret, err := e.kube.CoreV1().Secrets(namespace).Get(ctxFor(t), release+"-gpuserver-key", metav1.GetOptions{})
+	if err != nil {
+		t.Fatalf("the gpuservers' key: %v", err)
+	}
+	admin := map[string]string{"Authorization": "Bearer " + auth.Key(secret.Data["gpuserver.key"]).AdminToken()}
 	var st pool.Status
 	testkit.EventuallyNilEvery(t, deadline, time.Second, "gpuserver pool status", func() error {
 		g := gateway{url: "http://" + net.JoinHostPort(pod.Status.PodIP, "8090")}
-		code, b, _, err := g.do(http.MethodGet, "/v1/pool", nil, nil)
+		code, b, _, err := g.do(http.MethodGet, "/v1/pool", nil, admin)
 		if err != nil {
 			return err
 		}
