@@ -38,18 +38,6 @@ func startH200(ctx context.Context, t *testing.T, cfg Config) *Server {
 	return s
 }
 
-// functionStatus is the pool's status of function.
-func functionStatus(ctx context.Context, t *testing.T, s *Server, function string) pool.FunctionStatus {
-	t.Helper()
-	for _, f := range s.Pool().Status(ctx).Functions {
-		if f.Name == function {
-			return f
-		}
-	}
-	t.Fatalf("%s is not in the pool's status", function)
-	return pool.FunctionStatus{}
-}
-
 // streamChunk is chunk i of the slowstream handler's ?chunks=N&size=B: float32 c_j = i + j.
 func streamChunk(i, size int) []byte {
 	out := make([]byte, size)
