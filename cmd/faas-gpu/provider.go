@@ -153,6 +153,18 @@ func (c *providerConfig) validate() error {
 	return nil
 }
 
+// absolute makes the local backend's folders and the gpuserver's sockets absolute, as of the working directory at
+// start-up: functions run elsewhere (a sandbox shows them their build context by absolute path only) and get the
+// sockets' paths in their environment.
+func (c *providerConfig) absolute() {
+	for _, p := range []*string{&c.stateDir, &c.buildDir, &c.templatesDir, &c.functionsDir, &c.secretMountPath,
+		&c.gpuserverSocket, &c.remotingSocket} {
+		if *p != "" {
+			*p = absPath(*p)
+		}
+	}
+}
+
 // remotingSocketPath is -remoting-socket, else remoting.sock beside -gpuserver-socket.
 func (c *providerConfig) remotingSocketPath() string {
 	if c.remotingSocket != "" {
@@ -223,6 +235,7 @@ func runProvider(ctx context.Context, args []string, stdout, stderr io.Writer) e
 	if err != nil {
 		return err
 	}
+	cfg.absolute()
 	creds, credsDir, err := cfg.credentials(log)
 	if err != nil {
 		return err
