@@ -343,7 +343,6 @@ func (u *up) start(ctx context.Context, cfg upConfig, stateDir, nodeName string,
 	mux.Handle("/async-function/", handlers.LimitBodyTime(handlers.BodyTimeouts{Idle: 30 * time.Second, Total: proxyTimeout},
 		checkCallbackHeader(queueFrontDoor(js, fnSource, u.log))))
 	mux.Handle("/metrics", promhttp.HandlerFor(prometheus.Gatherers{metrics, gs.Metrics()}, promhttp.HandlerOpts{}))
-	mux.Handle("GET /system/info", gatewayInfoHandler(info, creds)) // up is the gateway: the gateway's shape
 	page, err := poolPage(gs, nodeName, js, u.log)
 	if err != nil {
 		return err

@@ -1,6 +1,7 @@
 package e2e
 
 import (
+	"encoding/json"
 	"fmt"
 	"io/fs"
 	"net/http"
@@ -16,6 +17,7 @@ import (
 	"github.com/openfaas/faas-provider/types"
 
 	"github.com/faas-gpu/faas-gpu/provider/basicauth"
+	"github.com/faas-gpu/faas-gpu/provider/handlers"
 	"github.com/faas-gpu/faas-gpu/provider/shrinkwrap"
 	"github.com/faas-gpu/faas-gpu/test/testkit"
 )
@@ -207,6 +209,17 @@ func TestStandaloneSetupAsDocumented(t *testing.T) {
 				in.user, in.password = creds.User, creds.Password
 				return nil
 			})
+			// faas-cli version against the provider reads the gateway's shape; a gateway in front reads the provider's.
+			var gw handlers.GatewayInfo
+			if r := in.system(t, http.MethodGet, "/system/info", nil); json.Unmarshal([]byte(r.body), &gw) != nil ||
+				gw.Provider == nil || gw.Provider.Name != "faas-gpu" || gw.Version == nil {
+				t.Errorf("/system/info to faas-cli: %d %s, want the gateway's shape", r.code, r.body)
+			}
+			var p types.ProviderInfo
+			if r := call(t, http.MethodGet, in.url+"/system/info", nil, map[string]string{"X-Forwarded-For": "127.0.0.1",
+				"Authorization": basicAuth(in.user, in.password)}); json.Unmarshal([]byte(r.body), &p) != nil || p.Name != "faas-gpu" {
+				t.Errorf("/system/info to a gateway: %d %s, want the provider's shape", r.code, r.body)
+			}
 			deploy(t, in, types.FunctionDeployment{Service: "echo", Image: "echo:latest"})
 			deploy(t, in, types.FunctionDeployment{Service: "vector-add", Image: "vector-add:latest",
 				Annotations: &map[string]string{"com.openfaas.gpu.memory": "64Mi"}})
