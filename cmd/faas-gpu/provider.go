@@ -300,6 +300,10 @@ func runProvider(ctx context.Context, args []string, stdout, stderr io.Writer) e
 			log.Warn("registering GPU functions with the gpuserver failed", "err", err)
 		}
 	}
+	invocationsFile := "" // a cluster backend's provider keeps no state of its own (the gateway counts)
+	if cfg.backend == "local" {
+		invocationsFile = filepath.Join(cfg.stateDir, "invocations.json")
+	}
 	reg := prometheus.NewRegistry()
 	if be.metrics != nil {
 		reg.MustRegister(be.metrics) // a fresh registry: only a name clash with the handlers' own could fail
@@ -308,7 +312,7 @@ func runProvider(ctx context.Context, args []string, stdout, stderr io.Writer) e
 		Metrics: reg,
 		Info: types.ProviderInfo{Name: "faas-gpu", Orchestration: cfg.backend,
 			Version: &types.VersionInfo{Release: version, SHA: commit}},
-		Auth: creds, ProxyTimeout: cfg.proxyTimeout, ReadyTimeout: cfg.readyTimeout,
+		Auth: creds, ProxyTimeout: cfg.proxyTimeout, ReadyTimeout: cfg.readyTimeout, InvocationsFile: invocationsFile,
 		Logger: log.With("component", "provider")})
 	allowed := hostAllowList(cfg.allowedHosts, cfg.listenHost())
 	h = handlers.AllowHosts(allowed, h)

@@ -331,12 +331,13 @@ func (u *up) start(ctx context.Context, cfg upConfig, stateDir, nodeName string,
 	providerHandler := handlers.New(handlers.Config{
 		Metrics: metrics,
 		Backend: backend, Secrets: backend, Logs: backend, GPU: gpuClient,
-		Info:           info,
-		Auth:           creds,
-		ProxyTimeout:   proxyTimeout,
-		ReadyTimeout:   cfg.readyTimeout,
-		GatewayMetrics: true, // up is the gateway
-		Logger:         u.log.With("component", "provider"),
+		Info:            info,
+		Auth:            creds,
+		ProxyTimeout:    proxyTimeout,
+		ReadyTimeout:    cfg.readyTimeout,
+		GatewayMetrics:  true,                                        // up is the gateway
+		InvocationsFile: filepath.Join(stateDir, "invocations.json"), // faas-cli list's counts survive a restart
+		Logger:          u.log.With("component", "provider"),
 	})
 	fnSource := queueFunctions(backend)
 	mux := http.NewServeMux()
