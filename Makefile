@@ -24,10 +24,16 @@ HELM           := $(HELM_DIR)/helm
 
 all: build
 
-## build: compile bin/faas-gpu (and the shim library)
+## build: compile bin/faas-gpu (and the shim library); a cold Go build cache compiles about 400 packages (minutes on
+## a small machine): a progress line every 20 packages, with the seconds so far
 build: shim
-	@echo "build: compiling $(BIN) (a cold Go build cache takes a few minutes)"
-	@$(GO) build -ldflags "$(LDFLAGS)" -o $(BIN) ./cmd/faas-gpu
+	@echo "build: compiling $(BIN) (a cold Go build cache takes a few minutes; a line every 20 packages compiled)"
+	@{ $(GO) build -v -ldflags "$(LDFLAGS)" -o $(BIN) ./cmd/faas-gpu 2>&1; echo "go-build-exit=$$?"; } | awk \
+	  'BEGIN { srand(); t0 = srand() } \
+	   /^go-build-exit=/ { code = substr($$0, 15) + 0; next } \
+	   /^[A-Za-z0-9._~\/-]+$$/ { n++; if (n % 20 == 0) { srand(); printf "build: %d packages compiled, %ds\n", n, srand() - t0; fflush() } next } \
+	   { print; fflush() } \
+	   END { if (n > 0) { srand(); printf "build: %d packages compiled in %ds\n", n, srand() - t0 } exit code }'
 	@echo "build: $(BIN) $(VERSION)"
 
 ## run: build bin/faas-gpu and the example functions (./build/<fn>/, as `make functions`), then faas-gpu up on
