@@ -397,7 +397,18 @@ class RequestHandler(BaseHTTPRequestHandler):
     server_version = "gpu-python"
 
     def log_message(self, fmt, *args):
-        pass  # the provider logs requests; stdout/stderr carry the handler's own output
+        pass  # stdout/stderr carry the handler's own output and one line per request (log_request)
+
+    def log_request(self, code="-", size="-"):
+        """One line per request in the function's log (faas-cli logs): method, path (without its query), status and
+        the time from the request's start to its answer's status line (a stream's first byte). Health checks are
+        not logged."""
+        path = urlsplit(self.path).path
+        if path == HEALTH_PATH:
+            return
+        start = getattr(self, "request_start", None)
+        took = "" if start is None else " %.1fms" % ((time.monotonic() - start) * 1000)
+        log("%s %s %s%s" % (self.command, path, getattr(code, "value", code), took))
 
     def read_body(self):
         """Reads the request body; raises BodyTooLarge beyond server.max_body (checked before reading) and
@@ -536,6 +547,7 @@ class RequestHandler(BaseHTTPRequestHandler):
         self.send(status, {"Content-Type": "application/json"}, json.dumps({"error": message}).encode())
 
     def handle_any(self):
+        self.request_start = time.monotonic()
         url = urlsplit(self.path)
         try:
             body = self.read_body()

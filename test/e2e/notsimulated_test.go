@@ -1,6 +1,7 @@
 package e2e
 
 import (
+	"fmt"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -44,7 +45,7 @@ func ctypesFunction(t *testing.T, work, name string) {
 // that launches a kernel the node does not compute (as resnet, bert and llm launch PyTorch's) answers 501 naming
 // --sim-kernels=dry, whether its handler lets the CUDA error raise or hides it and returns a result (never a 200
 // computed without its kernels); up's log says so once for the function; its reference kernel still answers
-// exactly in the same process.
+// exactly in the same process; the function's log has a line per request.
 func TestKernelsTheSimulatedNodeCannotCompute(t *testing.T) {
 	if testing.Short() {
 		t.Skip("end-to-end: runs faas-gpu up and a python function")
@@ -73,6 +74,16 @@ func TestKernelsTheSimulatedNodeCannotCompute(t *testing.T) {
 	if out := invokeReady(t, url, `{"kernel": "vector_add"}`); !strings.Contains(out, "[11.0, 22.0]") {
 		t.Fatalf("the reference kernel after the refused ones: %s", out)
 	}
+	// faas-cli logs: a line per request, with its method, path, status and duration.
+	testkit.EventuallyNil(t, 10*time.Second, "a line per request in the function's log", func() error {
+		logs := functionLogs(t, in, "not-simulated")
+		for _, want := range []string{"POST / 200 ", "POST / 501 "} {
+			if !strings.Contains(logs, want) || !strings.Contains(logs, "ms\n") {
+				return fmt.Errorf("no %q in:\n%s", want, logs)
+			}
+		}
+		return nil
+	})
 	const line = "the simulated node cannot compute this function's kernels"
 	testkit.EventuallyNil(t, 10*time.Second, "up's log to name --sim-kernels=dry", func() error {
 		if !strings.Contains(in.out.String(), line) {
