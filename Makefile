@@ -156,6 +156,23 @@ gpu-trace:
 	@echo "compare build/gpu-trace with shim/testdata/trace and copy what changed; then on a machine with the pinned"
 	@echo "Python environment: make replay-traces REPLAY_PROFILES=build/gpu-trace (or shim/testdata/trace once copied)"
 
+## check-docs: the docs checked against the code and run as written: every faas-gpu flag and make target a doc names
+## exists and every link resolves (test/docs), and the documented flows run verbatim (test/e2e, DOC_TESTS: the
+## README's curl quickstart and faas-cli deploy order, docs/openfaas-gateway.md's standalone setup as root and as
+## nobody, PyTorch's kernels on the default node, faas-cli against up, make run and make build). CHECK_DOCS_NETWORK=1
+## adds the flows that download from PyPI (the README's PyTorch flow, pip requirements through up). Not run: the CE
+## gateway setup (it needs the gateway built from openfaas/faas 0.27.14) and, where no faas-cli is found, faas-cli
+## itself (the tests then send the requests it sends).
+DOC_TESTS := TestReadmeQuickstart|TestReadmeFaasCLIDeploysWhatDownloadsNothingFirst|TestStandaloneSetupAsDocumented|TestKernelsTheSimulatedNodeCannotCompute|TestFaasCLIAgainstUp|TestMakeRunBuildsTheExampleFunctions|TestMakeBuildShowsProgress|TestExampleFunctionsInStackAndReadme
+DOC_NETWORK_TESTS := TestReadmePyTorchFlowOnTheDefaultNode|TestFunctionsWithPipRequirementsThroughUp
+.PHONY: check-docs
+check-docs: build
+	$(GO) test -count=1 ./test/docs/
+	$(GO) test -count=1 -timeout 20m -run '^($(DOC_TESTS))$$' ./test/e2e/
+	@if [ -n "$(CHECK_DOCS_NETWORK)" ]; then \
+	  echo "FAAS_GPU_TEST_PYENV=1 $(GO) test -count=1 -timeout 60m -run '^($(DOC_NETWORK_TESTS))$$' ./test/e2e/"; \
+	  FAAS_GPU_TEST_PYENV=1 $(GO) test -count=1 -timeout 60m -run '^($(DOC_NETWORK_TESTS))$$' ./test/e2e/; fi
+
 ## check-rotation: the rotation check from outside: six mlp copies through a node that holds four, three rounds;
 ## every answer 200, equal to its function's first and to the host reference (test/rotation/run.sh)
 .PHONY: check-rotation
