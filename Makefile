@@ -24,10 +24,16 @@ HELM           := $(HELM_DIR)/helm
 
 all: build
 
-## build: compile bin/faas-gpu (and the shim library)
+## build: compile bin/faas-gpu (and the shim library); a cold Go build cache compiles about 400 packages (minutes on
+## a small machine): a progress line every 20 packages, with the seconds so far
 build: shim
-	@echo "build: compiling $(BIN) (a cold Go build cache takes a few minutes)"
-	@$(GO) build -ldflags "$(LDFLAGS)" -o $(BIN) ./cmd/faas-gpu
+	@echo "build: compiling $(BIN) (a cold Go build cache takes a few minutes; a line every 20 packages compiled)"
+	@{ $(GO) build -v -ldflags "$(LDFLAGS)" -o $(BIN) ./cmd/faas-gpu 2>&1; echo "go-build-exit=$$?"; } | awk \
+	  'BEGIN { srand(); t0 = srand() } \
+	   /^go-build-exit=/ { code = substr($$0, 15) + 0; next } \
+	   /^[A-Za-z0-9._~\/-]+$$/ { n++; if (n % 20 == 0) { srand(); printf "build: %d packages compiled, %ds\n", n, srand() - t0; fflush() } next } \
+	   { print; fflush() } \
+	   END { if (n > 0) { srand(); printf "build: %d packages compiled in %ds\n", n, srand() - t0 } exit code }'
 	@echo "build: $(BIN) $(VERSION)"
 
 ## run: build bin/faas-gpu and the example functions (./build/<fn>/, as `make functions`), then faas-gpu up on
@@ -150,6 +156,23 @@ gpu-trace:
 	test/gpu/trace.sh build/gpu-trace
 	@echo "compare build/gpu-trace with shim/testdata/trace and copy what changed; then on a machine with the pinned"
 	@echo "Python environment: make replay-traces REPLAY_PROFILES=build/gpu-trace (or shim/testdata/trace once copied)"
+
+## check-docs: the docs checked against the code and run as written: every faas-gpu flag and make target a doc names
+## exists and every link resolves (test/docs), and the documented flows run verbatim (test/e2e, DOC_TESTS: the
+## README's curl quickstart and faas-cli deploy order, docs/openfaas-gateway.md's standalone setup as root and as
+## nobody, PyTorch's kernels on the default node, faas-cli against up, make run and make build). CHECK_DOCS_NETWORK=1
+## adds the flows that download from PyPI (the README's PyTorch flow, pip requirements through up). Not run: the CE
+## gateway setup (it needs the gateway built from openfaas/faas 0.27.14) and, where no faas-cli is found, faas-cli
+## itself (the tests then send the requests it sends).
+DOC_TESTS := TestReadmeQuickstart|TestReadmeFaasCLIDeploysWhatDownloadsNothingFirst|TestStandaloneSetupAsDocumented|TestKernelsTheSimulatedNodeCannotCompute|TestFaasCLIAgainstUp|TestMakeRunBuildsTheExampleFunctions|TestMakeBuildShowsProgress|TestExampleFunctionsInStackAndReadme
+DOC_NETWORK_TESTS := TestReadmePyTorchFlowOnTheDefaultNode|TestFunctionsWithPipRequirementsThroughUp
+.PHONY: check-docs
+check-docs: build
+	$(GO) test -count=1 ./test/docs/
+	$(GO) test -count=1 -timeout 20m -run '^($(DOC_TESTS))$$' ./test/e2e/
+	@if [ -n "$(CHECK_DOCS_NETWORK)" ]; then \
+	  echo "FAAS_GPU_TEST_PYENV=1 $(GO) test -count=1 -timeout 60m -run '^($(DOC_NETWORK_TESTS))$$' ./test/e2e/"; \
+	  FAAS_GPU_TEST_PYENV=1 $(GO) test -count=1 -timeout 60m -run '^($(DOC_NETWORK_TESTS))$$' ./test/e2e/; fi
 
 ## check-rotation: the rotation check from outside: six mlp copies through a node that holds four, three rounds;
 ## every answer 200, equal to its function's first and to the host reference (test/rotation/run.sh)

@@ -7,7 +7,9 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"os"
 	"path/filepath"
+	"strconv"
 	"time"
 
 	"github.com/openfaas/faas-provider/auth"
@@ -15,6 +17,7 @@ import (
 	"github.com/faas-gpu/faas-gpu/gpuserver/controller"
 	"github.com/faas-gpu/faas-gpu/gpuserver/server"
 	"github.com/faas-gpu/faas-gpu/provider/basicauth"
+	"github.com/faas-gpu/faas-gpu/provider/local/sandbox"
 )
 
 // gpuserverConfig holds the flags of `faas-gpu gpuserver`.
@@ -61,7 +64,9 @@ func (c *gpuserverConfig) register(fs *flag.FlagSet) {
 	fs.StringVar(&c.keyFile, "key-file", "/var/lib/faas-gpu/gpuserver.key",
 		"key every gpuserver credential derives from (mode 0600); created when missing, keep it across restarts")
 	fs.StringVar(&c.group, "socket-group", "",
-		"group (name or id) given the sockets, mode 0660, for function processes of other users; empty: owner only")
+		"group (name or id) given the sockets, mode 0660, for function processes of other users; none: owner only "+
+			"(default: as root, the group of faas-gpu provider's sandboxed functions, "+strconv.Itoa(sandbox.DefaultFirstID)+
+			" (the first of its default -sandbox-ids); otherwise none, as functions then run as this user)")
 	fs.StringVar(&c.listen, "listen", "", "optional TCP address of the gpuserver API, e.g. 127.0.0.1:8090")
 	fs.StringVar(&c.gpus, "gpus", autoNode, "auto (discover; simulated "+fallbackNode+" when none), a node preset (v100x4, a100x8, h100x8, h200x1) or a node file")
 	fs.StringVar(&c.gpuMemory, "gpu-memory", "", "override every GPU's memory, e.g. 4Gi (forces eviction in tests)")
@@ -135,12 +140,17 @@ func runGPUServer(ctx context.Context, args []string, stdout, stderr io.Writer) 
 		return err
 	}
 	node := gpus.Node
+	group := socketGroup(cfg.group, os.Geteuid())
+	if cfg.group == "" && group != "" {
+		log.Info("the sockets are for the group of sandboxed functions (-socket-group none: owner only)",
+			"socket_group", group)
+	}
 	if cfg.metering == "" {
 		cfg.metering = filepath.Join(cfg.repoDir, "metering.json")
 	}
 	srv, err := server.Start(ctx, server.Config{Socket: cfg.socket, Listen: cfg.listen, Node: node,
 		Policy: cfg.policy, Overload: overload, RemotingSocket: cfg.remoting, KeyFile: cfg.keyFile, RepositoryDir: cfg.repoDir,
-		Device: gpus.Device, DeviceReserveBytes: gpus.Reserve, SocketGroup: cfg.group, Logger: log,
+		Device: gpus.Device, DeviceReserveBytes: gpus.Reserve, SocketGroup: group, Logger: log,
 		SimKernels: simKernels, MeteringFile: cfg.metering, MaxBindingHold: cfg.hold.max, Tenants: tenants,
 		SimProcessWide: true}) // a simulated GPU shares within one process what an H100 does
 	if err != nil {
@@ -179,6 +189,22 @@ func runGPUServer(ctx context.Context, args []string, stdout, stderr io.Writer) 
 		err = serr
 	}
 	return err
+}
+
+// socketGroup is the group of the gpuserver's sockets for -socket-group flag run by euid: "" (owner only) for none;
+// unset, as root, the group of the standalone provider's sandboxed functions (they run under ids of their own,
+// members of the first of -sandbox-ids: without it their shim cannot connect and cuInit answers
+// CUDA_ERROR_NO_DEVICE), and as another user none (its functions run as that user).
+func socketGroup(flag string, euid int) string {
+	switch {
+	case flag == "none":
+		return ""
+	case flag != "":
+		return flag
+	case euid == 0:
+		return strconv.Itoa(sandbox.DefaultFirstID)
+	}
+	return ""
 }
 
 // newLogger returns a text logger at the named level.

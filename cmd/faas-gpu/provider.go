@@ -159,6 +159,18 @@ func (c *providerConfig) validate() error {
 	return nil
 }
 
+// absolute makes the local backend's folders and the gpuserver's sockets absolute, as of the working directory at
+// start-up: functions run elsewhere (a sandbox shows them their build context by absolute path only) and get the
+// sockets' paths in their environment.
+func (c *providerConfig) absolute() {
+	for _, p := range []*string{&c.stateDir, &c.buildDir, &c.templatesDir, &c.functionsDir, &c.secretMountPath,
+		&c.gpuserverSocket, &c.remotingSocket} {
+		if *p != "" {
+			*p = absPath(*p)
+		}
+	}
+}
+
 // remotingSocketPath is -remoting-socket, else remoting.sock beside -gpuserver-socket.
 func (c *providerConfig) remotingSocketPath() string {
 	if c.remotingSocket != "" {
@@ -229,6 +241,7 @@ func runProvider(ctx context.Context, args []string, stdout, stderr io.Writer) e
 	if err != nil {
 		return err
 	}
+	cfg.absolute()
 	creds, credsDir, err := cfg.credentials(log)
 	if err != nil {
 		return err
@@ -295,6 +308,10 @@ func runProvider(ctx context.Context, args []string, stdout, stderr io.Writer) e
 			log.Warn("registering GPU functions with the gpuserver failed", "err", err)
 		}
 	}
+	invocationsFile := "" // a cluster backend's provider keeps no state of its own (the gateway counts)
+	if cfg.backend == "local" {
+		invocationsFile = filepath.Join(cfg.stateDir, "invocations.json")
+	}
 	reg := prometheus.NewRegistry()
 	if be.metrics != nil {
 		reg.MustRegister(be.metrics) // a fresh registry: only a name clash with the handlers' own could fail
@@ -303,7 +320,7 @@ func runProvider(ctx context.Context, args []string, stdout, stderr io.Writer) e
 		Metrics: reg,
 		Info: types.ProviderInfo{Name: "faas-gpu", Orchestration: cfg.backend,
 			Version: &types.VersionInfo{Release: version, SHA: commit}},
-		Auth: creds, ProxyTimeout: cfg.proxyTimeout, ReadyTimeout: cfg.readyTimeout,
+		Auth: creds, ProxyTimeout: cfg.proxyTimeout, ReadyTimeout: cfg.readyTimeout, InvocationsFile: invocationsFile,
 		Logger: log.With("component", "provider")})
 	allowed := hostAllowList(cfg.allowedHosts, cfg.listenHost())
 	h = handlers.AllowHosts(allowed, h)

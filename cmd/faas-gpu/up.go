@@ -340,19 +340,19 @@ func (u *up) start(ctx context.Context, cfg upConfig, stateDir, nodeName string,
 	providerHandler := handlers.New(handlers.Config{
 		Metrics: metrics,
 		Backend: backend, Secrets: backend, Logs: backend, GPU: gpuClient,
-		Info:           info,
-		Auth:           creds,
-		ProxyTimeout:   proxyTimeout,
-		ReadyTimeout:   cfg.readyTimeout,
-		GatewayMetrics: true, // up is the gateway
-		Logger:         u.log.With("component", "provider"),
+		Info:            info,
+		Auth:            creds,
+		ProxyTimeout:    proxyTimeout,
+		ReadyTimeout:    cfg.readyTimeout,
+		GatewayMetrics:  true,                                        // up is the gateway
+		InvocationsFile: filepath.Join(stateDir, "invocations.json"), // faas-cli list's counts survive a restart
+		Logger:          u.log.With("component", "provider"),
 	})
 	fnSource := queueFunctions(backend)
 	mux := http.NewServeMux()
 	mux.Handle("/async-function/", handlers.LimitBodyTime(handlers.BodyTimeouts{Idle: 30 * time.Second, Total: proxyTimeout},
 		checkCallbackHeader(queueFrontDoor(js, fnSource, u.log))))
 	mux.Handle("/metrics", promhttp.HandlerFor(prometheus.Gatherers{metrics, gs.Metrics()}, promhttp.HandlerOpts{}))
-	mux.Handle("GET /system/info", gatewayInfoHandler(info, creds)) // up is the gateway: the gateway's shape
 	page, err := poolPage(gs, nodeName, js, u.log)
 	if err != nil {
 		return err

@@ -172,6 +172,9 @@ type reqState struct {
 	swapStart time.Time // when its transfer started
 	broken    bool      // a GPU of its binding (target, or the source of its swap) failed while it was bound
 	released  bool      // its NVLink source copy is no longer pinned by it (the source GPU failed)
+	// initialisation: the function's calls outside any request (pool.WithInitialisation), bound like a request
+	// but counted in no served or on-time figure and observed by no predictor
+	initialisation bool
 }
 
 // Controller decides, for a node's GPUs, which request runs next, where, how its model gets there and what is
@@ -600,6 +603,14 @@ func (c *Controller) SwapDone(now time.Time, id uint64, took time.Duration) erro
 	return nil
 }
 
+// markInitialisation marks submitted request id as a function's initialisation (pool.WithInitialisation): Complete
+// counts it in no served or on-time figure and feeds no predictor with it.
+func (c *Controller) markInitialisation(id uint64) {
+	if r := c.reqs[id]; r != nil {
+		r.initialisation = true
+	}
+}
+
 // Complete ends request id after it executed for exec (without the swap); it frees the GPU and feeds the SLO
 // bookkeeping with the latency from arrival to now. It returns whether the request met its deadline. A request
 // whose GPU failed while it was bound (SetHealthy) is ended all the same, counted late, teaches the predictors
@@ -624,7 +635,7 @@ func (c *Controller) Complete(now time.Time, id uint64, exec time.Duration) (boo
 	onTime := !r.broken && (r.deadline.IsZero() || !now.After(r.deadline))
 	if fs := c.fns[d.Function]; fs != nil {
 		fs.inFlight--
-		if !r.broken {
+		if !r.broken && !r.initialisation {
 			fs.exec.Observe(exec)
 			fs.hold.Observe(now.Sub(r.boundAt))
 			c.observeShed(fs, onTime, r.arrival)
@@ -632,7 +643,9 @@ func (c *Controller) Complete(now time.Time, id uint64, exec time.Duration) (boo
 		if res := g.resident[d.Function]; res != nil {
 			res.lastUsed = now
 		}
-		c.q.Observe(d.Function, onTime, now.Sub(r.arrival))
+		if !r.initialisation {
+			c.q.Observe(d.Function, onTime, now.Sub(r.arrival))
+		}
 	}
 	if r.broken {
 		return false, fmt.Errorf("%w: gpu %d failed while request %d of %q was bound to it", pool.ErrGPUUnhealthy,

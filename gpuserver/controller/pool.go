@@ -94,6 +94,9 @@ func (p *Pool) Acquire(ctx context.Context, function string) (pool.Binding, erro
 		p.mu.Unlock()
 		return pool.Binding{}, err
 	}
+	if pool.IsInitialisation(ctx) {
+		p.ctl.markInitialisation(id)
+	}
 	ch := make(chan Decision, 1)
 	p.waiters[id] = ch
 	p.dispatchLocked()

@@ -1,6 +1,9 @@
 package device
 
-import "errors"
+import (
+	"errors"
+	"fmt"
+)
 
 // Sentinel errors of every backend; backends wrap them with %w and the driver's own code and message.
 var (
@@ -27,4 +30,8 @@ var (
 	// ErrNoBinaryForGPU: a well-formed module image with no code for the GPU's architecture
 	// (CUDA_ERROR_NO_BINARY_FOR_GPU).
 	ErrNoBinaryForGPU = errors.New("no binary for the GPU")
+	// ErrKernelNotSimulated: a kernel the simulated node cannot compute (outside its reference kernels, without
+	// --sim-kernels=dry); it wraps ErrNotSupported (CUDA_ERROR_NOT_SUPPORTED to the function), and the remoting
+	// path tells the shim it apart so that the function can answer what the simulated node cannot do.
+	ErrKernelNotSimulated = fmt.Errorf("%w: kernel not simulated", ErrNotSupported)
 )

@@ -196,6 +196,22 @@ type Pool interface {
 	Status(ctx context.Context) Status
 }
 
+// initialisationKey marks an Acquire's context as a function's initialisation (WithInitialisation).
+type initialisationKey struct{}
+
+// WithInitialisation marks ctx's Acquire as a function's initialisation (its CUDA calls outside any request: the
+// import of its handler, its model's load), not a request: the pool binds it like one, but it counts in no
+// function's requests served or on time and teaches its predictors nothing.
+func WithInitialisation(ctx context.Context) context.Context {
+	return context.WithValue(ctx, initialisationKey{}, true)
+}
+
+// IsInitialisation reports whether ctx was marked by WithInitialisation.
+func IsInitialisation(ctx context.Context) bool {
+	v, _ := ctx.Value(initialisationKey{}).(bool)
+	return v
+}
+
 // Sentinel errors of a pool; the gpuserver API maps them to HTTP statuses.
 var (
 	ErrUnknownFunction = errors.New("unknown function")

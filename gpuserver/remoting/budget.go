@@ -22,6 +22,9 @@ type functionBudgets struct {
 
 	mu  sync.Mutex
 	fns map[string]*functionBudget
+	// notSimulated names the functions whose sessions launched a kernel the simulated node cannot compute, so
+	// that the log says so once per function, not once per launch or process.
+	notSimulated map[string]bool
 }
 
 type functionBudget struct {
@@ -30,7 +33,18 @@ type functionBudget struct {
 }
 
 func newFunctionBudgets(maxGraph uint64) *functionBudgets {
-	return &functionBudgets{maxGraph: maxGraph, fns: map[string]*functionBudget{}}
+	return &functionBudgets{maxGraph: maxGraph, fns: map[string]*functionBudget{}, notSimulated: map[string]bool{}}
+}
+
+// firstNotSimulated reports whether function's launch of a kernel the simulated node cannot compute is its first.
+func (b *functionBudgets) firstNotSimulated(function string) bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.notSimulated[function] {
+		return false
+	}
+	b.notSimulated[function] = true
+	return true
 }
 
 func (b *functionBudgets) fnLocked(function string) *functionBudget {

@@ -132,6 +132,8 @@ func result(err error) Result {
 		return ResultOutOfMemory
 	case errors.Is(err, device.ErrNotFound):
 		return ResultNotFound
+	case errors.Is(err, device.ErrKernelNotSimulated):
+		return ResultKernelNotSimulated
 	case errors.Is(err, device.ErrNotSupported):
 		return ResultNotSupported
 	case errors.Is(err, device.ErrInvalidImage):

@@ -3,6 +3,7 @@ package remoting
 import (
 	"context"
 	"encoding/binary"
+	"errors"
 
 	"github.com/faas-gpu/faas-gpu/gpuserver/device"
 )
@@ -58,12 +59,21 @@ func (h *deviceHandler) launch(ctx context.Context, f uint64, grid, block device
 			}
 		}
 	}
+	var err error
 	if attrs == nil {
-		return result(s.Launch(df, grid, block, shmem, a))
+		err = s.Launch(df, grid, block, shmem, a)
+	} else {
+		xl, ok := s.(device.ExtendedLauncher)
+		if !ok {
+			return ResultNotSupported
+		}
+		err = xl.LaunchEx(df, grid, block, shmem, attrs, a)
 	}
-	xl, ok := s.(device.ExtendedLauncher)
-	if !ok {
-		return ResultNotSupported
+	if errors.Is(err, device.ErrKernelNotSimulated) && h.budgets.firstNotSimulated(h.info.Function) {
+		h.log.Warn("remoting: the simulated node cannot compute this function's kernels (it computes only its "+
+			"reference kernels, not PyTorch's or cuBLAS's): its requests answer 501 until faas-gpu up (or the "+
+			"gpuserver) runs with --sim-kernels=dry, which accepts every kernel without computing it (answers are "+
+			"then meaningless), or on a GPU; logged once per function", "function", h.info.Function, "err", err)
 	}
-	return result(xl.LaunchEx(df, grid, block, shmem, attrs, a))
+	return result(err)
 }

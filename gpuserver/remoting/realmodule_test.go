@@ -107,8 +107,8 @@ func TestNVCCModuleThroughTheHandler(t *testing.T) {
 	if r != ResultSuccess {
 		t.Fatalf("add_bias: %v", r)
 	}
-	if r := h.CuLaunchKernel(ctx, addBias, 1, 1, 1, 32, 1, 1, 0, 0, args[:12], 0); r != ResultNotSupported {
-		t.Errorf("C++ kernel launch: %v, want CUDA_ERROR_NOT_SUPPORTED", r)
+	if r := h.CuLaunchKernel(ctx, addBias, 1, 1, 1, 32, 1, 1, 0, 0, args[:12], 0); r != ResultKernelNotSimulated {
+		t.Errorf("C++ kernel launch: %v, want ResultKernelNotSimulated (CUDA_ERROR_NOT_SUPPORTED from the shim)", r)
 	}
 }
 
@@ -134,7 +134,7 @@ func TestLibraryModuleThroughTheHandler(t *testing.T) {
 	}
 	img := data[:size]
 	ctx := context.Background()
-	for mode, want := range map[sim.KernelMode]Result{sim.KernelsReference: ResultNotSupported,
+	for mode, want := range map[sim.KernelMode]Result{sim.KernelsReference: ResultKernelNotSimulated,
 		sim.KernelsDry: ResultSuccess} {
 		h := h100Handler(t, mode)
 		lib, r := h.CuLibraryLoadData(ctx, img, uint64(len(img)))

@@ -53,6 +53,11 @@ const (
 	ResultSystemNotReady     Result = 802
 	ResultUnknown            Result = 999
 	ResultIllegalState       Result = 401
+	// ResultKernelNotSimulated is faas-gpu's own, never a CUDA result: a launch of a kernel the simulated node
+	// cannot compute (device.ErrKernelNotSimulated). The shim hands its function CUDA_ERROR_NOT_SUPPORTED in its
+	// place and counts it (faas_gpu_kernels_not_simulated), so that the gpu-python template answers 501 naming
+	// --sim-kernels=dry instead of the handler's exception.
+	ResultKernelNotSimulated Result = 0x46470001
 )
 
 // Errors of the protocol.

@@ -459,7 +459,8 @@ func (t *trackedPool) BindImplicit(ctx context.Context, function string) (int, f
 			return 0, nil, err
 		}
 	}
-	b, err := t.acquire(ctx, function, false) // initialisation goes on: no capture, not a request
+	// Initialisation goes on: no capture, not a request (counted in no served or on-time figure).
+	b, err := t.acquire(pool.WithInitialisation(ctx), function, false)
 	if err != nil {
 		return 0, nil, err
 	}

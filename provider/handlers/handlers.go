@@ -58,6 +58,9 @@ type Config struct {
 	// GatewayMetrics registers the OpenFaaS gateway's gateway_function_invocation_total on Metrics: set it when
 	// these handlers are the gateway (faas-gpu up), not behind one.
 	GatewayMetrics bool
+	// InvocationsFile keeps the invocation counts (InvocationCount, faas-cli list) across restarts; "" keeps them
+	// in memory only.
+	InvocationsFile string
 	// Logger receives request failures; default discards.
 	Logger *slog.Logger
 	// Metrics is the registry /metrics serves and the handlers' request metrics go to; default a new one.
@@ -88,7 +91,7 @@ func New(cfg Config) http.Handler {
 		systemTotal = 60 * time.Second
 	}
 	m := newMetrics(reg)
-	inv := newInvocations(reg, cfg.GatewayMetrics)
+	inv := newInvocations(reg, cfg.GatewayMetrics, cfg.InvocationsFile, log)
 	r := mux.NewRouter()
 	name := "{name:[" + NameExpression + "]+}"
 

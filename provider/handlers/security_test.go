@@ -9,6 +9,8 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"net/url"
+	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -17,6 +19,8 @@ import (
 
 	"github.com/openfaas/faas-provider/auth"
 	"github.com/openfaas/faas-provider/types"
+
+	"github.com/faas-gpu/faas-gpu/test/testkit"
 )
 
 var testCredentials = &auth.BasicAuthCredentials{User: "admin", Password: "correct horse battery staple"}
@@ -375,5 +379,35 @@ func TestTwoHundredConcurrentRequests(t *testing.T) {
 	if bad.Load() > 0 {
 		t.Fatalf("%d of %d requests from %d concurrent clients failed, e.g. %v", bad.Load(), clients*each, clients,
 			example.Load())
+	}
+}
+
+// TestInvocationCountsSurviveARestart: with InvocationsFile, the counts faas-cli list shows are those before a
+// restart (new handlers on the same file) plus the invocations since, as the bill survives one.
+func TestInvocationCountsSurviveARestart(t *testing.T) {
+	file := filepath.Join(t.TempDir(), "invocations.json")
+	var cfg Config
+	f := newFixtureWith(t, func(c *Config) { c.InvocationsFile = file; cfg = *c })
+	f.deploy(t, deployment("echo"))
+	for i := 0; i < 3; i++ {
+		f.expect(t, http.MethodPost, "/function/echo", "x", http.StatusOK, "x")
+	}
+	testkit.EventuallyNil(t, 10*time.Second, "the counts written", func() error {
+		raw, err := os.ReadFile(file)
+		if err != nil || !strings.Contains(string(raw), `"echo.openfaas-fn":3`) {
+			return fmt.Errorf("%s %v", raw, err)
+		}
+		return nil
+	})
+	cfg.Metrics = nil // a new process: a new registry
+	restarted := &fixture{srv: httptest.NewServer(New(cfg)), backend: f.backend}
+	t.Cleanup(restarted.srv.Close)
+	restarted.expect(t, http.MethodPost, "/function/echo", "y", http.StatusOK, "y")
+	var list []types.FunctionStatus
+	if err := json.Unmarshal([]byte(restarted.expect(t, http.MethodGet, "/system/functions", nil, http.StatusOK, "")), &list); err != nil {
+		t.Fatal(err)
+	}
+	if len(list) != 1 || list[0].InvocationCount != 4 {
+		t.Fatalf("list after the restart = %+v, want echo with 3 + 1 invocations", list)
 	}
 }

@@ -224,6 +224,10 @@ func TestFailedInstallIsAClearErrorNotACrashLoop(t *testing.T) {
 	if !strings.Contains(logText(t, b, "broken"), "pip: ERROR: "+reason) {
 		t.Fatalf("pip's error is not in the function's log:\n%s", logText(t, b, "broken"))
 	}
+	if text := logText(t, b, "broken"); strings.Contains(text, "cannot start: cannot start") ||
+		!strings.Contains(text, "cannot start: function \"broken\"") {
+		t.Fatalf("the function's log says why it cannot start once, naming it:\n%s", text)
+	}
 
 	// Two more replicas: they report the same failure without running pip, and no process is started.
 	if err := b.Scale(ctx, "", "broken", 3); err != nil {

@@ -255,6 +255,7 @@ func TestBadInputs(t *testing.T) {
 			Annotations: ann("com.openfaas.gpu.memory", "lots")}, "com.openfaas.gpu.memory"},
 		{"missing secret", types.FunctionDeployment{Service: "probe", Image: "probe", Secrets: []string{"nope"}}, "nope"},
 		{"no build context", types.FunctionDeployment{Service: "ghost", Image: "ghost:latest"}, "ghost"},
+		{"no build context, the flag", types.FunctionDeployment{Service: "ghost", Image: "ghost:latest"}, "--build-dir"},
 		{"bad scale label", types.FunctionDeployment{Service: "probe", Image: "probe",
 			Labels: ann(LabelScaleMin, "many")}, LabelScaleMin},
 		{"bad scale max", types.FunctionDeployment{Service: "probe", Image: "probe",

@@ -133,7 +133,7 @@ func (b *Backend) supervise(ctx context.Context, fn *function, r *replica, rec r
 		}
 		var failed *envFailed
 		if errors.As(err, &failed) { // restarting cannot help: wait for an update (which stops this replica)
-			fn.event(r.id, "cannot start: %v; not restarting until the function is updated", err)
+			fn.event(r.id, "%v; not restarting until the function is updated", err) // err says "cannot start: "
 			b.log.Error("function replica cannot start", "function", fn.name, "instance", r.id, "err", err)
 			<-ctx.Done()
 			fn.event(r.id, "stopped")

@@ -71,7 +71,8 @@ func (b *Backend) source(fn recordView, assemble bool) (string, error) {
 		tried = append(tried, tpl+" + "+handler)
 	}
 	return "", fmt.Errorf("%w: image %q of function %q: no build context (looked in %s); "+
-		"run `make functions` or `faas-cli build --shrinkwrap`", provider.ErrInvalid, fn.image, fn.name,
+		"run `make functions` or `faas-cli build --shrinkwrap` (they write ./build/<function>/), or start with "+
+		"--build-dir naming the folder that holds the build contexts", provider.ErrInvalid, fn.image, fn.name,
 		strings.Join(tried, ", "))
 }
 

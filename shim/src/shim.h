@@ -40,6 +40,11 @@ enum {
 	CUDA_ERROR_UNKNOWN = 999,
 };
 
+/* faas-gpu's own result, never a CUDA one (the gpuserver's remoting.ResultKernelNotSimulated): the simulated node
+ * cannot compute the kernel a launch named. shim_call_end hands the caller CUDA_ERROR_NOT_SUPPORTED in its place
+ * and counts it (faas_gpu_kernels_not_simulated). */
+#define SHIM_RESULT_KERNEL_NOT_SIMULATED 0x46470001
+
 /* CU_DEVICE_ATTRIBUTE_MAX of CUDA 13.0: device attributes are 1..147. */
 #define SHIM_DEVICE_ATTRIBUTE_MAX 148
 

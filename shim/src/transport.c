@@ -57,6 +57,7 @@ static struct {
 	int sync_all;       /* FAAS_GPU_REMOTING_SYNC (default 0) */
 	long spin_ns;       /* FAAS_GPU_REMOTING_SPIN_US (default 50) */
 	int debug;          /* FAAS_GPU_SHIM_DEBUG */
+	uint64_t not_simulated; /* results SHIM_RESULT_KERNEL_NOT_SIMULATED (faas_gpu_kernels_not_simulated) */
 	struct shim_device dev;
 } g = {
 	.init_mu = PTHREAD_MUTEX_INITIALIZER,
@@ -511,6 +512,10 @@ int shim_call_end(struct shim_call *c) {
 	c->resp = h + SHIM_RESPONSE_HEADER_SIZE;
 	c->resp_len = len;
 	c->roff = 0;
+	if (result == SHIM_RESULT_KERNEL_NOT_SIMULATED) {
+		__atomic_add_fetch(&g.not_simulated, 1, __ATOMIC_RELEASE);
+		result = CUDA_ERROR_NOT_SUPPORTED;
+	}
 	if (result == 0) {
 		switch (c->id) {
 		case CALL_cuCtxSynchronize:
@@ -577,6 +582,14 @@ void shim_call_done(struct shim_call *c) {
  * Not a CUDA entry point. */
 SHIM_EXPORT int faas_gpu_session_lost(void) {
 	return __atomic_load_n(&g.state, __ATOMIC_ACQUIRE) == -1 && g.err == CUDA_ERROR_SYSTEM_NOT_READY;
+}
+
+/* faas_gpu_kernels_not_simulated is how many calls have failed so far because the simulated node cannot compute a
+ * kernel this process launched (the caller got CUDA_ERROR_NOT_SUPPORTED): the gpu-python template compares it
+ * around each request and answers 501 naming --sim-kernels=dry instead of the handler's result or exception. Not a
+ * CUDA entry point. */
+SHIM_EXPORT unsigned long long faas_gpu_kernels_not_simulated(void) {
+	return (unsigned long long)__atomic_load_n(&g.not_simulated, __ATOMIC_ACQUIRE);
 }
 
 /* faasGpuShimCallLog starts logging every remoted call (path set: the log is written there when it stops) or

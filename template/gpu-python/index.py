@@ -128,19 +128,25 @@ def cuda_loaded():
 _shim = []  # the loaded shim, once this process loaded it
 
 
+def shim_library():
+    """The shim this process loaded as libcuda.so.1, or None while it has loaded none."""
+    if not _shim:
+        if not cuda_loaded():
+            return None
+        try:
+            _shim.append(ctypes.CDLL("libcuda.so.1"))
+        except OSError:
+            return None
+    return _shim[0]
+
+
 def session_lost():
     """Whether this process's CUDA session ended for good: the executor process that ran it (its tenant's, or the
     gpuserver) went away, and every CUDA call of this process fails from now on. Its model is still in the node's
     repository: a new process gets it back (docs/tenants.md)."""
-    if not _shim:
-        if not cuda_loaded():
-            return False
-        try:
-            _shim.append(ctypes.CDLL("libcuda.so.1"))
-        except OSError:
-            return False
+    lib = shim_library()
     try:
-        return bool(_shim[0].faas_gpu_session_lost())
+        return lib is not None and bool(lib.faas_gpu_session_lost())
     except AttributeError:  # a driver that is not the shim
         return False
 
@@ -150,13 +156,35 @@ def process_phase(name):
     has ended: a replica that starts while others serve requests is then told apart from them, and what its
     initialisation allocates stays the function's (docs/operations.md, scratch). Without the shim, nothing."""
     try:
-        if not _shim:
+        if not _shim:  # loaded here even before the handler loads CUDA: the phase starts before its import
             _shim.append(ctypes.CDLL("libcuda.so.1"))
         r = getattr(_shim[0], name)()
     except (OSError, AttributeError):  # no driver, or a driver that is not the shim
         return
     if r != 0:
         log("gpu-python: %s answered CUDA error %d; the first request ends the initialisation" % (name, r))
+
+
+def kernels_not_simulated():
+    """How many of this process's CUDA calls failed because the simulated node cannot compute a kernel it launched
+    (PyTorch's, cuBLAS's: the simulated node computes only its reference kernels unless the gpuserver runs with
+    --sim-kernels=dry); 0 with a real GPU or without the shim."""
+    lib = shim_library()
+    if lib is None:
+        return 0
+    try:
+        f = lib.faas_gpu_kernels_not_simulated
+    except AttributeError:  # a driver that is not the shim
+        return 0
+    f.restype = ctypes.c_ulonglong
+    return int(f())
+
+
+# NOT_SIMULATED is the answer of a request whose kernels the simulated node could not compute: never the handler's
+# result (computed without its kernels) nor its exception (CUDA_ERROR_NOT_SUPPORTED says nothing of the cause).
+NOT_SIMULATED = ("function %s launched kernels the simulated node cannot compute (it computes only its reference "
+                 "kernels, not PyTorch's or cuBLAS's): run faas-gpu up (or the gpuserver) with --sim-kernels=dry to "
+                 "accept them without computing them (answers are then meaningless), or on a machine with a GPU")
 
 
 class UnixHTTPConnection(http.client.HTTPConnection):
@@ -376,6 +404,7 @@ class Server(ThreadingHTTPServer):
         super().__init__(addr, RequestHandler)
         self.gpu_client = gpu_client
         self.shed_logged = False  # a refusal of the overload control was logged; reset when a request is served
+        self.not_simulated_logged = False  # a request whose kernels the simulated node cannot compute was logged
         self.lock = threading.Lock()
         self.inflight = 0
         self.stopping = False
@@ -476,7 +505,18 @@ class RequestHandler(BaseHTTPRequestHandler):
     server_version = "gpu-python"
 
     def log_message(self, fmt, *args):
-        pass  # the provider logs requests; stdout/stderr carry the handler's own output
+        pass  # stdout/stderr carry the handler's own output and one line per request (log_request)
+
+    def log_request(self, code="-", size="-"):
+        """One line per request in the function's log (faas-cli logs): method, path (without its query), status and
+        the time from the request's start to its answer's status line (a stream's first byte). Health checks are
+        not logged."""
+        path = urlsplit(self.path).path
+        if path == HEALTH_PATH:
+            return
+        start = getattr(self, "request_start", None)
+        took = "" if start is None else " %.1fms" % ((time.monotonic() - start) * 1000)
+        log("%s %s %s%s" % (self.command, path, getattr(code, "value", code), took))
 
     def read_body(self):
         """Reads the request body; raises BodyTooLarge beyond server.max_body (checked before reading) and
@@ -624,6 +664,7 @@ class RequestHandler(BaseHTTPRequestHandler):
         self.send(status, {"Content-Type": "application/json"}, json.dumps({"error": message}).encode())
 
     def handle_any(self):
+        self.request_start = time.monotonic()
         url = urlsplit(self.path)
         try:
             body = self.read_body()
@@ -682,6 +723,7 @@ class RequestHandler(BaseHTTPRequestHandler):
             released = True
             return gpu.release(binding.get("id", ""), lease)
 
+        not_simulated = kernels_not_simulated() if gpu is not None else 0
         try:
             context = Context(gpu=binding)
             try:
@@ -691,9 +733,15 @@ class RequestHandler(BaseHTTPRequestHandler):
                 traceback.print_exc()
                 if gpu is not None and session_lost():  # the exception is the lost session's: answered below
                     status, headers, out = 500, {}, b""
+                elif gpu is not None and kernels_not_simulated() > not_simulated:
+                    self.answer_not_simulated(gpu.function)
+                    return
                 else:
                     self.send_json_error(500, "the function's handler raised an exception; see its logs")
                     return
+            if gpu is not None and kernels_not_simulated() > not_simulated:  # a result without its kernels
+                self.answer_not_simulated(gpu.function)
+                return
             if is_stream(out):
                 # The binding is held while the generator runs: it does the GPU work as it yields.
                 self.stream(status, headers, out, release)
@@ -710,6 +758,14 @@ class RequestHandler(BaseHTTPRequestHandler):
             self.send_json_error(broke.status, broke.message)
             return
         self.send(status, headers, out)
+
+    def answer_not_simulated(self, function):
+        """Answers 501: the simulated node could not compute the request's kernels (logged once per process)."""
+        message = NOT_SIMULATED % function
+        if not self.server.not_simulated_logged:
+            self.server.not_simulated_logged = True
+            log("faas-gpu: %s (logged once)" % message)
+        self.send_json_error(501, message)
 
     def exit_for_new_session(self, e):
         """Answers e and exits, so that the supervisor starts this function again with a new CUDA session."""

@@ -148,3 +148,45 @@ func TestMakeBuildIsQuiet(t *testing.T) {
 		t.Fatalf("building go-nvml with the Makefile's CGO_CFLAGS printed:\n%s", out)
 	}
 }
+
+// TestMakeBuildShowsProgress: `make build` on a cold Go build cache (minutes of compiling) prints a line every 20
+// packages compiled, with the seconds so far, instead of nothing; a compile error still shows and fails the build.
+// A stand-in go prints what `go build -v` prints (a package path per line) so that the test compiles nothing.
+func TestMakeBuildShowsProgress(t *testing.T) {
+	if _, err := exec.LookPath("make"); err != nil {
+		t.Skip("make is not installed")
+	}
+	dir := t.TempDir()
+	fake := filepath.Join(dir, "go")
+	script := "#!/bin/sh\ni=0; while [ $i -lt 45 ]; do echo \"example.com/pkg/p$i\" >&2; i=$((i+1)); done\n" +
+		"[ -n \"$FAIL\" ] && { echo \"cmd/faas-gpu/main.go:1:1: expected 'package', found x\" >&2; exit 1; }\nexit 0\n"
+	if err := os.WriteFile(fake, []byte(script), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	run := func(fail bool) (string, error) {
+		cmd := exec.Command("make", "-s", "build", "GO="+fake, "BIN="+filepath.Join(dir, "faas-gpu"))
+		cmd.Dir = repoRoot(t)
+		cmd.Env = os.Environ()
+		if fail {
+			cmd.Env = append(cmd.Env, "FAIL=1")
+		}
+		out, err := cmd.CombinedOutput()
+		return string(out), err
+	}
+	out, err := run(false)
+	if err != nil {
+		t.Fatalf("make build: %v\n%s", err, out)
+	}
+	for _, want := range []string{"build: 20 packages compiled, ", "build: 40 packages compiled, ", "build: 45 packages compiled in "} {
+		if !strings.Contains(out, want) {
+			t.Errorf("make build lacks %q:\n%s", want, out)
+		}
+	}
+	if strings.Contains(out, "example.com/pkg/") {
+		t.Errorf("make build prints every package:\n%s", out)
+	}
+	out, err = run(true)
+	if err == nil || !strings.Contains(out, "main.go:1:1: expected 'package'") {
+		t.Errorf("make build with a compile error: %v, want a failure showing the error:\n%s", err, out)
+	}
+}

@@ -7,6 +7,8 @@ import (
 	"regexp"
 	"strings"
 	"testing"
+
+	"github.com/faas-gpu/faas-gpu/provider/shrinkwrap"
 )
 
 // quickstartScript returns the sh blocks of the README's "With curl" quickstart, between the quickstart-test
@@ -84,6 +86,49 @@ func TestReadmeQuickstart(t *testing.T) {
 	for _, bad := range []string{"invalid credentials", "takes a JSON body", "invalid request", "not found", "No endpoints"} {
 		if strings.Contains(text, bad) {
 			t.Errorf("the quickstart's output has %q (a refused request):\n%s", bad, text)
+		}
+	}
+}
+
+// TestReadmeFaasCLIDeploysWhatDownloadsNothingFirst: the README's faas-cli quickstart deploys first, with
+// `faas-cli deploy -f stack.yml --regex '...'`, exactly the functions of stack.yml whose requirements download
+// nothing (the CPU and CUDA examples), so that a newcomer's first deploy starts no pip download; the functions the
+// regex leaves out are named in the separate step that says what it downloads.
+func TestReadmeFaasCLIDeploysWhatDownloadsNothingFirst(t *testing.T) {
+	root := repoRoot(t)
+	raw, err := os.ReadFile(filepath.Join(root, "README.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	readme := string(raw)
+	m := regexp.MustCompile(`(?m)^faas-cli deploy -f stack.yml --regex '([^']+)'`).FindStringSubmatch(readme)
+	if m == nil {
+		t.Fatal("the README's faas-cli quickstart has no `faas-cli deploy -f stack.yml --regex '...'`")
+	}
+	re, err := regexp.Compile(m[1])
+	if err != nil {
+		t.Fatalf("the README's --regex %q: %v", m[1], err)
+	}
+	stack, err := shrinkwrap.ReadStack(filepath.Join(root, "stack.yml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	step := readme[strings.Index(readme, "Then, as a separate step"):]
+	for name, f := range stack.Functions {
+		reqs, _ := os.ReadFile(filepath.Join(root, f.Handler, "requirements.txt"))
+		downloads := false
+		for _, l := range strings.Split(string(reqs), "\n") {
+			if l = strings.TrimSpace(l); l != "" && !strings.HasPrefix(l, "#") {
+				downloads = true
+			}
+		}
+		switch {
+		case downloads && re.MatchString(name):
+			t.Errorf("the first deploy's --regex %q takes %s, which downloads its requirements", m[1], name)
+		case !downloads && !re.MatchString(name):
+			t.Errorf("the first deploy's --regex %q leaves out %s, which downloads nothing", m[1], name)
+		case downloads && !strings.Contains(step, "`"+name+"`"):
+			t.Errorf("the README's separate step does not name %s", name)
 		}
 	}
 }

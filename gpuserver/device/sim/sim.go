@@ -133,9 +133,9 @@ func ParseKernelMode(s string) (KernelMode, error) {
 	return 0, fmt.Errorf("%w: sim kernels %q: want reference or dry", device.ErrInvalidValue, s)
 }
 
-// ErrKernelNotSimulated is wrapped by the error of launching a kernel the sim cannot compute outside dry mode; it
-// wraps device.ErrNotSupported (CUDA_ERROR_NOT_SUPPORTED through the shim).
-var ErrKernelNotSimulated = fmt.Errorf("%w: kernel not simulated", device.ErrNotSupported)
+// ErrKernelNotSimulated is wrapped by the error of launching a kernel the sim cannot compute outside dry mode: it is
+// device.ErrKernelNotSimulated, which wraps device.ErrNotSupported (CUDA_ERROR_NOT_SUPPORTED through the shim).
+var ErrKernelNotSimulated = device.ErrKernelNotSimulated
 
 // defaultComputeCapability is a simulated GPU's when its topology does not say (a V100's, as before topologies
 // carried one).

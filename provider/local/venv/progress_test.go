@@ -87,3 +87,29 @@ func TestProgressFilterThrottles(t *testing.T) {
 		t.Errorf("a short download gave %q, want its end only", small)
 	}
 }
+
+// TestInstallErrorNamesTheNetwork: offline, pip's error says only "Could not find a version that satisfies the
+// requirement"; the install's error then says that pip could not reach the package index, with pip's first
+// network error, so that the deploy's status and the function's answer name the cause.
+func TestInstallErrorNamesTheNetwork(t *testing.T) {
+	offline := "Collecting torch==2.9.1\n" +
+		"WARNING: Retrying (Retry(total=4, connect=None, read=None, redirect=None, status=None)) after connection " +
+		"broken by 'NewConnectionError('<pip._vendor.urllib3.connection.HTTPSConnection object at 0x7f>: Failed to " +
+		"establish a new connection: [Errno -3] Temporary failure in name resolution')': /simple/torch/\n" +
+		"ERROR: Could not find a version that satisfies the requirement torch==2.9.1 (from versions: none)\n" +
+		"ERROR: No matching distribution found for torch==2.9.1\n"
+	w := &tailWriter{}
+	_, _ = w.Write([]byte(offline))
+	got := w.summary()
+	for _, want := range []string{"pip could not reach the package index (no network to PyPI?",
+		"No matching distribution found for torch==2.9.1", "Temporary failure in name resolution"} {
+		if !strings.Contains(got, want) {
+			t.Errorf("offline install error lacks %q: %s", want, got)
+		}
+	}
+	w = &tailWriter{}
+	_, _ = w.Write([]byte("ERROR: Could not find a version that satisfies the requirement nosuchpkg==1 (from versions: 0.1)\n"))
+	if got := w.summary(); strings.Contains(got, "network") || !strings.Contains(got, "nosuchpkg") {
+		t.Errorf("an online install error: %s", got)
+	}
+}

@@ -435,12 +435,20 @@ func childEnv() []string {
 	return out
 }
 
-// tailWriter keeps the last lines of a command's output.
+// tailWriter keeps the last lines of a command's output, and the first of pip's lines that say it could not reach
+// the package index.
 type tailWriter struct {
-	mu    sync.Mutex
-	lines []string
-	part  string
+	mu      sync.Mutex
+	lines   []string
+	part    string
+	network string
 }
+
+// networkFailures are what pip prints (in its retry warnings) when it cannot reach the package index; its error
+// then reads only "Could not find a version that satisfies the requirement".
+var networkFailures = []string{"NewConnectionError", "Failed to establish a new connection",
+	"Temporary failure in name resolution", "Name or service not known", "Network is unreachable",
+	"ConnectTimeoutError", "ProxyError", "No route to host"}
 
 const tailLines = 40
 
@@ -452,6 +460,11 @@ func (w *tailWriter) Write(p []byte) (int, error) {
 	for _, l := range parts[:len(parts)-1] {
 		if l = strings.TrimSpace(l); l != "" {
 			w.lines = append(w.lines, l)
+			for _, n := range networkFailures {
+				if w.network == "" && strings.Contains(l, n) {
+					w.network = l
+				}
+			}
 		}
 	}
 	if len(w.lines) > tailLines {
@@ -479,6 +492,10 @@ func (w *tailWriter) summary() string {
 	}
 	if len(errs) == 0 {
 		return "(no output)"
+	}
+	if w.network != "" {
+		return "pip could not reach the package index (no network to PyPI? or set PIP_INDEX_URL, PIP_FIND_LINKS " +
+			"or HTTPS_PROXY): " + strings.Join(errs, " | ") + " | first network error: " + w.network
 	}
 	return strings.Join(errs, " | ")
 }
