@@ -52,6 +52,8 @@ type Binding struct {
 	ID string `json:"id"`
 	// Function the binding belongs to.
 	Function string `json:"function"`
+	// Instance of the function the binding holds ("" for the function itself: InstanceKey).
+	Instance string `json:"instance,omitempty"`
 	// GPU is the index of the bound GPU in the node's pool.
 	GPU int `json:"gpu"`
 	// GPUName is the device's model name, e.g. "Tesla V100-SXM2-32GB (simulated)".
@@ -265,8 +267,9 @@ func CheckName(name string) error {
 
 // Namespace is the OpenFaaS namespace of a function name: what follows its first '.' (the provider registers
 // "service.namespace", and service names are DNS labels without dots), or "" for a name without one (the
-// provider's default namespace).
+// provider's default namespace). An instance key's namespace is its function's.
 func Namespace(function string) string {
+	function, _ = SplitInstance(function)
 	if _, ns, ok := strings.Cut(function, "."); ok {
 		return ns
 	}
@@ -277,14 +280,16 @@ func Namespace(function string) string {
 // address space, functions of different namespaces never do, and an isolated function shares with none.
 func (s FunctionSpec) Tenant() string {
 	if s.Isolation == IsolationIsolated {
-		return "function/" + s.Name
+		fn, _ := SplitInstance(s.Name) // an instance is in its function's tenant
+		return "function/" + fn
 	}
 	return "namespace/" + Namespace(s.Name)
 }
 
-// Validate checks a spec and fills defaults (percentile 98, isolation shared).
+// Validate checks a spec and fills defaults (percentile 98, isolation shared). Its name is a function's or an
+// instance's (CheckKey).
 func (s *FunctionSpec) Validate() error {
-	if err := CheckName(s.Name); err != nil {
+	if err := CheckKey(s.Name); err != nil {
 		return err
 	}
 	switch {

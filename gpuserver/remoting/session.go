@@ -32,7 +32,7 @@ func (s *Server) serveConn(ctx context.Context, c *net.UnixConn, who string) {
 	if err != nil {
 		return
 	}
-	info := SessionInfo{Function: h.function, Spec: spec, PID: int(h.pid)}
+	info := SessionInfo{Function: h.key, Spec: spec, PID: int(h.pid)}
 	if s.cfg.HandOff != nil {
 		_ = shm.unmap()
 		s.handOff(ctx, c, kept, info, h.shmSize, done)
@@ -134,6 +134,13 @@ func (s *Server) handshake(c *net.UnixConn, who string, keep bool) (shm *sharedM
 		s.refuse(c, wireStatusInternal, "sessions_per_function", err)
 		return nil, h, spec, nil, -1, err
 	}
+	if h.key, err = s.instance(h); err != nil {
+		log.Warn("remoting: refused connection", "pid", h.pid, "instance", h.instance, "err", err)
+		s.refuse(c, wireStatusIdentity, "instance", err)
+		done()
+		return nil, h, spec, nil, -1, err
+	}
+	done = s.instanceSession(h.key, done)
 	if fd < 0 {
 		err = fmt.Errorf("%w: no shared memory passed with the hello", ErrProtocol)
 		s.refuse(c, wireStatusSharedMemory, "shared_memory", err)
