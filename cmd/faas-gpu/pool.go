@@ -115,8 +115,13 @@ func printQueues(w io.Writer, q queueView) {
 
 func printPool(w io.Writer, st pool.Status) {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	fmt.Fprintf(tw, "policy: %s\tqueued: %d\tswaps: none %d, nvlink %d, pcie %d\n\n", st.Policy, st.Queued,
+	fmt.Fprintf(tw, "policy: %s\tqueued: %d\tswaps: none %d, nvlink %d, pcie %d", st.Policy, st.Queued,
 		st.Swaps["none"], st.Swaps["nvlink"], st.Swaps["pcie"])
+	if ev := st.Evictions; ev != nil {
+		fmt.Fprintf(tw, "\tevictions: controller %d, data plane %d (pressure %d, reclaim %d)", ev.Controller,
+			ev.DataPlane["pressure"]+ev.DataPlane["reclaim"], ev.DataPlane["pressure"], ev.DataPlane["reclaim"])
+	}
+	fmt.Fprint(tw, "\n\n")
 	switch st.SimKernels {
 	case "dry":
 		fmt.Fprintf(tw, "SIMULATED GPUS IN DRY KERNEL MODE (--sim-kernels=dry): kernels the simulator cannot compute "+

@@ -204,6 +204,9 @@ type Counters struct {
 	Shed int64
 	// SwappedBytes is the total of the bytes swaps moved onto GPUs.
 	SwappedBytes uint64
+	// DataPlaneEvictions counts the copies the data plane dropped on its own (Evicted), by reason
+	// (executor.EvictPressure, executor.EvictReclaim); Evictions counts those the controller decided.
+	DataPlaneEvictions map[string]int64
 }
 
 // New returns a controller with no functions.
@@ -639,6 +642,33 @@ func (c *Controller) Complete(now time.Time, id uint64, exec time.Duration) (boo
 			d.GPU, id, d.Function)
 	}
 	return onTime, nil
+}
+
+// Evicted tells the controller that the data plane dropped function's copy on gpu on its own (reason: why, e.g.
+// executor.EvictPressure when a swap-in ran out of chunks, executor.EvictReclaim when another tenant needed them
+// back): the copy is forgotten (it is neither a placement target nor a swap source any more, and its memory is free)
+// and the eviction is counted, so that the pool's status, /metrics and the simulator count the same evictions
+// (docs/design.md, decision 12). A copy the controller still sees loading is kept (its swap ends it); an unknown
+// function or copy is counted all the same. It reports whether a copy was forgotten.
+func (c *Controller) Evicted(function string, gpu int, reason string) bool {
+	if c.counts.DataPlaneEvictions == nil {
+		c.counts.DataPlaneEvictions = map[string]int64{}
+	}
+	c.counts.DataPlaneEvictions[reason]++
+	fs := c.fns[function]
+	if fs == nil || gpu < 0 || gpu >= len(c.gpus) {
+		return false
+	}
+	g := c.gpus[gpu]
+	if r := g.resident[function]; r != nil && !r.loading {
+		c.removeResident(fs, g)
+		return true
+	}
+	if g.partial[function] != nil {
+		c.evict(fs, g, 0)
+		return true
+	}
+	return false
 }
 
 // BusyTime is how long each GPU has been bound so far (bindings still open count up to now).

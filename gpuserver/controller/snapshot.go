@@ -32,6 +32,11 @@ func (c *Controller) Status() pool.Status {
 	ov := c.Overload()
 	st.Overload = &pool.OverloadView{Setting: ov.Setting, Demand: ov.Demand, Capacity: ov.Capacity,
 		Shedding: ov.Shedding, Refused: c.counts.Shed}
+	ev := pool.EvictionCounts{Controller: c.counts.Evictions, DataPlane: map[string]int64{}}
+	for k, v := range c.counts.DataPlaneEvictions {
+		ev.DataPlane[k] = v
+	}
+	st.Evictions = &ev
 	return st
 }
 

@@ -64,7 +64,18 @@ type Config struct {
 	// after a fault: on a real GPU a fault poisons every context of the process).
 	OnContextFault func(gpu int, function string, err error)
 	OnUnhealthy    func(gpu int, cause error)
+	// OnEvict, when set, is told of every copy the node drops on its own decision (EvictUnderPressure, EvictIdle for
+	// another tenant's chunks), not of those its caller asked to Evict, so that the controller that places on the
+	// node's memory learns of them (docs/design.md, decision 12). Called with the node's lock held: it must not call
+	// the node.
+	OnEvict func(gpu int, function string, reason string)
 }
+
+// Reasons the node evicts a copy on its own (Config.OnEvict).
+const (
+	EvictPressure = "pressure" // a swap-in ran out of chunks (Config.EvictUnderPressure)
+	EvictReclaim  = "reclaim"  // another tenant needed the chunks back (EvictIdle)
+)
 
 // Node holds the executors of every GPU and the functions' state. It is safe for concurrent use.
 type Node struct {

@@ -553,6 +553,14 @@ func (n *Node) takeChunksLocked(ctx context.Context, self *function, gpu, count 
 		if err := n.evictLocked(ctx, victim, gpu); err != nil {
 			return nil, err
 		}
+		n.evictedLocked(gpu, victim, EvictPressure)
+	}
+}
+
+// evictedLocked tells Config.OnEvict of a copy the node dropped on its own.
+func (n *Node) evictedLocked(gpu int, f *function, reason string) {
+	if n.cfg.OnEvict != nil {
+		n.cfg.OnEvict(gpu, f.name, reason)
 	}
 }
 

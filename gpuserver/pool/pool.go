@@ -136,6 +136,18 @@ type Status struct {
 	SLO *SLOSummary `json:"slo,omitempty"`
 	// Overload is the overload control's state; nil for a pool without one.
 	Overload *OverloadView `json:"overload,omitempty"`
+	// Evictions counts the copies dropped from GPUs: by the controller's decisions, and by the data plane on its own
+	// (reported to the controller); nil for a pool that keeps no count.
+	Evictions *EvictionCounts `json:"evictions,omitempty"`
+}
+
+// EvictionCounts are the copies dropped from GPUs since the pool started.
+type EvictionCounts struct {
+	// Controller counts the evictions the controller decided (to make room for a placement).
+	Controller int64 `json:"controller"`
+	// DataPlane counts, by reason ("pressure": a swap-in ran out of chunks; "reclaim": another tenant needed them
+	// back), the copies the data plane dropped on its own and reported.
+	DataPlane map[string]int64 `json:"data_plane"`
 }
 
 // TenantStatus describes one tenant's executor process.

@@ -139,6 +139,7 @@ type Server struct {
 	addr    string
 	errs    chan error
 	closers []func(ctx context.Context) error // undone in reverse order by Shutdown
+	evicted *dataPlaneEvictions               // the data plane's own evictions, on their way to the controller
 }
 
 // Start builds the pool and serves the API until Shutdown.
@@ -146,7 +147,8 @@ func Start(ctx context.Context, cfg Config) (*Server, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
-	s := &Server{cfg: cfg, errs: make(chan error, 3), metrics: prometheus.NewRegistry()}
+	s := &Server{cfg: cfg, errs: make(chan error, 3), metrics: prometheus.NewRegistry(),
+		evicted: &dataPlaneEvictions{log: cfg.Logger}}
 	if cfg.Device != nil { // the server owns it from here, also when the start fails
 		s.closers = append(s.closers, cfg.Device.Close)
 	}
@@ -211,6 +213,7 @@ func Start(ctx context.Context, cfg Config) (*Server, error) {
 	if err != nil {
 		return nil, fmt.Errorf("gpuserver: %w", err)
 	}
+	s.evicted.attach(inner)
 	meter, err := s.openMeter(plane != nil)
 	if err != nil {
 		return nil, err
@@ -229,7 +232,7 @@ func Start(ctx context.Context, cfg Config) (*Server, error) {
 		p.sim = sd
 		registerSimMetrics(reg, sd)
 	}
-	reg.MustRegister(meter.Collector())
+	reg.MustRegister(meter.Collector(), newEvictionsCollector(inner))
 	if plane != nil {
 		reg.MustRegister(newScratchCollector(plane))
 	}
@@ -338,7 +341,7 @@ func (s *Server) startDataPlane(ctx context.Context) error {
 	// EvictUnderPressure: the controller plans evictions against the node's nominal memory; the executors
 	// evict idle copies themselves should the chunks reserved run out first.
 	node, err := executor.New(executor.Config{Device: dev, Memory: mem, Repository: repo, EvictUnderPressure: true,
-		Addresses: addrs, Logger: s.cfg.Logger.With("component", "executor")})
+		Addresses: addrs, Logger: s.cfg.Logger.With("component", "executor"), OnEvict: s.evicted.report})
 	if err != nil {
 		return fmt.Errorf("gpuserver: executors: %w", err)
 	}

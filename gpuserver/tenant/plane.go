@@ -79,6 +79,9 @@ type Config struct {
 	// StartTimeout bounds an executor's start; BackoffMin and BackoffMax bound the wait before restarting one that
 	// ended (doubling while it keeps dying); an executor that ran StableAfter is restarted after BackoffMin again.
 	StartTimeout, BackoffMin, BackoffMax, StableAfter time.Duration
+	// OnEvict, when set, is told of every copy an executor dropped on its own (handoff.KindEvicted: a swap-in out of
+	// chunks, another tenant's chunks given back), with a function of that executor's tenant only.
+	OnEvict func(gpu int, function, reason string)
 	// MaxModuleBytes bounds the module images every executor holds together (remoting.DefaultMaxModuleBytes when
 	// 0): the node's bound, which each executor's own (per process) would multiply by the tenants.
 	MaxModuleBytes uint64

@@ -61,7 +61,7 @@ func TestKindsArePinned(t *testing.T) {
 		KindReclaim: 22, KindRegister: 30, KindDeregister: 31, KindEndInit: 32, KindAcquire: 33, KindRelease: 34,
 		KindSwapIn: 35, KindEvict: 36, KindMarkUnhealthy: 37, KindStatus: 38, KindWaitReady: 39,
 		KindBindImplicit: 40, KindReleaseImplicit: 41, KindGPUFailed: 42, KindFault: 43, KindExpire: 44,
-		KindReserveImages: 45, KindReleaseImages: 46}
+		KindReserveImages: 45, KindReleaseImages: 46, KindEvicted: 47}
 	for k, n := range want {
 		if uint16(k) != n {
 			t.Errorf("kind %d, pinned as %d", k, n)
