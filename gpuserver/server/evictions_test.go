@@ -2,6 +2,7 @@ package server
 
 import (
 	"context"
+	"fmt"
 	"path/filepath"
 	"slices"
 	"testing"
@@ -9,6 +10,7 @@ import (
 
 	"github.com/faas-gpu/faas-gpu/gpuserver/pool"
 	"github.com/faas-gpu/faas-gpu/gpuserver/topology"
+	"github.com/faas-gpu/faas-gpu/test/testkit"
 )
 
 // TestDataPlaneEvictionsAreCountedByTheController: the executors evict idle copies on their own when a swap-in
@@ -100,4 +102,78 @@ func startOneGPU(ctx context.Context, t *testing.T, cfg Config) *Server {
 		t.Fatal(err)
 	}
 	return s
+}
+
+// modelPy allocates a 40 MiB model and fills it with its pattern byte at start (its initialisation, under an
+// implicit binding), then answers "sum" with the sum of the model's bytes read back (a request).
+const modelPy = `
+import os, sys
+sys.path.insert(0, os.environ["FN_DIR"])
+import cudadrv
+cuda = cudadrv.Driver()
+size = 40 << 20
+ptr = cuda.alloc(size)
+cuda.htod(ptr, bytes([int(os.environ["PATTERN"])]) * size)
+print("ready", flush=True)
+for line in sys.stdin:
+    print("sum %d" % sum(cuda.dtoh(ptr, size)), flush=True)
+`
+
+// TestExecutorProcessEvictionsAreCountedByTheController is TestDataPlaneEvictionsAreCountedByTheController with an
+// executor process per tenant: the executor's eviction under pressure reaches the gpuserver's controller as a frame
+// (handoff.KindEvicted), and the evicted function's next request reads its model back from its image.
+func TestExecutorProcessEvictionsAreCountedByTheController(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs Python processes through the shim and executor processes")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	tc, _ := tenantConfig(t)
+	s := startOneGPU(ctx, t, Config{DeviceReserveBytes: 64 << 20, Tenants: tc})
+	defer stop(t, s)
+	p := s.Pool()
+	procs := map[string]*fnProcess{}
+	for i, fn := range []string{"a", "b"} {
+		if err := p.Register(ctx, pool.FunctionSpec{Name: fn, MemoryBytes: 48 << 20}); err != nil {
+			t.Fatal(err)
+		}
+		dir := filepath.Join(testkit.RepoRoot(t), "functions", "vector-add")
+		env := append(testkit.ShimEnv(testkit.Shim(t), s.RemotingSocket(), fn, s.Token(fn)), "FN_DIR="+dir,
+			fmt.Sprintf("PATTERN=%d", i+1))
+		procs[fn] = &fnProcess{testkit.StartPython(t, modelPy, env...)}
+		if l, err := procs[fn].next(); l != "ready" || err != nil {
+			t.Fatalf("%s said %q (%v)\n%s", fn, l, err, procs[fn].Stderr())
+		}
+		b, err := p.Acquire(ctx, fn) // its first request: the 40 MiB become its image
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := p.Release(ctx, b.ID); err != nil {
+			t.Fatal(err)
+		}
+	}
+	testkit.EventuallyNil(t, 20*time.Second, "the controller counts the executor's eviction", func() error {
+		st := p.Status(ctx)
+		if st.Evictions == nil || st.Evictions.DataPlane["pressure"] != 1 {
+			return fmt.Errorf("evictions %+v, want the data plane's one under pressure", st.Evictions)
+		}
+		if res := st.GPUs[0].Resident; slices.Contains(res, "a") {
+			return fmt.Errorf("the controller sees %v resident, a was evicted", res)
+		}
+		return nil
+	})
+	b, err := p.Acquire(ctx, "a")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if b.Swap != "pcie" {
+		t.Errorf("a bound again with swap %q, want pcie (its copy was gone)", b.Swap)
+	}
+	_ = procs["a"].Send("sum")
+	if l, err := procs["a"].next(); l != fmt.Sprintf("sum %d", 40<<20) || err != nil {
+		t.Errorf("a read its model back as %q (%v), want sum %d", l, err, 40<<20)
+	}
+	if err := p.Release(ctx, b.ID); err != nil {
+		t.Fatal(err)
+	}
 }
