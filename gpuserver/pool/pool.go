@@ -87,6 +87,9 @@ type FunctionStatus struct {
 	Refused int64 `json:"refused,omitempty"`
 	// Shed: the overload control sheds the function now (its requests wait behind the others').
 	Shed bool `json:"shed,omitempty"`
+	// Instances counts the function's instances the pool knows (InstanceKey); their requests, copies and counts
+	// are the function's (Resident lists every GPU holding a copy of one of them).
+	Instances int `json:"instances,omitempty"`
 }
 
 // SLOSummary is a node's two figures: functions within their SLO and requests served within it, with the

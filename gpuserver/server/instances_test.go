@@ -57,8 +57,9 @@ func TestInstancesAreBoundOnSeveralGPUsAtOnce(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if n := len(s.Pool().Status(ctx).Functions); n != 5 {
-		t.Errorf("the pool lists %d functions, want hot and its 4 instances", n)
+	if fs := s.Pool().Status(ctx).Functions; len(fs) != 1 || fs[0].Name != "hot" || fs[0].Instances != 4 ||
+		fs[0].Served != 4 || len(fs[0].Resident) != 4 {
+		t.Errorf("the pool lists %+v, want hot with 4 instances, 4 requests served, copies on 4 GPUs", fs)
 	}
 	// Deregistering the function forgets its instances.
 	if err := p.Deregister(ctx, "hot"); err != nil {
