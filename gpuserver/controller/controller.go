@@ -70,6 +70,11 @@ type Config struct {
 	// Overload sets the overload control of the policies that have one (faas-gpu): auto (the zero value), off,
 	// or an explicit target.
 	Overload Overload
+	// SiblingSources makes a copy of another instance of the same function (pool.InstanceKey) a swap source over
+	// NVLink: the instances' images hold the same weights (the executors copy each segment whose content matches
+	// from the sibling's copy, the rest from host), so a second copy of a hot model comes from the first, as in
+	// Torpor. The gpuserver and the simulator set it.
+	SiblingSources bool
 }
 
 // Function is what the controller knows of a registered function.
@@ -103,6 +108,9 @@ type Decision struct {
 	Swap string
 	// Source is topology.Host or the GPU the model is copied from.
 	Source int
+	// SourceFunction is, for an NVLink swap from a sibling instance's copy (Config.SiblingSources), the instance
+	// whose copy on Source is read; "" when it is the function's own copy (or the host).
+	SourceFunction string
 	// Bytes moved by the swap.
 	Bytes uint64
 	// Evict is applied before the swap.
@@ -111,6 +119,9 @@ type Decision struct {
 	PredictedSwap time.Duration
 	PredictedExec time.Duration
 }
+
+// sourceName is the function whose copy an NVLink swap reads: a sibling instance's, or the function's own.
+func (d Decision) sourceName() string { return cmp.Or(d.SourceFunction, d.Function) }
 
 // Path is the transfer path of a swapping decision.
 func (d Decision) Path() topology.Path { return topology.Path{From: d.Source, To: d.GPU} }
@@ -144,6 +155,7 @@ type partialCopy struct {
 
 type fnState struct {
 	Function
+	family    string // the function an instance belongs to (pool.SplitInstance), its own name otherwise
 	footprint uint64
 	exec      Predictor
 	swap      map[string]*Predictor // by kind
@@ -183,6 +195,7 @@ type Controller struct {
 	q      *queueing.Queue
 	gpus   []*gpuState
 	fns    map[string]*fnState
+	family map[string][]string // function -> its registered instances' names (with itself when registered)
 	reqs   map[uint64]*reqState
 	rng    *rand.Rand
 	counts Counters
@@ -248,7 +261,8 @@ func New(cfg Config) (*Controller, error) {
 		return nil, fmt.Errorf("%w: %w", ErrInvalidConfig, err)
 	}
 	c := &Controller{cfg: cfg, tr: tr, node: cfg.Node.Clone(), q: q, fns: map[string]*fnState{},
-		reqs: map[uint64]*reqState{}, rng: rand.New(rand.NewPCG(cfg.Seed, cfg.Seed^0x9e3779b97f4a7c15))}
+		family: map[string][]string{},
+		reqs:   map[uint64]*reqState{}, rng: rand.New(rand.NewPCG(cfg.Seed, cfg.Seed^0x9e3779b97f4a7c15))}
 	c.links = topology.NewTransfers(&c.node)
 	c.ov.target, c.ov.auto = DefaultShedTarget, cfg.Overload.Mode == OverloadAuto
 	if cfg.Overload.Mode == OverloadTarget {
@@ -300,14 +314,18 @@ func (c *Controller) Register(now time.Time, f Function) error {
 	if old := c.fns[f.Name]; old != nil {
 		c.dropResidency(old)
 	}
-	fs := &fnState{Function: f, footprint: footprint, exec: NewPredictor(f.ExecSeed), swap: map[string]*Predictor{},
-		pinnedGPU: -1}
+	fam, _ := pool.SplitInstance(f.Name)
+	fs := &fnState{Function: f, family: fam, footprint: footprint, exec: NewPredictor(f.ExecSeed),
+		swap: map[string]*Predictor{}, pinnedGPU: -1}
 	for _, kind := range []string{SwapPCIe, SwapNVLink} {
 		fs.swap[kind] = c.seedSwap(fs, kind)
 	}
 	cold := NewPredictor(c.coldStart(fs))
 	fs.swap[SwapCold] = &cold
 	fs.hold = NewPredictor(c.predictCost(fs))
+	if c.fns[f.Name] == nil {
+		c.family[fam] = append(c.family[fam], f.Name)
+	}
 	c.fns[f.Name] = fs
 	switch {
 	case c.tr.place == placePinned:
@@ -385,6 +403,12 @@ func (c *Controller) Deregister(name string) ([]uint64, error) {
 	}
 	c.dropResidency(fs)
 	delete(c.fns, name)
+	if i := slices.Index(c.family[fs.family], name); i >= 0 {
+		c.family[fs.family] = slices.Delete(c.family[fs.family], i, i+1)
+	}
+	if len(c.family[fs.family]) == 0 {
+		delete(c.family, fs.family)
+	}
 	return ids, nil
 }
 
@@ -536,7 +560,7 @@ func (c *Controller) apply(now time.Time, fs *fnState, d *Decision) {
 		return
 	case SwapNVLink:
 		c.counts.SwapsNV++
-		c.gpus[d.Source].resident[fs.Name].pinned++
+		c.gpus[d.Source].resident[d.sourceName()].pinned++
 	case SwapPCIe:
 		c.counts.SwapsPCIe++
 		g.loading[fs.Name] = c.heavy(fs)
@@ -584,7 +608,7 @@ func (c *Controller) SwapDone(now time.Time, id uint64, took time.Duration) erro
 	}
 	if d.Swap == SwapNVLink && !r.released {
 		r.released = true
-		if src := c.gpus[d.Source].resident[d.Function]; src != nil {
+		if src := c.gpus[d.Source].resident[d.sourceName()]; src != nil {
 			src.pinned--
 		}
 	}

@@ -120,7 +120,8 @@ type Executor struct {
 	lastErr       error
 	swaps         int64
 	swapBytes     uint64
-	contextFaults int64 // tenants' contexts torn down after a fault of their work (fault.go)
+	siblingBytes  uint64 // model bytes swap-ins copied from a sibling instance's copy (siblings.go)
+	contextFaults int64  // tenants' contexts torn down after a fault of their work (fault.go)
 
 	scratchWrittenBack uint64 // bytes of scratch written back to the host from this GPU (scratch.go)
 	scratchRestored    uint64 // bytes of scratch copied back into this GPU at swap-ins
@@ -315,6 +316,9 @@ type Status struct {
 	Active     []string `json:"active"`
 	Swaps      int64    `json:"swaps"`
 	SwapBytes  uint64   `json:"swap_bytes"`
+	// SiblingBytes counts the model bytes swap-ins onto this GPU copied from a sibling instance's copy on another
+	// GPU (over NVLink where the node has it) instead of the host image (also in SwapBytes).
+	SiblingBytes uint64 `json:"sibling_bytes,omitempty"`
 	// ContextFaults counts the tenants' contexts torn down after a fault of their work; the GPU stayed in service.
 	ContextFaults int64 `json:"context_faults"`
 	// ScratchWrittenBack counts the bytes of scratch that functions keep (not declared per request) written back
@@ -333,7 +337,7 @@ func (n *Node) Status() []Status {
 	for i, e := range n.execs {
 		p := n.mem.Pool(i)
 		out[i] = Status{GPU: i, Healthy: e.healthy, GroupBytes: e.groupBytes, FreeBytes: uint64(p.Free()) * cs,
-			TotalBytes: uint64(p.Total()) * cs, Swaps: e.swaps, SwapBytes: e.swapBytes, ContextFaults: e.contextFaults,
+			TotalBytes: uint64(p.Total()) * cs, Swaps: e.swaps, SwapBytes: e.swapBytes, SiblingBytes: e.siblingBytes, ContextFaults: e.contextFaults,
 			ScratchWrittenBack: e.scratchWrittenBack, ScratchRestored: e.scratchRestored}
 		if e.lastErr != nil {
 			out[i].Error = e.lastErr.Error()

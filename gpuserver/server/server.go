@@ -538,8 +538,11 @@ const PolicyFCFS = "fcfs"
 // ErrInvalidPolicy is wrapped when Config.Policy names no policy.
 var ErrInvalidPolicy = errors.New("invalid policy")
 
-// newPool builds the pool. With executors (oneGPU), a function's requests are bound one at a time: its blocks
-// live at one address, mapped on one GPU at a time (other GPUs may hold parked copies).
+// newPool builds the pool. With executors (oneGPU), each instance's requests are bound one at a time: its blocks
+// live at one address, mapped on one GPU at a time (other GPUs may hold parked copies); a function's instances
+// (pool.InstanceKey) are placed on their own, so a function is bound on as many GPUs at once as it has instances
+// (instances.go). A sibling instance's copy is a swap source (controller.Config.SiblingSources; executor
+// siblings.go).
 func newPool(cfg Config, oneGPU bool) (healthPool, error) {
 	if cfg.Policy == PolicyFCFS {
 		gpus := make([]pool.GPU, len(cfg.Node.GPUs))
@@ -561,7 +564,7 @@ func newPool(cfg Config, oneGPU bool) (healthPool, error) {
 	}
 	return controller.NewPool(controller.PoolConfig{
 		Controller: controller.Config{Policy: policy, Node: cfg.Node, MaxInFlight: maxInFlight,
-			Overload: cfg.Overload},
+			Overload: cfg.Overload, SiblingSources: true},
 		Actuator: cfg.Actuator,
 	})
 }
