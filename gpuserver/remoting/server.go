@@ -378,8 +378,9 @@ func (s *Server) instance(h hello) (string, error) {
 }
 
 // instanceSession counts a session of key until the returned done (which calls done first) runs; the registry
-// hears when the last one of a key ends.
-func (s *Server) instanceSession(key string, done func()) func() {
+// hears when the last one of a key ends, unless ctx ended (the server shuts down: the images stay for its next
+// start, as sessionEnded keeps them).
+func (s *Server) instanceSession(ctx context.Context, key string, done func()) func() {
 	reg, ok := s.cfg.Functions.(InstanceRegistry)
 	if !ok {
 		return done
@@ -398,7 +399,7 @@ func (s *Server) instanceSession(key string, done func()) func() {
 				delete(s.byKey, key)
 			}
 			s.mu.Unlock()
-			if last {
+			if last && ctx.Err() == nil {
 				reg.InstanceEnded(key)
 			}
 		})

@@ -32,6 +32,7 @@ func (s *Server) serveConn(ctx context.Context, c *net.UnixConn, who string) {
 	if err != nil {
 		return
 	}
+	done = s.instanceSession(ctx, h.key, done)
 	info := SessionInfo{Function: h.key, Spec: spec, PID: int(h.pid)}
 	if s.cfg.HandOff != nil {
 		_ = shm.unmap()
@@ -140,7 +141,6 @@ func (s *Server) handshake(c *net.UnixConn, who string, keep bool) (shm *sharedM
 		done()
 		return nil, h, spec, nil, -1, err
 	}
-	done = s.instanceSession(h.key, done)
 	if fd < 0 {
 		err = fmt.Errorf("%w: no shared memory passed with the hello", ErrProtocol)
 		s.refuse(c, wireStatusSharedMemory, "shared_memory", err)

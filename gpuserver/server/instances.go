@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 
 	"github.com/faas-gpu/faas-gpu/gpuserver/executor"
 	"github.com/faas-gpu/faas-gpu/gpuserver/pool"
@@ -17,8 +18,11 @@ import (
 // time: Config.MaxInFlight 1 is per instance), the data plane holds its own address space, image and residencies,
 // so several instances of one function are bound on several GPUs at once. Its image's identical chunks are held
 // once in host memory (the repository's content-addressed chunks, shared within the tenant). An instance is made
-// known by its first acquire or hello, and forgotten when its last session ended with nothing bound, when its
-// function is deregistered, or to make room for a newer one when its function has MaxInstancesPerFunction.
+// known by its first acquire or hello. When its last session ends (its process is gone) the data plane forgets its
+// memory (the remoting server's Reset, as for a function) and the controller its copies; its registration with the
+// data plane stays (a process of the same instance that starts again, under the same replica name, is restored
+// from its image when it initialises the same way) until its function is deregistered, or until a newer instance
+// needs the room when its function has MaxInstancesPerFunction.
 
 // MaxInstancesPerFunction bounds the instances one function may have known at once (a function's processes name
 // their instances: a bound keeps a misbehaving one from filling the controller and the data plane).
@@ -29,55 +33,68 @@ var _ remoting.InstanceRegistry = (*trackedPool)(nil)
 // Instance implements remoting.InstanceRegistry: the hello of a process naming its instance.
 func (t *trackedPool) Instance(ctx context.Context, function, instance string) (string, error) {
 	key := pool.InstanceKey(function, instance)
-	if err := t.ensureInstance(ctx, key); err != nil {
+	done, err := t.useInstance(ctx, key)
+	if err != nil {
 		return "", err
 	}
+	done()
 	return key, nil
 }
 
-// InstanceEnded implements remoting.InstanceRegistry: the instance's last session ended (its process is gone), so
-// its memory is forgotten unless a binding of it is still held (then it goes once newer instances need room).
+// InstanceEnded implements remoting.InstanceRegistry: the instance's last session ended (its process is gone).
 func (t *trackedPool) InstanceEnded(key string) {
 	t.mu.Lock()
-	st := t.instances[key]
-	if st == nil {
-		t.mu.Unlock()
-		return
+	if st := t.instances[key]; st != nil {
+		st.ended = true
 	}
-	st.ended = true
-	busy := len(t.bound[key]) > 0 || st.acquiring > 0
 	t.mu.Unlock()
-	if !busy {
-		t.dropInstance(context.Background(), key) // a session's end: no request ctx
-	}
+	t.forgetCopies(context.Background(), key) // a session's end: no request ctx
 }
 
 // instanceState is what the tracked pool knows of an instance.
 type instanceState struct {
 	ended     bool // its last session ended
-	acquiring int  // acquires in progress
+	placed    bool // registered with the controller (false once its copies were forgotten: forgetCopies)
+	acquiring int  // acquires in progress (useInstance)
 }
 
-// ensureInstance makes key's instance known to the pool and the data plane, registered with its function's spec
-// (a key without an instance is the function itself, registered by Register).
-func (t *trackedPool) ensureInstance(ctx context.Context, key string) error {
+// forgetCopies takes an ended instance with nothing bound or being acquired out of the controller: its copies
+// were dropped with its memory (the data plane's Reset when its last session ended); its next acquire or hello
+// registers it again. Otherwise it does nothing (the last release calls it again).
+func (t *trackedPool) forgetCopies(ctx context.Context, key string) {
+	t.instMu.Lock()
+	defer t.instMu.Unlock()
+	t.mu.Lock()
+	st := t.instances[key]
+	idle := st != nil && st.ended && st.placed && st.acquiring == 0 && len(t.bound[key]) == 0
+	t.mu.Unlock()
+	if !idle {
+		return
+	}
+	if err := t.healthPool.Deregister(ctx, key); err != nil && !errors.Is(err, pool.ErrUnknownFunction) {
+		t.log.Warn("forget an ended instance's copies", "function", key, "err", err)
+	}
+	t.mu.Lock()
+	st.placed = false
+	t.mu.Unlock()
+}
+
+// useInstance makes key's instance known to the pool and the data plane, registered with its function's spec (a
+// key without an instance is the function itself, registered by Register), and counts a use of it until done is
+// called: an instance is not forgotten while it is acquired.
+func (t *trackedPool) useInstance(ctx context.Context, key string) (done func(), err error) {
 	fn, inst := pool.SplitInstance(key)
 	if inst == "" {
-		return nil
+		return func() {}, nil
 	}
 	if err := pool.CheckKey(key); err != nil {
-		return err
+		return nil, err
 	}
 	t.instMu.Lock() // one registration at a time: an instance is registered once
 	defer t.instMu.Unlock()
 	t.mu.Lock()
 	spec, ok := t.specs[fn]
 	st := t.instances[key]
-	if st != nil {
-		st.ended = false
-		t.mu.Unlock()
-		return nil
-	}
 	var spare []string // ended instances of fn with nothing bound: room for this one
 	n := 0
 	for k, s := range t.instances {
@@ -90,24 +107,36 @@ func (t *trackedPool) ensureInstance(ctx context.Context, key string) error {
 	}
 	t.mu.Unlock()
 	if !ok {
-		return fmt.Errorf("%w: %s", pool.ErrUnknownFunction, fn)
+		return nil, fmt.Errorf("%w: %s", pool.ErrUnknownFunction, fn)
 	}
-	if n >= MaxInstancesPerFunction {
+	if st == nil && n >= MaxInstancesPerFunction {
 		if len(spare) == 0 {
-			return fmt.Errorf("%w: function %q has %d instances, the most one function may have "+
+			return nil, fmt.Errorf("%w: function %q has %d instances, the most one function may have "+
 				"(MaxInstancesPerFunction)", pool.ErrLimit, fn, n)
 		}
 		t.dropInstance(ctx, spare[0])
 	}
-	if err := t.registerInstance(ctx, key, spec); err != nil {
-		return err
+	if st == nil || !st.placed {
+		if err := t.registerInstance(ctx, key, spec); err != nil {
+			return nil, err
+		}
 	}
 	t.mu.Lock()
-	if t.instances[key] == nil {
-		t.instances[key] = &instanceState{}
+	if st = t.instances[key]; st == nil {
+		st = &instanceState{}
+		t.instances[key] = st
 	}
+	st.ended, st.placed = false, true
+	st.acquiring++
 	t.mu.Unlock()
-	return nil
+	var once sync.Once
+	return func() {
+		once.Do(func() {
+			t.mu.Lock()
+			st.acquiring--
+			t.mu.Unlock()
+		})
+	}, nil
 }
 
 // registerInstance registers key with the pool and the data plane under its function's spec.
@@ -131,7 +160,7 @@ func (t *trackedPool) registerInstance(ctx context.Context, key string, spec poo
 	return nil
 }
 
-// dropInstance forgets an instance in the pool and the data plane.
+// dropInstance forgets an instance in the pool and the data plane (with instMu held, or its function gone).
 func (t *trackedPool) dropInstance(ctx context.Context, key string) {
 	t.mu.Lock()
 	delete(t.instances, key)
@@ -159,18 +188,15 @@ func (t *trackedPool) instancesOf(fn string) []string {
 	return out
 }
 
-// beginAcquire counts an acquire of key's instance in progress (an instance is not forgotten under it).
-func (t *trackedPool) beginAcquire(key string) func() {
+// placedInstancesOf lists the keys of fn's instances registered with the controller.
+func (t *trackedPool) placedInstancesOf(fn string) []string {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	st := t.instances[key]
-	if st == nil {
-		return func() {}
+	var out []string
+	for k, st := range t.instances {
+		if f, _ := pool.SplitInstance(k); f == fn && st.placed {
+			out = append(out, k)
+		}
 	}
-	st.acquiring++
-	return func() {
-		t.mu.Lock()
-		defer t.mu.Unlock()
-		st.acquiring--
-	}
+	return out
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"math"
 	"os"
 	"path/filepath"
@@ -160,6 +161,22 @@ func TestInstancesInitialiseAndAnswerOnTwoGPUsAtOnce(t *testing.T) {
 		if err := p.Release(ctx, id); err != nil {
 			t.Fatal(err)
 		}
+	}
+	// b's process ends: its copies leave the controller (the data plane forgot its memory), a serves on.
+	b.Kill()
+	testkit.EventuallyNil(t, 30*time.Second, "b's copies forgotten", func() error {
+		if fs := p.Status(ctx).Functions; len(fs) != 1 || fs[0].Instances != 1 {
+			return fmt.Errorf("functions %+v, want mlp with 1 instance", fs)
+		}
+		return nil
+	})
+	ba, err = p.Acquire(ctx, pool.InstanceKey("mlp", "mlp-a"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	same("instance a after b ended", ask(a), ya)
+	if err := p.Release(ctx, ba.ID); err != nil {
+		t.Fatal(err)
 	}
 }
 

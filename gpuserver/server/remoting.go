@@ -108,7 +108,7 @@ func (t *trackedPool) Register(ctx context.Context, spec pool.FunctionSpec) erro
 	t.specs[spec.Name] = spec
 	t.mu.Unlock()
 	if known { // its instances take the new spec
-		for _, key := range t.instancesOf(spec.Name) {
+		for _, key := range t.placedInstancesOf(spec.Name) {
 			if err := t.registerInstance(ctx, key, spec); err != nil {
 				return err
 			}
@@ -140,10 +140,11 @@ func (t *trackedPool) Deregister(ctx context.Context, name string) error {
 // function may name an instance (pool.InstanceKey): the instance is made known first, and bound on a GPU of its
 // own while its siblings are bound on theirs (instances.go).
 func (t *trackedPool) Acquire(ctx context.Context, function string) (pool.Binding, error) {
-	if err := t.ensureInstance(ctx, function); err != nil {
+	done, err := t.useInstance(ctx, function)
+	if err != nil {
 		return pool.Binding{}, fmt.Errorf("acquire %q: %w", function, err)
 	}
-	defer t.beginAcquire(function)()
+	defer done()
 	if t.node != nil {
 		err := t.node.EndInit(ctx, function)
 		switch {
@@ -333,7 +334,7 @@ func (t *trackedPool) Release(ctx context.Context, id string) error {
 		delete(t.bound[fn], id)
 		if len(t.bound[fn]) == 0 {
 			delete(t.bound, fn)
-			if st := t.instances[fn]; st != nil && st.ended && st.acquiring == 0 {
+			if st := t.instances[fn]; st != nil && st.ended {
 				gone = fn
 			}
 		}
@@ -342,7 +343,7 @@ func (t *trackedPool) Release(ctx context.Context, id string) error {
 	delete(t.held, id)
 	t.mu.Unlock()
 	if gone != "" {
-		defer t.dropInstance(context.WithoutCancel(ctx), gone)
+		defer t.forgetCopies(context.WithoutCancel(ctx), gone)
 	}
 	if t.meter != nil {
 		t.meter.End(id) // implicit bindings were never begun
@@ -421,6 +422,11 @@ func (t *trackedPool) BindImplicit(ctx context.Context, function string) (int, f
 			return 0, nil, err
 		}
 	}
+	done, err := t.useInstance(ctx, function)
+	if err != nil {
+		return 0, nil, err
+	}
+	defer done()
 	b, err := t.acquire(ctx, function, false) // initialisation goes on: no capture, not a request
 	if err != nil {
 		return 0, nil, err
