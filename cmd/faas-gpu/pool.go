@@ -135,14 +135,14 @@ func printPool(w io.Writer, st pool.Status) {
 		fmt.Fprintf(tw, "%d\t%s\t%v\t%v\t%s / %s\t%s\n", g.Index, g.Name, g.Busy, g.Healthy, mib(g.UsedBytes),
 			mib(g.MemoryBytes), strings.Join(g.Resident, ","))
 	}
-	fmt.Fprintln(tw, "\nFUNCTION\tQUOTA\tSLO\tQUEUED\tRUNNING\tSERVED\tON TIME\tREFUSED\tSHED")
+	fmt.Fprintln(tw, "\nFUNCTION\tQUOTA\tSLO\tINSTANCES\tQUEUED\tRUNNING\tSERVED\tON TIME\tREFUSED\tSHED")
 	for _, f := range st.Functions {
 		slo := "-"
 		if f.SLO > 0 {
 			slo = fmt.Sprintf("%s@p%g", f.SLO, f.Percentile)
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%d\t%d\t%d\t%d\t%v\n", f.Name, mib(f.MemoryBytes), slo, f.Queued,
-			f.Running, f.Served, f.OnTime, f.Refused, f.Shed)
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%d\t%d\t%d\t%d\t%d\t%v\n", f.Name, mib(f.MemoryBytes), slo,
+			f.Instances, f.Queued, f.Running, f.Served, f.OnTime, f.Refused, f.Shed)
 	}
 	tw.Flush()
 	sum := pool.Summarize(st.Functions)
