@@ -80,7 +80,7 @@ func (t *trackedPool) Register(ctx context.Context, spec pool.FunctionSpec) erro
 		return err
 	}
 	t.mu.Lock()
-	_, known := t.specs[spec.Name]
+	old, known := t.specs[spec.Name]
 	full := !known && len(t.specs) >= t.maxFunctions
 	t.mu.Unlock()
 	if full {
@@ -107,7 +107,8 @@ func (t *trackedPool) Register(ctx context.Context, spec pool.FunctionSpec) erro
 	t.mu.Lock()
 	t.specs[spec.Name] = spec
 	t.mu.Unlock()
-	if known { // its instances take the new spec
+	// Its instances take a new spec; the same spec again (a pod registering itself) leaves their copies alone.
+	if known && old != spec {
 		for _, key := range t.placedInstancesOf(spec.Name) {
 			if err := t.registerInstance(ctx, key, spec); err != nil {
 				return err
