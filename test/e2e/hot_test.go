@@ -92,7 +92,7 @@ func mostGPUsAtOnce(as []hotAnswer) int {
 // one bound at a time on one GPU: its blocks lived at one address, mapped on one GPU at a time. Now each replica is
 // an instance with device memory of its own (FAAS_GPU_INSTANCE, its host name): at least 6 requests are bound at
 // the same moment on at least 6 GPUs, each answer is right, and the 16 finish well under the 4.8 s the one-at-a-
-// time node needs at the very least (the figure on a quiet machine is written in docs/design.md).
+// time node needs at the very least (the measured figure is written in docs/design.md, decision 10).
 func TestHotFunctionServesFromEightGPUsAtOnce(t *testing.T) {
 	if testing.Short() {
 		t.Skip("end-to-end: runs faas-gpu up and 8 python processes")
