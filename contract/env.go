@@ -8,6 +8,11 @@ const (
 	EnvGPU = "FAAS_GPU"
 	// EnvFunction is the function's name on the gpuserver (name, or name.namespace outside the default one).
 	EnvFunction = "FAAS_GPU_FUNCTION"
+	// EnvInstance names the process's instance of the function (its replica): the template's acquires and the
+	// shim's hello carry it, and each instance has GPU memory of its own, bound on a GPU of its own one request at a
+	// time, so a function serves as many requests at once as it has instances. The template sets it from HOSTNAME
+	// (the provider's replica id, a pod's name) when it is not set; "" is the function itself.
+	EnvInstance = "FAAS_GPU_INSTANCE"
 	// EnvToken is the function's credential for acquire, release and the remoting hello.
 	EnvToken = "FAAS_GPU_TOKEN"
 	// EnvSocket is the gpuserver's API socket (acquire, release, register).
@@ -57,7 +62,7 @@ const (
 // Environment lists every variable of the function contract: those the provider sets, then those a deployment
 // may set.
 func Environment() []string {
-	return []string{EnvGPU, EnvFunction, EnvToken, EnvSocket, EnvRemotingSocket, EnvMemoryBytes, EnvSLO,
+	return []string{EnvGPU, EnvFunction, EnvInstance, EnvToken, EnvSocket, EnvRemotingSocket, EnvMemoryBytes, EnvSLO,
 		EnvPercentile, EnvIsolation, EnvScratch, EnvModel, EnvSelfRegister, EnvRegistrationTicket,
 		EnvAcquireTimeoutMS, EnvMaxBodyBytes, EnvListenBacklog, EnvStreamBufferBytes, EnvRemotingRingMB,
 		EnvRemotingSpinUS, EnvRemotingSync, EnvRemotingLocalSync, EnvShimDebug}

@@ -112,8 +112,13 @@ func printQueues(w io.Writer, q queueView) {
 
 func printPool(w io.Writer, st pool.Status) {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	fmt.Fprintf(tw, "policy: %s\tqueued: %d\tswaps: none %d, nvlink %d, pcie %d\n\n", st.Policy, st.Queued,
+	fmt.Fprintf(tw, "policy: %s\tqueued: %d\tswaps: none %d, nvlink %d, pcie %d", st.Policy, st.Queued,
 		st.Swaps["none"], st.Swaps["nvlink"], st.Swaps["pcie"])
+	if ev := st.Evictions; ev != nil {
+		fmt.Fprintf(tw, "\tevictions: controller %d, data plane %d (pressure %d, reclaim %d)", ev.Controller,
+			ev.DataPlane["pressure"]+ev.DataPlane["reclaim"], ev.DataPlane["pressure"], ev.DataPlane["reclaim"])
+	}
+	fmt.Fprint(tw, "\n\n")
 	switch st.SimKernels {
 	case "dry":
 		fmt.Fprintf(tw, "SIMULATED GPUS IN DRY KERNEL MODE (--sim-kernels=dry): kernels the simulator cannot compute "+
@@ -127,7 +132,7 @@ func printPool(w io.Writer, st pool.Status) {
 		fmt.Fprintf(tw, "%d\t%s\t%v\t%v\t%s / %s\t%s\n", g.Index, g.Name, g.Busy, g.Healthy, mib(g.UsedBytes),
 			mib(g.MemoryBytes), strings.Join(g.Resident, ","))
 	}
-	fmt.Fprintln(tw, "\nFUNCTION\tQUOTA\tSLO\tQUEUED\tRUNNING\tSERVED\tON TIME\tREFUSED\tSHED\tFAULTS\tBACKED OFF")
+	fmt.Fprintln(tw, "\nFUNCTION\tQUOTA\tSLO\tINSTANCES\tQUEUED\tRUNNING\tSERVED\tON TIME\tREFUSED\tSHED\tFAULTS\tBACKED OFF")
 	for _, f := range st.Functions {
 		slo := "-"
 		if f.SLO > 0 {
@@ -137,8 +142,8 @@ func printPool(w io.Writer, st pool.Status) {
 		if f.BackedOff > 0 {
 			backedOff = f.BackedOff.Round(time.Second).String()
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%d\t%d\t%d\t%d\t%v\t%d\t%s\n", f.Name, mib(f.MemoryBytes), slo, f.Queued,
-			f.Running, f.Served, f.OnTime, f.Refused, f.Shed, f.Faults, backedOff)
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%d\t%d\t%d\t%d\t%d\t%v\t%d\t%s\n", f.Name, mib(f.MemoryBytes), slo,
+			f.Instances, f.Queued, f.Running, f.Served, f.OnTime, f.Refused, f.Shed, f.Faults, backedOff)
 	}
 	tw.Flush()
 	sum := pool.Summarize(st.Functions)

@@ -42,7 +42,11 @@ func runSim(ctx context.Context, args []string, stdout, _ io.Writer) error {
 	policies := fs.String("policies", string(controller.PolicyFaaSGPU), "comma-separated policies")
 	seed := fs.Uint64("seed", 1, "random seed (arrivals, sampling, random placement)")
 	asJSON := fs.Bool("json", false, "print JSON instead of a table")
-	maxInFlight := fs.Int("max-in-flight", 0, "bound on each function's concurrent requests (0: unlimited)")
+	instances := fs.Int("instances", 1, "instances (replicas) of each function, each placed on its own with a copy "+
+		"of its own, as up and the gpuserver run them (com.openfaas.scale.min)")
+	maxInFlight := fs.Int("max-in-flight", simulate.DefaultMaxInFlight, "requests each instance serves at once "+
+		"(the product: 1); 0 is unlimited, which the product CANNOT do: a function's requests then share its copies "+
+		"on every GPU as if it had an instance per GPU (the figures docs/bench/policy.md reported before instances)")
 	gpuMemory := fs.String("gpu-memory", "", "override every GPU's memory, e.g. 16Gi")
 	nodes := fs.Int("nodes", 0, "simulate a cluster of this many nodes behind the router (0: one node)")
 	autoscale := fs.Bool("autoscale", false, "cluster: add nodes when SLO attainment drops, drain idle ones")
@@ -70,6 +74,8 @@ func runSim(ctx context.Context, args []string, stdout, _ io.Writer) error {
 		return flagErr("minutes", errors.New("must be > 0"))
 	case *maxInFlight < 0:
 		return flagErr("max-in-flight", errors.New("must be >= 0"))
+	case *instances < 1 || *instances > 1024:
+		return flagErr("instances", errors.New("must be in [1, 1024]"))
 	case !(*memFactor >= 1) || math.IsInf(*memFactor, 0):
 		return flagErr("memory-factor", errors.New("must be >= 1"))
 	case *nodes < 0:
@@ -138,7 +144,7 @@ func runSim(ctx context.Context, args []string, stdout, _ io.Writer) error {
 			return err
 		}
 		cfg := simulate.Config{Trace: tr, Models: ms, Functions: *functions, Node: node,
-			Minutes: *minutes, Policy: p, Seed: *seed, MaxInFlight: *maxInFlight, Arrivals: arrivals,
+			Minutes: *minutes, Policy: p, Seed: *seed, MaxInFlight: *maxInFlight, Arrivals: arrivals, Instances: *instances,
 			MemoryFactor: *memFactor, PartialResidency: *partial, Overload: overload, StartMinute: *startMinute}
 		if *nodes > 0 || *autoscale {
 			var r simulate.ClusterResult

@@ -70,6 +70,10 @@ const DefaultMaxAcquiresPerFunction = 1024
 type AcquireRequest struct {
 	// TimeoutMS bounds the wait for a GPU; 0 means DefaultAcquireTimeout.
 	TimeoutMS int64 `json:"timeout_ms,omitempty"`
+	// Instance names the calling process's instance of the function (its replica: FAAS_GPU_INSTANCE, which its
+	// shim's hello names too); "" is the function itself. Instances are bound concurrently, each on a GPU of its own
+	// (docs/design.md, decision 10).
+	Instance string `json:"instance,omitempty"`
 }
 
 // RegisterResponse answers POST /v1/functions: the spec with its defaults, and the token the function's
@@ -365,6 +369,10 @@ func (s *Server) acquire(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
+	if err := pool.CheckInstance(req.Instance); err != nil {
+		s.fail(w, r, fmt.Errorf("%w: instance: %w", errInvalidBody, err))
+		return
+	}
 	timeout := DefaultAcquireTimeout
 	switch {
 	case req.TimeoutMS < 0:
@@ -383,7 +391,7 @@ func (s *Server) acquire(w http.ResponseWriter, r *http.Request) {
 		fmt.Errorf("no GPU became free for %s within %s", name, timeout))
 	defer cancel()
 	start := time.Now()
-	b, err := s.pool.Acquire(ctx, name)
+	b, err := s.pool.Acquire(ctx, pool.InstanceKey(name, req.Instance))
 	s.metrics.observeAcquire(name, time.Since(start), err)
 	if err != nil {
 		done()

@@ -119,10 +119,20 @@ func (c *Client) Deregister(ctx context.Context, name string) error {
 // Acquire waits for a binding of function to a GPU, for at most timeout (0: the server's default). The binding
 // is held on a connection of its own until Release (or until this process ends).
 func (c *Client) Acquire(ctx context.Context, function string, timeout time.Duration) (pool.Binding, error) {
+	return c.AcquireInstance(ctx, function, "", timeout)
+}
+
+// AcquireInstance is Acquire for one instance of function (a replica's process: pool.InstanceKey); a function's
+// instances are bound concurrently, each on a GPU of its own, one request at a time.
+func (c *Client) AcquireInstance(ctx context.Context, function, instance string, timeout time.Duration) (pool.Binding,
+	error) {
 	var b pool.Binding
-	body := map[string]int64{}
+	body := map[string]any{}
 	if timeout > 0 {
 		body["timeout_ms"] = max(1, timeout.Milliseconds())
+	}
+	if instance != "" {
+		body["instance"] = instance
 	}
 	path := "/v1/functions/" + url.PathEscape(function) + "/acquire"
 	conn, err := c.dial(ctx)

@@ -70,6 +70,11 @@ type Config struct {
 	// Overload sets the overload control of the policies that have one (faas-gpu): auto (the zero value), off,
 	// or an explicit target.
 	Overload Overload
+	// SiblingSources makes a copy of another instance of the same function (pool.InstanceKey) a swap source over
+	// NVLink: the instances' images hold the same weights (the executors copy each segment whose content matches
+	// from the sibling's copy, the rest from host), so a second copy of a hot model comes from the first, as in
+	// Torpor. The gpuserver and the simulator set it.
+	SiblingSources bool
 }
 
 // Function is what the controller knows of a registered function.
@@ -103,6 +108,9 @@ type Decision struct {
 	Swap string
 	// Source is topology.Host or the GPU the model is copied from.
 	Source int
+	// SourceFunction is, for an NVLink swap from a sibling instance's copy (Config.SiblingSources), the instance
+	// whose copy on Source is read; "" when it is the function's own copy (or the host).
+	SourceFunction string
 	// Bytes moved by the swap.
 	Bytes uint64
 	// Evict is applied before the swap.
@@ -111,6 +119,9 @@ type Decision struct {
 	PredictedSwap time.Duration
 	PredictedExec time.Duration
 }
+
+// sourceName is the function whose copy an NVLink swap reads: a sibling instance's, or the function's own.
+func (d Decision) sourceName() string { return cmp.Or(d.SourceFunction, d.Function) }
 
 // Path is the transfer path of a swapping decision.
 func (d Decision) Path() topology.Path { return topology.Path{From: d.Source, To: d.GPU} }
@@ -144,6 +155,7 @@ type partialCopy struct {
 
 type fnState struct {
 	Function
+	family    string // the function an instance belongs to (pool.SplitInstance), its own name otherwise
 	footprint uint64
 	exec      Predictor
 	swap      map[string]*Predictor // by kind
@@ -186,6 +198,7 @@ type Controller struct {
 	q      *queueing.Queue
 	gpus   []*gpuState
 	fns    map[string]*fnState
+	family map[string][]string // function -> its registered instances' names (with itself when registered)
 	reqs   map[uint64]*reqState
 	rng    *rand.Rand
 	counts Counters
@@ -207,6 +220,9 @@ type Counters struct {
 	Shed int64
 	// SwappedBytes is the total of the bytes swaps moved onto GPUs.
 	SwappedBytes uint64
+	// DataPlaneEvictions counts the copies the data plane dropped on its own (Evicted), by reason
+	// (executor.EvictPressure, executor.EvictReclaim); Evictions counts those the controller decided.
+	DataPlaneEvictions map[string]int64
 }
 
 // New returns a controller with no functions.
@@ -248,7 +264,8 @@ func New(cfg Config) (*Controller, error) {
 		return nil, fmt.Errorf("%w: %w", ErrInvalidConfig, err)
 	}
 	c := &Controller{cfg: cfg, tr: tr, node: cfg.Node.Clone(), q: q, fns: map[string]*fnState{},
-		reqs: map[uint64]*reqState{}, rng: rand.New(rand.NewPCG(cfg.Seed, cfg.Seed^0x9e3779b97f4a7c15))}
+		family: map[string][]string{},
+		reqs:   map[uint64]*reqState{}, rng: rand.New(rand.NewPCG(cfg.Seed, cfg.Seed^0x9e3779b97f4a7c15))}
 	c.links = topology.NewTransfers(&c.node)
 	c.ov.target, c.ov.auto = DefaultShedTarget, cfg.Overload.Mode == OverloadAuto
 	if cfg.Overload.Mode == OverloadTarget {
@@ -300,14 +317,18 @@ func (c *Controller) Register(now time.Time, f Function) error {
 	if old := c.fns[f.Name]; old != nil {
 		c.dropResidency(old)
 	}
-	fs := &fnState{Function: f, footprint: footprint, exec: NewPredictor(f.ExecSeed), swap: map[string]*Predictor{},
-		pinnedGPU: -1}
+	fam, _ := pool.SplitInstance(f.Name)
+	fs := &fnState{Function: f, family: fam, footprint: footprint, exec: NewPredictor(f.ExecSeed),
+		swap: map[string]*Predictor{}, pinnedGPU: -1}
 	for _, kind := range []string{SwapPCIe, SwapNVLink} {
 		fs.swap[kind] = c.seedSwap(fs, kind)
 	}
 	cold := NewPredictor(c.coldStart(fs))
 	fs.swap[SwapCold] = &cold
 	fs.hold = NewPredictor(c.predictCost(fs))
+	if c.fns[f.Name] == nil {
+		c.family[fam] = append(c.family[fam], f.Name)
+	}
 	c.fns[f.Name] = fs
 	switch {
 	case c.tr.place == placePinned:
@@ -385,6 +406,12 @@ func (c *Controller) Deregister(name string) ([]uint64, error) {
 	}
 	c.dropResidency(fs)
 	delete(c.fns, name)
+	if i := slices.Index(c.family[fs.family], name); i >= 0 {
+		c.family[fs.family] = slices.Delete(c.family[fs.family], i, i+1)
+	}
+	if len(c.family[fs.family]) == 0 {
+		delete(c.family, fs.family)
+	}
 	return ids, nil
 }
 
@@ -536,7 +563,7 @@ func (c *Controller) apply(now time.Time, fs *fnState, d *Decision) {
 		return
 	case SwapNVLink:
 		c.counts.SwapsNV++
-		c.gpus[d.Source].resident[fs.Name].pinned++
+		c.gpus[d.Source].resident[d.sourceName()].pinned++
 	case SwapPCIe:
 		c.counts.SwapsPCIe++
 		g.loading[fs.Name] = c.heavy(fs)
@@ -584,7 +611,7 @@ func (c *Controller) SwapDone(now time.Time, id uint64, took time.Duration) erro
 	}
 	if d.Swap == SwapNVLink && !r.released {
 		r.released = true
-		if src := c.gpus[d.Source].resident[d.Function]; src != nil {
+		if src := c.gpus[d.Source].resident[d.sourceName()]; src != nil {
 			src.pinned--
 		}
 	}
@@ -652,6 +679,33 @@ func (c *Controller) Complete(now time.Time, id uint64, exec time.Duration) (boo
 			d.GPU, id, d.Function)
 	}
 	return onTime, nil
+}
+
+// Evicted tells the controller that the data plane dropped function's copy on gpu on its own (reason: why, e.g.
+// executor.EvictPressure when a swap-in ran out of chunks, executor.EvictReclaim when another tenant needed them
+// back): the copy is forgotten (it is neither a placement target nor a swap source any more, and its memory is free)
+// and the eviction is counted, so that the pool's status, /metrics and the simulator count the same evictions
+// (docs/design.md, decision 12). A copy the controller still sees loading is kept (its swap ends it); an unknown
+// function or copy is counted all the same. It reports whether a copy was forgotten.
+func (c *Controller) Evicted(function string, gpu int, reason string) bool {
+	if c.counts.DataPlaneEvictions == nil {
+		c.counts.DataPlaneEvictions = map[string]int64{}
+	}
+	c.counts.DataPlaneEvictions[reason]++
+	fs := c.fns[function]
+	if fs == nil || gpu < 0 || gpu >= len(c.gpus) {
+		return false
+	}
+	g := c.gpus[gpu]
+	if r := g.resident[function]; r != nil && !r.loading {
+		c.removeResident(fs, g)
+		return true
+	}
+	if g.partial[function] != nil {
+		c.evict(fs, g, 0)
+		return true
+	}
+	return false
 }
 
 // BusyTime is how long each GPU has been bound so far (bindings still open count up to now).

@@ -52,7 +52,7 @@ func (c *Controller) SetHealthy(now time.Time, gpu int, healthy bool) ([]uint64,
 		c.links.End(now, r.id)
 		if d.Swap == SwapNVLink && !r.released {
 			r.released = true
-			if src := c.gpus[d.Source].resident[d.Function]; src != nil {
+			if src := c.gpus[d.Source].resident[d.sourceName()]; src != nil {
 				src.pinned--
 			}
 		}

@@ -1,8 +1,10 @@
 package controller
 
 import (
+	"slices"
 	"time"
 
+	"github.com/faas-gpu/faas-gpu/gpuserver/pool"
 	"github.com/faas-gpu/faas-gpu/gpuserver/topology"
 )
 
@@ -75,15 +77,31 @@ func (c *Controller) lessUsed(a, b *gpuState) bool {
 	return a.index < b.index
 }
 
-// sources are the GPUs holding a complete copy of fs.
-func (c *Controller) sources(fs *fnState) []int {
-	var out []int
+// sources are the GPUs holding a complete copy of fs: its own, then (Config.SiblingSources) its sibling instances'
+// on other GPUs; of names says whose copy a GPU's is ("" for fs's own).
+func (c *Controller) sources(fs *fnState) (gpus []int, of map[int]string) {
 	for _, gi := range fs.replicas {
 		if !c.gpus[gi].resident[fs.Name].loading {
-			out = append(out, gi)
+			gpus = append(gpus, gi)
 		}
 	}
-	return out
+	if !c.cfg.SiblingSources || fs.Model != pool.ModelShared { // the executors read only such siblings' copies
+		return gpus, nil
+	}
+	for _, sib := range c.family[fs.family] {
+		if sib == fs.Name {
+			continue
+		}
+		for _, gi := range c.fns[sib].replicas {
+			if r := c.gpus[gi].resident[sib]; !r.loading && !slices.Contains(gpus, gi) {
+				if of == nil {
+					of = map[int]string{}
+				}
+				gpus, of[gi] = append(gpus, gi), sib
+			}
+		}
+	}
+	return gpus, of
 }
 
 type candidate struct {
@@ -138,7 +156,7 @@ func (c *Controller) placeInterference(fs *fnState) (Decision, bool) {
 		}
 		return c.lessUsed(a.g, b.g)
 	}
-	if srcs := c.sources(fs); len(srcs) > 0 {
+	if srcs, of := c.sources(fs); len(srcs) > 0 {
 		var best *candidate
 		bestSrc, bestBW := -1, 0.0
 		for i := range cands {
@@ -151,7 +169,8 @@ func (c *Controller) placeInterference(fs *fnState) (Decision, bool) {
 			}
 		}
 		if best != nil {
-			return Decision{GPU: best.g.index, Swap: SwapNVLink, Source: bestSrc, Evict: best.evict}, true
+			return Decision{GPU: best.g.index, Swap: SwapNVLink, Source: bestSrc, SourceFunction: of[bestSrc],
+				Evict: best.evict}, true
 		}
 	}
 	var best *candidate
@@ -194,8 +213,9 @@ func (c *Controller) placeRandom(fs *fnState) (Decision, bool) {
 	if r := pick.g.resident[fs.Name]; r != nil && !r.loading {
 		return Decision{GPU: gi, Swap: SwapNone, Source: gi}, true
 	}
-	if src, bw := c.node.FastestPeer(gi, c.sources(fs)); src >= 0 && bw > 0 {
-		return Decision{GPU: gi, Swap: SwapNVLink, Source: src, Evict: pick.evict}, true
+	srcs, of := c.sources(fs)
+	if src, bw := c.node.FastestPeer(gi, srcs); src >= 0 && bw > 0 {
+		return Decision{GPU: gi, Swap: SwapNVLink, Source: src, SourceFunction: of[src], Evict: pick.evict}, true
 	}
 	return Decision{GPU: gi, Swap: SwapPCIe, Source: topology.Host, Evict: pick.evict}, true
 }
@@ -254,7 +274,7 @@ func (c *Controller) evictionPlan(g *gpuState, fs *fnState) ([]Eviction, bool) {
 			return 0
 		}
 		switch {
-		case len(v.replicas) > 1:
+		case c.modelCopies(v) > 1: // the model stays on another GPU (its own copy, or a sibling instance's)
 			return 0
 		case !c.heavy(v):
 			return 1
@@ -322,6 +342,20 @@ func (c *Controller) evictionPlan(g *gpuState, fs *fnState) ([]Eviction, bool) {
 		}
 	}
 	return nil, false
+}
+
+// modelCopies counts the copies of fs's model on the GPUs: its own, and with Config.SiblingSources its sibling
+// instances' (the same weights).
+func (c *Controller) modelCopies(fs *fnState) int {
+	n := len(fs.replicas)
+	if c.cfg.SiblingSources && fs.Model == pool.ModelShared {
+		for _, sib := range c.family[fs.family] {
+			if sib != fs.Name {
+				n += len(c.fns[sib].replicas)
+			}
+		}
+	}
+	return n
 }
 
 // minKeptFraction: a partial copy keeps at least 1/minKeptFraction of its model, or nothing.

@@ -225,6 +225,26 @@ func (p *Pool) SetHealthy(gpu int, healthy bool) error {
 	return nil
 }
 
+// Evicted tells the controller of a copy the data plane dropped on its own (Controller.Evicted); memory it freed
+// may bind a waiting request.
+func (p *Pool) Evicted(function string, gpu int, reason string) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.ctl.Evicted(function, gpu, reason)
+	p.dispatchLocked()
+}
+
+// EvictionCounts are the copies dropped from GPUs so far: the controller's decisions and the data plane's own.
+func (p *Pool) EvictionCounts() pool.EvictionCounts {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	ev := pool.EvictionCounts{Controller: p.ctl.counts.Evictions, DataPlane: map[string]int64{}}
+	for k, v := range p.ctl.counts.DataPlaneEvictions {
+		ev.DataPlane[k] = v
+	}
+	return ev
+}
+
 // Status returns a snapshot of GPUs, functions and queues.
 func (p *Pool) Status(context.Context) pool.Status {
 	p.mu.Lock()

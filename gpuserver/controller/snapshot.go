@@ -1,6 +1,7 @@
 package controller
 
 import (
+	"slices"
 	"sort"
 
 	"github.com/faas-gpu/faas-gpu/gpuserver/pool"
@@ -9,22 +10,45 @@ import (
 // Status reports the controller's view of the node in the pool's status shape.
 func (c *Controller) Status() pool.Status {
 	st := pool.Status{Policy: string(c.cfg.Policy), Queued: c.q.Len()}
+	// A function's instances (pool.InstanceKey) are shown as the function: their copies, requests and counts are its.
 	for i, g := range c.gpus {
 		gs := pool.GPUStatus{Index: i, Name: c.node.GPUs[i].Name, MemoryBytes: g.capacity, UsedBytes: g.used,
 			Busy: g.busy != 0, Healthy: !g.unhealthy, Resident: []string{}}
 		for name := range g.resident {
-			gs.Resident = append(gs.Resident, name)
+			fn, _ := pool.SplitInstance(name)
+			gs.Resident = append(gs.Resident, fn)
 		}
 		sort.Strings(gs.Resident)
+		gs.Resident = slices.Compact(gs.Resident)
 		st.GPUs = append(st.GPUs, gs)
 	}
+	byName := map[string]*pool.FunctionStatus{}
 	for _, fs := range c.fns {
+		fn, inst := pool.SplitInstance(fs.Name)
 		s, _ := c.q.Stats(fs.Name)
-		res := append([]int{}, fs.replicas...)
-		sort.Ints(res)
-		st.Functions = append(st.Functions, pool.FunctionStatus{FunctionSpec: fs.FunctionSpec, Queued: s.Waiting,
-			Running: fs.inFlight, Resident: res, Served: s.Served, OnTime: s.OnTime, Refused: fs.refused,
-			Shed: fs.shed})
+		f := byName[fn]
+		if f == nil {
+			f = &pool.FunctionStatus{FunctionSpec: fs.FunctionSpec, Resident: []int{}}
+			f.Name = fn
+			byName[fn] = f
+		}
+		if inst == "" {
+			f.FunctionSpec = fs.FunctionSpec
+		} else {
+			f.Instances++
+		}
+		f.Queued += s.Waiting
+		f.Running += fs.inFlight
+		f.Resident = append(f.Resident, fs.replicas...)
+		f.Served += s.Served
+		f.OnTime += s.OnTime
+		f.Refused += fs.refused
+		f.Shed = f.Shed || fs.shed
+	}
+	for _, f := range byName {
+		sort.Ints(f.Resident)
+		f.Resident = slices.Compact(f.Resident)
+		st.Functions = append(st.Functions, *f)
 	}
 	sort.Slice(st.Functions, func(i, j int) bool { return st.Functions[i].Name < st.Functions[j].Name })
 	sum := pool.Summarize(st.Functions)
@@ -32,7 +56,22 @@ func (c *Controller) Status() pool.Status {
 	ov := c.Overload()
 	st.Overload = &pool.OverloadView{Setting: ov.Setting, Demand: ov.Demand, Capacity: ov.Capacity,
 		Shedding: ov.Shedding, Refused: c.counts.Shed}
+	ev := pool.EvictionCounts{Controller: c.counts.Evictions, DataPlane: map[string]int64{}}
+	for k, v := range c.counts.DataPlaneEvictions {
+		ev.DataPlane[k] = v
+	}
+	st.Evictions = &ev
 	return st
+}
+
+// InstanceResident reports whether an instance of function (pool.InstanceKey) has a complete copy on a GPU.
+func (c *Controller) InstanceResident(function string) bool {
+	for name := range c.fns {
+		if fn, inst := pool.SplitInstance(name); inst != "" && fn == function && c.Resident(name) {
+			return true
+		}
+	}
+	return false
 }
 
 // Resident reports whether function has a complete copy on a GPU (for a router choosing among nodes).

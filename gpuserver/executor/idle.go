@@ -28,6 +28,7 @@ func (n *Node) EvictIdle(ctx context.Context, gpu, want int) (int, error) {
 		if err := n.evictLocked(ctx, victim, gpu); err != nil {
 			return pool.Free(), fmt.Errorf("evict idle %s on gpu %d: %w", victim.name, gpu, err)
 		}
+		n.evictedLocked(gpu, victim, EvictReclaim)
 	}
 	return pool.Free(), nil
 }

@@ -64,7 +64,18 @@ type Config struct {
 	// after a fault: on a real GPU a fault poisons every context of the process).
 	OnContextFault func(gpu int, function string, err error)
 	OnUnhealthy    func(gpu int, cause error)
+	// OnEvict, when set, is told of every copy the node drops on its own decision (EvictUnderPressure, EvictIdle for
+	// another tenant's chunks), not of those its caller asked to Evict, so that the controller that places on the
+	// node's memory learns of them (docs/design.md, decision 12). Called with the node's lock held: it must not call
+	// the node.
+	OnEvict func(gpu int, function string, reason string)
 }
+
+// Reasons the node evicts a copy on its own (Config.OnEvict).
+const (
+	EvictPressure = "pressure" // a swap-in ran out of chunks (Config.EvictUnderPressure)
+	EvictReclaim  = "reclaim"  // another tenant needed the chunks back (EvictIdle)
+)
 
 // Node holds the executors of every GPU and the functions' state. It is safe for concurrent use.
 type Node struct {
@@ -109,7 +120,8 @@ type Executor struct {
 	lastErr       error
 	swaps         int64
 	swapBytes     uint64
-	contextFaults int64 // tenants' contexts torn down after a fault of their work (fault.go)
+	siblingBytes  uint64 // model bytes swap-ins copied from a sibling instance's copy (siblings.go)
+	contextFaults int64  // tenants' contexts torn down after a fault of their work (fault.go)
 
 	scratchWrittenBack uint64 // bytes of scratch written back to the host from this GPU (scratch.go)
 	scratchRestored    uint64 // bytes of scratch copied back into this GPU at swap-ins
@@ -308,6 +320,9 @@ type Status struct {
 	Active     []string `json:"active"`
 	Swaps      int64    `json:"swaps"`
 	SwapBytes  uint64   `json:"swap_bytes"`
+	// SiblingBytes counts the model bytes swap-ins onto this GPU copied from a sibling instance's copy on another
+	// GPU (over NVLink where the node has it) instead of the host image (also in SwapBytes).
+	SiblingBytes uint64 `json:"sibling_bytes,omitempty"`
 	// ContextFaults counts the tenants' contexts torn down after a fault of their work; the GPU stayed in service.
 	ContextFaults int64 `json:"context_faults"`
 	// ScratchWrittenBack counts the bytes of scratch that functions keep (not declared per request) written back
@@ -326,7 +341,7 @@ func (n *Node) Status() []Status {
 	for i, e := range n.execs {
 		p := n.mem.Pool(i)
 		out[i] = Status{GPU: i, Healthy: e.healthy, GroupBytes: e.groupBytes, FreeBytes: uint64(p.Free()) * cs,
-			TotalBytes: uint64(p.Total()) * cs, Swaps: e.swaps, SwapBytes: e.swapBytes, ContextFaults: e.contextFaults,
+			TotalBytes: uint64(p.Total()) * cs, Swaps: e.swaps, SwapBytes: e.swapBytes, SiblingBytes: e.siblingBytes, ContextFaults: e.contextFaults,
 			ScratchWrittenBack: e.scratchWrittenBack, ScratchRestored: e.scratchRestored}
 		if e.lastErr != nil {
 			out[i].Error = e.lastErr.Error()

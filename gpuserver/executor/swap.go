@@ -237,6 +237,7 @@ type swapJob struct {
 	done    device.Event
 	image   *repository.Image
 	source  *residency
+	sibling *siblingSource // a sibling instance's copy source was read from (siblings.go): its image is released
 	staging []staging
 }
 
@@ -265,8 +266,17 @@ func (n *Node) completeLocked(ctx context.Context, f *function, gpu int, source 
 			src = nil // no usable copy there: the host image is authoritative
 		}
 	}
+	var sib *siblingSource // no copy of its own there: a sibling instance's may hold its weights (siblings.go)
+	if src == nil && source != Host && f.captured {
+		sib = n.siblingLocked(ctx, f, source, gpu)
+	}
+	defer func() {
+		if sib != nil && job.sibling != sib { // the job did not take it (nothing read from it, or a failure)
+			sib.release()
+		}
+	}()
 	stream := e.copyIn
-	if src != nil {
+	if src != nil || sib != nil {
 		stream = e.copyPeer
 	}
 	enqueued := false
@@ -365,7 +375,20 @@ func (n *Node) completeLocked(ctx context.Context, f *function, gpu int, source 
 			job.staging = append(job.staging, st)
 			dst = st.ptr
 		}
-		if src != nil && src.chunks[seg.ID] != nil {
+		if sib != nil && job.image == nil {
+			im, err := n.repo.Get(ctx, f.name)
+			if err != nil {
+				return fmt.Errorf("function %s: %w: %w", f.name, ErrNotCaptured, err)
+			}
+			job.image = im
+		}
+		var theirs memory.Segment
+		fromSibling := false
+		if sib != nil {
+			theirs, fromSibling = sib.segment(job.image, seg)
+		}
+		switch {
+		case src != nil && src.chunks[seg.ID] != nil:
 			st, err := n.stageLocked(seg, src, gpu)
 			if err != nil {
 				return err
@@ -376,7 +399,20 @@ func (n *Node) completeLocked(ctx context.Context, f *function, gpu int, source 
 			}); err != nil {
 				return n.failLocked(gpu, err)
 			}
-		} else {
+		case fromSibling:
+			st, err := n.stageLocked(theirs, sib.res, gpu)
+			if err != nil {
+				return err
+			}
+			job.staging = append(job.staging, st)
+			sib.used = true
+			if err := eachRun(func(off, size uint64) error {
+				return stream.CopyDtoD(dst+device.Ptr(off), st.ptr+device.Ptr(off), size)
+			}); err != nil {
+				return n.failLocked(gpu, err)
+			}
+			e.siblingBytes += seg.Size
+		default:
 			if job.image == nil {
 				im, err := n.repo.Get(ctx, f.name)
 				if err != nil {
@@ -416,6 +452,10 @@ func (n *Node) completeLocked(ctx context.Context, f *function, gpu int, source 
 	if src != nil {
 		src.pinned++
 		job.source = src
+	}
+	if sib != nil && sib.used { // its copy is read until the swap's copies completed: pinned, its image held
+		sib.res.pinned++
+		job.source, job.sibling = sib.res, sib
 	}
 	done, err := n.dev.NewEvent(gpu)
 	if err == nil {
@@ -528,6 +568,7 @@ func (n *Node) finishLocked(job *swapJob, err error) {
 		if job.image != nil {
 			_ = job.image.Release()
 		}
+		job.sibling.release()
 		_ = job.done.Destroy()
 		return errors.Join(errs...)
 	}))
@@ -600,6 +641,14 @@ func (n *Node) takeChunksLocked(ctx context.Context, self *function, gpu, count 
 		if err := n.evictLocked(ctx, victim, gpu); err != nil {
 			return nil, err
 		}
+		n.evictedLocked(gpu, victim, EvictPressure)
+	}
+}
+
+// evictedLocked tells Config.OnEvict of a copy the node dropped on its own.
+func (n *Node) evictedLocked(gpu int, f *function, reason string) {
+	if n.cfg.OnEvict != nil {
+		n.cfg.OnEvict(gpu, f.name, reason)
 	}
 }
 

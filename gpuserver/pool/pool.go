@@ -52,6 +52,8 @@ type Binding struct {
 	ID string `json:"id"`
 	// Function the binding belongs to.
 	Function string `json:"function"`
+	// Instance of the function the binding holds ("" for the function itself: InstanceKey).
+	Instance string `json:"instance,omitempty"`
 	// GPU is the index of the bound GPU in the node's pool.
 	GPU int `json:"gpu"`
 	// GPUName is the device's model name, e.g. "Tesla V100-SXM2-32GB (simulated)".
@@ -90,6 +92,9 @@ type FunctionStatus struct {
 	// BackedOff is how much longer the function is backed off after repeated kernel faults (its requests are
 	// answered 503 with Retry-After meanwhile); 0 when it is not.
 	BackedOff time.Duration `json:"backed_off_ns,omitempty"`
+	// Instances counts the function's instances the pool knows (InstanceKey); their requests, copies and counts
+	// are the function's (Resident lists every GPU holding a copy of one of them).
+	Instances int `json:"instances,omitempty"`
 }
 
 // SLOSummary is a node's two figures: functions within their SLO and requests served within it, with the
@@ -139,6 +144,18 @@ type Status struct {
 	SLO *SLOSummary `json:"slo,omitempty"`
 	// Overload is the overload control's state; nil for a pool without one.
 	Overload *OverloadView `json:"overload,omitempty"`
+	// Evictions counts the copies dropped from GPUs: by the controller's decisions, and by the data plane on its own
+	// (reported to the controller); nil for a pool that keeps no count.
+	Evictions *EvictionCounts `json:"evictions,omitempty"`
+}
+
+// EvictionCounts are the copies dropped from GPUs since the pool started.
+type EvictionCounts struct {
+	// Controller counts the evictions the controller decided (to make room for a placement).
+	Controller int64 `json:"controller"`
+	// DataPlane counts, by reason ("pressure": a swap-in ran out of chunks; "reclaim": another tenant needed them
+	// back), the copies the data plane dropped on its own and reported.
+	DataPlane map[string]int64 `json:"data_plane"`
 }
 
 // TenantStatus describes one tenant's executor process.
@@ -308,8 +325,9 @@ func CheckName(name string) error {
 
 // Namespace is the OpenFaaS namespace of a function name: what follows its first '.' (the provider registers
 // "service.namespace", and service names are DNS labels without dots), or "" for a name without one (the
-// provider's default namespace).
+// provider's default namespace). An instance key's namespace is its function's.
 func Namespace(function string) string {
+	function, _ = SplitInstance(function)
 	if _, ns, ok := strings.Cut(function, "."); ok {
 		return ns
 	}
@@ -320,14 +338,16 @@ func Namespace(function string) string {
 // address space, functions of different namespaces never do, and an isolated function shares with none.
 func (s FunctionSpec) Tenant() string {
 	if s.Isolation == IsolationIsolated {
-		return "function/" + s.Name
+		fn, _ := SplitInstance(s.Name) // an instance is in its function's tenant
+		return "function/" + fn
 	}
 	return "namespace/" + Namespace(s.Name)
 }
 
-// Validate checks a spec and fills defaults (percentile 98, isolation shared).
+// Validate checks a spec and fills defaults (percentile 98, isolation shared). Its name is a function's or an
+// instance's (CheckKey).
 func (s *FunctionSpec) Validate() error {
-	if err := CheckName(s.Name); err != nil {
+	if err := CheckKey(s.Name); err != nil {
 		return err
 	}
 	switch {

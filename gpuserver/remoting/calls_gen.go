@@ -13,7 +13,7 @@ const (
 	wireMagic = 1297237830
 	// wireVersionMajor: incompatible changes; a mismatch is refused.
 	wireVersionMajor = 1
-	// wireVersionMinor: compatible additions (new calls); a server accepts clients with minor <= its own.
+	// wireVersionMinor: compatible additions (new calls, the instance block); a server accepts clients with minor <= its own.
 	wireVersionMinor = 3
 	// wireRecordHeaderSize: u32 size, u16 call id, u16 flags, u64 seq.
 	wireRecordHeaderSize = 16
@@ -65,6 +65,10 @@ const (
 	wireHelloToken = 152
 	// wireNameMax: bytes of the function and token fields.
 	wireNameMax = 128
+	// wireHelloFlagInstance: HelloFlags bit (minor >= 3): the instance block follows the hello.
+	wireHelloFlagInstance = 1
+	// wireHelloInstanceSize: bytes of the instance block: char[64] NUL-terminated, the instance's name.
+	wireHelloInstanceSize = 64
 	// wireReplySize: bytes of the hello reply.
 	wireReplySize = 1592
 	// wireReplyStatus: i32: a Status.

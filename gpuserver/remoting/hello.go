@@ -13,9 +13,15 @@ type hello struct {
 	magic        uint32
 	major, minor uint16
 	pid          uint32
+	flags        uint32
 	shmSize      uint64
 	function     string
 	token        string
+	// instance names the process's instance of the function (minor >= 3, wireHelloFlagInstance): "" is the
+	// function itself (pool.InstanceKey).
+	instance string
+	// key is what the session's calls run under: the instance's key once the hello is checked (handshake).
+	key string
 }
 
 func cstring(b []byte) string {
@@ -32,6 +38,7 @@ func parseHello(b []byte) hello {
 		major:    le.Uint16(b[4:]),
 		minor:    le.Uint16(b[6:]),
 		pid:      le.Uint32(b[wireHelloPid:]),
+		flags:    le.Uint32(b[wireHelloFlags:]),
 		shmSize:  le.Uint64(b[wireHelloShmSize:]),
 		function: cstring(b[wireHelloFunction : wireHelloFunction+wireNameMax]),
 		token:    cstring(b[wireHelloToken : wireHelloToken+wireNameMax]),
@@ -82,7 +89,23 @@ func readHello(c *net.UnixConn) (hello, int, error) {
 			return hello{}, -1, fmt.Errorf("%w: hello: %w", ErrProtocol, err)
 		}
 	}
-	return parseHello(buf), fd, nil
+	h := parseHello(buf)
+	if h.flags&wireHelloFlagInstance != 0 && h.magic == wireMagic && h.minor >= 3 {
+		// The instance block follows the hello (sent with it; read whole before anything else is answered).
+		ib := make([]byte, wireHelloInstanceSize)
+		for got := 0; got < len(ib); {
+			n, err := c.Read(ib[got:])
+			got += n
+			if err != nil {
+				if fd >= 0 {
+					_ = syscall.Close(fd)
+				}
+				return hello{}, -1, fmt.Errorf("%w: hello's instance block: %w", ErrProtocol, err)
+			}
+		}
+		h.instance = cstring(ib)
+	}
+	return h, fd, nil
 }
 
 // reply is the answer to a hello.

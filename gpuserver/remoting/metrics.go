@@ -24,7 +24,7 @@ type metrics struct {
 
 // Reasons a connection is refused (the label of faas_gpu_remoting_refused_total).
 var refuseReasons = []string{"protocol", "version", "identity", "shared_memory", "sessions_per_function",
-	"pending_hellos", "pending_hellos_per_peer", "internal", "handoff"}
+	"pending_hellos", "pending_hellos_per_peer", "internal", "handoff", "instance"}
 
 func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	m := &metrics{

@@ -25,6 +25,16 @@ type Registry interface {
 	Function(name string) (spec pool.FunctionSpec, token string, err error)
 }
 
+// InstanceRegistry is implemented by a Registry that knows a function's instances (docs/design.md, decision 10):
+// Instance makes instance of function known (placed by the controller, its memory held by the data plane) and
+// returns its key (pool.InstanceKey), under which the session's calls run; InstanceEnded says that the last session
+// of a key ended (its process is gone). With a Registry that does not implement it, a hello naming an instance is
+// served as the function itself.
+type InstanceRegistry interface {
+	Instance(ctx context.Context, function, instance string) (key string, err error)
+	InstanceEnded(key string)
+}
+
 // Binder tells the server on which GPU a function's calls run.
 type Binder interface {
 	// CurrentGPU reports the GPU of the function's request in flight (between acquire and release), if any.
@@ -133,6 +143,7 @@ type Server struct {
 	sessions   map[string]int                   // open device sessions per function
 	byFunction map[string]map[*session]struct{} // running sessions per function (Wake)
 	open       map[string]int                   // open sessions per function, any handler (Config.MaxSessionsPerFunction)
+	byKey      map[string]int                   // open sessions per instance key, any handler (InstanceRegistry)
 	pending    int                              // connections whose hello is being read (Config.MaxPendingHellos)
 	pendingBy  map[string]int                   // those per peer (Config.MaxPendingHellosPerPeer)
 	logged     time.Time                        // last log line about shed connections (one per second at most)
@@ -195,7 +206,7 @@ func NewServer(cfg Config) (*Server, error) {
 		return nil, fmt.Errorf("remoting: metrics: %w", err)
 	}
 	return &Server{cfg: cfg, log: log, metrics: m, conns: map[*net.UnixConn]struct{}{},
-		sessions: map[string]int{}, open: map[string]int{}, pendingBy: map[string]int{},
+		sessions: map[string]int{}, open: map[string]int{}, byKey: map[string]int{}, pendingBy: map[string]int{},
 		byFunction: map[string]map[*session]struct{}{}}, nil
 }
 
@@ -346,6 +357,53 @@ func (s *Server) admit(function string) (func(), error) {
 		}
 		s.metrics.sessions.Dec()
 	}, nil
+}
+
+// instance checks the instance a hello names and returns the key its session runs under.
+func (s *Server) instance(h hello) (string, error) {
+	if err := pool.CheckInstance(h.instance); err != nil {
+		return "", fmt.Errorf("%w: function %q: %w", ErrIdentity, h.function, err)
+	}
+	reg, ok := s.cfg.Functions.(InstanceRegistry)
+	if h.instance == "" || !ok {
+		return h.function, nil
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), s.cfg.HelloTimeout)
+	defer cancel()
+	key, err := reg.Instance(ctx, h.function, h.instance)
+	if err != nil {
+		return "", fmt.Errorf("%w: function %q, instance %q: %w", ErrIdentity, h.function, h.instance, err)
+	}
+	return key, nil
+}
+
+// instanceSession counts a session of key until the returned done (which calls done first) runs; the registry
+// hears when the last one of a key ends, unless ctx ended (the server shuts down: the images stay for its next
+// start, as sessionEnded keeps them).
+func (s *Server) instanceSession(ctx context.Context, key string, done func()) func() {
+	reg, ok := s.cfg.Functions.(InstanceRegistry)
+	if !ok {
+		return done
+	}
+	s.mu.Lock()
+	s.byKey[key]++
+	s.mu.Unlock()
+	var once sync.Once
+	return func() {
+		once.Do(func() {
+			done()
+			s.mu.Lock()
+			s.byKey[key]--
+			last := s.byKey[key] == 0
+			if last {
+				delete(s.byKey, key)
+			}
+			s.mu.Unlock()
+			if last && ctx.Err() == nil {
+				reg.InstanceEnded(key)
+			}
+		})
+	}
 }
 
 // Stats counts what the server saw: accept errors, session panics, refused connections by reason, the records

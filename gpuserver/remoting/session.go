@@ -32,7 +32,8 @@ func (s *Server) serveConn(ctx context.Context, c *net.UnixConn, who string) {
 	if err != nil {
 		return
 	}
-	info := SessionInfo{Function: h.function, Spec: spec, PID: int(h.pid)}
+	done = s.instanceSession(ctx, h.key, done)
+	info := SessionInfo{Function: h.key, Spec: spec, PID: int(h.pid)}
 	if s.cfg.HandOff != nil {
 		_ = shm.unmap()
 		s.handOff(ctx, c, kept, info, h.shmSize, done)
@@ -132,6 +133,12 @@ func (s *Server) handshake(c *net.UnixConn, who string, keep bool) (shm *sharedM
 		err = fmt.Errorf("%w: %w", ErrLimit, err)
 		log.Warn("remoting: refused connection", "pid", h.pid, "err", err)
 		s.refuse(c, wireStatusInternal, "sessions_per_function", err)
+		return nil, h, spec, nil, -1, err
+	}
+	if h.key, err = s.instance(h); err != nil {
+		log.Warn("remoting: refused connection", "pid", h.pid, "instance", h.instance, "err", err)
+		s.refuse(c, wireStatusIdentity, "instance", err)
+		done()
 		return nil, h, spec, nil, -1, err
 	}
 	if fd < 0 {

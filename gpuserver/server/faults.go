@@ -78,9 +78,10 @@ func newFaultBackoff(cfg FaultBackoff, now func() time.Time, log *slog.Logger) *
 	return &faultBackoff{cfg: cfg, now: now, log: log, fns: map[string]*faultRecord{}}
 }
 
-// fault records a kernel fault of function on gpu (cause says what faulted) and backs the function off when it
+// fault records a kernel fault of function (or of one of its instances: pool.InstanceKey) on gpu (cause says what faulted) and backs the function off when it
 // keeps faulting.
 func (b *faultBackoff) fault(function string, gpu int, cause string) {
+	function, _ = pool.SplitInstance(function) // a function's instances are backed off together
 	now := b.now()
 	b.mu.Lock()
 	r := b.fns[function]
@@ -121,6 +122,7 @@ func (b *faultBackoff) fault(function string, gpu int, cause string) {
 
 // refused returns why function's requests are refused now (a *pool.BackedOffError), nil when they are not.
 func (b *faultBackoff) refused(function string) error {
+	function, _ = pool.SplitInstance(function) // a function's instances are backed off together
 	now := b.now()
 	b.mu.Lock()
 	defer b.mu.Unlock()
@@ -133,6 +135,7 @@ func (b *faultBackoff) refused(function string) error {
 
 // forget drops a deregistered function's record.
 func (b *faultBackoff) forget(function string) {
+	function, _ = pool.SplitInstance(function) // a function's instances are backed off together
 	b.mu.Lock()
 	delete(b.fns, function)
 	b.mu.Unlock()
@@ -140,6 +143,7 @@ func (b *faultBackoff) forget(function string) {
 
 // view returns function's faults and how much longer it is backed off.
 func (b *faultBackoff) view(function string) (faults int64, backedOff time.Duration) {
+	function, _ = pool.SplitInstance(function) // a function's instances are backed off together
 	now := b.now()
 	b.mu.Lock()
 	defer b.mu.Unlock()

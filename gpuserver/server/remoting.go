@@ -49,6 +49,10 @@ type trackedPool struct {
 	// poll for its records at once (remoting.Server.Wake)
 	wake func(function string)
 
+	// instances are the instances known (instances.go), by key; instMu serialises their registration
+	instances map[string]*instanceState
+	instMu    sync.Mutex
+
 	// The maximum hold (see expire): a request's binding held longer than maxHold is ended.
 	maxHold   time.Duration
 	holdGrace time.Duration          // how long the work an expired binding queued may take to finish
@@ -68,7 +72,7 @@ func newTrackedPool(p healthPool, key auth.Key, node dataPlane, maxFunctions int
 		specs: map[string]pool.FunctionSpec{}, bound: map[string]map[string]int{}, bindings: map[string]string{},
 		held: map[string]heldBinding{}, swaps: map[string]int64{}, failed: map[int]bool{},
 		waiting: map[*waiter]struct{}{}, maxHold: maxHold, holdGrace: defaultHoldGrace,
-		timers: map[string]*time.Timer{}, expired: map[string]heldBinding{}}
+		timers: map[string]*time.Timer{}, expired: map[string]heldBinding{}, instances: map[string]*instanceState{}}
 }
 
 // defaultHoldGrace is how long the work an expired binding had queued on its GPU may take to finish before its
@@ -80,7 +84,7 @@ func (t *trackedPool) Register(ctx context.Context, spec pool.FunctionSpec) erro
 		return err
 	}
 	t.mu.Lock()
-	_, known := t.specs[spec.Name]
+	old, known := t.specs[spec.Name]
 	full := !known && len(t.specs) >= t.maxFunctions
 	t.mu.Unlock()
 	if full {
@@ -107,10 +111,21 @@ func (t *trackedPool) Register(ctx context.Context, spec pool.FunctionSpec) erro
 	t.mu.Lock()
 	t.specs[spec.Name] = spec
 	t.mu.Unlock()
+	// Its instances take a new spec; the same spec again (a pod registering itself) leaves their copies alone.
+	if known && old != spec {
+		for _, key := range t.placedInstancesOf(spec.Name) {
+			if err := t.registerInstance(ctx, key, spec); err != nil {
+				return err
+			}
+		}
+	}
 	return nil
 }
 
 func (t *trackedPool) Deregister(ctx context.Context, name string) error {
+	for _, key := range t.instancesOf(name) {
+		t.dropInstance(ctx, key)
+	}
 	err := t.healthPool.Deregister(ctx, name)
 	if t.node != nil {
 		if nerr := t.node.Deregister(ctx, name); nerr != nil && !errors.Is(nerr, executor.ErrUnknownFunction) {
@@ -129,12 +144,20 @@ func (t *trackedPool) Deregister(ctx context.Context, name string) error {
 // Acquire binds one request of function: its initialisation ends first (see trackedPool). A function whose
 // memory was lost before its initialisation ended (executor.ErrLost) is refused with pool.ErrFunctionLost: its
 // process must start again.
+//
+// function may name an instance (pool.InstanceKey): the instance is made known first, and bound on a GPU of its
+// own while its siblings are bound on theirs (instances.go).
 func (t *trackedPool) Acquire(ctx context.Context, function string) (pool.Binding, error) {
 	if t.faults != nil {
 		if err := t.faults.refused(function); err != nil {
 			return pool.Binding{}, fmt.Errorf("acquire %q: %w", function, err)
 		}
 	}
+	done, err := t.useInstance(ctx, function)
+	if err != nil {
+		return pool.Binding{}, fmt.Errorf("acquire %q: %w", function, err)
+	}
+	defer done()
 	if t.node != nil {
 		err := t.node.EndInit(ctx, function)
 		switch {
@@ -200,9 +223,11 @@ func (t *trackedPool) acquire(ctx context.Context, function string, request bool
 			t.timers[id] = time.AfterFunc(t.maxHold, func() { t.expire(id) })
 		}
 	}
+	fn, inst := pool.SplitInstance(function)
 	if request && t.meter != nil {
-		t.meter.Begin(b.ID, function, t.specs[function].MemoryBytes)
+		t.meter.Begin(b.ID, fn, t.specs[fn].MemoryBytes) // a function's instances are billed to it
 	}
+	b.Function, b.Instance = fn, inst
 	swap := b.Swap
 	if swap == "" {
 		swap = "none"
@@ -362,16 +387,23 @@ func (t *trackedPool) Release(ctx context.Context, id string) error {
 		}
 		return fmt.Errorf("binding %s broke: %w: %w", id, pool.ErrBindingBroken, err)
 	}
+	var gone string // an instance whose processes ended, with nothing bound any more
 	if fn, ok := t.bindings[id]; ok {
 		delete(t.bindings, id)
 		delete(t.bound[fn], id)
 		if len(t.bound[fn]) == 0 {
 			delete(t.bound, fn)
+			if st := t.instances[fn]; st != nil && st.ended {
+				gone = fn
+			}
 		}
 	}
 	held := t.held[id]
 	delete(t.held, id)
 	t.mu.Unlock()
+	if gone != "" {
+		defer t.forgetCopies(context.WithoutCancel(ctx), gone)
+	}
 	if t.meter != nil {
 		t.meter.End(id) // implicit bindings were never begun
 	}
@@ -459,6 +491,11 @@ func (t *trackedPool) BindImplicit(ctx context.Context, function string) (int, f
 			return 0, nil, err
 		}
 	}
+	done, err := t.useInstance(ctx, function)
+	if err != nil {
+		return 0, nil, err
+	}
+	defer done()
 	// Initialisation goes on: no capture, not a request (counted in no served or on-time figure).
 	b, err := t.acquire(pool.WithInitialisation(ctx), function, false)
 	if err != nil {

@@ -143,6 +143,7 @@ type Server struct {
 	addr    string
 	errs    chan error
 	closers []func(ctx context.Context) error // undone in reverse order by Shutdown
+	evicted *dataPlaneEvictions               // the data plane's own evictions, on their way to the controller
 }
 
 // Start builds the pool and serves the API until Shutdown.
@@ -150,7 +151,8 @@ func Start(ctx context.Context, cfg Config) (*Server, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
-	s := &Server{cfg: cfg, errs: make(chan error, 3), metrics: prometheus.NewRegistry()}
+	s := &Server{cfg: cfg, errs: make(chan error, 3), metrics: prometheus.NewRegistry(),
+		evicted: &dataPlaneEvictions{log: cfg.Logger}}
 	if cfg.Device != nil { // the server owns it from here, also when the start fails
 		s.closers = append(s.closers, cfg.Device.Close)
 	}
@@ -216,6 +218,7 @@ func Start(ctx context.Context, cfg Config) (*Server, error) {
 	if err != nil {
 		return nil, fmt.Errorf("gpuserver: %w", err)
 	}
+	s.evicted.attach(inner)
 	meter, err := s.openMeter(plane != nil)
 	if err != nil {
 		return nil, err
@@ -235,7 +238,7 @@ func Start(ctx context.Context, cfg Config) (*Server, error) {
 		p.sim = sd
 		registerSimMetrics(reg, sd)
 	}
-	reg.MustRegister(meter.Collector(), s.faults.collector())
+	reg.MustRegister(meter.Collector(), s.faults.collector(), newEvictionsCollector(inner))
 	if plane != nil {
 		reg.MustRegister(newScratchCollector(plane))
 	}
@@ -344,7 +347,7 @@ func (s *Server) startDataPlane(ctx context.Context) error {
 	// EvictUnderPressure: the controller plans evictions against the node's nominal memory; the executors
 	// evict idle copies themselves should the chunks reserved run out first.
 	node, err := executor.New(executor.Config{Device: dev, Memory: mem, Repository: repo, EvictUnderPressure: true,
-		Addresses: addrs, Logger: s.cfg.Logger.With("component", "executor"),
+		Addresses: addrs, Logger: s.cfg.Logger.With("component", "executor"), OnEvict: s.evicted.report,
 		OnContextFault: func(gpu int, function string, err error) {
 			if function != "" && !errors.Is(err, executor.ErrHoldExpired) {
 				s.faults.fault(function, gpu, err.Error())
@@ -546,8 +549,11 @@ const PolicyFCFS = "fcfs"
 // ErrInvalidPolicy is wrapped when Config.Policy names no policy.
 var ErrInvalidPolicy = errors.New("invalid policy")
 
-// newPool builds the pool. With executors (oneGPU), a function's requests are bound one at a time: its blocks
-// live at one address, mapped on one GPU at a time (other GPUs may hold parked copies).
+// newPool builds the pool. With executors (oneGPU), each instance's requests are bound one at a time: its blocks
+// live at one address, mapped on one GPU at a time (other GPUs may hold parked copies); a function's instances
+// (pool.InstanceKey) are placed on their own, so a function is bound on as many GPUs at once as it has instances
+// (instances.go). A sibling instance's copy is a swap source (controller.Config.SiblingSources; executor
+// siblings.go).
 func newPool(cfg Config, oneGPU bool) (healthPool, error) {
 	if cfg.Policy == PolicyFCFS {
 		gpus := make([]pool.GPU, len(cfg.Node.GPUs))
@@ -569,7 +575,7 @@ func newPool(cfg Config, oneGPU bool) (healthPool, error) {
 	}
 	return controller.NewPool(controller.PoolConfig{
 		Controller: controller.Config{Policy: policy, Node: cfg.Node, MaxInFlight: maxInFlight,
-			Overload: cfg.Overload},
+			Overload: cfg.Overload, SiblingSources: true},
 		Actuator: cfg.Actuator,
 	})
 }

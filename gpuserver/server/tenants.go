@@ -76,7 +76,8 @@ func (s *Server) startTenants(dev device.Backend, reserve uint64) error {
 	pl, err := tenant.New(tenant.Config{Device: dev, Memory: mem, Executor: exec, RepositoryDir: dir,
 		Command: tc.Command, Env: tc.Env, Stderr: tc.Stderr, MaxTenants: tc.MaxTenants, LogLevel: tc.LogLevel,
 		Logger: s.cfg.Logger.With("component", "tenants"), Metrics: s.metrics, BackoffMin: tc.BackoffMin,
-		BackoffMax: tc.BackoffMax, MaxModuleBytes: tc.MaxModuleBytes, OnFault: s.faults.fault})
+		BackoffMax: tc.BackoffMax, MaxModuleBytes: tc.MaxModuleBytes, OnFault: s.faults.fault,
+		OnEvict: s.evicted.report})
 	if err != nil {
 		return fmt.Errorf("gpuserver: %w", err)
 	}

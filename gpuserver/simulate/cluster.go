@@ -185,7 +185,7 @@ func RunCluster(cfg ClusterConfig) (ClusterResult, error) {
 	for _, fm := range e.fns {
 		rt.Register(epoch, fm.name, fm.model.WeightsBytes)
 	}
-	view := residency{nodes: byRouter}
+	view := residency{nodes: byRouter, instances: cfg.Instances > 1}
 	e.rejected = func(ri *reqInfo) {
 		delete(e.reqs, ri.id)
 		if ri.node >= 0 && !native { // dropped by a node's overload control while it waited there
@@ -345,11 +345,20 @@ func noteRemoved(rt *router.Router, cn *clusterNode, now time.Duration) {
 }
 
 // residency answers the router from the nodes' controllers.
-type residency struct{ nodes map[int]*clusterNode }
+type residency struct {
+	nodes     map[int]*clusterNode
+	instances bool // functions have several instances: any of them resident counts
+}
 
 func (r residency) Resident(node int, function string) bool {
 	cn := r.nodes[node]
-	return cn != nil && cn.sim.ctl.Resident(function)
+	if cn == nil {
+		return false
+	}
+	if cn.sim.ctl.Resident(function) {
+		return true
+	}
+	return r.instances && cn.sim.ctl.InstanceResident(function)
 }
 
 // placeStatic packs the functions onto the nodes' GPUs for good, as an operator sizing a static deployment would

@@ -57,6 +57,7 @@ func (h *eventHeap) Pop() any {
 type reqInfo struct {
 	id      uint64
 	fn      int
+	inst    int // the instance it was submitted to, -1 before (or after it ended)
 	arrival time.Duration
 	out     int // index in outcomes, -1 when not kept
 	node    int
@@ -123,7 +124,7 @@ func (e *engine) addNode(register func(fn int) bool) (*simNode, error) {
 	cfg := e.cfg
 	ctl, err := controller.New(controller.Config{Policy: cfg.Policy, Node: cfg.Node, Seed: cfg.Seed,
 		MaxInFlight: cfg.MaxInFlight, Prewarm: cfg.Prewarm, PartialResidency: cfg.PartialResidency,
-		Overload: cfg.Overload})
+		Overload: cfg.Overload, SiblingSources: true})
 	if err != nil {
 		return nil, err
 	}
@@ -135,21 +136,25 @@ func (e *engine) addNode(register func(fn int) bool) (*simNode, error) {
 			continue
 		}
 		m := fm.model
-		spec := controller.Function{
-			FunctionSpec: pool.FunctionSpec{Name: fm.name, MemoryBytes: cfg.quota(m.WeightsBytes), SLO: fm.slo,
-				Percentile: m.Percentile},
-			ModelBytes: m.WeightsBytes, ExecSeed: cfg.exec(fm),
-		}
-		if e.pin != nil {
-			spec.Pin = e.pin(i)
-		}
-		if err := ctl.Register(at, spec); err != nil {
-			if !errors.Is(err, pool.ErrTooLarge) {
-				return nil, fmt.Errorf("register %s: %w", fm.name, err)
+		registered := true
+		for k := range fm.inFlight { // each instance is placed on its own (docs/design.md, decision 10)
+			spec := controller.Function{
+				FunctionSpec: pool.FunctionSpec{Name: fm.instanceName(k), MemoryBytes: cfg.quota(m.WeightsBytes),
+					SLO: fm.slo, Percentile: m.Percentile},
+				ModelBytes: m.WeightsBytes, ExecSeed: cfg.exec(fm),
 			}
-			continue
+			if e.pin != nil {
+				spec.Pin = e.pin(i)
+			}
+			if err := ctl.Register(at, spec); err != nil {
+				if !errors.Is(err, pool.ErrTooLarge) {
+					return nil, fmt.Errorf("register %s: %w", spec.Name, err)
+				}
+				registered = false
+				break
+			}
 		}
-		n.has[i] = true
+		n.has[i] = registered
 	}
 	e.nodes = append(e.nodes, n)
 	return n, nil
@@ -178,20 +183,38 @@ func (e *engine) submit(n *simNode, ri *reqInfo) error {
 	if !n.has[ri.fn] {
 		return fmt.Errorf("%w: %s has no GPU on node %d", pool.ErrTooLarge, e.fns[ri.fn].name, n.index)
 	}
-	if err := n.ctl.Submit(epoch.Add(e.now), ri.id, e.fns[ri.fn].name); err != nil {
+	fm := &e.fns[ri.fn]
+	k := 0 // the instance with the fewest requests in flight, as the provider routes
+	for i, c := range fm.inFlight {
+		if c < fm.inFlight[k] {
+			k = i
+		}
+	}
+	if err := n.ctl.Submit(epoch.Add(e.now), ri.id, fm.instanceName(k)); err != nil {
 		if errors.Is(err, pool.ErrTooLarge) || errors.Is(err, pool.ErrOverloaded) {
 			return err
 		}
 		return fmt.Errorf("submit %d: %w", ri.id, err) // a bug: abort
 	}
+	ri.inst = k
+	fm.inFlight[k]++
 	ri.node = n.index
 	e.reqs[ri.id] = ri
 	n.dirty = true
 	return nil
 }
 
+// ended uncounts ri from its instance's requests in flight.
+func (e *engine) ended(ri *reqInfo) {
+	if ri.inst >= 0 {
+		e.fns[ri.fn].inFlight[ri.inst]--
+		ri.inst = -1
+	}
+}
+
 // reject ends request ri unserved.
 func (e *engine) reject(ri *reqInfo) {
+	e.ended(ri)
 	if ri.out >= 0 {
 		e.outcomes[ri.out].Rejected = true
 	}
@@ -228,7 +251,7 @@ func (e *engine) run(arrivals []Arrival) error {
 			a := arrivals[ai]
 			ai++
 			e.events++
-			ri := &reqInfo{id: uint64(ai), fn: a.Function, arrival: a.At, out: -1, node: -1}
+			ri := &reqInfo{id: uint64(ai), fn: a.Function, arrival: a.At, out: -1, node: -1, inst: -1}
 			if e.keep {
 				ri.out = len(e.outcomes)
 				e.outcomes = append(e.outcomes, Outcome{ID: ri.id, Function: a.Function, Arrival: a.At, GPU: -1})
@@ -298,6 +321,7 @@ func (e *engine) nodeEvents(n *simNode) error {
 			}
 			ri := e.reqs[ev.id]
 			delete(e.reqs, ev.id)
+			e.ended(ri)
 			lat := now - ri.arrival
 			if ri.out >= 0 {
 				e.outcomes[ri.out].Latency, e.outcomes[ri.out].OnTime = lat, onTime

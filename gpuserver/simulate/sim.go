@@ -6,10 +6,12 @@ import (
 	"math/rand/v2"
 	"slices"
 	"sort"
+	"strconv"
 	"time"
 
 	"github.com/faas-gpu/faas-gpu/contract"
 	"github.com/faas-gpu/faas-gpu/gpuserver/controller"
+	"github.com/faas-gpu/faas-gpu/gpuserver/pool"
 	"github.com/faas-gpu/faas-gpu/gpuserver/topology"
 )
 
@@ -41,7 +43,13 @@ type Config struct {
 	// MemoryFactor: a function's GPU memory quota is its weights times this (activations and workspace); 0 means
 	// 1.25.
 	MemoryFactor float64
-	// MaxInFlight bounds each function's concurrently bound requests (0: unlimited).
+	// Instances is how many instances (replicas) each function has; 0 means 1, what a function deployed without
+	// com.openfaas.scale.min has. Each instance is placed on its own and holds a copy of its own, as on the product
+	// (docs/design.md, decision 10); a request goes to the instance with the fewest requests in flight.
+	Instances int
+	// MaxInFlight bounds the concurrently bound requests of each instance (the controller's MaxInFlight): the
+	// product binds one request per instance (DefaultMaxInFlight). 0 is unlimited, which the product cannot do: a
+	// function's requests then share its copies on every GPU as if it had an instance per GPU.
 	MaxInFlight int
 	// Prewarm starts with every function resident wherever it fits.
 	Prewarm bool
@@ -127,13 +135,28 @@ type fnModel struct {
 	name             string
 	slo              time.Duration
 	betaPCIe, betaNV float64
+	// inFlight counts the requests submitted to each instance and not ended (Config.Instances).
+	inFlight []int
+}
+
+// DefaultMaxInFlight is what the product binds per instance at once: one request.
+const DefaultMaxInFlight = 1
+
+// instanceName is the controller's name of instance k of function fm (pool.InstanceKey; a function of one
+// instance is its own name).
+func (fm *fnModel) instanceName(k int) string {
+	if len(fm.inFlight) <= 1 {
+		return fm.name
+	}
+	return pool.InstanceKey(fm.name, strconv.Itoa(k))
 }
 
 // fnModel builds function i's model: its profile (round-robin), name, SLO and swap penalty factors against the
 // reference node ref.
 func (cfg *Config) fnModel(i int, ref *topology.Node) fnModel {
 	m := cfg.Models[i%len(cfg.Models)]
-	fm := fnModel{model: m, name: fmt.Sprintf("fn-%04d-%s", i, m.Name), slo: m.SLO}
+	fm := fnModel{model: m, name: fmt.Sprintf("fn-%04d-%s", i, m.Name), slo: m.SLO,
+		inFlight: make([]int, max(1, cfg.Instances))}
 	if fm.slo == 0 {
 		fm.slo = cfg.DefaultSLO
 	}

@@ -123,6 +123,26 @@ func (pl *Plane) handlers(g *generation) map[handoff.Kind]handoff.Handler {
 			pl.gpuFailed(g, e)
 			return nil, nil, nil
 		},
+		handoff.KindEvicted: func(_ context.Context, f handoff.Frame) (any, []*os.File, error) {
+			e, err := handoff.Body[handoff.Evicted](f)
+			if err != nil {
+				return nil, nil, err
+			}
+			if e.GPU < 0 || e.GPU >= pl.GPUs() {
+				return nil, nil, fmt.Errorf("%w: gpu %d", handoff.ErrProtocol, e.GPU)
+			}
+			if t, err := pl.tenantOf(e.Function); err != nil || t != g.p.tenant {
+				return nil, nil, fmt.Errorf("%w: the executor of %s reported an eviction of %q, not its tenant's",
+					handoff.ErrProtocol, g.p.tenant, e.Function)
+			}
+			if e.Reason != executor.EvictPressure && e.Reason != executor.EvictReclaim {
+				return nil, nil, fmt.Errorf("%w: eviction reason %q", handoff.ErrProtocol, e.Reason)
+			}
+			if pl.cfg.OnEvict != nil {
+				pl.cfg.OnEvict(e.GPU, e.Function, e.Reason)
+			}
+			return nil, nil, nil
+		},
 		handoff.KindFault: func(_ context.Context, f handoff.Frame) (any, []*os.File, error) {
 			e, err := handoff.Body[handoff.Fault](f)
 			if err != nil {

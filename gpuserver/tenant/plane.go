@@ -84,6 +84,9 @@ type Config struct {
 	OnFault func(function string, gpu int, cause string)
 	// CheckGPU checks a GPU after a tenant's fault (health.go); device.CheckHealth on Device when nil.
 	CheckGPU func(ctx context.Context, gpu int) error
+	// OnEvict, when set, is told of every copy an executor dropped on its own (handoff.KindEvicted: a swap-in out of
+	// chunks, another tenant's chunks given back), with a function of that executor's tenant only.
+	OnEvict func(gpu int, function, reason string)
 	// MaxModuleBytes bounds the module images every executor holds together (remoting.DefaultMaxModuleBytes when
 	// 0): the node's bound, which each executor's own (per process) would multiply by the tenants.
 	MaxModuleBytes uint64

@@ -117,6 +117,11 @@ type process struct {
 	faulted    atomic.Bool
 	namedFault atomic.Pointer[handoff.Fault] // the first fault that names its function (onFault)
 	named      chan struct{}                 // closed when namedFault is set
+
+	// evicted are the copies the node dropped on its own, not yet reported (onEvict); kick wakes their reporter
+	evictMu sync.Mutex
+	evicted []handoff.Evicted
+	kick    chan struct{}
 }
 
 // Run serves the control socket ctl (its descriptor is closed when Run returns).
@@ -129,8 +134,11 @@ func Run(ctx context.Context, ctl *os.File, stderr io.Writer) error {
 	ctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
 	p := &process{ctx: ctx, cancel: cancel, stderr: stderr, ready: make(chan struct{}), named: make(chan struct{}),
-		log: slog.New(slog.NewTextHandler(stderr, nil))}
+		log: slog.New(slog.NewTextHandler(stderr, nil)), kick: make(chan struct{}, 1)}
 	p.peer = handoff.NewPeer(conn, p.handlers(), handoff.Codes, p.log)
+	reported := make(chan struct{})
+	go func() { defer close(reported); p.reportEvictions(ctx) }()
+	defer func() { cancel(nil); <-reported }()
 	serveErr := p.peer.Serve(ctx)
 	cause := context.Cause(ctx)
 	if p.faulted.Load() {
@@ -270,7 +278,7 @@ func (p *process) build(cfg handoff.Start) error {
 	p.closers = append(p.closers, p.mem.Close)
 	node, err := executor.New(executor.Config{Device: p.win, Memory: p.mem, Repository: repo,
 		EvictUnderPressure: true, Addresses: addrs, GroupBytes: cfg.GroupBytes, Logger: p.log,
-		OnContextFault: p.onFault, OnUnhealthy: p.onUnhealthy})
+		OnContextFault: p.onFault, OnUnhealthy: p.onUnhealthy, OnEvict: p.onEvict})
 	if err != nil {
 		return fmt.Errorf("executors: %w", err)
 	}
@@ -362,6 +370,38 @@ func (p *process) onFault(gpu int, function string, err error) {
 		}
 		p.cancel(ErrFault)
 	}()
+}
+
+// onEvict is called by the node (with its lock held) when it drops a copy on its own: the gpuserver's controller
+// forgets it and counts it. Frames go out in order on the control socket, so a later swap's frame never overtakes it.
+func (p *process) onEvict(gpu int, function, reason string) {
+	p.evictMu.Lock()
+	p.evicted = append(p.evicted, handoff.Evicted{GPU: gpu, Function: function, Reason: reason})
+	p.evictMu.Unlock()
+	select {
+	case p.kick <- struct{}{}:
+	default:
+	}
+}
+
+// reportEvictions sends the copies the node dropped on its own to the gpuserver, in order, until ctx ends.
+func (p *process) reportEvictions(ctx context.Context) {
+	for {
+		select {
+		case <-p.kick:
+		case <-ctx.Done():
+			return
+		}
+		p.evictMu.Lock()
+		es := p.evicted
+		p.evicted = nil
+		p.evictMu.Unlock()
+		for _, e := range es {
+			if err := p.peer.Notify(handoff.KindEvicted, e, nil); err != nil {
+				p.log.Warn("report an eviction", "function", e.Function, "gpu", e.GPU, "err", err)
+			}
+		}
+	}
 }
 
 // onUnhealthy is called by the node (with its lock held) when it takes a GPU out of service. After a fault of the

@@ -11,7 +11,7 @@ type wireConst struct {
 var wireConsts = []wireConst{
 	{"Magic", 0x4D524746, "first word of the hello, its reply and the control block (\"FGRM\" little-endian)"},
 	{"VersionMajor", 1, "incompatible changes; a mismatch is refused"},
-	{"VersionMinor", 3, "compatible additions (new calls); a server accepts clients with minor <= its own"},
+	{"VersionMinor", 3, "compatible additions (new calls, the instance block); a server accepts clients with minor <= its own"},
 	{"RecordHeaderSize", 16, "u32 size, u16 call id, u16 flags, u64 seq"},
 	{"RecordFlagSync", 1, "the caller waits for a response (set for sync calls, and for every call in all-sync mode)"},
 	{"RecordPadID", 0, "call id of padding up to the end of the ring"},
@@ -37,6 +37,8 @@ var wireConsts = []wireConst{
 	{"HelloFunction", 24, "char[128] NUL-terminated"},
 	{"HelloToken", 152, "char[128] NUL-terminated"},
 	{"NameMax", 128, "bytes of the function and token fields"},
+	{"HelloFlagInstance", 1, "HelloFlags bit (minor >= 3): the instance block follows the hello"},
+	{"HelloInstanceSize", 64, "bytes of the instance block: char[64] NUL-terminated, the instance's name"},
 	{"ReplySize", 1592, "bytes of the hello reply"},
 	{"ReplyStatus", 8, "i32: a Status"},
 	{"ReplyTotalMem", 16, "u64: the function's memory quota"},

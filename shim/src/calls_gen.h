@@ -8,7 +8,7 @@
 
 #define SHIM_MAGIC 1297237830ULL /* first word of the hello, its reply and the control block ("FGRM" little-endian) */
 #define SHIM_VERSION_MAJOR 1ULL /* incompatible changes; a mismatch is refused */
-#define SHIM_VERSION_MINOR 3ULL /* compatible additions (new calls); a server accepts clients with minor <= its own */
+#define SHIM_VERSION_MINOR 3ULL /* compatible additions (new calls, the instance block); a server accepts clients with minor <= its own */
 #define SHIM_RECORD_HEADER_SIZE 16ULL /* u32 size, u16 call id, u16 flags, u64 seq */
 #define SHIM_RECORD_FLAG_SYNC 1ULL /* the caller waits for a response (set for sync calls, and for every call in all-sync mode) */
 #define SHIM_RECORD_PAD_ID 0ULL /* call id of padding up to the end of the ring */
@@ -34,6 +34,8 @@
 #define SHIM_HELLO_FUNCTION 24ULL /* char[128] NUL-terminated */
 #define SHIM_HELLO_TOKEN 152ULL /* char[128] NUL-terminated */
 #define SHIM_NAME_MAX 128ULL /* bytes of the function and token fields */
+#define SHIM_HELLO_FLAG_INSTANCE 1ULL /* HelloFlags bit (minor >= 3): the instance block follows the hello */
+#define SHIM_HELLO_INSTANCE_SIZE 64ULL /* bytes of the instance block: char[64] NUL-terminated, the instance's name */
 #define SHIM_REPLY_SIZE 1592ULL /* bytes of the hello reply */
 #define SHIM_REPLY_STATUS 8ULL /* i32: a Status */
 #define SHIM_REPLY_TOTAL_MEM 16ULL /* u64: the function's memory quota */

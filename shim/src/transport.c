@@ -253,8 +253,25 @@ static int connect_locked(void) {
 		return fail(CUDA_ERROR_NO_DEVICE);
 	}
 
-	uint8_t hello[SHIM_HELLO_SIZE];
+	/* The instance block follows the hello when the process names its instance (FAAS_GPU_INSTANCE, which the
+	 * template sets from the replica's host name): each instance has device memory of its own at addresses of its
+	 * own, so a function's instances are bound on several GPUs at once (docs/design.md, decision 10). */
+	const char *instance = getenv("FAAS_GPU_INSTANCE");
+	if (instance == NULL) instance = "";
+	if (strlen(instance) >= SHIM_HELLO_INSTANCE_SIZE) {
+		shim_log("FAAS_GPU_INSTANCE longer than %d bytes", (int)SHIM_HELLO_INSTANCE_SIZE - 1);
+		close(mfd);
+		close(fd);
+		return fail(CUDA_ERROR_INVALID_VALUE);
+	}
+	uint8_t hello[SHIM_HELLO_SIZE + SHIM_HELLO_INSTANCE_SIZE];
+	size_t hello_len = SHIM_HELLO_SIZE;
 	memset(hello, 0, sizeof hello);
+	if (*instance) {
+		put32(hello + SHIM_HELLO_FLAGS, (uint32_t)SHIM_HELLO_FLAG_INSTANCE);
+		strcpy((char *)hello + SHIM_HELLO_SIZE, instance);
+		hello_len += SHIM_HELLO_INSTANCE_SIZE;
+	}
 	put32(hello, (uint32_t)SHIM_MAGIC);
 	put16(hello + 4, (uint16_t)SHIM_VERSION_MAJOR);
 	put16(hello + 6, (uint16_t)SHIM_VERSION_MINOR);
@@ -262,7 +279,7 @@ static int connect_locked(void) {
 	put64(hello + SHIM_HELLO_SHM_SIZE, g.shm_size);
 	strcpy((char *)hello + SHIM_HELLO_FUNCTION, function);
 	strcpy((char *)hello + SHIM_HELLO_TOKEN, token);
-	struct iovec iov = {.iov_base = hello, .iov_len = sizeof hello};
+	struct iovec iov = {.iov_base = hello, .iov_len = hello_len};
 	union {
 		char buf[CMSG_SPACE(sizeof(int))];
 		struct cmsghdr align;
@@ -275,7 +292,7 @@ static int connect_locked(void) {
 	memcpy(CMSG_DATA(cm), &mfd, sizeof(int));
 	ssize_t n = sendmsg(fd, &msg, MSG_NOSIGNAL);
 	close(mfd);
-	if (n != (ssize_t)sizeof hello) {
+	if (n != (ssize_t)hello_len) {
 		shim_log("send hello to gpuserver: %s", n < 0 ? strerror(errno) : "short write");
 		close(fd);
 		return fail(CUDA_ERROR_NO_DEVICE);

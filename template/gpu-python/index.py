@@ -11,6 +11,8 @@ Environment:
                         gpuserver, and context.gpu holds the binding (id, gpu, gpu_name, swap)
   FAAS_GPU_FUNCTION     the function's name as registered with the gpuserver (required when FAAS_GPU=1)
   FAAS_GPU_SOCKET       the gpuserver's Unix socket (default /var/run/faas-gpu/gpuserver.sock)
+  FAAS_GPU_INSTANCE     this process's instance (default: HOSTNAME, the replica's name); each instance has GPU
+                        memory of its own and is bound on a GPU of its own, one request at a time
   FAAS_GPU_TOKEN        the function's credential: acquire and release are authenticated with it (and the shim's
                         remoting hello); each binding is held on its own connection from acquire to release
   FAAS_GPU_REGISTRATION_TICKET  with FAAS_GPU_SELF_REGISTER=1: the provider's ticket for this function's spec
@@ -208,8 +210,9 @@ class UnixHTTPConnection(http.client.HTTPConnection):
 class GPUClient:
     """acquire/release against the gpuserver's HTTP API on its Unix socket."""
 
-    def __init__(self, function, socket_path, acquire_timeout_ms):
+    def __init__(self, function, socket_path, acquire_timeout_ms, instance=""):
         self.function = function
+        self.instance = instance  # this process's instance (FAAS_GPU_INSTANCE): its acquires and its shim's hello
         self.spec = None  # set when the function registers itself (FAAS_GPU_SELF_REGISTER=1)
         self.socket_path = socket_path
         self.acquire_timeout_ms = acquire_timeout_ms
@@ -279,8 +282,10 @@ class GPUClient:
         conn = UnixHTTPConnection(self.socket_path, timeout)
         try:
             got = {}
-            status, raw = self._call("POST", path, {"timeout_ms": self.acquire_timeout_ms}, timeout, conn=conn,
-                                     headers_out=got)
+            body = {"timeout_ms": self.acquire_timeout_ms}
+            if self.instance:
+                body["instance"] = self.instance
+            status, raw = self._call("POST", path, body, timeout, conn=conn, headers_out=got)
         except OSError as e:
             conn.close()
             raise GPUError(503, "gpuserver at %s unreachable: %s" % (self.socket_path, e))
@@ -788,7 +793,27 @@ def gpu_client_from_env():
         timeout_ms = int(os.getenv("FAAS_GPU_ACQUIRE_TIMEOUT_MS", "30000"))
     except ValueError:
         sys.exit("gpu-python: FAAS_GPU_ACQUIRE_TIMEOUT_MS must be an integer number of milliseconds")
-    return GPUClient(function, os.getenv("FAAS_GPU_SOCKET", DEFAULT_SOCKET), timeout_ms)
+    instance = instance_from_env()
+    os.environ["FAAS_GPU_INSTANCE"] = instance  # the shim's hello names the same instance (before CUDA loads)
+    return GPUClient(function, os.getenv("FAAS_GPU_SOCKET", DEFAULT_SOCKET), timeout_ms, instance)
+
+
+_INSTANCE_MAX = 63
+_INSTANCE_CHARS = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-_.")
+
+
+def instance_from_env():
+    """This process's instance of the function: FAAS_GPU_INSTANCE, else its replica's host name (HOSTNAME: the
+    provider's replica id, a pod's name). Each instance has GPU memory of its own, so a function's instances are
+    bound on several GPUs at once. A name the gpuserver would refuse (too long, odd bytes) is replaced by a digest
+    of it; "" (neither set) is the function itself, one request at a time across its processes."""
+    name = os.getenv("FAAS_GPU_INSTANCE") or os.getenv("HOSTNAME", "")
+    if not name:
+        return ""
+    if len(name) <= _INSTANCE_MAX and name[0].isalnum() and set(name) <= _INSTANCE_CHARS:
+        return name
+    import hashlib
+    return "h" + hashlib.sha256(name.encode()).hexdigest()[:32]
 
 
 _DURATION_UNITS = {"ns": 1, "us": 1e3, "\u00b5s": 1e3, "ms": 1e6, "s": 1e9, "m": 60e9, "h": 3600e9}

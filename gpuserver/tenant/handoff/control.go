@@ -34,6 +34,7 @@ const (
 	KindReleaseImplicit Kind = 41 // Release (answered)
 	KindGPUFailed       Kind = 42 // GPUFailed (one-way)
 	KindFault           Kind = 43 // Fault (one-way; the executor exits after it)
+	KindEvicted         Kind = 47 // Evicted (one-way); minor version 3
 )
 
 // Function is a registered function and its tenant.
@@ -128,6 +129,15 @@ type GPUFailed struct {
 	GPU        int    `json:"gpu"`
 	Error      string `json:"error"`
 	AfterFault bool   `json:"after_fault,omitempty"`
+}
+
+// Evicted tells the gpuserver that the executor dropped Function's copy on GPU on its own (executor.Config.OnEvict:
+// Reason executor.EvictPressure or executor.EvictReclaim), so that the controller, which placed on that memory,
+// forgets the copy and counts the eviction.
+type Evicted struct {
+	GPU      int    `json:"gpu"`
+	Function string `json:"function"`
+	Reason   string `json:"reason"`
 }
 
 // Fault tells the gpuserver that a kernel of the tenant faulted: on a real GPU that poisons every context of the

@@ -36,7 +36,7 @@ func TestFrameLayout(t *testing.T) {
 	}{
 		{0, uint64(le.Uint32(b[0:])), 0x4e544746},
 		{4, uint64(le.Uint16(b[4:])), 1},
-		{6, uint64(le.Uint16(b[6:])), 2},
+		{6, uint64(le.Uint16(b[6:])), 3},
 		{8, uint64(le.Uint16(b[8:])), 33},
 		{10, uint64(le.Uint16(b[10:])), 3},
 		{12, uint64(le.Uint32(b[12:])), uint64(len(body))},
@@ -61,7 +61,7 @@ func TestKindsArePinned(t *testing.T) {
 		KindReclaim: 22, KindRegister: 30, KindDeregister: 31, KindEndInit: 32, KindAcquire: 33, KindRelease: 34,
 		KindSwapIn: 35, KindEvict: 36, KindMarkUnhealthy: 37, KindStatus: 38, KindWaitReady: 39,
 		KindBindImplicit: 40, KindReleaseImplicit: 41, KindGPUFailed: 42, KindFault: 43, KindExpire: 44,
-		KindReserveImages: 45, KindReleaseImages: 46}
+		KindReserveImages: 45, KindReleaseImages: 46, KindEvicted: 47}
 	for k, n := range want {
 		if uint16(k) != n {
 			t.Errorf("kind %d, pinned as %d", k, n)
