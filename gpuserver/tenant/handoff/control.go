@@ -162,6 +162,7 @@ var Codes = []Code{
 	{"executor.context_fault", executor.ErrContextFault},
 	{"executor.lost", executor.ErrLost},
 	{"executor.hold_expired", executor.ErrHoldExpired},
+	{"executor.read_only", executor.ErrReadOnly},
 	{"memory.no_space", memory.ErrNoSpace},
 	{"memory.invalid", memory.ErrInvalid},
 	{"repository.not_found", repository.ErrNotFound},

@@ -235,7 +235,7 @@ func TestEverySentinelTravels(t *testing.T) {
 		"executor.ErrUnhealthy": executor.ErrUnhealthy, "executor.ErrNoMemory": executor.ErrNoMemory,
 		"executor.ErrInvalid": executor.ErrInvalid, "executor.ErrBroken": executor.ErrBroken,
 		"executor.ErrLost": executor.ErrLost, "executor.ErrContextFault": executor.ErrContextFault,
-		"executor.ErrHoldExpired": executor.ErrHoldExpired,
+		"executor.ErrHoldExpired": executor.ErrHoldExpired, "executor.ErrReadOnly": executor.ErrReadOnly,
 		"pool.ErrUnknownFunction": pool.ErrUnknownFunction, "pool.ErrUnknownBinding": pool.ErrUnknownBinding,
 		"pool.ErrInvalidSpec": pool.ErrInvalidSpec, "pool.ErrTooLarge": pool.ErrTooLarge,
 		"pool.ErrGPUUnhealthy": pool.ErrGPUUnhealthy, "pool.ErrBindingBroken": pool.ErrBindingBroken,
