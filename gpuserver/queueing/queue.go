@@ -55,6 +55,9 @@ type Config struct {
 	// default), the margined slack decides (deadline - (1+Margin)*Cost < now), which leaves the capacity to
 	// requests whose prediction fits with room to spare.
 	RescueShare float64
+	// Alpha, when > 0, fixes the fraction of the expected cost admitted to the high-priority group (Torpor and
+	// SLO-aware orders) instead of starting at 1 and re-tuning it; Torpor's node simulator fixes it at 0.01.
+	Alpha float64
 }
 
 // Request is one queued request or message.
@@ -226,7 +229,14 @@ func New(cfg Config) (*Queue, error) {
 	if cfg.RescueShare < 0 || cfg.RescueShare > 1 || math.IsNaN(cfg.RescueShare) {
 		return nil, fmt.Errorf("%w: rescue share must be in [0, 1]", ErrInvalidConfig)
 	}
-	return &Queue{cfg: cfg, fns: map[string]*function{}, byID: map[uint64]*entry{}, alpha: 1, metShare: 1}, nil
+	if cfg.Alpha < 0 || cfg.Alpha > 1 || math.IsNaN(cfg.Alpha) {
+		return nil, fmt.Errorf("%w: alpha must be in (0, 1] (0: re-tuned)", ErrInvalidConfig)
+	}
+	alpha := 1.0
+	if cfg.Alpha > 0 {
+		alpha = cfg.Alpha
+	}
+	return &Queue{cfg: cfg, fns: map[string]*function{}, byID: map[uint64]*entry{}, alpha: alpha, metShare: 1}, nil
 }
 
 // Config returns the queue's configuration with defaults filled in.
@@ -511,6 +521,32 @@ func (q *Queue) Expire(now time.Time, function string) []Request {
 	return rs
 }
 
+// ExpireAll removes every function's waiting requests that can no longer meet their deadline (see Expire) and
+// returns them, function by function, oldest first within each.
+func (q *Queue) ExpireAll(now time.Time) []Request {
+	var out []Request
+	nowNS := now.UnixNano()
+	for _, f := range slices.Clone(q.active) {
+		if !f.anyDue(nowNS) {
+			continue
+		}
+		out = append(out, q.Expire(now, f.name)...)
+	}
+	return out
+}
+
+// anyDue reports whether one of f's waiting requests can no longer meet its deadline.
+func (f *function) anyDue(nowNS int64) bool {
+	for _, h := range []fnHeap{f.waiting, f.late} {
+		for _, e := range h {
+			if e.due < nowNS {
+				return true
+			}
+		}
+	}
+	return false
+}
+
 // Regroup recomputes the high/low groups and, every AlphaWindow calls, re-tunes alpha. Pop calls it on schedule;
 // call it directly only to force a regrouping.
 func (q *Queue) Regroup(now time.Time) {
@@ -525,7 +561,7 @@ func (q *Queue) Regroup(now time.Time) {
 	}
 	q.metShare = float64(met) / float64(seen)
 	q.groupRuns++
-	if q.groupRuns < q.cfg.AlphaWindow {
+	if q.groupRuns < q.cfg.AlphaWindow || q.cfg.Alpha > 0 {
 		return
 	}
 	q.groupRuns = 0

@@ -165,7 +165,7 @@ func RunCluster(cfg ClusterConfig) (ClusterResult, error) {
 	}
 	var home []int // native and static: each function's node
 	switch {
-	case cfg.Policy == controller.PolicyStatic:
+	case cfg.Policy == controller.PolicyStatic || cfg.Policy == controller.PolicyStaticDeadline:
 		var gpus [][]int
 		home, gpus = placeStatic(&cfg, e.fns, arrivals, cfg.Nodes)
 		e.pin = func(fn int) []int { return gpus[fn] }
