@@ -24,9 +24,12 @@ import (
 // of admitted requests stays bounded at any load: admitted requests finish within their deadline up to the
 // prediction's error (a swap slowed by contention), never thousands of deadlines late.
 //
-// The work ahead counts the whole queue for the policies that place anywhere (an upper bound for deadline orders,
-// exact for first-in-first-out) and the function's own requests over its GPUs for pinned placements (native,
-// static); with Config.MaxInFlight it is at least the function's own queue over its instances.
+// The work ahead is, for the policies that place anywhere, the queued requests due no later than it (what a
+// deadline order serves first; exact for first-in-first-out among functions of one deadline, optimistic for
+// other orders), and for pinned placements (native, static) the function's own queued requests over its GPUs;
+// with Config.MaxInFlight it is at least the function's own queue over its instances. An estimate that errs
+// optimistic costs little: a request admitted that turns out unable to make its deadline is dropped from the
+// queue before it takes a GPU, while a pessimistic one would refuse requests that could have made it.
 
 // Admission names an admission rule.
 type Admission string
@@ -80,7 +83,7 @@ func (c *Controller) predictDone(now time.Time, fs *fnState) (done time.Duration
 	own := time.Duration(c.q.Waiting(fs.Name)) * cost
 	ahead := own / time.Duration(n)
 	if !pinned {
-		ahead = c.q.Cost() / time.Duration(n)
+		ahead = c.q.CostDueBy(now.Add(fs.SLO)) / time.Duration(n)
 	}
 	if k := c.cfg.MaxInFlight; k > 0 {
 		ahead = max(ahead, own/time.Duration(min(k, n)))

@@ -535,6 +535,23 @@ func (q *Queue) ExpireAll(now time.Time) []Request {
 	return out
 }
 
+// CostDueBy is the predicted cost (Request.Cost) of the waiting requests whose deadline is not after deadline
+// (requests without a deadline are not counted): the work a deadline order serves before a request due then.
+func (q *Queue) CostDueBy(deadline time.Time) time.Duration {
+	by := deadline.UnixNano()
+	var sum time.Duration
+	for _, f := range q.active {
+		for _, h := range []fnHeap{f.waiting, f.late} {
+			for _, e := range h {
+				if !e.Deadline.IsZero() && e.Deadline.UnixNano() <= by {
+					sum += e.Cost
+				}
+			}
+		}
+	}
+	return sum
+}
+
 // anyDue reports whether one of f's waiting requests can no longer meet its deadline.
 func (f *function) anyDue(nowNS int64) bool {
 	for _, h := range []fnHeap{f.waiting, f.late} {
