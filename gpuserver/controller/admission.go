@@ -16,7 +16,7 @@ import (
 // AdmissionDeadline refuses (pool.ErrOverloaded, HTTP 429) a request at Submit when its predicted completion -
 // the soonest a GPU it can run on frees, plus the predicted work queued ahead of it spread over those GPUs, plus
 // its own predicted swap and execution - falls after its deadline, and drops a waiting request once its deadline
-// minus its predicted cost has passed (it can no longer make it; Dispatch hands it back through TakeRefused). A
+// minus its predicted cost now has passed (it can no longer make it; Dispatch hands it back through TakeRefused). A
 // request whose predicted cost alone exceeds its deadline is never refused at Submit: no retry could do better.
 // The Retry-After of a refusal is how much later the work now queued ahead of it will have drained far enough for
 // it to fit (predicted completion minus deadline): a retry then, with no new work queued ahead of it, is predicted
@@ -135,7 +135,13 @@ func (c *Controller) expireAdmitted(now time.Time) {
 	if !c.admits() || c.q.Len() == 0 {
 		return
 	}
-	for _, r := range c.q.ExpireAll(now) {
+	cost := func(f string) time.Duration {
+		if fs := c.fns[f]; fs != nil {
+			return c.predictCost(fs)
+		}
+		return 0
+	}
+	for _, r := range c.q.ExpireAll(now, cost) {
 		delete(c.reqs, r.ID)
 		fs := c.fns[r.Function]
 		c.counts.Refused++

@@ -26,7 +26,7 @@ func TestParseAdmission(t *testing.T) {
 // TestAdmissionDeadline runs the admission rule under every policy that shares a GPU: on one GPU a function of
 // 30 ms and a 100 ms deadline gets three requests at once (one bound, two queued: the third finishes at 90 ms);
 // a fourth, predicted at 120 ms, is refused with a Retry-After of 20 ms, and a retry then is admitted (and would
-// finish at 100 ms). Without the rule the fourth is queued. When the bound request then runs long (80 ms), the
+// finish at 100 ms). Without the rule the fourth is queued. When the bound request then ends late (at 80 ms), the
 // two queued behind it can no longer make their deadline: the rule drops them from the queue (TakeRefused); the
 // retry, which still can, is bound.
 func TestAdmissionDeadline(t *testing.T) {
@@ -72,7 +72,8 @@ func TestAdmissionDeadline(t *testing.T) {
 			if c.Counters().Refused != 2 {
 				t.Fatalf("%s: refused %d, want 2", p, c.Counters().Refused)
 			}
-			if _, err := c.Complete(t0.Add(ms(80)), 1, ms(80)); err != nil {
+			// Request 1 ends late, at 80 ms (its GPU was slow to start it); its execution took the predicted 30 ms.
+			if _, err := c.Complete(t0.Add(ms(80)), 1, ms(30)); err != nil {
 				t.Fatal(err)
 			}
 			ds := c.Dispatch(t0.Add(ms(80)))

@@ -521,16 +521,45 @@ func (q *Queue) Expire(now time.Time, function string) []Request {
 	return rs
 }
 
-// ExpireAll removes every function's waiting requests that can no longer meet their deadline (see Expire) and
-// returns them, function by function, oldest first within each.
-func (q *Queue) ExpireAll(now time.Time) []Request {
+// ExpireAll removes every function's waiting requests that can no longer meet their deadline and returns them,
+// function by function, oldest first within each. With cost nil a request can no longer make it once its deadline
+// minus its Cost at push has passed (see Expire); otherwise cost gives each function's predicted cost now (its
+// model may have become resident since the request was pushed, so the cost at push would drop requests that can
+// still make it).
+func (q *Queue) ExpireAll(now time.Time, cost func(function string) time.Duration) []Request {
 	var out []Request
 	nowNS := now.UnixNano()
 	for _, f := range slices.Clone(q.active) {
-		if !f.anyDue(nowNS) {
+		var es []*entry
+		for _, h := range []*fnHeap{&f.waiting, &f.late} {
+			for _, e := range *h {
+				due := e.due
+				if cost != nil && !e.Deadline.IsZero() {
+					due = e.Deadline.UnixNano() - int64(cost(f.name))
+				}
+				if due < nowNS {
+					es = append(es, e)
+				}
+			}
+		}
+		if len(es) == 0 {
 			continue
 		}
-		out = append(out, q.Expire(now, f.name)...)
+		slices.SortFunc(es, func(a, b *entry) int { return int(a.seq - b.seq) })
+		for _, e := range es {
+			if e.late {
+				heap.Remove(&f.late, e.index)
+			} else {
+				heap.Remove(&f.waiting, e.index)
+			}
+			delete(q.byID, e.ID)
+			q.cost -= e.Cost
+			q.n--
+			out = append(out, e.Request)
+		}
+		if f.count() == 0 {
+			q.deactivate(f)
+		}
 	}
 	return out
 }
@@ -550,18 +579,6 @@ func (q *Queue) CostDueBy(deadline time.Time) time.Duration {
 		}
 	}
 	return sum
-}
-
-// anyDue reports whether one of f's waiting requests can no longer meet its deadline.
-func (f *function) anyDue(nowNS int64) bool {
-	for _, h := range []fnHeap{f.waiting, f.late} {
-		for _, e := range h {
-			if e.due < nowNS {
-				return true
-			}
-		}
-	}
-	return false
 }
 
 // Regroup recomputes the high/low groups and, every AlphaWindow calls, re-tunes alpha. Pop calls it on schedule;

@@ -412,7 +412,7 @@ func TestExpireAll(t *testing.T) {
 		push(t, q, 2, "b", ms(10), ms(95)) // due at 15 ms
 		push(t, q, 3, "b", ms(20), ms(10)) // due at 110 ms
 		push(t, q, 4, "a", ms(5), ms(90))  // due at 15 ms
-		got := q.ExpireAll(t0.Add(ms(20)))
+		got := q.ExpireAll(t0.Add(ms(20)), nil)
 		ids := map[uint64]bool{}
 		for _, r := range got {
 			ids[r.ID] = true
@@ -423,8 +423,17 @@ func TestExpireAll(t *testing.T) {
 		if q.Len() != 2 || q.Cost() != ms(40) {
 			t.Fatalf("%s: left %d requests of cost %v, want 2 of 40ms", o, q.Len(), q.Cost())
 		}
-		if got := q.ExpireAll(t0.Add(ms(20))); len(got) != 0 {
+		if got := q.ExpireAll(t0.Add(ms(20)), nil); len(got) != 0 {
 			t.Fatalf("%s: expired again %v", o, got)
+		}
+		// Costs now: a's model is resident (1 ms), b's is not (95 ms): request 3 (due at 110 - 95 = 15 ms) goes,
+		// request 1 (pushed at a cost of 30 ms, due at 99 ms now) stays until then.
+		now := func(f string) time.Duration { return map[string]time.Duration{"a": ms(1), "b": ms(95)}[f] }
+		if got := q.ExpireAll(t0.Add(ms(80)), now); len(got) != 1 || got[0].ID != 3 {
+			t.Fatalf("%s: with costs now, expired %v at 80 ms, want request 3", o, got)
+		}
+		if got := q.ExpireAll(t0.Add(ms(100)), now); len(got) != 1 || got[0].ID != 1 || q.Len() != 0 {
+			t.Fatalf("%s: with costs now, expired %v at 100 ms, want request 1", o, got)
 		}
 	}
 }
