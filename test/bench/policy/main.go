@@ -294,7 +294,7 @@ func run() error {
 	workloads := flag.String("workloads", "../shared/workloads", "directory of the shared workload CSVs")
 	out := flag.String("out", "docs/bench", "output directory")
 	seedsArg := flag.String("seeds", "1,2,3,4,5", "seeds every figure is averaged over")
-	quick := flag.Bool("quick", false, "a small run for CI: two seeds, fewer points, shorter cluster runs")
+	quick := flag.Bool("quick", false, "a small run for CI: seeds 1 and 3, fewer points, shorter cluster runs")
 	parallel := flag.Int("parallel", runtime.NumCPU(), "simulations run at once")
 	from := flag.String("report", "", "render the markdown of an earlier run's JSON report instead of running")
 	flag.Parse()
@@ -324,7 +324,9 @@ func run() error {
 	hoursWithout, cvs := hours, []float64{1, 2, 4, 6}
 	if *quick {
 		if *seedsArg == "1,2,3,4,5" {
-			seeds = []uint64{1, 2}
+			// Seed 3 gives the Azure trace's dominant function (287) bert_qa, seed 1 a CV model: one overloaded
+			// and one light draw.
+			seeds = []uint64{1, 3}
 		}
 		torporCounts, hours, hoursWithout, arrivalsMin, clusterMin = []int{560}, []int{0, 1}, []int{1}, 10, 120
 		cvs = []float64{1, 4}
