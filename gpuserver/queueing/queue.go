@@ -564,23 +564,6 @@ func (q *Queue) ExpireAll(now time.Time, cost func(function string) time.Duratio
 	return out
 }
 
-// CostDueBy is the predicted cost (Request.Cost) of the waiting requests whose deadline is not after deadline
-// (requests without a deadline are not counted): the work a deadline order serves before a request due then.
-func (q *Queue) CostDueBy(deadline time.Time) time.Duration {
-	by := deadline.UnixNano()
-	var sum time.Duration
-	for _, f := range q.active {
-		for _, h := range []fnHeap{f.waiting, f.late} {
-			for _, e := range h {
-				if !e.Deadline.IsZero() && e.Deadline.UnixNano() <= by {
-					sum += e.Cost
-				}
-			}
-		}
-	}
-	return sum
-}
-
 // Regroup recomputes the high/low groups and, every AlphaWindow calls, re-tunes alpha. Pop calls it on schedule;
 // call it directly only to force a regrouping.
 func (q *Queue) Regroup(now time.Time) {

@@ -437,16 +437,3 @@ func TestExpireAll(t *testing.T) {
 		}
 	}
 }
-
-// TestCostDueBy sums the waiting requests due no later than a deadline, whatever the order.
-func TestCostDueBy(t *testing.T) {
-	q := newQ(t, OrderSLOAware, "a", "b")
-	push(t, q, 1, "a", 0, ms(30))      // due by 100 ms
-	push(t, q, 2, "b", ms(10), ms(20)) // 110 ms
-	push(t, q, 3, "a", ms(50), ms(5))  // 150 ms
-	for by, want := range map[int]time.Duration{99: 0, 100: ms(30), 120: ms(50), 150: ms(55)} {
-		if got := q.CostDueBy(t0.Add(ms(by))); got != want {
-			t.Errorf("due by %d ms: %v, want %v", by, got, want)
-		}
-	}
-}
