@@ -14,7 +14,7 @@ import (
 // rule has no tuned constant; it uses the controller's own predictions.
 //
 // AdmissionDeadline refuses (pool.ErrOverloaded, HTTP 429) a request at Submit when its predicted completion -
-// the soonest a GPU it can run on frees, plus the predicted work queued ahead of it spread over those GPUs, plus
+// the soonest a GPU it can run on frees, plus its function's queued requests spread over those GPUs, plus
 // its own predicted swap and execution - falls after its deadline, and drops a waiting request once its deadline
 // minus its predicted cost now has passed (it can no longer make it; Dispatch hands it back through TakeRefused). A
 // request whose predicted cost alone exceeds its deadline is never refused at Submit: no retry could do better.
@@ -28,8 +28,8 @@ import (
 // serves a function's requests in their own order), spread over the GPUs it can run on (at most Config.MaxInFlight
 // of them). Other functions' queued work is left out: the policy's order decides whether it goes first, and
 // counting it refused requests a policy would have served in time (Azure hour 2, models drawn with seed 3: torpor
-// with the rule kept 353 of 378 functions within SLO counting the queued work due no later, all counting only its
-// own: 378). A request admitted that then cannot make its deadline is dropped from the queue before it takes a GPU.
+// with the rule kept 353 of 378 functions within SLO counting the queued work due no later, and all 378 counting
+// only its own). A request admitted that then cannot make its deadline is dropped from the queue before it takes a GPU.
 
 // Admission names an admission rule.
 type Admission string
