@@ -70,6 +70,9 @@ type cell struct {
 type point struct {
 	Label string `json:"label"`
 	Cells []cell `json:"cells"`
+	// Bound per seed: simulate.OfflineBound's functions (Met) of those with requests (Functions), an upper bound
+	// on what any policy could keep within SLO on the node (memory, queueing and contention ignored).
+	Bound []outcome `json:"offline_bound,omitempty"`
 }
 
 type sweep struct {
@@ -361,10 +364,26 @@ func run() error {
 		for _, v := range vs {
 			pt.Cells = append(pt.Cells, cell{Policy: v.name, Runs: make([]outcome, len(seeds))})
 		}
+		pt.Bound = make([]outcome, len(seeds))
 		sw.Points = append(sw.Points, pt)
 		cur := &sw.Points[len(sw.Points)-1]
 		for si, seed := range seeds {
 			key, build := arrivals(seed)
+			in.want(key)
+			*jobs = append(*jobs, job{name: fmt.Sprintf("%s %s offline bound seed %d", sw.Name, label, seed),
+				out: &cur.Bound[si], run: func() (outcome, error) {
+					defer in.release(key)
+					sc, err := cfg(seed)
+					if err != nil {
+						return outcome{}, err
+					}
+					vs[0].apply(&sc)
+					if sc.Arrivals, err = in.arrivals(key, build); err != nil {
+						return outcome{}, err
+					}
+					b, err := simulate.OfflineBound(sc)
+					return outcome{Seed: seed, Functions: b.FunctionsWithTraffic, Met: b.Functions}, err
+				}})
 			for ci := range cur.Cells {
 				c, v := &cur.Cells[ci], vs[ci]
 				in.want(key)

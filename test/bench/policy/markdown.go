@@ -197,6 +197,10 @@ func markdown(rep report) string {
 		w("|---|---|---:|---:|---:|---:|---:|---:|---|\n")
 		for _, pt := range sw.Points {
 			fg, hasRef := reference(pt)
+			if len(pt.Bound) > 0 {
+				w("| %s | *offline bound* (no policy can do better) | %s | | | | | | |\n", pt.Label,
+					over(pt.Bound, fnShare).share())
+			}
 			for _, c := range pt.Cells {
 				beat := ""
 				if c.Policy != fg.Policy && hasRef {
@@ -398,6 +402,13 @@ func targets(b *strings.Builder, rep report) {
 			runs := refRuns(split.pts)
 			bs, rs := over(runs, busyShare), over(runs, reqShare)
 			ok, why := beats(split.pts)
+			var bound []outcome
+			for _, pt := range split.pts {
+				bound = append(bound, pt.Bound...)
+			}
+			if len(bound) > 0 {
+				why += fmt.Sprintf("; the offline bound allows %s of all functions", over(bound, fnShare).share())
+			}
 			w("- %s, %s: %s keeps %s of functions with >= %d requests (target >= 0.95 mean: %s), %s of all "+
 				"functions, %s of requests (target >= 0.97 mean: %s), refuses %s requests per hour, p98 of admitted "+
 				"%s x the deadline; not below any other policy on both figures on every hour and seed: %s%s\n",

@@ -21,7 +21,8 @@ func TestMarkdownStatesEachTarget(t *testing.T) {
 			plain[i] = o
 		}
 		return point{Label: label, Cells: []cell{{Policy: "faas-gpu + admission", Runs: fg},
-			{Policy: "faas-gpu", Runs: plain}, {Policy: "torpor", Runs: other}}}
+			{Policy: "faas-gpu", Runs: plain}, {Policy: "torpor", Runs: other}},
+			Bound: []outcome{{Functions: 100, Met: 100}, {Functions: 100, Met: 99}}}
 	}
 	rep := report{Seeds: []uint64{1, 2}, ClusterTarget: 0.98, ClusterMinutes: 480, RouterNodes: 2,
 		Sweeps: []sweep{
@@ -55,6 +56,8 @@ func TestMarkdownStatesEachTarget(t *testing.T) {
 		"| 1 | faas-gpu + admission | 0.985 [0.980-0.990] | 0.950 [0.950-0.950] | 0.990 [0.990-0.991] | 6 [5-7] (6 [5-7]) | 0.90 |",
 		"| 1 | faas-gpu | 0.885 [0.880-0.890] | 0.950 [0.950-0.950] | 0.970 [0.970-0.971] | 0 | 40 |",
 		"| azure-hours | 1 | admission rule on faas-gpu | +0.100 | +0.020 |",
+		"| 2 | *offline bound* (no policy can do better) | 0.995 [0.990-1.000] |",
+		"the offline bound allows 0.995 [0.990-1.000] of all functions",
 		"static packing on shared GPUs (its best variant, static (remoted times)): faas-gpu needs 8 GPUs, static " +
 			"packing 12, a ratio of 0.67",
 		"against every baseline that reaches the target: the fewest GPUs, 10 [8-12], for torpor: a ratio of 0.80",
