@@ -261,8 +261,9 @@ func markdown(rep report) string {
 		"within the node their host image is on; keep-alive cold starts are Torpor's (3 s plus the model at 1 GB/s).\n")
 	w("- The Azure hours are the trace's own 500 functions with Torpor's 8 models drawn per seed; one function " +
 		"(287) carries 61-65%% of every hour's requests, so the model it draws moves every policy's figures: " +
-		"azure-hours-without-287 shows the rest alone. No offline bound is computed here: where a target is missed " +
-		"this report does not say whether any policy could meet it.\n")
+		"azure-hours-without-287 shows the rest alone. The offline bound (simulate.OfflineBound) ignores memory, " +
+		"queueing, swaps after the first and contention: it says where no policy can meet a target, not that one " +
+		"can where it allows it.\n")
 	w("- The simulator binds one request per GPU at a time and lets a function use every GPU (the product's " +
 		"concurrency, one request per instance with instances across GPUs, is another change); torpor (1 in " +
 		"flight) is Torpor's router's limit.\n")
