@@ -57,6 +57,13 @@ func runSim(ctx context.Context, args []string, stdout, _ io.Writer) error {
 		"a function's GPU memory quota as a multiple of its model's weights (>= 1)")
 	overloadArg := fs.String("overload", controller.OverloadAuto, overloadUsage)
 	startMinute := fs.Int("start-minute", 0, "the trace's minute the replay starts at, e.g. 60 for its second hour")
+	admissionArg := fs.String("admission", string(controller.AdmissionNone),
+		"admission rule for every policy: none, or deadline (refuse a request predicted to miss its deadline)")
+	assign := fs.String("assign", simulate.AssignRoundRobin, "models to functions: round-robin, or seeded (drawn per seed)")
+	arrivalCV := fs.Float64("arrival-cv", 0, "Gamma inter-arrival times of this coefficient of variation, rate from the "+
+		"trace (0: Poisson within each minute)")
+	alpha := fs.Float64("alpha", 0, "fix the Torpor grouping's alpha, e.g. 0.01 (0: re-tuned)")
+	remoted := fs.Bool("remoted-times", false, "charge every policy the remoted execution times (native and static too)")
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
@@ -89,6 +96,18 @@ func runSim(ctx context.Context, args []string, stdout, _ io.Writer) error {
 	}
 	if *startMinute < 0 {
 		return flagErr("start-minute", errors.New("must be >= 0"))
+	}
+	admission, err := controller.ParseAdmission(*admissionArg)
+	if err != nil {
+		return flagErr("admission", err)
+	}
+	switch {
+	case *assign != simulate.AssignRoundRobin && *assign != simulate.AssignSeeded:
+		return flagErr("assign", fmt.Errorf("%q: want %s or %s", *assign, simulate.AssignRoundRobin, simulate.AssignSeeded))
+	case !(*arrivalCV >= 0 && *arrivalCV <= 100):
+		return flagErr("arrival-cv", errors.New("must be in [0, 100]"))
+	case !(*alpha >= 0 && *alpha <= 1):
+		return flagErr("alpha", errors.New("must be in [0, 1]"))
 	}
 	var pols []controller.Policy
 	for _, p := range strings.Split(*policies, ",") {
@@ -145,7 +164,8 @@ func runSim(ctx context.Context, args []string, stdout, _ io.Writer) error {
 		}
 		cfg := simulate.Config{Trace: tr, Models: ms, Functions: *functions, Node: node,
 			Minutes: *minutes, Policy: p, Seed: *seed, MaxInFlight: *maxInFlight, Arrivals: arrivals, Instances: *instances,
-			MemoryFactor: *memFactor, PartialResidency: *partial, Overload: overload, StartMinute: *startMinute}
+			MemoryFactor: *memFactor, PartialResidency: *partial, Overload: overload, StartMinute: *startMinute,
+			Admission: admission, Assign: *assign, ArrivalCV: *arrivalCV, Alpha: *alpha, RemotedTimes: *remoted}
 		if *nodes > 0 || *autoscale {
 			var r simulate.ClusterResult
 			if p == controller.PolicyKeepAlive {

@@ -37,6 +37,10 @@ func TestSimCommand(t *testing.T) {
 		!strings.Contains(out, "torpor") {
 		t.Fatalf("one node: exit %d\n%s", code, out)
 	}
+	if code, out := sim("--admission", "deadline", "--assign", "seeded", "--alpha", "0.01", "--remoted-times",
+		"--policies", "torpor,static"); code != 0 || !strings.Contains(out, "functions within SLO") {
+		t.Fatalf("admission deadline: exit %d\n%s", code, out)
+	}
 	if code, out := sim("--overload", "off"); code != 0 || !strings.Contains(out, "functions within SLO") {
 		t.Fatalf("overload off: exit %d\n%s", code, out)
 	}
@@ -57,6 +61,10 @@ func TestSimCommand(t *testing.T) {
 		"memory-factor": {"--memory-factor", "0.5"},
 		"functions":     {"--functions", "2"}, // the arrivals name function 2
 		"overload":      {"--overload", "1.5"},
+		"admission":     {"--admission", "sometimes"},
+		"assign":        {"--assign", "sorted"},
+		"arrival-cv":    {"--arrival-cv", "-1"},
+		"alpha":         {"--alpha", "2"},
 	} {
 		if code, out := sim(args...); code != 2 || !strings.Contains(out, "-"+flag) {
 			t.Errorf("%v: exit %d, want 2 naming -%s:\n%s", args, code, flag, out)

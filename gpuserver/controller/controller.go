@@ -75,6 +75,10 @@ type Config struct {
 	// from the sibling's copy, the rest from host), so a second copy of a hot model comes from the first, as in
 	// Torpor. The gpuserver and the simulator set it.
 	SiblingSources bool
+	// Admission is the admission rule, for every policy (AdmissionNone, the default, or AdmissionDeadline).
+	Admission Admission
+	// Alpha, when > 0, fixes the Torpor grouping's alpha (queueing.Config.Alpha) instead of re-tuning it.
+	Alpha float64
 }
 
 // Function is what the controller knows of a registered function.
@@ -218,6 +222,8 @@ type Counters struct {
 	Rejected   int64
 	// Shed counts requests refused by the overload control.
 	Shed int64
+	// Refused counts requests refused by the admission rule (at Submit or dropped from the queue).
+	Refused int64
 	// SwappedBytes is the total of the bytes swaps moved onto GPUs.
 	SwappedBytes uint64
 	// DataPlaneEvictions counts the copies the data plane dropped on its own (Evicted), by reason
@@ -252,6 +258,12 @@ func New(cfg Config) (*Controller, error) {
 	if err := cfg.Overload.validate(); err != nil {
 		return nil, err
 	}
+	if cfg.Admission == "" {
+		cfg.Admission = AdmissionNone
+	}
+	if _, err := ParseAdmission(string(cfg.Admission)); err != nil {
+		return nil, err
+	}
 	if cfg.Overload.Mode == "" {
 		cfg.Overload.Mode = OverloadAuto
 	}
@@ -259,7 +271,8 @@ func New(cfg Config) (*Controller, error) {
 	if cfg.Overload.Mode == OverloadOff {
 		tr.shed = false
 	}
-	q, err := queueing.New(queueing.Config{Order: tr.order, Margin: cfg.Margin, RescueShare: tr.rescueShare})
+	q, err := queueing.New(queueing.Config{Order: tr.order, Margin: cfg.Margin, RescueShare: tr.rescueShare,
+		Alpha: cfg.Alpha})
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrInvalidConfig, err)
 	}
@@ -448,6 +461,9 @@ func (c *Controller) Submit(now time.Time, id uint64, function string) error {
 	if err := c.admitShed(now, fs); err != nil {
 		return err
 	}
+	if err := c.admit(now, fs); err != nil {
+		return err
+	}
 	r := &reqState{id: id, function: function, arrival: now}
 	if fs.SLO > 0 {
 		r.deadline = now.Add(fs.SLO)
@@ -497,6 +513,7 @@ const maxBlockedPerDispatch = 64
 func (c *Controller) Dispatch(now time.Time) []Decision {
 	c.maybeDecideShed(now)
 	c.expireShed(now)
+	c.expireAdmitted(now)
 	var out []Decision
 	var blocked map[string]bool
 	eligible := func(f string) bool {

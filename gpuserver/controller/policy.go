@@ -37,6 +37,9 @@ const (
 	// room), no swapping, no per-function context, native execution; a request runs on an idle GPU holding its
 	// model, in arrival order.
 	PolicyStatic Policy = "static"
+	// PolicyStaticDeadline is static packing with the waiting requests in least-slack (deadline) order instead of
+	// arrival order.
+	PolicyStaticDeadline Policy = "static-deadline"
 )
 
 // DefaultRescueShare is the faas-gpu policy's queueing.Config.RescueShare: while at least 80% of the functions
@@ -47,7 +50,7 @@ const DefaultRescueShare = 0.8
 // Policies lists every policy name, faas-gpu first.
 func Policies() []Policy {
 	return []Policy{PolicyFaaSGPU, PolicyTorpor, PolicyFIFO, PolicyRandomPlacement, PolicyLRUEviction,
-		PolicyGShareDQLS, PolicyNative, PolicyKeepAlive, PolicyStatic}
+		PolicyGShareDQLS, PolicyNative, PolicyKeepAlive, PolicyStatic, PolicyStaticDeadline}
 }
 
 // ParsePolicy checks a policy name.
@@ -109,6 +112,8 @@ func (p Policy) traits() traits {
 		return traits{order: queueing.OrderFIFO, place: placeInstance, ownContext: true, native: true}
 	case PolicyStatic:
 		return traits{order: queueing.OrderFIFO, place: placeStatic, native: true}
+	case PolicyStaticDeadline:
+		return traits{order: queueing.OrderDQLS, place: placeStatic, native: true}
 	}
 	return traits{order: queueing.OrderFIFO, place: placeInterference}
 }

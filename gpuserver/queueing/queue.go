@@ -55,6 +55,9 @@ type Config struct {
 	// default), the margined slack decides (deadline - (1+Margin)*Cost < now), which leaves the capacity to
 	// requests whose prediction fits with room to spare.
 	RescueShare float64
+	// Alpha, when > 0, fixes the fraction of the expected cost admitted to the high-priority group (Torpor and
+	// SLO-aware orders) instead of starting at 1 and re-tuning it; Torpor's node simulator fixes it at 0.01.
+	Alpha float64
 }
 
 // Request is one queued request or message.
@@ -226,7 +229,14 @@ func New(cfg Config) (*Queue, error) {
 	if cfg.RescueShare < 0 || cfg.RescueShare > 1 || math.IsNaN(cfg.RescueShare) {
 		return nil, fmt.Errorf("%w: rescue share must be in [0, 1]", ErrInvalidConfig)
 	}
-	return &Queue{cfg: cfg, fns: map[string]*function{}, byID: map[uint64]*entry{}, alpha: 1, metShare: 1}, nil
+	if cfg.Alpha < 0 || cfg.Alpha > 1 || math.IsNaN(cfg.Alpha) {
+		return nil, fmt.Errorf("%w: alpha must be in (0, 1] (0: re-tuned)", ErrInvalidConfig)
+	}
+	alpha := 1.0
+	if cfg.Alpha > 0 {
+		alpha = cfg.Alpha
+	}
+	return &Queue{cfg: cfg, fns: map[string]*function{}, byID: map[uint64]*entry{}, alpha: alpha, metShare: 1}, nil
 }
 
 // Config returns the queue's configuration with defaults filled in.
@@ -511,6 +521,49 @@ func (q *Queue) Expire(now time.Time, function string) []Request {
 	return rs
 }
 
+// ExpireAll removes every function's waiting requests that can no longer meet their deadline and returns them,
+// function by function, oldest first within each. With cost nil a request can no longer make it once its deadline
+// minus its Cost at push has passed (see Expire); otherwise cost gives each function's predicted cost now (its
+// model may have become resident since the request was pushed, so the cost at push would drop requests that can
+// still make it).
+func (q *Queue) ExpireAll(now time.Time, cost func(function string) time.Duration) []Request {
+	var out []Request
+	nowNS := now.UnixNano()
+	for _, f := range slices.Clone(q.active) {
+		var es []*entry
+		for _, h := range []*fnHeap{&f.waiting, &f.late} {
+			for _, e := range *h {
+				due := e.due
+				if cost != nil && !e.Deadline.IsZero() {
+					due = e.Deadline.UnixNano() - int64(cost(f.name))
+				}
+				if due < nowNS {
+					es = append(es, e)
+				}
+			}
+		}
+		if len(es) == 0 {
+			continue
+		}
+		slices.SortFunc(es, func(a, b *entry) int { return int(a.seq - b.seq) })
+		for _, e := range es {
+			if e.late {
+				heap.Remove(&f.late, e.index)
+			} else {
+				heap.Remove(&f.waiting, e.index)
+			}
+			delete(q.byID, e.ID)
+			q.cost -= e.Cost
+			q.n--
+			out = append(out, e.Request)
+		}
+		if f.count() == 0 {
+			q.deactivate(f)
+		}
+	}
+	return out
+}
+
 // Regroup recomputes the high/low groups and, every AlphaWindow calls, re-tunes alpha. Pop calls it on schedule;
 // call it directly only to force a regrouping.
 func (q *Queue) Regroup(now time.Time) {
@@ -525,7 +578,7 @@ func (q *Queue) Regroup(now time.Time) {
 	}
 	q.metShare = float64(met) / float64(seen)
 	q.groupRuns++
-	if q.groupRuns < q.cfg.AlphaWindow {
+	if q.groupRuns < q.cfg.AlphaWindow || q.cfg.Alpha > 0 {
 		return
 	}
 	q.groupRuns = 0

@@ -368,3 +368,72 @@ func TestDemotedGoLastAndExpire(t *testing.T) {
 		t.Fatalf("expired %+v, len %d, cost %v", got, q.Len(), q.Cost())
 	}
 }
+
+// TestFixedAlpha: Config.Alpha fixes alpha (Torpor's node simulator runs 0.01): no window of falling or rising
+// shares re-tunes it, and the grouping admits only that share of the expected cost to the high group.
+func TestFixedAlpha(t *testing.T) {
+	q, err := New(Config{Order: OrderTorpor, Alpha: 0.01})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range []string{"cheap", "dear"} {
+		if err := q.SetFunction(f, ms(100), 98); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for i := range 10 {
+		q.Observe("cheap", i < 8, ms(10))
+		q.Observe("dear", i < 5, ms(100))
+	}
+	for range 3 * DefaultAlphaWindow {
+		q.Regroup(t0)
+	}
+	if q.Alpha() != 0.01 {
+		t.Fatalf("alpha = %v, want fixed 0.01", q.Alpha())
+	}
+	// cheap's cost (0.9) is over 1% of the total (24.9): no function stays in the high group.
+	for _, f := range []string{"cheap", "dear"} {
+		if s, _ := q.Stats(f); s.High {
+			t.Errorf("%s in the high group at alpha 0.01", f)
+		}
+	}
+	for _, bad := range []float64{-0.1, 1.5, math.NaN()} {
+		if _, err := New(Config{Order: OrderTorpor, Alpha: bad}); !errors.Is(err, ErrInvalidConfig) {
+			t.Errorf("alpha %v: err = %v, want ErrInvalidConfig", bad, err)
+		}
+	}
+}
+
+// TestExpireAll drops, across functions, exactly the waiting requests whose deadline minus cost has passed.
+func TestExpireAll(t *testing.T) {
+	for _, o := range []Order{OrderFIFO, OrderDQLS, OrderTorpor, OrderSLOAware} {
+		q := newQ(t, o, "a", "b")
+		push(t, q, 1, "a", 0, ms(30))      // due at 70 ms
+		push(t, q, 2, "b", ms(10), ms(95)) // due at 15 ms
+		push(t, q, 3, "b", ms(20), ms(10)) // due at 110 ms
+		push(t, q, 4, "a", ms(5), ms(90))  // due at 15 ms
+		got := q.ExpireAll(t0.Add(ms(20)), nil)
+		ids := map[uint64]bool{}
+		for _, r := range got {
+			ids[r.ID] = true
+		}
+		if len(got) != 2 || !ids[2] || !ids[4] {
+			t.Fatalf("%s: expired %v, want requests 2 and 4", o, got)
+		}
+		if q.Len() != 2 || q.Cost() != ms(40) {
+			t.Fatalf("%s: left %d requests of cost %v, want 2 of 40ms", o, q.Len(), q.Cost())
+		}
+		if got := q.ExpireAll(t0.Add(ms(20)), nil); len(got) != 0 {
+			t.Fatalf("%s: expired again %v", o, got)
+		}
+		// Costs now: a's model is resident (1 ms), b's is not (95 ms): request 3 (due at 110 - 95 = 15 ms) goes,
+		// request 1 (pushed at a cost of 30 ms, due at 99 ms now) stays until then.
+		now := func(f string) time.Duration { return map[string]time.Duration{"a": ms(1), "b": ms(95)}[f] }
+		if got := q.ExpireAll(t0.Add(ms(80)), now); len(got) != 1 || got[0].ID != 3 {
+			t.Fatalf("%s: with costs now, expired %v at 80 ms, want request 3", o, got)
+		}
+		if got := q.ExpireAll(t0.Add(ms(100)), now); len(got) != 1 || got[0].ID != 1 || q.Len() != 0 {
+			t.Fatalf("%s: with costs now, expired %v at 100 ms, want request 1", o, got)
+		}
+	}
+}

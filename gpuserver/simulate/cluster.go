@@ -165,7 +165,7 @@ func RunCluster(cfg ClusterConfig) (ClusterResult, error) {
 	}
 	var home []int // native and static: each function's node
 	switch {
-	case cfg.Policy == controller.PolicyStatic:
+	case cfg.Policy == controller.PolicyStatic || cfg.Policy == controller.PolicyStaticDeadline:
 		var gpus [][]int
 		home, gpus = placeStatic(&cfg, e.fns, arrivals, cfg.Nodes)
 		e.pin = func(fn int) []int { return gpus[fn] }
@@ -363,7 +363,7 @@ func (r residency) Resident(node int, function string) bool {
 
 // placeStatic packs the functions onto the nodes' GPUs for good, as an operator sizing a static deployment would
 // with the whole run's arrivals known. Each function goes to one node (its host image lives there): functions in
-// decreasing order of GPU demand (requests x native execution time) onto the node with the least demand so far
+// decreasing order of GPU demand (requests x the execution time it is charged) onto the node with the least demand so far
 // that has room for a copy. Within a node, each function first gets one copy on the GPU with the least demand
 // that has room; the memory left then holds extra copies, each time of the function with the most demand per copy
 // that fits on one more GPU, so that hot models run on several GPUs. It returns each function's node (-1 when none
@@ -371,7 +371,7 @@ func (r residency) Resident(node int, function string) bool {
 func placeStatic(cfg *ClusterConfig, fns []fnModel, arrivals []Arrival, nodes int) (home []int, gpus [][]int) {
 	demand := make([]float64, len(fns))
 	for _, a := range arrivals {
-		demand[a.Function] += fns[a.Function].model.Native.Seconds()
+		demand[a.Function] += cfg.exec(fns[a.Function]).Seconds()
 	}
 	order := make([]int, len(fns))
 	for i := range order {

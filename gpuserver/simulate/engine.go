@@ -124,7 +124,7 @@ func (e *engine) addNode(register func(fn int) bool) (*simNode, error) {
 	cfg := e.cfg
 	ctl, err := controller.New(controller.Config{Policy: cfg.Policy, Node: cfg.Node, Seed: cfg.Seed,
 		MaxInFlight: cfg.MaxInFlight, Prewarm: cfg.Prewarm, PartialResidency: cfg.PartialResidency,
-		Overload: cfg.Overload, SiblingSources: true})
+		Overload: cfg.Overload, SiblingSources: true, Admission: cfg.Admission, Alpha: cfg.Alpha})
 	if err != nil {
 		return nil, err
 	}

@@ -29,9 +29,25 @@ type Config struct {
 	Trace  *Trace
 	Models []Model
 	// Functions is how many functions to build: rows of the trace in order, then rows sampled with replacement and
-	// shifted by a random whole number of minutes. Models are assigned round-robin.
+	// shifted by a random whole number of minutes. Models are assigned round-robin, or drawn per seed (Assign).
 	Functions int
-	Node      topology.Node
+	// Assign is how functions get their models: AssignRoundRobin (the zero value: function i runs model i mod
+	// the models) or AssignSeeded (each function's model drawn uniformly from Seed, so that which function runs
+	// the heaviest model changes with the seed).
+	Assign string
+	// ArrivalCV, when > 0, draws each function's arrivals as a renewal process with Gamma inter-arrival times of
+	// this coefficient of variation (1: Poisson; above 1: bursty) whose rate follows the trace's per-minute counts
+	// (the expected count of each minute is the trace's); 0 spreads each minute's exact count as a Poisson
+	// process within the minute.
+	ArrivalCV float64
+	// Admission is the admission rule every policy may run with (controller.Config.Admission); empty: none.
+	Admission controller.Admission
+	// Alpha, when > 0, fixes the Torpor grouping's alpha (controller.Config.Alpha; Torpor's node simulator: 0.01).
+	Alpha float64
+	// RemotedTimes charges every policy the late-binding policies' (remoted) execution times, native and static
+	// ones included, so that a comparison is about scheduling and not about the execution times' source.
+	RemotedTimes bool
+	Node         topology.Node
 	// Minutes of the trace to replay; beyond the trace's length it repeats (at most a week).
 	Minutes int
 	// StartMinute is the trace's minute the replay starts at (0: its first), e.g. 60 for its second hour.
@@ -69,6 +85,15 @@ type Config struct {
 	StopBelow float64
 }
 
+// Assignments of models to functions (Config.Assign).
+const (
+	AssignRoundRobin = "round-robin"
+	AssignSeeded     = "seeded"
+)
+
+// BusyRequests is the number of requests from which a function counts as busy (Result.FunctionsBusy).
+const BusyRequests = 50
+
 // Arrival is one request of function Function (index) at offset At from the start.
 type Arrival struct {
 	At       time.Duration
@@ -94,7 +119,14 @@ type Result struct {
 	RequestsOnTime       int64   `json:"requests_on_time"`
 	Rejected             int64   `json:"requests_rejected"`
 	// Shed counts the rejected requests that the overload control refused (429 with Retry-After).
-	Shed             int64     `json:"requests_shed"`
+	Shed int64 `json:"requests_shed"`
+	// Refused counts the rejected requests that the admission rule refused (429 with Retry-After).
+	Refused int64 `json:"requests_refused_admission"`
+	// FunctionsBusy counts the functions with at least BusyRequests requests, FunctionsBusyMet those of them
+	// meeting their SLO (a function of a few requests meets or misses it by one request).
+	FunctionsBusy    int `json:"functions_busy"`
+	FunctionsBusyMet int `json:"functions_busy_slo_met"`
+	// P50, P98 and P99 are of the served (admitted) requests' latencies over their deadline.
 	P50              float64   `json:"latency_p50_over_deadline"`
 	P98              float64   `json:"latency_p98_over_deadline"`
 	P99              float64   `json:"latency_p99_over_deadline"`
@@ -151,10 +183,18 @@ func (fm *fnModel) instanceName(k int) string {
 	return pool.InstanceKey(fm.name, strconv.Itoa(k))
 }
 
-// fnModel builds function i's model: its profile (round-robin), name, SLO and swap penalty factors against the
+// modelOf is the index of function i's model (Config.Assign).
+func (cfg *Config) modelOf(i int) int {
+	if cfg.Assign == AssignSeeded {
+		return rand.New(rand.NewPCG(cfg.Seed^0xa551c4, uint64(i))).IntN(len(cfg.Models))
+	}
+	return i % len(cfg.Models)
+}
+
+// fnModel builds function i's model: its profile (Config.Assign), name, SLO and swap penalty factors against the
 // reference node ref.
 func (cfg *Config) fnModel(i int, ref *topology.Node) fnModel {
-	m := cfg.Models[i%len(cfg.Models)]
+	m := cfg.Models[cfg.modelOf(i)]
 	fm := fnModel{model: m, name: fmt.Sprintf("fn-%04d-%s", i, m.Name), slo: m.SLO,
 		inFlight: make([]int, max(1, cfg.Instances))}
 	if fm.slo == 0 {
@@ -177,7 +217,7 @@ func (cfg *Config) fnModel(i int, ref *topology.Node) fnModel {
 
 // exec is fm's execution time under cfg's policy: native or remoted.
 func (cfg *Config) exec(fm fnModel) time.Duration {
-	if cfg.Policy.NativeExec() {
+	if cfg.Policy.NativeExec() && !cfg.RemotedTimes {
 		return fm.model.Native
 	}
 	return fm.model.Remote
@@ -240,9 +280,10 @@ func Run(cfg Config, keepOutcomes bool) (Result, error) {
 	res.Requests, res.Events, res.Stopped = int64(len(arrivals)), e.events, e.stopped
 	ctr := n.ctl.Counters()
 	res.Swaps = Swaps{None: ctr.SwapsNone, NVLink: ctr.SwapsNV, PCIe: ctr.SwapsPCIe}
-	res.Evictions, res.ColdStarts, res.Shed = ctr.Evictions, ctr.ColdStarts, ctr.Shed
+	res.Evictions, res.ColdStarts, res.Shed, res.Refused = ctr.Evictions, ctr.ColdStarts, ctr.Shed, ctr.Refused
 	res.SwappedBytes = ctr.SwappedBytes
 	res.FunctionsWithTraffic, res.FunctionsSLOMet = e.compliance(perFn)
+	res.FunctionsBusy, res.FunctionsBusyMet = e.busyCompliance(perFn)
 	if res.FunctionsWithTraffic > 0 {
 		res.FunctionsSLOMetShare = float64(res.FunctionsSLOMet) / float64(res.FunctionsWithTraffic)
 	}
@@ -277,6 +318,20 @@ func (e *engine) compliance(perFn [][2]int64) (withTraffic, met int) {
 		}
 	}
 	return withTraffic, met
+}
+
+// busyCompliance counts the functions with at least BusyRequests requests and those of them meeting their SLO.
+func (e *engine) busyCompliance(perFn [][2]int64) (busy, met int) {
+	for i, f := range perFn {
+		if f[0] < BusyRequests {
+			continue
+		}
+		busy++
+		if e.meets(i, f[0], f[1]) {
+			met++
+		}
+	}
+	return busy, met
 }
 
 // meets says whether function i with onTime of its total requests on time meets its SLO: at least its
@@ -375,6 +430,12 @@ func (cfg *Config) check() error {
 		return bad("models: none given")
 	case cfg.Functions <= 0:
 		return bad("functions: must be > 0")
+	case cfg.Assign != "" && cfg.Assign != AssignRoundRobin && cfg.Assign != AssignSeeded:
+		return bad("assign %q: want %s or %s", cfg.Assign, AssignRoundRobin, AssignSeeded)
+	case cfg.ArrivalCV < 0 || math.IsNaN(cfg.ArrivalCV) || cfg.ArrivalCV > 100:
+		return bad("arrival cv: must be in [0, 100] (0: Poisson within each minute)")
+	case cfg.Alpha < 0 || cfg.Alpha > 1 || math.IsNaN(cfg.Alpha):
+		return bad("alpha: must be in (0, 1] (0: re-tuned)")
 	case cfg.MemoryFactor < 1:
 		return bad("memory factor: must be >= 1")
 	case cfg.Arrivals == nil && (cfg.Trace == nil || len(cfg.Trace.Counts) == 0):
@@ -421,6 +482,12 @@ func (cfg *Config) arrivals() []Arrival {
 			row, shift = rng.IntN(rows), rng.IntN(length)
 		}
 		counts := cfg.Trace.Counts[row]
+		if cfg.ArrivalCV > 0 {
+			out = gammaArrivals(out, rng, i, cfg.ArrivalCV, cfg.Minutes, func(m int) int {
+				return counts[(m+cfg.StartMinute+shift)%length]
+			})
+			continue
+		}
 		for m := range cfg.Minutes {
 			for range counts[(m+cfg.StartMinute+shift)%length] {
 				at := time.Duration(m)*time.Minute + time.Duration(rng.Int64N(int64(time.Minute)))

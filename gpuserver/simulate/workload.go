@@ -307,3 +307,68 @@ func poisson(rng *rand.Rand, lambda float64) int {
 	}
 	return n
 }
+
+// gammaArrivals appends function fn's arrivals over minutes drawn as a renewal process with Gamma inter-arrival
+// times of coefficient of variation cv, time-changed so that its rate follows count(m) per minute: in operational
+// time (one unit per expected request) the gaps are Gamma with mean 1 and shape 1/cv^2; a point at operational
+// time tau lands in the minute whose cumulative count passes tau, spread linearly within it. The process starts
+// in equilibrium (its first gap a uniform share of a gap), so the first minute is not biased.
+func gammaArrivals(out []Arrival, rng *rand.Rand, fn int, cv float64, minutes int, count func(m int) int) []Arrival {
+	shape := 1 / (cv * cv)
+	gap := func() float64 { return gammaDraw(rng, shape) / shape }
+	tau := rng.Float64() * gap()
+	base := 0.0 // cumulative expected requests before minute m
+	for m := range minutes {
+		c := float64(count(m))
+		for c > 0 && tau < base+c {
+			at := time.Duration(m)*time.Minute + time.Duration((tau-base)/c*float64(time.Minute))
+			out = append(out, Arrival{At: min(at, time.Duration(m+1)*time.Minute-1), Function: fn})
+			tau += gap()
+		}
+		base += c
+	}
+	return out
+}
+
+// gammaDraw draws from a Gamma distribution of the given shape and scale 1 (Marsaglia and Tsang; a shape under
+// 1 is boosted by one and scaled back by U^(1/shape)).
+func gammaDraw(rng *rand.Rand, shape float64) float64 {
+	if shape < 1 {
+		u := rng.Float64()
+		for u == 0 {
+			u = rng.Float64()
+		}
+		return gammaDraw(rng, shape+1) * math.Pow(u, 1/shape)
+	}
+	d := shape - 1.0/3
+	c := 1 / math.Sqrt(9*d)
+	for {
+		x := rng.NormFloat64()
+		v := 1 + c*x
+		if v <= 0 {
+			continue
+		}
+		v = v * v * v
+		u := rng.Float64()
+		if u < 1-0.0331*x*x*x*x || math.Log(u) < 0.5*x*x+d*(1-v+math.Log(v)) {
+			return d * v
+		}
+	}
+}
+
+// Without returns a copy of the trace without the given rows (indices into Functions), e.g. a dominant
+// function, so that a benchmark can report its figures with and without it.
+func (t *Trace) Without(rows ...int) *Trace {
+	drop := map[int]bool{}
+	for _, r := range rows {
+		drop[r] = true
+	}
+	out := &Trace{}
+	for i := range t.Counts {
+		if !drop[i] {
+			out.Functions = append(out.Functions, t.Functions[i])
+			out.Counts = append(out.Counts, t.Counts[i])
+		}
+	}
+	return out
+}

@@ -30,20 +30,28 @@ import (
 
 // outcome is one run's figures.
 type outcome struct {
-	Seed      uint64  `json:"seed"`
-	Functions int     `json:"functions_with_requests"`
-	Met       int     `json:"functions_slo_met"`
-	Requests  int64   `json:"requests"`
-	OnTime    int64   `json:"requests_on_time"`
-	Refused   int64   `json:"requests_refused"`
-	Busy      float64 `json:"gpu_busy"`
-	GPUs      float64 `json:"gpus,omitempty"`
+	Seed      uint64 `json:"seed"`
+	Functions int    `json:"functions_with_requests"`
+	Met       int    `json:"functions_slo_met"`
+	Requests  int64  `json:"requests"`
+	OnTime    int64  `json:"requests_on_time"`
+	Refused   int64  `json:"requests_refused"`
+	// Admission counts the refusals of the admission rule (in Refused).
+	Admission int64 `json:"requests_refused_admission,omitempty"`
+	// BusyFunctions are the functions with at least simulate.BusyRequests requests, BusyMet those within SLO.
+	BusyFunctions int `json:"functions_busy,omitempty"`
+	BusyMet       int `json:"functions_busy_slo_met,omitempty"`
+	// P98 is the 98th percentile of the served (admitted) requests' latency over their deadline.
+	P98  float64 `json:"latency_p98_over_deadline,omitempty"`
+	Busy float64 `json:"gpu_busy"`
+	GPUs float64 `json:"gpus,omitempty"`
 	// ImageLoads counts host images loaded on a node (router runs).
 	ImageLoads int64 `json:"image_loads,omitempty"`
 }
 
-func (o outcome) fnShare() float64  { return ratio(float64(o.Met), float64(o.Functions)) }
-func (o outcome) reqShare() float64 { return ratio(float64(o.OnTime), float64(o.Requests)) }
+func (o outcome) fnShare() float64   { return ratio(float64(o.Met), float64(o.Functions)) }
+func (o outcome) reqShare() float64  { return ratio(float64(o.OnTime), float64(o.Requests)) }
+func (o outcome) busyShare() float64 { return ratio(float64(o.BusyMet), float64(o.BusyFunctions)) }
 
 func ratio(a, b float64) float64 {
 	if b == 0 {
@@ -62,6 +70,9 @@ type cell struct {
 type point struct {
 	Label string `json:"label"`
 	Cells []cell `json:"cells"`
+	// Bound per seed: simulate.OfflineBound's functions (Met) of those with requests (Functions), an upper bound
+	// on what any policy could keep within SLO on the node (memory, queueing and contention ignored).
+	Bound []outcome `json:"offline_bound,omitempty"`
 }
 
 type sweep struct {
@@ -273,7 +284,8 @@ func fromResult(seed uint64, r simulate.Result) outcome {
 		busy += b / float64(len(r.GPUBusy))
 	}
 	return outcome{Seed: seed, Functions: r.FunctionsWithTraffic, Met: r.FunctionsSLOMet, Requests: r.Requests,
-		OnTime: r.RequestsOnTime, Refused: r.Rejected, Busy: busy}
+		OnTime: r.RequestsOnTime, Refused: r.Rejected, Admission: r.Refused, BusyFunctions: r.FunctionsBusy,
+		BusyMet: r.FunctionsBusyMet, P98: r.P98, Busy: busy}
 }
 
 func fromCluster(seed uint64, r simulate.ClusterResult) outcome {
@@ -285,7 +297,7 @@ func run() error {
 	workloads := flag.String("workloads", "../shared/workloads", "directory of the shared workload CSVs")
 	out := flag.String("out", "docs/bench", "output directory")
 	seedsArg := flag.String("seeds", "1,2,3,4,5", "seeds every figure is averaged over")
-	quick := flag.Bool("quick", false, "a small run for CI: two seeds, fewer points, shorter cluster runs")
+	quick := flag.Bool("quick", false, "a small run for CI: seeds 1 and 3, fewer points, shorter cluster runs")
 	parallel := flag.Int("parallel", runtime.NumCPU(), "simulations run at once")
 	from := flag.String("report", "", "render the markdown of an earlier run's JSON report instead of running")
 	flag.Parse()
@@ -312,11 +324,15 @@ func run() error {
 		return fmt.Errorf("-parallel: must be >= 1")
 	}
 	torporCounts, hours, arrivalsMin, clusterMin := []int{160, 320, 560, 720}, []int{0, 1, 2, 3, 4, 5, 6, 7}, 31, 480
+	hoursWithout, cvs := hours, []float64{1, 2, 4, 6}
 	if *quick {
 		if *seedsArg == "1,2,3,4,5" {
-			seeds = []uint64{1, 2}
+			// Seed 3 gives the Azure trace's dominant function (287) bert_qa, seed 1 a CV model: one overloaded
+			// and one light draw.
+			seeds = []uint64{1, 3}
 		}
-		torporCounts, hours, arrivalsMin, clusterMin = []int{160, 560}, []int{0, 1}, 10, 120
+		torporCounts, hours, hoursWithout, arrivalsMin, clusterMin = []int{560}, []int{0, 1}, []int{1}, 10, 120
+		cvs = []float64{1, 4}
 	}
 	in := &inputs{dir: *workloads, traces: map[string]*simulate.Trace{}, models: map[string][]simulate.Model{},
 		sets: map[string]*arrivalSet{}}
@@ -337,32 +353,48 @@ func run() error {
 		CPUModel: benchhost.CPUModel(), Commit: gitCommit(), Command: strings.Join(append([]string{"go run ./test/bench/policy"}, os.Args[1:]...), " "),
 		Started: start.UTC().Format(time.RFC3339), LoadStart: loadAverage(), Parallel: *parallel,
 		ClusterTarget: 0.98, ClusterMinutes: clusterMin, RouterNodes: 2}
-	nodePolicies := []controller.Policy{controller.PolicyFaaSGPU, controller.PolicyTorpor, controller.PolicyFIFO,
-		controller.PolicyRandomPlacement, controller.PolicyLRUEviction, controller.PolicyGShareDQLS,
-		controller.PolicyNative}
-	// add appends a point of sweep sw: every policy on every seed, the runs of one seed next to each other (they
-	// share its arrivals, built once); arrivals gives a seed's arrivals, cfg a run's configuration.
-	add := func(jobs *[]job, sw *sweep, label string, policies []string,
+	all := variants(!*quick)
+	// add appends a point of sweep sw: every variant on every seed, the runs of one seed next to each other (they
+	// share its arrivals, built once); arrivals gives a seed's arrivals, cfg a run's configuration before the
+	// variant's settings.
+	add := func(jobs *[]job, sw *sweep, label string, vs []variant,
 		arrivals func(seed uint64) (key string, build func() ([]simulate.Arrival, error)),
-		cfg func(policy string, seed uint64) (simulate.Config, error)) {
+		cfg func(seed uint64) (simulate.Config, error)) {
 		pt := point{Label: label}
-		for _, p := range policies {
-			pt.Cells = append(pt.Cells, cell{Policy: p, Runs: make([]outcome, len(seeds))})
+		for _, v := range vs {
+			pt.Cells = append(pt.Cells, cell{Policy: v.name, Runs: make([]outcome, len(seeds))})
 		}
+		pt.Bound = make([]outcome, len(seeds))
 		sw.Points = append(sw.Points, pt)
 		cur := &sw.Points[len(sw.Points)-1]
 		for si, seed := range seeds {
 			key, build := arrivals(seed)
+			in.want(key)
+			*jobs = append(*jobs, job{name: fmt.Sprintf("%s %s offline bound seed %d", sw.Name, label, seed),
+				out: &cur.Bound[si], run: func() (outcome, error) {
+					defer in.release(key)
+					sc, err := cfg(seed)
+					if err != nil {
+						return outcome{}, err
+					}
+					vs[0].apply(&sc)
+					if sc.Arrivals, err = in.arrivals(key, build); err != nil {
+						return outcome{}, err
+					}
+					b, err := simulate.OfflineBound(sc)
+					return outcome{Seed: seed, Functions: b.FunctionsWithTraffic, Met: b.Functions}, err
+				}})
 			for ci := range cur.Cells {
-				c := &cur.Cells[ci]
+				c, v := &cur.Cells[ci], vs[ci]
 				in.want(key)
 				*jobs = append(*jobs, job{name: fmt.Sprintf("%s %s %s seed %d", sw.Name, label, c.Policy, seed),
 					out: &c.Runs[si], run: func() (outcome, error) {
 						defer in.release(key)
-						sc, err := cfg(c.Policy, seed)
+						sc, err := cfg(seed)
 						if err != nil {
 							return outcome{}, err
 						}
+						v.apply(&sc)
 						if sc.Arrivals, err = in.arrivals(key, build); err != nil {
 							return outcome{}, err
 						}
@@ -372,58 +404,76 @@ func run() error {
 			}
 		}
 	}
-	names := func(ps []controller.Policy) []string {
-		var out []string
-		for _, p := range ps {
-			out = append(out, string(p))
-		}
-		return out
-	}
-	fromTrace := func(trace string, functions, minutes, startMinute int) func(seed uint64) (string,
+	// fromTrace gives the arrivals of a trace (without the rows drop) for a seed: functions, minutes from
+	// startMinute, each function's inter-arrival times of coefficient of variation cv (0: Poisson within each
+	// minute).
+	fromTrace := func(trace string, drop []int, functions, minutes, startMinute int, cv float64) func(seed uint64) (string,
 		func() ([]simulate.Arrival, error)) {
 		return func(seed uint64) (string, func() ([]simulate.Arrival, error)) {
-			return fmt.Sprintf("%s/%d/%d+%d/%d", trace, functions, startMinute, minutes, seed),
+			return fmt.Sprintf("%s-%v/%d/%d+%d/cv%g/%d", trace, drop, functions, startMinute, minutes, cv, seed),
 				func() ([]simulate.Arrival, error) {
 					tr, ms, err := in.load(trace, "models-torpor-v100.csv")
 					if err != nil {
 						return nil, err
 					}
-					return simulate.TraceArrivals(simulate.Config{Trace: tr, Models: ms, Functions: functions,
-						Minutes: minutes, StartMinute: startMinute, Seed: seed})
+					return simulate.TraceArrivals(simulate.Config{Trace: tr.Without(drop...), Models: ms,
+						Functions: functions, Minutes: minutes, StartMinute: startMinute, Seed: seed, ArrivalCV: cv})
 				}
 		}
 	}
-	rep.Sweeps = make([]sweep, 3)
+	// traceCfg is a run of trace (without the rows drop) on Torpor's node with Torpor's models drawn per seed.
+	traceCfg := func(trace string, drop []int, functions, minutes, startMinute int) func(seed uint64) (simulate.Config, error) {
+		return func(seed uint64) (simulate.Config, error) {
+			tr, ms, err := in.load(trace, "models-torpor-v100.csv")
+			return simulate.Config{Trace: tr.Without(drop...), Models: ms, Functions: functions, Node: node,
+				Minutes: minutes, StartMinute: startMinute, Seed: seed, Assign: simulate.AssignSeeded}, err
+		}
+	}
+	rep.Sweeps = make([]sweep, 5)
 	var nodeJobs, hourJobs, arrivalJobs []job
 	tn := &rep.Sweeps[0]
 	*tn = sweep{Name: "torpor-node", What: "Torpor's node (v100x4) and trace (torpor-203fn-31min.csv) with Torpor's " +
-		"models (models-torpor-v100.csv), 10 simulated minutes; x: functions"}
+		"models (models-torpor-v100.csv) drawn per seed, 10 simulated minutes; x: functions"}
 	for _, n := range torporCounts {
-		add(&nodeJobs, tn, strconv.Itoa(n), names(nodePolicies), fromTrace("torpor-203fn-31min.csv", n, 10, 0),
-			func(p string, seed uint64) (simulate.Config, error) {
-				tr, ms, err := in.load("torpor-203fn-31min.csv", "models-torpor-v100.csv")
-				return simulate.Config{Trace: tr, Models: ms, Functions: n, Node: node, Minutes: 10,
-					Policy: controller.Policy(p), Seed: seed}, err
-			})
+		add(&nodeJobs, tn, strconv.Itoa(n), all, fromTrace("torpor-203fn-31min.csv", nil, n, 10, 0, 0),
+			traceCfg("torpor-203fn-31min.csv", nil, n, 10, 0))
 	}
 	hr := &rep.Sweeps[1]
 	*hr = sweep{Name: "azure-hours", What: "the Azure 2019 trace (azure2019-500fn-8h.csv, its 500 functions as they " +
-		"are) split into its 8 hours, Torpor's models, node v100x4, 60 simulated minutes each; x: hour"}
+		"are) split into its 8 hours, Torpor's models drawn per seed (function 287, 61-65% of every hour's " +
+		"requests, gets a different model on each seed), node v100x4, 60 simulated minutes each; x: hour"}
 	for _, h := range hours {
-		add(&hourJobs, hr, strconv.Itoa(h+1), names(nodePolicies), fromTrace("azure2019-500fn-8h.csv", 500, 60, 60*h),
-			func(p string, seed uint64) (simulate.Config, error) {
-				tr, ms, err := in.load("azure2019-500fn-8h.csv", "models-torpor-v100.csv")
-				return simulate.Config{Trace: tr, Models: ms, Functions: 500, Node: node, Minutes: 60,
-					StartMinute: 60 * h, Policy: controller.Policy(p), Seed: seed}, err
-			})
+		add(&hourJobs, hr, strconv.Itoa(h+1), all, fromTrace("azure2019-500fn-8h.csv", nil, 500, 60, 60*h, 0),
+			traceCfg("azure2019-500fn-8h.csv", nil, 500, 60, 60*h))
 	}
-	ta := &rep.Sweeps[2]
+	hw := &rep.Sweeps[2]
+	*hw = sweep{Name: "azure-hours-without-287", What: "the same hours without function 287 (the other 499 " +
+		"functions, 35-39% of the requests), Torpor's models drawn per seed; x: hour"}
+	for _, h := range hoursWithout {
+		add(&hourJobs, hw, strconv.Itoa(h+1), all, fromTrace("azure2019-500fn-8h.csv", []int{dominant}, 499, 60, 60*h, 0),
+			traceCfg("azure2019-500fn-8h.csv", []int{dominant}, 499, 60, 60*h))
+	}
+	gm := &rep.Sweeps[3]
+	*gm = sweep{Name: "bursty-arrivals", What: fmt.Sprintf("Torpor's node and trace at %d functions, Torpor's "+
+		"models drawn per seed, 10 simulated minutes, each function's arrivals a renewal process with Gamma "+
+		"inter-arrival times of the coefficient of variation x whose rate follows the trace's per-minute counts "+
+		"(simulate.Config.ArrivalCV; 1 is Poisson); x: CV", burstyFunctions)}
+	bursty := pick(all, "faas-gpu", "faas-gpu + admission", "faas-gpu (overload off) + admission", "torpor",
+		"torpor + admission", "torpor (1 in flight) + admission", "gshare-dqls + admission")
+	for _, cv := range cvs {
+		add(&nodeJobs, gm, strconv.FormatFloat(cv, 'g', -1, 64), bursty,
+			fromTrace("torpor-203fn-31min.csv", nil, burstyFunctions, 10, 0, cv),
+			traceCfg("torpor-203fn-31min.csv", nil, burstyFunctions, 10, 0))
+	}
+	ta := &rep.Sweeps[4]
 	*ta = sweep{Name: "torpor-arrivals", What: fmt.Sprintf("arrivals drawn as Torpor's node simulator draws them "+
 		"(simulate.TorporArrivals) from its trace, its one model (19 ms, 25 ms swapped from host, 50 ms deadline) "+
 		"and its node (100 models per GPU, 1.64x for two swaps behind one switch), %d minutes; faas-gpu with the "+
-		"overload control on its default (auto) and off; x: functions", arrivalsMin)}
+		"overload control on its default (auto) and off; torpor with its re-tuned alpha and with node_simu.py's "+
+		"fixed alpha 0.01; x: functions", arrivalsMin)}
 	for _, n := range []int{700} {
-		add(&arrivalJobs, ta, strconv.Itoa(n), []string{"faas-gpu", "faas-gpu (overload off)", "torpor"},
+		add(&arrivalJobs, ta, strconv.Itoa(n), pick(all, "faas-gpu", "faas-gpu (overload off)",
+			"faas-gpu + admission", "torpor", "torpor (alpha 0.01)", "torpor + admission"),
 			func(seed uint64) (string, func() ([]simulate.Arrival, error)) {
 				return fmt.Sprintf("torpor-arrivals/%d/%d/%d", n, arrivalsMin, seed),
 					func() ([]simulate.Arrival, error) {
@@ -434,13 +484,8 @@ func run() error {
 						return simulate.TorporArrivals(tr, n, arrivalsMin, seed)
 					}
 			},
-			func(p string, seed uint64) (simulate.Config, error) {
-				cfg := simulate.Config{Models: simuModels, Functions: n, Node: simuNode, MemoryFactor: 1,
-					Policy: controller.Policy(p), Seed: seed}
-				if p == "faas-gpu (overload off)" {
-					cfg.Policy, cfg.Overload = controller.PolicyFaaSGPU, controller.Overload{Mode: controller.OverloadOff}
-				}
-				return cfg, nil
+			func(seed uint64) (simulate.Config, error) {
+				return simulate.Config{Models: simuModels, Functions: n, Node: simuNode, MemoryFactor: 1, Seed: seed}, nil
 			})
 	}
 	clusterJobs, sizings, router, err := clusterRuns(in, node, seeds, clusterMin, rep.ClusterTarget, rep.RouterNodes)
@@ -490,22 +535,26 @@ func clusterRuns(in *inputs, node topology.Node, seeds []uint64, minutes int, ta
 	if err != nil {
 		return nil, nil, nil, err
 	}
-	policies := []controller.Policy{controller.PolicyFaaSGPU, controller.PolicyTorpor, controller.PolicyGShareDQLS,
-		controller.PolicyStatic}
+	policies := []variant{{name: "faas-gpu", policy: controller.PolicyFaaSGPU},
+		{name: "torpor", policy: controller.PolicyTorpor}, {name: "gshare-dqls", policy: controller.PolicyGShareDQLS},
+		{name: "static", policy: controller.PolicyStatic},
+		{name: "static (remoted times)", policy: controller.PolicyStatic, remoted: true},
+		{name: "static-deadline (remoted times)", policy: controller.PolicyStaticDeadline, remoted: true}}
 	sizings := make([]sizing, 0, len(policies)+2)
 	newSizing := func(name string) sizing {
 		return sizing{Policy: name, Runs: make([]outcome, len(seeds)), Reached: make([]bool, len(seeds)),
 			Missed: make([][]miss, len(seeds))}
 	}
 	for _, p := range policies {
-		sizings = append(sizings, newSizing(string(p)))
+		sizings = append(sizings, newSizing(p.name))
 	}
 	sizings = append(sizings, newSizing("keepalive (10 min)"), newSizing("keepalive (prewarmed)"))
 	router := []cell{{Policy: "router", Runs: make([]outcome, len(seeds))},
 		{Policy: "round robin", Runs: make([]outcome, len(seeds))}}
 	var jobs, cheap []job
 	for si, seed := range seeds {
-		base := simulate.Config{Trace: tr, Models: ms, Functions: 500, Node: node, Minutes: minutes, Seed: seed}
+		base := simulate.Config{Trace: tr, Models: ms, Functions: 500, Node: node, Minutes: minutes, Seed: seed,
+			Assign: simulate.AssignSeeded}
 		key := fmt.Sprintf("cluster/%d/%d", minutes, seed)
 		build := func() ([]simulate.Arrival, error) { return simulate.TraceArrivals(base) }
 		// with runs f on the seed's arrivals.
@@ -522,11 +571,12 @@ func clusterRuns(in *inputs, node topology.Node, seeds []uint64, minutes int, ta
 		}
 		for pi, p := range policies {
 			s := &sizings[pi]
-			jobs = append(jobs, job{name: fmt.Sprintf("cluster %s seed %d", p, seed), out: &s.Runs[si],
+			jobs = append(jobs, job{name: fmt.Sprintf("cluster %s seed %d", p.name, seed), out: &s.Runs[si],
 				run: with(func(arr []simulate.Arrival) (outcome, error) {
 					for n := 1; ; n++ {
 						cfg := base
-						cfg.Arrivals, cfg.Policy = arr, p
+						p.apply(&cfg)
+						cfg.Arrivals = arr
 						if n < maxNodes {
 							cfg.StopBelow = target
 						}
@@ -613,4 +663,71 @@ func gitCommit() string {
 		return "unknown"
 	}
 	return strings.TrimSpace(string(out))
+}
+
+// dominant is the row of azure2019-500fn-8h.csv that carries 61-65% of every hour's requests.
+const dominant = 287
+
+// burstyFunctions is the size of the bursty-arrivals sweep (Torpor's trace).
+const burstyFunctions = 560
+
+// variant is one policy as a benchmark runs it: a controller policy with its settings.
+type variant struct {
+	name      string
+	policy    controller.Policy
+	overload  controller.Overload
+	admission bool
+	inFlight  int     // at most so many requests of a function bound at once (0: unlimited)
+	alpha     float64 // fixed Torpor alpha (0: re-tuned)
+	remoted   bool    // charged the remoted execution times
+}
+
+func (v variant) apply(cfg *simulate.Config) {
+	cfg.Policy, cfg.Overload, cfg.MaxInFlight, cfg.Alpha, cfg.RemotedTimes = v.policy, v.overload, v.inFlight, v.alpha,
+		v.remoted
+	if v.admission {
+		cfg.Admission = controller.AdmissionDeadline
+	}
+}
+
+// variants are the node sweeps' policies: faas-gpu with its overload control on its default (auto) and off; the
+// baselines as their authors run them (torpor with its re-tuned alpha, with one request in flight per function
+// as its router allows, and with alpha fixed at 0.01 as its node simulator runs it; gShare's least-slack-first);
+// each of them with and without the admission rule (gshare-dqls with it is gShare's redirect of hopeless requests
+// as a single-node refusal); the ablations (full runs only) and native binding without it.
+func variants(ablations bool) []variant {
+	off := controller.Overload{Mode: controller.OverloadOff}
+	base := []variant{
+		{name: "faas-gpu", policy: controller.PolicyFaaSGPU},
+		{name: "faas-gpu (overload off)", policy: controller.PolicyFaaSGPU, overload: off},
+		{name: "torpor", policy: controller.PolicyTorpor},
+		{name: "torpor (1 in flight)", policy: controller.PolicyTorpor, inFlight: 1},
+		{name: "torpor (alpha 0.01)", policy: controller.PolicyTorpor, alpha: 0.01},
+		{name: "gshare-dqls", policy: controller.PolicyGShareDQLS},
+	}
+	var out []variant
+	for _, v := range base {
+		w := v
+		w.name, w.admission = v.name+" + admission", true
+		out = append(out, v, w)
+	}
+	if ablations {
+		out = append(out, variant{name: "fifo", policy: controller.PolicyFIFO},
+			variant{name: "random-placement", policy: controller.PolicyRandomPlacement},
+			variant{name: "lru-eviction", policy: controller.PolicyLRUEviction})
+	}
+	return append(out, variant{name: "native", policy: controller.PolicyNative})
+}
+
+// pick returns the variants named, in that order.
+func pick(vs []variant, names ...string) []variant {
+	var out []variant
+	for _, n := range names {
+		for _, v := range vs {
+			if v.name == n {
+				out = append(out, v)
+			}
+		}
+	}
+	return out
 }
