@@ -63,6 +63,104 @@ import uuid
 os.environ.setdefault("HF_HUB_OFFLINE", "1")  # never reach a model hub: the model comes from a config
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 
+# The decoder-only families whose loading through this file is tested (test/cuda: TestLLMOwnModel*).
+FAMILIES = ("qwen2", "llama", "mistral")
+
+
+class ModelDirError(Exception):
+    """A model directory that cannot be served; its message names the directory."""
+
+
+def _safetensors_ok(path):
+    """Reads a safetensors file's header (8-byte little-endian length, then JSON) and checks that the file holds
+    every tensor's bytes; returns the tensors' names. Raises ModelDirError."""
+    try:
+        size = os.path.getsize(path)
+        with open(path, "rb") as f:
+            n = int.from_bytes(f.read(8), "little")
+            if not 2 <= n <= min(size - 8, 100 << 20):
+                raise ModelDirError("%s: not a safetensors file (header length %d, file %d bytes)" % (path, n, size))
+            header = json.loads(f.read(n))
+    except OSError as e:
+        raise ModelDirError("%s: %s" % (path, e.strerror or e))
+    except ValueError as e:
+        raise ModelDirError("%s: not a safetensors file (its header is not JSON: %s)" % (path, e))
+    if not isinstance(header, dict):
+        raise ModelDirError("%s: not a safetensors file (its header is not a JSON object)" % path)
+    end = 0
+    for name, t in header.items():
+        if name == "__metadata__":
+            continue
+        try:
+            end = max(end, int(t["data_offsets"][1]))
+        except (TypeError, KeyError, IndexError, ValueError):
+            raise ModelDirError("%s: not a safetensors file (tensor %r has no data_offsets)" % (path, name))
+    if 8 + n + end > size:
+        raise ModelDirError("%s: truncated: its tensors need %d bytes, the file has %d" % (path, 8 + n + end, size))
+    return [k for k in header if k != "__metadata__"]
+
+
+def check_model_dir(path):
+    """Checks a Hugging Face model directory before PyTorch is imported, so that a bad one is one clear line (the
+    function's last, which the provider's status shows) and not a traceback from deep inside transformers: the
+    directory, config.json of a supported family, safetensors weights whole on disk, the model's tokenizer.json.
+    Returns the parsed config.json. Raises ModelDirError naming the path."""
+    where = "LLM_MODEL_DIR=%s" % path
+    if not os.path.isdir(path):
+        raise ModelDirError("%s: %s" % (where, "not a directory" if os.path.exists(path) else "no such directory"))
+    cfg_path = os.path.join(path, "config.json")
+    try:
+        with open(cfg_path) as f:
+            config = json.load(f)
+    except FileNotFoundError:
+        raise ModelDirError("%s: no config.json (a Hugging Face model directory, as save_pretrained writes it: "
+                            "config.json, model.safetensors, tokenizer.json)" % where)
+    except (OSError, ValueError) as e:
+        raise ModelDirError("%s: config.json is not readable JSON: %s" % (where, e))
+    if not isinstance(config, dict):
+        raise ModelDirError("%s: config.json is not a JSON object" % where)
+    family = config.get("model_type")
+    if family not in FAMILIES:
+        raise ModelDirError("%s: config.json's model_type %r is not supported (supported: %s)" %
+                            (where, family, ", ".join(FAMILIES)))
+    index = os.path.join(path, "model.safetensors.index.json")
+    if os.path.exists(index):
+        try:
+            with open(index) as f:
+                shards = sorted(set(json.load(f)["weight_map"].values()))
+        except (OSError, ValueError, KeyError, TypeError, AttributeError) as e:
+            raise ModelDirError("%s: model.safetensors.index.json has no readable weight_map: %s" % (where, e))
+        files = [os.path.join(path, s) for s in shards]
+        for f in files:
+            if not os.path.isfile(f):
+                raise ModelDirError("%s: model.safetensors.index.json names %s, which is missing" % (where, f))
+    elif os.path.isfile(os.path.join(path, "model.safetensors")):
+        files = [os.path.join(path, "model.safetensors")]
+    else:
+        other = [f for f in ("pytorch_model.bin", "pytorch_model.bin.index.json", "model.bin") if
+                 os.path.exists(os.path.join(path, f))]
+        raise ModelDirError("%s: no safetensors weights (model.safetensors or model.safetensors.index.json)%s" %
+                            (where, "; found %s: only safetensors are loaded (convert with save_pretrained)" %
+                             other[0] if other else ""))
+    names = []
+    for f in files:
+        names += _safetensors_ok(f)
+    if not names:
+        raise ModelDirError("%s: the safetensors files hold no tensors" % where)
+    if not os.path.isfile(os.path.join(path, "tokenizer.json")):
+        raise ModelDirError("%s: no tokenizer.json (the model's fast tokenizer, as its tokenizer's save_pretrained "
+                            "writes it)" % where)
+    return config
+
+
+MODEL_DIR = os.getenv("LLM_MODEL_DIR", "")
+if MODEL_DIR:
+    MODEL_DIR = os.path.abspath(MODEL_DIR)
+    try:
+        MODEL_CONFIG = check_model_dir(MODEL_DIR)
+    except ModelDirError as e:
+        raise SystemExit("llm: %s" % e)
+
 import torch  # noqa: E402
 import transformers  # noqa: E402
 
@@ -90,11 +188,19 @@ INTERMEDIATE = _env_int("LLM_INTERMEDIATE", 4864, 64, 65536)
 MAX_PROMPT = _env_int("LLM_MAX_PROMPT_TOKENS", 1024, 1, 32768)
 MAX_TOKENS = _env_int("LLM_MAX_TOKENS", 512, 1, 32768)
 CONTEXT = MAX_PROMPT + MAX_TOKENS  # the static KV cache's length
-DTYPE = {"bfloat16": torch.bfloat16, "float32": torch.float32}.get(os.getenv("LLM_DTYPE", "bfloat16"))
+DTYPES = {"bfloat16": torch.bfloat16, "float16": torch.float16, "float32": torch.float32}
+# A model directory's own dtype (config.json's dtype or torch_dtype) unless LLM_DTYPE says otherwise.
+_dtype_default = "bfloat16"
+if MODEL_DIR:
+    _dtype_default = MODEL_CONFIG.get("dtype") or MODEL_CONFIG.get("torch_dtype") or "bfloat16"
+    if _dtype_default not in DTYPES:
+        _dtype_default = "bfloat16"
+DTYPE = DTYPES.get(os.getenv("LLM_DTYPE", "") or _dtype_default)
 if DTYPE is None:
-    raise SystemExit("llm: LLM_DTYPE must be bfloat16 or float32")
+    raise SystemExit("llm: LLM_DTYPE must be bfloat16, float16 or float32")
 GRAPHS = os.getenv("LLM_CUDA_GRAPHS", "0") in ("1", "true")
-MODEL_NAME = os.getenv("LLM_MODEL_NAME", "faas-gpu-llm-0.5b")
+# The served name: LLM_MODEL_NAME, else a model directory's name (Qwen2.5-0.5B-Instruct for .../Qwen2.5-0.5B-Instruct).
+MODEL_NAME = os.getenv("LLM_MODEL_NAME", "") or (os.path.basename(MODEL_DIR) if MODEL_DIR else "faas-gpu-llm-0.5b")
 MAX_TEXT = 256 << 10  # characters of prompt text, before tokenizing
 MAX_MESSAGES = 64
 EOT, IM_START, IM_END = "<|endoftext|>", "<|im_start|>", "<|im_end|>"
@@ -112,9 +218,75 @@ def _device():
 
 
 def load_tokenizer():
+    if MODEL_DIR:
+        try:
+            return transformers.AutoTokenizer.from_pretrained(MODEL_DIR, local_files_only=True)
+        except Exception as e:  # noqa: BLE001 - whatever transformers raises, the function cannot start
+            raise SystemExit("llm: LLM_MODEL_DIR=%s: loading its tokenizer failed: %s: %s" %
+                             (MODEL_DIR, type(e).__name__, str(e).replace("\n", " ")))
     tok = transformers.PreTrainedTokenizerFast(tokenizer_file=os.path.join(HERE, "tokenizer.json"),
                                                eos_token=EOT, additional_special_tokens=[IM_START, IM_END])
     return tok
+
+
+def _ids_of(v):
+    """A config's token id field (an int, a list of them, or None) as a set."""
+    if v is None:
+        return set()
+    if isinstance(v, int):
+        return {v}
+    return {i for i in v if isinstance(i, int)}
+
+
+def load_model_dir(path, tokenizer):
+    """The model of a Hugging Face model directory on the CPU in evaluation mode, in DTYPE, and its stop token ids
+    (generation_config.json's, config.json's and the tokenizer's end of sequence). Every weight must come from the
+    files: a tensor missing, unexpected or of another shape is an error, never a randomly initialised layer.
+    Raises SystemExit naming the path."""
+    where = "LLM_MODEL_DIR=%s" % path
+    try:
+        config = transformers.AutoConfig.from_pretrained(path, local_files_only=True)
+    except Exception as e:  # noqa: BLE001
+        raise SystemExit("llm: %s: config.json: %s: %s" % (where, type(e).__name__, str(e).replace("\n", " ")))
+    limit = getattr(config, "max_position_embeddings", None)
+    if limit is not None and CONTEXT > limit:
+        raise SystemExit("llm: %s: LLM_MAX_PROMPT_TOKENS + LLM_MAX_TOKENS = %d exceeds the model's "
+                         "max_position_embeddings (%d)" % (where, CONTEXT, limit))
+    # A sliding window longer than the context never slides: attention is then exactly full (the decode loop's
+    # masks are full causal ones). A shorter one is refused rather than served with the wrong attention.
+    window = getattr(config, "sliding_window", None)
+    types = getattr(config, "layer_types", None)
+    slides = window is not None and (types is None or "sliding_attention" in types)
+    if slides and window < CONTEXT:
+        raise SystemExit("llm: %s: the model's sliding window (%d tokens) is shorter than LLM_MAX_PROMPT_TOKENS + "
+                         "LLM_MAX_TOKENS = %d; sliding-window attention is not supported: lower them to at most "
+                         "the window" % (where, window, CONTEXT))
+    if window is not None:
+        config.sliding_window = None
+        if types is not None:
+            config.layer_types = ["full_attention"] * len(types)
+    config._attn_implementation = "sdpa"
+    try:
+        model, info = transformers.AutoModelForCausalLM.from_pretrained(
+            path, config=config, dtype=DTYPE, local_files_only=True, use_safetensors=True,
+            output_loading_info=True)
+    except Exception as e:  # noqa: BLE001
+        raise SystemExit("llm: %s: loading the weights failed: %s: %s" %
+                         (where, type(e).__name__, str(e).replace("\n", " ")))
+    for kind in ("missing_keys", "unexpected_keys", "mismatched_keys", "error_msgs"):
+        bad = sorted(str(k) for k in (info.get(kind) or ()))
+        if bad:
+            raise SystemExit("llm: %s: the weights do not match config.json (%s: %s%s)" %
+                             (where, kind.replace("_", " "), ", ".join(bad[:4]), ", ..." if len(bad) > 4 else ""))
+    stop = _ids_of(config.eos_token_id) | _ids_of(tokenizer.eos_token_id)
+    gen_path = os.path.join(path, "generation_config.json")
+    if os.path.exists(gen_path):
+        try:
+            with open(gen_path) as f:
+                stop |= _ids_of(json.load(f).get("eos_token_id"))
+        except (OSError, ValueError, AttributeError) as e:
+            raise SystemExit("llm: %s: generation_config.json: %s" % (where, e))
+    return model.eval(), stop
 
 
 class LoRALinear(torch.nn.Module):
@@ -340,9 +512,25 @@ if DEVICE.type == "cuda":
     torch.backends.cuda.enable_cudnn_sdp(False)  # cuDNN attention compiles a kernel per new shape
 _lock = threading.Lock()
 TOKENIZER = load_tokenizer()
-VOCAB = len(TOKENIZER)
-STOP_IDS = {TOKENIZER.convert_tokens_to_ids(EOT), TOKENIZER.convert_tokens_to_ids(IM_END)}
-_model = to_device_packed(build_model(VOCAB), DEVICE)
+if MODEL_DIR:
+    if ADAPTER_SEED is not None:
+        raise SystemExit("llm: LLM_ADAPTER_SEED is for the random model; LLM_MODEL_DIR=%s is served as it is" %
+                         MODEL_DIR)
+    _cpu_model, STOP_IDS = load_model_dir(MODEL_DIR, TOKENIZER)
+    VOCAB = _cpu_model.config.vocab_size  # the embedding's rows (may exceed the tokenizer's, padded)
+    # The model's own chat template (tokenizer_config.json or chat_template.jinja); without one, chat is refused.
+    CHAT_TEMPLATE = bool(getattr(TOKENIZER, "chat_template", None))
+    # Completions add what the tokenizer adds (a Llama's <s>), as transformers' and vLLM's do; a chat template
+    # writes its own.
+    ADD_SPECIAL = True
+else:
+    VOCAB = len(TOKENIZER)
+    STOP_IDS = {TOKENIZER.convert_tokens_to_ids(EOT), TOKENIZER.convert_tokens_to_ids(IM_END)}
+    _cpu_model = build_model(VOCAB)
+    CHAT_TEMPLATE = False
+    ADD_SPECIAL = False
+_model = to_device_packed(_cpu_model, DEVICE)
+del _cpu_model
 if DEVICE.type == "cuda":
     _trim_host_memory()
 DECODER = Decoder(_model, DEVICE)
@@ -430,14 +618,24 @@ def parse(body, chat):
         msgs = body.get("messages")
         if not isinstance(msgs, list) or not 1 <= len(msgs) <= MAX_MESSAGES:
             raise BadRequest("messages", "messages: must be a list of 1 to %d messages" % MAX_MESSAGES)
-        text = []
+        text, conv = [], []
         for i, m in enumerate(msgs):
             if not isinstance(m, dict) or m.get("role") not in ("system", "developer", "user", "assistant"):
                 raise BadRequest("messages", "messages[%d]: must be an object with role system, developer, user or "
                                  "assistant" % i)
             text.append("%s%s\n%s%s\n" % (IM_START, m["role"], _content(i, m), IM_END))
+            # OpenAI's developer role is the system role of the models' own templates.
+            conv.append({"role": "system" if m["role"] == "developer" else m["role"], "content": _content(i, m)})
         text.append(IM_START + "assistant\n")
         joined = "".join(text)
+        if MODEL_DIR:
+            if not CHAT_TEMPLATE:
+                raise BadRequest("messages", "messages: the model %s has no chat template (its tokenizer_config.json "
+                                 "or chat_template.jinja): use /v1/completions" % MODEL_NAME)
+            try:
+                joined = TOKENIZER.apply_chat_template(conv, tokenize=False, add_generation_prompt=True)
+            except Exception as e:  # noqa: BLE001 - a template's raise_exception (e.g. roles must alternate)
+                raise BadRequest("messages", "messages: the model's chat template refused them: %s" % e)
         if len(joined) > MAX_TEXT:
             raise BadRequest("messages", "messages: %d characters, at most %d" % (len(joined), MAX_TEXT))
         ids = TOKENIZER.encode(joined, add_special_tokens=False)
@@ -447,7 +645,7 @@ def parse(body, chat):
         if isinstance(prompt, list) and len(prompt) == 1 and isinstance(prompt[0], (str, list)):
             prompt = prompt[0]
         if isinstance(prompt, str):
-            ids = TOKENIZER.encode(_text("prompt", prompt), add_special_tokens=False)
+            ids = TOKENIZER.encode(_text("prompt", prompt), add_special_tokens=ADD_SPECIAL)
         elif isinstance(prompt, list) and prompt and all(isinstance(t, int) and not isinstance(t, bool)
                                                          for t in prompt):
             if len(prompt) > MAX_PROMPT:
@@ -632,6 +830,10 @@ def _error(status, message, param=None, kind="invalid_request_error"):
 
 def models():
     return {"object": "list", "data": [{"id": MODEL_NAME, "object": "model", "created": 0, "owned_by": "faas-gpu",
+                                         "root": MODEL_DIR or None,
+                                         "model_type": _model.config.model_type,
+                                         "chat_template": "model" if CHAT_TEMPLATE else
+                                         ("chatml" if not MODEL_DIR else None),
                                          "parameters": sum(p.numel() for p in _model.parameters()),
                                          "vocab_size": VOCAB, "max_prompt_tokens": MAX_PROMPT,
                                          "max_tokens": MAX_TOKENS,
