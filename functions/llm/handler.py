@@ -144,7 +144,10 @@ def check_model_dir(path):
                              other[0] if other else ""))
     names = []
     for f in files:
-        names += _safetensors_ok(f)
+        try:
+            names += _safetensors_ok(f)
+        except ModelDirError as e:
+            raise ModelDirError("%s: %s" % (where, e))
     if not names:
         raise ModelDirError("%s: the safetensors files hold no tensors" % where)
     if not os.path.isfile(os.path.join(path, "tokenizer.json")):
