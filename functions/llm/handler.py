@@ -156,9 +156,11 @@ def check_model_dir(path):
     return config
 
 
+# A model directory to serve instead of the random model; a relative path is the handler's directory's (the
+# function's build context: functions/llm/<model>/ beside handler.py).
 MODEL_DIR = os.getenv("LLM_MODEL_DIR", "")
 if MODEL_DIR:
-    MODEL_DIR = os.path.abspath(MODEL_DIR)
+    MODEL_DIR = os.path.normpath(os.path.join(os.path.dirname(os.path.abspath(__file__)), MODEL_DIR))
     try:
         MODEL_CONFIG = check_model_dir(MODEL_DIR)
     except ModelDirError as e:

@@ -1,9 +1,11 @@
 # llm_own_model.py: the llm function (functions/llm) serving a model directory of its own (LLM_MODEL_DIR).
 #
-#   llm_own_model.py make DIR   writes tiny models of each family (qwen2, llama, mistral) with save_pretrained into
+#   llm_own_model.py make DIR [FAMILY...]
+#                               writes tiny models of each family (qwen2, llama, mistral) with save_pretrained into
 #                               DIR/tiny-<family> (a byte-level BPE tokenizer trained here from a few lines, with the
 #                               family's special tokens and chat template), and broken ones (DIR/broken-*); nothing
-#                               is downloaded. Prints {"dirs": [...]}.
+#                               is downloaded (FAMILY...: only those, without the broken ones). Prints
+#                               {"dirs": [...]}.
 #   llm_own_model.py serve      imports the handler with LLM_MODEL_DIR from the environment and prints, as one JSON
 #                               object: /v1/models, a greedy completion and a chat completion (their prompt token
 #                               ids decoded back to text, with special tokens), a stream's tokens, answers to bad
@@ -34,12 +36,14 @@ Qwen, Llama and Mistral are decoder-only transformers. 0123456789 +-*/ = () [] {
 """
 
 
-def make(out):
+def make(out, only):
     import torch
     import transformers
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, trainers
     dirs = []
     for fam, (special, bos, eos, template, tied) in FAMILIES.items():
+        if only and fam not in only:
+            continue
         tok = Tokenizer(models.BPE())
         tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
         tok.decoder = decoders.ByteLevel()
@@ -66,7 +70,7 @@ def make(out):
             config = transformers.LlamaConfig(**common)
         else:
             config = transformers.MistralConfig(sliding_window=4096, **common)
-        torch.manual_seed(len(dirs) + 1)
+        torch.manual_seed(list(FAMILIES).index(fam) + 1)
         model = transformers.AutoModelForCausalLM.from_config(config)
         with torch.no_grad():  # larger than the default init, so that greedy choices are far apart
             for name, p in model.named_parameters():
@@ -76,6 +80,9 @@ def make(out):
             special[0] if fam == "qwen2" else eos)]
         model.save_pretrained(d)  # safetensors
         dirs.append(d)
+    if only:
+        print(json.dumps({"dirs": dirs}))
+        return
     # Broken directories whose damage only PyTorch's side sees.
     import shutil
     from safetensors.torch import load_file, save_file
@@ -175,6 +182,6 @@ def serve():
 
 if __name__ == "__main__":
     if sys.argv[1] == "make":
-        make(sys.argv[2])
+        make(sys.argv[2], sys.argv[3:])
     else:
         serve()
