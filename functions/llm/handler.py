@@ -8,6 +8,13 @@ and 7.3 M in the embedding, which the output head shares (tied, as Qwen2.5-0.5B'
 accounts for 0.14 B of its 0.49 B). The weights are random from a fixed seed (LLM_SEED), built on the CPU and moved
 to the GPU when the function starts: nothing is downloaded, and the same seed gives the same bytes on every machine.
 
+With LLM_MODEL_DIR the function serves a Hugging Face model directory instead (README.md: "Your own model"): a
+decoder-only model of a family of FAMILIES (Qwen2, Llama, Mistral) from its safetensors, with its own tokenizer.json,
+chat template and end-of-sequence ids, under the directory's name; a relative path is this file's directory's (the
+build context). The directory is checked before PyTorch is imported and loaded strictly (no tensor missing,
+unexpected or of another shape); a bad one ends the process with one line naming the path (SystemExit), which the
+provider's status shows.
+
 A variant of the base carries a LoRA adapter (LLM_ADAPTER_SEED; none by default): a low-rank update of rank
 LLM_ADAPTER_RANK (8) of the query and value projections of every layer (PEFT's default targets for Qwen2, with
 alpha = rank), W x + B (A x), unmerged, random from its seed: 0.54 M parameters, 1.1 MB in bfloat16. The base's
@@ -40,16 +47,18 @@ Request (POST /v1/completions), OpenAI's fields:
   ignore_eos        true: do not stop at <|endoftext|> / <|im_end|> (vLLM's extension)
   return_token_ids  true: each choice also carries token_ids, and the answer prompt_token_ids (vLLM's extension)
 POST /v1/chat/completions takes messages (a list of 1..64 {"role": "system"|"developer"|"user"|"assistant",
-"content": text}), formatted as <|im_start|>role\\ncontent<|im_end|>\\n and ending with <|im_start|>assistant\\n,
+"content": text}), formatted as <|im_start|>role\\ncontent<|im_end|>\\n and ending with <|im_start|>assistant\\n
+(with LLM_MODEL_DIR: by the model's chat template),
 instead of prompt, and max_completion_tokens as another name of max_tokens. Bad input is 400 with OpenAI's error
 object naming the field ("param").
 Answer: OpenAI's text_completion / chat.completion objects (chunks when streaming), with usage, and "faas_gpu":
 {"ttft_ms", "decode_tokens_per_s", "cuda_graphs"} measured in the function.
 
-Environment: LLM_SEED (500), LLM_ADAPTER_SEED (none), LLM_ADAPTER_RANK (8), LLM_LAYERS (24), LLM_HIDDEN (896),
-LLM_HEADS (14), LLM_KV_HEADS (2), LLM_INTERMEDIATE (4864), LLM_DTYPE (bfloat16 or float32), LLM_MAX_PROMPT_TOKENS
-(1024), LLM_MAX_TOKENS (512), LLM_CUDA_GRAPHS (0), LLM_MODEL_NAME (faas-gpu-llm-0.5b), TORCH_DEVICE (cuda for a GPU
-function).
+Environment: LLM_MODEL_DIR (none: the random model), LLM_SEED (500), LLM_ADAPTER_SEED (none), LLM_ADAPTER_RANK
+(8), LLM_LAYERS (24), LLM_HIDDEN (896), LLM_HEADS (14), LLM_KV_HEADS (2), LLM_INTERMEDIATE (4864), LLM_DTYPE
+(bfloat16, float16 or float32; a model directory's own by default), LLM_MAX_PROMPT_TOKENS (1024), LLM_MAX_TOKENS
+(512), LLM_CUDA_GRAPHS (0), LLM_MODEL_NAME (faas-gpu-llm-0.5b, or the model directory's name), TORCH_DEVICE (cuda
+for a GPU function).
 """
 
 import json
@@ -433,8 +442,10 @@ class Decoder:
         self.logits = torch.zeros((1, self.model.config.vocab_size), dtype=torch.float32, device=d)
 
     def _forward(self, ids, position_ids, mask):
+        # Only the last position's logits: a prefill of n tokens would otherwise make n x vocabulary of them
+        # (1,024 x 151,936 in bfloat16 is 311 MB for a Qwen2.5's vocabulary), counted against the quota.
         out = self.model(input_ids=ids, position_ids=position_ids, attention_mask=mask,
-                         past_key_values=self.cache, use_cache=True)
+                         past_key_values=self.cache, use_cache=True, logits_to_keep=1)
         return out.logits[:, -1, :].float()
 
     def _step(self):
