@@ -155,6 +155,12 @@ func TestLLMOwnModel(t *testing.T) {
 			"model.layers.1.mlp.down_proj.weight)"},
 		{"broken-shape", "loading the weights failed"},
 		{"broken-tokenizer", "loading its tokenizer failed"},
+		// A sliding window shorter than the context (64 + 32) would need sliding attention: refused, not served
+		// with full attention.
+		{"broken-window", "the model's sliding window (16 tokens) is shorter than LLM_MAX_PROMPT_TOKENS + " +
+			"LLM_MAX_TOKENS = 96"},
+		{"broken-context", "LLM_MAX_PROMPT_TOKENS + LLM_MAX_TOKENS = 96 exceeds the model's " +
+			"max_position_embeddings (32)"},
 	} {
 		t.Run(c.dir, func(t *testing.T) {
 			dir := filepath.Join(models, c.dir)

@@ -99,6 +99,15 @@ def make(out, only):
     c["intermediate_size"] = 96
     with open(os.path.join(shape, "config.json"), "w") as f:
         json.dump(c, f)
+    for name, fam, key, value in (("broken-window", "tiny-mistral", "sliding_window", 16),
+                                  ("broken-context", "tiny-qwen2", "max_position_embeddings", 32)):
+        d = os.path.join(out, name)
+        shutil.copytree(os.path.join(out, fam), d)
+        with open(os.path.join(d, "config.json")) as f:
+            c = json.load(f)
+        c[key] = value
+        with open(os.path.join(d, "config.json"), "w") as f:
+            json.dump(c, f)
     badtok = os.path.join(out, "broken-tokenizer")
     shutil.copytree(src, badtok)
     with open(os.path.join(badtok, "tokenizer.json"), "w") as f:
