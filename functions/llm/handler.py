@@ -213,6 +213,16 @@ DTYPE = DTYPES.get(os.getenv("LLM_DTYPE", "") or _dtype_default)
 if DTYPE is None:
     raise SystemExit("llm: LLM_DTYPE must be bfloat16, float16 or float32")
 GRAPHS = os.getenv("LLM_CUDA_GRAPHS", "0") in ("1", "true")
+# The KV cache: "static" (one block of LLM_MAX_PROMPT_TOKENS + LLM_MAX_TOKENS tokens, allocated by the first
+# request) or "paged" (blocks of LLM_KV_BLOCK_TOKENS tokens allocated as a sequence grows and freed when it ends).
+KV_CACHE = os.getenv("LLM_KV_CACHE", "static")
+if KV_CACHE not in ("static", "paged"):
+    raise SystemExit("llm: LLM_KV_CACHE must be static or paged")
+if KV_CACHE == "paged" and GRAPHS:
+    raise SystemExit("llm: LLM_KV_CACHE=paged decodes eagerly: a captured graph needs the cache at fixed addresses "
+                     "(LLM_CUDA_GRAPHS=1 takes LLM_KV_CACHE=static)")
+KV_BLOCK = _env_int("LLM_KV_BLOCK_TOKENS", 64, 1, 4096)
+KV_MAX_BLOCKS = _env_int("LLM_KV_MAX_BLOCKS", 0, 0, 1 << 20)  # 0: as many as the quota allows
 # The served name: LLM_MODEL_NAME, else a model directory's name (Qwen2.5-0.5B-Instruct for .../Qwen2.5-0.5B-Instruct).
 MODEL_NAME = os.getenv("LLM_MODEL_NAME", "") or (os.path.basename(MODEL_DIR) if MODEL_DIR else "faas-gpu-llm-0.5b")
 MAX_TEXT = 256 << 10  # characters of prompt text, before tokenizing
@@ -418,6 +428,100 @@ class BadRequest(Exception):
         self.status = status
 
 
+class KVExhausted(Exception):
+    """No KV block could be had: LLM_KV_MAX_BLOCKS are in use, or the quota has no memory left for one."""
+
+
+class KVBlocks:
+    """The function's paged KV cache: blocks of KV_BLOCK tokens, each one device tensor holding every layer's keys
+    and values for those tokens ([layers, 2, 1, kv heads, KV_BLOCK, head dim], zeroed), allocated as the sequence
+    grows and freed (back to the quota: the caching allocator's cache is emptied) when it ends. Counters for
+    /metrics."""
+
+    def __init__(self, config, dtype, device):
+        heads = config.num_key_value_heads
+        dim = getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
+        self.shape = (config.num_hidden_layers, 2, 1, heads, KV_BLOCK, dim)
+        self.dtype, self.device = dtype, device
+        self.block_bytes = math.prod(self.shape) * torch.empty((), dtype=dtype).element_size()
+        self.blocks = []
+        self.peak = 0
+        self.allocated_total = 0
+        self.freed_total = 0
+        self.refused_total = 0
+
+    def capacity(self):
+        return len(self.blocks) * KV_BLOCK
+
+    def ensure(self, tokens):
+        """Allocates blocks until tokens fit; raises KVExhausted."""
+        while self.capacity() < tokens:
+            if KV_MAX_BLOCKS and len(self.blocks) >= KV_MAX_BLOCKS:
+                self.refused_total += 1
+                raise KVExhausted("the KV cache is full: %d blocks of %d tokens in use (LLM_KV_MAX_BLOCKS)" %
+                                  (len(self.blocks), KV_BLOCK))
+            try:
+                self.blocks.append(torch.zeros(self.shape, dtype=self.dtype, device=self.device))
+            except torch.OutOfMemoryError as e:
+                self.refused_total += 1
+                raise KVExhausted("no GPU memory left in the function's quota for a KV block of %d bytes (%d "
+                                  "blocks in use): %s" % (self.block_bytes, len(self.blocks), e))
+            self.allocated_total += 1
+            self.peak = max(self.peak, len(self.blocks))
+
+    def free(self):
+        self.freed_total += len(self.blocks)
+        self.blocks = []
+        if self.device.type == "cuda":
+            torch.cuda.empty_cache()
+
+
+class PagedLayer(transformers.cache_utils.CacheLayerMixin):
+    """One layer's view of KVBlocks for transformers' attention: update() writes the new keys and values into their
+    blocks and answers the blocks' keys and values concatenated (the capacity's length; the decode loop's mask
+    hides the positions not written yet)."""
+
+    is_compileable = False
+    is_sliding = False
+
+    def __init__(self, index, pool):
+        super().__init__()
+        self.index, self.pool, self.length = index, pool, 0
+        self.is_initialized = True
+
+    def lazy_initialization(self, key_states, value_states):
+        pass
+
+    def update(self, key_states, value_states, *args, **kwargs):
+        n = key_states.shape[-2]
+        self.pool.ensure(self.length + n)
+        done = 0
+        while done < n:
+            at = self.length + done
+            b, off = divmod(at, KV_BLOCK)
+            m = min(n - done, KV_BLOCK - off)
+            blk = self.pool.blocks[b]
+            blk[self.index, 0, :, :, off:off + m].copy_(key_states[:, :, done:done + m])
+            blk[self.index, 1, :, :, off:off + m].copy_(value_states[:, :, done:done + m])
+            done += m
+        self.length += n
+        blocks = self.pool.blocks
+        return (torch.cat([blk[self.index, 0] for blk in blocks], dim=2),
+                torch.cat([blk[self.index, 1] for blk in blocks], dim=2))
+
+    def get_mask_sizes(self, query_length):
+        return self.pool.capacity(), 0
+
+    def get_seq_length(self):
+        return self.length
+
+    def get_max_length(self):
+        return self.pool.capacity()
+
+    def reset(self):
+        self.length = 0
+
+
 class Decoder:
     """The model on its device with a static KV cache and, with graphs, the captured decode step. Used under
     _lock by one generation at a time."""
@@ -484,9 +588,55 @@ class Decoder:
             self.graph_error = "%s: %s" % (type(e).__name__, e)
             print("llm: CUDA graph capture failed, decoding eagerly: %s" % self.graph_error, file=sys.stderr, flush=True)
 
+    def _ensure_paged(self):
+        if self.cache is not None:
+            return
+        d = self.device
+        self.kv = KVBlocks(self.model.config, DTYPE, d)
+        self.cache = transformers.Cache(layers=[PagedLayer(i, self.kv) for i in
+                                                range(self.model.config.num_hidden_layers)])
+        self.positions = torch.arange(CONTEXT, device=d)
+        self.tok = torch.zeros((1, 1), dtype=torch.long, device=d)
+        self.pos = torch.zeros((1,), dtype=torch.long, device=d)
+        self.next = torch.zeros((1, 1), dtype=torch.long, device=d)
+        self.logits = torch.zeros((1, self.model.config.vocab_size), dtype=torch.float32, device=d)
+
+    def _prefill_paged(self, ids):
+        self._ensure_paged()
+        torch.arange(CONTEXT, out=self.positions)
+        self.cache.reset()
+        n = len(ids)
+        self.kv.ensure(n)  # the blocks first: the mask spans their capacity
+        self.host_pos = n
+        cap = self.kv.capacity()
+        x = torch.tensor([ids], dtype=torch.long, device=self.device)
+        mask = (self.positions[:cap].view(1, cap) <= self.positions[:n].view(n, 1)).view(1, 1, n, cap)
+        self.logits.copy_(self._forward(x, self.positions[:n].view(1, n), mask))
+        self.next.copy_(torch.argmax(self.logits, dim=-1, keepdim=True))
+        self.tok.copy_(self.next)
+        self.pos.fill_(n)
+
+    def _step_paged(self):
+        self.kv.ensure(self.host_pos + 1)
+        cap = self.kv.capacity()
+        mask = (self.positions[:cap] <= self.pos).view(1, 1, 1, cap)
+        self.logits.copy_(self._forward(self.tok, self.pos.view(1, 1), mask))
+        self.next.copy_(torch.argmax(self.logits, dim=-1, keepdim=True))
+        self.tok.copy_(self.next)
+        self.pos.add_(1)
+        self.host_pos += 1
+
+    def end(self):
+        """The sequence ended: its KV blocks go back (paged; the static cache stays)."""
+        if KV_CACHE == "paged" and self.cache is not None:
+            self.kv.free()
+            self.cache.reset()
+
     def prefill(self, ids):
         """Runs the prompt, leaving its last token's logits in self.logits, the greedy choice in self.next and
         self.tok, and the next position in self.pos."""
+        if KV_CACHE == "paged":
+            return self._prefill_paged(ids)
         self._ensure_cache()
         # Everything the request allocated may come back zeroed at the next (com.openfaas.gpu.scratch: request
         # gives the scratch back between requests): the positions, the cache and its lengths are written afresh.
@@ -504,6 +654,8 @@ class Decoder:
         """Decodes one step from the token in self.tok (or token, set first)."""
         if token is not None:
             self.tok.fill_(token)
+        if KV_CACHE == "paged":
+            return self._step_paged()
         if self.device.type == "cuda" and GRAPHS and not self.graph_tried:
             self._capture()
         if GRAPHS and self.graph is not None:
@@ -718,16 +870,26 @@ class Generation:
         self.finish = None
         self.ttft = None
         self.decode_s = 0.0
+        self.emitted = 0  # characters of self.text yielded
 
     def run(self):
         o = self.opts
         greedy = o["temperature"] == 0.0
         gen = torch.Generator().manual_seed(o["seed"] % (2**63))
         held = max((len(s) for s in o["stop"]), default=1) - 1  # characters that may start a stop string
-        emitted = 0
         t0 = time.perf_counter()
         with _lock, torch.inference_mode():
             d = DECODER
+            try:
+                yield from self._decode(d, o, greedy, gen, held, t0)
+            finally:  # also when the client went away (the generator closed): the sequence's KV blocks go back
+                d.end()
+        if len(self.text) > self.emitted:
+            yield self.text[self.emitted:], None
+
+    def _decode(self, d, o, greedy, gen, held, t0):
+        emitted = 0
+        try:
             d.prefill(self.ids)
             for i in range(o["max_tokens"]):  # the length stop: decided on the host, whatever the device computes
                 if i > 0:
@@ -763,8 +925,8 @@ class Generation:
                     yield "", tok
             if self.finish is None:
                 self.finish = "length"
-        if len(self.text) > emitted:
-            yield self.text[emitted:], None
+        finally:
+            self.emitted = emitted
 
     def timing(self):
         n = len(self.tokens)
@@ -859,6 +1021,29 @@ def models():
                                           "parameters": sum(p.numel() for p in adapter_parameters(_model))}}]}
 
 
+def metrics():
+    """The KV cache's state in Prometheus' text format (paged: blocks as they are allocated and freed)."""
+    kv = getattr(DECODER, "kv", None)
+    lines = ["# HELP llm_kv_cache_paged 1 when the KV cache is paged (LLM_KV_CACHE=paged).",
+             "# TYPE llm_kv_cache_paged gauge", "llm_kv_cache_paged %d" % (KV_CACHE == "paged")]
+    if KV_CACHE == "paged":
+        vals = [("llm_kv_block_tokens", "gauge", "tokens per KV block", KV_BLOCK),
+                ("llm_kv_block_bytes", "gauge", "bytes per KV block (all layers' keys and values)",
+                 kv.block_bytes if kv else 0),
+                ("llm_kv_blocks_in_use", "gauge", "KV blocks held by the sequence being decoded",
+                 len(kv.blocks) if kv else 0),
+                ("llm_kv_blocks_peak", "gauge", "the most KV blocks held at once", kv.peak if kv else 0),
+                ("llm_kv_blocks_max", "gauge", "LLM_KV_MAX_BLOCKS (0: as the quota allows)", KV_MAX_BLOCKS),
+                ("llm_kv_block_allocations_total", "counter", "KV blocks allocated",
+                 kv.allocated_total if kv else 0),
+                ("llm_kv_block_frees_total", "counter", "KV blocks freed", kv.freed_total if kv else 0),
+                ("llm_kv_block_refusals_total", "counter", "KV blocks that could not be had",
+                 kv.refused_total if kv else 0)]
+        for name, kind, text, v in vals:
+            lines += ["# HELP %s %s." % (name, text), "# TYPE %s %s" % (name, kind), "%s %d" % (name, v)]
+    return "\n".join(lines) + "\n"
+
+
 def handle(event, context):
     path = event.path.rstrip("/") or "/"
     if path in ("/v1/models", "/models") and event.method in ("GET", "HEAD"):
@@ -876,7 +1061,15 @@ def handle(event, context):
         except BadRequest as e:
             return _error(e.status, e.message, e.param, "invalid_request_error" if e.status == 400 else "not_found")
         if opts["stream"]:
+            # A stream that cannot get a KV block ends without its final chunk (the template's error path).
             return {"statusCode": 200, "headers": SSE, "body": events(ids, opts)}
-        return {"statusCode": 200, "headers": JSON, "body": complete(ids, opts)}
+        try:
+            return {"statusCode": 200, "headers": JSON, "body": complete(ids, opts)}
+        except KVExhausted as e:
+            r = _error(429, "%s; retry later" % e, kind="rate_limit_exceeded")
+            r["headers"] = dict(JSON, **{"Retry-After": "1"})
+            return r
+    if path == "/metrics" and event.method in ("GET", "HEAD"):
+        return {"statusCode": 200, "headers": {"Content-Type": "text/plain; version=0.0.4"}, "body": metrics()}
     return _error(404, "no route %s %s: POST /v1/completions or /v1/chat/completions, GET /v1/models"
                   % (event.method, event.path), kind="not_found")

@@ -45,6 +45,49 @@ type ownModel struct {
 	WeightsOnDevice bool  `json:"weights_on_device"`
 	Tensors         int   `json:"tensors"`
 	ReferenceTokens []int `json:"reference_tokens"`
+	Paged           *struct {
+		Held         []int
+		After, Final map[string]int
+		Refused      []any
+		Then         int
+		PromptTokens int `json:"prompt_tokens"`
+	}
+}
+
+// pagedEnv is LLM_KV_CACHE=paged with blocks of 4 tokens, at most 12 (48 tokens: the chat prompts and the
+// completions fit, a prompt of 60 tokens does not).
+var pagedEnv = []string{"LLM_KV_CACHE=paged", "LLM_KV_BLOCK_TOKENS=4", "LLM_KV_MAX_BLOCKS=12"}
+
+// checkPaged checks the paged KV cache's blocks: allocated as the sequence grows (after the i-th streamed token the
+// cache holds the prompt and i tokens: ceil((prompt + i) / 4) blocks), all freed when it ends, a request whose
+// prompt needs more blocks than LLM_KV_MAX_BLOCKS refused with 429 and Retry-After, the next one served.
+func checkPaged(t *testing.T, r ownModel) {
+	t.Helper()
+	p := r.Paged
+	if p == nil {
+		t.Fatal("no paged KV cache")
+	}
+	want := make([]int, 12)
+	for i := range want {
+		want[i] = (p.PromptTokens + i + 3) / 4
+	}
+	if !slices.Equal(p.Held, want) {
+		t.Errorf("KV blocks held after each streamed token %v, want %v (prompt of %d tokens, blocks of 4)", p.Held,
+			want, p.PromptTokens)
+	}
+	for _, m := range []map[string]int{p.After, p.Final} {
+		if m["llm_kv_blocks_in_use"] != 0 || m["llm_kv_block_allocations_total"] == 0 ||
+			m["llm_kv_block_allocations_total"] != m["llm_kv_block_frees_total"] || m["llm_kv_blocks_peak"] > 12 {
+			t.Errorf("/metrics after the sequences ended: %v, want every block allocated freed, none in use, at "+
+				"most 12 at once", m)
+		}
+	}
+	if len(p.Refused) != 3 || p.Refused[0] != float64(429) || p.Refused[1] != "1" ||
+		!strings.Contains(fmt.Sprint(p.Refused[2]), "LLM_KV_MAX_BLOCKS") || p.Then != 200 ||
+		p.Final["llm_kv_block_refusals_total"] != 1 {
+		t.Errorf("a prompt needing 15 blocks: %v, then %d, refusals %d: want 429 with Retry-After naming "+
+			"LLM_KV_MAX_BLOCKS, then 200", p.Refused, p.Then, p.Final["llm_kv_block_refusals_total"])
+	}
 }
 
 // The chat prompts the families' templates (testdata/llm_own_model.py) render for a developer (system) and a
@@ -140,6 +183,25 @@ func TestLLMOwnModel(t *testing.T) {
 				t.Errorf("greedy tokens %v, transformers' generate %v", r.Completion.Tokens, r.ReferenceTokens)
 			}
 		})
+		// The paged KV cache (LLM_KV_CACHE=paged): the same tokens as transformers' generate, blocks as the
+		// sequence grows.
+		t.Run(fam+"/cpu-paged", func(t *testing.T) {
+			var r ownModel
+			decodeLast(t, python(t, env, ownModelEnv(dir, append(pagedEnv, "TORCH_DEVICE=cpu")...), "serve"), &r)
+			checkOwnModel(t, fam, dir, r)
+			if !slices.Equal(r.Completion.Tokens, r.ReferenceTokens) {
+				t.Errorf("paged: greedy tokens %v, transformers' generate %v", r.Completion.Tokens, r.ReferenceTokens)
+			}
+			checkPaged(t, r)
+		})
+		if fam == "llama" {
+			t.Run(fam+"/shim-paged", func(t *testing.T) {
+				var r ownModel
+				n.python(t, env, ownModelEnv(dir, append(pagedEnv, "FAAS_GPU=1")...), "llm_own_model.py", &r, "serve")
+				checkOwnModel(t, fam, dir, r)
+				checkPaged(t, r)
+			})
+		}
 		t.Run(fam+"/shim", func(t *testing.T) {
 			var r ownModel
 			n.python(t, env, ownModelEnv(dir, "FAAS_GPU=1", "LLM_DTYPE=bfloat16"), "llm_own_model.py", &r, "serve")

@@ -163,6 +163,25 @@ def serve():
             for c in e["choices"]:
                 toks += c.get("token_ids", [])
     out["stream_tokens"] = toks
+    if handler.KV_CACHE == "paged":
+        # The KV blocks held while a stream decodes (after each event), after it, and a request refused for want of
+        # blocks (LLM_KV_MAX_BLOCKS) followed by one that fits.
+        def m():
+            r = handler.handle(type("E", (), {"path": "/metrics", "method": "GET"})(), None)
+            return {l.split()[0]: int(l.split()[1]) for l in r["body"].splitlines() if not l.startswith("#")}
+        held = []
+        st = handler.handle(Event("/v1/completions", {"prompt": prompt, "max_tokens": n, "temperature": 0,
+                                                       "ignore_eos": True, "stream": True}), None)
+        for ev in st["body"]:
+            if ev.startswith("data: {") and json.loads(ev[6:])["choices"][0]["finish_reason"] is None:
+                held.append(m()["llm_kv_blocks_in_use"])
+        after = m()
+        long = handler.handle(Event("/v1/completions", {"prompt": [5] * 60, "max_tokens": 1}), None)
+        refused = [long["statusCode"], long["headers"].get("Retry-After"),
+                   long["body"]["error"]["message"] if long["statusCode"] != 200 else ""]
+        ok = handler.handle(Event("/v1/completions", {"prompt": prompt, "max_tokens": 2, "temperature": 0}), None)
+        out["paged"] = {"held": held, "after": after, "refused": refused, "then": ok["statusCode"],
+                        "final": m(), "prompt_tokens": len(out["completion"]["prompt_token_ids"])}
     bad = {}
     r = handler.handle(Event("/v1/completions", {"prompt": prompt, "model": "someone-else"}), None)
     bad["model"] = [r["statusCode"], r["body"]["error"]["param"]]
