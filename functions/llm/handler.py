@@ -54,7 +54,12 @@ object naming the field ("param").
 Answer: OpenAI's text_completion / chat.completion objects (chunks when streaming), with usage, and "faas_gpu":
 {"ttft_ms", "decode_tokens_per_s", "cuda_graphs"} measured in the function.
 
-Environment: LLM_MODEL_DIR (none: the random model), LLM_SEED (500), LLM_ADAPTER_SEED (none), LLM_ADAPTER_RANK
+With LLM_KV_CACHE=paged the KV cache is blocks of LLM_KV_BLOCK_TOKENS tokens allocated as the sequence grows and
+freed when it ends (KVBlocks); a request that cannot get one (LLM_KV_MAX_BLOCKS, or out of memory in the quota) is
+answered 429; GET /metrics shows the blocks.
+
+Environment: LLM_MODEL_DIR (none: the random model), LLM_KV_CACHE (static), LLM_KV_BLOCK_TOKENS (64),
+LLM_KV_MAX_BLOCKS (0: no limit but the quota), LLM_SEED (500), LLM_ADAPTER_SEED (none), LLM_ADAPTER_RANK
 (8), LLM_LAYERS (24), LLM_HIDDEN (896), LLM_HEADS (14), LLM_KV_HEADS (2), LLM_INTERMEDIATE (4864), LLM_DTYPE
 (bfloat16, float16 or float32; a model directory's own by default), LLM_MAX_PROMPT_TOKENS (1024), LLM_MAX_TOKENS
 (512), LLM_CUDA_GRAPHS (0), LLM_MODEL_NAME (faas-gpu-llm-0.5b, or the model directory's name), TORCH_DEVICE (cuda
