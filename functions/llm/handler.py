@@ -8,6 +8,13 @@ and 7.3 M in the embedding, which the output head shares (tied, as Qwen2.5-0.5B'
 accounts for 0.14 B of its 0.49 B). The weights are random from a fixed seed (LLM_SEED), built on the CPU and moved
 to the GPU when the function starts: nothing is downloaded, and the same seed gives the same bytes on every machine.
 
+With LLM_MODEL_DIR the function serves a Hugging Face model directory instead (README.md: "Your own model"): a
+decoder-only model of a family of FAMILIES (Qwen2, Llama, Mistral) from its safetensors, with its own tokenizer.json,
+chat template and end-of-sequence ids, under the directory's name; a relative path is this file's directory's (the
+build context). The directory is checked before PyTorch is imported and loaded strictly (no tensor missing,
+unexpected or of another shape); a bad one ends the process with one line naming the path (SystemExit), which the
+provider's status shows.
+
 A variant of the base carries a LoRA adapter (LLM_ADAPTER_SEED; none by default): a low-rank update of rank
 LLM_ADAPTER_RANK (8) of the query and value projections of every layer (PEFT's default targets for Qwen2, with
 alpha = rank), W x + B (A x), unmerged, random from its seed: 0.54 M parameters, 1.1 MB in bfloat16. The base's
@@ -40,16 +47,23 @@ Request (POST /v1/completions), OpenAI's fields:
   ignore_eos        true: do not stop at <|endoftext|> / <|im_end|> (vLLM's extension)
   return_token_ids  true: each choice also carries token_ids, and the answer prompt_token_ids (vLLM's extension)
 POST /v1/chat/completions takes messages (a list of 1..64 {"role": "system"|"developer"|"user"|"assistant",
-"content": text}), formatted as <|im_start|>role\\ncontent<|im_end|>\\n and ending with <|im_start|>assistant\\n,
+"content": text}), formatted as <|im_start|>role\\ncontent<|im_end|>\\n and ending with <|im_start|>assistant\\n
+(with LLM_MODEL_DIR: by the model's chat template),
 instead of prompt, and max_completion_tokens as another name of max_tokens. Bad input is 400 with OpenAI's error
 object naming the field ("param").
 Answer: OpenAI's text_completion / chat.completion objects (chunks when streaming), with usage, and "faas_gpu":
 {"ttft_ms", "decode_tokens_per_s", "cuda_graphs"} measured in the function.
 
-Environment: LLM_SEED (500), LLM_ADAPTER_SEED (none), LLM_ADAPTER_RANK (8), LLM_LAYERS (24), LLM_HIDDEN (896),
-LLM_HEADS (14), LLM_KV_HEADS (2), LLM_INTERMEDIATE (4864), LLM_DTYPE (bfloat16 or float32), LLM_MAX_PROMPT_TOKENS
-(1024), LLM_MAX_TOKENS (512), LLM_CUDA_GRAPHS (0), LLM_MODEL_NAME (faas-gpu-llm-0.5b), TORCH_DEVICE (cuda for a GPU
-function).
+With LLM_KV_CACHE=paged the KV cache is blocks of LLM_KV_BLOCK_TOKENS tokens allocated as the sequence grows and
+freed when it ends (KVBlocks); a request that cannot get one (LLM_KV_MAX_BLOCKS, or out of memory in the quota) is
+answered 429; GET /metrics shows the blocks.
+
+Environment: LLM_MODEL_DIR (none: the random model), LLM_KV_CACHE (static), LLM_KV_BLOCK_TOKENS (64),
+LLM_KV_MAX_BLOCKS (0: no limit but the quota), LLM_SEED (500), LLM_ADAPTER_SEED (none), LLM_ADAPTER_RANK
+(8), LLM_LAYERS (24), LLM_HIDDEN (896), LLM_HEADS (14), LLM_KV_HEADS (2), LLM_INTERMEDIATE (4864), LLM_DTYPE
+(bfloat16, float16 or float32; a model directory's own by default), LLM_MAX_PROMPT_TOKENS (1024), LLM_MAX_TOKENS
+(512), LLM_CUDA_GRAPHS (0), LLM_MODEL_NAME (faas-gpu-llm-0.5b, or the model directory's name), TORCH_DEVICE (cuda
+for a GPU function).
 """
 
 import json
@@ -62,6 +76,109 @@ import uuid
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")  # never reach a model hub: the model comes from a config
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+
+# The decoder-only families whose loading through this file is tested (test/cuda: TestLLMOwnModel*).
+FAMILIES = ("qwen2", "llama", "mistral")
+
+
+class ModelDirError(Exception):
+    """A model directory that cannot be served; its message names the directory."""
+
+
+def _safetensors_ok(path):
+    """Reads a safetensors file's header (8-byte little-endian length, then JSON) and checks that the file holds
+    every tensor's bytes; returns the tensors' names. Raises ModelDirError."""
+    try:
+        size = os.path.getsize(path)
+        with open(path, "rb") as f:
+            n = int.from_bytes(f.read(8), "little")
+            if not 2 <= n <= min(size - 8, 100 << 20):
+                raise ModelDirError("%s: not a safetensors file (header length %d, file %d bytes)" % (path, n, size))
+            header = json.loads(f.read(n))
+    except OSError as e:
+        raise ModelDirError("%s: %s" % (path, e.strerror or e))
+    except ValueError as e:
+        raise ModelDirError("%s: not a safetensors file (its header is not JSON: %s)" % (path, e))
+    if not isinstance(header, dict):
+        raise ModelDirError("%s: not a safetensors file (its header is not a JSON object)" % path)
+    end = 0
+    for name, t in header.items():
+        if name == "__metadata__":
+            continue
+        try:
+            end = max(end, int(t["data_offsets"][1]))
+        except (TypeError, KeyError, IndexError, ValueError):
+            raise ModelDirError("%s: not a safetensors file (tensor %r has no data_offsets)" % (path, name))
+    if 8 + n + end > size:
+        raise ModelDirError("%s: truncated: its tensors need %d bytes, the file has %d" % (path, 8 + n + end, size))
+    return [k for k in header if k != "__metadata__"]
+
+
+def check_model_dir(path):
+    """Checks a Hugging Face model directory before PyTorch is imported, so that a bad one is one clear line (the
+    function's last, which the provider's status shows) and not a traceback from deep inside transformers: the
+    directory, config.json of a supported family, safetensors weights whole on disk, the model's tokenizer.json.
+    Returns the parsed config.json. Raises ModelDirError naming the path."""
+    where = "LLM_MODEL_DIR=%s" % path
+    if not os.path.isdir(path):
+        raise ModelDirError("%s: %s" % (where, "not a directory" if os.path.exists(path) else "no such directory"))
+    cfg_path = os.path.join(path, "config.json")
+    try:
+        with open(cfg_path) as f:
+            config = json.load(f)
+    except FileNotFoundError:
+        raise ModelDirError("%s: no config.json (a Hugging Face model directory, as save_pretrained writes it: "
+                            "config.json, model.safetensors, tokenizer.json)" % where)
+    except (OSError, ValueError) as e:
+        raise ModelDirError("%s: config.json is not readable JSON: %s" % (where, e))
+    if not isinstance(config, dict):
+        raise ModelDirError("%s: config.json is not a JSON object" % where)
+    family = config.get("model_type")
+    if family not in FAMILIES:
+        raise ModelDirError("%s: config.json's model_type %r is not supported (supported: %s)" %
+                            (where, family, ", ".join(FAMILIES)))
+    index = os.path.join(path, "model.safetensors.index.json")
+    if os.path.exists(index):
+        try:
+            with open(index) as f:
+                shards = sorted(set(json.load(f)["weight_map"].values()))
+        except (OSError, ValueError, KeyError, TypeError, AttributeError) as e:
+            raise ModelDirError("%s: model.safetensors.index.json has no readable weight_map: %s" % (where, e))
+        files = [os.path.join(path, s) for s in shards]
+        for f in files:
+            if not os.path.isfile(f):
+                raise ModelDirError("%s: model.safetensors.index.json names %s, which is missing" % (where, f))
+    elif os.path.isfile(os.path.join(path, "model.safetensors")):
+        files = [os.path.join(path, "model.safetensors")]
+    else:
+        other = [f for f in ("pytorch_model.bin", "pytorch_model.bin.index.json", "model.bin") if
+                 os.path.exists(os.path.join(path, f))]
+        raise ModelDirError("%s: no safetensors weights (model.safetensors or model.safetensors.index.json)%s" %
+                            (where, "; found %s: only safetensors are loaded (convert with save_pretrained)" %
+                             other[0] if other else ""))
+    names = []
+    for f in files:
+        try:
+            names += _safetensors_ok(f)
+        except ModelDirError as e:
+            raise ModelDirError("%s: %s" % (where, e))
+    if not names:
+        raise ModelDirError("%s: the safetensors files hold no tensors" % where)
+    if not os.path.isfile(os.path.join(path, "tokenizer.json")):
+        raise ModelDirError("%s: no tokenizer.json (the model's fast tokenizer, as its tokenizer's save_pretrained "
+                            "writes it)" % where)
+    return config
+
+
+# A model directory to serve instead of the random model; a relative path is the handler's directory's (the
+# function's build context: functions/llm/<model>/ beside handler.py).
+MODEL_DIR = os.getenv("LLM_MODEL_DIR", "")
+if MODEL_DIR:
+    MODEL_DIR = os.path.normpath(os.path.join(os.path.dirname(os.path.abspath(__file__)), MODEL_DIR))
+    try:
+        MODEL_CONFIG = check_model_dir(MODEL_DIR)
+    except ModelDirError as e:
+        raise SystemExit("llm: %s" % e)
 
 import torch  # noqa: E402
 import transformers  # noqa: E402
@@ -90,11 +207,29 @@ INTERMEDIATE = _env_int("LLM_INTERMEDIATE", 4864, 64, 65536)
 MAX_PROMPT = _env_int("LLM_MAX_PROMPT_TOKENS", 1024, 1, 32768)
 MAX_TOKENS = _env_int("LLM_MAX_TOKENS", 512, 1, 32768)
 CONTEXT = MAX_PROMPT + MAX_TOKENS  # the static KV cache's length
-DTYPE = {"bfloat16": torch.bfloat16, "float32": torch.float32}.get(os.getenv("LLM_DTYPE", "bfloat16"))
+DTYPES = {"bfloat16": torch.bfloat16, "float16": torch.float16, "float32": torch.float32}
+# A model directory's own dtype (config.json's dtype or torch_dtype) unless LLM_DTYPE says otherwise.
+_dtype_default = "bfloat16"
+if MODEL_DIR:
+    _dtype_default = MODEL_CONFIG.get("dtype") or MODEL_CONFIG.get("torch_dtype") or "bfloat16"
+    if _dtype_default not in DTYPES:
+        _dtype_default = "bfloat16"
+DTYPE = DTYPES.get(os.getenv("LLM_DTYPE", "") or _dtype_default)
 if DTYPE is None:
-    raise SystemExit("llm: LLM_DTYPE must be bfloat16 or float32")
+    raise SystemExit("llm: LLM_DTYPE must be bfloat16, float16 or float32")
 GRAPHS = os.getenv("LLM_CUDA_GRAPHS", "0") in ("1", "true")
-MODEL_NAME = os.getenv("LLM_MODEL_NAME", "faas-gpu-llm-0.5b")
+# The KV cache: "static" (one block of LLM_MAX_PROMPT_TOKENS + LLM_MAX_TOKENS tokens, allocated by the first
+# request) or "paged" (blocks of LLM_KV_BLOCK_TOKENS tokens allocated as a sequence grows and freed when it ends).
+KV_CACHE = os.getenv("LLM_KV_CACHE", "static")
+if KV_CACHE not in ("static", "paged"):
+    raise SystemExit("llm: LLM_KV_CACHE must be static or paged")
+if KV_CACHE == "paged" and GRAPHS:
+    raise SystemExit("llm: LLM_KV_CACHE=paged decodes eagerly: a captured graph needs the cache at fixed addresses "
+                     "(LLM_CUDA_GRAPHS=1 takes LLM_KV_CACHE=static)")
+KV_BLOCK = _env_int("LLM_KV_BLOCK_TOKENS", 64, 1, 4096)
+KV_MAX_BLOCKS = _env_int("LLM_KV_MAX_BLOCKS", 0, 0, 1 << 20)  # 0: as many as the quota allows
+# The served name: LLM_MODEL_NAME, else a model directory's name (Qwen2.5-0.5B-Instruct for .../Qwen2.5-0.5B-Instruct).
+MODEL_NAME = os.getenv("LLM_MODEL_NAME", "") or (os.path.basename(MODEL_DIR) if MODEL_DIR else "faas-gpu-llm-0.5b")
 MAX_TEXT = 256 << 10  # characters of prompt text, before tokenizing
 MAX_MESSAGES = 64
 EOT, IM_START, IM_END = "<|endoftext|>", "<|im_start|>", "<|im_end|>"
@@ -112,9 +247,75 @@ def _device():
 
 
 def load_tokenizer():
+    if MODEL_DIR:
+        try:
+            return transformers.AutoTokenizer.from_pretrained(MODEL_DIR, local_files_only=True)
+        except Exception as e:  # noqa: BLE001 - whatever transformers raises, the function cannot start
+            raise SystemExit("llm: LLM_MODEL_DIR=%s: loading its tokenizer failed: %s: %s" %
+                             (MODEL_DIR, type(e).__name__, str(e).replace("\n", " ")))
     tok = transformers.PreTrainedTokenizerFast(tokenizer_file=os.path.join(HERE, "tokenizer.json"),
                                                eos_token=EOT, additional_special_tokens=[IM_START, IM_END])
     return tok
+
+
+def _ids_of(v):
+    """A config's token id field (an int, a list of them, or None) as a set."""
+    if v is None:
+        return set()
+    if isinstance(v, int):
+        return {v}
+    return {i for i in v if isinstance(i, int)}
+
+
+def load_model_dir(path, tokenizer):
+    """The model of a Hugging Face model directory on the CPU in evaluation mode, in DTYPE, and its stop token ids
+    (generation_config.json's, config.json's and the tokenizer's end of sequence). Every weight must come from the
+    files: a tensor missing, unexpected or of another shape is an error, never a randomly initialised layer.
+    Raises SystemExit naming the path."""
+    where = "LLM_MODEL_DIR=%s" % path
+    try:
+        config = transformers.AutoConfig.from_pretrained(path, local_files_only=True)
+    except Exception as e:  # noqa: BLE001
+        raise SystemExit("llm: %s: config.json: %s: %s" % (where, type(e).__name__, str(e).replace("\n", " ")))
+    limit = getattr(config, "max_position_embeddings", None)
+    if limit is not None and CONTEXT > limit:
+        raise SystemExit("llm: %s: LLM_MAX_PROMPT_TOKENS + LLM_MAX_TOKENS = %d exceeds the model's "
+                         "max_position_embeddings (%d)" % (where, CONTEXT, limit))
+    # A sliding window longer than the context never slides: attention is then exactly full (the decode loop's
+    # masks are full causal ones). A shorter one is refused rather than served with the wrong attention.
+    window = getattr(config, "sliding_window", None)
+    types = getattr(config, "layer_types", None)
+    slides = window is not None and (types is None or "sliding_attention" in types)
+    if slides and window < CONTEXT:
+        raise SystemExit("llm: %s: the model's sliding window (%d tokens) is shorter than LLM_MAX_PROMPT_TOKENS + "
+                         "LLM_MAX_TOKENS = %d; sliding-window attention is not supported: lower them to at most "
+                         "the window" % (where, window, CONTEXT))
+    if window is not None:
+        config.sliding_window = None
+        if types is not None:
+            config.layer_types = ["full_attention"] * len(types)
+    config._attn_implementation = "sdpa"
+    try:
+        model, info = transformers.AutoModelForCausalLM.from_pretrained(
+            path, config=config, dtype=DTYPE, local_files_only=True, use_safetensors=True,
+            output_loading_info=True)
+    except Exception as e:  # noqa: BLE001
+        raise SystemExit("llm: %s: loading the weights failed: %s: %s" %
+                         (where, type(e).__name__, str(e).replace("\n", " ")))
+    for kind in ("missing_keys", "unexpected_keys", "mismatched_keys", "error_msgs"):
+        bad = sorted(str(k) for k in (info.get(kind) or ()))
+        if bad:
+            raise SystemExit("llm: %s: the weights do not match config.json (%s: %s%s)" %
+                             (where, kind.replace("_", " "), ", ".join(bad[:4]), ", ..." if len(bad) > 4 else ""))
+    stop = _ids_of(config.eos_token_id) | _ids_of(tokenizer.eos_token_id)
+    gen_path = os.path.join(path, "generation_config.json")
+    if os.path.exists(gen_path):
+        try:
+            with open(gen_path) as f:
+                stop |= _ids_of(json.load(f).get("eos_token_id"))
+        except (OSError, ValueError, AttributeError) as e:
+            raise SystemExit("llm: %s: generation_config.json: %s" % (where, e))
+    return model.eval(), stop
 
 
 class LoRALinear(torch.nn.Module):
@@ -232,6 +433,100 @@ class BadRequest(Exception):
         self.status = status
 
 
+class KVExhausted(Exception):
+    """No KV block could be had: LLM_KV_MAX_BLOCKS are in use, or the quota has no memory left for one."""
+
+
+class KVBlocks:
+    """The function's paged KV cache: blocks of KV_BLOCK tokens, each one device tensor holding every layer's keys
+    and values for those tokens ([layers, 2, 1, kv heads, KV_BLOCK, head dim], zeroed), allocated as the sequence
+    grows and freed (back to the quota: the caching allocator's cache is emptied) when it ends. Counters for
+    /metrics."""
+
+    def __init__(self, config, dtype, device):
+        heads = config.num_key_value_heads
+        dim = getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
+        self.shape = (config.num_hidden_layers, 2, 1, heads, KV_BLOCK, dim)
+        self.dtype, self.device = dtype, device
+        self.block_bytes = math.prod(self.shape) * torch.empty((), dtype=dtype).element_size()
+        self.blocks = []
+        self.peak = 0
+        self.allocated_total = 0
+        self.freed_total = 0
+        self.refused_total = 0
+
+    def capacity(self):
+        return len(self.blocks) * KV_BLOCK
+
+    def ensure(self, tokens):
+        """Allocates blocks until tokens fit; raises KVExhausted."""
+        while self.capacity() < tokens:
+            if KV_MAX_BLOCKS and len(self.blocks) >= KV_MAX_BLOCKS:
+                self.refused_total += 1
+                raise KVExhausted("the KV cache is full: %d blocks of %d tokens in use (LLM_KV_MAX_BLOCKS)" %
+                                  (len(self.blocks), KV_BLOCK))
+            try:
+                self.blocks.append(torch.zeros(self.shape, dtype=self.dtype, device=self.device))
+            except torch.OutOfMemoryError as e:
+                self.refused_total += 1
+                raise KVExhausted("no GPU memory left in the function's quota for a KV block of %d bytes (%d "
+                                  "blocks in use): %s" % (self.block_bytes, len(self.blocks), e))
+            self.allocated_total += 1
+            self.peak = max(self.peak, len(self.blocks))
+
+    def free(self):
+        self.freed_total += len(self.blocks)
+        self.blocks = []
+        if self.device.type == "cuda":
+            torch.cuda.empty_cache()
+
+
+class PagedLayer(transformers.cache_utils.CacheLayerMixin):
+    """One layer's view of KVBlocks for transformers' attention: update() writes the new keys and values into their
+    blocks and answers the blocks' keys and values concatenated (the capacity's length; the decode loop's mask
+    hides the positions not written yet)."""
+
+    is_compileable = False
+    is_sliding = False
+
+    def __init__(self, index, pool):
+        super().__init__()
+        self.index, self.pool, self.length = index, pool, 0
+        self.is_initialized = True
+
+    def lazy_initialization(self, key_states, value_states):
+        pass
+
+    def update(self, key_states, value_states, *args, **kwargs):
+        n = key_states.shape[-2]
+        self.pool.ensure(self.length + n)
+        done = 0
+        while done < n:
+            at = self.length + done
+            b, off = divmod(at, KV_BLOCK)
+            m = min(n - done, KV_BLOCK - off)
+            blk = self.pool.blocks[b]
+            blk[self.index, 0, :, :, off:off + m].copy_(key_states[:, :, done:done + m])
+            blk[self.index, 1, :, :, off:off + m].copy_(value_states[:, :, done:done + m])
+            done += m
+        self.length += n
+        blocks = self.pool.blocks
+        return (torch.cat([blk[self.index, 0] for blk in blocks], dim=2),
+                torch.cat([blk[self.index, 1] for blk in blocks], dim=2))
+
+    def get_mask_sizes(self, query_length):
+        return self.pool.capacity(), 0
+
+    def get_seq_length(self):
+        return self.length
+
+    def get_max_length(self):
+        return self.pool.capacity()
+
+    def reset(self):
+        self.length = 0
+
+
 class Decoder:
     """The model on its device with a static KV cache and, with graphs, the captured decode step. Used under
     _lock by one generation at a time."""
@@ -256,8 +551,10 @@ class Decoder:
         self.logits = torch.zeros((1, self.model.config.vocab_size), dtype=torch.float32, device=d)
 
     def _forward(self, ids, position_ids, mask):
+        # Only the last position's logits: a prefill of n tokens would otherwise make n x vocabulary of them
+        # (1,024 x 151,936 in bfloat16 is 311 MB for a Qwen2.5's vocabulary), counted against the quota.
         out = self.model(input_ids=ids, position_ids=position_ids, attention_mask=mask,
-                         past_key_values=self.cache, use_cache=True)
+                         past_key_values=self.cache, use_cache=True, logits_to_keep=1)
         return out.logits[:, -1, :].float()
 
     def _step(self):
@@ -296,9 +593,55 @@ class Decoder:
             self.graph_error = "%s: %s" % (type(e).__name__, e)
             print("llm: CUDA graph capture failed, decoding eagerly: %s" % self.graph_error, file=sys.stderr, flush=True)
 
+    def _ensure_paged(self):
+        if self.cache is not None:
+            return
+        d = self.device
+        self.kv = KVBlocks(self.model.config, DTYPE, d)
+        self.cache = transformers.Cache(layers=[PagedLayer(i, self.kv) for i in
+                                                range(self.model.config.num_hidden_layers)])
+        self.positions = torch.arange(CONTEXT, device=d)
+        self.tok = torch.zeros((1, 1), dtype=torch.long, device=d)
+        self.pos = torch.zeros((1,), dtype=torch.long, device=d)
+        self.next = torch.zeros((1, 1), dtype=torch.long, device=d)
+        self.logits = torch.zeros((1, self.model.config.vocab_size), dtype=torch.float32, device=d)
+
+    def _prefill_paged(self, ids):
+        self._ensure_paged()
+        torch.arange(CONTEXT, out=self.positions)
+        self.cache.reset()
+        n = len(ids)
+        self.kv.ensure(n)  # the blocks first: the mask spans their capacity
+        self.host_pos = n
+        cap = self.kv.capacity()
+        x = torch.tensor([ids], dtype=torch.long, device=self.device)
+        mask = (self.positions[:cap].view(1, cap) <= self.positions[:n].view(n, 1)).view(1, 1, n, cap)
+        self.logits.copy_(self._forward(x, self.positions[:n].view(1, n), mask))
+        self.next.copy_(torch.argmax(self.logits, dim=-1, keepdim=True))
+        self.tok.copy_(self.next)
+        self.pos.fill_(n)
+
+    def _step_paged(self):
+        self.kv.ensure(self.host_pos + 1)
+        cap = self.kv.capacity()
+        mask = (self.positions[:cap] <= self.pos).view(1, 1, 1, cap)
+        self.logits.copy_(self._forward(self.tok, self.pos.view(1, 1), mask))
+        self.next.copy_(torch.argmax(self.logits, dim=-1, keepdim=True))
+        self.tok.copy_(self.next)
+        self.pos.add_(1)
+        self.host_pos += 1
+
+    def end(self):
+        """The sequence ended: its KV blocks go back (paged; the static cache stays)."""
+        if KV_CACHE == "paged" and self.cache is not None:
+            self.kv.free()
+            self.cache.reset()
+
     def prefill(self, ids):
         """Runs the prompt, leaving its last token's logits in self.logits, the greedy choice in self.next and
         self.tok, and the next position in self.pos."""
+        if KV_CACHE == "paged":
+            return self._prefill_paged(ids)
         self._ensure_cache()
         # Everything the request allocated may come back zeroed at the next (com.openfaas.gpu.scratch: request
         # gives the scratch back between requests): the positions, the cache and its lengths are written afresh.
@@ -316,6 +659,8 @@ class Decoder:
         """Decodes one step from the token in self.tok (or token, set first)."""
         if token is not None:
             self.tok.fill_(token)
+        if KV_CACHE == "paged":
+            return self._step_paged()
         if self.device.type == "cuda" and GRAPHS and not self.graph_tried:
             self._capture()
         if GRAPHS and self.graph is not None:
@@ -340,9 +685,25 @@ if DEVICE.type == "cuda":
     torch.backends.cuda.enable_cudnn_sdp(False)  # cuDNN attention compiles a kernel per new shape
 _lock = threading.Lock()
 TOKENIZER = load_tokenizer()
-VOCAB = len(TOKENIZER)
-STOP_IDS = {TOKENIZER.convert_tokens_to_ids(EOT), TOKENIZER.convert_tokens_to_ids(IM_END)}
-_model = to_device_packed(build_model(VOCAB), DEVICE)
+if MODEL_DIR:
+    if ADAPTER_SEED is not None:
+        raise SystemExit("llm: LLM_ADAPTER_SEED is for the random model; LLM_MODEL_DIR=%s is served as it is" %
+                         MODEL_DIR)
+    _cpu_model, STOP_IDS = load_model_dir(MODEL_DIR, TOKENIZER)
+    VOCAB = _cpu_model.config.vocab_size  # the embedding's rows (may exceed the tokenizer's, padded)
+    # The model's own chat template (tokenizer_config.json or chat_template.jinja); without one, chat is refused.
+    CHAT_TEMPLATE = bool(getattr(TOKENIZER, "chat_template", None))
+    # Completions add what the tokenizer adds (a Llama's <s>), as transformers' and vLLM's do; a chat template
+    # writes its own.
+    ADD_SPECIAL = True
+else:
+    VOCAB = len(TOKENIZER)
+    STOP_IDS = {TOKENIZER.convert_tokens_to_ids(EOT), TOKENIZER.convert_tokens_to_ids(IM_END)}
+    _cpu_model = build_model(VOCAB)
+    CHAT_TEMPLATE = False
+    ADD_SPECIAL = False
+_model = to_device_packed(_cpu_model, DEVICE)
+del _cpu_model
 if DEVICE.type == "cuda":
     _trim_host_memory()
 DECODER = Decoder(_model, DEVICE)
@@ -430,14 +791,24 @@ def parse(body, chat):
         msgs = body.get("messages")
         if not isinstance(msgs, list) or not 1 <= len(msgs) <= MAX_MESSAGES:
             raise BadRequest("messages", "messages: must be a list of 1 to %d messages" % MAX_MESSAGES)
-        text = []
+        text, conv = [], []
         for i, m in enumerate(msgs):
             if not isinstance(m, dict) or m.get("role") not in ("system", "developer", "user", "assistant"):
                 raise BadRequest("messages", "messages[%d]: must be an object with role system, developer, user or "
                                  "assistant" % i)
             text.append("%s%s\n%s%s\n" % (IM_START, m["role"], _content(i, m), IM_END))
+            # OpenAI's developer role is the system role of the models' own templates.
+            conv.append({"role": "system" if m["role"] == "developer" else m["role"], "content": _content(i, m)})
         text.append(IM_START + "assistant\n")
         joined = "".join(text)
+        if MODEL_DIR:
+            if not CHAT_TEMPLATE:
+                raise BadRequest("messages", "messages: the model %s has no chat template (its tokenizer_config.json "
+                                 "or chat_template.jinja): use /v1/completions" % MODEL_NAME)
+            try:
+                joined = TOKENIZER.apply_chat_template(conv, tokenize=False, add_generation_prompt=True)
+            except Exception as e:  # noqa: BLE001 - a template's raise_exception (e.g. roles must alternate)
+                raise BadRequest("messages", "messages: the model's chat template refused them: %s" % e)
         if len(joined) > MAX_TEXT:
             raise BadRequest("messages", "messages: %d characters, at most %d" % (len(joined), MAX_TEXT))
         ids = TOKENIZER.encode(joined, add_special_tokens=False)
@@ -447,7 +818,7 @@ def parse(body, chat):
         if isinstance(prompt, list) and len(prompt) == 1 and isinstance(prompt[0], (str, list)):
             prompt = prompt[0]
         if isinstance(prompt, str):
-            ids = TOKENIZER.encode(_text("prompt", prompt), add_special_tokens=False)
+            ids = TOKENIZER.encode(_text("prompt", prompt), add_special_tokens=ADD_SPECIAL)
         elif isinstance(prompt, list) and prompt and all(isinstance(t, int) and not isinstance(t, bool)
                                                          for t in prompt):
             if len(prompt) > MAX_PROMPT:
@@ -504,16 +875,26 @@ class Generation:
         self.finish = None
         self.ttft = None
         self.decode_s = 0.0
+        self.emitted = 0  # characters of self.text yielded
 
     def run(self):
         o = self.opts
         greedy = o["temperature"] == 0.0
         gen = torch.Generator().manual_seed(o["seed"] % (2**63))
         held = max((len(s) for s in o["stop"]), default=1) - 1  # characters that may start a stop string
-        emitted = 0
         t0 = time.perf_counter()
         with _lock, torch.inference_mode():
             d = DECODER
+            try:
+                yield from self._decode(d, o, greedy, gen, held, t0)
+            finally:  # also when the client went away (the generator closed): the sequence's KV blocks go back
+                d.end()
+        if len(self.text) > self.emitted:
+            yield self.text[self.emitted:], None
+
+    def _decode(self, d, o, greedy, gen, held, t0):
+        emitted = 0
+        try:
             d.prefill(self.ids)
             for i in range(o["max_tokens"]):  # the length stop: decided on the host, whatever the device computes
                 if i > 0:
@@ -549,8 +930,8 @@ class Generation:
                     yield "", tok
             if self.finish is None:
                 self.finish = "length"
-        if len(self.text) > emitted:
-            yield self.text[emitted:], None
+        finally:
+            self.emitted = emitted
 
     def timing(self):
         n = len(self.tokens)
@@ -632,6 +1013,10 @@ def _error(status, message, param=None, kind="invalid_request_error"):
 
 def models():
     return {"object": "list", "data": [{"id": MODEL_NAME, "object": "model", "created": 0, "owned_by": "faas-gpu",
+                                         "root": MODEL_DIR or None,
+                                         "model_type": _model.config.model_type,
+                                         "chat_template": "model" if CHAT_TEMPLATE else
+                                         ("chatml" if not MODEL_DIR else None),
                                          "parameters": sum(p.numel() for p in _model.parameters()),
                                          "vocab_size": VOCAB, "max_prompt_tokens": MAX_PROMPT,
                                          "max_tokens": MAX_TOKENS,
@@ -639,6 +1024,29 @@ def models():
                                          {"kind": "lora", "rank": ADAPTER_RANK, "seed": ADAPTER_SEED,
                                           "targets": ["q_proj", "v_proj"],
                                           "parameters": sum(p.numel() for p in adapter_parameters(_model))}}]}
+
+
+def metrics():
+    """The KV cache's state in Prometheus' text format (paged: blocks as they are allocated and freed)."""
+    kv = getattr(DECODER, "kv", None)
+    lines = ["# HELP llm_kv_cache_paged 1 when the KV cache is paged (LLM_KV_CACHE=paged).",
+             "# TYPE llm_kv_cache_paged gauge", "llm_kv_cache_paged %d" % (KV_CACHE == "paged")]
+    if KV_CACHE == "paged":
+        vals = [("llm_kv_block_tokens", "gauge", "tokens per KV block", KV_BLOCK),
+                ("llm_kv_block_bytes", "gauge", "bytes per KV block (all layers' keys and values)",
+                 kv.block_bytes if kv else 0),
+                ("llm_kv_blocks_in_use", "gauge", "KV blocks held by the sequence being decoded",
+                 len(kv.blocks) if kv else 0),
+                ("llm_kv_blocks_peak", "gauge", "the most KV blocks held at once", kv.peak if kv else 0),
+                ("llm_kv_blocks_max", "gauge", "LLM_KV_MAX_BLOCKS (0: as the quota allows)", KV_MAX_BLOCKS),
+                ("llm_kv_block_allocations_total", "counter", "KV blocks allocated",
+                 kv.allocated_total if kv else 0),
+                ("llm_kv_block_frees_total", "counter", "KV blocks freed", kv.freed_total if kv else 0),
+                ("llm_kv_block_refusals_total", "counter", "KV blocks that could not be had",
+                 kv.refused_total if kv else 0)]
+        for name, kind, text, v in vals:
+            lines += ["# HELP %s %s." % (name, text), "# TYPE %s %s" % (name, kind), "%s %d" % (name, v)]
+    return "\n".join(lines) + "\n"
 
 
 def handle(event, context):
@@ -658,7 +1066,15 @@ def handle(event, context):
         except BadRequest as e:
             return _error(e.status, e.message, e.param, "invalid_request_error" if e.status == 400 else "not_found")
         if opts["stream"]:
+            # A stream that cannot get a KV block ends without its final chunk (the template's error path).
             return {"statusCode": 200, "headers": SSE, "body": events(ids, opts)}
-        return {"statusCode": 200, "headers": JSON, "body": complete(ids, opts)}
+        try:
+            return {"statusCode": 200, "headers": JSON, "body": complete(ids, opts)}
+        except KVExhausted as e:
+            r = _error(429, "%s; retry later" % e, kind="rate_limit_exceeded")
+            r["headers"] = dict(JSON, **{"Retry-After": "1"})
+            return r
+    if path == "/metrics" and event.method in ("GET", "HEAD"):
+        return {"statusCode": 200, "headers": {"Content-Type": "text/plain; version=0.0.4"}, "body": metrics()}
     return _error(404, "no route %s %s: POST /v1/completions or /v1/chat/completions, GET /v1/models"
                   % (event.method, event.path), kind="not_found")

@@ -15,6 +15,7 @@ import (
 
 	"github.com/openfaas/faas-provider/types"
 
+	"github.com/faas-gpu/faas-gpu/provider/local"
 	"github.com/faas-gpu/faas-gpu/provider/local/sandbox"
 	"github.com/faas-gpu/faas-gpu/provider/shrinkwrap"
 	"github.com/faas-gpu/faas-gpu/test/pyenv"
@@ -244,4 +245,109 @@ func requireSandboxed(t *testing.T, in *instance, function string) {
 			sandbox.DefaultFirstID)
 	}
 	t.Logf("%s runs in up's sandbox as uid %d (up: functions %.60s...)", function, uid, line)
+}
+
+// TestPyEnvLLMOwnModelThroughUp deploys the llm function with a model directory of its own: a tiny Qwen2 made with
+// save_pretrained (test/cuda/testdata/llm_own_model.py; nothing downloaded) in the function's build context beside
+// handler.py, named by a relative LLM_MODEL_DIR, served through `faas-gpu up` on the simulated node (dry kernels:
+// the protocol, not the tokens' values; test/cuda checks those against transformers on the CPU), and drives it
+// with the real OpenAI client: the served name is the directory's, completions stream, chat uses the model's
+// template. A second deployment names a directory that does not exist: its status says why it is not ready, in
+// the function's words, naming the path.
+func TestPyEnvLLMOwnModelThroughUp(t *testing.T) {
+	py := pyEnv(t)
+	oai := pyenv.Extra(t, "openai")
+	root := repoRoot(t)
+	fns := llmFunctionDir(t)
+	cmd := exec.Command(filepath.Join(py, "bin", "python3"), filepath.Join(root, "test", "cuda", "testdata",
+		"llm_own_model.py"), "make", filepath.Join(fns, "llm"), "qwen2")
+	cmd.Env = append(os.Environ(), "PYTHONDONTWRITEBYTECODE=1", "TORCH_DEVICE=cpu")
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("llm_own_model.py make: %v\n%s", err, tail(string(out), 30))
+	}
+	// The same handler without the model, for the deployment that names a missing directory.
+	if err := os.MkdirAll(filepath.Join(fns, "llm-missing"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range []string{"handler.py", "tokenizer.json", "requirements.txt"} {
+		b, err := os.ReadFile(filepath.Join(fns, "llm", f))
+		if err == nil {
+			err = os.WriteFile(filepath.Join(fns, "llm-missing", f), b, 0o644)
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	stateDir := filepath.Join(t.TempDir(), "state")
+	in := startUp(t, stateDir, "--sim-kernels=dry", "--gpus", simNode, "--gpu-memory", "16Gi",
+		"--functions-dir", fns, "--python", filepath.Join(py, "bin", "python3"))
+	annotations := map[string]string{"com.openfaas.gpu.memory": "512Mi", "com.openfaas.gpu.scratch": "request"}
+	env := map[string]string{"LLM_MODEL_DIR": "tiny-qwen2", "LLM_MAX_PROMPT_TOKENS": "64", "LLM_MAX_TOKENS": "32"}
+	deploy(t, in, types.FunctionDeployment{Service: "llm", Image: "llm:latest", Annotations: &annotations,
+		EnvVars: env})
+	missing := "/nonexistent/models/Qwen2.5-0.5B-Instruct"
+	deploy(t, in, types.FunctionDeployment{Service: "llm-missing", Image: "llm-missing:latest",
+		Annotations: &annotations, EnvVars: map[string]string{"LLM_MODEL_DIR": missing}})
+	waitStarted(t, in, "llm")
+
+	cmd = exec.Command(filepath.Join(oai, "bin", "python3"), filepath.Join("testdata", "openai_client.py"),
+		in.url+"/function/llm/v1", "tiny-qwen2", "12")
+	cmd.Env = append(os.Environ(), "NO_PROXY=127.0.0.1", "PYTHONDONTWRITEBYTECODE=1")
+	out, err := cmd.Output()
+	if err != nil {
+		stderr := ""
+		if ee, ok := err.(*exec.ExitError); ok {
+			stderr = string(ee.Stderr)
+		}
+		t.Fatalf("openai client: %v\n%s\nfunction log:\n%s", err, stderr, tail(functionLogs(t, in, "llm"), 40))
+	}
+	var res struct {
+		Models []string
+		Greedy struct {
+			TokenIDs []int `json:"token_ids"`
+			Finish   string
+		}
+		Stream struct {
+			TokenIDs []int `json:"token_ids"`
+			Events   int
+		}
+		ChatStream struct {
+			Roles []string
+			Usage map[string]int
+		} `json:"chat_stream"`
+		Errors map[string]json.RawMessage
+	}
+	if err := json.Unmarshal(out, &res); err != nil {
+		t.Fatalf("openai client printed %q: %v", out, err)
+	}
+	if len(res.Models) != 1 || res.Models[0] != "tiny-qwen2" {
+		t.Errorf("models %v, want [tiny-qwen2] (the directory's name)", res.Models)
+	}
+	if len(res.Greedy.TokenIDs) != 12 || res.Greedy.Finish != "length" || res.Stream.Events < 12 ||
+		!equalInts(res.Stream.TokenIDs, res.Greedy.TokenIDs) {
+		t.Errorf("greedy %+v, stream %+v: want 12 tokens, streamed one event per token, the same", res.Greedy,
+			res.Stream)
+	}
+	// The chat prompt is the model's template's: "<|im_start|>user\nSay hello<|im_end|>\n<|im_start|>assistant\n".
+	// Its length in the model's tokens is checked in test/cuda; here, that a chat streams through the client.
+	if len(res.ChatStream.Roles) != 1 || res.ChatStream.Usage["completion_tokens"] != 12 ||
+		res.ChatStream.Usage["prompt_tokens"] < 5 {
+		t.Errorf("chat stream %+v", res.ChatStream)
+	}
+	if len(res.Errors) != 3 {
+		t.Errorf("errors %v", res.Errors)
+	}
+
+	want := fmt.Sprintf("its last line: %q", "llm: LLM_MODEL_DIR="+missing+": no such directory")
+	testkit.EventuallyNil(t, 2*time.Minute, "llm-missing's status names its model directory", func() error {
+		st := functionStatus(t, in, "llm-missing")
+		s := ""
+		if st.Annotations != nil {
+			s = (*st.Annotations)[local.StatusAnnotation]
+		}
+		if st.AvailableReplicas != 0 || !strings.HasPrefix(s, "not ready: ") || !strings.Contains(s, want) {
+			return fmt.Errorf("status %q (%d available), want it not ready with %s", s, st.AvailableReplicas, want)
+		}
+		return nil
+	})
 }
