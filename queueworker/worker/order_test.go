@@ -126,6 +126,11 @@ func TestPoolCapacityAdmitsGPUFunctions(t *testing.T) {
 			running.Add(-1)
 		}
 	})
+	// Registered after newEnv's, so it runs first: a failure below must not leave handlers held at the gate and
+	// the env's server waiting for them until the package times out.
+	var releaseGate sync.Once
+	release := func() { releaseGate.Do(func() { close(gate) }) }
+	t.Cleanup(release)
 	fns := functionsMap{
 		"gpu": {Name: "gpu", Queue: queue.DefaultQueue, GPU: true, SLO: time.Second, Percentile: 98},
 		"cpu": {Name: "cpu", Queue: queue.DefaultQueue},
@@ -137,12 +142,13 @@ func TestPoolCapacityAdmitsGPUFunctions(t *testing.T) {
 	for range 5 {
 		cpuIDs = append(cpuIDs, e.send("/async-function/cpu", "", nil))
 	}
-	e.run(worker.Config{Functions: fns, Capacity: client.New(sock), MaxInflight: 16})
+	// The pool's capacity is read with the administrator's credential (/v1/pool answers 401 without one).
+	e.run(worker.Config{Functions: fns, Capacity: client.New(sock, client.WithToken(srv.AdminToken())), MaxInflight: 16})
 	for _, id := range cpuIDs {
 		e.waitCallback(id) // CPU calls complete while the GPU ones are held back
 	}
 	testkit.Eventually(t, 10*time.Second, fmt.Sprintf("%d GPU invocations running", len(node.GPUs)), func() bool { return running.Load() == int32(len(node.GPUs)) })
-	close(gate)
+	release()
 	for _, id := range gpuIDs {
 		e.waitCallback(id)
 	}
