@@ -45,7 +45,7 @@ func gpuServer(t testing.TB) string {
 		t.Fatal(err)
 	}
 	reg := prometheus.NewRegistry()
-	h, err := api.New(p, reg, reg, nil)
+	h, err := api.New(instancesOfOne{p}, reg, reg, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -61,6 +61,16 @@ func gpuServer(t testing.TB) string {
 		_ = srv.Shutdown(ctx)
 	})
 	return sock
+}
+
+// instancesOfOne binds every instance of a function (pool.InstanceKey: the local backend's replicas name theirs) as
+// the function itself, one at a time: what a first-come-first-served pool without the gpuserver's instance
+// bookkeeping (gpuserver/server, instances.go) can do. These tests are about the provider, not instances.
+type instancesOfOne struct{ pool.Pool }
+
+func (p instancesOfOne) Acquire(ctx context.Context, key string) (pool.Binding, error) {
+	fn, _ := pool.SplitInstance(key)
+	return p.Pool.Acquire(ctx, fn)
 }
 
 // recordingRegistry passes calls to the real gpuserver client and records them.
