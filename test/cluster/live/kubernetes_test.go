@@ -3,6 +3,7 @@ package live
 import (
 	"crypto/rand"
 	"encoding/base64"
+	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -502,7 +503,7 @@ func testKubernetesGPUServerRestart(t *testing.T) {
 	before := repositoryFiles(t, e.info.RepositoryDir)
 	var images int
 	for f := range before {
-		if strings.Contains(f, "mlp") {
+		if strings.Contains(imageName(f), "mlp") {
 			images++
 		}
 	}
@@ -552,6 +553,22 @@ func testKubernetesGPUServerRestart(t *testing.T) {
 	}
 	t.Logf("gpuserver %s -> new pod; repository kept %v; vector-add restarted %d time(s) and serves again",
 		old.Name, sortedNames(before), restarts)
+}
+
+// imageName is the function (or instance: pool.InstanceKey, e.g. mlp@<pod>) whose image file f is: the repository
+// names a file x-<hex of the name> when the name has characters a file name should not (gpuserver/repository,
+// fileName).
+func imageName(f string) string {
+	base := filepath.Base(f)
+	hexName, ok := strings.CutPrefix(base, "x-")
+	if !ok {
+		return base
+	}
+	hexName, _, _ = strings.Cut(hexName, ".")
+	if name, err := hex.DecodeString(hexName); err == nil {
+		return string(name)
+	}
+	return base
 }
 
 // repositoryFiles lists the model images under the repository hostPath (the harness runs on the node) with their
