@@ -9,7 +9,6 @@ import (
 	"time"
 
 	"github.com/faas-gpu/faas-gpu/gpuserver/pool"
-	"github.com/faas-gpu/faas-gpu/gpuserver/topology"
 	"github.com/faas-gpu/faas-gpu/test/testkit"
 )
 
@@ -84,24 +83,6 @@ func TestDataPlaneEvictionsAreCountedByTheController(t *testing.T) {
 	if !found {
 		t.Error("faas_gpu_evictions_total{by=\"pressure\"} does not count the data plane's eviction")
 	}
-}
-
-// startOneGPU is startV100 on a simulated h200x1 node.
-func startOneGPU(ctx context.Context, t *testing.T, cfg Config) *Server {
-	t.Helper()
-	node, err := topology.Preset("h200x1")
-	if err != nil {
-		t.Fatal(err)
-	}
-	dir := t.TempDir()
-	cfg.Node = node
-	cfg.Socket, cfg.RemotingSocket = filepath.Join(dir, "gpuserver.sock"), filepath.Join(dir, "remoting.sock")
-	cfg.KeyFile, cfg.RepositoryDir = filepath.Join(dir, "key"), filepath.Join(dir, "repository")
-	s, err := Start(ctx, cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return s
 }
 
 // modelPy allocates a 40 MiB model and fills it with its pattern byte at start (its initialisation, under an

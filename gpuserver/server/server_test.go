@@ -47,7 +47,21 @@ func testServerConfig(t *testing.T, dir string) Config {
 // directory and the rest of its configuration from cfg.
 func startV100(ctx context.Context, t *testing.T, cfg Config) *Server {
 	t.Helper()
-	node, err := topology.Preset("v100x4")
+	return startPreset(ctx, t, "v100x4", cfg)
+}
+
+// startOneGPU is startV100 on a node of one simulated GPU (h200x1), so that a binding held keeps every other
+// tenant waiting.
+func startOneGPU(ctx context.Context, t *testing.T, cfg Config) *Server {
+	t.Helper()
+	return startPreset(ctx, t, "h200x1", cfg)
+}
+
+// startPreset starts a server on the simulated node preset names, with its sockets, key and repository in a new
+// temporary directory and the rest of its configuration from cfg.
+func startPreset(ctx context.Context, t *testing.T, preset string, cfg Config) *Server {
+	t.Helper()
+	node, err := topology.Preset(preset)
 	if err != nil {
 		t.Fatal(err)
 	}

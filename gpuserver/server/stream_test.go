@@ -15,28 +15,8 @@ import (
 	"time"
 
 	"github.com/faas-gpu/faas-gpu/gpuserver/pool"
-	"github.com/faas-gpu/faas-gpu/gpuserver/topology"
 	"github.com/faas-gpu/faas-gpu/test/testkit"
 )
-
-// startH200 starts a gpuserver on a node of one simulated GPU, so that a binding held keeps every other tenant
-// waiting.
-func startH200(ctx context.Context, t *testing.T, cfg Config) *Server {
-	t.Helper()
-	node, err := topology.Preset("h200x1")
-	if err != nil {
-		t.Fatal(err)
-	}
-	dir := t.TempDir()
-	cfg.Node = node
-	cfg.Socket, cfg.RemotingSocket = filepath.Join(dir, "gpuserver.sock"), filepath.Join(dir, "remoting.sock")
-	cfg.KeyFile, cfg.RepositoryDir = filepath.Join(dir, "key"), filepath.Join(dir, "repository")
-	s, err := Start(ctx, cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return s
-}
 
 // streamChunk is chunk i of the slowstream handler's ?chunks=N&size=B: float32 c_j = i + j.
 func streamChunk(i, size int) []byte {
@@ -95,7 +75,7 @@ func TestSlowStreamReadersDoNotHoldTheGPU(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	tc, _ := tenantConfig(t)
-	s := startH200(ctx, t, Config{DeviceReserveBytes: 256 << 20, Tenants: tc})
+	s := startOneGPU(ctx, t, Config{DeviceReserveBytes: 256 << 20, Tenants: tc})
 	defer stop(t, s)
 	for _, fn := range []string{"stream.ns1", "vector-add.ns2"} {
 		if err := s.Pool().Register(ctx, pool.FunctionSpec{Name: fn, MemoryBytes: 64 << 20}); err != nil {
@@ -205,7 +185,7 @@ func TestOtherCallersServedAfterMaxHold(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	tc, _ := tenantConfig(t)
-	s := startH200(ctx, t, Config{DeviceReserveBytes: 256 << 20, Tenants: tc, MaxBindingHold: time.Second})
+	s := startOneGPU(ctx, t, Config{DeviceReserveBytes: 256 << 20, Tenants: tc, MaxBindingHold: time.Second})
 	defer stop(t, s)
 	if err := s.Pool().Register(ctx, pool.FunctionSpec{Name: "hold.ns1", MemoryBytes: 64 << 20}); err != nil {
 		t.Fatal(err)
