@@ -28,7 +28,7 @@ import (
 type trackedPool struct {
 	healthPool
 	key          auth.Key
-	node         dataPlane // nil without remoting
+	node         executor.DataPlane // nil without remoting
 	log          *slog.Logger
 	maxFunctions int
 
@@ -36,7 +36,7 @@ type trackedPool struct {
 	specs    map[string]pool.FunctionSpec
 	bound    map[string]map[string]int // function -> binding ID -> GPU
 	bindings map[string]string         // binding ID -> function
-	held     map[string]heldBinding
+	held     map[string]executor.Held
 	swaps    map[string]int64     // bindings by how the model reached the GPU (pool.Binding.Swap)
 	failed   map[int]bool         // unhealthy GPUs already logged and told to the pool (see health.go)
 	waiting  map[*waiter]struct{} // acquires waiting in the inner pool, failed at once when no GPU is left
@@ -55,24 +55,24 @@ type trackedPool struct {
 
 	// The maximum hold (see expire): a request's binding held longer than maxHold is ended.
 	maxHold   time.Duration
-	holdGrace time.Duration          // how long the work an expired binding queued may take to finish
-	timers    map[string]*time.Timer // binding ID -> its hold's end
-	expired   map[string]heldBinding // binding ID -> expired binding not released yet
-	expiries  int64                  // bindings ended because they were held too long
-	stopped   bool                   // the server shuts down: no more expiries
-	expiring  sync.WaitGroup         // expiries running
+	holdGrace time.Duration            // how long the work an expired binding queued may take to finish
+	timers    map[string]*time.Timer   // binding ID -> its hold's end
+	expired   map[string]executor.Held // binding ID -> expired binding not released yet
+	expiries  int64                    // bindings ended because they were held too long
+	stopped   bool                     // the server shuts down: no more expiries
+	expiring  sync.WaitGroup           // expiries running
 	// expiringFn holds, per function, a channel for each expiry running, closed when it is done: the function's
 	// new requests are bound once its expired bindings' work is fenced and stopped, not under the teardown
 	expiringFn map[string][]chan struct{}
 }
 
-func newTrackedPool(p healthPool, key auth.Key, node dataPlane, maxFunctions int, maxHold time.Duration,
+func newTrackedPool(p healthPool, key auth.Key, node executor.DataPlane, maxFunctions int, maxHold time.Duration,
 	log *slog.Logger) *trackedPool {
 	return &trackedPool{healthPool: p, key: key, node: node, log: log, maxFunctions: maxFunctions,
 		specs: map[string]pool.FunctionSpec{}, bound: map[string]map[string]int{}, bindings: map[string]string{},
-		held: map[string]heldBinding{}, swaps: map[string]int64{}, failed: map[int]bool{},
+		held: map[string]executor.Held{}, swaps: map[string]int64{}, failed: map[int]bool{},
 		waiting: map[*waiter]struct{}{}, maxHold: maxHold, holdGrace: defaultHoldGrace,
-		timers: map[string]*time.Timer{}, expired: map[string]heldBinding{}, instances: map[string]*instanceState{}}
+		timers: map[string]*time.Timer{}, expired: map[string]executor.Held{}, instances: map[string]*instanceState{}}
 }
 
 // defaultHoldGrace is how long the work an expired binding had queued on its GPU may take to finish before its
@@ -184,7 +184,7 @@ func (t *trackedPool) acquire(ctx context.Context, function string, request bool
 	}
 	var (
 		b    pool.Binding
-		held heldBinding
+		held executor.Held
 		err  error
 	)
 	for attempt := 0; ; attempt++ {
@@ -242,7 +242,7 @@ func (t *trackedPool) acquire(ctx context.Context, function string, request bool
 }
 
 // bind is one attempt of acquire: the pool's binding and, with executors, the hold on its GPU.
-func (t *trackedPool) bind(ctx context.Context, function string, request bool) (pool.Binding, heldBinding, error) {
+func (t *trackedPool) bind(ctx context.Context, function string, request bool) (pool.Binding, executor.Held, error) {
 	ctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
 	w := &waiter{cancel: cancel}
@@ -259,7 +259,10 @@ func (t *trackedPool) bind(ctx context.Context, function string, request bool) (
 	if err != nil || t.node == nil {
 		return b, nil, err
 	}
-	held, err := t.node.hold(ctx, function, b.GPU, b.ID, request)
+	held, err := t.node.Hold(ctx, function, b.GPU, executor.Any, b.ID, request)
+	if errors.Is(err, executor.ErrLost) { // its memory is gone with no image: its process must start again
+		err = fmt.Errorf("%w: %w", pool.ErrFunctionLost, err)
+	}
 	if err != nil {
 		rerr := t.healthPool.Release(context.WithoutCancel(ctx), b.ID)
 		if failedUnder(err) && errors.Is(rerr, pool.ErrGPUUnhealthy) {
@@ -462,7 +465,7 @@ func (t *trackedPool) CurrentGPU(function string) (int, bool) {
 	t.mu.Lock()
 	type cand struct {
 		gpu  int
-		held heldBinding
+		held executor.Held
 	}
 	var cands []cand
 	for id, gpu := range t.bound[function] {

@@ -199,20 +199,16 @@ func Start(ctx context.Context, cfg Config) (*Server, error) {
 		if err := s.startDataPlane(ctx); err != nil {
 			return nil, err
 		}
-		if cfg.Actuator == nil && cfg.Policy != PolicyFCFS {
-			if s.tenants != nil {
-				cfg.Actuator = tenantActuator{s.tenants}
-			} else {
-				cfg.Actuator = executor.Actuator{Node: s.node}
-			}
-		}
 	}
-	var plane dataPlane
+	var plane executor.DataPlane
 	switch {
 	case s.tenants != nil:
-		plane = tenantPlane{s.tenants}
+		plane = s.tenants
 	case s.node != nil:
-		plane = nodePlane{s.node}
+		plane = s.node
+	}
+	if plane != nil && cfg.Actuator == nil && cfg.Policy != PolicyFCFS {
+		cfg.Actuator = planeActuator{plane}
 	}
 	inner, err := newPool(cfg, plane != nil)
 	if err != nil {

@@ -10,7 +10,7 @@ import (
 )
 
 // binder tells the executor's remoting sessions on which GPU their calls run (remoting.Binder): the GPU of a
-// request's binding, which the gpuserver told this executor when it held it (KindAcquire), so that no record waits
+// request's binding, which the gpuserver told this executor when it held it (handoff.OpAcquire), so that no record waits
 // on the gpuserver; calls outside a request ask the gpuserver for an implicit binding (they queue like a request).
 type binder struct {
 	p *process
@@ -98,8 +98,8 @@ func (b *binder) BindImplicit(ctx context.Context, function string) (int, func()
 	if err := b.p.node.Usable(function); err != nil {
 		return 0, nil, err
 	}
-	var bound handoff.Bound
-	if _, err := b.p.peer.Call(ctx, handoff.KindBindImplicit, handoff.Name{Function: function}, nil, &bound); err != nil {
+	bound, err := handoff.OpBindImplicit.Call(ctx, b.p.peer, handoff.Name{Function: function})
+	if err != nil {
 		return 0, nil, err
 	}
 	var once sync.Once
@@ -107,8 +107,7 @@ func (b *binder) BindImplicit(ctx context.Context, function string) (int, func()
 		once.Do(func() {
 			rctx, cancel := context.WithTimeout(b.p.ctx, returnTimeout)
 			defer cancel()
-			if _, err := b.p.peer.Call(rctx, handoff.KindReleaseImplicit, handoff.Release{Binding: bound.Binding}, nil,
-				nil); err != nil {
+			if _, err := handoff.OpReleaseImplicit.Call(rctx, b.p.peer, handoff.Release{Binding: bound.Binding}); err != nil {
 				b.p.log.Warn("release an implicit binding", "function", function, "err", err)
 			}
 		})
