@@ -11,10 +11,16 @@ import (
 // carries each method over the control socket (tenant/handoff's Ops) to a Node in that process. Both answer with
 // the sentinel errors of this package and of package pool, so that errors.Is gives the same answer in either mode.
 //
-// What the data plane does on its own (a copy evicted under memory pressure or for another tenant's chunks, a GPU
-// found failed) is not answered here: it is reported upward as it happens (Config.OnEvict, EvictPressure and
-// EvictReclaim; Config.OnUnhealthy; tenant.Config.OnEvict and OnFault; handoff.EventEvicted, EventGPUFailed,
-// EventFault between the processes).
+// What the data plane does on its own is named here and reported upward as it happens:
+//
+//   - a copy it evicts (EvictPressure: a swap-in out of chunks; EvictReclaim: another tenant's chunks given back):
+//     Config.OnEvict in process, handoff.EventEvicted and tenant.Config.OnEvict across; the gpuserver tells the
+//     controller (controller.Controller.Evicted);
+//   - a GPU it finds failed: Config.OnUnhealthy, handoff.EventGPUFailed; asked as Healthy before every acquire;
+//   - a kernel fault of a tenant: Config.OnContextFault, handoff.EventFault, tenant.Config.OnFault;
+//   - the one placement it makes itself: a Hold whose model is no longer on its GPU (a copy it evicted) swaps it in
+//     there from Source (Any: a GPU with a copy, else the host image). The GPU is the controller's choice; the
+//     copy's return is not reported (the controller placed it there already).
 type DataPlane interface {
 	// GPUs is the number of GPUs.
 	GPUs() int

@@ -163,7 +163,7 @@ var Codes = []Code{
 	{"executor.invalid", executor.ErrInvalid},
 	{"executor.broken", executor.ErrBroken},
 	{"executor.context_fault", executor.ErrContextFault},
-	{"executor.lost", executor.ErrLost},
+	{"executor.lost", executor.ErrLost}, // pool.ErrFunctionLost: both names decode to it
 	{"executor.hold_expired", executor.ErrHoldExpired},
 	{"executor.read_only", executor.ErrReadOnly},
 	{"memory.no_space", memory.ErrNoSpace},
