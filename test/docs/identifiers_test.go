@@ -36,7 +36,8 @@ var notGo = map[string]string{
 
 // foreign are references docs make to Go code of other projects, not dependencies of the module, and where it is.
 var foreign = map[string]string{
-	"metrics.mixIn": "the OpenFaaS gateway's gateway/metrics (openfaas/faas 0.27.14)",
+	"metrics.mixIn":             "the OpenFaaS gateway's gateway/metrics (openfaas/faas 0.27.14)",
+	"functions.imagePullPolicy": "a value of the stock OpenFaaS chart (openfaas/faas-netes), not of charts/faas-gpu",
 }
 
 // docRef is one Go-shaped reference of a document.
@@ -45,15 +46,19 @@ type docRef struct {
 	line     int
 }
 
-// docsWithReferences are the documents whose code references are checked: the README and docs/*.md (the
-// benchmarks' pages under docs/bench are written by their programs).
+// docsWithReferences are the documents whose code references are checked: the README, docs/*.md, the functions'
+// and the chart's READMEs (the benchmarks' pages under docs/bench are written by their programs).
 func docsWithReferences(t *testing.T) []string {
 	t.Helper()
-	docs, err := filepath.Glob("../../docs/*.md")
-	if err != nil {
-		t.Fatal(err)
+	docs := []string{"../../README.md", "../../charts/faas-gpu/README.md"}
+	for _, glob := range []string{"../../docs/*.md", "../../functions/*/README.md"} {
+		more, err := filepath.Glob(glob)
+		if err != nil {
+			t.Fatal(err)
+		}
+		docs = append(docs, more...)
 	}
-	return append([]string{"../../README.md"}, docs...)
+	return docs
 }
 
 // goReferences lists the Go-shaped references of a document: its code spans outside code blocks, and the
@@ -84,8 +89,8 @@ func goReferences(doc, src string) []docRef {
 	return out
 }
 
-// TestDocsNameCodeThatExists: every `Type.Method`, `package.Func` and `package.Type.Member` the README and
-// docs/*.md name in a code span (or in a Mermaid diagram) exists: the type, function, variable, constant, field
+// TestDocsNameCodeThatExists: every `Type.Method`, `package.Func` and `package.Type.Member` the README, docs/*.md
+// and the functions' and chart's READMEs name in a code span (or in a Mermaid diagram) exists: the type, function, variable, constant, field
 // or method is declared in the repository's Go code (a method or field promoted from an embedded type counts), or,
 // for a package outside it, in the standard library or the dependency named. A reference is checked when its
 // first name is a package of the repository, a type of it, a package outside it that docs name, or when it is

@@ -208,10 +208,10 @@ func functionRoutes(t *testing.T) map[route]string {
 // space, a quote, a bracket or a table's bar, never inside a longer path or URL (/function/llm/v1/...).
 var docRoute = regexp.MustCompile("(?:^|[\\s`'\"(\\[|,])(?:(GET|HEAD|POST|PUT|PATCH|DELETE|OPTIONS) +)?(/v1/[A-Za-z0-9_{}<>:./-]*[A-Za-z0-9_}>])")
 
-// TestDocsNameServedRoutes: every /v1/... route the README and docs/*.md name is one the code registers: the
-// gpuserver API's (gpuserver/api), the provider's and the queue worker's routes, or a function's own (the llm
-// function's OpenAI paths in functions/llm/handler.py); where a doc writes the method (POST /v1/...), a route of
-// that method. The routes are read from the Go source's syntax (go/ast), not from a list kept beside it.
+// TestDocsNameServedRoutes: every /v1/... route the README, docs/*.md and the functions' and chart's READMEs
+// name is one the code registers: the gpuserver API's (gpuserver/api), the provider's and the queue worker's
+// routes, or a function's own (the llm function's OpenAI paths in functions/llm/handler.py); where a doc writes
+// the method (POST /v1/...), a route of that method. The routes are read from the Go source's syntax (go/ast), not from a list kept beside it.
 func TestDocsNameServedRoutes(t *testing.T) {
 	served := registeredRoutes(t, "gpuserver", "provider", "queueworker", "cmd")
 	if _, ok := served[route{"POST", "/v1/functions/{}/acquire"}]; !ok {
