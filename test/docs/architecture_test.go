@@ -287,3 +287,31 @@ func TestProgramsLiveOutsideTheProduct(t *testing.T) {
 		t.Fatalf("found only %d files of programs", mains)
 	}
 }
+
+// TestArchitectureNamesEveryFrame: every kind of frame the control socket between the gpuserver and its executors
+// carries (the Kind constants of gpuserver/tenant/handoff) is in the map's table of frames, so that a frame added
+// to the seam is placed on the map with who sends it and why.
+func TestArchitectureNamesEveryFrame(t *testing.T) {
+	src, err := os.ReadFile("../../docs/architecture.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	table := section(t, string(src), "### The control socket's frames")
+	p := repoIndex(t).pkgs["gpuserver/tenant/handoff"]
+	if p == nil {
+		t.Fatal("package gpuserver/tenant/handoff not found: the frames moved, update this test")
+	}
+	kinds := 0
+	for name := range p.decls {
+		if len(name) <= len("Kind") || !strings.HasPrefix(name, "Kind") || !upper(name[len("Kind"):]) {
+			continue
+		}
+		kinds++
+		if !strings.Contains(table, "`handoff."+name+"`") {
+			t.Errorf("the frame handoff.%s is not in docs/architecture.md's table of the control socket's frames", name)
+		}
+	}
+	if kinds < 20 {
+		t.Fatalf("found only %d kinds of frame in gpuserver/tenant/handoff", kinds)
+	}
+}
