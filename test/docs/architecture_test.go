@@ -1,9 +1,12 @@
 package docs
 
 import (
+	"cmp"
 	"os"
+	"path"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -65,42 +68,201 @@ func TestArchitectureMapsEveryPackage(t *testing.T) {
 	}
 }
 
-// TestArchitectureFollowsTheRequest: the synchronous request path names the files of every process it crosses,
-// in order: provider, template, gpuserver API, controller, hand-off, tenant executor, shim, remoting, executor,
-// device.
+// section is the part of doc from the heading start to the next heading of the same or a higher level (the end
+// of the document when there is none).
+func section(t *testing.T, doc, start string) string {
+	t.Helper()
+	i := strings.Index(doc, "\n"+start+"\n")
+	if i < 0 {
+		i = strings.Index(doc, "\n"+start)
+	}
+	if i < 0 {
+		t.Fatalf("docs/architecture.md has no section %q", start)
+		return ""
+	}
+	level := strings.Index(start, " ")
+	rest := doc[i+1+len(start):]
+	for _, l := range []string{"\n# ", "\n## ", "\n### ", "\n#### "}[:level] {
+		if j := strings.Index(rest, l); j >= 0 {
+			rest = rest[:j]
+		}
+	}
+	return doc[i+1 : i+1+len(start)+len(rest)]
+}
+
+// namesInOrder checks that text names each of names (in code spans), each after the one before it.
+func namesInOrder(t *testing.T, what, text string, names ...string) {
+	t.Helper()
+	rest := text
+	for _, n := range names {
+		i := strings.Index(rest, "`"+n+"`")
+		if i < 0 {
+			t.Errorf("%s does not name %s after %s", what, n, strings.Join(names[:slices.Index(names, n)], ", "))
+			continue
+		}
+		rest = rest[i:]
+	}
+}
+
+// TestArchitectureFollowsTheRequest: the map follows a request as it runs in the default mode (executor processes
+// per tenant): the synchronous request in its two phases, decision (gateway, provider, function, the gpuserver's
+// acquire, the controller) then hold (the actuator's swap, the hold in the executor, the handler's calls, the
+// release), each naming its files and frames in the order they run; a swap-in after an eviction; the
+// asynchronous path through the queue worker's gateway.sock and why it has two queues. And the walks name the
+// file of every function they name, so that a reader never opens a file the map does not name.
 func TestArchitectureFollowsTheRequest(t *testing.T) {
 	src, err := os.ReadFile("../../docs/architecture.md")
 	if err != nil {
 		t.Fatal(err)
 	}
 	doc := string(src)
-	start := strings.Index(doc, "### Synchronous")
-	end := strings.Index(doc, "### Asynchronous")
-	if start < 0 || end < start {
-		t.Fatal("docs/architecture.md has no synchronous request path before the asynchronous one")
+	walks := section(t, doc, "## A request, call by call")
+	first := section(t, walks, "### Before the first request: hello, hand-off, initialisation")
+	sync := section(t, walks, "### Synchronous: `POST /function/{name}`")
+	decision := section(t, sync, "#### Decision: gateway -> provider -> function -> gpuserver acquire -> controller")
+	hold := section(t, sync, "#### Hold: the actuator's swap and hold, the executor, the release")
+	back := section(t, sync, "#### The back-channels")
+	swapIn := section(t, walks, "### A swap-in after an eviction")
+	async := section(t, walks, "### Asynchronous: `POST /async-function/{name}`")
+
+	namesInOrder(t, "the session's start", first, "shim/src/transport.c", "gpuserver/remoting/session.go",
+		"gpuserver/remoting/handoff.go", "tenant.Plane.HandOff", "handoff.KindSession",
+		"gpuserver/tenantexec/handlers.go", "remoting.Server.Adopt", "deviceHandler.bind", "handoff.KindBindImplicit",
+		"trackedPool.BindImplicit")
+	namesInOrder(t, "the decision", decision, "cmd/faas-gpu/up.go", "provider/handlers/proxy.go",
+		"template/gpu-python/index.py", "gpuserver/api/api.go", "trackedPool.Acquire", "trackedPool.noteHealth",
+		"controller.Pool.Acquire", "controller.Controller.Submit", "controller.Controller.Dispatch")
+	// In process mode the end of initialisation is not a frame of its own: it rides in the hold's.
+	if strings.Contains(decision+hold, "handoff.KindEndInit") {
+		t.Error("the request walk sends handoff.KindEndInit, which the default mode never sends (tenantPlane's EndInit does nothing)")
 	}
-	path := doc[start:end]
-	rest := path
-	for _, file := range []string{"provider/handlers/proxy.go", "template/gpu-python/index.py",
-		"gpuserver/api/api.go", "gpuserver/controller/controller.go", "gpuserver/tenant/handoff/control.go",
-		"gpuserver/tenantexec/handlers.go", "shim/src/transport.c", "gpuserver/remoting/session.go",
-		"gpuserver/executor/binding.go", "gpuserver/device/stream.go"} {
-		i := strings.Index(rest, "`"+file+"`")
-		if i < 0 {
-			t.Errorf("the request path does not name %s after the files before it in the path", file)
+	namesInOrder(t, "the hold", hold, "controller.Pool.actuate", "handoff.KindEvict", "handoff.KindSwapIn",
+		"gpuserver/tenantexec/handlers.go", "gpuserver/executor/swap.go", "handoff.KindAcquire",
+		"executor.Node.EndInit", "executor.Node.Acquire", "shim/src/transport.c", "gpuserver/remoting/session.go",
+		"gpuserver/executor/binding.go", "gpuserver/device/stream.go", "handoff.KindRelease",
+		"controller.Pool.Release")
+	for _, frame := range []string{"handoff.KindBorrow", "handoff.KindReclaim", "handoff.KindBindImplicit",
+		"handoff.KindEvicted", "handoff.KindGPUFailed", "trackedPool.noteHealth"} {
+		namesInOrder(t, "the back-channels", back, frame)
+	}
+	namesInOrder(t, "the swap-in after an eviction", swapIn, "controller.Controller.Dispatch", "handoff.KindEvict",
+		"executor.Node.Evict", "handoff.KindSwapIn", "executor.Node.completeLocked", "handoff.KindBorrow",
+		"handoff.KindAcquire", "executor.Stream.gate")
+	namesInOrder(t, "the asynchronous request", async, "queueworker/frontdoor/frontdoor.go",
+		"queueworker/worker/pull.go", "queueworker/worker/dispatch.go", "gateway.sock",
+		"queueworker/worker/complete.go")
+	if !strings.Contains(async, "**Why two SLO queues") {
+		t.Error("the asynchronous path does not say why it runs two SLO queues (the worker's and the controller's)")
+	}
+
+	// One sequence picture per process crossing: a message between the two processes in some diagram.
+	diagrams := sequenceDiagrams(walks)
+	for _, crossing := range [][2]string{{"client", "faas-gpu up"}, {"faas-gpu up", "function process"},
+		{"function process", "gpuserver"}, {"function process", "tenant executor"}, {"gpuserver", "tenant executor"},
+		{"queue worker", "faas-gpu up"}, {"queue worker", "NATS"}} {
+		if !crossed(diagrams, crossing[0], crossing[1]) {
+			t.Errorf("no sequence diagram of the request walks has a message between %s and %s", crossing[0],
+				crossing[1])
+		}
+	}
+
+	// The walks name the file of every function, type or method they name.
+	ix := repoIndex(t)
+	files := map[string]bool{}
+	for _, m := range repoPath.FindAllStringSubmatch(walks, -1) {
+		files[m[1]] = true
+	}
+	if len(files) < 60 {
+		t.Errorf("the request walks name %d files, want the whole path (60 or more)", len(files))
+	}
+	missing := map[string][]string{}
+	for _, r := range goReferences("docs/architecture.md", walks) {
+		decl, ok := declFiles(ix, r.ref)
+		if !ok {
+			continue // not the repository's Go (TestDocsNameCodeThatExists checks it exists)
+		}
+		if !slices.ContainsFunc(decl, func(f string) bool { return files[f] }) {
+			missing[decl[0]] = append(missing[decl[0]], r.ref)
+		}
+	}
+	for file, refs := range missing {
+		slices.Sort(refs)
+		t.Errorf("the request walks name %s but not %s, the file that declares it", strings.Join(slices.Compact(refs), ", "), file)
+	}
+}
+
+// seqDiagram is a Mermaid sequence diagram: its participants' labels by alias, and its messages.
+type seqDiagram struct {
+	labels   map[string]string
+	messages [][2]string // from, to (aliases)
+}
+
+var (
+	participantLine = regexp.MustCompile(`^\s*participant\s+(\S+)(?:\s+as\s+(.+))?$`)
+	messageLine     = regexp.MustCompile(`^\s*([A-Za-z0-9_]+)\s*-{1,2}>>?\+?-?\s*([A-Za-z0-9_]+)\s*:`)
+)
+
+// sequenceDiagrams parses the Mermaid sequence diagrams of a text.
+func sequenceDiagrams(text string) []seqDiagram {
+	var out []seqDiagram
+	var cur *seqDiagram
+	for _, line := range strings.Split(text, "\n") {
+		trimmed := strings.TrimSpace(line)
+		switch {
+		case trimmed == "```mermaid":
+			out = append(out, seqDiagram{labels: map[string]string{}})
+			cur = &out[len(out)-1]
+		case trimmed == "```":
+			cur = nil
+		case cur != nil:
+			if m := participantLine.FindStringSubmatch(line); m != nil {
+				cur.labels[m[1]] = cmp.Or(m[2], m[1])
+			} else if m := messageLine.FindStringSubmatch(line); m != nil {
+				cur.messages = append(cur.messages, [2]string{m[1], m[2]})
+			}
+		}
+	}
+	return out
+}
+
+// crossed says whether a diagram has a message between participants labelled a and b (either way).
+func crossed(diagrams []seqDiagram, a, b string) bool {
+	for _, d := range diagrams {
+		for _, m := range d.messages {
+			from, to := d.labels[m[0]], d.labels[m[1]]
+			if strings.Contains(from, a) && strings.Contains(to, b) || strings.Contains(from, b) && strings.Contains(to, a) {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// declFiles are the files of the repository that may declare ref (a package's function, type or variable, a
+// type's method or field), false when ref is not the repository's.
+func declFiles(ix *goIndex, ref string) ([]string, bool) {
+	parts := strings.Split(ref, ".")
+	var out []string
+	for _, p := range ix.byName[parts[0]] {
+		file, ok := p.decls[parts[1]]
+		if !ok {
 			continue
 		}
-		rest = rest[i:]
+		if ty := p.types[parts[1]]; ty != nil && len(parts) > 2 {
+			if f, ok := ix.member(ty, parts[2], map[*goType]bool{}); ok {
+				file = f
+			}
+		}
+		out = append(out, path.Join(p.dir, path.Base(file)))
 	}
-	files := map[string]bool{}
-	for _, m := range repoPath.FindAllStringSubmatch(path, -1) {
-		if strings.Contains(m[1], ".") {
-			files[m[1]] = true
+	if len(out) == 0 && len(ix.byName[parts[0]]) == 0 {
+		for _, ty := range ix.types[parts[0]] {
+			if f, ok := ix.member(ty, parts[1], map[*goType]bool{}); ok {
+				out = append(out, f)
+			}
 		}
 	}
-	if len(files) < 20 {
-		t.Errorf("the request path names %d files, want the whole path (20 or more)", len(files))
-	}
+	return out, len(out) > 0
 }
 
 // mainPackage matches the package clause of a program.
@@ -123,5 +285,33 @@ func TestProgramsLiveOutsideTheProduct(t *testing.T) {
 	})
 	if mains < 10 {
 		t.Fatalf("found only %d files of programs", mains)
+	}
+}
+
+// TestArchitectureNamesEveryFrame: every kind of frame the control socket between the gpuserver and its executors
+// carries (the Kind constants of gpuserver/tenant/handoff) is in the map's table of frames, so that a frame added
+// to the seam is placed on the map with who sends it and why.
+func TestArchitectureNamesEveryFrame(t *testing.T) {
+	src, err := os.ReadFile("../../docs/architecture.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	table := section(t, string(src), "### The control socket's frames")
+	p := repoIndex(t).pkgs["gpuserver/tenant/handoff"]
+	if p == nil {
+		t.Fatal("package gpuserver/tenant/handoff not found: the frames moved, update this test")
+	}
+	kinds := 0
+	for name := range p.decls {
+		if len(name) <= len("Kind") || !strings.HasPrefix(name, "Kind") || !upper(name[len("Kind"):]) {
+			continue
+		}
+		kinds++
+		if !strings.Contains(table, "`handoff."+name+"`") {
+			t.Errorf("the frame handoff.%s is not in docs/architecture.md's table of the control socket's frames", name)
+		}
+	}
+	if kinds < 20 {
+		t.Fatalf("found only %d kinds of frame in gpuserver/tenant/handoff", kinds)
 	}
 }
