@@ -103,6 +103,19 @@ func run(ctx context.Context, args []string, stdout io.Writer) error {
 			"event starts when the event completes); bytes are really copied and kernels really computed on host "+
 			"memory. They check the mechanism (grouping, pipelining, the allocator's path), not a GPU. Real figures "+
 			"come from `make gpu-test` on a GPU (written to docs/bench/swap-cuda.md).\n\n", c.timeScale)
+		fmt.Fprintf(&md, "> **What was fitted, derived and assumed.** Nothing here is fitted to a GPU measurement, "+
+			"and no GPU figure is reproduced or predicted: 0 GPU inputs, so no degree of freedom is spent and none "+
+			"is tested. *Assumed*: the node preset's link rates and per-transfer latency (%s: effective figures, "+
+			"not measured on this tree), the sim's kernel rate (-sim-flops, chosen so a 16 MiB layer's linear takes "+
+			"about its PCIe copy), for the served models a pass as long as its copy (the regime where pipelining "+
+			"gains most; with a pass of K against a copy of C the best is about max(C, K) / (C + K)) and 5 us per "+
+			"kernel without arithmetic (the sim's launch latency). *Derived*: the served models' segments (PyTorch's "+
+			"caching-allocator rules on the models' real parameter lists) and their kernels' shares of the pass "+
+			"(each tensor's FLOPs). It cannot see: a GPU's copy engines and kernels contending for memory "+
+			"bandwidth while they overlap, kernel launch and start latency, the driver's mapping calls on the swap's "+
+			"path (cuMemMap, cuMemSetAccess), the real kernels' times (FLOPs are not time), pinned-memory "+
+			"registration, PCIe contention between GPUs beyond the preset's slowdown factors. The GPU suite runs "+
+			"this bench on the real driver (docs/bench/swap-cuda.md).\n\n", c.node)
 		fmt.Fprintf(&md, "Reading the sim figures:\n\n"+
 			"- Allocation: the sim's own driver path is a few map operations in memory, so the comparison shows only "+
 			"the pool's cost of one mapping per chunk; on a GPU, cuMemCreate dominates the driver's path.\n"+
