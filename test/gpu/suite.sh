@@ -21,7 +21,7 @@
 #   6. prediction, measurement and error side by side (test/gpu/compare.sh, 5 s)
 #   7. this round's checks, each a test by name (60 s each; skipped with the reason where the tree lacks it): several
 #      GPUs serving one function at once (TestCUDAInstancesServeOneFunctionOnSeveralGPUsAtOnce, gpuserver/executor),
-#      co-running functions and their achieved shares (TestCUDACoRunningFunctionsGetTheirShares, #30), NVSwitch
+#      co-running functions and their achieved shares (TestCUDACoRunningFunctionsGetTheirShares), NVSwitch
 #      topology discovery against nvidia-smi topo -m (TestCUDADiscoversNVSwitchTopology, gpuserver/device/nvml)
 #   8. every other CUDA and GPU test of the packages below, one process each (60 s each), then the data-plane bench
 #      on the real driver (120 s, docs/bench/swap-cuda.md) and the scratch bench (60 s, docs/bench/scratch-cuda.md)
@@ -139,7 +139,7 @@ cpu_step "6. prediction, measurement, error" test/gpu/compare.sh test/gpu/predic
 gpu_pkgs=" gpuserver/device/nvml gpuserver/device/cuda gpuserver/executor test/gpu "
 round_tests=" TestCUDAInstancesServeOneFunctionOnSeveralGPUsAtOnce TestCUDACoRunningFunctionsGetTheirShares TestCUDADiscoversNVSwitchTopology "
 for check in "TestCUDAInstancesServeOneFunctionOnSeveralGPUsAtOnce|several GPUs serving one function at once|" \
-	"TestCUDACoRunningFunctionsGetTheirShares|co-running functions and their achieved shares|compute shares (#30) are being built; their GPU test will be run by this name" \
+	"TestCUDACoRunningFunctionsGetTheirShares|co-running functions and their achieved shares|compute shares are being built; their GPU test will be run by this name" \
 	"TestCUDADiscoversNVSwitchTopology|NVSwitch topology discovery|"; do
 	IFS='|' read -r test what why <<<"$check"
 	f=$(grep -rlE "^func ${test}\(" --include='*_test.go' gpuserver test cmd provider 2>/dev/null | head -1)

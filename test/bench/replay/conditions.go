@@ -133,7 +133,7 @@ func checkLoad(l machineLoad, maxLoad float64, force bool) (label string, err er
 
 // statedSpread is how far apart two runs the load check accepts may put one pass's shim/native (and shim/H100
 // native): the largest difference seen between accepted runs was 0.007 (ac09ae8 at load 0.6-1.3 against b6bf633,
-// pinned at nice -15 at load 7-12), and 0.018 between the committed run and a rerun of the issue (#34) before the
+// pinned at nice -15 at load 7-12), and 0.018 between the committed run and an outside rerun before the
 // bench set its own conditions. A run whose own repeats spread wider says so in its report.
 const statedSpread = 0.02
 

@@ -133,7 +133,9 @@ func run(ctx context.Context, args []string, stdout io.Writer) error {
 			"- Pipelined/serial read 1.00 from c98a379 (kept scratch) to 23416fe: a kept scratch segment (the "+
 			"activations) was restored behind the whole model on the host-to-device stream, so the first kernel "+
 			"waited for every layer; TestPipelinedSwapAndExecuteBeatsSerial (gpuserver/executor) guards it in "+
-			"modelled time.\n"+
+			"modelled time on a clock the test steps (load cannot move it): ResNet-18 (64 MiB) and ResNet-152 on "+
+			"their PyTorch layouts at <= 0.6, the synthetic 64 and 256 MiB at <= 0.8; every row reads 1.00 with "+
+			"the fix reverted.\n"+
 			"- The pool maps chunks carved out of 64 MiB allocations (memory.DefaultSlabChunks), a run of neighbours "+
 			"with one mapping call.\n\n")
 	}
