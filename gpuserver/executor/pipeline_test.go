@@ -81,7 +81,7 @@ func (c *stepClock) release() {
 //
 // The rows: ResNet-18 (64 MiB) and ResNet-152 as a PyTorch function allocates them (the caching allocator's 2 and
 // 20 MiB segments, package torchlayout), their kernels' times shared out by their arithmetic so that the whole pass
-// takes the model's PCIe copy time (best 0.53 and 0.51), threshold 0.6; and the bench's synthetic models of 16 MiB
+// takes the model's PCIe copy time (best 0.53 and 0.54), threshold 0.6; and the bench's synthetic models of 16 MiB
 // layers, one kernel per layer taking about its layer's copy (1.68 ms, the bench's linear at 5e9 FLOP/s), whose
 // best is (1 + 1/n) / 2 (0.625 at 64 MiB), threshold 0.8. Kernels are dry, their times from the profile, so the
 // test computes nothing on the host. It failed on every row (pipelined/serial 1.00) while a kept scratch segment
