@@ -12,8 +12,9 @@
 // pool 1 MiB, would be left). Layout replays those rules on the tensors in the order `model.to("cuda")` moves them
 // (a module's children first, then its parameters, then its buffers), which for these models is their forward
 // order. What it leaves out: the allocator's per-stream pools (one stream here), expandable segments
-// (PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True maps 2 and 20 MiB pages instead), and allocations other than
-// the weights (activations, workspaces: scratch, made after the capture).
+// (PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True maps 2 and 20 MiB pages of one range instead, across which a
+// tensor runs, so the executor makes work on a page wait for the pages after it: no pipelining inside a range), and
+// allocations other than the weights (activations, workspaces: scratch, made after the capture).
 package torchlayout
 
 import (
