@@ -522,11 +522,7 @@ func (s *Stream) gate(op func() error, ptrs ...device.Ptr) error {
 		s.s = cur
 	}
 	r := s.f.res[s.gpu]
-	for _, p := range ptrs {
-		seg, ok := s.f.space.Lookup(p)
-		if !ok {
-			continue
-		}
+	for _, seg := range s.n.gatedSegmentsLocked(s.f, r != nil && len(r.ready) > 0, ptrs) {
 		ev, pending := r.ready[seg.ID]
 		if !pending {
 			continue

@@ -99,3 +99,24 @@ func (a *AddressSpace) FreeRange(ptr device.Ptr) error {
 	}
 	return fmt.Errorf("%w: function %s: no range at %#x", ErrInvalid, a.function, uint64(ptr))
 }
+
+// Following returns the live segments placed right after seg in its range, each starting where the one before it
+// ends: a block of the function may run across them (PyTorch's expandable segments map the pages of one range one
+// by one and place tensors across their boundaries), so whoever reads from seg may read from them. None for a
+// segment not placed in a range, or followed by a hole.
+func (a *AddressSpace) Following(seg Segment) []Segment {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if seg.ID < 0 || seg.ID >= len(a.segs) || !a.segs[seg.ID].placed {
+		return nil
+	}
+	var out []Segment
+	for end := seg.Ptr + device.Ptr(seg.Size); ; {
+		id, ok := a.blocks[end]
+		if !ok || !a.segs[id].placed || a.segs[id].freed || a.segs[id].Ptr != end {
+			return out
+		}
+		out = append(out, a.segs[id].Segment)
+		end += device.Ptr(a.segs[id].Size)
+	}
+}

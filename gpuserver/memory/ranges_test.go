@@ -78,3 +78,54 @@ func TestRangesPlaceSegmentsWhereTheFunctionSays(t *testing.T) {
 		t.Fatalf("close with a range: %v", err)
 	}
 }
+
+// TestFollowingIsTheRunOfPlacedNeighbours: a block may run from a placed segment into the ones placed right after
+// it, up to the first hole; a freed neighbour ends the run, a segment of its own allocation has none.
+func TestFollowingIsTheRunOfPlacedNeighbours(t *testing.T) {
+	dev := newSim(t)
+	const chunk = 2 << 20
+	as := memory.NewAddressSpace(dev, "f", chunk)
+	base, err := as.ReserveRange(8*chunk, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var segs []memory.Segment
+	for _, at := range []uint64{0, 1, 3, 5} { // 0 and 1 and 3 (two chunks) touch; 5 after a hole
+		size := uint64(chunk)
+		if at == 3 {
+			size = 2 * chunk
+		}
+		s, err := as.AllocAt(base+device.Ptr(at*chunk), size, memory.KindModel)
+		if err != nil {
+			t.Fatal(err)
+		}
+		segs = append(segs, s)
+	}
+	ids := func(ss []memory.Segment) []int {
+		var out []int
+		for _, s := range ss {
+			out = append(out, s.ID)
+		}
+		return out
+	}
+	if got := ids(as.Following(segs[0])); len(got) != 1 || got[0] != segs[1].ID {
+		t.Fatalf("after the first: %v, want [%d] (a hole at chunk 2)", got, segs[1].ID)
+	}
+	if err := as.Free(base + 5*chunk); err != nil {
+		t.Fatal(err)
+	}
+	s, err := as.AllocAt(base+2*chunk, chunk, memory.KindModel) // fills the hole
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := ids(as.Following(segs[0])); len(got) != 3 || got[0] != segs[1].ID || got[1] != s.ID || got[2] != segs[2].ID {
+		t.Fatalf("after the first: %v, want [%d %d %d] (chunk 5's segment freed)", got, segs[1].ID, s.ID, segs[2].ID)
+	}
+	_, own, _, err := as.Alloc(chunk, memory.KindModel)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := as.Following(own); len(got) != 0 {
+		t.Fatalf("a segment of its own allocation: %v", got)
+	}
+}

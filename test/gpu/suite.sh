@@ -19,8 +19,10 @@
 #   5. the held-out llm decode step natively and through the shim (TestGPULLMThroughTheShim, 180 s;
 #      docs/bench/llm-gpu.md); decode step shim/native to FAAS_GPU_MEASURED_TSV
 #   6. prediction, measurement and error side by side (test/gpu/compare.sh, 5 s)
-#   7. this round's checks, where their tests exist (else skipped with the reason): several GPUs serving one
-#      function at once, co-running functions and their achieved shares, NVSwitch topology discovery (60 s each)
+#   7. this round's checks, each a test by name (60 s each; skipped with the reason where the tree lacks it): several
+#      GPUs serving one function at once (TestCUDAInstancesServeOneFunctionOnSeveralGPUsAtOnce, gpuserver/executor),
+#      co-running functions and their achieved shares (TestCUDACoRunningFunctionsGetTheirShares), NVSwitch
+#      topology discovery against nvidia-smi topo -m (TestCUDADiscoversNVSwitchTopology, gpuserver/device/nvml)
 #   8. every other CUDA and GPU test of the packages below, one process each (60 s each), then the data-plane bench
 #      on the real driver (120 s, docs/bench/swap-cuda.md) and the scratch bench (60 s, docs/bench/scratch-cuda.md)
 # The tenant executors' checks (docs/tenants.md) are among the tests of step 8; their figures go to
@@ -133,24 +135,30 @@ step 90 "4. profiler natively: per-kernel GPU times, per-call CPU" bash -c "cd t
 gotest 180 test/gpu TestGPULLMThroughTheShim "5. held-out llm decode step: "
 cpu_step "6. prediction, measurement, error" test/gpu/compare.sh test/gpu/predictions.tsv "$measured"
 
-# 7. this round's checks: run where the tree has their tests
+# 7. this round's checks, each a test named here: run where the tree has it, else skipped with the reason
 gpu_pkgs=" gpuserver/device/nvml gpuserver/device/cuda gpuserver/executor test/gpu "
-for check in "MultiGPU|SeveralGPUs|several GPUs serving one function at once" \
-	"CoRun|Shares|co-running functions and their achieved shares" \
-	"NVSwitch|NVSwitch|NVSwitch topology discovery"; do
-	IFS='|' read -r p1 p2 what <<<"$check"
-	found=0
-	for f in $(grep -rlE "^func Test[A-Za-z0-9_]*(CUDA|GPU)[A-Za-z0-9_]*" --include='*_test.go' gpuserver test 2>/dev/null); do
-		pkg=$(dirname "$f")
-		for test in $(grep -hoE "^func Test[A-Za-z0-9_]*" "$f" | sed 's/^func //' | grep -E 'CUDA|GPU' | grep -E "$p1|$p2"); do
-			found=1
-			case "$gpu_pkgs" in
-			*" $pkg "*) gotest 60 "$pkg" "$test" "7. $what: " ;;
-			*) echo "=== 7. $what: $pkg $test: SKIPPED: $pkg is not among the GPU suite's test binaries (GPU_TEST_PKGS)" ;;
-			esac
-		done
-	done
-	[ "$found" = 0 ] && echo "=== 7. $what: SKIPPED: no CUDA/GPU test named like $p1 or $p2 in this tree"
+round_tests=" TestCUDAInstancesServeOneFunctionOnSeveralGPUsAtOnce TestCUDACoRunningFunctionsGetTheirShares TestCUDADiscoversNVSwitchTopology "
+for check in "TestCUDAInstancesServeOneFunctionOnSeveralGPUsAtOnce|several GPUs serving one function at once|" \
+	"TestCUDACoRunningFunctionsGetTheirShares|co-running functions and their achieved shares|compute shares are being built; their GPU test will be run by this name" \
+	"TestCUDADiscoversNVSwitchTopology|NVSwitch topology discovery|"; do
+	IFS='|' read -r test what why <<<"$check"
+	f=$(grep -rlE "^func ${test}\(" --include='*_test.go' gpuserver test cmd provider 2>/dev/null | head -1)
+	if [ -z "$f" ]; then
+		echo "=== 7. $what: SKIPPED: no test $test in this tree${why:+ ($why)}"
+		continue
+	fi
+	pkg=$(dirname "$f")
+	case "$gpu_pkgs" in
+	*" $pkg "*) gotest 60 "$pkg" "$test" "7. $what: " ;;
+	*)
+		if [ "$dry" = 1 ]; then
+			echo "=== 7. $what: $pkg $test: SKIPPED: $pkg is not among the GPU suite's test binaries (GPU_TEST_PKGS in the Makefile)"
+		else
+			echo "=== 7. $what: $pkg $test: FAILED: $pkg is not among the GPU suite's test binaries (GPU_TEST_PKGS in the Makefile)"
+			rc=1
+		fi
+		;;
+	esac
 done
 
 # 8. every other CUDA and GPU test, one process per test: on a real GPU a kernel fault poisons every CUDA context of
@@ -164,6 +172,7 @@ for pkg in gpuserver/device/nvml gpuserver/device/cuda gpuserver/executor test/g
 	fi
 	for test in $tests; do
 		case "$test" in TestGPUPyTorchThroughTheShim | TestGPULLMThroughTheShim) continue ;; esac
+		case "$round_tests" in *" $test "*) continue ;; esac # step 7's
 		gotest 60 "$pkg" "$test" "8. "
 	done
 done

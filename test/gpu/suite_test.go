@@ -9,8 +9,9 @@ import (
 )
 
 // The GPU suite's dry run (no GPU, no Go binaries needed) runs its CPU steps (the machine, the predictions, the
-// comparison) and lists every GPU step with its time limit, the two held-out measurements among them; its steps
-// stay inside the 8-minute budget (the limits are cut to it).
+// comparison) and lists every GPU step with its time limit, the two held-out measurements and this round's checks
+// by name among them (several GPUs serving one function, co-running shares, NVSwitch discovery); its steps stay
+// inside the 8-minute budget (the limits are cut to it).
 func TestSuiteDryRunListsItsStepsWithinTheBudget(t *testing.T) {
 	cmd := exec.Command("bash", "suite.sh", "--dry")
 	cmd.Env = append(os.Environ(), "SUITE_BUDGET=470")
@@ -22,7 +23,10 @@ func TestSuiteDryRunListsItsStepsWithinTheBudget(t *testing.T) {
 	for _, want := range []string{"=== 0. machine, driver, topology", "=== 1. predictions (before any measurement)",
 		"TestGPUPyTorchThroughTheShim (limit 240s) would run", "replay bench natively and through the shim",
 		"profile_torch.py", "TestGPULLMThroughTheShim (limit 180s) would run", "=== 6. prediction, measurement, error",
-		"=== 7. NVSwitch topology discovery", "budget of 470s", "dry: nothing ran on a GPU",
+		"=== 7. NVSwitch topology discovery: gpuserver/device/nvml TestCUDADiscoversNVSwitchTopology (limit 60s)",
+		"=== 7. several GPUs serving one function at once: gpuserver/executor " +
+			"TestCUDAInstancesServeOneFunctionOnSeveralGPUsAtOnce (limit 60s)",
+		"=== 7. co-running functions and their achieved shares", "budget of 470s", "dry: nothing ran on a GPU",
 		"resnet50-b1", "llm-decode-graphs"} {
 		if !strings.Contains(s, want) {
 			t.Errorf("suite.sh --dry does not print %q:\n%s", want, s)

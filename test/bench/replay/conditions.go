@@ -130,3 +130,31 @@ func checkLoad(l machineLoad, maxLoad float64, force bool) (label string, err er
 	}
 	return "**Loaded run (-force)**: " + msg + ". These figures are not comparable with a quiet run's.", nil
 }
+
+// statedSpread is how far apart two runs the load check accepts may put one pass's shim/native (and shim/H100
+// native): the largest difference seen between accepted runs was 0.007 (ac09ae8 at load 0.6-1.3 against b6bf633,
+// pinned at nice -15 at load 7-12), and 0.018 between the committed run and an outside rerun before the
+// bench set its own conditions. A run whose own repeats spread wider says so in its report.
+const statedSpread = 0.02
+
+// spreadNote is the report's sentence on the spread: the stated one, and this run's widest range over its repeats.
+func spreadNote(repeat int, rs []result) string {
+	widest, at := 0.0, ""
+	for _, r := range rs {
+		if w := r.RatioMax - r.RatioMin; w >= widest {
+			widest, at = w, fmt.Sprintf("%s b%d", r.Model, r.Batch)
+		}
+	}
+	msg := fmt.Sprintf("**Spread**: another run this bench accepts (load at most -max-load, its own priority and "+
+		"pinning) gives each pass's shim/native and shim/H100 native within ±%.2f of these (the largest difference "+
+		"between accepted runs so far: 0.007; test/bench/replay statedSpread).", statedSpread)
+	if repeat < 2 || len(rs) == 0 {
+		return msg + " One run per trace: no range of its own to check it against."
+	}
+	msg += fmt.Sprintf(" This run's %d repeats spread by at most %.3f (%s)", repeat, widest, at)
+	if widest > statedSpread {
+		return msg + fmt.Sprintf(", **wider than the stated spread: these figures are not reproducible to ±%.2f**.",
+			statedSpread)
+	}
+	return msg + "."
+}

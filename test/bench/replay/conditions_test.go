@@ -36,3 +36,21 @@ func TestReadLoad(t *testing.T) {
 		t.Fatalf("%+v", l)
 	}
 }
+
+// The report states the spread another accepted run falls within, and says when this run's own repeats spread
+// wider than that (figures not reproducible to it).
+func TestSpreadNoteStatesTheSpreadAndFlagsAWiderRun(t *testing.T) {
+	quiet := []result{{Model: "resnet152", Batch: 1, RatioMin: 0.690, RatioMax: 0.697},
+		{Model: "bert-base", Batch: 8, RatioMin: 0.998, RatioMax: 1.001}}
+	n := spreadNote(3, quiet)
+	if !strings.Contains(n, "±0.02") || !strings.Contains(n, "0.007 (resnet152 b1)") || strings.Contains(n, "wider") {
+		t.Fatalf("quiet run: %q", n)
+	}
+	wide := append(quiet, result{Model: "bert-base", Batch: 1, RatioMin: 0.90, RatioMax: 0.97})
+	if n := spreadNote(3, wide); !strings.Contains(n, "0.070 (bert-base b1)") || !strings.Contains(n, "not reproducible") {
+		t.Fatalf("wide run: %q", n)
+	}
+	if n := spreadNote(1, quiet); !strings.Contains(n, "no range of its own") {
+		t.Fatalf("one repeat: %q", n)
+	}
+}

@@ -760,6 +760,7 @@ func report(c config, node topology.Node, rs []result, args []string) string {
 			trace.Ms(r.ShimP50Max), r.Ratio, r.RatioMin, r.RatioMax, r.RatioComputed, fixed, trace.Ms(r.ShimP10),
 			trace.Ms(r.ShimP99), trace.Ms(r.RefNativeP50), trace.Ms(r.RefShimP50), ref)
 	}
+	fmt.Fprintf(&b, "\n%s\n", spreadNote(c.repeat, rs))
 	fmt.Fprintf(&b, "\n## Where the shim's pass goes\n\n| model | batch | client issue ms (p50) | GPU ms | "+
 		"synchronize overshoot ms (p50) | server us per async record | records per pass | late records per pass | "+
 		"server sleeps per pass (of which bound) | record mismatches |\n|---|---|---|---|---|---|---|---|---|---|\n")

@@ -134,7 +134,10 @@ func run(ctx context.Context, args []string, stdout io.Writer) error {
 			"x%g and divided back; memsets take their modelled time on the GPU's compute engine; bytes are really "+
 			"copied on host memory. They show what the mechanism adds (bytes moved twice over PCIe per eviction "+
 			"and swap-in), not a GPU's figures: `test/gpu/suite.sh` runs this bench on a GPU (docs/bench/"+
-			"scratch-cuda.md).\n\n", c.timeScale)
+			"scratch-cuda.md). Nothing is fitted to a GPU: the link rates and per-transfer latency are the node "+
+			"preset's (assumed), 0 GPU inputs, so no degree of freedom is spent and none is tested. It cannot see a "+
+			"GPU's copy engines (both directions at once, contention with kernels for memory bandwidth), the "+
+			"driver's mapping calls, pinned-memory registration.\n\n", c.timeScale)
 	}
 	fmt.Fprintf(&md, "| scratch | mode | eviction ms | swap-in ms | written back MiB/round | restored MiB/round |\n"+
 		"|---|---|---|---|---|---|\n")
