@@ -9,7 +9,7 @@ import (
 	"github.com/faas-gpu/faas-gpu/provider/autoscale"
 )
 
-// The product's behaviour around the controller (issue 29.4): every late-binding run has what `up` and the
+// The product's behaviour around the controller: every late-binding run has what `up` and the
 // gpuserver do, simulate.Product: one request in flight per instance, up's autoscaler over every function (the
 // labels min 1 and max 10, target 1, proportion 0.9, a 40 s scale-down window, instances serving 2 s after they
 // are asked for), and the data plane's own evictions under memory pressure. The product sweep sets the variants
