@@ -111,23 +111,31 @@ func productChanges(b *strings.Builder, rep report) {
 		m := func(c cell, f func(outcome) float64) float64 { return over(c.Runs, f).mean }
 		busy := func(o outcome) float64 { return o.Busy }
 		press := func(o outcome) float64 { return float64(o.Pressure) }
-		inst := func(o outcome) float64 { return o.Instances }
+		inst := func(c cell) string {
+			if v := m(c, func(o outcome) float64 { return o.Instances }); v > 0 {
+				return fmt.Sprintf("%.1f", v)
+			}
+			return "static"
+		}
 		for _, c := range pt.Cells {
 			if c.Policy == refName {
-				w("| %s | **as shipped** | %.3f | %.3f | %.0f | %.2f | %.0f | %.1f |\n", pt.Label, m(c, fnShare),
-					m(c, reqShare), m(c, refused), m(c, busy), m(c, press), m(c, inst))
+				w("| %s | **as shipped** | %.3f | %.3f | %.0f | %.2f | %.0f | %s |\n", pt.Label, m(c, fnShare),
+					m(c, reqShare), m(c, refused), m(c, busy), m(c, press), inst(c))
 				continue
 			}
-			w("| %s | %s | %+.3f | %+.3f | %+.0f | %+.2f | %.0f | %.1f |\n", pt.Label,
+			w("| %s | %s | %+.3f | %+.3f | %+.0f | %+.2f | %.0f | %s |\n", pt.Label,
 				strings.TrimPrefix(c.Policy, "faas-gpu + admission, "), m(c, fnShare)-m(ref, fnShare),
 				m(c, reqShare)-m(ref, reqShare), m(c, refused)-m(ref, refused), m(c, busy)-m(ref, busy),
-				m(c, press), m(c, inst))
+				m(c, press), inst(c))
 		}
 	}
 	w("\nWhy: a function's requests run at once only on as many instances as it has, and each instance has a " +
 		"copy of its own, so a hot function's instances fill the GPUs' memory with copies of one model (up to " +
-		"scale.max of them on every GPU) and push other functions' copies out; one request in flight asks for two " +
-		"instances (ceil(1 / (1 x 0.9))). A new instance serves only after its start, and its first request swaps " +
+		"scale.max of them on every GPU) and push other functions' copies out; and one request in flight asks for " +
+		"two instances (ceil(1 / (1 x 0.9)), the default target and proportion), so on Torpor's trace, where every " +
+		"function is light, most functions hold two instances and two copies, and the node swaps and misses " +
+		"where the unlimited node, one copy per function, did not (`model: shared` halves the cost of the second " +
+		"copy: it comes over NVLink from the first). A new instance serves only after its start, and its first request swaps " +
 		"its copy in. The data plane, holding less than the controller plans with, evicts on its own by least " +
 		"recent use instead of the controller's choice. With one instance per function (no scale label) a hot " +
 		"function is served one request at a time and most of its requests are refused.\n\n")
