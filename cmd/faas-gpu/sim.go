@@ -61,8 +61,7 @@ func runSim(ctx context.Context, args []string, stdout, _ io.Writer) error {
 		"a function's GPU memory quota as a multiple of its model's weights (>= 1)")
 	overloadArg := fs.String("overload", controller.OverloadAuto, overloadUsage)
 	startMinute := fs.Int("start-minute", 0, "the trace's minute the replay starts at, e.g. 60 for its second hour")
-	admissionArg := fs.String("admission", string(controller.AdmissionNone),
-		"admission rule for every policy: none, or deadline (refuse a request predicted to miss its deadline)")
+	admissionArg := fs.String("admission", string(controller.DefaultAdmission), admissionUsage)
 	assign := fs.String("assign", simulate.AssignRoundRobin, "models to functions: round-robin, or seeded (drawn per seed)")
 	arrivalCV := fs.Float64("arrival-cv", 0, "Gamma inter-arrival times of this coefficient of variation, rate from the "+
 		"trace (0: Poisson within each minute)")
@@ -101,9 +100,9 @@ func runSim(ctx context.Context, args []string, stdout, _ io.Writer) error {
 	if *startMinute < 0 {
 		return flagErr("start-minute", errors.New("must be >= 0"))
 	}
-	admission, err := controller.ParseAdmission(*admissionArg)
+	admission, err := parseAdmission(*admissionArg)
 	if err != nil {
-		return flagErr("admission", err)
+		return err
 	}
 	switch {
 	case *assign != simulate.AssignRoundRobin && *assign != simulate.AssignSeeded:

@@ -275,7 +275,7 @@ func New(cfg Config) (*Controller, error) {
 		tr.shed = false
 	}
 	q, err := queueing.New(queueing.Config{Order: tr.order, Margin: cfg.Margin, RescueShare: tr.rescueShare,
-		Alpha: cfg.Alpha})
+		SpareLast: tr.spareLast, Alpha: cfg.Alpha})
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrInvalidConfig, err)
 	}
