@@ -228,3 +228,32 @@ func TestProductDefaults(t *testing.T) {
 			cfg.InstanceStart)
 	}
 }
+
+// TestDataPlaneSwapFailsWithoutChunks: a model the controller fits on a GPU (its quota is under the GPU's
+// memory) but the executors' chunks cannot hold fails its swap-in and its request (executor.ErrNoMemory on the
+// product), where the simulator served it; the controller forgets the copy it planned and the failure is counted.
+func TestDataPlaneSwapFailsWithoutChunks(t *testing.T) {
+	node, err := preset(t, "h200x1").WithGPUMemory(4 << 30)
+	if err != nil {
+		t.Fatal(err)
+	}
+	models := []Model{{Name: "big", WeightsBytes: 2.9e9, Native: msd(10), Remote: msd(10), SLO: msd(10000),
+		Percentile: 98}} // a 3.4 GiB quota: under the 4 GiB the controller plans with, over the 3.1 GiB of chunks
+	arr := []Arrival{{At: 0}, {At: time.Second}}
+	for _, dp := range []bool{false, true} {
+		res, err := Run(Config{Models: models, Functions: 1, Node: node, Policy: controller.PolicyFaaSGPU,
+			Arrivals: arr, MaxInFlight: DefaultMaxInFlight, DataPlane: dp}, false)
+		if err != nil {
+			t.Fatal(err)
+		}
+		want := int64(0)
+		if dp {
+			want = 2
+		}
+		if res.Rejected != want || res.DataPlaneEvictions[ReasonSwapFailed] != want ||
+			res.RequestsOnTime != 2-want {
+			t.Errorf("data plane %v: %d rejected, %d on time, data plane %v; want %d failed swaps", dp,
+				res.Rejected, res.RequestsOnTime, res.DataPlaneEvictions, want)
+		}
+	}
+}
