@@ -32,6 +32,7 @@ type gpuserverConfig struct {
 	repoDir   string
 	policy    string
 	overload  string
+	admission string
 	logLevel  string
 	kernels   string // --sim-kernels
 	tenants   tenantFlags
@@ -74,6 +75,7 @@ func (c *gpuserverConfig) register(fs *flag.FlagSet) {
 		"model images of the functions (shared-memory files kept across gpuserver restarts)")
 	fs.StringVar(&c.policy, "policy", "faas-gpu", policyUsage)
 	fs.StringVar(&c.overload, "overload", controller.OverloadAuto, overloadUsage)
+	fs.StringVar(&c.admission, "admission", string(controller.DefaultAdmission), admissionUsage)
 	fs.StringVar(&c.logLevel, "log-level", "info", "debug, info, warn or error")
 	fs.StringVar(&c.kernels, "sim-kernels", "reference", simKernelsUsage)
 	c.tenants.register(fs)
@@ -106,6 +108,10 @@ func runGPUServer(ctx context.Context, args []string, stdout, stderr io.Writer) 
 		return err
 	}
 	overload, err := parseOverload(cfg.overload)
+	if err != nil {
+		return err
+	}
+	admission, err := parseAdmission(cfg.admission)
 	if err != nil {
 		return err
 	}
@@ -149,7 +155,7 @@ func runGPUServer(ctx context.Context, args []string, stdout, stderr io.Writer) 
 		cfg.metering = filepath.Join(cfg.repoDir, "metering.json")
 	}
 	srv, err := server.Start(ctx, server.Config{Socket: cfg.socket, Listen: cfg.listen, Node: node,
-		Policy: cfg.policy, Overload: overload, RemotingSocket: cfg.remoting, KeyFile: cfg.keyFile, RepositoryDir: cfg.repoDir,
+		Policy: cfg.policy, Overload: overload, Admission: admission, RemotingSocket: cfg.remoting, KeyFile: cfg.keyFile, RepositoryDir: cfg.repoDir,
 		Device: gpus.Device, DeviceReserveBytes: gpus.Reserve, SocketGroup: group, Logger: log,
 		SimKernels: simKernels, MeteringFile: cfg.metering, MaxBindingHold: cfg.hold.max, Tenants: tenants,
 		SimProcessWide: true}) // a simulated GPU shares within one process what an H100 does

@@ -32,6 +32,19 @@ const overloadUsage = "overload control of the faas-gpu policy: auto (shed the c
 	"node model says it raises the requests served on time), off, or a target share of GPU time such as 0.85 " +
 	"(shed whenever the demand exceeds it)"
 
+// admissionUsage documents the -admission flag of up, gpuserver and sim.
+const admissionUsage = "admission rule for every policy: deadline (refuse with 429 and Retry-After a request " +
+	"predicted to finish after its deadline, drop a queued one once it no longer can make it) or none"
+
+// parseAdmission checks -admission.
+func parseAdmission(s string) (controller.Admission, error) {
+	a, err := controller.ParseAdmission(s)
+	if err != nil {
+		return a, usageError{fmt.Errorf("-admission: %w", err)}
+	}
+	return a, nil
+}
+
 // checkPolicy validates the --policy flag.
 func checkPolicy(name string) error {
 	if name == server.PolicyFCFS {

@@ -42,14 +42,18 @@ func runSim(ctx context.Context, args []string, stdout, _ io.Writer) error {
 	policies := fs.String("policies", string(controller.PolicyFaaSGPU), "comma-separated policies")
 	seed := fs.Uint64("seed", 1, "random seed (arrivals, sampling, random placement)")
 	asJSON := fs.Bool("json", false, "print JSON instead of a table")
-	instances := fs.Int("instances", 1, "instances (replicas) of each function, each placed on its own with a copy "+
-		"of its own, as up and the gpuserver run them (com.openfaas.scale.min)")
+	instances := fs.Int("instances", 0, "static instances (replicas) of each function, each placed on its own with "+
+		"a copy of its own, the autoscaler off: what up gives a function deployed with com.openfaas.scale.min N and "+
+		"no other scale label (0: the autoscaler's, --autoscale-instances)")
+	var product simProductFlags
+	product.register(fs)
 	maxInFlight := fs.Int("max-in-flight", simulate.DefaultMaxInFlight, "requests each instance serves at once "+
 		"(the product: 1); 0 is unlimited, which the product CANNOT do: a function's requests then share its copies "+
 		"on every GPU as if it had an instance per GPU (the figures docs/bench/policy.md reported before instances)")
 	gpuMemory := fs.String("gpu-memory", "", "override every GPU's memory, e.g. 16Gi")
 	nodes := fs.Int("nodes", 0, "simulate a cluster of this many nodes behind the router (0: one node)")
-	autoscale := fs.Bool("autoscale", false, "cluster: add nodes when SLO attainment drops, drain idle ones")
+	autoscale := fs.Bool("autoscale", false, "cluster: add nodes when SLO attainment drops, drain idle ones (the "+
+		"functions' instances are then static, --instances)")
 	keepAlive := fs.Duration("keep-alive", simulate.DefaultKeepAlive,
 		"cluster: how long the keepalive baseline keeps an idle instance (a GPU each)")
 	partial := fs.Bool("partial-residency", false, "keep evicted models' blocks on the GPU while memory allows")
@@ -57,8 +61,7 @@ func runSim(ctx context.Context, args []string, stdout, _ io.Writer) error {
 		"a function's GPU memory quota as a multiple of its model's weights (>= 1)")
 	overloadArg := fs.String("overload", controller.OverloadAuto, overloadUsage)
 	startMinute := fs.Int("start-minute", 0, "the trace's minute the replay starts at, e.g. 60 for its second hour")
-	admissionArg := fs.String("admission", string(controller.AdmissionNone),
-		"admission rule for every policy: none, or deadline (refuse a request predicted to miss its deadline)")
+	admissionArg := fs.String("admission", string(controller.DefaultAdmission), admissionUsage)
 	assign := fs.String("assign", simulate.AssignRoundRobin, "models to functions: round-robin, or seeded (drawn per seed)")
 	arrivalCV := fs.Float64("arrival-cv", 0, "Gamma inter-arrival times of this coefficient of variation, rate from the "+
 		"trace (0: Poisson within each minute)")
@@ -81,8 +84,8 @@ func runSim(ctx context.Context, args []string, stdout, _ io.Writer) error {
 		return flagErr("minutes", errors.New("must be > 0"))
 	case *maxInFlight < 0:
 		return flagErr("max-in-flight", errors.New("must be >= 0"))
-	case *instances < 1 || *instances > 1024:
-		return flagErr("instances", errors.New("must be in [1, 1024]"))
+	case *instances < 0 || *instances > 1024:
+		return flagErr("instances", errors.New("must be in [0, 1024]"))
 	case !(*memFactor >= 1) || math.IsInf(*memFactor, 0):
 		return flagErr("memory-factor", errors.New("must be >= 1"))
 	case *nodes < 0:
@@ -97,9 +100,9 @@ func runSim(ctx context.Context, args []string, stdout, _ io.Writer) error {
 	if *startMinute < 0 {
 		return flagErr("start-minute", errors.New("must be >= 0"))
 	}
-	admission, err := controller.ParseAdmission(*admissionArg)
+	admission, err := parseAdmission(*admissionArg)
 	if err != nil {
-		return flagErr("admission", err)
+		return err
 	}
 	switch {
 	case *assign != simulate.AssignRoundRobin && *assign != simulate.AssignSeeded:
@@ -166,6 +169,9 @@ func runSim(ctx context.Context, args []string, stdout, _ io.Writer) error {
 			Minutes: *minutes, Policy: p, Seed: *seed, MaxInFlight: *maxInFlight, Arrivals: arrivals, Instances: *instances,
 			MemoryFactor: *memFactor, PartialResidency: *partial, Overload: overload, StartMinute: *startMinute,
 			Admission: admission, Assign: *assign, ArrivalCV: *arrivalCV, Alpha: *alpha, RemotedTimes: *remoted}
+		if err := product.apply(&cfg, *instances, *nodes > 0 || *autoscale); err != nil {
+			return err
+		}
 		if *nodes > 0 || *autoscale {
 			var r simulate.ClusterResult
 			if p == controller.PolicyKeepAlive {
@@ -218,15 +224,20 @@ func writeClusterTable(w io.Writer, rep simReport) error {
 func writeSimTable(w io.Writer, rep simReport) error {
 	fmt.Fprintf(w, "node %s, %d functions, %d minutes, seed %d\n", rep.Node, rep.Functions, rep.Minutes, rep.Seed)
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "policy\tfunctions within SLO\trequests\twithin SLO\tp50/ddl\tp98/ddl\tp99/ddl\tswaps none/nvlink/pcie\tevictions\tcold\trefused\tGPU busy\t")
+	fmt.Fprintln(tw, "policy\tfunctions within SLO\trequests\twithin SLO\tp50/ddl\tp98/ddl\tp99/ddl\tswaps none/nvlink/pcie\tevictions ctl/pressure\tcold\trefused\tinstances mean/peak\tGPU busy\t")
 	for _, r := range rep.Policies {
 		busy := make([]string, len(r.GPUBusy))
 		for i, b := range r.GPUBusy {
 			busy[i] = fmt.Sprintf("%.2f", b)
 		}
-		fmt.Fprintf(tw, "%s\t%d/%d\t%d\t%d\t%.2f\t%.2f\t%.2f\t%d/%d/%d\t%d\t%d\t%d\t%s\t\n", r.Name, r.FunctionsSLOMet,
-			r.FunctionsWithTraffic, r.Requests, r.RequestsOnTime, r.P50, r.P98, r.P99, r.Swaps.None, r.Swaps.NVLink,
-			r.Swaps.PCIe, r.Evictions, r.ColdStarts, r.Rejected, strings.Join(busy, " "))
+		inst := "-"
+		if a := r.Autoscaler; a != nil {
+			inst = fmt.Sprintf("%.1f/%d", a.Mean, a.Peak)
+		}
+		fmt.Fprintf(tw, "%s\t%d/%d\t%d\t%d\t%.2f\t%.2f\t%.2f\t%d/%d/%d\t%d/%d\t%d\t%d\t%s\t%s\t\n", r.Name,
+			r.FunctionsSLOMet, r.FunctionsWithTraffic, r.Requests, r.RequestsOnTime, r.P50, r.P98, r.P99, r.Swaps.None,
+			r.Swaps.NVLink, r.Swaps.PCIe, r.Evictions, r.DataPlaneEvictions["pressure"], r.ColdStarts, r.Rejected, inst,
+			strings.Join(busy, " "))
 	}
 	if err := tw.Flush(); err != nil {
 		return err

@@ -45,10 +45,12 @@ func TestSimCommand(t *testing.T) {
 		t.Fatalf("overload off: exit %d\n%s", code, out)
 	}
 	for _, cmd := range []string{"up", "gpuserver"} {
-		var out bytes.Buffer
-		if code := run([]string{"faas-gpu", cmd, "--overload", "sometimes"}, &out, &out); code != 2 ||
-			!strings.Contains(out.String(), "-overload") {
-			t.Errorf("%s --overload sometimes: exit %d, want 2 naming -overload:\n%s", cmd, code, out.String())
+		for _, flag := range []string{"overload", "admission"} {
+			var out bytes.Buffer
+			if code := run([]string{"faas-gpu", cmd, "--" + flag, "sometimes"}, &out, &out); code != 2 ||
+				!strings.Contains(out.String(), "-"+flag) {
+				t.Errorf("%s --%s sometimes: exit %d, want 2 naming -%s:\n%s", cmd, flag, code, flag, out.String())
+			}
 		}
 	}
 	if code, out := sim("--nodes", "2", "--policies", "faas-gpu,keepalive"); code != 0 ||

@@ -54,6 +54,7 @@ type upConfig struct {
 	allowedHosts string
 	policy       string
 	overload     string
+	admission    string
 	logLevel     string
 	envs         envFlags
 	queue        upQueueConfig
@@ -85,6 +86,7 @@ func (c *upConfig) register(fs *flag.FlagSet) {
 		"how long an invocation waits for a function that is starting (the first call after a deploy)")
 	fs.StringVar(&c.policy, "policy", "faas-gpu", policyUsage)
 	fs.StringVar(&c.overload, "overload", controller.OverloadAuto, overloadUsage)
+	fs.StringVar(&c.admission, "admission", string(controller.DefaultAdmission), admissionUsage)
 	fs.StringVar(&c.logLevel, "log-level", "info", "debug, info, warn or error")
 	c.envs.register(fs)
 	c.queue.register(fs)
@@ -101,6 +103,9 @@ func (c *upConfig) validate() error {
 		return err
 	}
 	if _, err := parseOverload(c.overload); err != nil {
+		return err
+	}
+	if _, err := parseAdmission(c.admission); err != nil {
 		return err
 	}
 	if err := c.envs.validate(); err != nil {
@@ -226,15 +231,17 @@ func runUp(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		closeDevice()
 		return err
 	}
-	overload, _ := controller.ParseOverload(cfg.overload) // validated above
+	overload, _ := controller.ParseOverload(cfg.overload)    // validated above
+	admission, _ := controller.ParseAdmission(cfg.admission) // validated above
 	u := &up{log: log, runErrs: make(chan error, 4), sandbox: sb}
 	err = u.start(ctx, cfg, stateDir, node.Name, stdout, func(ctx context.Context) (*server.Server, error) {
 		return server.Start(ctx, server.Config{Socket: filepath.Join(stateDir, "gpuserver.sock"), Node: node,
-			Policy: cfg.policy, Overload: overload, RemotingSocket: filepath.Join(stateDir, "remoting.sock"),
-			SocketGroup:   socketGroup,
-			KeyFile:       filepath.Join(stateDir, "gpuserver.key"),
-			RepositoryDir: repositoryDir(stateDir, gpus.Device != nil), // kept across restarts of up
-			Device:        gpus.Device, DeviceReserveBytes: gpus.Reserve, SimKernels: simKernels,
+			Policy: cfg.policy, Overload: overload, Admission: admission,
+			RemotingSocket: filepath.Join(stateDir, "remoting.sock"),
+			SocketGroup:    socketGroup,
+			KeyFile:        filepath.Join(stateDir, "gpuserver.key"),
+			RepositoryDir:  repositoryDir(stateDir, gpus.Device != nil), // kept across restarts of up
+			Device:         gpus.Device, DeviceReserveBytes: gpus.Reserve, SimKernels: simKernels,
 			MeteringFile:   filepath.Join(stateDir, "metering.json"), // the bill, kept across restarts of up
 			MaxBindingHold: cfg.hold.max, Logger: log.With("component", "gpuserver"), Tenants: tenants,
 			SimProcessWide: true}) // a simulated GPU shares within one process what an H100 does

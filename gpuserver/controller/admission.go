@@ -17,7 +17,8 @@ import (
 // the soonest a GPU it can run on frees, plus its function's queued requests spread over those GPUs, plus
 // its own predicted swap and execution - falls after its deadline, and drops a waiting request once its deadline
 // minus its predicted cost now has passed (it can no longer make it; Dispatch hands it back through TakeRefused). A
-// request whose predicted cost alone exceeds its deadline is never refused at Submit: no retry could do better.
+// request whose predicted cost alone exceeds its deadline is never refused, at Submit or in the queue: no retry
+// could do better (a cold swap of a large model under a short deadline is served late, not answered 429).
 // The Retry-After of a refusal is how much later the work now queued ahead of it will have drained far enough for
 // it to fit (predicted completion minus deadline): a retry then, with no new work queued ahead of it, is predicted
 // to make its deadline. Every request a GPU starts could still make its deadline when it started, so the queue
@@ -41,6 +42,13 @@ const (
 	// AdmissionDeadline refuses a request whose predicted completion misses its deadline.
 	AdmissionDeadline Admission = "deadline"
 )
+
+// DefaultAdmission is the rule the gpuserver runs unless told otherwise (`faas-gpu gpuserver -admission`, `up`,
+// `sim`): the deadline rule. With it the faas-gpu policy keeps as many functions within SLO and serves as many
+// requests on the Azure trace's hour 1 as without it, and the queue of admitted requests stays bounded where,
+// without it, bursts left it hundreds of deadlines long (docs/bench/policy-notes.md). controller.Config's zero
+// value is AdmissionNone, for the baselines a benchmark runs without it.
+const DefaultAdmission = AdmissionDeadline
 
 // ParseAdmission reads an admission rule: "none" (also empty) or "deadline".
 func ParseAdmission(s string) (Admission, error) {
@@ -132,7 +140,10 @@ func (c *Controller) expireAdmitted(now time.Time) {
 	}
 	cost := func(f string) time.Duration {
 		if fs := c.fns[f]; fs != nil {
-			return c.predictCost(fs)
+			if cost := c.predictCost(fs); cost <= fs.SLO {
+				return cost
+			}
+			return -1 // its cost alone exceeds its deadline: no retry could do better, as at Submit
 		}
 		return 0
 	}

@@ -121,3 +121,34 @@ func TestAdmissionMaxInFlight(t *testing.T) {
 		t.Fatalf("request 4 behind 3 of its own, one at a time: %v, want refused", err)
 	}
 }
+
+// TestAdmissionKeepsRequestsCostlierThanTheirDeadline: a request whose predicted cost alone exceeds its deadline
+// (a cold swap of a large model under a short deadline: 90 ms of PCIe and 10 ms of execution against 80 ms) is
+// neither refused at Submit nor dropped from the queue: no retry could do better, so it is served late. (The
+// gpuserver dropped such a function's first request at its first Dispatch.)
+func TestAdmissionKeepsRequestsCostlierThanTheirDeadline(t *testing.T) {
+	t0 := time.Unix(1_700_000_000, 0)
+	ms := func(n int) time.Duration { return time.Duration(n) * time.Millisecond }
+	node, err := topology.Preset("v100x4")
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := New(Config{Policy: PolicyFaaSGPU, Node: node, Admission: AdmissionDeadline})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Register(t0, Function{FunctionSpec: pool.FunctionSpec{Name: "big", MemoryBytes: 1 << 30,
+		SLO: ms(80)}, ExecSeed: ms(10)}); err != nil {
+		t.Fatal(err)
+	}
+	if cost := c.predictCost(c.fns["big"]); cost <= ms(80) {
+		t.Fatalf("predicted cold cost %v: the test needs one above the 80 ms deadline", cost)
+	}
+	if err := c.Submit(t0, 1, "big"); err != nil {
+		t.Fatalf("submit: %v", err)
+	}
+	ds := c.Dispatch(t0.Add(ms(1)))
+	if refused := c.TakeRefused(); len(refused) != 0 || len(ds) != 1 || ds[0].Request != 1 {
+		t.Fatalf("dispatch: bound %+v, refused %+v; want request 1 bound", ds, refused)
+	}
+}

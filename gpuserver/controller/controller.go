@@ -91,6 +91,9 @@ type Function struct {
 	// Pin (static policy) lists the GPUs the function's model stays resident on (those with room); empty: the
 	// least used GPU with room.
 	Pin []int
+	// Cold registers the function without a copy even under Config.Prewarm: an instance that starts while the
+	// node runs (a simulated autoscaler's) has nothing on a GPU yet.
+	Cold bool
 }
 
 // Eviction is one model dropped from one GPU.
@@ -272,7 +275,7 @@ func New(cfg Config) (*Controller, error) {
 		tr.shed = false
 	}
 	q, err := queueing.New(queueing.Config{Order: tr.order, Margin: cfg.Margin, RescueShare: tr.rescueShare,
-		Alpha: cfg.Alpha})
+		SpareLast: tr.spareLast, Alpha: cfg.Alpha})
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrInvalidConfig, err)
 	}
@@ -355,7 +358,7 @@ func (c *Controller) Register(now time.Time, f Function) error {
 		if len(fs.replicas) == 0 {
 			c.pin(now, fs)
 		}
-	case c.cfg.Prewarm:
+	case c.cfg.Prewarm && !f.Cold:
 		for _, g := range c.gpus {
 			if !g.unhealthy && g.capacity-g.used >= footprint {
 				c.addResident(fs, g, now)
@@ -418,6 +421,9 @@ func (c *Controller) Deregister(name string) ([]uint64, error) {
 		delete(c.reqs, r.ID)
 	}
 	c.dropResidency(fs)
+	for _, gi := range slices.Clone(fs.replicas) { // a copy still read by a sibling's swap, or loading: gone too
+		c.removeResident(fs, c.gpus[gi]) // (left resident, it named a function no longer known: a nil victim)
+	}
 	delete(c.fns, name)
 	if i := slices.Index(c.family[fs.family], name); i >= 0 {
 		c.family[fs.family] = slices.Delete(c.family[fs.family], i, i+1)

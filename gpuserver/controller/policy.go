@@ -13,8 +13,10 @@ type Policy string
 
 // The policies of the controller.
 const (
-	// PolicyFaaSGPU is faas-gpu's default: SLO-aware queueing with late requests demoted, Torpor's
-	// interference-aware placement preferring GPUs that need no eviction, heaviness-aware eviction.
+	// PolicyFaaSGPU is faas-gpu's default: SLO-aware queueing with late requests demoted and the requests of
+	// functions that can spare a miss after those that cannot (queueing.Config.SpareLast; most needy first while
+	// the demand exceeds 0.75 of the GPUs), Torpor's interference-aware placement preferring GPUs that need no
+	// eviction, heaviness-aware eviction.
 	PolicyFaaSGPU Policy = "faas-gpu"
 	// PolicyTorpor is Torpor as published: RRC groups, Algorithm 1, heaviness-aware eviction.
 	PolicyTorpor Policy = "torpor"
@@ -86,6 +88,7 @@ type traits struct {
 	avoidEviction bool    // among equally good GPUs, prefer the one needing the fewest evictions
 	deadlineAware bool    // predict swaps under link contention; wait when that meets a deadline a swap now misses
 	rescueShare   float64 // queueing.Config.RescueShare
+	spareLast     bool    // queueing.Config.SpareLast
 	ownContext    bool    // each function carries its own CUDA context (native, keep-alive)
 	native        bool    // exec time is the native (not remoted) time
 	shed          bool    // overload control: shed the costliest functions when the node cannot serve all
@@ -95,7 +98,7 @@ func (p Policy) traits() traits {
 	switch p {
 	case PolicyFaaSGPU:
 		return traits{order: queueing.OrderSLOAware, place: placeInterference, heavyEviction: true, avoidEviction: true,
-			deadlineAware: true, rescueShare: DefaultRescueShare, shed: true}
+			deadlineAware: true, rescueShare: DefaultRescueShare, spareLast: true, shed: true}
 	case PolicyTorpor:
 		return traits{order: queueing.OrderTorpor, place: placeInterference, heavyEviction: true}
 	case PolicyFIFO:

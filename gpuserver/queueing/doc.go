@@ -35,7 +35,11 @@
 //     except that requests that can no longer meet their deadline (negative slack) go after every request that
 //     still can, oldest first; requests without an SLO go last. With RescueShare set, while at least that share of
 //     the functions meet their SLO a request is late only once deadline - now - Cost < 0 (the margin then orders
-//     requests but does not demote them); on an overloaded node the margined slack demotes again.
+//     requests but does not demote them); on an overloaded node the margined slack demotes again. With SpareLast
+//     (faas-gpu), among the requests that can still make it those of functions that can spare a miss (m - p*n >=
+//     max(1, n*(1-p)/4)) go after those of functions that cannot, and while the owner says the node is pressed
+//     (SetPressed) they go most needy first (Torpor's need), so the function with the most misses to spare is
+//     served last.
 //
 // # Cost
 //

@@ -55,6 +55,11 @@ type Config struct {
 	// default), the margined slack decides (deadline - (1+Margin)*Cost < now), which leaves the capacity to
 	// requests whose prediction fits with room to spare.
 	RescueShare float64
+	// SpareLast (OrderSLOAware): among the requests that can still meet their deadline in one group, those of
+	// functions that can spare a miss (Spare) go after those of functions that cannot, least slack first within
+	// each. A function of few requests meets or misses its SLO by one request, and one with thousands can lose
+	// a few without missing it: under load, the request whose loss costs a function its SLO goes first.
+	SpareLast bool
 	// Alpha, when > 0, fixes the fraction of the expected cost admitted to the high-priority group (Torpor and
 	// SLO-aware orders) instead of starting at 1 and re-tuning it; Torpor's node simulator fixes it at 0.01.
 	Alpha float64
@@ -159,6 +164,16 @@ func (f *function) demoteLate(nowNS int64, rescue bool) {
 	}
 }
 
+// spareShare: a function can spare a miss (SpareLast) while it keeps a quarter of its miss budget, (1-p) x n.
+const spareShare = 0.25
+
+// spare reports whether the function can lose its next request and still meet its SLO with a quarter of its miss
+// budget left: m - p*n >= max(1, spareShare*(1-p)*n) for n served, m of them on time, percentile p.
+func (f *function) spare() bool {
+	n := float64(f.served)
+	return float64(f.onTime)-f.p*n >= max(1, spareShare*(1-f.p)*n)
+}
+
 func (f *function) rrc() float64 {
 	return (f.p*float64(f.served) - float64(f.onTime)) / (1 - f.p)
 }
@@ -196,6 +211,7 @@ type Queue struct {
 	observed  []*function
 	changed   bool
 	met, seen int
+	pressed   bool // SetPressed
 }
 
 // New returns an empty queue.
@@ -460,14 +476,20 @@ func (q *Queue) pick(now time.Time, eligible func(string) bool) *function {
 			}
 		case OrderSLOAware:
 			if !f.high {
-				tier = 2
+				tier = 3
 			}
-			if h.late || h.slack == math.MaxInt64 {
-				tier++ // late or without a deadline: after every request that can still make it
+			switch {
+			case h.late || h.slack == math.MaxInt64:
+				tier += 2 // late or without a deadline: after every request that can still make it
+			case q.cfg.SpareLast && f.spare():
+				tier++ // its function can spare a miss: after those whose function cannot
+				if q.pressed {
+					key = -f.need() // near capacity: the most needy first, the richest last
+				}
 			}
 		}
 		if f.demoted {
-			tier += 4 // after every other function's requests
+			tier += 6 // after every other function's requests
 		}
 		if best == nil || tier < bTier || (tier == bTier && (key < bKey || (key == bKey && h.seq < bSeq))) {
 			best, bTier, bKey, bSeq = f, tier, key, h.seq
@@ -475,6 +497,12 @@ func (q *Queue) pick(now time.Time, eligible func(string) bool) *function {
 	}
 	return best
 }
+
+// SetPressed tells the queue whether the node is near its capacity (the controller's overload control: the
+// functions' demand above its target share of the GPUs). While it is, SpareLast orders the functions that can
+// spare a miss most needy first (Torpor's need: mean latency x (p*n - m)), so the function with the most misses
+// to spare goes last, instead of least slack first.
+func (q *Queue) SetPressed(pressed bool) { q.pressed = pressed }
 
 // SetDemoted demotes function's requests behind every request of the functions not demoted (demoted true), or
 // restores them (false), in every order. The controller's overload control demotes the functions it sheds.
@@ -525,17 +553,23 @@ func (q *Queue) Expire(now time.Time, function string) []Request {
 // function by function, oldest first within each. With cost nil a request can no longer make it once its deadline
 // minus its Cost at push has passed (see Expire); otherwise cost gives each function's predicted cost now (its
 // model may have become resident since the request was pushed, so the cost at push would drop requests that can
-// still make it).
+// still make it); a negative cost keeps every request of that function (the caller exempts it).
 func (q *Queue) ExpireAll(now time.Time, cost func(function string) time.Duration) []Request {
 	var out []Request
 	nowNS := now.UnixNano()
 	for _, f := range slices.Clone(q.active) {
+		fc := time.Duration(0)
+		if cost != nil {
+			if fc = cost(f.name); fc < 0 {
+				continue
+			}
+		}
 		var es []*entry
 		for _, h := range []*fnHeap{&f.waiting, &f.late} {
 			for _, e := range *h {
 				due := e.due
 				if cost != nil && !e.Deadline.IsZero() {
-					due = e.Deadline.UnixNano() - int64(cost(f.name))
+					due = e.Deadline.UnixNano() - int64(fc)
 				}
 				if due < nowNS {
 					es = append(es, e)

@@ -47,6 +47,8 @@ type Config struct {
 	Policy string
 	// Overload sets the faas-gpu policy's overload control: auto (the zero value), off or an explicit target.
 	Overload controller.Overload
+	// Admission is the admission rule (controller.Config.Admission); empty means controller.DefaultAdmission.
+	Admission controller.Admission
 	// Actuator carries out the controller's swaps and evictions; nil models them as link time on Node.
 	Actuator controller.Actuator
 	// RemotingSocket is the Unix socket the shim connects to (FAAS_GPU_REMOTING_SOCKET of function processes);
@@ -561,13 +563,17 @@ func newPool(cfg Config, oneGPU bool) (healthPool, error) {
 			return nil, fmt.Errorf("%w: %w (or %s)", ErrInvalidPolicy, err, PolicyFCFS)
 		}
 	}
+	admission := cfg.Admission
+	if admission == "" {
+		admission = controller.DefaultAdmission
+	}
 	maxInFlight := 0
 	if oneGPU {
 		maxInFlight = 1
 	}
 	return controller.NewPool(controller.PoolConfig{
 		Controller: controller.Config{Policy: policy, Node: cfg.Node, MaxInFlight: maxInFlight,
-			Overload: cfg.Overload, SiblingSources: true},
+			Overload: cfg.Overload, Admission: admission, SiblingSources: true},
 		Actuator: cfg.Actuator,
 	})
 }

@@ -101,6 +101,10 @@ func RunCluster(cfg ClusterConfig) (ClusterResult, error) {
 	if cfg.Nodes <= 0 {
 		return ClusterResult{}, fmt.Errorf("%w: nodes: must be > 0", ErrInvalidInput)
 	}
+	if cfg.Config.Autoscale { // in a cluster the OpenFaaS or Knative autoscaler scales instances, not up's
+		return ClusterResult{}, fmt.Errorf("%w: autoscale: instances are autoscaled on one node only; a cluster "+
+			"runs static instances (Config.Instances)", ErrInvalidInput)
+	}
 	cfg.ProvisionDelay = cmp.Or(cfg.ProvisionDelay, DefaultProvisionDelay)
 	cfg.ImageLoadLatency = cmp.Or(cfg.ImageLoadLatency, DefaultImageLoadLatency)
 	cfg.ImageLoadRate = cmp.Or(cfg.ImageLoadRate, DefaultImageLoadRate)
@@ -282,9 +286,8 @@ func RunCluster(cfg ClusterConfig) (ClusterResult, error) {
 		}
 	}
 	if auto != nil {
-		e.tickEvery, e.nextTick = auto.Every(), auto.Every()
 		var pending []*clusterNode
-		e.tick = func() {
+		e.addTicker(auto.Every(), func() error {
 			for len(pending) > 0 && pending[0].readyAt <= e.now {
 				serve(pending[0])
 				pending = pending[1:]
@@ -306,7 +309,8 @@ func RunCluster(cfg ClusterConfig) (ClusterResult, error) {
 				}
 			}
 			res.Timeline = append(res.Timeline, NodesAt{Seconds: e.now.Seconds(), Nodes: provisioned()})
-		}
+			return nil
+		})
 	}
 	e.watchFloor(arrivals)
 	if err := e.run(arrivals); err != nil {

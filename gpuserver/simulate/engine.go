@@ -1,6 +1,7 @@
 package simulate
 
 import (
+	"cmp"
 	"container/heap"
 	"errors"
 	"fmt"
@@ -10,6 +11,7 @@ import (
 	"github.com/faas-gpu/faas-gpu/gpuserver/controller"
 	"github.com/faas-gpu/faas-gpu/gpuserver/pool"
 	"github.com/faas-gpu/faas-gpu/gpuserver/topology"
+	"github.com/faas-gpu/faas-gpu/provider/autoscale"
 )
 
 // The engine runs one or more simulated nodes - each a controller (the code the gpuserver ships) with the node's
@@ -22,6 +24,7 @@ const (
 	evSwapDone = iota // a cold start ends (transfers end through the node's links)
 	evComplete        // a request finishes
 	evDeliver         // a request reaches the node after its host image loaded
+	evReady           // a new instance serves (Config.Autoscale)
 )
 
 const never = time.Duration(math.MaxInt64)
@@ -33,6 +36,8 @@ type event struct {
 	id   uint64
 	took time.Duration
 	exec time.Duration
+	fn   int       // evReady: the function
+	inst *instance // evReady: the instance
 }
 
 type eventHeap []event
@@ -57,7 +62,8 @@ func (h *eventHeap) Pop() any {
 type reqInfo struct {
 	id      uint64
 	fn      int
-	inst    int // the instance it was submitted to, -1 before (or after it ended)
+	inst    *instance // the instance it was submitted to, nil before (or after it ended)
+	counted bool      // in its function's load (the autoscaler's requests in flight)
 	arrival time.Duration
 	out     int // index in outcomes, -1 when not kept
 	node    int
@@ -68,6 +74,11 @@ type reqInfo struct {
 	alone     time.Duration
 	beta      float64
 	exec      time.Duration
+	// Its binding on the data plane (Config.DataPlane): the copy bound, and an NVLink swap's source copy.
+	gpu     int
+	name    string
+	srcGPU  int
+	srcName string
 }
 
 type simNode struct {
@@ -78,6 +89,7 @@ type simNode struct {
 	next   time.Duration // earliest event, never when none
 	dirty  bool          // dispatch at the end of the instant
 	has    []bool        // function registered and placeable here
+	dp     *dataPlane    // the executors' memory (Config.DataPlane), nil when not modelled
 }
 
 type engine struct {
@@ -92,14 +104,17 @@ type engine struct {
 	outcomes []Outcome
 
 	// Hooks: arrive routes and submits a new request; deliver submits one whose image has loaded; finished and
-	// rejected account for the outcome; tick runs every tickEvery while work remains.
-	arrive    func(ri *reqInfo)
-	deliver   func(n *simNode, ri *reqInfo)
-	finished  func(ri *reqInfo, onTime bool, latency, held time.Duration)
-	rejected  func(ri *reqInfo)
-	tick      func()
-	tickEvery time.Duration
-	nextTick  time.Duration
+	// rejected account for the outcome; each ticker runs every its interval while work remains.
+	arrive   func(ri *reqInfo)
+	deliver  func(n *simNode, ri *reqInfo)
+	finished func(ri *reqInfo, onTime bool, latency, held time.Duration)
+	rejected func(ri *reqInfo)
+	tickers  []*ticker
+	// instFn maps an instance's name to its function's index; scale is the autoscaler (Config.Autoscale); err
+	// is a failure found where no error can be returned (it ends the run).
+	instFn map[string]int
+	scale  *scaling
+	err    error
 	// pin, when set, gives each function's controller.Function.Pin (static packing).
 	pin func(fn int) []int
 	// floor, when set, stops the run (stopped) once too many functions can no longer meet their SLO.
@@ -112,11 +127,40 @@ func newEngine(cfg *Config, keep bool) (*engine, error) {
 	if err != nil {
 		return nil, err
 	}
-	e := &engine{cfg: cfg, keep: keep, reqs: make(map[uint64]*reqInfo, 1024), fns: make([]fnModel, cfg.Functions)}
+	e := &engine{cfg: cfg, keep: keep, reqs: make(map[uint64]*reqInfo, 1024), fns: make([]fnModel, cfg.Functions),
+		instFn: map[string]int{}}
+	if cfg.Autoscale {
+		ac := autoscale.Config{Interval: cfg.AutoscaleInterval, ScaleDownWindow: cfg.ScaleDownWindow}.WithDefaults()
+		e.scale = &scaling{policy: cfg.Scaling, start: cfg.InstanceStart, interval: ac.Interval}
+		for range e.fns {
+			e.scale.scalers = append(e.scale.scalers, autoscale.NewScaler(ac.ScaleDownWindow))
+		}
+	}
 	for i := range e.fns {
 		e.fns[i] = cfg.fnModel(i, &ref)
+		count := max(1, cfg.Instances)
+		if e.scale != nil {
+			count = int(cfg.Scaling.Min) // a function deploys with scale.min replicas (0: at zero)
+		}
+		for range count {
+			e.newInstance(i, true)
+		}
+		if e.scale != nil {
+			e.scale.peak = max(e.scale.peak, count)
+		}
 	}
 	return e, nil
+}
+
+// ticker runs fn every every.
+type ticker struct {
+	every, next time.Duration
+	fn          func() error
+}
+
+// addTicker runs fn every every (the first time at every) while the run has work.
+func (e *engine) addTicker(every time.Duration, fn func() error) {
+	e.tickers = append(e.tickers, &ticker{every: every, next: e.now + every, fn: fn})
 }
 
 // addNode starts a node whose controller knows the functions for which register is true (nil: all).
@@ -130,28 +174,37 @@ func (e *engine) addNode(register func(fn int) bool) (*simNode, error) {
 	}
 	n := &simNode{index: len(e.nodes), ctl: ctl, links: topology.NewTransfers(&cfg.Node), next: never,
 		has: make([]bool, cfg.Functions)}
+	if cfg.DataPlane && !cfg.Policy.Pinned() && !cfg.PartialResidency {
+		n.dp = newDataPlane(cfg, ctl, func(name string) uint64 {
+			return cfg.quota(e.fns[e.instFn[name]].model.WeightsBytes)
+		})
+	}
 	at := epoch.Add(e.now)
+	prewarmed := make([]uint64, len(cfg.Node.GPUs)) // the controller's memory used by prewarmed copies
 	for i, fm := range e.fns {
 		if register != nil && !register(i) {
 			continue
 		}
-		m := fm.model
 		registered := true
-		for k := range fm.inFlight { // each instance is placed on its own (docs/design.md, decision 10)
-			spec := controller.Function{
-				FunctionSpec: pool.FunctionSpec{Name: fm.instanceName(k), MemoryBytes: cfg.quota(m.WeightsBytes),
-					SLO: fm.slo, Percentile: m.Percentile},
-				ModelBytes: m.WeightsBytes, ExecSeed: cfg.exec(fm),
+		for _, in := range fm.insts { // each instance is placed on its own (docs/design.md, decision 10)
+			if !in.ready || in.stopping {
+				continue
 			}
-			if e.pin != nil {
-				spec.Pin = e.pin(i)
-			}
+			spec := e.spec(i, in.name)
 			if err := ctl.Register(at, spec); err != nil {
 				if !errors.Is(err, pool.ErrTooLarge) {
 					return nil, fmt.Errorf("register %s: %w", spec.Name, err)
 				}
 				registered = false
 				break
+			}
+			if n.dp != nil && cfg.Prewarm { // the copies Register placed, as the controller places them
+				for g, gpu := range cfg.Node.GPUs {
+					if gpu.MemoryBytes-prewarmed[g] >= spec.MemoryBytes {
+						prewarmed[g] += spec.MemoryBytes
+						n.dp.add(g, in.name, e.now)
+					}
+				}
 			}
 		}
 		n.has[i] = registered
@@ -184,31 +237,57 @@ func (e *engine) submit(n *simNode, ri *reqInfo) error {
 		return fmt.Errorf("%w: %s has no GPU on node %d", pool.ErrTooLarge, e.fns[ri.fn].name, n.index)
 	}
 	fm := &e.fns[ri.fn]
-	k := 0 // the instance with the fewest requests in flight, as the provider routes
-	for i, c := range fm.inFlight {
-		if c < fm.inFlight[k] {
-			k = i
-		}
+	if !ri.counted { // in the function's load from its arrival to its end, as the proxy counts it
+		ri.counted = true
+		fm.load++
+		fm.peak = max(fm.peak, fm.load)
 	}
-	if err := n.ctl.Submit(epoch.Add(e.now), ri.id, fm.instanceName(k)); err != nil {
+	in := fm.pick()
+	if in == nil { // no instance ready: it waits for one (a function at zero is woken)
+		if e.scale != nil && fm.provisioned() == 0 {
+			e.scale.ups++
+			for range e.scale.policy.Wake() {
+				w := e.newInstance(ri.fn, false)
+				e.push(n, event{at: e.now + e.scale.start, kind: evReady, fn: ri.fn, inst: w})
+			}
+			e.scale.peak = max(e.scale.peak, fm.provisioned())
+		}
+		fm.parked = append(fm.parked, ri)
+		ri.node = n.index
+		e.reqs[ri.id] = ri
+		return nil
+	}
+	if err := n.ctl.Submit(epoch.Add(e.now), ri.id, in.name); err != nil {
 		if errors.Is(err, pool.ErrTooLarge) || errors.Is(err, pool.ErrOverloaded) {
 			return err
 		}
 		return fmt.Errorf("submit %d: %w", ri.id, err) // a bug: abort
 	}
-	ri.inst = k
-	fm.inFlight[k]++
+	ri.inst = in
+	in.inFlight++
+	if ri.out >= 0 {
+		e.outcomes[ri.out].Instance = in.name
+	}
 	ri.node = n.index
 	e.reqs[ri.id] = ri
 	n.dirty = true
 	return nil
 }
 
-// ended uncounts ri from its instance's requests in flight.
+// ended uncounts ri from its instance's requests in flight and its function's load; a stopping instance whose
+// last request it was leaves.
 func (e *engine) ended(ri *reqInfo) {
-	if ri.inst >= 0 {
-		e.fns[ri.fn].inFlight[ri.inst]--
-		ri.inst = -1
+	fm := &e.fns[ri.fn]
+	if ri.counted {
+		ri.counted = false
+		fm.load--
+	}
+	if in := ri.inst; in != nil {
+		in.inFlight--
+		ri.inst = nil
+		if in.stopping && in.inFlight == 0 && e.err == nil {
+			e.err = e.retire(e.nodes[ri.node], ri.fn, in)
+		}
 	}
 }
 
@@ -236,8 +315,8 @@ func (e *engine) run(arrivals []Arrival) error {
 		if t == never {
 			break
 		}
-		if e.tick != nil && e.nextTick < t {
-			t = e.nextTick
+		for _, tk := range e.tickers {
+			t = min(t, tk.next)
 		}
 		e.now = t
 		for _, n := range e.nodes {
@@ -251,16 +330,20 @@ func (e *engine) run(arrivals []Arrival) error {
 			a := arrivals[ai]
 			ai++
 			e.events++
-			ri := &reqInfo{id: uint64(ai), fn: a.Function, arrival: a.At, out: -1, node: -1, inst: -1}
+			ri := &reqInfo{id: uint64(ai), fn: a.Function, arrival: a.At, out: -1, node: -1}
 			if e.keep {
 				ri.out = len(e.outcomes)
 				e.outcomes = append(e.outcomes, Outcome{ID: ri.id, Function: a.Function, Arrival: a.At, GPU: -1})
 			}
 			e.arrive(ri)
 		}
-		if e.tick != nil && e.nextTick == t {
-			e.tick()
-			e.nextTick += e.tickEvery
+		for _, tk := range e.tickers {
+			if tk.next == t {
+				if err := tk.fn(); err != nil {
+					return err
+				}
+				tk.next += tk.every
+			}
 		}
 		for _, n := range e.nodes {
 			if n.dirty {
@@ -269,6 +352,7 @@ func (e *engine) run(arrivals []Arrival) error {
 				e.refresh(n)
 			}
 		}
+		failed = cmp.Or(failed, e.err)
 	}
 	if failed != nil {
 		return failed
@@ -288,6 +372,10 @@ func (e *engine) nodeEvents(n *simNode) error {
 			e.events++
 			n.links.End(le.At, le.ID)
 			ri := e.reqs[le.ID]
+			if n.dp != nil && ri.srcName != "" {
+				n.dp.pin(ri.srcGPU, ri.srcName, -1)
+				ri.srcName = ""
+			}
 			took := now - ri.swapStart
 			penalty := swapPenalty(ri.beta, took, ri.alone)
 			if err := n.ctl.SwapDone(epoch.Add(now), le.ID, penalty); err != nil {
@@ -321,6 +409,9 @@ func (e *engine) nodeEvents(n *simNode) error {
 			}
 			ri := e.reqs[ev.id]
 			delete(e.reqs, ev.id)
+			if n.dp != nil {
+				n.dp.release(ri.gpu, ri.name, now)
+			}
 			e.ended(ri)
 			lat := now - ri.arrival
 			if ri.out >= 0 {
@@ -329,6 +420,10 @@ func (e *engine) nodeEvents(n *simNode) error {
 			e.finished(ri, onTime, lat, now-ri.bound)
 		case evDeliver:
 			e.deliver(n, e.reqs[ev.id])
+		case evReady:
+			if err := e.ready(n, ev.fn, ev.inst); err != nil {
+				return err
+			}
 		}
 	}
 	e.refresh(n)
@@ -353,10 +448,35 @@ func (e *engine) dispatch(n *simNode) error {
 		delete(e.reqs, r.ID)
 		e.reject(ri)
 	}
+	if n.dp != nil { // the sources of the NVLink copies are read from now: none of them is a victim below
+		for _, d := range ds {
+			if d.Swap == controller.SwapNVLink {
+				n.dp.pin(d.Source, cmp.Or(d.SourceFunction, d.Function), 1)
+			}
+		}
+	}
 	for _, d := range ds {
 		ri := e.reqs[d.Request]
 		if ri == nil {
 			return fmt.Errorf("dispatched unknown request %d", d.Request)
+		}
+		if n.dp != nil {
+			ri.gpu, ri.name = d.GPU, d.Function
+			if d.Swap == controller.SwapNVLink {
+				ri.srcGPU, ri.srcName = d.Source, cmp.Or(d.SourceFunction, d.Function)
+			}
+			if !n.dp.bind(d, d.Function, now) { // no chunks and nothing to evict: the swap fails, and its request
+				if ri.srcName != "" {
+					n.dp.pin(ri.srcGPU, ri.srcName, -1)
+				}
+				if _, err := n.ctl.Complete(epoch.Add(now), d.Request, 0); err != nil {
+					return err
+				}
+				n.ctl.Evicted(d.Function, d.GPU, ReasonSwapFailed)
+				delete(e.reqs, d.Request)
+				e.reject(ri)
+				continue
+			}
 		}
 		fm := &e.fns[ri.fn]
 		exec := e.cfg.exec(*fm)

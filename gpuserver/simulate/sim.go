@@ -6,13 +6,13 @@ import (
 	"math/rand/v2"
 	"slices"
 	"sort"
-	"strconv"
 	"time"
 
 	"github.com/faas-gpu/faas-gpu/contract"
 	"github.com/faas-gpu/faas-gpu/gpuserver/controller"
-	"github.com/faas-gpu/faas-gpu/gpuserver/pool"
+	"github.com/faas-gpu/faas-gpu/gpuserver/memory"
 	"github.com/faas-gpu/faas-gpu/gpuserver/topology"
+	"github.com/faas-gpu/faas-gpu/provider/autoscale"
 )
 
 // maxMinutes bounds a run's length (a week).
@@ -59,14 +59,38 @@ type Config struct {
 	// MemoryFactor: a function's GPU memory quota is its weights times this (activations and workspace); 0 means
 	// 1.25.
 	MemoryFactor float64
-	// Instances is how many instances (replicas) each function has; 0 means 1, what a function deployed without
-	// com.openfaas.scale.min has. Each instance is placed on its own and holds a copy of its own, as on the product
-	// (docs/design.md, decision 10); a request goes to the instance with the fewest requests in flight.
+	// Instances is how many instances (replicas) each function has throughout, without Autoscale; 0 means 1, what
+	// `up` gives a function deployed without scale labels (with com.openfaas.scale.min N and no other scale label
+	// it keeps N). Each instance is placed on its own and holds a copy of its own, as on the product
+	// (docs/design.md, decision 10); a request goes to a ready instance round robin, as the local backend routes.
 	Instances int
 	// MaxInFlight bounds the concurrently bound requests of each instance (the controller's MaxInFlight): the
 	// product binds one request per instance (DefaultMaxInFlight). 0 is unlimited, which the product cannot do: a
 	// function's requests then share its copies on every GPU as if it had an instance per GPU.
 	MaxInFlight int
+	// Autoscale runs the product's autoscaler (package provider/autoscale, as `up` runs it) over every function:
+	// instances between Scaling.Min and Scaling.Max, by requests in flight (instances.go). One node only.
+	Autoscale bool
+	// Scaling is every function's com.openfaas.scale.* policy; the zero value means DefaultScaling().
+	Scaling autoscale.Policy
+	// ScaleDownWindow is `up -scale-down-window` (0: autoscale.DefaultScaleDownWindow, 40 s; negative: at
+	// once); AutoscaleInterval is `up -autoscale-interval` (0: 1 s).
+	ScaleDownWindow   time.Duration
+	AutoscaleInterval time.Duration
+	// InstanceStart is how long a new instance takes to serve (0: DefaultInstanceStart; negative: at once).
+	InstanceStart time.Duration
+	// ModelShared deploys every function with com.openfaas.gpu.model: shared: a copy of a sibling instance is
+	// then a swap source over NVLink (the controller reads only such siblings' copies, as the executors do).
+	ModelShared bool
+	// DataPlane models the executors' memory and their own evictions (dataplane.go): each GPU holds
+	// DataPlaneShare (0: memory.DefaultShare, 0.9) of its memory less DataPlaneContextBytes (0:
+	// DefaultDataPlaneContextBytes) in 2 MiB chunks, while the controller places against the whole; a swap-in
+	// out of chunks evicts the least recently used idle copy and reports it to the controller (Result
+	// .DataPlaneEvictions, faas_gpu_evictions_total{by}). Off, the data plane has every byte the controller
+	// plans with, which the product's does not. Late-binding policies without PartialResidency only.
+	DataPlane             bool
+	DataPlaneShare        float64
+	DataPlaneContextBytes uint64
 	// Prewarm starts with every function resident wherever it fits.
 	Prewarm bool
 	// Arrivals, when set, replaces the trace: explicit arrivals (offset from the start, function index).
@@ -127,23 +151,42 @@ type Result struct {
 	FunctionsBusy    int `json:"functions_busy"`
 	FunctionsBusyMet int `json:"functions_busy_slo_met"`
 	// P50, P98 and P99 are of the served (admitted) requests' latencies over their deadline.
-	P50              float64   `json:"latency_p50_over_deadline"`
-	P98              float64   `json:"latency_p98_over_deadline"`
-	P99              float64   `json:"latency_p99_over_deadline"`
-	GPUBusy          []float64 `json:"gpu_busy_fraction"`
-	Swaps            Swaps     `json:"swaps"`
-	Evictions        int64     `json:"evictions"`
-	SwappedBytes     uint64    `json:"swapped_bytes"`
-	ColdStarts       int64     `json:"cold_starts"`
-	Events           int64     `json:"events"`
-	SimulatedSeconds float64   `json:"simulated_seconds"`
-	WallSeconds      float64   `json:"wall_seconds"`
-	EventsPerSecond  float64   `json:"events_per_second"`
+	P50       float64   `json:"latency_p50_over_deadline"`
+	P98       float64   `json:"latency_p98_over_deadline"`
+	P99       float64   `json:"latency_p99_over_deadline"`
+	GPUBusy   []float64 `json:"gpu_busy_fraction"`
+	Swaps     Swaps     `json:"swaps"`
+	Evictions int64     `json:"evictions"`
+	// DataPlaneEvictions counts the copies the data plane dropped on its own, by reason (Config.DataPlane:
+	// "pressure"; "swap-failed" for a swap that found no chunks, whose request failed), as the controller counts
+	// them (faas_gpu_evictions_total{by}); Evictions counts the controller's.
+	DataPlaneEvictions map[string]int64 `json:"evictions_by_data_plane,omitempty"`
+	// Autoscaler is what the autoscaler did (Config.Autoscale).
+	Autoscaler       *AutoscalerResult `json:"autoscaler,omitempty"`
+	SwappedBytes     uint64            `json:"swapped_bytes"`
+	ColdStarts       int64             `json:"cold_starts"`
+	Events           int64             `json:"events"`
+	SimulatedSeconds float64           `json:"simulated_seconds"`
+	WallSeconds      float64           `json:"wall_seconds"`
+	EventsPerSecond  float64           `json:"events_per_second"`
 	// Stopped: the run ended early, at SimulatedSeconds, because the share of functions within their SLO could no
 	// longer reach Config.StopBelow; the figures count only what finished until then.
 	Stopped bool `json:"stopped_early,omitempty"`
-	// PerRequest holds every request's outcome when Run is asked for it (tests).
-	PerRequest []Outcome `json:"-"`
+	// PerRequest holds every request's outcome when Run is asked for it (tests), and Scaling every autoscaler
+	// decision.
+	PerRequest []Outcome    `json:"-"`
+	Scaling    []ScaleEvent `json:"-"`
+}
+
+// AutoscalerResult sums up the autoscaler's decisions over a run.
+type AutoscalerResult struct {
+	Ups   int64 `json:"scale_ups"`
+	Downs int64 `json:"scale_downs"`
+	// Started counts the instances started (those at the start included); Peak is the most instances one
+	// function had at once; Mean the instances provisioned on average over the run, all functions.
+	Started int64   `json:"instances_started"`
+	Peak    int     `json:"instances_peak"`
+	Mean    float64 `json:"instances_mean"`
 }
 
 // Outcome is one request's fate.
@@ -155,6 +198,8 @@ type Outcome struct {
 	// Wait is the time from arrival to binding; SwapTime what the swap added to the request.
 	Wait     time.Duration
 	SwapTime time.Duration
+	// Instance is the instance (controller entry) the request was submitted to.
+	Instance string
 	GPU      int
 	Swap     string
 	OnTime   bool
@@ -167,21 +212,20 @@ type fnModel struct {
 	name             string
 	slo              time.Duration
 	betaPCIe, betaNV float64
-	// inFlight counts the requests submitted to each instance and not ended (Config.Instances).
-	inFlight []int
+	// insts are the function's instances (instances.go); rr the round robin's counter; nextInst numbers the next
+	// one; load its requests in flight (arrival to end) and peak the most since the autoscaler's last look; parked
+	// the requests waiting for an instance to be ready.
+	insts    []*instance
+	rr       uint64
+	nextInst int
+	load     int
+	peak     int
+	parked   []*reqInfo
+	observed uint64 // the instances the autoscaler saw at its last look at this function
 }
 
 // DefaultMaxInFlight is what the product binds per instance at once: one request.
 const DefaultMaxInFlight = 1
-
-// instanceName is the controller's name of instance k of function fm (pool.InstanceKey; a function of one
-// instance is its own name).
-func (fm *fnModel) instanceName(k int) string {
-	if len(fm.inFlight) <= 1 {
-		return fm.name
-	}
-	return pool.InstanceKey(fm.name, strconv.Itoa(k))
-}
 
 // modelOf is the index of function i's model (Config.Assign).
 func (cfg *Config) modelOf(i int) int {
@@ -195,8 +239,7 @@ func (cfg *Config) modelOf(i int) int {
 // reference node ref.
 func (cfg *Config) fnModel(i int, ref *topology.Node) fnModel {
 	m := cfg.Models[cfg.modelOf(i)]
-	fm := fnModel{model: m, name: fmt.Sprintf("fn-%04d-%s", i, m.Name), slo: m.SLO,
-		inFlight: make([]int, max(1, cfg.Instances))}
+	fm := fnModel{model: m, name: fmt.Sprintf("fn-%04d-%s", i, m.Name), slo: m.SLO}
 	if fm.slo == 0 {
 		fm.slo = cfg.DefaultSLO
 	}
@@ -272,6 +315,9 @@ func Run(cfg Config, keepOutcomes bool) (Result, error) {
 		}
 		norm = append(norm, float64(lat)/float64(e.fns[ri.fn].slo))
 	}
+	if s := e.scale; s != nil {
+		e.addTicker(s.interval, func() error { return e.scaleTick(n) })
+	}
 	e.watchFloor(arrivals)
 	if err := e.run(arrivals); err != nil {
 		return Result{}, err
@@ -279,6 +325,9 @@ func Run(cfg Config, keepOutcomes bool) (Result, error) {
 	now := e.now
 	res.Requests, res.Events, res.Stopped = int64(len(arrivals)), e.events, e.stopped
 	ctr := n.ctl.Counters()
+	if len(ctr.DataPlaneEvictions) > 0 {
+		res.DataPlaneEvictions = ctr.DataPlaneEvictions
+	}
 	res.Swaps = Swaps{None: ctr.SwapsNone, NVLink: ctr.SwapsNV, PCIe: ctr.SwapsPCIe}
 	res.Evictions, res.ColdStarts, res.Shed, res.Refused = ctr.Evictions, ctr.ColdStarts, ctr.Shed, ctr.Refused
 	res.SwappedBytes = ctr.SwappedBytes
@@ -302,6 +351,14 @@ func Run(cfg Config, keepOutcomes bool) (Result, error) {
 		res.EventsPerSecond = float64(res.Events) / res.WallSeconds
 	}
 	res.PerRequest = e.outcomes
+	if s := e.scale; s != nil {
+		s.account(now, 0)
+		res.Autoscaler = &AutoscalerResult{Ups: s.ups, Downs: s.downs, Started: s.started, Peak: s.peak}
+		if now > 0 {
+			res.Autoscaler.Mean = s.instSecs / now.Seconds()
+		}
+		res.Scaling = s.events
+	}
 	return res, nil
 }
 
@@ -425,6 +482,9 @@ func (cfg *Config) check() error {
 	if cfg.MemoryFactor == 0 {
 		cfg.MemoryFactor = DefaultMemoryFactor
 	}
+	if err := cfg.autoscaleDefaults(); err != nil {
+		return err
+	}
 	switch {
 	case len(cfg.Models) == 0:
 		return bad("models: none given")
@@ -436,6 +496,8 @@ func (cfg *Config) check() error {
 		return bad("arrival cv: must be in [0, 100] (0: Poisson within each minute)")
 	case cfg.Alpha < 0 || cfg.Alpha > 1 || math.IsNaN(cfg.Alpha):
 		return bad("alpha: must be in (0, 1] (0: re-tuned)")
+	case cfg.DataPlaneShare < 0 || cfg.DataPlaneShare > 1 || math.IsNaN(cfg.DataPlaneShare):
+		return bad("data plane share: must be in (0, 1] (0: %g)", memory.DefaultShare)
 	case cfg.MemoryFactor < 1:
 		return bad("memory factor: must be >= 1")
 	case cfg.Arrivals == nil && (cfg.Trace == nil || len(cfg.Trace.Counts) == 0):

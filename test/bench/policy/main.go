@@ -47,6 +47,10 @@ type outcome struct {
 	GPUs float64 `json:"gpus,omitempty"`
 	// ImageLoads counts host images loaded on a node (router runs).
 	ImageLoads int64 `json:"image_loads,omitempty"`
+	// Pressure counts the data plane's own evictions (memory pressure); Instances the instances provisioned on
+	// average, all functions (the autoscaler's).
+	Pressure  int64   `json:"evictions_pressure,omitempty"`
+	Instances float64 `json:"instances_mean,omitempty"`
 }
 
 func (o outcome) fnShare() float64   { return ratio(float64(o.Met), float64(o.Functions)) }
@@ -283,9 +287,13 @@ func fromResult(seed uint64, r simulate.Result) outcome {
 	for _, b := range r.GPUBusy {
 		busy += b / float64(len(r.GPUBusy))
 	}
-	return outcome{Seed: seed, Functions: r.FunctionsWithTraffic, Met: r.FunctionsSLOMet, Requests: r.Requests,
+	o := outcome{Seed: seed, Functions: r.FunctionsWithTraffic, Met: r.FunctionsSLOMet, Requests: r.Requests,
 		OnTime: r.RequestsOnTime, Refused: r.Rejected, Admission: r.Refused, BusyFunctions: r.FunctionsBusy,
-		BusyMet: r.FunctionsBusyMet, P98: r.P98, Busy: busy}
+		BusyMet: r.FunctionsBusyMet, P98: r.P98, Busy: busy, Pressure: r.DataPlaneEvictions["pressure"]}
+	if a := r.Autoscaler; a != nil {
+		o.Instances = a.Mean
+	}
+	return o
 }
 
 func fromCluster(seed uint64, r simulate.ClusterResult) outcome {
@@ -429,7 +437,7 @@ func run() error {
 				Minutes: minutes, StartMinute: startMinute, Seed: seed, Assign: simulate.AssignSeeded}, err
 		}
 	}
-	rep.Sweeps = make([]sweep, 5)
+	rep.Sweeps = make([]sweep, 6)
 	var nodeJobs, hourJobs, arrivalJobs []job
 	tn := &rep.Sweeps[0]
 	*tn = sweep{Name: "torpor-node", What: "Torpor's node (v100x4) and trace (torpor-203fn-31min.csv) with Torpor's " +
@@ -470,7 +478,8 @@ func run() error {
 		"(simulate.TorporArrivals) from its trace, its one model (19 ms, 25 ms swapped from host, 50 ms deadline) "+
 		"and its node (100 models per GPU, 1.64x for two swaps behind one switch), %d minutes; faas-gpu with the "+
 		"overload control on its default (auto) and off; torpor with its re-tuned alpha and with node_simu.py's "+
-		"fixed alpha 0.01; x: functions", arrivalsMin)}
+		"fixed alpha 0.01; each function one instance without the autoscaler (functions deployed without scale labels, "+
+		"one request in flight each); x: functions", arrivalsMin)}
 	for _, n := range []int{700} {
 		add(&arrivalJobs, ta, strconv.Itoa(n), pick(all, "faas-gpu", "faas-gpu (overload off)",
 			"faas-gpu + admission", "torpor", "torpor (alpha 0.01)", "torpor + admission"),
@@ -485,9 +494,20 @@ func run() error {
 					}
 			},
 			func(seed uint64) (simulate.Config, error) {
-				return simulate.Config{Models: simuModels, Functions: n, Node: simuNode, MemoryFactor: 1, Seed: seed}, nil
+				// One instance per function, not autoscaled (functions without scale labels): with the autoscaler
+				// a run of this sweep takes tens of minutes (product.go).
+				return simulate.Config{Models: simuModels, Functions: n, Node: simuNode, MemoryFactor: 1, Seed: seed,
+					Instances: 1}, nil
 			})
 	}
+	pr := &rep.Sweeps[5]
+	*pr = sweep{Name: "product", What: "faas-gpu with the admission rule as shipped (simulate.Product) and with each " +
+		"part of the product's behaviour changed (what changed: see the section above); x: Azure hour 1 (500 " +
+		"functions, Torpor's models drawn per seed) and Torpor's trace at 560 functions (10 minutes)"}
+	add(&hourJobs, pr, "azure-1", productVariants(), fromTrace("azure2019-500fn-8h.csv", nil, 500, 60, 0, 0),
+		traceCfg("azure2019-500fn-8h.csv", nil, 500, 60, 0))
+	add(&nodeJobs, pr, "torpor-560", productVariants(), fromTrace("torpor-203fn-31min.csv", nil, 560, 10, 0, 0),
+		traceCfg("torpor-203fn-31min.csv", nil, 560, 10, 0))
 	clusterJobs, sizings, router, err := clusterRuns(in, node, seeds, clusterMin, rep.ClusterTarget, rep.RouterNodes)
 	if err != nil {
 		return err
@@ -576,6 +596,7 @@ func clusterRuns(in *inputs, node topology.Node, seeds []uint64, minutes int, ta
 					for n := 1; ; n++ {
 						cfg := base
 						p.apply(&cfg)
+						clusterConcurrency(&cfg)
 						cfg.Arrivals = arr
 						if n < maxNodes {
 							cfg.StopBelow = target
@@ -680,11 +701,13 @@ type variant struct {
 	inFlight  int     // at most so many requests of a function bound at once (0: unlimited)
 	alpha     float64 // fixed Torpor alpha (0: re-tuned)
 	remoted   bool    // charged the remoted execution times
+	// shape changes the product's behaviour for this variant (product.go)
+	shape func(cfg *simulate.Config)
 }
 
 func (v variant) apply(cfg *simulate.Config) {
-	cfg.Policy, cfg.Overload, cfg.MaxInFlight, cfg.Alpha, cfg.RemotedTimes = v.policy, v.overload, v.inFlight, v.alpha,
-		v.remoted
+	asShipped(cfg, v) // the product's instances, autoscaler and data plane (product.go)
+	cfg.Policy, cfg.Overload, cfg.Alpha, cfg.RemotedTimes = v.policy, v.overload, v.alpha, v.remoted
 	if v.admission {
 		cfg.Admission = controller.AdmissionDeadline
 	}

@@ -188,6 +188,7 @@ func markdown(rep report) string {
 		"2019, Shahrad et al., CC-BY-4.0, sampled by vhive-serverless/invitro)\n\n")
 	w("## Targets\n\n")
 	targets(&b, rep)
+	productChanges(&b, rep)
 	gains(&b, rep)
 	for _, sw := range rep.Sweeps {
 		w("## %s\n\n%s.\n\n", sw.Name, sw.What)
@@ -264,9 +265,12 @@ func markdown(rep report) string {
 		"azure-hours-without-287 shows the rest alone. The offline bound (simulate.OfflineBound) ignores memory, " +
 		"queueing, swaps after the first and contention: it says where no policy can meet a target, not that one " +
 		"can where it allows it.\n")
-	w("- The simulator binds one request per GPU at a time and lets a function use every GPU (the product's " +
-		"concurrency, one request per instance with instances across GPUs, is another change); torpor (1 in " +
-		"flight) is Torpor's router's limit.\n")
+	w("- The node sweeps run the product's concurrency (one request per instance, up's autoscaler, the data " +
+		"plane's evictions: the section above); torpor (1 in flight) is Torpor's router's limit, one instance. The " +
+		"cluster runs do not: in a cluster the OpenFaaS or Knative autoscaler scales instances across nodes, which " +
+		"the simulator does not run, so there a function's requests share its copies on every GPU of a node. A new " +
+		"instance's initialisation (its process loading its model through the GPU) is in its start delay, not on " +
+		"a GPU.\n")
 	return b.String()
 }
 
