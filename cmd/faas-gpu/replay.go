@@ -8,11 +8,13 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"math"
 	"net"
 	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -22,6 +24,7 @@ import (
 	"github.com/openfaas/faas-provider/types"
 
 	"github.com/faas-gpu/faas-gpu/gpuserver/controller"
+	"github.com/faas-gpu/faas-gpu/gpuserver/metering"
 	"github.com/faas-gpu/faas-gpu/gpuserver/simulate"
 	"github.com/faas-gpu/faas-gpu/gpuserver/simulate/replay"
 	"github.com/faas-gpu/faas-gpu/gpuserver/topology"
@@ -47,11 +50,13 @@ type replayWindow struct {
 	Rows        []int   `json:"rows"`
 	StartMinute int     `json:"start_minute"`
 	Seconds     float64 `json:"length_seconds"`
-	Seed        uint64  `json:"seed"`
-	Node        string  `json:"node"`
-	GPUMemory   string  `json:"gpu_memory"`
-	Requests    int     `json:"requests"`
-	Command     string  `json:"command"`
+	// TimeScale is the slow motion the window was replayed in (-time-scale); every figure is in the window's time.
+	TimeScale float64 `json:"time_scale"`
+	Seed      uint64  `json:"seed"`
+	Node      string  `json:"node"`
+	GPUMemory string  `json:"gpu_memory"`
+	Requests  int     `json:"requests"`
+	Command   string  `json:"command"`
 }
 
 // replayLoad is /proc/loadavg before and after the window's requests.
@@ -72,6 +77,11 @@ type replayFunctionFx struct {
 	Row      int    `json:"trace_row"`
 	Model    string `json:"model"`
 	Requests int    `json:"requests"`
+	// ExecMS is the model's GPU time per request (what the simulator holds a GPU for); HoldMS how long the real
+	// node's bindings of the function were held on average in the window (the gpuserver's metering: GPU seconds
+	// over requests), which adds the request's work in the function's process between acquire and release.
+	ExecMS float64 `json:"exec_ms"`
+	HoldMS float64 `json:"binding_hold_ms"`
 }
 
 func runReplay(ctx context.Context, args []string, stdout, stderr io.Writer) error {
@@ -101,6 +111,10 @@ func runReplay(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		"captures its image: a cold start of about half a second on a loaded 2-core machine) and start the "+
 		"simulator with every function resident (its prewarm), as a node that has run a while; false: both start "+
 		"as deployed, the real node with every model still on the GPU it initialised on, the simulator with none")
+	timeScale := fs.Float64("time-scale", 1, "replay in slow motion: the timed virtual GPU's every modelled time, "+
+		"the arrivals and the SLOs the gpuserver holds functions to are this many times longer, and latencies are "+
+		"divided by it, so that the host's CPU costs (the gateway, the function's process, acquire and release) "+
+		"weigh that many times less against the GPU's; 1: real time")
 	readyTimeout := fs.Duration("deploy-timeout", 5*time.Minute, "how long the functions may take to be ready")
 	if err := parseFlags(fs, args); err != nil {
 		return err
@@ -117,6 +131,8 @@ func runReplay(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		return flagErr("functions", errors.New("must be in [1, 1000]"))
 	case *timeout <= 0:
 		return flagErr("request-timeout", errors.New("must be positive"))
+	case !(*timeScale >= 1 && *timeScale <= 100):
+		return flagErr("time-scale", errors.New("must be in [1, 100]"))
 	case *readyTimeout <= 0:
 		return flagErr("deploy-timeout", errors.New("must be positive"))
 	}
@@ -200,7 +216,10 @@ func runReplay(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		return flagErr("templates-dir", err)
 	}
 	upArgs := []string{"--state-dir", stateDir, "--build-dir", buildDir, "--gpus", *nodeArg,
-		"--sim-time-scale", "1", "--policy", string(policy), "--overload", *overloadArg, "--log-level", "warn"}
+		"--sim-time-scale", strconv.FormatFloat(*timeScale, 'f', -1, 64), "--policy", string(policy), "--overload", *overloadArg, "--log-level", "warn",
+		// Every request comes from this one client, standing in for many: the gateway's bound per peer (a quarter
+		// of its connections) would refuse a backlog that many clients would not hit.
+		"--max-conns", "4096", "--max-conns-per-peer", "4096"}
 	if *gpuMemory != "" {
 		upArgs = append(upArgs, "--gpu-memory", *gpuMemory)
 	}
@@ -210,11 +229,11 @@ func runReplay(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	}
 	defer u.stop(stderr)
 	fmt.Fprintf(stderr, "faas-gpu replay: up on %s (log %s); deploying %d functions\n", u.url, u.logPath, len(fns))
-	if err := u.deploy(ctx, stateDir, fns, *readyTimeout); err != nil {
+	if err := u.deploy(ctx, stateDir, fns, *timeScale, *readyTimeout); err != nil {
 		return err
 	}
 	if *warm {
-		if err := u.warm(ctx, fns, *timeout); err != nil {
+		if err := u.warm(ctx, fns, time.Duration(float64(*timeout)**timeScale)); err != nil {
 			return err
 		}
 	}
@@ -227,9 +246,14 @@ func runReplay(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	if err != nil {
 		return fmt.Errorf("gpuserver status: %w", err)
 	}
+	usageBefore, err := gpuserver.Usage(ctx, time.Time{})
+	if err != nil {
+		return fmt.Errorf("gpuserver usage: %w", err)
+	}
 	load := replayLoad{Before: loadAverage()}
 	fmt.Fprintf(stderr, "faas-gpu replay: %d requests over %v (load %s)\n", len(arrivals), *length, load.Before)
-	recs := replay.Fire(ctx, replay.Client(), u.url, fns, arrivals, *timeout)
+	recs := replay.Fire(ctx, replay.Client(), u.url, fns, arrivals, *timeScale,
+		time.Duration(float64(*timeout)**timeScale))
 	load.After = loadAverage()
 	if err := ctx.Err(); err != nil {
 		return err
@@ -238,13 +262,26 @@ func runReplay(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	if err != nil {
 		return fmt.Errorf("gpuserver status: %w", err)
 	}
+	usageAfter, err := gpuserver.Usage(ctx, time.Time{})
+	if err != nil {
+		return fmt.Errorf("gpuserver usage: %w", err)
+	}
+	held := map[string][2]float64{} // function: GPU seconds, requests in the window
+	for sign, r := range map[float64]metering.Report{1: usageAfter, -1: usageBefore} {
+		for _, f := range r.Functions {
+			h := held[f.Function]
+			h[0] += sign * f.GPUSeconds
+			h[1] += sign * float64(f.Requests)
+			held[f.Function] = h
+		}
+	}
 
 	e2e := replay.Summarize(string(policy)+" (up, client)", node.Name, fns, recs, *length)
 	replay.Observe(&e2e, before, after)
 	atServer := replay.GPUServerView(string(policy)+" (up, gpuserver)", node.Name, fns, before, after, *length)
 	rep := replayReport{
 		Window: replayWindow{Trace: *trace, Models: *models, Rows: rows, StartMinute: *startMinute,
-			Seconds: length.Seconds(), Seed: *seed, Node: node.Name, GPUMemory: *gpuMemory, Requests: len(arrivals),
+			Seconds: length.Seconds(), TimeScale: *timeScale, Seed: *seed, Node: node.Name, GPUMemory: *gpuMemory, Requests: len(arrivals),
 			Command: "faas-gpu replay " + strings.Join(args, " ")},
 		Load:       load,
 		Replay:     simReport{Trace: *trace, Models: *models, Node: node.Name, Functions: len(fns), Seed: *seed, Policies: []simulate.Result{e2e, atServer}, Bound: bound},
@@ -257,8 +294,12 @@ func runReplay(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		counts[a.Function]++
 	}
 	for i, f := range fns {
-		rep.Functions = append(rep.Functions, replayFunctionFx{Name: f.Name, Row: rows[i], Model: f.Model.Name,
-			Requests: counts[i]})
+		fx := replayFunctionFx{Name: f.Name, Row: rows[i], Model: f.Model.Name, Requests: counts[i],
+			ExecMS: float64(f.Model.Remote) / 1e6}
+		if h := held[f.Name]; h[1] > 0 {
+			fx.HoldMS = math.Round(h[0]/h[1]/(*timeScale)*1e6) / 1e3
+		}
+		rep.Functions = append(rep.Functions, fx)
 	}
 	if *workDir != "" {
 		if err := writeReplayRecords(filepath.Join(dir, "requests.csv"), fns, recs); err != nil {
@@ -289,6 +330,12 @@ func writeReplayTable(w io.Writer, rep replayReport) {
 		fmt.Fprintf(w, "difference (%s - simulator, points): functions %+.1f, requests on time %+.1f, refused %+.1f, "+
 			"swaps %+.1f; within %.0f: %v\n", d.name, d.d.FunctionsSLOMet, d.d.RequestsOnTime, d.d.Refused, d.d.Swaps,
 			replay.Target, d.d.Within)
+	}
+	busiest := slices.Clone(rep.Functions)
+	slices.SortStableFunc(busiest, func(a, b replayFunctionFx) int { return b.Requests - a.Requests })
+	for _, f := range busiest[:min(3, len(busiest))] {
+		fmt.Fprintf(w, "%s (row %d): %d requests, GPU time %.1f ms, binding held %.1f ms on average\n", f.Name, f.Row,
+			f.Requests, f.ExecMS, f.HoldMS)
 	}
 	a := rep.Accounting
 	fmt.Fprintf(w, "accounting: sent %d = ok %d + refused %d + failed %d + lost %d; send lag p99 %.1f ms; load %s -> %s\n",
@@ -396,7 +443,8 @@ func (u *replayUp) until(ctx context.Context, limit time.Duration, what string, 
 }
 
 // deploy deploys the functions through the gateway's /system/functions and waits until each has a ready replica.
-func (u *replayUp) deploy(ctx context.Context, stateDir string, fns []replay.Function, limit time.Duration) error {
+func (u *replayUp) deploy(ctx context.Context, stateDir string, fns []replay.Function, timeScale float64,
+	limit time.Duration) error {
 	creds, err := basicauth.Read(filepath.Join(stateDir, "secrets"))
 	if err != nil {
 		return fmt.Errorf("replay: up's credentials: %w", err)
@@ -433,7 +481,7 @@ func (u *replayUp) deploy(ctx context.Context, stateDir string, fns []replay.Fun
 		return nil
 	}
 	for _, f := range fns {
-		if err := system(http.MethodPost, "/system/functions", f.Deployment(), nil); err != nil {
+		if err := system(http.MethodPost, "/system/functions", f.Deployment(timeScale), nil); err != nil {
 			return fmt.Errorf("replay: deploy %s: %w", f.Name, err)
 		}
 	}

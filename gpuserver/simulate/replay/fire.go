@@ -30,12 +30,13 @@ func (r Record) Refused() bool {
 	return r.Status == http.StatusTooManyRequests || r.Status == http.StatusServiceUnavailable
 }
 
-// Fire sends each arrival as POST <gateway>/function/<name> at its offset from now, open loop (every request on
-// its own, whatever the ones before it are doing), and waits for every answer; each request may take up to
-// timeout. The records are in the arrivals' order. When ctx ends, the requests not yet sent are recorded as
-// lost with ctx's error.
+// Fire sends each arrival as POST <gateway>/function/<name> at its offset from now times timeScale (the timed
+// virtual GPU's: a window replayed in slow motion), open loop (every request on its own, whatever the ones before
+// it are doing), and waits for every answer; each request may take up to timeout. The records are in the
+// arrivals' order, their times in the window's time (divided by timeScale). When ctx ends, the requests not yet
+// sent are recorded as lost with ctx's error.
 func Fire(ctx context.Context, client *http.Client, gateway string, fns []Function, arrivals []simulate.Arrival,
-	timeout time.Duration) []Record {
+	timeScale float64, timeout time.Duration) []Record {
 	recs := make([]Record, len(arrivals))
 	start := time.Now()
 	var wg sync.WaitGroup
@@ -43,7 +44,8 @@ func Fire(ctx context.Context, client *http.Client, gateway string, fns []Functi
 	defer timer.Stop()
 	for i, a := range arrivals {
 		recs[i] = Record{Function: a.Function, At: a.At}
-		if d := time.Until(start.Add(a.At)); d > 0 {
+		at := time.Duration(float64(a.At) * timeScale)
+		if d := time.Until(start.Add(at)); d > 0 {
 			timer.Reset(d)
 			select {
 			case <-ctx.Done():
@@ -54,11 +56,12 @@ func Fire(ctx context.Context, client *http.Client, gateway string, fns []Functi
 			recs[i].Err = err.Error()
 			continue
 		}
-		recs[i].Lag = max(0, time.Since(start)-a.At)
+		recs[i].Lag = time.Duration(float64(max(0, time.Since(start)-at)) / timeScale)
 		wg.Add(1)
 		go func(r *Record, name string) {
 			defer wg.Done()
 			send(ctx, client, gateway+"/function/"+name, timeout, r)
+			r.Latency = time.Duration(float64(r.Latency) / timeScale)
 		}(&recs[i], fns[a.Function].Name)
 	}
 	wg.Wait()

@@ -89,8 +89,9 @@ func dnsName(s string) string {
 // Deployment is f's deployment: a GPU function (memory quota, SLO and percentile annotations) of the model
 // function, whose model size and GPU time per request are f's model's weights and remoted execution time (what
 // the simulator charges the faas-gpu policy), with the product's defaults for everything else (one instance, no
-// scaling labels).
-func (f Function) Deployment() types.FunctionDeployment {
+// scaling labels). timeScale is the timed virtual GPU's (up's --sim-time-scale, 1 in real time): every modelled
+// duration takes that many times longer, so the SLO the gpuserver holds the function to is scaled with it.
+func (f Function) Deployment(timeScale float64) types.FunctionDeployment {
 	return types.FunctionDeployment{
 		Service: f.Name, Image: Image, EnvProcess: "python3 index.py",
 		EnvVars: map[string]string{
@@ -100,7 +101,7 @@ func (f Function) Deployment() types.FunctionDeployment {
 		Labels: &map[string]string{},
 		Annotations: &map[string]string{
 			contract.AnnotationMemory:     strconv.FormatUint(f.QuotaBytes>>20, 10) + "Mi",
-			contract.AnnotationSLO:        f.SLO.String(),
+			contract.AnnotationSLO:        time.Duration(float64(f.SLO) * timeScale).String(),
 			contract.AnnotationPercentile: strconv.FormatFloat(f.Percentile, 'f', -1, 64),
 		},
 	}
