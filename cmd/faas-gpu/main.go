@@ -32,6 +32,7 @@ func commands() map[string]command {
 		"queue-worker": {"run the queue worker for asynchronous invocations", runQueueWorker},
 		"gpuserver":    {"run the node's gpuserver (GPU pool, swapping, remoting)", runGPUServer},
 		"sim":          {"replay a trace through the gpuserver's policies on a simulated node", runSim},
+		"replay":       {"replay a trace window on a real up (timed virtual GPU) beside the simulator's prediction", runReplay},
 		"pool":         {"show the GPU pool and queues of a running gpuserver", runPool},
 		"usage":        {"print the bill per function: GPU seconds, GPU and host memory GiB-seconds", runUsage},
 		"version":      {"print the version", runVersion},

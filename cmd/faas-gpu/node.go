@@ -60,6 +60,11 @@ func checkPolicy(name string) error {
 const simKernelsUsage = "what simulated GPUs do with a kernel they cannot compute: reference (refuse its launch) " +
 	"or dry (accept it without executing it: a protocol-test mode whose results are wrong)"
 
+// simTimeScaleUsage documents --sim-time-scale (up).
+const simTimeScaleUsage = "simulated GPUs only: run them timed, every kernel, copy and swap taking its modelled " +
+	"time times this on the wall clock (1: real time; the GPU time of a busy kernel is its argument), as " +
+	"`faas-gpu replay` does; 0 runs them without delays"
+
 // parseSimKernels reads --sim-kernels.
 func parseSimKernels(v string) (sim.KernelMode, error) {
 	mode, err := sim.ParseKernelMode(v)

@@ -59,6 +59,7 @@ type upConfig struct {
 	envs         envFlags
 	queue        upQueueConfig
 	simKernels   string
+	simTime      float64
 	tenants      tenantFlags
 	hold         holdFlag
 	sandbox      sandboxFlags
@@ -91,6 +92,7 @@ func (c *upConfig) register(fs *flag.FlagSet) {
 	c.envs.register(fs)
 	c.queue.register(fs)
 	fs.StringVar(&c.simKernels, "sim-kernels", "reference", simKernelsUsage)
+	fs.Float64Var(&c.simTime, "sim-time-scale", 0, simTimeScaleUsage)
 	c.tenants.register(fs)
 	c.hold.register(fs)
 	c.sandbox.register(fs)
@@ -134,6 +136,8 @@ func (c *upConfig) validate() error {
 		return usageError{fmt.Errorf("-port %d: must be in 1..65535", c.port)}
 	case c.natsPort != -1 && (c.natsPort < 1 || c.natsPort > 65535):
 		return usageError{fmt.Errorf("-nats-port %d: must be -1 (free) or in 1..65535", c.natsPort)}
+	case !(c.simTime >= 0 && c.simTime <= 1000):
+		return usageError{fmt.Errorf("-sim-time-scale %v: must be in [0, 1000]", c.simTime)}
 	case c.maxInflight < 0:
 		return usageError{fmt.Errorf("-max-inflight %d: must be >= 0", c.maxInflight)}
 	case c.readyTimeout <= 0:
@@ -242,6 +246,7 @@ func runUp(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 			KeyFile:        filepath.Join(stateDir, "gpuserver.key"),
 			RepositoryDir:  repositoryDir(stateDir, gpus.Device != nil), // kept across restarts of up
 			Device:         gpus.Device, DeviceReserveBytes: gpus.Reserve, SimKernels: simKernels,
+			SimTimeScale:   cfg.simTime,
 			MeteringFile:   filepath.Join(stateDir, "metering.json"), // the bill, kept across restarts of up
 			MaxBindingHold: cfg.hold.max, Logger: log.With("component", "gpuserver"), Tenants: tenants,
 			SimProcessWide: true}) // a simulated GPU shares within one process what an H100 does

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"math"
 	"net"
 	"net/http"
 	"os"
@@ -80,6 +81,10 @@ type Config struct {
 	// launch (sim.KernelsReference, the default) or accept them without executing them (sim.KernelsDry, a
 	// protocol-test mode the log, the pool status and /metrics announce). It must be the default with a Device.
 	SimKernels sim.KernelMode
+	// SimTimeScale, when > 0, runs the simulated device (Device nil) in its timed mode (sim.Options.TimeScale):
+	// kernels, copies and swaps take their modelled time scaled by it, on the wall clock (faas-gpu replay's
+	// timed virtual GPU); 0 runs without delays. It must be 0 with a Device.
+	SimTimeScale float64
 	// MaxBindingHold is the longest a request may hold its GPU (a function's timeout on this node): a binding
 	// held longer is ended, the request's device work refused and stopped, its release answers 503, and the GPU
 	// serves the next request. Calls outside a request (initialisation) give their GPU up as often and queue
@@ -187,6 +192,10 @@ func Start(ctx context.Context, cfg Config) (*Server, error) {
 	if cfg.Device != nil && cfg.SimKernels != sim.KernelsReference {
 		return nil, fmt.Errorf("gpuserver: sim kernels %s: only a simulated device runs kernels dry, this one is %s",
 			cfg.SimKernels, cfg.Device.Kind())
+	}
+	if cfg.SimTimeScale < 0 || math.IsNaN(cfg.SimTimeScale) || cfg.SimTimeScale > 0 && cfg.Device != nil {
+		return nil, fmt.Errorf("gpuserver: sim time scale %v: must be >= 0, and 0 with a device (only a simulated "+
+			"device is timed)", cfg.SimTimeScale)
 	}
 	var err error
 	if cfg.KeyFile != "" {
@@ -297,7 +306,7 @@ func (s *Server) startDataPlane(ctx context.Context) error {
 	dev, reserve := s.cfg.Device, s.cfg.DeviceReserveBytes
 	if dev == nil {
 		var err error
-		if dev, err = sim.New(sim.Options{Node: s.cfg.Node, Kernels: s.cfg.SimKernels,
+		if dev, err = sim.New(sim.Options{Node: s.cfg.Node, Kernels: s.cfg.SimKernels, TimeScale: s.cfg.SimTimeScale,
 			ProcessWide: s.cfg.SimProcessWide && s.cfg.Tenants == nil}); err != nil {
 			return fmt.Errorf("gpuserver: simulated device: %w", err)
 		}

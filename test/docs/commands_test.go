@@ -40,7 +40,7 @@ var (
 	flagDef = regexp.MustCompile(`\.(?:String|Bool|Int|Int64|Uint|Uint64|Float64|Duration|Func|BoolFunc|Text)?(?:Var)?\((?:&?[A-Za-z0-9_.]+, )?"([a-z][a-z0-9-]*)",`)
 	// faasGPUCommand is a command line of faas-gpu (bin/faas-gpu up ..., faas-gpu provider ...) or of make run's
 	// arguments for it (RUN_ARGS=...); the rest of the line holds its flags.
-	faasGPUCommand = regexp.MustCompile(`(?:(?:^|[\s/(])faas-gpu (?:up|provider|gpuserver|queue-worker|sim|pool|usage)\b|RUN_ARGS=)(.*)`)
+	faasGPUCommand = regexp.MustCompile(`(?:(?:^|[\s/(])faas-gpu (?:up|provider|gpuserver|queue-worker|sim|replay|pool|usage)\b|RUN_ARGS=)(.*)`)
 	docFlag        = regexp.MustCompile(`(?:^|[\s"'=])--?([a-z][a-z0-9-]*)`)
 	makeCommand    = regexp.MustCompile(`(?:^|[\s(;&|])make((?: +[^\s|;&#)]+)+)`)
 	makeTarget     = regexp.MustCompile(`(?m)^([a-zA-Z0-9_.-]+):`)
