@@ -93,7 +93,7 @@ func (g *Gate) sampleLocked() {
 func (g *Gate) balanceLocked() time.Duration {
 	pending := time.Duration(0)
 	if g.admitted > g.ops {
-		if g.perOp == 0 { // nothing measured yet: one launch at a time until the first measurement
+		if g.ops == 0 { // nothing measured yet: one launch at a time until the first measurement
 			return min(0, g.issued-g.used)
 		}
 		pending = time.Duration(g.admitted-g.ops) * g.perOp
