@@ -110,7 +110,8 @@ func (a *Arbiter) Join(binding string, request, limit float64) (*Gate, error) {
 	if sum > 1+1e-9 {
 		return nil, fmt.Errorf("%w: binding %s: requests would sum to %.3f", ErrOvercommitted, binding, sum)
 	}
-	g := &Gate{a: a, binding: binding, request: request, limit: limit, share: request, state: StateIdle}
+	g := &Gate{a: a, binding: binding, request: request, limit: limit, share: request, state: StateIdle,
+		issued: time.Duration(request * float64(a.cfg.Period))} // a period's tokens at once
 	a.gates = append(a.gates, g)
 	return g, nil
 }
@@ -152,14 +153,12 @@ func (a *Arbiter) remainingLocked(now time.Time) float64 {
 	return min(1, max(0, float64(left)/float64(a.cfg.Period)))
 }
 
-// wakeLocked gives an idle binding that launches again its request at once: its tokens for the rest of the period,
-// taken back from the neighbours that borrowed it.
+// wakeLocked gives an idle binding that launches again its request at once (its bucket of tokens stayed full),
+// taking back from the neighbours that borrowed it what they were issued beyond their new share for the rest of
+// the period.
 func (a *Arbiter) wakeLocked(g *Gate) {
 	g.state, g.share = StateRequest, g.request
 	frac := a.remainingLocked(a.cfg.Clock.Now())
-	if want := time.Duration(g.request * frac * float64(a.cfg.Period)); g.balanceLocked() < want {
-		g.issued += want - g.balanceLocked()
-	}
 	before := map[*Gate]float64{}
 	for _, o := range a.gates {
 		before[o] = o.share
@@ -180,10 +179,9 @@ func (a *Arbiter) Tick(now time.Time) {
 	a.controlLocked()
 	period := float64(a.cfg.Period)
 	for _, g := range a.gates {
+		// An idle binding's share is lent to its neighbours (controlLocked leaves it out of the sum), but its
+		// bucket stays full: when it launches again it runs at once, and the borrowers give back (wakeLocked).
 		cap := time.Duration(g.share * period)
-		if g.state == StateIdle {
-			cap = 0 // an idle binding's share is lent; it gets it back when it launches (wakeLocked)
-		}
 		g.issued += cap
 		if bal := g.balanceLocked(); bal > cap { // tokens do not pile up beyond one period's
 			g.issued -= bal - cap

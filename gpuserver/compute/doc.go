@@ -19,7 +19,8 @@
 //
 // Each binding's share moves between its request and its limit (the function's com.openfaas.gpu.compute.request
 // and .limit) by Dilu's four-state controller (controller.go), once per period: a binding that launched nothing
-// in a period is idle and falls back to its request (lent to its neighbours until it launches again); one whose
+// in a period is idle and falls back to its request (lent to its neighbours until it launches again, when it runs at
+// once on the period's tokens it kept and they give back what they borrowed); one whose
 // last launch cycle (Gate.Cycle: one request's GPU work, an inference batch) stretched past EmergencyStretch times
 // its target jumps to its limit (emergency); one held at its gate while the GPU has room grows multiplicatively
 // (Increase) towards its limit; the others stay. The active bindings' shares never sum above 1: their requests come

@@ -310,3 +310,31 @@ func (c *Controller) CoRunners() map[int][]pool.FunctionSpec {
 	}
 	return out
 }
+
+// coRunnerStatus is GPU gpu's shared bindings for its status (pool.GPUStatus.CoRunners), the first binding first:
+// nil while the GPU is idle or held by an exclusive binding.
+func (c *Controller) coRunnerStatus(gpu int) []pool.CoRunner {
+	g := c.gpus[gpu]
+	if _, _, shared := c.gpuShares(g); g.busy == 0 || !shared {
+		return nil
+	}
+	ids := []uint64{g.busy}
+	rest := make([]uint64, 0, len(c.co.runners[gpu]))
+	for id := range c.co.runners[gpu] {
+		rest = append(rest, id)
+	}
+	slices.Sort(rest)
+	var out []pool.CoRunner
+	for _, id := range append(ids, rest...) {
+		r := c.reqs[id]
+		if r == nil {
+			continue
+		}
+		if fs := c.fns[r.decision.Function]; fs != nil {
+			fn, _ := pool.SplitInstance(fs.Name)
+			req, lim := fs.Shares()
+			out = append(out, pool.CoRunner{Function: fn, Request: req, Limit: lim})
+		}
+	}
+	return out
+}

@@ -61,6 +61,10 @@ func TestCoRunnersShareAGPU(t *testing.T) {
 	if got := c.CoRunners()[0]; len(got) != 2 || got[0].Name != "a" || got[1].Name != "b" {
 		t.Errorf("CoRunners = %+v, want a then b on gpu 0", got)
 	}
+	if cr := c.Status().GPUs[0].CoRunners; len(cr) != 2 || cr[0] != (pool.CoRunner{Function: "a", Request: 0.5, Limit: 0.75}) ||
+		cr[1].Function != "b" {
+		t.Errorf("status co-runners = %+v, want a then b at 0.5/0.75", cr)
+	}
 	// the first binding ends first: the co-runner holds the GPU on its own, which stays busy for the exclusive path
 	if _, err := c.Complete(coT0.Add(5*time.Millisecond), 1, 5*time.Millisecond); err != nil {
 		t.Fatal(err)

@@ -77,6 +77,9 @@ type GPUStatus struct {
 	Busy        bool     `json:"busy"`
 	Healthy     bool     `json:"healthy"`
 	Resident    []string `json:"resident"`
+	// CoRunners lists the bindings held on the GPU now when they hold compute shares (share.go), the first binding
+	// first; empty while the GPU is idle or held by an exclusive binding.
+	CoRunners []CoRunner `json:"corunners,omitempty"`
 }
 
 // FunctionStatus describes one registered function.

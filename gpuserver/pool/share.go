@@ -33,3 +33,10 @@ func (s FunctionSpec) validateShares() error {
 	}
 	return nil
 }
+
+// CoRunner is one of the bindings sharing a GPU: its function and the shares it holds there.
+type CoRunner struct {
+	Function string  `json:"function"`
+	Request  float64 `json:"request"`
+	Limit    float64 `json:"limit"`
+}
