@@ -33,7 +33,7 @@ const (
 func GPUAnnotation(name string) bool {
 	switch name {
 	case AnnotationMemory, AnnotationSLO, AnnotationPercentile, AnnotationIsolation, AnnotationScratch,
-		AnnotationModel:
+		AnnotationModel, AnnotationComputeRequest, AnnotationComputeLimit:
 		return true
 	}
 	return false

@@ -36,7 +36,8 @@ func TestValidateQueueName(t *testing.T) {
 
 func TestGPUAnnotations(t *testing.T) {
 	for _, a := range []string{contract.AnnotationMemory, contract.AnnotationSLO, contract.AnnotationPercentile,
-		contract.AnnotationIsolation, contract.AnnotationScratch, contract.AnnotationModel} {
+		contract.AnnotationIsolation, contract.AnnotationScratch, contract.AnnotationModel,
+		contract.AnnotationComputeRequest, contract.AnnotationComputeLimit} {
 		if !contract.GPUAnnotation(a) || !strings.HasPrefix(a, contract.AnnotationPrefix) {
 			t.Errorf("%s is not a GPU annotation under %s", a, contract.AnnotationPrefix)
 		}
@@ -84,5 +85,40 @@ func TestTemplateAndShimReadTheContractsEnvironment(t *testing.T) {
 	sort.Strings(unread)
 	if len(unread) > 0 {
 		t.Errorf("neither the template nor the shim reads %v", unread)
+	}
+}
+
+func TestParseShare(t *testing.T) {
+	good := map[string]float64{"1": 1, "0.3": 0.3, " 0.25 ": 0.25, "30%": 0.3, "100%": 1, "5 %": 0.05, "1e-2": 0.01}
+	for in, want := range good {
+		if got, err := contract.ParseShare(in); err != nil || got != want {
+			t.Errorf("ParseShare(%q) = %v, %v; want %v", in, got, err, want)
+		}
+	}
+	for _, bad := range []string{"", "%", "half", "0", "0%", "-0.1", "30", "1.01", "101%", "NaN", "Inf", "0x1p-2%x"} {
+		if got, err := contract.ParseShare(bad); !errors.Is(err, contract.ErrInvalidShare) {
+			t.Errorf("ParseShare(%q) = %v, %v; want ErrInvalidShare", bad, got, err)
+		}
+	}
+}
+
+func TestShares(t *testing.T) {
+	for _, tt := range []struct{ r, l, wantR, wantL float64 }{
+		{0, 0, 1, 1},       // neither named: exclusive
+		{0.3, 0, 0.3, 1},   // a request alone may grow to the whole GPU
+		{0, 0.5, 0.5, 0.5}, // a limit alone is a static share
+		{0.2, 0.7, 0.2, 0.7},
+	} {
+		if r, l := contract.Shares(tt.r, tt.l); r != tt.wantR || l != tt.wantL {
+			t.Errorf("Shares(%v, %v) = %v, %v; want %v, %v", tt.r, tt.l, r, l, tt.wantR, tt.wantL)
+		}
+	}
+	if err := contract.CheckShares(0.8, 0.5); !errors.Is(err, contract.ErrInvalidShare) ||
+		!strings.Contains(err.Error(), contract.AnnotationComputeRequest) {
+		t.Errorf("CheckShares(0.8, 0.5) = %v, want an error naming %s", err, contract.AnnotationComputeRequest)
+	}
+	if err := contract.CheckShares(0, 1.5); !errors.Is(err, contract.ErrInvalidShare) ||
+		!strings.Contains(err.Error(), contract.AnnotationComputeLimit) {
+		t.Errorf("CheckShares(0, 1.5) = %v, want an error naming %s", err, contract.AnnotationComputeLimit)
 	}
 }

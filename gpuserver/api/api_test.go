@@ -100,6 +100,8 @@ func TestAPIErrors(t *testing.T) {
 	for _, tc := range []struct{ body, want string }{
 		{`{"name": "x",`, "invalid request body"},
 		{`{"name": "x", "memory": 5}`, "unknown field"},
+		{`{"name": "x", "memory_bytes": 1048576, "compute_limit": 1.5}`, "compute_limit"},
+		{`{"name": "x", "memory_bytes": 1048576, "compute_request": 0.8, "compute_limit": 0.5}`, "compute_request"},
 	} {
 		resp, err := hc.Post("http://gpuserver/v1/functions", "application/json", strings.NewReader(tc.body))
 		if err != nil {

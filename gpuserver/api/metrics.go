@@ -81,6 +81,7 @@ func (m *metrics) observeAcquire(function string, d time.Duration, err error) {
 type poolCollector struct {
 	pool                                pool.Pool
 	gpuBusy, gpuUsed, gpuTotal, healthy *prometheus.Desc
+	gpuBindings, gpuRequested           *prometheus.Desc // compute shares: bindings on a GPU, their requests' sum
 	queued, running, served, onTime     *prometheus.Desc
 	refused, shed, fnsActive, fnsMet    *prometheus.Desc
 	demand                              *prometheus.Desc
@@ -97,9 +98,13 @@ func newPoolCollector(p pool.Pool) *poolCollector {
 			gpu, nil),
 		gpuTotal: prometheus.NewDesc("faas_gpu_gpu_memory_bytes", "GPU memory the pool manages.", gpu, nil),
 		healthy:  prometheus.NewDesc("faas_gpu_gpu_healthy", "1 while the GPU is healthy.", gpu, nil),
-		queued:   prometheus.NewDesc("faas_gpu_queued_requests", "Requests waiting for a GPU, by function.", fn, nil),
-		running:  prometheus.NewDesc("faas_gpu_running_requests", "Requests bound to a GPU, by function.", fn, nil),
-		served:   prometheus.NewDesc("faas_gpu_served_requests_total", "Requests released, by function.", fn, nil),
+		gpuBindings: prometheus.NewDesc("faas_gpu_gpu_bindings",
+			"Bindings on the GPU now: 0 idle, 1 exclusive or alone, more while co-runners share it.", gpu, nil),
+		gpuRequested: prometheus.NewDesc("faas_gpu_gpu_compute_requested",
+			"Sum of the compute requests of the GPU's bindings (1 for an exclusive one).", gpu, nil),
+		queued:  prometheus.NewDesc("faas_gpu_queued_requests", "Requests waiting for a GPU, by function.", fn, nil),
+		running: prometheus.NewDesc("faas_gpu_running_requests", "Requests bound to a GPU, by function.", fn, nil),
+		served:  prometheus.NewDesc("faas_gpu_served_requests_total", "Requests released, by function.", fn, nil),
 		onTime: prometheus.NewDesc("faas_gpu_on_time_requests_total",
 			"Requests released within the function's SLO, by function.", fn, nil),
 		refused: prometheus.NewDesc("faas_gpu_refused_requests_total",
@@ -116,7 +121,7 @@ func newPoolCollector(p pool.Pool) *poolCollector {
 }
 
 func (c *poolCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{c.gpuBusy, c.gpuUsed, c.gpuTotal, c.healthy, c.queued, c.running,
+	for _, d := range []*prometheus.Desc{c.gpuBusy, c.gpuUsed, c.gpuTotal, c.healthy, c.gpuBindings, c.gpuRequested, c.queued, c.running,
 		c.served, c.onTime, c.refused, c.shed, c.fnsActive, c.fnsMet, c.demand} {
 		ch <- d
 	}
@@ -130,6 +135,9 @@ func (c *poolCollector) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(c.gpuUsed, prometheus.GaugeValue, float64(g.UsedBytes), idx)
 		ch <- prometheus.MustNewConstMetric(c.gpuTotal, prometheus.GaugeValue, float64(g.MemoryBytes), idx)
 		ch <- prometheus.MustNewConstMetric(c.healthy, prometheus.GaugeValue, b2f(g.Healthy), idx)
+		bindings, requested := gpuBindings(g)
+		ch <- prometheus.MustNewConstMetric(c.gpuBindings, prometheus.GaugeValue, bindings, idx)
+		ch <- prometheus.MustNewConstMetric(c.gpuRequested, prometheus.GaugeValue, requested, idx)
 	}
 	for _, f := range st.Functions {
 		ch <- prometheus.MustNewConstMetric(c.queued, prometheus.GaugeValue, float64(f.Queued), f.Name)

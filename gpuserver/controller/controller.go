@@ -79,6 +79,8 @@ type Config struct {
 	Admission Admission
 	// Alpha, when > 0, fixes the Torpor grouping's alpha (queueing.Config.Alpha) instead of re-tuning it.
 	Alpha float64
+	// Sharing lets functions with compute shares co-run on a GPU (corun.go); off by default.
+	Sharing Sharing
 }
 
 // Function is what the controller knows of a registered function.
@@ -212,6 +214,7 @@ type Controller struct {
 	// links models the transfers in progress (keyed by request id) to predict their ends and new transfers.
 	links *topology.Transfers
 	ov    overload
+	co    coState // co-runners (corun.go)
 }
 
 // Counters are totals since the controller started.
@@ -259,6 +262,9 @@ func New(cfg Config) (*Controller, error) {
 		return nil, fmt.Errorf("%w: shed interval must be > 0", ErrInvalidConfig)
 	}
 	if err := cfg.Overload.validate(); err != nil {
+		return nil, err
+	}
+	if err := cfg.Sharing.validate(); err != nil {
 		return nil, err
 	}
 	if cfg.Admission == "" {
@@ -551,7 +557,7 @@ func (c *Controller) Dispatch(now time.Time) []Decision {
 		c.apply(now, fs, &d)
 		out = append(out, d)
 	}
-	return out
+	return append(out, c.dispatchCoRunners(now)...)
 }
 
 func (c *Controller) anyIdle() bool {
@@ -678,15 +684,12 @@ func (c *Controller) Complete(now time.Time, id uint64, exec time.Duration) (boo
 	delete(c.reqs, id)
 	d := r.decision
 	g := c.gpus[d.GPU]
-	if g.busy == id {
-		g.busy = 0
-		g.busyTime += now.Sub(g.busySince)
-	}
+	coRan := c.unbind(now, g, id)
 	onTime := !r.broken && (r.deadline.IsZero() || !now.After(r.deadline))
 	if fs := c.fns[d.Function]; fs != nil {
 		fs.inFlight--
 		if !r.broken && !r.initialisation {
-			fs.exec.Observe(exec)
+			c.observeExec(fs, coRan, exec)
 			fs.hold.Observe(now.Sub(r.boundAt))
 			c.observeShed(fs, onTime, r.arrival)
 		}

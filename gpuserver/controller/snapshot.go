@@ -20,6 +20,7 @@ func (c *Controller) Status() pool.Status {
 		}
 		sort.Strings(gs.Resident)
 		gs.Resident = slices.Compact(gs.Resident)
+		gs.CoRunners = c.coRunnerStatus(i)
 		st.GPUs = append(st.GPUs, gs)
 	}
 	byName := map[string]*pool.FunctionStatus{}

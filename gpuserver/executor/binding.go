@@ -468,7 +468,7 @@ func (n *Node) Stream(name string) (device.Stream, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Stream{n: n, f: f, gpu: f.active, s: s, epoch: f.epoch}, nil
+	return n.computeGated(name, &Stream{n: n, f: f, gpu: f.active, s: s, epoch: f.epoch})
 }
 
 // Stream is a function's compute stream with per-segment readiness; it implements device.Stream.

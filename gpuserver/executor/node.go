@@ -71,6 +71,8 @@ type Config struct {
 	// node's memory learns of them (docs/design.md, decision 12). Called with the node's lock held: it must not call
 	// the node.
 	OnEvict func(gpu int, function string, reason string)
+	// ComputeGate, when set, gates the launches of functions holding a compute share (computegate.go).
+	ComputeGate ComputeGate
 }
 
 // Reasons the node evicts a copy on its own (Config.OnEvict).

@@ -6,7 +6,8 @@
 // What is counted, per function:
 //
 //   - GPU seconds: from a request's binding to a GPU (acquire) until its release, summed over requests (two
-//     requests bound at once count twice). A function's initialisation, which binds without a request, is not
+//     requests bound at once count twice), times the share of the GPU's compute the binding was granted meanwhile
+//     (1 for an exclusive binding, the default; SetShare for a co-runner: share.go). A function's initialisation, which binds without a request, is not
 //     counted: it is the platform's cold start.
 //   - GPU memory byte-seconds: the function's GPU memory quota (com.openfaas.gpu.memory, the most its resident
 //     copy may take) times those GPU seconds, as a serverless platform bills configured memory times duration.
@@ -136,6 +137,7 @@ type openBinding struct {
 	function  string
 	memory    uint64
 	accounted time.Time // counted up to here
+	share     float64   // of the GPU's compute, granted now (share.go); 1 for an exclusive binding
 }
 
 // state is the file's content.
@@ -273,7 +275,7 @@ func (m *Meter) Begin(id, function string, memoryBytes uint64) {
 	if m.closed {
 		return
 	}
-	m.open[id] = &openBinding{function: function, memory: memoryBytes, accounted: m.cfg.Now()}
+	m.open[id] = &openBinding{function: function, memory: memoryBytes, accounted: m.cfg.Now(), share: 1}
 }
 
 // End stops counting a binding and counts its request; an unknown id is ignored.
@@ -299,7 +301,7 @@ func (m *Meter) advanceLocked(now time.Time) {
 			continue
 		}
 		b.accounted = now
-		m.addLocked(b.function, now, Counters{GPUSeconds: d, GPUMemoryByteSeconds: d * float64(b.memory)})
+		m.addLocked(b.function, now, Counters{GPUSeconds: d * b.share, GPUMemoryByteSeconds: d * float64(b.memory)})
 	}
 	if d := now.Sub(m.imagesAt).Seconds(); d > 0 {
 		for name, bytes := range m.images {

@@ -44,6 +44,10 @@ type FunctionSpec struct {
 	// ModelShared: the function never writes its model memory after its initialisation, so chunks of it identical
 	// to another such function's of its tenant are mapped once, read-only, on a GPU where both are resident.
 	Model string `json:"model,omitempty"`
+	// ComputeRequest and ComputeLimit are the function's compute shares of a GPU (share.go), as named by its
+	// annotations; 0 when not named (both unnamed: exclusive).
+	ComputeRequest float64 `json:"compute_request,omitempty"`
+	ComputeLimit   float64 `json:"compute_limit,omitempty"`
 }
 
 // Binding is one request's hold on a GPU, from Acquire to Release.
@@ -73,6 +77,9 @@ type GPUStatus struct {
 	Busy        bool     `json:"busy"`
 	Healthy     bool     `json:"healthy"`
 	Resident    []string `json:"resident"`
+	// CoRunners lists the bindings held on the GPU now when they hold compute shares (share.go), the first binding
+	// first; empty while the GPU is idle or held by an exclusive binding.
+	CoRunners []CoRunner `json:"corunners,omitempty"`
 }
 
 // FunctionStatus describes one registered function.
@@ -378,5 +385,5 @@ func (s *FunctionSpec) Validate() error {
 	default:
 		return fmt.Errorf("%w: model must be private or shared", ErrInvalidSpec)
 	}
-	return nil
+	return s.validateShares()
 }

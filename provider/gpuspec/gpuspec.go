@@ -51,7 +51,8 @@ func Parse(annotations map[string]string, function string) (spec pool.FunctionSp
 		sort.Strings(unknown)
 		return pool.FunctionSpec{}, false, fmt.Errorf("%w: annotation %s is not a GPU annotation (known: %s, %s, %s, %s)",
 			provider.ErrInvalid, unknown[0], contract.AnnotationMemory, contract.AnnotationSLO, contract.AnnotationPercentile, contract.AnnotationIsolation+
-				", "+contract.AnnotationScratch+", "+contract.AnnotationModel)
+				", "+contract.AnnotationScratch+", "+contract.AnnotationModel+", "+contract.AnnotationComputeRequest+", "+
+				contract.AnnotationComputeLimit)
 	}
 	if !sawGPU {
 		return pool.FunctionSpec{}, false, nil
@@ -117,6 +118,9 @@ func Parse(annotations map[string]string, function string) (spec pool.FunctionSp
 			return pool.FunctionSpec{}, false, fmt.Errorf("%w: annotation %s: %q must be %q or %q",
 				provider.ErrInvalid, contract.AnnotationModel, v, contract.ModelPrivate, contract.ModelShared)
 		}
+	}
+	if spec.ComputeRequest, spec.ComputeLimit, err = parseShares(annotations); err != nil {
+		return pool.FunctionSpec{}, false, err
 	}
 	if err := spec.Validate(); err != nil {
 		return pool.FunctionSpec{}, false, fmt.Errorf("%w: GPU annotations of %q: %v", provider.ErrInvalid, function, err)

@@ -71,6 +71,26 @@ func TestParse(t *testing.T) {
 		{name: "percentile 0", ann: map[string]string{contract.AnnotationMemory: "1Gi", contract.AnnotationPercentile: "0"}, wantErr: contract.AnnotationPercentile},
 		{name: "percentile NaN", ann: map[string]string{contract.AnnotationMemory: "1Gi", contract.AnnotationPercentile: "NaN"}, wantErr: contract.AnnotationPercentile},
 		{name: "isolation unknown", ann: map[string]string{contract.AnnotationMemory: "1Gi", contract.AnnotationIsolation: "exclusive"}, wantErr: contract.AnnotationIsolation},
+		{
+			name: "compute shares as fraction and percentage",
+			ann: map[string]string{contract.AnnotationMemory: "1Gi", contract.AnnotationComputeRequest: "0.3",
+				contract.AnnotationComputeLimit: " 60% "},
+			isGPU: true,
+			want: pool.FunctionSpec{Name: "f", MemoryBytes: 1 << 30, Percentile: 98, Isolation: "shared",
+				ComputeRequest: 0.3, ComputeLimit: 0.6},
+		},
+		{
+			name:  "compute limit alone",
+			ann:   map[string]string{contract.AnnotationMemory: "1Gi", contract.AnnotationComputeLimit: "0.5"},
+			isGPU: true,
+			want:  pool.FunctionSpec{Name: "f", MemoryBytes: 1 << 30, Percentile: 98, Isolation: "shared", ComputeLimit: 0.5},
+		},
+		{name: "compute request not a number", ann: map[string]string{contract.AnnotationMemory: "1Gi", contract.AnnotationComputeRequest: "half"}, wantErr: contract.AnnotationComputeRequest},
+		{name: "compute request zero", ann: map[string]string{contract.AnnotationMemory: "1Gi", contract.AnnotationComputeRequest: "0%"}, wantErr: contract.AnnotationComputeRequest},
+		{name: "compute request bare 30", ann: map[string]string{contract.AnnotationMemory: "1Gi", contract.AnnotationComputeRequest: "30"}, wantErr: contract.AnnotationComputeRequest},
+		{name: "compute limit above one GPU", ann: map[string]string{contract.AnnotationMemory: "1Gi", contract.AnnotationComputeLimit: "120%"}, wantErr: contract.AnnotationComputeLimit},
+		{name: "compute request above limit", ann: map[string]string{contract.AnnotationMemory: "1Gi", contract.AnnotationComputeRequest: "0.8", contract.AnnotationComputeLimit: "0.5"}, wantErr: contract.AnnotationComputeRequest},
+		{name: "compute request NaN", ann: map[string]string{contract.AnnotationMemory: "1Gi", contract.AnnotationComputeRequest: "NaN"}, wantErr: contract.AnnotationComputeRequest},
 		{name: "typo in annotation", ann: map[string]string{contract.AnnotationMemory: "1Gi", "com.openfaas.gpu.mem": "1Gi"}, wantErr: "com.openfaas.gpu.mem"},
 	}
 	for _, tt := range tests {

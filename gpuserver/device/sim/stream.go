@@ -50,6 +50,8 @@ type stream struct {
 	err      error
 	timeline time.Time // modelled end of the previous op
 	opStart  time.Time // modelled start of the running op
+
+	meter meter // its compute work (meter.go)
 }
 
 // NewStream creates a stream on a GPU (in the backend's own context of the GPU).
@@ -122,6 +124,7 @@ func (s *stream) work() {
 				continue
 			}
 			d, err := runOp(o)
+			s.meter.add(o, d, s.b.opts.TimeScale)
 			if err != nil {
 				s.err = fmt.Errorf("sim: gpu %d: %s: %w", s.gpu, o.kind, err)
 				if device.IsContextFault(err) {
