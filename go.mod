@@ -4,7 +4,6 @@ go 1.26.0
 
 require (
 	github.com/NVIDIA/go-nvml v0.13.3-0
-	github.com/go-chi/chi/v5 v5.5.0
 	github.com/google/go-containerregistry v0.20.3
 	github.com/gorilla/mux v1.8.1
 	github.com/klauspost/compress v1.20.3

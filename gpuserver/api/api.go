@@ -48,7 +48,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/go-chi/chi/v5"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
@@ -131,7 +130,7 @@ type Server struct {
 	pool        pool.Pool
 	log         *slog.Logger
 	metrics     *metrics
-	router      chi.Router
+	router      *http.ServeMux
 	auth        Authenticator
 	maxAcquires int
 	usage       UsageSource // nil: no /v1/usage
@@ -182,16 +181,16 @@ func New(p pool.Pool, reg prometheus.Registerer, gather prometheus.Gatherer, log
 	for _, o := range opts {
 		o(s)
 	}
-	r := chi.NewRouter()
-	r.Post("/v1/functions", s.register)
-	r.Delete("/v1/functions/{name}", s.deregister)
-	r.Post("/v1/functions/{name}/acquire", s.acquire)
-	r.Post("/v1/bindings/{id}/release", s.release)
-	r.Get("/v1/pool", s.status)
+	r := http.NewServeMux()
+	r.HandleFunc("POST /v1/functions", s.register)
+	r.HandleFunc("DELETE /v1/functions/{name}", s.deregister)
+	r.HandleFunc("POST /v1/functions/{name}/acquire", s.acquire)
+	r.HandleFunc("POST /v1/bindings/{id}/release", s.release)
+	r.HandleFunc("GET /v1/pool", s.status)
 	if s.usage != nil {
-		r.Get("/v1/usage", s.serveUsage)
+		r.HandleFunc("GET /v1/usage", s.serveUsage)
 	}
-	r.Get("/healthz", func(w http.ResponseWriter, _ *http.Request) { w.WriteHeader(http.StatusOK) })
+	r.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { w.WriteHeader(http.StatusOK) })
 	r.Handle("/metrics", promhttp.HandlerFor(gather, promhttp.HandlerOpts{}))
 	s.router = r
 	return s, nil
@@ -323,7 +322,7 @@ func (s *Server) register(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *Server) deregister(w http.ResponseWriter, r *http.Request) {
-	name := chi.URLParam(r, "name")
+	name := r.PathValue("name")
 	if err := s.authorize(r, fmt.Sprintf("deregistering function %q", name), nil); err != nil {
 		s.fail(w, r, err)
 		return
@@ -355,7 +354,7 @@ func (s *Server) openAcquire(function string) (done func(), err error) {
 }
 
 func (s *Server) acquire(w http.ResponseWriter, r *http.Request) {
-	name := chi.URLParam(r, "name")
+	name := r.PathValue("name")
 	if err := s.authorize(r, fmt.Sprintf("acquiring a GPU for function %q", name), func(tok string) bool {
 		return s.auth.IsFunction(name, tok)
 	}); err != nil {
@@ -437,7 +436,7 @@ func (s *Server) hold(ctx context.Context, b pool.Binding, done func()) (*lease,
 }
 
 func (s *Server) release(w http.ResponseWriter, r *http.Request) {
-	id := chi.URLParam(r, "id")
+	id := r.PathValue("id")
 	s.mu.Lock()
 	l := s.leases[id]
 	s.mu.Unlock()

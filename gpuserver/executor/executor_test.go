@@ -12,7 +12,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/faas-gpu/faas-gpu/gpuserver/controller"
 	"github.com/faas-gpu/faas-gpu/gpuserver/device"
 	"github.com/faas-gpu/faas-gpu/gpuserver/device/sim"
 	"github.com/faas-gpu/faas-gpu/gpuserver/device/sim/kernels"
@@ -470,12 +469,12 @@ func must(t *testing.T, err error) {
 	}
 }
 
-func TestControllerActuatorDrivesSwaps(t *testing.T) {
+func TestNodeSwapsBetweenGPUsAndFromHost(t *testing.T) {
 	ctx := context.Background()
 	r := newRig(t, 64<<20, sim.Options{}, false)
 	m := initModel(t, r, "act", 0, 3<<20)
-	a := executor.Actuator{Node: r.node}
-	must(t, a.SwapIn(ctx, "act", 3, controller.Source{GPU: 0, Kind: controller.SwapNVLink}))
+	a := r.node
+	must(t, a.SwapIn(ctx, "act", 3, 0))
 	verify(t, r, m, 3)
 	// The source copy stays pinned until the swap's finisher has run: poll (its copies completed in verify).
 	for deadline := time.Now().Add(10 * time.Second); ; {
@@ -489,7 +488,7 @@ func TestControllerActuatorDrivesSwaps(t *testing.T) {
 		time.Sleep(time.Millisecond)
 	}
 	must(t, a.Evict(ctx, "act", 3))
-	must(t, a.SwapIn(ctx, "act", 1, controller.Source{GPU: topology.Host, Kind: controller.SwapPCIe}))
+	must(t, a.SwapIn(ctx, "act", 1, executor.Host))
 	verify(t, r, m, 1)
 }
 

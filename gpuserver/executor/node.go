@@ -11,6 +11,7 @@ import (
 
 	"github.com/faas-gpu/faas-gpu/gpuserver/device"
 	"github.com/faas-gpu/faas-gpu/gpuserver/memory"
+	"github.com/faas-gpu/faas-gpu/gpuserver/pool"
 	"github.com/faas-gpu/faas-gpu/gpuserver/repository"
 	"github.com/faas-gpu/faas-gpu/gpuserver/topology"
 )
@@ -28,8 +29,9 @@ var (
 	ErrBroken = errors.New("binding broke")
 	// ErrLost: a fault or a GPU failure destroyed device state of a function that no image holds (its memory
 	// before its initialisation ended, module globals it wrote, scratch it keeps between requests; scratch.go),
-	// or its scratch cannot be kept, so its process must start again (and initialise afresh after Reset).
-	ErrLost = errors.New("the function's device state was lost and no image holds it: its process must start again")
+	// or its scratch cannot be kept, so its process must start again (and initialise afresh after Reset). It is
+	// pool.ErrFunctionLost, what the gpuserver's callers see (one sentinel across the data plane's seam).
+	ErrLost = pool.ErrFunctionLost
 )
 
 // Host is the Source of a swap from the host repository (topology.Host).

@@ -247,208 +247,246 @@ type staging struct {
 }
 
 // completeLocked maps every segment of f on its active GPU gpu: parked chunks again, new chunks for segments
-// without, and enqueues the copies of model segments from source.
+// without, and enqueues the copies of model segments from source. The decisions are swapplan.go's; this carries
+// them out: the source (swapSourceLocked), then each segment in scratchFirst's order (swapSegmentLocked), then the
+// swap's completion event and its finisher (enqueuedLocked).
 func (n *Node) completeLocked(ctx context.Context, f *function, gpu int, source Source) error {
-	r := f.res[gpu]
-	e := n.execs[gpu]
-	segs := scratchFirst(f.space.Segments())
-	job := &swapJob{gpu: gpu}
-	var src *residency
+	sw, err := n.swapSourceLocked(ctx, f, gpu, source)
+	if err != nil {
+		return err
+	}
+	defer func() {
+		if sw.sib != nil && sw.job.sibling != sw.sib { // the job did not take it (nothing read from it, or a failure)
+			sw.sib.release()
+		}
+	}()
+	for _, seg := range scratchFirst(f.space.Segments()) {
+		if err := n.swapSegmentLocked(ctx, sw, seg); err != nil {
+			return err
+		}
+	}
+	if !sw.enqueued {
+		if sw.job.image != nil {
+			_ = sw.job.image.Release()
+		}
+		return nil
+	}
+	return n.enqueuedLocked(ctx, sw)
+}
+
+// swapRun is one swap-in being carried out (completeLocked).
+type swapRun struct {
+	f        *function
+	gpu      int
+	r        *residency
+	e        *Executor
+	src      *residency     // the function's own copy read from; nil: none usable
+	sib      *siblingSource // a sibling instance's copy that may hold its weights; nil: none
+	stream   device.Stream  // the copy-in stream, or the peer stream when a GPU's copy is read
+	job      *swapJob
+	enqueued bool // a copy was enqueued
+}
+
+// swapSourceLocked resolves a swap's source (Any: the node picks a GPU with a copy, else the host) into the copy it
+// reads: the function's own on another GPU where that one is usable, else, for a captured function
+// asked to read from a GPU, a sibling instance's copy there.
+func (n *Node) swapSourceLocked(ctx context.Context, f *function, gpu int, source Source) (*swapRun, error) {
+	sw := &swapRun{f: f, gpu: gpu, r: f.res[gpu], e: n.execs[gpu], job: &swapJob{gpu: gpu}}
 	if source == Any {
 		source = n.sourceLocked(ctx, f, gpu)
 	}
 	if source != Host {
 		if err := n.validGPU(source); err != nil {
-			return err
+			return nil, err
 		}
-		src = f.res[source]
-		if src == nil || source == gpu || !n.dev.CanAccessPeer(gpu, source) || !n.execs[source].healthy {
-			src = nil // no usable copy there: the host image is authoritative
+		// A copy that is not the target itself, readable from it (peer access) and healthy; otherwise the host
+		// image is authoritative.
+		if src := f.res[source]; src != nil && source != gpu && n.dev.CanAccessPeer(gpu, source) &&
+			n.execs[source].healthy {
+			sw.src = src
 		}
 	}
-	var sib *siblingSource // no copy of its own there: a sibling instance's may hold its weights (siblings.go)
-	if src == nil && source != Host && f.captured {
-		sib = n.siblingLocked(ctx, f, source, gpu)
+	if sw.src == nil && source != Host && f.captured { // no copy of its own there: a sibling's may hold its weights
+		sw.sib = n.siblingLocked(ctx, f, source, gpu)
 	}
-	defer func() {
-		if sib != nil && job.sibling != sib { // the job did not take it (nothing read from it, or a failure)
-			sib.release()
-		}
-	}()
-	stream := e.copyIn
-	if src != nil || sib != nil {
-		stream = e.copyPeer
+	sw.stream = sw.e.copyIn
+	if sw.src != nil || sw.sib != nil {
+		sw.stream = sw.e.copyPeer
 	}
-	enqueued := false
-	cs := n.mem.ChunkSize()
-	for _, seg := range segs {
-		if r.mapped[seg.ID] || f.dead[seg.ID] {
-			continue
-		}
-		chunks, parked := r.chunks[seg.ID]
-		// Scratch, or a model block the function's own calls fill during initialisation (and that has no bytes
-		// written back yet), gets no copy.
-		fill := seg.Kind == memory.KindModel && (f.captured || n.restoringLocked(f, seg.ID) || f.saved[seg.ID])
-		plan := chunkPlan{reused: make([]*sharedChunk, seg.Chunks(cs))}
-		if !parked {
-			if fill && f.captured && f.modelShared { // some of its image's chunks may be on the gpu already
-				if job.image == nil {
-					im, err := n.repo.Get(ctx, f.name)
-					if err != nil {
-						return fmt.Errorf("function %s: %w: %w", f.name, ErrNotCaptured, err)
-					}
-					job.image = im
-				}
-				if idx := imageSegment(job.image, seg.ID); idx >= 0 {
-					plan = n.planChunksLocked(gpu, job.image, idx, len(plan.reused))
-				}
-			}
-			var err error
-			if chunks, err = n.takePlannedLocked(ctx, f, r, seg.ID, plan); err != nil {
-				return err
-			}
-			r.chunks[seg.ID] = chunks
-		}
-		if err := n.unlocked(func() error { return n.mem.MapSegment(seg, chunks, []int{gpu}) }); err != nil {
-			return n.failLocked(gpu, fmt.Errorf("function %s segment %d: %w", f.name, seg.ID, err))
-		}
-		r.mapped[seg.ID] = true
-		if err := n.protectLocked(f, gpu, seg); err != nil {
-			return n.failLocked(gpu, err)
-		}
-		if parked {
-			continue // a parked copy already holds the bytes
-		}
-		if host := n.scratchHostLocked(f, seg); host != nil {
-			// Scratch the function keeps, written back when its copy left a GPU (scratch.go).
-			if err := n.restoreScratchLocked(e, r, seg, host); err != nil {
-				return n.failLocked(gpu, err)
-			}
-			continue
-		}
-		if !fill {
-			// No copy, but the fresh chunks may hold what another function left there. Zero them first (ordered
-			// before the function's work on the segment like a copy).
-			if err := n.zeroLocked(e, r, seg); err != nil {
-				return n.failLocked(gpu, err)
-			}
-			continue
-		}
-		// Copy the chunks that are not on the gpu already, in runs of consecutive ones.
-		var runs [][2]uint64
-		for j, c := range plan.reused {
-			off := uint64(j) * cs
-			if c != nil {
-				n.sharedBytes += min(cs, seg.Size-off)
-				continue
-			}
-			if k := len(runs) - 1; k >= 0 && runs[k][0]+runs[k][1] == off {
-				runs[k][1] += min(cs, seg.Size-off)
-			} else {
-				runs = append(runs, [2]uint64{off, min(cs, seg.Size-off)})
-			}
-		}
-		if len(runs) == 0 {
-			continue // every chunk was on the gpu already
-		}
-		copied := uint64(0)
-		eachRun := func(fn func(off, size uint64) error) error {
-			for _, run := range runs {
-				for off := run[0]; off < run[0]+run[1]; off += e.groupBytes {
-					size := min(e.groupBytes, run[0]+run[1]-off)
-					if err := fn(off, size); err != nil {
-						return err
-					}
-					copied += size
-				}
-			}
-			return nil
-		}
-		// A read-only segment's chunks are filled through a staging address of their own, writable from gpu for
-		// the swap's copies only (share.go).
-		dst := seg.Ptr
-		if f.readOnly(seg) {
-			st, err := n.stageChunksLocked(seg, chunks, gpu)
-			if err != nil {
-				return err
-			}
-			job.staging = append(job.staging, st)
-			dst = st.ptr
-		}
-		if sib != nil && job.image == nil {
-			im, err := n.repo.Get(ctx, f.name)
-			if err != nil {
-				return fmt.Errorf("function %s: %w: %w", f.name, ErrNotCaptured, err)
-			}
-			job.image = im
-		}
-		var theirs memory.Segment
-		fromSibling := false
-		if sib != nil {
-			theirs, fromSibling = sib.segment(job.image, seg)
-		}
-		switch {
-		case src != nil && src.chunks[seg.ID] != nil:
-			st, err := n.stageLocked(seg, src, gpu)
-			if err != nil {
-				return err
-			}
-			job.staging = append(job.staging, st)
-			if err := eachRun(func(off, size uint64) error {
-				return stream.CopyDtoD(dst+device.Ptr(off), st.ptr+device.Ptr(off), size)
-			}); err != nil {
-				return n.failLocked(gpu, err)
-			}
-		case fromSibling:
-			st, err := n.stageLocked(theirs, sib.res, gpu)
-			if err != nil {
-				return err
-			}
-			job.staging = append(job.staging, st)
-			sib.used = true
-			if err := eachRun(func(off, size uint64) error {
-				return stream.CopyDtoD(dst+device.Ptr(off), st.ptr+device.Ptr(off), size)
-			}); err != nil {
-				return n.failLocked(gpu, err)
-			}
-			e.siblingBytes += seg.Size
-		default:
-			if job.image == nil {
-				im, err := n.repo.Get(ctx, f.name)
-				if err != nil {
-					return fmt.Errorf("function %s: %w: %w", f.name, ErrNotCaptured, err)
-				}
-				job.image = im
-			}
-			idx := imageSegment(job.image, seg.ID)
-			if idx < 0 {
-				return fmt.Errorf("%w: function %s: segment %d is not in its image", ErrNotCaptured, f.name, seg.ID)
-			}
-			host := job.image.Bytes(idx)
-			if err := eachRun(func(off, size uint64) error {
-				return stream.CopyHtoD(dst+device.Ptr(off), host[off:off+size])
-			}); err != nil {
-				return n.failLocked(gpu, err)
-			}
-		}
-		ev, err := n.dev.NewEvent(gpu)
-		if err == nil {
-			err = stream.Record(ev)
-		}
+	return sw, nil
+}
+
+// imageLocked is the function's image, held by the swap's job from its first use on.
+func (n *Node) imageLocked(ctx context.Context, sw *swapRun) (*repository.Image, error) {
+	if sw.job.image == nil {
+		im, err := n.repo.Get(ctx, sw.f.name)
 		if err != nil {
+			return nil, fmt.Errorf("function %s: %w: %w", sw.f.name, ErrNotCaptured, err)
+		}
+		sw.job.image = im
+	}
+	return sw.job.image, nil
+}
+
+// swapSegmentLocked brings one segment onto the swap's GPU: its chunks (parked ones, chunks of its image already on
+// the GPU, or new ones) are mapped at its address, then its work (planSegment) is enqueued.
+func (n *Node) swapSegmentLocked(ctx context.Context, sw *swapRun, seg memory.Segment) error {
+	f, r, gpu := sw.f, sw.r, sw.gpu
+	if r.mapped[seg.ID] || f.dead[seg.ID] {
+		return nil
+	}
+	fill := seg.Kind == memory.KindModel && (f.captured || n.restoringLocked(f, seg.ID) || f.saved[seg.ID])
+	chunks, parked, plan, err := n.mapSegmentLocked(ctx, sw, seg, fill)
+	if err != nil {
+		return err
+	}
+	host := n.scratchHostLocked(f, seg)
+	switch planSegment(segmentFacts{Parked: parked, ScratchHost: host != nil, Fill: fill}) {
+	case workNone:
+		return nil
+	case workRestoreScratch:
+		if err := n.restoreScratchLocked(sw.e, r, seg, host); err != nil {
 			return n.failLocked(gpu, err)
 		}
-		r.ready[seg.ID] = ev
-		e.swapBytes += copied
-		enqueued = true
-	}
-	if !enqueued {
-		if job.image != nil {
-			_ = job.image.Release()
+		return nil
+	case workZero: // ordered before the function's work on the segment like a copy
+		if err := n.zeroLocked(sw.e, r, seg); err != nil {
+			return n.failLocked(gpu, err)
 		}
 		return nil
 	}
-	e.swaps++
+	reused := make([]bool, len(plan.reused))
+	for j, c := range plan.reused {
+		reused[j] = c != nil
+	}
+	spans, shared := copySpans(reused, n.mem.ChunkSize(), seg.Size, sw.e.groupBytes)
+	n.sharedBytes += shared
+	if len(spans) == 0 {
+		return nil // every chunk was on the gpu already
+	}
+	return n.copySegmentLocked(ctx, sw, seg, chunks, spans)
+}
+
+// mapSegmentLocked maps a segment's chunks at its address on the swap's GPU: its parked chunks (parked), or new
+// ones, with a segment to fill reusing the chunks of its image already on the GPU (plan).
+func (n *Node) mapSegmentLocked(ctx context.Context, sw *swapRun, seg memory.Segment, fill bool) (
+	chunks []memory.Chunk, parked bool, plan chunkPlan, err error) {
+	f, r, gpu := sw.f, sw.r, sw.gpu
+	chunks, parked = r.chunks[seg.ID]
+	plan = chunkPlan{reused: make([]*sharedChunk, seg.Chunks(n.mem.ChunkSize()))}
+	if !parked {
+		if fill && f.captured && f.modelShared { // some of its image's chunks may be on the gpu already
+			im, err := n.imageLocked(ctx, sw)
+			if err != nil {
+				return nil, false, plan, err
+			}
+			if idx := imageSegment(im, seg.ID); idx >= 0 {
+				plan = n.planChunksLocked(gpu, im, idx, len(plan.reused))
+			}
+		}
+		if chunks, err = n.takePlannedLocked(ctx, f, r, seg.ID, plan); err != nil {
+			return nil, false, plan, err
+		}
+		r.chunks[seg.ID] = chunks
+	}
+	if err := n.unlocked(func() error { return n.mem.MapSegment(seg, chunks, []int{gpu}) }); err != nil {
+		return nil, false, plan, n.failLocked(gpu, fmt.Errorf("function %s segment %d: %w", f.name, seg.ID, err))
+	}
+	r.mapped[seg.ID] = true
+	if err := n.protectLocked(f, gpu, seg); err != nil {
+		return nil, false, plan, n.failLocked(gpu, err)
+	}
+	return chunks, parked, plan, nil
+}
+
+// copySegmentLocked enqueues a model segment's copies (spans) from the swap's source (copyFrom) and the event that
+// work on the segment waits for.
+func (n *Node) copySegmentLocked(ctx context.Context, sw *swapRun, seg memory.Segment, chunks []memory.Chunk,
+	spans []span) error {
+	f, gpu, e, job := sw.f, sw.gpu, sw.e, sw.job
+	// A read-only segment's chunks are filled through a staging address of their own, writable from gpu for the
+	// swap's copies only (share.go).
+	dst := seg.Ptr
+	if f.readOnly(seg) {
+		st, err := n.stageChunksLocked(seg, chunks, gpu)
+		if err != nil {
+			return err
+		}
+		job.staging = append(job.staging, st)
+		dst = st.ptr
+	}
+	var theirs memory.Segment
+	siblingMatches := false
+	if sw.sib != nil {
+		im, err := n.imageLocked(ctx, sw)
+		if err != nil {
+			return err
+		}
+		theirs, siblingMatches = sw.sib.segment(im, seg)
+	}
+	var enqueue func(s span) error
+	from := copyFrom(sw.src != nil && sw.src.chunks[seg.ID] != nil, siblingMatches)
+	switch from {
+	case fromPeer:
+		st, err := n.stageLocked(seg, sw.src, gpu)
+		if err != nil {
+			return err
+		}
+		job.staging = append(job.staging, st)
+		enqueue = func(s span) error {
+			return sw.stream.CopyDtoD(dst+device.Ptr(s.off), st.ptr+device.Ptr(s.off), s.size)
+		}
+	case fromSibling:
+		st, err := n.stageLocked(theirs, sw.sib.res, gpu)
+		if err != nil {
+			return err
+		}
+		job.staging = append(job.staging, st)
+		sw.sib.used = true
+		enqueue = func(s span) error {
+			return sw.stream.CopyDtoD(dst+device.Ptr(s.off), st.ptr+device.Ptr(s.off), s.size)
+		}
+	default:
+		im, err := n.imageLocked(ctx, sw)
+		if err != nil {
+			return err
+		}
+		idx := imageSegment(im, seg.ID)
+		if idx < 0 {
+			return fmt.Errorf("%w: function %s: segment %d is not in its image", ErrNotCaptured, f.name, seg.ID)
+		}
+		host := im.Bytes(idx)
+		enqueue = func(s span) error { return sw.stream.CopyHtoD(dst+device.Ptr(s.off), host[s.off:s.off+s.size]) }
+	}
+	copied := uint64(0)
+	for _, s := range spans {
+		if err := enqueue(s); err != nil {
+			return n.failLocked(gpu, err)
+		}
+		copied += s.size
+	}
+	if from == fromSibling {
+		e.siblingBytes += seg.Size
+	}
+	ev, err := n.dev.NewEvent(gpu)
+	if err == nil {
+		err = sw.stream.Record(ev)
+	}
+	if err != nil {
+		return n.failLocked(gpu, err)
+	}
+	sw.r.ready[seg.ID] = ev
+	e.swapBytes += copied
+	sw.enqueued = true
+	return nil
+}
+
+// enqueuedLocked ends a swap whose copies were enqueued: its sources are pinned until they completed, a completion
+// event is recorded after them, and its finisher releases the job (at once for a function still initialising,
+// which waits here so that its image is not held when its initialisation ends).
+func (n *Node) enqueuedLocked(ctx context.Context, sw *swapRun) error {
+	job, src, sib := sw.job, sw.src, sw.sib
+	sw.e.swaps++
 	if src != nil {
 		src.pinned++
 		job.source = src
@@ -457,15 +495,15 @@ func (n *Node) completeLocked(ctx context.Context, f *function, gpu int, source 
 		sib.res.pinned++
 		job.source, job.sibling = sib.res, sib
 	}
-	done, err := n.dev.NewEvent(gpu)
+	done, err := n.dev.NewEvent(sw.gpu)
 	if err == nil {
-		err = stream.Record(done)
+		err = sw.stream.Record(done)
 	}
 	if err != nil {
-		return n.failLocked(gpu, err)
+		return n.failLocked(sw.gpu, err)
 	}
 	job.done = done
-	if !f.captured {
+	if !sw.f.captured {
 		// Restoring from the image during initialisation: wait here (mu released, f moving), so that the image is
 		// not held when the initialisation ends (a new capture replaces it).
 		err := n.unlocked(func() error {

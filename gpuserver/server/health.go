@@ -3,6 +3,7 @@ package server
 import (
 	"context"
 	"errors"
+	"sync"
 
 	"github.com/faas-gpu/faas-gpu/gpuserver/executor"
 	"github.com/faas-gpu/faas-gpu/gpuserver/pool"
@@ -44,7 +45,7 @@ func (t *trackedPool) noteHealth(ctx context.Context) {
 		return
 	}
 	var down, failed []int
-	for g := range t.node.GPUs() { // asked outside t.mu: the tracked pool never holds it into the executors
+	for g := range t.node.GPUs() { // asked holding no lock: the tracked pool never holds one into the data plane
 		if !t.node.Healthy(g) {
 			down = append(down, g)
 		}
@@ -52,24 +53,24 @@ func (t *trackedPool) noteHealth(ctx context.Context) {
 	if len(down) == 0 {
 		return
 	}
-	t.mu.Lock()
+	t.health.mu.Lock()
 	for _, g := range down {
-		if !t.failed[g] {
-			t.failed[g] = true
+		if !t.health.failed[g] {
+			t.health.failed[g] = true
 			failed = append(failed, g)
 		}
 	}
-	t.mu.Unlock()
+	t.health.mu.Unlock()
 	if len(failed) == 0 {
 		return
 	}
 	st := t.node.Status()
 	if t.noHealthyGPU() { // nothing will ever serve the waiting acquires: fail them now (503), not at their timeout
-		t.mu.Lock()
-		for w := range t.waiting {
+		t.health.mu.Lock()
+		for w := range t.health.waiting {
 			w.cancel(pool.ErrNoHealthyGPU)
 		}
-		t.mu.Unlock()
+		t.health.mu.Unlock()
 	}
 	for _, g := range failed {
 		t.log.ErrorContext(ctx, "gpu unhealthy: no more requests are placed there", "gpu", g, "err", st[g].Error)
@@ -82,13 +83,38 @@ func (t *trackedPool) noteHealth(ctx context.Context) {
 // Replaced counts the acquires whose first binding was on a GPU that failed before the request held it (the race
 // in health.go), bound again on a healthy GPU.
 func (s *Server) Replaced() int64 {
-	s.pool.mu.Lock()
-	defer s.pool.mu.Unlock()
-	return s.pool.replaced
+	s.pool.counts.mu.Lock()
+	defer s.pool.counts.mu.Unlock()
+	return s.pool.counts.replaced
+}
+
+// healthWatch is what the tracked pool knows of the GPUs' failures: those logged and told to the pool already, and
+// the acquires waiting in the pool, failed at once when no GPU is left.
+type healthWatch struct {
+	mu      sync.Mutex
+	failed  map[int]bool
+	waiting map[*waiter]struct{}
+}
+
+func newHealthWatch() *healthWatch {
+	return &healthWatch{failed: map[int]bool{}, waiting: map[*waiter]struct{}{}}
 }
 
 // waiter is an acquire waiting in the inner pool.
 type waiter struct{ cancel context.CancelCauseFunc }
+
+// wait counts w among the acquires waiting in the pool; waited uncounts it.
+func (h *healthWatch) wait(w *waiter) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.waiting[w] = struct{}{}
+}
+
+func (h *healthWatch) waited(w *waiter) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	delete(h.waiting, w)
+}
 
 // noHealthyGPU reports whether every GPU of the node's executors is out of service (false without executors).
 func (t *trackedPool) noHealthyGPU() bool {

@@ -206,11 +206,11 @@ func (a failingActuator) SwapIn(ctx context.Context, function string, gpu int, f
 	if gpu == a.gpu && a.fired.CompareAndSwap(false, true) {
 		(*a.x).MarkUnhealthy(gpu, errors.New("xid 79: fell off the bus"))
 	}
-	return executor.Actuator{Node: *a.x}.SwapIn(ctx, function, gpu, from)
+	return planeActuator{*a.x}.SwapIn(ctx, function, gpu, from)
 }
 
 func (a failingActuator) Evict(ctx context.Context, function string, gpu int) error {
-	return executor.Actuator{Node: *a.x}.Evict(ctx, function, gpu)
+	return planeActuator{*a.x}.Evict(ctx, function, gpu)
 }
 
 // TestGPUFailingUnderTheSwapIsBoundAgain: the GPU the controller chose fails while the model is swapped onto it,

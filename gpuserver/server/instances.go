@@ -43,12 +43,30 @@ func (t *trackedPool) Instance(ctx context.Context, function, instance string) (
 
 // InstanceEnded implements remoting.InstanceRegistry: the instance's last session ended (its process is gone).
 func (t *trackedPool) InstanceEnded(key string) {
-	t.mu.Lock()
-	if st := t.instances[key]; st != nil {
+	t.inst.mu.Lock()
+	if st := t.inst.m[key]; st != nil {
 		st.ended = true
 	}
-	t.mu.Unlock()
+	t.inst.mu.Unlock()
 	t.forgetCopies(context.Background(), key) // a session's end: no request ctx
+}
+
+// instanceTable is the instances known, by key.
+type instanceTable struct {
+	register sync.Mutex // one registration at a time: an instance is registered once
+
+	mu sync.Mutex
+	m  map[string]*instanceState
+}
+
+func newInstanceTable() *instanceTable { return &instanceTable{m: map[string]*instanceState{}} }
+
+// ended reports whether key is an instance whose last session ended.
+func (it *instanceTable) ended(key string) bool {
+	it.mu.Lock()
+	defer it.mu.Unlock()
+	st := it.m[key]
+	return st != nil && st.ended
 }
 
 // instanceState is what the tracked pool knows of an instance.
@@ -62,21 +80,21 @@ type instanceState struct {
 // were dropped with its memory (the data plane's Reset when its last session ended); its next acquire or hello
 // registers it again. Otherwise it does nothing (the last release calls it again).
 func (t *trackedPool) forgetCopies(ctx context.Context, key string) {
-	t.instMu.Lock()
-	defer t.instMu.Unlock()
-	t.mu.Lock()
-	st := t.instances[key]
-	idle := st != nil && st.ended && st.placed && st.acquiring == 0 && len(t.bound[key]) == 0
-	t.mu.Unlock()
+	t.inst.register.Lock()
+	defer t.inst.register.Unlock()
+	t.inst.mu.Lock()
+	st := t.inst.m[key]
+	idle := st != nil && st.ended && st.placed && st.acquiring == 0 && t.binds.Requests(key) == 0
+	t.inst.mu.Unlock()
 	if !idle {
 		return
 	}
 	if err := t.healthPool.Deregister(ctx, key); err != nil && !errors.Is(err, pool.ErrUnknownFunction) {
 		t.log.Warn("forget an ended instance's copies", "function", key, "err", err)
 	}
-	t.mu.Lock()
+	t.inst.mu.Lock()
 	st.placed = false
-	t.mu.Unlock()
+	t.inst.mu.Unlock()
 }
 
 // useInstance makes key's instance known to the pool and the data plane, registered with its function's spec (a
@@ -90,22 +108,22 @@ func (t *trackedPool) useInstance(ctx context.Context, key string) (done func(),
 	if err := pool.CheckKey(key); err != nil {
 		return nil, err
 	}
-	t.instMu.Lock() // one registration at a time: an instance is registered once
-	defer t.instMu.Unlock()
-	t.mu.Lock()
-	spec, ok := t.specs[fn]
-	st := t.instances[key]
+	t.inst.register.Lock() // one registration at a time: an instance is registered once
+	defer t.inst.register.Unlock()
+	spec, ok, _ := t.reg.lookup(fn)
+	t.inst.mu.Lock()
+	st := t.inst.m[key]
 	var spare []string // ended instances of fn with nothing bound: room for this one
 	n := 0
-	for k, s := range t.instances {
+	for k, s := range t.inst.m {
 		if f, _ := pool.SplitInstance(k); f == fn {
 			n++
-			if s.ended && len(t.bound[k]) == 0 && s.acquiring == 0 {
+			if s.ended && t.binds.Requests(k) == 0 && s.acquiring == 0 {
 				spare = append(spare, k)
 			}
 		}
 	}
-	t.mu.Unlock()
+	t.inst.mu.Unlock()
 	if !ok {
 		return nil, fmt.Errorf("%w: %s", pool.ErrUnknownFunction, fn)
 	}
@@ -121,20 +139,20 @@ func (t *trackedPool) useInstance(ctx context.Context, key string) (done func(),
 			return nil, err
 		}
 	}
-	t.mu.Lock()
-	if st = t.instances[key]; st == nil {
+	t.inst.mu.Lock()
+	if st = t.inst.m[key]; st == nil {
 		st = &instanceState{}
-		t.instances[key] = st
+		t.inst.m[key] = st
 	}
 	st.ended, st.placed = false, true
 	st.acquiring++
-	t.mu.Unlock()
+	t.inst.mu.Unlock()
 	var once sync.Once
 	return func() {
 		once.Do(func() {
-			t.mu.Lock()
+			t.inst.mu.Lock()
 			st.acquiring--
-			t.mu.Unlock()
+			t.inst.mu.Unlock()
 		})
 	}, nil
 }
@@ -160,11 +178,11 @@ func (t *trackedPool) registerInstance(ctx context.Context, key string, spec poo
 	return nil
 }
 
-// dropInstance forgets an instance in the pool and the data plane (with instMu held, or its function gone).
+// dropInstance forgets an instance in the pool and the data plane (with inst.register held, or its function gone).
 func (t *trackedPool) dropInstance(ctx context.Context, key string) {
-	t.mu.Lock()
-	delete(t.instances, key)
-	t.mu.Unlock()
+	t.inst.mu.Lock()
+	delete(t.inst.m, key)
+	t.inst.mu.Unlock()
 	if err := t.healthPool.Deregister(ctx, key); err != nil && !errors.Is(err, pool.ErrUnknownFunction) {
 		t.log.Warn("forget an instance", "function", key, "err", err)
 	}
@@ -177,10 +195,10 @@ func (t *trackedPool) dropInstance(ctx context.Context, key string) {
 
 // instancesOf lists the keys of fn's known instances.
 func (t *trackedPool) instancesOf(fn string) []string {
-	t.mu.Lock()
-	defer t.mu.Unlock()
+	t.inst.mu.Lock()
+	defer t.inst.mu.Unlock()
 	var out []string
-	for k := range t.instances {
+	for k := range t.inst.m {
 		if f, _ := pool.SplitInstance(k); f == fn {
 			out = append(out, k)
 		}
@@ -190,10 +208,10 @@ func (t *trackedPool) instancesOf(fn string) []string {
 
 // placedInstancesOf lists the keys of fn's instances registered with the controller.
 func (t *trackedPool) placedInstancesOf(fn string) []string {
-	t.mu.Lock()
-	defer t.mu.Unlock()
+	t.inst.mu.Lock()
+	defer t.inst.mu.Unlock()
 	var out []string
-	for k, st := range t.instances {
+	for k, st := range t.inst.m {
 		if f, _ := pool.SplitInstance(k); f == fn && st.placed {
 			out = append(out, k)
 		}

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/faas-gpu/faas-gpu/gpuserver/auth"
@@ -18,61 +19,90 @@ import (
 
 // trackedPool wraps a pool to know which GPU each function's requests are bound to, which the remoting server
 // asks for every call (remoting.Binder), to answer the remoting server's registry (remoting.Registry), and, with
-// executors, to hold each binding on the executor of its GPU.
+// a data plane, to hold each binding there. Its state is kept by role, each part with its own lock: the functions
+// registered (registry), the bindings held (executor.BindingTable), the maximum hold (holdLimit, holds.go), the
+// GPUs seen failed (healthWatch, health.go), the instances (instanceTable, instances.go) and the counters.
 //
 // The end of a function's initialisation (docs/design.md, decision 3) is its first request: Acquire ends it on the
-// executors (Node.EndInit: the model blocks allocated so far are captured as the function's image in the
-// repository, later blocks are scratch) before the request queues. Calls outside any request (BindImplicit) do
-// not end it. The executors also end it themselves before a swap moves the function or an eviction drops its
-// copy, so an image is never lost to a placement decision made between initialisation and the first request.
+// data plane (DataPlane.EndInit, or inside the request's Hold with executor processes: the model blocks allocated
+// so far are captured as the function's image in the repository, later blocks are scratch) before the request
+// queues. Calls outside any request (BindImplicit) do not end it. The executors also end it themselves before a
+// swap moves the function or an eviction drops its copy, so an image is never lost to a placement decision made
+// between initialisation and the first request.
 type trackedPool struct {
 	healthPool
-	key          auth.Key
-	node         dataPlane // nil without remoting
-	log          *slog.Logger
-	maxFunctions int
+	node executor.DataPlane // nil without remoting
+	log  *slog.Logger
+	opt  trackedOptions
 
-	mu       sync.Mutex
-	specs    map[string]pool.FunctionSpec
-	bound    map[string]map[string]int // function -> binding ID -> GPU
-	bindings map[string]string         // binding ID -> function
-	held     map[string]heldBinding
-	swaps    map[string]int64     // bindings by how the model reached the GPU (pool.Binding.Swap)
-	failed   map[int]bool         // unhealthy GPUs already logged and told to the pool (see health.go)
-	waiting  map[*waiter]struct{} // acquires waiting in the inner pool, failed at once when no GPU is left
-	sim      *sim.Backend         // the simulated device, for its kernel mode in the status; nil for real GPUs
-	tenants  *tenant.Plane        // the tenants' executor processes, for the status; nil when in-process
-	replaced int64                // acquires bound again because a GPU failed under them (see Server.Replaced)
-	meter    *metering.Meter      // the functions' bill: each request's binding, Acquire to Release
-	faults   *faultBackoff        // functions backed off after repeated kernel faults (faults.go); nil: none
-	// wake, when set (before serving), is told of every request bound, so that the function's remoting sessions
+	reg    *registry
+	binds  *executor.BindingTable[executor.Held]
+	holds  *holdLimit
+	health *healthWatch
+	inst   *instanceTable
+	counts counters
+	// wake, once set (before serving), is told of every request bound, so that the function's remoting sessions
 	// poll for its records at once (remoting.Server.Wake)
-	wake func(function string)
-
-	// instances are the instances known (instances.go), by key; instMu serialises their registration
-	instances map[string]*instanceState
-	instMu    sync.Mutex
-
-	// The maximum hold (see expire): a request's binding held longer than maxHold is ended.
-	maxHold   time.Duration
-	holdGrace time.Duration          // how long the work an expired binding queued may take to finish
-	timers    map[string]*time.Timer // binding ID -> its hold's end
-	expired   map[string]heldBinding // binding ID -> expired binding not released yet
-	expiries  int64                  // bindings ended because they were held too long
-	stopped   bool                   // the server shuts down: no more expiries
-	expiring  sync.WaitGroup         // expiries running
-	// expiringFn holds, per function, a channel for each expiry running, closed when it is done: the function's
-	// new requests are bound once its expired bindings' work is fenced and stopped, not under the teardown
-	expiringFn map[string][]chan struct{}
+	wake atomic.Pointer[func(function string)]
 }
 
-func newTrackedPool(p healthPool, key auth.Key, node dataPlane, maxFunctions int, maxHold time.Duration,
-	log *slog.Logger) *trackedPool {
-	return &trackedPool{healthPool: p, key: key, node: node, log: log, maxFunctions: maxFunctions,
-		specs: map[string]pool.FunctionSpec{}, bound: map[string]map[string]int{}, bindings: map[string]string{},
-		held: map[string]heldBinding{}, swaps: map[string]int64{}, failed: map[int]bool{},
-		waiting: map[*waiter]struct{}{}, maxHold: maxHold, holdGrace: defaultHoldGrace,
-		timers: map[string]*time.Timer{}, expired: map[string]heldBinding{}, instances: map[string]*instanceState{}}
+// trackedOptions are what the tracked pool reports on besides the pool and the data plane.
+type trackedOptions struct {
+	sim     *sim.Backend    // the simulated device, for its kernel mode in the status; nil for real GPUs
+	tenants *tenant.Plane   // the tenants' executor processes, for the status; nil when in-process
+	meter   *metering.Meter // the functions' bill: each request's binding, Acquire to Release
+	faults  *faultBackoff   // functions backed off after repeated kernel faults (faults.go); nil: none
+}
+
+func newTrackedPool(p healthPool, key auth.Key, node executor.DataPlane, maxFunctions int, maxHold time.Duration,
+	log *slog.Logger, opt trackedOptions) *trackedPool {
+	return &trackedPool{healthPool: p, node: node, log: log, opt: opt,
+		reg: newRegistry(key, maxFunctions), binds: executor.NewBindingTable[executor.Held](),
+		holds: newHoldLimit(maxHold, defaultHoldGrace), health: newHealthWatch(), inst: newInstanceTable(),
+		counts: counters{swaps: map[string]int64{}}}
+}
+
+// setWake sets what is told of every request bound (see trackedPool.wake).
+func (t *trackedPool) setWake(wake func(function string)) { t.wake.Store(&wake) }
+
+// counters of the tracked pool.
+type counters struct {
+	mu       sync.Mutex
+	swaps    map[string]int64 // bindings by how the model reached the GPU (pool.Binding.Swap)
+	replaced int64            // acquires bound again because a GPU failed under them (see Server.Replaced)
+}
+
+// registry is the functions registered, with their specs (remoting.Registry).
+type registry struct {
+	key auth.Key
+	max int
+
+	mu    sync.Mutex
+	specs map[string]pool.FunctionSpec
+}
+
+func newRegistry(key auth.Key, max int) *registry {
+	return &registry{key: key, max: max, specs: map[string]pool.FunctionSpec{}}
+}
+
+// lookup returns name's spec, whether it is registered, and whether one more function is refused.
+func (r *registry) lookup(name string) (spec pool.FunctionSpec, known, full bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	spec, known = r.specs[name]
+	return spec, known, !known && len(r.specs) >= r.max
+}
+
+func (r *registry) put(spec pool.FunctionSpec) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.specs[spec.Name] = spec
+}
+
+func (r *registry) remove(name string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	delete(r.specs, name)
 }
 
 // defaultHoldGrace is how long the work an expired binding had queued on its GPU may take to finish before its
@@ -83,13 +113,10 @@ func (t *trackedPool) Register(ctx context.Context, spec pool.FunctionSpec) erro
 	if err := pool.CheckName(spec.Name); err != nil {
 		return err
 	}
-	t.mu.Lock()
-	old, known := t.specs[spec.Name]
-	full := !known && len(t.specs) >= t.maxFunctions
-	t.mu.Unlock()
+	old, known, full := t.reg.lookup(spec.Name)
 	if full {
 		return fmt.Errorf("%w: %d functions are registered, the most this gpuserver holds (MaxFunctions): "+
-			"deregister one first", pool.ErrLimit, t.maxFunctions)
+			"deregister one first", pool.ErrLimit, t.reg.max)
 	}
 	if err := t.healthPool.Register(ctx, spec); err != nil {
 		return err
@@ -108,9 +135,7 @@ func (t *trackedPool) Register(ctx context.Context, spec pool.FunctionSpec) erro
 			return fmt.Errorf("register %q: %w", spec.Name, err)
 		}
 	}
-	t.mu.Lock()
-	t.specs[spec.Name] = spec
-	t.mu.Unlock()
+	t.reg.put(spec)
 	// Its instances take a new spec; the same spec again (a pod registering itself) leaves their copies alone.
 	if known && old != spec {
 		for _, key := range t.placedInstancesOf(spec.Name) {
@@ -132,24 +157,22 @@ func (t *trackedPool) Deregister(ctx context.Context, name string) error {
 			err = errors.Join(err, nerr)
 		}
 	}
-	t.mu.Lock()
-	delete(t.specs, name)
-	t.mu.Unlock()
-	if t.faults != nil {
-		t.faults.forget(name)
+	t.reg.remove(name)
+	if t.opt.faults != nil {
+		t.opt.faults.forget(name)
 	}
 	return err
 }
 
 // Acquire binds one request of function: its initialisation ends first (see trackedPool). A function whose
-// memory was lost before its initialisation ended (executor.ErrLost) is refused with pool.ErrFunctionLost: its
+// memory was lost before its initialisation ended is refused with pool.ErrFunctionLost (executor.ErrLost): its
 // process must start again.
 //
 // function may name an instance (pool.InstanceKey): the instance is made known first, and bound on a GPU of its
 // own while its siblings are bound on theirs (instances.go).
 func (t *trackedPool) Acquire(ctx context.Context, function string) (pool.Binding, error) {
-	if t.faults != nil {
-		if err := t.faults.refused(function); err != nil {
+	if t.opt.faults != nil {
+		if err := t.opt.faults.refused(function); err != nil {
 			return pool.Binding{}, fmt.Errorf("acquire %q: %w", function, err)
 		}
 	}
@@ -162,7 +185,7 @@ func (t *trackedPool) Acquire(ctx context.Context, function string) (pool.Bindin
 		err := t.node.EndInit(ctx, function)
 		switch {
 		case errors.Is(err, executor.ErrLost):
-			return pool.Binding{}, fmt.Errorf("acquire %q: %w: %w", function, pool.ErrFunctionLost, err)
+			return pool.Binding{}, fmt.Errorf("acquire %q: %w", function, err)
 		case err != nil && !errors.Is(err, executor.ErrUnknownFunction):
 			return pool.Binding{}, fmt.Errorf("acquire %q: end of initialisation: %w", function, err)
 		}
@@ -178,13 +201,13 @@ func (t *trackedPool) Acquire(ctx context.Context, function string) (pool.Bindin
 // Only a request's binding (request) is what CurrentGPU reports.
 func (t *trackedPool) acquire(ctx context.Context, function string, request bool) (pool.Binding, error) {
 	if request {
-		if err := t.waitExpiries(ctx, function); err != nil {
+		if err := t.holds.wait(ctx, function); err != nil {
 			return pool.Binding{}, fmt.Errorf("acquire %q: %w", function, err)
 		}
 	}
 	var (
 		b    pool.Binding
-		held heldBinding
+		held executor.Held
 		err  error
 	)
 	for attempt := 0; ; attempt++ {
@@ -203,63 +226,49 @@ func (t *trackedPool) acquire(ctx context.Context, function string, request bool
 		if t.node == nil || attempt >= t.node.GPUs() || !failedUnder(err) {
 			return pool.Binding{}, err
 		}
-		t.mu.Lock()
-		t.replaced++
-		t.mu.Unlock()
+		t.counts.mu.Lock()
+		t.counts.replaced++
+		t.counts.mu.Unlock()
 		t.log.WarnContext(ctx, "a gpu failed under an acquire: binding again", "function", function, "err", err)
 	}
-	t.mu.Lock()
-	if request {
-		if t.bound[function] == nil {
-			t.bound[function] = map[string]int{}
-		}
-		t.bound[function][b.ID] = b.GPU
-		t.bindings[b.ID] = function
-	}
-	if held != nil {
-		t.held[b.ID] = held
-		if request && t.maxHold > 0 && !t.stopped {
-			id := b.ID
-			t.timers[id] = time.AfterFunc(t.maxHold, func() { t.expire(id) })
-		}
+	t.binds.Add(b.ID, function, b.GPU, request, held)
+	if request && held != nil {
+		t.holds.start(b.ID, function, t.expire)
 	}
 	fn, inst := pool.SplitInstance(function)
-	if request && t.meter != nil {
-		t.meter.Begin(b.ID, fn, t.specs[fn].MemoryBytes) // a function's instances are billed to it
+	if request && t.opt.meter != nil {
+		spec, _, _ := t.reg.lookup(fn)
+		t.opt.meter.Begin(b.ID, fn, spec.MemoryBytes) // a function's instances are billed to it
 	}
 	b.Function, b.Instance = fn, inst
 	swap := b.Swap
 	if swap == "" {
 		swap = "none"
 	}
-	t.swaps[swap]++
-	wake := t.wake
-	t.mu.Unlock()
-	if request && wake != nil {
-		wake(function)
+	t.counts.mu.Lock()
+	t.counts.swaps[swap]++
+	t.counts.mu.Unlock()
+	if wake := t.wake.Load(); request && wake != nil {
+		(*wake)(function)
 	}
 	return b, nil
 }
 
 // bind is one attempt of acquire: the pool's binding and, with executors, the hold on its GPU.
-func (t *trackedPool) bind(ctx context.Context, function string, request bool) (pool.Binding, heldBinding, error) {
+func (t *trackedPool) bind(ctx context.Context, function string, request bool) (pool.Binding, executor.Held, error) {
 	ctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
 	w := &waiter{cancel: cancel}
-	t.mu.Lock()
-	t.waiting[w] = struct{}{}
-	t.mu.Unlock()
+	t.health.wait(w)
 	b, err := t.healthPool.Acquire(ctx, function)
-	t.mu.Lock()
-	delete(t.waiting, w)
-	t.mu.Unlock()
+	t.health.waited(w)
 	if cause := context.Cause(ctx); err != nil && errors.Is(cause, pool.ErrNoHealthyGPU) {
 		return pool.Binding{}, nil, fmt.Errorf("acquire %q: %w", function, cause)
 	}
 	if err != nil || t.node == nil {
 		return b, nil, err
 	}
-	held, err := t.node.hold(ctx, function, b.GPU, b.ID, request)
+	held, err := t.node.Hold(ctx, function, b.GPU, executor.Any, b.ID, request)
 	if err != nil {
 		rerr := t.healthPool.Release(context.WithoutCancel(ctx), b.ID)
 		if failedUnder(err) && errors.Is(rerr, pool.ErrGPUUnhealthy) {
@@ -270,146 +279,65 @@ func (t *trackedPool) bind(ctx context.Context, function string, request bool) (
 	return b, held, nil
 }
 
-// expire ends the binding id of a request that held its GPU longer than maxHold (a function whose handler never
-// releases, or computes without end, would keep every other function off the GPU): the executors break it,
-// refuse the function's device work until the request releases it and stop what it queued (executor.Expire), the
-// pool's binding is released so that the GPU serves the next request, and the request's release answers that the
-// binding broke (503).
-func (t *trackedPool) expire(id string) {
-	t.mu.Lock()
-	fn, ok := t.bindings[id]
-	held := t.held[id]
-	gpu := t.bound[fn][id]
-	delete(t.timers, id)
-	if !ok || held == nil || t.stopped {
-		t.mu.Unlock()
+// expire ends the binding id of a request of function that held its GPU longer than the maximum hold (a function
+// whose handler never releases, or computes without end, would keep every other function off the GPU): the data
+// plane breaks it, refuses the function's device work until the request releases it and stops what it queued
+// (executor.Held.Expire), the pool's binding is released so that the GPU serves the next request, and the request's
+// release answers that the binding broke (503).
+func (t *trackedPool) expire(id, function string) {
+	done, ok := t.holds.begin(id, function)
+	if !ok {
 		return
 	}
-	delete(t.bindings, id) // CurrentGPU no longer reports it: the function's calls bind afresh, and are refused
-	delete(t.bound[fn], id)
-	if len(t.bound[fn]) == 0 {
-		delete(t.bound, fn)
+	defer done()
+	e, ok := t.binds.Expire(id) // CurrentGPU no longer reports it: the function's calls bind afresh, and are refused
+	if !ok || e.Expired || e.Held == nil {
+		return
 	}
-	delete(t.held, id)
-	t.expired[id] = held
-	t.expiries++
-	t.expiring.Add(1)
-	done := make(chan struct{})
-	if t.expiringFn == nil {
-		t.expiringFn = map[string][]chan struct{}{}
-	}
-	t.expiringFn[fn] = append(t.expiringFn[fn], done)
-	t.mu.Unlock()
-	defer t.expiring.Done()
-	defer t.expiryDone(fn, done)
-	cause := fmt.Errorf("%s held gpu %d longer than %s (the maximum binding hold)", fn, gpu, t.maxHold)
-	ctx, cancel := context.WithTimeout(context.Background(), t.holdGrace+time.Minute) // a timer: no request ctx
+	t.holds.expired()
+	fn, gpu, maxHold, grace := e.Function, e.GPU, t.holds.max, t.holds.grace
+	cause := fmt.Errorf("%s held gpu %d longer than %s (the maximum binding hold)", fn, gpu, maxHold)
+	ctx, cancel := context.WithTimeout(context.Background(), grace+time.Minute) // a timer: no request ctx
 	defer cancel()
-	if err := held.Expire(ctx, t.holdGrace, cause); err != nil {
+	if err := e.Held.Expire(ctx, grace, cause); err != nil {
 		t.log.Error("ending a binding held too long", "function", fn, "binding", id, "err", err)
 	}
 	if err := t.healthPool.Release(ctx, id); err != nil && !errors.Is(err, pool.ErrGPUUnhealthy) {
 		t.log.Error("releasing a binding held too long", "function", fn, "binding", id, "err", err)
 	}
 	t.log.Warn("binding held too long: ended, its gpu serves the next request", "function", fn, "gpu", gpu,
-		"binding", id, "max_hold", t.maxHold)
-}
-
-// waitExpiries waits until the expiries of function's bindings running now are done (the expired request's work
-// fenced, what it queued stopped), so that a new request of the function is not bound under their teardown.
-func (t *trackedPool) waitExpiries(ctx context.Context, function string) error {
-	t.mu.Lock()
-	waits := append([]chan struct{}(nil), t.expiringFn[function]...)
-	t.mu.Unlock()
-	for _, done := range waits {
-		select {
-		case <-done:
-		case <-ctx.Done():
-			return ctx.Err()
-		}
-	}
-	return nil
-}
-
-// expiryDone marks one expiry of function done (see waitExpiries).
-func (t *trackedPool) expiryDone(function string, done chan struct{}) {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	waits := t.expiringFn[function]
-	for i, c := range waits {
-		if c == done {
-			waits = append(waits[:i], waits[i+1:]...)
-			break
-		}
-	}
-	if len(waits) == 0 {
-		delete(t.expiringFn, function)
-	} else {
-		t.expiringFn[function] = waits
-	}
-	close(done)
+		"binding", id, "max_hold", maxHold)
 }
 
 // stop ends the maximum-hold timers and waits for expiries running (the server shuts down).
-func (t *trackedPool) stop() {
-	t.mu.Lock()
-	t.stopped = true
-	for id, tm := range t.timers {
-		tm.Stop()
-		delete(t.timers, id)
-	}
-	t.mu.Unlock()
-	t.expiring.Wait()
-}
+func (t *trackedPool) stop() { t.holds.stop() }
 
 // HoldsExpired counts the bindings ended because they were held longer than the maximum hold.
-func (t *trackedPool) HoldsExpired() int64 {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	return t.expiries
-}
+func (t *trackedPool) HoldsExpired() int64 { return t.holds.count() }
 
 // Release ends a binding. When the GPU it was bound to failed meanwhile, the binding is released and the error
 // (wrapping pool.ErrGPUUnhealthy and executor.ErrUnhealthy) says it broke: the request's work may not have
 // completed. A binding that was ended because it was held too long (expire) answers pool.ErrBindingBroken.
 func (t *trackedPool) Release(ctx context.Context, id string) error {
-	t.mu.Lock()
-	if tm, ok := t.timers[id]; ok {
-		tm.Stop()
-		delete(t.timers, id)
-	}
-	if held, ok := t.expired[id]; ok {
-		delete(t.expired, id)
-		t.mu.Unlock()
-		err := held.Finish() // the function's work is accepted again
+	t.holds.cancel(id)
+	e, ok := t.binds.Take(id)
+	if ok && e.Expired {
+		err := e.Held.Finish() // the function's work is accepted again
 		if err == nil {
-			err = fmt.Errorf("held longer than %s", t.maxHold)
+			err = fmt.Errorf("held longer than %s", t.holds.max)
 		}
 		return fmt.Errorf("binding %s broke: %w: %w", id, pool.ErrBindingBroken, err)
 	}
-	var gone string // an instance whose processes ended, with nothing bound any more
-	if fn, ok := t.bindings[id]; ok {
-		delete(t.bindings, id)
-		delete(t.bound[fn], id)
-		if len(t.bound[fn]) == 0 {
-			delete(t.bound, fn)
-			if st := t.instances[fn]; st != nil && st.ended {
-				gone = fn
-			}
-		}
+	// An instance whose processes ended, with nothing bound any more, is forgotten.
+	if ok && e.Request && t.binds.Requests(e.Function) == 0 && t.inst.ended(e.Function) {
+		defer t.forgetCopies(context.WithoutCancel(ctx), e.Function)
 	}
-	held := t.held[id]
-	delete(t.held, id)
-	t.mu.Unlock()
-	if gone != "" {
-		defer t.forgetCopies(context.WithoutCancel(ctx), gone)
-	}
-	if t.meter != nil {
-		t.meter.End(id) // implicit bindings were never begun
+	if t.opt.meter != nil {
+		t.opt.meter.End(id) // implicit bindings were never begun
 	}
 	var broke error
-	if held != nil {
-		switch err := held.Finish(); {
+	if ok && e.Held != nil {
+		switch err := e.Held.Finish(); {
 		case errors.Is(err, executor.ErrUnhealthy):
 			broke = fmt.Errorf("binding %s broke: %w: %w", id, pool.ErrGPUUnhealthy, err)
 			t.noteHealth(ctx)
@@ -426,10 +354,10 @@ func (t *trackedPool) Release(ctx context.Context, id string) error {
 
 // Swaps counts the bindings so far by how the model reached the GPU: none (resident), nvlink, pcie, cold.
 func (t *trackedPool) Swaps() map[string]int64 {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	out := make(map[string]int64, len(t.swaps))
-	for k, v := range t.swaps {
+	t.counts.mu.Lock()
+	defer t.counts.mu.Unlock()
+	out := make(map[string]int64, len(t.counts.swaps))
+	for k, v := range t.counts.swaps {
 		out[k] = v
 	}
 	return out
@@ -440,49 +368,30 @@ func (t *trackedPool) Status(ctx context.Context) pool.Status {
 	t.noteHealth(ctx)
 	st := t.healthPool.Status(ctx)
 	st.Swaps = t.Swaps()
-	if t.sim != nil {
-		st.SimKernels, st.SimDryLaunches = t.sim.KernelMode().String(), t.sim.DryLaunches()
+	if t.opt.sim != nil {
+		st.SimKernels, st.SimDryLaunches = t.opt.sim.KernelMode().String(), t.opt.sim.DryLaunches()
 	}
-	if t.tenants != nil {
-		st.Tenants = t.tenants.Tenants()
+	if t.opt.tenants != nil {
+		st.Tenants = t.opt.tenants.Tenants()
 	}
-	if t.faults != nil {
+	if t.opt.faults != nil {
 		for i := range st.Functions {
-			st.Functions[i].Faults, st.Functions[i].BackedOff = t.faults.view(st.Functions[i].Name)
+			st.Functions[i].Faults, st.Functions[i].BackedOff = t.opt.faults.view(st.Functions[i].Name)
 		}
 	}
 	return st
 }
 
-// CurrentGPU implements remoting.Binder: the GPU of one of the function's requests in flight. A binding the
-// function was reset under (executor.Binding.Orphaned: every process of the function ended while it was held) is
-// never reported: calls of a new process must not run under the binding a dead one left behind. (A binding broken
-// by a fault is still its live request's: its calls go on under it, and its release says it broke.)
-func (t *trackedPool) CurrentGPU(function string) (int, bool) {
-	t.mu.Lock()
-	type cand struct {
-		gpu  int
-		held heldBinding
-	}
-	var cands []cand
-	for id, gpu := range t.bound[function] {
-		cands = append(cands, cand{gpu, t.held[id]})
-	}
-	t.mu.Unlock()
-	for _, c := range cands { // Orphaned takes the executors' lock: asked outside t.mu
-		if c.held == nil || !c.held.Orphaned() {
-			return c.gpu, true
-		}
-	}
-	return 0, false
-}
+// CurrentGPU implements remoting.Binder: the GPU of one of the function's requests in flight
+// (executor.BindingTable.CurrentGPU: never one the function was reset under).
+func (t *trackedPool) CurrentGPU(function string) (int, bool) { return t.binds.CurrentGPU(function) }
 
 // BindImplicit implements remoting.Binder: calls outside a request (initialisation) queue like a request. A
 // function whose device work is refused (a binding of it expired and was not released, its memory was lost, it is
 // backed off after repeated kernel faults) is refused at once instead of queueing.
 func (t *trackedPool) BindImplicit(ctx context.Context, function string) (int, func(), error) {
-	if t.faults != nil { // backed off after repeated kernel faults: its initialisation waits too (faults.go)
-		if err := t.faults.refused(function); err != nil {
+	if t.opt.faults != nil { // backed off after repeated kernel faults: its initialisation waits too (faults.go)
+		if err := t.opt.faults.refused(function); err != nil {
 			return 0, nil, fmt.Errorf("bind %q outside a request: %w", function, err)
 		}
 	}
@@ -510,11 +419,9 @@ func (t *trackedPool) BindImplicit(ctx context.Context, function string) (int, f
 
 // Function implements remoting.Registry.
 func (t *trackedPool) Function(name string) (pool.FunctionSpec, string, error) {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	spec, ok := t.specs[name]
+	spec, ok, _ := t.reg.lookup(name)
 	if !ok {
 		return pool.FunctionSpec{}, "", fmt.Errorf("%w: %s", pool.ErrUnknownFunction, name)
 	}
-	return spec, t.key.FunctionToken(name), nil
+	return spec, t.reg.key.FunctionToken(name), nil
 }

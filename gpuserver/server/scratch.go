@@ -4,18 +4,20 @@ import (
 	"strconv"
 
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/faas-gpu/faas-gpu/gpuserver/executor"
 )
 
 // scratchCollector exports the bytes of scratch the data plane wrote back to the host and restored, per GPU
 // (executor.Status: the scratch functions keep between requests, moved across PCIe at every eviction and move).
 // With executor processes per tenant the figures are the running executors' sums, each since it started.
 type scratchCollector struct {
-	plane       dataPlane
+	plane       executor.DataPlane
 	writtenBack *prometheus.Desc
 	restored    *prometheus.Desc
 }
 
-func newScratchCollector(plane dataPlane) *scratchCollector {
+func newScratchCollector(plane executor.DataPlane) *scratchCollector {
 	gpu := []string{"gpu"}
 	return &scratchCollector{plane: plane,
 		writtenBack: prometheus.NewDesc("faas_gpu_scratch_written_back_bytes_total",

@@ -199,20 +199,16 @@ func Start(ctx context.Context, cfg Config) (*Server, error) {
 		if err := s.startDataPlane(ctx); err != nil {
 			return nil, err
 		}
-		if cfg.Actuator == nil && cfg.Policy != PolicyFCFS {
-			if s.tenants != nil {
-				cfg.Actuator = tenantActuator{s.tenants}
-			} else {
-				cfg.Actuator = executor.Actuator{Node: s.node}
-			}
-		}
 	}
-	var plane dataPlane
+	var plane executor.DataPlane
 	switch {
 	case s.tenants != nil:
-		plane = tenantPlane{s.tenants}
+		plane = s.tenants
 	case s.node != nil:
-		plane = nodePlane{s.node}
+		plane = s.node
+	}
+	if plane != nil && cfg.Actuator == nil && cfg.Policy != PolicyFCFS {
+		cfg.Actuator = planeActuator{plane}
 	}
 	inner, err := newPool(cfg, plane != nil)
 	if err != nil {
@@ -223,20 +219,18 @@ func Start(ctx context.Context, cfg Config) (*Server, error) {
 	if err != nil {
 		return nil, err
 	}
-	p := newTrackedPool(inner, s.key, plane, cfg.MaxFunctions, cfg.MaxBindingHold, cfg.Logger)
-	p.meter = meter
-	p.faults = s.faults
+	opt := trackedOptions{meter: meter, faults: s.faults, tenants: s.tenants}
+	opt.sim, _ = s.dev.(*sim.Backend)
+	p := newTrackedPool(inner, s.key, plane, cfg.MaxFunctions, cfg.MaxBindingHold, cfg.Logger, opt)
 	s.closers = append(s.closers, func(context.Context) error { p.stop(); return nil })
 	if s.tenants != nil {
 		s.tenants.SetBinder(p)
-		p.tenants = s.tenants
 	}
 	s.pool = p
 	reg := s.metrics
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	if sd, ok := s.dev.(*sim.Backend); ok {
-		p.sim = sd
-		registerSimMetrics(reg, sd)
+	if opt.sim != nil {
+		registerSimMetrics(reg, opt.sim)
 	}
 	reg.MustRegister(meter.Collector(), s.faults.collector(), newEvictionsCollector(inner))
 	if plane != nil {
@@ -445,9 +439,7 @@ func (s *Server) startRemoting(ctx context.Context) error {
 	}
 	s.rs = rs
 	if s.tenants == nil { // in-process sessions poll from the moment their function is bound
-		s.pool.mu.Lock()
-		s.pool.wake = rs.Wake
-		s.pool.mu.Unlock()
+		s.pool.setWake(rs.Wake)
 	}
 	if err := removeStaleSocket(s.cfg.RemotingSocket); err != nil {
 		return err

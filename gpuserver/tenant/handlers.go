@@ -15,143 +15,135 @@ import (
 	"github.com/faas-gpu/faas-gpu/gpuserver/tenant/handoff"
 )
 
-// handlers answer what one executor generation asks of the gpuserver.
+// handlers answer what one executor generation asks of the gpuserver (handoff.Ops, handoff.ToGPUServer).
 func (pl *Plane) handlers(g *generation) map[handoff.Kind]handoff.Handler {
-	return map[handoff.Kind]handoff.Handler{
-		handoff.KindBorrow: func(ctx context.Context, f handoff.Frame) (any, []*os.File, error) {
-			b, err := handoff.Body[handoff.Borrow](f)
-			if err != nil {
-				return nil, nil, err
-			}
-			lent, files, err := pl.lend.borrow(ctx, g, b.GPU, b.N, pl.generations)
-			if err != nil {
-				return nil, nil, err
-			}
-			if g.live() == nil { // it ended meanwhile: the chunks stay home
-				for _, f := range files {
-					_ = f.Close()
-				}
-				_ = pl.lend.giveBack(g, b.GPU, lent.Indexes)
-				return nil, nil, fmt.Errorf("%w: the executor ended", handoff.ErrClosed)
-			}
-			return lent, files, nil
-		},
-		handoff.KindReserveImages: func(_ context.Context, f handoff.Frame) (any, []*os.File, error) {
-			b, err := handoff.Body[handoff.ImageBytes](f)
-			if err != nil {
-				return nil, nil, err
-			}
-			return nil, nil, pl.reserveImages(g, b.Bytes)
-		},
-		handoff.KindReleaseImages: func(_ context.Context, f handoff.Frame) (any, []*os.File, error) {
-			b, err := handoff.Body[handoff.ImageBytes](f)
-			if err != nil {
-				return nil, nil, err
-			}
-			pl.releaseImages(g, b.Bytes, false)
-			return nil, nil, nil
-		},
-		handoff.KindReturn: func(_ context.Context, f handoff.Frame) (any, []*os.File, error) {
-			r, err := handoff.Body[handoff.Return](f)
-			if err != nil {
-				return nil, nil, err
-			}
-			return nil, nil, pl.lend.giveBack(g, r.GPU, r.Indexes)
-		},
-		handoff.KindBindImplicit: func(ctx context.Context, f handoff.Frame) (any, []*os.File, error) {
-			n, err := handoff.Body[handoff.Name](f)
-			if err != nil {
-				return nil, nil, err
-			}
-			if t, err := pl.tenantOf(n.Function); err != nil || t != g.p.tenant {
-				return nil, nil, fmt.Errorf("%w: %s is not a function of %s", executor.ErrUnknownFunction, n.Function,
-					g.p.tenant)
-			}
-			box := pl.binder.Load()
-			if box == nil {
-				return nil, nil, fmt.Errorf("%w: no pool to bind %s", ErrExecutorDown, n.Function)
-			}
-			gpu, release, err := box.b.BindImplicit(ctx, n.Function)
-			if err != nil {
-				return nil, nil, err
-			}
-			pl.mu.Lock()
-			pl.nextID++
-			id := fmt.Sprintf("implicit-%d", pl.nextID)
-			pl.mu.Unlock()
-			g.mu.Lock()
-			if g.ended {
-				g.mu.Unlock()
-				release()
-				return nil, nil, fmt.Errorf("%w: the executor ended", handoff.ErrClosed)
-			}
-			g.implicit[id] = release
-			g.mu.Unlock()
-			return handoff.Bound{GPU: gpu, Binding: id}, nil, nil
-		},
-		handoff.KindReleaseImplicit: func(_ context.Context, f handoff.Frame) (any, []*os.File, error) {
-			r, err := handoff.Body[handoff.Release](f)
-			if err != nil {
-				return nil, nil, err
-			}
-			g.mu.Lock()
-			release := g.implicit[r.Binding]
-			delete(g.implicit, r.Binding)
-			g.mu.Unlock()
-			if release == nil {
-				return nil, nil, fmt.Errorf("%w: implicit binding %s", handoff.ErrProtocol, r.Binding)
-			}
-			release()
-			return nil, nil, nil
-		},
-		handoff.KindSessionEnded: func(_ context.Context, f handoff.Frame) (any, []*os.File, error) {
-			s, err := handoff.Body[handoff.SessionEnded](f)
-			if err != nil {
-				return nil, nil, err
-			}
-			g.sessionEnded(s.ID)
-			return nil, nil, nil
-		},
-		handoff.KindGPUFailed: func(_ context.Context, f handoff.Frame) (any, []*os.File, error) {
-			e, err := handoff.Body[handoff.GPUFailed](f)
-			if err != nil {
-				return nil, nil, err
-			}
-			if e.GPU < 0 || e.GPU >= pl.GPUs() {
-				return nil, nil, fmt.Errorf("%w: gpu %d", handoff.ErrProtocol, e.GPU)
-			}
-			pl.gpuFailed(g, e)
-			return nil, nil, nil
-		},
-		handoff.KindEvicted: func(_ context.Context, f handoff.Frame) (any, []*os.File, error) {
-			e, err := handoff.Body[handoff.Evicted](f)
-			if err != nil {
-				return nil, nil, err
-			}
-			if e.GPU < 0 || e.GPU >= pl.GPUs() {
-				return nil, nil, fmt.Errorf("%w: gpu %d", handoff.ErrProtocol, e.GPU)
-			}
-			if t, err := pl.tenantOf(e.Function); err != nil || t != g.p.tenant {
-				return nil, nil, fmt.Errorf("%w: the executor of %s reported an eviction of %q, not its tenant's",
-					handoff.ErrProtocol, g.p.tenant, e.Function)
-			}
-			if e.Reason != executor.EvictPressure && e.Reason != executor.EvictReclaim {
-				return nil, nil, fmt.Errorf("%w: eviction reason %q", handoff.ErrProtocol, e.Reason)
-			}
-			if pl.cfg.OnEvict != nil {
-				pl.cfg.OnEvict(e.GPU, e.Function, e.Reason)
-			}
-			return nil, nil, nil
-		},
-		handoff.KindFault: func(_ context.Context, f handoff.Frame) (any, []*os.File, error) {
-			e, err := handoff.Body[handoff.Fault](f)
-			if err != nil {
-				return nil, nil, err
-			}
-			pl.tenantFaulted(g, e)
-			return nil, nil, nil
-		},
+	e := fromExecutor{pl: pl, g: g}
+	return handoff.Routes(handoff.ToGPUServer,
+		handoff.OpBorrow.HandleFiles(e.borrow),
+		handoff.OpReturn.Handle(e.giveBack),
+		handoff.OpReserveImages.Handle(e.reserveImages),
+		handoff.OpReleaseImages.Handle(e.releaseImages),
+		handoff.OpBindImplicit.Handle(e.bindImplicit),
+		handoff.OpReleaseImplicit.Handle(e.releaseImplicit),
+		handoff.EventSessionEnded.Handle(e.sessionEnded),
+		handoff.EventGPUFailed.Handle(e.gpuFailed),
+		handoff.EventEvicted.Handle(e.evicted),
+		handoff.EventFault.Handle(e.fault),
+	)
+}
+
+// fromExecutor answers the requests of one executor generation.
+type fromExecutor struct {
+	pl *Plane
+	g  *generation
+}
+
+func (e fromExecutor) borrow(ctx context.Context, b handoff.Borrow, _ []*os.File) (handoff.Lent, []*os.File, error) {
+	pl, g := e.pl, e.g
+	lent, files, err := pl.lend.borrow(ctx, g, b.GPU, b.N, pl.generations)
+	if err != nil {
+		return handoff.Lent{}, nil, err
 	}
+	if g.live() == nil { // it ended meanwhile: the chunks stay home
+		for _, f := range files {
+			_ = f.Close()
+		}
+		_ = pl.lend.giveBack(g, b.GPU, lent.Indexes)
+		return handoff.Lent{}, nil, fmt.Errorf("%w: the executor ended", handoff.ErrClosed)
+	}
+	return lent, files, nil
+}
+
+func (e fromExecutor) giveBack(_ context.Context, r handoff.Return) (handoff.None, error) {
+	return handoff.None{}, e.pl.lend.giveBack(e.g, r.GPU, r.Indexes)
+}
+
+func (e fromExecutor) reserveImages(_ context.Context, b handoff.ImageBytes) (handoff.None, error) {
+	return handoff.None{}, e.pl.reserveImages(e.g, b.Bytes)
+}
+
+func (e fromExecutor) releaseImages(_ context.Context, b handoff.ImageBytes) (handoff.None, error) {
+	e.pl.releaseImages(e.g, b.Bytes, false)
+	return handoff.None{}, nil
+}
+
+func (e fromExecutor) bindImplicit(ctx context.Context, n handoff.Name) (handoff.Bound, error) {
+	pl, g := e.pl, e.g
+	if t, err := pl.tenantOf(n.Function); err != nil || t != g.p.tenant {
+		return handoff.Bound{}, fmt.Errorf("%w: %s is not a function of %s", executor.ErrUnknownFunction, n.Function,
+			g.p.tenant)
+	}
+	box := pl.binder.Load()
+	if box == nil {
+		return handoff.Bound{}, fmt.Errorf("%w: no pool to bind %s", ErrExecutorDown, n.Function)
+	}
+	gpu, release, err := box.b.BindImplicit(ctx, n.Function)
+	if err != nil {
+		return handoff.Bound{}, err
+	}
+	pl.mu.Lock()
+	pl.nextID++
+	id := fmt.Sprintf("implicit-%d", pl.nextID)
+	pl.mu.Unlock()
+	g.mu.Lock()
+	if g.ended {
+		g.mu.Unlock()
+		release()
+		return handoff.Bound{}, fmt.Errorf("%w: the executor ended", handoff.ErrClosed)
+	}
+	g.implicit[id] = release
+	g.mu.Unlock()
+	return handoff.Bound{GPU: gpu, Binding: id}, nil
+}
+
+func (e fromExecutor) releaseImplicit(_ context.Context, r handoff.Release) (handoff.None, error) {
+	g := e.g
+	g.mu.Lock()
+	release := g.implicit[r.Binding]
+	delete(g.implicit, r.Binding)
+	g.mu.Unlock()
+	if release == nil {
+		return handoff.None{}, fmt.Errorf("%w: implicit binding %s", handoff.ErrProtocol, r.Binding)
+	}
+	release()
+	return handoff.None{}, nil
+}
+
+func (e fromExecutor) sessionEnded(_ context.Context, s handoff.SessionEnded) error {
+	e.g.sessionEnded(s.ID)
+	return nil
+}
+
+func (e fromExecutor) gpuFailed(_ context.Context, f handoff.GPUFailed) error {
+	if f.GPU < 0 || f.GPU >= e.pl.GPUs() {
+		return fmt.Errorf("%w: gpu %d", handoff.ErrProtocol, f.GPU)
+	}
+	e.pl.gpuFailed(e.g, f)
+	return nil
+}
+
+// evicted is a copy the executor dropped on its own (executor.Config.OnEvict), told to Config.OnEvict.
+func (e fromExecutor) evicted(_ context.Context, ev handoff.Evicted) error {
+	pl, g := e.pl, e.g
+	if ev.GPU < 0 || ev.GPU >= pl.GPUs() {
+		return fmt.Errorf("%w: gpu %d", handoff.ErrProtocol, ev.GPU)
+	}
+	if t, err := pl.tenantOf(ev.Function); err != nil || t != g.p.tenant {
+		return fmt.Errorf("%w: the executor of %s reported an eviction of %q, not its tenant's",
+			handoff.ErrProtocol, g.p.tenant, ev.Function)
+	}
+	if ev.Reason != executor.EvictPressure && ev.Reason != executor.EvictReclaim {
+		return fmt.Errorf("%w: eviction reason %q", handoff.ErrProtocol, ev.Reason)
+	}
+	if pl.cfg.OnEvict != nil {
+		pl.cfg.OnEvict(ev.GPU, ev.Function, ev.Reason)
+	}
+	return nil
+}
+
+func (e fromExecutor) fault(_ context.Context, f handoff.Fault) error {
+	e.pl.tenantFaulted(e.g, f)
+	return nil
 }
 
 func (pl *Plane) tenantOf(function string) (string, error) {
@@ -231,8 +223,7 @@ func (pl *Plane) executorStatuses() []handoff.Status {
 			continue
 		}
 		ctx, cancel := context.WithTimeout(pl.ctx, 5*time.Second)
-		var st handoff.Status
-		_, err := peer.Call(ctx, handoff.KindStatus, nil, nil, &st)
+		st, err := handoff.OpStatus.Call(ctx, peer, handoff.None{})
 		cancel()
 		if err == nil {
 			out = append(out, st)
@@ -314,8 +305,7 @@ func (c *sessionCollector) Collect(ch chan<- prometheus.Metric) {
 			continue
 		}
 		ctx, cancel := context.WithTimeout(c.pl.ctx, 5*time.Second)
-		var st handoff.Status
-		_, err := peer.Call(ctx, handoff.KindStatus, nil, nil, &st)
+		st, err := handoff.OpStatus.Call(ctx, peer, handoff.None{})
 		cancel()
 		if err != nil {
 			continue

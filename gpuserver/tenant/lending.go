@@ -167,9 +167,8 @@ func (l *lending) reclaimFrom(ctx context.Context, o *generation, gpu, n int, ev
 	if peer == nil {
 		return
 	}
-	var got handoff.Reclaimed
-	if _, err := peer.Call(ctx, handoff.KindReclaim, handoff.Reclaim{GPU: gpu, N: n, Evict: evict}, nil,
-		&got); err != nil {
+	got, err := handoff.OpReclaim.Call(ctx, peer, handoff.Reclaim{GPU: gpu, N: n, Evict: evict})
+	if err != nil {
 		return
 	}
 	if len(got.Indexes) > 0 && got.GPU == gpu {

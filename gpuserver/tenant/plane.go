@@ -92,9 +92,9 @@ type Config struct {
 	MaxModuleBytes uint64
 }
 
-// Plane runs the node's executors in one process per tenant. It offers what the gpuserver's pool asked of the
-// in-process executors (package server's data plane), the controller's actuator (SwapIn, Evict) and the remoting
-// server's hand-off (HandOff). It is safe for concurrent use.
+// Plane runs the node's executors in one process per tenant. It is the gpuserver's data plane (executor.DataPlane,
+// each method an operation of tenant/handoff's Ops) and the remoting server's hand-off (HandOff). It is safe for
+// concurrent use.
 type Plane struct {
 	cfg     Config
 	log     *slog.Logger
@@ -298,8 +298,7 @@ func (pl *Plane) MarkUnhealthy(gpu int, cause error) {
 		if g := p.current(); g != nil {
 			if peer := g.live(); peer != nil {
 				ctx, cancel := context.WithTimeout(pl.ctx, 10*time.Second)
-				_, _ = peer.Call(ctx, handoff.KindMarkUnhealthy, handoff.MarkUnhealthy{GPU: gpu, Cause: cause.Error()},
-					nil, nil)
+				_, _ = handoff.OpMarkUnhealthy.Call(ctx, peer, handoff.MarkUnhealthy{GPU: gpu, Cause: cause.Error()})
 				cancel()
 			}
 		}
@@ -350,7 +349,8 @@ func (pl *Plane) SetTenant(ctx context.Context, name, tenant string) error {
 	pl.mu.Lock()
 	pl.fns[name] = tenant
 	pl.mu.Unlock()
-	return p.call(ctx, handoff.KindRegister, handoff.Function{Name: name, Tenant: tenant}, nil)
+	_, err = call(ctx, p, handoff.OpRegister, handoff.Function{Name: name, Tenant: tenant})
+	return err
 }
 
 // Deregister drops a function from its tenant's executor (copies evicted, image deleted).
@@ -365,19 +365,18 @@ func (pl *Plane) Deregister(ctx context.Context, name string) error {
 	p.mu.Lock()
 	delete(p.functions, name)
 	p.mu.Unlock()
-	err = p.call(ctx, handoff.KindDeregister, handoff.Name{Function: name}, nil)
+	_, err = call(ctx, p, handoff.OpDeregister, handoff.Name{Function: name})
 	pl.retireIfIdle(ctx, p)
 	return err
 }
 
-// EndInit ends a function's initialisation in its executor (the capture of its image there).
-func (pl *Plane) EndInit(ctx context.Context, name string) error {
-	p, err := pl.procOf(name)
-	if err != nil {
-		return err
-	}
-	return p.call(ctx, handoff.KindEndInit, handoff.Name{Function: name}, nil)
-}
+// EndInit does nothing: a request's Hold ends the function's initialisation in its executor first (the capture of
+// its image there), one frame less per request. (The executors end it themselves before a swap moves a function or
+// an eviction drops its copy, so no image is lost to the placement made in between.)
+func (pl *Plane) EndInit(context.Context, string) error { return nil }
+
+// Usable is nil: an executor process refuses its functions' work itself.
+func (pl *Plane) Usable(string) error { return nil }
 
 // SwapIn is the controller's swap, carried out by the function's executor.
 func (pl *Plane) SwapIn(ctx context.Context, name string, gpu int, source executor.Source) error {
@@ -385,7 +384,8 @@ func (pl *Plane) SwapIn(ctx context.Context, name string, gpu int, source execut
 	if err != nil {
 		return err
 	}
-	return p.call(ctx, handoff.KindSwapIn, handoff.SwapIn{Function: name, GPU: gpu, Source: source}, nil)
+	_, err = call(ctx, p, handoff.OpSwapIn, handoff.SwapIn{Function: name, GPU: gpu, Source: source})
+	return err
 }
 
 // Evict is the controller's eviction, carried out by the function's executor.
@@ -394,7 +394,8 @@ func (pl *Plane) Evict(ctx context.Context, name string, gpu int) error {
 	if err != nil {
 		return err
 	}
-	return p.call(ctx, handoff.KindEvict, handoff.Evict{Function: name, GPU: gpu}, nil)
+	_, err = call(ctx, p, handoff.OpEvict, handoff.Evict{Function: name, GPU: gpu})
+	return err
 }
 
 // WaitReady waits until a function's copies on its active GPU completed (benchmarks).
@@ -403,20 +404,24 @@ func (pl *Plane) WaitReady(ctx context.Context, name string) error {
 	if err != nil {
 		return err
 	}
-	return p.call(ctx, handoff.KindWaitReady, handoff.Name{Function: name}, nil)
+	_, err = call(ctx, p, handoff.OpWaitReady, handoff.Name{Function: name})
+	return err
 }
 
-// Hold is a binding held on a function's executor.
+var _ executor.DataPlane = (*Plane)(nil)
+
+// Hold is a binding held on a function's executor (executor.Held).
 type Hold struct {
 	pl *Plane
 	g  *generation
 	id string
 }
 
-// Acquire holds binding id of function on gpu in its executor (executor.Node.Acquire there); request says whether
-// its function's sessions run their calls on that GPU now (a request's binding) or not (an implicit one).
-func (pl *Plane) Acquire(ctx context.Context, name string, gpu int, source executor.Source, id string,
-	request bool) (*Hold, error) {
+// Hold holds binding id of function on gpu in its executor (executor.Node.Acquire there); request says whether
+// its function's sessions run their calls on that GPU now (a request's binding, whose hold ends the function's
+// initialisation first) or not (an implicit one).
+func (pl *Plane) Hold(ctx context.Context, name string, gpu int, source executor.Source, id string,
+	request bool) (executor.Held, error) {
 	p, err := pl.procOf(name)
 	if err != nil {
 		return nil, err
@@ -425,8 +430,8 @@ func (pl *Plane) Acquire(ctx context.Context, name string, gpu int, source execu
 	if err != nil {
 		return nil, err
 	}
-	if _, err := peer.Call(ctx, handoff.KindAcquire, handoff.Acquire{Function: name, GPU: gpu, Source: source,
-		Binding: id, Request: request}, nil, nil); err != nil {
+	if _, err := handoff.OpAcquire.Call(ctx, peer, handoff.Acquire{Function: name, GPU: gpu, Source: source,
+		Binding: id, Request: request}); err != nil {
 		return nil, err
 	}
 	return &Hold{pl: pl, g: g, id: id}, nil
@@ -443,8 +448,8 @@ func (h *Hold) Finish() error {
 	}
 	ctx, cancel := context.WithTimeout(h.pl.ctx, 30*time.Second)
 	defer cancel()
-	var rel handoff.Released
-	if _, err := peer.Call(ctx, handoff.KindRelease, handoff.Release{Binding: h.id}, nil, &rel); err != nil {
+	rel, err := handoff.OpRelease.Call(ctx, peer, handoff.Release{Binding: h.id})
+	if err != nil {
 		if errors.Is(err, handoff.ErrClosed) {
 			return fmt.Errorf("%w: %w: the executor of %s ended while the binding was held: the request's work and "+
 				"the sessions it ran are lost: %w", executor.ErrBroken, pool.ErrFunctionLost, h.g.p.tenant, err)
@@ -465,8 +470,8 @@ func (h *Hold) Expire(ctx context.Context, grace time.Duration, cause error) err
 	if peer == nil {
 		return nil
 	}
-	_, err := peer.Call(ctx, handoff.KindExpire, handoff.Expire{Binding: h.id, GraceNS: int64(grace),
-		Cause: cause.Error()}, nil, nil)
+	_, err := handoff.OpExpire.Call(ctx, peer, handoff.Expire{Binding: h.id, GraceNS: int64(grace),
+		Cause: cause.Error()})
 	if errors.Is(err, handoff.ErrClosed) {
 		return nil
 	}
@@ -517,8 +522,8 @@ func (pl *Plane) HandOff(ctx context.Context, conn, shm *os.File, info remoting.
 	}
 	g.sessions[id] = doneOnce
 	g.mu.Unlock()
-	if _, err := peer.Call(wctx, handoff.KindSession, handoff.Session{ID: id, Function: info.Function,
-		Spec: info.Spec, PID: info.PID, ShmSize: shmSize}, []*os.File{conn, shm}, nil); err != nil {
+	if _, _, err := handoff.OpSession.CallFiles(wctx, peer, handoff.Session{ID: id, Function: info.Function,
+		Spec: info.Spec, PID: info.PID, ShmSize: shmSize}, []*os.File{conn, shm}); err != nil {
 		g.sessionEnded(id)
 		return err
 	}

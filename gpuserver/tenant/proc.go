@@ -103,14 +103,14 @@ func (p *proc) waitUp(ctx context.Context) (*generation, *handoff.Peer, error) {
 	}
 }
 
-// call sends a request to the running executor (waiting for it to be up).
-func (p *proc) call(ctx context.Context, kind handoff.Kind, req, resp any) error {
+// call sends a request of op to p's running executor (waiting for it to be up) and returns the answer.
+func call[Req, Ans any](ctx context.Context, p *proc, op handoff.Op[Req, Ans], req Req) (Ans, error) {
 	_, peer, err := p.waitUp(ctx)
 	if err != nil {
-		return err
+		var none Ans
+		return none, err
 	}
-	_, err = peer.Call(ctx, kind, req, nil, resp)
-	return err
+	return op.Call(ctx, peer, req)
 }
 
 // run supervises the executor until stopped.
@@ -205,8 +205,7 @@ func (p *proc) runOnce() string {
 		Chunks: p.pl.chunks, WindowBase: base, WindowSize: size, RepositoryDir: p.dir, GroupBytes: cfg.GroupBytes,
 		LogLevel: cfg.LogLevel, Functions: fns}
 	sctx, cancel := context.WithTimeout(p.pl.ctx, cfg.StartTimeout)
-	var started handoff.Started
-	_, err = peer.Call(sctx, handoff.KindStart, start, nil, &started)
+	_, err = handoff.OpStart.Call(sctx, peer, start)
 	cancel()
 	if err != nil {
 		_ = cmd.Process.Kill()

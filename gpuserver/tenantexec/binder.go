@@ -10,86 +10,45 @@ import (
 )
 
 // binder tells the executor's remoting sessions on which GPU their calls run (remoting.Binder): the GPU of a
-// request's binding, which the gpuserver told this executor when it held it (KindAcquire), so that no record waits
-// on the gpuserver; calls outside a request ask the gpuserver for an implicit binding (they queue like a request).
+// request's binding, which the gpuserver told this executor when it held it (handoff.OpAcquire), so that no record
+// waits on the gpuserver; calls outside a request ask the gpuserver for an implicit binding (they queue like a
+// request). The bindings held are kept in executor.BindingTable, as the gpuserver keeps its own.
 type binder struct {
-	p *process
-
-	mu       sync.Mutex
-	holds    map[string]*executor.Binding            // every binding held, by ID
-	requests map[string]map[string]*executor.Binding // requests' bindings by function, then ID
+	p     *process
+	table *executor.BindingTable[*executor.Binding]
 }
 
 var _ remoting.Binder = (*binder)(nil)
 
 func newBinder(p *process) *binder {
-	return &binder{p: p, holds: map[string]*executor.Binding{}, requests: map[string]map[string]*executor.Binding{}}
+	return &binder{p: p, table: executor.NewBindingTable[*executor.Binding]()}
 }
 
 func (b *binder) hold(id string, request bool, h *executor.Binding) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	b.holds[id] = h
-	if request {
-		if b.requests[h.Function()] == nil {
-			b.requests[h.Function()] = map[string]*executor.Binding{}
-		}
-		b.requests[h.Function()][id] = h
-	}
+	b.table.Add(id, h.Function(), h.GPU(), request, h)
 }
 
 // take removes a binding (nil when unknown).
 func (b *binder) take(id string) *executor.Binding {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	h := b.holds[id]
-	if h == nil {
+	e, ok := b.table.Take(id)
+	if !ok {
 		return nil
 	}
-	delete(b.holds, id)
-	if m := b.requests[h.Function()]; m != nil {
-		delete(m, id)
-		if len(m) == 0 {
-			delete(b.requests, h.Function())
-		}
-	}
-	return h
+	return e.Held
 }
 
 // expire stops reporting a request's binding as its function's GPU (its calls bind afresh, and are refused while it
 // is expired) and returns it; it stays held until its release. Nil when unknown.
 func (b *binder) expire(id string) *executor.Binding {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	h := b.holds[id]
-	if h == nil {
+	e, ok := b.table.Expire(id)
+	if !ok {
 		return nil
 	}
-	if m := b.requests[h.Function()]; m != nil {
-		delete(m, id)
-		if len(m) == 0 {
-			delete(b.requests, h.Function())
-		}
-	}
-	return h
+	return e.Held
 }
 
-// CurrentGPU is the GPU of one of function's requests in flight; a binding the function was reset under is never
-// reported (calls of a new process must not run under the binding a dead one left behind).
-func (b *binder) CurrentGPU(function string) (int, bool) {
-	b.mu.Lock()
-	var hs []*executor.Binding
-	for _, h := range b.requests[function] {
-		hs = append(hs, h)
-	}
-	b.mu.Unlock()
-	for _, h := range hs { // Orphaned takes the node's lock: asked outside b.mu
-		if !h.Orphaned() {
-			return h.GPU(), true
-		}
-	}
-	return 0, false
-}
+// CurrentGPU is the GPU of one of function's requests in flight (executor.BindingTable.CurrentGPU).
+func (b *binder) CurrentGPU(function string) (int, bool) { return b.table.CurrentGPU(function) }
 
 // BindImplicit asks the gpuserver to bind the function for calls outside a request. A function whose work the
 // executor refuses (a binding of it expired and was not released, its memory was lost) is refused at once instead
@@ -98,8 +57,8 @@ func (b *binder) BindImplicit(ctx context.Context, function string) (int, func()
 	if err := b.p.node.Usable(function); err != nil {
 		return 0, nil, err
 	}
-	var bound handoff.Bound
-	if _, err := b.p.peer.Call(ctx, handoff.KindBindImplicit, handoff.Name{Function: function}, nil, &bound); err != nil {
+	bound, err := handoff.OpBindImplicit.Call(ctx, b.p.peer, handoff.Name{Function: function})
+	if err != nil {
 		return 0, nil, err
 	}
 	var once sync.Once
@@ -107,8 +66,7 @@ func (b *binder) BindImplicit(ctx context.Context, function string) (int, func()
 		once.Do(func() {
 			rctx, cancel := context.WithTimeout(b.p.ctx, returnTimeout)
 			defer cancel()
-			if _, err := b.p.peer.Call(rctx, handoff.KindReleaseImplicit, handoff.Release{Binding: bound.Binding}, nil,
-				nil); err != nil {
+			if _, err := handoff.OpReleaseImplicit.Call(rctx, b.p.peer, handoff.Release{Binding: bound.Binding}); err != nil {
 				b.p.log.Warn("release an implicit binding", "function", function, "err", err)
 			}
 		})

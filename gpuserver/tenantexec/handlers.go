@@ -26,62 +26,38 @@ func (p *process) registerFunction(ctx context.Context, fn handoff.Function) err
 	return p.node.SetTenant(ctx, fn.Name, fn.Tenant)
 }
 
-func (p *process) register(ctx context.Context, f handoff.Frame) (any, []*os.File, error) {
-	fn, err := handoff.Body[handoff.Function](f)
-	if err != nil {
-		return nil, nil, err
-	}
-	return nil, nil, p.registerFunction(ctx, fn)
+func (p *process) register(ctx context.Context, fn handoff.Function) (handoff.None, error) {
+	return handoff.None{}, p.registerFunction(ctx, fn)
 }
 
-func (p *process) deregister(ctx context.Context, f handoff.Frame) (any, []*os.File, error) {
-	n, err := handoff.Body[handoff.Name](f)
-	if err != nil {
-		return nil, nil, err
-	}
-	return nil, nil, p.node.Deregister(ctx, n.Function)
+func (p *process) deregister(ctx context.Context, n handoff.Name) (handoff.None, error) {
+	return handoff.None{}, p.node.Deregister(ctx, n.Function)
 }
 
-func (p *process) endInit(ctx context.Context, f handoff.Frame) (any, []*os.File, error) {
-	n, err := handoff.Body[handoff.Name](f)
-	if err != nil {
-		return nil, nil, err
-	}
-	return nil, nil, p.node.EndInit(ctx, n.Function)
-}
-
-func (p *process) acquire(ctx context.Context, f handoff.Frame) (any, []*os.File, error) {
-	a, err := handoff.Body[handoff.Acquire](f)
-	if err != nil {
-		return nil, nil, err
-	}
+func (p *process) acquire(ctx context.Context, a handoff.Acquire) (handoff.None, error) {
 	if a.Binding == "" {
-		return nil, nil, fmt.Errorf("%w: acquire without a binding id", handoff.ErrProtocol)
+		return handoff.None{}, fmt.Errorf("%w: acquire without a binding id", handoff.ErrProtocol)
 	}
 	if a.Request { // the function's first request ends its initialisation (its model becomes its image)
 		if err := p.node.EndInit(ctx, a.Function); err != nil {
-			return nil, nil, err
+			return handoff.None{}, err
 		}
 	}
 	b, err := p.node.Acquire(ctx, a.Function, a.GPU, a.Source)
 	if err != nil {
-		return nil, nil, err
+		return handoff.None{}, err
 	}
 	p.binder.hold(a.Binding, a.Request, b)
 	if a.Request && p.srv != nil {
 		p.srv.Wake(a.Function) // its sessions poll for the request's records at once
 	}
-	return nil, nil, nil
+	return handoff.None{}, nil
 }
 
-func (p *process) release(_ context.Context, f handoff.Frame) (any, []*os.File, error) {
-	r, err := handoff.Body[handoff.Release](f)
-	if err != nil {
-		return nil, nil, err
-	}
+func (p *process) release(_ context.Context, r handoff.Release) (handoff.Released, error) {
 	b := p.binder.take(r.Binding)
 	if b == nil {
-		return nil, nil, fmt.Errorf("%w: %s", pool.ErrUnknownBinding, r.Binding)
+		return handoff.Released{}, fmt.Errorf("%w: %s", pool.ErrUnknownBinding, r.Binding)
 	}
 	out := handoff.Released{}
 	if err := b.Err(); err != nil {
@@ -89,69 +65,49 @@ func (p *process) release(_ context.Context, f handoff.Frame) (any, []*os.File, 
 		out.Broken = &e
 	}
 	b.Release()
-	return out, nil, nil
+	return out, nil
 }
 
 // expire ends a request's binding held too long (the maximum binding hold) as the in-process gpuserver does: the
 // sessions stop running the function's calls on its GPU, its work is refused until the request releases the
 // binding (whose release then answers that it broke), and what it queued is stopped after the grace.
-func (p *process) expire(ctx context.Context, f handoff.Frame) (any, []*os.File, error) {
-	e, err := handoff.Body[handoff.Expire](f)
-	if err != nil {
-		return nil, nil, err
-	}
+func (p *process) expire(ctx context.Context, e handoff.Expire) (handoff.None, error) {
 	grace := time.Duration(e.GraceNS)
 	if e.Binding == "" || grace < 0 || grace > handoff.MaxExpireGrace {
-		return nil, nil, fmt.Errorf("%w: expire binding %q with a grace of %s (at most %s)", handoff.ErrProtocol,
+		return handoff.None{}, fmt.Errorf("%w: expire binding %q with a grace of %s (at most %s)", handoff.ErrProtocol,
 			e.Binding, grace, handoff.MaxExpireGrace)
 	}
 	b := p.binder.expire(e.Binding)
 	if b == nil {
-		return nil, nil, fmt.Errorf("%w: %s", pool.ErrUnknownBinding, e.Binding)
+		return handoff.None{}, fmt.Errorf("%w: %s", pool.ErrUnknownBinding, e.Binding)
 	}
-	return nil, nil, p.node.Expire(ctx, b, grace, errors.New(e.Cause))
+	return handoff.None{}, p.node.Expire(ctx, b, grace, errors.New(e.Cause))
 }
 
-func (p *process) swapIn(ctx context.Context, f handoff.Frame) (any, []*os.File, error) {
-	s, err := handoff.Body[handoff.SwapIn](f)
-	if err != nil {
-		return nil, nil, err
-	}
+func (p *process) swapIn(ctx context.Context, s handoff.SwapIn) (handoff.None, error) {
 	if err := p.node.Register(s.Function); err != nil {
-		return nil, nil, err
+		return handoff.None{}, err
 	}
-	return nil, nil, p.node.SwapIn(ctx, s.Function, s.GPU, s.Source)
+	return handoff.None{}, p.node.SwapIn(ctx, s.Function, s.GPU, s.Source)
 }
 
-func (p *process) evict(ctx context.Context, f handoff.Frame) (any, []*os.File, error) {
-	e, err := handoff.Body[handoff.Evict](f)
-	if err != nil {
-		return nil, nil, err
-	}
-	return nil, nil, p.node.Evict(ctx, e.Function, e.GPU)
+func (p *process) evict(ctx context.Context, e handoff.Evict) (handoff.None, error) {
+	return handoff.None{}, p.node.Evict(ctx, e.Function, e.GPU)
 }
 
-func (p *process) markUnhealthy(_ context.Context, f handoff.Frame) (any, []*os.File, error) {
-	m, err := handoff.Body[handoff.MarkUnhealthy](f)
-	if err != nil {
-		return nil, nil, err
-	}
+func (p *process) markUnhealthy(_ context.Context, m handoff.MarkUnhealthy) (handoff.None, error) {
 	if m.GPU < 0 || m.GPU >= p.node.GPUs() {
-		return nil, nil, fmt.Errorf("%w: gpu %d", handoff.ErrProtocol, m.GPU)
+		return handoff.None{}, fmt.Errorf("%w: gpu %d", handoff.ErrProtocol, m.GPU)
 	}
 	p.node.MarkUnhealthy(m.GPU, fmt.Errorf("the gpuserver took it out of service: %s", m.Cause))
-	return nil, nil, nil
+	return handoff.None{}, nil
 }
 
-func (p *process) waitReady(ctx context.Context, f handoff.Frame) (any, []*os.File, error) {
-	n, err := handoff.Body[handoff.Name](f)
-	if err != nil {
-		return nil, nil, err
-	}
-	return nil, nil, p.node.WaitReady(ctx, n.Function)
+func (p *process) waitReady(ctx context.Context, n handoff.Name) (handoff.None, error) {
+	return handoff.None{}, p.node.WaitReady(ctx, n.Function)
 }
 
-func (p *process) status(context.Context, handoff.Frame) (any, []*os.File, error) {
+func (p *process) status(context.Context, handoff.None) (handoff.Status, error) {
 	st := handoff.Status{GPUs: p.node.Status(), Images: p.node.Images(), Sessions: int(p.sessions.Load())}
 	for g := range p.node.GPUs() {
 		st.Borrowed = append(st.Borrowed, p.mem.Pool(g).Borrowed())
@@ -164,16 +120,12 @@ func (p *process) status(context.Context, handoff.Frame) (any, []*os.File, error
 		}
 		st.Truncated = true
 	}
-	return st, nil, nil
+	return st, nil
 }
 
-func (p *process) reclaim(ctx context.Context, f handoff.Frame) (any, []*os.File, error) {
-	r, err := handoff.Body[handoff.Reclaim](f)
-	if err != nil {
-		return nil, nil, err
-	}
+func (p *process) reclaim(ctx context.Context, r handoff.Reclaim) (handoff.Reclaimed, error) {
 	if r.GPU < 0 || r.GPU >= p.node.GPUs() || r.N <= 0 {
-		return nil, nil, fmt.Errorf("%w: reclaim %d chunks of gpu %d", handoff.ErrProtocol, r.N, r.GPU)
+		return handoff.Reclaimed{}, fmt.Errorf("%w: reclaim %d chunks of gpu %d", handoff.ErrProtocol, r.N, r.GPU)
 	}
 	if r.Evict {
 		if _, err := p.node.EvictIdle(ctx, r.GPU, r.N); err != nil {
@@ -184,25 +136,23 @@ func (p *process) reclaim(ctx context.Context, f handoff.Frame) (any, []*os.File
 	if err != nil {
 		p.log.Warn("give chunks back", "gpu", r.GPU, "err", err)
 	}
-	return handoff.Reclaimed{GPU: r.GPU, Indexes: idx}, nil, nil
+	return handoff.Reclaimed{GPU: r.GPU, Indexes: idx}, nil
 }
 
 // session adopts a connection the gpuserver checked; it answers once the session runs, and reports its end.
-func (p *process) session(_ context.Context, f handoff.Frame) (any, []*os.File, error) {
-	s, err := handoff.Body[handoff.Session](f)
-	if err != nil || len(f.Files) != 2 {
-		closeAll(f.Files)
-		if err == nil {
-			err = fmt.Errorf("%w: a session with %d descriptors, want 2", handoff.ErrProtocol, len(f.Files))
-		}
-		return nil, nil, err
+func (p *process) session(_ context.Context, s handoff.Session, files []*os.File) (handoff.None, []*os.File,
+	error) {
+	if len(files) != 2 {
+		closeAll(files)
+		return handoff.None{}, nil, fmt.Errorf("%w: a session with %d descriptors, want 2", handoff.ErrProtocol,
+			len(files))
 	}
 	if s.Spec.Tenant() != p.cfg.Tenant {
-		closeAll(f.Files)
-		return nil, nil, fmt.Errorf("%w: a session of %s (%s) handed to the executor of %s", handoff.ErrProtocol,
+		closeAll(files)
+		return handoff.None{}, nil, fmt.Errorf("%w: a session of %s (%s) handed to the executor of %s", handoff.ErrProtocol,
 			s.Function, s.Spec.Tenant(), p.cfg.Tenant)
 	}
-	conn, shm := f.Files[0], f.Files[1]
+	conn, shm := files[0], files[1]
 	p.sessions.Add(1)
 	go func() {
 		defer p.sessions.Add(-1)
@@ -210,7 +160,7 @@ func (p *process) session(_ context.Context, f handoff.Frame) (any, []*os.File, 
 		if err := p.srv.Adopt(p.ctx, conn, shm, info, s.ShmSize); err != nil {
 			p.log.Warn("adopt a session", "function", s.Function, "pid", s.PID, "err", err)
 		}
-		_ = p.peer.Notify(handoff.KindSessionEnded, handoff.SessionEnded{ID: s.ID, Function: s.Function}, nil)
+		_ = handoff.EventSessionEnded.Notify(p.peer, handoff.SessionEnded{ID: s.ID, Function: s.Function})
 	}()
-	return nil, nil, nil
+	return handoff.None{}, nil, nil
 }

@@ -8,7 +8,7 @@ import (
 	"github.com/faas-gpu/faas-gpu/gpuserver/tenant/handoff"
 )
 
-// imageBudget reserves the bytes of the executor's module images with the gpuserver (handoff.KindReserveImages),
+// imageBudget reserves the bytes of the executor's module images with the gpuserver (handoff.OpReserveImages),
 // whose bound is the node's over every executor.
 type imageBudget struct{ p *process }
 
@@ -20,7 +20,7 @@ const reserveTimeout = 10 * time.Second
 func (b imageBudget) ReserveImages(n uint64) error {
 	ctx, cancel := context.WithTimeout(b.p.ctx, reserveTimeout)
 	defer cancel()
-	_, err := b.p.peer.Call(ctx, handoff.KindReserveImages, handoff.ImageBytes{Bytes: n}, nil, nil)
+	_, err := handoff.OpReserveImages.Call(ctx, b.p.peer, handoff.ImageBytes{Bytes: n})
 	return err
 }
 
@@ -29,5 +29,5 @@ func (b imageBudget) ReserveImages(n uint64) error {
 func (b imageBudget) ReleaseImages(n uint64) {
 	ctx, cancel := context.WithTimeout(b.p.ctx, reserveTimeout)
 	defer cancel()
-	_, _ = b.p.peer.Call(ctx, handoff.KindReleaseImages, handoff.ImageBytes{Bytes: n}, nil, nil)
+	_, _ = handoff.OpReleaseImages.Call(ctx, b.p.peer, handoff.ImageBytes{Bytes: n})
 }

@@ -31,8 +31,7 @@ func (l lender) Borrow(ctx context.Context, gpu, n int) ([]memory.Chunk, error) 
 	}
 	for n > 0 {
 		k := min(n, handoff.MaxBorrow)
-		var lent handoff.Lent
-		files, err := l.p.peer.Call(ctx, handoff.KindBorrow, handoff.Borrow{GPU: gpu, N: k}, nil, &lent)
+		lent, files, err := handoff.OpBorrow.CallFiles(ctx, l.p.peer, handoff.Borrow{GPU: gpu, N: k}, nil)
 		if err != nil {
 			giveBack()
 			return nil, err
@@ -80,7 +79,7 @@ func (l lender) Return(gpu int, indexes []int) error {
 	}
 	ctx, cancel := context.WithTimeout(l.p.ctx, returnTimeout)
 	defer cancel()
-	_, err := l.p.peer.Call(ctx, handoff.KindReturn, handoff.Return{GPU: gpu, Indexes: indexes}, nil, nil)
+	_, err := handoff.OpReturn.Call(ctx, l.p.peer, handoff.Return{GPU: gpu, Indexes: indexes})
 	if errors.Is(err, handoff.ErrClosed) {
 		return nil // the gpuserver takes every chunk back when an executor ends
 	}

@@ -166,28 +166,31 @@ func (p *process) shutdown() {
 	}
 }
 
+// handlers answer the gpuserver's operations (handoff.Ops, handoff.ToExecutor): every one but the start waits for
+// the executor to be started.
 func (p *process) handlers() map[handoff.Kind]handoff.Handler {
-	return map[handoff.Kind]handoff.Handler{
-		handoff.KindStart:         p.start,
-		handoff.KindRegister:      p.started(p.register),
-		handoff.KindDeregister:    p.started(p.deregister),
-		handoff.KindEndInit:       p.started(p.endInit),
-		handoff.KindAcquire:       p.started(p.acquire),
-		handoff.KindRelease:       p.started(p.release),
-		handoff.KindExpire:        p.started(p.expire),
-		handoff.KindSwapIn:        p.started(p.swapIn),
-		handoff.KindEvict:         p.started(p.evict),
-		handoff.KindMarkUnhealthy: p.started(p.markUnhealthy),
-		handoff.KindStatus:        p.started(p.status),
-		handoff.KindWaitReady:     p.started(p.waitReady),
-		handoff.KindReclaim:       p.started(p.reclaim),
-		handoff.KindSession:       p.started(p.session),
-	}
+	return handoff.Routes(handoff.ToExecutor,
+		handoff.OpStart.Handle(p.start),
+		p.started(handoff.OpRegister.Handle(p.register)),
+		p.started(handoff.OpDeregister.Handle(p.deregister)),
+		p.started(handoff.OpAcquire.Handle(p.acquire)),
+		p.started(handoff.OpRelease.Handle(p.release)),
+		p.started(handoff.OpExpire.Handle(p.expire)),
+		p.started(handoff.OpSwapIn.Handle(p.swapIn)),
+		p.started(handoff.OpEvict.Handle(p.evict)),
+		p.started(handoff.OpMarkUnhealthy.Handle(p.markUnhealthy)),
+		p.started(handoff.OpStatus.Handle(p.status)),
+		p.started(handoff.OpWaitReady.Handle(p.waitReady)),
+		p.started(handoff.OpReclaim.Handle(p.reclaim)),
+		p.started(handoff.OpSession.HandleFiles(p.session)),
+	)
 }
 
-// started wraps a handler that needs the executor started (a frame before the start waits for it).
-func (p *process) started(h handoff.Handler) handoff.Handler {
-	return func(ctx context.Context, f handoff.Frame) (any, []*os.File, error) {
+// started wraps the handler of an operation that needs the executor started (a frame before the start waits for
+// it).
+func (p *process) started(r handoff.Route) handoff.Route {
+	h := r.Handler
+	r.Handler = func(ctx context.Context, f handoff.Frame) (any, []*os.File, error) {
 		select {
 		case <-p.ready:
 		case <-ctx.Done():
@@ -200,6 +203,7 @@ func (p *process) started(h handoff.Handler) handoff.Handler {
 		}
 		return h(ctx, f)
 	}
+	return r
 }
 
 func closeAll(fs []*os.File) {
@@ -208,12 +212,7 @@ func closeAll(fs []*os.File) {
 	}
 }
 
-func (p *process) start(ctx context.Context, f handoff.Frame) (any, []*os.File, error) {
-	closeAll(f.Files)
-	cfg, err := handoff.Body[handoff.Start](f)
-	if err != nil {
-		return nil, nil, err
-	}
+func (p *process) start(_ context.Context, cfg handoff.Start) (handoff.Started, error) {
 	first := false
 	p.once.Do(func() {
 		first = true
@@ -221,12 +220,12 @@ func (p *process) start(ctx context.Context, f handoff.Frame) (any, []*os.File, 
 		close(p.ready)
 	})
 	if !first {
-		return nil, nil, fmt.Errorf("%w: the executor was started already", handoff.ErrProtocol)
+		return handoff.Started{}, fmt.Errorf("%w: the executor was started already", handoff.ErrProtocol)
 	}
 	if p.startErr != nil {
-		return nil, nil, p.startErr
+		return handoff.Started{}, p.startErr
 	}
-	return handoff.Started{PID: os.Getpid(), GPUs: p.node.GPUs()}, nil, nil
+	return handoff.Started{PID: os.Getpid(), GPUs: p.node.GPUs()}, nil
 }
 
 // build opens the device, the lending pools, the tenant's repository, the executors and the remoting server.
@@ -361,7 +360,7 @@ func (p *process) onFault(gpu int, function string, err error) {
 		if named := p.namedFault.Load(); named != nil {
 			f = named
 		}
-		_ = p.peer.Notify(handoff.KindFault, *f, nil)
+		_ = handoff.EventFault.Notify(p.peer, *f)
 		if !graced {
 			select {
 			case <-t.C:
@@ -397,7 +396,7 @@ func (p *process) reportEvictions(ctx context.Context) {
 		p.evicted = nil
 		p.evictMu.Unlock()
 		for _, e := range es {
-			if err := p.peer.Notify(handoff.KindEvicted, e, nil); err != nil {
+			if err := handoff.EventEvicted.Notify(p.peer, e); err != nil {
 				p.log.Warn("report an eviction", "function", e.Function, "gpu", e.GPU, "err", err)
 			}
 		}
@@ -409,7 +408,6 @@ func (p *process) reportEvictions(ctx context.Context) {
 func (p *process) onUnhealthy(gpu int, cause error) {
 	after := p.faulted.Load()
 	go func() {
-		_ = p.peer.Notify(handoff.KindGPUFailed, handoff.GPUFailed{GPU: gpu, Error: cause.Error(), AfterFault: after},
-			nil)
+		_ = handoff.EventGPUFailed.Notify(p.peer, handoff.GPUFailed{GPU: gpu, Error: cause.Error(), AfterFault: after})
 	}()
 }

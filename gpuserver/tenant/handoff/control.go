@@ -11,30 +11,33 @@ import (
 	"github.com/faas-gpu/faas-gpu/gpuserver/repository"
 )
 
-// The control hand-off: what the gpuserver's pool and controller asked of the in-process executors before (package
-// executor's Node), asked of a tenant's executor process instead, with the same errors (Codes); and what the
-// executor asks of the gpuserver (an implicit binding for calls outside a request) or tells it (a GPU failed, a
-// kernel fault ends the executor). KindExpire came with minor version 1, the images kinds (images.go) with 2.
+// The control hand-off: what the gpuserver's pool and controller ask of the data plane (executor.DataPlane), asked
+// of a tenant's executor process, with the same errors (Codes); and what the executor asks of the gpuserver (an
+// implicit binding for calls outside a request) or tells it (a GPU failed, a kernel fault ends the executor, a copy
+// it evicted on its own). ops.go pairs each kind with its request and answer bodies. KindExpire came with minor
+// version 1, the images kinds (images.go) with 2, KindEvicted with 3.
 const (
 	// gpuserver -> executor, each answered.
-	KindRegister      Kind = 30 // Function
-	KindDeregister    Kind = 31 // Name
-	KindEndInit       Kind = 32 // Name
-	KindAcquire       Kind = 33 // Acquire
-	KindRelease       Kind = 34 // Release -> Released
-	KindSwapIn        Kind = 35 // SwapIn
-	KindEvict         Kind = 36 // Evict
-	KindMarkUnhealthy Kind = 37 // MarkUnhealthy
-	KindStatus        Kind = 38 // -> Status
-	KindWaitReady     Kind = 39 // Name: waits until the function's copies on its active GPU completed
-	KindExpire        Kind = 44 // Expire: answered once the function's work is fenced and its queued work ended
+	KindRegister   Kind = 30
+	KindDeregister Kind = 31
+	// KindEndInit is retired: the gpuserver never sends it (a request's KindAcquire ends the initialisation first);
+	// its number is not reused.
+	KindEndInit       Kind = 32
+	KindAcquire       Kind = 33
+	KindRelease       Kind = 34
+	KindSwapIn        Kind = 35
+	KindEvict         Kind = 36
+	KindMarkUnhealthy Kind = 37
+	KindStatus        Kind = 38
+	KindWaitReady     Kind = 39 // waits until the function's copies on its active GPU completed
+	KindExpire        Kind = 44 // answered once the function's work is fenced and its queued work ended
 
 	// executor -> gpuserver.
-	KindBindImplicit    Kind = 40 // Name -> Bound (answered)
-	KindReleaseImplicit Kind = 41 // Release (answered)
-	KindGPUFailed       Kind = 42 // GPUFailed (one-way)
-	KindFault           Kind = 43 // Fault (one-way; the executor exits after it)
-	KindEvicted         Kind = 47 // Evicted (one-way); minor version 3
+	KindBindImplicit    Kind = 40 // answered
+	KindReleaseImplicit Kind = 41 // answered
+	KindGPUFailed       Kind = 42 // one-way
+	KindFault           Kind = 43 // one-way; the executor exits after it
+	KindEvicted         Kind = 47 // one-way
 )
 
 // Function is a registered function and its tenant.
@@ -160,7 +163,7 @@ var Codes = []Code{
 	{"executor.invalid", executor.ErrInvalid},
 	{"executor.broken", executor.ErrBroken},
 	{"executor.context_fault", executor.ErrContextFault},
-	{"executor.lost", executor.ErrLost},
+	{"executor.lost", executor.ErrLost}, // pool.ErrFunctionLost: both names decode to it
 	{"executor.hold_expired", executor.ErrHoldExpired},
 	{"executor.read_only", executor.ErrReadOnly},
 	{"memory.no_space", memory.ErrNoSpace},

@@ -2,8 +2,10 @@
 // (docs/tenants.md): one control socket (an AF_UNIX SOCK_SEQPACKET socketpair, the executor's fd 3) carrying
 // frames, each a fixed header, a JSON body and the descriptors passed with it (SCM_RIGHTS). Each hand-off has a
 // file of its own: start.go (the executor's configuration), session.go (an authenticated remoting connection),
-// chunks.go (physical chunks lent by descriptor), control.go (bindings, swaps, evictions, status). frame.go is
-// the framing and the request/reply machinery both sides share; handoff_test.go pins the layout.
+// chunks.go (physical chunks lent by descriptor), control.go (bindings, swaps, evictions, status). ops.go is the one
+// table of the operations: each kind paired with its request and answer types (Op, Event), whose Call and Handle
+// are the two ends. frame.go is the framing and peer.go the request/reply machinery both sides share;
+// handoff_test.go pins the layout.
 package handoff
 
 import (
