@@ -126,8 +126,8 @@ func TestArchitectureFollowsTheRequest(t *testing.T) {
 	async := section(t, walks, "### Asynchronous: `POST /async-function/{name}`")
 
 	namesInOrder(t, "the session's start", first, "shim/src/transport.c", "gpuserver/remoting/session.go",
-		"gpuserver/remoting/handoff.go", "tenant.Plane.HandOff", "handoff.KindSession",
-		"gpuserver/tenantexec/handlers.go", "remoting.Server.Adopt", "deviceHandler.bind", "handoff.KindBindImplicit",
+		"gpuserver/remoting/handoff.go", "tenant.Plane.HandOff", "handoff.OpSession",
+		"gpuserver/tenantexec/handlers.go", "remoting.Server.Adopt", "deviceHandler.bind", "handoff.OpBindImplicit",
 		"trackedPool.BindImplicit")
 	namesInOrder(t, "the decision", decision, "cmd/faas-gpu/up.go", "provider/handlers/proxy.go",
 		"template/gpu-python/index.py", "gpuserver/api/api.go", "trackedPool.Acquire", "trackedPool.noteHealth",
@@ -136,18 +136,18 @@ func TestArchitectureFollowsTheRequest(t *testing.T) {
 	if strings.Contains(decision+hold, "handoff.KindEndInit") {
 		t.Error("the request walk sends handoff.KindEndInit, which the default mode never sends (tenantPlane's EndInit does nothing)")
 	}
-	namesInOrder(t, "the hold", hold, "controller.Pool.actuate", "handoff.KindEvict", "handoff.KindSwapIn",
-		"gpuserver/tenantexec/handlers.go", "gpuserver/executor/swap.go", "handoff.KindAcquire",
+	namesInOrder(t, "the hold", hold, "controller.Pool.actuate", "handoff.OpEvict", "handoff.OpSwapIn",
+		"gpuserver/tenantexec/handlers.go", "gpuserver/executor/swap.go", "handoff.OpAcquire",
 		"executor.Node.EndInit", "executor.Node.Acquire", "shim/src/transport.c", "gpuserver/remoting/session.go",
-		"gpuserver/executor/binding.go", "gpuserver/device/stream.go", "handoff.KindRelease",
+		"gpuserver/executor/binding.go", "gpuserver/device/stream.go", "handoff.OpRelease",
 		"controller.Pool.Release")
-	for _, frame := range []string{"handoff.KindBorrow", "handoff.KindReclaim", "handoff.KindBindImplicit",
-		"handoff.KindEvicted", "handoff.KindGPUFailed", "trackedPool.noteHealth"} {
+	for _, frame := range []string{"handoff.OpBorrow", "handoff.OpReclaim", "handoff.OpBindImplicit",
+		"handoff.EventEvicted", "handoff.EventGPUFailed", "trackedPool.noteHealth"} {
 		namesInOrder(t, "the back-channels", back, frame)
 	}
-	namesInOrder(t, "the swap-in after an eviction", swapIn, "controller.Controller.Dispatch", "handoff.KindEvict",
-		"executor.Node.Evict", "handoff.KindSwapIn", "executor.Node.completeLocked", "handoff.KindBorrow",
-		"handoff.KindAcquire", "executor.Stream.gate")
+	namesInOrder(t, "the swap-in after an eviction", swapIn, "controller.Controller.Dispatch", "handoff.OpEvict",
+		"executor.Node.Evict", "handoff.OpSwapIn", "executor.Node.completeLocked", "handoff.OpBorrow",
+		"handoff.OpAcquire", "executor.Stream.gate")
 	namesInOrder(t, "the asynchronous request", async, "queueworker/frontdoor/frontdoor.go",
 		"queueworker/worker/pull.go", "queueworker/worker/dispatch.go", "gateway.sock",
 		"queueworker/worker/complete.go")
@@ -288,9 +288,9 @@ func TestProgramsLiveOutsideTheProduct(t *testing.T) {
 	}
 }
 
-// TestArchitectureNamesEveryFrame: every kind of frame the control socket between the gpuserver and its executors
-// carries (the Kind constants of gpuserver/tenant/handoff) is in the map's table of frames, so that a frame added
-// to the seam is placed on the map with who sends it and why.
+// TestArchitectureNamesEveryFrame: every operation of the control socket between the gpuserver and its executors
+// (the Op and Event variables of gpuserver/tenant/handoff's table) and every kind of frame it declares is in the
+// map's table of frames, so that an operation added to the seam is placed on the map with who sends it and why.
 func TestArchitectureNamesEveryFrame(t *testing.T) {
 	src, err := os.ReadFile("../../docs/architecture.md")
 	if err != nil {
@@ -301,17 +301,19 @@ func TestArchitectureNamesEveryFrame(t *testing.T) {
 	if p == nil {
 		t.Fatal("package gpuserver/tenant/handoff not found: the frames moved, update this test")
 	}
-	kinds := 0
+	counts := map[string]int{}
 	for name := range p.decls {
-		if len(name) <= len("Kind") || !strings.HasPrefix(name, "Kind") || !upper(name[len("Kind"):]) {
-			continue
-		}
-		kinds++
-		if !strings.Contains(table, "`handoff."+name+"`") {
-			t.Errorf("the frame handoff.%s is not in docs/architecture.md's table of the control socket's frames", name)
+		for _, prefix := range []string{"Kind", "Op", "Event"} {
+			if len(name) <= len(prefix) || !strings.HasPrefix(name, prefix) || !upper(name[len(prefix):]) {
+				continue
+			}
+			counts[prefix]++
+			if !strings.Contains(table, "`handoff."+name+"`") {
+				t.Errorf("handoff.%s is not in docs/architecture.md's table of the control socket's frames", name)
+			}
 		}
 	}
-	if kinds < 20 {
-		t.Fatalf("found only %d kinds of frame in gpuserver/tenant/handoff", kinds)
+	if counts["Kind"] < 20 || counts["Op"]+counts["Event"] < 20 {
+		t.Fatalf("found only %v kinds and operations in gpuserver/tenant/handoff", counts)
 	}
 }

@@ -172,14 +172,31 @@ func resolveRef(t *testing.T, ix *goIndex, ext *externals, values map[string]any
 		return false, true, "package " + first + " (outside the repository) does not declare " +
 			strings.Join(parts[1:], ".")
 	}
+	if camelCase(first) { // an unexported type's name shape (`trackedPool.hold`): a Go reference whatever follows
+		return false, true, "no type or package " + first + " in the repository"
+	}
 	if !upper(second) {
 		return false, false, "" // prose-like: `name.namespace`, `com.openfaas.scale.min`
 	}
 	if upper(first) {
 		return false, true, "no type " + first + " in the repository"
 	}
-	return false, true, "no package " + first + " in the repository, the standard library or the dependencies " +
-		"docs name (test/docs dependencyPackages)"
+	return false, true, "no type or package " + first + " in the repository, the standard library or the " +
+		"dependencies docs name (test/docs dependencyPackages)"
+}
+
+// camelCase says whether s is a lower-case identifier with an upper-case letter inside (trackedPool, deviceHandler),
+// the shape of an unexported Go name; a Helm value of that shape (networkPolicy.enabled) is told apart earlier.
+func camelCase(s string) bool {
+	if upper(s) || strings.ContainsAny(s, "_") {
+		return false
+	}
+	for _, r := range s[1:] {
+		if unicode.IsUpper(r) {
+			return true
+		}
+	}
+	return false
 }
 
 // inPackages says whether one of pkgs declares rest[0] (and, when rest names a member, whether that type has it).

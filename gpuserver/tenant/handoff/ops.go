@@ -10,8 +10,9 @@ import (
 
 // The operations of the hand-off, each a request kind paired with the type of its body and of its answer: the one
 // table of what crosses the control socket. A request is sent with its Op's Call and answered by the handler its Op
-// made (Handle); an Event is one-way (Notify, Handle). Adding an operation is one line here, its call on one side,
-// its handler on the other (ops_test.go checks that every Op listed in Ops has one, on the side Dir names).
+// made (Handle); an Event is one-way (Notify, Handle). Adding an operation is one line here (and Ops), its call on
+// one side, its handler on the other: ops_test.go checks that Ops lists every one declared and that its sending
+// side uses it, each side's TestEveryOperationHasItsHandler that it is answered (CheckHandlers).
 var (
 	// gpuserver -> executor (start.go, session.go, chunks.go, control.go).
 	OpStart         = Op[Start, Started]{KindStart, ToExecutor}

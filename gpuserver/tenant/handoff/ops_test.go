@@ -159,3 +159,68 @@ func TestTypedOps(t *testing.T) {
 		t.Fatalf("a None body: %d bytes, %v", len(b), err)
 	}
 }
+
+// TestEveryOperationHasACaller: the side that sends an operation (the gpuserver's package tenant for ToExecutor,
+// the executor's package tenantexec for ToGPUServer) uses it, so that no operation is declared with one end only
+// (each side's TestEveryOperationHasItsHandler checks the other end).
+func TestEveryOperationHasACaller(t *testing.T) {
+	fset := token.NewFileSet()
+	f, err := parser.ParseFile(fset, "ops.go", nil, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dirOf := map[string]string{} // operation -> its direction's name
+	for _, d := range f.Decls {
+		g, ok := d.(*ast.GenDecl)
+		if !ok || g.Tok != token.VAR {
+			continue
+		}
+		for _, s := range g.Specs {
+			vs := s.(*ast.ValueSpec)
+			for i, v := range vs.Values {
+				if lit, ok := v.(*ast.CompositeLit); ok && len(lit.Elts) == 2 {
+					if id, ok := lit.Elts[1].(*ast.Ident); ok {
+						dirOf[vs.Names[i].Name] = id.Name
+					}
+				}
+			}
+		}
+	}
+	if len(dirOf) != len(Ops()) {
+		t.Fatalf("found %d operations in ops.go, Ops lists %d", len(dirOf), len(Ops()))
+	}
+	used := map[string]map[string]bool{"ToExecutor": uses(t, ".."), "ToGPUServer": uses(t, "../../tenantexec")}
+	for name, dir := range dirOf {
+		if used[dir] == nil {
+			t.Fatalf("%s: direction %s", name, dir)
+		}
+		if !used[dir][name] {
+			t.Errorf("handoff.%s (%s) is sent nowhere by its sending side", name, dir)
+		}
+	}
+}
+
+// uses lists the names of package handoff that the non-test sources of dir use.
+func uses(t *testing.T, dir string) map[string]bool {
+	t.Helper()
+	pkgs, err := parser.ParseDir(token.NewFileSet(), dir, func(fi os.FileInfo) bool {
+		return !strings.HasSuffix(fi.Name(), "_test.go")
+	}, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := map[string]bool{}
+	for _, p := range pkgs {
+		for _, f := range p.Files {
+			ast.Inspect(f, func(n ast.Node) bool {
+				if sel, ok := n.(*ast.SelectorExpr); ok {
+					if id, ok := sel.X.(*ast.Ident); ok && id.Name == "handoff" {
+						out[sel.Sel.Name] = true
+					}
+				}
+				return true
+			})
+		}
+	}
+	return out
+}
