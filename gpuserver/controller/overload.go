@@ -134,8 +134,9 @@ type overload struct {
 }
 
 // pressedShare: while the functions' demand exceeds this share of the healthy GPUs' time, the queue orders the
-// functions that can spare a miss most needy first (queueing.Queue.SetPressed). Tuned on the Azure trace's hour 1
-// (models drawn with seeds 1-5 and 8).
+// functions that can spare a miss most needy first (queueing.Queue.SetPressed; the estimate is the overload
+// control's, so with the control off they stay in least-slack order). Tuned on the Azure trace's hour 1 alone
+// (models drawn with seeds 1-5 and 8; 0.65, 0.7, 0.75, 0.9 and always tried: docs/bench/policy-predictions.md).
 const pressedShare = 0.75
 
 // minRate: a function whose weighted arrival rate decays below it (per second) counts as idle.

@@ -160,7 +160,8 @@ func markdown(rep report) string {
 		"faas-gpu's own overload control (shedding the costliest functions) is reported on and off, so its gain " +
 		"beyond the rule shows separately. The predictions written before this run are in " +
 		"[policy-predictions.md](policy-predictions.md); the cross-check against Torpor's own node simulator is " +
-		"in [policy-crosscheck.md](policy-crosscheck.md) (figures of an earlier simulator, not re-run).\n\n")
+		"in [policy-crosscheck.md](policy-crosscheck.md) (its mixed-model comparison is of the current " +
+		"simulator, its earlier tables of earlier ones).\n\n")
 	w("## Conditions\n\n")
 	w("- machine: %d CPUs (`nproc`), %s; %s; commit %s\n", rep.CPUs, rep.CPUModel, rep.GoVersion, rep.Commit)
 	w("- command: `%s` (`%s`), %d simulations at once; started %s; whole run %.0f s wall, %.0f s of CPU; 1-minute load "+
@@ -174,6 +175,9 @@ func markdown(rep report) string {
 	w("- tuning and report split: the only tuned constants are the overload control's (DefaultShedTarget 0.9, " +
 		"DefaultRescueShare 0.8, the 2 s interval, the measured check's 2%% and back-off), tuned by earlier rounds " +
 		"on hour 1 of the Azure trace with round-robin assignment and on Torpor's trace at 560 functions; the " +
+		"faas-gpu queue's order by the misses a function can spare (queueing.Config.SpareLast: a quarter of the " +
+		"miss budget; most needy first above 0.75 of the GPUs) was tuned on hour 1 alone, models drawn with seeds " +
+		"1-5 and 8 (policy-predictions.md, round 2); the " +
 		"admission rule has no constant (it uses the controller's predictions) and no baseline was tuned (torpor " +
 		"runs its paper's alpha re-tuning and node_simu.py's fixed 0.01). The report split is hours 2-8 with " +
 		"models drawn per seed and every sweep other than hour 1\n")
