@@ -246,3 +246,94 @@ func TestGatedRefusesAStreamThatCannotMeasure(t *testing.T) {
 	}
 	arb.Leave(g)
 }
+
+// Every kind of compute work passes the gate (kernel launches, extended launches, graph launches, memsets,
+// device-to-device copies); copies to and from the host, events and synchronisation do not.
+func TestGatedCountsEveryKindOfComputeWork(t *testing.T) {
+	r := newRig(t)
+	g, err := r.arb.Join("a", 0.5, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	raw, err := r.dev.NewStream(0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	st, err := Gated(context.Background(), raw, raw.(device.ComputeMeter), g)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ptr, err := r.dev.ReserveAddress(2<<20, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	phys, err := r.dev.CreatePhysical(0, 2<<20)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := r.dev.Map(ptr, phys); err != nil {
+		t.Fatal(err)
+	}
+	if err := r.dev.SetAccess(ptr, 2<<20, []int{0}); err != nil {
+		t.Fatal(err)
+	}
+	capture, err := r.dev.NewStream(0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	gc := capture.(device.GraphCapture)
+	if err := gc.BeginCapture(); err != nil {
+		t.Fatal(err)
+	}
+	if err := capture.Launch(r.busy, device.Dim3{X: 1}, device.Dim3{X: 1}, 0, busyArgs(time.Microsecond)); err != nil {
+		t.Fatal(err)
+	}
+	graph, err := gc.EndCapture()
+	if err != nil {
+		t.Fatal(err)
+	}
+	launches := func() uint64 { return r.arb.Shares()[0].Launches }
+	steps := []struct {
+		what  string
+		do    func() error
+		gated bool
+	}{
+		{"launch", func() error {
+			return st.Launch(r.busy, device.Dim3{X: 1}, device.Dim3{X: 1}, 0, busyArgs(time.Microsecond))
+		}, true},
+		{"extended launch", func() error {
+			return st.(device.ExtendedLauncher).LaunchEx(r.busy, device.Dim3{X: 1}, device.Dim3{X: 1}, 0, nil,
+				busyArgs(time.Microsecond))
+		}, true},
+		{"graph launch", func() error { return st.(graphLauncher).LaunchGraph(graph) }, true},
+		{"memset8", func() error { return st.Memset8(ptr, 0, 1<<20) }, true},
+		{"memset32", func() error { return st.Memset32(ptr, 7, 1024) }, true},
+		{"device-to-device copy", func() error { return st.CopyDtoD(ptr+1<<20, ptr, 4096) }, true},
+		{"host-to-device copy", func() error { return st.CopyHtoD(ptr, make([]byte, 64)) }, false},
+		{"device-to-host copy", func() error { return st.CopyDtoH(make([]byte, 64), ptr) }, false},
+	}
+	var compute uint64
+	for _, s := range steps {
+		before := launches()
+		if err := s.do(); err != nil {
+			t.Fatalf("%s: %v", s.what, err)
+		}
+		if got := launches() - before; got != map[bool]uint64{true: 1, false: 0}[s.gated] {
+			t.Errorf("%s: the gate admitted %d, want gated %v", s.what, got, s.gated)
+		}
+		if !s.gated {
+			continue
+		}
+		compute++
+		deadline := time.Now().Add(10 * time.Second)
+		for { // measured before the next is admitted (the manual clock never moves: no period ends here)
+			if ops, _ := raw.(device.ComputeMeter).ComputeWork(); ops >= compute {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("%s: never measured", s.what)
+			}
+			time.Sleep(100 * time.Microsecond)
+		}
+	}
+}

@@ -41,6 +41,9 @@ type GPU struct {
 	// Resident are the functions whose model is on the GPU; Running those of them with a request running.
 	Resident []string `json:"resident"`
 	Running  []string `json:"running"`
+	// Shares are the bindings holding compute shares of the GPU now, with their request and limit (co-runners);
+	// empty while it is idle or bound exclusively.
+	Shares []pool.CoRunner `json:"shares,omitempty"`
 }
 
 // Function is one registered function.
@@ -92,7 +95,8 @@ func (u *UI) State(ctx context.Context) State {
 	}
 	for _, g := range st.GPUs {
 		gpu := GPU{Index: g.Index, Name: g.Name, MemoryBytes: g.MemoryBytes, UsedBytes: g.UsedBytes, Busy: g.Busy,
-			Healthy: g.Healthy, Resident: append([]string{}, g.Resident...), Running: []string{}}
+			Healthy: g.Healthy, Resident: append([]string{}, g.Resident...), Running: []string{},
+			Shares: append([]pool.CoRunner(nil), g.CoRunners...)}
 		sort.Strings(gpu.Resident)
 		for _, f := range gpu.Resident {
 			if g.Busy && running[f] {

@@ -176,3 +176,21 @@ func TestPageIsSelfContained(t *testing.T) {
 		t.Fatalf("a path outside the page: %d", resp.StatusCode)
 	}
 }
+
+// TestStateShowsCoRunnersShares: a GPU's shared bindings come with their shares.
+func TestStateShowsCoRunnersShares(t *testing.T) {
+	st := status([]string{"resnet", "bert.dev"}, nil, true, nil)
+	st.GPUs[0].CoRunners = []pool.CoRunner{{Function: "resnet", Request: 0.5, Limit: 0.75}, {Function: "bert.dev", Request: 0.3, Limit: 0.5}}
+	p := &fakePool{}
+	p.set(st)
+	u, err := New(Config{Pool: p, Node: "n1", Interval: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer u.Close()
+	s := u.State(context.Background())
+	if len(s.GPUs) != 2 || len(s.GPUs[0].Shares) != 2 || s.GPUs[0].Shares[1] != (pool.CoRunner{Function: "bert.dev", Request: 0.3, Limit: 0.5}) ||
+		len(s.GPUs[1].Shares) != 0 {
+		t.Fatalf("gpus: %+v", s.GPUs)
+	}
+}

@@ -35,8 +35,9 @@ function renderGPUs(gpus) {
     if (g.resident.length === 0) chips.appendChild(el("span", { class: "empty", text: "no function resident" }));
     for (const f of g.resident) {
       const running = g.running.includes(f);
-      chips.appendChild(el("span", { class: "chip" + (running ? " running" : ""), text: f, "data-gpu": String(g.index),
-        title: running ? f + ": a request runs" : f + ": resident" }));
+      const share = (g.shares || []).filter((s) => s.function === f).map((s) => " (share " + s.request + "-" + s.limit + ")").join("");
+      chips.appendChild(el("span", { class: "chip" + (running ? " running" : ""), text: f + share, "data-gpu": String(g.index),
+        title: running ? f + ": a request runs" + share : f + ": resident" }));
     }
     box.appendChild(el("div", { class: "gpu " + state, "data-gpu": String(g.index) },
       el("div", { class: "title" }, el("span", { text: "GPU " + g.index }), el("span", { class: "state " + state, text: state })),

@@ -187,9 +187,10 @@ func run(args []string, stdout io.Writer) error {
 	alone := time.Duration(float64(c.rounds) * c.seconds / 2 * float64(time.Second))
 	fmt.Fprintf(&rep, "On the GPU's timeline the gate held the lone binding's launches %v in %v (%.3f%%): with "+
 		"tokens for its request it is held only until its share grows, after which it passes at once. Its cost "+
-		"alone is the host time above plus that: **%.3f%%** of the bound time.\n\n", waited, alone,
-		100*float64(waited)/float64(alone),
-		100*float64(perReq)/float64(c.pre+c.post+time.Duration(c.kernels)*c.kernel)+100*float64(waited)/float64(alone))
+		"alone is the host time above (counted as 0 when the measurement came out negative: within the noise) plus "+
+		"that: **%.3f%%** of the bound time.\n\n", waited, alone, 100*float64(waited)/float64(alone),
+		100*float64(max(0, perReq))/float64(c.pre+c.post+time.Duration(c.kernels)*c.kernel)+
+			100*float64(waited)/float64(alone))
 	fmt.Fprintf(&rep, "Load average at the end: %s.\n", benchhost.LoadAvg())
 
 	if _, err := io.WriteString(stdout, rep.String()); err != nil {
