@@ -101,6 +101,8 @@ func runReplay(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		"the data plane can fill; empty: the node's")
 	policyArg := fs.String("policy", string(controller.PolicyFaaSGPU), "the policy of both sides")
 	overloadArg := fs.String("overload", controller.OverloadAuto, overloadUsage)
+	admissionArg := fs.String("admission", string(controller.DefaultAdmission), "the admission rule of both sides "+
+		"(up's and sim's --admission): "+admissionUsage)
 	templatesDir := fs.String("templates-dir", "./template", "the folder of templates (the repository's ./template): "+
 		"the model function runs on its gpu-python")
 	workDir := fs.String("work-dir", "", "where up's state, build context and log go (default: a new temporary "+
@@ -158,6 +160,10 @@ func runReplay(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	if err != nil {
 		return flagErr("overload", err)
 	}
+	admission, err := parseAdmission(*admissionArg)
+	if err != nil {
+		return err
+	}
 	node, err := topology.Resolve(*nodeArg)
 	if err != nil {
 		return flagErr("node", err)
@@ -194,7 +200,7 @@ func runReplay(ctx context.Context, args []string, stdout, stderr io.Writer) err
 
 	// The simulator's prediction: the same arrivals, functions, models, SLOs and node.
 	cfg := simulate.Config{Arrivals: arrivals, Models: ms, Functions: len(fns), Node: node, Policy: policy,
-		Seed: *seed, Overload: overload, MaxInFlight: simulate.DefaultMaxInFlight, Instances: 1, Prewarm: *warm}
+		Seed: *seed, Overload: overload, Admission: admission, MaxInFlight: simulate.DefaultMaxInFlight, Instances: 1, Prewarm: *warm}
 	predicted, err := simulate.Run(cfg, false)
 	if err != nil {
 		return fmt.Errorf("simulate: %w", err)
@@ -216,7 +222,8 @@ func runReplay(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		return flagErr("templates-dir", err)
 	}
 	upArgs := []string{"--state-dir", stateDir, "--build-dir", buildDir, "--gpus", *nodeArg,
-		"--sim-time-scale", strconv.FormatFloat(*timeScale, 'f', -1, 64), "--policy", string(policy), "--overload", *overloadArg, "--log-level", "warn",
+		"--sim-time-scale", strconv.FormatFloat(*timeScale, 'f', -1, 64), "--policy", string(policy), "--overload", *overloadArg,
+		"--admission", string(admission), "--log-level", "warn",
 		// Every request comes from this one client, standing in for many: the gateway's bound per peer (a quarter
 		// of its connections) would refuse a backlog that many clients would not hit.
 		"--max-conns", "4096", "--max-conns-per-peer", "4096"}

@@ -63,7 +63,10 @@ func TestReplayAgainstSimulator(t *testing.T) {
 	// The schema of sim --json, on both sides.
 	var sim map[string]json.RawMessage
 	if err := json.Unmarshal(run("sim", "--json", "--trace", trace, "--models", models, "--functions", "3",
-		"--minutes", "1"), &sim); err != nil {
+		"--minutes", "1",
+		// The replay deploys each function as one instance without scale labels, as up does: the simulator's
+		// schema for that mode (no autoscaler block).
+		"--autoscale-instances=false"), &sim); err != nil {
 		t.Fatal(err)
 	}
 	type result map[string]json.RawMessage
