@@ -43,6 +43,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"path"
 	"strconv"
 	"strings"
 	"sync"
@@ -197,7 +198,14 @@ func New(p pool.Pool, reg prometheus.Registerer, gather prometheus.Gatherer, log
 }
 
 // ServeHTTP implements http.Handler. A request's body must arrive within Limits.BodyTimeout.
+//
+// A path that is not in its clean form ("/.", "//v1/pool", "/v1/pool/") names no route: it is answered 404, not
+// redirected to its clean form as http.ServeMux would, so that no client is sent elsewhere by the API.
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if p := r.URL.Path; p != "/" && path.Clean(p) != p {
+		http.NotFound(w, r)
+		return
+	}
 	s.bodyDeadline(w, r)
 	s.router.ServeHTTP(w, r)
 }
