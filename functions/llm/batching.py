@@ -3,7 +3,8 @@ the GPU work; test_batching.py drives this file with a model of its own in plain
 
 Concurrent requests to one process each submit a Sequence to the one Batcher. Its scheduler thread loops over
 steps: at a step boundary it drops the sequences whose client went away, admits waiting ones (first come, first
-served, up to max_batch at once: each is prefilled alone and joins), then decodes one token for every active
+served, up to max_batch at once: prefilled together, at most prefill_tokens padded prompt tokens per pass, and
+joined), then decodes one token for every active
 sequence in one engine call, hands each its token, and lets the finished ones leave (their KV blocks go back).
 Fairness: every active sequence gets one token per step, and no sequence is admitted before one that came earlier.
 
@@ -13,7 +14,8 @@ no sequence is active. With max_blocks each admitted sequence reserves the block
 need, so that a running sequence never finds the cache full: a request that can never fit is refused
 (KVExhausted: the function answers 429), one that does not fit now waits for blocks to come back.
 
-The engine (duck-typed): prefill(seq) -> first token (the prompt's keys and values written into seq.blocks),
+The engine (duck-typed): prefill(seqs) -> each one's first token (their prompts' keys and values written into
+their blocks),
 decode(seqs) -> one token per sequence (each one's last token at position seq.length written first), grow(capacity)
 (the device pool holds capacity blocks; 0: give it back), and optionally block_bytes. Its calls run on the
 scheduler thread only, and only while some sequence is submitted and not done: the requests that submitted them
@@ -117,10 +119,12 @@ class Sequence:
 class Batcher:
     """The scheduler of one process's sequences (module docstring)."""
 
-    def __init__(self, engine, blocks, max_batch):
+    def __init__(self, engine, blocks, max_batch, prefill_tokens=2048):
         self.engine = engine
         self.blocks = blocks
         self.max_batch = max_batch
+        self.prefill_tokens = prefill_tokens  # a prefill pass's rows x its longest prompt, at most (one row always)
+        self.prefills_total = 0  # prefill passes
         self.lock = threading.Lock()
         self.work = threading.Condition(self.lock)
         self.waiting = collections.deque()
@@ -277,19 +281,37 @@ class Batcher:
                 self.active = []
             self._notify()
 
+    def _groups(self, seqs):
+        """seqs in order, cut into prefill passes of at most prefill_tokens (rows x the longest prompt)."""
+        group, longest = [], 0
+        for seq in seqs:
+            n = max(longest, len(seq.prompt))
+            if group and n * (len(group) + 1) > self.prefill_tokens:
+                yield group
+                group, n = [], len(seq.prompt)
+            group.append(seq)
+            longest = n
+        if group:
+            yield group
+
     def _step(self, admit):
-        for seq in admit:  # prefill, then join
+        ready = []
+        for seq in admit:
             try:
                 self.blocks.ensure(seq, len(seq.prompt))
             except KVExhausted as e:
                 self._end(seq, error=e)
                 continue
-            tok = self.engine.prefill(seq)
-            seq.length = len(seq.prompt)
-            if self._deliver(seq, tok):
-                self._end(seq, finish=seq.finish)
-            else:
-                self.active.append(seq)
+            ready.append(seq)
+        for group in self._groups(ready):  # prefill, then join
+            toks = self.engine.prefill(group)
+            self.prefills_total += 1
+            for seq, tok in zip(group, toks):
+                seq.length = len(seq.prompt)
+                if self._deliver(seq, tok):
+                    self._end(seq, finish=seq.finish)
+                else:
+                    self.active.append(seq)
         batch = []
         for seq in self.active:
             if seq.cancelled:

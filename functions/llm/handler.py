@@ -58,7 +58,16 @@ With LLM_KV_CACHE=paged the KV cache is blocks of LLM_KV_BLOCK_TOKENS tokens all
 freed when it ends (KVBlocks); a request that cannot get one (LLM_KV_MAX_BLOCKS, or out of memory in the quota) is
 answered 429; GET /metrics shows the blocks.
 
-Environment: LLM_MODEL_DIR (none: the random model), LLM_KV_CACHE (static), LLM_KV_BLOCK_TOKENS (64),
+With LLM_MAX_BATCH > 1 concurrent requests are decoded together (continuous batching: batching.py schedules,
+BatchEngine runs the model): each step decodes one token of every active sequence in one forward pass, new requests
+are prefilled (together, up to LLM_PREFILL_TOKENS padded prompt tokens per pass) and join at step boundaries, finished ones and those whose client went away leave, first come first
+served, at most LLM_MAX_BATCH at once. Their KV cache is paged blocks of one device pool that grows on demand and is
+freed when no sequence is active; with LLM_KV_MAX_BLOCKS a sequence reserves what its prompt and max_tokens can
+need when it joins (one that never fits is answered 429, others wait). CONCURRENCY tells the gpu-python template to
+let that many requests in at once under one GPU binding. Greedy tokens are those of the request decoded alone.
+
+Environment: LLM_MODEL_DIR (none: the random model), LLM_MAX_BATCH (1), LLM_KV_CACHE (static; paged with
+LLM_MAX_BATCH > 1), LLM_PREFILL_TOKENS (2048), LLM_KV_BLOCK_TOKENS (64),
 LLM_KV_MAX_BLOCKS (0: no limit but the quota), LLM_SEED (500), LLM_ADAPTER_SEED (none), LLM_ADAPTER_RANK
 (8), LLM_LAYERS (24), LLM_HIDDEN (896), LLM_HEADS (14), LLM_KV_HEADS (2), LLM_INTERMEDIATE (4864), LLM_DTYPE
 (bfloat16, float16 or float32; a model directory's own by default), LLM_MAX_PROMPT_TOKENS (1024), LLM_MAX_TOKENS
@@ -245,6 +254,8 @@ if KV_CACHE == "paged" and GRAPHS:
                      "(LLM_CUDA_GRAPHS=1 takes LLM_KV_CACHE=static)")
 KV_BLOCK = _env_int("LLM_KV_BLOCK_TOKENS", 64, 1, 4096)
 KV_MAX_BLOCKS = _env_int("LLM_KV_MAX_BLOCKS", 0, 0, 1 << 20)  # 0: as many as the quota allows
+# With batching, the most prompt tokens (rows x the longest prompt, padded) prefilled in one pass.
+PREFILL_TOKENS = _env_int("LLM_PREFILL_TOKENS", 2048, 1, 1 << 20)
 # The served name: LLM_MODEL_NAME, else a model directory's name (Qwen2.5-0.5B-Instruct for .../Qwen2.5-0.5B-Instruct).
 MODEL_NAME = os.getenv("LLM_MODEL_NAME", "") or (os.path.basename(MODEL_DIR) if MODEL_DIR else "faas-gpu-llm-0.5b")
 MAX_TEXT = 256 << 10  # characters of prompt text, before tokenizing
@@ -728,8 +739,8 @@ class BatchEngine:
     """The GPU side of continuous batching (batching.py's engine): the model with a KV pool of KV_BLOCK-token
     blocks in one device tensor ([slots, layers, keys and values, block tokens, kv heads, head dim], zeroed), which
     grows on demand (copied into one twice as large) and is freed when no sequence is active. A step is one forward
-    pass of the model over its sequences: a prefill is one sequence's prompt, a decode step every active sequence's
-    last token at its own position; the token indices, positions, block tables and write slots of a step go to the
+    pass of the model over its sequences: a prefill the prompts of the sequences joining (left-padded to the
+    longest), a decode step every active sequence's last token at its own position; the token indices, positions, block tables and write slots of a step go to the
     device in one copy, and the greedy choices come back in one. Sampled sequences copy their logits' rows to the
     host and draw there (sample(), seeded by the request's seed)."""
 
@@ -744,36 +755,40 @@ class BatchEngine:
         self.cache = transformers.Cache(layers=[BatchLayer(i, self) for i in range(c.num_hidden_layers)])
 
     def grow(self, capacity):
-        """The pool holds capacity blocks (0: freed, back to the quota); raises KVExhausted without memory."""
+        """The pool holds capacity blocks (0: freed, back to the quota), and one slot more that takes the writes of
+        a prefill's padding; raises KVExhausted without memory."""
         old = self.pool
         if capacity == 0:
             self.pool = None
         else:
             try:
-                pool = torch.zeros((capacity,) + self.slot_shape, dtype=DTYPE, device=self.device)
+                pool = torch.zeros((capacity + 1,) + self.slot_shape, dtype=DTYPE, device=self.device)
             except torch.OutOfMemoryError as e:
                 raise KVExhausted("no GPU memory left in the function's quota for %d KV blocks of %d bytes: %s" %
                                   (capacity, self.block_bytes, e))
             if old is not None:
-                pool[:old.shape[0]].copy_(old)
+                pool[:old.shape[0] - 1].copy_(old[:-1])
             self.pool = pool
         del old
         if self.device.type == "cuda":
             torch.cuda.empty_cache()
 
     def _forward(self, rows):
-        """One forward pass: rows are (sequence, its tokens to run, their first position); answers the last
-        position's logits per row ([rows, vocabulary], float32)."""
-        q = len(rows[0][1])
+        """One forward pass: rows are (sequence, its tokens to run, the position of the first), left-padded to the
+        longest (a pad is token 0 at position 0, its keys and values written to the pool's last slot and never
+        read); answers the last position's logits per row ([rows, vocabulary], float32)."""
+        q = max(len(toks) for _, toks, _ in rows)
         nblk = max(len(s.blocks) for s, _, _ in rows)
+        trash = self.pool.shape[0] - 1
         host = []
         for s, toks, start in rows:  # tokens, positions, block table, write slots and offsets: one copy
-            pos = range(start, start + q)
-            host += toks
-            host += pos
+            pad = q - len(toks)
+            pos = range(start, start + len(toks))
+            host += [0] * pad + toks
+            host += [0] * pad + list(pos)
             host += s.blocks + [s.blocks[0]] * (nblk - len(s.blocks))
-            host += [s.blocks[p // KV_BLOCK] for p in pos]
-            host += [p % KV_BLOCK for p in pos]
+            host += [trash] * pad + [s.blocks[p // KV_BLOCK] for p in pos]
+            host += [0] * pad + [p % KV_BLOCK for p in pos]
         b = len(rows)
         dev = torch.tensor(host, dtype=torch.long).to(self.device).view(b, 4 * q + nblk)
         ids, positions = dev[:, :q], dev[:, q:2 * q]
@@ -796,8 +811,8 @@ class BatchEngine:
         return toks
 
     @torch.inference_mode()
-    def prefill(self, seq):
-        return self._choose([seq], self._forward([(seq, seq.prompt, 0)]))[0]
+    def prefill(self, seqs):
+        return self._choose(seqs, self._forward([(s, s.prompt, 0) for s in seqs]))
 
     @torch.inference_mode()
     def decode(self, seqs):
@@ -845,7 +860,8 @@ DECODER = Decoder(_model, DEVICE)
 BATCHER = None
 if MAX_BATCH > 1:
     _engine = BatchEngine(_model, DEVICE)
-    BATCHER = batching.Batcher(_engine, batching.Blocks(KV_BLOCK, KV_MAX_BLOCKS, _engine.grow), MAX_BATCH)
+    BATCHER = batching.Batcher(_engine, batching.Blocks(KV_BLOCK, KV_MAX_BLOCKS, _engine.grow), MAX_BATCH,
+                               PREFILL_TOKENS)
 
 
 # ---- requests
@@ -1218,6 +1234,8 @@ def metrics():
                 ("llm_batch_steps_total", "counter", "decode steps", BATCHER.steps_total),
                 ("llm_batch_step_sequences_total", "counter", "sequences decoded, summed over the steps",
                  BATCHER.step_sequences_total),
+                ("llm_batch_prefills_total", "counter", "prefill passes (joining sequences together)",
+                 BATCHER.prefills_total),
                 ("llm_batch_sequences_total", "counter", "sequences submitted", BATCHER.sequences_total),
                 ("llm_batch_cancelled_total", "counter", "sequences whose client went away before they ended",
                  BATCHER.cancelled_total)]

@@ -86,6 +86,9 @@ func checkBatch(t *testing.T, r batchRun, exact bool) {
 			t.Errorf("/metrics after the batch: %v: want every block given back, the pool freed, no sequence active", m)
 		}
 	}
+	if p := r.After["llm_batch_prefills_total"]; p == 0 || p >= 16 {
+		t.Errorf("%d prefill passes for 16 requests arriving together: want them prefilled together", p)
+	}
 	if r.DuringMax["llm_kv_blocks_in_use"] == 0 || r.DuringMax["llm_kv_pool_blocks"] == 0 {
 		t.Errorf("/metrics while the batch ran: %v: want blocks in use", r.DuringMax)
 	}
@@ -103,7 +106,7 @@ func checkBatch(t *testing.T, r batchRun, exact bool) {
 // TestLLMBatching runs the llm function with continuous batching (LLM_MAX_BATCH=16, blocks of 4 tokens) on tiny
 // Qwen2 and Llama directories (testdata/llm_own_model.py) on the CPU, where the kernels compute: 16 concurrent
 // streamed requests of prompts of 1 to 46 tokens and max_tokens of 2 to 30 (14 greedy, 2 sampled with seeds), each
-// from a thread of its own, yield exactly the tokens of the same request decoded alone by the function without
+// from a thread of its own (prefilled together, left-padded), yield exactly the tokens of the same request decoded alone by the function without
 // batching, and the greedy ones those of transformers' generate(); they decode together (8 or more per step), KV
 // blocks are given to sequences as they grow and all come back, the pool is freed when the batch ends (/metrics),
 // and a client that goes away leaves the batch without changing the others' tokens. Then through the shim on the

@@ -7,7 +7,9 @@ import (
 	"fmt"
 	"net/http"
 	"os"
+	"os/exec"
 	"path/filepath"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -181,4 +183,124 @@ func TestSharedBindingThroughUp(t *testing.T) {
 	if _, s := gpuFunctionState(t, gs, "batchy-one"); s != before+3 {
 		t.Errorf("batchy-one served %d, want %d", s, before+3)
 	}
+}
+
+// TestPyEnvLLMBatchingThroughUp deploys the llm function with continuous batching (LLM_MAX_BATCH=16, a tiny Qwen2
+// of its own made with save_pretrained, blocks of 4 tokens) through `faas-gpu up` on the simulated node (dry
+// kernels: the protocol, the binding and the blocks, not the tokens' values, which test/cuda's TestLLMBatching
+// checks on the CPU) and streams 16 concurrent requests of different prompts and max_tokens to its one instance:
+// every stream has its max_tokens events and [DONE], the gpuserver sees one request of llm bound throughout (polled
+// while they stream) and one served after (one binding for the 16), and the function's /metrics show them decoded
+// together and every KV block given back.
+func TestPyEnvLLMBatchingThroughUp(t *testing.T) {
+	py := pyEnv(t)
+	root := repoRoot(t)
+	fns := llmFunctionDir(t)
+	cmd := exec.Command(filepath.Join(py, "bin", "python3"), filepath.Join(root, "test", "cuda", "testdata",
+		"llm_own_model.py"), "make", filepath.Join(fns, "llm"), "qwen2")
+	cmd.Env = append(os.Environ(), "PYTHONDONTWRITEBYTECODE=1", "TORCH_DEVICE=cpu")
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("llm_own_model.py make: %v\n%s", err, tail(string(out), 30))
+	}
+	stateDir := filepath.Join(t.TempDir(), "state")
+	in := startUp(t, stateDir, "--sim-kernels=dry", "--gpus", simNode, "--gpu-memory", "16Gi",
+		"--functions-dir", fns, "--python", filepath.Join(py, "bin", "python3"))
+	annotations := map[string]string{"com.openfaas.gpu.memory": "512Mi", "com.openfaas.gpu.scratch": "request"}
+	deploy(t, in, types.FunctionDeployment{Service: "llm", Image: "llm:latest", Annotations: &annotations,
+		EnvVars: map[string]string{"LLM_MODEL_DIR": "tiny-qwen2", "LLM_MAX_PROMPT_TOKENS": "64",
+			"LLM_MAX_TOKENS": "32", "LLM_MAX_BATCH": "16", "LLM_KV_BLOCK_TOKENS": "4"}})
+	waitStarted(t, in, "llm")
+	base := in.url + "/function/llm"
+	invokeReady(t, base+"/v1/completions", `{"prompt": [5, 6, 7], "max_tokens": 2}`)
+	gs := upGPUServer(t, stateDir)
+	_, before := gpuFunctionState(t, gs, "llm")
+
+	var wg sync.WaitGroup
+	stopPolling, polled := make(chan struct{}), make(chan int)
+	go func() { // the gpuserver's view while the streams run: the most requests of llm bound at once
+		most := 0
+		for {
+			select {
+			case <-stopPolling:
+				polled <- most
+				return
+			case <-time.After(20 * time.Millisecond):
+			}
+			if st, err := gs.Status(context.Background()); err == nil {
+				for _, f := range st.Functions {
+					if f.Name == "llm" {
+						most = max(most, f.Running)
+					}
+				}
+			}
+		}
+	}()
+	events := make([]int, 16)
+	done := make([]bool, 16)
+	errs := make([]error, 16)
+	want := make([]int, 16)
+	for i := range 16 {
+		want[i] = 12 + (i*7)%21
+		prompt := make([]int, 1+3*i)
+		for j := range prompt {
+			prompt[j] = 5 + (i*37+j*11)%300
+		}
+		body, _ := json.Marshal(map[string]any{"prompt": prompt, "max_tokens": want[i], "temperature": 0,
+			"ignore_eos": true, "stream": true, "return_token_ids": true})
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			resp, err := http.Post(base+"/v1/completions", "application/json", strings.NewReader(string(body)))
+			if err != nil {
+				errs[i] = err
+				return
+			}
+			defer resp.Body.Close()
+			if resp.StatusCode != http.StatusOK {
+				errs[i] = fmt.Errorf("status %d", resp.StatusCode)
+				return
+			}
+			sc := bufio.NewScanner(resp.Body)
+			for sc.Scan() {
+				line := sc.Text()
+				switch {
+				case line == "data: [DONE]":
+					done[i] = true
+				case strings.HasPrefix(line, "data: {") && strings.Contains(line, `"token_ids"`):
+					events[i]++
+				}
+			}
+			errs[i] = sc.Err()
+		}()
+	}
+	wg.Wait()
+	close(stopPolling)
+	running := <-polled
+	for i := range 16 {
+		if errs[i] != nil || !done[i] || events[i] != want[i] {
+			t.Errorf("stream %d: %d token events (want %d), [DONE] %v, %v", i, events[i], want[i], done[i], errs[i])
+		}
+	}
+	if running != 1 {
+		t.Errorf("the gpuserver saw at most %d requests of llm bound while 16 streamed: want 1 (one binding)", running)
+	}
+	if _, s := gpuFunctionState(t, gs, "llm"); s != before+1 {
+		t.Errorf("llm served %d requests for the 16 streams, want 1 (one binding, released once)", s-before)
+	}
+	r := call(t, http.MethodGet, base+"/metrics", nil, nil)
+	m := map[string]int{}
+	for _, l := range strings.Split(r.body, "\n") {
+		var k string
+		var v int
+		if _, err := fmt.Sscanf(l, "%s %d", &k, &v); err == nil && !strings.HasPrefix(k, "#") {
+			m[k] = v
+		}
+	}
+	if m["llm_batch_peak"] < 8 || m["llm_kv_blocks_in_use"] != 0 || m["llm_kv_pool_blocks"] != 0 ||
+		m["llm_kv_block_allocations_total"] == 0 || m["llm_kv_block_allocations_total"] != m["llm_kv_block_frees_total"] {
+		t.Errorf("the function's /metrics after the streams: %v: want 8 or more decoded together, every block back, "+
+			"the pool freed", m)
+	}
+	t.Logf("16 streams: batch peak %d, %d steps, %d sequences decoded in them, KV blocks peak %d", m["llm_batch_peak"],
+		m["llm_batch_steps_total"], m["llm_batch_step_sequences_total"], m["llm_kv_blocks_peak"])
 }

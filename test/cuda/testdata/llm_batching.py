@@ -23,6 +23,7 @@ class Engine:
     def __init__(self, fail_at=None):
         self.pool = []  # slots of BLOCK tokens (None: never written)
         self.steps = []  # batch sizes of the decode steps
+        self.prefills = []  # sequences per prefill pass
         self.gpu_calls_outside = 0  # engine calls while no sequence was submitted and not done
         self.open = 0  # sequences submitted, not done (kept by the test)
         self.lock = threading.Lock()
@@ -54,11 +55,13 @@ class Engine:
             h = (h * 31 + self.pool[seq.blocks[b]][off]) % 1000003
         return h % VOCAB
 
-    def prefill(self, seq):
+    def prefill(self, seqs):
         self._check()
-        for p, t in enumerate(seq.prompt):
-            self._write(seq, p, t)
-        return self._next(seq, len(seq.prompt))
+        self.prefills.append(len(seqs))
+        for seq in seqs:
+            for p, t in enumerate(seq.prompt):
+                self._write(seq, p, t)
+        return [self._next(seq, len(seq.prompt)) for seq in seqs]
 
     def decode(self, seqs):
         self._check()
@@ -88,9 +91,9 @@ def alone(prompt, max_tokens, stop=()):
     return out
 
 
-def make(max_batch, max_blocks=0, fail_at=None):
+def make(max_batch, max_blocks=0, fail_at=None, prefill_tokens=2048):
     e = Engine(fail_at)
-    return e, batching.Batcher(e, batching.Blocks(BLOCK, max_blocks, e.grow), max_batch)
+    return e, batching.Batcher(e, batching.Blocks(BLOCK, max_blocks, e.grow), max_batch, prefill_tokens)
 
 
 def run_concurrent(e, b, reqs, cancel_after=None):
@@ -144,6 +147,13 @@ def main():
     checks["pool_freed_when_idle"] = b.blocks.capacity == 0 and e.grows[-1] == 0
     checks["no_work_outside_requests"] = e.gpu_calls_outside == 0
     checks["steps_counted"] = b.step_sequences_total == sum(e.steps) and b.peak_batch == max(e.steps)
+
+    checks["prefilled_together"] = max(e.prefills) > 1 and sum(e.prefills) == 16
+
+    # Prefill passes of at most 40 padded prompt tokens (a longer prompt alone); the same tokens.
+    e, b = make(16, prefill_tokens=40)
+    got = run_concurrent(e, b, reqs)
+    checks["prefill_budget_equal"] = got == want and sum(e.prefills) == 16 and max(e.prefills) < 16
 
     # At most max_batch at once; the others wait and join first come, first served.
     e, b = make(4)
