@@ -76,12 +76,14 @@ type level struct {
 	// binding's hold per request, the batch's mean and peak size, kernels launched per decode step.
 	bRate, bTTFT, bTTFTMax, bCold, bColdMax, bHold []float64
 	bMean, bPeak, bKernels                         float64
-	// one at a time: the same, measured (serialMeasured) or computed from the one-request runs.
+	// one at a time: a request's, measured right after each batched run (the same load); TTFT with the queue.
 	sRate, sTTFT, sTTFTMax, sCold, sHold float64
-	serialMeasured                       bool
 }
 
 func runBatch(ctx context.Context, c config) error {
+	if load, err := os.ReadFile("/proc/loadavg"); err == nil {
+		c.startLoad = strings.TrimSpace(string(load))
+	}
 	var levels []int
 	for _, f := range strings.Split(c.concurrency, ",") {
 		v, err := strconv.Atoi(strings.TrimSpace(f))
@@ -134,44 +136,34 @@ func runBatch(ctx context.Context, c config) error {
 	}
 	progress := func(format string, args ...any) { fmt.Fprintf(os.Stderr, "llmbench: "+format+"\n", args...) }
 
-	// One at a time: c.runs single requests, warm and cold, give a request's time; at each concurrency up to 16
-	// the requests are also measured queued (all arriving at once, served one after the other).
-	var oneHold, oneTTFT, oneCold, oneKernels []float64
-	for i := range c.runs {
+	// single is one request to the function one at a time (warm, or cold: evicted first): its TTFT with the
+	// acquire, its binding's hold, kernels launched per token.
+	single := func(cold bool) (ttft, hold, kernels float64, err error) {
+		if cold {
+			if err := n.xn.Evict(ctx, "llm-one", 0); err != nil {
+				return 0, 0, 0, err
+			}
+		}
 		before := n.dev.DryLaunches()
-		acq, hold, err := n.timedRequest(ctx, "llm-one", func() error {
-			r, err := one.run(1, c.tokens, prompt, offset)
-			oneTTFT = append(oneTTFT, r.TTFT[0])
+		var r batchReply
+		acq, d, err := n.timedRequest(ctx, "llm-one", func() error {
+			var err error
+			r, err = one.run(1, c.tokens, prompt, offset)
 			return err
 		})
-		if err != nil {
-			return err
-		}
-		oneKernels = append(oneKernels, float64(n.dev.DryLaunches()-before)/float64(c.tokens))
-		oneHold = append(oneHold, hold.Seconds())
-		oneTTFT[i] += acq.Seconds()
 		offset++
-		if err := n.xn.Evict(ctx, "llm-one", 0); err != nil {
-			return err
-		}
-		acq, _, err = n.timedRequest(ctx, "llm-one", func() error {
-			r, err := one.run(1, 2, prompt, offset)
-			oneCold = append(oneCold, r.TTFT[0])
-			return err
-		})
 		if err != nil {
-			return err
+			return 0, 0, 0, err
 		}
-		oneCold[i] += acq.Seconds()
-		offset++
+		return acq.Seconds() + r.TTFT[0], d.Seconds(), float64(n.dev.DryLaunches()-before) / float64(c.tokens), nil
 	}
-	progress("one at a time: %.1f tokens/s, TTFT warm %.1f ms", float64(c.tokens)/stats(oneHold).mean,
-		1e3*stats(oneTTFT).mean)
+	var oneHold, oneTTFT, oneCold, oneKernels []float64
 
 	var out []level
-	prevSteps, prevSeqs := 0, 0
+	prevSteps, prevSeqs, prevPrefills := 0, 0, 0
 	for _, conc := range levels {
 		l := level{c: conc}
+		var sTTFT, sHold []float64
 		for run := range c.runs + 1 { // the last run is cold: the model evicted first
 			cold := run == c.runs
 			if cold {
@@ -189,6 +181,7 @@ func runBatch(ctx context.Context, c config) error {
 			if err != nil {
 				return err
 			}
+			launches := n.dev.DryLaunches() - before
 			offset += conc
 			total, ttft, ttftMax := 0, 0.0, 0.0
 			for i, t := range r.TTFT {
@@ -199,53 +192,40 @@ func runBatch(ctx context.Context, c config) error {
 			ttft /= float64(conc)
 			m := r.Metrics
 			steps, seqs := m["llm_batch_steps_total"]-prevSteps, m["llm_batch_step_sequences_total"]-prevSeqs
-			prevSteps, prevSeqs = m["llm_batch_steps_total"], m["llm_batch_step_sequences_total"]
+			prefills := m["llm_batch_prefills_total"] - prevPrefills
+			prevSteps, prevSeqs, prevPrefills = m["llm_batch_steps_total"], m["llm_batch_step_sequences_total"],
+				m["llm_batch_prefills_total"]
 			if m["llm_kv_blocks_in_use"] != 0 || m["llm_kv_pool_blocks"] != 0 {
 				return fmt.Errorf("llm-batch after %d sequences: KV blocks still held: %v", conc, m)
 			}
+			// One request one at a time right after, at the same load.
+			st, sh, sk, err := single(cold)
+			if err != nil {
+				return err
+			}
 			if cold {
 				l.bCold, l.bColdMax = append(l.bCold, ttft), append(l.bColdMax, ttftMax)
+				oneCold = append(oneCold, st)
+				l.sCold = st
 				continue
 			}
+			oneTTFT, oneHold, oneKernels = append(oneTTFT, st), append(oneHold, sh), append(oneKernels, sk)
+			sTTFT, sHold = append(sTTFT, st), append(sHold, sh)
 			l.bRate = append(l.bRate, float64(total)/hold.Seconds())
 			l.bTTFT, l.bTTFTMax = append(l.bTTFT, ttft), append(l.bTTFTMax, ttftMax)
 			l.bHold = append(l.bHold, hold.Seconds()/float64(conc))
 			if run == c.runs-1 && steps > 0 {
 				l.bMean = float64(seqs) / float64(steps)
 				l.bPeak = float64(m["llm_batch_peak"])
-				// Launches per forward pass: this run's, over its decode steps and its prefills (one per request).
-				l.bKernels = float64(n.dev.DryLaunches()-before) / float64(steps+conc)
+				// Launches per forward pass: this run's, over its decode steps and its prefill passes.
+				l.bKernels = float64(launches) / float64(steps+prefills)
 			}
 		}
-		// One at a time, queued: measured up to 16 (64 would take minutes), else from the single requests.
-		h, tt, co := stats(oneHold).mean, stats(oneTTFT).mean, stats(oneCold).mean
+		// One at a time, the concurrent requests queue: request i (from 0) waits for the i before it.
+		h, tt := stats(sHold).mean, stats(sTTFT).mean
 		l.sRate, l.sHold = float64(c.tokens)/h, h
-		// Request i (from 0) waits for the i before it: its TTFT is i holds plus its own.
 		l.sTTFT, l.sTTFTMax = tt+h*float64(conc-1)/2, tt+h*float64(conc-1)
-		l.sCold = co + h*float64(conc-1)/2
-		if conc > 1 && conc <= 16 {
-			start := time.Now()
-			var ttfts []float64
-			sumHold := 0.0
-			for range conc {
-				_, hold, err := n.timedRequest(ctx, "llm-one", func() error {
-					r, err := one.run(1, c.tokens, prompt, offset)
-					if err == nil { // the request's first token, from the common arrival
-						ttfts = append(ttfts, time.Since(start).Seconds()-r.Wall+r.TTFT[0])
-					}
-					return err
-				})
-				if err != nil {
-					return err
-				}
-				sumHold += hold.Seconds()
-				offset++
-			}
-			el := time.Since(start).Seconds()
-			l.sRate, l.sHold, l.sTTFT, l.sTTFTMax = float64(conc*c.tokens)/el, sumHold/float64(conc),
-				stats(ttfts).mean, stats(ttfts).hi
-			l.serialMeasured = true
-		}
+		l.sCold += h * float64(conc-1) / 2
 		progress("concurrency %d: batched %.1f tokens/s (one at a time %.1f), TTFT warm %.1f ms, batch mean %.1f",
 			conc, stats(l.bRate).mean, l.sRate, 1e3*stats(l.bTTFT).mean, l.bMean)
 		out = append(out, l)
@@ -291,8 +271,9 @@ func writeBatchReport(c config, levels []level, hold, ttft, cold, kernels stat, 
 	w := func(format string, args ...any) { fmt.Fprintf(&b, format, args...) }
 	load, _ := os.ReadFile("/proc/loadavg")
 	w("# Continuous batching in the llm function (simulated node, timed virtual GPU)\n\n")
-	w("Written by `go run ./test/llmbench %s` at commit %s on %s; load average at the end: %s.\n\n",
-		strings.Join(os.Args[1:], " "), commit(), time.Now().UTC().Format(time.RFC3339), strings.TrimSpace(string(load)))
+	w("Written by `go run ./test/llmbench %s` at commit %s on %s; load average (/proc/loadavg) at the start: %s, "+
+		"at the end: %s.\n\n", strings.Join(os.Args[1:], " "), commit(), time.Now().UTC().Format(time.RFC3339),
+		c.startLoad, strings.TrimSpace(string(load)))
 	w("Conditions: **2-core dev VM, no GPU** (%d CPUs seen by Go, shared with other work; Go %s); the llm function "+
 		"(functions/llm, 24 layers of Qwen2.5-0.5B's shape, its 8,192-token vocabulary, bfloat16, random weights from "+
 		"seed 500), two processes of the same code and weights, driven by `test/llmbench/batch_driver.py` (request "+
@@ -315,20 +296,15 @@ func writeBatchReport(c config, levels []level, hold, ttft, cold, kernels stat, 
 	w("## Decode tokens per second per GPU\n\n")
 	w("| concurrent sequences | batched: tokens/s | one at a time: tokens/s | batched / one at a time | batch size, mean (peak) | kernels per step, batched |\n")
 	w("|---|---|---|---|---|---|\n")
-	base := float64(c.tokens) / hold.mean
 	for _, l := range levels {
 		r := stats(l.bRate)
-		src := ""
-		if !l.serialMeasured && l.c > 1 {
-			src = " (a request's time)"
-		}
-		w("| %d | %s | %.1f%s | %.2f | %.1f (%.0f) | %.0f |\n", l.c, r.plain(), l.sRate, src, r.mean/base, l.bMean,
+		w("| %d | %s | %.1f | %.2f | %.1f (%.0f) | %.0f |\n", l.c, r.plain(), l.sRate, r.mean/l.sRate, l.bMean,
 			l.bPeak, l.bKernels)
 	}
-	w("\nOne request alone (one at a time, %d runs): %.1f tokens/s over its binding (%.0f kernels per token). The "+
-		"ratio is against that rate (one at a time, more concurrent requests only queue: the column beside it "+
-		"measures them queued up to 16; at 64 it is a request's time). Target: at 16, >= 8x batch 1.\n\n",
-		c.runs, base, kernels.mean)
+	w("\nOne at a time, more concurrent requests only queue: its tokens/s at each concurrency are one request's, "+
+		"measured right after each batched run so that both sides meet the same load of the shared machine (%.0f "+
+		"kernels per token; batched, kernels per forward pass, prefills included). Target: at 16, >= 8x batch 1.\n\n",
+		kernels.mean)
 	w("## Time to first token and the binding's hold\n\n")
 	w("| concurrent sequences | batched TTFT warm, mean / max (ms) | one at a time TTFT warm, mean / max (ms) | batched TTFT cold, mean / max (ms) | one at a time TTFT cold, mean (ms) | batched hold per request (ms) | one at a time hold per request (ms) |\n")
 	w("|---|---|---|---|---|---|---|\n")
@@ -339,8 +315,7 @@ func writeBatchReport(c config, levels []level, hold, ttft, cold, kernels stat, 
 	}
 	w("\nTTFT is from the requests' common arrival to each one's first token: batched, a request waits for the "+
 		"prefills admitted before it (requests join at a step boundary, prefilled together); one at a time, for the whole "+
-		"requests before it (measured queued up to 16, at 64 computed from a request's time: i holds before request "+
-		"i). Cold adds the swap-in of the model's image (732 MB) from host memory at the first acquire. The hold per "+
+		"requests before it (computed from the request's measured TTFT and hold: i holds before request i). Cold adds the swap-in of the model's image (732 MB) from host memory at the first acquire. The hold per "+
 		"request is the binding's time over its requests: batched, one binding for all of them. One request alone: "+
 		"TTFT warm %s ms, cold %s ms, hold %s ms.\n\n", ttft.ms(), cold.ms(), hold.ms())
 	w("## Per-kernel GPU time from the model's shapes\n\n")

@@ -51,6 +51,7 @@ type config struct {
 	// -batch
 	batch       bool
 	concurrency string
+	startLoad   string // /proc/loadavg when the run began
 }
 
 func main() {
