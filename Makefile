@@ -237,6 +237,14 @@ bench-llm: build
 	GOGC=50 $(GO) run ./test/llmbench -runs 10 -tokens 64 -out docs/bench/llm.md
 	GOGC=50 $(GO) run ./test/llmbench -timed -runs 10 -tokens 64 -variants 4 -out docs/bench/llm-timed.md
 
+## bench-llm-batch: continuous batching in the llm function on the timed virtual GPU (needs test/pyenv): decode
+## tokens/s per GPU, TTFT warm and cold and the binding's hold per request at 1, 4, 16 and 64 concurrent sequences,
+## batched (LLM_MAX_BATCH=64) beside one at a time (LLM_MAX_BATCH=1); writes docs/bench/llm-batch.md
+.PHONY: bench-llm-batch
+bench-llm-batch: build
+	@test/pyenv/pyenv.sh >/dev/null
+	GOGC=50 nice -n 10 $(GO) run ./test/llmbench -batch -runs 3 -tokens 64 -out docs/bench/llm-batch.md
+
 ## bench-tenants: an executor process per tenant against every tenant in the gpuserver's process, side by side
 ## (remoting round trip and async records through the shim, swaps, acquire/release), writes docs/bench/tenants.md
 .PHONY: bench-tenants

@@ -58,7 +58,16 @@ With LLM_KV_CACHE=paged the KV cache is blocks of LLM_KV_BLOCK_TOKENS tokens all
 freed when it ends (KVBlocks); a request that cannot get one (LLM_KV_MAX_BLOCKS, or out of memory in the quota) is
 answered 429; GET /metrics shows the blocks.
 
-Environment: LLM_MODEL_DIR (none: the random model), LLM_KV_CACHE (static), LLM_KV_BLOCK_TOKENS (64),
+With LLM_MAX_BATCH > 1 concurrent requests are decoded together (continuous batching: batching.py schedules,
+BatchEngine runs the model): each step decodes one token of every active sequence in one forward pass, new requests
+are prefilled (together, up to LLM_PREFILL_TOKENS padded prompt tokens per pass) and join at step boundaries, finished ones and those whose client went away leave, first come first
+served, at most LLM_MAX_BATCH at once. Their KV cache is paged blocks of one device pool that grows on demand and is
+freed when no sequence is active; with LLM_KV_MAX_BLOCKS a sequence reserves what its prompt and max_tokens can
+need when it joins (one that never fits is answered 429, others wait). CONCURRENCY tells the gpu-python template to
+let that many requests in at once under one GPU binding. Greedy tokens are those of the request decoded alone.
+
+Environment: LLM_MODEL_DIR (none: the random model), LLM_MAX_BATCH (1), LLM_KV_CACHE (static; paged with
+LLM_MAX_BATCH > 1), LLM_PREFILL_TOKENS (2048), LLM_KV_BLOCK_TOKENS (64),
 LLM_KV_MAX_BLOCKS (0: no limit but the quota), LLM_SEED (500), LLM_ADAPTER_SEED (none), LLM_ADAPTER_RANK
 (8), LLM_LAYERS (24), LLM_HIDDEN (896), LLM_HEADS (14), LLM_KV_HEADS (2), LLM_INTERMEDIATE (4864), LLM_DTYPE
 (bfloat16, float16 or float32; a model directory's own by default), LLM_MAX_PROMPT_TOKENS (1024), LLM_MAX_TOKENS
@@ -183,6 +192,11 @@ if MODEL_DIR:
 import torch  # noqa: E402
 import transformers  # noqa: E402
 
+try:  # the gpu-python template imports this file as function.handler, the tests as handler
+    from . import batching  # noqa: E402
+except ImportError:
+    import batching  # noqa: E402
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 
 
@@ -220,14 +234,28 @@ if DTYPE is None:
 GRAPHS = os.getenv("LLM_CUDA_GRAPHS", "0") in ("1", "true")
 # The KV cache: "static" (one block of LLM_MAX_PROMPT_TOKENS + LLM_MAX_TOKENS tokens, allocated by the first
 # request) or "paged" (blocks of LLM_KV_BLOCK_TOKENS tokens allocated as a sequence grows and freed when it ends).
-KV_CACHE = os.getenv("LLM_KV_CACHE", "static")
+# Continuous batching: up to LLM_MAX_BATCH concurrent requests decode together, one token each per step (1: each
+# request decodes alone, one at a time). It takes the paged KV cache (each sequence holds blocks of its own).
+MAX_BATCH = _env_int("LLM_MAX_BATCH", 1, 1, 1024)
+KV_CACHE = os.getenv("LLM_KV_CACHE", "") or ("paged" if MAX_BATCH > 1 else "static")
 if KV_CACHE not in ("static", "paged"):
     raise SystemExit("llm: LLM_KV_CACHE must be static or paged")
+if MAX_BATCH > 1 and KV_CACHE != "paged":
+    raise SystemExit("llm: LLM_MAX_BATCH > 1 batches sequences in the paged KV cache: LLM_KV_CACHE=static takes "
+                     "LLM_MAX_BATCH=1")
+if MAX_BATCH > 1 and GRAPHS:
+    raise SystemExit("llm: LLM_MAX_BATCH > 1 decodes eagerly (a batch's shapes change every step): "
+                     "LLM_CUDA_GRAPHS=1 takes LLM_MAX_BATCH=1")
+# The gpu-python template reads CONCURRENCY: requests it lets in at once in this process, all under one GPU binding
+# (FAAS_GPU_CONCURRENCY overrides it); beyond them requests wait for a slot.
+CONCURRENCY = MAX_BATCH
 if KV_CACHE == "paged" and GRAPHS:
     raise SystemExit("llm: LLM_KV_CACHE=paged decodes eagerly: a captured graph needs the cache at fixed addresses "
                      "(LLM_CUDA_GRAPHS=1 takes LLM_KV_CACHE=static)")
 KV_BLOCK = _env_int("LLM_KV_BLOCK_TOKENS", 64, 1, 4096)
 KV_MAX_BLOCKS = _env_int("LLM_KV_MAX_BLOCKS", 0, 0, 1 << 20)  # 0: as many as the quota allows
+# With batching, the most prompt tokens (rows x the longest prompt, padded) prefilled in one pass.
+PREFILL_TOKENS = _env_int("LLM_PREFILL_TOKENS", 2048, 1, 1 << 20)
 # The served name: LLM_MODEL_NAME, else a model directory's name (Qwen2.5-0.5B-Instruct for .../Qwen2.5-0.5B-Instruct).
 MODEL_NAME = os.getenv("LLM_MODEL_NAME", "") or (os.path.basename(MODEL_DIR) if MODEL_DIR else "faas-gpu-llm-0.5b")
 MAX_TEXT = 256 << 10  # characters of prompt text, before tokenizing
@@ -433,8 +461,7 @@ class BadRequest(Exception):
         self.status = status
 
 
-class KVExhausted(Exception):
-    """No KV block could be had: LLM_KV_MAX_BLOCKS are in use, or the quota has no memory left for one."""
+KVExhausted = batching.KVExhausted  # no KV block could be had: answered 429
 
 
 class KVBlocks:
@@ -669,6 +696,129 @@ class Decoder:
             self._step()
 
 
+class BatchLayer(transformers.cache_utils.CacheLayerMixin):
+    """One layer's view of the BatchEngine's KV pool for transformers' attention: update() writes the step's keys
+    and values at their sequences' positions (one indexed write each) and answers every sequence's blocks gathered
+    in order ([batch, kv heads, blocks x block tokens, head dim]; the mask hides what a sequence has not written)."""
+
+    is_compileable = False
+    is_sliding = False
+
+    def __init__(self, index, engine):
+        super().__init__()
+        self.index, self.engine = index, engine
+        self.is_initialized = True
+
+    def lazy_initialization(self, key_states, value_states):
+        pass
+
+    def update(self, key_states, value_states, *args, **kwargs):
+        e = self.engine
+        b, heads, q, dim = key_states.shape
+        keys, values = e.pool[:, self.index, 0], e.pool[:, self.index, 1]  # [slots, block tokens, heads, dim]
+        keys[e.write_block, e.write_offset] = key_states.transpose(1, 2).reshape(b * q, heads, dim)
+        values[e.write_block, e.write_offset] = value_states.transpose(1, 2).reshape(b * q, heads, dim)
+        length = e.table.shape[1] * KV_BLOCK
+        return (keys[e.table].reshape(b, length, heads, dim).transpose(1, 2),
+                values[e.table].reshape(b, length, heads, dim).transpose(1, 2))
+
+    def get_mask_sizes(self, query_length):
+        return self.engine.table.shape[1] * KV_BLOCK, 0
+
+    def get_seq_length(self):
+        return 0
+
+    def get_max_length(self):
+        return -1
+
+    def reset(self):
+        pass
+
+
+class BatchEngine:
+    """The GPU side of continuous batching (batching.py's engine): the model with a KV pool of KV_BLOCK-token
+    blocks in one device tensor ([slots, layers, keys and values, block tokens, kv heads, head dim], zeroed), which
+    grows on demand (copied into one twice as large) and is freed when no sequence is active. A step is one forward
+    pass of the model over its sequences: a prefill the prompts of the sequences joining (left-padded to the
+    longest), a decode step every active sequence's last token at its own position; the token indices, positions, block tables and write slots of a step go to the
+    device in one copy, and the greedy choices come back in one. Sampled sequences copy their logits' rows to the
+    host and draw there (sample(), seeded by the request's seed)."""
+
+    def __init__(self, model, device):
+        self.model, self.device = model, device
+        c = model.config
+        heads = c.num_key_value_heads
+        dim = getattr(c, "head_dim", None) or c.hidden_size // c.num_attention_heads
+        self.slot_shape = (c.num_hidden_layers, 2, KV_BLOCK, heads, dim)
+        self.block_bytes = math.prod(self.slot_shape) * torch.empty((), dtype=DTYPE).element_size()
+        self.pool = None
+        self.cache = transformers.Cache(layers=[BatchLayer(i, self) for i in range(c.num_hidden_layers)])
+
+    def grow(self, capacity):
+        """The pool holds capacity blocks (0: freed, back to the quota), and one slot more that takes the writes of
+        a prefill's padding; raises KVExhausted without memory."""
+        old = self.pool
+        if capacity == 0:
+            self.pool = None
+        else:
+            try:
+                pool = torch.zeros((capacity + 1,) + self.slot_shape, dtype=DTYPE, device=self.device)
+            except torch.OutOfMemoryError as e:
+                raise KVExhausted("no GPU memory left in the function's quota for %d KV blocks of %d bytes: %s" %
+                                  (capacity, self.block_bytes, e))
+            if old is not None:
+                pool[:old.shape[0] - 1].copy_(old[:-1])
+            self.pool = pool
+        del old
+        if self.device.type == "cuda":
+            torch.cuda.empty_cache()
+
+    def _forward(self, rows):
+        """One forward pass: rows are (sequence, its tokens to run, the position of the first), left-padded to the
+        longest (a pad is token 0 at position 0, its keys and values written to the pool's last slot and never
+        read); answers the last position's logits per row ([rows, vocabulary], float32)."""
+        q = max(len(toks) for _, toks, _ in rows)
+        nblk = max(len(s.blocks) for s, _, _ in rows)
+        trash = self.pool.shape[0] - 1
+        host = []
+        for s, toks, start in rows:  # tokens, positions, block table, write slots and offsets: one copy
+            pad = q - len(toks)
+            pos = range(start, start + len(toks))
+            host += [0] * pad + toks
+            host += [0] * pad + list(pos)
+            host += s.blocks + [s.blocks[0]] * (nblk - len(s.blocks))
+            host += [trash] * pad + [s.blocks[p // KV_BLOCK] for p in pos]
+            host += [0] * pad + [p % KV_BLOCK for p in pos]
+        b = len(rows)
+        dev = torch.tensor(host, dtype=torch.long).to(self.device).view(b, 4 * q + nblk)
+        ids, positions = dev[:, :q], dev[:, q:2 * q]
+        self.table = dev[:, 2 * q:2 * q + nblk]
+        self.write_block = dev[:, 2 * q + nblk:3 * q + nblk].reshape(-1)
+        self.write_offset = dev[:, 3 * q + nblk:].reshape(-1)
+        length = nblk * KV_BLOCK
+        mask = (torch.arange(length, device=self.device).view(1, 1, length) <= positions.view(b, q, 1)).view(
+            b, 1, q, length)
+        out = self.model(input_ids=ids, position_ids=positions, attention_mask=mask, past_key_values=self.cache,
+                         use_cache=True, logits_to_keep=1)
+        return out.logits[:, -1, :].float()
+
+    def _choose(self, seqs, logits):
+        toks = torch.argmax(logits, dim=-1).tolist()  # one read back
+        for i, s in enumerate(seqs):
+            if s.sample is not None:
+                temperature, top_p, gen = s.sample
+                toks[i] = sample(logits[i].cpu(), temperature, top_p, gen)
+        return toks
+
+    @torch.inference_mode()
+    def prefill(self, seqs):
+        return self._choose(seqs, self._forward([(s, s.prompt, 0) for s in seqs]))
+
+    @torch.inference_mode()
+    def decode(self, seqs):
+        return self._choose(seqs, self._forward([(s, [s.last()], s.length) for s in seqs]))
+
+
 def sample(logits, temperature, top_p, gen):
     """A token drawn on the host from logits (float32, on the host) at temperature with nucleus top_p."""
     probs = torch.softmax(logits / temperature, dim=-1)
@@ -707,6 +857,11 @@ del _cpu_model
 if DEVICE.type == "cuda":
     _trim_host_memory()
 DECODER = Decoder(_model, DEVICE)
+BATCHER = None
+if MAX_BATCH > 1:
+    _engine = BatchEngine(_model, DEVICE)
+    BATCHER = batching.Batcher(_engine, batching.Blocks(KV_BLOCK, KV_MAX_BLOCKS, _engine.grow), MAX_BATCH,
+                               PREFILL_TOKENS)
 
 
 # ---- requests
@@ -865,7 +1020,8 @@ def parse(body, chat):
 class Generation:
     """One request's tokens as they are decoded, with their text: run() yields (text delta, token id) per token
     (and the held-back rest of the text with token None at the end) and ends with self.finish set to "length" or
-    "stop"."""
+    "stop". With LLM_MAX_BATCH > 1 its tokens come from the Batcher (decoded together with the other requests'),
+    else from the Decoder, alone under _lock."""
 
     def __init__(self, ids, opts):
         self.ids = ids
@@ -876,42 +1032,67 @@ class Generation:
         self.ttft = None
         self.decode_s = 0.0
         self.emitted = 0  # characters of self.text yielded
+        o = opts
+        self.gen = torch.Generator().manual_seed(o["seed"] % (2**63))
+        self.seq = None
+        if BATCHER is not None:
+            self.seq = batching.Sequence(ids, o["max_tokens"], () if o["ignore_eos"] else STOP_IDS,
+                                         None if o["temperature"] == 0.0 else (o["temperature"], o["top_p"], self.gen))
+
+    def check(self):
+        """Raises KVExhausted if the sequence can never get its blocks (before a stream's first byte)."""
+        if BATCHER is not None:
+            BATCHER.check(self.seq)
 
     def run(self):
         o = self.opts
-        greedy = o["temperature"] == 0.0
-        gen = torch.Generator().manual_seed(o["seed"] % (2**63))
         held = max((len(s) for s in o["stop"]), default=1) - 1  # characters that may start a stop string
         t0 = time.perf_counter()
-        with _lock, torch.inference_mode():
-            d = DECODER
+        if BATCHER is not None:
+            BATCHER.submit(self.seq)
+            toks = BATCHER.tokens(self.seq)
             try:
-                yield from self._decode(d, o, greedy, gen, held, t0)
-            finally:  # also when the client went away (the generator closed): the sequence's KV blocks go back
-                d.end()
+                yield from self._text(toks, o, held, t0)
+            finally:  # a stop string or the client going away: the sequence leaves the batch, its blocks go back
+                toks.close()
+            self.finish = self.finish or self.seq.finish or "length"
+        else:
+            with _lock, torch.inference_mode():
+                d = DECODER
+                try:
+                    yield from self._text(self._solo(d, o), o, held, t0)
+                finally:  # also when the client went away (the generator closed): the sequence's KV blocks go back
+                    d.end()
+            self.finish = self.finish or "length"
         if len(self.text) > self.emitted:
             yield self.text[self.emitted:], None
 
-    def _decode(self, d, o, greedy, gen, held, t0):
+    def _solo(self, d, o):
+        """The sequence's tokens decoded alone; a stop token ends it (self.finish "stop") and is not yielded."""
+        greedy = o["temperature"] == 0.0
+        d.prefill(self.ids)
+        for i in range(o["max_tokens"]):  # the length stop: decided on the host, whatever the device computes
+            if i > 0:
+                d.step(None if greedy else tok)
+            if greedy:
+                tok = int(d.next.item())
+            else:
+                tok = sample(d.logits[0].cpu(), o["temperature"], o["top_p"], self.gen)
+            if tok in STOP_IDS and not o["ignore_eos"]:
+                self.finish = "stop"
+                return
+            yield tok
+
+    def _text(self, tokens, o, held, t0):
         emitted = 0
         try:
-            d.prefill(self.ids)
-            for i in range(o["max_tokens"]):  # the length stop: decided on the host, whatever the device computes
-                if i > 0:
-                    d.step(None if greedy else tok)
-                if greedy:
-                    tok = int(d.next.item())
-                else:
-                    tok = sample(d.logits[0].cpu(), o["temperature"], o["top_p"], gen)
+            for i, tok in enumerate(tokens):
                 now = time.perf_counter()
                 if i == 0:
                     self.ttft = now - t0
                     t1 = now
                 else:
                     self.decode_s = now - t1
-                if tok in STOP_IDS and not o["ignore_eos"]:
-                    self.finish = "stop"
-                    break
                 self.tokens.append(tok)
                 text = TOKENIZER.decode(self.tokens, skip_special_tokens=True)
                 cut = min((text.find(s) for s in o["stop"] if s in text), default=-1)
@@ -928,8 +1109,6 @@ class Generation:
                     emitted = ready
                 else:
                     yield "", tok
-            if self.finish is None:
-                self.finish = "length"
         finally:
             self.emitted = emitted
 
@@ -937,7 +1116,7 @@ class Generation:
         n = len(self.tokens)
         return {"ttft_ms": round((self.ttft or 0) * 1000, 3),
                 "decode_tokens_per_s": round((n - 1) / self.decode_s, 2) if n > 1 and self.decode_s > 0 else None,
-                "cuda_graphs": DECODER.graph is not None,
+                "cuda_graphs": DECODER.graph is not None, "batched": BATCHER is not None,
                 **({"cuda_graph_error": DECODER.graph_error} if DECODER.graph_error else {})}
 
     def usage(self):
@@ -968,9 +1147,9 @@ def complete(ids, opts):
     return out
 
 
-def events(ids, opts):
+def events(g):
     """The server-sent events of a streamed completion."""
-    g = Generation(ids, opts)
+    opts = g.opts
     chat = opts["chat"]
     cid, created = _ids(chat), int(time.time())
     obj = "chat.completion.chunk" if chat else "text_completion"
@@ -1027,11 +1206,40 @@ def models():
 
 
 def metrics():
-    """The KV cache's state in Prometheus' text format (paged: blocks as they are allocated and freed)."""
+    """The KV cache's and the batch's state in Prometheus' text format (paged: blocks as they are allocated and
+    freed; with LLM_MAX_BATCH > 1 the batch's blocks and steps)."""
     kv = getattr(DECODER, "kv", None)
     lines = ["# HELP llm_kv_cache_paged 1 when the KV cache is paged (LLM_KV_CACHE=paged).",
              "# TYPE llm_kv_cache_paged gauge", "llm_kv_cache_paged %d" % (KV_CACHE == "paged")]
-    if KV_CACHE == "paged":
+    vals = []
+    if BATCHER is not None:
+        bl = BATCHER.blocks
+        vals = [("llm_kv_block_tokens", "gauge", "tokens per KV block", KV_BLOCK),
+                ("llm_kv_block_bytes", "gauge", "bytes per KV block (all layers' keys and values)",
+                 BATCHER.engine.block_bytes),
+                ("llm_kv_blocks_in_use", "gauge", "KV blocks held by the sequences in the batch", bl.in_use),
+                ("llm_kv_blocks_peak", "gauge", "the most KV blocks held at once", bl.peak),
+                ("llm_kv_blocks_max", "gauge", "LLM_KV_MAX_BLOCKS (0: as the quota allows)", KV_MAX_BLOCKS),
+                ("llm_kv_pool_blocks", "gauge", "KV blocks the device pool holds (freed when no sequence is "
+                 "active)", bl.capacity),
+                ("llm_kv_pool_grows_total", "counter", "times the device pool grew", bl.grows_total),
+                ("llm_kv_block_allocations_total", "counter", "KV blocks given to sequences", bl.allocated_total),
+                ("llm_kv_block_frees_total", "counter", "KV blocks taken back from sequences", bl.freed_total),
+                ("llm_kv_block_refusals_total", "counter", "KV blocks or sequences that could not be had",
+                 bl.refused_total),
+                ("llm_batch_max", "gauge", "LLM_MAX_BATCH: sequences decoded together at most", MAX_BATCH),
+                ("llm_batch_active", "gauge", "sequences in the running batch", BATCHER.batch_size()),
+                ("llm_batch_waiting", "gauge", "sequences waiting to join the batch", len(BATCHER.waiting)),
+                ("llm_batch_peak", "gauge", "the most sequences decoded in one step", BATCHER.peak_batch),
+                ("llm_batch_steps_total", "counter", "decode steps", BATCHER.steps_total),
+                ("llm_batch_step_sequences_total", "counter", "sequences decoded, summed over the steps",
+                 BATCHER.step_sequences_total),
+                ("llm_batch_prefills_total", "counter", "prefill passes (joining sequences together)",
+                 BATCHER.prefills_total),
+                ("llm_batch_sequences_total", "counter", "sequences submitted", BATCHER.sequences_total),
+                ("llm_batch_cancelled_total", "counter", "sequences whose client went away before they ended",
+                 BATCHER.cancelled_total)]
+    elif KV_CACHE == "paged":
         vals = [("llm_kv_block_tokens", "gauge", "tokens per KV block", KV_BLOCK),
                 ("llm_kv_block_bytes", "gauge", "bytes per KV block (all layers' keys and values)",
                  kv.block_bytes if kv else 0),
@@ -1044,8 +1252,8 @@ def metrics():
                 ("llm_kv_block_frees_total", "counter", "KV blocks freed", kv.freed_total if kv else 0),
                 ("llm_kv_block_refusals_total", "counter", "KV blocks that could not be had",
                  kv.refused_total if kv else 0)]
-        for name, kind, text, v in vals:
-            lines += ["# HELP %s %s." % (name, text), "# TYPE %s %s" % (name, kind), "%s %d" % (name, v)]
+    for name, kind, text, v in vals:
+        lines += ["# HELP %s %s." % (name, text), "# TYPE %s %s" % (name, kind), "%s %d" % (name, v)]
     return "\n".join(lines) + "\n"
 
 
@@ -1065,10 +1273,13 @@ def handle(event, context):
             ids, opts = parse(body, chat)
         except BadRequest as e:
             return _error(e.status, e.message, e.param, "invalid_request_error" if e.status == 400 else "not_found")
-        if opts["stream"]:
-            # A stream that cannot get a KV block ends without its final chunk (the template's error path).
-            return {"statusCode": 200, "headers": SSE, "body": events(ids, opts)}
         try:
+            if opts["stream"]:
+                # A stream whose sequence can never get its KV blocks is refused before its first byte; one that
+                # cannot get a block later ends without its final chunk (the template's error path).
+                g = Generation(ids, opts)
+                g.check()
+                return {"statusCode": 200, "headers": SSE, "body": events(g)}
             return {"statusCode": 200, "headers": JSON, "body": complete(ids, opts)}
         except KVExhausted as e:
             r = _error(429, "%s; retry later" % e, kind="rate_limit_exceeded")

@@ -27,6 +27,9 @@ Environment:
                         standard library's default of 5 drops connections under a burst of concurrent requests)
   FAAS_GPU_STREAM_BUFFER_BYTES  the most of a streamed response that waits for a slow client once generated
                         (default 16777216, 16 MiB); beyond it the stream ends incomplete (see Streaming)
+  FAAS_GPU_CONCURRENCY  requests in flight at once in this process under one GPU binding (default: the handler
+                        module's CONCURRENCY, else 1: each request acquires and releases a binding of its own, one
+                        at a time per instance); see Several requests in flight
 
 GET /_/health answers 200 once the handler is imported, as of-watchdog's health endpoint does.
 
@@ -40,6 +43,15 @@ A client so slow that more would wait ends its stream: the generator is closed, 
 connection closed without the final chunk. A client that goes away ends it the same way (the generator's finally
 blocks run). A stream that cannot be vouched for (the generator raised, or the GPU failed while the binding was
 held) ends without the final chunk, so the client sees an incomplete response, never a complete wrong one.
+
+Several requests in flight (opt-in): a handler that serves concurrent requests together (the llm function batches
+their sequences into one decode step) sets CONCURRENCY = N in its module, or its deployment sets
+FAAS_GPU_CONCURRENCY=N. Then up to N requests run in this process at once and share one binding (SharedBinding):
+the first acquires it, the others join it, and the last to end releases it, so the GPU is bound while any of them
+runs and the gpuserver sees one request from acquire to release. More wait for a slot. Each request is answered
+when its own work is done; a GPU failure that the gpuserver reports only at the release reaches the requests still
+running then (their streams end incomplete), not the ones already answered, whose own CUDA calls all succeeded.
+Without it (the default) nothing changes: one binding per request.
 """
 
 import collections
@@ -343,6 +355,84 @@ class GPUClient:
         return None
 
 
+class SharedBinding:
+    """One GPU binding shared by the requests in flight in this process (FAAS_GPU_CONCURRENCY > 1): acquire() and
+    release() have GPUClient's shape; the first acquire acquires the binding, later ones join it while it is held,
+    and the release of the last one holding it releases it. At most limit requests hold it at once; more wait for a
+    slot before they join."""
+
+    def __init__(self, gpu, limit):
+        self.gpu = gpu
+        self.function = gpu.function
+        self.limit = limit
+        self.cond = threading.Condition()
+        self.slots = threading.Semaphore(limit)
+        self.users = 0  # requests holding the binding
+        self.binding = self.lease = None
+        self.busy = False  # an acquire or a release of the binding is under way
+        self.acquired_total = 0  # bindings acquired (for tests: several requests, one binding)
+
+    def acquire(self):
+        self.slots.acquire()
+        try:
+            with self.cond:
+                while self.busy:
+                    self.cond.wait()
+                if self.binding is not None:
+                    self.users += 1
+                    return self.binding, None
+                self.busy = True
+            try:
+                binding, lease = self.gpu.acquire()
+            except BaseException:
+                with self.cond:
+                    self.busy = False
+                    self.cond.notify_all()
+                raise
+            with self.cond:
+                self.binding, self.lease, self.users, self.busy = binding, lease, 1, False
+                self.acquired_total += 1
+                self.cond.notify_all()
+            return binding, None
+        except BaseException:
+            self.slots.release()
+            raise
+
+    def release(self, binding_id, _lease):
+        """Ends this request's share; the last one releases the binding. Returns the release's GPUError (the
+        last request only), else None."""
+        try:
+            with self.cond:
+                self.users -= 1
+                if self.users > 0:
+                    return None
+                binding, lease = self.binding, self.lease
+                self.binding = self.lease = None
+                self.busy = True
+            try:
+                return self.gpu.release(binding.get("id", ""), lease)
+            finally:
+                with self.cond:
+                    self.busy = False
+                    self.cond.notify_all()
+        finally:
+            self.slots.release()
+
+
+def concurrency(module):
+    """Requests in flight at once under one binding: FAAS_GPU_CONCURRENCY, else the handler module's CONCURRENCY,
+    else 1."""
+    raw = os.getenv("FAAS_GPU_CONCURRENCY", "")
+    try:
+        n = int(raw) if raw else int(getattr(module, "CONCURRENCY", 1))
+        if n < 1:
+            raise ValueError
+    except (TypeError, ValueError):
+        sys.exit("gpu-python: FAAS_GPU_CONCURRENCY (or the handler's CONCURRENCY) must be a positive number of "
+                 "requests")
+    return n
+
+
 def log(msg):
     print(msg, file=sys.stderr, flush=True)
 
@@ -413,6 +503,7 @@ class Server(ThreadingHTTPServer):
         self.lock = threading.Lock()
         self.inflight = 0
         self.stopping = False
+        self.shared = None  # a SharedBinding when requests share one binding (FAAS_GPU_CONCURRENCY > 1)
 
     def enter(self):
         with self.lock:
@@ -694,6 +785,7 @@ class RequestHandler(BaseHTTPRequestHandler):
     def invoke(self, url, body):
         event = Event(body, self.headers, self.command, Query(url.query), url.path or "/")
         gpu = self.server.gpu_client
+        binder = self.server.shared or gpu  # acquire and release: a binding of its own, or the shared one
         binding = lease = None
         if gpu is not None and session_lost():
             self.exit_for_new_session(GPUError(503, "the CUDA session of function %s ended (its executor process "
@@ -701,7 +793,7 @@ class RequestHandler(BaseHTTPRequestHandler):
             return
         if gpu is not None:
             try:
-                binding, lease = gpu.acquire()
+                binding, lease = binder.acquire()
                 self.server.shed_logged = False
             except GPUError as e:
                 if e.retry_after is None:
@@ -726,7 +818,7 @@ class RequestHandler(BaseHTTPRequestHandler):
             if released or binding is None:
                 return None
             released = True
-            return gpu.release(binding.get("id", ""), lease)
+            return binder.release(binding.get("id", ""), lease)
 
         not_simulated = kernels_not_simulated() if gpu is not None else 0
         try:
@@ -908,6 +1000,10 @@ def main():
         process_phase("faas_gpu_initialised")
     server = Server((os.getenv("HOST", "127.0.0.1"), port), gpu, backlog, max_body)
     server.stream_buffer = stream_buffer
+    n = concurrency(handler)
+    if gpu is not None and n > 1:
+        server.shared = SharedBinding(gpu, n)
+        log("gpu-python: up to %d requests in flight share one GPU binding" % n)
 
     def on_term(signum, frame):
         # Stop accepting, let requests in flight finish (the provider kills the process after its grace period).

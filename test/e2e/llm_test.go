@@ -31,7 +31,7 @@ func llmFunctionDir(t *testing.T) string {
 	if err := os.MkdirAll(dst, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	for _, f := range []string{"handler.py", "tokenizer.json"} {
+	for _, f := range []string{"handler.py", "batching.py", "tokenizer.json"} {
 		b, err := os.ReadFile(filepath.Join(repoRoot(t), "functions", "llm", f))
 		if err != nil {
 			t.Fatal(err)
@@ -269,7 +269,7 @@ func TestPyEnvLLMOwnModelThroughUp(t *testing.T) {
 	if err := os.MkdirAll(filepath.Join(fns, "llm-missing"), 0o755); err != nil {
 		t.Fatal(err)
 	}
-	for _, f := range []string{"handler.py", "tokenizer.json", "requirements.txt"} {
+	for _, f := range []string{"handler.py", "batching.py", "tokenizer.json", "requirements.txt"} {
 		b, err := os.ReadFile(filepath.Join(fns, "llm", f))
 		if err == nil {
 			err = os.WriteFile(filepath.Join(fns, "llm-missing", f), b, 0o644)

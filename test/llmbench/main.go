@@ -48,6 +48,10 @@ type config struct {
 	layers   int
 	variants int
 	timed    bool
+	// -batch
+	batch       bool
+	concurrency string
+	startLoad   string // /proc/loadavg when the run began
 }
 
 func main() {
@@ -58,6 +62,9 @@ func main() {
 	flag.IntVar(&c.layers, "layers", 24, "layers of the model (24: Qwen2.5-0.5B's shape)")
 	flag.IntVar(&c.variants, "variants", 16, "variants of the base (a LoRA adapter each) deployed at once; the host "+
 		"memory is also reported at 4 (each variant is a process of the llm function: about 20 s of CPU to start)")
+	flag.BoolVar(&c.batch, "batch", false, "the continuous batching figures instead (docs/bench/llm-batch.md): "+
+		"decode tokens/s, TTFT and binding hold time at -concurrency sequences, batched and one at a time")
+	flag.StringVar(&c.concurrency, "concurrency", "1,4,16,64", "with -batch: the concurrent sequences measured")
 	flag.BoolVar(&c.timed, "timed", false, "the sim's timed virtual GPU (TimeScale 1): every kernel takes the launch "+
 		"latency (5 us) of modelled GPU time, as no profile of this model's kernels exists")
 	flag.Parse()
@@ -65,7 +72,11 @@ func main() {
 		fmt.Fprintln(os.Stderr, "llmbench: -tokens must be >= 2, -runs, -layers and -variants >= 1")
 		os.Exit(2)
 	}
-	if err := run(context.Background(), c); err != nil {
+	do := run
+	if c.batch {
+		do = runBatch
+	}
+	if err := do(context.Background(), c); err != nil {
 		fmt.Fprintln(os.Stderr, "llmbench:", err)
 		os.Exit(1)
 	}
@@ -192,7 +203,12 @@ type reply struct {
 }
 
 func startProc(n *node, py, shim, name string, c config, env ...string) (*proc, error) {
-	cmd := exec.Command(filepath.Join(py, "bin", "python3"), "test/gpu/llm_bench.py")
+	return startScript(n, py, shim, "test/gpu/llm_bench.py", name, c, env...)
+}
+
+// startScript starts script (llm_bench.py, or batch_driver.py) as function name through the shim.
+func startScript(n *node, py, shim, script, name string, c config, env ...string) (*proc, error) {
+	cmd := exec.Command(filepath.Join(py, "bin", "python3"), script)
 	cmd.Env = append(os.Environ(), "LD_LIBRARY_PATH="+shim, "FAAS_GPU_REMOTING_SOCKET="+n.sock,
 		"FAAS_GPU_FUNCTION="+name, "FAAS_GPU_TOKEN=token-"+name, "FAAS_GPU=1", "PYTHONDONTWRITEBYTECODE=1",
 		fmt.Sprintf("LLM_LAYERS=%d", c.layers), "LLM_MAX_PROMPT_TOKENS=256", "LLM_MAX_TOKENS=256")
