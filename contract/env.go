@@ -46,6 +46,9 @@ const (
 	// EnvStreamBufferBytes bounds the bytes of a streamed response that wait for a slow client in the template
 	// once generated (the GPU binding is released when the generation ends); beyond it the stream ends.
 	EnvStreamBufferBytes = "FAAS_GPU_STREAM_BUFFER_BYTES"
+	// EnvConcurrency is how many requests the template runs at once in one process under one GPU binding (default:
+	// the handler module's CONCURRENCY, else 1: a binding per request). The llm function's continuous batching sets it.
+	EnvConcurrency = "FAAS_GPU_CONCURRENCY"
 	// EnvRemotingRingMB is the size of the shim's ring, in MiB.
 	EnvRemotingRingMB = "FAAS_GPU_REMOTING_RING_MB"
 	// EnvRemotingSpinUS is how long the shim spins for an answer before it sleeps, in microseconds.
@@ -64,6 +67,6 @@ const (
 func Environment() []string {
 	return []string{EnvGPU, EnvFunction, EnvInstance, EnvToken, EnvSocket, EnvRemotingSocket, EnvMemoryBytes, EnvSLO,
 		EnvPercentile, EnvIsolation, EnvScratch, EnvModel, EnvSelfRegister, EnvRegistrationTicket,
-		EnvAcquireTimeoutMS, EnvMaxBodyBytes, EnvListenBacklog, EnvStreamBufferBytes, EnvRemotingRingMB,
+		EnvAcquireTimeoutMS, EnvMaxBodyBytes, EnvListenBacklog, EnvStreamBufferBytes, EnvConcurrency, EnvRemotingRingMB,
 		EnvRemotingSpinUS, EnvRemotingSync, EnvRemotingLocalSync, EnvShimDebug}
 }
