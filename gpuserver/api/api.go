@@ -322,6 +322,11 @@ func (s *Server) register(w http.ResponseWriter, r *http.Request) {
 	s.log.Info("function registered", "function", spec.Name, "memory_bytes", spec.MemoryBytes, "slo", spec.SLO,
 		"percentile", spec.Percentile, "isolation", spec.Isolation)
 	_ = spec.Validate() // fills the defaults the pool applied, for the answer
+	if !spec.Exclusive() {
+		req, limit := spec.Shares()
+		s.log.Warn("function asks for a compute share, which this gpuserver does not enforce yet: its bindings are "+
+			"exclusive and billed as share 1", "function", spec.Name, "compute_request", req, "compute_limit", limit)
+	}
 	resp := RegisterResponse{FunctionSpec: spec}
 	if s.auth != nil {
 		resp.Token = s.auth.FunctionToken(spec.Name)
