@@ -65,10 +65,10 @@ func TestAutoscalerReachesMaxAndReturnsToMin(t *testing.T) {
 	if reachedMax < 0 || reachedMax > 30*time.Second {
 		t.Errorf("never reached max 8 under the load: decisions %+v", ev)
 	}
-	// 8 started by the load (1 + 7), and one more for the request at 150 s: one request in flight wants
-	// ceil(1 / (1 x 0.9)) = 2 instances, the product's formula with its default target and proportion.
-	if a := res.Autoscaler; a == nil || a.Peak != 8 || a.Started != 9 || a.Ups != 2 || a.Downs < 1 {
-		t.Errorf("autoscaler %+v, want a peak of 8 instances, 9 started, 2 ups, a down", a)
+	// 8 started by the load (1 + 7), and none for the request at 150 s: one request in flight wants
+	// ceil(1 / (1 x 1.0)) = 1 instance, the product's formula with its default target and proportion.
+	if a := res.Autoscaler; a == nil || a.Peak != 8 || a.Started != 8 || a.Ups != 1 || a.Downs < 1 {
+		t.Errorf("autoscaler %+v, want a peak of 8 instances, 8 started, 1 up, a down", a)
 	}
 	// The backlog drains within seconds of the load's end (8 instances on 4 GPUs serve 40 a second); the window
 	// (40 s) must pass after the last count above 1 was wanted before the function is back at 1 (in one step or
@@ -212,7 +212,7 @@ func TestDataPlaneEvictsUnderPressure(t *testing.T) {
 }
 
 // TestProductDefaults: Product turns on the instances, autoscaler and data plane `up` runs, with the product's
-// defaults (min 1, max 10, target 1 in flight per instance, proportion 0.9, the measured instance start).
+// defaults (min 1, max 10, target 1 in flight per instance, proportion 1.0, the measured instance start).
 func TestProductDefaults(t *testing.T) {
 	cfg := Product(Config{MaxInFlight: 0, Instances: 4})
 	if cfg.MaxInFlight != DefaultMaxInFlight || !cfg.Autoscale || !cfg.DataPlane || cfg.Instances != 0 {
@@ -222,9 +222,9 @@ func TestProductDefaults(t *testing.T) {
 		t.Fatal(err)
 	}
 	p := cfg.Scaling
-	if p.Min != 1 || p.Max != 10 || p.Target != 1 || p.Proportion != 0.9 || p.Zero || !p.Autoscaled ||
+	if p.Min != 1 || p.Max != 10 || p.Target != 1 || p.Proportion != 1 || p.Zero || !p.Autoscaled ||
 		cfg.InstanceStart != DefaultInstanceStart {
-		t.Errorf("scaling %+v, start %s: want min 1, max 10, target 1, proportion 0.9, no zero, 2 s", p,
+		t.Errorf("scaling %+v, start %s: want min 1, max 10, target 1, proportion 1, no zero, 2 s", p,
 			cfg.InstanceStart)
 	}
 }
