@@ -198,9 +198,12 @@ func runReplay(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		return flagErr("models", err)
 	}
 
-	// The simulator's prediction: the same arrivals, functions, models, SLOs and node.
+	// The simulator's prediction: the same arrivals, functions, models, SLOs and node, and the data plane the
+	// node runs (sim's default): the executors' chunks, 0.9 of each simulated GPU's memory (the simulated device
+	// has no gpuserver context), the controller planning with them, their own evictions beyond that.
 	cfg := simulate.Config{Arrivals: arrivals, Models: ms, Functions: len(fns), Node: node, Policy: policy,
-		Seed: *seed, Overload: overload, Admission: admission, MaxInFlight: simulate.DefaultMaxInFlight, Instances: 1, Prewarm: *warm}
+		Seed: *seed, Overload: overload, Admission: admission, MaxInFlight: simulate.DefaultMaxInFlight,
+		Instances: 1, Prewarm: *warm, DataPlane: true, DataPlaneContextBytes: simulate.NoDataPlaneContext}
 	predicted, err := simulate.Run(cfg, false)
 	if err != nil {
 		return fmt.Errorf("simulate: %w", err)

@@ -44,8 +44,8 @@ func (f *simProductFlags) register(fs *flag.FlagSet) {
 	fs.BoolVar(&f.modelShared, "model-shared", false, "deploy every function with com.openfaas.gpu.model: shared, "+
 		"so that a sibling instance's copy is a swap source over NVLink")
 	fs.BoolVar(&f.dataPlane, "dataplane", true, "model the executors' memory (0.9 of each GPU's free memory, in "+
-		"chunks) and their own evictions under pressure; false gives the data plane every byte the controller "+
-		"plans with, which the product's does NOT have")
+		"chunks; the controller plans with it, as the gpuserver gives it) and their own evictions under pressure; "+
+		"false gives the controller and the data plane each GPU's whole memory, which the product does NOT give them")
 }
 
 // apply sets cfg's instances, autoscaler and data plane from the flags; instances is --instances (0: the

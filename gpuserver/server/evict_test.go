@@ -76,14 +76,16 @@ func TestMLPSurvivesEvictionAndSwaps(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if node, err = node.WithGPUMemory(1 << 30); err != nil { // one 1 GiB function fills a GPU
+	// 1.2 GiB GPUs with 1 GiB of chunks each (0.9 of 1.2 GiB, capped at 1 GiB), the controller's plan: one 1 GiB
+	// function fills a GPU.
+	if node, err = node.WithGPUMemory(1200 << 20); err != nil {
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	s, err := Start(ctx, Config{Socket: filepath.Join(dir, "gpuserver.sock"), Node: node,
 		RemotingSocket: filepath.Join(dir, "remoting.sock"), KeyFile: filepath.Join(dir, "key"),
-		RepositoryDir: filepath.Join(dir, "repository")})
+		RepositoryDir: filepath.Join(dir, "repository"), DeviceReserveBytes: 1 << 30})
 	if err != nil {
 		t.Fatal(err)
 	}

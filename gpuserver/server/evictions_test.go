@@ -19,12 +19,13 @@ import (
 func TestDataPlaneEvictionsAreCountedByTheController(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	// One GPU of 141 GB to the controller, 64 MiB of chunks to the executors: two 40 MiB models do not fit.
+	// 64 MiB of chunks on the one GPU, and the controller plans with them (the data plane's capacity): two
+	// functions of a 32 MiB quota fit its plan, their 40 MiB models (more than their quotas) do not fit the chunks.
 	s := startOneGPU(ctx, t, Config{DeviceReserveBytes: 64 << 20})
 	defer stop(t, s)
 	p, x := s.Pool(), s.Executors()
 	for _, fn := range []string{"a", "b"} {
-		if err := p.Register(ctx, pool.FunctionSpec{Name: fn, MemoryBytes: 48 << 20}); err != nil {
+		if err := p.Register(ctx, pool.FunctionSpec{Name: fn, MemoryBytes: 32 << 20}); err != nil {
 			t.Fatal(err)
 		}
 		// Initialisation: its model's block is allocated under an implicit binding, its first request captures it.
@@ -85,14 +86,14 @@ func TestDataPlaneEvictionsAreCountedByTheController(t *testing.T) {
 	}
 }
 
-// modelPy allocates a 40 MiB model and fills it with its pattern byte at start (its initialisation, under an
+// modelPy allocates a model of SIZE bytes (40 MiB by default) and fills it with its pattern byte at start (its initialisation, under an
 // implicit binding), then answers "sum" with the sum of the model's bytes read back (a request).
 const modelPy = `
 import os, sys
 sys.path.insert(0, os.environ["FN_DIR"])
 import cudadrv
 cuda = cudadrv.Driver()
-size = 40 << 20
+size = int(os.environ.get("SIZE", 40 << 20))
 ptr = cuda.alloc(size)
 cuda.htod(ptr, bytes([int(os.environ["PATTERN"])]) * size)
 print("ready", flush=True)
@@ -110,22 +111,31 @@ func TestExecutorProcessEvictionsAreCountedByTheController(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	tc, _ := tenantConfig(t)
+	// 64 MiB of chunks, the controller's plan (the data plane's capacity); two functions of 24 MiB fit it, but
+	// 24 MiB of the chunks are held outside the plan (taken here, as memory held beside the functions' copies
+	// would be), so the second model's swap-in runs out of chunks.
 	s := startOneGPU(ctx, t, Config{DeviceReserveBytes: 64 << 20, Tenants: tc})
 	defer stop(t, s)
+	const size = 24 << 20
+	held, err := s.chunks.Pool(0).Get(size / int(s.chunks.ChunkSize()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = s.chunks.Pool(0).Put(held) }()
 	p := s.Pool()
 	procs := map[string]*fnProcess{}
 	for i, fn := range []string{"a", "b"} {
-		if err := p.Register(ctx, pool.FunctionSpec{Name: fn, MemoryBytes: 48 << 20}); err != nil {
+		if err := p.Register(ctx, pool.FunctionSpec{Name: fn, MemoryBytes: size}); err != nil {
 			t.Fatal(err)
 		}
 		dir := filepath.Join(testkit.RepoRoot(t), "functions", "vector-add")
 		env := append(testkit.ShimEnv(testkit.Shim(t), s.RemotingSocket(), fn, s.Token(fn)), "FN_DIR="+dir,
-			fmt.Sprintf("PATTERN=%d", i+1))
+			fmt.Sprintf("PATTERN=%d", i+1), fmt.Sprintf("SIZE=%d", size))
 		procs[fn] = &fnProcess{testkit.StartPython(t, modelPy, env...)}
 		if l, err := procs[fn].next(); l != "ready" || err != nil {
 			t.Fatalf("%s said %q (%v)\n%s", fn, l, err, procs[fn].Stderr())
 		}
-		b, err := p.Acquire(ctx, fn) // its first request: the 40 MiB become its image
+		b, err := p.Acquire(ctx, fn) // its first request: the 24 MiB become its image
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -151,8 +161,8 @@ func TestExecutorProcessEvictionsAreCountedByTheController(t *testing.T) {
 		t.Errorf("a bound again with swap %q, want pcie (its copy was gone)", b.Swap)
 	}
 	_ = procs["a"].Send("sum")
-	if l, err := procs["a"].next(); l != fmt.Sprintf("sum %d", 40<<20) || err != nil {
-		t.Errorf("a read its model back as %q (%v), want sum %d", l, err, 40<<20)
+	if l, err := procs["a"].next(); l != fmt.Sprintf("sum %d", size) || err != nil {
+		t.Errorf("a read its model back as %q (%v), want sum %d", l, err, size)
 	}
 	if err := p.Release(ctx, b.ID); err != nil {
 		t.Fatal(err)

@@ -24,7 +24,7 @@ func TestBillSurvivesARestart(t *testing.T) {
 	}
 	s := start()
 	admin := client.New(s.Socket(), client.WithToken(s.AdminToken()))
-	const quota = 256 << 20
+	const quota = 32 << 20 // within the 64 MiB of chunks the controller plans with
 	if err := admin.Register(ctx, pool.FunctionSpec{Name: "resnet.dev", MemoryBytes: quota}); err != nil {
 		t.Fatal(err)
 	}

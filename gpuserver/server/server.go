@@ -151,6 +151,10 @@ type Server struct {
 	errs    chan error
 	closers []func(ctx context.Context) error // undone in reverse order by Shutdown
 	evicted *dataPlaneEvictions               // the data plane's own evictions, on their way to the controller
+	// capacity is each GPU's memory the data plane holds (its chunk pools' bytes, node order), set by
+	// startDataPlane; the controller plans with it (planNode).
+	capacity []uint64
+	chunks   *memory.Manager // the data plane's chunk pools (the gpuserver's, lent to tenants' executors)
 }
 
 // Start builds the pool and serves the API until Shutdown.
@@ -217,6 +221,14 @@ func Start(ctx context.Context, cfg Config) (*Server, error) {
 		plane = s.tenants
 	case s.node != nil:
 		plane = s.node
+	}
+	if s.capacity != nil {
+		// The controller places against what the executors' chunks hold, not the GPUs' whole memory: a copy it
+		// plans then fits, and its evictions are the ones made (the executors evict on their own only past that).
+		if cfg.Node, err = planNode(cfg.Node, s.capacity); err != nil {
+			return nil, fmt.Errorf("gpuserver: %w", err)
+		}
+		s.cfg.Logger.Info("gpuserver controller plans with the data plane's memory", "bytes_per_gpu", s.capacity)
 	}
 	if plane != nil && cfg.Actuator == nil && cfg.Policy != PolicyFCFS {
 		cfg.Actuator = planeActuator{plane}
@@ -343,14 +355,15 @@ func (s *Server) startDataPlane(ctx context.Context) error {
 		return fmt.Errorf("gpuserver: device memory: %w", err)
 	}
 	s.closers = append(s.closers, mem.Close)
+	s.capacity, s.chunks = chunkCapacity(mem), mem
 	dir := s.repositoryDir()
 	repo, err := repository.Open(repository.Config{Dir: dir, Registrar: dev})
 	if err != nil {
 		return fmt.Errorf("gpuserver: model repository: %w", err)
 	}
 	s.closers = append(s.closers, func(context.Context) error { return repo.Close() })
-	// EvictUnderPressure: the controller plans evictions against the node's nominal memory; the executors
-	// evict idle copies themselves should the chunks reserved run out first.
+	// EvictUnderPressure: the controller plans evictions against these chunks' capacity (planNode); the
+	// executors evict idle copies themselves should the chunks still run out first (a copy's whole chunks).
 	node, err := executor.New(executor.Config{Device: dev, Memory: mem, Repository: repo, EvictUnderPressure: true,
 		Addresses: addrs, Logger: s.cfg.Logger.With("component", "executor"), OnEvict: s.evicted.report,
 		OnContextFault: func(gpu int, function string, err error) {
@@ -412,6 +425,33 @@ func registerSimMetrics(reg prometheus.Registerer, sd *sim.Backend) {
 		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "faas_gpu_sim_dry_launches_total",
 			Help: "Kernel launches the simulated GPUs accepted and did not execute (--sim-kernels=dry)."},
 			func() float64 { return float64(sd.DryLaunches()) }))
+}
+
+// chunkCapacity is each GPU's bytes in the memory manager's chunk pools: what the data plane holds.
+func chunkCapacity(mem *memory.Manager) []uint64 {
+	c := make([]uint64, mem.GPUs())
+	for i := range c {
+		c[i] = uint64(mem.Pool(i).Total()) * mem.ChunkSize()
+	}
+	return c
+}
+
+// planNode is the node the controller plans with: each GPU's memory the data plane's capacity (at most the GPU's
+// own). A GPU whose chunks hold nothing is an error: the controller would place there what cannot be held.
+func planNode(n topology.Node, capacity []uint64) (topology.Node, error) {
+	if len(capacity) != len(n.GPUs) {
+		return topology.Node{}, fmt.Errorf("data plane: %d GPUs' chunk pools for a node of %d GPUs", len(capacity),
+			len(n.GPUs))
+	}
+	out := n.Clone()
+	for i, c := range capacity {
+		if c == 0 {
+			return topology.Node{}, fmt.Errorf("data plane: gpu %d: no device memory reserved (its chunk pool is "+
+				"empty)", i)
+		}
+		out.GPUs[i].MemoryBytes = min(out.GPUs[i].MemoryBytes, c)
+	}
+	return out, nil
 }
 
 func minGPUMemory(n topology.Node) uint64 {

@@ -93,7 +93,7 @@ func TestRegistrationAnswersTheRemotingTokenAndTracksBindings(t *testing.T) {
 		return (&net.Dialer{}).DialContext(ctx, "unix", s.Socket())
 	}}}
 	req, _ := http.NewRequest(http.MethodPost, "http://gpuserver/v1/functions",
-		strings.NewReader(`{"name": "resnet", "memory_bytes": 1073741824, "slo_ns": 80000000}`))
+		strings.NewReader(`{"name": "resnet", "memory_bytes": 33554432, "slo_ns": 80000000}`))
 	req.Header.Set("Authorization", "Bearer "+s.AdminToken())
 	resp, err := hc.Do(req)
 	if err != nil {

@@ -69,6 +69,7 @@ func (s *Server) startTenants(dev device.Backend, reserve uint64) error {
 		return fmt.Errorf("gpuserver: device memory: %w", err)
 	}
 	s.closers = append(s.closers, mem.Close)
+	s.capacity, s.chunks = chunkCapacity(mem), mem
 	dir := s.cfg.RepositoryDir
 	if dir == "" {
 		dir = filepath.Join(filepath.Dir(s.cfg.KeyFile), "repository")

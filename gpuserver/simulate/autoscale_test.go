@@ -65,10 +65,10 @@ func TestAutoscalerReachesMaxAndReturnsToMin(t *testing.T) {
 	if reachedMax < 0 || reachedMax > 30*time.Second {
 		t.Errorf("never reached max 8 under the load: decisions %+v", ev)
 	}
-	// 8 started by the load (1 + 7), and one more for the request at 150 s: one request in flight wants
-	// ceil(1 / (1 x 0.9)) = 2 instances, the product's formula with its default target and proportion.
-	if a := res.Autoscaler; a == nil || a.Peak != 8 || a.Started != 9 || a.Ups != 2 || a.Downs < 1 {
-		t.Errorf("autoscaler %+v, want a peak of 8 instances, 9 started, 2 ups, a down", a)
+	// 8 started by the load (1 + 7), and none for the request at 150 s: one request in flight wants
+	// ceil(1 / (1 x 1.0)) = 1 instance, the product's formula with its default target and proportion.
+	if a := res.Autoscaler; a == nil || a.Peak != 8 || a.Started != 8 || a.Ups != 1 || a.Downs < 1 {
+		t.Errorf("autoscaler %+v, want a peak of 8 instances, 8 started, 1 up, a down", a)
 	}
 	// The backlog drains within seconds of the load's end (8 instances on 4 GPUs serve 40 a second); the window
 	// (40 s) must pass after the last count above 1 was wanted before the function is back at 1 (in one step or
@@ -171,12 +171,12 @@ func TestHotHourServedBySeveralInstances(t *testing.T) {
 	}
 }
 
-// TestDataPlaneEvictsUnderPressure: the controller places against each GPU's whole memory, the executors hold 0.9
-// of what was free after the gpuserver's context; a swap-in that runs out of chunks evicts the least recently
-// used idle copy on its own and the controller counts it (faas_gpu_evictions_total{by="pressure"}). The simulator
-// ran none of it: three models that the controller fits on a 4 GiB GPU but the data plane does not (3 x 1.25 GB
-// quotas in 3.2 GiB of chunks) were swapped in once each and stayed; with the data plane, every request after the
-// first round swaps its model in again, evicting under pressure, and the evictions are counted by reason.
+// TestDataPlaneEvictsUnderPressure: the executors hold 0.9 of what was free after the gpuserver's context. The
+// controller placed against each GPU's whole memory, so three models that it fit on a 4 GiB GPU but the data plane
+// did not (3 x 1.25 GB quotas in 3.2 GiB of chunks) were evicted by the data plane on its own (28 pressure
+// evictions, none of the controller's). Now the controller plans with the chunks' capacity, as the gpuserver gives
+// it: the same requests swap as often, but the evictions are the controller's own (its choice of victim), none
+// under pressure. Without the data plane the three stay resident.
 func TestDataPlaneEvictsUnderPressure(t *testing.T) {
 	node, err := preset(t, "h200x1").WithGPUMemory(4 << 30)
 	if err != nil {
@@ -201,9 +201,10 @@ func TestDataPlaneEvictsUnderPressure(t *testing.T) {
 		case !dp && (pressure != 0 || res.Swaps.PCIe != 3):
 			t.Errorf("without the data plane: %d pressure evictions and %d swaps, want 0 and 3", pressure,
 				res.Swaps.PCIe)
-		case dp && (pressure != 28 || res.Swaps.PCIe != 30 || res.Evictions != 0):
-			t.Errorf("with the data plane: %d pressure evictions, %d swaps, %d by the controller; want 28, 30, 0 "+
-				"(two copies fit in the chunks)", pressure, res.Swaps.PCIe, res.Evictions)
+		case dp && (pressure != 0 || res.Swaps.PCIe != 30 || res.Evictions != 28):
+			t.Errorf("with the data plane: %d pressure evictions, %d swaps, %d by the controller; want 0, 30, 28 "+
+				"(two copies fit in the chunks, and the controller plans with them)", pressure, res.Swaps.PCIe,
+				res.Evictions)
 		}
 		if res.RequestsOnTime != 30 {
 			t.Errorf("data plane %v: %d of 30 requests on time", dp, res.RequestsOnTime)
@@ -212,7 +213,7 @@ func TestDataPlaneEvictsUnderPressure(t *testing.T) {
 }
 
 // TestProductDefaults: Product turns on the instances, autoscaler and data plane `up` runs, with the product's
-// defaults (min 1, max 10, target 1 in flight per instance, proportion 0.9, the measured instance start).
+// defaults (min 1, max 10, target 1 in flight per instance, proportion 1.0, the measured instance start).
 func TestProductDefaults(t *testing.T) {
 	cfg := Product(Config{MaxInFlight: 0, Instances: 4})
 	if cfg.MaxInFlight != DefaultMaxInFlight || !cfg.Autoscale || !cfg.DataPlane || cfg.Instances != 0 {
@@ -222,17 +223,18 @@ func TestProductDefaults(t *testing.T) {
 		t.Fatal(err)
 	}
 	p := cfg.Scaling
-	if p.Min != 1 || p.Max != 10 || p.Target != 1 || p.Proportion != 0.9 || p.Zero || !p.Autoscaled ||
+	if p.Min != 1 || p.Max != 10 || p.Target != 1 || p.Proportion != 1 || p.Zero || !p.Autoscaled ||
 		cfg.InstanceStart != DefaultInstanceStart {
-		t.Errorf("scaling %+v, start %s: want min 1, max 10, target 1, proportion 0.9, no zero, 2 s", p,
+		t.Errorf("scaling %+v, start %s: want min 1, max 10, target 1, proportion 1, no zero, 2 s", p,
 			cfg.InstanceStart)
 	}
 }
 
-// TestDataPlaneSwapFailsWithoutChunks: a model the controller fits on a GPU (its quota is under the GPU's
-// memory) but the executors' chunks cannot hold fails its swap-in and its request (executor.ErrNoMemory on the
-// product), where the simulator served it; the controller forgets the copy it planned and the failure is counted.
-func TestDataPlaneSwapFailsWithoutChunks(t *testing.T) {
+// TestDataPlaneModelOverTheChunksIsRefused: a model whose quota is under the GPU's memory but over the executors'
+// chunks was placed by the controller (it planned with the GPU's memory) and its swap-in failed in the data plane
+// (executor.ErrNoMemory on the product). Now the controller plans with the chunks' capacity: it refuses the
+// requests itself (the model fits no GPU) and no swap fails. Without the data plane both are served.
+func TestDataPlaneModelOverTheChunksIsRefused(t *testing.T) {
 	node, err := preset(t, "h200x1").WithGPUMemory(4 << 30)
 	if err != nil {
 		t.Fatal(err)
@@ -250,10 +252,9 @@ func TestDataPlaneSwapFailsWithoutChunks(t *testing.T) {
 		if dp {
 			want = 2
 		}
-		if res.Rejected != want || res.DataPlaneEvictions[ReasonSwapFailed] != want ||
-			res.RequestsOnTime != 2-want {
-			t.Errorf("data plane %v: %d rejected, %d on time, data plane %v; want %d failed swaps", dp,
-				res.Rejected, res.RequestsOnTime, res.DataPlaneEvictions, want)
+		if res.Rejected != want || res.DataPlaneEvictions[ReasonSwapFailed] != 0 || res.RequestsOnTime != 2-want {
+			t.Errorf("data plane %v: %d rejected, %d on time, data plane %v; want %d rejected and no failed swap",
+				dp, res.Rejected, res.RequestsOnTime, res.DataPlaneEvictions, want)
 		}
 	}
 }

@@ -6,14 +6,16 @@ import (
 	"github.com/faas-gpu/faas-gpu/gpuserver/controller"
 	"github.com/faas-gpu/faas-gpu/gpuserver/executor"
 	"github.com/faas-gpu/faas-gpu/gpuserver/memory"
+	"github.com/faas-gpu/faas-gpu/gpuserver/topology"
 )
 
 // The data plane's own evictions (Config.DataPlane), as the gpuserver's executors make them.
 //
-// The controller places against each GPU's nominal memory (NVML's total); the executors hold only the chunks the
-// memory manager reserved at start: memory.DefaultShare (0.9) of what the driver reported free, that is of the
-// total less the gpuserver's own CUDA context, in chunks of 2 MiB (gpuserver/server startDataPlane). When a
-// swap-in runs out of chunks the executor evicts, on its own, the least recently used copy on that GPU that is
+// The executors hold only the chunks the memory manager reserved at start: memory.DefaultShare (0.9) of what the
+// driver reported free, that is of each GPU's total less the gpuserver's own CUDA context, in chunks of 2 MiB
+// (gpuserver/server startDataPlane), and the gpuserver gives the controller that capacity as each GPU's memory
+// (gpuserver/server planNode), so the controller's plan fits the chunks. When a swap-in still runs out of chunks
+// (a copy's chunks round its quota up to whole chunks) the executor evicts, on its own, the least recently used copy on that GPU that is
 // neither bound nor the source of a copy in progress (executor.Config.EvictUnderPressure, takeChunksLocked) and
 // reports it (Config.OnEvict), and the controller forgets that copy and counts it by reason
 // (controller.Controller.Evicted; faas_gpu_evictions_total{by="pressure"}). With nothing left to evict the swap
@@ -27,6 +29,9 @@ const (
 	// GPU suite measures it).
 	DefaultDataPlaneContextBytes = 512 << 20
 	dataPlaneChunk               = 2 << 20
+	// NoDataPlaneContext is DataPlaneContextBytes for GPUs without a gpuserver context: up's simulated device
+	// reports all of a GPU's memory free. One byte, under a chunk, so the chunks are 0.9 of the whole memory.
+	NoDataPlaneContext = 1
 )
 
 // ReasonSwapFailed is the reason the simulator reports to the controller for a copy it must forget because its
@@ -51,8 +56,9 @@ type dpCopy struct {
 	pinned   int // NVLink copies reading from it
 }
 
-// newDataPlane models node n's executors: each GPU's pool is share x (its memory - context), whole chunks.
-func newDataPlane(cfg *Config, ctl *controller.Controller, size func(name string) uint64) *dataPlane {
+// newDataPlane models node n's executors: each GPU's pool is share x (its memory - context), whole chunks. Its
+// controller (ctl) is set once the controller is made with planNode's node.
+func newDataPlane(cfg *Config, size func(name string) uint64) *dataPlane {
 	share := cfg.DataPlaneShare
 	if share == 0 {
 		share = memory.DefaultShare
@@ -61,7 +67,7 @@ func newDataPlane(cfg *Config, ctl *controller.Controller, size func(name string
 	if ctx == 0 {
 		ctx = DefaultDataPlaneContextBytes
 	}
-	dp := &dataPlane{ctl: ctl, chunk: dataPlaneChunk, size: size}
+	dp := &dataPlane{chunk: dataPlaneChunk, size: size}
 	for _, g := range cfg.Node.GPUs {
 		free := uint64(0)
 		if g.MemoryBytes > ctx {
@@ -72,6 +78,16 @@ func newDataPlane(cfg *Config, ctl *controller.Controller, size func(name string
 		dp.gpus = append(dp.gpus, map[string]*dpCopy{})
 	}
 	return dp
+}
+
+// planNode is the node the controller plans with: n with each GPU's memory the chunks' capacity, as the
+// gpuserver gives it (gpuserver/server planNode).
+func (dp *dataPlane) planNode(n topology.Node) topology.Node {
+	out := n.Clone()
+	for i := range out.GPUs {
+		out.GPUs[i].MemoryBytes = min(out.GPUs[i].MemoryBytes, dp.pool[i])
+	}
+	return out
 }
 
 // chunks rounds bytes up to whole chunks.

@@ -166,18 +166,24 @@ func (e *engine) addTicker(every time.Duration, fn func() error) {
 // addNode starts a node whose controller knows the functions for which register is true (nil: all).
 func (e *engine) addNode(register func(fn int) bool) (*simNode, error) {
 	cfg := e.cfg
-	ctl, err := controller.New(controller.Config{Policy: cfg.Policy, Node: cfg.Node, Seed: cfg.Seed,
+	var dp *dataPlane
+	plan := cfg.Node // the node the controller plans with
+	if cfg.DataPlane && !cfg.Policy.Pinned() && !cfg.PartialResidency {
+		dp = newDataPlane(cfg, func(name string) uint64 {
+			return cfg.quota(e.fns[e.instFn[name]].model.WeightsBytes)
+		})
+		plan = dp.planNode(cfg.Node) // the gpuserver gives the controller its chunks' capacity
+	}
+	ctl, err := controller.New(controller.Config{Policy: cfg.Policy, Node: plan, Seed: cfg.Seed,
 		MaxInFlight: cfg.MaxInFlight, Prewarm: cfg.Prewarm, PartialResidency: cfg.PartialResidency,
 		Overload: cfg.Overload, SiblingSources: true, Admission: cfg.Admission, Alpha: cfg.Alpha})
 	if err != nil {
 		return nil, err
 	}
 	n := &simNode{index: len(e.nodes), ctl: ctl, links: topology.NewTransfers(&cfg.Node), next: never,
-		has: make([]bool, cfg.Functions)}
-	if cfg.DataPlane && !cfg.Policy.Pinned() && !cfg.PartialResidency {
-		n.dp = newDataPlane(cfg, ctl, func(name string) uint64 {
-			return cfg.quota(e.fns[e.instFn[name]].model.WeightsBytes)
-		})
+		has: make([]bool, cfg.Functions), dp: dp}
+	if dp != nil {
+		dp.ctl = ctl
 	}
 	at := epoch.Add(e.now)
 	prewarmed := make([]uint64, len(cfg.Node.GPUs)) // the controller's memory used by prewarmed copies
@@ -199,7 +205,7 @@ func (e *engine) addNode(register func(fn int) bool) (*simNode, error) {
 				break
 			}
 			if n.dp != nil && cfg.Prewarm { // the copies Register placed, as the controller places them
-				for g, gpu := range cfg.Node.GPUs {
+				for g, gpu := range plan.GPUs {
 					if gpu.MemoryBytes-prewarmed[g] >= spec.MemoryBytes {
 						prewarmed[g] += spec.MemoryBytes
 						n.dp.add(g, in.name, e.now)

@@ -32,7 +32,7 @@ const DefaultInstanceStart = 2 * time.Second
 
 // DefaultScaling is the scaling policy of every function the simulator autoscales: what autoscale.Parse gives a
 // function deployed with com.openfaas.scale.max set to the local backend's most replicas (10, its default), the
-// product's defaults otherwise (min 1, target 1 request in flight per instance, proportion 0.9, no scale to
+// product's defaults otherwise (min 1, target 1 request in flight per instance, proportion 1.0, no scale to
 // zero). `up` autoscales only the functions whose labels ask for it; a function without any scale label keeps
 // one replica (Config.Instances 1 without Autoscale).
 func DefaultScaling() autoscale.Policy {

@@ -84,8 +84,8 @@ type Config struct {
 	ModelShared bool
 	// DataPlane models the executors' memory and their own evictions (dataplane.go): each GPU holds
 	// DataPlaneShare (0: memory.DefaultShare, 0.9) of its memory less DataPlaneContextBytes (0:
-	// DefaultDataPlaneContextBytes) in 2 MiB chunks, while the controller places against the whole; a swap-in
-	// out of chunks evicts the least recently used idle copy and reports it to the controller (Result
+	// DefaultDataPlaneContextBytes) in 2 MiB chunks, and the controller places against that capacity, as the
+	// gpuserver gives it (not the GPU's whole memory); a swap-in out of chunks evicts the least recently used idle copy and reports it to the controller (Result
 	// .DataPlaneEvictions, faas_gpu_evictions_total{by}). Off, the data plane has every byte the controller
 	// plans with, which the product's does not. Late-binding policies without PartialResidency only.
 	DataPlane             bool

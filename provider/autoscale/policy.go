@@ -29,7 +29,8 @@ const (
 	LabelMax = "com.openfaas.scale.max"
 	// LabelTarget is the target load per replica: requests in flight (capacity mode).
 	LabelTarget = "com.openfaas.scale.target"
-	// LabelTargetProportion scales the target: a replica counts as full at target x proportion (default 0.9).
+	// LabelTargetProportion scales the target: a replica counts as full at target x proportion (default 1.0;
+	// OpenFaaS Pro's 0.9 would ask for two GPU replicas, two model copies, for one request in flight).
 	LabelTargetProportion = "com.openfaas.scale.target-proportion"
 	// LabelType is the scaling mode; only capacity (requests in flight) is implemented.
 	LabelType = "com.openfaas.scale.type"
@@ -41,10 +42,13 @@ const (
 
 // Defaults. OpenFaaS Pro's target is 50 for every mode (its default mode is rps); here the only mode is capacity
 // and a replica of a GPU function serves one request at a time, so the default target is one request
-// in flight per replica.
+// in flight per replica. OpenFaaS Pro's default proportion is 0.9 (headroom: a replica counts as full at 90% of
+// its target); at target 1 that asks for ceil(1/0.9) = 2 replicas for one request in flight, and each GPU replica
+// holds its own model copy, so every busy function would hold twice the memory it uses. The default here is 1.0:
+// N requests in flight ask for N replicas; a label of 0.9 asks for OpenFaaS Pro's headroom.
 const (
 	DefaultTarget           = 1.0
-	DefaultTargetProportion = 0.9
+	DefaultTargetProportion = 1.0
 	DefaultZeroDuration     = 15 * time.Minute
 	// TypeCapacity is the one scaling mode implemented.
 	TypeCapacity = "capacity"

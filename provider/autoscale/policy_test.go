@@ -14,7 +14,7 @@ func TestParseDefaultsAndSources(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := Policy{Min: 1, Max: 10, Target: 1, Proportion: 0.9, ZeroDuration: 15 * time.Minute}
+	want := Policy{Min: 1, Max: 10, Target: 1, Proportion: 1, ZeroDuration: 15 * time.Minute}
 	if p != want {
 		t.Fatalf("defaults %+v, want %+v", p, want)
 	}

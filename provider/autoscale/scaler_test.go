@@ -178,3 +178,20 @@ func TestScalerScalesToZeroAfterTheIdlePeriod(t *testing.T) {
 		t.Fatalf("10 min after the wake: %+v %v, want zero", d, ok)
 	}
 }
+
+// TestScalerDefaultsOneReplicaPerRequest: with the labels' defaults (Parse of a function that asks for autoscaling
+// with max alone), N requests in flight ask for N replicas: one GPU replica (one model copy) per request, not
+// OpenFaaS Pro's ceil(N / 0.9).
+func TestScalerDefaultsOneReplicaPerRequest(t *testing.T) {
+	p, err := Parse(map[string]string{LabelMax: "10"}, nil, 10)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, load := range []uint64{1, 2, 5, 9, 10} {
+		l := newLook(t, p, 0, 1)
+		l.observe(time.Second, load)
+		if l.current != load {
+			t.Errorf("defaults %+v, %d in flight: %d replicas, want %d", p, load, l.current, load)
+		}
+	}
+}

@@ -42,8 +42,7 @@ func TestAutoscalingThroughUp(t *testing.T) {
 	deploy(t, in, types.FunctionDeployment{Service: "sleepy", Image: "sleepy:latest",
 		Labels: &map[string]string{"com.openfaas.scale.min": "1", "com.openfaas.scale.max": "8"}})
 	url := in.url + "/function/sleepy"
-	// One request in flight asks for 2 replicas (a replica is full at target 1 x proportion 0.9), kept for the
-	// window.
+	// One request in flight asks for 1 replica (a replica is full at target 1 x proportion 1.0, the defaults).
 	invokeReady(t, url, "")
 
 	// 20 clients, each sending its next request as soon as the last is answered.
