@@ -4,6 +4,8 @@ import (
 	"context"
 	"testing"
 	"time"
+
+	"github.com/faas-gpu/faas-gpu/gpuserver/topology"
 )
 
 // TestControllerPlansWithTheDataPlanesMemory: the controller placed against each GPU's whole memory (141 GB on
@@ -29,8 +31,21 @@ func TestControllerPlansWithTheDataPlanesMemory(t *testing.T) {
 		}
 	}
 	check("in process, 64 MiB reserved", startOneGPU(ctx, t, Config{DeviceReserveBytes: 64 << 20}), 64<<20)
-	check("in process, the simulated default", startOneGPU(ctx, t, Config{}), DefaultSimReserveBytes)
+	// On a simulated GPU without a reserve named, its memory is host memory bounded by DefaultSimReserveBytes, not
+	// the GPU the preset imitates: the controller keeps the preset's memory (141 GB on the h200), so that a function
+	// with a quota above that bound deploys.
+	check("in process, the simulated default", startOneGPU(ctx, t, Config{}), h200MemoryBytes(t))
 	tc, _ := tenantConfig(t)
 	check("a process per tenant, 256 MiB reserved", startV100(ctx, t, Config{DeviceReserveBytes: 256 << 20,
 		Tenants: tc}), 256<<20)
+}
+
+// h200MemoryBytes is the memory of the h200x1 preset's GPU.
+func h200MemoryBytes(t *testing.T) uint64 {
+	t.Helper()
+	node, err := topology.Preset("h200x1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return node.GPUs[0].MemoryBytes
 }

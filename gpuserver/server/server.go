@@ -222,7 +222,15 @@ func Start(ctx context.Context, cfg Config) (*Server, error) {
 	case s.node != nil:
 		plane = s.node
 	}
-	if s.capacity != nil {
+	switch {
+	case s.capacity != nil && cfg.Device == nil && cfg.DeviceReserveBytes == 0:
+		// A simulated GPU's memory is host memory: its chunks hold DefaultSimReserveBytes, a bound on this host, not
+		// the GPU the node imitates. The controller keeps planning with the preset's memory there, so a function
+		// whose quota is above that bound still deploys (its allocations are what must fit); on a real GPU, or with
+		// a reserve named (Config.DeviceReserveBytes), it plans with the chunks.
+		s.cfg.Logger.Info("gpuserver controller plans with the simulated node's memory; its data plane holds "+
+			"less", "bytes_per_gpu", s.capacity)
+	case s.capacity != nil:
 		// The controller places against what the executors' chunks hold, not the GPUs' whole memory: a copy it
 		// plans then fits, and its evictions are the ones made (the executors evict on their own only past that).
 		if cfg.Node, err = planNode(cfg.Node, s.capacity); err != nil {
