@@ -21,13 +21,23 @@ var bigPy = strings.Replace(faultyPy, "n = 1024\n", "n = 1024\nbig = cuda.alloc(
 // executor was running is undone with it: the GPU is free, the failed acquire counts as no request served, a hold
 // of the function on another GPU binds (a binding left in the executor made it "in use on another gpu"), and a
 // request after it computes the right answer.
+//
+// The same in one process (--tenant-isolation none), where the first request ends the initialisation before it
+// queues: the acquire fails, its binding (if the pool made it) is counted as none served, and nothing stays held.
 func TestAcquireGivenUpInItsHoldIsUndone(t *testing.T) {
 	if testing.Short() {
 		t.Skip("runs a Python process through the shim and an executor process")
 	}
+	t.Run("executor-process", func(t *testing.T) {
+		tc, _ := tenantConfig(t)
+		testAcquireGivenUp(t, tc)
+	})
+	t.Run("in-process", func(t *testing.T) { testAcquireGivenUp(t, nil) })
+}
+
+func testAcquireGivenUp(t *testing.T, tc *TenantConfig) {
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
-	tc, _ := tenantConfig(t)
 	s := startV100(ctx, t, Config{DeviceReserveBytes: 256 << 20, Tenants: tc, SimTimeScale: 200})
 	defer stop(t, s)
 	const fn, want = "big.ns1", "sum 1.0496e+06"
@@ -56,7 +66,7 @@ func TestAcquireGivenUpInItsHoldIsUndone(t *testing.T) {
 	if f.Served != 0 || f.OnTime != 0 || f.Running != 0 || len(f.Resident) != 1 {
 		t.Errorf("after the failed acquire: %+v", f)
 	}
-	dp := s.pool.node
+	var dp executor.DataPlane = s.pool.node
 	gpu := f.Resident[0]
 	other := (gpu + 1) % dp.GPUs()
 	h, err := dp.Hold(ctx, fn, other, executor.Any, "probe", true)
