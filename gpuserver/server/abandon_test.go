@@ -9,6 +9,7 @@ import (
 
 	"github.com/faas-gpu/faas-gpu/gpuserver/executor"
 	"github.com/faas-gpu/faas-gpu/gpuserver/pool"
+	"github.com/faas-gpu/faas-gpu/test/testkit"
 )
 
 // bigPy is faultyPy with a model of 64 MiB besides its vectors, so that swapping it in takes a while on the timed
@@ -45,6 +46,10 @@ func testAcquireGivenUp(t *testing.T, tc *TenantConfig) {
 		t.Fatal(err)
 	}
 	p := startFn(t, s, fn, bigPy)
+	// Its initialisation's implicit binding is given up once the copy it queued ended and its calls went idle.
+	testkit.Eventually(t, time.Minute, "the initialisation's binding released", func() bool {
+		return functionStatus(ctx, t, s, fn).Running == 0
+	})
 
 	// The first request's hold ends the function's initialisation in its executor: its 64 MiB model is read back
 	// into its image, on the timed GPU longer than the request waits.
