@@ -196,6 +196,9 @@ type reqState struct {
 	// initialisation: the function's calls outside any request (pool.WithInitialisation), bound like a request
 	// but counted in no served or on-time figure and observed by no predictor
 	initialisation bool
+	// unserved: a binding whose acquire failed after the pool bound it (pool.WithUnserved): it served nothing, so
+	// it is counted in no served or on-time figure and observed by no predictor
+	unserved bool
 }
 
 // Controller decides, for a node's GPUs, which request runs next, where, how its model gets there and what is
@@ -667,6 +670,14 @@ func (c *Controller) markInitialisation(id uint64) {
 	}
 }
 
+// markUnserved marks bound request id as one whose acquire failed after it was bound (pool.WithUnserved):
+// Complete counts it in no served or on-time figure and feeds no predictor with it.
+func (c *Controller) markUnserved(id uint64) {
+	if r := c.reqs[id]; r != nil {
+		r.unserved = true
+	}
+}
+
 // Complete ends request id after it executed for exec (without the swap); it frees the GPU and feeds the SLO
 // bookkeeping with the latency from arrival to now. It returns whether the request met its deadline. A request
 // whose GPU failed while it was bound (SetHealthy) is ended all the same, counted late, teaches the predictors
@@ -688,7 +699,7 @@ func (c *Controller) Complete(now time.Time, id uint64, exec time.Duration) (boo
 	onTime := !r.broken && (r.deadline.IsZero() || !now.After(r.deadline))
 	if fs := c.fns[d.Function]; fs != nil {
 		fs.inFlight--
-		if !r.broken && !r.initialisation {
+		if !r.broken && !r.initialisation && !r.unserved {
 			c.observeExec(fs, coRan, exec)
 			fs.hold.Observe(now.Sub(r.boundAt))
 			c.observeShed(fs, onTime, r.arrival)
@@ -696,7 +707,7 @@ func (c *Controller) Complete(now time.Time, id uint64, exec time.Duration) (boo
 		if res := g.resident[d.Function]; res != nil {
 			res.lastUsed = now
 		}
-		if !r.initialisation {
+		if !r.initialisation && !r.unserved {
 			c.q.Observe(d.Function, onTime, now.Sub(r.arrival))
 		}
 	}

@@ -174,17 +174,18 @@ func (p *Pool) actuate(ctx context.Context, d Decision) error {
 	return p.act.SwapIn(ctx, d.Function, d.GPU, Source{GPU: d.Source, Kind: d.Swap, Bytes: d.Bytes})
 }
 
-// abort ends a binding that never reached its caller.
+// abort ends a binding that never reached its caller: it served nothing (counted in no served figure).
 func (p *Pool) abort(id uint64, d Decision) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	now := p.now()
+	p.ctl.markUnserved(id)
 	_, _ = p.ctl.Complete(now, id, 0)
 	p.dispatchLocked()
 }
 
-// Release ends a binding.
-func (p *Pool) Release(_ context.Context, bindingID string) error {
+// Release ends a binding; one released with pool.WithUnserved counts in no served or on-time figure.
+func (p *Pool) Release(ctx context.Context, bindingID string) error {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	b := p.bindings[bindingID]
@@ -193,6 +194,9 @@ func (p *Pool) Release(_ context.Context, bindingID string) error {
 	}
 	delete(p.bindings, bindingID)
 	now := p.now()
+	if pool.IsUnserved(ctx) {
+		p.ctl.markUnserved(b.id)
+	}
 	if _, err := p.ctl.Complete(now, b.id, now.Sub(b.start)); err != nil {
 		if errors.Is(err, pool.ErrGPUUnhealthy) { // released, but its work was lost
 			p.dispatchLocked()

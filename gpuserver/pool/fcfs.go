@@ -149,7 +149,7 @@ func (p *FCFS) Acquire(ctx context.Context, function string) (Binding, error) {
 		select {
 		case b, ok := <-w.bound: // bound in the meantime: give the GPU back
 			if ok {
-				p.releaseLocked(b.ID)
+				p.releaseLocked(b.ID, true) // it served nothing
 			}
 		default:
 			p.waiting.Remove(elem)
@@ -161,12 +161,13 @@ func (p *FCFS) Acquire(ctx context.Context, function string) (Binding, error) {
 	}
 }
 
-// Release ends a binding and hands the GPU to the next waiting request.
-func (p *FCFS) Release(_ context.Context, bindingID string) error {
+// Release ends a binding and hands the GPU to the next waiting request; one released with WithUnserved counts in
+// no served or on-time figure.
+func (p *FCFS) Release(ctx context.Context, bindingID string) error {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	b, ok := p.bindings[bindingID]
-	if !ok || !p.releaseLocked(bindingID) {
+	if !ok || !p.releaseLocked(bindingID, IsUnserved(ctx)) {
 		return fmt.Errorf("%w: %s", ErrUnknownBinding, bindingID)
 	}
 	if p.gpus[b.GPU].failed {
@@ -217,7 +218,7 @@ func (p *FCFS) Status(_ context.Context) Status {
 	return st
 }
 
-func (p *FCFS) releaseLocked(id string) bool {
+func (p *FCFS) releaseLocked(id string, unserved bool) bool {
 	b, ok := p.bindings[id]
 	if !ok {
 		return false
@@ -230,9 +231,11 @@ func (p *FCFS) releaseLocked(id string) bool {
 	}
 	if f, ok := p.functions[b.Function]; ok {
 		f.running--
-		f.served++
-		if f.spec.SLO == 0 || p.now().Sub(b.start)+b.Queued <= f.spec.SLO {
-			f.onTime++
+		if !unserved {
+			f.served++
+			if f.spec.SLO == 0 || p.now().Sub(b.start)+b.Queued <= f.spec.SLO {
+				f.onTime++
+			}
 		}
 	}
 	p.dispatchLocked()

@@ -236,6 +236,22 @@ func IsInitialisation(ctx context.Context) bool {
 	return v
 }
 
+// unservedKey marks a Release's context as the end of a binding that served nothing (WithUnserved).
+type unservedKey struct{}
+
+// WithUnserved marks ctx's Release as the end of a binding whose acquire failed after the pool bound it (the data
+// plane's hold on its GPU failed or its caller gave up): no request ran on it, so the pool counts it in no
+// function's requests served or on time and teaches its predictors nothing.
+func WithUnserved(ctx context.Context) context.Context {
+	return context.WithValue(ctx, unservedKey{}, true)
+}
+
+// IsUnserved reports whether ctx was marked by WithUnserved.
+func IsUnserved(ctx context.Context) bool {
+	v, _ := ctx.Value(unservedKey{}).(bool)
+	return v
+}
+
 // Sentinel errors of a pool; the gpuserver API maps them to HTTP statuses.
 var (
 	ErrUnknownFunction = errors.New("unknown function")

@@ -270,7 +270,8 @@ func (t *trackedPool) bind(ctx context.Context, function string, request bool) (
 	}
 	held, err := t.node.Hold(ctx, function, b.GPU, executor.Any, b.ID, request)
 	if err != nil {
-		rerr := t.healthPool.Release(context.WithoutCancel(ctx), b.ID)
+		// The binding served nothing: it counts in no served or on-time figure.
+		rerr := t.healthPool.Release(pool.WithUnserved(context.WithoutCancel(ctx)), b.ID)
 		if failedUnder(err) && errors.Is(rerr, pool.ErrGPUUnhealthy) {
 			rerr = nil // the pool knows already
 		}

@@ -430,11 +430,51 @@ func (pl *Plane) Hold(ctx context.Context, name string, gpu int, source executor
 	if err != nil {
 		return nil, err
 	}
-	if _, err := handoff.OpAcquire.Call(ctx, peer, handoff.Acquire{Function: name, GPU: gpu, Source: source,
-		Binding: id, Request: request}); err != nil {
-		return nil, err
+	// The Acquire runs under the plane's context, not ctx: a caller that gives up while it is in flight abandons
+	// it (abandon), so that the executor never keeps a binding nobody releases.
+	answer := make(chan error, 1)
+	go func() {
+		_, err := handoff.OpAcquire.Call(pl.ctx, peer, handoff.Acquire{Function: name, GPU: gpu, Source: source,
+			Binding: id, Request: request})
+		answer <- err
+	}()
+	select {
+	case err := <-answer:
+		if err != nil {
+			return nil, err
+		}
+		return &Hold{pl: pl, g: g, id: id}, nil
+	case <-ctx.Done():
 	}
-	return &Hold{pl: pl, g: g, id: id}, nil
+	err = fmt.Errorf("hold %s of %s on gpu %d: %w", id, name, gpu, ctx.Err())
+	if aerr := pl.abandon(peer, id, answer); aerr != nil {
+		pl.log.Error("abandoning a hold its caller gave up", "function", name, "gpu", gpu, "binding", id,
+			"err", aerr)
+		return nil, errors.Join(err, aerr)
+	}
+	return nil, err
+}
+
+// abandonTimeout bounds the abandon of a hold: the executor's answers to it and to the hold's Acquire.
+const abandonTimeout = 30 * time.Second
+
+// abandon undoes binding id's hold, whose caller gave up while its Acquire (answer) was in flight: it tells the
+// executor (handoff.Release.Abandoned: the binding is dropped whatever became of the Acquire) and waits for the
+// Acquire's answer, after which the executor holds nothing of id, so that the pool may give the GPU to another
+// binding. An executor that ended took its bindings with it.
+func (pl *Plane) abandon(peer *handoff.Peer, id string, answer <-chan error) error {
+	ctx, cancel := context.WithTimeout(pl.ctx, abandonTimeout)
+	defer cancel()
+	_, err := handoff.OpRelease.Call(ctx, peer, handoff.Release{Binding: id, Abandoned: true})
+	if err != nil && !errors.Is(err, handoff.ErrClosed) {
+		return fmt.Errorf("abandon binding %s: %w", id, err)
+	}
+	select {
+	case <-answer: // refused (abandoned), failed, or held and then released by the abandon
+		return nil
+	case <-ctx.Done():
+		return fmt.Errorf("abandon binding %s: its acquire did not end: %w", id, ctx.Err())
+	}
 }
 
 // Finish releases the binding and says whether it broke while it was held: its GPU failed (executor.ErrUnhealthy),

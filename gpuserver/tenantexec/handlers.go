@@ -7,6 +7,7 @@ import (
 	"os"
 	"time"
 
+	"github.com/faas-gpu/faas-gpu/gpuserver/executor"
 	"github.com/faas-gpu/faas-gpu/gpuserver/pool"
 	"github.com/faas-gpu/faas-gpu/gpuserver/remoting"
 	"github.com/faas-gpu/faas-gpu/gpuserver/tenant/handoff"
@@ -38,23 +39,38 @@ func (p *process) acquire(ctx context.Context, a handoff.Acquire) (handoff.None,
 	if a.Binding == "" {
 		return handoff.None{}, fmt.Errorf("%w: acquire without a binding id", handoff.ErrProtocol)
 	}
-	if a.Request { // the function's first request ends its initialisation (its model becomes its image)
-		if err := p.node.EndInit(ctx, a.Function); err != nil {
-			return handoff.None{}, err
-		}
-	}
-	b, err := p.node.Acquire(ctx, a.Function, a.GPU, a.Source)
+	ctx, err := p.binder.begin(ctx, a.Binding) // cancelled when the gpuserver abandons the hold
 	if err != nil {
 		return handoff.None{}, err
 	}
-	p.binder.hold(a.Binding, a.Request, b)
+	b, err := p.hold(ctx, a)
+	if ferr := p.binder.finish(a.Binding, a.Request, b); ferr != nil {
+		return handoff.None{}, errors.Join(ferr, err)
+	}
+	if err != nil {
+		return handoff.None{}, err
+	}
 	if a.Request && p.srv != nil {
 		p.srv.Wake(a.Function) // its sessions poll for the request's records at once
 	}
 	return handoff.None{}, nil
 }
 
+// hold is an Acquire's work on the Node.
+func (p *process) hold(ctx context.Context, a handoff.Acquire) (*executor.Binding, error) {
+	if a.Request { // the function's first request ends its initialisation (its model becomes its image)
+		if err := p.node.EndInit(ctx, a.Function); err != nil {
+			return nil, err
+		}
+	}
+	return p.node.Acquire(ctx, a.Function, a.GPU, a.Source)
+}
+
 func (p *process) release(_ context.Context, r handoff.Release) (handoff.Released, error) {
+	if r.Abandoned { // idempotent: whatever became of its Acquire, the binding is not held after it
+		p.binder.abandon(r.Binding)
+		return handoff.Released{}, nil
+	}
 	b := p.binder.take(r.Binding)
 	if b == nil {
 		return handoff.Released{}, fmt.Errorf("%w: %s", pool.ErrUnknownBinding, r.Binding)

@@ -65,6 +65,12 @@ type Acquire struct {
 // Release ends a binding.
 type Release struct {
 	Binding string `json:"binding"`
+	// Abandoned says that the gpuserver gave the binding's hold up (its caller's context ended while the Acquire
+	// was in flight; minor version 4): the executor drops the binding whatever became of its Acquire, which
+	// completed (the binding is released), is in flight (it is cancelled and never binds: no call runs on it) or
+	// has not started yet (it never will). Such a release is idempotent: it answers nothing broken, for a binding
+	// never held too.
+	Abandoned bool `json:"abandoned,omitempty"`
 }
 
 // Released answers Release: Broken is set when the binding broke while it was held (executor.Binding.Err).
