@@ -15,7 +15,8 @@
 //	run/<name>/secrets/     copies of the function's secrets (mode 0400, the function's own when it has its own user);
 //	                        OPENFAAS_SECRETS_DIR points here, and a sandbox shows this folder and no other
 //	run/<name>/root/        empty; a sandboxed replica's root file system is mounted on it in its own mount namespace
-//	run/<name>/app/         the function's code when it is assembled from a template folder plus a handler folder
+//	run/<name>/apps/<id>/   the function's code when it is assembled from a template folder plus a handler folder: a
+//	                        folder per replica, so that one replica's assembly never clears another's
 //	envs/                   Python environments of functions with pip requirements, unless Config.EnvDir names
 //	                        another folder (see package venv: one per distinct requirements, shared, kept)
 //

@@ -163,7 +163,7 @@ func (b *Backend) check(fd *types.FunctionDeployment) error {
 		}
 	}
 	v := recordView{name: fd.Service, key: fnKey(ns, fd.Service), image: fd.Image, envProcess: fd.EnvProcess}
-	dir, err := b.source(v, false)
+	dir, err := b.source(v, "")
 	if err != nil {
 		return err
 	}

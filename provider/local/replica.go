@@ -160,7 +160,7 @@ func (b *Backend) supervise(ctx context.Context, fn *function, r *replica, rec r
 // runOnce starts the function's process, marks the replica ready once it answers HealthPath and returns when the
 // process exits (its exit error) or ctx ends (after draining and stopping the process).
 func (b *Backend) runOnce(ctx context.Context, fn *function, r *replica, rec record) error {
-	dir, err := b.source(view(rec), true)
+	dir, err := b.source(view(rec), r.id)
 	if err == nil {
 		dir, err = b.readableContext(fn.name, r.id, dir) // readable.go
 	}

@@ -29,12 +29,14 @@ func ImageDir(image string) string {
 //
 //  1. <BuildDir>/<ImageDir(image)>/ (a shrinkwrapped build context named after the image),
 //  2. <BuildDir>/<service>/ (named after the function),
-//  3. <TemplatesDir>/<Template>/ with <FunctionsDir>/<service>/ as its function/ folder, assembled into
-//     <StateDir>/run/<service>/app/ when assemble is true.
+//  3. <TemplatesDir>/<Template>/ with <FunctionsDir>/<service>/ as its function/ folder, assembled for the
+//     replica instance names into <StateDir>/run/<service>/apps/<instance>/ (a folder per replica: replicas start,
+//     restart and roll concurrently, and one replica's assembly must never clear the folder another runs from); with
+//     instance "" (a deploy's checks) nothing is assembled and assembledApp's path is returned.
 //
 // A build context counts when it holds index.py (or anything, when the function sets envProcess). The error wraps
 // provider.ErrInvalid and names the image and the folders it looked in.
-func (b *Backend) source(fn recordView, assemble bool) (string, error) {
+func (b *Backend) source(fn recordView, instance string) (string, error) {
 	var tried []string
 	candidates := []string{}
 	if d := ImageDir(fn.image); d != "" && d != "." && d != ".." {
@@ -59,10 +61,10 @@ func (b *Backend) source(fn recordView, assemble bool) (string, error) {
 			return "", err
 		}
 		if isDir(tpl) && isDir(handler) {
-			app := b.assembledApp(fn)
-			if !assemble {
-				return app, nil
+			if instance == "" {
+				return b.assembledApp(fn), nil
 			}
+			app := filepath.Join(b.cfg.StateDir, "run", fn.key, "apps", instance)
 			if err := shrinkwrap.Assemble(tpl, handler, app); err != nil {
 				return "", fmt.Errorf("local backend: assembling %s: %w", app, err)
 			}
@@ -103,7 +105,8 @@ func (b *Backend) checkContext(fn recordView, dir string) error {
 	return nil
 }
 
-// assembledApp is where source assembles fn's template and handler folders.
+// assembledApp stands for fn's template and handler folders before any replica assembled them (a deploy's checks
+// read them in their own folders when source answers it); each replica assembles them into a folder of its own.
 func (b *Backend) assembledApp(fn recordView) string {
 	return filepath.Join(b.cfg.StateDir, "run", fn.key, "app")
 }
