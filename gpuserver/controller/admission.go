@@ -148,6 +148,11 @@ func (c *Controller) expireAdmitted(now time.Time) {
 		return 0
 	}
 	for _, r := range c.q.ExpireAll(now, cost) {
+		if rs := c.reqs[r.ID]; rs != nil && rs.initialisation { // never dropped (SubmitInitialisation): back in
+			if err := c.q.Push(r); err == nil {
+				continue
+			}
+		}
 		delete(c.reqs, r.ID)
 		fs := c.fns[r.Function]
 		c.counts.Refused++

@@ -152,3 +152,52 @@ func TestAdmissionKeepsRequestsCostlierThanTheirDeadline(t *testing.T) {
 		t.Fatalf("dispatch: bound %+v, refused %+v; want request 1 bound", ds, refused)
 	}
 }
+
+// TestAdmissionNeverRefusesAnInitialisation: a function's initialisation (its calls outside any request) was
+// submitted as a request, so the deadline rule refused it when the work ahead made it late ("predicted to finish in
+// 251ms, after its deadline of 250ms"), and the function's process, refused its model's upload, never started. An
+// initialisation is neither refused at Submit nor dropped from the queue; a request in its place still is.
+func TestAdmissionNeverRefusesAnInitialisation(t *testing.T) {
+	t0 := time.Unix(1_700_000_000, 0)
+	ms := func(n int) time.Duration { return time.Duration(n) * time.Millisecond }
+	c, err := New(Config{Policy: PolicyFaaSGPU, Node: smallNode(t), Prewarm: true, Admission: AdmissionDeadline,
+		ContextBytes: 20 << 20, Overload: Overload{Mode: OverloadOff}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Register(t0, Function{FunctionSpec: pool.FunctionSpec{Name: "f", MemoryBytes: 100 << 20,
+		SLO: ms(100)}, ModelBytes: 100e6, ExecSeed: ms(30)}); err != nil {
+		t.Fatal(err)
+	}
+	for id := uint64(1); id <= 3; id++ {
+		if err := c.Submit(t0, id, "f"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if ds := c.Dispatch(t0); len(ds) != 1 {
+		t.Fatalf("dispatch %+v, want one bound", ds)
+	}
+	if err := c.Submit(t0, 4, "f"); !errors.Is(err, pool.ErrOverloaded) {
+		t.Fatalf("a request predicted at 120 ms: %v, want refused", err)
+	}
+	if err := c.SubmitInitialisation(t0, 5, "f"); err != nil {
+		t.Fatalf("an initialisation predicted at 120 ms: %v, want queued", err)
+	}
+	// The bound request ends late: the queued requests can no longer make their deadline and are dropped; the
+	// initialisation stays queued and is bound in its turn.
+	if _, err := c.Complete(t0.Add(ms(80)), 1, ms(30)); err != nil {
+		t.Fatal(err)
+	}
+	bound := map[uint64]bool{}
+	for _, d := range c.Dispatch(t0.Add(ms(80))) {
+		bound[d.Request] = true
+	}
+	for _, r := range c.TakeRefused() {
+		if r.ID == 5 {
+			t.Fatalf("the initialisation was dropped: %v", r.Err)
+		}
+	}
+	if !bound[5] && c.Waiting() != 1 {
+		t.Fatalf("the initialisation is neither bound nor waiting (bound %v, %d waiting)", bound, c.Waiting())
+	}
+}

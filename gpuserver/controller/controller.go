@@ -459,6 +459,22 @@ func (c *Controller) dropResidency(fs *fnState) {
 // Submit queues a request. It fails with pool.ErrUnknownFunction, ErrDuplicate, or pool.ErrTooLarge when the
 // function can never run under this policy (native: it got no GPU).
 func (c *Controller) Submit(now time.Time, id uint64, function string) error {
+	return c.submit(now, id, function, false)
+}
+
+// SubmitInitialisation queues a function's initialisation (its CUDA calls outside any request, pool.
+// WithInitialisation): as Submit, but neither the overload control nor the admission rule refuses it or drops it
+// from the queue, since it is no request with a deadline and a function refused its initialisation never starts;
+// it counts in no served or on-time figure (markInitialisation).
+func (c *Controller) SubmitInitialisation(now time.Time, id uint64, function string) error {
+	if err := c.submit(now, id, function, true); err != nil {
+		return err
+	}
+	c.markInitialisation(id)
+	return nil
+}
+
+func (c *Controller) submit(now time.Time, id uint64, function string, initialisation bool) error {
 	fs := c.fns[function]
 	if fs == nil {
 		return fmt.Errorf("%w: %q", pool.ErrUnknownFunction, function)
@@ -473,11 +489,13 @@ func (c *Controller) Submit(now time.Time, id uint64, function string) error {
 	}
 	c.arrived(fs)
 	c.maybeDecideShed(now)
-	if err := c.admitShed(now, fs); err != nil {
-		return err
-	}
-	if err := c.admit(now, fs); err != nil {
-		return err
+	if !initialisation {
+		if err := c.admitShed(now, fs); err != nil {
+			return err
+		}
+		if err := c.admit(now, fs); err != nil {
+			return err
+		}
 	}
 	r := &reqState{id: id, function: function, arrival: now}
 	if fs.SLO > 0 {

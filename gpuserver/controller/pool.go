@@ -90,12 +90,13 @@ func (p *Pool) Acquire(ctx context.Context, function string) (pool.Binding, erro
 	p.mu.Lock()
 	p.nextID++
 	id := p.nextID
-	if err := p.ctl.Submit(arrived, id, function); err != nil {
+	submit := p.ctl.Submit
+	if pool.IsInitialisation(ctx) {
+		submit = p.ctl.SubmitInitialisation
+	}
+	if err := submit(arrived, id, function); err != nil {
 		p.mu.Unlock()
 		return pool.Binding{}, err
-	}
-	if pool.IsInitialisation(ctx) {
-		p.ctl.markInitialisation(id)
 	}
 	ch := make(chan Decision, 1)
 	p.waiters[id] = ch
