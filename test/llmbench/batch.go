@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"runtime"
 	"strconv"
@@ -13,8 +12,6 @@ import (
 	"time"
 
 	"github.com/faas-gpu/faas-gpu/gpuserver/executor"
-	"github.com/faas-gpu/faas-gpu/gpuserver/pool"
-	"github.com/faas-gpu/faas-gpu/test/pyenv"
 )
 
 // The batching figures (-batch, docs/bench/llm-batch.md): the llm function with continuous batching
@@ -96,20 +93,9 @@ func runBatch(ctx context.Context, c config) error {
 	for _, v := range levels {
 		maxBatch = max(maxBatch, v)
 	}
-	py, err := pyenv.Dir()
+	py, shim, err := prepare()
 	if err != nil {
 		return err
-	}
-	shim, err := filepath.Abs("shim/build")
-	if err != nil {
-		return err
-	}
-	if out, err := exec.Command("make", "-s", "-C", "shim").CombinedOutput(); err != nil {
-		return fmt.Errorf("make -C shim: %w\n%s", err, out)
-	}
-	spec := func(name string) pool.FunctionSpec {
-		return pool.FunctionSpec{Name: name, MemoryBytes: 4 << 30, Isolation: pool.IsolationShared,
-			Scratch: pool.ScratchRequest, Model: pool.ModelShared}
 	}
 	n, stop, err := startNode(ctx, registry{"llm-batch": spec("llm-batch"), "llm-one": spec("llm-one")}, true)
 	if err != nil {

@@ -327,21 +327,30 @@ func (s stat) ms() string {
 
 func (s stat) plain() string { return fmt.Sprintf("%.1f (%.1f-%.1f)", s.mean, s.lo, s.hi) }
 
-func run(ctx context.Context, c config) error {
-	py, err := pyenv.Dir()
-	if err != nil {
-		return err
+// prepare finds the pinned Python environment and builds the shim (returning its folder), for either bench.
+func prepare() (py, shim string, err error) {
+	if py, err = pyenv.Dir(); err != nil {
+		return "", "", err
 	}
-	shim, err := filepath.Abs("shim/build")
-	if err != nil {
-		return err
+	if shim, err = filepath.Abs("shim/build"); err != nil {
+		return "", "", err
 	}
 	if out, err := exec.Command("make", "-s", "-C", "shim").CombinedOutput(); err != nil {
-		return fmt.Errorf("make -C shim: %w\n%s", err, out)
+		return "", "", fmt.Errorf("make -C shim: %w\n%s", err, out)
 	}
-	spec := func(name string) pool.FunctionSpec {
-		return pool.FunctionSpec{Name: name, MemoryBytes: 4 << 30, Isolation: pool.IsolationShared,
-			Scratch: pool.ScratchRequest, Model: pool.ModelShared}
+	return py, shim, nil
+}
+
+// spec is the pool spec of an llm function of either bench: a model shared between its instances' images.
+func spec(name string) pool.FunctionSpec {
+	return pool.FunctionSpec{Name: name, MemoryBytes: 4 << 30, Isolation: pool.IsolationShared,
+		Scratch: pool.ScratchRequest, Model: pool.ModelShared}
+}
+
+func run(ctx context.Context, c config) error {
+	py, shim, err := prepare()
+	if err != nil {
+		return err
 	}
 	funcs := registry{"llm-a": spec("llm-a"), "llm-rt": spec("llm-rt")}
 	for i := 1; i <= c.variants; i++ {
