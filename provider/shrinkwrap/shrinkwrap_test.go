@@ -178,18 +178,26 @@ func TestDockerfileLintFindsProblems(t *testing.T) {
 	}
 }
 
-// Each function folder deploys on its own, so the example functions carry their own copy of the ctypes driver
-// wrapper; the copies must not drift apart.
+// Each function folder deploys on its own (it is a build context of its own), so the example functions, and the
+// replay's model function (embedded into the binary with go:embed, which cannot reach outside its package), carry
+// their own copy of the ctypes driver wrapper; the copies must not drift apart.
 func TestFunctionDriverCopiesStayIdentical(t *testing.T) {
-	a, err := os.ReadFile(filepath.Join(repo, "functions", "vector-add", "cudadrv.py"))
+	copies := []string{
+		filepath.Join("functions", "vector-add", "cudadrv.py"),
+		filepath.Join("functions", "mlp", "cudadrv.py"),
+		filepath.Join("gpuserver", "simulate", "replay", "function", "cudadrv.py"),
+	}
+	first, err := os.ReadFile(filepath.Join(repo, copies[0]))
 	if err != nil {
 		t.Fatal(err)
 	}
-	b, err := os.ReadFile(filepath.Join(repo, "functions", "mlp", "cudadrv.py"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if !bytes.Equal(a, b) {
-		t.Fatal("functions/vector-add/cudadrv.py and functions/mlp/cudadrv.py differ: change both")
+	for _, c := range copies[1:] {
+		b, err := os.ReadFile(filepath.Join(repo, c))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !bytes.Equal(first, b) {
+			t.Errorf("%s and %s differ: change every copy (%v)", copies[0], c, copies)
+		}
 	}
 }
