@@ -187,7 +187,7 @@ check-rotation: build functions
 bench-policy:
 	$(GO) run ./test/bench/policy -workloads $${FAAS_GPU_WORKLOADS:-../shared/workloads} -out docs/bench
 
-## bench-policy-quick: the same on two seeds and fewer points (CI, about a minute), writes
+## bench-policy-quick: the same on two seeds and fewer points (about 2.5 minutes on two quiet cores), writes
 ## build/bench/policy-quick.{md,json}
 bench-policy-quick:
 	$(GO) run ./test/bench/policy -workloads $${FAAS_GPU_WORKLOADS:-../shared/workloads} -out build/bench -quick
@@ -211,7 +211,7 @@ REPLAY_ARGS ?=
 bench-remoting: build
 	$(MAKE) -C shim
 	@mkdir -p docs/bench
-	$(GO) run ./test/bench/replay -out docs/bench/remoting-replay.md $(REPLAY_ARGS)
+	$(GO) run ./test/bench/replay -out docs/bench/remoting-replay.md -json docs/bench/remoting-replay.json $(REPLAY_ARGS)
 	$(GO) run ./test/bench/remoting -out docs/bench/remoting.md
 
 ## replay-traces: the replay traces from the dry PyTorch passes' call logs (the CUDA tier, FAAS_GPU_CALLLOG_DIR) and
