@@ -224,6 +224,9 @@ func (c *Coordinator) tick(ctx context.Context, g *coGPU) {
 		grants[i].Cut = g.cuts[grants[i].Binding]
 	}
 	start := time.Now()
+	// an executor restarting is no reason to hold the GPU's other grants back
+	ctx, cancel := context.WithTimeout(ctx, max(time.Second, 4*c.period))
+	defer cancel()
 	rep, err := c.plane.ComputeShares(ctx, Allotment{GPU: g.index, Period: c.period, Issue: true, Grants: grants})
 	g.ticks++
 	g.tickTime += time.Since(start)

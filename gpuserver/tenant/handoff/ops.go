@@ -56,6 +56,7 @@ var (
 		d.MarkUnhealthy(m.GPU, fmt.Errorf("the gpuserver took it out of service: %s", m.Cause))
 		return nil
 	})
+	OpComputeShares = ServeAnswer(KindComputeShares, executor.DataPlane.ComputeShares) // compute.go
 
 	// gpuserver -> executor, answered by package tenantexec's own handlers (start.go, session.go, chunks.go,
 	// control.go): what carries descriptors or the executor process's own bookkeeping.
@@ -83,7 +84,7 @@ var (
 
 // planeOps lists the data-plane operations above (PlaneRoutes serves them).
 func planeOps() []planeOp {
-	return []planeOp{OpDeregister, OpSwapIn, OpEvict, OpWaitReady, OpMarkUnhealthy}
+	return []planeOp{OpDeregister, OpSwapIn, OpEvict, OpWaitReady, OpMarkUnhealthy, OpComputeShares}
 }
 
 // Ops lists every operation above, for the checks that each has its handler (ops_test.go checks that it lists
