@@ -63,7 +63,8 @@ func newProcs(t *testing.T, names ...string) *procs {
 		}
 		p.regs[n], p.devs[n] = reg, dev
 	}
-	if p.co, err = NewCoordinator(CoordinatorConfig{GPUs: 1, Plane: p, Arbiter: Config{Clock: p.clk}}); err != nil {
+	if p.co, err = NewCoordinator(CoordinatorConfig{GPUs: 1, Plane: p, Arbiter: Config{Clock: p.clk},
+		OnError: func(gpu int, err error) { t.Errorf("gpu %d: a grant refused: %v", gpu, err) }}); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() {
@@ -149,10 +150,11 @@ func (r *remoteRunner) quiet() bool {
 	defer a.mu.Unlock()
 	r.gate.sampleLocked()
 	measured := r.gate.admitted == r.gate.ops
+	held := r.gate.waiting && r.gate.waitGen == a.gen
 	if r.on.Load() {
-		return r.gate.waiting && r.gate.waitGen == a.gen && measured
+		return held && measured
 	}
-	return r.parked.Load() && measured
+	return (r.parked.Load() || held) && measured // off: parked, or held at its gate by a launch from before
 }
 
 // period waits until every runner is quiet, moves the clock by one period and sends the period's grant.
@@ -269,5 +271,27 @@ func TestCoordinatorLeaveOpensTheGate(t *testing.T) {
 	}
 	if n := p.co.Shares(0); len(n) != 1 {
 		t.Errorf("shares after the join again: %+v", n)
+	}
+}
+
+// An idle binding is granted its request and its part of the room the active ones leave (up to its limit): alone
+// on its GPU, its limit, so that its next burst runs at once on its bucket instead of waiting a period to grow.
+// Beside a busy neighbour that borrowed its request it is granted its request only.
+func TestCoordinatorGrantsAnIdleBindingTheRoomLeft(t *testing.T) {
+	p := newProcs(t, "tenant-a", "tenant-b")
+	a := p.runner("tenant-a", "a", 0.5, 1, 200*time.Microsecond)
+	a.set(false)
+	for range 3 {
+		p.period()
+	}
+	if g := p.co.gpus[0].arb.Grants(); len(g) != 1 || g[0].State != StateIdle || g[0].Share != 1 {
+		t.Fatalf("a alone and idle is granted %+v, want its limit 1", g)
+	}
+	p.runner("tenant-b", "b", 0.5, 0.75, 200*time.Microsecond)
+	for range 6 {
+		p.period()
+	}
+	if g := p.co.gpus[0].arb.Grants(); len(g) != 2 || g[0].Share != 0.5 || g[1].Share != 0.75 {
+		t.Fatalf("a idle beside b busy: %+v, want a its request 0.5, b its limit 0.75", g)
 	}
 }

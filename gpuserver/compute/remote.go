@@ -217,10 +217,28 @@ func (a *Arbiter) Grants() []Grant {
 	return append(a.grantsLocked(), a.takeLeftLocked()...)
 }
 
+// grantsLocked are the bindings' grants: each its share; an idle binding its request and its part of what the
+// active ones leave of the GPU (up to its limit), so that when it launches again it finds the room there is in its
+// bucket (a lone binding its limit at once) instead of waiting a period for the controller to grow it. What it
+// spends beyond its request when it wakes is room no one was granted; its request, lent to its neighbours, they
+// give back at the next grant (Cut), as before.
 func (a *Arbiter) grantsLocked() []Grant {
+	left, idle := 1.0, 0
+	for _, g := range a.gates {
+		if g.state == StateIdle {
+			left -= g.request
+			idle++
+		} else {
+			left -= g.share
+		}
+	}
 	out := make([]Grant, 0, len(a.gates))
 	for _, g := range a.gates {
-		out = append(out, Grant{Binding: g.binding, Request: g.request, Limit: g.limit, Share: g.share,
+		share := g.share
+		if g.state == StateIdle && left > 0 {
+			share = min(g.limit, g.request+left/float64(idle))
+		}
+		out = append(out, Grant{Binding: g.binding, Request: g.request, Limit: g.limit, Share: share,
 			State: g.state})
 	}
 	return out
