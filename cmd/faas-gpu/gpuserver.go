@@ -36,6 +36,7 @@ type gpuserverConfig struct {
 	logLevel  string
 	kernels   string // --sim-kernels
 	tenants   tenantFlags
+	sharing   sharingFlag
 	metering  string
 	hold      holdFlag
 	uiAddr    string
@@ -79,6 +80,7 @@ func (c *gpuserverConfig) register(fs *flag.FlagSet) {
 	fs.StringVar(&c.logLevel, "log-level", "info", "debug, info, warn or error")
 	fs.StringVar(&c.kernels, "sim-kernels", "reference", simKernelsUsage)
 	c.tenants.register(fs)
+	c.sharing.register(fs)
 	c.hold.register(fs)
 	fs.StringVar(&c.uiAddr, "ui-addr", "",
 		"TCP address of the live pool page /ui, e.g. :8091 (empty: none); it needs -ui-auth-dir")
@@ -158,7 +160,7 @@ func runGPUServer(ctx context.Context, args []string, stdout, stderr io.Writer) 
 		Policy: cfg.policy, Overload: overload, Admission: admission, RemotingSocket: cfg.remoting, KeyFile: cfg.keyFile, RepositoryDir: cfg.repoDir,
 		Device: gpus.Device, DeviceReserveBytes: gpus.Reserve, SocketGroup: group, Logger: log,
 		SimKernels: simKernels, MeteringFile: cfg.metering, MaxBindingHold: cfg.hold.max, Tenants: tenants,
-		SimProcessWide: true}) // a simulated GPU shares within one process what an H100 does
+		SimProcessWide: true, ComputeSharing: cfg.sharing.on}) // a simulated GPU shares within one process what an H100 does
 	if err != nil {
 		return err
 	}

@@ -61,6 +61,7 @@ type upConfig struct {
 	simKernels   string
 	simTime      float64
 	tenants      tenantFlags
+	sharing      sharingFlag
 	hold         holdFlag
 	sandbox      sandboxFlags
 	conns        connFlags
@@ -94,6 +95,7 @@ func (c *upConfig) register(fs *flag.FlagSet) {
 	fs.StringVar(&c.simKernels, "sim-kernels", "reference", simKernelsUsage)
 	fs.Float64Var(&c.simTime, "sim-time-scale", 0, simTimeScaleUsage)
 	c.tenants.register(fs)
+	c.sharing.register(fs)
 	c.hold.register(fs)
 	c.sandbox.register(fs)
 	c.conns.register(fs)
@@ -246,7 +248,7 @@ func runUp(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 			KeyFile:        filepath.Join(stateDir, "gpuserver.key"),
 			RepositoryDir:  repositoryDir(stateDir, gpus.Device != nil), // kept across restarts of up
 			Device:         gpus.Device, DeviceReserveBytes: gpus.Reserve, SimKernels: simKernels,
-			SimTimeScale:   cfg.simTime,
+			SimTimeScale: cfg.simTime, ComputeSharing: cfg.sharing.on,
 			MeteringFile:   filepath.Join(stateDir, "metering.json"), // the bill, kept across restarts of up
 			MaxBindingHold: cfg.hold.max, Logger: log.With("component", "gpuserver"), Tenants: tenants,
 			SimProcessWide: true}) // a simulated GPU shares within one process what an H100 does

@@ -44,6 +44,10 @@ type Config struct {
 	// Increase is the factor a binding held at its gate grows by per period while the GPU has room;
 	// DefaultIncrease when 0.
 	Increase float64
+	// Remote makes the arbiter the gpuserver's for a GPU whose bindings' gates are in other processes (the
+	// tenants' executors, remote.go): it admits nothing itself, its gates' usage comes from their reports
+	// (Decide), and what it decides travels to them as Grants.
+	Remote bool
 }
 
 // State is where the controller holds a binding (Dilu's Algorithm 2).
@@ -66,6 +70,11 @@ type Arbiter struct {
 	tick  chan struct{} // closed at every issue (and at Leave): waiting gates look again
 	gen   uint64        // counts the closes of tick
 	last  time.Time     // the last issue
+	// granted: the shares are another arbiter's (the gpuserver's), applied by Apply (remote.go): a binding that
+	// wakes takes its request back from its own bucket only; its neighbours give back at the next grant
+	granted bool
+	// leftSince: the bindings that left a remote arbiter since its last grants (Decide, Grants)
+	leftSince []string
 }
 
 // NewArbiter returns an arbiter with no bindings; Run (or the caller's Tick) issues its tokens.
@@ -122,6 +131,9 @@ func (a *Arbiter) Leave(g *Gate) {
 	defer a.mu.Unlock()
 	if i := slices.Index(a.gates, g); i >= 0 {
 		a.gates = slices.Delete(a.gates, i, i+1)
+		if a.cfg.Remote {
+			a.leftSince = append(a.leftSince, g.binding)
+		}
 	}
 	g.left = true
 	a.broadcastLocked()
@@ -158,6 +170,10 @@ func (a *Arbiter) remainingLocked(now time.Time) float64 {
 // the period.
 func (a *Arbiter) wakeLocked(g *Gate) {
 	g.state, g.share = StateRequest, g.request
+	if a.granted {
+		g.woke = true // its neighbours, maybe in other processes, give back at the next grant (Decide)
+		return
+	}
 	frac := a.remainingLocked(a.cfg.Clock.Now())
 	before := map[*Gate]float64{}
 	for _, o := range a.gates {

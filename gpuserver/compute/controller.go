@@ -11,13 +11,7 @@ package compute
 // Then the active bindings' shares are fitted to the GPU (fitLocked).
 func (a *Arbiter) controlLocked() {
 	for _, g := range a.gates {
-		g.sampleLocked()
-		pending := g.admitted > g.ops
-		if g.launches == 0 && pending && g.ops == g.lastOps {
-			g.admitted = g.ops // launches never measured (their stream failed): charged no longer
-			pending = false
-		}
-		g.lastOps = g.ops
+		pending := g.pendingLocked(a.cfg.Remote)
 		if g.cycle > 0 && !g.targetSet && (g.target == 0 || g.cycle < g.target) {
 			g.target = g.cycle // learnt: the shortest cycle seen
 		}
@@ -74,4 +68,21 @@ func (a *Arbiter) fitLocked() {
 			g.share = g.request
 		}
 	}
+}
+
+// pendingLocked reports whether launches the gate admitted are not measured yet: as its report said for a remote
+// gate; from its meter here, where launches never measured in a period without launches (their stream failed)
+// are charged no longer.
+func (g *Gate) pendingLocked(remote bool) bool {
+	if remote {
+		return g.remotePending
+	}
+	g.sampleLocked()
+	pending := g.admitted > g.ops
+	if g.launches == 0 && pending && g.ops == g.lastOps {
+		g.admitted = g.ops
+		pending = false
+	}
+	g.lastOps = g.ops
+	return pending
 }

@@ -27,6 +27,16 @@
 // first (the controller admits co-runners only while the requests sum to at most 1), what is left is divided
 // among those above their request.
 //
+// # Across processes
+//
+// Co-runners of different tenants run in different executor processes (decision 7). The gpuserver holds the
+// decision: a Coordinator with one remote Arbiter per GPU over every tenant's shared bindings there runs the
+// controller on the usage the executors report, and sends each executor its bindings' Grants every period (an
+// Allotment over the control socket, executor.DataPlane.ComputeShares); an executor's gates issue tokens only when
+// a grant arrives (Arbiter.Apply), so the tokens of a GPU's bindings in all processes never exceed one period's GPU
+// time per period (remote.go). gpuserver/server/sharing.go joins each binding of a shared function before the data
+// plane holds it and leaves at its release.
+//
 // # Long kernels
 //
 // The GPU does not preempt a kernel for a neighbour (decision 7 keeps co-runners in separate processes, whose

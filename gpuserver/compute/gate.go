@@ -27,6 +27,9 @@ type Gate struct {
 	lastOps        uint64  // ops measured at the last issue
 	state          State
 	left           bool
+	open           bool // no longer bound on the GPU (a grant said it left): launches pass (remote.go)
+	woke           bool // it launched again after a period idle (this period)
+	remotePending  bool // a remote gate: admitted launches were not measured yet (its report said)
 
 	meter      device.ComputeMeter
 	baseOps    uint64        // the meter's count when it was attached
@@ -115,6 +118,10 @@ func (g *Gate) Admit(ctx context.Context) error {
 		if g.left {
 			a.mu.Unlock()
 			return fmt.Errorf("%w: %s", ErrLeft, g.binding)
+		}
+		if g.open {
+			a.mu.Unlock()
+			return nil
 		}
 		g.sampleLocked()
 		if g.state == StateIdle { // it launches again: its request is its own from now on (reclaimed at once)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"sync"
+	"time"
 
 	"github.com/faas-gpu/faas-gpu/gpuserver/device"
 )
@@ -101,4 +102,49 @@ func (r *Registry) Wrap(function string, gpu int, st device.Stream, m device.Com
 		return st, nil
 	}
 	return Gated(r.ctx, st, m, g)
+}
+
+// Apply takes an allotment of the gpuserver's for GPU al.GPU (Arbiter.Apply): the gates it names are the ones Wrap
+// gives their bindings' streams from then on.
+func (r *Registry) Apply(al Allotment) (Report, error) {
+	a := r.Arbiter(al.GPU)
+	if a == nil {
+		return Report{}, fmt.Errorf("%w: gpu %d", ErrInvalid, al.GPU)
+	}
+	us, err := a.Apply(al)
+	if err != nil {
+		return Report{}, err
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	for _, gr := range al.Grants {
+		if g := a.gateLocked(gr.Binding); g != nil {
+			r.gates[key{gr.Binding, al.GPU}] = g
+		}
+	}
+	return Report{Usage: us}, nil
+}
+
+// SystemClock is the wall clock (an arbiter's Clock in a product process).
+type SystemClock struct{}
+
+// Now is time.Now.
+func (SystemClock) Now() time.Time { return time.Now() }
+
+// SleepUntil sleeps until t or until ctx ends (ctx's error).
+func (SystemClock) SleepUntil(ctx context.Context, t time.Time) error {
+	d := time.Until(t)
+	if d <= 0 {
+		return ctx.Err()
+	}
+	timer := time.NewTimer(d)
+	defer timer.Stop()
+	select {
+	case <-timer.C:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
 }

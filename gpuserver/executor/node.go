@@ -9,6 +9,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/faas-gpu/faas-gpu/gpuserver/compute"
 	"github.com/faas-gpu/faas-gpu/gpuserver/device"
 	"github.com/faas-gpu/faas-gpu/gpuserver/memory"
 	"github.com/faas-gpu/faas-gpu/gpuserver/pool"
@@ -109,6 +110,7 @@ type Node struct {
 
 	scratchDropped uint64 // bytes of request scratch given back (scratch.go)
 
+	shares      *compute.Registry  // the gates of the functions granted a compute share (computegate.go)
 	shared      map[int]*gpuChunks // chunks shared between copies, per GPU (share.go)
 	sharedBytes uint64             // bytes swap-ins mapped from a chunk already on the GPU
 }
@@ -147,6 +149,12 @@ func New(cfg Config) (*Node, error) {
 		fns: map[string]*function{}, plans: map[string]*restorePlan{}, addrs: cfg.Addresses, log: cfg.Logger,
 		domains: map[domainKey]device.Context{}}
 	n.settled = sync.NewCond(&n.mu)
+	shares, serr := compute.NewRegistry(ctx, len(cfg.Device.GPUs()), compute.Config{Clock: compute.SystemClock{}})
+	if serr != nil {
+		cancel()
+		return nil, serr
+	}
+	n.shares = shares
 	for _, g := range cfg.Device.GPUs() {
 		e := &Executor{gpu: g.Index, healthy: true, groupBytes: DefaultGroupBytes}
 		switch {

@@ -3,6 +3,8 @@ package executor
 import (
 	"context"
 	"time"
+
+	"github.com/faas-gpu/faas-gpu/gpuserver/compute"
 )
 
 // DataPlane is the node's executors as the gpuserver holds them: the one seam between the gpuserver's pool and
@@ -53,6 +55,9 @@ type DataPlane interface {
 	Evict(ctx context.Context, name string, gpu int) error
 	// WaitReady waits until the copies of the function's active GPU completed (benchmarks).
 	WaitReady(ctx context.Context, name string) error
+	// ComputeShares gives the gates of a GPU's shared bindings their shares (gpuserver/compute's Allotment: a
+	// period's grant, or a join or a leave) and answers what the gates saw (computegate.go).
+	ComputeShares(ctx context.Context, a compute.Allotment) (compute.Report, error)
 }
 
 // Held is a binding held on the data plane (DataPlane.Hold).

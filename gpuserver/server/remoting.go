@@ -239,6 +239,10 @@ func (t *trackedPool) acquire(ctx context.Context, function string, request bool
 	if request && t.opt.meter != nil {
 		spec, _, _ := t.reg.lookup(fn)
 		t.opt.meter.Begin(b.ID, fn, spec.MemoryBytes) // a function's instances are billed to it
+		// a co-runner is billed at its share (sharing.go)
+		if sh, ok := held.(interface{ Share() float64 }); ok {
+			_ = t.opt.meter.SetShare(b.ID, sh.Share())
+		}
 	}
 	b.Function, b.Instance = fn, inst
 	swap := b.Swap

@@ -102,6 +102,11 @@ type Config struct {
 	// FaultBackoff configures the backoff of a function whose kernels keep faulting (faults.go); zero fields take
 	// the defaults.
 	FaultBackoff FaultBackoff
+	// ComputeSharing lets functions that asked for a compute share (com.openfaas.gpu.compute.request below 1)
+	// co-run on a GPU, each held to its share by the gates of its executor (sharing.go); functions without a share
+	// stay exclusive either way. --compute-sharing, on by default; it needs a data plane whose device measures its
+	// streams' GPU time (the simulated GPUs), else it stays off with a warning.
+	ComputeSharing bool
 }
 
 // DefaultMaxBindingHold is Config.MaxBindingHold when none is set: longer than an inference request takes
@@ -155,6 +160,7 @@ type Server struct {
 	// startDataPlane; the controller plans with it (planNode).
 	capacity []uint64
 	chunks   *memory.Manager // the data plane's chunk pools (the gpuserver's, lent to tenants' executors)
+	sharing  *sharing        // compute shares (sharing.go); nil when off
 }
 
 // Start builds the pool and serves the API until Shutdown.
@@ -238,6 +244,7 @@ func Start(ctx context.Context, cfg Config) (*Server, error) {
 		}
 		s.cfg.Logger.Info("gpuserver controller plans with the data plane's memory", "bytes_per_gpu", s.capacity)
 	}
+	plane, cfg.ComputeSharing = s.startSharing(ctx, cfg, plane)
 	if plane != nil && cfg.Actuator == nil && cfg.Policy != PolicyFCFS {
 		cfg.Actuator = planeActuator{plane}
 	}
@@ -630,7 +637,8 @@ func newPool(cfg Config, oneGPU bool) (healthPool, error) {
 	}
 	return controller.NewPool(controller.PoolConfig{
 		Controller: controller.Config{Policy: policy, Node: cfg.Node, MaxInFlight: maxInFlight,
-			Overload: cfg.Overload, Admission: admission, SiblingSources: true},
+			Overload: cfg.Overload, Admission: admission, SiblingSources: true,
+			Sharing: controller.Sharing{On: cfg.ComputeSharing && oneGPU}},
 		Actuator: cfg.Actuator,
 	})
 }

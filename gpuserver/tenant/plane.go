@@ -292,17 +292,8 @@ func (pl *Plane) MarkUnhealthy(gpu int, cause error) {
 	if pl.unhealthy[gpu] == nil {
 		pl.unhealthy[gpu] = cause
 	}
-	procs := pl.procList()
 	pl.mu.Unlock()
-	for _, p := range procs {
-		if g := p.current(); g != nil {
-			if peer := g.live(); peer != nil {
-				ctx, cancel := context.WithTimeout(pl.ctx, 10*time.Second)
-				_, _ = handoff.OpMarkUnhealthy.Call(ctx, peer, handoff.MarkUnhealthy{GPU: gpu, Cause: cause.Error()})
-				cancel()
-			}
-		}
-	}
+	_ = toEvery(pl.ctx, pl, handoff.OpMarkUnhealthy, handoff.MarkUnhealthy{GPU: gpu, Cause: cause.Error()})
 }
 
 func (pl *Plane) procList() []*proc {
@@ -365,7 +356,7 @@ func (pl *Plane) Deregister(ctx context.Context, name string) error {
 	p.mu.Lock()
 	delete(p.functions, name)
 	p.mu.Unlock()
-	_, err = call(ctx, p, handoff.OpDeregister, handoff.Name{Function: name})
+	_, err = call(ctx, p, handoff.OpDeregister.Op, handoff.Name{Function: name})
 	pl.retireIfIdle(ctx, p)
 	return err
 }
@@ -380,32 +371,17 @@ func (pl *Plane) Usable(string) error { return nil }
 
 // SwapIn is the controller's swap, carried out by the function's executor.
 func (pl *Plane) SwapIn(ctx context.Context, name string, gpu int, source executor.Source) error {
-	p, err := pl.procOf(name)
-	if err != nil {
-		return err
-	}
-	_, err = call(ctx, p, handoff.OpSwapIn, handoff.SwapIn{Function: name, GPU: gpu, Source: source})
-	return err
+	return toFunction(ctx, pl, name, handoff.OpSwapIn, handoff.SwapIn{Function: name, GPU: gpu, Source: source})
 }
 
 // Evict is the controller's eviction, carried out by the function's executor.
 func (pl *Plane) Evict(ctx context.Context, name string, gpu int) error {
-	p, err := pl.procOf(name)
-	if err != nil {
-		return err
-	}
-	_, err = call(ctx, p, handoff.OpEvict, handoff.Evict{Function: name, GPU: gpu})
-	return err
+	return toFunction(ctx, pl, name, handoff.OpEvict, handoff.Evict{Function: name, GPU: gpu})
 }
 
 // WaitReady waits until a function's copies on its active GPU completed (benchmarks).
 func (pl *Plane) WaitReady(ctx context.Context, name string) error {
-	p, err := pl.procOf(name)
-	if err != nil {
-		return err
-	}
-	_, err = call(ctx, p, handoff.OpWaitReady, handoff.Name{Function: name})
-	return err
+	return toFunction(ctx, pl, name, handoff.OpWaitReady, handoff.Name{Function: name})
 }
 
 var _ executor.DataPlane = (*Plane)(nil)

@@ -31,10 +31,6 @@ func (p *process) register(ctx context.Context, fn handoff.Function) (handoff.No
 	return handoff.None{}, p.registerFunction(ctx, fn)
 }
 
-func (p *process) deregister(ctx context.Context, n handoff.Name) (handoff.None, error) {
-	return handoff.None{}, p.node.Deregister(ctx, n.Function)
-}
-
 func (p *process) acquire(ctx context.Context, a handoff.Acquire) (handoff.None, error) {
 	if a.Binding == "" {
 		return handoff.None{}, fmt.Errorf("%w: acquire without a binding id", handoff.ErrProtocol)
@@ -98,29 +94,6 @@ func (p *process) expire(ctx context.Context, e handoff.Expire) (handoff.None, e
 		return handoff.None{}, fmt.Errorf("%w: %s", pool.ErrUnknownBinding, e.Binding)
 	}
 	return handoff.None{}, p.node.Expire(ctx, b, grace, errors.New(e.Cause))
-}
-
-func (p *process) swapIn(ctx context.Context, s handoff.SwapIn) (handoff.None, error) {
-	if err := p.node.Register(s.Function); err != nil {
-		return handoff.None{}, err
-	}
-	return handoff.None{}, p.node.SwapIn(ctx, s.Function, s.GPU, s.Source)
-}
-
-func (p *process) evict(ctx context.Context, e handoff.Evict) (handoff.None, error) {
-	return handoff.None{}, p.node.Evict(ctx, e.Function, e.GPU)
-}
-
-func (p *process) markUnhealthy(_ context.Context, m handoff.MarkUnhealthy) (handoff.None, error) {
-	if m.GPU < 0 || m.GPU >= p.node.GPUs() {
-		return handoff.None{}, fmt.Errorf("%w: gpu %d", handoff.ErrProtocol, m.GPU)
-	}
-	p.node.MarkUnhealthy(m.GPU, fmt.Errorf("the gpuserver took it out of service: %s", m.Cause))
-	return handoff.None{}, nil
-}
-
-func (p *process) waitReady(ctx context.Context, n handoff.Name) (handoff.None, error) {
-	return handoff.None{}, p.node.WaitReady(ctx, n.Function)
 }
 
 func (p *process) status(context.Context, handoff.None) (handoff.Status, error) {

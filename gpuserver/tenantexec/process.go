@@ -166,25 +166,28 @@ func (p *process) shutdown() {
 	}
 }
 
-// handlers answer the gpuserver's operations (handoff.Ops, handoff.ToExecutor): every one but the start waits for
-// the executor to be started.
+// handlers answer the gpuserver's operations (handoff.Ops, handoff.ToExecutor): the data plane's on the Node
+// (handoff.PlaneRoutes), the others here (handlers.go); every one but the start waits for the executor to be
+// started.
 func (p *process) handlers() map[handoff.Kind]handoff.Handler {
-	return handoff.Routes(handoff.ToExecutor,
-		handoff.OpStart.Handle(p.start),
-		p.started(handoff.OpRegister.Handle(p.register)),
-		p.started(handoff.OpDeregister.Handle(p.deregister)),
-		p.started(handoff.OpAcquire.Handle(p.acquire)),
-		p.started(handoff.OpRelease.Handle(p.release)),
-		p.started(handoff.OpExpire.Handle(p.expire)),
-		p.started(handoff.OpSwapIn.Handle(p.swapIn)),
-		p.started(handoff.OpEvict.Handle(p.evict)),
-		p.started(handoff.OpMarkUnhealthy.Handle(p.markUnhealthy)),
-		p.started(handoff.OpStatus.Handle(p.status)),
-		p.started(handoff.OpWaitReady.Handle(p.waitReady)),
-		p.started(handoff.OpReclaim.Handle(p.reclaim)),
-		p.started(handoff.OpSession.HandleFiles(p.session)),
-	)
+	own := []handoff.Route{
+		handoff.OpRegister.Handle(p.register),
+		handoff.OpAcquire.Handle(p.acquire),
+		handoff.OpRelease.Handle(p.release),
+		handoff.OpExpire.Handle(p.expire),
+		handoff.OpStatus.Handle(p.status),
+		handoff.OpReclaim.Handle(p.reclaim),
+		handoff.OpSession.HandleFiles(p.session),
+	}
+	routes := []handoff.Route{handoff.OpStart.Handle(p.start)}
+	for _, r := range append(handoff.PlaneRoutes(p.plane), own...) {
+		routes = append(routes, p.started(r))
+	}
+	return handoff.Routes(handoff.ToExecutor, routes...)
 }
+
+// plane is the executor's data plane, its Node (set once started: the routes of handlers ask it after that).
+func (p *process) plane() executor.DataPlane { return p.node }
 
 // started wraps the handler of an operation that needs the executor started (a frame before the start waits for
 // it).

@@ -137,7 +137,7 @@ func TestArchitectureFollowsTheRequest(t *testing.T) {
 		t.Error("the request walk sends handoff.KindEndInit, which the default mode never sends (tenantPlane's EndInit does nothing)")
 	}
 	namesInOrder(t, "the hold", hold, "controller.Pool.actuate", "handoff.OpEvict", "handoff.OpSwapIn",
-		"gpuserver/tenantexec/handlers.go", "gpuserver/executor/swap.go", "handoff.OpAcquire",
+		"gpuserver/tenant/handoff/plane.go", "gpuserver/executor/swap.go", "handoff.OpAcquire",
 		"executor.Node.EndInit", "executor.Node.Acquire", "shim/src/transport.c", "gpuserver/remoting/session.go",
 		"gpuserver/executor/binding.go", "gpuserver/device/stream.go", "handoff.OpRelease",
 		"controller.Pool.Release")

@@ -82,4 +82,23 @@
 // modelled time, so that concurrent transfers share it. A kernel's time is, in this order: its argument for busy;
 // the Profile's time for its name (recorded on a real GPU); for a reference kernel the launch latency plus the
 // larger of its memory and float time; for a dry kernel the Profile's Launch time, else the launch latency.
+//
+// # Co-running functions (compute shares)
+//
+// Functions that share a GPU (gpuserver/compute) co-run on it in this model as follows. Co-runners of one tenant
+// run in one executor process, so their streams' work lands on the one engine of the GPU: it runs concurrently in
+// the sense that both streams progress at once, each kernel taking its own time, and the engine is time-sliced
+// between them in the order their gates release work. Each stream's meter (its ComputeWork: the engine time its
+// work occupied) is what its gate's tokens count, so over every period a co-runner at share s receives s of the
+// engine; the slowdown a co-runner sees is 1/s on its GPU phase (a kernel cycle of G alone takes G/s beside busy
+// neighbours, less while they idle), with the kernels of the others interleaved between its own. Co-runners of
+// different tenants run in different executor processes, each with a virtual GPU of its own: nothing on the
+// virtual GPUs makes them contend, the gpuserver's grants do (they issue at most one period of GPU time per
+// period over all the processes), so the same 1/s holds across processes.
+//
+// What this assumes: a kernel occupies the whole GPU while it runs (the time-sliced contexts of a real driver
+// without MPS, or small kernels that do not overlap); two small kernels that would run side by side on idle
+// multiprocessors (streams of one process on a real GPU, green contexts) are not modelled, so a figure measured
+// here is a lower bound for them; and the slowdown is linear in the share, not calibrated against a profile of
+// latency against share (Dilu's 10-point steps). Switching contexts costs nothing here.
 package sim

@@ -33,7 +33,7 @@ import (
 const (
 	Magic        uint32 = 0x4e544746
 	VersionMajor uint16 = 1
-	VersionMinor uint16 = 4
+	VersionMinor uint16 = 5
 	HeaderSize          = 24
 	// MaxBody bounds a frame's JSON body (a datagram of the socket must hold a whole frame on every Linux: the
 	// default socket buffer is about 208 KiB).

@@ -36,7 +36,7 @@ func TestFrameLayout(t *testing.T) {
 	}{
 		{0, uint64(le.Uint32(b[0:])), 0x4e544746},
 		{4, uint64(le.Uint16(b[4:])), 1},
-		{6, uint64(le.Uint16(b[6:])), 4},
+		{6, uint64(le.Uint16(b[6:])), 5},
 		{8, uint64(le.Uint16(b[8:])), 33},
 		{10, uint64(le.Uint16(b[10:])), 3},
 		{12, uint64(le.Uint32(b[12:])), uint64(len(body))},

@@ -6,28 +6,68 @@ import (
 	"errors"
 	"fmt"
 	"os"
+
+	"github.com/faas-gpu/faas-gpu/gpuserver/executor"
 )
 
 // The operations of the hand-off, each a request kind paired with the type of its body and of its answer: the one
 // table of what crosses the control socket. A request is sent with its Op's Call and answered by the handler its Op
-// made (Handle); an Event is one-way (Notify, Handle). Adding an operation is one line here (and Ops), its call on
-// one side, its handler on the other: ops_test.go checks that Ops lists every one declared and that its sending
-// side uses it, each side's TestEveryOperationHasItsHandler that it is answered (CheckHandlers).
+// made (Handle); an Event is one-way (Notify, Handle). A data-plane operation (PlaneOp, plane.go) also binds its
+// kind to the executor.DataPlane method that answers it, so that its executor end is this table (PlaneRoutes).
+//
+// Adding a data-plane operation (a method of executor.DataPlane the gpuserver asks of a tenant's executor):
+//
+//  1. the method on executor.DataPlane (gpuserver/executor/seam.go), taking (ctx, Req) and answering error (or
+//     (Ans, error)) where it can, Req a type of package executor;
+//  2. its in-process end, the method on executor.Node;
+//  3. its executor-client end, the method on tenant.Plane: one line sending the op to the function's executor
+//     (toFunction), the tenant's (toTenant) or every one (toEvery);
+//  4. its declaration here: a Kind (control.go, a number never used before) and one line below, Serve(kind,
+//     executor.DataPlane.M) (ServeAnswer for an answer; a function unpacking the body where the method takes
+//     several arguments), listed in planeOps;
+//  5. its test: a call through the op that reaches the Node (plane_test.go), and the row in
+//     docs/architecture.md's table of frames.
+//
+// Nothing else: package tenantexec serves every PlaneOp on its Node (PlaneRoutes), and the checks find a missing
+// end: TestOpsListsEveryOperation (declared, not listed), TestEveryOperationHasACaller (never sent by package
+// tenant), each side's TestEveryOperationHasItsHandler (CheckHandlers), test/docs' TestArchitectureNamesEveryFrame
+// (not on the map), and the compiler (a DataPlane method without its Node or Plane end).
 var (
-	// gpuserver -> executor (start.go, session.go, chunks.go, control.go).
-	OpStart         = Op[Start, Started]{KindStart, ToExecutor}
-	OpSession       = Op[Session, None]{KindSession, ToExecutor} // files: [connection, ring memfd]
-	OpRegister      = Op[Function, None]{KindRegister, ToExecutor}
-	OpDeregister    = Op[Name, None]{KindDeregister, ToExecutor}
-	OpAcquire       = Op[Acquire, None]{KindAcquire, ToExecutor}
-	OpRelease       = Op[Release, Released]{KindRelease, ToExecutor}
-	OpExpire        = Op[Expire, None]{KindExpire, ToExecutor}
-	OpSwapIn        = Op[SwapIn, None]{KindSwapIn, ToExecutor}
-	OpEvict         = Op[Evict, None]{KindEvict, ToExecutor}
-	OpMarkUnhealthy = Op[MarkUnhealthy, None]{KindMarkUnhealthy, ToExecutor}
-	OpStatus        = Op[None, Status]{KindStatus, ToExecutor}
-	OpWaitReady     = Op[Name, None]{KindWaitReady, ToExecutor}
-	OpReclaim       = Op[Reclaim, Reclaimed]{KindReclaim, ToExecutor}
+	// gpuserver -> executor, answered by the executor's data plane (plane.go): no handler of their own.
+	OpDeregister = Serve(KindDeregister, func(d executor.DataPlane, ctx context.Context, n Name) error {
+		return d.Deregister(ctx, n.Function)
+	})
+	OpSwapIn = Serve(KindSwapIn, func(d executor.DataPlane, ctx context.Context, s SwapIn) error {
+		if err := d.Register(s.Function); err != nil { // as the in-process actuator does before a swap
+			return err
+		}
+		return d.SwapIn(ctx, s.Function, s.GPU, s.Source)
+	})
+	OpEvict = Serve(KindEvict, func(d executor.DataPlane, ctx context.Context, e Evict) error {
+		return d.Evict(ctx, e.Function, e.GPU)
+	})
+	OpWaitReady = Serve(KindWaitReady, func(d executor.DataPlane, ctx context.Context, n Name) error {
+		return d.WaitReady(ctx, n.Function)
+	})
+	OpMarkUnhealthy = Serve(KindMarkUnhealthy, func(d executor.DataPlane, _ context.Context, m MarkUnhealthy) error {
+		if m.GPU < 0 || m.GPU >= d.GPUs() {
+			return fmt.Errorf("%w: gpu %d", ErrProtocol, m.GPU)
+		}
+		d.MarkUnhealthy(m.GPU, fmt.Errorf("the gpuserver took it out of service: %s", m.Cause))
+		return nil
+	})
+	OpComputeShares = ServeAnswer(KindComputeShares, executor.DataPlane.ComputeShares) // compute.go
+
+	// gpuserver -> executor, answered by package tenantexec's own handlers (start.go, session.go, chunks.go,
+	// control.go): what carries descriptors or the executor process's own bookkeeping.
+	OpStart    = Op[Start, Started]{KindStart, ToExecutor}
+	OpSession  = Op[Session, None]{KindSession, ToExecutor} // files: [connection, ring memfd]
+	OpRegister = Op[Function, None]{KindRegister, ToExecutor}
+	OpAcquire  = Op[Acquire, None]{KindAcquire, ToExecutor}
+	OpRelease  = Op[Release, Released]{KindRelease, ToExecutor}
+	OpExpire   = Op[Expire, None]{KindExpire, ToExecutor}
+	OpStatus   = Op[None, Status]{KindStatus, ToExecutor}
+	OpReclaim  = Op[Reclaim, Reclaimed]{KindReclaim, ToExecutor}
 
 	// executor -> gpuserver.
 	OpBorrow          = Op[Borrow, Lent]{KindBorrow, ToGPUServer} // answer's files: one per chunk
@@ -42,17 +82,25 @@ var (
 	EventEvicted      = Event[Evicted]{KindEvicted, ToGPUServer}
 )
 
+// planeOps lists the data-plane operations above (PlaneRoutes serves them).
+func planeOps() []planeOp {
+	return []planeOp{OpDeregister, OpSwapIn, OpEvict, OpWaitReady, OpMarkUnhealthy, OpComputeShares}
+}
+
 // Ops lists every operation above, for the checks that each has its handler (ops_test.go checks that it lists
 // every one declared).
 func Ops() []Info {
-	return []Info{
-		OpStart.Info(), OpSession.Info(), OpRegister.Info(), OpDeregister.Info(), OpAcquire.Info(),
-		OpRelease.Info(), OpExpire.Info(), OpSwapIn.Info(), OpEvict.Info(), OpMarkUnhealthy.Info(),
-		OpStatus.Info(), OpWaitReady.Info(), OpReclaim.Info(),
+	var out []Info
+	for _, o := range planeOps() {
+		out = append(out, o.Info())
+	}
+	return append(out,
+		OpStart.Info(), OpSession.Info(), OpRegister.Info(), OpAcquire.Info(), OpRelease.Info(), OpExpire.Info(),
+		OpStatus.Info(), OpReclaim.Info(),
 		OpBorrow.Info(), OpReturn.Info(), OpReserveImages.Info(), OpReleaseImages.Info(), OpBindImplicit.Info(),
 		OpReleaseImplicit.Info(), EventSessionEnded.Info(), EventGPUFailed.Info(), EventFault.Info(),
 		EventEvicted.Info(),
-	}
+	)
 }
 
 // Dir says which side sends an operation's requests (the other side handles them).

@@ -43,6 +43,8 @@ type config struct {
 	limit     float64
 	rounds    int
 	out       string
+	throughUp bool   // through faas-gpu up (up.go)
+	bin       string // faas-gpu's binary, for -through-up
 }
 
 func main() {
@@ -67,6 +69,9 @@ func run(args []string, stdout io.Writer) error {
 	fs.Float64Var(&c.limit, "limit", 0.75, "each function's com.openfaas.gpu.compute.limit")
 	fs.IntVar(&c.rounds, "rounds", 3, "rounds of the gate's cost (alone, gated and not, alternating)")
 	fs.StringVar(&c.out, "out", "", "write the report here (markdown) as well as to stdout")
+	fs.BoolVar(&c.throughUp, "through-up", false, "run the functions through faas-gpu up (-bin) on the timed virtual GPU, "+
+		"invoked through its gateway, instead of on the virtual GPU directly")
+	fs.StringVar(&c.bin, "bin", "bin/faas-gpu", "faas-gpu's binary (make build), for -through-up")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -96,6 +101,9 @@ func run(args []string, stdout io.Writer) error {
 	b := &bench{c: c, dev: dev}
 	if b.busy, err = busyKernel(dev); err != nil {
 		return err
+	}
+	if c.throughUp {
+		return b.reportThroughUp(args, node.Name, node.GPUs[0].Name, stdout)
 	}
 
 	var rep strings.Builder
@@ -293,9 +301,10 @@ func (b *bench) request(ctx context.Context, st device.Stream) (time.Duration, e
 }
 
 type pairResult struct {
-	rps    float64
-	a, b   latencies
-	shares []compute.Share
+	rps     float64
+	a, b    latencies
+	shares  []compute.Share
+	metrics string // through up: the gpuserver's grant counters
 }
 
 // fifo is the exclusive binding: one request holds the GPU from acquire to release, the others wait in order.
