@@ -120,6 +120,8 @@ type engine struct {
 	// floor, when set, stops the run (stopped) once too many functions can no longer meet their SLO.
 	floor   *floorWatch
 	stopped bool
+	// shares are the GPUs' shared bindings (Config.Sharing, shareexec.go).
+	shares map[shareKey]*shareGPU
 }
 
 func newEngine(cfg *Config, keep bool) (*engine, error) {
@@ -176,7 +178,8 @@ func (e *engine) addNode(register func(fn int) bool) (*simNode, error) {
 	}
 	ctl, err := controller.New(controller.Config{Policy: cfg.Policy, Node: plan, Seed: cfg.Seed,
 		MaxInFlight: cfg.MaxInFlight, Prewarm: cfg.Prewarm, PartialResidency: cfg.PartialResidency,
-		Overload: cfg.Overload, SiblingSources: true, Admission: cfg.Admission, Alpha: cfg.Alpha})
+		Overload: cfg.Overload, SiblingSources: true, Admission: cfg.Admission, Alpha: cfg.Alpha,
+		Sharing: cfg.Sharing.controller()})
 	if err != nil {
 		return nil, err
 	}
@@ -389,8 +392,7 @@ func (e *engine) nodeEvents(n *simNode) error {
 			}
 			// The request ends once its execution, pipelined behind the transfer, is done: never before the last
 			// byte has arrived.
-			e.push(n, event{at: ri.swapStart + max(took, penalty+ri.exec), kind: evComplete, id: le.ID,
-				exec: ri.exec})
+			e.execute(n, ri, ri.swapStart+max(took, penalty+ri.exec), ri.exec)
 			if ri.out >= 0 {
 				e.outcomes[ri.out].SwapTime = penalty
 			}
@@ -430,6 +432,10 @@ func (e *engine) nodeEvents(n *simNode) error {
 			if err := e.ready(n, ev.fn, ev.inst); err != nil {
 				return err
 			}
+		case evShare:
+			if err := e.shareEvent(n, ev); err != nil {
+				return err
+			}
 		}
 	}
 	e.refresh(n)
@@ -466,6 +472,7 @@ func (e *engine) dispatch(n *simNode) error {
 		if ri == nil {
 			return fmt.Errorf("dispatched unknown request %d", d.Request)
 		}
+		ri.gpu = d.GPU
 		if n.dp != nil {
 			ri.gpu, ri.name = d.GPU, d.Function
 			if d.Swap == controller.SwapNVLink {
@@ -507,12 +514,12 @@ func (e *engine) dispatch(n *simNode) error {
 		case controller.SwapCold:
 			penalty := controller.DefaultColdStart + time.Duration(float64(d.Bytes)/1e9*float64(time.Second))
 			e.push(n, event{at: now + penalty, kind: evSwapDone, id: d.Request, took: penalty})
-			e.push(n, event{at: now + penalty + exec, kind: evComplete, id: d.Request, exec: exec})
+			e.execute(n, ri, now+penalty+exec, exec)
 			if ri.out >= 0 {
 				e.outcomes[ri.out].SwapTime = penalty
 			}
 		default:
-			e.push(n, event{at: now + exec, kind: evComplete, id: d.Request, exec: exec})
+			e.execute(n, ri, now+exec, exec)
 		}
 	}
 	return nil

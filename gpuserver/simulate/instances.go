@@ -182,6 +182,7 @@ func (e *engine) spec(fi int, name string) controller.Function {
 	if e.pin != nil {
 		spec.Pin = e.pin(fi)
 	}
+	e.shareSpec(fi, &spec)
 	return spec
 }
 

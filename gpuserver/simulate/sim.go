@@ -107,6 +107,10 @@ type Config struct {
 	// says Stopped, and its figures count only what finished until then (a sizing search needs no more than "this
 	// cluster misses the target"; an overloaded cluster is the slowest to simulate to the end).
 	StopBelow float64
+	// Sharing lets the functions whose models have a latency-against-share profile ask for compute shares and
+	// co-run on a GPU under a sharing policy (share.go); the zero value is exclusive: a GPU runs one request at a
+	// time, as before.
+	Sharing Sharing
 }
 
 // Assignments of models to functions (Config.Assign).
@@ -484,6 +488,12 @@ func (cfg *Config) check() error {
 	}
 	if err := cfg.autoscaleDefaults(); err != nil {
 		return err
+	}
+	if err := cfg.Sharing.check(); err != nil {
+		return err
+	}
+	if cfg.Sharing.On() && cfg.Sharing.Profile == nil {
+		cfg.Sharing.Profile = DefaultShareProfile()
 	}
 	switch {
 	case len(cfg.Models) == 0:
