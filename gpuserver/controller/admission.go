@@ -118,6 +118,9 @@ func (c *Controller) admit(now time.Time, fs *fnState) error {
 	}
 	c.counts.Refused++
 	fs.refused++
+	if c.tr.countRefused {
+		c.q.ObserveMissed(fs.Name)
+	}
 	return c.admissionError(fs, done)
 }
 
@@ -161,6 +164,9 @@ func (c *Controller) expireAdmitted(now time.Time) {
 			done = max(done, d)
 		}
 		fs.refused++
+		if c.tr.countRefused {
+			c.q.ObserveMissed(fs.Name)
+		}
 		c.ov.refused = append(c.ov.refused, Refusal{ID: r.ID, Err: c.admissionError(fs, done)})
 	}
 }

@@ -343,6 +343,9 @@ func (c *Controller) Register(now time.Time, f Function) error {
 		c.dropResidency(old)
 	}
 	fam, _ := pool.SplitInstance(f.Name)
+	if err := c.q.SetFamily(f.Name, fam); err != nil { // one SLO record over the function's instances
+		return fmt.Errorf("%w: %w", pool.ErrInvalidSpec, err)
+	}
 	fs := &fnState{Function: f, family: fam, footprint: footprint, exec: NewPredictor(f.ExecSeed),
 		swap: map[string]*Predictor{}, pinnedGPU: -1}
 	for _, kind := range []string{SwapPCIe, SwapNVLink} {

@@ -15,8 +15,8 @@ type Policy string
 const (
 	// PolicyFaaSGPU is faas-gpu's default: SLO-aware queueing with late requests demoted and the requests of
 	// functions that can spare a miss after those that cannot (queueing.Config.SpareLast; most needy first while
-	// the demand exceeds 0.75 of the GPUs), Torpor's interference-aware placement preferring GPUs that need no
-	// eviction, heaviness-aware eviction.
+	// the demand exceeds 0.75 of the GPUs; the admission rule's refusals count as misses there), Torpor's
+	// interference-aware placement preferring GPUs that need no eviction, heaviness-aware eviction.
 	PolicyFaaSGPU Policy = "faas-gpu"
 	// PolicyTorpor is Torpor as published: RRC groups, Algorithm 1, heaviness-aware eviction.
 	PolicyTorpor Policy = "torpor"
@@ -89,6 +89,7 @@ type traits struct {
 	deadlineAware bool    // predict swaps under link contention; wait when that meets a deadline a swap now misses
 	rescueShare   float64 // queueing.Config.RescueShare
 	spareLast     bool    // queueing.Config.SpareLast
+	countRefused  bool    // the admission rule's refusals are misses in the queue's record (Queue.ObserveMissed)
 	ownContext    bool    // each function carries its own CUDA context (native, keep-alive)
 	native        bool    // exec time is the native (not remoted) time
 	shed          bool    // overload control: shed the costliest functions when the node cannot serve all
@@ -98,7 +99,7 @@ func (p Policy) traits() traits {
 	switch p {
 	case PolicyFaaSGPU:
 		return traits{order: queueing.OrderSLOAware, place: placeInterference, heavyEviction: true, avoidEviction: true,
-			deadlineAware: true, rescueShare: DefaultRescueShare, spareLast: true, shed: true}
+			deadlineAware: true, rescueShare: DefaultRescueShare, spareLast: true, countRefused: true, shed: true}
 	case PolicyTorpor:
 		return traits{order: queueing.OrderTorpor, place: placeInterference, heavyEviction: true}
 	case PolicyFIFO:

@@ -32,6 +32,8 @@ func (c *Controller) Status() pool.Status {
 			f = &pool.FunctionStatus{FunctionSpec: fs.FunctionSpec, Resident: []int{}}
 			f.Name = fn
 			byName[fn] = f
+			// The instances of a function keep one SLO record (queueing.Queue.SetFamily): counted once.
+			f.Served, f.OnTime = s.Served, s.OnTime
 		}
 		if inst == "" {
 			f.FunctionSpec = fs.FunctionSpec
@@ -41,8 +43,6 @@ func (c *Controller) Status() pool.Status {
 		f.Queued += s.Waiting
 		f.Running += fs.inFlight
 		f.Resident = append(f.Resident, fs.replicas...)
-		f.Served += s.Served
-		f.OnTime += s.OnTime
 		f.Refused += fs.refused
 		f.Shed = f.Shed || fs.shed
 	}

@@ -39,7 +39,15 @@
 //     (faas-gpu), among the requests that can still make it those of functions that can spare a miss (m - p*n >=
 //     max(1, n*(1-p)/4)) go after those of functions that cannot, and while the owner says the node is pressed
 //     (SetPressed) they go most needy first (Torpor's need), so the function with the most misses to spare is
-//     served last.
+//     served last. A function that is lost for now (rrc > n, after at least 1/(1-p) requests) goes with those
+//     that can spare a miss, and last of them while the node is pressed.
+//
+// # The SLO record
+//
+// n counts the requests served (Observe) and those refused or dropped unserved (ObserveMissed: the admission
+// rule's refusals, which the faas-gpu policy counts as the function's SLO counts them); m those served on time.
+// The instances of one function (pool.InstanceKey) keep one record, their function's (SetFamily): the SLO is the
+// function's, over all its instances' requests, and an instance the autoscaler starts begins from it.
 //
 // # Cost
 //

@@ -83,8 +83,9 @@ type Request struct {
 
 // FunctionStats is the SLO bookkeeping of one function.
 type FunctionStats struct {
-	Served  int64         // n: requests observed
-	OnTime  int64         // m: of which within the deadline
+	Served  int64         // requests observed served (Observe)
+	Missed  int64         // requests observed refused or dropped unserved (ObserveMissed)
+	OnTime  int64         // m: of the served, within the deadline (n = Served + Missed)
 	RRC     float64       // (p*n - m)/(1 - p)
 	High    bool          // in the high-priority group
 	MeanLat time.Duration // mean observed latency
@@ -122,14 +123,23 @@ func (h *fnHeap) Pop() any {
 func (h fnHeap) head() *entry  { return h[0] }
 func (h fnHeap) isEmpty() bool { return len(h) == 0 }
 
+// books is the SLO bookkeeping of a function, shared by the queue's functions that are instances of it
+// (SetFamily): its SLO is the function's, over all its instances' requests.
+type books struct {
+	key    string  // the family's name
+	refs   int     // the queue's functions that keep these books
+	p      float64 // percentile as a fraction
+	served int64
+	missed int64 // ObserveMissed: refused or dropped without being served, each a miss
+	onTime int64
+	latSum time.Duration
+	high   bool
+}
+
 type function struct {
-	name       string
-	slo        time.Duration
-	p          float64 // percentile as a fraction
-	served     int64
-	onTime     int64
-	latSum     time.Duration
-	high       bool
+	name string
+	slo  time.Duration
+	*books
 	waiting    fnHeap // SLO-aware order: requests that can still meet their deadline
 	late       fnHeap // SLO-aware order: requests that can no longer, oldest first
 	activeSlot int    // index in Queue.active, -1 when no request waits
@@ -164,21 +174,36 @@ func (f *function) demoteLate(nowNS int64, rescue bool) {
 	}
 }
 
+// n is the function's requests observed: served, and refused or dropped unserved (each a miss).
+func (f *books) n() int64 { return f.served + f.missed }
+
 // spareShare: a function can spare a miss (SpareLast) while it keeps a quarter of its miss budget, (1-p) x n.
 const spareShare = 0.25
 
 // spare reports whether the function can lose its next request and still meet its SLO with a quarter of its miss
-// budget left: m - p*n >= max(1, spareShare*(1-p)*n) for n served, m of them on time, percentile p.
-func (f *function) spare() bool {
-	n := float64(f.served)
+// budget left: m - p*n >= max(1, spareShare*(1-p)*n) for n observed, m of them on time, percentile p.
+func (f *books) spare() bool {
+	n := float64(f.n())
 	return float64(f.onTime)-f.p*n >= max(1, spareShare*(1-f.p)*n)
 }
 
-func (f *function) rrc() float64 {
-	return (f.p*float64(f.served) - float64(f.onTime)) / (1 - f.p)
+// lost reports whether the function is so far below its SLO that it would need more requests on time in a row
+// to meet it again than it has had so far (rrc > n: more than twice its miss budget missed), once it has had a
+// whole miss budget's worth of requests (n >= 1/(1-p), 50 at the 98th percentile: before that one miss of a
+// new function would make it lost, and ordering it last would keep it so). SpareLast orders it
+// with the functions that can spare a miss, last of them near capacity: serving it first would spend the GPUs
+// on a function that cannot be saved soon, while functions at the edge of their budget lose theirs (Azure hour
+// 1, models drawn with seed 3: function 287's bert_qa, over its budget by thousands of refused requests).
+func (f *books) lost() bool {
+	n := float64(f.n())
+	return n >= 1/(1-f.p) && f.rrc() > n
 }
 
-func (f *function) meanLat() time.Duration {
+func (f *books) rrc() float64 {
+	return (f.p*float64(f.n()) - float64(f.onTime)) / (1 - f.p)
+}
+
+func (f *books) meanLat() time.Duration {
 	if f.served == 0 {
 		return 0
 	}
@@ -186,8 +211,8 @@ func (f *function) meanLat() time.Duration {
 }
 
 // need is Torpor's within-group metric: mean latency x (p*n - m).
-func (f *function) need() float64 {
-	return f.meanLat().Seconds() * (f.p*float64(f.served) - float64(f.onTime))
+func (f *books) need() float64 {
+	return f.meanLat().Seconds() * (f.p*float64(f.n()) - float64(f.onTime))
 }
 
 // Queue orders requests of many functions. It is not safe for concurrent use.
@@ -208,7 +233,8 @@ type Queue struct {
 	// observed lists the functions with served requests (the others are always high priority); changed says
 	// whether an observation, an SLO or alpha changed since the last regrouping, and met and seen are that
 	// regrouping's counts, reused while nothing changed.
-	observed  []*function
+	observed  []*books
+	families  map[string]*books // books by family name (SetFamily; a function's own name without one)
 	changed   bool
 	met, seen int
 	pressed   bool // SetPressed
@@ -252,7 +278,8 @@ func New(cfg Config) (*Queue, error) {
 	if cfg.Alpha > 0 {
 		alpha = cfg.Alpha
 	}
-	return &Queue{cfg: cfg, fns: map[string]*function{}, byID: map[uint64]*entry{}, alpha: alpha, metShare: 1}, nil
+	return &Queue{cfg: cfg, fns: map[string]*function{}, families: map[string]*books{}, byID: map[uint64]*entry{},
+		alpha: alpha, metShare: 1}, nil
 }
 
 // Config returns the queue's configuration with defaults filled in.
@@ -272,8 +299,9 @@ func (q *Queue) SetFunction(name string, slo time.Duration, percentile float64) 
 	}
 	f := q.fns[name]
 	if f == nil {
-		f = &function{name: name, high: true, activeSlot: -1}
+		f = &function{name: name, activeSlot: -1}
 		q.fns[name] = f
+		q.keep(f, name)
 	}
 	f.slo, f.p = slo, percentile/100
 	q.changed = true
@@ -298,11 +326,52 @@ func (q *Queue) RemoveFunction(name string) []Request {
 	f.waiting, f.late = nil, nil
 	q.deactivate(f)
 	delete(q.fns, name)
-	if i := slices.Index(q.observed, f); i >= 0 {
-		q.observed = slices.Delete(q.observed, i, i+1)
-	}
+	q.drop(f)
 	q.changed = true
 	return out
+}
+
+// SetFamily makes function's SLO bookkeeping that of family, shared with every other function of the queue set to
+// the same family: the instances of one function (pool.InstanceKey) are judged by one SLO, their function's, over
+// all their requests, so a new instance starts from its function's record, not from nothing. Call it before the
+// function's requests are observed: what was observed under its previous books stays with them.
+func (q *Queue) SetFamily(function, family string) error {
+	f := q.fns[function]
+	if f == nil {
+		return fmt.Errorf("%w: %q", ErrUnknownFunction, function)
+	}
+	if f.books.key == family {
+		return nil
+	}
+	p := f.p
+	q.drop(f)
+	q.keep(f, family)
+	f.p = p
+	q.changed = true
+	return nil
+}
+
+// keep gives f the books of family, new ones when none is kept.
+func (q *Queue) keep(f *function, family string) {
+	b := q.families[family]
+	if b == nil {
+		b = &books{key: family, high: true}
+		q.families[family] = b
+	}
+	b.refs++
+	f.books = b
+}
+
+// drop releases f's books, forgotten once no function keeps them.
+func (q *Queue) drop(f *function) {
+	b := f.books
+	if b.refs--; b.refs > 0 {
+		return
+	}
+	delete(q.families, b.key)
+	if i := slices.Index(q.observed, b); i >= 0 {
+		q.observed = slices.Delete(q.observed, i, i+1)
+	}
 }
 
 // Len is the number of waiting requests.
@@ -394,8 +463,8 @@ func (q *Queue) Observe(function string, onTime bool, latency time.Duration) {
 	if f == nil {
 		return
 	}
-	if f.served == 0 {
-		q.observed = append(q.observed, f)
+	if f.n() == 0 {
+		q.observed = append(q.observed, f.books)
 	}
 	f.served++
 	if onTime {
@@ -405,14 +474,28 @@ func (q *Queue) Observe(function string, onTime bool, latency time.Duration) {
 	q.changed = true
 }
 
+// ObserveMissed records one request of function that was refused or dropped without being served (the admission
+// rule's refusals): a miss in the SLO bookkeeping, as the function's SLO counts it, with no latency observed.
+func (q *Queue) ObserveMissed(function string) {
+	f := q.fns[function]
+	if f == nil {
+		return
+	}
+	if f.n() == 0 {
+		q.observed = append(q.observed, f.books)
+	}
+	f.missed++
+	q.changed = true
+}
+
 // Stats returns a function's SLO bookkeeping; ok is false for an unknown function.
 func (q *Queue) Stats(function string) (FunctionStats, bool) {
 	f := q.fns[function]
 	if f == nil {
 		return FunctionStats{}, false
 	}
-	return FunctionStats{Served: f.served, OnTime: f.onTime, RRC: f.rrc(), High: f.high, MeanLat: f.meanLat(),
-		Waiting: f.count()}, true
+	return FunctionStats{Served: f.served, Missed: f.missed, OnTime: f.onTime, RRC: f.rrc(), High: f.high,
+		MeanLat: f.meanLat(), Waiting: f.count()}, true
 }
 
 // Alpha is the current fraction of the expected cost admitted to the high-priority group.
@@ -481,6 +564,11 @@ func (q *Queue) pick(now time.Time, eligible func(string) bool) *function {
 			switch {
 			case h.late || h.slack == math.MaxInt64:
 				tier += 2 // late or without a deadline: after every request that can still make it
+			case q.cfg.SpareLast && f.lost():
+				tier++ // its function is lost for now: with those that can spare a miss
+				if q.pressed {
+					key = math.Inf(1) // near capacity: after them
+				}
 			case q.cfg.SpareLast && f.spare():
 				tier++ // its function can spare a miss: after those whose function cannot
 				if q.pressed {
@@ -648,14 +736,14 @@ func (q *Queue) Regroup(now time.Time) {
 // them meet their SLO.
 func (q *Queue) group() (met, seen int) {
 	type fc struct {
-		f    *function
+		f    *books
 		cost float64
 	}
 	costs := make([]fc, 0, len(q.observed))
 	var total float64
 	for _, f := range q.observed {
 		seen++
-		if float64(f.onTime) >= f.p*float64(f.served) {
+		if float64(f.onTime) >= f.p*float64(f.n()) {
 			met++
 		}
 		costs = append(costs, fc{f, f.meanLat().Seconds() * f.rrc()})
@@ -667,7 +755,7 @@ func (q *Queue) group() (met, seen int) {
 			}
 			return 1
 		}
-		if a.f.name < b.f.name {
+		if a.f.key < b.f.key {
 			return -1
 		}
 		return 1
