@@ -21,6 +21,7 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/openfaas/faas-provider/auth"
 	"github.com/openfaas/faas-provider/types"
 
 	"github.com/faas-gpu/faas-gpu/gpuserver/controller"
@@ -28,6 +29,7 @@ import (
 	"github.com/faas-gpu/faas-gpu/gpuserver/simulate"
 	"github.com/faas-gpu/faas-gpu/gpuserver/simulate/replay"
 	"github.com/faas-gpu/faas-gpu/gpuserver/topology"
+	"github.com/faas-gpu/faas-gpu/provider/autoscale"
 	"github.com/faas-gpu/faas-gpu/provider/basicauth"
 )
 
@@ -42,6 +44,21 @@ type replayReport struct {
 	Accounting replay.Accounting  `json:"accounting"`
 	Difference replayDifferences  `json:"difference"`
 	Functions  []replayFunctionFx `json:"functions"`
+	// Instances compares the replica counts over the window of every function that scaled on either side
+	// (--scale-labels); absent without scale labels (one instance each, throughout).
+	Instances *replayInstances `json:"instances,omitempty"`
+}
+
+// replayInstances is the autoscaled replay's instance comparison: the labels both sides ran with and, per
+// function that scaled, its instances over time.
+type replayInstances struct {
+	Labels          map[string]string       `json:"labels"`
+	ScaleDownWindow float64                 `json:"scale_down_window_s"`
+	Interval        float64                 `json:"autoscale_interval_s"`
+	InstanceStart   float64                 `json:"sim_instance_start_s"`
+	SampleEvery     float64                 `json:"sample_every_s"`
+	PollError       string                  `json:"poll_error,omitempty"`
+	Functions       []replay.InstanceSeries `json:"functions"`
 }
 
 type replayWindow struct {
@@ -82,6 +99,9 @@ type replayFunctionFx struct {
 	// over requests), which adds the request's work in the function's process between acquire and release.
 	ExecMS float64 `json:"exec_ms"`
 	HoldMS float64 `json:"binding_hold_ms"`
+	// Timing is where the function's process spent its requests' time (--timing; the three busiest functions,
+	// one instance each), in the window's time like HoldMS.
+	Timing *replay.Timing `json:"timing,omitempty"`
 }
 
 func runReplay(ctx context.Context, args []string, stdout, stderr io.Writer) error {
@@ -118,6 +138,22 @@ func runReplay(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		"divided by it, so that the host's CPU costs (the gateway, the function's process, acquire and release) "+
 		"weigh that many times less against the GPU's; 1: real time")
 	readyTimeout := fs.Duration("deploy-timeout", 5*time.Minute, "how long the functions may take to be ready")
+	scaleArg := fs.String("scale-labels", "", "deploy every function with these com.openfaas.scale.* labels, "+
+		"comma-separated (e.g. max=8 or min=1,max=4,target-proportion=0.9; the prefix may be left out), so that "+
+		"up's autoscaler scales its instances, and run the simulator's autoscaler with the policy they parse to; "+
+		"empty: one instance each without scale labels, what up gives a function deployed as stack.yml's are")
+	scaleWindow := fs.Duration("scale-down-window", autoscale.DefaultScaleDownWindow, "with -scale-labels: up's "+
+		"and the simulator's -scale-down-window")
+	scaleInterval := fs.Duration("autoscale-interval", autoscale.DefaultInterval, "with -scale-labels: up's and "+
+		"the simulator's -autoscale-interval")
+	instanceStart := fs.Duration("instance-start", simulate.DefaultInstanceStart, "with -scale-labels: how long a "+
+		"new instance takes to serve in the simulator (the real node's is its own: the replica's process starting, "+
+		"the shim's session, the model's allocation and writes)")
+	timing := fs.Bool("timing", false, "time each request's phases in the functions' processes (the acquire's "+
+		"and the release's round trips, the template's work around the handler, the launch and the synchronize) "+
+		"and report them for the three busiest functions: where a binding's hold beyond the kernel goes")
+	sampleEvery := fs.Duration("sample-every", time.Second, "with -scale-labels: how often the real node's "+
+		"replica counts are read (GET /system/functions) for the comparison over time")
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
@@ -137,6 +173,23 @@ func runReplay(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		return flagErr("time-scale", errors.New("must be in [1, 100]"))
 	case *readyTimeout <= 0:
 		return flagErr("deploy-timeout", errors.New("must be positive"))
+	case *scaleInterval <= 0:
+		return flagErr("autoscale-interval", errors.New("must be positive"))
+	case *scaleWindow < 0:
+		return flagErr("scale-down-window", errors.New("must not be negative"))
+	case *instanceStart < 0:
+		return flagErr("instance-start", errors.New("must not be negative"))
+	case *sampleEvery <= 0:
+		return flagErr("sample-every", errors.New("must be positive"))
+	}
+	scaleLabels, scaling, err := replay.ParseScaleLabels(*scaleArg, simulate.DefaultMaxInstances)
+	if err != nil {
+		return flagErr("scale-labels", err)
+	}
+	autoscaled := scaleLabels != nil
+	if autoscaled && scaling.Min == 0 {
+		return flagErr("scale-labels", errors.New("min 0: a replay deploys every function awake (give min 1 or "+
+			"more)"))
 	}
 	var rows []int
 	if *rowsArg != "" {
@@ -204,7 +257,19 @@ func runReplay(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	cfg := simulate.Config{Arrivals: arrivals, Models: ms, Functions: len(fns), Node: node, Policy: policy,
 		Seed: *seed, Overload: overload, Admission: admission, MaxInFlight: simulate.DefaultMaxInFlight,
 		Instances: 1, Prewarm: *warm, DataPlane: true, DataPlaneContextBytes: simulate.NoDataPlaneContext}
-	predicted, err := simulate.Run(cfg, false)
+	if autoscaled {
+		// up's autoscaler, as the labels ask, with up's settings (simulate.Config: a zero window or start is the
+		// default, a negative one at once).
+		cfg.Instances, cfg.Autoscale, cfg.Scaling, cfg.AutoscaleInterval = 0, true, scaling, *scaleInterval
+		cfg.ScaleDownWindow, cfg.InstanceStart = *scaleWindow, *instanceStart
+		if cfg.ScaleDownWindow == 0 {
+			cfg.ScaleDownWindow = -1
+		}
+		if cfg.InstanceStart == 0 {
+			cfg.InstanceStart = -1
+		}
+	}
+	predicted, err := simulate.Run(cfg, autoscaled)
 	if err != nil {
 		return fmt.Errorf("simulate: %w", err)
 	}
@@ -233,18 +298,34 @@ func runReplay(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	if *gpuMemory != "" {
 		upArgs = append(upArgs, "--gpu-memory", *gpuMemory)
 	}
+	if autoscaled { // the autoscaler's clock runs on the wall clock: in slow motion its times are scaled too
+		upArgs = append(upArgs, "--scale-down-window", scaleDuration(*scaleWindow, *timeScale).String(),
+			"--autoscale-interval", scaleDuration(*scaleInterval, *timeScale).String())
+	}
 	u, err := startReplayUp(ctx, upArgs, filepath.Join(dir, "up.log"))
 	if err != nil {
 		return err
 	}
 	defer u.stop(stderr)
 	fmt.Fprintf(stderr, "faas-gpu replay: up on %s (log %s); deploying %d functions\n", u.url, u.logPath, len(fns))
-	if err := u.deploy(ctx, stateDir, fns, *timeScale, *readyTimeout); err != nil {
+	initial := 1
+	if autoscaled {
+		initial = int(scaling.Min)
+	}
+	deployOpt := replay.DeployOptions{Scale: scaleLabels, Timing: *timing}
+	if err := u.deploy(ctx, stateDir, fns, *timeScale, deployOpt, initial, *readyTimeout); err != nil {
 		return err
 	}
 	if *warm {
 		if err := u.warm(ctx, fns, time.Duration(float64(*timeout)**timeScale)); err != nil {
 			return err
+		}
+	}
+	if *timing { // the warm-up's phases are not the window's
+		for _, f := range fns {
+			if _, err := u.timing(ctx, f.Name, *timeScale); err != nil {
+				return err
+			}
 		}
 	}
 	var gs readerFlags
@@ -262,8 +343,20 @@ func runReplay(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	}
 	load := replayLoad{Before: loadAverage()}
 	fmt.Fprintf(stderr, "faas-gpu replay: %d requests over %v (load %s)\n", len(arrivals), *length, load.Before)
+	var samples []replay.Sample
+	var pollErr error
+	polled := make(chan struct{})
+	pollCtx, stopPoll := context.WithCancel(ctx)
+	go func() {
+		defer close(polled)
+		if autoscaled {
+			samples, pollErr = replay.PollReplicas(pollCtx, *sampleEvery, *timeScale, u.replicasOf(fns))
+		}
+	}()
 	recs := replay.Fire(ctx, replay.Client(), u.url, fns, arrivals, *timeScale,
 		time.Duration(float64(*timeout)**timeScale))
+	stopPoll()
+	<-polled
 	load.After = loadAverage()
 	if err := ctx.Err(); err != nil {
 		return err
@@ -299,6 +392,15 @@ func runReplay(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		Accounting: replay.Account(recs),
 		Difference: replayDifferences{EndToEnd: replay.Compare(e2e, predicted), GPUServer: replay.Compare(atServer, predicted)},
 	}
+	if autoscaled {
+		ri := &replayInstances{Labels: scaleLabels, ScaleDownWindow: scaleWindow.Seconds(),
+			Interval: scaleInterval.Seconds(), InstanceStart: instanceStart.Seconds(), SampleEvery: sampleEvery.Seconds(),
+			Functions: replay.CompareInstances(fns, samples, predicted.Scaling, initial, *instanceStart)}
+		if pollErr != nil {
+			ri.PollError = pollErr.Error()
+		}
+		rep.Instances = ri
+	}
 	counts := make([]int, len(fns))
 	for _, a := range arrivals {
 		counts[a.Function]++
@@ -310,6 +412,21 @@ func runReplay(ctx context.Context, args []string, stdout, stderr io.Writer) err
 			fx.HoldMS = math.Round(h[0]/h[1]/(*timeScale)*1e6) / 1e3
 		}
 		rep.Functions = append(rep.Functions, fx)
+	}
+	if *timing {
+		busiest := slices.Clone(rep.Functions)
+		slices.SortStableFunc(busiest, func(a, b replayFunctionFx) int { return b.Requests - a.Requests })
+		for _, f := range busiest[:min(3, len(busiest))] {
+			t, err := u.timing(ctx, f.Name, *timeScale)
+			if err != nil {
+				return err
+			}
+			for i := range rep.Functions {
+				if rep.Functions[i].Name == f.Name {
+					rep.Functions[i].Timing = &t
+				}
+			}
+		}
 	}
 	if *workDir != "" {
 		if err := writeReplayRecords(filepath.Join(dir, "requests.csv"), fns, recs); err != nil {
@@ -346,6 +463,22 @@ func writeReplayTable(w io.Writer, rep replayReport) {
 	for _, f := range busiest[:min(3, len(busiest))] {
 		fmt.Fprintf(w, "%s (row %d): %d requests, GPU time %.1f ms, binding held %.1f ms on average\n", f.Name, f.Row,
 			f.Requests, f.ExecMS, f.HoldMS)
+		if t := f.Timing; t != nil {
+			fmt.Fprintf(w, "  its process, mean (p90) ms over %d requests: acquire round trip %.2f (%.2f), template "+
+				"before %.2f (%.2f), launch %.2f (%.2f), synchronize %.2f (%.2f), template after %.2f (%.2f), "+
+				"release round trip %.2f (%.2f)\n", t.Requests, t.AcquireRoundTrip.Mean, t.AcquireRoundTrip.P90,
+				t.TemplateBefore.Mean, t.TemplateBefore.P90, t.Launch.Mean, t.Launch.P90, t.Synchronize.Mean,
+				t.Synchronize.P90, t.TemplateAfter.Mean, t.TemplateAfter.P90, t.ReleaseRoundTrip.Mean,
+				t.ReleaseRoundTrip.P90)
+		}
+	}
+	if in := rep.Instances; in != nil {
+		fmt.Fprintf(w, "instances (ready, real/simulator; labels %v):\n", in.Labels)
+		for _, s := range in.Functions {
+			fmt.Fprintf(w, "  %s: mean %.2f/%.2f, peak %d/%d, ups %d/%d, downs %d/%d, mean |difference| %.2f; %s\n",
+				s.Function, s.RealMean, s.SimMean, s.RealPeak, s.SimPeak, s.RealUps, s.SimUps, s.RealDowns,
+				s.SimDowns, s.MeanAbsDiff, s.Timeline(10*time.Second))
+		}
 	}
 	a := rep.Accounting
 	fmt.Fprintf(w, "accounting: sent %d = ok %d + refused %d + failed %d + lost %d; send lag p99 %.1f ms; load %s -> %s\n",
@@ -387,6 +520,8 @@ type replayUp struct {
 	log     *os.File
 	done    chan struct{}
 	client  *http.Client
+	// creds are up's gateway credentials (read by deploy).
+	creds *auth.BasicAuthCredentials
 }
 
 func startReplayUp(ctx context.Context, args []string, logPath string) (*replayUp, error) {
@@ -452,61 +587,119 @@ func (u *replayUp) until(ctx context.Context, limit time.Duration, what string, 
 	}
 }
 
-// deploy deploys the functions through the gateway's /system/functions and waits until each has a ready replica.
+// system calls the gateway's /system API with up's credentials; out, when given, is filled from the JSON answer.
+func (u *replayUp) system(ctx context.Context, method, path string, body any, out any) error {
+	var r io.Reader
+	if body != nil {
+		raw, err := json.Marshal(body)
+		if err != nil {
+			return err
+		}
+		r = bytes.NewReader(raw)
+	}
+	req, err := http.NewRequestWithContext(ctx, method, u.url+path, r)
+	if err != nil {
+		return err
+	}
+	req.SetBasicAuth(u.creds.User, u.creds.Password)
+	if body != nil {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	resp, err := u.client.Do(req)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	raw, _ := io.ReadAll(resp.Body)
+	if resp.StatusCode >= 300 {
+		return fmt.Errorf("%s %s: %d %s", method, path, resp.StatusCode, strings.TrimSpace(string(raw)))
+	}
+	if out != nil {
+		return json.Unmarshal(raw, out)
+	}
+	return nil
+}
+
+// deploy deploys the functions through the gateway's /system/functions, with the scale labels given, and waits
+// until each has `ready` ready replicas.
 func (u *replayUp) deploy(ctx context.Context, stateDir string, fns []replay.Function, timeScale float64,
-	limit time.Duration) error {
+	opt replay.DeployOptions, ready int, limit time.Duration) error {
 	creds, err := basicauth.Read(filepath.Join(stateDir, "secrets"))
 	if err != nil {
 		return fmt.Errorf("replay: up's credentials: %w", err)
 	}
-	system := func(method, path string, body any, out any) error {
-		var r io.Reader
-		if body != nil {
-			raw, err := json.Marshal(body)
-			if err != nil {
-				return err
-			}
-			r = bytes.NewReader(raw)
-		}
-		req, err := http.NewRequestWithContext(ctx, method, u.url+path, r)
-		if err != nil {
-			return err
-		}
-		req.SetBasicAuth(creds.User, creds.Password)
-		if body != nil {
-			req.Header.Set("Content-Type", "application/json")
-		}
-		resp, err := u.client.Do(req)
-		if err != nil {
-			return err
-		}
-		defer resp.Body.Close()
-		raw, _ := io.ReadAll(resp.Body)
-		if resp.StatusCode >= 300 {
-			return fmt.Errorf("%s %s: %d %s", method, path, resp.StatusCode, strings.TrimSpace(string(raw)))
-		}
-		if out != nil {
-			return json.Unmarshal(raw, out)
-		}
-		return nil
-	}
+	u.creds = creds
 	for _, f := range fns {
-		if err := system(http.MethodPost, "/system/functions", f.Deployment(timeScale), nil); err != nil {
+		if err := u.system(ctx, http.MethodPost, "/system/functions", f.Deployment(timeScale, opt), nil); err != nil {
 			return fmt.Errorf("replay: deploy %s: %w", f.Name, err)
 		}
 	}
 	return u.until(ctx, limit, "every function to be ready", func() error {
 		for _, f := range fns {
 			var st types.FunctionStatus
-			if err := system(http.MethodGet, "/system/function/"+f.Name, nil, &st); err != nil {
+			if err := u.system(ctx, http.MethodGet, "/system/function/"+f.Name, nil, &st); err != nil {
 				return err
 			}
-			if st.AvailableReplicas < 1 {
-				return fmt.Errorf("%s has no ready replica", f.Name)
+			if st.AvailableReplicas < uint64(ready) {
+				return fmt.Errorf("%s has %d ready replicas of %d", f.Name, st.AvailableReplicas, ready)
 			}
 		}
 		return nil
 	})
+}
+
+// replicasOf reads every function's replicas (GET /system/functions), by the functions' index.
+func (u *replayUp) replicasOf(fns []replay.Function) func(context.Context) ([]replay.Replicas, error) {
+	index := make(map[string]int, len(fns))
+	for i, f := range fns {
+		index[f.Name] = i
+	}
+	return func(ctx context.Context) ([]replay.Replicas, error) {
+		var list []types.FunctionStatus
+		if err := u.system(ctx, http.MethodGet, "/system/functions", nil, &list); err != nil {
+			return nil, err
+		}
+		out := make([]replay.Replicas, len(fns))
+		for _, st := range list {
+			if i, ok := index[st.Name]; ok {
+				out[i] = replay.Replicas{Desired: int(st.Replicas), Ready: int(st.AvailableReplicas)}
+			}
+		}
+		return out, nil
+	}
+}
+
+// scaleDuration is d times k.
+func scaleDuration(d time.Duration, k float64) time.Duration { return time.Duration(float64(d) * k) }
+
+// timing asks function name's process for its requests' phases (replay.Timing; --timing) and starts them
+// afresh; the durations are divided by timeScale (the window's time). With several instances one answers.
+func (u *replayUp) timing(ctx context.Context, name string, timeScale float64) (replay.Timing, error) {
+	c := &http.Client{Timeout: 30 * time.Second * time.Duration(max(1, timeScale))}
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, u.url+"/function/"+name+"?timing=1",
+		strings.NewReader("{}"))
+	if err != nil {
+		return replay.Timing{}, err
+	}
+	resp, err := c.Do(req)
+	if err != nil {
+		return replay.Timing{}, fmt.Errorf("replay: timing of %s: %w", name, err)
+	}
+	defer resp.Body.Close()
+	raw, _ := io.ReadAll(resp.Body)
+	if resp.StatusCode != http.StatusOK {
+		return replay.Timing{}, fmt.Errorf("replay: timing of %s: %d %s", name, resp.StatusCode,
+			strings.TrimSpace(string(raw)))
+	}
+	var t replay.Timing
+	if err := json.Unmarshal(raw, &t); err != nil {
+		return replay.Timing{}, fmt.Errorf("replay: timing of %s: %w", name, err)
+	}
+	for _, p := range []*replay.PhaseTiming{&t.AcquireRoundTrip, &t.TemplateBefore, &t.Launch, &t.Synchronize,
+		&t.TemplateAfter, &t.ReleaseRoundTrip} {
+		p.Mean, p.P50, p.P90 = p.Mean/timeScale, p.P50/timeScale, p.P90/timeScale
+	}
+	return t, nil
 }
 
 // warm calls every function once, one after another, and wants 200 from each.

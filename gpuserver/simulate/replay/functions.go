@@ -31,7 +31,40 @@ const Template = "gpu-python"
 const (
 	EnvModelBytes = "REPLAY_MODEL_BYTES"
 	EnvExecNS     = "REPLAY_EXEC_NS"
+	// EnvTiming makes the function time each request's phases in its process (Timing).
+	EnvTiming = "REPLAY_TIMING"
 )
+
+// DeployOptions are what a replay may change in the functions' deployments.
+type DeployOptions struct {
+	// Scale are com.openfaas.scale.* labels (ParseScaleLabels); none: one instance.
+	Scale map[string]string
+	// Timing sets EnvTiming: each request's phases are timed in the function's process, answered to a request
+	// with the query timing=1 (Timing).
+	Timing bool
+}
+
+// Timing is one function process's phases of the requests it served (function/handler.py with EnvTiming), in
+// milliseconds: the acquire's round trip to the gpuserver less the request's wait in its queue, the template's
+// work between the acquire's answer and the handler, the launch (its remoted call), the synchronize (the kernel
+// and the call's round trip), the template's work between the handler's end and the release, and the release's
+// round trip.
+type Timing struct {
+	Requests         int         `json:"requests"`
+	AcquireRoundTrip PhaseTiming `json:"acquire_round_trip"`
+	TemplateBefore   PhaseTiming `json:"template_before"`
+	Launch           PhaseTiming `json:"launch"`
+	Synchronize      PhaseTiming `json:"synchronize"`
+	TemplateAfter    PhaseTiming `json:"template_after"`
+	ReleaseRoundTrip PhaseTiming `json:"release_round_trip"`
+}
+
+// PhaseTiming is one phase's mean, median and 90th percentile (ms).
+type PhaseTiming struct {
+	Mean float64 `json:"mean_ms"`
+	P50  float64 `json:"p50_ms"`
+	P90  float64 `json:"p90_ms"`
+}
 
 //go:embed function
 var functionFiles embed.FS
@@ -88,17 +121,27 @@ func dnsName(s string) string {
 
 // Deployment is f's deployment: a GPU function (memory quota, SLO and percentile annotations) of the model
 // function, whose model size and GPU time per request are f's model's weights and remoted execution time (what
-// the simulator charges the faas-gpu policy), with the product's defaults for everything else (one instance, no
-// scaling labels). timeScale is the timed virtual GPU's (up's --sim-time-scale, 1 in real time): every modelled
-// duration takes that many times longer, so the SLO the gpuserver holds the function to is scaled with it.
-func (f Function) Deployment(timeScale float64) types.FunctionDeployment {
+// the simulator charges the faas-gpu policy), with the product's defaults for everything else: one instance
+// without scaling labels unless scale gives com.openfaas.scale.* labels (ParseScaleLabels), which up's
+// autoscaler then follows. timeScale is the timed virtual GPU's (up's --sim-time-scale, 1 in real time): every
+// modelled duration takes that many times longer, so the SLO the gpuserver holds the function to is scaled with
+// it.
+func (f Function) Deployment(timeScale float64, opt DeployOptions) types.FunctionDeployment {
+	labels := map[string]string{}
+	for k, v := range opt.Scale {
+		labels[k] = v
+	}
+	env := map[string]string{
+		EnvModelBytes: strconv.FormatUint(f.Model.WeightsBytes, 10),
+		EnvExecNS:     strconv.FormatInt(int64(f.Model.Remote), 10),
+	}
+	if opt.Timing {
+		env[EnvTiming] = "1"
+	}
 	return types.FunctionDeployment{
 		Service: f.Name, Image: Image, EnvProcess: "python3 index.py",
-		EnvVars: map[string]string{
-			EnvModelBytes: strconv.FormatUint(f.Model.WeightsBytes, 10),
-			EnvExecNS:     strconv.FormatInt(int64(f.Model.Remote), 10),
-		},
-		Labels: &map[string]string{},
+		EnvVars: env,
+		Labels:  &labels,
 		Annotations: &map[string]string{
 			contract.AnnotationMemory:     strconv.FormatUint(f.QuotaBytes>>20, 10) + "Mi",
 			contract.AnnotationSLO:        time.Duration(float64(f.SLO) * timeScale).String(),

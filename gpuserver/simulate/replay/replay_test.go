@@ -108,12 +108,12 @@ func TestFunctionsAreTheSimulators(t *testing.T) {
 	if fns[1].SLO != 200*time.Millisecond || fns[1].Percentile != 90 || fns[1].QuotaBytes != 1193<<20 {
 		t.Errorf("big: %+v (want SLO 200ms, percentile 90, quota ceil(1e9*1.25/MiB) MiB)", fns[1])
 	}
-	d := fns[1].Deployment(1)
+	d := fns[1].Deployment(1, DeployOptions{})
 	if d.Image != Image || d.EnvVars[EnvExecNS] != "40000000" || d.EnvVars[EnvModelBytes] != "1000000000" ||
 		(*d.Annotations)["com.openfaas.gpu.memory"] != "1193Mi" || (*d.Annotations)["com.openfaas.gpu.slo"] != "200ms" {
 		t.Errorf("deployment %+v %v", d, *d.Annotations)
 	}
-	if d := fns[1].Deployment(3); (*d.Annotations)["com.openfaas.gpu.slo"] != "600ms" || d.EnvVars[EnvExecNS] != "40000000" {
+	if d := fns[1].Deployment(3, DeployOptions{}); (*d.Annotations)["com.openfaas.gpu.slo"] != "600ms" || d.EnvVars[EnvExecNS] != "40000000" {
 		t.Errorf("in slow motion, 3 times: %v %v (want the SLO scaled, the GPU time not: the GPU scales it)",
 			*d.Annotations, d.EnvVars)
 	}
