@@ -50,9 +50,18 @@ func TestCoRunnersGetTheirSharesThroughExecutors(t *testing.T) {
 	if testing.Short() {
 		t.Skip("runs Python processes through the shim and executor processes")
 	}
+	for _, mode := range []string{"process"} { // in-process, a GPU serves one tenant at a time (executor.ErrBusy)
+		t.Run(mode, func(t *testing.T) { coRunnersGetTheirShares(t, mode == "process") })
+	}
+}
+
+func coRunnersGetTheirShares(t *testing.T, processes bool) {
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
-	tc, _ := tenantConfig(t)
+	var tc *TenantConfig
+	if processes {
+		tc, _ = tenantConfig(t)
+	}
 	s := startOneGPU(ctx, t, Config{DeviceReserveBytes: 256 << 20, Tenants: tc, SimTimeScale: 1,
 		ComputeSharing: true})
 	defer stop(t, s)
