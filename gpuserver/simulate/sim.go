@@ -155,16 +155,12 @@ type Result struct {
 	FunctionsBusy    int `json:"functions_busy"`
 	FunctionsBusyMet int `json:"functions_busy_slo_met"`
 	// P50, P98 and P99 are of the served (admitted) requests' latencies over their deadline.
-	P50 float64 `json:"latency_p50_over_deadline"`
-	P98 float64 `json:"latency_p98_over_deadline"`
-	P99 float64 `json:"latency_p99_over_deadline"`
-	// P95 is the 95th percentile of the same (the sharing benchmark's figure).
-	P95 float64 `json:"latency_p95_over_deadline,omitempty"`
-	// CoRunBound counts the requests bound beside another binding (Config.Sharing: the controller's co-runners).
-	CoRunBound int64     `json:"corun_bound,omitempty"`
-	GPUBusy    []float64 `json:"gpu_busy_fraction"`
-	Swaps      Swaps     `json:"swaps"`
-	Evictions  int64     `json:"evictions"`
+	P50       float64   `json:"latency_p50_over_deadline"`
+	P98       float64   `json:"latency_p98_over_deadline"`
+	P99       float64   `json:"latency_p99_over_deadline"`
+	GPUBusy   []float64 `json:"gpu_busy_fraction"`
+	Swaps     Swaps     `json:"swaps"`
+	Evictions int64     `json:"evictions"`
 	// DataPlaneEvictions counts the copies the data plane dropped on its own, by reason (Config.DataPlane:
 	// "pressure"; "swap-failed" for a swap that found no chunks, whose request failed), as the controller counts
 	// them (faas_gpu_evictions_total{by}); Evictions counts the controller's.
@@ -184,6 +180,11 @@ type Result struct {
 	// decision.
 	PerRequest []Outcome    `json:"-"`
 	Scaling    []ScaleEvent `json:"-"`
+
+	// P95 is the 95th percentile of the served requests' latency over their deadline (the sharing benchmark's
+	// figure); CoRunBound counts the requests bound beside another binding (Config.Sharing).
+	P95        float64 `json:"latency_p95_over_deadline,omitempty"`
+	CoRunBound int64   `json:"corun_bound,omitempty"`
 }
 
 // AutoscalerResult sums up the autoscaler's decisions over a run.
