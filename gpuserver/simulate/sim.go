@@ -180,6 +180,11 @@ type Result struct {
 	// decision.
 	PerRequest []Outcome    `json:"-"`
 	Scaling    []ScaleEvent `json:"-"`
+
+	// P95 is the 95th percentile of the served requests' latency over their deadline (the sharing benchmark's
+	// figure); CoRunBound counts the requests bound beside another binding (Config.Sharing).
+	P95        float64 `json:"latency_p95_over_deadline,omitempty"`
+	CoRunBound int64   `json:"corun_bound,omitempty"`
 }
 
 // AutoscalerResult sums up the autoscaler's decisions over a run.
@@ -342,6 +347,7 @@ func Run(cfg Config, keepOutcomes bool) (Result, error) {
 	}
 	sort.Float64s(norm)
 	res.P50, res.P98, res.P99 = quantile(norm, 0.50), quantile(norm, 0.98), quantile(norm, 0.99)
+	res.P95, res.CoRunBound = quantile(norm, 0.95), n.ctl.CoRunCounts().Bound
 	res.SimulatedSeconds = now.Seconds()
 	for _, b := range n.ctl.BusyTime(epoch.Add(now)) {
 		f := 0.0

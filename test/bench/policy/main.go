@@ -308,6 +308,7 @@ func run() error {
 	quick := flag.Bool("quick", false, "a small run for CI: seeds 1 and 3, fewer points, shorter cluster runs")
 	parallel := flag.Int("parallel", runtime.NumCPU(), "simulations run at once")
 	from := flag.String("report", "", "render the markdown of an earlier run's JSON report instead of running")
+	sh := registerSharing() // sharing.go
 	flag.Parse()
 	if *from != "" {
 		data, err := os.ReadFile(*from)
@@ -345,6 +346,13 @@ func run() error {
 	in := &inputs{dir: *workloads, traces: map[string]*simulate.Trace{}, models: map[string][]simulate.Model{},
 		sets: map[string]*arrivalSet{}}
 	node, err := topology.Preset("v100x4")
+	if err != nil {
+		return err
+	}
+	if only, err := sh.only(in, node, seeds, *quick, *out, *parallel); only {
+		return err
+	}
+	shareJobs, shareFinish, err := sh.jobs(in, node, seeds, *quick, *out)
 	if err != nil {
 		return err
 	}
@@ -515,7 +523,7 @@ func run() error {
 	rep.Sizing, rep.Router = sizings, router
 	// The longest runs first: the 8-hour cluster runs, Torpor's arrivals (31 minutes at 700 functions), the
 	// Azure hours, Torpor's node.
-	jobs := slices.Concat(clusterJobs, arrivalJobs, hourJobs, nodeJobs)
+	jobs := slices.Concat(clusterJobs, shareJobs, arrivalJobs, hourJobs, nodeJobs)
 	if err := runJobs(jobs, *parallel); err != nil {
 		return err
 	}
@@ -534,6 +542,9 @@ func run() error {
 		name = "policy-quick"
 	}
 	if err := os.WriteFile(filepath.Join(*out, name+".json"), append(js, '\n'), 0o644); err != nil {
+		return err
+	}
+	if err := shareFinish(); err != nil {
 		return err
 	}
 	return os.WriteFile(filepath.Join(*out, name+".md"), []byte(markdown(rep)), 0o644)
