@@ -47,6 +47,10 @@ type Config struct {
 	// RemotedTimes charges every policy the late-binding policies' (remoted) execution times, native and static
 	// ones included, so that a comparison is about scheduling and not about the execution times' source.
 	RemotedTimes bool
+	// HoldOverhead is added to every remoted execution time: what a binding is held beyond its kernel on the
+	// product, the function process's acquire and release round trips and CUDA calls (holdoverhead.go,
+	// ProductHoldOverhead). 0: the kernel's time only.
+	HoldOverhead time.Duration
 	Node         topology.Node
 	// Minutes of the trace to replay; beyond the trace's length it repeats (at most a week).
 	Minutes int
@@ -272,7 +276,7 @@ func (cfg *Config) exec(fm fnModel) time.Duration {
 	if cfg.Policy.NativeExec() && !cfg.RemotedTimes {
 		return fm.model.Native
 	}
-	return fm.model.Remote
+	return fm.model.Remote + cfg.HoldOverhead
 }
 
 // quota is the GPU memory a function whose weights take bytes is given: MemoryFactor times them, in whole MiB.
