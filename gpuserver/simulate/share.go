@@ -13,7 +13,7 @@ import (
 	"github.com/faas-gpu/faas-gpu/gpuserver/controller"
 )
 
-// Co-running in the simulator (issue #30): when the controller (controller.Config.Sharing, the product's code)
+// Co-running in the simulator: when the controller (controller.Config.Sharing, the product's code)
 // binds a request of a function that asked for a compute share beside another binding on a GPU, the simulator runs
 // both at once, each progressing at the rate its share gives it (processor sharing by granted share, shareexec.go).
 // Four policies side by side (SharePolicy): exclusive (no function asks: today), static shares (HAMi-like: each
