@@ -81,6 +81,11 @@ type Config struct {
 	Alpha float64
 	// Sharing lets functions with compute shares co-run on a GPU (corun.go); off by default.
 	Sharing Sharing
+	// ChunkBytes is the data plane's allocation unit (the memory manager's chunk): a copy takes its quota rounded
+	// up to whole chunks there, so the controller plans each copy's footprint the same way, and the data plane
+	// never runs out of chunks where the controller saw room (its own evictions, EvictUnderPressure, are then for
+	// what the controller cannot see). 0: copies take their quota to the byte (no data plane).
+	ChunkBytes uint64
 }
 
 // Function is what the controller knows of a registered function.
@@ -331,6 +336,9 @@ func (c *Controller) Register(now time.Time, f Function) error {
 	footprint := f.MemoryBytes
 	if c.tr.ownContext {
 		footprint += c.cfg.ContextBytes
+	}
+	if u := c.cfg.ChunkBytes; u > 0 {
+		footprint = (footprint + u - 1) / u * u
 	}
 	if footprint > c.node.MaxGPUMemory() {
 		return fmt.Errorf("%w: %q needs %d bytes, the largest GPU has %d", pool.ErrTooLarge, f.Name, footprint,

@@ -284,10 +284,12 @@ func (c *Controller) evictionPlan(g *gpuState, fs *fnState) ([]Eviction, bool) {
 	}
 	vs := make([]victim, 0, len(g.resident)+len(g.partial))
 	for name, r := range g.resident {
-		if r.pinned > 0 || r.loading {
+		v := c.fns[name]
+		// A sibling instance's copy (the same function's model) is never a victim for another instance's copy:
+		// that only moves the model from one instance to the other, and the sibling's next request swaps it back.
+		if r.pinned > 0 || r.loading || v.family == fs.family && v != fs {
 			continue
 		}
-		v := c.fns[name]
 		vs = append(vs, victim{f: v, charge: v.footprint, class: class(v), last: r.lastUsed})
 	}
 	for name, pc := range g.partial {

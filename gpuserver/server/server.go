@@ -248,7 +248,11 @@ func Start(ctx context.Context, cfg Config) (*Server, error) {
 	if plane != nil && cfg.Actuator == nil && cfg.Policy != PolicyFCFS {
 		cfg.Actuator = planeActuator{plane}
 	}
-	inner, err := newPool(cfg, plane != nil)
+	var chunk uint64
+	if s.chunks != nil {
+		chunk = s.chunks.ChunkSize()
+	}
+	inner, err := newPool(cfg, plane != nil, chunk)
 	if err != nil {
 		return nil, fmt.Errorf("gpuserver: %w", err)
 	}
@@ -611,8 +615,9 @@ var ErrInvalidPolicy = errors.New("invalid policy")
 // live at one address, mapped on one GPU at a time (other GPUs may hold parked copies); a function's instances
 // (pool.InstanceKey) are placed on their own, so a function is bound on as many GPUs at once as it has instances
 // (instances.go). A sibling instance's copy is a swap source (controller.Config.SiblingSources; executor
-// siblings.go).
-func newPool(cfg Config, oneGPU bool) (healthPool, error) {
+// siblings.go). chunk is the data plane's chunk size (0 without one): a copy there takes its quota in whole chunks,
+// and the controller plans it so (controller.Config.ChunkBytes).
+func newPool(cfg Config, oneGPU bool, chunk uint64) (healthPool, error) {
 	if cfg.Policy == PolicyFCFS {
 		gpus := make([]pool.GPU, len(cfg.Node.GPUs))
 		for i, g := range cfg.Node.GPUs {
@@ -637,7 +642,7 @@ func newPool(cfg Config, oneGPU bool) (healthPool, error) {
 	}
 	return controller.NewPool(controller.PoolConfig{
 		Controller: controller.Config{Policy: policy, Node: cfg.Node, MaxInFlight: maxInFlight,
-			Overload: cfg.Overload, Admission: admission, SiblingSources: true,
+			Overload: cfg.Overload, Admission: admission, SiblingSources: true, ChunkBytes: chunk,
 			Sharing: controller.Sharing{On: cfg.ComputeSharing && oneGPU}},
 		Actuator: cfg.Actuator,
 	})

@@ -14,8 +14,9 @@ import (
 // The executors hold only the chunks the memory manager reserved at start: memory.DefaultShare (0.9) of what the
 // driver reported free, that is of each GPU's total less the gpuserver's own CUDA context, in chunks of 2 MiB
 // (gpuserver/server startDataPlane), and the gpuserver gives the controller that capacity as each GPU's memory
-// (gpuserver/server planNode), so the controller's plan fits the chunks. When a swap-in still runs out of chunks
-// (a copy's chunks round its quota up to whole chunks) the executor evicts, on its own, the least recently used copy on that GPU that is
+// (gpuserver/server planNode), with the chunks' size: a copy takes its quota rounded up to whole chunks, and the
+// controller plans it so (controller.Config.ChunkBytes), so the controller's plan fits the chunks. When a swap-in
+// still runs out of chunks (memory the controller cannot see) the executor evicts, on its own, the least recently used copy on that GPU that is
 // neither bound nor the source of a copy in progress (executor.Config.EvictUnderPressure, takeChunksLocked) and
 // reports it (Config.OnEvict), and the controller forgets that copy and counts it by reason
 // (controller.Controller.Evicted; faas_gpu_evictions_total{by="pressure"}). With nothing left to evict the swap

@@ -170,15 +170,17 @@ func (e *engine) addNode(register func(fn int) bool) (*simNode, error) {
 	cfg := e.cfg
 	var dp *dataPlane
 	plan := cfg.Node // the node the controller plans with
+	chunk := uint64(0)
 	if cfg.DataPlane && !cfg.Policy.Pinned() && !cfg.PartialResidency {
 		dp = newDataPlane(cfg, func(name string) uint64 {
 			return cfg.quota(e.fns[e.instFn[name]].model.WeightsBytes)
 		})
-		plan = dp.planNode(cfg.Node) // the gpuserver gives the controller its chunks' capacity
+		// The gpuserver gives the controller its chunks' capacity, and their size: a copy takes whole chunks.
+		plan, chunk = dp.planNode(cfg.Node), dp.chunk
 	}
 	ctl, err := controller.New(controller.Config{Policy: cfg.Policy, Node: plan, Seed: cfg.Seed,
 		MaxInFlight: cfg.MaxInFlight, Prewarm: cfg.Prewarm, PartialResidency: cfg.PartialResidency,
-		Overload: cfg.Overload, SiblingSources: true, Admission: cfg.Admission, Alpha: cfg.Alpha,
+		Overload: cfg.Overload, SiblingSources: true, Admission: cfg.Admission, Alpha: cfg.Alpha, ChunkBytes: chunk,
 		Sharing: cfg.Sharing.controller()})
 	if err != nil {
 		return nil, err
@@ -209,8 +211,8 @@ func (e *engine) addNode(register func(fn int) bool) (*simNode, error) {
 			}
 			if n.dp != nil && cfg.Prewarm { // the copies Register placed, as the controller places them
 				for g, gpu := range plan.GPUs {
-					if gpu.MemoryBytes-prewarmed[g] >= spec.MemoryBytes {
-						prewarmed[g] += spec.MemoryBytes
+					if size := n.dp.chunks(spec.MemoryBytes); gpu.MemoryBytes-prewarmed[g] >= size {
+						prewarmed[g] += size
 						n.dp.add(g, in.name, e.now)
 					}
 				}

@@ -84,7 +84,8 @@ func Summarize(name, node string, fns []Function, recs []Record, length time.Dur
 	}
 	fill(&res, fns, total, onTime)
 	sort.Float64s(norm)
-	res.P50, res.P98, res.P99 = quantile(norm, 0.50), quantile(norm, 0.98), quantile(norm, 0.99)
+	res.P50, res.P95, res.P98, res.P99 = quantile(norm, 0.50), quantile(norm, 0.95), quantile(norm, 0.98),
+		quantile(norm, 0.99)
 	return res
 }
 
