@@ -187,7 +187,7 @@ type Result struct {
 
 	// P95 is the 95th percentile of the served requests' latency over their deadline (the sharing benchmark's
 	// figure); CoRunBound counts the requests bound beside another binding (Config.Sharing).
-	P95        float64 `json:"latency_p95_over_deadline,omitempty"`
+	P95        float64 `json:"latency_p95_over_deadline"`
 	CoRunBound int64   `json:"corun_bound,omitempty"`
 }
 
