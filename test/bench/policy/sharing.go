@@ -17,7 +17,7 @@ import (
 	"github.com/faas-gpu/faas-gpu/test/bench/internal/benchhost"
 )
 
-// The compute-sharing sweep (issue #30): the product's faas-gpu (+ admission, simulate.Product) with every
+// The compute-sharing sweep: the product's faas-gpu (+ admission, simulate.Product) with every
 // function exclusive (today) and with the functions asking for compute shares under static shares (HAMi-like),
 // gShare's time slices and Dilu's request/limit (gpuserver/simulate/share.go: the latency-against-share model is an
 // assumption), side by side on Torpor's trace at 560 functions, the Azure hours, bursty Gamma arrivals (CV 1, 2,

@@ -103,7 +103,7 @@ func sharingMarkdown(rep shareReport) string {
 		title += " (quick)"
 	}
 	w("# %s\n\n", title)
-	w("Written by `make bench-policy` (test/bench/policy/sharing.go) from sharing%s.json; issue #30. "+
+	w("Written by `make bench-policy` (test/bench/policy/sharing.go) from sharing%s.json. "+
 		"The product's faas-gpu with the admission rule and the product's behaviour (simulate.Product: one request "+
 		"per instance, up's autoscaler, the data plane's evictions), every function exclusive (today) or asking for "+
 		"a compute share under one of three policies, co-running where the controller (controller.Config.Sharing, "+
@@ -128,7 +128,7 @@ func sharingMarkdown(rep shareReport) string {
 		p := rep.Profile[m]
 		w("| %s | %.2f | %.1f | %.1f |\n", m, p[0], p[1], p[2])
 	}
-	w("\n## Targets (issue #30)\n\n")
+	w("\n## Targets\n\n")
 	for _, v := range sharingVerdicts(rep) {
 		mark := "NOT MET"
 		if v.met {
