@@ -11,7 +11,7 @@ import (
 
 // The product's behaviour around the controller: every late-binding run has what `up` and the
 // gpuserver do, simulate.Product: one request in flight per instance, up's autoscaler over every function (the
-// labels min 1 and max 10, target 1, proportion 0.9, a 40 s scale-down window, instances serving 2 s after they
+// labels min 1 and max 10, target 1, proportion 1.0, a 40 s scale-down window, instances serving 2 s after they
 // are asked for), and the data plane's own evictions under memory pressure. The product sweep sets the variants
 // that differ from it beside it, down to the unlimited node the benchmark simulated before.
 
@@ -91,11 +91,13 @@ func productChanges(b *strings.Builder, rep report) {
 	w("## What the product's behaviour changed\n\n")
 	w("Every sweep above runs what `up` and the gpuserver do (simulate.Product): one request bound per instance, "+
 		"up's autoscaler over every function's instances (provider/autoscale's decision code; min 1, max %d, "+
-		"target 1 request in flight per instance, proportion 0.9, 40 s scale-down window, an instance serving %s "+
+		"target 1 request in flight per instance, proportion 1.0, 40 s scale-down window, an instance serving %s "+
 		"after it is asked for, measured on `up` by TestAutoscalingThroughUp), each instance a controller entry "+
-		"with copies of its own, and the data plane's own evictions (the executors hold 0.9 of each GPU's memory "+
-		"left after the gpuserver's context, while the controller places against all of it: a swap-in out of "+
-		"chunks evicts the least recently used idle copy, counted as faas_gpu_evictions_total{by=\"pressure\"}). "+
+		"with copies of its own (the controller never evicts one instance's copy to place a sibling's), and the "+
+		"data plane's own evictions (the executors hold 0.9 of each GPU's memory left after the gpuserver's "+
+		"context; the controller plans with that capacity, each copy in whole 2 MiB chunks, so the data plane "+
+		"evicts on its own only where a plan still does not fit: a swap-in out of chunks evicts the least "+
+		"recently used idle copy, counted as faas_gpu_evictions_total{by=\"pressure\"}). "+
 		"The benchmark ran before on a node without these: every request of a function could be bound at once on "+
 		"every GPU, and the data plane had every byte the controller planned with. Means over the seeds, the "+
 		"product's figure first, then each variant's difference from it (functions within SLO / requests within "+
@@ -131,12 +133,9 @@ func productChanges(b *strings.Builder, rep report) {
 	}
 	w("\nWhy: a function's requests run at once only on as many instances as it has, and each instance has a " +
 		"copy of its own, so a hot function's instances fill the GPUs' memory with copies of one model (up to " +
-		"scale.max of them on every GPU) and push other functions' copies out; and one request in flight asks for " +
-		"two instances (ceil(1 / (1 x 0.9)), the default target and proportion), so on Torpor's trace, where every " +
-		"function is light, most functions hold two instances and two copies, and the node swaps and misses " +
-		"where the unlimited node, one copy per function, did not (`model: shared` halves the cost of the second " +
-		"copy: it comes over NVLink from the first). A new instance serves only after its start, and its first request swaps " +
-		"its copy in. The data plane, holding less than the controller plans with, evicts on its own by least " +
-		"recent use instead of the controller's choice. With one instance per function (no scale label) a hot " +
-		"function is served one request at a time and most of its requests are refused.\n\n")
+		"scale.max of them) and push other functions' copies out, and every instance the autoscaler starts " +
+		"serves only after its start and swaps its copy in with its first request (`model: shared` makes that " +
+		"copy come over NVLink from a sibling's). The unlimited node, one copy per function bound by every " +
+		"request at once, pays none of this; it is not the product. With one instance per function (no scale " +
+		"label) a hot function is served one request at a time and its other requests wait or are refused.\n\n")
 }
