@@ -183,7 +183,8 @@ check-rotation: build functions
 ## bench-policy: every policy on both figures (functions and requests within SLO, refusals) over five seeds: Torpor's
 ## node, the Azure trace's hours, Torpor's arrivals with the overload control on and off, cluster sizing against
 ## static packing, keep-alive and late binding, the router against round robin; writes docs/bench/policy.{md,json}
-## (about 10 minutes of CPU on two cores; wall time grows with whatever else the machine runs)
+## (with -seeds 1,3: 731 s wall, 17.5 min of CPU, on two cores at load 3-4; the default five seeds were not timed;
+## wall time grows with whatever else the machine runs)
 bench-policy:
 	$(GO) run ./test/bench/policy -workloads $${FAAS_GPU_WORKLOADS:-../shared/workloads} -out docs/bench
 
