@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"sync"
-	"time"
 
 	"github.com/faas-gpu/faas-gpu/gpuserver/device"
 )
@@ -125,26 +124,4 @@ func (r *Registry) Apply(al Allotment) (Report, error) {
 		}
 	}
 	return Report{Usage: us}, nil
-}
-
-// SystemClock is the wall clock (an arbiter's Clock in a product process).
-type SystemClock struct{}
-
-// Now is time.Now.
-func (SystemClock) Now() time.Time { return time.Now() }
-
-// SleepUntil sleeps until t or until ctx ends (ctx's error).
-func (SystemClock) SleepUntil(ctx context.Context, t time.Time) error {
-	d := time.Until(t)
-	if d <= 0 {
-		return ctx.Err()
-	}
-	timer := time.NewTimer(d)
-	defer timer.Stop()
-	select {
-	case <-timer.C:
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
-	}
 }

@@ -149,7 +149,7 @@ func New(cfg Config) (*Node, error) {
 		fns: map[string]*function{}, plans: map[string]*restorePlan{}, addrs: cfg.Addresses, log: cfg.Logger,
 		domains: map[domainKey]device.Context{}}
 	n.settled = sync.NewCond(&n.mu)
-	shares, serr := compute.NewRegistry(ctx, len(cfg.Device.GPUs()), compute.Config{Clock: compute.SystemClock{}})
+	shares, serr := compute.NewRegistry(ctx, len(cfg.Device.GPUs()), compute.Config{Clock: device.WallClock{}})
 	if serr != nil {
 		cancel()
 		return nil, serr

@@ -8,6 +8,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/faas-gpu/faas-gpu/gpuserver/compute"
+	"github.com/faas-gpu/faas-gpu/gpuserver/device"
 	"github.com/faas-gpu/faas-gpu/gpuserver/device/sim"
 	"github.com/faas-gpu/faas-gpu/gpuserver/executor"
 	"github.com/faas-gpu/faas-gpu/gpuserver/pool"
@@ -57,7 +58,7 @@ func (s *Server) startSharing(ctx context.Context, cfg Config, plane executor.Da
 	sh := &sharing{server: s, ids: map[sharedKey]map[string]bool{}}
 	log := s.cfg.Logger.With("component", "compute")
 	co, err := compute.NewCoordinator(compute.CoordinatorConfig{GPUs: plane.GPUs(), Plane: plane,
-		Arbiter: compute.Config{Clock: compute.SystemClock{}, Period: period},
+		Arbiter: compute.Config{Clock: device.WallClock{}, Period: period},
 		OnError: func(gpu int, err error) {
 			log.Warn("a period's compute grants did not reach an executor", "gpu", gpu, "err", err)
 		},

@@ -4,6 +4,8 @@ import (
 	"context"
 	"runtime"
 	"time"
+
+	"github.com/faas-gpu/faas-gpu/gpuserver/device"
 )
 
 // Clock is the time source of the simulated node's delays.
@@ -14,27 +16,8 @@ type Clock interface {
 	SleepUntil(ctx context.Context, t time.Time) error
 }
 
-// WallClock is the real clock.
-type WallClock struct{}
-
-// Now is time.Now.
-func (WallClock) Now() time.Time { return time.Now() }
-
-// SleepUntil sleeps until t.
-func (WallClock) SleepUntil(ctx context.Context, t time.Time) error {
-	d := time.Until(t)
-	if d <= 0 {
-		return ctx.Err()
-	}
-	timer := time.NewTimer(d)
-	defer timer.Stop()
-	select {
-	case <-timer.C:
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
-	}
-}
+// WallClock is the real clock (device.WallClock).
+type WallClock = device.WallClock
 
 // timerSlack is how late a Go timer may fire (timers below a millisecond fire after about one): sleepPrecisely
 // sleeps on a timer until this long before its deadline and polls the clock for the rest.
